@@ -1,0 +1,70 @@
+"""The Python API: `run` and `arun`.
+
+    >>> import stockade
+    >>> r = stockade.run(["sh", "-c", "echo hi; cat /etc/shadow"], preset="read-only")
+    >>> r.exit_code, r.stdout
+    (1, b'hi\\n')
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+from stockade.errors import UsageError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import SandboxManager
+from stockade.launch.result import Result
+from stockade.policy import Policy, load_policy, preset as preset_policy
+
+DEFAULT_PRESET = "read-only"
+
+
+def resolve_policy(policy: Policy | str | os.PathLike | None, preset: str | None) -> Policy:
+    """A Policy from a Policy object, a policy file path, or a preset name."""
+    if policy is not None and preset is not None:
+        raise UsageError("give either policy or preset, not both")
+    if isinstance(policy, Policy):
+        return policy
+    if policy is not None:
+        return load_policy(policy)
+    return preset_policy(preset or DEFAULT_PRESET)
+
+
+def run(
+    argv: Sequence[str],
+    policy: Policy | str | os.PathLike | None = None,
+    *,
+    preset: str | None = None,
+    workspace: str | os.PathLike | None = None,
+    cwd: str | os.PathLike | None = None,
+    input: bytes | None = None,
+    timeout: float | None = None,
+    backend: str | None = None,
+) -> Result:
+    """Run `argv` in a fresh sandbox and return its Result.
+
+    `policy` is a Policy, or the path of a TOML/JSON policy file; otherwise `preset` names one
+    (default "read-only"). `workspace` is what `{workspace}` means (default: the current
+    directory). `timeout` (seconds) overrides `limits.timeout`. Errors are StockadeError
+    subclasses with a stable `.code`: PolicyError (bad policy), UnavailableError /
+    UnenforceableError (cannot sandbox here: nothing ran), SetupError, StartError.
+
+        >>> stockade.run(["python3", "-c", "print(1)"], preset="workspace-write").stdout
+        b'1\\n'
+    """
+    chosen = resolve_policy(policy, preset)
+    request = compile_policy(chosen, list(argv), CompileContext.current(workspace), cwd=cwd)
+    if timeout is not None:
+        if timeout <= 0:
+            raise UsageError("timeout must be positive")
+        from dataclasses import replace
+        request = replace(request, limits=replace(request.limits, timeout=timeout))
+    return SandboxManager(backend, "require" if backend else "auto").run(request, input=input)
+
+
+async def arun(argv: Sequence[str], policy: Policy | str | os.PathLike | None = None,
+               **kwargs: object) -> Result:
+    """`run` for asyncio programs: the launch and wait happen off the event loop."""
+    return await asyncio.to_thread(run, argv, policy, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,79 @@
+"""Typed errors. Every refusal carries a stable reason code and a CLI exit code.
+
+Messages name files, keys and variable names, never values, secrets or SIDs.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2
+EXIT_SETUP = 70
+EXIT_START = 71
+
+
+class StockadeError(Exception):
+    """Base of every error Stockade raises on purpose."""
+
+    exit_code = EXIT_SETUP
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class PolicyError(StockadeError):
+    """The policy document is invalid. `location` is `file: key` (either may be empty)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, file: str = "", key: str = "",
+                 code: str = "policy_invalid") -> None:
+        self.file = file
+        self.key = key
+        where = ": ".join(part for part in (file, key) if part)
+        super().__init__(code, f"{where}: {message}" if where else message)
+
+
+class RequestError(StockadeError):
+    """A serialised launch request is malformed, of another version, or too large."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("request_invalid", message)
+
+
+class UsageError(StockadeError):
+    """The caller used the API or CLI wrongly (not a policy problem)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__("usage", message)
+
+
+class UnavailableError(StockadeError):
+    """The backend cannot run on this host (e.g. `userns_unavailable`)."""
+
+
+class UnenforceableError(StockadeError):
+    """The backend runs here but cannot enforce part of the policy."""
+
+    def __init__(self, capability: str, message: str) -> None:
+        self.capability = capability
+        super().__init__(f"unenforceable:{capability}", message)
+
+
+class SetupError(StockadeError):
+    """Setting the sandbox up failed at `stage`; the command never ran."""
+
+    def __init__(self, code: str, message: str, stage: str = "") -> None:
+        self.stage = stage
+        super().__init__(code, message)
+
+
+class StartError(StockadeError):
+    """The sandbox was ready but the command could not be started."""
+
+    exit_code = EXIT_START

@@ -1,0 +1,74 @@
+"""The contract every backend implements, and the handle a launch returns."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import IO
+
+from stockade.launch.request import LaunchRequest
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How the sandbox ended. `failure` is set when the sandbox, not the command, failed."""
+
+    exit_code: int | None
+    signal: int | None
+    failure: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One row of the enforcement report."""
+
+    name: str
+    enforced: bool
+    mechanism: str
+    detail: str = ""
+
+
+@dataclass
+class Stdio:
+    """What the launched command's stdin/stdout/stderr are (file objects or fds, or None)."""
+
+    stdin: int | IO | None = None
+    stdout: int | IO | None = None
+    stderr: int | IO | None = None
+
+
+class Handle(abc.ABC):
+    """A live launch. The caller owns it: it must be waited for or killed."""
+
+    stdin: IO[bytes] | None = None
+    stdout: IO[bytes] | None = None
+    stderr: IO[bytes] | None = None
+    enforced: dict  # what this launch enforced, layer by layer (set by the backend)
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> Exit | None:
+        """Wait for the sandbox to end; None if `timeout` passed first."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Kill the whole sandbox tree now (idempotent)."""
+
+
+class Backend(abc.ABC):
+    name: str = ""
+
+    @abc.abstractmethod
+    def probe(self) -> None:
+        """Raise UnavailableError (typed reason) unless this backend can run on this host."""
+
+    @abc.abstractmethod
+    def check(self, request: LaunchRequest) -> None:
+        """Raise UnenforceableError naming the capability this host cannot enforce."""
+
+    @abc.abstractmethod
+    def spawn(self, request: LaunchRequest, stdio: Stdio) -> Handle:
+        """Start `request` in a fresh sandbox (stdio given as pipes/fds/None)."""
+
+    @abc.abstractmethod
+    def report(self) -> list[Capability]:
+        """What this backend enforces on this host, capability by capability."""

@@ -1,0 +1,157 @@
+"""SandboxManager: picks a backend and runs a LaunchRequest in it. It never runs a command
+unsandboxed; `run_unsandboxed` is the one, separately named, way to do that.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import IO
+
+from stockade.errors import UnavailableError, UsageError
+from stockade.launch.backend import Backend, Stdio
+from stockade.launch.request import LaunchRequest
+from stockade.launch.result import Result, Violation
+
+MODES = ("require", "auto")
+DEFAULT_OUTPUT_LIMIT = 16 << 20
+
+
+def _linux() -> Backend:
+    from stockade.linux.backend import LinuxBackend
+    return LinuxBackend()
+
+
+# Backends by name, best first; factories so that importing one never requires another.
+REGISTRY: dict[str, Callable[[], Backend]] = {"linux": _linux}
+
+
+class SandboxManager:
+    """Chooses the backend: `require` a named one, or `auto` the best available that can
+    enforce the whole request. Neither ever falls back to running on the host."""
+
+    def __init__(self, backend: str | None = None, mode: str = "auto") -> None:
+        if mode not in MODES:
+            raise UsageError(f"mode must be one of {', '.join(MODES)}")
+        if mode == "require" and not backend:
+            raise UsageError("mode 'require' needs a backend name")
+        if backend and backend not in REGISTRY:
+            raise UnavailableError("backend_unavailable",
+                                   f"unknown backend {backend!r} (known: {', '.join(REGISTRY)})")
+        self.mode = mode
+        self.wanted = backend
+
+    def select(self, request: LaunchRequest) -> Backend:
+        """The backend that will run `request`, or the typed reason none can."""
+        names = [self.wanted] if self.wanted else list(REGISTRY)
+        last: Exception | None = None
+        for name in names:
+            backend = REGISTRY[name]()
+            try:
+                backend.probe()
+                backend.check(request)
+                return backend
+            except UnavailableError as exc:
+                last = exc
+            except Exception as exc:  # Unenforceable: a required layer is missing here
+                if self.mode == "require" or len(names) == 1:
+                    raise
+                last = exc
+        if isinstance(last, Exception):
+            raise last
+        raise UnavailableError("backend_unavailable", "no sandbox backend is available here")
+
+    def run(self, request: LaunchRequest, *, input: bytes | None = None,
+            stdio_inherit: bool = False) -> Result:
+        """Run `request` to completion, capturing output within `limits.output`."""
+        backend = self.select(request)
+        return execute(backend, request, input=input, stdio_inherit=stdio_inherit)
+
+
+def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,
+            stdio_inherit: bool = False) -> Result:
+    """Spawn in `backend`, feed `input`, capture bounded output, enforce the timeout."""
+    limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
+    if input is not None:
+        stdin: int | None = subprocess.PIPE
+    elif request.stdin == "inherit":
+        stdin = None
+    else:
+        stdin = subprocess.DEVNULL
+    out = None if stdio_inherit else subprocess.PIPE
+    started = time.monotonic()
+    handle = backend.spawn(request, Stdio(stdin, out, out))
+    pumps = [_Capture(stream, limit) for stream in (handle.stdout, handle.stderr) if stream]
+    if input is not None and handle.stdin:
+        threading.Thread(target=_feed, args=(handle.stdin, input), daemon=True).start()
+    timeout = request.limits.timeout
+    end = handle.wait(timeout)
+    timed_out = end is None
+    if timed_out:
+        handle.kill()
+        end = handle.wait()
+    for pump in pumps:
+        pump.join()
+    if end.failure is not None:
+        raise end.failure
+    stdout = pumps[0] if pumps else _Capture(None, 0)
+    stderr = pumps[1] if len(pumps) > 1 else _Capture(None, 0)
+    violations = []
+    if timed_out:
+        violations.append(Violation("limits.timeout", f"killed after {timeout:g}s"))
+    for name, pump in (("stdout", stdout), ("stderr", stderr)):
+        if pump.truncated:
+            violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
+    return Result(
+        exit_code=end.exit_code, signal=end.signal,
+        stdout=bytes(stdout.data), stderr=bytes(stderr.data),
+        stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
+        timed_out=timed_out, cancelled=False,
+        duration=time.monotonic() - started, backend=backend.name,
+        digest=request.digest, request_id=request.request_id,
+        violations=tuple(violations), enforced=handle.enforced,
+    )
+
+
+class _Capture(threading.Thread):
+    """Reads a stream to its end, keeping at most `limit` bytes (the rest is drained)."""
+
+    def __init__(self, stream: IO[bytes] | None, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.limit = stream, limit
+        self.data = bytearray()
+        self.truncated = False
+        if stream is not None:
+            self.start()
+
+    def run(self) -> None:
+        assert self.stream is not None
+        with self.stream:
+            while chunk := self.stream.read1(65536):
+                room = self.limit - len(self.data)
+                if len(chunk) > room:
+                    self.truncated = True
+                self.data += chunk[:max(room, 0)]
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.stream is not None:
+            super().join(timeout)
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    try:
+        with stream:
+            stream.write(data)
+    except (BrokenPipeError, ValueError):
+        pass  # the command stopped reading; that is its business
+
+
+def run_unsandboxed(argv: list[str], *, timeout: float | None = None) -> int:
+    """Run `argv` on the host with NO sandbox. Only for policies that restrict nothing."""
+    warnings.warn("running WITHOUT a sandbox", stacklevel=2)
+    print("stockade: WARNING: running without a sandbox", file=sys.stderr)
+    return subprocess.run(argv, timeout=timeout).returncode

@@ -1,0 +1,163 @@
+"""LaunchRequest: the closed, typed, versioned description of one launch.
+
+Every backend consumes this, never an argv string: a Windows launch needs typed stdio, limits and
+roots, not a command line. The digest is SHA-256 over a canonical encoding of everything that
+changes what runs; the request id is fresh per launch and therefore not part of the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import asdict, dataclass, field, fields
+
+from stockade.errors import RequestError
+
+REQUEST_VERSION = 1
+MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
+
+
+@dataclass(frozen=True)
+class PathGrant:
+    """One root. `path` is canonical (symlinks resolved); `alias` is as the policy wrote it."""
+
+    path: str
+    alias: str
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    mode: str = "none"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    timeout: float | None = None
+    memory: int | None = None
+    cpu: float | None = None
+    pids: int | None = None
+    output: int | None = None
+    file_size: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    argv: tuple[str, ...]
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+    read: tuple[PathGrant, ...] = ()
+    write: tuple[PathGrant, ...] = ()
+    deny: tuple[PathGrant, ...] = ()
+    protected: tuple[str, ...] = ()
+    exec_from_write: bool = False
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    limits: LimitSpec = field(default_factory=LimitSpec)
+    stdin: str = "null"
+    request_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    version: int = REQUEST_VERSION
+
+    def canonical(self) -> bytes:
+        """The canonical encoding of what runs (everything but the request id)."""
+        body = asdict(self)
+        del body["request_id"]
+        return _dumps(body)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    def encode(self) -> bytes:
+        return _dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> LaunchRequest:
+        if len(data) > MAX_FRAME:
+            raise RequestError(f"request of {len(data)} bytes exceeds the {MAX_FRAME}-byte bound")
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(f"request is not valid JSON: {exc.__class__.__name__}") from None
+        if not isinstance(body, dict):
+            raise RequestError("request is not an object")
+        if body.get("version") != REQUEST_VERSION:
+            raise RequestError(f"unsupported request version (expected {REQUEST_VERSION})")
+        try:
+            return _build(cls, body)
+        except (TypeError, ValueError) as exc:
+            raise RequestError(str(exc)) from None
+
+
+def _dumps(body: dict) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+_NESTED = {"network": NetworkSpec, "limits": LimitSpec}
+
+
+def _build(cls: type, body: dict) -> LaunchRequest:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ValueError(f"unknown request field {unknown[0]!r}")
+    missing = sorted(f.name for f in fields(cls) if f.name not in body)
+    if missing:
+        raise ValueError(f"missing request field {missing[0]!r}")
+    values = {}
+    for name, value in body.items():
+        if name in _NESTED:
+            values[name] = _build_flat(_NESTED[name], value, name)
+        elif name in ("read", "write", "deny"):
+            values[name] = tuple(_build_flat(PathGrant, item, name) for item in _list(value, name))
+        elif name == "env":
+            values[name] = tuple(_pair(item) for item in _list(value, name))
+        elif name in ("argv", "protected"):
+            values[name] = tuple(_string(item, name) for item in _list(value, name))
+        elif name in ("allow", "deny"):
+            values[name] = tuple(value)
+        else:
+            values[name] = value
+    request = cls(**values)
+    _check_types(request)
+    return request
+
+
+def _build_flat(cls: type, value: object, where: str):
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"unknown field {where}.{unknown[0]}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+
+
+def _list(value: object, where: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} items must be strings")
+    return value
+
+
+def _pair(item: object) -> tuple[str, str]:
+    if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+        raise ValueError("env items must be [name, value] string pairs")
+    return (item[0], item[1])
+
+
+def _check_types(request: LaunchRequest) -> None:
+    if not request.argv:
+        raise ValueError("argv is empty")
+    if not isinstance(request.cwd, str) or not isinstance(request.request_id, str):
+        raise ValueError("cwd and request_id must be strings")
+    if not isinstance(request.exec_from_write, bool):
+        raise ValueError("exec_from_write must be a boolean")
+    if list(request.env) != sorted(request.env):
+        raise ValueError("env must be sorted")

@@ -1,0 +1,48 @@
+"""Result: what one sandboxed run produced."""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Something the sandbox stopped or cut short: `kind` is stable (e.g. `limits.timeout`)."""
+
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int | None            # None when the command was killed by a signal
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    cancelled: bool
+    duration: float                  # seconds from launch to settlement
+    backend: str
+    digest: str
+    request_id: str
+    violations: tuple[Violation, ...] = ()
+    enforced: dict = field(default_factory=dict)
+
+    @property
+    def returncode(self) -> int:
+        """The shell convention: the exit code, or 128 + N for a command killed by signal N."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return 128 + (self.signal or 0)
+
+    def to_json(self) -> dict:
+        """A JSON-ready summary (output as text, undecodable bytes replaced)."""
+        body = asdict(self)
+        body["stdout"] = self.stdout.decode("utf-8", "replace")
+        body["stderr"] = self.stderr.decode("utf-8", "replace")
+        body["signal_name"] = _signal.Signals(self.signal).name if self.signal else None
+        body["returncode"] = self.returncode
+        return body

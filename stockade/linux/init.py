@@ -1,0 +1,157 @@
+"""The sandbox's pid 1 and the command it starts.
+
+pid 1 builds the filesystem view, starts the command, reaps every orphan, and exits as soon as
+the command exits — which makes the kernel kill everything left in the pid namespace,
+daemonised or double-forked descendants included. It also exits when its owner goes away (the
+lifeline pipe reaches EOF), so nothing outlives the process that asked for it.
+
+The command's process applies the layers in order — rlimits, Landlock, capability drop,
+seccomp — closes every descriptor but stdio, and execs with the closed environment.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+
+from stockade.errors import StockadeError
+from stockade.launch.request import LaunchRequest
+from stockade.linux import landlock, limits, mnt, privilege, seccomp
+from stockade.linux.syscalls import prctl
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+STAGE = "/tmp"          # any existing directory: the new root is mounted over it privately
+START_ERRNOS = (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EPERM)
+DEVICE_GRANTS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+                 "/dev/tty", "/dev/pts")
+
+
+def emit(fd: int, **event: object) -> None:
+    """Write one JSON-line event to the owner's status pipe."""
+    os.write(fd, json.dumps(event).encode() + b"\n")
+
+
+def run(request: LaunchRequest, bpf: bytes, status_fd: int, lifeline_fd: int) -> None:
+    """Body of pid 1; never returns."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_DUMPABLE, 0)
+        socket.sethostname("stockade")
+        pid_max = limits.cap_pid_namespace(request.limits)
+        protected = mnt.build(request, STAGE)
+    except StockadeError as exc:
+        _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
+    except OSError as exc:
+        _fail(status_fd, "setup", "setup_failed", f"{exc.strerror} ({exc.filename or ''})",
+              "mount")
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    child = os.fork()
+    if child == 0:
+        os.close(report_r)
+        _exec_command(request, bpf, report_w)
+    os.close(report_w)
+    failure = _read_all(report_r)
+    if failure:
+        os.waitpid(child, 0)
+        info = json.loads(failure)
+        _fail(status_fd, info["kind"], info["code"], info["message"], info["stage"])
+    enforced = {
+        "namespaces": ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"],
+        "landlock_abi": landlock.abi_version(),
+        "seccomp": "filter",
+        "protected_mounts": len(protected),
+        "pid_max": pid_max,
+        "limits": limits.describe(request.limits),
+    }
+    emit(status_fd, event="started", enforced=enforced)
+    code, sig = _supervise(child, lifeline_fd)
+    emit(status_fd, event="exit", exit_code=code, signal=sig)
+    os._exit(0)
+
+
+def _fail(status_fd: int, kind: str, code: str, message: str, stage: str) -> None:
+    emit(status_fd, event="error", kind=kind, code=code, message=message, stage=stage)
+    os._exit(70 if kind == "setup" else 71)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
+    """Reap orphans until the command exits; die at once if the owner disappears."""
+    pidfd = os.pidfd_open(child)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(lifeline_fd, select.POLLIN | select.POLLHUP)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == lifeline_fd:
+                os._exit(1)  # owner gone: pid 1 exiting kills the whole namespace
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == child:
+                if os.WIFSIGNALED(status):
+                    return None, os.WTERMSIG(status)
+                return os.WEXITSTATUS(status), None
+
+
+def _exec_command(request: LaunchRequest, bpf: bytes, report_w: int) -> None:
+    """Body of the command's process: confine, then exec. Never returns."""
+    stage = "privilege"
+    try:
+        os.setsid()
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        limits.apply_rlimits(request.limits)
+        os.chdir(request.cwd)
+        privilege.prepare()
+        stage = "landlock"
+        landlock.apply(_landlock_rules(request))
+        stage = "privilege"
+        privilege.drop_all()
+        stage = "seccomp"
+        seccomp.install(bpf)
+        privilege.close_fds({0, 1, 2, report_w})
+        stage = "exec"
+        os.execvpe(request.argv[0], list(request.argv), dict(request.env))
+    except OSError as exc:
+        if stage == "exec" and exc.errno in START_ERRNOS:
+            code = "command_not_found" if exc.errno == errno.ENOENT else "command_not_executable"
+            report = {"kind": "start", "code": code, "stage": stage,
+                      "message": f"{request.argv[0]}: {exc.strerror}"}
+        else:
+            report = {"kind": "setup", "code": f"{stage}_failed", "stage": stage,
+                      "message": exc.strerror or str(exc)}
+    except StockadeError as exc:
+        report = {"kind": "setup", "code": exc.code, "stage": stage, "message": exc.message}
+    except BaseException as exc:  # noqa: BLE001 - anything here must become a typed report
+        report = {"kind": "setup", "code": "internal_error", "stage": stage,
+                  "message": exc.__class__.__name__}
+    os.write(report_w, json.dumps(report).encode())
+    os._exit(127)
+
+
+def _landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
+    return landlock.LandlockRules(
+        read=tuple(g.path for g in request.read) + ("/proc", "/dev"),
+        write=tuple(g.path for g in request.write) + ("/tmp", "/dev/shm"),
+        devices=DEVICE_GRANTS,
+        exec_from_write=request.exec_from_write,
+        deny_tcp=request.network.mode == "none",
+        scope=True,
+    )

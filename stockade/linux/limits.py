@@ -1,0 +1,54 @@
+"""Resource limits without a delegated cgroup: rlimits, and pid_max of the sandbox's own pid
+namespace as a process-count backstop that also holds for root (RLIMIT_NPROC does not bind a
+process whose real uid is host root).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+from stockade.launch.request import LimitSpec
+
+PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
+RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
+
+
+def cap_pid_namespace(limits: LimitSpec) -> int | None:
+    """In the sandbox's init: bound how many pids the namespace can ever hold at once."""
+    if limits.pids is None:
+        return None
+    value = max(PID_MAX_FLOOR, RESERVED_PIDS + limits.pids)
+    with open("/proc/sys/kernel/pid_max", "w") as f:
+        f.write(str(value))
+    return value
+
+
+def apply_rlimits(limits: LimitSpec) -> None:
+    """In the command's process, just before exec."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.memory is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
+    if limits.pids is not None:
+        # Counted per user namespace: the sandbox's own processes only (+1 for its init).
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids + 1, limits.pids + 1))
+    if limits.file_size is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size, limits.file_size))
+
+
+def describe(limits: LimitSpec) -> dict[str, str]:
+    """How each requested limit is enforced on this host (for the result and the report)."""
+    root = os.getuid() == 0
+    out: dict[str, str] = {}
+    if limits.memory is not None:
+        out["memory"] = "RLIMIT_AS (address space, per process)"
+    if limits.pids is not None:
+        out["pids"] = ("pid_max of the sandbox pid namespace (at most pids + 300)" if root
+                       else "RLIMIT_NPROC in the sandbox user namespace, exact")
+    if limits.file_size is not None:
+        out["file_size"] = "RLIMIT_FSIZE"
+    if limits.timeout is not None:
+        out["timeout"] = "wall clock, whole tree killed"
+    if limits.output is not None:
+        out["output"] = "captured bytes per stream, rest discarded and flagged"
+    return out

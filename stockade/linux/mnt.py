@@ -1,0 +1,292 @@
+"""The sandbox's filesystem view, built in a fresh mount namespace and entered by pivot_root.
+
+Order: every source is opened first (no symlinks followed), then a private tmpfs becomes the new
+root and is populated: roots and the sandbox's own /dev, /proc and /tmp by depth, then protected
+names re-mounted read-only, then denied paths masked. Targets that lie inside host trees are
+opened without following symlinks and checked to be the very inode that was opened as source.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from stockade.errors import SetupError
+from stockade.launch.request import LaunchRequest
+from stockade.linux import protect
+from stockade.linux.mountapi import (
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOEXEC,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    attach,
+    clone_tree,
+    make_rprivate,
+    new_fs,
+    open_path_nofollow,
+    openat2,
+    pivot_into,
+    set_attrs,
+)
+
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SYSTEM_DIRS = ("/dev", "/proc", "/tmp")
+RO = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+_BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+
+
+@dataclass
+class _Mount:
+    path: str                     # where it appears inside the sandbox
+    kind: str                     # read | write | system | protected | keep | deny
+    source_fd: int = -1
+    is_dir: bool = True
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.path == "/" else self.path.count("/")
+
+
+def build(request: LaunchRequest, stage: str) -> list[str]:
+    """Build the view on `stage` and pivot into it. Returns the protected paths mounted."""
+    roots = [_Mount(g.path, "read") for g in request.read]
+    roots += [_Mount(g.path, "write") for g in request.write]
+    for m in roots:
+        m.source_fd = _open_source(m.path, "filesystem." + m.kind)
+        m.is_dir = os.path.isdir(f"/proc/self/fd/{m.source_fd}")
+    guarded = _protected(request, roots)
+    denied = []
+    for grant in request.deny:
+        try:
+            fd = open_path_nofollow(grant.path)
+        except FileNotFoundError:
+            continue  # nothing there to hide
+        except OSError as exc:
+            raise _fail("filesystem.deny", grant.path, exc) from None
+        denied.append(_Mount(grant.path, "deny", fd, os.path.isdir(f"/proc/self/fd/{fd}")))
+    device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
+
+    make_rprivate("/")
+    root_fs = new_fs("tmpfs", {"mode": "0755", "size": "1m"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    stage_fd = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    attach(root_fs, stage_fd)
+    for fd in (root_fs, stage_fd):
+        os.close(fd)
+    top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    own_devs = {os.fstat(top).st_dev}
+
+    taken = {r.path for r in roots}
+    system = [_Mount(p, "system") for p in SYSTEM_DIRS if p not in taken]
+    for m in sorted(roots + system, key=lambda m: (m.depth, m.path, m.kind != "system")):
+        if m.kind == "system":
+            _mount_system(top, own_devs, m.path, request, device_fds)
+        else:
+            _mount_root(top, own_devs, m, request.exec_from_write)
+    for m in guarded:
+        _mount_over(top, m)
+    _mask(top, own_devs, denied)
+    _aliases(top, own_devs, request)
+    set_attrs(top, MOUNT_ATTR_RDONLY, recursive=False)
+    os.close(top)
+    pivot_into(stage)
+    return [m.path for m in guarded if m.kind == "protected"]
+
+
+def _open_source(path: str, key: str) -> int:
+    try:
+        return open_path_nofollow(path)
+    except OSError as exc:
+        raise _fail(key, path, exc) from None
+
+
+def _fail(key: str, path: str, exc: OSError) -> SetupError:
+    why = "a component became a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+    return SetupError("mount_source_invalid", f"{key}: cannot open {path}: {why}", stage="mount")
+
+
+def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
+    """Read-only re-mounts for protected names in write roots, ancestors first."""
+    names = frozenset(request.protected)
+    writes = [m for m in roots if m.kind == "write" and m.is_dir]
+    items: dict[str, _Mount] = {}
+    keep: dict[str, _Mount] = {}
+    for root in writes:
+        for occ in protect.find(root.path, root.source_fd, names):
+            _add_protected(items, keep, root.path, occ.rel, occ.is_dir)
+            target = protect.gitdir_target(root.path, occ)
+            for other in writes:
+                if target and target != other.path and protect_inside(target, other.path):
+                    _add_protected(items, keep, other.path,
+                                   os.path.relpath(target, other.path), True)
+    for m in list(items.values()) + list(keep.values()):
+        m.source_fd = _open_source(m.path, "filesystem.protected")
+    return sorted(keep.values(), key=lambda m: m.depth) + sorted(items.values(),
+                                                                 key=lambda m: m.depth)
+
+
+def protect_inside(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _add_protected(items: dict, keep: dict, root: str, rel: str, is_dir: bool) -> None:
+    path = os.path.join(root, rel)
+    items[path] = _Mount(path, "protected", is_dir=is_dir)
+    # Each directory between the root and the protected object becomes a mount point, so
+    # the sandbox cannot rename it away and plant its own copy at the original path.
+    parent = os.path.dirname(rel)
+    while parent:
+        keep.setdefault(os.path.join(root, parent), _Mount(os.path.join(root, parent), "keep"))
+        parent = os.path.dirname(parent)
+
+
+def _target(top: int, own_devs: set[int], path: str, *, is_dir: bool, create: bool) -> int:
+    """Open `path` inside the new root without following symlinks; create it only where it
+    would lie on the sandbox's own tmpfs, never inside a host tree."""
+    fd = os.dup(top)
+    parts = [p for p in path.split("/") if p]
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        try:
+            nxt = openat2(fd, part, os.O_PATH, _BENEATH)
+        except FileNotFoundError:
+            if not create or os.fstat(fd).st_dev not in own_devs:
+                os.close(fd)
+                raise
+            if last and not is_dir:
+                os.close(os.open(part, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC,
+                                 0o600, dir_fd=fd))
+            else:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = openat2(fd, part, os.O_PATH, _BENEATH)
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool) -> None:
+    if m.kind == "read":
+        attrs = RO
+    else:
+        attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
+    tree = clone_tree(m.source_fd)
+    set_attrs(tree, attrs)
+    target = _target(top, own_devs, m.path, is_dir=m.is_dir, create=True)
+    attach(tree, target)
+    for fd in (tree, target):
+        os.close(fd)
+
+
+def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
+    """Re-mount a protected object read-only on itself, or cover a denied one with a mask."""
+    try:
+        target = openat2(top, m.path.lstrip("/"), os.O_PATH, _BENEATH)
+    except FileNotFoundError:
+        return  # not visible inside the sandbox at all
+    try:
+        same = os.fstat(target)
+        orig = os.fstat(m.source_fd)
+        if (same.st_dev, same.st_ino) != (orig.st_dev, orig.st_ino):
+            raise SetupError("mount_target_changed",
+                             f"{m.path} changed while the sandbox was being built", stage="mount")
+        if m.kind == "deny":
+            tree = clone_tree(mask, recursive=False)
+            set_attrs(tree, RO | MOUNT_ATTR_NOEXEC, recursive=False)
+        else:
+            tree = clone_tree(target)
+            set_attrs(tree, RO if m.kind == "protected" else 0)
+        attach(tree, target)
+        os.close(tree)
+    finally:
+        os.close(target)
+
+
+def _mask(top: int, own_devs: set[int], denied: list[_Mount]) -> None:
+    """Cover each denied path with an inaccessible (mode 000) empty directory or file."""
+    holder = _target(top, own_devs, "/.stockade-masks", is_dir=True, create=True)
+    os.mkdir("d", 0, dir_fd=holder)
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0, dir_fd=holder))
+    masks = {True: openat2(holder, "d", os.O_PATH, _BENEATH),
+             False: openat2(holder, "f", os.O_PATH, _BENEATH)}
+    for m in denied:
+        _mount_over(top, m, mask=masks[m.is_dir])
+    # A bind mount keeps its source alive, so the holder can go: nothing is left to see.
+    os.rmdir("d", dir_fd=holder)
+    os.unlink("f", dir_fd=holder)
+    for fd in masks.values():
+        os.close(fd)
+    os.close(holder)
+    os.rmdir(".stockade-masks", dir_fd=top)
+
+
+def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchRequest,
+                  device_fds: dict[str, int]) -> None:
+    target = _target(top, own_devs, path, is_dir=True, create=True)
+    if path == "/proc":
+        # Read-only: nothing in a fresh /proc needs writing by ordinary tools, and it keeps
+        # /proc/sys and /proc/sysrq-trigger out of reach even for a sandbox run by root.
+        fs = new_fs("proc", {}, RO | MOUNT_ATTR_NOEXEC)
+        attach(fs, target)
+    elif path == "/tmp":
+        noexec = 0 if request.exec_from_write else MOUNT_ATTR_NOEXEC
+        fs = new_fs("tmpfs", {"mode": "1777"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
+        attach(fs, target)
+    else:
+        fs = new_fs("tmpfs", {"mode": "0755", "size": "64k"},
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+        attach(fs, target)
+    os.close(fs)
+    os.close(target)
+    # Reopen by path: a descriptor taken before the mount still points below it.
+    mounted = openat2(top, path.lstrip("/"), os.O_PATH, _BENEATH)
+    own_devs.add(os.fstat(mounted).st_dev)
+    if path == "/dev":
+        _populate_dev(mounted, device_fds)
+        set_attrs(mounted, MOUNT_ATTR_RDONLY, recursive=False)
+    os.close(mounted)
+
+
+def _populate_dev(dev: int, device_fds: dict[str, int]) -> None:
+    for name, source in device_fds.items():
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=dev))
+        tree = clone_tree(source, recursive=False)
+        set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, recursive=False)
+        target = openat2(dev, name, os.O_PATH, _BENEATH)
+        attach(tree, target)
+        for fd in (tree, target, source):
+            os.close(fd)
+    for name, opts, attrs in (
+        ("pts", {"ptmxmode": "0666", "mode": "0620"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC),
+        ("shm", {"mode": "1777"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC),
+    ):
+        os.mkdir(name, 0o755, dir_fd=dev)
+        fs = new_fs("devpts" if name == "pts" else "tmpfs", opts, attrs)
+        target = openat2(dev, name, os.O_PATH, _BENEATH)
+        attach(fs, target)
+        os.close(fs)
+        os.close(target)
+    for link, to in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(to, link, dir_fd=dev)
+
+
+def _aliases(top: int, own_devs: set[int], request: LaunchRequest) -> None:
+    """Offer each root under its lexical name too (e.g. /bin -> /usr/bin on merged-/usr)."""
+    for grant in request.read + request.write:
+        if grant.alias == grant.path:
+            continue
+        parent, name = os.path.split(grant.alias)
+        try:
+            parent_fd = openat2(top, parent.lstrip("/") or ".", os.O_PATH, _BENEATH)
+        except OSError:
+            continue
+        try:
+            if os.fstat(parent_fd).st_dev in own_devs:  # never write into a host tree
+                os.symlink(grant.path, name, dir_fd=parent_fd)
+        except FileExistsError:
+            pass  # the name is already taken by a real root
+        finally:
+            os.close(parent_fd)

@@ -1,0 +1,61 @@
+"""Find every existing occurrence of a protected name (`.git`, `.agents`, …) in a write root.
+
+The walk runs on a descriptor of the root and never follows symlinks. A `.git` *file* (a
+worktree or submodule pointer) is protected too, and so is the gitdir it points to when that
+lies inside a write root. A protected name that is a symlink is refused: the sandbox could
+delete the link and put its own directory in its place, and no mount can stop that.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from stockade.errors import UnenforceableError
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """A protected object: `rel` is its path below the write root `root`."""
+
+    root: str
+    rel: str
+    is_dir: bool
+
+
+def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
+    """Every protected occurrence below `root` (whose directory is open as `root_fd`)."""
+    found: list[Occurrence] = []
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd):
+        for name in [n for n in dirnames + filenames if n in names]:
+            rel = os.path.normpath(os.path.join(dirpath, name))
+            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                raise UnenforceableError(
+                    "filesystem.protected",
+                    f"protected name {os.path.join(root, rel)} is a symbolic link; "
+                    "replace it with the directory or file it points to",
+                )
+            if stat.S_ISDIR(mode):
+                found.append(Occurrence(root, rel, True))
+                dirnames.remove(name)   # its contents are covered by the read-only mount
+            elif stat.S_ISREG(mode):
+                found.append(Occurrence(root, rel, False))
+    return found
+
+
+def gitdir_target(root: str, occurrence: Occurrence) -> str | None:
+    """The canonical gitdir a `.git` file points to, or None."""
+    if occurrence.is_dir or os.path.basename(occurrence.rel) != ".git":
+        return None
+    path = os.path.join(root, occurrence.rel)
+    try:
+        with open(path, "rb") as f:
+            first = f.read(4096).split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("gitdir:"):
+        return None
+    target = os.path.join(os.path.dirname(path), first[len("gitdir:"):].strip())
+    return os.path.realpath(target)

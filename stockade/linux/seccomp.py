@@ -1,0 +1,202 @@
+"""seccomp: Stockade's system-call deny-list, compiled with libseccomp, installed without it.
+
+`compile_filter` loads libseccomp with ctypes and returns a classic BPF program; it runs once in
+the parent. `install` needs only the kernel, so a forked child can load those bytes just before
+execve. The filter allows by default, answers the calls below with an errno, and kills the process
+on any other architecture's calling convention (x32 and i386 calls on x86_64 included).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+
+from stockade.errors import UnavailableError
+from stockade.linux import syscalls
+
+DENIED_SYSCALLS: tuple[str, ...] = (
+    # mounts and the new mount API
+    "mount", "umount2", "pivot_root", "chroot", "open_tree", "open_tree_attr", "move_mount",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    # namespaces
+    "setns", "unshare",
+    # reaching into other processes
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd",
+    # kernel keyrings
+    "keyctl", "add_key", "request_key",
+    # kernel attack surface
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "fanotify_init", "open_by_handle_at", "name_to_handle_at",
+    # host administration
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "quotactl",
+    "quotactl_fd", "swapon", "swapoff", "reboot", "acct", "syslog", "lookup_dcookie",
+)
+
+# clone(2) flags that create a namespace (its first argument on x86_64 and aarch64).
+_CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
+                    0x40000000)
+_TIOCSTI = 0x5412
+_TIOCLINUX = 0x541C
+_LOW_32_BITS = 0xFFFFFFFF
+
+_ACT_ALLOW = 0x7FFF0000
+_ACT_KILL_PROCESS = 0x80000000
+_ACT_ERRNO = 0x00050000
+_ATTR_ACT_BADARCH = 2
+_CMP_MASKED_EQ = 7
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_GET_ACTION_AVAIL = 2
+_BPF_INSN_SIZE = 8
+_BPF_MAXINSNS = 4096
+
+# One rule: syscall name, errno, and masked comparisons (arg, mask, value) that must all hold.
+# Several rules for one syscall match if any of them does.
+_Rule = tuple[str, int, tuple[tuple[int, int, int], ...]]
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+
+def compile_filter() -> bytes:
+    """The classic BPF program for Stockade's policy on this architecture."""
+    lib = _libseccomp()
+    _require_kernel_filters()
+    ctx = lib.seccomp_init(_ACT_ALLOW)
+    if not ctx:
+        raise UnavailableError("seccomp_unavailable", "seccomp_init failed")
+    try:
+        _check(lib.seccomp_attr_set(ctx, _ATTR_ACT_BADARCH, _ACT_KILL_PROCESS), "seccomp_attr_set")
+        for name, err, comparisons in _rules():
+            nr = _resolve(lib, name)
+            if nr is None:
+                continue
+            array = (_ArgCmp * len(comparisons))(
+                *(_ArgCmp(arg, _CMP_MASKED_EQ, mask, value) for arg, mask, value in comparisons))
+            _check(lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | err, nr, len(comparisons), array),
+                   f"seccomp_rule_add_array({name})")
+        fd = os.memfd_create("stockade-seccomp", os.MFD_CLOEXEC)
+        try:
+            _check(lib.seccomp_export_bpf(ctx, fd), "seccomp_export_bpf")
+            return os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def install(bpf: bytes) -> None:
+    """Load `bpf` as the calling thread's seccomp filter (needs no_new_privs or CAP_SYS_ADMIN)."""
+    count, rest = divmod(len(bpf), _BPF_INSN_SIZE)
+    if rest or not 0 < count <= _BPF_MAXINSNS:
+        raise ValueError(f"not a classic BPF program: {len(bpf)} bytes")
+    program = ctypes.create_string_buffer(bpf, len(bpf))
+    fprog = _SockFprog(count, ctypes.addressof(program))
+    syscalls.syscall(syscalls.number("seccomp"), _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(fprog))
+
+
+def describe() -> dict[str, object]:
+    """What the filter denies on this host, or why there is no filter."""
+    try:
+        lib = _libseccomp()
+        _require_kernel_filters()
+    except UnavailableError as exc:
+        return {"available": False, "code": exc.code, "reason": exc.message}
+    version = lib.seccomp_version().contents
+    return {
+        "available": True,
+        "libseccomp": f"{version.major}.{version.minor}.{version.micro}",
+        "default_action": "allow",
+        "bad_arch_action": "kill_process",
+        "eperm": [name for name in DENIED_SYSCALLS if _resolve(lib, name) is not None],
+        "unknown_here": [name for name in DENIED_SYSCALLS if _resolve(lib, name) is None],
+        "enosys": ["clone3"],
+        "conditional_eperm": {
+            "clone": "any CLONE_NEW* namespace flag",
+            "ioctl": "TIOCSTI, TIOCLINUX",
+            "personality": "anything but 0x0, 0x8 and 0xffffffff",
+        },
+    }
+
+
+def _rules() -> list[_Rule]:
+    rules: list[_Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
+    rules.append(("clone3", errno.ENOSYS, ()))
+    rules += [("clone", errno.EPERM, ((0, flag, flag),)) for flag in _CLONE_NEW_FLAGS]
+    rules += [("ioctl", errno.EPERM, ((1, _LOW_32_BITS, request),))
+              for request in (_TIOCSTI, _TIOCLINUX)]
+    rules += [("personality", errno.EPERM, ((0, mask, value),))
+              for mask, value in _personality_denials()]
+    return rules
+
+
+def _personality_denials() -> list[tuple[int, int]]:
+    """(mask, value) tests that together match every persona except 0, 0x8 and 0xffffffff.
+
+    libseccomp takes one comparison per argument per rule, so "not one of three values" is
+    written as a cover of its complement. The kernel reads the persona as 32 bits. A value with
+    both set and clear bits has a set bit followed by a clear one; "bit k set, bit k+1 clear"
+    (cyclically) for every k but 3 catches it, unless its only such edge is at bit 3. Then its
+    one run of set bits ends at bit 3, and, unless it is 0x8 itself, also covers bit 2 while bit
+    4 is clear: the last test. None of these match 0, 0x8 or 0xffffffff.
+    """
+    edges = [(k, (k + 1) % 32) for k in range(32) if k != 3] + [(2, 4)]
+    return [((1 << set_bit) | (1 << clear_bit), 1 << set_bit) for set_bit, clear_bit in edges]
+
+
+def _resolve(lib: ctypes.CDLL, name: str) -> int | None:
+    """The native number of `name`: libseccomp's, else Stockade's table (newer than the library)."""
+    nr = lib.seccomp_syscall_resolve_name(name.encode())
+    if nr >= 0:
+        return nr
+    try:
+        return syscalls.number(name)
+    except KeyError:
+        return None
+
+
+@functools.cache
+def _libseccomp() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        raise UnavailableError("seccomp_unavailable", "libseccomp.so.2 cannot be loaded") from None
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.restype = None
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_version.restype = ctypes.POINTER(_Version)
+    return lib
+
+
+def _require_kernel_filters() -> None:
+    """UnavailableError unless the kernel takes filters that may kill the whole process."""
+    action = ctypes.c_uint32(_ACT_KILL_PROCESS)
+    try:
+        syscalls.syscall(syscalls.number("seccomp"), _SECCOMP_GET_ACTION_AVAIL, 0,
+                         ctypes.byref(action))
+    except OSError as exc:
+        raise UnavailableError("seccomp_unavailable",
+                               f"the kernel has no seccomp filters with kill_process "
+                               f"({errno.errorcode.get(exc.errno, exc.errno)})") from None
+
+
+def _check(result: int, what: str) -> None:
+    if result < 0:
+        raise OSError(-result, f"{what}: {os.strerror(-result)}")

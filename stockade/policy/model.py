@@ -1,0 +1,63 @@
+"""The policy data model: what a parsed, validated policy document holds.
+
+Paths here are still as written (placeholders such as `{workspace}` unexpanded, relative paths
+relative to the workspace); `stockade.launch.compile` resolves them once, at compile time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+NETWORK_MODES = ("none", "allowlist", "any")
+STDIN_MODES = ("null", "inherit")
+DEFAULT_PROTECTED = (".git", ".agents", ".codex", ".stockade")
+
+
+@dataclass(frozen=True)
+class FilesystemPolicy:
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    exec_from_write: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    mode: str = "none"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvPolicy:
+    passthrough: tuple[str, ...] = ()          # `env.pass` in the document
+    set: tuple[tuple[str, str], ...] = ()      # sorted (name, value) pairs
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float | None = None     # seconds, wall clock
+    memory: int | None = None        # bytes
+    cpu: float | None = None         # CPU rate, in cores
+    pids: int | None = None          # processes and threads
+    output: int | None = None        # captured bytes per stream
+    file_size: int | None = None     # bytes, largest file the child may write
+
+
+@dataclass(frozen=True)
+class ProcessPolicy:
+    cwd: str | None = None           # default: the workspace
+    stdin: str = "null"
+
+
+@dataclass(frozen=True)
+class Policy:
+    version: int = SCHEMA_VERSION
+    preset: str | None = None
+    filesystem: FilesystemPolicy = field(default_factory=FilesystemPolicy)
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    env: EnvPolicy = field(default_factory=EnvPolicy)
+    limits: Limits = field(default_factory=Limits)
+    process: ProcessPolicy = field(default_factory=ProcessPolicy)

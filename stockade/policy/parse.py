@@ -1,0 +1,191 @@
+"""Parse, validate and merge policy documents (TOML or JSON, one schema) into a `Policy`.
+
+Merge rule: a document with `preset = "NAME"` starts from that preset (`merge(base, document)`
+from `base`; otherwise from the model's defaults) and its sections override the base key by key.
+Scalars and lists replace the base's value, except the deny lists (`filesystem.deny`,
+`network.deny`) and `filesystem.protected`, which are unioned with the base's: a preset's denials
+and protected names are never dropped by accident (only a policy without a preset omits them).
+The `env.set` table merges by variable name.
+
+The result is canonical: lists deduplicated and sorted, paths tidied (`paths.tidy_path`), domain
+patterns normalised, variables in `env.set` dropped from `env.pass` (set wins), durations in
+seconds, sizes in bytes. Ambiguous results are refused: a path both read and written, a read or
+write root equal to or inside a denied path, allow patterns outside allowlist mode, allowlist
+mode without allow patterns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from functools import cache
+from typing import Any
+
+from stockade.errors import PolicyError
+from stockade.policy import paths
+from stockade.policy.decode import load_document
+from stockade.policy.model import SCHEMA_VERSION, FilesystemPolicy, NetworkPolicy, Policy
+from stockade.policy.presets import PRESET_DOCUMENTS, PRESETS
+from stockade.policy.render import show
+from stockade.policy.schema import (
+    FIELDS,
+    SECTIONS,
+    Invalid,
+    check_keys,
+    sorted_unique,
+    table,
+)
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    """Read and validate a `.toml` or `.json` policy file."""
+    name = os.fsdecode(path)
+    return parse_policy(load_document(name), file=name)  # type: ignore[arg-type]
+
+
+def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:
+    """Validate a decoded policy document (starting from its `preset`, if it names one)."""
+    try:
+        top = table(document, "")
+        check_keys(top, ("version", "preset", *SECTIONS), "")
+        if "version" not in top:
+            raise Invalid(f'missing required key "version" (expected {SCHEMA_VERSION})', "version")
+        base = _preset(top["preset"]) if "preset" in top else Policy()
+        return _apply(base, {key: value for key, value in top.items() if key != "preset"})
+    except Invalid as exc:
+        raise PolicyError(exc.message, file=file, key=exc.key) from None
+
+
+def merge(base: Policy, override_document: Mapping[str, Any], *, file: str = "") -> Policy:
+    """`base` with a document's sections laid over it (the rule is in the module docstring)."""
+    try:
+        top = table(override_document, "")
+        check_keys(top, ("version", *SECTIONS), "")
+        return _apply(base, top)
+    except Invalid as exc:
+        raise PolicyError(exc.message, file=file, key=exc.key) from None
+
+
+def preset(name: str) -> Policy:
+    """The named preset as a Policy."""
+    try:
+        return _preset(name)
+    except Invalid as exc:
+        raise PolicyError(exc.message, key=exc.key) from None
+
+
+def policy_to_document(policy: Policy) -> dict[str, Any]:
+    """The canonical, JSON-ready document for `policy`; parsing it gives the policy back."""
+    fs, net, env = policy.filesystem, policy.network, policy.env
+    document: dict[str, Any] = {"version": policy.version}
+    if policy.preset is not None:
+        document["preset"] = policy.preset
+    document["filesystem"] = {
+        "read": list(sorted_unique(fs.read)),
+        "write": list(sorted_unique(fs.write)),
+        "deny": list(sorted_unique(fs.deny)),
+        "protected": list(sorted_unique(fs.protected)),
+        "exec_from_write": fs.exec_from_write,
+    }
+    document["network"] = {
+        "mode": net.mode,
+        "allow": list(sorted_unique(net.allow)),
+        "deny": list(sorted_unique(net.deny)),
+    }
+    document["env"] = {"pass": list(sorted_unique(env.passthrough)), "set": dict(sorted(env.set))}
+    document["limits"] = {
+        name: _plain(value) for name, value in asdict(policy.limits).items() if value is not None
+    }
+    document["process"] = {"stdin": policy.process.stdin}
+    if policy.process.cwd is not None:
+        document["process"]["cwd"] = policy.process.cwd
+    return document
+
+
+@cache
+def _built_preset(name: str) -> Policy:
+    return replace(_apply(Policy(), PRESET_DOCUMENTS[name]), preset=name)
+
+
+def _preset(name: object) -> Policy:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise Invalid(f"unknown preset {show(name)} (known: {', '.join(PRESETS)})", "preset")
+    return _built_preset(name)
+
+
+def _apply(base: Policy, top: Mapping[Any, Any]) -> Policy:
+    """`base` overridden by the sections of `top` (keys already checked), then checked."""
+    if "version" in top:
+        _check_version(top["version"])
+    changes = {
+        section: _section(getattr(base, section), top[section], section)
+        for section in SECTIONS if section in top
+    }
+    policy = _canonical(replace(base, **changes))
+    _check_filesystem(policy.filesystem)
+    _check_network(policy.network)
+    return policy
+
+
+def _section(base: Any, value: object, section: str) -> Any:
+    fields = FIELDS[section]
+    entries = table(value, section)
+    check_keys(entries, tuple(fields), section)
+    changes = {}
+    for name, item in entries.items():
+        attribute, convert, combine = fields[name]
+        new = convert(item, f"{section}.{name}")
+        changes[attribute] = combine(getattr(base, attribute), new) if combine else new
+    return replace(base, **changes)
+
+
+def _canonical(policy: Policy) -> Policy:
+    fs, net, env = policy.filesystem, policy.network, policy.env
+    assigned = {name for name, _ in env.set}
+    return replace(
+        policy,
+        filesystem=replace(fs, read=sorted_unique(fs.read), write=sorted_unique(fs.write),
+                           deny=sorted_unique(fs.deny), protected=sorted_unique(fs.protected)),
+        network=replace(net, allow=sorted_unique(net.allow), deny=sorted_unique(net.deny)),
+        env=replace(env, set=sorted_unique(env.set),
+                    passthrough=sorted_unique(n for n in env.passthrough if n not in assigned)),
+    )
+
+
+def _check_version(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value != SCHEMA_VERSION:
+        raise Invalid(f"expected {SCHEMA_VERSION} (the only schema version), got {show(value)}",
+                      "version")
+
+
+def _check_filesystem(fs: FilesystemPolicy) -> None:
+    read = {paths.lexical_key(path): path for path in fs.read}
+    for path in fs.write:
+        same = read.get(paths.lexical_key(path))
+        if same is not None:
+            alias = "" if same == path else f" (read lists it as {show(same)})"
+            raise Invalid(f"{show(path)} is listed in both read and write{alias}",
+                          "filesystem.write")
+    denied = [(paths.lexical_key(path), path) for path in fs.deny]
+    for section, roots in (("read", fs.read), ("write", fs.write)):
+        for root in roots:
+            key = paths.lexical_key(root)
+            for deny_key, deny in denied:
+                if paths.is_within(key, deny_key):
+                    how = "is also" if key == deny_key else "is inside"
+                    raise Invalid(f"{show(root)} {how} the denied path {show(deny)}",
+                                  f"filesystem.{section}")
+
+
+def _check_network(net: NetworkPolicy) -> None:
+    if net.mode == "allowlist" and not net.allow:
+        raise Invalid('mode "allowlist" needs at least one pattern in network.allow',
+                      "network.mode")
+    if net.mode != "allowlist" and net.allow:
+        raise Invalid(f'allow patterns need mode "allowlist" (mode is {show(net.mode)}); '
+                      "set allow = [] or change the mode", "network.allow")
+
+
+def _plain(value: float | int) -> float | int:
+    return int(value) if isinstance(value, float) and value.is_integer() else value

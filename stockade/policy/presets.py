@@ -1,0 +1,78 @@
+"""Named starting points for policies, as policy documents (parsed like any other).
+
+| preset          | read      | write | exec | net        | time | memory | pids | output | file |
+| --------------- | --------- | ----- | ---- | ---------- | ---- | ------ | ---- | ------ | ---- |
+| read-only       | system,ws | -     | no   | none       | 10m  | 2GiB   | 512  | 16MiB  | 1GiB |
+| workspace-write | system    | ws    | no   | none       | 10m  | 2GiB   | 512  | 16MiB  | 1GiB |
+| offline-build   | system    | ws    | yes  | none       | 30m  | 4GiB   | 1024 | 64MiB  | 4GiB |
+| networked-build | system    | ws    | yes  | registries | 30m  | 4GiB   | 1024 | 64MiB  | 4GiB |
+
+"ws" is `{workspace}`; "exec" is `exec_from_write`; "time" is `timeout`; "file" is `file_size`;
+"registries" is allowlist mode with `REGISTRIES` (package registries and source hosts; which
+ports a port-less pattern admits is the proxy's rule).
+
+"system" is `/usr` and `/etc`, plus `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64` where they exist
+(a leading `?` marks a root optional). No preset limits `cpu`. Every preset denies the credential
+stores in `DENY_DEFAULTS`, passes only `ENV_PASS_DEFAULTS`, keeps the model's protected names,
+and reads stdin from /dev/null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SYSTEM_READ = ("/usr", "/etc", "?/bin", "?/sbin", "?/lib", "?/lib32", "?/lib64")
+DENY_DEFAULTS = (
+    "{home}/.ssh", "{home}/.aws", "{home}/.azure", "{home}/.gnupg", "{home}/.config/gcloud",
+    "{home}/.config/gh", "{home}/.docker", "{home}/.kube", "{home}/.netrc",
+    "{home}/.git-credentials", "{home}/.pypirc",
+    "/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssh",
+)
+ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
+REGISTRIES = (
+    "pypi.org", "files.pythonhosted.org",
+    "registry.npmjs.org", "registry.yarnpkg.com",
+    "crates.io", "index.crates.io", "static.crates.io",
+    "proxy.golang.org", "sum.golang.org",
+    "repo.maven.apache.org", "repo1.maven.org",
+    "rubygems.org",
+    "*.debian.org", "*.ubuntu.com",
+    "github.com", "codeload.github.com", "*.githubusercontent.com",
+)
+
+_INTERACTIVE_LIMITS = {
+    "timeout": "10m", "memory": "2GiB", "pids": 512, "output": "16MiB", "file_size": "1GiB",
+}
+_BUILD_LIMITS = {
+    "timeout": "30m", "memory": "4GiB", "pids": 1024, "output": "64MiB", "file_size": "4GiB",
+}
+
+
+def _document(*, read: tuple[str, ...], write: tuple[str, ...], exec_from_write: bool,
+              limits: dict[str, Any], allow: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "filesystem": {
+            "read": list(read),
+            "write": list(write),
+            "deny": list(DENY_DEFAULTS),
+            "exec_from_write": exec_from_write,
+        },
+        "network": {"mode": "allowlist" if allow else "none", "allow": list(allow)},
+        "env": {"pass": list(ENV_PASS_DEFAULTS)},
+        "limits": dict(limits),
+        "process": {"stdin": "null"},
+    }
+
+
+PRESET_DOCUMENTS: dict[str, dict[str, Any]] = {
+    "read-only": _document(read=(*SYSTEM_READ, "{workspace}"), write=(), exec_from_write=False,
+                           limits=_INTERACTIVE_LIMITS),
+    "workspace-write": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=False,
+                                 limits=_INTERACTIVE_LIMITS),
+    "offline-build": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=True,
+                               limits=_BUILD_LIMITS),
+    "networked-build": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=True,
+                                 limits=_BUILD_LIMITS, allow=REGISTRIES),
+}
+PRESETS = tuple(PRESET_DOCUMENTS)

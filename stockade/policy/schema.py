@@ -1,0 +1,177 @@
+"""The document schema: sections, their keys, and how each value is checked and converted.
+
+Converters raise `Invalid(message, key)`; the public functions add the file name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any, TypeVar
+
+from stockade.policy import domains, paths, units
+from stockade.policy.model import NETWORK_MODES, STDIN_MODES
+from stockade.policy.render import kind, show
+
+SECTIONS = ("filesystem", "network", "env", "limits", "process")
+MAX_CPU = 4096.0
+MAX_PIDS = 4194304  # the kernel's largest pid_max
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+
+T = TypeVar("T")
+Convert = Callable[[object, str], Any]
+Combine = Callable[[Any, Any], Any]
+
+
+class Invalid(Exception):
+    """A problem at dotted `key`; the public functions turn it into a PolicyError."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+
+
+def table(value: object, key: str) -> Mapping[Any, Any]:
+    """`value` if it is a table (the whole document when `key` is empty)."""
+    if not isinstance(value, Mapping):
+        what = "a table" if key else "the policy document to be a table"
+        raise Invalid(f"expected {what} (a JSON object), got {kind(value)}", key)
+    return value
+
+
+def check_keys(value: Mapping[Any, Any], known: tuple[str, ...], key: str) -> None:
+    """Refuse the first key of `value` not in `known`."""
+    for name in value:
+        if name not in known:
+            raise Invalid(f"unknown key {show(name)} (known: {', '.join(known)})", key)
+
+
+def sorted_unique(items: Iterable[Any]) -> tuple[Any, ...]:
+    """`items` deduplicated and sorted."""
+    return tuple(sorted(set(items)))
+
+
+def _scalar(parse: Callable[[object], T]) -> Callable[[object, str], T]:
+    """A converter that reports `parse`'s ValueError at the key."""
+    def convert(value: object, key: str) -> T:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise Invalid(str(exc), key) from None
+    return convert
+
+
+def _list_of(parse: Callable[[object], T]) -> Callable[[object, str], tuple[T, ...]]:
+    """A converter for an array of `parse`d items."""
+    def convert(value: object, key: str) -> tuple[T, ...]:
+        if not isinstance(value, list | tuple):
+            raise Invalid(f"expected an array, got {kind(value)}", key)
+        return tuple(_scalar(parse)(item, f"{key}[{index}]") for index, item in enumerate(value))
+    return convert
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if not isinstance(value, str) or value not in options:
+            listed = ", ".join(f'"{option}"' for option in options)
+            raise ValueError(f"expected one of {listed}, got {show(value)}")
+        return value
+    return parse
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {show(value)}")
+    return value
+
+
+def _protected_name(value: object) -> str:
+    if (not isinstance(value, str) or value in ("", ".", "..") or "/" in value
+            or "\0" in value):
+        raise ValueError(f'expected a file name such as ".git" (no "/"), got {show(value)}')
+    return value
+
+
+def _env_name(value: object) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise ValueError(f'expected a variable name such as "PATH", got {show(value)}')
+    return value
+
+
+def _env_set(value: object, key: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for name, text in table(value, key).items():
+        _scalar(_env_name)(name, key)
+        if not isinstance(text, str):  # never show the value: it may be a secret
+            raise Invalid(f"expected a string value, got {kind(text)}", f"{key}.{name}")
+        if "\0" in text:
+            raise Invalid("expected a value without NUL bytes", f"{key}.{name}")
+        pairs.append((name, text))
+    return tuple(pairs)
+
+
+def _cpu(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number of cores such as 2 or 0.5, got {show(value)}")
+    if not (math.isfinite(value) and 0 < value <= MAX_CPU):
+        raise ValueError(f"expected a number of cores above 0 and at most {MAX_CPU:g}, "
+                         f"got {show(value)}")
+    return float(value)
+
+
+def _pids(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_PIDS:
+        raise ValueError(f"expected a whole number of processes from 1 to {MAX_PIDS}, "
+                         f"got {show(value)}")
+    return value
+
+
+def _union(old: tuple[T, ...], new: tuple[T, ...]) -> tuple[T, ...]:
+    return (*old, *new)
+
+
+def _merge_pairs(old: tuple[tuple[str, str], ...],
+                 new: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple({**dict(old), **dict(new)}.items())
+
+
+_fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
+_domains = _list_of(domains.normalise_pattern)
+
+# section -> document key -> (model attribute, converter, combine with the base's value or None)
+FIELDS: dict[str, dict[str, tuple[str, Convert, Callable[[Any, Any], Any] | None]]] = {
+    "filesystem": {
+        "read": ("read", _fs_path, None),
+        "write": ("write", _fs_path, None),
+        "deny": ("deny", _fs_path, _union),
+        "protected": ("protected", _list_of(_protected_name), _union),
+        "exec_from_write": ("exec_from_write", _scalar(_bool), None),
+    },
+    "network": {
+        "mode": ("mode", _scalar(_choice(NETWORK_MODES)), None),
+        "allow": ("allow", _domains, None),
+        "deny": ("deny", _domains, _union),
+    },
+    "env": {
+        "pass": ("passthrough", _list_of(_env_name), None),
+        "set": ("set", _env_set, _merge_pairs),
+    },
+    "limits": {
+        "timeout": ("timeout", _scalar(units.parse_duration), None),
+        "memory": ("memory", _scalar(units.parse_size), None),
+        "cpu": ("cpu", _scalar(_cpu), None),
+        "pids": ("pids", _scalar(_pids), None),
+        "output": ("output", _scalar(units.parse_size), None),
+        "file_size": ("file_size", _scalar(units.parse_size), None),
+    },
+    "process": {
+        "cwd": ("cwd", _scalar(paths.tidy_path), None),
+        "stdin": ("stdin", _scalar(_choice(STDIN_MODES)), None),
+    },
+}
+
+
