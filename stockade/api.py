@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager
 from stockade.launch.result import Result
-from stockade.policy import Policy, load_policy, preset as preset_policy
+from stockade.policy import Policy, load_policy
+from stockade.policy import preset as preset_policy
 
 DEFAULT_PRESET = "read-only"
 
@@ -42,12 +45,14 @@ def run(
     input: bytes | None = None,
     timeout: float | None = None,
     backend: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> Result:
     """Run `argv` in a fresh sandbox and return its Result.
 
     `policy` is a Policy, or the path of a TOML/JSON policy file; otherwise `preset` names one
     (default "read-only"). `workspace` is what `{workspace}` means (default: the current
-    directory). `timeout` (seconds) overrides `limits.timeout`. Errors are StockadeError
+    directory). `timeout` (seconds) overrides `limits.timeout`; setting the `cancel` event
+    kills the sandbox tree (the Result then has `cancelled=True`). Errors are StockadeError
     subclasses with a stable `.code`: PolicyError (bad policy), UnavailableError /
     UnenforceableError (cannot sandbox here: nothing ran), SetupError, StartError.
 
@@ -59,12 +64,19 @@ def run(
     if timeout is not None:
         if timeout <= 0:
             raise UsageError("timeout must be positive")
-        from dataclasses import replace
         request = replace(request, limits=replace(request.limits, timeout=timeout))
-    return SandboxManager(backend, "require" if backend else "auto").run(request, input=input)
+    manager = SandboxManager(backend, "require" if backend else "auto")
+    return manager.run(request, input=input, cancel=cancel)
 
 
 async def arun(argv: Sequence[str], policy: Policy | str | os.PathLike | None = None,
                **kwargs: object) -> Result:
-    """`run` for asyncio programs: the launch and wait happen off the event loop."""
-    return await asyncio.to_thread(run, argv, policy, **kwargs)  # type: ignore[arg-type]
+    """`run` for asyncio programs. Cancelling the awaiting task kills the sandbox tree."""
+    cancel = threading.Event()
+    task = asyncio.ensure_future(asyncio.to_thread(run, argv, policy, cancel=cancel, **kwargs))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel.set()
+        await asyncio.wait([task])  # the tree is gone before the cancellation propagates
+        raise

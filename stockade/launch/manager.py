@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import IO
 
 from stockade.errors import UnavailableError, UsageError
-from stockade.launch.backend import Backend, Stdio
+from stockade.launch.backend import Backend, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
+CANCEL_POLL = 0.05  # seconds between checks of a cancel event
 
 
 def _linux() -> Backend:
@@ -66,15 +67,17 @@ class SandboxManager:
         raise UnavailableError("backend_unavailable", "no sandbox backend is available here")
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
-            stdio_inherit: bool = False) -> Result:
+            stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
         """Run `request` to completion, capturing output within `limits.output`."""
         backend = self.select(request)
-        return execute(backend, request, input=input, stdio_inherit=stdio_inherit)
+        return execute(backend, request, input=input, stdio_inherit=stdio_inherit,
+                       cancel=cancel)
 
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,
-            stdio_inherit: bool = False) -> Result:
-    """Spawn in `backend`, feed `input`, capture bounded output, enforce the timeout."""
+            stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
+    """Spawn in `backend`, feed `input`, capture bounded output, enforce the timeout; setting
+    `cancel` kills the whole sandbox tree."""
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
     if input is not None:
         stdin: int | None = subprocess.PIPE
@@ -89,11 +92,7 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     if input is not None and handle.stdin:
         threading.Thread(target=_feed, args=(handle.stdin, input), daemon=True).start()
     timeout = request.limits.timeout
-    end = handle.wait(timeout)
-    timed_out = end is None
-    if timed_out:
-        handle.kill()
-        end = handle.wait()
+    end, timed_out, cancelled = _wait(handle, timeout, cancel)
     for pump in pumps:
         pump.join()
     if end.failure is not None:
@@ -103,6 +102,8 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     violations = []
     if timed_out:
         violations.append(Violation("limits.timeout", f"killed after {timeout:g}s"))
+    if cancelled:
+        violations.append(Violation("cancelled", "cancelled by the caller"))
     for name, pump in (("stdout", stdout), ("stderr", stderr)):
         if pump.truncated:
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
@@ -110,11 +111,29 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         exit_code=end.exit_code, signal=end.signal,
         stdout=bytes(stdout.data), stderr=bytes(stderr.data),
         stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
-        timed_out=timed_out, cancelled=False,
+        timed_out=timed_out, cancelled=cancelled,
         duration=time.monotonic() - started, backend=backend.name,
         digest=request.digest, request_id=request.request_id,
         violations=tuple(violations), enforced=handle.enforced,
     )
+
+
+def _wait(handle: Handle, timeout: float | None,
+          cancel: threading.Event | None) -> tuple[Exit, bool, bool]:
+    """(exit, timed out, cancelled): kills the tree at the deadline or on cancel."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = CANCEL_POLL if cancel is not None else None
+        if deadline is not None:
+            left = max(deadline - time.monotonic(), 0)
+            step = left if step is None else min(step, left)
+        end = handle.wait(step)
+        if end is not None:
+            return end, False, False
+        timed_out = deadline is not None and time.monotonic() >= deadline
+        if timed_out or (cancel is not None and cancel.is_set()):
+            handle.kill()
+            return handle.wait(), timed_out, not timed_out
 
 
 class _Capture(threading.Thread):

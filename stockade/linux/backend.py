@@ -127,7 +127,8 @@ class LinuxHandle(Handle):
             os.close(request_r)
             os.close(status_w)
         self._status = os.fdopen(status_r, "rb")
-        self.stdin, self.stdout, self.stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
+        self.stdin, self.stdout = self._proc.stdin, self._proc.stdout
+        self.stderr = self._proc.stderr
         self.pid = self._proc.pid
         self.enforced: dict = {}
         self._killed = False

@@ -12,7 +12,6 @@ import os
 import struct
 
 
-
 def read_frame(fd: int) -> tuple[bytes, bytes]:
     """(request, seccomp program) from a frame of two length-prefixed parts."""
     def exactly(n: int) -> bytes:

@@ -116,6 +116,10 @@ def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
     keep: dict[str, _Mount] = {}
     for root in writes:
         for occ in protect.find(root.path, root.source_fd, names):
+            if occ.linked:
+                path = os.path.join(root.path, occ.rel)
+                items[path] = _Mount(path, "protected", is_dir=False)
+                continue
             _add_protected(items, keep, root.path, occ.rel, occ.is_dir)
             target = protect.gitdir_target(root.path, occ)
             for other in writes:

@@ -4,6 +4,9 @@ The walk runs on a descriptor of the root and never follows symlinks. A `.git` *
 worktree or submodule pointer) is protected too, and so is the gitdir it points to when that
 lies inside a write root. A protected name that is a symlink is refused: the sandbox could
 delete the link and put its own directory in its place, and no mount can stop that.
+
+The same walk finds regular files with more than one hard link: another name for them may lie
+outside every root, so they are mounted read-only as well (`linked`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,19 @@ class Occurrence:
     root: str
     rel: str
     is_dir: bool
+    linked: bool = False   # a multiply-linked file, not a protected name
 
 
 def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
     """Every protected occurrence below `root` (whose directory is open as `root_fd`)."""
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd):
+        for name in filenames:
+            if name not in names:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    found.append(Occurrence(root, rel, False, linked=True))
         for name in [n for n in dirnames + filenames if n in names]:
             rel = os.path.normpath(os.path.join(dirpath, name))
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode

@@ -114,13 +114,14 @@ def describe() -> dict[str, object]:
     except UnavailableError as exc:
         return {"available": False, "code": exc.code, "reason": exc.message}
     version = lib.seccomp_version().contents
+    numbers = {name: _resolve(lib, name) for name in DENIED_SYSCALLS}
     return {
         "available": True,
         "libseccomp": f"{version.major}.{version.minor}.{version.micro}",
         "default_action": "allow",
         "bad_arch_action": "kill_process",
-        "eperm": [name for name in DENIED_SYSCALLS if _resolve(lib, name) is not None],
-        "unknown_here": [name for name in DENIED_SYSCALLS if _resolve(lib, name) is None],
+        "eperm": {name: nr for name, nr in numbers.items() if nr is not None},
+        "unknown_here": [name for name, nr in numbers.items() if nr is None],
         "enosys": ["clone3"],
         "conditional_eperm": {
             "clone": "any CLONE_NEW* namespace flag",

@@ -21,14 +21,10 @@ _libc_prctl.restype = ctypes.c_int
 _libc_prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
 
 _PER_ARCH: dict[str, dict[str, int]] = {
-    "x86_64": {
-        "bpf": 321, "capget": 125, "capset": 126, "clone": 56, "ioctl": 16, "keyctl": 250,
-        "mount": 165, "personality": 135, "ptrace": 101, "seccomp": 317, "unshare": 272,
-    },
-    "aarch64": {
-        "bpf": 280, "capget": 90, "capset": 91, "clone": 220, "ioctl": 29, "keyctl": 219,
-        "mount": 40, "personality": 92, "ptrace": 117, "seccomp": 277, "unshare": 97,
-    },
+    "x86_64": {"bpf": 321, "capget": 125, "capset": 126, "clone": 56, "keyctl": 250,
+               "seccomp": 317},
+    "aarch64": {"bpf": 280, "capget": 90, "capset": 91, "clone": 220, "keyctl": 219,
+                "seccomp": 277},
 }
 
 _COMMON: dict[str, int] = {
@@ -38,8 +34,9 @@ _COMMON: dict[str, int] = {
     "landlock_restrict_self": 446, "open_tree_attr": 467,
 }
 
+
 def arch() -> str:
-    """The canonical machine name, or UnavailableError if Stockade has no syscall table for it."""
+    """The machine name, or UnavailableError if Stockade has no syscall table for it."""
     machine = platform.machine()
     if machine not in _PER_ARCH:
         raise UnavailableError("arch_unsupported",

@@ -16,7 +16,7 @@ from stockade.policy.render import show
 MAX_FILE_BYTES = 1 << 20
 
 
-def load_document(name: str) -> object:
+def load_document(name: str) -> Any:
     """The decoded document in file `name`; PolicyError (naming the file) on any failure."""
     suffix = os.path.splitext(name)[1].lower()
     if suffix not in (".toml", ".json"):

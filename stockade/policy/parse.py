@@ -41,7 +41,7 @@ from stockade.policy.schema import (
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and validate a `.toml` or `.json` policy file."""
     name = os.fsdecode(path)
-    return parse_policy(load_document(name), file=name)  # type: ignore[arg-type]
+    return parse_policy(load_document(name), file=name)
 
 
 def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:

@@ -17,7 +17,7 @@ def show(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value) if abs(value) < 10**15 else "a very large integer"
+        return str(value) if value.bit_length() <= 128 else "a very large integer"
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else str(value)
     return kind(value)

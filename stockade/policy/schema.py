@@ -143,7 +143,7 @@ _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)
 
 # section -> document key -> (model attribute, converter, combine with the base's value or None)
-FIELDS: dict[str, dict[str, tuple[str, Convert, Callable[[Any, Any], Any] | None]]] = {
+FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
     "filesystem": {
         "read": ("read", _fs_path, None),
         "write": ("write", _fs_path, None),
@@ -173,5 +173,3 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Callable[[Any, Any], Any] | None
         "stdin": ("stdin", _scalar(_choice(STDIN_MODES)), None),
     },
 }
-
-

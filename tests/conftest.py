@@ -1,0 +1,71 @@
+"""Shared fixtures: a workspace and an outside directory per test, and `sandbox()` that runs a
+real command in the real Linux sandbox with the workspace as `{workspace}`.
+
+A Linux test that cannot run on this host is skipped with the backend's typed reason; with
+STOCKADE_REQUIRE_LINUX=1 (set by CI) it fails instead, so a skip can never pass for green.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+
+import stockade
+from stockade.errors import UnavailableError
+from stockade.policy import preset
+
+# The interpreter running the tests, visible inside the sandbox too.
+PYTHON = os.path.realpath(sys.executable)
+PYTHON_ROOT = os.path.realpath(sys.base_prefix)
+
+
+@pytest.fixture(scope="session")
+def linux() -> None:
+    from stockade.linux.backend import LinuxBackend
+    try:
+        LinuxBackend().probe()
+    except UnavailableError as exc:
+        if os.environ.get("STOCKADE_REQUIRE_LINUX"):
+            pytest.fail(f"Linux backend unavailable but required: {exc}")
+        pytest.skip(f"Linux backend unavailable here: {exc}")
+
+
+@pytest.fixture
+def ws(tmp_path):
+    """(workspace, outside): two sibling directories; only the workspace is ever granted."""
+    workspace = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    return workspace, outside
+
+
+def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
+    """A preset, with the test interpreter readable, and filesystem/limits fields replaced."""
+    base = preset(name)
+    fs = base.filesystem
+    read = fs.read if PYTHON_ROOT.startswith("/usr") else fs.read + (PYTHON_ROOT,)
+    fs_changes = {k: v for k, v in changes.items() if k in ("read", "write", "deny",
+                                                             "protected", "exec_from_write")}
+    if "read" in fs_changes:
+        fs_changes["read"] = read + tuple(fs_changes["read"])
+    else:
+        fs_changes["read"] = read
+    limit_changes = {k: v for k, v in changes.items() if k in ("timeout", "memory", "pids",
+                                                                "output", "file_size")}
+    return replace(base, filesystem=replace(fs, **fs_changes),
+                   limits=replace(base.limits, **limit_changes))
+
+
+def sandbox(argv, workspace, name: str = "workspace-write", *, input: bytes | None = None,
+            **changes) -> stockade.Result:
+    return stockade.run(list(argv), policy_for(name, **changes), workspace=workspace,
+                        input=input)
+
+
+def py(code: str, workspace, name: str = "workspace-write", **changes) -> stockade.Result:
+    """Run a Python snippet in the sandbox."""
+    return sandbox([PYTHON, "-c", code], workspace, name, **changes)

@@ -1,0 +1,270 @@
+"""Filesystem boundary: real children try to escape their roots; the host must not change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+from conftest import PYTHON, py, sandbox
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+
+def snapshot(path):
+    """Names, sizes, contents and modes of everything below `path` (no symlinks followed)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            body = open(full, "rb").read() if stat.S_ISREG(st.st_mode) else None
+            out[os.path.relpath(full, path)] = (st.st_mode, st.st_size, body)
+    return out
+
+
+def test_read_outside_every_root_fails(ws):
+    workspace, outside = ws
+    (outside / "secret").write_text("TOPSECRET")
+    r = sandbox(["cat", str(outside / "secret")], workspace)
+    assert r.exit_code != 0
+    assert b"TOPSECRET" not in r.stdout
+
+
+def test_write_outside_every_root_fails(ws):
+    workspace, outside = ws
+    before = snapshot(outside)
+    r = sandbox(["sh", "-c", f"echo pwned > {outside}/new; echo pwned > {outside}/../new2"],
+                workspace)
+    assert r.exit_code != 0
+    assert snapshot(outside) == before
+    assert not (outside.parent / "new2").exists()
+
+
+def test_write_to_read_root_fails(ws):
+    workspace, _ = ws
+    (workspace / "file").write_text("original")
+    before = snapshot(workspace)
+    r = sandbox(["sh", "-c", "echo pwned > file; echo x > new; rm -f file"], workspace,
+                "read-only")
+    assert r.exit_code != 0
+    assert b"Read-only file system" in r.stderr
+    assert snapshot(workspace) == before
+
+
+def make_repo(path):
+    (path / ".git").mkdir(parents=True)
+    (path / ".git" / "config").write_text("[core]\n")
+    (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+def test_protected_metadata_at_depth_stays_read_only(ws):
+    workspace, _ = ws
+    make_repo(workspace)
+    make_repo(workspace / "sub")
+    (workspace / "sub" / "deeper").mkdir()
+    (workspace / "sub" / "deeper" / ".git").write_text("gitdir: ../.git\n")
+    before = snapshot(workspace)
+    r = sandbox(["sh", "-c",
+                 "echo '[core] hooksPath=/tmp' >> .git/config; echo x > sub/.git/HEAD;"
+                 " echo y > sub/.git/hooks; echo z > sub/deeper/.git; rm -rf sub/.git;"
+                 " mv sub/.git sub/git2; echo ok > written"], workspace)
+    assert r.exit_code == 0, r.stderr  # the last write, outside protected names, works
+    after = snapshot(workspace)
+    assert after.pop("written")[2] == b"ok\n"
+    assert after == before
+
+
+def test_renaming_a_protected_directorys_parent_fails(ws):
+    workspace, _ = ws
+    make_repo(workspace / "pkg")
+    before = snapshot(workspace)
+    r = sandbox(["sh", "-c", "mv pkg pkg2 && mkdir -p pkg/.git && echo evil > pkg/.git/config"],
+                workspace)
+    assert r.exit_code != 0
+    assert snapshot(workspace) == before
+
+
+def test_git_works_when_dot_git_is_created_inside_the_run(ws):
+    workspace, _ = ws
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    r = sandbox(["sh", "-c", "git init -q . && echo hi > a.txt && git add a.txt && "
+                 "git -c user.name=t -c user.email=t@example.invalid commit -qm first && "
+                 "git log --oneline | wc -l"], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == b"1"
+    assert (workspace / ".git" / "HEAD").exists()
+
+
+def test_pre_planted_symlink_to_outside_cannot_be_followed(ws):
+    workspace, outside = ws
+    (outside / "target").write_text("outside-content")
+    os.symlink(outside / "target", workspace / "abs-link")
+    os.symlink(os.path.relpath(outside / "target", workspace), workspace / "rel-link")
+    os.symlink(outside, workspace / "dir-link")
+    before = snapshot(outside)
+    r = sandbox(["sh", "-c", "cat abs-link rel-link dir-link/target; echo pwned > abs-link;"
+                 " echo pwned > rel-link; echo pwned > dir-link/new"], workspace)
+    assert r.exit_code != 0
+    assert b"outside-content" not in r.stdout
+    assert snapshot(outside) == before
+
+
+def test_symlink_created_at_run_time_cannot_escape(ws):
+    workspace, outside = ws
+    (outside / "target").write_text("outside-content")
+    before = snapshot(outside)
+    r = sandbox(["sh", "-c", f"ln -s {outside}/target l1 && ln -s ../outside l2 && cat l1 l2/target;"
+                 " echo pwned > l1; echo pwned > l2/new"], workspace)
+    assert b"outside-content" not in r.stdout
+    assert snapshot(outside) == before
+
+
+def test_pre_planted_hard_link_to_outside_file_is_read_only(ws):
+    workspace, outside = ws
+    (outside / "target").write_text("outside-content")
+    os.link(outside / "target", workspace / "hard")
+    r = sandbox(["sh", "-c", "echo pwned > hard"], workspace)
+    assert r.exit_code != 0
+    assert (outside / "target").read_text() == "outside-content"
+
+
+def test_hard_link_created_at_run_time_to_a_read_root_fails(ws):
+    workspace, _ = ws
+    r = sandbox(["ln", "/etc/hostname", "stolen"], workspace)
+    assert r.exit_code != 0
+    assert not (workspace / "stolen").exists()
+
+
+def test_exec_from_write_root_is_denied_by_default(ws):
+    workspace, _ = ws
+    r = sandbox(["sh", "-c", "cp /bin/true ./mytrue && chmod +x ./mytrue && ./mytrue"], workspace)
+    assert r.exit_code != 0
+    assert b"Permission denied" in r.stderr
+
+
+def test_exec_from_write_root_allowed_when_policy_says_so(ws):
+    workspace, _ = ws
+    r = sandbox(["sh", "-c", "cp /bin/true ./mytrue && chmod +x ./mytrue && ./mytrue"], workspace,
+                exec_from_write=True)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_denied_path_inside_a_granted_root_is_masked(ws):
+    workspace, _ = ws
+    (workspace / "keys").mkdir()
+    (workspace / "keys" / "id").write_text("PRIVATE")
+    (workspace / "token").write_text("TOKEN")
+    r = sandbox(["sh", "-c", "cat keys/id; cat token; ls keys; echo x > keys/new; echo x > token"],
+                workspace, deny=(str(workspace / "keys"), str(workspace / "token")))
+    assert r.exit_code != 0
+    assert b"PRIVATE" not in r.stdout and b"TOKEN" not in r.stdout
+    assert sorted(os.listdir(workspace / "keys")) == ["id"]
+    assert (workspace / "token").read_text() == "TOKEN"
+
+
+def test_host_processes_are_not_reachable_through_proc(ws):
+    workspace, _ = ws
+    me = os.getpid()
+    r = py(f"""
+import os
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print(len(pids))
+try:
+    print(open('/proc/{me}/environ','rb').read()[:0], 'READ')
+except OSError as e:
+    print('denied', e.errno)
+for path in ('/proc/1/root/etc/shadow', '/proc/self/root/../../etc/shadow'):
+    try:
+        open(path).read(); print('READ', path)
+    except OSError:
+        pass
+""", workspace)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.decode().split("\n")
+    assert int(lines[0]) <= 3  # init, the interpreter, maybe nothing else
+    assert "READ" not in r.stdout.decode()
+
+
+def test_mknod_and_block_devices_are_unavailable(ws):
+    workspace, _ = ws
+    r = py("""
+import os, stat
+for fn in (lambda: os.mknod('dev0', stat.S_IFCHR | 0o600, os.makedev(1, 3)),
+           lambda: os.mknod('/tmp/fifo', stat.S_IFBLK | 0o600, os.makedev(8, 0)),
+           lambda: open('/dev/sda', 'rb'), lambda: open('/dev/mem', 'rb'),
+           lambda: open('/dev/kmsg', 'rb')):
+    try:
+        fn(); print('ALLOWED')
+    except OSError as e:
+        print('denied', e.errno)
+""", workspace)
+    assert r.exit_code == 0, r.stderr
+    assert b"ALLOWED" not in r.stdout
+    assert not (workspace / "dev0").exists()
+
+
+def test_truncate_of_a_read_only_file_fails(ws):
+    workspace, _ = ws
+    (workspace / "data").write_text("keep me")
+    r = py("import os; os.truncate('data', 0)", workspace, "read-only")
+    assert r.exit_code != 0
+    assert (workspace / "data").read_text() == "keep me"
+
+
+def test_private_tmp_is_gone_afterwards(ws):
+    workspace, _ = ws
+    marker = f"stockade-tmp-marker-{os.getpid()}"
+    r = sandbox(["sh", "-c", f"echo x > /tmp/{marker} && ls /tmp"], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert marker.encode() in r.stdout
+    assert not os.path.exists(f"/tmp/{marker}")
+
+
+def test_ordinary_tools_work_under_workspace_write(ws):
+    workspace, _ = ws
+    (workspace / "script.py").write_text(
+        "import json, pathlib\npathlib.Path('out.json').write_text(json.dumps({'ok': 1}))\n")
+    r = sandbox(["sh", "-c", f"{PYTHON} script.py && cat out.json | tr -d '{{}}' | sort | wc -c"],
+                workspace)
+    assert r.exit_code == 0, r.stderr
+    assert (workspace / "out.json").read_text() == '{"ok": 1}'
+
+
+def test_c_compile_and_run_with_exec_from_write(ws):
+    workspace, _ = ws
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler installed")
+    (workspace / "hello.c").write_text('#include <stdio.h>\nint main(){puts("hi");return 0;}\n')
+    r = sandbox(["sh", "-c", "cc -o hello hello.c && ./hello"], workspace, "offline-build")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == b"hi\n"
+
+
+def test_missing_read_root_is_an_error(ws):
+    workspace, outside = ws
+    from stockade.errors import PolicyError
+    with pytest.raises(PolicyError, match="does not exist"):
+        sandbox(["true"], workspace, read=(str(outside / "missing"),))
+
+
+def test_symlinked_protected_name_is_refused(ws):
+    workspace, outside = ws
+    os.symlink(outside, workspace / ".git")
+    from stockade.errors import UnenforceableError
+    with pytest.raises(UnenforceableError) as info:
+        sandbox(["true"], workspace)
+    assert info.value.code == "unenforceable:filesystem.protected"
+
+
+def test_host_unchanged_by_a_run_that_writes_the_workspace(ws):
+    workspace, outside = ws
+    r = sandbox(["sh", "-c", "mkdir d && echo 1 > d/f && mv d e"], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert (workspace / "e" / "f").read_text() == "1\n"
+    out = subprocess.run(["ls", "-A", str(outside)], capture_output=True, text=True).stdout
+    assert out == ""
