@@ -381,7 +381,7 @@ def test_seccomp_denies_every_listed_syscall(bpf: bytes) -> None:
                 for name, nr in numbers.items()}
 
     assert ok(body) == dict.fromkeys(numbers, "EPERM")
-    assert "open_tree_attr" in numbers  # newer than libseccomp 2.5: from Stockade's own table
+    assert "open_tree_attr" in numbers  # from Stockade's own table where libseccomp is older
 
 
 def test_seccomp_blocks_new_namespaces(bpf: bytes) -> None:

@@ -692,3 +692,7 @@ def test_unreadable_file(tmp_path: Path, name: str) -> None:
         load_policy(path)
     assert caught.value.file == path
     assert "cannot read policy file" in caught.value.message
+
+
+def test_version_is_checked_before_the_preset() -> None:
+    assert refused({"version": 2, "preset": "nope"}).key == "version"

@@ -51,6 +51,7 @@ def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:
         check_keys(top, ("version", "preset", *SECTIONS), "")
         if "version" not in top:
             raise Invalid(f'missing required key "version" (expected {SCHEMA_VERSION})', "version")
+        _check_version(top["version"])
         base = _preset(top["preset"]) if "preset" in top else Policy()
         return _apply(base, {key: value for key, value in top.items() if key != "preset"})
     except Invalid as exc:
@@ -62,6 +63,8 @@ def merge(base: Policy, override_document: Mapping[str, Any], *, file: str = "")
     try:
         top = table(override_document, "")
         check_keys(top, ("version", *SECTIONS), "")
+        if "version" in top:
+            _check_version(top["version"])
         return _apply(base, top)
     except Invalid as exc:
         raise PolicyError(exc.message, file=file, key=exc.key) from None
@@ -115,9 +118,7 @@ def _preset(name: object) -> Policy:
 
 
 def _apply(base: Policy, top: Mapping[Any, Any]) -> Policy:
-    """`base` overridden by the sections of `top` (keys already checked), then checked."""
-    if "version" in top:
-        _check_version(top["version"])
+    """`base` overridden by the sections of `top` (its keys already checked), then checked."""
     changes = {
         section: _section(getattr(base, section), top[section], section)
         for section in SECTIONS if section in top

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install Stockade with its test dependencies in a virtual environment and run the whole suite.
+# Run as root, it then runs the suite again as an unprivileged user (created if missing), from a
+# world-readable copy, because most users are not root: both runs must pass.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+python="${STOCKADE_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}"
+test_user="${STOCKADE_TEST_USER:-stockade-test}"
+
+setup() {  # setup DIR: a venv in DIR/.venv with Stockade and the test tools
+    "$python" -m venv "$1/.venv"
+    "$1/.venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
+}
+
+suite() {  # suite DIR [runner...]: lint, then the tests
+    (cd "$1" && "${@:2}" .venv/bin/ruff check --no-cache stockade tests)
+    (cd "$1" && STOCKADE_REQUIRE_LINUX=1 "${@:2}" .venv/bin/python -m pytest -q -p no:cacheprovider)
+}
+
+echo "== tests as $(id -un)"
+setup "$here"
+suite "$here"
+
+if [ "$(id -u)" = 0 ]; then
+    id "$test_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$test_user"
+    copy="$(mktemp -d /tmp/stockade-rootless.XXXXXX)"
+    trap 'rm -rf "$copy"' EXIT
+    (cd "$here" && git ls-files -z --cached --others --exclude-standard \
+        | xargs -0 cp --parents -t "$copy" 2>/dev/null) || cp -a "$here/." "$copy/"
+    rm -rf "$copy/.venv"
+    setup "$copy"
+    chmod -R a+rX "$copy"
+    chown -R "$test_user" "$copy"
+    # A setuid binary owned by another user: the rootless run checks it grants nothing.
+    install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
+    echo "== tests as $test_user (rootless)"
+    suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
+        STOCKADE_TEST_SUID="$copy/.setuid-id"
+fi

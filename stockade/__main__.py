@@ -1,0 +1,8 @@
+"""`python -m stockade`: the command line (see `stockade.cli`)."""
+
+import sys
+
+from stockade.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
