@@ -18,6 +18,7 @@ Exit codes:
 | 70       | the sandbox could not be set up here: unavailable, unenforceable, setup failed  |
 | 71       | the sandbox was ready but the command could not be started (not found, ...)     |
 | 130      | interrupted (Ctrl-C); the sandbox dies with Stockade                            |
+| 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
 
 A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a
 result). Every Stockade error is one line on stderr: `stockade: <code>: <message>`.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -41,6 +43,8 @@ from stockade.launch.result import Result
 from stockade.policy import PRESETS, Policy, load_policy, merge, policy_to_document, preset
 
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
+COMMAND_TAKERS = ("run", "sandbox-exec")  # the commands that take `-- argv...`
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
 
@@ -58,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     head, command = _split_command(words)
     json_mode = False
     try:
-        args = build_parser().parse_args(head)
+        args = _parse(head, command)
         json_mode = bool(getattr(args, "json", False))
         return args.handler(args, command)
     except SystemExit as exc:  # --help and --version
@@ -68,6 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stockade: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # our reader went away (`stockade report | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
+    args, extras = build_parser().parse_known_args(head)
+    if extras:
+        missing_cut = command is None and args.command in COMMAND_TAKERS
+        hint = " (put the command after '--')" if missing_cut else ""
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """Typed errors. Every refusal carries a stable reason code and a CLI exit code.
 
-Messages name files, keys and variable names, never values, secrets or SIDs.
+Messages name files, keys and variable names; they never carry a secret, an environment
+value or a SID (a mistyped policy value is shown, cut short, so the user can find it).
 """
 
 from __future__ import annotations

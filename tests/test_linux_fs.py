@@ -117,8 +117,8 @@ def test_symlink_created_at_run_time_cannot_escape(ws):
     workspace, outside = ws
     (outside / "target").write_text("outside-content")
     before = snapshot(outside)
-    r = sandbox(["sh", "-c", f"ln -s {outside}/target l1 && ln -s ../outside l2 && cat l1 l2/target;"
-                 " echo pwned > l1; echo pwned > l2/new"], workspace)
+    r = sandbox(["sh", "-c", f"ln -s {outside}/target l1 && ln -s ../outside l2 &&"
+                 " cat l1 l2/target; echo pwned > l1; echo pwned > l2/new"], workspace)
     assert b"outside-content" not in r.stdout
     assert snapshot(outside) == before
 

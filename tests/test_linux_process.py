@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import PYTHON, policy_for, py, sandbox
+from conftest import policy_for, py, sandbox
 
 import stockade
 

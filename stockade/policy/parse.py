@@ -53,7 +53,7 @@ def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:
             raise Invalid(f'missing required key "version" (expected {SCHEMA_VERSION})', "version")
         _check_version(top["version"])
         base = _preset(top["preset"]) if "preset" in top else Policy()
-        return _apply(base, {key: value for key, value in top.items() if key != "preset"})
+        return _apply(base, top)
     except Invalid as exc:
         raise PolicyError(exc.message, file=file, key=exc.key) from None
 
@@ -118,7 +118,7 @@ def _preset(name: object) -> Policy:
 
 
 def _apply(base: Policy, top: Mapping[Any, Any]) -> Policy:
-    """`base` overridden by the sections of `top` (its keys already checked), then checked."""
+    """`base` overridden by the sections in `top` (its keys already checked), then checked."""
     changes = {
         section: _section(getattr(base, section), top[section], section)
         for section in SECTIONS if section in top

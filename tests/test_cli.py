@@ -1,0 +1,323 @@
+"""The `stockade` command line: in-process through `main()` and as `python -m stockade`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stockade import demo
+from stockade.cli import main
+from stockade.errors import StockadeError
+from stockade.linux.backend import LinuxBackend
+from stockade.policy import parse_policy, preset
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _sandbox_unavailable() -> str:
+    try:
+        LinuxBackend().probe()
+    except StockadeError as exc:
+        return str(exc)
+    return ""
+
+
+UNAVAILABLE = _sandbox_unavailable()
+
+
+def sandboxed(test: Callable) -> Callable:
+    """Marks a test that runs a real sandbox (skipped, with the reason, where none can run)."""
+    return pytest.mark.linux(pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE)(test))
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m stockade ARGS` in a fresh process, as an operator would run it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "stockade", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def one_error_line(stderr: str, code: str) -> str:
+    """The single stderr line of a Stockade error with `code`."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"stockade: {code}: "), stderr
+    return lines[0]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def bad_policy(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"version": 1, "preset": "read-only",
+                                "filesystem": {"raed": ["/opt"]}}))
+    return path
+
+
+# --- run: exit status and output ---------------------------------------------------------------
+
+
+@sandboxed
+def test_run_passes_output_and_exit_status_through(workspace, capfd):
+    status = main(["run", "--", "sh", "-c", "echo out; echo err >&2; exit 7"])
+    out, err = capfd.readouterr()
+    assert (status, out, err) == (7, "out\n", "err\n")
+
+
+@sandboxed
+def test_run_killed_by_signal_is_128_plus_n(workspace, capfd):
+    assert main(["run", "--", "sh", "-c", "kill -9 $$"]) == 137
+
+
+@sandboxed
+@pytest.mark.parametrize(("script", "status"), [("exit 7", 7), ("kill -9 $$", 137), ("true", 0)])
+def test_subprocess_exit_status(tmp_path, script, status):
+    assert cli("run", "--", "sh", "-c", script, cwd=tmp_path).returncode == status
+
+
+@sandboxed
+def test_command_not_found_is_71_with_one_line(workspace, capfd):
+    assert main(["run", "--", "no-such-command-xyz"]) == 71
+    one_error_line(capfd.readouterr().err, "command_not_found")
+
+
+@sandboxed
+def test_subprocess_command_not_found(tmp_path):
+    done = cli("run", "--", "no-such-command-xyz", cwd=tmp_path)
+    assert done.returncode == 71
+    one_error_line(done.stderr, "command_not_found")
+
+
+@sandboxed
+def test_timeout_kills_and_reports_the_violation(workspace, capfd):
+    assert main(["run", "--timeout", "1s", "--", "sleep", "30"]) == 137
+    err = capfd.readouterr().err
+    assert "stockade: denied/limited: limits.timeout (killed after 1s)" in err
+
+
+@sandboxed
+def test_read_and_write_flags_extend_the_policy(workspace, tmp_path_factory, capfd):
+    extra = tmp_path_factory.mktemp("extra")
+    status = main(["run", "--write", str(extra), "--", "sh", "-c", f"echo x > {extra}/made"])
+    assert status == 0
+    assert (extra / "made").read_text() == "x\n"
+    assert main(["run", "--", "sh", "-c", f"echo x > {extra}/again"]) != 0
+    assert not (extra / "again").exists()
+
+
+@sandboxed
+def test_allowlist_is_refused_as_unenforceable(workspace, capfd):
+    assert main(["run", "--allow-domain", "example.com", "--", "true"]) == 70
+    one_error_line(capfd.readouterr().err, "unenforceable:network.allowlist")
+
+
+# --- run: usage and policy mistakes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["run"],
+    ["run", "--"],
+    ["run", "sh", "-c", "true"],
+    ["run", "--preset", "no-such-preset", "--", "true"],
+    ["run", "--timeout", "5 parsecs", "--", "true"],
+    ["run", "--timeout", "-1s", "--", "true"],
+    ["run", "--read", "{nowhere}/x", "--", "true"],
+    ["run", "--allow-domain", "http://bad", "--", "true"],
+    ["run", "--policy", "a.toml", "--preset", "read-only", "--", "true"],
+    ["sandbox-exec", "--", "true"],
+    ["policy", "show", "--", "x"],
+    ["no-such-command"],
+])
+def test_usage_mistakes_are_2_with_one_line(workspace, capfd, args):
+    assert main(args) == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("stockade: "), err
+    assert "Traceback" not in err
+
+
+def test_missing_cut_is_explained(workspace, capsys):
+    assert main(["run", "sh", "-c", "true"]) == 2
+    assert "put the command after '--'" in capsys.readouterr().err
+    assert main(["run"]) == 2
+    assert "missing '--'" in capsys.readouterr().err
+
+
+def test_unknown_preset_names_the_known_ones(workspace, capsys):
+    assert main(["run", "--preset", "nope", "--", "true"]) == 2
+    line = one_error_line(capsys.readouterr().err, "policy_invalid")
+    assert '"nope"' in line and "read-only" in line
+
+
+def test_flag_errors_are_located_at_the_flag(workspace, capsys):
+    assert main(["run", "--read", "/ok", "--read", "{nowhere}", "--", "true"]) == 2
+    line = one_error_line(capsys.readouterr().err, "policy_invalid")
+    assert "command line: filesystem.read[1]" in line
+
+
+def test_bad_policy_file_is_located(workspace, bad_policy, capsys):
+    assert main(["run", "--policy", str(bad_policy), "--", "true"]) == 2
+    line = one_error_line(capsys.readouterr().err, "policy_invalid")
+    assert f"{bad_policy}: filesystem: unknown key \"raed\"" in line
+
+
+def test_subprocess_bad_policy_has_no_traceback(tmp_path, bad_policy):
+    done = cli("run", "--policy", str(bad_policy), "--", "true", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    one_error_line(done.stderr, "policy_invalid")
+
+
+def test_subprocess_missing_argv(tmp_path):
+    done = cli("run", "--preset", "read-only", cwd=tmp_path)
+    assert done.returncode == 2
+    one_error_line(done.stderr, "usage")
+
+
+# --- run --json --------------------------------------------------------------------------------
+
+
+@sandboxed
+def test_json_result(workspace, capsys):
+    assert main(["run", "--json", "--", "sh", "-c", "echo hi; exit 3"]) == 3
+    result = json.loads(capsys.readouterr().out)
+    assert result["exit_code"] == 3 and result["signal"] is None and result["returncode"] == 3
+    assert result["stdout"] == "hi\n" and result["backend"] == "linux"
+    assert len(result["digest"]) == 64 and result["duration"] > 0
+    assert result["violations"] == [] and "namespaces" in result["enforced"]
+
+
+@sandboxed
+def test_json_result_of_a_timeout(workspace, capsys):
+    assert main(["run", "--json", "--timeout", "1", "--", "sleep", "30"]) == 137
+    result = json.loads(capsys.readouterr().out)
+    assert result["signal"] == 9 and result["timed_out"]
+    assert result["violations"] == [{"kind": "limits.timeout", "detail": "killed after 1s"}]
+
+
+@sandboxed
+def test_json_refusal(workspace, capsys):
+    assert main(["run", "--json", "--allow-domain", "example.com", "--", "true"]) == 70
+    out = capsys.readouterr().out
+    error = json.loads(out)["error"]
+    assert error["code"] == "unenforceable:network.allowlist" and error["message"]
+
+
+# --- sandbox-exec ------------------------------------------------------------------------------
+
+
+@sandboxed
+def test_sandbox_exec_with_a_json_policy(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = tmp_path / "module.json"
+    policy.write_text(json.dumps({
+        "version": 1, "preset": "read-only",
+        "filesystem": {"read": ["/usr", "?/bin", "?/lib", "?/lib64"], "write": [str(work)]},
+    }))
+    script = f"echo data > {work}/out; cat /etc/hostname; exit 5"
+    done = cli("sandbox-exec", str(policy), "--", "sh", "-c", script, cwd=work)
+    assert done.returncode == 5
+    assert "/etc/hostname" in done.stderr  # /etc is not in this policy
+    assert (work / "out").read_text() == "data\n"
+
+
+def test_sandbox_exec_bad_policy(tmp_path, bad_policy):
+    done = cli("sandbox-exec", str(bad_policy), "--", "true", cwd=tmp_path)
+    assert done.returncode == 2
+    one_error_line(done.stderr, "policy_invalid")
+
+
+# --- policy check / show -----------------------------------------------------------------------
+
+
+def test_policy_check_ok(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text('version = 1\npreset = "workspace-write"\n[limits]\ntimeout = "90s"\n')
+    assert main(["policy", "check", str(path)]) == 0
+    first, _, document = capsys.readouterr().out.partition("\n")
+    assert first == "ok"
+    assert json.loads(document)["limits"]["timeout"] == 90
+
+
+def test_policy_check_bad(bad_policy, capsys):
+    assert main(["policy", "check", str(bad_policy)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert str(bad_policy) in one_error_line(captured.err, "policy_invalid")
+
+
+def test_policy_show_preset(capsys):
+    assert main(["policy", "show", "--preset", "read-only"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["preset"] == "read-only"
+    assert parse_policy(document) == preset("read-only")
+
+
+@pytest.mark.parametrize("name", ["read-only", "networked-build"])
+def test_policy_show_toml_round_trips(name, capsys):
+    assert main(["policy", "show", "--preset", name, "--toml"]) == 0
+    assert parse_policy(tomllib.loads(capsys.readouterr().out)) == preset(name)
+
+
+def test_policy_show_file(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"version": 1, "env": {"set": {"A": "b"}}}))
+    assert main(["policy", "show", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["env"]["set"] == {"A": "b"}
+
+
+# --- demo, report, help ------------------------------------------------------------------------
+
+
+@sandboxed
+def test_demo_denies_everything_forbidden(tmp_path):
+    done = cli("demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    denied = [line for line in done.stdout.splitlines() if "→ DENIED (" in line]
+    assert len(denied) >= 6
+    assert any("EACCES" in line and "/etc/shadow" in line for line in denied)
+    assert "the sandbox held" in done.stdout
+
+
+@sandboxed
+def test_demo_reports_an_unexpected_verdict(tmp_path, capsys):
+    attempts = [("read /etc/shadow", "read", "/etc/shadow", "ALLOWED")]
+    assert demo._attempts("read-only", str(tmp_path), attempts) == 1
+    assert "expected ALLOWED" in capsys.readouterr().out
+
+
+@sandboxed
+def test_report(capsys):
+    assert main(["report", "--json"]) == 0
+    (linux,) = json.loads(capsys.readouterr().out)["backends"]
+    assert linux["name"] == "linux" and linux["ready"]
+    names = {row["name"]: row["enforced"] for row in linux["capabilities"]}
+    assert names["network.none"] and not names["network.allowlist"]
+    assert main(["report"]) == 0
+    assert "network.allowlist" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["run", "--help"], ["sandbox-exec", "--help"], ["policy", "check", "--help"],
+    ["policy", "show", "--help"], ["demo", "--help"], ["report", "--help"],
+])
+def test_help_has_examples(args, capsys):
+    assert main(args) == 0
+    assert "examples:" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("stockade ")
