@@ -8,14 +8,14 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import IO
 
-from stockade.errors import UnavailableError, UsageError
+from stockade.errors import UnavailableError, UnenforceableError, UsageError
 from stockade.launch.backend import Backend, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
+from stockade.policy.model import Policy
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -47,24 +47,21 @@ class SandboxManager:
         self.wanted = backend
 
     def select(self, request: LaunchRequest) -> Backend:
-        """The backend that will run `request`, or the typed reason none can."""
+        """The backend that will run `request`, or the typed reason none can (the reason of
+        the best backend, when several refuse)."""
         names = [self.wanted] if self.wanted else list(REGISTRY)
-        last: Exception | None = None
+        refusals: list[UnavailableError | UnenforceableError] = []
         for name in names:
             backend = REGISTRY[name]()
             try:
                 backend.probe()
                 backend.check(request)
                 return backend
-            except UnavailableError as exc:
-                last = exc
-            except Exception as exc:  # Unenforceable: a required layer is missing here
-                if self.mode == "require" or len(names) == 1:
-                    raise
-                last = exc
-        if isinstance(last, Exception):
-            raise last
-        raise UnavailableError("backend_unavailable", "no sandbox backend is available here")
+            except (UnavailableError, UnenforceableError) as exc:
+                refusals.append(exc)
+        if refusals:
+            raise refusals[0]
+        raise UnavailableError("backend_unavailable", "no sandbox backend is registered")
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
@@ -169,8 +166,20 @@ def _feed(stream: IO[bytes], data: bytes) -> None:
         pass  # the command stopped reading; that is its business
 
 
-def run_unsandboxed(argv: list[str], *, timeout: float | None = None) -> int:
-    """Run `argv` on the host with NO sandbox. Only for policies that restrict nothing."""
-    warnings.warn("running WITHOUT a sandbox", stacklevel=2)
-    print("stockade: WARNING: running without a sandbox", file=sys.stderr)
-    return subprocess.run(argv, timeout=timeout).returncode
+def restricts_nothing(policy: Policy) -> bool:
+    """True only for a policy that grants everything: write "/", no deny or protected names,
+    executing from writable places, any network, and no limits."""
+    fs = policy.filesystem
+    return (tuple(fs.write) == ("/",) and not fs.deny and not fs.protected and fs.exec_from_write
+            and policy.network.mode == "any"
+            and all(value is None for value in vars(policy.limits).values()))
+
+
+def run_unsandboxed(argv: list[str], policy: Policy) -> int:
+    """Run `argv` on the host with NO sandbox, after a warning; refused (UnenforceableError
+    `unenforceable:unsandboxed`) unless `policy` restricts nothing at all."""
+    if not restricts_nothing(policy):
+        raise UnenforceableError(
+            "unsandboxed", "refusing to run without a sandbox: the policy restricts something")
+    print("stockade: WARNING: running WITHOUT a sandbox", file=sys.stderr)
+    return subprocess.run(argv).returncode

@@ -1,0 +1,170 @@
+"""LaunchRequest: canonical encoding, digest sensitivity, strict decoding; compile; manager."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from stockade.errors import PolicyError, RequestError, UnavailableError, UnenforceableError
+from stockade.launch import manager
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.policy import preset
+
+
+def base(**changes) -> LaunchRequest:
+    fields = dict(
+        argv=("make", "test"), cwd="/w", env=(("HOME", "/h"), ("PATH", "/usr/bin")),
+        read=(PathGrant("/usr", "/usr"),), write=(PathGrant("/w", "/w"),),
+        deny=(PathGrant("/h/.ssh", "/h/.ssh"),), protected=(".git",),
+        network=NetworkSpec("none"), limits=LimitSpec(timeout=10.0, memory=1 << 30),
+    )
+    fields.update(changes)
+    return LaunchRequest(**fields)
+
+
+@pytest.mark.parametrize("change", [
+    {"argv": ("make", "install")},
+    {"cwd": "/w/sub"},
+    {"env": (("HOME", "/h"), ("PATH", "/bin"))},
+    {"read": (PathGrant("/opt", "/opt"),)},
+    {"write": (PathGrant("/w2", "/w2"),)},
+    {"deny": ()},
+    {"protected": (".git", ".hg")},
+    {"exec_from_write": True},
+    {"network": NetworkSpec("allowlist", ("pypi.org",))},
+    {"limits": LimitSpec(timeout=11.0, memory=1 << 30)},
+    {"limits": LimitSpec(timeout=10.0, memory=1 << 30, pids=5)},
+    {"stdin": "inherit"},
+])
+def test_digest_changes_with_anything_that_changes_what_runs(change):
+    assert base(**change).digest != base().digest
+
+
+def test_digest_ignores_the_request_id_and_is_stable():
+    a, b = base(), base()
+    assert a.request_id != b.request_id
+    assert a.digest == b.digest and len(a.digest) == 64
+
+
+def test_compile_sorts_env_and_set_members_so_order_does_not_matter(tmp_path):
+    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path),
+                         {"PATH": "/usr/bin", "HOME": "/h", "LANG": "C"})
+    p1 = preset("workspace-write")
+    fs = p1.filesystem
+    p2 = dataclasses.replace(p1, filesystem=dataclasses.replace(
+        fs, read=tuple(reversed(fs.read)), protected=tuple(reversed(fs.protected))),
+        env=dataclasses.replace(p1.env, passthrough=tuple(reversed(p1.env.passthrough))))
+    r1, r2 = compile_policy(p1, ["true"], ctx), compile_policy(p2, ["true"], ctx)
+    assert r1.digest == r2.digest
+    assert [k for k, _ in r1.env] == sorted(k for k, _ in r1.env)
+
+
+def test_encode_decode_round_trip():
+    request = base()
+    assert LaunchRequest.decode(request.encode()) == request
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b.update(extra=1), "unknown request field 'extra'"),
+    (lambda b: b.update(version=2), "unsupported request version"),
+    (lambda b: b.pop("cwd"), "missing request field 'cwd'"),
+    (lambda b: b["limits"].update(gpu=1), "unknown field limits.gpu"),
+    (lambda b: b.update(argv=[]), "argv is empty"),
+    (lambda b: b.update(argv=[1]), "argv items must be strings"),
+    (lambda b: b.update(env=[["PATH", "/x"], ["HOME", "/h"]]), "env must be sorted"),
+])
+def test_decode_rejects_malformed_requests(mutate, message):
+    body = json.loads(base().encode())
+    mutate(body)
+    with pytest.raises(RequestError, match=message):
+        LaunchRequest.decode(json.dumps(body).encode())
+
+
+def test_decode_rejects_oversized_frames_and_garbage():
+    with pytest.raises(RequestError, match="exceeds"):
+        LaunchRequest.decode(b" " * (MAX_FRAME + 1))
+    with pytest.raises(RequestError, match="not valid JSON"):
+        LaunchRequest.decode(b"\xff{")
+
+
+def test_compile_records_canonical_target_and_lexical_alias(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, tmp_path / "alias")
+    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path), {})
+    policy = preset("read-only")
+    policy = dataclasses.replace(policy, filesystem=dataclasses.replace(
+        policy.filesystem, read=policy.filesystem.read + ("alias/../alias",)))
+    request = compile_policy(policy, ["true"], ctx)
+    grant = next(g for g in request.read if g.path == str(real))
+    assert grant.alias == str(tmp_path / "alias")
+
+
+def test_compile_refuses_a_root_inside_a_denied_path(tmp_path):
+    (tmp_path / "d" / "x").mkdir(parents=True)
+    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path), {})
+    policy = preset("read-only")
+    policy = dataclasses.replace(policy, filesystem=dataclasses.replace(
+        policy.filesystem, read=policy.filesystem.read + ("d/x",), deny=("d",)))
+    with pytest.raises(PolicyError, match="lies inside denied path"):
+        compile_policy(policy, ["true"], ctx)
+
+
+def test_compile_refuses_a_cwd_outside_every_root(tmp_path):
+    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path), {})
+    with pytest.raises(PolicyError, match="process.cwd: working directory"):
+        compile_policy(preset("read-only"), ["true"], ctx, cwd="/")
+
+
+class _Refusing(manager.Backend):
+    name = "refusing"
+
+    def __init__(self, error):
+        self.error = error
+        self.spawned = False
+
+    def probe(self):
+        if isinstance(self.error, UnavailableError):
+            raise self.error
+
+    def check(self, request):
+        if isinstance(self.error, UnenforceableError):
+            raise self.error
+
+    def spawn(self, request, stdio):  # pragma: no cover - must never be reached
+        self.spawned = True
+        raise AssertionError("spawned despite a refusal")
+
+    def report(self):
+        return []
+
+
+@pytest.mark.parametrize("error", [
+    UnavailableError("backend_unavailable", "no backend"),
+    UnenforceableError("network.allowlist", "no proxy"),
+])
+def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch, error):
+    backend = _Refusing(error)
+    monkeypatch.setattr(manager, "REGISTRY", {"refusing": lambda: backend})
+    for mode, name in (("auto", None), ("require", "refusing")):
+        with pytest.raises(type(error)) as info:
+            manager.SandboxManager(name, mode).run(base())
+        assert info.value.code == error.code and info.value.exit_code == 70
+    assert not backend.spawned
+
+
+def test_manager_reports_unknown_backends_and_modes():
+    with pytest.raises(UnavailableError, match="unknown backend 'qemu'"):
+        manager.SandboxManager("qemu", "require")
+    with pytest.raises(Exception, match="mode must be"):
+        manager.SandboxManager(None, "fallback")
+
+
+def test_unsandboxed_is_refused_for_any_restricting_policy():
+    with pytest.raises(UnenforceableError) as info:
+        manager.run_unsandboxed(["true"], preset("read-only"))
+    assert info.value.code == "unenforceable:unsandboxed"
