@@ -7,34 +7,48 @@ primitives of the host, failing closed.
     (0, b'hello\\n')
 """
 
-from stockade.api import arun, run
-from stockade.errors import (
-    PolicyError,
-    SetupError,
-    StartError,
-    StockadeError,
-    UnavailableError,
-    UnenforceableError,
-    UsageError,
-)
-from stockade.launch.result import Result, Violation
-from stockade.policy import Policy, load_policy, preset
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
+# Public names and the module defining each. Loaded on first use, so that the sandbox's own
+# launcher, which imports a few `stockade.linux` modules, does not pay for the whole API.
+_EXPORTS = {
+    "run": "stockade.api", "arun": "stockade.api",
+    "PolicyError": "stockade.errors", "SetupError": "stockade.errors",
+    "StartError": "stockade.errors", "StockadeError": "stockade.errors",
+    "UnavailableError": "stockade.errors", "UnenforceableError": "stockade.errors",
+    "UsageError": "stockade.errors",
+    "Result": "stockade.launch.result", "Violation": "stockade.launch.result",
+    "Policy": "stockade.policy", "load_policy": "stockade.policy", "preset": "stockade.policy",
+}
 __all__ = [
-    "Policy",
-    "PolicyError",
-    "Result",
-    "SetupError",
-    "StartError",
-    "StockadeError",
-    "UnavailableError",
-    "UnenforceableError",
-    "UsageError",
-    "Violation",
-    "arun",
-    "load_policy",
-    "preset",
-    "run",
+    "Policy", "PolicyError", "Result", "SetupError", "StartError", "StockadeError",
+    "UnavailableError", "UnenforceableError", "UsageError", "Violation", "arun", "load_policy",
+    "preset", "run",
 ]
+
+if TYPE_CHECKING:
+    from stockade.api import arun, run
+    from stockade.errors import (
+        PolicyError,
+        SetupError,
+        StartError,
+        StockadeError,
+        UnavailableError,
+        UnenforceableError,
+        UsageError,
+    )
+    from stockade.launch.result import Result, Violation
+    from stockade.policy import Policy, load_policy, preset
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'stockade' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

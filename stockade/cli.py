@@ -38,9 +38,10 @@ from stockade import __version__, demo
 from stockade.api import DEFAULT_PRESET, resolve_policy
 from stockade.errors import StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
-from stockade.launch.manager import REGISTRY, SandboxManager
+from stockade.launch.manager import REGISTRY, SandboxManager, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import PRESETS, Policy, load_policy, merge, policy_to_document, preset
+from stockade.policy.paths import lexical_key, tidy_path
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
@@ -126,11 +127,18 @@ def _add_run(commands: Any) -> None:
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
     run.add_argument("--json", action="store_true",
                      help="capture output and print one JSON result (or error) object")
+    run.add_argument("--unsandboxed", action="store_true",
+                     help="run on the host WITHOUT a sandbox, with a warning; refused (70) "
+                          "unless the policy restricts nothing at all")
 
 
 def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     argv = _need_command(command, "run")
+    if args.workspace is not None and not os.path.isdir(args.workspace):
+        raise UsageError(f"--workspace {args.workspace}: not a directory")
     chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
+    if args.unsandboxed:
+        return run_unsandboxed(argv, chosen)
     return _execute(chosen, argv, args.workspace, as_json=args.json)
 
 
@@ -260,13 +268,23 @@ def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
     fs, net = policy.filesystem, policy.network
     sections: dict[str, dict[str, Any]] = {}
     if args.read or args.write:
-        sections["filesystem"] = {"read": [*args.read, *fs.read],
+        # A --write of a path the policy only reads upgrades it, rather than conflicting.
+        writes = {_lexical(path) for path in args.write}
+        reads = [path for path in fs.read if _lexical(path) not in writes]
+        sections["filesystem"] = {"read": [*args.read, *reads],
                                   "write": [*args.write, *fs.write]}
     if args.allow_domain:
         sections["network"] = {"mode": "allowlist", "allow": [*args.allow_domain, *net.allow]}
     if args.timeout is not None:
         sections["limits"] = {"timeout": args.timeout}
     return merge(policy, sections, file="command line") if sections else policy
+
+
+def _lexical(path: str) -> tuple[str, ...] | str:
+    try:
+        return lexical_key(tidy_path(path, optional_allowed=True))
+    except ValueError:
+        return path  # invalid: the policy parser reports it, located
 
 
 def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool) -> int:

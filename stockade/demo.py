@@ -87,7 +87,8 @@ def _plan(workspace: str, port: int, outside: list[Path]) -> dict[str, list[tupl
     return {
         "read-only": [
             ("read /etc/shadow", "read", "/etc/shadow", "DENIED"),
-            *((f"write {path}", "write", str(path), "DENIED") for path in outside),
+            (f"write {outside[0]}", "write", str(outside[0]), "DENIED"),
+            (f"write ~/{outside[1].name}", "write", str(outside[1]), "DENIED"),
             (f"read ${SECRET} (set in the parent)", "getenv", SECRET, "DENIED"),
             (f"connect to the host's 127.0.0.1:{port}", "connect", port, "DENIED"),
             ("create a user namespace", "unshare_user", None, "DENIED"),

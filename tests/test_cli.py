@@ -13,28 +13,15 @@ from pathlib import Path
 import pytest
 
 from stockade import demo
-from stockade.cli import main
-from stockade.errors import StockadeError
-from stockade.linux.backend import LinuxBackend
+from stockade.cli import main, to_toml
 from stockade.policy import parse_policy, preset
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _sandbox_unavailable() -> str:
-    try:
-        LinuxBackend().probe()
-    except StockadeError as exc:
-        return str(exc)
-    return ""
-
-
-UNAVAILABLE = _sandbox_unavailable()
-
-
 def sandboxed(test: Callable) -> Callable:
-    """Marks a test that runs a real sandbox (skipped, with the reason, where none can run)."""
-    return pytest.mark.linux(pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE)(test))
+    """Marks a test that runs a real sandbox (conftest's `linux` fixture skips or fails it)."""
+    return pytest.mark.linux(pytest.mark.usefixtures("linux")(test))
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -271,6 +258,12 @@ def test_policy_show_toml_round_trips(name, capsys):
     assert parse_policy(tomllib.loads(capsys.readouterr().out)) == preset(name)
 
 
+def test_toml_strings_are_escaped():
+    value = 'q"uote \\ tab\t del\x7f nl\n é 🦀'
+    document = {"version": 1, "env": {"set": {"A": value}, "pass": []}}
+    assert tomllib.loads(to_toml(document)) == document
+
+
 def test_policy_show_file(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"version": 1, "env": {"set": {"A": "b"}}}))
@@ -321,3 +314,41 @@ def test_help_has_examples(args, capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("stockade ")
+
+
+# --- later additions -------------------------------------------------------------------------
+
+
+@sandboxed
+def test_write_flag_upgrades_a_read_root_instead_of_conflicting(workspace):
+    done = cli("run", "--write", ".", "--", "sh", "-c", "echo hi > out && cat out", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hi\n"
+    assert (workspace / "out").read_text() == "hi\n"
+
+
+def test_unsandboxed_is_refused_for_a_restricting_policy(workspace):
+    marker = workspace / "ran"
+    done = cli("run", "--unsandboxed", "--", "touch", str(marker), cwd=workspace)
+    assert done.returncode == 70
+    one_error_line(done.stderr, "unenforceable:unsandboxed")
+    assert not marker.exists()
+
+
+@sandboxed
+def test_json_names_real_time_signals(workspace):
+    done = cli("run", "--json", "--", "sh", "-c", "kill -40 $$", cwd=workspace)
+    assert done.returncode == 128 + 40
+    body = json.loads(done.stdout)
+    assert body["signal"] == 40 and body["signal_name"] == "SIG40"
+
+
+@sandboxed
+def test_missing_root_error_names_the_path_not_a_wrong_index(workspace):
+    policy = workspace / "p.toml"
+    policy.write_text('version = 1\npreset = "read-only"\n[filesystem]\n'
+                      'read = ["/zzz-missing", "/usr"]\n')
+    done = cli("run", "--policy", str(policy), "--", "true", cwd=workspace)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr, "policy_invalid")
+    assert "filesystem.read: path /zzz-missing does not exist" in line

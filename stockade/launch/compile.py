@@ -93,14 +93,14 @@ def expand(path: str, ctx: CompileContext) -> str:
 def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,
             *, must_exist: bool) -> tuple[PathGrant, ...]:
     grants: dict[str, PathGrant] = {}
-    for index, raw in enumerate(paths):
+    for raw in paths:
         optional = raw.startswith("?")
         alias = expand(raw[1:] if optional else raw, ctx)
         try:
             canonical = os.path.realpath(alias, strict=True)
         except OSError:
             if must_exist and not optional:
-                raise PolicyError(f"path {alias} does not exist", key=f"{key}[{index}]") from None
+                raise PolicyError(f"path {alias} does not exist", key=key) from None
             continue
         grants.setdefault(canonical, PathGrant(path=canonical, alias=alias))
     return tuple(sorted(grants.values(), key=lambda g: g.path))

@@ -43,6 +43,15 @@ class Result:
         body = asdict(self)
         body["stdout"] = self.stdout.decode("utf-8", "replace")
         body["stderr"] = self.stderr.decode("utf-8", "replace")
-        body["signal_name"] = _signal.Signals(self.signal).name if self.signal else None
+        body["signal_name"] = _signal_name(self.signal)
         body["returncode"] = self.returncode
         return body
+
+
+def _signal_name(number: int | None) -> str | None:
+    if not number:
+        return None
+    try:
+        return _signal.Signals(number).name
+    except ValueError:  # real-time signals have no name of their own
+        return f"SIG{number}"
