@@ -19,7 +19,7 @@ from stockade.errors import (
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.linux import landlock, seccomp
-from stockade.linux.launcher import encode_frame
+from stockade.linux.launcher import WEAKENINGS, encode_frame
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(stockade.__file__)))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
@@ -34,7 +34,16 @@ def _seccomp_program() -> bytes:
 
 
 class LinuxBackend(Backend):
+    """`weaken` switches layers off, for tests that prove the evidence matrix can fail; it is
+    a constructor argument only, never read from the environment or a policy."""
+
     name = "linux"
+
+    def __init__(self, weaken: frozenset[str] = frozenset()) -> None:
+        unknown = weaken - WEAKENINGS
+        if unknown:
+            raise ValueError(f"unknown weakening {sorted(unknown)[0]!r}")
+        self.weaken = weaken
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -71,7 +80,7 @@ class LinuxBackend(Backend):
                     f"{grant.path}: the sandbox provides its own /proc and /dev")
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
-        return LinuxHandle(request, stdio, _seccomp_program())
+        return LinuxHandle(request, stdio, _seccomp_program(), self.weaken)
 
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()
@@ -113,7 +122,8 @@ def _read(path: str) -> str | None:
 class LinuxHandle(Handle):
     """A running launcher process. Killing it takes the whole sandbox down (PDEATHSIG)."""
 
-    def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes) -> None:
+    def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
+                 weaken: frozenset[str] = frozenset()) -> None:
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
         try:
@@ -133,7 +143,7 @@ class LinuxHandle(Handle):
         self.enforced: dict = {}
         self._killed = False
         try:
-            os.write(self._lifeline, encode_frame(request.encode(), bpf))
+            os.write(self._lifeline, encode_frame(request.encode(), bpf, weaken))
         except BrokenPipeError:
             pass  # the launcher died already; wait() reports why
 

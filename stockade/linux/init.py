@@ -36,14 +36,15 @@ def emit(fd: int, **event: object) -> None:
     os.write(fd, json.dumps(event).encode() + b"\n")
 
 
-def run(request: LaunchRequest, bpf: bytes, status_fd: int, lifeline_fd: int) -> None:
+def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int,
+        lifeline_fd: int) -> None:
     """Body of pid 1; never returns."""
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         prctl(PR_SET_DUMPABLE, 0)
         socket.sethostname("stockade")
         pid_max = limits.cap_pid_namespace(request.limits)
-        protected = mnt.build(request, STAGE)
+        protected = mnt.build(request, STAGE, weaken)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
     except OSError as exc:
@@ -53,17 +54,19 @@ def run(request: LaunchRequest, bpf: bytes, status_fd: int, lifeline_fd: int) ->
     child = os.fork()
     if child == 0:
         os.close(report_r)
-        _exec_command(request, bpf, report_w)
+        _exec_command(request, bpf, weaken, report_w)
     os.close(report_w)
     failure = _read_all(report_r)
     if failure:
         os.waitpid(child, 0)
         info = json.loads(failure)
         _fail(status_fd, info["kind"], info["code"], info["message"], info["stage"])
-    enforced = {
+    enforced: dict[str, object] = {"weakened_for_testing": sorted(weaken)} if weaken else {}
+    enforced |= {
         "namespaces": ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"],
-        "landlock_abi": landlock.abi_version(),
-        "seccomp": "filter",
+        "landlock": landlock.describe(),
+        "seccomp": {"mode": "filter", "denied_syscalls": len(seccomp.DENIED_SYSCALLS),
+                    "clone3": "ENOSYS", "ioctl": "TIOCSTI/TIOCLINUX denied"},
         "protected_mounts": len(protected),
         "pid_max": pid_max,
         "limits": limits.describe(request.limits),
@@ -110,22 +113,28 @@ def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
                 return os.WEXITSTATUS(status), None
 
 
-def _exec_command(request: LaunchRequest, bpf: bytes, report_w: int) -> None:
+def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
+                  report_w: int) -> None:
     """Body of the command's process: confine, then exec. Never returns."""
     stage = "privilege"
     try:
         os.setsid()
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        limits.apply_rlimits(request.limits)
+        if "rlimits" not in weaken:
+            limits.apply_rlimits(request.limits)
         os.chdir(request.cwd)
-        privilege.prepare()
+        if "privileges" not in weaken:
+            privilege.prepare()
         stage = "landlock"
-        landlock.apply(_landlock_rules(request))
+        if "landlock" not in weaken:
+            landlock.apply(_landlock_rules(request))
         stage = "privilege"
-        privilege.drop_all()
+        if "privileges" not in weaken:
+            privilege.drop_all()
         stage = "seccomp"
-        seccomp.install(bpf)
+        if "seccomp" not in weaken:
+            seccomp.install(bpf)
         privilege.close_fds({0, 1, 2, report_w})
         stage = "exec"
         os.execvpe(request.argv[0], list(request.argv), dict(request.env))

@@ -51,16 +51,17 @@ class _Mount:
         return 0 if self.path == "/" else self.path.count("/")
 
 
-def build(request: LaunchRequest, stage: str) -> list[str]:
-    """Build the view on `stage` and pivot into it. Returns the protected paths mounted."""
+def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset()) -> list[str]:
+    """Build the view on `stage` and pivot into it. Returns the protected paths mounted.
+    `weaken` (tests only) skips layers: "read_only", "protected", "deny"."""
     roots = [_Mount(g.path, "read") for g in request.read]
     roots += [_Mount(g.path, "write") for g in request.write]
     for m in roots:
         m.source_fd = _open_source(m.path, "filesystem." + m.kind)
         m.is_dir = os.path.isdir(f"/proc/self/fd/{m.source_fd}")
-    guarded = _protected(request, roots)
+    guarded = [] if "protected" in weaken else _protected(request, roots)
     denied = []
-    for grant in request.deny:
+    for grant in () if "deny" in weaken else request.deny:
         try:
             fd = open_path_nofollow(grant.path)
         except FileNotFoundError:
@@ -85,7 +86,7 @@ def build(request: LaunchRequest, stage: str) -> list[str]:
         if m.kind == "system":
             _mount_system(top, own_devs, m.path, request, device_fds)
         else:
-            _mount_root(top, own_devs, m, request.exec_from_write)
+            _mount_root(top, own_devs, m, request.exec_from_write, "read_only" not in weaken)
     for m in guarded:
         _mount_over(top, m)
     _mask(top, own_devs, denied)
@@ -171,9 +172,10 @@ def _target(top: int, own_devs: set[int], path: str, *, is_dir: bool, create: bo
     return fd
 
 
-def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool) -> None:
+def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool,
+                read_only: bool) -> None:
     if m.kind == "read":
-        attrs = RO
+        attrs = RO if read_only else MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     else:
         attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
     tree = clone_tree(m.source_fd)

@@ -27,10 +27,11 @@ SANDBOX_NAMESPACES = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC 
 NAMESPACE_NAMES = ("user", "mnt", "pid", "ipc", "uts", "net", "cgroup")
 
 
-def unshare_all() -> None:
+def unshare_all(*, network: bool = True) -> None:
     """Move this (single-threaded) process into fresh namespaces and map its ids."""
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(ctypes.c_int(SANDBOX_NAMESPACES)) != 0:
+    flags = SANDBOX_NAMESPACES if network else SANDBOX_NAMESPACES & ~CLONE_NEWNET
+    if libc.unshare(ctypes.c_int(flags)) != 0:
         err = ctypes.get_errno()
         raise UnavailableError("userns_unavailable", _why_no_userns(err))
     _write("/proc/self/setgroups", "deny")
