@@ -15,7 +15,7 @@ setup() {  # setup DIR: a venv in DIR/.venv with Stockade and the test tools
 
 suite() {  # suite DIR [runner...]: lint, then the tests
     (cd "$1" && "${@:2}" .venv/bin/ruff check --no-cache stockade tests)
-    (cd "$1" && STOCKADE_REQUIRE_LINUX=1 "${@:2}" .venv/bin/python -m pytest -q -p no:cacheprovider)
+    (cd "$1" && STOCKADE_REQUIRE_LINUX=1 "${@:2}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider)
 }
 
 echo "== tests as $(id -un)"

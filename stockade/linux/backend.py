@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 
-import stockade
 from stockade.errors import (
     SetupError,
     StartError,
@@ -20,11 +21,8 @@ from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.linux import landlock, seccomp
 from stockade.linux.launcher import WEAKENINGS, encode_frame
+from stockade.linux.zygote import ZYGOTE
 
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(stockade.__file__)))
-# -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-         "from stockade.linux.launcher import main; main(int(sys.argv[2]), int(sys.argv[3]))")
 _SYSTEM_PREFIXES = ("/proc", "/dev")
 
 
@@ -120,44 +118,49 @@ def _read(path: str) -> str | None:
 
 
 class LinuxHandle(Handle):
-    """A running launcher process. Killing it takes the whole sandbox down (PDEATHSIG)."""
+    """A launch in progress, forked by the zygote. Its launcher's pidfd tells when the whole
+    sandbox has drained (the launcher outlives the sandbox's init)."""
 
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset()) -> None:
+        child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _BOOT, _PACKAGE_PARENT,
-                 str(request_r), str(status_w)],
-                stdin=stdio.stdin, stdout=stdio.stdout, stderr=stdio.stderr,
-                pass_fds=(request_r, status_w), env={}, cwd="/",
-            )
+            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w)
+        except BaseException:
+            for f in parent_files:
+                if f is not None:
+                    f.close()
+            for fd in (self._lifeline, status_r):
+                os.close(fd)
+            raise
         finally:
-            os.close(request_r)
-            os.close(status_w)
-        self._status = os.fdopen(status_r, "rb")
-        self.stdin, self.stdout = self._proc.stdin, self._proc.stdout
-        self.stderr = self._proc.stderr
-        self.pid = self._proc.pid
+            for fd in (*transient, request_r, status_w):
+                os.close(fd)
+        self.stdin, self.stdout, self.stderr = parent_files
+        self._status = status_r
         self.enforced: dict = {}
-        self._killed = False
+        self._killed_at: float | None = None
         try:
             os.write(self._lifeline, encode_frame(request.encode(), bpf, weaken))
         except BrokenPipeError:
             pass  # the launcher died already; wait() reports why
 
     def wait(self, timeout: float | None = None) -> Exit | None:
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not _readable(self._pidfd, _left(deadline, self._killed_at)):
+            if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_GRACE:
+                _signal_pidfd(self._pidfd, signal.SIGKILL)  # init is stuck in its setup
+                self._killed_at = None
+            elif deadline is not None and time.monotonic() >= deadline:
+                return None
         return self._settle()
 
     def kill(self) -> None:
-        self._killed = True
-        if self._proc.returncode is None:
-            self._proc.kill()
+        """Close the lifeline: the sandbox's init exits and the kernel kills the rest."""
+        if self._killed_at is None and self._lifeline >= 0:
+            self._killed_at = time.monotonic()
         self._close_lifeline()
 
     def _close_lifeline(self) -> None:
@@ -166,9 +169,14 @@ class LinuxHandle(Handle):
             self._lifeline = -1
 
     def _settle(self) -> Exit:
+        killed = self._killed_at is not None or self._lifeline < 0
         self._close_lifeline()
-        events = [json.loads(line) for line in self._status.read().splitlines() if line.strip()]
-        self._status.close()
+        chunks = []
+        while chunk := os.read(self._status, 65536):
+            chunks.append(chunk)
+        for fd in (self._status, self._pidfd):
+            os.close(fd)
+        events = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
         for event in events:
             if event["event"] == "started":
                 self.enforced = event["enforced"]
@@ -176,12 +184,58 @@ class LinuxHandle(Handle):
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
                 return Exit(None, None, _error(event))
-        if self._killed:
+        if killed:
             return Exit(None, signal.SIGKILL)
-        code = self._proc.returncode
         return Exit(None, None, SetupError(
-            "launcher_failed", f"the sandbox launcher ended unexpectedly (status {code})",
-            stage="launcher"))
+            "launcher_failed", "the sandbox launcher ended unexpectedly", stage="launcher"))
+
+
+KILL_GRACE = 1.0  # seconds a killed sandbox's init may take before its launcher is SIGKILLed
+
+
+def _left(deadline: float | None, killed_at: float | None) -> float | None:
+    """How long the next poll may block."""
+    now = time.monotonic()
+    limits = [t for t in (deadline, None if killed_at is None else killed_at + KILL_GRACE)
+              if t is not None]
+    return max(min(limits) - now, 0) if limits else None
+
+
+def _readable(fd: int, timeout: float | None) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else int(timeout * 1000) + 1))
+
+
+def _signal_pidfd(pidfd: int, sig: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
+    """(fds for the child's 0/1/2, the parent's file objects for pipes, fds to close after the
+    zygote has its copies), following subprocess's conventions (None, PIPE, DEVNULL, fd, file)."""
+    child: list[int] = []
+    parent: list = [None, None, None]
+    transient: list[int] = []
+    for index, spec in enumerate((stdio.stdin, stdio.stdout, stdio.stderr)):
+        if spec is None:
+            child.append(index)
+        elif spec == subprocess.DEVNULL:
+            fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            child.append(fd)
+            transient.append(fd)
+        elif spec == subprocess.PIPE:
+            read, write = os.pipe()
+            ours, theirs = (write, read) if index == 0 else (read, write)
+            parent[index] = open(ours, "wb" if index == 0 else "rb")  # noqa: SIM115
+            child.append(theirs)
+            transient.append(theirs)
+        else:
+            child.append(spec if isinstance(spec, int) else spec.fileno())
+    return (child[0], child[1], child[2]), parent, transient
 
 
 def _error(event: dict) -> Exception:
