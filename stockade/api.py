@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Sequence
@@ -72,6 +71,8 @@ def run(
 async def arun(argv: Sequence[str], policy: Policy | str | os.PathLike | None = None,
                **kwargs: object) -> Result:
     """`run` for asyncio programs. Cancelling the awaiting task kills the sandbox tree."""
+    import asyncio  # only asyncio programs pay for importing it
+
     cancel = threading.Event()
     task = asyncio.ensure_future(asyncio.to_thread(run, argv, policy, cancel=cancel, **kwargs))
     try:

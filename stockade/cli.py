@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, NoReturn
 
-from stockade import __version__, demo
+from stockade import __version__
 from stockade.api import DEFAULT_PRESET, resolve_policy
 from stockade.errors import StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -198,6 +198,8 @@ def _add_demo(commands: Any) -> None:
 
 def _demo(args: argparse.Namespace, command: list[str] | None) -> int:
     _no_command(command)
+    from stockade import demo  # imported on demand: it is the only user of its modules
+
     return demo.main()
 
 

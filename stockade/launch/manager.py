@@ -9,17 +9,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO
 
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
-from stockade.launch.backend import Backend, Exit, Handle, Stdio
+from stockade.launch.backend import Backend, Stdio
+from stockade.launch.pump import drive
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.policy.model import Policy
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
-CANCEL_POLL = 0.05  # seconds between checks of a cancel event
 
 
 def _linux() -> Backend:
@@ -85,85 +84,27 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     out = None if stdio_inherit else subprocess.PIPE
     started = time.monotonic()
     handle = backend.spawn(request, Stdio(stdin, out, out))
-    pumps = [_Capture(stream, limit) for stream in (handle.stdout, handle.stderr) if stream]
-    if input is not None and handle.stdin:
-        threading.Thread(target=_feed, args=(handle.stdin, input), daemon=True).start()
     timeout = request.limits.timeout
-    end, timed_out, cancelled = _wait(handle, timeout, cancel)
-    for pump in pumps:
-        pump.join()
-    if end.failure is not None:
-        raise end.failure
-    stdout = pumps[0] if pumps else _Capture(None, 0)
-    stderr = pumps[1] if len(pumps) > 1 else _Capture(None, 0)
+    done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel)
+    if done.end.failure is not None:
+        raise done.end.failure
     violations = []
-    if timed_out:
+    if done.timed_out:
         violations.append(Violation("limits.timeout", f"killed after {timeout:g}s"))
-    if cancelled:
+    if done.cancelled:
         violations.append(Violation("cancelled", "cancelled by the caller"))
-    for name, pump in (("stdout", stdout), ("stderr", stderr)):
-        if pump.truncated:
+    for name, capture in (("stdout", done.stdout), ("stderr", done.stderr)):
+        if capture.truncated:
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
     return Result(
-        exit_code=end.exit_code, signal=end.signal,
-        stdout=bytes(stdout.data), stderr=bytes(stderr.data),
-        stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
-        timed_out=timed_out, cancelled=cancelled,
+        exit_code=done.end.exit_code, signal=done.end.signal,
+        stdout=bytes(done.stdout.data), stderr=bytes(done.stderr.data),
+        stdout_truncated=done.stdout.truncated, stderr_truncated=done.stderr.truncated,
+        timed_out=done.timed_out, cancelled=done.cancelled,
         duration=time.monotonic() - started, backend=backend.name,
         digest=request.digest, request_id=request.request_id,
         violations=tuple(violations), enforced=handle.enforced,
     )
-
-
-def _wait(handle: Handle, timeout: float | None,
-          cancel: threading.Event | None) -> tuple[Exit, bool, bool]:
-    """(exit, timed out, cancelled): kills the tree at the deadline or on cancel."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = CANCEL_POLL if cancel is not None else None
-        if deadline is not None:
-            left = max(deadline - time.monotonic(), 0)
-            step = left if step is None else min(step, left)
-        end = handle.wait(step)
-        if end is not None:
-            return end, False, False
-        timed_out = deadline is not None and time.monotonic() >= deadline
-        if timed_out or (cancel is not None and cancel.is_set()):
-            handle.kill()
-            return handle.wait(), timed_out, not timed_out
-
-
-class _Capture(threading.Thread):
-    """Reads a stream to its end, keeping at most `limit` bytes (the rest is drained)."""
-
-    def __init__(self, stream: IO[bytes] | None, limit: int) -> None:
-        super().__init__(daemon=True)
-        self.stream, self.limit = stream, limit
-        self.data = bytearray()
-        self.truncated = False
-        if stream is not None:
-            self.start()
-
-    def run(self) -> None:
-        assert self.stream is not None
-        with self.stream:
-            while chunk := self.stream.read1(65536):
-                room = self.limit - len(self.data)
-                if len(chunk) > room:
-                    self.truncated = True
-                self.data += chunk[:max(room, 0)]
-
-    def join(self, timeout: float | None = None) -> None:
-        if self.stream is not None:
-            super().join(timeout)
-
-
-def _feed(stream: IO[bytes], data: bytes) -> None:
-    try:
-        with stream:
-            stream.write(data)
-    except (BrokenPipeError, ValueError):
-        pass  # the command stopped reading; that is its business
 
 
 def restricts_nothing(policy: Policy) -> bool:

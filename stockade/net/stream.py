@@ -10,8 +10,8 @@ import socket
 import time
 
 
-class Closed(Exception):
-    """The client closed, or ran out of time, before finishing its request."""
+class Closed(ConnectionError):
+    """The client closed or ran out of time mid-request, or the proxy is stopping."""
 
 
 class TooLarge(Exception):

@@ -1,0 +1,254 @@
+"""Launch benchmarks: Stockade against its peers, measured in one run, interleaved, with warm-up.
+
+    python bench/run.py [--rounds N] [--markdown]
+
+Contenders that are not installed are reported as missing, never silently dropped. Run it with
+the project's own interpreter (e.g. `.venv/bin/python bench/run.py`), not through a shim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import stockade  # noqa: E402
+from stockade.policy import preset  # noqa: E402
+
+ROOTS = ("/usr", "/etc")
+LINKS = (("usr/bin", "/bin"), ("usr/sbin", "/sbin"), ("usr/lib", "/lib"), ("usr/lib64", "/lib64"))
+
+
+def bwrap_argv(workspace: str, *command: str) -> list[str]:
+    """bwrap with the closest equivalent of Stockade's read-only preset."""
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    for root in ROOTS:
+        argv += ["--ro-bind", root, root]
+    for target, link in LINKS:
+        if os.path.islink(link):
+            argv += ["--symlink", target, link]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return argv + ["--ro-bind", workspace, workspace, "--chdir", workspace, *command]
+
+
+def contenders(workspace: str) -> dict[str, Callable[[], object] | str]:
+    """name -> a zero-argument launch of `true`, or the reason it is missing."""
+    policy = preset("read-only")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    cli_env = {**os.environ, "PYTHONPATH": REPO}
+    cli = [sys.executable, "-m", "stockade", "run", "--preset", "read-only", "--workspace",
+           workspace, "--", "true"]
+    found: dict[str, Callable[[], object] | str] = {
+        "bare subprocess": lambda: subprocess.run(["true"], check=True),
+        "python -c pass": lambda: subprocess.run([sys.executable, "-c", "pass"], check=True),
+        "stockade API": lambda: _check(stockade.run(["true"], policy, workspace=workspace)),
+        "stockade CLI": lambda: subprocess.run(cli, check=True, env=cli_env, **quiet),
+        "stockade warm session": "missing: warm sessions are not implemented yet",
+    }
+    peers = {
+        "bwrap": bwrap_argv(workspace, "true"),
+        "firejail": ["firejail", "--quiet", "--noprofile", "--net=none", "--private-tmp", "true"],
+        "unshare": ["unshare", "-Urmpf", "--mount-proc", "true"],
+    }
+    for name, argv in peers.items():
+        if shutil.which(argv[0]) is None:
+            found[name] = f"missing: {argv[0]} is not installed"
+        elif subprocess.run(argv, **quiet).returncode != 0:
+            found[name] = f"missing: {argv[0]} does not run here"
+        else:
+            found[name] = (lambda a=argv: subprocess.run(a, check=True, **quiet))
+    return found
+
+
+def _check(result: stockade.Result) -> None:
+    if result.exit_code != 0:
+        raise RuntimeError(f"stockade run failed: {result}")
+
+
+def latency(runners: dict[str, Callable[[], object]], rounds: int,
+            warmup: int) -> dict[str, list[float]]:
+    """Seconds per launch; each round runs every contender once, in a shuffled order."""
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
+    for round_no in range(warmup + rounds):
+        random.shuffle(names)
+        for name in names:
+            started = time.perf_counter()
+            runners[name]()
+            if round_no >= warmup:
+                samples[name].append(time.perf_counter() - started)
+    return samples
+
+
+def throughput(launch: Callable[[], object], callers: int, seconds: float) -> float:
+    """Launches per second with `callers` threads launching back to back."""
+    deadline = time.perf_counter() + seconds
+
+    def loop() -> int:
+        count = 0
+        while time.perf_counter() < deadline:
+            launch()
+            count += 1
+        return count
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(callers) as pool:
+        total = sum(pool.map(lambda _: loop(), range(callers)))
+    return total / (time.perf_counter() - started)
+
+
+def _tree_rss(roots: list[int]) -> int:
+    """Summed RSS (bytes) of `roots` and all their descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, list(roots)
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                rss = next(line for line in f if line.startswith("VmRSS:"))
+            total += int(rss.split()[1]) * 1024
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, float]:
+    """RSS (MiB) of the processes that keep one idle sandbox (`sleep`) alive, per sandbox."""
+    from stockade.linux.zygote import ZYGOTE
+
+    out: dict[str, float] = {}
+    sleeper = ["sleep", "30"]
+    with ThreadPoolExecutor(count) as pool:
+        cancels = []
+        futures = []
+        import threading
+        for _ in range(count):
+            cancel = threading.Event()
+            cancels.append(cancel)
+            futures.append(pool.submit(stockade.run, sleeper, preset("read-only"),
+                                       workspace=workspace, cancel=cancel))
+        time.sleep(2.0)
+        zygote = ZYGOTE._proc.pid if ZYGOTE._proc else None
+        launchers = [] if zygote is None else [
+            int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == zygote]
+        out["stockade"] = _tree_rss(launchers) / count / 2**20
+        for cancel in cancels:
+            cancel.set()
+        for future in futures:
+            future.result()
+    if shutil.which("bwrap"):
+        procs = [subprocess.Popen(bwrap_argv(workspace, *sleeper)) for _ in range(count)]
+        time.sleep(1.0)
+        out["bwrap"] = _tree_rss([p.pid for p in procs]) / count / 2**20
+        for p in procs:
+            p.kill()
+            p.wait()
+    return out
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def machine() -> str:
+    with open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f
+                      if line.startswith("model name")), platform.machine())
+    return (f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({model}), "
+            f"Python {platform.python_version()}, uid {os.getuid()}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput figure")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    workspace = tempfile.mkdtemp(prefix="stockade-bench-")
+    try:
+        found = contenders(workspace)
+        runners = {k: v for k, v in found.items() if callable(v)}
+        samples = latency(runners, args.rounds, args.warmup)
+        medians = {k: statistics.median(v) * 1000 for k, v in samples.items()}
+        rates = {}
+        for name in ("stockade API", "bwrap"):
+            if name in runners:
+                for callers in (1, 2):
+                    rates[(name, callers)] = throughput(runners[name], callers, args.seconds)
+        memory = memory_per_sandbox(workspace)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    print(render(found, medians, rates, memory, args.markdown))
+    return 0
+
+
+def render(found: dict, medians: dict[str, float], rates: dict, memory: dict[str, float],
+           markdown: bool) -> str:
+    bwrap = medians.get("bwrap")
+    interp = medians.get("python -c pass")
+    rows = [("contender", "median ms", "× bwrap")]
+    for name, value in found.items():
+        if name in medians:
+            ratio = f"{medians[name] / bwrap:.2f}" if bwrap else "-"
+            rows.append((name, f"{medians[name]:.2f}", ratio))
+        else:
+            rows.append((name, str(value), ""))
+    lines = [f"Machine: {machine()}", "", *_table(rows, markdown), ""]
+    if interp and bwrap and "stockade CLI" in medians:
+        budget = 1.5 * (interp + bwrap)
+        lines.append(f"CLI: {medians['stockade CLI']:.2f} ms against a budget of 1.5 × "
+                     f"(interpreter {interp:.2f} + bwrap {bwrap:.2f}) = {budget:.2f} ms; "
+                     f"interpreter start-up is {interp / medians['stockade CLI']:.0%} of it")
+        lines.append("")
+    if rates:
+        rows = [("throughput", "1 caller /s", "2 callers /s")]
+        for name in ("stockade API", "bwrap"):
+            if (name, 1) in rates:
+                rows.append((name, f"{rates[(name, 1)]:.0f}", f"{rates[(name, 2)]:.0f}"))
+        if ("bwrap", 2) in rates and ("stockade API", 2) in rates:
+            rows.append(("ratio", f"{rates[('stockade API', 1)] / rates[('bwrap', 1)]:.2f}",
+                         f"{rates[('stockade API', 2)] / rates[('bwrap', 2)]:.2f}"))
+        lines += [*_table(rows, markdown), ""]
+    if memory:
+        lines += _table([("memory per idle sandbox", "RSS MiB"),
+                         *((k, f"{v:.1f}") for k, v in memory.items())], markdown)
+    return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+        return out + ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The environment a sandboxed child gets so that ordinary clients use the proxy.
+
+The proxy is reached inside the sandbox at 127.0.0.1:PORT (a forwarder to its unix socket).
+`NO_PROXY` is set, empty, on purpose: it overrides whatever the host had (which could name
+internal hosts) and lists no loopback name, so a client sends even `localhost` requests to the
+proxy, which refuses them unless the address is allowed literally, instead of silently going
+direct. The cost: a client talking to a server the child itself runs on loopback must be told
+to bypass the proxy explicitly.
+
+`GIT_SSH_COMMAND` sends `git` over SSH through SOCKS5 with OpenBSD `nc` (`-X 5 -x`); it only
+works where `ssh` and that `nc` exist, and the SSH host must be allowed with its port
+(`github.com:22`).
+"""
+
+from __future__ import annotations
+
+from stockade.errors import UsageError
+
+
+def proxy_environment(port: int) -> dict[str, str]:
+    """Proxy variables (upper and lower case) for a proxy at 127.0.0.1:`port`."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise UsageError(f"proxy port must be 1-65535, got {port!r}")
+    http_url = f"http://127.0.0.1:{port}"
+    names = {"HTTP_PROXY": http_url, "HTTPS_PROXY": http_url,
+             "ALL_PROXY": f"socks5h://127.0.0.1:{port}", "NO_PROXY": ""}
+    env = names | {name.lower(): value for name, value in names.items()}
+    env["GIT_SSH_COMMAND"] = f"ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:{port} %h %p'"
+    return env
