@@ -125,6 +125,8 @@ def _add_run(commands: Any) -> None:
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="after the run, print each launch stage and its duration on stderr")
     run.add_argument("--json", action="store_true",
                      help="capture output and print one JSON result (or error) object")
     run.add_argument("--unsandboxed", action="store_true",
@@ -139,7 +141,7 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
-    return _execute(chosen, argv, args.workspace, as_json=args.json)
+    return _execute(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose)
 
 
 def _add_sandbox_exec(commands: Any) -> None:
@@ -289,7 +291,8 @@ def _lexical(path: str) -> tuple[str, ...] | str:
         return path  # invalid: the policy parser reports it, located
 
 
-def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool) -> int:
+def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+             verbose: bool = False) -> int:
     """Run `argv`: output passed through live, or captured and printed as one JSON object."""
     request = compile_policy(policy, argv, CompileContext.current(workspace))
     sys.stdout.flush()
@@ -297,6 +300,10 @@ def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json:
     result = SandboxManager().run(request, stdio_inherit=not as_json)
     if as_json:
         print(json.dumps(result.to_json()))
+    if verbose:
+        stages = ", ".join(f"{name} {ms:.1f}" for name, ms in result.timings.items())
+        print(f"stockade: {result.backend} launch stages (ms): {stages}; "
+              f"digest {result.digest[:16]}", file=sys.stderr)
     _print_violations(result)
     return result.returncode
 

@@ -352,3 +352,12 @@ def test_missing_root_error_names_the_path_not_a_wrong_index(workspace):
     assert done.returncode == 2
     line = one_error_line(done.stderr, "policy_invalid")
     assert "filesystem.read: path /zzz-missing does not exist" in line
+
+
+@sandboxed
+def test_verbose_prints_launch_stages(workspace):
+    done = cli("run", "--verbose", "--", "true", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    for name in ("namespaces", "mounts", "confine", "exec", "run", "settle"):
+        assert f"{name} " in line, line

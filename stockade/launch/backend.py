@@ -44,6 +44,8 @@ class Handle(abc.ABC):
     stdout: IO[bytes] | None = None
     stderr: IO[bytes] | None = None
     enforced: dict  # what this launch enforced, layer by layer (set by the backend)
+    # (stage, CLOCK_MONOTONIC time it ended), in order; the first is the spawn itself
+    stages: list[tuple[str, float]]
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Exit | None:

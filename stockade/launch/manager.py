@@ -104,7 +104,14 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         duration=time.monotonic() - started, backend=backend.name,
         digest=request.digest, request_id=request.request_id,
         violations=tuple(violations), enforced=handle.enforced,
+        timings=stage_timings(handle.stages),
     )
+
+
+def stage_timings(stages: list[tuple[str, float]]) -> dict[str, float]:
+    """Milliseconds each stage took, from the end of the one before it."""
+    return {name: round((t - before) * 1000, 3)
+            for (_, before), (name, t) in zip(stages, stages[1:], strict=False)}
 
 
 def restricts_nothing(policy: Policy) -> bool:

@@ -30,6 +30,7 @@ class Result:
     request_id: str
     violations: tuple[Violation, ...] = ()
     enforced: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # milliseconds per launch stage
 
     @property
     def returncode(self) -> int:

@@ -123,6 +123,7 @@ class LinuxHandle(Handle):
 
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset()) -> None:
+        self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
@@ -177,6 +178,8 @@ class LinuxHandle(Handle):
         for fd in (self._status, self._pidfd):
             os.close(fd)
         events = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
+        self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
+        self.stages.append(("settle", time.monotonic()))
         for event in events:
             if event["event"] == "started":
                 self.enforced = event["enforced"]

@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import socket
+import time
 
 from stockade.errors import StockadeError
 from stockade.launch.request import LaunchRequest
@@ -36,6 +37,11 @@ def emit(fd: int, **event: object) -> None:
     os.write(fd, json.dumps(event).encode() + b"\n")
 
 
+def stage(fd: int, name: str) -> None:
+    """Mark the end of a launch stage (CLOCK_MONOTONIC is shared by all processes)."""
+    emit(fd, event="stage", name=name, t=time.monotonic())
+
+
 def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int,
         lifeline_fd: int) -> None:
     """Body of pid 1; never returns."""
@@ -44,7 +50,9 @@ def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: i
         prctl(PR_SET_DUMPABLE, 0)
         socket.sethostname("stockade")
         pid_max = limits.cap_pid_namespace(request.limits)
+        stage(status_fd, "init")
         protected = mnt.build(request, STAGE, weaken)
+        stage(status_fd, "mounts")
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
     except OSError as exc:
@@ -54,7 +62,7 @@ def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: i
     child = os.fork()
     if child == 0:
         os.close(report_r)
-        _exec_command(request, bpf, weaken, report_w)
+        _exec_command(request, bpf, weaken, report_w, status_fd)
     os.close(report_w)
     failure = _read_all(report_r)
     if failure:
@@ -71,14 +79,16 @@ def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: i
         "pid_max": pid_max,
         "limits": limits.describe(request.limits),
     }
+    stage(status_fd, "exec")
     emit(status_fd, event="started", enforced=enforced)
     code, sig = _supervise(child, lifeline_fd)
+    stage(status_fd, "run")
     emit(status_fd, event="exit", exit_code=code, signal=sig)
     os._exit(0)
 
 
-def _fail(status_fd: int, kind: str, code: str, message: str, stage: str) -> None:
-    emit(status_fd, event="error", kind=kind, code=code, message=message, stage=stage)
+def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> None:
+    emit(status_fd, event="error", kind=kind, code=code, message=message, stage=where)
     os._exit(70 if kind == "setup" else 71)
 
 
@@ -114,9 +124,9 @@ def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
 
 
 def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
-                  report_w: int) -> None:
+                  report_w: int, status_fd: int) -> None:
     """Body of the command's process: confine, then exec. Never returns."""
-    stage = "privilege"
+    step = "privilege"
     try:
         os.setsid()
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
@@ -126,30 +136,31 @@ def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
         os.chdir(request.cwd)
         if "privileges" not in weaken:
             privilege.prepare()
-        stage = "landlock"
+        step = "landlock"
         if "landlock" not in weaken:
             landlock.apply(_landlock_rules(request))
-        stage = "privilege"
+        step = "privilege"
         if "privileges" not in weaken:
             privilege.drop_all()
-        stage = "seccomp"
+        step = "seccomp"
         if "seccomp" not in weaken:
             seccomp.install(bpf)
+        stage(status_fd, "confine")
         privilege.close_fds({0, 1, 2, report_w})
-        stage = "exec"
+        step = "exec"
         os.execvpe(request.argv[0], list(request.argv), dict(request.env))
     except OSError as exc:
-        if stage == "exec" and exc.errno in START_ERRNOS:
+        if step == "exec" and exc.errno in START_ERRNOS:
             code = "command_not_found" if exc.errno == errno.ENOENT else "command_not_executable"
-            report = {"kind": "start", "code": code, "stage": stage,
+            report = {"kind": "start", "code": code, "stage": step,
                       "message": f"{request.argv[0]}: {exc.strerror}"}
         else:
-            report = {"kind": "setup", "code": f"{stage}_failed", "stage": stage,
+            report = {"kind": "setup", "code": f"{step}_failed", "stage": step,
                       "message": exc.strerror or str(exc)}
     except StockadeError as exc:
-        report = {"kind": "setup", "code": exc.code, "stage": stage, "message": exc.message}
+        report = {"kind": "setup", "code": exc.code, "stage": step, "message": exc.message}
     except BaseException as exc:  # noqa: BLE001 - anything here must become a typed report
-        report = {"kind": "setup", "code": "internal_error", "stage": stage,
+        report = {"kind": "setup", "code": "internal_error", "stage": step,
                   "message": exc.__class__.__name__}
     os.write(report_w, json.dumps(report).encode())
     os._exit(127)

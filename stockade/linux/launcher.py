@@ -44,11 +44,13 @@ def main(request_fd: int, status_fd: int) -> None:
     from stockade.linux import init, ns
 
     try:
+        init.stage(status_fd, "launcher")
         raw, bpf, weaken = read_frame(request_fd)
         if len(raw) > MAX_FRAME:
             raise EOFError("request frame too large")
         request = LaunchRequest.decode(raw)
         ns.unshare_all(network="network" not in weaken)
+        init.stage(status_fd, "namespaces")
         pid = os.fork()
         if pid == 0:
             init.run(request, bpf, weaken, status_fd, request_fd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import selectors
 import socket
 
-_CHUNK = 128 * 1024
+_CHUNK = 256 * 1024
 
 
 def relay(client: socket.socket, upstream: socket.socket, idle_timeout: float) -> None:
