@@ -359,5 +359,5 @@ def test_verbose_prints_launch_stages(workspace):
     done = cli("run", "--verbose", "--", "true", cwd=workspace)
     assert done.returncode == 0, done.stderr
     line = done.stderr.strip().splitlines()[-1]
-    for name in ("namespaces", "mounts", "confine", "exec", "run", "settle"):
+    for name in ("handoff", "request", "mounts", "confine", "exec", "run", "settle"):
         assert f"{name} " in line, line

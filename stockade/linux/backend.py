@@ -128,7 +128,8 @@ class LinuxHandle(Handle):
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w)
+            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w,
+                                        network_namespace="network" not in weaken)
         except BaseException:
             for f in parent_files:
                 if f is not None:

@@ -18,10 +18,12 @@ import select
 import signal
 import socket
 import time
+from typing import NoReturn
 
 from stockade.errors import StockadeError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import landlock, limits, mnt, privilege, seccomp
+from stockade.linux import fdpass, landlock, limits, mnt, privilege, seccomp
+from stockade.linux.launcher import LAUNCH_FDS, read_frame
 from stockade.linux.syscalls import prctl
 
 PR_SET_PDEATHSIG = 1
@@ -42,15 +44,34 @@ def stage(fd: int, name: str) -> None:
     emit(fd, event="stage", name=name, t=time.monotonic())
 
 
-def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int,
-        lifeline_fd: int) -> None:
-    """Body of pid 1; never returns."""
+def serve(handoff: socket.socket) -> NoReturn:
+    """Body of pid 1: wait for one launch's descriptors, then run it. Never returns."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_DUMPABLE, 0)
+    socket.sethostname("stockade")
+    _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
+    handoff.close()
+    if len(fds) != LAUNCH_FDS:
+        os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
+    *stdio, request_fd, status_fd = fds
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+    fdpass.close_all(stdio)
+    stage(status_fd, "handoff")
     try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        prctl(PR_SET_DUMPABLE, 0)
-        socket.sethostname("stockade")
+        raw, bpf, weaken = read_frame(request_fd)
+        request = LaunchRequest.decode(raw)
+    except (StockadeError, EOFError, OSError) as exc:
+        _fail(status_fd, "setup", "request_invalid", str(exc), "request")
+    stage(status_fd, "request")
+    run(request, bpf, weaken, status_fd, request_fd)
+
+
+def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int,
+        lifeline_fd: int) -> NoReturn:
+    """Build the sandbox and run the command in it, as pid 1."""
+    try:
         pid_max = limits.cap_pid_namespace(request.limits)
-        stage(status_fd, "init")
         protected = mnt.build(request, STAGE, weaken)
         stage(status_fd, "mounts")
     except StockadeError as exc:
@@ -87,7 +108,7 @@ def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: i
     os._exit(0)
 
 
-def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> None:
+def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoReturn:
     emit(status_fd, event="error", kind=kind, code=code, message=message, stage=where)
     os._exit(70 if kind == "setup" else 71)
 

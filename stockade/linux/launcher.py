@@ -1,20 +1,28 @@
-"""The launcher process, started by the Linux backend with a fresh interpreter.
+"""The skeleton of one sandbox: forked by the zygote *before* it is needed, so that entering
+namespaces and forking the sandbox's pid 1 are off a launch's critical path.
 
-Invoked as `launcher.main(request_fd, status_fd)`. It reads one frame from `request_fd` (the
-request and the compiled seccomp program), enters fresh namespaces and forks the sandbox's pid 1.
-Its stdio become the command's. Events go to `status_fd` as JSON lines; `request_fd` stays open
-as the lifeline: when the owner dies, it reaches EOF.
+The skeleton process enters fresh namespaces and forks pid 1, which waits on the handoff socket
+for one launch's descriptors: stdin, stdout, stderr, the request pipe (also the owner's
+lifeline) and the status pipe. The skeleton process then only waits for pid 1 and exits with it,
+so its exit (which the owner watches through a pidfd) means the whole sandbox has drained.
+
+The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
+weakenings (see WEAKENINGS) as length-prefixed parts.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import struct
+from typing import NoReturn
 
 # Layers a test can switch off to prove the evidence matrix notices (never set in production:
 # only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
 WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
                         "network", "rlimits"})
+LAUNCH_FDS = 5  # stdin, stdout, stderr, request pipe, status pipe
 
 
 def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str]]:
@@ -38,31 +46,32 @@ def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str] = frozenset(
     return struct.pack("<III", len(request), len(bpf), len(weak)) + request + bpf + weak
 
 
-def main(request_fd: int, status_fd: int) -> None:
+def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
+    """Body of the skeleton process (forked by the zygote); never returns."""
     from stockade.errors import StockadeError
-    from stockade.launch.request import MAX_FRAME, LaunchRequest
     from stockade.linux import init, ns
 
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        init.stage(status_fd, "launcher")
-        raw, bpf, weaken = read_frame(request_fd)
-        if len(raw) > MAX_FRAME:
-            raise EOFError("request frame too large")
-        request = LaunchRequest.decode(raw)
-        ns.unshare_all(network="network" not in weaken)
-        init.stage(status_fd, "namespaces")
+        ns.unshare_all(network=network)
         pid = os.fork()
-        if pid == 0:
-            init.run(request, bpf, weaken, status_fd, request_fd)
-        _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     except StockadeError as exc:
-        init.emit(status_fd, event="error", kind="setup", code=exc.code, message=exc.message,
+        _refuse(handoff, exc.code, exc.message)
+    except OSError as exc:
+        _refuse(handoff, "setup_failed", exc.strerror or str(exc))
+    if pid == 0:
+        init.serve(handoff)
+    handoff.close()
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _refuse(handoff: socket.socket, code: str, message: str) -> NoReturn:
+    """The namespaces could not be made: tell the launch that comes for this skeleton."""
+    from stockade.linux import fdpass, init
+
+    _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
+    if len(fds) == LAUNCH_FDS:
+        init.emit(fds[4], event="error", kind="setup", code=code, message=message,
                   stage="namespaces")
-    except (OSError, EOFError) as exc:
-        init.emit(status_fd, event="error", kind="setup", code="setup_failed",
-                  message=str(exc), stage="launcher")
-    except Exception as exc:  # noqa: BLE001 - the owner must get a typed report, not a trace
-        init.emit(status_fd, event="error", kind="setup", code="internal_error",
-                  message=exc.__class__.__name__, stage="launcher")
     os._exit(70)

@@ -1,17 +1,18 @@
-"""The zygote: one launcher interpreter per owner process, forking a fresh launcher per launch.
+"""The zygote: one launcher interpreter per owner process, forking sandbox skeletons.
 
 Starting an interpreter and importing the launcher costs tens of milliseconds; forking a warm,
-single-threaded one costs well under one. The owner (any thread, any event loop) sends each
-launch's descriptors over a socket — stdin, stdout, stderr, the request pipe, the status pipe and
-a reply socket — and gets back a pidfd of that launch's launcher. The zygote itself never enters
-a namespace and closes each launch's descriptors right after forking, so no launcher, and nothing
-untrusted, ever runs in a process that holds another launch's state. It exits when its owner's
-end of the socket closes, i.e. when the owner exits or dies.
+single-threaded one costs about one. The zygote keeps one skeleton (see launcher.py: fresh
+namespaces and a waiting pid 1) ready ahead of demand. The owner (any thread, any event loop)
+sends each launch's descriptors over a socket — stdin, stdout, stderr, the request pipe, the
+status pipe and a reply socket; the zygote hands them to the ready skeleton, answers with a pidfd
+of it, and forks the next one. The zygote itself never enters a namespace and closes each
+launch's descriptors once handed on, so nothing untrusted ever runs in a process that holds
+another launch's state. It exits when its owner's end of the socket closes, i.e. when the owner
+exits or dies; skeletons that were never used see their handoff socket close and exit too.
 """
 
 from __future__ import annotations
 
-import array
 import os
 import signal
 import socket
@@ -20,25 +21,15 @@ import sys
 import threading
 
 from stockade.errors import SetupError
+from stockade.linux.fdpass import close_all, recv_fds, send_fds
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from stockade.linux.zygote import serve; serve(int(sys.argv[2]))")
 _FDS_PER_LAUNCH = 6  # stdin, stdout, stderr, request pipe, status pipe, reply socket
-
-
-def _send_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
-    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-
-
-def _recv_fds(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
-    data, ancdata, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(count * 4))
-    fds = array.array("i")
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    return data, list(fds)
+WITH_NETWORK_NAMESPACE = b"L"
+WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
 
 
 class Zygote:
@@ -49,25 +40,26 @@ class Zygote:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
 
-    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int) -> int:
-        """Fork a launcher with these descriptors; returns a pidfd for it."""
+    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, *,
+               network_namespace: bool = True) -> int:
+        """Start a sandbox with these descriptors; returns a pidfd of its skeleton process."""
+        kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             fds = [*stdio, request_r, status_w, theirs.fileno()]
             with self._lock:
                 try:
-                    _send_fds(self._connected(), b"L", fds)
+                    send_fds(self._connected(), kind, fds)
                 except OSError:
                     self._stop()  # it died: one fresh start, then give up
-                    _send_fds(self._connected(), b"L", fds)
+                    send_fds(self._connected(), kind, fds)
             theirs.close()
-            _, received = _recv_fds(mine, 1)
+            _, received = recv_fds(mine, 1)
         finally:
             theirs.close()
             mine.close()
         if len(received) != 1:
-            for fd in received:
-                os.close(fd)
+            close_all(received)
             raise SetupError("launcher_failed", "the sandbox zygote did not start a launcher",
                              stage="launcher")
         return received[0]
@@ -98,36 +90,54 @@ ZYGOTE = Zygote()
 
 def serve(control_fd: int) -> None:
     """The zygote's main loop (runs in its own interpreter)."""
-    # Everything a launcher needs is imported here, once, before any fork.
+    # Everything a sandbox needs is imported here, once, before any fork.
     from stockade.launch import request  # noqa: F401
-    from stockade.linux import init, launcher, ns  # noqa: F401
+    from stockade.linux import init, ns  # noqa: F401
 
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # skeletons are reaped by the kernel
     control = socket.socket(fileno=control_fd)
+    ready = _skeleton(control, network=True)
     while True:
-        data, fds = _recv_fds(control, _FDS_PER_LAUNCH)
-        if not data:
+        kind, fds = recv_fds(control, _FDS_PER_LAUNCH)
+        if not kind:
             os._exit(0)  # the owner is gone
         if len(fds) != _FDS_PER_LAUNCH:
-            for fd in fds:
-                os.close(fd)
+            close_all(fds)
             continue
-        *stdio, request_r, status_w, reply = fds
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            os.close(reply)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for target, fd in enumerate(stdio):
-                os.dup2(fd, target)
-            for fd in stdio:
-                os.close(fd)
-            launcher.main(request_r, status_w)
-        pidfd = os.pidfd_open(pid)
-        with socket.socket(fileno=reply) as answer:
-            try:
-                _send_fds(answer, b"P", [pidfd])
-            except OSError:
-                pass  # the owner stopped waiting; the launcher sees its lifeline close
-        for fd in (*stdio, request_r, status_w, pidfd):
-            os.close(fd)
+        *launch, reply = fds
+        if kind == WITH_NETWORK_NAMESPACE and ready is not None:
+            (pid, handoff), ready = ready, None
+        else:
+            pid, handoff = _skeleton(control, network=kind == WITH_NETWORK_NAMESPACE)
+        _hand_over(pid, handoff, launch, reply)
+        if ready is None:
+            ready = _skeleton(control, network=True)
+
+
+def _skeleton(control: socket.socket, *, network: bool) -> tuple[int, socket.socket]:
+    """Fork a skeleton; returns its pid and our end of its handoff socket."""
+    from stockade.linux import launcher, privilege
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        privilege.close_fds({0, 1, 2, theirs.fileno()})
+        launcher.skeleton(theirs, network=network)
+    theirs.close()
+    return pid, ours
+
+
+def _hand_over(pid: int, handoff: socket.socket, launch: list[int], reply: int) -> None:
+    with handoff, socket.socket(fileno=reply) as answer:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1  # the skeleton died: the owner gets no pidfd and reports it
+        try:
+            send_fds(handoff, b"G", launch)
+            if pidfd >= 0:
+                send_fds(answer, b"P", [pidfd])
+        except OSError:
+            pass  # the owner stopped waiting; the sandbox sees its lifeline close
+        finally:
+            close_all(launch + ([pidfd] if pidfd >= 0 else []))
