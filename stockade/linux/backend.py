@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -118,8 +119,8 @@ def _read(path: str) -> str | None:
 
 
 class LinuxHandle(Handle):
-    """A launch in progress, forked by the zygote. Its launcher's pidfd tells when the whole
-    sandbox has drained (the launcher outlives the sandbox's init)."""
+    """A launch in progress, in a skeleton from the zygote. The pidfd of the sandbox's pid 1
+    tells when the whole sandbox has drained (pid 1 exits last)."""
 
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset()) -> None:
@@ -127,6 +128,12 @@ class LinuxHandle(Handle):
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
+        frame = encode_frame(request.encode(), bpf, weaken)
+        # The frame goes in before the launch when the pipe can hold it: pid 1 then finds it
+        # waiting instead of waiting for our reply round trip.
+        early = _fit_pipe(self._lifeline, len(frame))
+        if early:
+            os.write(self._lifeline, frame)
         try:
             self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w,
                                         network_namespace="network" not in weaken)
@@ -144,16 +151,17 @@ class LinuxHandle(Handle):
         self._status = status_r
         self.enforced: dict = {}
         self._killed_at: float | None = None
-        try:
-            os.write(self._lifeline, encode_frame(request.encode(), bpf, weaken))
-        except BrokenPipeError:
-            pass  # the launcher died already; wait() reports why
+        if not early:
+            try:
+                os.write(self._lifeline, frame)
+            except BrokenPipeError:
+                pass  # the sandbox died already; wait() reports why
 
     def wait(self, timeout: float | None = None) -> Exit | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not _readable(self._pidfd, _left(deadline, self._killed_at)):
             if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_GRACE:
-                _signal_pidfd(self._pidfd, signal.SIGKILL)  # init is stuck in its setup
+                _signal_pidfd(self._pidfd, signal.SIGKILL)  # pid 1 is stuck in its setup
                 self._killed_at = None
             elif deadline is not None and time.monotonic() >= deadline:
                 return None
@@ -194,7 +202,15 @@ class LinuxHandle(Handle):
             "launcher_failed", "the sandbox launcher ended unexpectedly", stage="launcher"))
 
 
-KILL_GRACE = 1.0  # seconds a killed sandbox's init may take before its launcher is SIGKILLed
+KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it gets SIGKILL
+
+
+def _fit_pipe(fd: int, size: int) -> bool:
+    """Grow the pipe at `fd` to hold `size` bytes; False if the system does not allow it."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size) >= size
+    except OSError:
+        return False
 
 
 def _left(deadline: float | None, killed_at: float | None) -> float | None:

@@ -5,8 +5,9 @@ the command exits — which makes the kernel kill everything left in the pid nam
 daemonised or double-forked descendants included. It also exits when its owner goes away (the
 lifeline pipe reaches EOF), so nothing outlives the process that asked for it.
 
-The command's process applies the layers in order — rlimits, Landlock, capability drop,
-seccomp — closes every descriptor but stdio, and execs with the closed environment.
+The command's process (forked ahead of the launch, see _Command) applies the layers in order —
+rlimits, Landlock, capability drop, seccomp — closes every descriptor but stdio, and execs with
+the closed environment.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from typing import NoReturn
 from stockade.errors import StockadeError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, landlock, limits, mnt, privilege, seccomp
-from stockade.linux.launcher import LAUNCH_FDS, read_frame
+from stockade.linux.launcher import LAUNCH_FDS, encode_frame, read_frame
 from stockade.linux.syscalls import prctl
 
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 STAGE = "/tmp"          # any existing directory: the new root is mounted over it privately
 START_ERRNOS = (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EPERM)
@@ -45,12 +45,14 @@ def stage(fd: int, name: str) -> None:
 
 
 def serve(handoff: socket.socket) -> NoReturn:
-    """Body of pid 1: wait for one launch's descriptors, then run it. Never returns."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    """Body of pid 1: wait for one launch's descriptors, then run it. Never returns.
+
+    Its lifetime is bound to the zygote while it waits (the handoff socket closes) and to the
+    owner once it runs a launch (the lifeline closes)."""
     prctl(PR_SET_DUMPABLE, 0)
     socket.sethostname("stockade")
+    command = _Command.prefork(handoff)
     _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
-    handoff.close()
     if len(fds) != LAUNCH_FDS:
         os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
     *stdio, request_fd, status_fd = fds
@@ -60,34 +62,32 @@ def serve(handoff: socket.socket) -> NoReturn:
     stage(status_fd, "handoff")
     try:
         raw, bpf, weaken = read_frame(request_fd)
+        command.send(encode_frame(raw, bpf, weaken))  # it decodes while we mount
         request = LaunchRequest.decode(raw)
     except (StockadeError, EOFError, OSError) as exc:
         _fail(status_fd, "setup", "request_invalid", str(exc), "request")
     stage(status_fd, "request")
-    run(request, bpf, weaken, status_fd, request_fd)
+    run(request, weaken, command, handoff, status_fd, request_fd)
 
 
-def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int,
-        lifeline_fd: int) -> NoReturn:
+def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
+        handoff: socket.socket, status_fd: int, lifeline_fd: int) -> NoReturn:
     """Build the sandbox and run the command in it, as pid 1."""
     try:
         pid_max = limits.cap_pid_namespace(request.limits)
         protected = mnt.build(request, STAGE, weaken)
         stage(status_fd, "mounts")
+        handoff.send(b"M")  # the zygote may now make the next skeleton
+        handoff.close()
+        command.go(status_fd)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
     except OSError as exc:
         _fail(status_fd, "setup", "setup_failed", f"{exc.strerror} ({exc.filename or ''})",
               "mount")
-    report_r, report_w = os.pipe2(os.O_CLOEXEC)
-    child = os.fork()
-    if child == 0:
-        os.close(report_r)
-        _exec_command(request, bpf, weaken, report_w, status_fd)
-    os.close(report_w)
-    failure = _read_all(report_r)
+    failure = _read_all(command.report)
     if failure:
-        os.waitpid(child, 0)
+        os.waitpid(command.pid, 0)
         info = json.loads(failure)
         _fail(status_fd, info["kind"], info["code"], info["message"], info["stage"])
     enforced: dict[str, object] = {"weakened_for_testing": sorted(weaken)} if weaken else {}
@@ -102,10 +102,62 @@ def run(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: i
     }
     stage(status_fd, "exec")
     emit(status_fd, event="started", enforced=enforced)
-    code, sig = _supervise(child, lifeline_fd)
+    code, sig = _supervise(command.pid, lifeline_fd)
     stage(status_fd, "run")
     emit(status_fd, event="exit", exit_code=code, signal=sig)
     os._exit(0)
+
+
+class _Command:
+    """The command's process, forked before the launch arrives so that forking is off the
+    critical path. It gets the frame as soon as pid 1 has it (and decodes it while pid 1 builds
+    the mounts), then stdio and a go-ahead once the filesystem view is in place. pivot_root
+    moves it into the new root along with pid 1: they share the mount namespace."""
+
+    def __init__(self, pid: int, channel: socket.socket, report: int) -> None:
+        self.pid, self.channel, self.report = pid, channel, report
+
+    @classmethod
+    def prefork(cls, handoff: socket.socket) -> _Command:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            handoff.close()
+            ours.close()
+            os.close(report_r)
+            _command_main(theirs, report_w)
+        theirs.close()
+        os.close(report_w)
+        return cls(pid, ours, report_r)
+
+    def send(self, frame: bytes) -> None:
+        self.channel.sendall(frame)
+
+    def go(self, status_fd: int) -> None:
+        fdpass.send_fds(self.channel, b"G", [0, 1, 2, status_fd])
+        self.channel.close()
+
+
+def _command_main(channel: socket.socket, report_w: int) -> NoReturn:
+    """Body of the pre-forked command process: wait for the launch, then confine and exec."""
+    os.setsid()
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        raw, bpf, weaken = read_frame(channel.fileno())
+        request = LaunchRequest.decode(raw)
+        _, fds = fdpass.recv_fds(channel, 4)
+    except (StockadeError, EOFError, OSError):
+        os._exit(127)  # pid 1 failed too and reports it; it is about to take us down
+    channel.close()
+    if len(fds) != 4:
+        os._exit(127)
+    *stdio, status_fd = fds
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+    fdpass.close_all(stdio)
+    _exec_command(request, bpf, weaken, report_w, status_fd)
 
 
 def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoReturn:
@@ -145,13 +197,10 @@ def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
 
 
 def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
-                  report_w: int, status_fd: int) -> None:
+                  report_w: int, status_fd: int) -> NoReturn:
     """Body of the command's process: confine, then exec. Never returns."""
     step = "privilege"
     try:
-        os.setsid()
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
         if "rlimits" not in weaken:
             limits.apply_rlimits(request.limits)
         os.chdir(request.cwd)

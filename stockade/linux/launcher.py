@@ -3,8 +3,9 @@ namespaces and forking the sandbox's pid 1 are off a launch's critical path.
 
 The skeleton process enters fresh namespaces and forks pid 1, which waits on the handoff socket
 for one launch's descriptors: stdin, stdout, stderr, the request pipe (also the owner's
-lifeline) and the status pipe. The skeleton process then only waits for pid 1 and exits with it,
-so its exit (which the owner watches through a pidfd) means the whole sandbox has drained.
+lifeline) and the status pipe. The owner watches pid 1 through a pidfd: pid 1 exits only after
+the kernel has killed and reaped everything else in its pid namespace, so its exit means the
+whole sandbox has drained.
 
 The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
 weakenings (see WEAKENINGS) as length-prefixed parts.
@@ -47,9 +48,14 @@ def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str] = frozenset(
 
 
 def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
-    """Body of the skeleton process (forked by the zygote); never returns."""
+    """Body of the skeleton process (forked by the zygote); never returns.
+
+    It enters the namespaces, forks pid 1, sends the zygote a pidfd of it over the handoff
+    socket, and exits: pid 1 is adopted by the zygote (a subreaper). When the namespaces
+    cannot be made, it stays instead, to report that to the launch that comes for it, and
+    sends a pidfd of itself."""
     from stockade.errors import StockadeError
-    from stockade.linux import init, ns
+    from stockade.linux import fdpass, ns
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
@@ -60,16 +66,18 @@ def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
     except OSError as exc:
         _refuse(handoff, "setup_failed", exc.strerror or str(exc))
     if pid == 0:
+        from stockade.linux import init
         init.serve(handoff)
-    handoff.close()
-    _, status = os.waitpid(pid, 0)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    pidfd = os.pidfd_open(pid)
+    fdpass.send_fds(handoff, b"I", [pidfd])
+    os._exit(0)
 
 
 def _refuse(handoff: socket.socket, code: str, message: str) -> NoReturn:
     """The namespaces could not be made: tell the launch that comes for this skeleton."""
     from stockade.linux import fdpass, init
 
+    fdpass.send_fds(handoff, b"I", [os.pidfd_open(os.getpid())])
     _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
     if len(fds) == LAUNCH_FDS:
         init.emit(fds[4], event="error", kind="setup", code=code, message=message,

@@ -5,15 +5,18 @@ single-threaded one costs about one. The zygote keeps one skeleton (see launcher
 namespaces and a waiting pid 1) ready ahead of demand. The owner (any thread, any event loop)
 sends each launch's descriptors over a socket — stdin, stdout, stderr, the request pipe, the
 status pipe and a reply socket; the zygote hands them to the ready skeleton, answers with a pidfd
-of it, and forks the next one. The zygote itself never enters a namespace and closes each
+of its pid 1, and forks the next one. The zygote itself never enters a namespace and closes each
 launch's descriptors once handed on, so nothing untrusted ever runs in a process that holds
-another launch's state. It exits when its owner's end of the socket closes, i.e. when the owner
-exits or dies; skeletons that were never used see their handoff socket close and exit too.
+another launch's state. The next skeleton is forked once no handed-over sandbox is still
+building its mounts, so that a spare never slows a launch down. The zygote exits when its
+owner's end of the socket closes, i.e. when the owner exits or dies; skeletons that were never
+used see their handoff socket close and exit too.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +25,9 @@ import threading
 
 from stockade.errors import SetupError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
+from stockade.linux.syscalls import prctl
+
+PR_SET_CHILD_SUBREAPER = 36
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
@@ -94,50 +100,59 @@ def serve(control_fd: int) -> None:
     from stockade.launch import request  # noqa: F401
     from stockade.linux import init, ns  # noqa: F401
 
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # skeletons are reaped by the kernel
+    # Sandboxes' pid 1 processes are adopted by the zygote and reaped by the kernel.
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
-    ready = _skeleton(control, network=True)
+    ready: socket.socket | None = None
+    mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
     while True:
-        kind, fds = recv_fds(control, _FDS_PER_LAUNCH)
-        if not kind:
-            os._exit(0)  # the owner is gone
-        if len(fds) != _FDS_PER_LAUNCH:
-            close_all(fds)
-            continue
-        *launch, reply = fds
-        if kind == WITH_NETWORK_NAMESPACE and ready is not None:
-            (pid, handoff), ready = ready, None
-        else:
-            pid, handoff = _skeleton(control, network=kind == WITH_NETWORK_NAMESPACE)
-        _hand_over(pid, handoff, launch, reply)
-        if ready is None:
+        # The next skeleton is made while no sandbox is building its mounts: both need the
+        # kernel's mount-namespace lock, and a launch should not queue behind a spare.
+        if ready is None and not mounting:
             ready = _skeleton(control, network=True)
+        readable, _, _ = select.select([control, *mounting], [], [])
+        for sock in readable:
+            if sock is not control:
+                mounting.remove(sock)
+                sock.close()  # it said "mounted", or it is gone
+                continue
+            kind, fds = recv_fds(control, _FDS_PER_LAUNCH)
+            if not kind:
+                os._exit(0)  # the owner is gone
+            if len(fds) != _FDS_PER_LAUNCH:
+                close_all(fds)
+                continue
+            *launch, reply = fds
+            if kind == WITH_NETWORK_NAMESPACE and ready is not None:
+                handoff, ready = ready, None
+            else:
+                handoff = _skeleton(control, network=kind == WITH_NETWORK_NAMESPACE)
+            _hand_over(handoff, launch, reply)
+            mounting.append(handoff)
 
 
-def _skeleton(control: socket.socket, *, network: bool) -> tuple[int, socket.socket]:
-    """Fork a skeleton; returns its pid and our end of its handoff socket."""
+def _skeleton(control: socket.socket, *, network: bool) -> socket.socket:
+    """Fork a skeleton; returns our end of its handoff socket."""
     from stockade.linux import launcher, privilege
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
+    if os.fork() == 0:
         privilege.close_fds({0, 1, 2, theirs.fileno()})
         launcher.skeleton(theirs, network=network)
     theirs.close()
-    return pid, ours
+    return ours
 
 
-def _hand_over(pid: int, handoff: socket.socket, launch: list[int], reply: int) -> None:
-    with handoff, socket.socket(fileno=reply) as answer:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            pidfd = -1  # the skeleton died: the owner gets no pidfd and reports it
+def _hand_over(handoff: socket.socket, launch: list[int], reply: int) -> None:
+    """Give the launch's descriptors to the skeleton's pid 1 and its pidfd to the owner."""
+    with socket.socket(fileno=reply) as answer:
+        _, pidfds = recv_fds(handoff, 1)  # empty if the skeleton died: the owner reports it
         try:
             send_fds(handoff, b"G", launch)
-            if pidfd >= 0:
-                send_fds(answer, b"P", [pidfd])
+            if len(pidfds) == 1:
+                send_fds(answer, b"P", pidfds)
         except OSError:
             pass  # the owner stopped waiting; the sandbox sees its lifeline close
         finally:
-            close_all(launch + ([pidfd] if pidfd >= 0 else []))
+            close_all(launch + pidfds)
