@@ -105,9 +105,24 @@ def test_read_and_write_flags_extend_the_policy(workspace, tmp_path_factory, cap
 
 
 @sandboxed
-def test_allowlist_is_refused_as_unenforceable(workspace, capfd):
-    assert main(["run", "--allow-domain", "example.com", "--", "true"]) == 70
-    one_error_line(capfd.readouterr().err, "unenforceable:network.allowlist")
+def test_allow_domain_goes_through_the_proxy_and_denials_are_summarised(workspace, capfd):
+    from conftest import PYTHON, PYTHON_ROOT
+    fetch = ("import urllib.request as u\n"
+             "try: u.urlopen('http://denied.example/', timeout=10)\n"
+             "except Exception as e: print('child saw', e)")
+    assert main(["run", "--allow-domain", "allowed.example", "--read", PYTHON_ROOT, "--",
+                 PYTHON, "-c", fetch]) == 0
+    out, err = capfd.readouterr()
+    assert "child saw HTTP Error 403" in out
+    assert "stockade: denied/limited: network.denied (http denied.example:80" in err
+
+
+@sandboxed
+def test_network_any_is_refused_as_unenforceable(workspace, capfd):
+    policy = workspace / "any.toml"
+    policy.write_text('version = 1\npreset = "read-only"\n[network]\nmode = "any"\n')
+    assert main(["run", "--policy", str(policy), "--", "true"]) == 70
+    one_error_line(capfd.readouterr().err, "unenforceable:network.any")
 
 
 # --- run: usage and policy mistakes ------------------------------------------------------------
@@ -195,10 +210,12 @@ def test_json_result_of_a_timeout(workspace, capsys):
 
 @sandboxed
 def test_json_refusal(workspace, capsys):
-    assert main(["run", "--json", "--allow-domain", "example.com", "--", "true"]) == 70
+    policy = workspace / "any.toml"
+    policy.write_text('version = 1\npreset = "read-only"\n[network]\nmode = "any"\n')
+    assert main(["run", "--json", "--policy", str(policy), "--", "true"]) == 70
     out = capsys.readouterr().out
     error = json.loads(out)["error"]
-    assert error["code"] == "unenforceable:network.allowlist" and error["message"]
+    assert error["code"] == "unenforceable:network.any" and error["message"]
 
 
 # --- sandbox-exec ------------------------------------------------------------------------------
@@ -297,7 +314,7 @@ def test_report(capsys):
     (linux,) = json.loads(capsys.readouterr().out)["backends"]
     assert linux["name"] == "linux" and linux["ready"]
     names = {row["name"]: row["enforced"] for row in linux["capabilities"]}
-    assert names["network.none"] and not names["network.allowlist"]
+    assert names["network.none"] and names["network.allowlist"] and not names["network.any"]
     assert main(["report"]) == 0
     assert "network.allowlist" in capsys.readouterr().out
 

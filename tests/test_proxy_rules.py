@@ -1,17 +1,20 @@
-"""Proxy decisions without sockets: patterns, address classes, and the gate (resolve once,
+"""Proxy decisions without network traffic: patterns, address classes, the gate (resolve once,
 check every answer, never let DNS widen the policy)."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import stat
 
 import pytest
 
-from stockade.errors import PolicyError
-from stockade.net import addresses
+from stockade.errors import PolicyError, SetupError
+from stockade.net import Proxy, addresses
 from stockade.net.env import proxy_environment
 from stockade.net.gate import Gate
+from stockade.net.log import DecisionLog
 from stockade.net.rules import Ruleset, target_host
 
 
@@ -239,3 +242,23 @@ def test_proxy_environment():
     assert "nc -X 5 -x 127.0.0.1:3128 %h %p" in env["GIT_SSH_COMMAND"]
     with pytest.raises(Exception, match="1-65535"):
         proxy_environment(0)
+
+
+def test_denials_kept_in_memory_are_capped_but_all_reach_the_file(tmp_path):
+    log = DecisionLog("r", str(tmp_path / "log.jsonl"), max_kept=2)
+    for port in range(1, 6):
+        log.record(protocol="connect", host="h", port=port, decision="deny", reason="x",
+                   message="m")
+    log.record(protocol="connect", host="h", port=9, decision="allow", reason="y", message="m")
+    log.close()
+    assert [d["port"] for d in log.denials()] == [1, 2] and log.dropped == 3
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 5
+    assert stat.S_IMODE(os.stat(tmp_path / "log.jsonl").st_mode) == 0o600
+
+
+def test_an_unusable_socket_directory_is_a_setup_error(tmp_path):
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    with pytest.raises(SetupError, match="proxy_listen_failed"):
+        Proxy([], socket_dir=str(deep)).start()
+    assert list(deep.iterdir()) == []

@@ -46,6 +46,7 @@ class Handle(abc.ABC):
     enforced: dict  # what this launch enforced, layer by layer (set by the backend)
     # (stage, CLOCK_MONOTONIC time it ended), in order; the first is the spawn itself
     stages: list[tuple[str, float]]
+    violations: list  # Violations the backend observed (e.g. network denials), after wait()
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Exit | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from stockade.errors import PolicyError, UsageError
 from stockade.launch.env import close_environment
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
@@ -60,7 +61,8 @@ def compile_policy(
     return LaunchRequest(
         argv=tuple(argv),
         cwd=workdir,
-        env=close_environment(policy.env.passthrough, _expand_env(policy, ctx), ctx.host_env),
+        env=_with_proxy(policy, close_environment(policy.env.passthrough,
+                                                  _expand_env(policy, ctx), ctx.host_env)),
         read=read,
         write=write,
         deny=deny,
@@ -133,6 +135,14 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
         raise PolicyError(f"working directory {resolved} is not inside any read or write root",
                           key="process.cwd")
     return resolved
+
+
+def _with_proxy(policy: Policy,
+                env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """In allowlist mode, the proxy variables (they win over anything the policy set)."""
+    if policy.network.mode != "allowlist":
+        return env
+    return tuple(sorted((dict(env) | proxy_environment(SANDBOX_PORT)).items()))
 
 
 def _expand_env(policy: Policy, ctx: CompileContext) -> tuple[tuple[str, str], ...]:

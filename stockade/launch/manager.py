@@ -93,6 +93,7 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         violations.append(Violation("limits.timeout", f"killed after {timeout:g}s"))
     if done.cancelled:
         violations.append(Violation("cancelled", "cancelled by the caller"))
+    violations += handle.violations
     for name, capture in (("stdout", done.stdout), ("stderr", done.stderr)):
         if capture.truncated:
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))

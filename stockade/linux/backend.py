@@ -8,6 +8,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,9 +21,12 @@ from stockade.errors import (
 )
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
+from stockade.launch.result import Violation
 from stockade.linux import landlock, seccomp
+from stockade.linux.fdpass import recv_fds
 from stockade.linux.launcher import WEAKENINGS, encode_frame
 from stockade.linux.zygote import ZYGOTE
+from stockade.net.proxy import Proxy
 
 _SYSTEM_PREFIXES = ("/proc", "/dev")
 
@@ -62,11 +66,11 @@ class LinuxBackend(Backend):
         _seccomp_program()  # raises seccomp_unavailable without libseccomp
 
     def check(self, request: LaunchRequest) -> None:
-        if request.network.mode != "none":
+        if request.network.mode == "any":
             raise UnenforceableError(
                 f"network.{request.network.mode}",
-                f"network mode {request.network.mode!r} is not implemented by the Linux backend "
-                "yet; only 'none' is enforced",
+                "network mode 'any' is not implemented by the Linux backend yet; "
+                "use 'allowlist' (through Stockade's proxy) or 'none'",
             )
         if request.limits.cpu is not None:
             raise UnenforceableError(
@@ -97,7 +101,10 @@ class LinuxBackend(Backend):
             Capability("seccomp", True, "libseccomp filter", f"{len(seccomp.DENIED_SYSCALLS)} "
                        "syscalls denied, clone3 -> ENOSYS, TIOCSTI/TIOCLINUX denied"),
             Capability("network.none", True, "empty network namespace + Landlock TCP"),
-            Capability("network.allowlist", False, "not implemented yet"),
+            Capability("network.allowlist", True,
+                       "empty network namespace; the owner's proxy listens on the sandbox's "
+                       "loopback; Landlock allows TCP connect to that port only",
+                       "TCP only (HTTP CONNECT, plain HTTP, SOCKS5); no UDP"),
             Capability("network.any", False, "not implemented yet"),
             Capability("limits.memory", True, "RLIMIT_AS", "per process, not per tree"),
             Capability("limits.pids", True,
@@ -134,10 +141,12 @@ class LinuxHandle(Handle):
         early = _fit_pipe(self._lifeline, len(frame))
         if early:
             os.write(self._lifeline, frame)
+        control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w,
+            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w, control_theirs.fileno(),
                                         network_namespace="network" not in weaken)
         except BaseException:
+            control.close()
             for f in parent_files:
                 if f is not None:
                     f.close()
@@ -145,6 +154,7 @@ class LinuxHandle(Handle):
                 os.close(fd)
             raise
         finally:
+            control_theirs.close()
             for fd in (*transient, request_r, status_w):
                 os.close(fd)
         self.stdin, self.stdout, self.stderr = parent_files
@@ -156,6 +166,10 @@ class LinuxHandle(Handle):
                 os.write(self._lifeline, frame)
             except BrokenPipeError:
                 pass  # the sandbox died already; wait() reports why
+        self.violations: list[Violation] = []
+        self._proxy = _start_proxy(request, control) if request.network.mode == "allowlist" \
+            else None
+        control.close()
 
     def wait(self, timeout: float | None = None) -> Exit | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -187,6 +201,12 @@ class LinuxHandle(Handle):
         for fd in (self._status, self._pidfd):
             os.close(fd)
         events = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
+        if self._proxy is not None:
+            self._proxy.stop()
+            self.violations += [
+                Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
+                                            f"{d.get('reason') or d.get('rule')}")
+                for d in self._proxy.denials()]
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
         for event in events:
@@ -203,6 +223,17 @@ class LinuxHandle(Handle):
 
 
 KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it gets SIGKILL
+
+
+def _start_proxy(request: LaunchRequest, control: socket.socket) -> Proxy | None:
+    """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
+    pid 1 failed first (its error event says why)."""
+    _, fds = recv_fds(control, 1)
+    if len(fds) != 1:
+        return None
+    proxy = Proxy(request.network.allow, request.network.deny, request.request_id)
+    proxy.start(listener=socket.socket(fileno=fds[0]))
+    return proxy
 
 
 def _fit_pipe(fd: int, size: int) -> bool:

@@ -23,9 +23,10 @@ from typing import NoReturn
 
 from stockade.errors import StockadeError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import fdpass, landlock, limits, mnt, privilege, seccomp
+from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp
 from stockade.linux.launcher import LAUNCH_FDS, encode_frame, read_frame
 from stockade.linux.syscalls import prctl
+from stockade.net.env import SANDBOX_PORT
 
 PR_SET_DUMPABLE = 4
 STAGE = "/tmp"          # any existing directory: the new root is mounted over it privately
@@ -55,7 +56,7 @@ def serve(handoff: socket.socket) -> NoReturn:
     _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
     if len(fds) != LAUNCH_FDS:
         os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
-    *stdio, request_fd, status_fd = fds
+    *stdio, request_fd, status_fd, control_fd = fds
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
     fdpass.close_all(stdio)
@@ -67,6 +68,13 @@ def serve(handoff: socket.socket) -> NoReturn:
     except (StockadeError, EOFError, OSError) as exc:
         _fail(status_fd, "setup", "request_invalid", str(exc), "request")
     stage(status_fd, "request")
+    with socket.socket(fileno=control_fd) as control:
+        try:
+            if request.network.mode == "allowlist":
+                with net.proxy_listener(SANDBOX_PORT) as listener:
+                    fdpass.send_fds(control, b"P", [listener.fileno()])
+        except OSError as exc:
+            _fail(status_fd, "setup", "proxy_listen_failed", exc.strerror or str(exc), "network")
     run(request, weaken, command, handoff, status_fd, request_fd)
 
 
@@ -242,6 +250,7 @@ def _landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
         write=tuple(g.path for g in request.write) + ("/tmp", "/dev/shm"),
         devices=DEVICE_GRANTS,
         exec_from_write=request.exec_from_write,
-        deny_tcp=request.network.mode == "none",
+        deny_tcp=request.network.mode in ("none", "allowlist"),
         scope=True,
+        tcp_connect_ports=(SANDBOX_PORT,) if request.network.mode == "allowlist" else (),
     )

@@ -18,6 +18,7 @@ from stockade.linux.syscalls import number, prctl, syscall
 
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
+_RULE_NET_PORT = 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 # Filesystem rights: name -> (bit, first ABI that handles it).
@@ -66,6 +67,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 @dataclass(frozen=True)
 class LandlockRules:
     """Roots as the process sees them when `apply` runs. Every path must exist."""
@@ -76,6 +82,7 @@ class LandlockRules:
     exec_from_write: bool
     deny_tcp: bool
     scope: bool
+    tcp_connect_ports: tuple[int, ...] = ()   # the exceptions to deny_tcp (connect only)
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,9 @@ def apply(rules: LandlockRules) -> LandlockStatus:
     try:
         for path, access in _grants(rules, handled):
             _allow_beneath(ruleset, path, access)
+        for port in rules.tcp_connect_ports if tcp else ():
+            net = _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=port)
+            syscall(number("landlock_add_rule"), ruleset, _RULE_NET_PORT, ctypes.byref(net), 0)
         prctl(_PR_SET_NO_NEW_PRIVS, 1)
         syscall(number("landlock_restrict_self"), ruleset, 0)
     finally:

@@ -3,9 +3,9 @@ namespaces and forking the sandbox's pid 1 are off a launch's critical path.
 
 The skeleton process enters fresh namespaces and forks pid 1, which waits on the handoff socket
 for one launch's descriptors: stdin, stdout, stderr, the request pipe (also the owner's
-lifeline) and the status pipe. The owner watches pid 1 through a pidfd: pid 1 exits only after
-the kernel has killed and reaped everything else in its pid namespace, so its exit means the
-whole sandbox has drained.
+lifeline), the status pipe and a control socket (to pass the proxy's listener out). The owner
+watches pid 1 through a pidfd: pid 1 exits only after the kernel has killed and reaped
+everything else in its pid namespace, so its exit means the whole sandbox has drained.
 
 The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
 weakenings (see WEAKENINGS) as length-prefixed parts.
@@ -23,7 +23,7 @@ from typing import NoReturn
 # only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
 WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
                         "network", "rlimits"})
-LAUNCH_FDS = 5  # stdin, stdout, stderr, request pipe, status pipe
+LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 
 
 def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str]]:
@@ -55,11 +55,13 @@ def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
     cannot be made, it stays instead, to report that to the launch that comes for it, and
     sends a pidfd of itself."""
     from stockade.errors import StockadeError
-    from stockade.linux import fdpass, ns
+    from stockade.linux import fdpass, net, ns
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         ns.unshare_all(network=network)
+        if network:
+            net.loopback_up()
         pid = os.fork()
     except StockadeError as exc:
         _refuse(handoff, exc.code, exc.message)

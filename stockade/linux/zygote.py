@@ -4,13 +4,13 @@ Starting an interpreter and importing the launcher costs tens of milliseconds; f
 single-threaded one costs about one. The zygote keeps one skeleton (see launcher.py: fresh
 namespaces and a waiting pid 1) ready ahead of demand. The owner (any thread, any event loop)
 sends each launch's descriptors over a socket — stdin, stdout, stderr, the request pipe, the
-status pipe and a reply socket; the zygote hands them to the ready skeleton, answers with a pidfd
-of its pid 1, and forks the next one. The zygote itself never enters a namespace and closes each
-launch's descriptors once handed on, so nothing untrusted ever runs in a process that holds
-another launch's state. The next skeleton is forked once no handed-over sandbox is still
-building its mounts, so that a spare never slows a launch down. The zygote exits when its
-owner's end of the socket closes, i.e. when the owner exits or dies; skeletons that were never
-used see their handoff socket close and exit too.
+status pipe, a control socket and a reply socket; the zygote hands them to the ready skeleton,
+answers with a pidfd of its pid 1, and forks the next one. The zygote itself never enters a
+namespace and closes each launch's descriptors once handed on, so nothing untrusted ever runs in
+a process that holds another launch's state. The next skeleton is forked once no handed-over
+sandbox is still building its mounts, so that a spare never slows a launch down. The zygote
+exits when its owner's end of the socket closes, i.e. when the owner exits or dies; skeletons
+that were never used see their handoff socket close and exit too.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from stockade.linux.zygote import serve; serve(int(sys.argv[2]))")
-_FDS_PER_LAUNCH = 6  # stdin, stdout, stderr, request pipe, status pipe, reply socket
+_FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control, reply socket
 WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
 
@@ -46,13 +46,13 @@ class Zygote:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
 
-    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, *,
-               network_namespace: bool = True) -> int:
+    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
+               *, network_namespace: bool = True) -> int:
         """Start a sandbox with these descriptors; returns a pidfd of its skeleton process."""
         kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            fds = [*stdio, request_r, status_w, theirs.fileno()]
+            fds = [*stdio, request_r, status_w, control, theirs.fileno()]
             with self._lock:
                 try:
                     send_fds(self._connected(), kind, fds)

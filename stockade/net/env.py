@@ -1,6 +1,7 @@
 """The environment a sandboxed child gets so that ordinary clients use the proxy.
 
-The proxy is reached inside the sandbox at 127.0.0.1:PORT (a forwarder to its unix socket).
+The proxy is reached inside the sandbox at 127.0.0.1:SANDBOX_PORT (the sandbox's own loopback;
+how the backend connects that to the proxy is its business).
 `NO_PROXY` is set, empty, on purpose: it overrides whatever the host had (which could name
 internal hosts) and lists no loopback name, so a client sends even `localhost` requests to the
 proxy, which refuses them unless the address is allowed literally, instead of silently going
@@ -15,6 +16,8 @@ works where `ssh` and that `nc` exist, and the SSH host must be allowed with its
 from __future__ import annotations
 
 from stockade.errors import UsageError
+
+SANDBOX_PORT = 3128  # where the proxy answers inside a sandbox (its own loopback, so fixed)
 
 
 def proxy_environment(port: int) -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
-from stockade.errors import UsageError
+from stockade.errors import SetupError, UsageError
 from stockade.net import http, socks
 from stockade.net.gate import Gate, Resolver, Verdict, dial
 from stockade.net.log import DecisionLog
@@ -38,6 +38,9 @@ _STOP_JOIN_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class ProxyLimits:
+    """Bounds on what one client can hold: connections, head size, and how long each stage
+    may take (seconds). Past `max_connections`, new connections are closed unanswered."""
+
     max_connections: int = 256
     max_header_bytes: int = 16 * 1024
     handshake_timeout: float = 10.0
@@ -69,10 +72,21 @@ class Proxy:
         self._acceptor: threading.Thread | None = None
         self.socket_path: str | None = None
 
-    def start(self) -> str:
-        """Listen on a new socket file and serve in the background; returns its path."""
+    def start(self, listener: socket.socket | None = None) -> str | None:
+        """Serve in the background. Without `listener`, listen on a new socket file and return
+        its path; with one (e.g. a loopback socket made inside a sandbox's network namespace
+        and passed out), serve on it and return None."""
         if self._listener is not None or self._stopping:
             raise UsageError("a proxy is started once")
+        if listener is None:
+            listener = self._listen_on_file()
+        self._listener = listener
+        self._acceptor = threading.Thread(target=self._accept, name="stockade-proxy",
+                                          daemon=True)
+        self._acceptor.start()
+        return self.socket_path
+
+    def _listen_on_file(self) -> socket.socket:
         directory = tempfile.mkdtemp(prefix="stockade-proxy-", dir=self._socket_dir)
         path = os.path.join(directory, "proxy.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -80,15 +94,13 @@ class Proxy:
             listener.bind(path)
             os.chmod(path, 0o600)
             listener.listen(128)
-        except OSError:
+        except OSError as exc:
             listener.close()
             shutil.rmtree(directory, ignore_errors=True)
-            raise
-        self._listener, self.socket_path = listener, path
-        self._acceptor = threading.Thread(target=self._accept, name="stockade-proxy",
-                                          daemon=True)
-        self._acceptor.start()
-        return path
+            raise SetupError("proxy_listen_failed", f"cannot listen on {path}: {exc}",
+                             stage="proxy") from None
+        self.socket_path = path
+        return listener
 
     def stop(self) -> None:
         """Stop accepting, cut every connection, remove the socket file. Idempotent."""
@@ -97,13 +109,8 @@ class Proxy:
                 return
             self._stopping = True
             live = dict(self._live)
-        assert self.socket_path is not None and self._acceptor is not None
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-            wake.setblocking(False)
-            try:
-                wake.connect(self.socket_path)
-            except OSError:
-                pass  # a full backlog also wakes the acceptor
+        assert self._acceptor is not None
+        _shutdown(self._listener)  # wakes the acceptor out of accept()
         self._acceptor.join(_STOP_JOIN_SECONDS)
         self._listener.close()
         for sockets in live.values():
@@ -112,12 +119,18 @@ class Proxy:
         deadline = time.monotonic() + _STOP_JOIN_SECONDS
         for thread in live:
             thread.join(max(0.0, deadline - time.monotonic()))
-        shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
+        if self.socket_path is not None:
+            shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
         self._log.close()
 
     def denials(self) -> list[dict[str, Any]]:
         """Every denial so far (up to the log's in-memory cap), as JSON-ready dicts."""
         return self._log.denials()
+
+    @property
+    def dropped_denials(self) -> int:
+        """Denials past the in-memory cap: in the log file, not in `denials()`."""
+        return self._log.dropped
 
     def __enter__(self) -> Proxy:
         self.start()

@@ -1,0 +1,162 @@
+"""Network `allowlist`: the only way out is Stockade's proxy. Real children, a real upstream on
+the host's loopback, and host-side checks that nothing else got through."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import socket
+import textwrap
+import threading
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.server.paths.append(self.path)
+        body = b"upstream-body"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def upstream():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    server.paths = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def allowlist(*allow: str) -> stockade.Policy:
+    base = policy_for("read-only")
+    return dataclasses.replace(base, network=dataclasses.replace(
+        base.network, mode="allowlist", allow=allow))
+
+
+def child(code: str, policy: stockade.Policy, workspace) -> stockade.Result:
+    return stockade.run([PYTHON, "-c", textwrap.dedent(code)], policy, workspace=workspace)
+
+
+def test_allowed_destination_is_reached_through_the_proxy(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    r = child(f"""
+        import os, urllib.request
+        print(os.environ['HTTP_PROXY'], os.environ['ALL_PROXY'], repr(os.environ['NO_PROXY']))
+        print(urllib.request.urlopen('http://127.0.0.1:{port}/hello').read().decode())
+    """, allowlist(f"127.0.0.1:{port}"), workspace)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.decode().splitlines() == [
+        "http://127.0.0.1:3128 socks5h://127.0.0.1:3128 ''", "upstream-body"]
+    assert upstream.paths == ["/hello"]
+    assert r.violations == ()
+
+
+def test_connect_tunnel_and_socks5_reach_an_allowed_destination(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    r = child(f"""
+        import http.client, socket, struct
+        tunnel = http.client.HTTPConnection('127.0.0.1', 3128, timeout=10)
+        tunnel.set_tunnel('127.0.0.1', {port})
+        tunnel.request('GET', '/via-connect')
+        print(tunnel.getresponse().status)
+        s = socket.create_connection(('127.0.0.1', 3128), 10)
+        s.sendall(b'\\x05\\x01\\x00'); assert s.recv(2) == b'\\x05\\x00'
+        target = socket.inet_aton('127.0.0.1') + struct.pack('>H', {port})
+        s.sendall(b'\\x05\\x01\\x00\\x01' + target)
+        print(s.recv(10)[1])
+        s.sendall(b'GET /via-socks HTTP/1.0\\r\\n\\r\\n')
+        print(s.recv(100).split(b' ')[1].decode())
+    """, allowlist(f"127.0.0.1:{port}"), workspace)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.decode().split() == ["200", "0", "200"]
+    assert upstream.paths == ["/via-connect", "/via-socks"]
+
+
+def test_unlisted_rebinding_and_metadata_destinations_are_denied_and_reported(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    r = child(f"""
+        import urllib.request
+        for url in ('http://unlisted.example/', 'http://localhost:{port}/rebound',
+                    'http://169.254.169.254/latest/meta-data/', 'http://[::1]:{port}/'):
+            try:
+                urllib.request.urlopen(url, timeout=10)
+                print('ALLOWED', url)
+            except urllib.error.HTTPError as e:
+                print(e.code, e.read().decode().strip()[:60])
+    """, allowlist("localhost", f"localhost:{port}"), workspace)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert len(lines) == 4 and all(line.startswith("403") for line in lines), lines
+    assert upstream.paths == []  # the rebound name never reached the host's loopback
+    denied = [v.detail for v in r.violations if v.kind == "network.denied"]
+    assert len(denied) == 4
+    assert any("unlisted.example" in d for d in denied)
+    assert any("localhost" in d for d in denied)
+    assert any("169.254.169.254" in d for d in denied)
+
+
+def test_socks5_denial_uses_the_protocol_error_code(ws):
+    workspace, _ = ws
+    r = child("""
+        import socket
+        s = socket.create_connection(('127.0.0.1', 3128), 10)
+        s.sendall(b'\\x05\\x01\\x00'); s.recv(2)
+        name = b'denied.example'
+        s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + b'\\x01\\xbb')
+        print(s.recv(10)[1])
+    """, allowlist("allowed.example"), workspace)
+    assert r.stdout.strip() == b"2"  # connection not allowed by ruleset
+
+
+def test_bypassing_the_proxy_fails(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    spy = socket.socket()
+    spy.bind(("127.0.0.1", 0))
+    spy.listen()
+    spy.settimeout(0.5)
+    try:
+        r = child(f"""
+            import socket, errno
+            def attempt(name, fn):
+                try:
+                    fn(); print(name, 'ALLOWED')
+                except OSError as e:
+                    print(name, 'denied', e.errno)
+            attempt('tcp_host_loopback', lambda: socket.create_connection(('127.0.0.1', {port}), 2))
+            spy = ('127.0.0.1', {spy.getsockname()[1]})
+            attempt('tcp_spy', lambda: socket.create_connection(spy, 2))
+            attempt('tcp_remote', lambda: socket.create_connection(('192.0.2.1', 80), 2))
+            def udp():
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.sendto(b'x', ('127.0.0.1', 53)); s.settimeout(1); s.recv(1)
+            attempt('udp_dns', udp)
+            attempt('resolve', lambda: socket.getaddrinfo('example.com', 80))
+            def listen():
+                s = socket.socket(); s.bind(('0.0.0.0', 8080)); s.listen()
+            attempt('bind', listen)
+        """, allowlist(f"127.0.0.1:{port}"), workspace)
+        with pytest.raises(TimeoutError):
+            spy.accept()
+    finally:
+        spy.close()
+    assert r.exit_code == 0, r.stderr
+    assert "ALLOWED" not in r.stdout.decode(), r.stdout
+    assert upstream.paths == []
