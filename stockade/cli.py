@@ -57,6 +57,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+def console_main() -> int:
+    """The `stockade` program: a single-threaded process running one sandbox at a time, so it
+    forks its sandbox directly instead of starting a zygote interpreter."""
+    from stockade.linux import zygote
+
+    zygote.fork_directly()
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     words = list(sys.argv[1:] if argv is None else argv)

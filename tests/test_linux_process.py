@@ -363,3 +363,20 @@ attempt('abstract_unix', abstract)
         listener.close()
     for name, outcome in res.items():
         assert outcome != "ok", f"{name} was allowed"
+
+
+def test_cli_sandbox_dies_with_the_cli_killed_by_sigkill(ws):
+    """The CLI forks its sandbox directly (no zygote): the same guarantee must hold."""
+    workspace, _ = ws
+    marker = f"987.{os.getpid()}6"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    cli = subprocess.Popen([sys.executable, "-m", "stockade", "run", "--workspace",
+                            str(workspace), "--", "sh", "-c",
+                            f"setsid sleep {marker} & sleep {marker}"], env=env)
+    deadline = time.monotonic() + 10
+    while not host_has(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_has(marker), "the sandbox never started"
+    cli.kill()
+    cli.wait()
+    assert gone(marker)

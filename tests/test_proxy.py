@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stockade.net import Proxy, ProxyLimits
+from stockade.net.proxy import Proxy, ProxyLimits
 
 FAST = ProxyLimits(handshake_timeout=2.0, connect_timeout=2.0, idle_timeout=5.0)
 

@@ -11,10 +11,11 @@ import stat
 import pytest
 
 from stockade.errors import PolicyError, SetupError
-from stockade.net import Proxy, addresses
+from stockade.net import addresses
 from stockade.net.env import proxy_environment
 from stockade.net.gate import Gate
 from stockade.net.log import DecisionLog
+from stockade.net.proxy import Proxy
 from stockade.net.rules import Ruleset, target_host
 
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from stockade.errors import (
     SetupError,
@@ -22,11 +23,12 @@ from stockade.errors import (
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation
-from stockade.linux import landlock, seccomp
+from stockade.linux import landlock, seccomp, zygote
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.launcher import WEAKENINGS, encode_frame
-from stockade.linux.zygote import ZYGOTE
-from stockade.net.proxy import Proxy
+
+if TYPE_CHECKING:
+    from stockade.net.proxy import Proxy
 
 _SYSTEM_PREFIXES = ("/proc", "/dev")
 
@@ -143,8 +145,9 @@ class LinuxHandle(Handle):
             os.write(self._lifeline, frame)
         control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._pidfd = ZYGOTE.launch(child_fds, request_r, status_w, control_theirs.fileno(),
-                                        network_namespace="network" not in weaken)
+            self._pidfd = zygote.SPAWNER.launch(
+                child_fds, request_r, status_w, control_theirs.fileno(),
+                network_namespace="network" not in weaken)
         except BaseException:
             control.close()
             for f in parent_files:
@@ -228,6 +231,8 @@ KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it 
 def _start_proxy(request: LaunchRequest, control: socket.socket) -> Proxy | None:
     """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
     pid 1 failed first (its error event says why)."""
+    from stockade.net.proxy import Proxy  # only allowlist launches pay for it
+
     _, fds = recv_fds(control, 1)
     if len(fds) != 1:
         return None

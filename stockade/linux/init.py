@@ -85,8 +85,7 @@ def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
         pid_max = limits.cap_pid_namespace(request.limits)
         protected = mnt.build(request, STAGE, weaken)
         stage(status_fd, "mounts")
-        handoff.send(b"M")  # the zygote may now make the next skeleton
-        handoff.close()
+        _tell_mounted(handoff)
         command.go(status_fd)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
@@ -114,6 +113,15 @@ def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
     stage(status_fd, "run")
     emit(status_fd, event="exit", exit_code=code, signal=sig)
     os._exit(0)
+
+
+def _tell_mounted(handoff: socket.socket) -> None:
+    """Let the zygote make the next skeleton (nobody may be listening: fine)."""
+    try:
+        handoff.send(b"M")
+    except OSError:
+        pass
+    handoff.close()
 
 
 class _Command:

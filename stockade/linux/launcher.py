@@ -58,6 +58,9 @@ def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
     from stockade.linux import fdpass, net, ns
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
+    # command's process restores the default before exec.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ns.unshare_all(network=network)
         if network:

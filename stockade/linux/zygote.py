@@ -91,7 +91,33 @@ class Zygote:
             self._proc = None
 
 
+class ForkSpawner:
+    """No zygote: the owner forks each skeleton itself. Only for single-threaded programs that
+    run one sandbox at a time, such as the CLI, where starting a zygote interpreter would cost
+    more than the launch."""
+
+    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
+               *, network_namespace: bool = True) -> int:
+        pid, handoff = _skeleton(network=network_namespace)
+        with handoff:
+            _, pidfds = recv_fds(handoff, 1)
+            os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
+            if len(pidfds) != 1:
+                close_all(pidfds)
+                raise SetupError("launcher_failed", "the sandbox skeleton did not start",
+                                 stage="launcher")
+            send_fds(handoff, b"G", [*stdio, request_r, status_w, control])
+        return pidfds[0]
+
+
 ZYGOTE = Zygote()
+SPAWNER: Zygote | ForkSpawner = ZYGOTE
+
+
+def fork_directly() -> None:
+    """Make this process fork its sandboxes itself (see ForkSpawner)."""
+    global SPAWNER
+    SPAWNER = ForkSpawner()
 
 
 def serve(control_fd: int) -> None:
@@ -110,7 +136,7 @@ def serve(control_fd: int) -> None:
         # The next skeleton is made while no sandbox is building its mounts: both need the
         # kernel's mount-namespace lock, and a launch should not queue behind a spare.
         if ready is None and not mounting:
-            ready = _skeleton(control, network=True)
+            _, ready = _skeleton(network=True)
         readable, _, _ = select.select([control, *mounting], [], [])
         for sock in readable:
             if sock is not control:
@@ -127,21 +153,22 @@ def serve(control_fd: int) -> None:
             if kind == WITH_NETWORK_NAMESPACE and ready is not None:
                 handoff, ready = ready, None
             else:
-                handoff = _skeleton(control, network=kind == WITH_NETWORK_NAMESPACE)
+                _, handoff = _skeleton(network=kind == WITH_NETWORK_NAMESPACE)
             _hand_over(handoff, launch, reply)
             mounting.append(handoff)
 
 
-def _skeleton(control: socket.socket, *, network: bool) -> socket.socket:
-    """Fork a skeleton; returns our end of its handoff socket."""
+def _skeleton(*, network: bool) -> tuple[int, socket.socket]:
+    """Fork a skeleton; returns its pid and our end of its handoff socket."""
     from stockade.linux import launcher, privilege
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         privilege.close_fds({0, 1, 2, theirs.fileno()})
         launcher.skeleton(theirs, network=network)
     theirs.close()
-    return ours
+    return pid, ours
 
 
 def _hand_over(handoff: socket.socket, launch: list[int], reply: int) -> None:

@@ -1,12 +1,8 @@
 """Network egress for `network.mode = "allowlist"`: a proxy deciding every destination.
 
-Platform-neutral: the proxy listens on a unix socket and dials from the host; each backend
-bridges that socket into its sandbox. TCP only (HTTP CONNECT, plain HTTP, SOCKS5 CONNECT);
-there is no UDP.
+Platform-neutral: the proxy dials from the host; each backend connects its sandbox to it (the
+Linux backend hands the proxy a listener made on the sandbox's own loopback). TCP only (HTTP
+CONNECT, plain HTTP, SOCKS5 CONNECT); there is no UDP. Import what you need from the modules
+(`stockade.net.proxy`, `stockade.net.env`, …): this package imports nothing itself, so that
+compiling a policy does not load the proxy.
 """
-
-from stockade.net.env import proxy_environment
-from stockade.net.proxy import Proxy, ProxyLimits
-from stockade.net.rules import Ruleset
-
-__all__ = ["Proxy", "ProxyLimits", "Ruleset", "proxy_environment"]
