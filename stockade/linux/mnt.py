@@ -12,7 +12,7 @@ import errno
 import os
 from dataclasses import dataclass
 
-from stockade.errors import SetupError
+from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import protect
 from stockade.linux.mountapi import (
@@ -90,6 +90,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     for m in guarded:
         _mount_over(top, m)
     _mask(top, own_devs, denied)
+    _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
     set_attrs(top, MOUNT_ATTR_RDONLY, recursive=False)
     os.close(top)
@@ -228,6 +229,33 @@ def _mask(top: int, own_devs: set[int], denied: list[_Mount]) -> None:
     os.rmdir(".stockade-masks", dir_fd=top)
 
 
+def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:
+    """A mount covers one name. On a filesystem that folds case without the kernel knowing
+    (FUSE), another spelling of a protected or denied *file* reaches the file itself, beside
+    the mount. Directories cannot alias like that. Such a filesystem cannot be protected by
+    mounts: refuse it."""
+    for m in files:
+        parent, name = os.path.split(m.path)
+        alias = name.swapcase()
+        if alias == name:
+            continue
+        try:
+            fd = openat2(top, os.path.join(parent, alias).lstrip("/"), os.O_PATH, _BENEATH)
+        except OSError:
+            continue  # no such spelling: the filesystem does not fold case
+        try:
+            reached, source = os.fstat(fd), os.fstat(m.source_fd)
+            same_file = (reached.st_dev, reached.st_ino) == (source.st_dev, source.st_ino)
+            covered = m.kind == "protected" and os.fstatvfs(fd).f_flag & os.ST_RDONLY
+        finally:
+            os.close(fd)
+        if same_file and not covered:
+            raise UnenforceableError(
+                "filesystem.case_alias",
+                f"{m.path} can be reached as {alias} on a case-folding filesystem that "
+                "mounts cannot cover; keep protected and denied files off it")
+
+
 def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchRequest,
                   device_fds: dict[str, int]) -> None:
     target = _target(top, own_devs, path, is_dir=True, create=True)
@@ -238,7 +266,7 @@ def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchReques
         attach(fs, target)
     elif path == "/tmp":
         noexec = 0 if request.exec_from_write else MOUNT_ATTR_NOEXEC
-        fs = new_fs("tmpfs", {"mode": "1777"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
+        fs = new_fs("tmpfs", _shared_ram(request), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
         attach(fs, target)
     else:
         fs = new_fs("tmpfs", {"mode": "0755", "size": "64k"},
@@ -250,12 +278,21 @@ def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchReques
     mounted = openat2(top, path.lstrip("/"), os.O_PATH, _BENEATH)
     own_devs.add(os.fstat(mounted).st_dev)
     if path == "/dev":
-        _populate_dev(mounted, device_fds)
+        _populate_dev(mounted, device_fds, _shared_ram(request))
         set_attrs(mounted, MOUNT_ATTR_RDONLY, recursive=False)
     os.close(mounted)
 
 
-def _populate_dev(dev: int, device_fds: dict[str, int]) -> None:
+def _shared_ram(request: LaunchRequest) -> dict[str, str]:
+    """Options of a world-writable RAM filesystem (/tmp, /dev/shm): each is bounded by the
+    memory limit, since what is stored there is memory no rlimit counts."""
+    options = {"mode": "1777"}
+    if request.limits.memory is not None:
+        options["size"] = str(request.limits.memory)
+    return options
+
+
+def _populate_dev(dev: int, device_fds: dict[str, int], shm: dict[str, str]) -> None:
     for name, source in device_fds.items():
         os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=dev))
         tree = clone_tree(source, recursive=False)
@@ -266,7 +303,7 @@ def _populate_dev(dev: int, device_fds: dict[str, int]) -> None:
             os.close(fd)
     for name, opts, attrs in (
         ("pts", {"ptmxmode": "0666", "mode": "0620"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC),
-        ("shm", {"mode": "1777"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC),
+        ("shm", shm, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC),
     ):
         os.mkdir(name, 0o755, dir_fd=dev)
         fs = new_fs("devpts" if name == "pts" else "tmpfs", opts, attrs)

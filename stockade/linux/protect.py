@@ -29,16 +29,18 @@ class Occurrence:
 
 
 def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
-    """Every protected occurrence below `root` (whose directory is open as `root_fd`)."""
+    """Every protected occurrence below `root` (whose directory is open as `root_fd`). Names
+    match regardless of case: on a case-folding filesystem `.GIT` is `.git`."""
+    folded = {name.casefold() for name in names}
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd):
         for name in filenames:
-            if name not in names:
+            if name.casefold() not in folded:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
                     rel = os.path.normpath(os.path.join(dirpath, name))
                     found.append(Occurrence(root, rel, False, linked=True))
-        for name in [n for n in dirnames + filenames if n in names]:
+        for name in [n for n in dirnames + filenames if n.casefold() in folded]:
             rel = os.path.normpath(os.path.join(dirpath, name))
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
             if stat.S_ISLNK(mode):

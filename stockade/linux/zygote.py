@@ -132,12 +132,20 @@ def serve(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
     ready: socket.socket | None = None
     mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
+    # A spare's mount namespace is a copy of the host's from when it was made: when the host's
+    # mounts change, it is stale and is thrown away (mountinfo polls "exceptional" once per
+    # change).
+    mountinfo = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - lives as long as we do
     while True:
         # The next skeleton is made while no sandbox is building its mounts: both need the
         # kernel's mount-namespace lock, and a launch should not queue behind a spare.
         if ready is None and not mounting:
             _, ready = _skeleton(network=True)
-        readable, _, _ = select.select([control, *mounting], [], [])
+        readable, _, changed = select.select([control, *mounting], [], [mountinfo])
+        if changed and ready is not None:
+            ready.close()  # its pid 1 sees the handoff close and exits
+            ready = None
+            continue
         for sock in readable:
             if sock is not control:
                 mounting.remove(sock)
