@@ -268,3 +268,36 @@ def test_host_unchanged_by_a_run_that_writes_the_workspace(ws):
     assert (workspace / "e" / "f").read_text() == "1\n"
     out = subprocess.run(["ls", "-A", str(outside)], capture_output=True, text=True).stdout
     assert out == ""
+
+
+def test_protected_names_match_in_any_case(ws):
+    """On a case-folding filesystem `.GIT` is `.git`, so every spelling is protected."""
+    workspace, _ = ws
+    (workspace / ".Git").mkdir()
+    (workspace / ".Git" / "config").write_text("[core]\n")
+    r = sandbox(["sh", "-c", "echo evil >> .Git/config"], workspace)
+    assert r.exit_code != 0
+    assert (workspace / ".Git" / "config").read_text() == "[core]\n"
+
+
+def test_ram_tmp_is_bounded_by_the_memory_limit(ws):
+    workspace, _ = ws
+    r = sandbox(["sh", "-c", "head -c 8000000 /dev/zero > /tmp/fill || echo FULL"],
+                workspace, memory=4 << 20, file_size=64 << 20)
+    assert r.stdout == b"FULL\n"
+    assert b"No space left" in r.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="mounting on the host needs root")
+def test_a_host_mount_made_after_start_is_seen_by_the_next_launch(ws):
+    """A spare sandbox's mount namespace is a copy from when it was made: a later host mount
+    must not leave the next launch with a stale view."""
+    workspace, _ = ws
+    (workspace / "under").write_text("u")
+    assert sandbox(["ls"], workspace).stdout == b"under\n"  # a spare exists now
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(workspace)], check=True)
+    try:
+        (workspace / "over").write_text("o")
+        assert sandbox(["ls"], workspace).stdout == b"over\n"
+    finally:
+        subprocess.run(["umount", str(workspace)], check=True)
