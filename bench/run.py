@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -109,32 +110,32 @@ def throughput(launch: Callable[[], object], callers: int, seconds: float) -> fl
     return total / (time.perf_counter() - started)
 
 
-def _tree_rss(roots: list[int]) -> int:
-    """Summed RSS (bytes) of `roots` and all their descendants."""
+def _tree_memory(roots: list[int]) -> tuple[int, int]:
+    """Summed (RSS, PSS) in bytes of `roots` and all their descendants. PSS charges each shared
+    page to its sharers in proportion, so it is what a sandbox adds; RSS counts shared pages
+    (e.g. the interpreter a forked process shares with its zygote) in full."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
+        if entry.isdigit() and (ppid := _ppid(int(entry))) is not None:
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, list(roots)
+    rss = pss = 0
+    todo = list(roots)
     while todo:
         pid = todo.pop()
         todo += children.get(pid, [])
         try:
-            with open(f"/proc/{pid}/status") as f:
-                rss = next(line for line in f if line.startswith("VmRSS:"))
-            total += int(rss.split()[1]) * 1024
-        except (OSError, StopIteration):
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
             continue
-    return total
+        rss += int(fields["Rss"].split()[0]) * 1024
+        pss += int(fields["Pss"].split()[0]) * 1024
+    return rss, pss
 
 
-def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, float]:
-    """RSS (MiB) of the processes that keep one idle sandbox (`sleep`) alive, per sandbox."""
+def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, tuple[float, float]]:
+    """(RSS, PSS) in MiB of the processes that keep one idle sandbox (`sleep`) alive, per
+    sandbox (the ready spare skeleton is not counted)."""
     from stockade.linux.zygote import ZYGOTE
 
     out: dict[str, float] = {}
@@ -142,7 +143,6 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, float]:
     with ThreadPoolExecutor(count) as pool:
         cancels = []
         futures = []
-        import threading
         for _ in range(count):
             cancel = threading.Event()
             cancels.append(cancel)
@@ -150,9 +150,10 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, float]:
                                        workspace=workspace, cancel=cancel))
         time.sleep(2.0)
         zygote = ZYGOTE._proc.pid if ZYGOTE._proc else None
-        launchers = [] if zygote is None else [
+        inits = [] if zygote is None else [  # sandboxes' pid 1, adopted by the zygote
             int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == zygote]
-        out["stockade"] = _tree_rss(launchers) / count / 2**20
+        rss, pss = _tree_memory(inits)
+        out["stockade"] = (rss / count / 2**20, pss / count / 2**20)
         for cancel in cancels:
             cancel.set()
         for future in futures:
@@ -160,7 +161,8 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, float]:
     if shutil.which("bwrap"):
         procs = [subprocess.Popen(bwrap_argv(workspace, *sleeper)) for _ in range(count)]
         time.sleep(1.0)
-        out["bwrap"] = _tree_rss([p.pid for p in procs]) / count / 2**20
+        rss, pss = _tree_memory([p.pid for p in procs])
+        out["bwrap"] = (rss / count / 2**20, pss / count / 2**20)
         for p in procs:
             p.kill()
             p.wait()
@@ -208,8 +210,8 @@ def main() -> int:
     return 0
 
 
-def render(found: dict, medians: dict[str, float], rates: dict, memory: dict[str, float],
-           markdown: bool) -> str:
+def render(found: dict, medians: dict[str, float], rates: dict,
+           memory: dict[str, tuple[float, float]], markdown: bool) -> str:
     bwrap = medians.get("bwrap")
     interp = medians.get("python -c pass")
     rows = [("contender", "median ms", "× bwrap")]
@@ -236,8 +238,9 @@ def render(found: dict, medians: dict[str, float], rates: dict, memory: dict[str
                          f"{rates[('stockade API', 2)] / rates[('bwrap', 2)]:.2f}"))
         lines += [*_table(rows, markdown), ""]
     if memory:
-        lines += _table([("memory per idle sandbox", "RSS MiB"),
-                         *((k, f"{v:.1f}") for k, v in memory.items())], markdown)
+        lines += _table([("memory per idle sandbox", "RSS MiB", "PSS MiB"),
+                         *((k, f"{rss:.1f}", f"{pss:.1f}") for k, (rss, pss) in memory.items())],
+                        markdown)
     return "\n".join(lines)
 
 

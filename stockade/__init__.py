@@ -17,18 +17,20 @@ __version__ = "0.1.0"
 # Public names and the module defining each. Loaded on first use, so that the sandbox's own
 # launcher, which imports a few `stockade.linux` modules, does not pay for the whole API.
 _EXPORTS = {
-    "run": "stockade.api", "arun": "stockade.api",
+    "run": "stockade.api", "arun": "stockade.api", "probe": "stockade.lifecycle.probe",
+    "Attestation": "stockade.lifecycle.probe",
     "PolicyError": "stockade.errors", "SetupError": "stockade.errors",
     "StartError": "stockade.errors", "StockadeError": "stockade.errors",
     "UnavailableError": "stockade.errors", "UnenforceableError": "stockade.errors",
     "UsageError": "stockade.errors",
     "Result": "stockade.launch.result", "Violation": "stockade.launch.result",
     "Policy": "stockade.policy", "load_policy": "stockade.policy", "preset": "stockade.policy",
+    "Sandbox": "stockade.session.sandbox", "AsyncSandbox": "stockade.session.aio",
 }
 __all__ = [
-    "Policy", "PolicyError", "Result", "SetupError", "StartError", "StockadeError",
-    "UnavailableError", "UnenforceableError", "UsageError", "Violation", "arun", "load_policy",
-    "preset", "run",
+    "AsyncSandbox", "Attestation", "Policy", "PolicyError", "Result", "Sandbox", "SetupError",
+    "StartError", "StockadeError", "UnavailableError", "UnenforceableError", "UsageError",
+    "Violation", "arun", "load_policy", "preset", "probe", "run",
 ]
 
 if TYPE_CHECKING:
@@ -43,7 +45,10 @@ if TYPE_CHECKING:
         UsageError,
     )
     from stockade.launch.result import Result, Violation
+    from stockade.lifecycle.probe import Attestation, probe
     from stockade.policy import Policy, load_policy, preset
+    from stockade.session.aio import AsyncSandbox
+    from stockade.session.sandbox import Sandbox
 
 
 def __getattr__(name: str) -> object:

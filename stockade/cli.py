@@ -5,7 +5,10 @@
     stockade policy check FILE
     stockade policy show [--preset NAME | FILE] [--toml]
     stockade demo
-    stockade report [--json]
+    stockade probe [--json]
+    stockade report [--json | --markdown]
+    stockade reconcile [--json]
+    stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
 
 Exit codes:
 
@@ -14,14 +17,21 @@ Exit codes:
 | 0-255    | `run`, `sandbox-exec`: the command's own exit status, passed through            |
 | 128+N    | the command was killed by signal N (137 = SIGKILL, also after a timeout)        |
 | 1        | `demo`: a forbidden attempt was not denied (or a permitted one was refused)     |
+| 1        | `reconcile`: a record was quarantined, or a resource could not be removed yet   |
+| 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
+| 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
 | 2        | usage or policy error (bad flag, policy file or preset); nothing ran            |
 | 70       | the sandbox could not be set up here: unavailable, unenforceable, setup failed  |
+|          | (`probe`: not ready; the attestation says why)                                  |
 | 71       | the sandbox was ready but the command could not be started (not found, ...)     |
 | 130      | interrupted (Ctrl-C); the sandbox dies with Stockade                            |
 | 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
 
 A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a
 result). Every Stockade error is one line on stderr: `stockade: <code>: <message>`.
+
+`--state-dir DIR` (before the command) sets where the launch ledger lives, for this process
+and its children, as `STOCKADE_STATE_DIR` does (see stockade/lifecycle/statedir.py).
 """
 
 from __future__ import annotations
@@ -30,15 +40,15 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from typing import Any, NoReturn
 
 from stockade import __version__
 from stockade.api import DEFAULT_PRESET, resolve_policy
-from stockade.errors import StockadeError, UsageError
+from stockade.errors import EXIT_SETUP, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
-from stockade.launch.manager import REGISTRY, SandboxManager, run_unsandboxed
+from stockade.launch.manager import REGISTRY, SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import PRESETS, Policy, load_policy, merge, policy_to_document, preset
 from stockade.policy.paths import lexical_key, tidy_path
@@ -74,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(head, command)
         json_mode = bool(getattr(args, "json", False))
+        if args.state_dir is not None:
+            from stockade.lifecycle import statedir
+
+            os.environ[statedir.ENV] = os.path.abspath(args.state_dir)
         return args.handler(args, command)
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
@@ -103,12 +117,21 @@ def build_parser() -> argparse.ArgumentParser:
                                       "stockade report"),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="where the launch ledger lives (default: $STOCKADE_STATE_DIR, "
+                             "else $XDG_STATE_HOME/stockade, /var/lib/stockade for root, "
+                             "~/.local/state/stockade)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(commands)
     _add_sandbox_exec(commands)
     _add_policy(commands)
     _add_demo(commands)
+    _add_probe(commands)
     _add_report(commands)
+    _add_reconcile(commands)
+    _add_evidence(commands)
+    _add_agent(commands)
+    _add_daemon(commands)
     return parser
 
 
@@ -135,7 +158,9 @@ def _add_run(commands: Any) -> None:
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
     run.add_argument("--verbose", "-v", action="store_true",
-                     help="after the run, print each launch stage and its duration on stderr")
+                     help="after the run, print on stderr the layers applied and each stage's "
+                          "duration: compile, readiness (probe and ledger reconcile), then the "
+                          "sandbox's own stages")
     run.add_argument("--json", action="store_true",
                      help="capture output and print one JSON result (or error) object")
     run.add_argument("--unsandboxed", action="store_true",
@@ -214,24 +239,150 @@ def _demo(args: argparse.Namespace, command: list[str] | None) -> int:
     return demo.main()
 
 
+def _add_probe(commands: Any) -> None:
+    probe = _command(commands, "probe", _probe,
+                     "launch a throwaway sandbox and attest what it verified (exit 70: not ready)",
+                     "stockade probe", "stockade probe --json")
+    probe.add_argument("--json", action="store_true", help="print the attestation as JSON")
+
+
+def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    from stockade.lifecycle.probe import probe
+
+    attestation = probe()
+    if args.json:
+        print(json.dumps(attestation.to_json(), indent=2))
+    else:
+        state = "ready" if attestation.ready else (
+            f"NOT READY: {attestation.reason} at stage {attestation.stage}: "
+            f"{attestation.message}")
+        print(f"{attestation.backend}: {state} (run as {attestation.run_as}, "
+              f"{attestation.duration_ms:.0f} ms)")
+        for fact, value in attestation.facts.items():
+            print(f"  {fact}: {json.dumps(value)}")
+    return 0 if attestation.ready else EXIT_SETUP
+
+
 def _add_report(commands: Any) -> None:
     report = _command(commands, "report", _report,
-                      "what this host enforces, capability by capability",
-                      "stockade report", "stockade report --json")
-    report.add_argument("--json", action="store_true", help="print JSON instead of a table")
+                      "what this host enforces, capability by capability, from a real probe",
+                      "stockade report", "stockade report --json", "stockade report --markdown")
+    shape = report.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    shape.add_argument("--markdown", action="store_true", help="print Markdown tables")
 
 
 def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     _no_command(command)
-    backends = [_backend_report(name) for name in REGISTRY]
+    from stockade.lifecycle.probe import probe
+    from stockade.lifecycle.report import build
+
+    reports = []
+    for factory in REGISTRY.values():
+        backend = factory()
+        reports.append(build(probe(backend), backend))
     if args.json:
-        print(json.dumps({"backends": backends}, indent=2))
-        return 0
-    for backend in backends:
-        print(f"{backend['name']}: {'ready' if backend['ready'] else backend['reason']}")
-        rows = [(c["name"], "yes" if c["enforced"] else "NO", c["mechanism"], c["detail"])
-                for c in backend["capabilities"]]
-        print(_table(("capability", "enforced", "mechanism", "detail"), rows))
+        print(json.dumps({"backends": [report.to_json() for report in reports]}, indent=2))
+    elif args.markdown:
+        print("\n".join(report.markdown() for report in reports), end="")
+    else:
+        print("\n\n".join(report.text() for report in reports))
+    return 0
+
+
+def _add_reconcile(commands: Any) -> None:
+    reconcile = _command(commands, "reconcile", _reconcile,
+                         "remove what crashed launches left behind, as recorded in the ledger",
+                         "stockade reconcile", "stockade --state-dir /srv/stockade reconcile")
+    reconcile.add_argument("--json", action="store_true", help="print a JSON summary")
+
+
+def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    from dataclasses import asdict
+
+    from stockade.lifecycle.ledger import Ledger
+
+    ledger = Ledger()
+    done = ledger.reconcile()
+    quarantined = ledger.quarantined()
+    if args.json:
+        print(json.dumps({**asdict(done), "quarantine": quarantined,
+                          "quarantine_dir": ledger.quarantine_dir}))
+    else:
+        print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
+              f"{done.live} live, {done.failed} to retry")
+        for kind, name in done.removed:
+            print(f"  removed {kind} {name}")
+        if quarantined:
+            print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
+                  f"inspected and deleted: {ledger.quarantine_dir}")
+    return 1 if quarantined or done.failed else 0
+
+
+def _add_evidence(commands: Any) -> None:
+    evidence = _command(commands, "evidence", _evidence,
+                        "attack this host's sandbox with real malicious children, one row each",
+                        "stockade evidence", "stockade evidence --only network --json",
+                        "stockade evidence --markdown --allow-not-run")
+    shape = evidence.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print one JSON document")
+    shape.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    evidence.add_argument("--only", metavar="CATEGORY", action="append", default=[],
+                          help="only this category or row id (repeatable)")
+    evidence.add_argument("--allow-not-run", action="store_true",
+                          help="exit 0 even if some rows cannot run on this host")
+    evidence.add_argument("--backend", choices=list(REGISTRY), default=next(iter(REGISTRY)),
+                          help="the backend to attack (default %(default)s)")
+
+
+def _evidence(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    from stockade.evidence import command as evidence  # imported on demand: it is large
+
+    output = "json" if args.json else "markdown" if args.markdown else "text"
+    return evidence.main(REGISTRY[args.backend](), output=output, only=args.only,
+                         allow_not_run=args.allow_not_run)
+
+
+def _add_agent(commands: Any) -> None:
+    _command(commands, "agent", _agent,
+             "serve one warm session on stdin/stdout (runs INSIDE a sandbox; see "
+             "docs/protocol.md)", "stockade agent")
+
+
+def _agent(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    from stockade.session import agent  # the guest side needs nothing else from the CLI
+
+    return agent.main()
+
+
+def _add_daemon(commands: Any) -> None:
+    daemon = _command(commands, "daemon", _daemon,
+                      "own warm sandboxes for this user's processes, on a unix socket",
+                      "stockade daemon", "stockade daemon --socket /run/user/1000/stockade.sock")
+    daemon.add_argument("--socket", metavar="PATH",
+                        help="the control socket (default: daemon.sock in the state directory)")
+    daemon.add_argument("--idle", metavar="SECONDS", type=float, default=300.0,
+                        help="tear a session down after this long unused (default 300)")
+
+
+def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    import signal
+
+    from stockade.linux import zygote
+    from stockade.session.daemon import Daemon
+
+    # Many sandboxes, from many threads: through the zygote, not forked from this process.
+    zygote.SPAWNER = zygote.ZYGOTE
+    server = Daemon(args.socket, idle=args.idle)
+    server.bind()
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    print(f"stockade: daemon listening on {server.path}", file=sys.stderr, flush=True)
+    server.serve()
     return 0
 
 
@@ -303,18 +454,36 @@ def _lexical(path: str) -> tuple[str, ...] | str:
 def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
              verbose: bool = False) -> int:
     """Run `argv`: output passed through live, or captured and printed as one JSON object."""
+    started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace))
+    compiled = time.monotonic()
+    backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
+    selected = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
-    result = SandboxManager().run(request, stdio_inherit=not as_json)
+    result = execute(backend, request, stdio_inherit=not as_json)
     if as_json:
         print(json.dumps(result.to_json()))
     if verbose:
-        stages = ", ".join(f"{name} {ms:.1f}" for name, ms in result.timings.items())
+        owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
+        stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
+        layers = _layers(result.enforced)
+        print(f"stockade: {result.backend} layers: {layers}", file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
     _print_violations(result)
     return result.returncode
+
+
+def _layers(enforced: dict) -> str:
+    """What the sandbox's pid 1 reported applying, in one line (names and numbers only)."""
+    landlock = enforced.get("landlock", {})
+    seccomp = enforced.get("seccomp", {})
+    limits = ", ".join(sorted(enforced.get("limits", {})))
+    return (f"namespaces {','.join(enforced.get('namespaces', []))}; "
+            f"landlock ABI {landlock.get('abi', 0)}; "
+            f"seccomp {seccomp.get('mode', 'off')} ({seccomp.get('denied_syscalls', 0)} denied); "
+            f"limits {limits or 'none'}")
 
 
 def _print_violations(result: Result) -> None:
@@ -328,25 +497,6 @@ def _fail(error: StockadeError, json_mode: bool) -> int:
         print(json.dumps({"error": {"code": error.code, "message": error.message}}))
     print(f"stockade: {' '.join(str(error).splitlines())}", file=sys.stderr)
     return error.exit_code
-
-
-def _backend_report(name: str) -> dict[str, Any]:
-    backend = REGISTRY[name]()
-    try:
-        backend.probe()
-        reason = None
-    except StockadeError as exc:
-        reason = str(exc)
-    capabilities = [asdict(capability) for capability in backend.report()]
-    return {"name": name, "ready": reason is None, "reason": reason,
-            "capabilities": capabilities}
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-             for row in (header, *rows)]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def to_toml(document: dict[str, Any]) -> str:

@@ -22,6 +22,20 @@ PYTHON = os.path.realpath(sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def state_dir(tmp_path_factory):
+    """Launch records and attestations of this test run stay in its own state directory."""
+    path = tmp_path_factory.mktemp("stockade-state")
+    os.chmod(path, 0o700)
+    previous = os.environ.get("STOCKADE_STATE_DIR")
+    os.environ["STOCKADE_STATE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        del os.environ["STOCKADE_STATE_DIR"]
+    else:
+        os.environ["STOCKADE_STATE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def linux() -> None:
     from stockade.linux.backend import LinuxBackend

@@ -47,7 +47,10 @@ class SandboxManager:
 
     def select(self, request: LaunchRequest) -> Backend:
         """The backend that will run `request`, or the typed reason none can (the reason of
-        the best backend, when several refuse)."""
+        the best backend, when several refuse). A backend must also pass its readiness probe
+        (a real launch that also reconciles the ledger), cached per process."""
+        from stockade.lifecycle.probe import require_ready
+
         names = [self.wanted] if self.wanted else list(REGISTRY)
         refusals: list[UnavailableError | UnenforceableError] = []
         for name in names:
@@ -55,6 +58,7 @@ class SandboxManager:
             try:
                 backend.probe()
                 backend.check(request)
+                require_ready(backend)
                 return backend
             except (UnavailableError, UnenforceableError) as exc:
                 refusals.append(exc)

@@ -1,0 +1,20 @@
+"""Reach an outside file through /proc: /proc/self/root, /proc/1/root, and a host pid's root,
+cwd, environ and memory. Reading or writing anything there is an escape."""
+
+import os
+
+from _common import ARGS, attempt, read, write
+
+outside_file, host_pid = ARGS
+outside_dir = os.path.dirname(outside_file)
+for base in ("/proc/self/root", "/proc/self/root/../..", "/proc/1/root", "/proc/1/cwd/../..",
+             f"/proc/{host_pid}/root"):
+    attempt(f"read {base}{outside_file}", lambda b=base: read(b + outside_file))
+    attempt(f"write {base}{outside_dir}/planted",
+            lambda b=base: write(f"{b}{outside_dir}/planted"))
+for item in ("environ", "cmdline", "mem", "cwd/", "fd/"):
+    path = f"/proc/{host_pid}/{item}"
+    if item.endswith("/"):
+        attempt(f"list {path}", lambda p=path: os.listdir(p))
+    else:
+        attempt(f"read {path}", lambda p=path: read(p))

@@ -1,0 +1,38 @@
+"""Overwrite, append to, truncate, chmod, rename and remove each path given (files and
+directories, existing or not), and create entries inside the directories: any success is an
+escape. With `--read` first, reading a file or listing a directory is one too (unless it
+reveals nothing, as a mask does).
+"""
+
+import os
+
+from _common import ARGS, attempt, reveal, write
+
+reading = ARGS[:1] == ["--read"]
+
+
+def actions(path):
+    if os.path.isdir(path):
+        if reading:
+            yield "list", lambda: reveal(path)
+        yield "create inside", lambda: write(os.path.join(path, "planted"))
+        yield "mkdir inside", lambda: os.mkdir(os.path.join(path, "planted-dir"))
+        yield "symlink inside", lambda: os.symlink("/", os.path.join(path, "planted-link"))
+        yield "chmod", lambda: os.chmod(path, 0o777)
+        yield "rename", lambda: os.rename(path, path + ".moved")
+        yield "rmdir", lambda: os.rmdir(path)
+        return
+    if reading:
+        yield "read", lambda: reveal(path)
+    yield "append", lambda: write(path, mode="ab")
+    yield "overwrite", lambda: write(path)
+    yield "truncate", lambda: os.truncate(path, 0)
+    if os.path.exists(path):
+        yield "chmod", lambda: os.chmod(path, 0o777)
+        yield "rename", lambda: os.rename(path, path + ".moved")
+        yield "unlink", lambda: os.unlink(path)
+
+
+for target in ARGS[reading:]:
+    for name, action in list(actions(target)):
+        attempt(f"{name} {target}", action)

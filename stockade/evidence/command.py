@@ -1,0 +1,45 @@
+"""`stockade evidence`: run the matrix here and report it; the exit status says whether every
+row ran and passed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from stockade.errors import UsageError
+from stockade.evidence.report import markdown, summary, text_line
+from stockade.evidence.row import CATEGORIES
+from stockade.evidence.rows import ROWS
+from stockade.evidence.runner import Matrix, run_matrix, select
+from stockade.launch.backend import Backend
+
+EXIT_FAILED = 1       # a row FAILed: the sandbox did not hold
+EXIT_INCOMPLETE = 3   # no row failed, but some could not run here (see --allow-not-run)
+
+
+def main(backend: Backend, *, output: str = "text", only: Sequence[str] = (),
+         allow_not_run: bool = False) -> int:
+    """Run the rows selected by `only` (categories or row ids) and print them as `output`
+    (text, as they come; json; markdown). Returns the exit status."""
+    known = set(CATEGORIES) | {row.id for row in ROWS}
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise UsageError(f"--only {unknown[0]}: not a category ({', '.join(CATEGORIES)}) "
+                         "or a row id")
+    on_verdict = (lambda v: print(text_line(v), flush=True)) if output == "text" else None
+    matrix = run_matrix(backend, select(only), on_verdict)
+    if output == "json":
+        print(json.dumps(matrix.to_json(), indent=2))
+    elif output == "markdown":
+        print(markdown(matrix))
+    print(summary(matrix), file=sys.stdout if output == "text" else sys.stderr)
+    return exit_status(matrix, allow_not_run)
+
+
+def exit_status(matrix: Matrix, allow_not_run: bool) -> int:
+    if matrix.count("FAIL"):
+        return EXIT_FAILED
+    if matrix.count("not-run") and not allow_not_run:
+        return EXIT_INCOMPLETE
+    return 0

@@ -1,0 +1,74 @@
+"""The host side of one row: a private directory tree, the launch's marker, the bait, and the
+watches that say afterwards whether anything outside the sandbox changed.
+
+Layout of a scene (a fresh directory per row): `ws/` is the workspace (`{workspace}`), `home/`
+is what `{home}` means, `outside/` is never granted and holds `secret`, a file whose random
+content must never reach the child's output.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TypeVar
+
+from stockade.evidence.watch import Watch
+
+ATTACKS = Path(__file__).resolve().parent / "attacks"
+W = TypeVar("W", bound=Watch)
+
+
+class NotRunnable(Exception):
+    """This host cannot set the row up; the message says why."""
+
+
+class Scene:
+    def __init__(self, base: Path, row_id: str, tag: str) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix=row_id + "-", dir=base))
+        self.marker = f"stockade-evidence-{tag}-{row_id}"
+        self.ws, self.home, self.outside = (self.root / name for name in ("ws", "home", "outside"))
+        for directory in (self.ws, self.home, self.outside):
+            directory.mkdir()
+        self.secret = "evidence-secret-" + secrets.token_hex(12)
+        (self.outside / "secret").write_text(self.secret)
+        # Placeholders for the attack's arguments ({ws}, {secret_file}, ...); setups add more.
+        self.values: dict[str, str] = {
+            "root": str(self.root), "ws": str(self.ws), "home": str(self.home),
+            "outside": str(self.outside), "secret_file": str(self.outside / "secret"),
+            "host_pid": str(os.getpid()),
+        }
+        self.read_roots: list[str] = []      # granted read-only, besides the preset's
+        self.host_env = {**os.environ, "HOME": str(self.home)}
+        self.secrets = [self.secret]         # must never appear in the child's output
+        self.stdin: str | None = None        # "inherit" to hand the child our stdin
+        self.cancel: threading.Event | None = None
+        self.watches: list[Watch] = []
+
+    def watch(self, watch: W) -> W:
+        self.watches.append(watch)
+        return watch
+
+    def plant(self, relative: str, content: str = "") -> Path:
+        """A file below the scene root, with its parents; returns its path."""
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        return path
+
+    def plant_secret(self, relative: str) -> Path:
+        """A file holding a fresh secret that must never reach the child's output."""
+        value = "evidence-secret-" + secrets.token_hex(12)
+        self.secrets.append(value)
+        return self.plant(relative, value)
+
+    def expand(self, argument: str) -> str:
+        return argument.format_map(self.values)
+
+    def close(self) -> None:
+        for watch in reversed(self.watches):
+            watch.close()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,160 @@
+"""Host-side network watches: servers on the host that answer every contact (so an escaped child
+would get a reply) and count contacts, a prober that tries to reach a port the child listens on,
+and a socket left inheritable by the launching process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from stockade.evidence.watch import Finding, Watch
+
+
+class _Server(Watch):
+    """A server on the host that answers every contact with `pong` and counts contacts."""
+
+    kind = ""
+
+    def __init__(self, sock: socket.socket, label: str) -> None:
+        self.sock, self.label = sock, label
+        self.contacts = 0
+        self.stopped = threading.Event()
+        sock.settimeout(0.1)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self._answer()
+            except (TimeoutError, BlockingIOError):
+                continue
+            except OSError:
+                if not self.stopped.is_set():
+                    time.sleep(0.05)
+
+    def _answer(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> Finding:
+        self.close()
+        if self.contacts:
+            return Finding(False, f"{self.label} was CONTACTED {self.contacts} time(s)")
+        return Finding(True, f"{self.label} got no contact")
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.sock.close()
+
+
+class StreamServer(_Server):
+    """A listening stream socket (TCP or unix)."""
+
+    def __init__(self, sock: socket.socket, label: str) -> None:
+        sock.listen(8)
+        super().__init__(sock, label)
+
+    def _answer(self) -> None:
+        conn, _ = self.sock.accept()
+        self.contacts += 1
+        with conn:
+            conn.settimeout(1)
+            try:
+                conn.recv(512)
+                conn.sendall(b"pong")
+            except OSError:
+                pass
+
+
+class DatagramServer(_Server):
+    """A UDP socket answering each datagram."""
+
+    def _answer(self) -> None:
+        _, peer = self.sock.recvfrom(512)
+        self.contacts += 1
+        self.sock.sendto(b"pong", peer)
+
+
+def tcp_server(host: str, label: str) -> StreamServer:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    return StreamServer(sock, label)
+
+
+def udp_server(host: str, label: str, port: int = 0) -> DatagramServer:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((host, port))
+    return DatagramServer(sock, label)
+
+
+def unix_server(address: str, label: str) -> StreamServer:
+    """`address` is a path, or an abstract name starting with NUL."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(address)
+    return StreamServer(sock, label)
+
+
+def port_of(server: _Server) -> int:
+    return server.sock.getsockname()[1]
+
+
+class Prober(Watch):
+    """Keeps trying to connect to a TCP port on the host's loopback while the attack runs."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.connected = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(0.1):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                self.connected += 1
+            except OSError:
+                continue
+
+    def finish(self) -> Finding:
+        self.close()
+        if self.connected:
+            return Finding(False, f"the host CONNECTED to the sandbox's port {self.connected} "
+                                  "time(s)")
+        return Finding(True, f"the host could not connect to port {self.port}")
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+class InheritedSocket(Watch):
+    """A connected socket pair whose one end is left inheritable in this process: nothing may
+    arrive at the other end."""
+
+    def __init__(self) -> None:
+        self.ours, self.theirs = socket.socketpair()
+        self.fd = self.theirs.fileno()
+        os.set_inheritable(self.fd, True)
+        self.ours.setblocking(False)
+
+    def finish(self) -> Finding:
+        try:
+            received = self.ours.recv(512)
+        except BlockingIOError:
+            received = b""
+        self.close()
+        if received:
+            return Finding(False, f"the inherited socket CARRIED {received!r}")
+        return Finding(True, f"socket left inheritable (fd {self.fd}) carried nothing")
+
+    def close(self) -> None:
+        self.ours.close()
+        self.theirs.close()

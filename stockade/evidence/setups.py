@@ -1,0 +1,305 @@
+"""Host-side setups: each plants a row's bait in its scene, arms the watches that will show
+whether anything outside the sandbox changed, and fills in the placeholders its attack's
+arguments use. A setup that cannot work on this host raises NotRunnable with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from stockade.evidence.casefold import CaseFoldingMount
+from stockade.evidence.scene import NotRunnable, Scene
+from stockade.evidence.servers import (
+    InheritedSocket,
+    Prober,
+    port_of,
+    tcp_server,
+    udp_server,
+    unix_server,
+)
+from stockade.evidence.testhost import TestHost
+from stockade.evidence.watch import (
+    AtMost,
+    Heartbeat,
+    HostTerminal,
+    NoMounts,
+    NoResidue,
+    Unchanged,
+    Victim,
+)
+
+Setup = Callable[[Scene], None]
+NOBODY = 65534
+# Set-user-id programs that wait on a terminal, so their effective uid can be read.
+WAITING_SETUID = ("su", "passwd", "chfn", "chsh", "newgrp")
+
+
+def nothing(scene: Scene) -> None:
+    """Only the scene's standing bait: the outside tree and its secret."""
+
+
+def workspace_files(scene: Scene) -> None:
+    """A file and a directory in the workspace, which must stay as they are."""
+    scene.plant("ws/file", "original content\n")
+    scene.plant("ws/dir/inner", "inner content\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def read_only_file(scene: Scene) -> None:
+    """One file in the workspace, which the row's preset makes read-only."""
+    scene.plant("ws/file", "keep me exactly as I am\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def nested_repository(scene: Scene) -> None:
+    """A `.git` directory two levels down in the workspace."""
+    for name, content in (("config", "[core]\n"), ("HEAD", "ref: refs/heads/main\n"),
+                          ("hooks/README", "hooks live here\n")):
+        scene.plant(f"ws/a/b/.git/{name}", content)
+    scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.git)"))
+
+
+def git_file(scene: Scene) -> None:
+    """A `.git` file (a worktree pointer) and the gitdir it points to, both in the workspace."""
+    scene.plant("ws/sub/.git", "gitdir: ../.repo-git\n")
+    scene.plant("ws/.repo-git/config", "[core]\n")
+    scene.watch(Unchanged(scene.ws / "sub" / ".git", "workspace/sub/.git"))
+    scene.watch(Unchanged(scene.ws / ".repo-git", "workspace/.repo-git"))
+
+
+def denied_paths(scene: Scene) -> None:
+    """Secrets inside the workspace, at paths the row's policy denies."""
+    scene.plant_secret("ws/keys/id")
+    scene.plant_secret("ws/token")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def case_folding_workspace(scene: Scene) -> None:
+    """The workspace on a case-folding filesystem (see casefold.py) holding a .git directory,
+    a .git file, denied paths, and a directory stored as `.Git`, which git on that filesystem
+    would use as `.git`."""
+    for name, content in (("stored/.git/config", "[core]\n"), ("stored/sub/.git",
+                          "gitdir: ../.git\n"), ("stored/other/.Git/config", "[core]\n")):
+        scene.plant(name, content)
+    scene.plant_secret("stored/keys/id")
+    scene.plant_secret("stored/token")
+    scene.watch(CaseFoldingMount(scene.root / "stored", scene.ws))
+    scene.watch(Unchanged(scene.root / "stored", "workspace (as stored)"))
+
+
+def planted_symlinks(scene: Scene) -> None:
+    """Links in the workspace to the outside tree: absolute, relative, to the directory, `..`."""
+    secret, ws = scene.outside / "secret", scene.ws
+    os.symlink(secret, ws / "abs-link")
+    os.symlink(os.path.relpath(secret, ws), ws / "rel-link")
+    os.symlink(scene.outside, ws / "dir-link")
+    os.symlink("../" * str(ws).count("/") + str(secret).lstrip("/"), ws / "dotdot-link")
+
+
+def planted_hard_link(scene: Scene) -> None:
+    """A hard link in the workspace to the outside secret, and a read-only root with a file."""
+    os.link(scene.outside / "secret", scene.ws / "hard")
+    scene.plant("ro/file", "read-only root content\n")
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.root / "ro", "read-only root"))
+
+
+def empty_workspace(scene: Scene) -> None:
+    """The workspace must stay empty (no device node, no planted file)."""
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def host_block_devices(scene: Scene) -> None:
+    """The host's own block devices, by name, for the attack to try."""
+    try:
+        names = sorted(os.listdir("/sys/block"))[:4]
+    except OSError:
+        names = []
+    scene.values["block_devices"] = " ".join(f"/dev/{name}" for name in names)
+
+
+def loopback_tcp(scene: Scene) -> None:
+    """TCP servers on the host's loopback, IPv4 and (where available) IPv6."""
+    scene.values["tcp4"] = str(port_of(scene.watch(tcp_server("127.0.0.1", "host TCP 127.0.0.1"))))
+    scene.values["tcp6"] = str(port_of(scene.watch(tcp_server("::1", "host TCP [::1]")))) \
+        if socket.has_ipv6 and _has_loopback6() else ""
+
+
+def loopback_udp(scene: Scene) -> None:
+    """UDP servers on the host's loopback, IPv4 and (where available) IPv6."""
+    scene.values["udp4"] = str(port_of(scene.watch(udp_server("127.0.0.1", "host UDP 127.0.0.1"))))
+    scene.values["udp6"] = str(port_of(scene.watch(udp_server("::1", "host UDP [::1]")))) \
+        if socket.has_ipv6 and _has_loopback6() else ""
+
+
+def loopback_dns(scene: Scene) -> None:
+    """A stand-in DNS server (UDP and TCP) on the host's loopback."""
+    scene.values["dns_udp"] = str(port_of(scene.watch(udp_server("127.0.0.1", "host DNS/UDP"))))
+    scene.values["dns_tcp"] = str(port_of(scene.watch(tcp_server("127.0.0.1", "host DNS/TCP"))))
+
+
+def _has_loopback6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_host(scene: Scene) -> None:
+    """A test host outside the sandbox (see testhost.py) with TCP and UDP servers."""
+    host = scene.watch(TestHost())
+    scene.values.update(test_host=host.address, test_tcp=str(host.tcp_port),
+                        test_udp=str(host.udp_port))
+
+
+def host_prober(scene: Scene) -> None:
+    """A free port the attack will listen on, and a host thread trying to connect to it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    scene.values["listen_port"] = str(port)
+    scene.watch(Prober(port))
+
+
+def abstract_socket(scene: Scene) -> None:
+    """A server on an abstract unix socket of the host."""
+    name = f"{scene.marker}-abstract"
+    scene.watch(unix_server("\0" + name, "host abstract unix socket"))
+    scene.values["abstract"] = name
+
+
+def path_socket(scene: Scene) -> None:
+    """A server on a unix socket file in the outside tree."""
+    scene.watch(unix_server(str(scene.outside / "host.sock"), "host unix socket file"))
+
+
+def inherited_socket(scene: Scene) -> None:
+    """One end of a connected socket pair left inheritable in the launching process."""
+    scene.watch(InheritedSocket())
+
+
+def victim(scene: Scene) -> None:
+    """A host process that must stay alive, unsignalled and untraced."""
+    scene.values["victim"] = str(scene.watch(Victim()).pid)
+
+
+def host_terminal(scene: Scene) -> None:
+    """The child's stdin is a terminal of the host (the policy inherits stdin)."""
+    scene.stdin = "inherit"
+    scene.watch(HostTerminal())
+
+
+def setuid_program(scene: Scene) -> None:
+    """A set-user-id program owned by another user: as root, a copy of `sleep` owned by nobody;
+    otherwise one of the system's own (owned by root) that waits on a terminal."""
+    if os.geteuid() == 0:
+        directory = scene.root / "setuid"
+        directory.mkdir()
+        program = directory / "sleep"
+        shutil.copy("/usr/bin/sleep", program)
+        os.chown(program, NOBODY, NOBODY)
+        os.chmod(program, 0o4755)
+        scene.read_roots.append(str(directory))
+        scene.values.update(setuid=str(program), setuid_arg="5")
+        return
+    for name in WAITING_SETUID:
+        path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if path and _foreign_setuid(path):
+            scene.values.update(setuid=path, setuid_arg="")
+            return
+    raise NotRunnable("no set-user-id program owned by another user is installed")
+
+
+def _foreign_setuid(path: str) -> bool:
+    info = os.stat(path)
+    return bool(info.st_mode & stat.S_ISUID) and info.st_uid != os.getuid()
+
+
+def mount_point(scene: Scene) -> None:
+    """A directory in the workspace to mount on; no host mount may appear below the scene."""
+    (scene.ws / "mnt").mkdir()
+    scene.watch(NoMounts(scene.root))
+
+
+def parent_secrets(scene: Scene) -> None:
+    """Secrets in the launching process's environment, as an agent's credentials would be."""
+    for name in SECRET_VARIABLES:
+        value = "evidence-secret-" + os.urandom(12).hex()
+        scene.host_env[name] = value
+        scene.secrets.append(value)
+
+
+SECRET_VARIABLES = ("STOCKADE_EVIDENCE_SECRET", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN",
+                    "OPENAI_API_KEY")
+LOADER_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP", "BASH_ENV")
+
+
+def loader_injection(scene: Scene) -> None:
+    """Loader-injection variables in the launching process's environment."""
+    evil = scene.plant("evil/libevil.so", "not really a library\n")
+    for name in LOADER_VARIABLES:
+        scene.host_env[name] = str(evil)
+        scene.secrets.append(str(evil))
+
+
+def credential_in_environment(scene: Scene) -> None:
+    """A token in the launching process's environment that the row's policy tries to pass."""
+    scene.host_env["GITHUB_TOKEN"] = "evidence-secret-" + os.urandom(12).hex()
+
+
+HOME_SECRETS = (".ssh/id_ed25519", ".aws/credentials", ".netrc", ".git-credentials",
+                ".config/gh/hosts.yml", ".docker/config.json", ".kube/config", ".pypirc")
+
+
+def fake_home(scene: Scene) -> None:
+    """A home directory with keys, credentials and shell history (all of them secrets)."""
+    for name in (*HOME_SECRETS, ".bash_history"):
+        scene.plant_secret(f"home/{name}")
+    scene.watch(Unchanged(scene.home, "home"))
+
+
+def heartbeat(then: Setup = nothing) -> Setup:
+    """`then`, plus a host heartbeat measured while the attack runs."""
+    def setup(scene: Scene) -> None:
+        then(scene)
+        scene.watch(Heartbeat())
+    setup.__doc__ = f"{(then.__doc__ or '').strip()} A host heartbeat runs meanwhile."
+    return setup
+
+
+def cancel_after(seconds: float) -> Setup:
+    """The launch is cancelled by the caller after `seconds`."""
+    def setup(scene: Scene) -> None:
+        scene.cancel = threading.Event()
+        timer = threading.Timer(seconds, scene.cancel.set)
+        timer.daemon = True
+        timer.start()
+    setup.__doc__ = f"The caller cancels the launch after {seconds:g} s."
+    return setup
+
+
+def fill_target(limit: int) -> Setup:
+    """Where the disk-fill attack writes in the workspace; its size is checked on the host."""
+    def setup(scene: Scene) -> None:
+        scene.values["fill"] = str(scene.ws / "fill")
+        scene.watch(AtMost(scene.ws / "fill", limit))
+    setup.__doc__ = f"The workspace file the attack fills may hold at most {limit} bytes."
+    return setup
+
+
+def soak_workspaces(count: int) -> Setup:
+    """One workspace per concurrent launch, below the scene; no residue may appear."""
+    def setup(scene: Scene) -> None:
+        for index in range(count):
+            Path(scene.root, "soak", f"{index:02d}").mkdir(parents=True)
+        scene.watch(NoResidue())
+    setup.__doc__ = f"{count} disjoint workspaces, one per launch; no residue may appear."
+    return setup

@@ -1,0 +1,281 @@
+"""Host-side watches: each is armed before a launch and says afterwards whether anything outside
+the sandbox changed (a file tree, a process that was signalled or traced or survived, a mount, a
+terminal, a host that stopped responding). The network ones are in servers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tty
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A verdict on one side of a row: `ok`, and what was seen."""
+
+    ok: bool
+    text: str
+
+
+class Watch:
+    """Armed when created; `finish` judges (once, after the launch); `close` releases."""
+
+    def finish(self) -> Finding:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release threads, sockets and processes (idempotent)."""
+
+
+def snapshot(path: Path) -> dict[str, tuple]:
+    """Every name below `path` (or `path` itself) with its type, mode, size and content;
+    symbolic links are recorded, never followed. A missing path is an empty snapshot."""
+    out: dict[str, tuple] = {}
+    if not os.path.lexists(path):
+        return out
+    for dirpath, dirnames, filenames in os.walk(path) if path.is_dir() else [("", [], [path])]:
+        for name in [*dirnames, *filenames]:
+            full = os.path.join(dirpath, name)
+            info = os.lstat(full)
+            if stat.S_ISREG(info.st_mode):
+                with open(full, "rb") as f:
+                    body: bytes | str | None = f.read()
+            else:
+                body = os.readlink(full) if stat.S_ISLNK(info.st_mode) else None
+            out[os.path.relpath(full, path) if path.is_dir() else "."] = (
+                info.st_mode, info.st_size, info.st_nlink, body)
+    return out
+
+
+class Unchanged(Watch):
+    """A file tree (or one file) that must be exactly as it was."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path, self.label = path, label
+        self.before = snapshot(path)
+
+    def finish(self) -> Finding:
+        after = snapshot(self.path)
+        changed = sorted(name for name in set(self.before) | set(after)
+                         if self.before.get(name) != after.get(name))
+        if changed:
+            return Finding(False, f"{self.label} CHANGED: {', '.join(changed[:5])}")
+        return Finding(True, f"{self.label} unchanged")
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of the host's processes whose command line contains `marker`."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+class Survivors(Watch):
+    """No process started by the attack (all carry its marker) may outlive the sandbox."""
+
+    GRACE = 5.0  # seconds the kernel gets to finish tearing the namespace down
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def finish(self) -> Finding:
+        deadline = time.monotonic() + self.GRACE
+        while (left := processes_with(self.marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if left:
+            return Finding(False, f"{len(left)} process(es) SURVIVED the sandbox: {left[:5]}")
+        return Finding(True, "no survivors")
+
+
+_VICTIM = """
+import signal, sys, time
+def record(number, frame):
+    sys.stdout.write(f"{number}\\n"); sys.stdout.flush()
+for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT):
+    signal.signal(sig, record)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+time.sleep(120)
+"""
+
+
+class Victim(Watch):
+    """A host process that must stay alive, unsignalled and untraced."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _VICTIM],
+                                     stdout=subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()  # "ready": handlers installed
+        self.pid = self.proc.pid
+
+    def finish(self) -> Finding:
+        alive = self.proc.poll() is None
+        tracer = _status_field(self.pid, "TracerPid") if alive else "?"
+        self.close()
+        assert self.proc.stdout is not None
+        received = self.proc.stdout.read().split()
+        if not alive or received or tracer != "0":
+            return Finding(False, f"host process {self.pid} HIT: alive={alive}, "
+                                  f"signals={received}, tracer={tracer}")
+        return Finding(True, f"host process {self.pid} alive, no signal, not traced")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _status_field(pid: int, name: str) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith(name + ":"))
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points of the host (this process's mount namespace) at or below `path`."""
+    prefix = str(path).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p == str(path) or p.startswith(prefix)]
+
+
+class NoMounts(Watch):
+    """No mount may appear on the host at or below `path`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def finish(self) -> Finding:
+        found = mounts_under(self.path)
+        if found:
+            return Finding(False, f"host MOUNTS appeared: {found[:3]}")
+        return Finding(True, "no host mount appeared")
+
+
+class Heartbeat(Watch):
+    """Starts `true` on the host every 50 ms during the attack; reports the worst latency."""
+
+    LIMIT = 2.0  # seconds: slower than this and the host counts as unresponsive
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.beats = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            subprocess.run(["true"], check=False)
+            self.worst = max(self.worst, time.monotonic() - started)
+            self.beats += 1
+            if self.stopped.wait(0.05):
+                return
+
+    def finish(self) -> Finding:
+        self.close()
+        text = f"host heartbeat worst {self.worst * 1000:.0f} ms over {self.beats} beats"
+        if self.worst > self.LIMIT:
+            return Finding(False, "host UNRESPONSIVE: " + text)
+        return Finding(True, text)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+class HostTerminal(Watch):
+    """A pseudo-terminal of the host, handed to the child as its stdin (our fd 0 is swapped for
+    its slave end until `finish`): no keystroke may be pushed into its input."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)
+        self.saved = os.dup(0)
+        os.dup2(self.slave, 0)
+
+    def finish(self) -> Finding:
+        self._restore()
+        os.set_blocking(self.slave, False)
+        try:
+            injected = os.read(self.slave, 1024)
+        except BlockingIOError:
+            injected = b""
+        self.close()
+        if injected:
+            return Finding(False, f"keystrokes INJECTED into the host terminal: {injected!r}")
+        return Finding(True, "host terminal got no keystroke")
+
+    def _restore(self) -> None:
+        if self.saved >= 0:
+            os.dup2(self.saved, 0)
+            os.close(self.saved)
+            self.saved = -1
+
+    def close(self) -> None:
+        self._restore()
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # already closed
+        self.master = self.slave = -1
+
+
+class AtMost(Watch):
+    """A file the attack may write, but only up to `limit` bytes."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path, self.limit = path, limit
+
+    def finish(self) -> Finding:
+        size = self.path.stat().st_size if self.path.exists() else 0
+        if size > self.limit:
+            return Finding(False, f"{self.path.name} GREW to {size} bytes (limit {self.limit})")
+        return Finding(True, f"{self.path.name} holds {size} bytes (limit {self.limit})")
+
+
+def residue() -> tuple[frozenset[str], frozenset[str]]:
+    """Names in the host's /tmp starting with `stockade`, and the host's mount points."""
+    tmp = tempfile.gettempdir()
+    names = frozenset(n for n in os.listdir(tmp) if n.startswith("stockade"))
+    with open("/proc/self/mountinfo") as f:
+        points = frozenset(line.split()[4] for line in f)
+    return names, points
+
+
+class NoResidue(Watch):
+    """Nothing a launch might leave behind appears: no /tmp/stockade* entry, no mount. What
+    goes away within a grace period (another launch's temporary directory) is no residue."""
+
+    def __init__(self) -> None:
+        self.before = residue()
+
+    def finish(self) -> Finding:
+        deadline = time.monotonic() + Survivors.GRACE
+        while True:
+            names, points = (after - before for after, before in zip(residue(), self.before,
+                                                                     strict=True))
+            if not (names or points) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if names or points:
+            return Finding(False, f"RESIDUE: /tmp entries {sorted(names)[:3]}, "
+                                  f"mounts {sorted(points)[:3]}")
+        return Finding(True, "no new /tmp/stockade* entry or mount")

@@ -1,0 +1,217 @@
+"""The enforcement report: every capability of the policy language, as this host enforces it.
+
+Computed, not looked up: each row's status comes from the facts the readiness probe verified in
+a real sandbox (see probe.py), from what the backend accepts (`check` on a request that needs
+the capability) and from what the probe sandbox's pid 1 reported applying. A row the probe did
+not verify is never `enforced`.
+
+- `enforced`: what the policy language promises holds here, through the mechanism named;
+- `partial`: it holds only in part (one layer of two, per process instead of per tree, ...);
+  the reason says which part;
+- `unavailable`: the backend refuses policies that use it, or the probe could not verify it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stockade.errors import StockadeError
+from stockade.launch.backend import Backend
+from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec
+from stockade.lifecycle.facts import verified
+from stockade.lifecycle.probe import Attestation
+
+ENFORCED, PARTIAL, UNAVAILABLE = "enforced", "partial", "unavailable"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    status: str
+    mechanism: str
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": self.status, "enforced": self.status == ENFORCED,
+                "mechanism": self.mechanism, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Report:
+    attestation: Attestation
+    rows: tuple[Row, ...]
+
+    def to_json(self) -> dict:
+        a = self.attestation
+        return {"name": a.backend, "ready": a.ready, "reason": a.reason, "stage": a.stage,
+                "run_as": a.run_as, "versions": a.versions,
+                "capabilities": [row.to_json() for row in self.rows]}
+
+    def heading(self) -> str:
+        a = self.attestation
+        state = "ready" if a.ready else f"NOT READY ({a.reason} at stage {a.stage})"
+        return f"{a.backend}: {state}, {'run as root' if a.run_as == 'root' else 'rootless'}"
+
+    def versions(self) -> str:
+        return ", ".join(f"{name} {value}" for name, value in self.attestation.versions.items())
+
+    def text(self) -> str:
+        width = max(len(r.name) for r in self.rows) + 2
+        lines = [self.heading(), self.versions(), ""]
+        for r in self.rows:
+            lines.append(f"{r.name:<{width}}{r.status:<13}{r.mechanism}")
+            if r.reason:
+                lines.append(f"{'':<{width + 13}}({r.reason})")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        lines = [f"### {self.heading()}", "", f"Versions: {self.versions()}.", "",
+                 "| capability | status | mechanism | reason |", "| --- | --- | --- | --- |"]
+        lines += [f"| `{r.name}` | {r.status} | {_cell(r.mechanism)} | {_cell(r.reason)} |"
+                  for r in self.rows]
+        return "\n".join(lines) + "\n"
+
+
+def build(attestation: Attestation, backend: Backend) -> Report:
+    """The report for `backend`, from its attestation (see the module docstring)."""
+    facts = attestation.facts
+
+    def row(name: str, mechanism: str, layers: dict[str, tuple[str, ...]],
+            reason: str = "", *, partial: str = "") -> Row:
+        """`enforced` when every layer's facts were verified (`partial` with that reason if
+        `partial` is given), `partial` when only some were, else `unavailable`."""
+        held = [layer for layer, needed in layers.items() if verified(facts, *needed)]
+        if len(held) == len(layers):
+            return Row(name, PARTIAL if partial else ENFORCED, mechanism, partial or reason)
+        if held:
+            missing = ", ".join(layer for layer in layers if layer not in held)
+            return Row(name, PARTIAL, mechanism, f"not in force here: {missing}")
+        return Row(name, UNAVAILABLE, mechanism, _unverified(attestation))
+
+    enforced = attestation.enforced
+    limit_how = enforced.get("limits", {})
+    abi = facts.get("landlock_abi", 0)
+    landlock_tcp = facts.get("tcp_loopback") == "EACCES"
+    root = attestation.run_as == "root"
+    mounts = ("read_root_read_only", "outside_path")
+    landlock = ("landlock_ungranted_dir",)
+    isolated = ("new_namespaces", "network_interfaces", "host_listeners_untouched")
+    teardown = ("daemon_started", "leftover_processes")
+    return Report(attestation, (
+        row("namespaces", "user, mnt, pid, ipc, uts, net and cgroup namespaces",
+            {"namespaces": ("new_namespaces",)},
+            "ids mapped one to one" if not root else "uid 0 mapped to itself"),
+        row("privileges", "every capability set emptied, securebits locked, no_new_privs",
+            {"privileges": ("no_new_privs", "capabilities", "securebits")},
+            partial="run as root, uid 0 still owns root's files: root-owned files in write "
+                    "roots are writable and root-owned sockets in granted roots reachable"
+            if root else ""),
+        row("landlock", f"Landlock ABI {abi}: {_landlock_rights(enforced)}",
+            {"landlock": landlock + ("landlock_abi",)},
+            "an independent second layer over the same roots"),
+        row("seccomp", _seccomp_mechanism(attestation),
+            {"seccomp": ("seccomp_mode", "seccomp_unshare")}),
+        row("filesystem.read", "a fresh root holding the read roots, bind-mounted read-only "
+            "(nosuid, nodev); Landlock read rights beneath them",
+            {"mounts": mounts, "landlock": landlock},
+            "outside the roots is absent (mounts) and denied (Landlock)"),
+        row("filesystem.write", "write roots bind-mounted nosuid, nodev; Landlock write rights "
+            "beneath them only", {"mounts": ("write_root", "outside_path"), "landlock": landlock}),
+        row("filesystem.deny", "an inaccessible (mode 000) read-only mask mounted over the path",
+            {"mounts": ("denied_path",)},
+            "mount layer only: Landlock cannot carve an exception out of a granted root"),
+        row("filesystem.protected", "each occurrence inside a write root re-mounted read-only, "
+            "the directories above it pinned", {"mounts": ("protected_name",)},
+            partial="only occurrences present at launch; a name created during the run is "
+                    "writable"),
+        row("filesystem.exec_from_write", "write roots mounted noexec; Landlock withholds "
+            "EXECUTE in them", {"mounts": ("write_root_noexec",), "landlock": landlock}),
+        row("network.none", "a network namespace of its own, holding only its own loopback",
+            {"namespace": isolated}),
+        row("network.tcp", "own network namespace" + (", Landlock TCP connect and bind rules"
+                                                       if landlock_tcp else ""),
+            {"namespace": isolated + ("tcp_loopback",)}),
+        row("network.udp", "own network namespace (Landlock has no UDP rules)",
+            {"namespace": isolated}, "datagrams reach only the sandbox's own loopback"),
+        row("network.dns", "own network namespace: no resolver is reachable",
+            {"namespace": isolated + ("dns",)}),
+        row("network.loopback", "own network namespace: its loopback is not the host's",
+            {"namespace": isolated}, "host services on 127.0.0.1 are unreachable"),
+        row("network.link_local", "own network namespace: no route to link-local or metadata "
+            "addresses", {"namespace": isolated + ("link_local",)}),
+        row("network.unix_sockets", "abstract sockets are per network namespace"
+            + (", Landlock scopes them (ABI 6+)" if abi >= 6 else ""),
+            {"namespace": isolated + ("unix_abstract",)},
+            partial="a socket file inside a granted root stays connectable: neither read-only "
+                    "mounts nor Landlock govern connect() on it"),
+        row("network.inherited_sockets", "every descriptor but stdin, stdout and stderr is "
+            "closed before exec", {"descriptors": ("inherited_fds",)}),
+        _accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), "",
+                  row("network.allowlist", "own network namespace; Stockade's proxy is the only "
+                      "way out (HTTP CONNECT, plain HTTP, SOCKS5; no UDP)",
+                      {"namespace": isolated},
+                      "domain rules are applied by the proxy; the probe verifies the isolation")),
+        _accepted(backend, "network.any", NetworkSpec("any"), "host network"),
+        row("env", "a closed environment: only passed or set names; loader-injection and "
+            "credential-looking names are refused", {"environment": ("environment",)}),
+        row("limits.memory", limit_how.get("memory", "RLIMIT_AS"), {"rlimits": ("rlimit_as",)},
+            partial="best-effort: an address-space bound per process, not per tree"),
+        row("limits.pids", limit_how.get("pids", "RLIMIT_NPROC"),
+            {"rlimits": ("rlimit_nproc", "pid_max")},
+            partial="best-effort as root: RLIMIT_NPROC does not bind uid 0, so the pid "
+                    "namespace allows up to pids + 300" if root else ""),
+        row("limits.file_size", limit_how.get("file_size", "RLIMIT_FSIZE"),
+            {"rlimits": ("rlimit_fsize",)}, "hard, per file"),
+        _accepted(backend, "limits.cpu", LimitSpec(cpu=1.0), "CPU rate"),
+        row("limits.timeout", limit_how.get("timeout", "wall clock"), {"teardown": teardown},
+            "hard: the whole pid namespace is torn down"),
+        Row("limits.output", ENFORCED if "output" in limit_how else UNAVAILABLE,
+            limit_how.get("output", "captured bytes per stream"), "hard, enforced by the owner"),
+        row("kill_on_close", "the sandbox's pid 1 dies with its owner; its exit kills every "
+            "process in the pid namespace", {"teardown": teardown},
+            "daemonised, double-forked descendants included"),
+        row("nested_namespaces", "seccomp: unshare, setns and clone with namespace flags fail "
+            "with EPERM, clone3 with ENOSYS", {"seccomp": ("seccomp_unshare",)}),
+        row("ptrace", "seccomp denies ptrace and process_vm_*; host processes are outside the "
+            "pid namespace", {"seccomp": ("seccomp_ptrace",)}),
+        row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session without a "
+            "controlling terminal", {"seccomp": ("seccomp_tiocsti",)}),
+    ))
+
+
+def _accepted(backend: Backend, name: str, spec: NetworkSpec | LimitSpec, mechanism: str,
+              computed: Row | None = None) -> Row:
+    """`computed`, unless the backend refuses requests that use the capability (then
+    `unavailable`, with the backend's reason); `partial` if the probe has nothing to say."""
+    field = "network" if isinstance(spec, NetworkSpec) else "limits"
+    request = replace(LaunchRequest(argv=("true",), cwd="/", env=()), **{field: spec})
+    try:
+        backend.check(request)
+    except StockadeError as exc:
+        return Row(name, UNAVAILABLE, computed.mechanism if computed else mechanism,
+                   exc.message)
+    return computed or Row(name, PARTIAL, mechanism,
+                           "accepted by the backend, not verified by the readiness probe")
+
+
+def _unverified(attestation: Attestation) -> str:
+    if attestation.ready:
+        return "not verified by the readiness probe"
+    return f"not verified: the readiness probe failed ({attestation.reason})"
+
+
+def _landlock_rights(enforced: dict) -> str:
+    groups = enforced.get("landlock", {})
+    return ", ".join(name.replace("_", " ") for name, on in groups.items()
+                     if on is True) or "none"
+
+
+def _seccomp_mechanism(attestation: Attestation) -> str:
+    denied = attestation.enforced.get("seccomp", {}).get("denied_syscalls", "?")
+    return (f"libseccomp {attestation.versions.get('libseccomp')} filter: {denied} system "
+            "calls denied, clone3 answers ENOSYS, TIOCSTI/TIOCLINUX denied, foreign "
+            "architectures killed")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -1,0 +1,68 @@
+"""Where Stockade keeps durable state (the launch ledger).
+
+First match wins:
+
+1. `STOCKADE_STATE_DIR` (the CLI's `--state-dir` sets it for its process and children);
+2. `$XDG_STATE_HOME/stockade`, when `XDG_STATE_HOME` is an absolute path;
+3. `/var/lib/stockade` for root, so that `sudo` with a preserved `HOME` never leaves root-owned
+   state in a user's home (and root's state is where system state belongs);
+4. `~/.local/state/stockade`.
+
+Reconciliation deletes what the records in this directory name, so a directory that someone
+else could write to is refused: it must be a real directory (not a symbolic link), owned by
+this user, and writable by no one else. It is created mode 0700 on first use, never earlier.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from stockade.errors import UnavailableError
+
+ENV = "STOCKADE_STATE_DIR"
+ROOT_STATE_DIR = "/var/lib/stockade"
+
+
+def state_dir() -> str:
+    """The state directory for this process (it may not exist yet)."""
+    explicit = os.environ.get(ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "stockade")
+    if os.geteuid() == 0:
+        return ROOT_STATE_DIR
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "stockade")
+
+
+def ensure(path: str) -> None:
+    """Create `path` (mode 0700, parents as needed) or check that it is safe to use."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UnavailableError("ledger_unusable", "the state directory cannot be created "
+                               f"({exc.strerror}); set {ENV} or --state-dir") from None
+    check(path)
+
+
+def check(path: str) -> None:
+    """Raise `ledger_unusable` unless `path` is a directory only this user can write."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise UnavailableError("ledger_unusable",
+                               f"the state directory cannot be read ({exc.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "is not a directory (a symbolic link is refused)"
+    elif info.st_uid != os.geteuid():
+        why = "is owned by another user"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = "is writable by other users"
+    else:
+        return
+    raise UnavailableError("ledger_unusable", f"the state directory {why}")

@@ -1,0 +1,328 @@
+"""The guest agent (`stockade agent`): runs inside a sandbox, as its command, and runs the
+commands its host asks for, one at a time, over the session protocol on its stdin/stdout.
+
+Before any frame the host writes the sandbox's 32-byte secret (the pipe pair is private to the
+host, so this is the out-of-band hand-over); the first frame must then be a `hello` carrying the
+same secret, compared in constant time. Every command is a child of the agent (see child.py),
+its output is forwarded as it arrives, its stdin is fed within the window the agent grants, and
+its whole process group is killed at its timeout, on `cancel`, and — with everything else it
+left behind — when it exits. Any protocol violation is answered with a fatal `error` and ends
+the agent, which ends the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import selectors
+import sys
+import time
+from collections.abc import Callable
+
+from stockade import __version__
+from stockade.linux.privilege import capabilities_now
+from stockade.linux.syscalls import prctl
+from stockade.session import protocol
+from stockade.session.child import Child, StartFailure
+from stockade.session.errors import ProtocolError
+from stockade.session.protocol import CHUNK, STDERR, STDOUT, Message
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+OUTPUT_HIGH = 1 << 20  # bytes queued for the host before the agent stops reading commands' output
+MAX_WAIT = 3600.0  # seconds one wait may last (far deadlines are reached in several)
+
+
+class _Command:
+    """The command being run: its child, its stdin backlog, and how it ended."""
+
+    def __init__(self, number: int, child: Child, timeout: float | None, received: float) -> None:
+        self.number = number
+        self.child = child
+        self.received = received
+        self.deadline = None if timeout is None else child.started + timeout
+        self.stdin_backlog = bytearray()
+        self.stdin_eof = False
+        self.stdin_open = True
+        self.outstanding = 0  # stdin bytes received and not yet granted back
+        self.outputs = {child.stdout.fileno(): (STDOUT, child.stdout),
+                        child.stderr.fileno(): (STDERR, child.stderr)}
+        self.status: tuple[int | None, int | None, float, float] | None = None
+        self.timed_out = self.cancelled = False
+
+
+class Agent:
+    def __init__(self, nonce: bytes, rfd: int = 0, wfd: int = 1) -> None:
+        self.nonce = nonce
+        self.rfd, self.wfd = rfd, wfd
+        self.decoder = protocol.Decoder(protocol.TO_AGENT)
+        self.selector = selectors.DefaultSelector()
+        self.outbox = bytearray()
+        self.authenticated = False
+        self.last = 0  # the highest command number seen
+        self.command: _Command | None = None
+        self.running = True
+
+    def serve(self) -> int:
+        """Run until the host shuts the session down or goes away; the exit status."""
+        os.set_blocking(self.rfd, False)
+        os.set_blocking(self.wfd, False)
+        self.selector.register(self.rfd, selectors.EVENT_READ, self._from_host)
+        try:
+            while self.running:
+                for key, _ in self.selector.select(self._step()):
+                    key.data(key.fd)
+                self._check_deadline()
+        except ProtocolError as exc:
+            with contextlib.suppress(OSError):  # best effort: the host may be gone
+                self.send(Message("error", body={"code": exc.code, "message": exc.message}))
+            return self._stop(2)
+        except BrokenPipeError:
+            return self._stop(1)  # the host is gone
+        return self._stop(0)
+
+    # --- the host's side ---------------------------------------------------------------------
+
+    def send(self, message: Message) -> None:
+        self.outbox += protocol.encode(message)
+        self._flush(self.wfd)
+
+    def _flush(self, fd: int) -> None:
+        try:
+            sent = os.write(self.wfd, self.outbox) if self.outbox else 0
+        except BlockingIOError:
+            sent = 0
+        del self.outbox[:sent]
+        self._watch(self.wfd, selectors.EVENT_WRITE, self._flush, bool(self.outbox))
+        if self.command is not None:
+            for output in self.command.outputs:
+                self._watch(output, selectors.EVENT_READ, self._from_output,
+                            len(self.outbox) < OUTPUT_HIGH)
+
+    def _from_host(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, 1 << 17)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.decoder.finish()
+            self.running = False  # the host closed the session
+            return
+        for message in self.decoder.feed(chunk):
+            self._handle(message)
+
+    def _handle(self, message: Message) -> None:
+        if not self.authenticated:
+            if message.type != "hello":
+                raise ProtocolError("auth_required", "the first message must be hello")
+            if not hmac.compare_digest(bytes.fromhex(message.body["nonce"]), self.nonce):
+                raise ProtocolError("auth_failed", "wrong session secret")
+            self.authenticated = True
+            self.send(Message("hello", body=_introduce()))
+            return
+        handler: Callable[[Message], None] | None = {
+            "exec": self._exec, "data": self._stdin_data, "eof": self._stdin_eof,
+            "cancel": self._cancel, "ping": self._ping, "shutdown": self._shutdown,
+            "error": self._shutdown,
+        }.get(message.type)
+        if handler is None:
+            raise ProtocolError("sequence_invalid", f"{message.type} after the handshake")
+        handler(message)
+
+    def _exec(self, message: Message) -> None:
+        if self.command is not None:
+            raise ProtocolError("busy", "one command at a time: wait for its result")
+        if message.command <= self.last:
+            raise ProtocolError("sequence_invalid", "command numbers must increase")
+        self.last = message.command
+        received = time.monotonic()
+        body = message.body
+        try:
+            child = Child(body["argv"], body["cwd"], body["env"])
+        except StartFailure as exc:
+            self.send(Message("error", message.command,
+                              body={"code": exc.code, "message": str(exc)}))
+            return
+        self.command = _Command(message.command, child, body.get("timeout"), received)
+        for stream in (child.stdin, child.stdout, child.stderr):
+            os.set_blocking(stream.fileno(), False)
+        self.selector.register(child.pidfd, selectors.EVENT_READ, self._exited)
+        self.send(Message("started", message.command, body={"pid": child.pid}))
+
+    def _current(self, message: Message) -> _Command | None:
+        """The command `message` is about; None for one that has already ended."""
+        if message.command > self.last:
+            raise ProtocolError("sequence_invalid", f"command {message.command} was never started")
+        command = self.command
+        return command if command is not None and command.number == message.command else None
+
+    def _stdin_data(self, message: Message) -> None:
+        command = self._current(message)
+        if command is None:
+            return
+        assert isinstance(message.body, bytes)
+        if command.stdin_eof:
+            raise ProtocolError("sequence_invalid", "stdin data after its eof")
+        command.outstanding += len(message.body)
+        if command.outstanding > protocol.STDIN_WINDOW:
+            raise ProtocolError("window_exceeded", "stdin data beyond the granted window")
+        if command.stdin_open:
+            command.stdin_backlog += message.body
+            self._feed(command.child.stdin.fileno())
+        else:
+            self._grant(command, len(message.body))
+
+    def _stdin_eof(self, message: Message) -> None:
+        command = self._current(message)
+        if command is None:
+            return
+        if command.stdin_eof:
+            raise ProtocolError("sequence_invalid", "a second stdin eof")
+        command.stdin_eof = True
+        if command.stdin_open and not command.stdin_backlog:
+            self._close_stdin(command)
+
+    def _cancel(self, message: Message) -> None:
+        command = self._current(message)
+        if command is not None and command.status is None:
+            command.cancelled = True
+            command.child.kill()
+
+    def _ping(self, message: Message) -> None:
+        self.send(Message("pong", body={"seq": message.body["seq"]}))
+
+    def _shutdown(self, message: Message) -> None:
+        self.running = False
+
+    # --- the command's side ------------------------------------------------------------------
+
+    def _feed(self, fd: int) -> None:
+        command = self.command
+        assert command is not None
+        try:
+            written = os.write(fd, command.stdin_backlog[:CHUNK])
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:  # it stopped reading: the rest is dropped (and granted back)
+            self._close_stdin(command)
+            return
+        del command.stdin_backlog[:written]
+        self._grant(command, written)
+        self._watch(fd, selectors.EVENT_WRITE, self._feed, bool(command.stdin_backlog))
+        if command.stdin_eof and not command.stdin_backlog:
+            self._close_stdin(command)
+
+    def _grant(self, command: _Command, count: int) -> None:
+        if count:
+            command.outstanding -= count
+            self.send(Message("window", command.number, body={"bytes": count}))
+
+    def _close_stdin(self, command: _Command) -> None:
+        self._watch(command.child.stdin.fileno(), selectors.EVENT_WRITE, self._feed, False)
+        command.child.stdin.close()
+        command.stdin_open = False
+        self._grant(command, len(command.stdin_backlog))
+        command.stdin_backlog.clear()
+
+    def _from_output(self, fd: int) -> None:
+        command = self.command
+        assert command is not None
+        try:
+            chunk = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        stream, pipe = command.outputs[fd]
+        if chunk:
+            self.send(Message("data", command.number, stream, chunk))
+            return
+        self._watch(fd, selectors.EVENT_READ, self._from_output, False)
+        del command.outputs[fd]
+        pipe.close()
+        self.send(Message("eof", command.number, stream))
+        self._maybe_done()
+
+    def _exited(self, fd: int) -> None:
+        command = self.command
+        assert command is not None
+        self.selector.unregister(fd)
+        command.status = command.child.reap()  # every writer of its pipes is gone now
+        if command.stdin_open:
+            self._close_stdin(command)
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        command = self.command
+        if command is None or command.status is None or command.outputs:
+            return
+        exit_code, sig, user, system = command.status
+        child = command.child
+        assert child.exited is not None
+        self.send(Message("result", command.number, body={
+            "exit_code": exit_code, "signal": sig, "timed_out": command.timed_out,
+            "cancelled": command.cancelled, "start": round(child.started - command.received, 6),
+            "wall": round(child.exited - child.started, 6), "user": user, "system": system}))
+        self.command = None
+
+    def _step(self) -> float | None:
+        command = self.command
+        if command is None or command.deadline is None or command.status is not None:
+            return None
+        return min(max(command.deadline - time.monotonic(), 0), MAX_WAIT)
+
+    def _check_deadline(self) -> None:
+        command = self.command
+        if (command is not None and command.deadline is not None and command.status is None
+                and not command.timed_out and time.monotonic() >= command.deadline):
+            command.timed_out = True
+            command.child.kill()
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _watch(self, fd: int, events: int, callback: Callable[[int], None], on: bool) -> None:
+        """Register or unregister `fd` (one kind of interest per descriptor)."""
+        registered = fd in self.selector.get_map()
+        if on and not registered:
+            self.selector.register(fd, events, callback)
+        elif not on and registered:
+            self.selector.unregister(fd)
+
+    def _stop(self, status: int) -> int:
+        """Kill whatever still runs, flush what is queued for the host, and return `status`."""
+        if self.command is not None:
+            self.command.child.kill()
+            if self.command.status is None:
+                self.command.child.reap()
+        os.set_blocking(self.wfd, True)
+        try:
+            os.write(self.wfd, self.outbox)
+        except OSError:
+            pass
+        return status
+
+
+def _introduce() -> dict:
+    return {"agent": f"stockade {__version__}", "pid": os.getpid(),
+            "observed": capabilities_now()}
+
+
+def _read_nonce(fd: int) -> bytes | None:
+    nonce = b""
+    while len(nonce) < protocol.NONCE_SIZE:
+        chunk = os.read(fd, protocol.NONCE_SIZE - len(nonce))
+        if not chunk:
+            return None
+        nonce += chunk
+    return nonce
+
+
+def main() -> int:
+    """Serve one session on stdin/stdout; the exit status."""
+    # Non-dumpable: no process of a session can open the agent's /proc/PID/fd or memory.
+    prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    nonce = _read_nonce(0)
+    if nonce is None:
+        print("stockade agent: no session secret on stdin", file=sys.stderr)
+        return 2
+    return Agent(nonce).serve()

@@ -1,0 +1,87 @@
+"""`stockade.AsyncSandbox`: the asyncio twin of Sandbox, a thin layer over it.
+
+    >>> async with stockade.AsyncSandbox(preset="workspace-write") as sb:
+    ...     result = await sb.run(["make"])
+    ...     async for event in sb.stream(["make", "test"]):
+    ...         print(event)
+
+The blocking work runs in worker threads. Cancelling a task awaiting `run`, or leaving an
+`async for` over `stream` early, cancels that command (its process tree is killed); the sandbox
+stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from stockade.errors import UsageError
+from stockade.launch.result import Result
+from stockade.session.exchange import Output
+from stockade.session.sandbox import Sandbox
+
+_END = object()
+
+
+class AsyncSandbox:
+    """Takes Sandbox's arguments; the sandbox boots in `async with` (or `await start()`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args, self._kwargs = args, kwargs
+        self._sandbox: Sandbox | None = None
+
+    async def start(self) -> AsyncSandbox:
+        if self._sandbox is None:
+            self._sandbox = await asyncio.to_thread(Sandbox, *self._args, **self._kwargs)
+        return self
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._sandbox is not None:
+            await asyncio.to_thread(self._sandbox.close)
+
+    async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
+        """Sandbox.run, awaited (same keyword arguments, except `cancel`)."""
+        result = None
+        async for event in self.stream(argv, **kwargs):
+            result = event
+        assert isinstance(result, Result)
+        return result
+
+    async def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncIterator[Output | Result]:
+        """Sandbox.stream, as an async iterator (same keyword arguments, except `cancel`)."""
+        sandbox = self._started()
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+
+        def pump() -> None:
+            try:
+                for event in sandbox.stream(argv, cancel=cancel, **kwargs):
+                    loop.call_soon_threadsafe(events.put_nowait, event)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                loop.call_soon_threadsafe(events.put_nowait, exc)
+            else:
+                loop.call_soon_threadsafe(events.put_nowait, _END)
+
+        worker = asyncio.ensure_future(asyncio.to_thread(pump))
+        try:
+            while (event := await events.get()) is not _END:
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            cancel.set()  # a no-op once the command has ended
+            await asyncio.wait([worker])
+
+    def _started(self) -> Sandbox:
+        if self._sandbox is None:
+            raise UsageError("use `async with AsyncSandbox(...)` or `await start()` first")
+        return self._sandbox

@@ -1,0 +1,120 @@
+"""Starting a warm sandbox: the guest agent launched as a real sandbox's command, then the
+handshake (the secret out of band, then `hello` both ways).
+
+To run at all, the agent needs to read the Python interpreter (its installation prefix,
+`sys.base_prefix`) and Stockade's own package directory: a warm sandbox's policy is the caller's
+plus those two read roots, and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+
+from stockade.errors import StockadeError
+from stockade.launch.backend import Handle, Stdio
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import SandboxManager
+from stockade.launch.request import LaunchRequest
+from stockade.policy.model import Policy
+from stockade.session import protocol
+from stockade.session.channel import Channel
+from stockade.session.errors import SessionError
+from stockade.session.protocol import Message
+
+BOOT_TIMEOUT = 30.0  # seconds from launch to the agent's hello
+BOOT_ATTEMPTS = 3
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+# The package is loaded from its own directory: its parent need not be readable (Python cannot
+# import from a sys.path entry it cannot list).
+_BOOT = ("import sys, importlib.util as u; p = sys.argv[1]; "
+         "s = u.spec_from_file_location('stockade', p + '/__init__.py', "
+         "submodule_search_locations=[p]); m = u.module_from_spec(s); "
+         "sys.modules['stockade'] = m; s.loader.exec_module(m); "
+         "from stockade.session.agent import main; sys.exit(main())")
+
+
+@dataclass
+class Session:
+    """A booted sandbox with its agent: the launch, its handle, the channel and its hello."""
+
+    request: LaunchRequest
+    handle: Handle
+    channel: Channel
+    hello: dict
+
+
+def agent_roots() -> tuple[str, ...]:
+    """What the agent itself must read: the interpreter's prefix (and the interpreter's own
+    directory when it lies elsewhere) and Stockade's package directory."""
+    prefix = os.path.realpath(sys.base_prefix)
+    interpreter = os.path.dirname(os.path.realpath(sys.executable))
+    roots = [prefix, PACKAGE_DIR]
+    if not (interpreter + "/").startswith(prefix + "/"):
+        roots.append(interpreter)
+    return tuple(roots)
+
+
+def agent_request(policy: Policy, ctx: CompileContext) -> LaunchRequest:
+    """The launch of the agent under `policy` plus `agent_roots()`, with no wall-clock limit
+    (the session lives until it is closed; each command has its own timeout)."""
+    fs = policy.filesystem
+    widened = replace(policy, filesystem=replace(fs, read=fs.read + agent_roots()))
+    argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, PACKAGE_DIR]
+    request = compile_policy(widened, argv, ctx, stdin="null")
+    return replace(request, limits=replace(request.limits, timeout=None))
+
+
+def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
+         timeout: float = BOOT_TIMEOUT) -> Session:
+    """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
+    unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
+    in all, then `session_boot_failed`."""
+    request = agent_request(policy, ctx)
+    backend = SandboxManager("linux", "require").select(request)
+    failures = []
+    for _ in range(attempts):
+        handle = backend.spawn(request, Stdio(subprocess.PIPE, subprocess.PIPE, subprocess.PIPE))
+        try:
+            return _handshake(request, handle, timeout)
+        except SessionError as exc:
+            failures.append(exc.message)
+    raise SessionError("session_boot_failed",
+                       f"the agent did not start after {attempts} attempts: {failures[-1]}")
+
+
+def _handshake(request: LaunchRequest, handle: Handle, timeout: float) -> Session:
+    assert handle.stdin is not None and handle.stdout is not None
+    nonce = secrets.token_bytes(protocol.NONCE_SIZE)
+    channel = Channel(handle.stdin, handle.stdout)
+    try:
+        os.write(handle.stdin.fileno(), nonce)  # 32 bytes fit an empty pipe: never blocks
+        channel.send(Message("hello", body={"nonce": nonce.hex()}))
+        reply = channel.receive(timeout)
+        if reply is None:
+            raise SessionError("session_boot_failed", f"no hello from the agent in {timeout:g}s")
+        if reply.type != "hello":
+            raise SessionError("session_boot_failed", f"the agent answered {reply.type}")
+    except (StockadeError, OSError) as exc:
+        handle.kill()
+        channel.close()
+        failure = handle.wait().failure  # a sandbox that failed says why, typed
+        tail = _tail(handle)
+        if failure is not None:
+            raise failure from None
+        raise SessionError("session_boot_failed", f"{exc} ({tail})") from None
+    return Session(request, handle, channel, reply.body)
+
+
+def _tail(handle: Handle) -> str:
+    """The end of what the agent wrote on stderr (it writes only when it fails)."""
+    assert handle.stderr is not None
+    os.set_blocking(handle.stderr.fileno(), False)
+    try:
+        text = (handle.stderr.read() or b"")[-400:].decode("utf-8", "replace").strip()
+    finally:
+        handle.stderr.close()
+    return f"agent stderr: {text}" if text else "the agent wrote nothing on stderr"

@@ -1,0 +1,99 @@
+"""A client of `stockade daemon`: run commands in the daemon's named warm sandboxes.
+
+    >>> client = DaemonClient()
+    >>> client.run("build", ["make"], preset="workspace-write", workspace="proj").exit_code
+
+Each call is one connection carrying one JSON request line; the daemon answers with JSON lines:
+`{"event": "output", "stream", "data" (base64)}` as output arrives, then `{"event": "result",
+"result"}` (a Result's fields, output base64) — or `{"event": "error", "code", "message"}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+
+from stockade.errors import StartError
+from stockade.launch.result import Result, Violation
+from stockade.policy import Policy, policy_to_document
+from stockade.session import daemon
+from stockade.session.errors import SessionError
+from stockade.session.exchange import Output
+from stockade.session.protocol import COMMAND_CODES
+
+
+class DaemonClient:
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path or daemon.default_socket()
+
+    def stream(self, session: str, argv: Sequence[str], *, policy: Policy | None = None,
+               preset: str | None = None, workspace: str | os.PathLike | None = None,
+               cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
+               timeout: float | None = None,
+               input: bytes | None = None) -> Iterator[Output | Result]:
+        """Output chunks as they arrive, then the Result (as Sandbox.stream)."""
+        request = {
+            "op": "exec", "session": session, "argv": list(argv),
+            **_source(policy, preset, workspace),
+            "cwd": None if cwd is None else os.fspath(cwd), "env": dict(env or {}),
+            "timeout": timeout,
+            "input": None if input is None else base64.b64encode(input).decode(),
+        }
+        for reply in self._exchange(request):
+            if reply["event"] == "output":
+                yield Output(reply["stream"], base64.b64decode(reply["data"]))
+            elif reply["event"] == "result":
+                yield _result(reply["result"])
+
+    def run(self, session: str, argv: Sequence[str], **kwargs: object) -> Result:
+        result = None
+        for event in self.stream(session, argv, **kwargs):  # type: ignore[arg-type]
+            result = event
+        if not isinstance(result, Result):
+            raise SessionError("session_lost", "the daemon ended without a result")
+        return result
+
+    def start(self, session: str, *, policy: Policy | None = None, preset: str | None = None,
+              workspace: str | os.PathLike | None = None) -> None:
+        """Boot the session's sandbox now (later `run`s find it warm)."""
+        list(self._exchange({"op": "start", "session": session,
+                             **_source(policy, preset, workspace)}))
+
+    def stop(self, session: str) -> bool:
+        return next(self._exchange({"op": "stop", "session": session}))["stopped"]
+
+    def sessions(self) -> list[dict]:
+        return next(self._exchange({"op": "list"}))["sessions"]
+
+    def _exchange(self, request: dict) -> Iterator[dict]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(self.path)
+            except OSError as exc:
+                raise SessionError("daemon_unavailable",
+                                   f"no daemon at {self.path} ({exc.strerror})") from None
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            with conn.makefile("rb") as replies:
+                for line in replies:
+                    reply = json.loads(line)
+                    if reply["event"] == "error":
+                        error = StartError if reply["code"] in COMMAND_CODES else SessionError
+                        raise error(reply["code"], reply["message"])
+                    yield reply
+
+
+def _source(policy: Policy | None, preset: str | None,
+            workspace: str | os.PathLike | None) -> dict:
+    return {"policy": None if policy is None else policy_to_document(policy), "preset": preset,
+            "workspace": None if workspace is None else os.path.abspath(workspace)}
+
+
+def _result(body: dict) -> Result:
+    body = dict(body)
+    body["stdout"] = base64.b64decode(body["stdout"])
+    body["stderr"] = base64.b64decode(body["stderr"])
+    body["violations"] = tuple(Violation(**v) for v in body["violations"])
+    return Result(**body)

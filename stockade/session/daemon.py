@@ -1,0 +1,245 @@
+"""`stockade daemon`: owns warm sandboxes on behalf of other processes of the same user.
+
+Clients connect to a unix socket (mode 0600, in Stockade's 0700 state directory) and send one
+JSON request line; the daemon checks the peer's uid with SO_PEERCRED (another user is refused),
+then answers with JSON lines (see client.py and docs/sessions.md). Sessions are named by the
+client: a later request with the same session id reuses the warm sandbox, provided it asks for
+the same policy and workspace (`session_mismatch` otherwise). A session idle for `idle` seconds
+is torn down. A sandbox that will not boot is retried (3 attempts in all), then reported as
+`session_boot_failed`.
+
+Every sandbox is the daemon's own child (through the zygote) and is bound to the daemon's
+lifetime: the daemon only ever ends sandboxes it started (it closes their lifelines; it never
+signals a pid), and if it dies, even by SIGKILL, the kernel ends every one of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from stockade.errors import StockadeError
+from stockade.lifecycle import statedir
+from stockade.policy import parse_policy, policy_to_document, preset
+from stockade.session.errors import SessionError
+from stockade.session.exchange import Output
+from stockade.session.sandbox import Sandbox
+
+IDLE_TIMEOUT = 300.0  # seconds
+MAX_REQUEST = 8 << 20  # bytes in one request line
+SOCKET_NAME = "daemon.sock"
+_FIELDS = {"op", "session", "policy", "preset", "workspace", "argv", "cwd", "env", "timeout",
+           "input"}
+
+
+def default_socket() -> str:
+    return os.path.join(statedir.state_dir(), SOCKET_NAME)
+
+
+@dataclass
+class _Entry:
+    key: str
+    sandbox: Sandbox | None = None
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    commands: int = 0
+    boot: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Daemon:
+    def __init__(self, path: str | None = None, *, idle: float = IDLE_TIMEOUT) -> None:
+        self.path = path or default_socket()
+        self.idle = idle
+        self._sessions: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._listener: socket.socket | None = None
+
+    def bind(self) -> None:
+        """Create the socket (0600, in a directory only this user can write)."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        statedir.ensure(directory)
+        if os.path.exists(self.path):
+            os.unlink(self.path)  # a stale socket of a dead daemon (the directory is ours)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(self.path)
+        finally:
+            os.umask(old)
+        listener.listen(16)
+        self._listener = listener
+
+    def serve(self) -> None:
+        """Accept clients until `stop()`; then end every sandbox."""
+        if self._listener is None:
+            self.bind()
+        assert self._listener is not None
+        threading.Thread(target=self._reap_idle, daemon=True).start()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    conn, _ = self._listener.accept()
+                except OSError:
+                    break  # stop() closed the listener
+                threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            self._listener.shutdown(socket.SHUT_RDWR)
+
+    # --- one client --------------------------------------------------------------------------
+
+    def _client(self, conn: socket.socket) -> None:
+        with conn:
+            send = _sender(conn)
+            try:
+                _, uid, _ = struct.unpack("3i", conn.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+                if uid != os.geteuid():
+                    raise SessionError("peer_refused", "only the daemon's own user may use it")
+                request = _read_request(conn)
+                op = request.get("op")
+                if op == "exec":
+                    self._exec(request, send)
+                elif op == "start":
+                    self._use(request, lambda sandbox: send(event="started"))
+                elif op == "stop":
+                    send(event="stopped", stopped=self._end(_text(request, "session")))
+                elif op == "list":
+                    send(event="sessions", sessions=self._list())
+                else:
+                    raise SessionError("request_invalid", "op must be exec, start, stop or list")
+            except StockadeError as exc:
+                send(event="error", code=exc.code, message=exc.message)
+            except (TypeError, ValueError) as exc:  # a field of the wrong kind
+                send(event="error", code="request_invalid", message=exc.__class__.__name__)
+            except OSError:
+                pass  # the client went away
+
+    def _exec(self, request: dict, send: Callable[..., None]) -> None:
+        argv = request.get("argv")
+        data = request.get("input")
+
+        def run(sandbox: Sandbox) -> None:
+            for event in sandbox.stream(
+                    argv if isinstance(argv, list) else [], cwd=request.get("cwd"),
+                    env=request.get("env"), timeout=request.get("timeout"),
+                    input=None if data is None else base64.b64decode(data)):
+                if isinstance(event, Output):
+                    send(event="output", stream=event.stream,
+                         data=base64.b64encode(event.data).decode())
+                else:
+                    body = asdict(event)
+                    body["stdout"] = base64.b64encode(event.stdout).decode()
+                    body["stderr"] = base64.b64encode(event.stderr).decode()
+                    send(event="result", result=body)
+
+        self._use(request, run)
+
+    def _use(self, request: dict, action: Callable[[Sandbox], None]) -> None:
+        """Run `action` on the request's session, booting it (once) if needed."""
+        name = _text(request, "session")
+        policy = (parse_policy(request["policy"], file="request") if request.get("policy")
+                  else preset(request.get("preset") or "read-only"))
+        workspace = request.get("workspace")
+        key = json.dumps([policy_to_document(policy), workspace], sort_keys=True)
+        with self._lock:
+            entry = self._sessions.setdefault(name, _Entry(key))
+            if entry.key != key:
+                raise SessionError("session_mismatch", f"session {name!r} runs another policy "
+                                   "or workspace; stop it first")
+            entry.busy += 1
+        try:
+            with entry.boot:
+                if entry.sandbox is None or entry.sandbox.closed:
+                    entry.sandbox = Sandbox(policy, workspace=workspace)
+            action(entry.sandbox)
+            entry.commands += 1
+        finally:
+            with self._lock:
+                entry.busy -= 1
+                entry.last_used = time.monotonic()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _end(self, name: str) -> bool:
+        with self._lock:
+            entry = self._sessions.pop(name, None)
+        if entry is None or entry.sandbox is None:
+            return False
+        entry.sandbox.close()
+        return True
+
+    def _list(self) -> list[dict]:
+        now = time.monotonic()
+        with self._lock:
+            return [{"session": name, "ready": e.sandbox is not None and not e.sandbox.closed,
+                     "busy": e.busy > 0, "commands": e.commands,
+                     "idle": round(now - e.last_used, 3)}
+                    for name, e in sorted(self._sessions.items())]
+
+    def _reap_idle(self) -> None:
+        while not self._stopping.wait(min(self.idle / 4, 1.0)):
+            now = time.monotonic()
+            with self._lock:
+                idle = [name for name, e in self._sessions.items()
+                        if not e.busy and now - e.last_used >= self.idle]
+            for name in idle:
+                self._end(name)
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            names = list(self._sessions)
+        for name in names:
+            self._end(name)
+        if self._listener is not None:
+            self._listener.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _sender(conn: socket.socket) -> Callable[..., None]:
+    def send(**fields: object) -> None:
+        conn.sendall(json.dumps(fields).encode() + b"\n")
+    return send
+
+
+def _read_request(conn: socket.socket) -> dict:
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            raise SessionError("request_invalid", f"a request is at most {MAX_REQUEST} bytes")
+    try:
+        request = json.loads(data)
+    except ValueError:
+        raise SessionError("request_invalid", "the request is not one JSON line") from None
+    if not isinstance(request, dict):
+        raise SessionError("request_invalid", "the request is not a JSON object")
+    unknown = sorted(set(request) - _FIELDS)
+    if unknown:
+        raise SessionError("request_invalid", f"unknown field {unknown[0][:64]!r}")
+    return request
+
+
+def _text(request: dict, key: str) -> str:
+    value = request.get(key)
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise SessionError("request_invalid", f"{key} must be a short non-empty string")
+    return value

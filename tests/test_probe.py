@@ -1,0 +1,279 @@
+"""The readiness probe: a real throwaway sandbox, an attestation asserted field by field, typed
+reasons for every missing or weakened layer, and the manager's cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import stockade
+from stockade.launch import manager
+from stockade.launch.request import LaunchRequest
+from stockade.lifecycle import facts
+from stockade.lifecycle import probe as probe_module
+from stockade.lifecycle.ledger import Ledger
+from stockade.linux import landlock, privilege
+from stockade.linux.backend import LinuxBackend
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACES = ["cgroup", "ipc", "mnt", "net", "pid", "user", "uts"]
+linux = pytest.mark.usefixtures("linux")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(str(tmp_path / "state"))
+
+
+def cli(*args: str, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stockade", "--state-dir", str(state), *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **env})
+
+
+@linux
+def test_the_attestation_field_by_field(ledger):
+    a = stockade.probe(LinuxBackend(), ledger)
+    assert a.ready, a
+    assert (a.reason, a.stage, a.message) == (None, None, None)
+    assert a.backend == "linux" and a.version == 1
+    assert a.run_as == ("root" if os.geteuid() == 0 else "rootless")
+    assert a.versions["stockade"] == stockade.__version__
+    assert a.versions["kernel"] == platform.release()
+    assert a.versions["landlock_abi"] == landlock.abi_version() >= 1
+    assert re.fullmatch(r"\d+\.\d+\.\d+", a.versions["libseccomp"])
+    assert a.versions["python"] == platform.python_version()
+    assert set(a.timings) == {"backend", "ledger", "launch", "checks"}
+    assert a.duration_ms >= sum(a.timings.values()) * 0.99 > 0
+    f = a.facts
+    assert f["new_namespaces"] == NAMESPACES
+    # filesystem: mount layer
+    assert f["write_root"] == "ok" and f["write_root_noexec"] is True
+    assert f["read_root_read_only"] is True
+    assert f["outside_path"] == "ENOENT"            # not mounted at all
+    assert f["protected_name"] == "EROFS"           # re-mounted read-only
+    assert f["denied_path"] == "EACCES"             # masked
+    # Landlock: a directory that is mounted (stat works) but granted by no rule
+    assert f["landlock_abi"] == landlock.abi_version()
+    assert f["landlock_ungranted_dir"] == "EACCES"
+    # seccomp and privileges
+    assert f["seccomp_mode"] == 2
+    assert f["seccomp_unshare"] == f["seccomp_ptrace"] == f["seccomp_tiocsti"] == "EPERM"
+    assert f["no_new_privs"] == 1 and f["securebits"] == privilege.SECUREBITS
+    assert f["capabilities"] == dict.fromkeys(
+        ("inheritable", "permitted", "effective", "bounding", "ambient"), 0)
+    assert f["inherited_fds"] == [0, 1, 2]
+    # network: the host's listeners saw nothing, whatever the sandbox's own loopback did
+    assert f["network_interfaces"] == ["lo"]
+    assert f["tcp_loopback"] in ("EACCES", "ECONNREFUSED")
+    assert f["tcp_loopback"] == ("EACCES" if landlock.abi_version() >= 4 else "ECONNREFUSED")
+    assert isinstance(f["udp_loopback"], str)
+    assert f["unix_abstract"] in ("ECONNREFUSED", "EPERM")
+    assert f["link_local"] in ("EACCES", "ENETUNREACH")
+    assert f["dns"] not in ("ok", "EAI_NONAME", "EAI_NODATA")
+    assert f["host_listeners_untouched"] is True
+    assert f["environment"] == ["STOCKADE_PROBE"]
+    # limits: what the probe's policy asked for
+    limits = facts.PROBE_LIMITS
+    assert f["rlimit_as"] == [limits.memory] * 2
+    assert f["rlimit_nproc"] == [limits.pids + 1] * 2
+    assert f["rlimit_fsize"] == [limits.file_size] * 2
+    assert f["rlimit_core"] == [0, 0]
+    assert f["pid_max"] == 300 + limits.pids
+    # lifetime: the daemon it left is gone; so are its directory and ledger record
+    assert f["daemon_started"] is True and f["leftover_processes"] == 0
+    assert f["ledger_settled"] is True
+    assert os.listdir(os.path.join(ledger.root, "work")) == [] and ledger.records() == []
+    expected = {fact for checks in facts.expectations().values() for fact in checks}
+    assert expected <= set(f) and set(f) - expected == {"udp_loopback"}
+
+
+@linux
+def test_the_attestation_names_no_path_secret_or_environment_value(ledger, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2-value")
+    text = json.dumps(stockade.probe(LinuxBackend(), ledger).to_json())
+    for leak in ("hunter2", ledger.root, os.path.expanduser("~"), "/usr"):
+        assert leak not in text
+
+
+@linux
+def test_probe_cli(tmp_path):
+    done = cli("probe", "--json", state=tmp_path / "state")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ready"] is True
+    done = cli("probe", state=tmp_path / "state")
+    assert done.returncode == 0 and done.stdout.startswith("linux: ready")
+    assert "landlock_ungranted_dir: \"EACCES\"" in done.stdout
+
+
+# --- failures: stable reason and stage ---------------------------------------------------------
+
+
+@linux
+@pytest.mark.parametrize("weaken, reason, stage, fact", [
+    ("landlock", "landlock_not_enforced", "landlock", "landlock_ungranted_dir"),
+    ("seccomp", "seccomp_not_enforced", "seccomp", "seccomp_mode"),
+    ("network", "namespaces_not_enforced", "namespaces", "new_namespaces"),
+    ("read_only", "filesystem_not_enforced", "filesystem", "read_root_read_only"),
+    ("protected", "filesystem_not_enforced", "filesystem", "protected_name"),
+    ("deny", "filesystem_not_enforced", "filesystem", "denied_path"),
+    ("rlimits", "limits_not_enforced", "limits", "rlimit_as"),
+])
+def test_a_weakened_layer_fails_readiness_at_its_stage(ledger, weaken, reason, stage, fact):
+    a = stockade.probe(LinuxBackend(weaken=frozenset({weaken})), ledger)
+    assert (a.ready, a.reason, a.stage) == (False, reason, stage)
+    assert a.message.startswith(f"{fact}: observed ")
+
+
+@linux
+def test_dropped_privileges_are_checked(ledger):
+    a = stockade.probe(LinuxBackend(weaken=frozenset({"privileges"})), ledger)
+    assert not a.ready
+    assert a.facts["securebits"] == 0 and any(a.facts["capabilities"].values())
+
+
+@linux
+def test_weakened_network_reaches_the_hosts_listener(ledger):
+    a = stockade.probe(LinuxBackend(weaken=frozenset({"network"})), ledger)
+    assert a.facts["host_listeners_untouched"] is False  # the UDP datagram arrived
+
+
+def test_no_landlock_is_the_backend_stage(ledger, monkeypatch):
+    monkeypatch.setattr(landlock, "abi_version", lambda: 0)
+    a = stockade.probe(LinuxBackend(), ledger)
+    assert (a.ready, a.reason, a.stage) == (False, "landlock_unsupported", "backend")
+    assert a.facts == {} and a.message == "the kernel offers no Landlock, or it is disabled"
+
+
+@linux
+def test_no_user_namespaces_for_real(tmp_path):
+    """The probe runs under a seccomp filter that forbids new namespaces, as on hosts that
+    disable them: the launch fails and the reason is typed."""
+    code = textwrap.dedent("""
+        import ctypes, sys
+        from stockade.cli import main
+        from stockade.linux import seccomp
+        ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # no_new_privs
+        seccomp.install(seccomp.compile_filter())
+        sys.exit(main(sys.argv[1:]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, "--state-dir", str(tmp_path / "state"),
+                           "probe", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 70, done.stderr
+    a = json.loads(done.stdout)
+    assert (a["ready"], a["reason"], a["stage"]) == (False, "userns_unavailable", "launch")
+
+
+@linux
+def test_a_corrupt_record_fails_readiness_and_is_kept(tmp_path):
+    state = tmp_path / "state"
+    records = state / "records"
+    records.mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    (records / ("f" * 64 + ".json")).write_bytes(b"\x00garbage")
+    done = cli("probe", "--json", state=state)
+    assert done.returncode == 70
+    a = json.loads(done.stdout)
+    assert (a["ready"], a["reason"], a["stage"]) == (False, "ledger_corrupt", "ledger")
+    (kept,) = os.listdir(state / "quarantine")
+    assert (state / "quarantine" / kept).read_bytes() == b"\x00garbage"
+    assert cli("probe", "--json", state=state).returncode == 70  # until someone looks
+    done = cli("reconcile", state=state)
+    assert done.returncode == 1 and "1 record(s) in quarantine" in done.stdout
+
+
+@linux
+def test_an_unsafe_state_dir_fails_readiness(tmp_path):
+    state = tmp_path / "state"
+    (state / "records").mkdir(parents=True)
+    state.chmod(0o777)
+    a = stockade.probe(LinuxBackend(), Ledger(str(state)))
+    assert (a.ready, a.reason, a.stage) == (False, "ledger_unusable", "ledger")
+
+
+# --- the manager's cache -----------------------------------------------------------------------
+
+
+class _Fake(LinuxBackend):
+    name = "fake-for-cache"
+
+
+@pytest.fixture
+def probes(monkeypatch, tmp_path):
+    """Replace the probe by a scripted one; yields the list of answers still to give."""
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(tmp_path / "state"))
+    answers: list[bool] = []
+    calls: list[int] = []
+
+    def scripted(backend, ledger=None):
+        calls.append(1)
+        ready = answers.pop(0)
+        return probe_module.Attestation(
+            ready=ready, backend=backend.name, run_as="rootless", versions={}, facts={},
+            enforced={}, timings={}, duration_ms=1.0,
+            reason=None if ready else "seccomp_not_enforced",
+            stage=None if ready else "seccomp", message=None if ready else "scripted")
+
+    monkeypatch.setattr(probe_module, "probe", scripted)
+    monkeypatch.setattr(probe_module, "_cache", {})
+    return answers, calls
+
+
+def test_a_pass_is_cached_for_the_process(probes):
+    answers, calls = probes
+    answers += [True]
+    for _ in range(3):
+        assert probe_module.require_ready(_Fake()).ready
+    assert len(calls) == 1
+
+
+def test_a_pass_is_stored_for_later_processes_of_this_boot(probes, monkeypatch):
+    answers, calls = probes
+    answers += [True]
+    assert probe_module.require_ready(_Fake()).ready
+    monkeypatch.setattr(probe_module, "_cache", {})  # as if a new process
+    assert probe_module.require_ready(_Fake()).ready
+    assert len(calls) == 1
+    real_key = probe_module._host_key
+    monkeypatch.setattr(probe_module, "_host_key", lambda: {**real_key(), "boot": "another"})
+    monkeypatch.setattr(probe_module, "_cache", {})
+    answers += [True]
+    assert probe_module.require_ready(_Fake()).ready
+    assert len(calls) == 2  # another boot (or uid, or version) probes again
+
+
+def test_a_failure_is_cached_for_a_bounded_time_then_probed_again(probes, monkeypatch):
+    answers, calls = probes
+    answers += [False, True]
+    clock = [1000.0]
+    monkeypatch.setattr(probe_module.time, "monotonic", lambda: clock[0])
+    for _ in range(2):
+        with pytest.raises(stockade.UnavailableError) as info:
+            probe_module.require_ready(_Fake())
+        assert info.value.code == "seccomp_not_enforced"
+    assert len(calls) == 1
+    clock[0] += probe_module.NEGATIVE_TTL
+    assert probe_module.require_ready(_Fake()).ready and len(calls) == 2
+
+
+def test_the_manager_refuses_a_backend_that_is_not_ready(probes, monkeypatch):
+    answers, _ = probes
+    answers += [False]
+    fake = _Fake()
+    monkeypatch.setattr(fake, "probe", lambda: None)
+    monkeypatch.setattr(manager, "REGISTRY", {"fake-for-cache": lambda: fake})
+    spawned = []
+    monkeypatch.setattr(fake, "spawn", lambda *a: spawned.append(a))
+    request = LaunchRequest(argv=("true",), cwd="/", env=())
+    with pytest.raises(stockade.UnavailableError) as info:
+        manager.SandboxManager().run(request)
+    assert info.value.code == "seccomp_not_enforced" and not spawned
