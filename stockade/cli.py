@@ -9,6 +9,7 @@
     stockade report [--json | --markdown]
     stockade reconcile [--json]
     stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
+    stockade proxy --allow PATTERN [--deny PATTERN] [--listen HOST:PORT] [--log FILE]
 
 Exit codes:
 
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(commands)
     _add_reconcile(commands)
     _add_evidence(commands)
+    _add_proxy(commands)
     _add_agent(commands)
     _add_daemon(commands)
     return parser
@@ -157,6 +159,8 @@ def _add_run(commands: Any) -> None:
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--network-log", metavar="FILE",
+                     help="append the egress proxy's decision records (JSON lines) to FILE")
     run.add_argument("--verbose", "-v", action="store_true",
                      help="after the run, print on stderr the layers applied and each stage's "
                           "duration: compile, readiness (probe and ledger reconcile), then the "
@@ -175,7 +179,8 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
-    return _execute(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose)
+    return _execute(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
+                    network_log=args.network_log)
 
 
 def _add_sandbox_exec(commands: Any) -> None:
@@ -321,6 +326,28 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
     return 1 if quarantined or done.failed else 0
 
 
+def _add_proxy(commands: Any) -> None:
+    proxy = _command(commands, "proxy", _proxy,
+                     "run the egress proxy alone, in the foreground, logging every decision",
+                     "stockade proxy --allow pypi.org --allow '*.pythonhosted.org'",
+                     "stockade proxy --allow example.com --listen 127.0.0.1:3128 --log d.jsonl")
+    proxy.add_argument("--allow", metavar="PATTERN", action="append", default=[], required=True,
+                       help="a domain pattern to allow (exact, *.suffix, optional :port)")
+    proxy.add_argument("--deny", metavar="PATTERN", action="append", default=[],
+                       help="a domain pattern to deny (checked first)")
+    proxy.add_argument("--listen", metavar="HOST:PORT",
+                       help="a loopback address to listen on (default: a fresh unix socket)")
+    proxy.add_argument("--log", metavar="FILE",
+                       help="append decisions as JSON lines to FILE (default: stdout)")
+
+
+def _proxy(args: argparse.Namespace, command: list[str] | None) -> int:
+    _no_command(command)
+    from stockade.net.serve import serve
+
+    return serve(args.allow, args.deny, listen=args.listen, log=args.log)
+
+
 def _add_evidence(commands: Any) -> None:
     evidence = _command(commands, "evidence", _evidence,
                         "attack this host's sandbox with real malicious children, one row each",
@@ -452,7 +479,7 @@ def _lexical(path: str) -> tuple[str, ...] | str:
 
 
 def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-             verbose: bool = False) -> int:
+             verbose: bool = False, network_log: str | None = None) -> int:
     """Run `argv`: output passed through live, or captured and printed as one JSON object."""
     started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace))
@@ -462,6 +489,9 @@ def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json:
     sys.stdout.flush()
     sys.stderr.flush()
     result = execute(backend, request, stdio_inherit=not as_json)
+    if network_log is not None:
+        with open(network_log, "a", encoding="utf-8") as log:
+            log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
     if as_json:
         print(json.dumps(result.to_json()))
     if verbose:

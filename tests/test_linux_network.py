@@ -160,3 +160,119 @@ def test_bypassing_the_proxy_fails(ws, upstream):
     assert r.exit_code == 0, r.stderr
     assert "ALLOWED" not in r.stdout.decode(), r.stdout
     assert upstream.paths == []
+
+
+def run_with_resolver(code: str, policy: stockade.Policy, workspace, names: dict[str, str]):
+    """Launch through the production backend with the proxy's resolver mapping test names to
+    loopback addresses (the system resolver is never touched)."""
+    from stockade.launch.compile import CompileContext, compile_policy
+    from stockade.launch.manager import execute
+    from stockade.linux.backend import LinuxBackend
+
+    def resolver(host: str) -> list[str]:
+        return [names[host]] if host in names else []
+
+    request = compile_policy(policy, [PYTHON, "-c", textwrap.dedent(code)],
+                             CompileContext.current(workspace))
+    return execute(LinuxBackend(resolver=resolver), request)
+
+
+def test_an_allowed_test_domain_is_reached_by_http_and_socks5h(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    policy = allowlist(f"pkg.test:{port}", f"127.0.0.1:{port}")
+    r = run_with_resolver(f"""
+        import socket, struct, urllib.request
+        print(urllib.request.urlopen('http://pkg.test:{port}/by-name').read().decode())
+        s = socket.create_connection(('127.0.0.1', 3128), 10)
+        s.sendall(b'\\x05\\x01\\x00'); s.recv(2)
+        name = b'pkg.test'
+        s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + struct.pack('>H', {port}))
+        print(s.recv(10)[1])
+        s.sendall(b'GET /by-socks5h HTTP/1.0\\r\\n\\r\\n')
+        print(s.recv(100).split(b' ')[1].decode())
+    """, policy, workspace, {"pkg.test": "127.0.0.1"})
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.decode().split() == ["upstream-body", "0", "200"]
+    assert upstream.paths == ["/by-name", "/by-socks5h"]
+
+
+def test_each_denial_is_in_the_result_log(ws, upstream):
+    workspace, _ = ws
+    port = upstream.server_port
+    r = run_with_resolver(f"""
+        import urllib.request
+        for url in ('http://other.test:{port}/', 'http://10.1.2.3/', 'http://rebind.test/'):
+            try:
+                urllib.request.urlopen(url, timeout=10)
+            except urllib.error.HTTPError as e:
+                print(e.code)
+    """, allowlist("rebind.test"), workspace, {"other.test": "127.0.0.1",
+                                               "rebind.test": "127.0.0.1"})
+    assert r.stdout.split() == [b"403"] * 3
+    assert [(e["host"], e["decision"]) for e in r.network_log] == [
+        ("other.test", "deny"), ("10.1.2.3", "deny"), ("rebind.test", "deny")]
+    for entry in r.network_log:
+        assert entry["request_id"] == r.request_id and entry["reason"] and entry["time"]
+    assert upstream.paths == []
+
+
+def test_the_cli_appends_the_network_log_as_json_lines(ws, tmp_path):
+    workspace, _ = ws
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import PYTHON_ROOT
+    log = tmp_path / "decisions.jsonl"
+    code = ("import urllib.request as u\n"
+            "try: u.urlopen('http://denied.test/', timeout=10)\n"
+            "except Exception as e: print(e)")
+    done = subprocess.run(
+        [sys.executable, "-m", "stockade", "run", "--allow-domain", "allowed.test",
+         "--read", PYTHON_ROOT, "--network-log", str(log), "--workspace", str(workspace), "--",
+         PYTHON, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["host"], e["port"], e["decision"]) for e in entries] == [
+        ("denied.test", 80, "deny")]
+
+
+def test_stockade_proxy_runs_alone_and_logs_decisions(tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    log = tmp_path / "proxy.jsonl"
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "stockade", "proxy", "--allow", "allowed.test", "--listen",
+         f"127.0.0.1:{port}", "--log", str(log)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert "proxy on 127.0.0.1" in proxy.stderr.readline()
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+        with pytest.raises(urllib.error.HTTPError) as info:
+            opener.open("http://denied.test/", timeout=10)
+        assert info.value.code == 403
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        assert proxy.wait(10) == 0
+    deadline = time.monotonic() + 5
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (entry["host"], entry["decision"], entry["reason"]) == (
+        "denied.test", "deny", "not_allowed")

@@ -47,6 +47,7 @@ class Handle(abc.ABC):
     # (stage, CLOCK_MONOTONIC time it ended), in order; the first is the spawn itself
     stages: list[tuple[str, float]]
     violations: list  # Violations the backend observed (e.g. network denials), after wait()
+    network_log: list  # the egress proxy's decision records, after wait()
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Exit | None:

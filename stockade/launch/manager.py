@@ -109,6 +109,7 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         duration=time.monotonic() - started, backend=backend.name,
         digest=request.digest, request_id=request.request_id,
         violations=tuple(violations), enforced=handle.enforced,
+        network_log=tuple(handle.network_log),
         timings=stage_timings(handle.stages),
     )
 

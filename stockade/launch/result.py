@@ -31,6 +31,9 @@ class Result:
     violations: tuple[Violation, ...] = ()
     enforced: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # milliseconds per launch stage
+    # The egress proxy's decision records (JSON-ready: time, request_id, protocol, host, port,
+    # decision, rule, reason, ...): every denial, in allowlist mode.
+    network_log: tuple[dict, ...] = ()
 
     @property
     def returncode(self) -> int:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stockade.errors import (
@@ -44,11 +45,13 @@ class LinuxBackend(Backend):
 
     name = "linux"
 
-    def __init__(self, weaken: frozenset[str] = frozenset()) -> None:
+    def __init__(self, weaken: frozenset[str] = frozenset(),
+                 resolver: Callable[[str], list[str]] | None = None) -> None:
         unknown = weaken - WEAKENINGS
         if unknown:
             raise ValueError(f"unknown weakening {sorted(unknown)[0]!r}")
         self.weaken = weaken
+        self.resolver = resolver  # for tests: the proxy's name resolution, host -> addresses
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -85,7 +88,7 @@ class LinuxBackend(Backend):
                     f"{grant.path}: the sandbox provides its own /proc and /dev")
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
-        return LinuxHandle(request, stdio, _seccomp_program(), self.weaken)
+        return LinuxHandle(request, stdio, _seccomp_program(), self.weaken, self.resolver)
 
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()
@@ -132,7 +135,8 @@ class LinuxHandle(Handle):
     tells when the whole sandbox has drained (pid 1 exits last)."""
 
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
-                 weaken: frozenset[str] = frozenset()) -> None:
+                 weaken: frozenset[str] = frozenset(),
+                 resolver: Callable[[str], list[str]] | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
@@ -170,8 +174,9 @@ class LinuxHandle(Handle):
             except BrokenPipeError:
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
-        self._proxy = _start_proxy(request, control) if request.network.mode == "allowlist" \
-            else None
+        self.network_log: list[dict] = []
+        self._proxy = _start_proxy(request, control, resolver) \
+            if request.network.mode == "allowlist" else None
         control.close()
 
     def wait(self, timeout: float | None = None) -> Exit | None:
@@ -206,6 +211,7 @@ class LinuxHandle(Handle):
         events = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
         if self._proxy is not None:
             self._proxy.stop()
+            self.network_log = self._proxy.denials()
             self.violations += [
                 Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
                                             f"{d.get('reason') or d.get('rule')}")
@@ -228,7 +234,8 @@ class LinuxHandle(Handle):
 KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it gets SIGKILL
 
 
-def _start_proxy(request: LaunchRequest, control: socket.socket) -> Proxy | None:
+def _start_proxy(request: LaunchRequest, control: socket.socket,
+                 resolver: Callable[[str], list[str]] | None) -> Proxy | None:
     """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
     pid 1 failed first (its error event says why)."""
     from stockade.net.proxy import Proxy  # only allowlist launches pay for it
@@ -236,7 +243,8 @@ def _start_proxy(request: LaunchRequest, control: socket.socket) -> Proxy | None
     _, fds = recv_fds(control, 1)
     if len(fds) != 1:
         return None
-    proxy = Proxy(request.network.allow, request.network.deny, request.request_id)
+    proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
+                  resolver=resolver)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
 

@@ -1,0 +1,125 @@
+"""Egress proxy benchmark: a 256 MiB transfer and connection set-up through Stockade's proxy
+against the same directly, all on loopback, each party in its own process.
+
+    python bench/proxy.py [--mib 256] [--connections 200]
+
+Targets (issue 4): at least 0.8 of direct throughput; at most 1 ms added per connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHUNK = 1 << 20
+# A sender: each connection gets `size` bytes (0: just accept and close), forever.
+UPSTREAM = """
+import socket, sys
+size = int(sys.argv[1]); chunk = b"x" * (1 << 20)
+server = socket.create_server(("127.0.0.1", 0)); print(server.getsockname()[1], flush=True)
+while True:
+    conn, _ = server.accept()
+    with conn:
+        left = size
+        while left > 0:
+            conn.sendall(chunk[:min(left, len(chunk))]); left -= len(chunk)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_upstream(size: int) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(size)], stdout=subprocess.PIPE,
+                            text=True)
+    return proc, int(proc.stdout.readline())
+
+
+def _start_proxy(upstream_ports: list[int]) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    allow = [arg for p in upstream_ports for arg in ("--allow", f"127.0.0.1:{p}")]
+    proc = subprocess.Popen([sys.executable, "-m", "stockade", "proxy", *allow, "--listen",
+                             f"127.0.0.1:{port}", "--log", os.devnull],
+                            env={**os.environ, "PYTHONPATH": REPO}, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stderr.readline()  # "proxy on ..." once it listens
+    return proc, port
+
+
+def _connect(port: int, via: int | None) -> socket.socket:
+    """A connection to the upstream on `port`, directly or through a CONNECT tunnel."""
+    sock = socket.create_connection(("127.0.0.1", via or port))
+    if via:
+        sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(1)
+        if b" 200 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"proxy refused: {head!r}")
+    return sock
+
+
+def throughput(port: int, via: int | None, size: int) -> float:
+    """MiB/s receiving `size` bytes."""
+    buffer = bytearray(CHUNK)
+    started = time.perf_counter()
+    with _connect(port, via) as sock:
+        got = 0
+        while got < size:
+            n = sock.recv_into(buffer)
+            if not n:
+                break
+            got += n
+    return got / (time.perf_counter() - started) / 2**20
+
+
+def setup_latency(port: int, via: int | None, count: int) -> float:
+    """Median milliseconds to an open (tunnelled) connection."""
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        with _connect(port, via):
+            samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--connections", type=int, default=200)
+    args = parser.parse_args()
+    size = args.mib << 20
+    bulk, bulk_port = _start_upstream(size)
+    empty, empty_port = _start_upstream(0)
+    proxy, proxy_port = _start_proxy([bulk_port, empty_port])
+    try:
+        rates = {"direct": [], "proxy": []}
+        for _ in range(3):  # interleaved
+            rates["direct"].append(throughput(bulk_port, None, size))
+            rates["proxy"].append(throughput(bulk_port, proxy_port, size))
+        direct_rate = statistics.median(rates["direct"])
+        proxy_rate = statistics.median(rates["proxy"])
+        direct_ms = setup_latency(empty_port, None, args.connections)
+        proxy_ms = setup_latency(empty_port, proxy_port, args.connections)
+    finally:
+        for proc in (proxy, bulk, empty):
+            proc.terminate()
+            proc.wait()
+    print(f"{args.mib} MiB transfer: direct {direct_rate:.0f} MiB/s, proxy {proxy_rate:.0f} "
+          f"MiB/s, ratio {proxy_rate / direct_rate:.2f} (target >= 0.80)")
+    print(f"connection set-up (median of {args.connections}): direct {direct_ms:.3f} ms, proxy "
+          f"{proxy_ms:.3f} ms, added {proxy_ms - direct_ms:.3f} ms (target <= 1 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
