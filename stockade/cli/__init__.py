@@ -1,0 +1,148 @@
+"""The `stockade` command line (also `python -m stockade`).
+
+    stockade run [--policy FILE | --preset NAME] [flags] -- argv...
+    stockade sandbox-exec POLICY.json -- argv...
+    stockade policy check FILE
+    stockade policy show [--preset NAME | FILE] [--toml]
+    stockade demo
+    stockade probe [--json]
+    stockade report [--json | --markdown]
+    stockade reconcile [--json]
+    stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
+    stockade proxy --allow PATTERN [--deny PATTERN] [--listen HOST:PORT] [--log FILE]
+
+Exit codes:
+
+| code     | meaning                                                                        |
+| -------- | ------------------------------------------------------------------------------ |
+| 0-255    | `run`, `sandbox-exec`: the command's own exit status, passed through            |
+| 128+N    | the command was killed by signal N (137 = SIGKILL, also after a timeout)        |
+| 1        | `demo`: a forbidden attempt was not denied (or a permitted one was refused)     |
+| 1        | `reconcile`: a record was quarantined, or a resource could not be removed yet   |
+| 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
+| 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
+| 2        | usage or policy error (bad flag, policy file or preset); nothing ran            |
+| 70       | the sandbox could not be set up here: unavailable, unenforceable, setup failed  |
+|          | (`probe`: not ready; the attestation says why)                                  |
+| 71       | the sandbox was ready but the command could not be started (not found, ...)     |
+| 130      | interrupted (Ctrl-C); the sandbox dies with Stockade                            |
+| 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
+
+A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a
+result). Every Stockade error is one line on stderr: `stockade: <code>: <message>`.
+
+`--state-dir DIR` (before the command) sets where the launch ledger lives, for this process
+and its children, as `STOCKADE_STATE_DIR` does (see stockade/lifecycle/statedir.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from stockade import __version__
+from stockade.cli import host, policy, run, tools
+from stockade.cli.common import epilog
+from stockade.cli.policy import to_toml
+from stockade.errors import StockadeError, UsageError
+
+__all__ = ["build_parser", "console_main", "main", "to_toml"]
+
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
+COMMAND_TAKERS = ("run", "sandbox-exec")  # the commands that take `-- argv...`
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a UsageError (one stderr line, exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def console_main() -> int:
+    """The `stockade` program: a single-threaded process running one sandbox at a time, so it
+    forks its sandbox directly instead of starting a zygote interpreter."""
+    from stockade.linux import zygote
+
+    zygote.fork_directly()
+    return main()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    head, command = _split_command(words)
+    json_mode = False
+    try:
+        args = _parse(head, command)
+        json_mode = bool(getattr(args, "json", False))
+        if args.state_dir is not None:
+            from stockade.lifecycle import statedir
+
+            os.environ[statedir.ENV] = os.path.abspath(args.state_dir)
+        return args.handler(args, command)
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
+    except StockadeError as exc:
+        return _fail(exc, json_mode)
+    except KeyboardInterrupt:
+        print("stockade: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # our reader went away (`stockade report | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
+    args, extras = build_parser().parse_known_args(head)
+    if extras:
+        missing_cut = command is None and args.command in COMMAND_TAKERS
+        hint = " (put the command after '--')" if missing_cut else ""
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    return args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser for every command (the command after `--` is split off before parsing)."""
+    parser = _Parser(prog="stockade", description="Run untrusted commands in a sandbox.",
+                     epilog=epilog("stockade run -- make test", "stockade demo",
+                                      "stockade report"),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="where the launch ledger lives (default: $STOCKADE_STATE_DIR, "
+                             "else $XDG_STATE_HOME/stockade, /var/lib/stockade for root, "
+                             "~/.local/state/stockade)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run.add_run(commands)
+    run.add_sandbox_exec(commands)
+    policy.add_policy(commands)
+    host.add_demo(commands)
+    host.add_probe(commands)
+    host.add_report(commands)
+    host.add_reconcile(commands)
+    tools.add_evidence(commands)
+    tools.add_proxy(commands)
+    tools.add_agent(commands)
+    tools.add_daemon(commands)
+    return parser
+
+
+def _split_command(words: list[str]) -> tuple[list[str], list[str] | None]:
+    """Stockade's own arguments, and the command after the first `--` (None without one)."""
+    if "--" not in words:
+        return words, None
+    cut = words.index("--")
+    return words[:cut], words[cut + 1:]
+
+
+def _fail(error: StockadeError, json_mode: bool) -> int:
+    if json_mode:
+        print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+    print(f"stockade: {' '.join(str(error).splitlines())}", file=sys.stderr)
+    return error.exit_code

@@ -1,0 +1,38 @@
+"""What every command module of the CLI shares: building a subcommand, and `--` handling."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from stockade.errors import UsageError
+
+Handler = Callable[[argparse.Namespace, list[str] | None], int]
+
+
+def subcommand(commands: Any, name: str, handler: Handler | None, summary: str,
+               *examples: str) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=summary, description=summary,
+                                 epilog=epilog(*examples),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
+
+
+def epilog(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def need_command(command: list[str] | None, name: str) -> list[str]:
+    if command is None:
+        raise UsageError(f"missing '--' before the command (stockade {name} ... -- argv...)")
+    if not command:
+        raise UsageError(f"no command after '--' (stockade {name} ... -- argv...)")
+    return command
+
+
+def no_command(command: list[str] | None) -> None:
+    if command is not None:
+        raise UsageError("'--' and a command are only for 'run' and 'sandbox-exec'")

@@ -1,0 +1,106 @@
+"""What this host can do: `stockade demo`, `probe`, `report` and `reconcile`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from stockade.cli.common import no_command, subcommand
+from stockade.errors import EXIT_SETUP
+from stockade.launch.manager import REGISTRY
+
+
+def add_demo(commands: Any) -> None:
+    subcommand(commands, "demo", _demo,
+               "try forbidden things inside a real sandbox and show each denial",
+               "stockade demo")
+
+
+def _demo(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade import demo  # imported on demand: it is the only user of its modules
+
+    return demo.main()
+
+
+def add_probe(commands: Any) -> None:
+    probe = subcommand(commands, "probe", _probe,
+                       "launch a throwaway sandbox, attest what it verified (exit 70: not ready)",
+                       "stockade probe", "stockade probe --json")
+    probe.add_argument("--json", action="store_true", help="print the attestation as JSON")
+
+
+def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.lifecycle.probe import probe
+
+    attestation = probe()
+    if args.json:
+        print(json.dumps(attestation.to_json(), indent=2))
+    else:
+        state = "ready" if attestation.ready else (
+            f"NOT READY: {attestation.reason} at stage {attestation.stage}: "
+            f"{attestation.message}")
+        print(f"{attestation.backend}: {state} (run as {attestation.run_as}, "
+              f"{attestation.duration_ms:.0f} ms)")
+        for fact, value in attestation.facts.items():
+            print(f"  {fact}: {json.dumps(value)}")
+    return 0 if attestation.ready else EXIT_SETUP
+
+
+def add_report(commands: Any) -> None:
+    report = subcommand(commands, "report", _report,
+                        "what this host enforces, capability by capability, from a real probe",
+                        "stockade report", "stockade report --json", "stockade report --markdown")
+    shape = report.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    shape.add_argument("--markdown", action="store_true", help="print Markdown tables")
+
+
+def _report(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.lifecycle.probe import probe
+    from stockade.lifecycle.report import build
+
+    reports = []
+    for factory in REGISTRY.values():
+        backend = factory()
+        reports.append(build(probe(backend), backend))
+    if args.json:
+        print(json.dumps({"backends": [report.to_json() for report in reports]}, indent=2))
+    elif args.markdown:
+        print("\n".join(report.markdown() for report in reports), end="")
+    else:
+        print("\n\n".join(report.text() for report in reports))
+    return 0
+
+
+def add_reconcile(commands: Any) -> None:
+    reconcile = subcommand(commands, "reconcile", _reconcile,
+                           "remove what crashed launches left behind, as recorded in the ledger",
+                           "stockade reconcile", "stockade --state-dir /srv/stockade reconcile")
+    reconcile.add_argument("--json", action="store_true", help="print a JSON summary")
+
+
+def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from dataclasses import asdict
+
+    from stockade.lifecycle.ledger import Ledger
+
+    ledger = Ledger()
+    done = ledger.reconcile()
+    quarantined = ledger.quarantined()
+    if args.json:
+        print(json.dumps({**asdict(done), "quarantine": quarantined,
+                          "quarantine_dir": ledger.quarantine_dir}))
+    else:
+        print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
+              f"{done.live} live, {done.failed} to retry")
+        for kind, name in done.removed:
+            print(f"  removed {kind} {name}")
+        if quarantined:
+            print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
+                  f"inspected and deleted: {ledger.quarantine_dir}")
+    return 1 if quarantined or done.failed else 0

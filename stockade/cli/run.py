@@ -1,0 +1,145 @@
+"""`stockade run` and `stockade sandbox-exec`: a command in a fresh sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from stockade.api import DEFAULT_PRESET, resolve_policy
+from stockade.cli.common import need_command, subcommand
+from stockade.errors import UsageError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
+from stockade.launch.result import Result
+from stockade.policy import PRESETS, Policy, load_policy, merge
+from stockade.policy.paths import lexical_key, tidy_path
+
+
+def add_run(commands: Any) -> None:
+    run = subcommand(commands, "run", _run, "run a command in a fresh sandbox",
+                     "stockade run -- sh -c 'echo hi'",
+                     "stockade run --preset workspace-write --timeout 90s -- make",
+                     "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
+                     "stockade run --json -- python3 -c 'print(1)'")
+    source = run.add_mutually_exclusive_group()
+    source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
+    source.add_argument("--preset", metavar="NAME",
+                        help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    run.add_argument("--workspace", metavar="DIR",
+                     help="what {workspace} means (default: the current directory)")
+    run.add_argument("--read", metavar="PATH", action="append", default=[],
+                     help="also grant read access to PATH (relative: to the workspace)")
+    run.add_argument("--write", metavar="PATH", action="append", default=[],
+                     help="also grant write access to PATH (relative: to the workspace)")
+    run.add_argument("--allow-domain", metavar="D", action="append", default=[],
+                     help="allow network access to domain D (switches to allowlist mode)")
+    run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--network-log", metavar="FILE",
+                     help="append the egress proxy's decision records (JSON lines) to FILE")
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="after the run, print on stderr the layers applied and each stage's "
+                          "duration: compile, readiness (probe and ledger reconcile), then the "
+                          "sandbox's own stages")
+    run.add_argument("--json", action="store_true",
+                     help="capture output and print one JSON result (or error) object")
+    run.add_argument("--unsandboxed", action="store_true",
+                     help="run on the host WITHOUT a sandbox, with a warning; refused (70) "
+                          "unless the policy restricts nothing at all")
+
+
+def _run(args: argparse.Namespace, command: list[str] | None) -> int:
+    argv = need_command(command, "run")
+    if args.workspace is not None and not os.path.isdir(args.workspace):
+        raise UsageError(f"--workspace {args.workspace}: not a directory")
+    chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
+    if args.unsandboxed:
+        return run_unsandboxed(argv, chosen)
+    return _execute(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
+                    network_log=args.network_log)
+
+
+def add_sandbox_exec(commands: Any) -> None:
+    shim = subcommand(commands, "sandbox-exec", _sandbox_exec,
+                      "run a command under a policy file (the module-runner shim)",
+                      "stockade sandbox-exec module-policy.json -- ./module --input data/")
+    shim.add_argument("policy", metavar="POLICY", help="a JSON or TOML policy file")
+
+
+def _sandbox_exec(args: argparse.Namespace, command: list[str] | None) -> int:
+    argv = need_command(command, "sandbox-exec")
+    return _execute(load_policy(args.policy), argv, None, as_json=False)
+
+
+def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
+    """`policy` plus the --read/--write/--allow-domain/--timeout flags, validated as policy.
+
+    The flags' values go first in each list, so an error's `[index]` counts that flag's uses.
+    """
+    fs, net = policy.filesystem, policy.network
+    sections: dict[str, dict[str, Any]] = {}
+    if args.read or args.write:
+        # A --write of a path the policy only reads upgrades it, rather than conflicting.
+        writes = {_lexical(path) for path in args.write}
+        reads = [path for path in fs.read if _lexical(path) not in writes]
+        sections["filesystem"] = {"read": [*args.read, *reads],
+                                  "write": [*args.write, *fs.write]}
+    if args.allow_domain:
+        sections["network"] = {"mode": "allowlist", "allow": [*args.allow_domain, *net.allow]}
+    if args.timeout is not None:
+        sections["limits"] = {"timeout": args.timeout}
+    return merge(policy, sections, file="command line") if sections else policy
+
+
+def _lexical(path: str) -> tuple[str, ...] | str:
+    try:
+        return lexical_key(tidy_path(path, optional_allowed=True))
+    except ValueError:
+        return path  # invalid: the policy parser reports it, located
+
+
+def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+             verbose: bool = False, network_log: str | None = None) -> int:
+    """Run `argv`: output passed through live, or captured and printed as one JSON object."""
+    started = time.monotonic()
+    request = compile_policy(policy, argv, CompileContext.current(workspace))
+    compiled = time.monotonic()
+    backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
+    selected = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    result = execute(backend, request, stdio_inherit=not as_json)
+    if network_log is not None:
+        with open(network_log, "a", encoding="utf-8") as log:
+            log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
+    if as_json:
+        print(json.dumps(result.to_json()))
+    if verbose:
+        owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
+        stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
+        layers = _layers(result.enforced)
+        print(f"stockade: {result.backend} layers: {layers}", file=sys.stderr)
+        print(f"stockade: {result.backend} launch stages (ms): {stages}; "
+              f"digest {result.digest[:16]}", file=sys.stderr)
+    _print_violations(result)
+    return result.returncode
+
+
+def _layers(enforced: dict) -> str:
+    """What the sandbox's pid 1 reported applying, in one line (names and numbers only)."""
+    landlock = enforced.get("landlock", {})
+    seccomp = enforced.get("seccomp", {})
+    limits = ", ".join(sorted(enforced.get("limits", {})))
+    return (f"namespaces {','.join(enforced.get('namespaces', []))}; "
+            f"landlock ABI {landlock.get('abi', 0)}; "
+            f"seccomp {seccomp.get('mode', 'off')} ({seccomp.get('denied_syscalls', 0)} denied); "
+            f"limits {limits or 'none'}")
+
+
+def _print_violations(result: Result) -> None:
+    if result.violations:
+        listed = "; ".join(f"{v.kind} ({v.detail})" for v in result.violations)
+        print(f"stockade: denied/limited: {listed}", file=sys.stderr)
