@@ -3,8 +3,15 @@
 A small FUSE server (the kernel protocol spoken directly over /dev/fuse, no library) that
 passes through to a backing directory and looks names up without regard to case, as vfat,
 ntfs3, SMB shares and ext4/tmpfs `casefold` directories do: `.GIT/config` is `.git/config`.
-Every spelling of a name leads to the same node. Mounting it needs root (CAP_SYS_ADMIN): there
-is no `fusermount` here.
+Every spelling of a name leads to the same node.
+
+Mounting it needs CAP_SYS_ADMIN, which a user namespace grants over a mount namespace of its
+own (FUSE allows such mounts since Linux 4.18; there is no `fusermount` here). So `launch` runs
+this module as a helper process that enters a fresh user and mount namespace (its uid and gid
+mapped to themselves, so the backend takes the same path as for the caller: root or rootless),
+mounts the stand-in over the workspace there, compiles the row's policy and launches it through
+the backend as every row does (check, `execute`): the sandbox's user namespace nests inside the
+helper's. The stored files are watched from the host, as in every row.
 """
 
 from __future__ import annotations
@@ -12,15 +19,31 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import pickle
 import select
 import stat
 import struct
+import subprocess
+import sys
 import threading
+from functools import partial
 from pathlib import Path
 
-from stockade.evidence.scene import NotRunnable
+import stockade
+from stockade.errors import StockadeError, UnavailableError, UnenforceableError
+from stockade.evidence.launches import argv_for, context_for, policy_for
+from stockade.evidence.row import Launch, Row
+from stockade.evidence.scene import NotRunnable, Scene
 from stockade.evidence.watch import Finding, Watch
+from stockade.launch.backend import Backend
+from stockade.launch.compile import compile_policy
+from stockade.launch.manager import execute
+from stockade.launch.result import Result
+from stockade.linux.ns import CLONE_NEWNS, CLONE_NEWUSER
 
+STORED = "stored"  # the scene's directory the stand-in serves at the workspace
+NOT_RUNNABLE = 3   # the helper's exit status when this host cannot mount the stand-in
+HELPER_TIMEOUT = 60.0  # seconds: a stuck stand-in fails the row instead of the whole run
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 ROOT_ID = 1
 IN_HEADER = struct.Struct("<IIQQIIIHH")     # len opcode unique nodeid uid gid pid extlen pad
@@ -31,33 +54,100 @@ BUFFER = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class CaseFoldingMount(Watch):
+def launch(row: Row, scene: Scene, backend: Backend) -> Launch:
+    """The row's attack, launched by the helper with the scene's `stored/` served at its
+    workspace. The helper compiles the policy there too (a denied path that does not exist is
+    dropped, and on the host the workspace is empty). Its answer is the launch's Result or the
+    error that stopped it, and how many lookups the stand-in answered (shown with the host-side
+    findings)."""
+    compile_request = partial(compile_policy, policy_for(row, scene), argv_for(row, scene),
+                              context_for(scene), stdin=scene.stdin)
+    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
+    helper = subprocess.run(
+        [sys.executable, "-m", __name__, str(scene.root / STORED), str(scene.ws)],
+        input=pickle.dumps((backend, compile_request)), capture_output=True,
+        timeout=HELPER_TIMEOUT, check=False, env={**os.environ, "PYTHONPATH": package_parent})
+    if helper.returncode == NOT_RUNNABLE:
+        raise NotRunnable(helper.stderr.decode(errors="replace").strip())
+    if helper.returncode != 0:
+        raise RuntimeError(f"the case-folding helper failed ({helper.returncode}): "
+                           f"{helper.stderr.decode(errors='replace').strip()[-300:]}")
+    lookups, outcome = pickle.loads(helper.stdout)
+    scene.watch(Served(lookups))
+    if isinstance(outcome, Result):
+        return Launch(outcome)
+    kind, code, message = outcome
+    if kind is UnenforceableError:
+        raise UnenforceableError(code.removeprefix("unenforceable:"), message)
+    if kind is UnavailableError:
+        raise UnavailableError(code, message)
+    return Launch(error=StockadeError(code, message))
+
+
+class Served(Watch):
+    """The stand-in's account after the launch: the sandbox reached the workspace through it."""
+
+    def __init__(self, lookups: int) -> None:
+        self.lookups = lookups
+
+    def finish(self) -> Finding:
+        return Finding(self.lookups > 0, "case-folding FUSE stand-in (in the helper's user "
+                                         f"namespace) answered {self.lookups} lookups")
+
+
+def _helper(backing: str, target: str) -> int:
+    """In the helper: enter the namespaces (while single-threaded), mount, launch, answer."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        return _not_runnable(f"unshare(CLONE_NEWUSER|CLONE_NEWNS): "
+                             f"{os.strerror(ctypes.get_errno())}")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        Path("/proc/self", name).write_text(text)
+    backend, compile_request = pickle.load(sys.stdin.buffer)
+    try:
+        mount = CaseFoldingMount(Path(backing), Path(target))
+    except NotRunnable as exc:
+        return _not_runnable(str(exc))
+    try:
+        request = compile_request()
+        backend.check(request)
+        outcome: object = execute(backend, request)
+    except StockadeError as exc:
+        outcome = (type(exc), exc.code, exc.message)
+    finally:
+        mount.close()
+    sys.stdout.buffer.write(pickle.dumps((mount.lookups, outcome)))
+    return 0
+
+
+def _not_runnable(reason: str) -> int:
+    print(f"no case-folding filesystem in a user namespace: {reason}", file=sys.stderr)
+    return NOT_RUNNABLE
+
+
+class CaseFoldingMount:
     """`backing` served at `target`, case-insensitively, until `close`."""
 
     def __init__(self, backing: Path, target: Path) -> None:
-        if os.geteuid() != 0:
-            raise NotRunnable("no case-folding filesystem: the kernel has none here, and "
-                              "mounting the FUSE stand-in needs root")
         self.backing, self.target = backing, target
         self.paths: dict[int, str] = {ROOT_ID: str(backing)}
         self.ids: dict[str, int] = {str(backing): ROOT_ID}
         self.handles: dict[int, int] = {}
+        self.lookups = 0
         try:
             self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
-            raise NotRunnable(f"no case-folding filesystem: /dev/fuse: {exc.strerror}") from None
-        options = (f"fd={self.fd},rootmode=40000,user_id=0,group_id=0,allow_other,"
-                   "default_permissions").encode()
+            raise NotRunnable(f"/dev/fuse: {exc.strerror}") from None
+        options = (f"fd={self.fd},rootmode=40000,user_id={os.getuid()},"
+                   f"group_id={os.getgid()},allow_other,default_permissions").encode()
         if _libc.mount(b"evidence-casefold", bytes(target), b"fuse", MS_NOSUID | MS_NODEV,
                        options) != 0:
             os.close(self.fd)
-            raise NotRunnable(f"cannot mount FUSE: {os.strerror(ctypes.get_errno())}")
+            raise NotRunnable(f"mount fuse: {os.strerror(ctypes.get_errno())}")
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
-
-    def finish(self) -> Finding:
-        return Finding(True, "case-folding FUSE stand-in served the workspace")
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -135,6 +225,7 @@ class CaseFoldingMount(Watch):
                            0, 0) + bytes(24)
 
     def _op1(self, node: int, body: bytes) -> bytes:  # LOOKUP
+        self.lookups += 1
         return self._entry(self._child(node, self._names(body)[0]))
 
     def _op3(self, node: int, body: bytes) -> bytes:  # GETATTR
@@ -236,3 +327,7 @@ class CaseFoldingMount(Watch):
         fd = os.open(path, flags | os.O_CREAT, stat.S_IMODE(mode))
         self.handles[fd] = fd
         return self._entry(path) + struct.pack("<QIi", fd, 0, 0)
+
+
+if __name__ == "__main__":
+    sys.exit(_helper(*sys.argv[1:]))

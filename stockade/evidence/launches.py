@@ -65,11 +65,15 @@ def argv_for(row: Row, scene: Scene, arguments: Sequence[str] | None = None) -> 
     return [*head, scene.marker, *words]
 
 
+def context_for(scene: Scene, workspace: Path | None = None) -> CompileContext:
+    return CompileContext(workspace=str(workspace or scene.ws), home=str(scene.home),
+                          tmp=tempfile.gettempdir(), host_env=scene.host_env)
+
+
 def request_for(row: Row, scene: Scene, argv: list[str], workspace: Path | None = None
                 ) -> LaunchRequest:
-    context = CompileContext(workspace=str(workspace or scene.ws), home=str(scene.home),
-                             tmp=tempfile.gettempdir(), host_env=scene.host_env)
-    return compile_policy(policy_for(row, scene), argv, context, stdin=scene.stdin)
+    return compile_policy(policy_for(row, scene), argv, context_for(scene, workspace),
+                          stdin=scene.stdin)
 
 
 def run_once(backend: Backend, request: LaunchRequest, scene: Scene) -> Launch:

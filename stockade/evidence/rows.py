@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stockade.evidence import judges, launches, setups
+from stockade.evidence import casefold, judges, launches, setups
 from stockade.evidence.judges import bounded, completed, denials, ended_by, output_cut, refused
 from stockade.evidence.row import Row
 from stockade.linux.limits import RESERVED_PIDS
@@ -110,7 +110,7 @@ ROWS: tuple[Row, ...] = (
         "{ws}/.git", "{ws}/.GIT/config", "{ws}/.Git/HEAD", "{ws}/sub/.GIT", "{ws}/KEYS/id",
         "{ws}/TOKEN", "{ws}/other/.git/config", setup=setups.case_folding_workspace,
         policy={"filesystem": {"deny": ["{workspace}/keys", "{workspace}/token"]}},
-        fails_closed_with="unenforceable:filesystem.case_alias"),
+        launch=casefold.launch, fails_closed_with="unenforceable:filesystem.case_alias"),
     # --- network ---------------------------------------------------------------------------
     row("net.tcp-loopback", "network", "TCP to a server on the host's loopback (IPv4, IPv6)",
         "ECONNREFUSED/EACCES; the server is never contacted", "net_connect.py",

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from stockade.evidence.casefold import CaseFoldingMount
+from stockade.evidence.casefold import STORED
 from stockade.evidence.scene import NotRunnable, Scene
 from stockade.evidence.servers import (
     InheritedSocket,
@@ -81,16 +81,15 @@ def denied_paths(scene: Scene) -> None:
 
 
 def case_folding_workspace(scene: Scene) -> None:
-    """The workspace on a case-folding filesystem (see casefold.py) holding a .git directory,
-    a .git file, denied paths, and a directory stored as `.Git`, which git on that filesystem
-    would use as `.git`."""
-    for name, content in (("stored/.git/config", "[core]\n"), ("stored/sub/.git",
-                          "gitdir: ../.git\n"), ("stored/other/.Git/config", "[core]\n")):
-        scene.plant(name, content)
-    scene.plant_secret("stored/keys/id")
-    scene.plant_secret("stored/token")
-    scene.watch(CaseFoldingMount(scene.root / "stored", scene.ws))
-    scene.watch(Unchanged(scene.root / "stored", "workspace (as stored)"))
+    """What the case-folding stand-in will serve at the workspace (see casefold.py, which
+    launches this row): a .git directory, a .git file, denied paths, and a directory stored as
+    `.Git`, which git on that filesystem would use as `.git`."""
+    for name, content in ((".git/config", "[core]\n"), ("sub/.git", "gitdir: ../.git\n"),
+                          ("other/.Git/config", "[core]\n")):
+        scene.plant(f"{STORED}/{name}", content)
+    scene.plant_secret(f"{STORED}/keys/id")
+    scene.plant_secret(f"{STORED}/token")
+    scene.watch(Unchanged(scene.root / STORED, "workspace (as stored)"))
 
 
 def planted_symlinks(scene: Scene) -> None:
