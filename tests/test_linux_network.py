@@ -41,6 +41,25 @@ def upstream():
     server.server_close()
 
 
+# Child-side helper: a SOCKS5 CONNECT through the sandbox's proxy, then a GET of `path`.
+SOCKS_GET = """
+import socket, struct
+def socks_get(address, port, path):
+    s = socket.create_connection(('127.0.0.1', 3128), 10)
+    s.sendall(b'\\x05\\x01\\x00'); s.recv(2)
+    s.sendall(b'\\x05\\x01\\x00' + address + struct.pack('>H', port))
+    code = s.recv(10)[1]
+    if code:
+        return code, None
+    s.sendall(b'GET ' + path + b' HTTP/1.0\\r\\n\\r\\n')
+    return code, s.recv(100).split(b' ')[1].decode()
+def ipv4(text):
+    return b'\\x01' + socket.inet_aton(text)
+def name(text):
+    return b'\\x03' + bytes([len(text)]) + text.encode()
+"""
+
+
 def allowlist(*allow: str) -> stockade.Policy:
     base = policy_for("read-only")
     return dataclasses.replace(base, network=dataclasses.replace(
@@ -69,20 +88,14 @@ def test_allowed_destination_is_reached_through_the_proxy(ws, upstream):
 def test_connect_tunnel_and_socks5_reach_an_allowed_destination(ws, upstream):
     workspace, _ = ws
     port = upstream.server_port
-    r = child(f"""
+    r = child(SOCKS_GET + textwrap.dedent(f"""
         import http.client, socket, struct
         tunnel = http.client.HTTPConnection('127.0.0.1', 3128, timeout=10)
         tunnel.set_tunnel('127.0.0.1', {port})
         tunnel.request('GET', '/via-connect')
         print(tunnel.getresponse().status)
-        s = socket.create_connection(('127.0.0.1', 3128), 10)
-        s.sendall(b'\\x05\\x01\\x00'); assert s.recv(2) == b'\\x05\\x00'
-        target = socket.inet_aton('127.0.0.1') + struct.pack('>H', {port})
-        s.sendall(b'\\x05\\x01\\x00\\x01' + target)
-        print(s.recv(10)[1])
-        s.sendall(b'GET /via-socks HTTP/1.0\\r\\n\\r\\n')
-        print(s.recv(100).split(b' ')[1].decode())
-    """, allowlist(f"127.0.0.1:{port}"), workspace)
+        print(*socks_get(ipv4('127.0.0.1'), {port}, b'/via-socks'))
+    """), allowlist(f"127.0.0.1:{port}"), workspace)
     assert r.exit_code == 0, r.stderr
     assert r.stdout.decode().split() == ["200", "0", "200"]
     assert upstream.paths == ["/via-connect", "/via-socks"]
@@ -114,14 +127,8 @@ def test_unlisted_rebinding_and_metadata_destinations_are_denied_and_reported(ws
 
 def test_socks5_denial_uses_the_protocol_error_code(ws):
     workspace, _ = ws
-    r = child("""
-        import socket
-        s = socket.create_connection(('127.0.0.1', 3128), 10)
-        s.sendall(b'\\x05\\x01\\x00'); s.recv(2)
-        name = b'denied.example'
-        s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + b'\\x01\\xbb')
-        print(s.recv(10)[1])
-    """, allowlist("allowed.example"), workspace)
+    r = child(SOCKS_GET + "print(socks_get(name('denied.example'), 443, b'/')[0])",
+              allowlist("allowed.example"), workspace)
     assert r.stdout.strip() == b"2"  # connection not allowed by ruleset
 
 
@@ -181,17 +188,11 @@ def test_an_allowed_test_domain_is_reached_by_http_and_socks5h(ws, upstream):
     workspace, _ = ws
     port = upstream.server_port
     policy = allowlist(f"pkg.test:{port}", f"127.0.0.1:{port}")
-    r = run_with_resolver(f"""
+    r = run_with_resolver(SOCKS_GET + textwrap.dedent(f"""
         import socket, struct, urllib.request
         print(urllib.request.urlopen('http://pkg.test:{port}/by-name').read().decode())
-        s = socket.create_connection(('127.0.0.1', 3128), 10)
-        s.sendall(b'\\x05\\x01\\x00'); s.recv(2)
-        name = b'pkg.test'
-        s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + struct.pack('>H', {port}))
-        print(s.recv(10)[1])
-        s.sendall(b'GET /by-socks5h HTTP/1.0\\r\\n\\r\\n')
-        print(s.recv(100).split(b' ')[1].decode())
-    """, policy, workspace, {"pkg.test": "127.0.0.1"})
+        print(*socks_get(name('pkg.test'), {port}, b'/by-socks5h'))
+    """), policy, workspace, {"pkg.test": "127.0.0.1"})
     assert r.exit_code == 0, r.stderr
     assert r.stdout.decode().split() == ["upstream-body", "0", "200"]
     assert upstream.paths == ["/by-name", "/by-socks5h"]
