@@ -65,11 +65,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def console_main() -> int:
-    """The `stockade` program: a single-threaded process running one sandbox at a time, so it
-    forks its sandbox directly instead of starting a zygote interpreter."""
-    from stockade.linux import zygote
-
-    zygote.fork_directly()
+    """The `stockade` program. `run` and `sandbox-exec` are then a single-threaded process
+    running one sandbox, which forks it directly instead of starting a zygote interpreter."""
+    run.fork_directly = True
     return main()
 
 

@@ -101,9 +101,18 @@ def _lexical(path: str) -> tuple[str, ...] | str:
         return path  # invalid: the policy parser reports it, located
 
 
+# Set by the `stockade` program (not by callers of `main`, who may have threads): fork the
+# one sandbox from this process rather than start a zygote.
+fork_directly = False
+
+
 def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
              verbose: bool = False, network_log: str | None = None) -> int:
     """Run `argv`: output passed through live, or captured and printed as one JSON object."""
+    if fork_directly:
+        from stockade.linux import zygote
+
+        zygote.fork_directly()
     started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace))
     compiled = time.monotonic()

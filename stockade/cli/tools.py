@@ -84,11 +84,8 @@ def add_daemon(commands: Any) -> None:
 def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
 
-    from stockade.linux import zygote
     from stockade.session.daemon import Daemon
 
-    # Many sandboxes, from many threads: through the zygote, not forked from this process.
-    zygote.SPAWNER = zygote.ZYGOTE
     server = Daemon(args.socket, idle=args.idle)
     server.bind()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
