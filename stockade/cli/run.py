@@ -112,7 +112,7 @@ def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json:
     if fork_directly:
         from stockade.linux import zygote
 
-        zygote.fork_directly()
+        zygote.fork_directly().prepare()
     started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace))
     compiled = time.monotonic()

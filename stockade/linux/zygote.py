@@ -94,11 +94,22 @@ class Zygote:
 class ForkSpawner:
     """No zygote: the owner forks each skeleton itself. Only for single-threaded programs that
     run one sandbox at a time, such as the CLI, where starting a zygote interpreter would cost
-    more than the launch."""
+    more than the launch. `prepare` forks the skeleton early, so that it makes its namespaces
+    while the program still compiles its policy."""
+
+    def __init__(self) -> None:
+        self._ready: tuple[int, socket.socket] | None = None
+
+    def prepare(self) -> None:
+        if self._ready is None:
+            self._ready = _skeleton(network=True)
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True) -> int:
-        pid, handoff = _skeleton(network=network_namespace)
+        if network_namespace and self._ready is not None:
+            (pid, handoff), self._ready = self._ready, None
+        else:
+            pid, handoff = _skeleton(network=network_namespace)
         with handoff:
             _, pidfds = recv_fds(handoff, 1)
             os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
@@ -114,10 +125,12 @@ ZYGOTE = Zygote()
 SPAWNER: Zygote | ForkSpawner = ZYGOTE
 
 
-def fork_directly() -> None:
+def fork_directly() -> ForkSpawner:
     """Make this process fork its sandboxes itself (see ForkSpawner)."""
     global SPAWNER
-    SPAWNER = ForkSpawner()
+    if not isinstance(SPAWNER, ForkSpawner):
+        SPAWNER = ForkSpawner()
+    return SPAWNER
 
 
 def serve(control_fd: int) -> None:
