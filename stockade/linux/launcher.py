@@ -53,7 +53,15 @@ def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
     It enters the namespaces, forks pid 1, sends the zygote a pidfd of it over the handoff
     socket, and exits: pid 1 is adopted by the zygote (a subreaper). When the namespaces
     cannot be made, it stays instead, to report that to the launch that comes for it, and
-    sends a pidfd of itself."""
+    sends a pidfd of itself. Whatever goes wrong, nothing is printed: its stderr is the
+    owner's (the owner may simply have gone away), and the owner reports a typed failure."""
+    try:
+        _skeleton(handoff, network=network)
+    except BaseException:  # noqa: BLE001 - see above
+        os._exit(70)
+
+
+def _skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
     from stockade.errors import StockadeError
     from stockade.linux import fdpass, net, ns
 
