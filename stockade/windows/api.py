@@ -1,0 +1,151 @@
+"""The Win32 functions the backend calls, bound with ctypes on first use and only on Windows.
+
+`win32()` returns a namespace of functions with their documented signatures; each checks its own
+result and raises OSError (with `winerror` set) on failure, so callers never test return codes.
+On another platform `win32()` raises UnavailableError (`backend_unavailable`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from stockade.errors import UnavailableError
+from stockade.windows.structs import (
+    BOOL,
+    DWORD,
+    HANDLE,
+    PROCESS_INFORMATION,
+    PSID,
+    PVOID,
+    SECURITY_ATTRIBUTES,
+    SIZE_T,
+    STARTUPINFOEXW,
+    ULONG_PTR,
+    WORD,
+)
+
+LPCWSTR = ctypes.c_wchar_p
+_P = ctypes.POINTER
+
+
+def _fail(code: int, name: str) -> OSError:
+    error: OSError = ctypes.WinError(code)
+    error.strerror = f"{name}: {error.strerror}"
+    return error
+
+
+def _true(result, func, args):
+    if not result:
+        raise _fail(ctypes.get_last_error(), func.__name__)
+    return result
+
+
+def _status(result, func, args):
+    """Functions returning a Win32 error code (ERROR_SUCCESS is 0)."""
+    if result:
+        raise _fail(result, func.__name__)
+    return result
+
+
+def _hresult(result, func, args):
+    """Functions returning an HRESULT; the OSError's winerror is the HRESULT itself."""
+    if result & 0xFFFFFFFF:
+        error = OSError(None, f"{func.__name__}: HRESULT 0x{result & 0xFFFFFFFF:08X}")
+        error.winerror = result & 0xFFFFFFFF
+        raise error
+    return result
+
+
+def _wait(result, func, args):
+    if result == 0xFFFFFFFF:  # WAIT_FAILED
+        raise _fail(ctypes.get_last_error(), func.__name__)
+    return result
+
+
+# name: (dll, restype, argtypes, errcheck or None)
+_SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
+    # userenv
+    "CreateAppContainerProfile": ("userenv", ctypes.c_long,
+                                  [LPCWSTR, LPCWSTR, LPCWSTR, PVOID, DWORD, _P(PSID)], None),
+    "DeleteAppContainerProfile": ("userenv", ctypes.c_long, [LPCWSTR], None),
+    "DeriveAppContainerSidFromAppContainerName": ("userenv", ctypes.c_long,
+                                                  [LPCWSTR, _P(PSID)], _hresult),
+    # advapi32
+    "ConvertSidToStringSidW": ("advapi32", BOOL, [PSID, _P(ctypes.c_wchar_p)], _true),
+    "ConvertStringSecurityDescriptorToSecurityDescriptorW": (
+        "advapi32", BOOL, [LPCWSTR, DWORD, _P(PVOID), _P(ctypes.c_ulong)], _true),
+    "FreeSid": ("advapi32", PVOID, [PSID], None),
+    "GetNamedSecurityInfoW": ("advapi32", DWORD, [LPCWSTR, ctypes.c_int, DWORD, _P(PSID),
+                                                  _P(PSID), _P(PVOID), _P(PVOID), _P(PVOID)],
+                              _status),
+    "SetNamedSecurityInfoW": ("advapi32", DWORD, [LPCWSTR, ctypes.c_int, DWORD, PSID, PSID,
+                                                  PVOID, PVOID], _status),
+    "GetSecurityDescriptorControl": ("advapi32", BOOL, [PVOID, _P(WORD), _P(DWORD)], _true),
+    "OpenProcessToken": ("advapi32", BOOL, [HANDLE, DWORD, _P(HANDLE)], _true),
+    "GetTokenInformation": ("advapi32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD, _P(DWORD)],
+                            _true),
+    # kernel32
+    "CloseHandle": ("kernel32", BOOL, [HANDLE], _true),
+    "CreateJobObjectW": ("kernel32", HANDLE, [_P(SECURITY_ATTRIBUTES), LPCWSTR], _true),
+    "SetInformationJobObject": ("kernel32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD], _true),
+    "TerminateJobObject": ("kernel32", BOOL, [HANDLE, ctypes.c_uint], _true),
+    "IsProcessInJob": ("kernel32", BOOL, [HANDLE, HANDLE, _P(BOOL)], _true),
+    "InitializeProcThreadAttributeList": ("kernel32", BOOL, [PVOID, DWORD, DWORD, _P(SIZE_T)],
+                                          None),
+    "UpdateProcThreadAttribute": ("kernel32", BOOL, [PVOID, DWORD, ULONG_PTR, PVOID, SIZE_T,
+                                                     PVOID, _P(SIZE_T)], _true),
+    "DeleteProcThreadAttributeList": ("kernel32", None, [PVOID], None),
+    "CreateProcessW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, PVOID, PVOID, BOOL, DWORD,
+                                          PVOID, LPCWSTR, _P(STARTUPINFOEXW),
+                                          _P(PROCESS_INFORMATION)], _true),
+    "ResumeThread": ("kernel32", DWORD, [HANDLE], None),
+    "WaitForSingleObject": ("kernel32", DWORD, [HANDLE, DWORD], _wait),
+    "GetExitCodeProcess": ("kernel32", BOOL, [HANDLE, _P(DWORD)], _true),
+    "GetCurrentProcess": ("kernel32", HANDLE, [], None),
+    "DuplicateHandle": ("kernel32", BOOL, [HANDLE, HANDLE, HANDLE, _P(HANDLE), DWORD, BOOL,
+                                           DWORD], _true),
+    "CreateMutexW": ("kernel32", HANDLE, [PVOID, BOOL, LPCWSTR], _true),
+    "LocalFree": ("kernel32", PVOID, [PVOID], None),
+    "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
+    "GetVolumePathNameW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
+    "GetVolumeInformationW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD, _P(DWORD),
+                                                 _P(DWORD), _P(DWORD), ctypes.c_wchar_p, DWORD],
+                              _true),
+    # user32
+    "CreateDesktopW": ("user32", HANDLE, [LPCWSTR, LPCWSTR, PVOID, DWORD, DWORD,
+                                          _P(SECURITY_ATTRIBUTES)], _true),
+    "CloseDesktop": ("user32", BOOL, [HANDLE], _true),
+    "GetProcessWindowStation": ("user32", HANDLE, [], _true),
+    "GetUserObjectInformationW": ("user32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD,
+                                                   _P(DWORD)], _true),
+}
+
+
+@functools.cache
+def win32() -> SimpleNamespace:
+    """The bound functions; UnavailableError anywhere but Windows."""
+    if sys.platform != "win32":
+        raise UnavailableError("backend_unavailable", "the Windows backend runs only on Windows")
+    dlls = {name: ctypes.WinDLL(name, use_last_error=True)
+            for name in ("userenv", "advapi32", "kernel32", "user32")}
+    bound = {}
+    for name, (dll, restype, argtypes, errcheck) in _SIGNATURES.items():
+        func = getattr(dlls[dll], name)
+        func.restype, func.argtypes = restype, argtypes
+        if errcheck is not None:
+            func.errcheck = errcheck
+        bound[name] = func
+    return SimpleNamespace(**bound)
+
+
+def fresh_last_error() -> None:
+    """Clear the saved last-error value, for functions that report through it on success."""
+    ctypes.set_last_error(0)
+
+
+def last_error() -> int:
+    return ctypes.get_last_error()

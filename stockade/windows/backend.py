@@ -1,0 +1,81 @@
+"""WindowsBackend: the Backend contract on Windows (a launch itself is handle.py's)."""
+
+from __future__ import annotations
+
+import sys
+
+from stockade.errors import UnavailableError
+from stockade.launch.backend import Backend, Capability, Stdio
+from stockade.launch.request import LaunchRequest
+from stockade.windows import fsinfo, rules
+from stockade.windows.api import win32
+from stockade.windows.handle import WindowsHandle
+
+MINIMUM_BUILD = 10240  # Windows 10: JOB_LIST and the image-load mitigations
+
+
+class WindowsBackend(Backend):
+    name = "windows"
+
+    def probe(self) -> None:
+        if sys.platform != "win32":
+            raise UnavailableError("backend_unavailable",
+                                   "the Windows backend runs only on Windows")
+        build = sys.getwindowsversion().build
+        if build < MINIMUM_BUILD:
+            raise UnavailableError("windows_too_old",
+                                   f"Windows build {build}; the backend needs Windows 10 or later")
+        try:
+            win32()
+        except AttributeError as exc:
+            raise UnavailableError("backend_unavailable",
+                                   f"a Win32 function is missing: {exc}") from None
+
+    def check(self, request: LaunchRequest) -> None:
+        rules.check(request, fsinfo.long_path if sys.platform == "win32" else None)
+
+    def spawn(self, request: LaunchRequest, stdio: Stdio) -> WindowsHandle:
+        return WindowsHandle(request, stdio)
+
+    def report(self) -> list[Capability]:
+        return REPORT
+
+
+REPORT = [
+    Capability("identity", True, "a fresh AppContainer profile per launch, no capabilities",
+               "deleted at settlement; its name is never handed out again"),
+    Capability("filesystem.read", True, "read+execute entries for the launch's package SID "
+               "on each read root", "anything open to every AppContainer (ALL APPLICATION "
+               "PACKAGES: C:\\Windows, C:\\Program Files, ...) is readable whatever the policy"),
+    Capability("filesystem.write", True, "modify entries (no FILE_DELETE_CHILD) on each write "
+               "root; inherited by what the child creates"),
+    Capability("filesystem.deny", True, "a protected DACL without the launch's entries; "
+               "refused when ALL APPLICATION PACKAGES may read the path"),
+    Capability("filesystem.protected", True, "each occurrence at launch made read-only (a "
+               "protected DACL), the directories above it unable to be deleted or renamed",
+               "names created during the run are writable; launches over one tree take turns"),
+    Capability("filesystem.exec_from_write", True, "files in write roots lack FILE_EXECUTE; "
+               "Low-labelled images refused by mitigation policy",
+               "an interpreter may still read and run a script from a write root"),
+    Capability("filesystem.links", True, "roots with reparse points or multiply-linked files "
+               "are refused before any access control changes"),
+    Capability("network.none", True, "an AppContainer without network capabilities",
+               "whether it may open listening sockets is for the Windows workflow to verify"),
+    Capability("network.allowlist", False, "needs an elevated helper (loopback exemption, "
+               "filtering-platform rules) that Stockade does not ship yet"),
+    Capability("network.any", False, "link-local and metadata addresses cannot be blocked "
+               "for one AppContainer without filtering-platform rules"),
+    Capability("env", True, "a closed, sorted environment block"),
+    Capability("limits.memory", True, "Job memory limit", "the whole tree's committed memory"),
+    Capability("limits.pids", True, "Job active-process limit", "processes, not threads"),
+    Capability("limits.cpu", True, "Job CPU rate, hard cap", "a share of all processors"),
+    Capability("limits.file_size", False, "Windows has no per-file size limit"),
+    Capability("limits.timeout", True, "wall clock; the Job is terminated"),
+    Capability("kill_on_close", True, "Job kill-on-close, attached at creation, no breakaway",
+               "the owner holds the only handle: its death ends the tree"),
+    Capability("desktop", True, "a private desktop per launch, Low integrity label, the "
+               "AppContainer allowed only to attach and create windows"),
+    Capability("handles", True, "only the three standard handles are inherited"),
+]
+
+

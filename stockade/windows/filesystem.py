@@ -1,0 +1,72 @@
+"""Giving one launch's AppContainer exactly the compiled roots, in order, failing closed:
+
+1. every root is on NTFS or ReFS (`unsupported_filesystem` otherwise);
+2. no denied path is open to every AppContainer (ALL APPLICATION PACKAGES): no entry for one
+   SID can take that away (`unenforceable:filesystem.deny`);
+3. read roots every AppContainer can read already are left alone;
+4. every other root is walked without following reparse points, and any reparse point or file
+   with several hard links refuses the launch — before any access control has changed;
+5. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
+   and its revert must not interleave with another launch's on the same path);
+6. the steps are applied, each recorded in the ledger before it is applied (grants.py).
+
+The filesystem, the DACL store and the locks are arguments: fsinfo.py, aclstore.py and
+leases.py on Windows, models in the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from stockade.errors import UnavailableError, UnenforceableError
+from stockade.launch.request import LaunchRequest
+from stockade.windows import aceplan, admission, grants
+from stockade.windows.admission import Entry
+from stockade.windows.grants import AclStore, Lock, Record
+
+
+class Filesystem(Protocol):
+    def entry(self, path: str) -> Entry: ...
+
+    def scan(self, directory: str) -> list[Entry]: ...
+
+    def filesystem(self, path: str) -> str: ...
+
+
+def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
+            fs: Filesystem, lock: Lock, hold: Callable[[str], None]) -> dict[str, int]:
+    """Apply the plan for `request` to `sid`; what was done, counted (for `enforced`)."""
+    writes = {g.path for g in request.write}
+    roots = [g.path for g in request.write] + [g.path for g in request.read
+                                               if g.path not in writes]
+    for root in roots:
+        why = admission.filesystem_refusal(fs.filesystem(root))
+        if why:
+            raise UnavailableError("unsupported_filesystem", f"{root}: {why}")
+    for denied in request.deny:
+        if aceplan.exposed(store.read(denied.path)):
+            raise UnenforceableError(
+                "filesystem.deny", f"{denied.path} is open to every AppContainer (ALL "
+                "APPLICATION PACKAGES); Windows cannot take that away from one sandbox")
+    covered = frozenset(g.path for g in request.read
+                        if g.path not in writes and aceplan.covered(store.read(g.path)))
+    tree = {root: _admitted(root, fs) for root in roots if root not in covered}
+    steps = aceplan.plan(request, sid, tree, covered)
+    for step in steps:
+        if step.mode == aceplan.OVERRIDE:
+            hold(step.path)
+    grants.apply(steps, sid, store, record, lock)
+    overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
+    return {"grants": len(steps) - overrides, "overrides": overrides,
+            "roots_open_to_every_appcontainer": len(covered)}
+
+
+def _admitted(root: str, fs: Filesystem) -> list[Entry]:
+    entries = []
+    for entry in admission.walk(root, fs.scan, fs.entry):
+        refusal = admission.entry_refusal(entry)
+        if refusal:
+            raise UnenforceableError(*refusal)
+        entries.append(entry)
+    return entries

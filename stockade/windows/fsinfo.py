@@ -1,0 +1,51 @@
+"""Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path
+(from `os.lstat`, which never follows a reparse point and reports attributes, reparse tag and
+link count there), the filesystem a path is on, and a path's long form."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+
+from stockade.windows.admission import Entry
+from stockade.windows.api import win32
+
+_MAX_PATH = 32768
+
+
+def entry(path: str) -> Entry:
+    info = os.lstat(path)
+    return Entry(path=path, is_dir=stat.S_ISDIR(info.st_mode),
+                 attributes=info.st_file_attributes, reparse_tag=info.st_reparse_tag,
+                 links=info.st_nlink)
+
+
+def scan(directory: str) -> list[Entry]:
+    return [entry(os.path.join(directory, name)) for name in sorted(os.listdir(directory))]
+
+
+def identity(path: str) -> str:
+    """Volume serial and file index: which file a name denotes now."""
+    info = os.lstat(path)
+    return f"{info.st_dev:x}:{info.st_ino:x}"
+
+
+def filesystem(path: str) -> str:
+    """The name of the filesystem holding `path` ("NTFS", "ReFS", "FAT32", ...)."""
+    api = win32()
+    volume = ctypes.create_unicode_buffer(_MAX_PATH)
+    api.GetVolumePathNameW(path, volume, _MAX_PATH)
+    name = ctypes.create_unicode_buffer(261)
+    api.GetVolumeInformationW(volume.value, None, 0, None, None, None, name, 261)
+    return name.value
+
+
+def long_path(path: str) -> str:
+    """The long form of `path`; "" when the system cannot give one (then nothing matches)."""
+    buffer = ctypes.create_unicode_buffer(_MAX_PATH)
+    try:
+        length = win32().GetLongPathNameW(path, buffer, _MAX_PATH)
+    except OSError:
+        return ""
+    return buffer.value if length < _MAX_PATH else ""

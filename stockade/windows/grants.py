@@ -1,0 +1,97 @@
+"""Applying the ACE plan's steps and reverting them exactly, with the ledger in between.
+
+For each step, under a per-path lock: read the path's DACL, write a ledger record holding the
+launch SID, the mode, every explicit entry as it was (`prior`), whether the DACL was protected,
+and which file the path denotes (`file_id`); only then change the DACL. Entries are handled as
+bytes, so what is restored is what was there, byte for byte.
+
+Reverting (`revert`, the ledger's remover for these records, also after a crash):
+
+- a grant: the SID's explicit entries are removed and any it held before are put back at their
+  old places; everything else on the DACL, including changes made meanwhile, is kept;
+- an override: the explicit entries and the protection flag become exactly what they were.
+
+Either is idempotent, and refused (the record is kept for an operator) when the path now denotes
+another file than the one changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from stockade.lifecycle.removers import RemovalError
+from stockade.windows.aceplan import GRANT, OVERRIDE, Step
+from stockade.windows.acl import INHERITED, Ace, Dacl
+
+KIND = "winacl"  # the ledger kind of these records
+DETAIL_KEYS = frozenset({"sid", "mode", "prior", "protected", "file_id"})
+
+
+class AclStore(Protocol):
+    """Where DACLs live: the filesystem on Windows (aclstore.py), a model in tests."""
+
+    def read(self, path: str) -> Dacl: ...
+
+    def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+        """Set the explicit entries and protection; the store derives the inherited ones."""
+
+    def identity(self, path: str) -> str: ...
+
+
+class Record(Protocol):
+    def add(self, kind: str, name: str, detail: dict | None = None) -> None: ...
+
+
+Lock = Callable[[str], AbstractContextManager[None]]
+
+
+def applied(dacl: Dacl, sid: str, step: Step) -> tuple[tuple[Ace, ...], bool]:
+    """The explicit entries and protection after `step`. Other trustees' entries keep their
+    order; an override turns what was inherited into explicit entries, in the same order, so
+    every other trustee's access is evaluated exactly as before."""
+    others = [a for a in dacl.explicit if a.sid != sid]
+    if step.mode == GRANT:
+        return (*others, *step.aces), dacl.protected
+    copies = [a.with_flags(a.flags & ~INHERITED) for a in dacl.aces
+              if a.inherited and a.sid != sid]
+    return (*others, *copies, *step.aces), True
+
+
+def reverted(dacl: Dacl, detail: dict) -> tuple[tuple[Ace, ...], bool]:
+    prior = tuple(Ace.from_hex(text) for text in detail["prior"])
+    if detail["mode"] == OVERRIDE:
+        return prior, detail["protected"]
+    kept = [a for a in dacl.explicit if a.sid != detail["sid"]]
+    for index, ace in enumerate(prior):
+        if ace.sid == detail["sid"]:
+            kept.insert(min(index, len(kept)), ace)
+    return tuple(kept), dacl.protected
+
+
+def apply(steps: Iterable[Step], sid: str, store: AclStore, record: Record,
+          lock: Lock) -> None:
+    for step in steps:
+        with lock(step.path):
+            dacl = store.read(step.path)
+            record.add(KIND, step.path, {
+                "sid": sid, "mode": step.mode, "prior": [a.hex() for a in dacl.explicit],
+                "protected": dacl.protected, "file_id": store.identity(step.path)})
+            store.write(step.path, *applied(dacl, sid, step))
+
+
+def revert(path: str, detail: dict, store: AclStore,
+           lock: Lock = lambda path: contextlib.nullcontext()) -> None:
+    with lock(path):
+        try:
+            now = store.identity(path)
+        except FileNotFoundError:
+            return  # gone, and its DACL with it
+        if now != detail["file_id"]:
+            raise RemovalError("the path names another file than the one whose DACL changed")
+        dacl = store.read(path)
+        explicit, protected = reverted(dacl, detail)
+        if (explicit, protected) != (dacl.explicit, dacl.protected):
+            store.write(path, explicit, protected)

@@ -1,0 +1,215 @@
+"""WindowsHandle: one launch on Windows, from setup to settlement.
+
+A launch, in order (each durable step recorded in the launch ledger before it happens, every
+step undone at settlement, newest first):
+
+1. identity: the AppContainer profile named from the request id (identity.py);
+2. filesystem: the ACE plan applied for that AppContainer (filesystem.py);
+3. a Job with the launch's limits (job.py) and a private desktop (desktop.py);
+4. the child created suspended in its AppContainer, already in the Job, inheriting exactly its
+   three standard handles (process.py); its token and Job membership verified (tokens.py), or
+   the Job is terminated and the launch fails; then resumed.
+
+When the child exits, the Job is terminated (so nothing it started outlives it, as on Linux when
+the sandbox's pid 1 exits), and the launch settles: desktop and Job closed, DACLs reverted,
+profile deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from stockade.errors import SetupError, StartError, StockadeError
+from stockade.launch.backend import Exit, Handle, Stdio
+from stockade.launch.request import LaunchRequest
+from stockade.windows import (
+    admission,
+    cmdline,
+    desktop,
+    envblock,
+    filesystem,
+    fsinfo,
+    identity,
+    job,
+    leases,
+    process,
+    records,
+    tokens,
+)
+from stockade.windows import constants as c
+from stockade.windows.aclstore import WindowsAclStore
+from stockade.windows.api import win32
+from stockade.windows.stdio import ChildStdio
+from stockade.windows.structs import DWORD
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.ledger import Ledger
+
+KILLED_SIGNAL = 9  # how a killed sandbox is reported, as on Linux (SIGKILL)
+_WAIT_SLICE_MS = 100
+# CreateProcessW failures that are the command's, not the sandbox's: file or path not found,
+# access denied (the image is outside what the AppContainer may execute), not a valid image.
+_NOT_STARTABLE = {2, 3, 5, 193, 216}
+
+
+class WindowsHandle(Handle):
+    """A launch in progress; `ledger` is the launch ledger (default: the state directory's)."""
+
+    def __init__(self, request: LaunchRequest, stdio: Stdio,
+                 ledger: Ledger | None = None) -> None:
+        self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self.enforced: dict = {}
+        self.violations: list = []
+        self.network_log: list = []
+        self._lock = threading.Lock()
+        self._killed = False
+        self._exit: Exit | None = None
+        self._job: int | None = None
+        self._process: int | None = None
+        self._pipes: ChildStdio | None = None
+        self._stack = contextlib.ExitStack()
+        self._stage = "identity"
+        try:
+            self._launch(request, stdio, ledger)
+        except BaseException as exc:
+            self._close()
+            for file in self._pipes.files if self._pipes is not None else ():
+                if file is not None:
+                    file.close()
+            if isinstance(exc, OSError):  # a Win32 call failed: typed, naming no path or SID
+                raise SetupError("windows_setup_failed", f"the {self._stage} stage failed: "
+                                 f"{exc.strerror or exc.__class__.__name__}",
+                                 stage=self._stage) from exc
+            raise
+
+    def _launch(self, request: LaunchRequest, stdio: Stdio, ledger: Ledger | None) -> None:
+        from stockade.lifecycle.ledger import Ledger
+
+        api = win32()
+        application = _executable(request)
+        ledger = ledger or Ledger()
+        held = self._stack.enter_context(contextlib.ExitStack())  # released after the ledger
+        record = self._stack.enter_context(ledger.launch(request.request_id))
+        name = identity.profile_name(request.request_id, ledger.retired())
+        package = identity.derive_sid(name)
+        record.add(records.PROFILE_KIND, name)
+        if identity.create_profile(name).upper() != package.upper():
+            raise SetupError("appcontainer_mismatch", "the new profile's SID is not the one "
+                             "derived from its name", stage="identity")
+        self.stages.append(("identity", time.monotonic()))
+        self._stage = "filesystem"
+        user = tokens.current_user_sid()
+        done = filesystem.prepare(
+            request, package, record, WindowsAclStore(), fsinfo,
+            functools.partial(leases.briefly, user),
+            lambda path: leases.hold(user, path, held))
+        self.stages.append(("filesystem", time.monotonic()))
+        self._stage = "job_desktop"
+        plan = job.job_plan(request.limits, os.cpu_count() or 1)
+        self._job = job.create_job(plan)
+        self._stack.callback(api.CloseHandle, self._job)
+        desk = desktop.desktop_name()
+        self._stack.callback(api.CloseDesktop,
+                             desktop.create_desktop(desk, desktop.desktop_sddl(user, package)))
+        self.stages.append(("job_desktop", time.monotonic()))
+        self._stage = "start"
+        pipes = ChildStdio(stdio)
+        self._pipes = pipes
+        try:
+            created = process.create(process.Launch(
+                application=application, command_line=cmdline.command_line(request.argv),
+                environment=envblock.environment_block(request.env), cwd=request.cwd,
+                desktop=f"{desktop.window_station()}\\{desk}", package_sid=package,
+                job=self._job, stdio=tuple(pipes.handles),
+                mitigations=process.mitigations(request.exec_from_write)))
+        except OSError as exc:
+            if exc.winerror in _NOT_STARTABLE:
+                raise StartError("command_not_started",
+                                 f"{request.argv[0]}: {exc.strerror}") from None
+            raise
+        finally:
+            pipes.close_child_ends()
+        self._process = created.process
+        self._stack.callback(api.CloseHandle, created.process)
+        self._stack.callback(api.CloseHandle, created.thread)
+        refusal = tokens.child_refusal(created.process, self._job, package)
+        if refusal:
+            raise SetupError("confinement_unverified", refusal, stage="verify")
+        if api.ResumeThread(created.thread) == 0xFFFFFFFF:
+            raise SetupError("resume_failed", "the child could not be resumed", stage="start")
+        self.stdin, self.stdout, self.stderr = pipes.files
+        self.enforced = _enforced(request, plan, done)
+        self.stages.append(("start", time.monotonic()))
+
+    def wait(self, timeout: float | None = None) -> Exit | None:
+        if self._exit is not None:
+            return self._exit
+        api = win32()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE_MS if deadline is None else \
+                min(_WAIT_SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
+            if api.WaitForSingleObject(self._process, left) == c.WAIT_OBJECT_0:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+        code = DWORD()
+        api.GetExitCodeProcess(self._process, ctypes.byref(code))
+        failure = self._close()
+        self.stages.append(("settle", time.monotonic()))
+        self._exit = Exit(None, KILLED_SIGNAL, failure) if self._killed \
+            else Exit(code.value, None, failure)
+        return self._exit
+
+    def kill(self) -> None:
+        with self._lock:
+            if not self._killed and self._job is not None:
+                self._killed = True
+                with contextlib.suppress(OSError):
+                    win32().TerminateJobObject(self._job, 1)
+
+    def _close(self) -> StockadeError | None:
+        """End the tree, then undo the launch; the settlement failure, if any."""
+        with self._lock:
+            job_handle, self._job = self._job, None  # kill() does nothing from here on
+            if job_handle is not None:
+                with contextlib.suppress(OSError):
+                    win32().TerminateJobObject(job_handle, 1)
+            if self._pipes is not None:
+                self._pipes.join_relays()
+            try:
+                self._stack.close()
+            except StockadeError as exc:
+                return exc
+            return None
+
+
+def _executable(request: LaunchRequest) -> str:
+    """The program to run, which must lie in a root the sandbox may execute from."""
+    path = cmdline.resolve_program(request.argv[0], request.cwd, request.env, os.path.isfile)
+    roots = request.read + (request.write if request.exec_from_write else ())
+    if not any(admission.inside(path, g.path) for g in roots):
+        raise StartError("command_not_found", f"{request.argv[0]}: {path} is outside every "
+                         "root the sandbox may execute from")
+    return path
+
+
+def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int]) -> dict:
+    limits = {"timeout": "wall clock; the Job is terminated"} \
+        if request.limits.timeout is not None else {}
+    if plan.job_memory:
+        limits["memory"] = "Job memory limit (whole tree)"
+    if plan.active_processes:
+        limits["pids"] = "Job active-process limit (processes)"
+    if plan.cpu_rate is not None:
+        limits["cpu"] = f"Job CPU rate hard cap ({plan.cpu_rate / 100:g}% of all processors)"
+    return {"identity": "appcontainer", "capabilities": 0, "filesystem": done,
+            "exec_from_write": request.exec_from_write, "job": "kill-on-close, no breakaway, "
+            "all UI restrictions", "desktop": "private", "handles": "stdin, stdout, stderr",
+            "limits": limits}

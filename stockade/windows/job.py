@@ -1,0 +1,100 @@
+"""The Job Object every launch runs in: what `limits` become (`job_plan`, pure), the structures
+SetInformationJobObject takes (pure), and the Job itself (`create_job`, Windows).
+
+Always: kill-on-close (the owner holds the only handle, so its death ends the tree), no breakaway
+(neither BREAKAWAY_OK nor SILENT_BREAKAWAY_OK, so no descendant can leave), die on an unhandled
+exception instead of waiting on an error dialog, and every UI restriction (handles of other
+processes' windows, clipboard, system parameters, display settings, global atoms, desktop
+switching, logging off). `memory` is a limit on the whole tree's committed memory, `pids` on the
+number of live processes, `cpu` (in cores) a hard cap on the tree's share of all processors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+from stockade.errors import UnenforceableError
+from stockade.launch.request import LimitSpec
+from stockade.windows import constants as c
+from stockade.windows.api import win32
+from stockade.windows.structs import (
+    JOBOBJECT_BASIC_UI_RESTRICTIONS,
+    JOBOBJECT_CPU_RATE_CONTROL_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+)
+
+ALWAYS = (c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION)
+MAX_SIZE = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+MAX_PROCESSES = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    limit_flags: int
+    job_memory: int = 0
+    active_processes: int = 0
+    cpu_rate: int | None = None  # hundredths of a percent of all processors, 1..10000
+    ui_restrictions: int = c.JOB_OBJECT_UILIMIT_ALL
+
+
+def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
+    """The Job for `limits` on a host with `cpus` processors; UnenforceableError for a limit
+    a Job cannot express."""
+    flags, memory, processes, rate = ALWAYS, 0, 0, None
+    if limits.memory is not None:
+        if not 0 < limits.memory <= MAX_SIZE:
+            raise UnenforceableError("limits.memory", f"{limits.memory} bytes is out of range")
+        flags |= c.JOB_OBJECT_LIMIT_JOB_MEMORY
+        memory = limits.memory
+    if limits.pids is not None:
+        if not 0 < limits.pids <= MAX_PROCESSES:
+            raise UnenforceableError("limits.pids", f"{limits.pids} processes is out of range")
+        flags |= c.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+        processes = limits.pids
+    if limits.cpu is not None:
+        if not limits.cpu > 0:
+            raise UnenforceableError("limits.cpu", f"{limits.cpu} cores is out of range")
+        if limits.cpu < cpus:
+            rate = max(1, math.ceil(limits.cpu / cpus * 10000))
+    return JobPlan(flags, memory, processes, rate)
+
+
+def extended_limits(plan: JobPlan) -> JOBOBJECT_EXTENDED_LIMIT_INFORMATION:
+    info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
+    info.BasicLimitInformation.LimitFlags = plan.limit_flags
+    info.BasicLimitInformation.ActiveProcessLimit = plan.active_processes
+    info.JobMemoryLimit = plan.job_memory
+    return info
+
+
+def cpu_rate(plan: JobPlan) -> JOBOBJECT_CPU_RATE_CONTROL_INFORMATION | None:
+    if plan.cpu_rate is None:
+        return None
+    return JOBOBJECT_CPU_RATE_CONTROL_INFORMATION(
+        ControlFlags=c.JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | c.JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP,
+        CpuRate=plan.cpu_rate)
+
+
+def ui_restrictions(plan: JobPlan) -> JOBOBJECT_BASIC_UI_RESTRICTIONS:
+    return JOBOBJECT_BASIC_UI_RESTRICTIONS(UIRestrictionsClass=plan.ui_restrictions)
+
+
+def create_job(plan: JobPlan) -> int:
+    """A new, unnamed Job with `plan` applied; the caller owns (and must close) the handle."""
+    api = win32()
+    handle = api.CreateJobObjectW(None, None)
+    try:
+        settings = [(c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION, extended_limits(plan)),
+                    (c.JOB_OBJECT_BASIC_UI_RESTRICTIONS, ui_restrictions(plan))]
+        rate = cpu_rate(plan)
+        if rate is not None:
+            settings.append((c.JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION, rate))
+        for info_class, info in settings:
+            api.SetInformationJobObject(handle, info_class, ctypes.byref(info),
+                                        ctypes.sizeof(info))
+    except BaseException:
+        api.CloseHandle(handle)
+        raise
+    return handle

@@ -1,0 +1,103 @@
+"""CreateProcessW with an extended startup info whose attribute list carries, for the new process:
+
+- SECURITY_CAPABILITIES: its AppContainer (package SID, no capabilities);
+- JOB_LIST: the launch's Job, so the process is in it from its first instruction (never created
+  first and assigned later);
+- HANDLE_LIST: exactly the three standard handles, the only ones it inherits;
+- MITIGATION_POLICY: legacy extension points (AppInit DLLs and the like) off, no images from
+  remote shares, and, unless `exec_from_write`, no images carrying a Low integrity label (what a
+  sandboxed process writes carries one).
+
+It is created suspended and detached from any console (so it cannot write into the owner's
+console input), on the private desktop, with the closed environment block, in the sandbox's
+working directory. The caller verifies the new token and Job membership (tokens.py) and resumes
+it, or kills the Job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from stockade.windows import constants as c
+from stockade.windows import sid as sids
+from stockade.windows.api import win32
+from stockade.windows.structs import (
+    DWORD64,
+    HANDLE,
+    PROCESS_INFORMATION,
+    SECURITY_CAPABILITIES,
+    SIZE_T,
+    STARTUPINFOEXW,
+)
+
+CREATION_FLAGS = (c.EXTENDED_STARTUPINFO_PRESENT | c.CREATE_UNICODE_ENVIRONMENT
+                  | c.CREATE_SUSPENDED | c.DETACHED_PROCESS)
+
+
+def mitigations(exec_from_write: bool) -> int:
+    policy = (c.MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON
+              | c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON)
+    if not exec_from_write:
+        policy |= c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON
+    return policy
+
+
+@dataclass(frozen=True)
+class Launch:
+    application: str
+    command_line: str
+    environment: str
+    cwd: str
+    desktop: str
+    package_sid: str
+    job: int
+    stdio: tuple[int, int, int]  # inheritable handles: stdin, stdout, stderr
+    mitigations: int
+
+
+@dataclass(frozen=True)
+class Created:
+    process: int
+    thread: int
+    pid: int
+
+
+def create(launch: Launch) -> Created:
+    api = win32()
+    sid = ctypes.create_string_buffer(sids.to_bytes(launch.package_sid))
+    capabilities = SECURITY_CAPABILITIES(AppContainerSid=ctypes.addressof(sid))
+    jobs = (HANDLE * 1)(launch.job)
+    handles = (HANDLE * 3)(*launch.stdio)
+    policy = DWORD64(launch.mitigations)
+    attributes = [(c.PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES, capabilities),
+                  (c.PROC_THREAD_ATTRIBUTE_JOB_LIST, jobs),
+                  (c.PROC_THREAD_ATTRIBUTE_HANDLE_LIST, handles),
+                  (c.PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY, policy)]
+    size = SIZE_T()
+    api.InitializeProcThreadAttributeList(None, len(attributes), 0, ctypes.byref(size))
+    attribute_list = ctypes.create_string_buffer(size.value)
+    if not api.InitializeProcThreadAttributeList(attribute_list, len(attributes), 0,
+                                                 ctypes.byref(size)):
+        raise ctypes.WinError(ctypes.get_last_error())
+    try:
+        for attribute, value in attributes:
+            api.UpdateProcThreadAttribute(attribute_list, 0, attribute, ctypes.byref(value),
+                                          ctypes.sizeof(value), None, None)
+        startup = STARTUPINFOEXW()
+        startup.StartupInfo.cb = ctypes.sizeof(STARTUPINFOEXW)
+        startup.StartupInfo.lpDesktop = launch.desktop
+        startup.StartupInfo.dwFlags = c.STARTF_USESTDHANDLES
+        stdin, stdout, stderr = launch.stdio
+        startup.StartupInfo.hStdInput = stdin
+        startup.StartupInfo.hStdOutput = stdout
+        startup.StartupInfo.hStdError = stderr
+        startup.lpAttributeList = ctypes.addressof(attribute_list)
+        info = PROCESS_INFORMATION()
+        command_line = ctypes.create_unicode_buffer(launch.command_line)  # CreateProcessW
+        environment = ctypes.create_unicode_buffer(launch.environment)    # may write to both
+        api.CreateProcessW(launch.application, command_line, None, None, True, CREATION_FLAGS,
+                           environment, launch.cwd, ctypes.byref(startup), ctypes.byref(info))
+        return Created(info.hProcess, info.hThread, info.dwProcessId)
+    finally:
+        api.DeleteProcThreadAttributeList(attribute_list)

@@ -1,0 +1,69 @@
+"""The launch-ledger kinds the Windows backend writes, each with its validator and remover:
+
+- `appcontainer`: a profile, named `stockade-ac-<24 hex>` (identity.py); removed by deleting it;
+- `winacl`: one DACL change, named by its path, the detail as grants.py writes it; removed by
+  reverting it (grants.revert).
+
+A validator refuses (ValueError) anything its remover could not act on safely, so a tampered or
+foreign record is quarantined rather than obeyed: a `winacl` record can only name a canonical
+drive path and a *package* SID, never a user's or a group's, so reverting it can only ever remove
+entries of an AppContainer.
+
+`KINDS` is what stockade/lifecycle/removers.py needs to register for reconciliation to handle
+these records (validator, remover); see docs/windows.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import partial
+
+from stockade.windows import grants, identity, leases, tokens
+from stockade.windows import sid as sids
+from stockade.windows.aceplan import GRANT, OVERRIDE
+from stockade.windows.acl import Ace
+from stockade.windows.aclstore import WindowsAclStore
+from stockade.windows.admission import lexical_refusal
+
+PROFILE_KIND = "appcontainer"
+_FILE_ID = re.compile(r"[0-9a-f]{1,16}:[0-9a-f]{1,32}")
+
+
+def validate_profile(name: str, detail: dict) -> None:
+    if not identity.PROFILE_NAME.fullmatch(name) or detail:
+        raise ValueError("an appcontainer record names a Stockade profile and has no detail")
+
+
+def validate_acl(name: str, detail: dict) -> None:
+    # Short-name-shaped components were confirmed as long names when the change was made.
+    if lexical_refusal(name, long_path=lambda path: path):
+        raise ValueError("a winacl record names a canonical drive path")
+    if set(detail) != grants.DETAIL_KEYS:
+        raise ValueError("a winacl detail has exactly sid, mode, prior, protected, file_id")
+    if not (isinstance(detail["sid"], str) and sids.is_appcontainer(detail["sid"])):
+        raise ValueError("a winacl record's SID is a package SID")
+    if detail["mode"] not in (GRANT, OVERRIDE) or not isinstance(detail["protected"], bool):
+        raise ValueError("a winacl record has a known mode and a boolean protection flag")
+    if not (isinstance(detail["file_id"], str) and _FILE_ID.fullmatch(detail["file_id"])):
+        raise ValueError("a winacl record's file id is volume:index in hex")
+    prior = detail["prior"]
+    if not (isinstance(prior, list) and all(isinstance(text, str) for text in prior)):
+        raise ValueError("a winacl record's prior entries are hex strings")
+    for text in prior:
+        Ace.from_hex(text)  # ValueError if not one ACE
+
+
+def remove_profile(name: str, detail: dict) -> None:
+    identity.delete_profile(name)
+
+
+def remove_acl(name: str, detail: dict) -> None:
+    grants.revert(name, detail, WindowsAclStore(),
+                  partial(leases.briefly, tokens.current_user_sid()))
+
+
+KINDS: dict[str, tuple[Callable[[str, dict], None], Callable[[str, dict], None]]] = {
+    PROFILE_KIND: (validate_profile, remove_profile),
+    grants.KIND: (validate_acl, remove_acl),
+}

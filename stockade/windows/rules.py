@@ -1,0 +1,68 @@
+"""What the Windows backend refuses before anything happens (`Backend.check`), pure: every
+refusal is a typed UnenforceableError naming the capability.
+
+- `network.allowlist`: the proxy needs a loopback exemption for the launch's AppContainer and
+  filtering-platform rules confining it to the proxy's port, set by an elevated helper that
+  Stockade does not ship yet;
+- `network.any`: an AppContainer with the internetClient capability can still reach link-local
+  and metadata addresses, and nothing short of filtering-platform rules stops that;
+- `limits.file_size`: Windows has no per-file size limit for a process tree;
+- `limits.memory`, `limits.pids`, `limits.cpu` out of what a Job can hold (job.py);
+- `filesystem.path`: a root, denied path or working directory that is not a canonical drive
+  path (admission.py); `process.cwd` outside every root; `filesystem.protected`: a protected
+  name that is not a plain file name;
+- `process.argv`: an argv no Windows command line can carry (cmdline.py); `env`: an environment
+  Windows cannot hold (envblock.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from stockade.errors import UnenforceableError
+from stockade.launch.request import LaunchRequest
+from stockade.windows import cmdline, envblock
+from stockade.windows.admission import inside, lexical_refusal
+from stockade.windows.job import job_plan
+
+
+def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None) -> None:
+    mode = request.network.mode
+    if mode == "allowlist":
+        raise UnenforceableError(
+            "network.allowlist", "the Windows backend cannot confine an AppContainer to "
+            "Stockade's proxy yet (it needs an elevated helper for a loopback exemption and "
+            "filtering-platform rules); use network mode 'none'")
+    if mode == "any":
+        raise UnenforceableError(
+            "network.any", "an AppContainer allowed onto the network still reaches "
+            "link-local and metadata addresses; the Windows backend offers network mode "
+            "'none' only")
+    if request.limits.file_size is not None:
+        raise UnenforceableError("limits.file_size",
+                                 "Windows has no per-file size limit for a process tree")
+    job_plan(request.limits, cpus=1)
+    for grant in request.read + request.write + request.deny:
+        _admit(grant.path, long_path)
+    _admit(request.cwd, long_path)
+    if not any(inside(request.cwd, g.path) for g in request.read + request.write):
+        raise UnenforceableError("process.cwd",
+                                 f"{request.cwd} is not inside any read or write root")
+    for name in request.protected:
+        if name in ("", ".", "..") or any(char in name for char in '\\/:'):
+            raise UnenforceableError("filesystem.protected",
+                                     f"protected name {name!r} is not a plain file name")
+    try:
+        cmdline.command_line(request.argv)
+    except ValueError as exc:
+        raise UnenforceableError("process.argv", str(exc)) from None
+    try:
+        envblock.environment_block(request.env)
+    except ValueError as exc:
+        raise UnenforceableError("env", str(exc)) from None
+
+
+def _admit(path: str, long_path: Callable[[str], str] | None) -> None:
+    why = lexical_refusal(path, long_path)
+    if why:
+        raise UnenforceableError("filesystem.path", f"{path}: {why}")

@@ -1,0 +1,94 @@
+"""The child's three standard handles, following subprocess's conventions (None, PIPE, DEVNULL,
+a descriptor, a file object), each passed as a fresh inheritable duplicate that is closed once
+the child has its copy.
+
+None (inherit) is never the owner's own handle: it may be a console, and a console handle lets
+its holder read the screen or inject input into it. Instead the child gets a pipe, and a relay
+thread copies between that pipe and the owner's descriptor 0, 1 or 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+import threading
+from typing import IO
+
+from stockade.launch.backend import Stdio
+from stockade.windows import constants as c
+from stockade.windows.api import win32
+from stockade.windows.structs import HANDLE
+
+_RELAY_JOIN = 2.0
+
+
+class ChildStdio:
+    def __init__(self, stdio: Stdio) -> None:
+        self.files: list[IO[bytes] | None] = [None, None, None]
+        self.handles: list[int] = []  # the inheritable duplicates the child gets
+        self._close: list[int] = []  # descriptors only the child needed, ours to close
+        self._outputs: list[threading.Thread] = []  # relays to the owner's stdout/stderr
+        try:
+            for index, spec in enumerate((stdio.stdin, stdio.stdout, stdio.stderr)):
+                self.handles.append(_inheritable(self._child_end(index, spec)))
+        except BaseException:
+            self.close_child_ends()
+            raise
+
+    def _child_end(self, index: int, spec: int | IO | None) -> int:
+        if spec is None or spec == subprocess.PIPE:
+            read, write = os.pipe()
+            ours, theirs = (write, read) if index == 0 else (read, write)
+            self._close.append(theirs)
+            if spec is None:
+                self._relay(index, ours)
+            else:
+                self.files[index] = open(ours, "wb" if index == 0 else "rb")  # noqa: SIM115
+            return theirs
+        if spec == subprocess.DEVNULL:
+            fd = os.open(os.devnull, os.O_RDWR)
+            self._close.append(fd)
+            return fd
+        return spec if isinstance(spec, int) else spec.fileno()
+
+    def _relay(self, index: int, ours: int) -> None:
+        source, target = (index, ours) if index == 0 else (ours, index)
+
+        def copy() -> None:  # unbuffered, so output is relayed as it comes
+            with contextlib.suppress(OSError), \
+                    open(source, "rb", buffering=0, closefd=source == ours) as src, \
+                    open(target, "wb", buffering=0, closefd=target == ours) as dst:
+                shutil.copyfileobj(src, dst, 65536)
+
+        thread = threading.Thread(target=copy, name=f"stockade-relay-{index}", daemon=True)
+        thread.start()
+        if index:
+            self._outputs.append(thread)  # the stdin relay ends with the owner's stdin
+
+    def close_child_ends(self) -> None:
+        """Close what only the child needed (after CreateProcessW, or on failure)."""
+        for handle in self.handles:
+            win32().CloseHandle(handle)
+        self.handles = []
+        for fd in self._close:
+            os.close(fd)
+        self._close = []
+
+    def join_relays(self) -> None:
+        """Wait (briefly) for the output relays to drain once the tree is gone."""
+        for thread in self._outputs:
+            thread.join(_RELAY_JOIN)
+
+
+def _inheritable(fd: int) -> int:
+    import msvcrt  # Windows only
+
+    api = win32()
+    duplicate = HANDLE()
+    api.DuplicateHandle(api.GetCurrentProcess(), msvcrt.get_osfhandle(fd),
+                        api.GetCurrentProcess(), ctypes.byref(duplicate), 0, True,
+                        c.DUPLICATE_SAME_ACCESS)
+    return duplicate.value

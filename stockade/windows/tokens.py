@@ -1,0 +1,75 @@
+"""Process tokens: the launching user's SID, and the check that a freshly created (still
+suspended) child runs under the expected AppContainer, with no capabilities, in the expected
+Job. `token_refusal` is the pure judgement; the rest reads the token."""
+
+from __future__ import annotations
+
+import ctypes
+
+from stockade.windows import constants as c
+from stockade.windows.api import win32
+from stockade.windows.identity import sid_string
+from stockade.windows.structs import (
+    BOOL,
+    DWORD,
+    HANDLE,
+    SID_AND_ATTRIBUTES,
+    TOKEN_APPCONTAINER_INFORMATION,
+)
+
+
+def token_refusal(in_job: bool, is_appcontainer: bool, package_sid: str, capabilities: int,
+                  expected_sid: str) -> str | None:
+    if not in_job:
+        return "the child is not in the launch's Job"
+    if not is_appcontainer:
+        return "the child's token is not an AppContainer token"
+    if package_sid.upper() != expected_sid.upper():
+        return "the child's AppContainer is not the launch's"
+    if capabilities:
+        return f"the child's token holds {capabilities} capabilities, expected none"
+    return None
+
+
+def current_user_sid() -> str:
+    api = win32()
+    token = HANDLE()
+    api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
+    try:
+        buffer = _information(token, c.TOKEN_USER)
+        return sid_string(SID_AND_ATTRIBUTES.from_buffer(buffer).Sid)
+    finally:
+        api.CloseHandle(token)
+
+
+def child_refusal(process: int, job: int, expected_sid: str) -> str | None:
+    """Why the child `process` is not confined as launched, or None."""
+    api = win32()
+    in_job = BOOL()
+    api.IsProcessInJob(process, job, ctypes.byref(in_job))
+    token = HANDLE()
+    api.OpenProcessToken(process, c.TOKEN_QUERY, ctypes.byref(token))
+    try:
+        is_appcontainer = DWORD.from_buffer(_information(token, c.TOKEN_IS_APP_CONTAINER)).value
+        package = TOKEN_APPCONTAINER_INFORMATION.from_buffer(
+            _information(token, c.TOKEN_APP_CONTAINER_SID)).TokenAppContainer
+        capabilities = DWORD.from_buffer(_information(token, c.TOKEN_CAPABILITIES)).value
+        return token_refusal(bool(in_job.value), bool(is_appcontainer),
+                             sid_string(package) if package else "", capabilities,
+                             expected_sid)
+    finally:
+        api.CloseHandle(token)
+
+
+def _information(token: HANDLE, info_class: int) -> ctypes.Array:
+    """GetTokenInformation's answer, in a buffer of the size it asks for."""
+    api = win32()
+    size = DWORD()
+    try:
+        api.GetTokenInformation(token, info_class, None, 0, ctypes.byref(size))
+    except OSError as exc:
+        if exc.winerror not in (c.ERROR_INSUFFICIENT_BUFFER, c.ERROR_BAD_LENGTH):
+            raise
+    buffer = ctypes.create_string_buffer(max(size.value, ctypes.sizeof(ctypes.c_void_p)))
+    api.GetTokenInformation(token, info_class, buffer, len(buffer), ctypes.byref(size))
+    return buffer

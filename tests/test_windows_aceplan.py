@@ -1,0 +1,324 @@
+"""The ACE plan applied to a model NTFS volume: which rights the launch's AppContainer ends up
+with on every path, that no other trustee's access moves, and that reverting the ledger's records
+(newest first) gives back every DACL exactly."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+from test_windows_fakes import BOTH, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
+
+from stockade.errors import UnavailableError, UnenforceableError
+from stockade.launch.request import LaunchRequest, PathGrant
+from stockade.windows import aceplan, acl, filesystem, grants
+from stockade.windows import constants as c
+from stockade.windows import sid as sids
+from stockade.windows.acl import Ace
+
+RX = c.FILE_GENERIC_READ_EXECUTE
+M = c.FILE_MODIFY
+R = RX & ~c.FILE_EXECUTE  # read without execute: 0x120089
+DELETE = c.DELETE
+
+
+class Recorder:
+    """A ledger record's `add`, kept in memory, with the store's state at each add."""
+
+    def __init__(self, store: FakeTree) -> None:
+        self.store = store
+        self.added: list[tuple[str, str, dict]] = []
+
+    def add(self, kind: str, name: str, detail: dict | None = None) -> None:
+        self.added.append((kind, name, dict(detail or {})))
+
+    def revert_all(self) -> None:
+        for _, name, detail in reversed(self.added):
+            grants.revert(name, detail, self.store)
+
+
+def no_lock(path: str):
+    return contextlib.nullcontext()
+
+
+def workspace() -> FakeTree:
+    """C:\\Users\\u\\ws is the workspace (the user's own, modify for the user), with a
+    repository, a nested repository, a secret and a source tree; C:\\py a private
+    interpreter; C:\\Windows open to every AppContainer."""
+    tree = FakeTree.volume()
+    tree.add("C:\\Users")
+    tree.add("C:\\Users\\u", protected=True,
+             explicit=(Ace.allow(SYSTEM, FULL, BOTH), Ace.allow(USER, FULL, BOTH)))
+    for path in ("ws", "ws\\.git", "ws\\.git\\hooks", "ws\\sub", "ws\\sub\\deep",
+                 "ws\\sub\\deep\\.GIT", "ws\\src", "ws\\secret", "ws\\vendor", "outside"):
+        tree.add("C:\\Users\\u\\" + path)
+    for path in ("ws\\README", "ws\\.git\\config", "ws\\.git\\hooks\\pre-commit",
+                 "ws\\sub\\deep\\.GIT\\HEAD", "ws\\src\\main.c", "ws\\secret\\key",
+                 "ws\\vendor\\lib.dll", "outside\\notes"):
+        tree.file("C:\\Users\\u\\" + path)
+    # Explicit entries of the user's own, in a non-canonical order, on one file.
+    tree.nodes["c:\\users\\u\\ws\\readme"].explicit = (
+        Ace.allow(USERS, RX), Ace(acl.DENY, 0, Ace.allow(USERS, 0x2).body))
+    tree.add("C:\\py")
+    tree.file("C:\\py\\python.exe")
+    tree.add("C:\\Windows", protected=True, explicit=(
+        Ace.allow(SYSTEM, FULL, BOTH), Ace.allow(USERS, RX, BOTH),
+        Ace.allow(sids.ALL_APP_PACKAGES, RX, BOTH)))
+    tree.file("C:\\Windows\\cmd.exe")
+    return tree
+
+
+def request(**changes) -> LaunchRequest:
+    base = LaunchRequest(
+        argv=("C:\\py\\python.exe",), cwd="C:\\Users\\u\\ws", env=(),
+        read=(PathGrant("C:\\Windows", "C:\\Windows"), PathGrant("C:\\py", "C:\\py")),
+        write=(PathGrant("C:\\Users\\u\\ws", "C:\\Users\\u\\ws"),),
+        deny=(PathGrant("C:\\Users\\u\\ws\\secret", "C:\\Users\\u\\ws\\secret"),),
+        protected=(".git", ".agents"))
+    return replace(base, **changes)
+
+
+def prepare(tree: FakeTree, req: LaunchRequest, held: list | None = None) -> Recorder:
+    recorder = Recorder(tree)
+    filesystem.prepare(req, PACKAGE, recorder, tree, tree, no_lock,
+                       (held if held is not None else []).append)
+    return recorder
+
+
+def test_the_launch_gets_exactly_its_roots_and_nothing_else():
+    tree = workspace()
+    prepare(tree, request())
+    ws = "C:\\Users\\u\\ws\\"
+    expected = {
+        "C:\\Users\\u\\ws": M, ws + "README": M & ~c.FILE_EXECUTE, ws + "src": M,
+        ws + "src\\main.c": M & ~c.FILE_EXECUTE,
+        ws + ".git": RX, ws + ".git\\config": R, ws + ".git\\hooks\\pre-commit": R,
+        ws + "sub": M & ~DELETE, ws + "sub\\deep": M & ~DELETE,
+        ws + "sub\\deep\\.GIT": RX, ws + "sub\\deep\\.GIT\\HEAD": R,
+        ws + "secret": 0, ws + "secret\\key": 0,
+        "C:\\py": RX, "C:\\py\\python.exe": RX,
+        "C:\\Windows\\cmd.exe": 0, "C:\\Users\\u\\outside\\notes": 0, "C:\\Users\\u": 0,
+    }
+    assert {path: tree.access(path, PACKAGE) for path in expected} == expected
+
+
+def test_what_the_child_creates_later_inherits_the_same_rights():
+    tree = workspace()
+    prepare(tree, request())
+    tree.add("C:\\Users\\u\\ws\\src\\new")
+    tree.file("C:\\Users\\u\\ws\\src\\new\\built.exe")
+    tree.file("C:\\Users\\u\\ws\\.git\\hooks\\planted")
+    assert tree.access("C:\\Users\\u\\ws\\src\\new", PACKAGE) == M
+    assert tree.access("C:\\Users\\u\\ws\\src\\new\\built.exe", PACKAGE) == M & ~c.FILE_EXECUTE
+    assert tree.access("C:\\Users\\u\\ws\\.git\\hooks\\planted", PACKAGE) == R
+
+
+def test_exec_from_write_keeps_execute_on_files_but_not_on_protected_names():
+    tree = workspace()
+    prepare(tree, request(exec_from_write=True))
+    assert tree.access("C:\\Users\\u\\ws\\src\\main.c", PACKAGE) == M
+    assert tree.access("C:\\Users\\u\\ws\\.git\\config", PACKAGE) == RX
+
+
+def test_no_other_trustee_gains_or_loses_anything():
+    tree = workspace()
+    trustees = (USER, USERS, SYSTEM, sids.ALL_APP_PACKAGES)
+    before = {(p, t): tree.access(p, t) for p in [n.path for n in tree.nodes.values()]
+              for t in trustees}
+    prepare(tree, request())
+    assert {key: tree.access(*key) for key in before} == before
+
+
+def test_reverting_newest_first_restores_every_dacl_byte_for_byte():
+    tree = workspace()
+    original = tree.snapshot()
+    recorder = prepare(tree, request())
+    assert tree.snapshot() != original
+    recorder.revert_all()
+    assert tree.snapshot() == original
+    recorder.revert_all()  # idempotent
+    assert tree.snapshot() == original
+
+
+def test_every_record_is_added_before_its_path_is_written():
+    tree = workspace()
+    seen: list[str] = []
+    recorder = Recorder(tree)
+    original_add, original_write = recorder.add, tree.write
+
+    def add(kind, name, detail=None):
+        seen.append("add " + name)
+        original_add(kind, name, detail)
+
+    def write(path, explicit, protected):
+        assert seen[-1] == "add " + path
+        seen.append("write " + path)
+        original_write(path, explicit, protected)
+
+    recorder.add, tree.write = add, write
+    filesystem.prepare(request(), PACKAGE, recorder, tree, tree, no_lock, lambda p: None)
+    assert len(seen) == 2 * len(recorder.added) > 0
+
+
+def test_records_carry_the_prior_entries_and_the_file_they_were_on():
+    tree = workspace()
+    readme = tree.read("C:\\Users\\u\\ws\\README")
+    recorder = prepare(tree, request(write=(PathGrant("C:\\Users\\u\\ws\\README",
+                                                      "C:\\Users\\u\\ws\\README"),),
+                                     cwd="C:\\py", deny=(), protected=()))
+    (kind, name, detail), = [r for r in recorder.added if r[1].endswith("README")]
+    assert (kind, detail["mode"], detail["sid"]) == (grants.KIND, aceplan.GRANT, PACKAGE)
+    assert detail["prior"] == [a.hex() for a in readme.explicit]
+    assert detail["file_id"] == tree.identity(name) and detail["protected"] is False
+
+
+def test_grant_revert_keeps_changes_others_made_meanwhile_and_puts_back_the_sids_own_entries():
+    tree = workspace()
+    path = "C:\\Users\\u\\ws\\src\\main.c"
+    own = Ace.allow(PACKAGE, 0x1)
+    tree.nodes[path.casefold()].explicit = (Ace.allow(USERS, RX), own, Ace.allow(SYSTEM, 4))
+    step = aceplan.Step(path, aceplan.GRANT, (Ace.allow(PACKAGE, M),))
+    recorder = Recorder(tree)
+    grants.apply([step], PACKAGE, tree, recorder, no_lock)
+    assert tree.read(path).explicit == (Ace.allow(USERS, RX), Ace.allow(SYSTEM, 4),
+                                        Ace.allow(PACKAGE, M))
+    meanwhile = Ace.allow(USER, 0x10)
+    tree.nodes[path.casefold()].explicit += (meanwhile,)
+    recorder.revert_all()
+    assert tree.read(path).explicit == (Ace.allow(USERS, RX), own, Ace.allow(SYSTEM, 4),
+                                        meanwhile)
+
+
+def test_an_override_keeps_every_other_trustee_in_the_same_evaluation_order():
+    tree = workspace()
+    path = "C:\\Users\\u\\ws\\src"
+    tree.nodes["c:\\users\\u\\ws"].explicit = (Ace(acl.DENY, BOTH, Ace.allow(USERS, 2).body),
+                                               Ace.allow(USERS, RX, BOTH))
+    tree.nodes[path.casefold()].explicit = (Ace.allow(USER, FULL, BOTH),)
+    before = tree.read(path)
+    grants.apply([aceplan.Step(path, aceplan.OVERRIDE, ())], PACKAGE, tree, Recorder(tree),
+                 no_lock)
+    after = tree.read(path)
+    assert after.protected and not any(a.inherited for a in after.aces)
+    assert [(a.type, a.sid, a.mask) for a in after.aces] == \
+        [(a.type, a.sid, a.mask) for a in before.aces]
+
+
+def test_revert_refuses_when_the_path_now_names_another_file():
+    tree = workspace()
+    recorder = prepare(tree, request())
+    tree.nodes["c:\\users\\u\\ws\\.git"].file_id = "1:ffff"  # replaced meanwhile
+    with pytest.raises(grants.RemovalError):
+        recorder.revert_all()
+
+
+def test_revert_of_a_path_that_is_gone_is_done():
+    tree = workspace()
+    recorder = prepare(tree, request(deny=()))
+    del tree.nodes["c:\\users\\u\\ws\\.git\\config"]
+    for node in [k for k in tree.nodes if k.startswith("c:\\users\\u\\ws\\.git")]:
+        del tree.nodes[node]
+    recorder.revert_all()
+    assert tree.access("C:\\Users\\u\\ws\\src\\main.c", PACKAGE) == 0
+
+
+def test_roots_open_to_every_appcontainer_are_not_touched_or_walked():
+    tree = workspace()
+    tree.add("C:\\Windows\\junction", reparse_tag=0xA0000003)  # would refuse if walked
+    recorder = prepare(tree, request())
+    assert not any(name.startswith("C:\\Windows") for _, name, _ in recorder.added)
+
+
+def test_overridden_paths_are_held_for_the_launch_and_counted():
+    tree = workspace()
+    held: list[str] = []
+    recorder = Recorder(tree)
+    done = filesystem.prepare(request(), PACKAGE, recorder, tree, tree, no_lock, held.append)
+    ws = "C:\\Users\\u\\ws\\"
+    assert sorted(held) == sorted([ws + ".git", ws + "secret", ws + "sub", ws + "sub\\deep",
+                                   ws + "sub\\deep\\.GIT"])
+    assert done == {"grants": 2, "overrides": 5, "roots_open_to_every_appcontainer": 1}
+
+
+def test_a_read_root_inside_a_write_root_is_read_only():
+    tree = workspace()
+    prepare(tree, request(read=request().read + (PathGrant("C:\\Users\\u\\ws\\vendor",
+                                                           "C:\\Users\\u\\ws\\vendor"),)))
+    assert tree.access("C:\\Users\\u\\ws\\vendor\\lib.dll", PACKAGE) == RX
+    assert tree.access("C:\\Users\\u\\ws\\vendor", PACKAGE) == RX
+
+
+def test_nested_write_roots_are_pinned_between_the_outermost_and_a_protected_name():
+    tree = workspace()
+    inner = PathGrant("C:\\Users\\u\\ws\\sub", "C:\\Users\\u\\ws\\sub")
+    prepare(tree, request(write=request().write + (inner,)))
+    assert tree.access("C:\\Users\\u\\ws\\sub", PACKAGE) == M & ~DELETE
+    assert tree.access("C:\\Users\\u\\ws\\sub\\deep\\.GIT\\HEAD", PACKAGE) == R
+
+
+def test_a_single_file_root_gets_file_rights_without_inheritance_flags():
+    tree = workspace()
+    req = request(read=(PathGrant("C:\\py\\python.exe", "C:\\py\\python.exe"),), write=(),
+                  deny=(), cwd="C:\\py\\python.exe")
+    recorder = prepare(tree, req)
+    (_, _, detail), = recorder.added
+    assert tree.read("C:\\py\\python.exe").explicit == (Ace.allow(PACKAGE, RX),)
+    assert tree.access("C:\\py", PACKAGE) == 0 and detail["mode"] == aceplan.GRANT
+
+
+@pytest.mark.parametrize(("setup", "capability"), [
+    (lambda t: t.add("C:\\Users\\u\\ws\\src\\link", reparse_tag=0xA000000C),
+     "filesystem.reparse_point"),
+    (lambda t: t.add("C:\\py\\mount", reparse_tag=0xA0000003), "filesystem.reparse_point"),
+    (lambda t: t.file("C:\\Users\\u\\ws\\src\\linked", links=2), "filesystem.hard_link"),
+    (lambda t: t.file("C:\\py\\python3.exe", links=3), "filesystem.hard_link"),
+])
+def test_reparse_points_and_hard_links_refuse_before_any_dacl_changes(setup, capability):
+    tree = workspace()
+    setup(tree)
+    original = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request())
+    assert refused.value.capability == capability
+    assert tree.snapshot() == original and not tree.writes
+
+
+def test_a_denied_path_open_to_every_appcontainer_is_refused():
+    tree = workspace()
+    tree.file("C:\\Windows\\secret.ini")
+    req = request(deny=(PathGrant("C:\\Windows\\secret.ini", "C:\\Windows\\secret.ini"),))
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, req)
+    assert refused.value.capability == "filesystem.deny" and not tree.writes
+
+
+def test_other_filesystems_are_refused_before_anything_else():
+    tree = workspace()
+    tree.filesystem = lambda path: "FAT32" if path.startswith("C:\\py") else "NTFS"
+    with pytest.raises(UnavailableError) as refused:
+        prepare(tree, request())
+    assert refused.value.code == "unsupported_filesystem" and not tree.writes
+
+
+def test_covered_and_exposed_read_all_application_packages_entries():
+    every = sids.ALL_APP_PACKAGES
+    assert aceplan.covered(acl.Dacl((Ace.allow(every, RX, BOTH),)))
+    assert aceplan.covered(acl.Dacl((Ace.allow(every, FULL, BOTH | acl.INHERITED),)))
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, RX, acl.CONTAINER_INHERIT),)))
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, R, BOTH),)))
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, RX, BOTH | acl.NO_PROPAGATE),)))
+    assert aceplan.exposed(acl.Dacl((Ace.allow(sids.ALL_RESTRICTED_APP_PACKAGES, 0x1),)))
+    assert not aceplan.exposed(acl.Dacl((Ace.allow(every, 0x80),)))  # attributes only
+    assert not aceplan.exposed(acl.Dacl((Ace.allow(every, RX, BOTH | acl.INHERIT_ONLY),)))
+
+
+def test_root_aces_are_the_documented_masks_and_flags():
+    assert aceplan.root_aces(PACKAGE, False, False) == (Ace.allow(PACKAGE, 0x1200A9, BOTH),)
+    assert aceplan.root_aces(PACKAGE, True, True) == (Ace.allow(PACKAGE, 0x1301BF, BOTH),)
+    assert aceplan.root_aces(PACKAGE, True, False) == (
+        Ace.allow(PACKAGE, 0x1301BF, acl.CONTAINER_INHERIT),
+        Ace.allow(PACKAGE, 0x13019F, acl.OBJECT_INHERIT | acl.INHERIT_ONLY))
+    for ace in aceplan.root_aces(PACKAGE, True, False):
+        assert not ace.mask & 0x40  # never FILE_DELETE_CHILD
+        assert not ace.mask & (0x40000 | 0x80000)  # never WRITE_DAC or WRITE_OWNER

@@ -1,0 +1,198 @@
+"""The Windows backend's contract on any platform: inert imports, a typed unavailable reason
+off Windows, what `check` refuses, the report, and the launch's pure plans (Job limits, private
+desktop security descriptor, mitigation policy, the token verdict)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from test_windows_fakes import PACKAGE, USER
+
+import stockade.windows
+from stockade.errors import UnavailableError, UnenforceableError
+from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.windows import constants as c
+from stockade.windows import desktop, job, process, rules, tokens
+from stockade.windows.backend import REPORT, WindowsBackend
+
+BREAKAWAY_OK, SILENT_BREAKAWAY_OK = 0x800, 0x1000
+not_windows = pytest.mark.skipif(sys.platform == "win32", reason="checks the non-Windows side")
+
+
+def base(**changes) -> LaunchRequest:
+    request = LaunchRequest(
+        argv=("C:\\py\\python.exe", "-c", "print(1)"), cwd="C:\\ws",
+        env=(("PATH", "C:\\py"), ("SystemRoot", "C:\\Windows")),
+        read=(PathGrant("C:\\py", "C:\\py"),), write=(PathGrant("C:\\ws", "C:\\ws"),),
+        protected=(".git",))
+    return replace(request, **changes)
+
+
+@not_windows
+def test_importing_every_module_of_the_package_does_nothing_off_windows():
+    names = [f"stockade.windows.{m.name}" for m in pkgutil.iter_modules(stockade.windows.__path__)]
+    code = "import importlib, sys\n" + "".join(f"importlib.import_module({n!r})\n" for n in names) \
+        + "print(sorted(m for m in sys.modules if m in ('msvcrt', '_winapi', 'winreg')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]" and len(names) >= 20
+    for name in names:
+        importlib.import_module(name)
+
+
+@not_windows
+def test_the_probe_says_the_backend_runs_only_on_windows():
+    with pytest.raises(UnavailableError) as refused:
+        WindowsBackend().probe()
+    assert refused.value.code == "backend_unavailable"
+    assert "only on Windows" in refused.value.message
+
+
+@not_windows
+def test_spawning_off_windows_fails_typed_before_touching_anything(tmp_path):
+    with pytest.raises(UnavailableError):
+        WindowsBackend().spawn(base(), None)
+
+
+def test_a_request_within_what_windows_enforces_passes_check():
+    rules.check(base(exec_from_write=True, limits=LimitSpec(timeout=5, memory=1 << 30, cpu=1.5,
+                                                             pids=64, output=1 << 20)))
+
+
+@pytest.mark.parametrize(("changes", "capability"), [
+    ({"network": NetworkSpec("allowlist", ("pypi.org",))}, "network.allowlist"),
+    ({"network": NetworkSpec("any")}, "network.any"),
+    ({"limits": LimitSpec(file_size=1 << 30)}, "limits.file_size"),
+    ({"limits": LimitSpec(memory=1 << 70)}, "limits.memory"),
+    ({"limits": LimitSpec(pids=1 << 33)}, "limits.pids"),
+    ({"limits": LimitSpec(cpu=0.0)}, "limits.cpu"),
+    ({"read": (PathGrant("\\\\server\\share", "\\\\server\\share"),)}, "filesystem.path"),
+    ({"write": (PathGrant("\\\\?\\C:\\ws", "\\\\?\\C:\\ws"),)}, "filesystem.path"),
+    ({"deny": (PathGrant("C:\\ws\\NUL", "C:\\ws\\NUL"),)}, "filesystem.path"),
+    ({"read": (PathGrant("C:\\PROGRA~1\\py", "C:\\PROGRA~1\\py"),)}, "filesystem.path"),
+    ({"cwd": "C:\\elsewhere"}, "process.cwd"),
+    ({"cwd": "C:\\ws\\x:stream"}, "filesystem.path"),
+    ({"protected": ("a\\b",)}, "filesystem.protected"),
+    ({"protected": ("..",)}, "filesystem.protected"),
+    ({"argv": ('C:\\py\\"python".exe',)}, "process.argv"),
+    ({"env": (("PATH", "x"), ("Path", "y"))}, "env"),
+    ({"env": (("=C:", "C:\\"),)}, "env"),
+])
+def test_what_windows_cannot_enforce_is_refused_with_the_capability(changes, capability):
+    with pytest.raises(UnenforceableError) as refused:
+        rules.check(base(**changes))
+    assert refused.value.capability == capability
+    assert refused.value.code == f"unenforceable:{capability}"
+
+
+def test_exec_from_write_false_is_enforced_not_refused():
+    rules.check(base(exec_from_write=False))
+    assert process.mitigations(False) & c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON
+    assert not process.mitigations(True) & c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON
+    for exec_from_write in (False, True):
+        policy = process.mitigations(exec_from_write)
+        assert policy & c.MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON
+        assert policy & c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON
+
+
+def test_the_report_marks_what_is_not_enforced_and_never_claims_the_refused():
+    rows = {row.name: row for row in REPORT}
+    for refused in ("network.allowlist", "network.any", "limits.file_size"):
+        assert rows[refused].enforced is False
+    for held in ("identity", "filesystem.read", "filesystem.write", "filesystem.deny",
+                 "filesystem.protected", "filesystem.exec_from_write", "kill_on_close",
+                 "desktop", "limits.memory", "limits.pids", "limits.cpu", "limits.timeout"):
+        assert rows[held].enforced is True
+    assert "ALL APPLICATION PACKAGES" in rows["filesystem.read"].detail
+    assert WindowsBackend().report() == REPORT
+
+
+def test_the_report_agrees_with_check():
+    for name, request in (("network.allowlist", base(network=NetworkSpec("allowlist"))),
+                          ("network.any", base(network=NetworkSpec("any"))),
+                          ("limits.file_size", base(limits=LimitSpec(file_size=1)))):
+        with pytest.raises(UnenforceableError):
+            rules.check(request)
+        assert not {row.name: row for row in REPORT}[name].enforced
+
+
+def test_every_job_kills_on_close_never_allows_breakaway_and_restricts_the_ui():
+    plan = job.job_plan(LimitSpec(), cpus=8)
+    assert plan.limit_flags == c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE \
+        | c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+    assert not plan.limit_flags & (BREAKAWAY_OK | SILENT_BREAKAWAY_OK)
+    assert plan.ui_restrictions == 0xFF and plan.cpu_rate is None
+    info = job.extended_limits(plan)
+    assert info.BasicLimitInformation.LimitFlags == plan.limit_flags
+    assert (info.JobMemoryLimit, info.BasicLimitInformation.ActiveProcessLimit) == (0, 0)
+    assert job.ui_restrictions(plan).UIRestrictionsClass == 0xFF
+    assert job.cpu_rate(plan) is None
+
+
+def test_limits_map_to_job_memory_active_processes_and_a_hard_cpu_cap():
+    plan = job.job_plan(LimitSpec(memory=2 << 30, pids=512, cpu=1.0, timeout=60,
+                                  output=1 << 20), cpus=8)
+    info = job.extended_limits(plan)
+    flags = info.BasicLimitInformation.LimitFlags
+    assert flags & c.JOB_OBJECT_LIMIT_JOB_MEMORY and info.JobMemoryLimit == 2 << 30
+    assert flags & c.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+    assert info.BasicLimitInformation.ActiveProcessLimit == 512
+    rate = job.cpu_rate(plan)
+    assert rate.ControlFlags == c.JOB_OBJECT_CPU_RATE_CONTROL_ENABLE \
+        | c.JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP
+    assert rate.CpuRate == 1250  # one core of eight: 12.5 %, in hundredths of a percent
+
+
+@pytest.mark.parametrize(("cores", "cpus", "rate"), [
+    (0.5, 4, 1250), (1.0, 3, 3334), (0.0001, 64, 1), (3.99, 4, 9975), (4.0, 4, None),
+    (16.0, 4, None),
+])
+def test_cpu_rates_round_up_and_a_limit_of_every_processor_needs_no_cap(cores, cpus, rate):
+    assert job.job_plan(LimitSpec(cpu=cores), cpus).cpu_rate == rate
+
+
+def test_the_desktop_grants_system_the_user_and_the_appcontainer_minimal_rights_at_low():
+    sddl = desktop.desktop_sddl(USER, PACKAGE)
+    assert sddl == (f"D:P(A;;GA;;;S-1-5-18)(A;;GA;;;{USER})(A;;0x20087;;;{PACKAGE})"
+                    "S:(ML;;NW;;;LW)")
+    rights = desktop.APPCONTAINER_RIGHTS
+    assert rights & (0x8 | 0x10 | 0x20 | 0x40 | 0x100) == 0  # hooks, journals, enum, switch
+    assert rights & 0x40000 == 0 and rights & 0x80000 == 0  # WRITE_DAC, WRITE_OWNER
+
+
+@pytest.mark.parametrize(("user", "package"), [
+    (USER, USER), (USER, "S-1-15-2-1"), ("S-1-5-18)(A;;GA;;;WD", PACKAGE),
+    (USER, PACKAGE + ")(A;;GA;;;WD"),
+])
+def test_only_real_sids_and_a_package_sid_reach_the_desktop_sddl(user, package):
+    with pytest.raises(ValueError):
+        desktop.desktop_sddl(user, package)
+
+
+def test_desktop_names_are_random_per_launch():
+    names = {desktop.desktop_name() for _ in range(100)}
+    assert len(names) == 100 and all(n.startswith("stockade-") for n in names)
+
+
+@pytest.mark.parametrize(("facts", "verdict"), [
+    ((True, True, PACKAGE, 0), None),
+    ((True, True, PACKAGE.lower(), 0), None),
+    ((False, True, PACKAGE, 0), "not in the launch's Job"),
+    ((True, False, "", 0), "not an AppContainer token"),
+    ((True, True, PACKAGE[:-1] + "0", 0), "not the launch's"),
+    ((True, True, PACKAGE, 1), "capabilities"),
+])
+def test_a_child_is_resumed_only_in_its_job_appcontainer_with_no_capabilities(facts, verdict):
+    got = tokens.token_refusal(*facts, expected_sid=PACKAGE)
+    assert got == verdict if verdict is None else verdict in got
+
+
+def test_processes_are_created_suspended_detached_with_an_extended_startup_info():
+    flags = process.CREATION_FLAGS
+    assert flags & c.CREATE_SUSPENDED and flags & c.DETACHED_PROCESS
+    assert flags & c.EXTENDED_STARTUPINFO_PRESENT and flags & c.CREATE_UNICODE_ENVIRONMENT
+    assert not flags & 0x01000000  # never CREATE_BREAKAWAY_FROM_JOB

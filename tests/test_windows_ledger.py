@@ -1,0 +1,191 @@
+"""The Windows backend's ledger records, with the real launch ledger: validation, settlement,
+reconciliation after a crash at every point of a launch (in a child process that dies without
+cleaning up), and quarantine retiring AppContainer names.
+
+The Windows kinds are installed as removers.py would register them (`install_kinds`), since
+removers.py has no registration hook yet."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_windows_aceplan import request, workspace
+from test_windows_fakes import PACKAGE, USER, PersistentTree, install_kinds, windows_kinds
+
+from stockade.errors import SetupError, UnavailableError
+from stockade.windows import filesystem, grants, identity, records
+from stockade.windows.acl import Ace
+
+Ledger = pytest.importorskip(
+    "stockade.lifecycle.ledger",
+    reason="the launch ledger does not import on this platform yet (it takes its lease with "
+           "fcntl); see docs/windows.md").Ledger
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PROFILE = "stockade-ac-" + "0123456789abcdef01234567"
+
+
+@pytest.fixture
+def state(tmp_path):
+    path = tmp_path / "state"
+    path.mkdir(mode=0o700)
+    return str(path)
+
+
+@pytest.fixture
+def tree_file(tmp_path):
+    path = tmp_path / "tree.json"
+    path.write_text(workspace().to_json())
+    return str(path)
+
+
+@pytest.fixture
+def kinds(monkeypatch, tree_file):
+    store, deleted = PersistentTree(tree_file), []
+    install_kinds(windows_kinds(store, deleted), monkeypatch.setattr, monkeypatch.setitem)
+    return store, deleted
+
+
+def good_detail(**changes) -> dict:
+    detail = {"sid": PACKAGE, "mode": "grant", "prior": [Ace.allow(USER, 1).hex()],
+              "protected": False, "file_id": "1f:2a"}
+    return detail | changes
+
+
+def test_valid_records_are_accepted():
+    records.validate_acl("C:\\Users\\u\\ws", good_detail())
+    records.validate_acl("D:\\", good_detail(mode="override", prior=[], protected=True))
+    records.validate_profile(PROFILE, {})
+
+
+@pytest.mark.parametrize(("name", "detail"), [
+    ("C:\\Users\\u\\ws", good_detail(sid=USER)),                    # never a user's entries
+    ("C:\\Users\\u\\ws", good_detail(sid="S-1-15-2-1")),            # nor every package's
+    ("\\\\server\\share\\ws", good_detail()),
+    ("C:\\Users\\u\\ws\\..\\x", good_detail()),
+    ("/home/u/ws", good_detail()),
+    ("C:\\ws", good_detail(mode="deny")),
+    ("C:\\ws", good_detail(protected="no")),
+    ("C:\\ws", good_detail(file_id="here")),
+    ("C:\\ws", good_detail(prior=["zz"])),
+    ("C:\\ws", good_detail(prior=[Ace.allow(USER, 1).hex() + "00"])),
+    ("C:\\ws", good_detail(prior="00")),
+    ("C:\\ws", good_detail(extra=1)),
+    ("C:\\ws", {k: v for k, v in good_detail().items() if k != "file_id"}),
+])
+def test_records_a_remover_could_not_act_on_safely_are_refused(name, detail):
+    with pytest.raises(ValueError):
+        records.validate_acl(name, detail)
+
+
+@pytest.mark.parametrize(("name", "detail"), [
+    ("stockade-ac-0123", {}), ("Stockade-AC-" + "0" * 24, {}), (PROFILE, {"sid": PACKAGE}),
+    ("C:\\Users\\u\\AppData\\Local\\Packages\\" + PROFILE, {}),
+])
+def test_profile_records_name_a_stockade_profile_only(name, detail):
+    with pytest.raises(ValueError):
+        records.validate_profile(name, detail)
+
+
+def test_profile_names_come_from_the_request_id_and_never_repeat_across_ids():
+    first = identity.profile_name("a" * 32, set())
+    assert identity.PROFILE_NAME.fullmatch(first)
+    assert first == identity.profile_name("a" * 32, set())
+    assert len({identity.profile_name(f"{i:032x}", set()) for i in range(2000)}) == 2000
+    assert len(first) <= 64  # CreateAppContainerProfile's limit
+
+
+def test_a_settled_launch_leaves_every_dacl_as_it_was_and_deletes_its_profile(state, kinds):
+    store, deleted = kinds
+    original = store.snapshot()
+    with Ledger(state).launch("request-1") as record:
+        record.add(records.PROFILE_KIND, PROFILE)
+        filesystem.prepare(request(), PACKAGE, record, store, store,
+                           lambda p: contextlib.nullcontext(), lambda p: None)
+        assert store.snapshot() != original
+    assert store.snapshot() == original and deleted == [PROFILE]
+    assert Ledger(state).records() == []
+
+
+CHILD = textwrap.dedent("""
+    import contextlib, os, sys
+    from stockade.lifecycle.ledger import Ledger
+    from stockade.windows import filesystem
+    from test_windows_aceplan import request
+    from test_windows_fakes import PACKAGE, PersistentTree, install_kinds, windows_kinds
+
+    tree_file, state, crash_after, profile = sys.argv[1:]
+    store = PersistentTree(tree_file, int(crash_after))
+    install_kinds(windows_kinds(store, []), setattr, dict.__setitem__)
+    with Ledger(state).launch("request-crash") as record:
+        record.add("appcontainer", profile)
+        filesystem.prepare(request(), PACKAGE, record, store, store,
+                           lambda p: contextlib.nullcontext(), lambda p: None)
+        os._exit(3)  # the owner dies while its sandbox runs
+""")
+
+
+def crash(tree_file: str, state: str, crash_after: int) -> int:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [TESTS, os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", CHILD, tree_file, state, str(crash_after),
+                           PROFILE], env=env, timeout=60).returncode
+
+
+def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file, monkeypatch):
+    with open(tree_file) as f:
+        pristine = f.read()
+    original = PersistentTree(tree_file).snapshot()
+    writes = None
+    for crash_after in range(0, 20):
+        with open(tree_file, "w") as f:
+            f.write(pristine)
+        code = crash(tree_file, state, crash_after)
+        assert code in (3, 17)
+        store, deleted = PersistentTree(tree_file), []
+        install_kinds(windows_kinds(store, deleted), monkeypatch.setattr, monkeypatch.setitem)
+        done = Ledger(state).reconcile()
+        assert (done.reconciled, done.failed, done.quarantined) == (1, 0, 0)
+        assert store.snapshot() == original, f"residue after a crash after {crash_after} writes"
+        assert deleted == [PROFILE] and Ledger(state).records() == []
+        if code == 3:  # the launch got through every write before dying
+            writes = crash_after
+            break
+    assert writes and writes >= 7  # grants and overrides alike were crashed in between
+
+
+def test_a_tampered_record_is_quarantined_not_obeyed_and_its_names_retired(
+        state, tree_file, kinds):
+    store, deleted = kinds
+    assert crash(tree_file, state, 0) == 17  # a record holding the profile and a first grant
+    ledger = Ledger(state)
+    (name,) = ledger.records()
+    with open(os.path.join(ledger.records_dir, name), "a") as f:  # an entry naming the user
+        f.write(json.dumps({"add": {"kind": grants.KIND, "name": "C:\\Users\\u\\ws",
+                                    "detail": good_detail(sid=USER)}}) + "\n")
+    original = PersistentTree(tree_file).snapshot()
+    assert ledger.reconcile().quarantined == 1
+    assert PersistentTree(tree_file).snapshot() == original and deleted == []
+    assert PROFILE in ledger.retired()
+    with pytest.raises(UnavailableError) as refused:
+        ledger.check()
+    assert refused.value.code == "ledger_corrupt"
+
+
+def test_a_profile_name_seen_in_a_quarantined_record_is_never_handed_out_again(state, kinds):
+    ledger = Ledger(state)
+    name = identity.profile_name("request-q", set())
+    os.makedirs(ledger.records_dir, mode=0o700)
+    with open(os.path.join(ledger.records_dir, "f" * 64 + ".json"), "w") as f:
+        f.write(f"not a record, but it names {name}\n")
+    assert ledger.reconcile().quarantined == 1
+    with pytest.raises(SetupError) as refused:
+        identity.profile_name("request-q", ledger.retired())
+    assert refused.value.code == "ledger_identity_reused"
+    with pytest.raises(SetupError), ledger.launch("request-other") as record:
+        record.add(records.PROFILE_KIND, name)

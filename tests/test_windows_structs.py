@@ -1,0 +1,141 @@
+"""ctypes layouts against the documented x64 sizes and field offsets, and constants against
+their documented values (the Windows SDK headers)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from stockade.windows import constants as c
+from stockade.windows import structs as s
+
+pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8,
+                                reason="the documented layouts checked here are the x64 ones")
+
+LAYOUTS = {
+    s.SECURITY_ATTRIBUTES: (24, {"nLength": 0, "lpSecurityDescriptor": 8, "bInheritHandle": 16}),
+    s.SID_AND_ATTRIBUTES: (16, {"Sid": 0, "Attributes": 8}),
+    s.SECURITY_CAPABILITIES: (24, {"AppContainerSid": 0, "Capabilities": 8,
+                                   "CapabilityCount": 16, "Reserved": 20}),
+    s.TOKEN_APPCONTAINER_INFORMATION: (8, {"TokenAppContainer": 0}),
+    s.STARTUPINFOW: (104, {"cb": 0, "lpReserved": 8, "lpDesktop": 16, "lpTitle": 24, "dwX": 32,
+                           "dwY": 36, "dwXSize": 40, "dwYSize": 44, "dwXCountChars": 48,
+                           "dwYCountChars": 52, "dwFillAttribute": 56, "dwFlags": 60,
+                           "wShowWindow": 64, "cbReserved2": 66, "lpReserved2": 72,
+                           "hStdInput": 80, "hStdOutput": 88, "hStdError": 96}),
+    s.STARTUPINFOEXW: (112, {"StartupInfo": 0, "lpAttributeList": 104}),
+    s.PROCESS_INFORMATION: (24, {"hProcess": 0, "hThread": 8, "dwProcessId": 16,
+                                 "dwThreadId": 20}),
+    s.JOBOBJECT_BASIC_LIMIT_INFORMATION: (64, {
+        "PerProcessUserTimeLimit": 0, "PerJobUserTimeLimit": 8, "LimitFlags": 16,
+        "MinimumWorkingSetSize": 24, "MaximumWorkingSetSize": 32, "ActiveProcessLimit": 40,
+        "Affinity": 48, "PriorityClass": 56, "SchedulingClass": 60}),
+    s.IO_COUNTERS: (48, {"ReadOperationCount": 0, "OtherTransferCount": 40}),
+    s.JOBOBJECT_EXTENDED_LIMIT_INFORMATION: (144, {
+        "BasicLimitInformation": 0, "IoInfo": 64, "ProcessMemoryLimit": 112,
+        "JobMemoryLimit": 120, "PeakProcessMemoryUsed": 128, "PeakJobMemoryUsed": 136}),
+    s.JOBOBJECT_BASIC_UI_RESTRICTIONS: (4, {"UIRestrictionsClass": 0}),
+    s.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION: (8, {"ControlFlags": 0, "CpuRate": 4}),
+}
+
+
+@pytest.mark.parametrize("structure", list(LAYOUTS), ids=lambda t: t.__name__)
+def test_structures_have_the_documented_x64_layout(structure):
+    size, offsets = LAYOUTS[structure]
+    assert ctypes.sizeof(structure) == size
+    assert {name: getattr(structure, name).offset for name in offsets} == offsets
+
+
+CONSTANTS = {
+    "CREATE_SUSPENDED": 0x4, "DETACHED_PROCESS": 0x8, "CREATE_UNICODE_ENVIRONMENT": 0x400,
+    "EXTENDED_STARTUPINFO_PRESENT": 0x80000, "STARTF_USESTDHANDLES": 0x100,
+    "PROC_THREAD_ATTRIBUTE_HANDLE_LIST": 0x20002,
+    "PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY": 0x20007,
+    "PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES": 0x20009,
+    "PROC_THREAD_ATTRIBUTE_JOB_LIST": 0x2000D,
+    "MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON": 4294967296,
+    "MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON": 4503599627370496,
+    "MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON": 72057594037927936,
+    "JOB_OBJECT_BASIC_UI_RESTRICTIONS": 4, "JOB_OBJECT_EXTENDED_LIMIT_INFORMATION": 9,
+    "JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION": 15,
+    "JOB_OBJECT_LIMIT_ACTIVE_PROCESS": 0x8, "JOB_OBJECT_LIMIT_JOB_MEMORY": 0x200,
+    "JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION": 0x400,
+    "JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE": 0x2000, "JOB_OBJECT_UILIMIT_ALL": 0xFF,
+    "JOB_OBJECT_CPU_RATE_CONTROL_ENABLE": 0x1, "JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP": 0x4,
+    "DELETE": 0x10000, "READ_CONTROL": 0x20000, "GENERIC_ALL": 0x10000000,
+    "FILE_EXECUTE": 0x20, "FILE_GENERIC_READ_EXECUTE": 0x1200A9, "FILE_MODIFY": 0x1301BF,
+    "DESKTOP_READOBJECTS": 0x1, "DESKTOP_CREATEWINDOW": 0x2, "DESKTOP_CREATEMENU": 0x4,
+    "DESKTOP_WRITEOBJECTS": 0x80, "TOKEN_QUERY": 0x8,
+    "SE_FILE_OBJECT": 1, "DACL_SECURITY_INFORMATION": 0x4,
+    "UNPROTECTED_DACL_SECURITY_INFORMATION": 0x20000000,
+    "PROTECTED_DACL_SECURITY_INFORMATION": 0x80000000, "SE_DACL_PROTECTED": 0x1000,
+    "SDDL_REVISION_1": 1, "TOKEN_USER": 1, "TOKEN_IS_APP_CONTAINER": 29,
+    "TOKEN_CAPABILITIES": 30, "TOKEN_APP_CONTAINER_SID": 31,
+    "FILE_ATTRIBUTE_REPARSE_POINT": 0x400,
+    "DUPLICATE_SAME_ACCESS": 0x2, "WAIT_OBJECT_0": 0, "UOI_NAME": 2,
+    "ERROR_ALREADY_EXISTS": 183, "ERROR_INSUFFICIENT_BUFFER": 122, "ERROR_BAD_LENGTH": 24,
+    "HRESULT_ALREADY_EXISTS": 0x800700B7, "HRESULT_FILE_NOT_FOUND": 0x80070002,
+    "HRESULT_NOT_FOUND": 0x80070490,
+}
+
+
+def test_constants_have_their_documented_values():
+    assert {name: getattr(c, name) for name in CONSTANTS} == CONSTANTS
+
+
+def test_every_constant_is_pinned_by_this_test():
+    defined = {name for name in vars(c) if name.isupper()}
+    assert defined == set(CONSTANTS)
+
+
+def test_file_rights_are_the_documented_combinations():
+    file_generic_read = 0x120089  # READ_CONTROL | SYNCHRONIZE | read data, attributes, EA
+    file_generic_execute = 0x1200A0  # READ_CONTROL | SYNCHRONIZE | execute, read attributes
+    file_generic_write = 0x120116
+    assert c.FILE_GENERIC_READ_EXECUTE == file_generic_read | file_generic_execute
+    assert c.FILE_MODIFY == file_generic_read | file_generic_write | file_generic_execute \
+        | c.DELETE
+
+
+def test_attribute_values_are_their_numbers_marked_as_input():
+    # ProcThreadAttributeValue(number, thread=False, input=True, additive=False)
+    for name, number in (("HANDLE_LIST", 2), ("MITIGATION_POLICY", 7),
+                         ("SECURITY_CAPABILITIES", 9), ("JOB_LIST", 13)):
+        assert getattr(c, f"PROC_THREAD_ATTRIBUTE_{name}") == number | 0x20000
+
+
+# Parameter counts of the bound functions, from their documented prototypes.
+ARITY = {
+    "CreateAppContainerProfile": 6, "DeleteAppContainerProfile": 1,
+    "DeriveAppContainerSidFromAppContainerName": 2, "ConvertSidToStringSidW": 2,
+    "ConvertStringSecurityDescriptorToSecurityDescriptorW": 4, "FreeSid": 1,
+    "GetNamedSecurityInfoW": 8, "SetNamedSecurityInfoW": 7, "GetSecurityDescriptorControl": 3,
+    "OpenProcessToken": 3, "GetTokenInformation": 5, "CloseHandle": 1, "CreateJobObjectW": 2,
+    "SetInformationJobObject": 4, "TerminateJobObject": 2, "IsProcessInJob": 3,
+    "InitializeProcThreadAttributeList": 4, "UpdateProcThreadAttribute": 7,
+    "DeleteProcThreadAttributeList": 1, "CreateProcessW": 10, "ResumeThread": 1,
+    "WaitForSingleObject": 2, "GetExitCodeProcess": 2, "GetCurrentProcess": 0,
+    "DuplicateHandle": 7, "CreateMutexW": 3, "LocalFree": 1, "GetLongPathNameW": 3,
+    "GetVolumePathNameW": 3, "GetVolumeInformationW": 8, "CreateDesktopW": 6,
+    "CloseDesktop": 1, "GetProcessWindowStation": 0, "GetUserObjectInformationW": 5,
+}
+
+
+def test_bound_functions_take_their_documented_number_of_parameters():
+    from stockade.windows.api import _SIGNATURES
+
+    assert {name: len(sig[2]) for name, sig in _SIGNATURES.items()} == ARITY
+
+
+def test_hresult_failures_raise_with_the_hresult_as_winerror():
+    from stockade.windows.api import _hresult
+
+    def DeleteAppContainerProfile():  # noqa: N802 -- named as the function it stands for
+        pass
+
+    assert _hresult(0, DeleteAppContainerProfile, ()) == 0
+    with pytest.raises(OSError) as failed:
+        _hresult(-2147024891, DeleteAppContainerProfile, ())  # E_ACCESSDENIED, signed
+    assert failed.value.winerror == 0x80070005
+    assert "DeleteAppContainerProfile" in str(failed.value)
