@@ -1,7 +1,9 @@
 """`stockade demo`: untrusted code tries forbidden things inside a real sandbox.
 
 A small Python script runs through `stockade.run`, first under the `read-only` preset, then under
-`workspace-write` (for the protected `.git` and a permitted write). It prints one line per attempt,
+`workspace-write` (for the protected `.git` and a permitted write), then under `networked-build`
+(a package-registry allowlist enforced by Stockade's proxy; only denied destinations are tried,
+so nothing leaves this machine). It prints one line per attempt,
 with the error the child itself observed: `attempt → DENIED (EACCES: ...)` or `→ ALLOWED`. The
 parent supplies the bait: a fake `DEMO_SECRET` in its environment, a TCP listener on 127.0.0.1,
 a temporary workspace with a `.git` directory. Exit 0 only if every verdict is the expected one.
@@ -23,7 +25,7 @@ import stockade
 
 # Runs inside the sandbox. argv[1]: a JSON list of [label, action, argument].
 CHILD = r"""
-import ctypes, errno, json, os, socket, sys
+import ctypes, errno, json, os, socket, sys, urllib.error, urllib.request
 
 def write(path):
     with open(path, "w") as f:
@@ -36,11 +38,18 @@ def read(path):
 def connect(port):
     socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()
 
+def connect_to(address):
+    host, port = address.rsplit(":", 1)
+    socket.create_connection((host, int(port)), timeout=3).close()
+
 def unshare_user(_):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
+
+def fetch(url):
+    urllib.request.urlopen(url, timeout=10).close()
 
 def getenv(name):
     if name not in os.environ:
@@ -50,6 +59,8 @@ for label, action, argument in json.loads(sys.argv[1]):
     try:
         globals()[action](argument)
         verdict = "ALLOWED"
+    except urllib.error.HTTPError as exc:
+        verdict = f"DENIED (HTTP {exc.code} from Stockade's proxy)"
     except OSError as exc:
         verdict = f"DENIED ({errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror})"
     except LookupError as exc:
@@ -96,6 +107,12 @@ def _plan(workspace: str, port: int, outside: list[Path]) -> dict[str, list[tupl
         "workspace-write": [
             ("write workspace/.git/config", "write", f"{workspace}/.git/config", "DENIED"),
             ("write workspace/notes.txt", "write", f"{workspace}/notes.txt", "ALLOWED"),
+        ],
+        "networked-build": [
+            ("fetch http://example.com/ (not listed)", "fetch", "http://example.com/", "DENIED"),
+            ("fetch cloud metadata 169.254.169.254", "fetch", "http://169.254.169.254/",
+             "DENIED"),
+            ("connect to 192.0.2.1:443, bypassing it", "connect_to", "192.0.2.1:443", "DENIED"),
         ],
     }
 
