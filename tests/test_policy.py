@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -24,7 +25,14 @@ from stockade.policy import (
 from stockade.policy.domains import normalise_pattern
 from stockade.policy.model import DEFAULT_PROTECTED
 from stockade.policy.paths import lexical_key, tidy_path
-from stockade.policy.presets import DENY_DEFAULTS, ENV_PASS_DEFAULTS, SYSTEM_READ
+from stockade.policy.presets import (
+    DENY_DEFAULTS,
+    ENV_PASS_DEFAULTS,
+    PRESET_DOCUMENTS,
+    SYSTEM_READ,
+    WINDOWS_SYSTEM_READ,
+    preset_documents,
+)
 from stockade.policy.units import parse_duration, parse_size
 
 
@@ -464,6 +472,24 @@ def test_every_preset_has_the_safe_defaults(name: str) -> None:
     assert all(getattr(policy.limits, name) for name in ("timeout", "memory", "pids", "output",
                                                           "file_size"))
     assert parse_policy(policy_to_document(policy)) == policy
+
+
+def test_the_presets_here_are_the_linux_ones_and_windows_gets_its_own() -> None:
+    assert preset_documents("linux") == PRESET_DOCUMENTS
+    windows = preset_documents("win32")
+    assert list(windows) == list(PRESETS)
+    for name, document in windows.items():
+        policy = parse_policy(document)
+        linux = preset(name)
+        assert set(WINDOWS_SYSTEM_READ) <= set(policy.filesystem.read)
+        assert not any(path.startswith(("/", "?/")) for path in policy.filesystem.read)
+        assert not any(path.startswith("/") for path in policy.filesystem.deny)
+        assert "{home}/.ssh" in policy.filesystem.deny
+        assert {"SystemRoot", "PATHEXT"} <= set(policy.env.passthrough)
+        assert policy.limits.file_size is None  # Windows has none; its backend refuses one
+        assert policy.limits == dataclasses.replace(linux.limits, file_size=None)
+        assert (policy.network, policy.filesystem.exec_from_write, policy.filesystem.write) == (
+            linux.network, linux.filesystem.exec_from_write, linux.filesystem.write)
 
 
 def test_read_only() -> None:

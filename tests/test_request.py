@@ -157,6 +157,23 @@ def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch,
     assert not backend.spawned
 
 
+def test_the_native_backend_comes_first_and_auto_picks_it_over_windows_here():
+    assert list(manager.REGISTRY) == ["linux", "windows"] and manager.NATIVE == "linux"
+    with pytest.raises(UnavailableError) as refused:
+        manager.SandboxManager("windows", "require").select(base())
+    assert refused.value.code == "backend_unavailable"
+
+
+def test_auto_keeps_the_best_backends_refusal_when_all_refuse(monkeypatch):
+    best, other = (UnenforceableError("network.allowlist", "no proxy"),
+                   UnavailableError("backend_unavailable", "not this platform"))
+    monkeypatch.setattr(manager, "REGISTRY", {"best": lambda: _Refusing(best),
+                                              "other": lambda: _Refusing(other)})
+    with pytest.raises(UnenforceableError) as refused:
+        manager.SandboxManager().select(base())
+    assert refused.value is best
+
+
 def test_manager_reports_unknown_backends_and_modes():
     with pytest.raises(UnavailableError, match="unknown backend 'qemu'"):
         manager.SandboxManager("qemu", "require")

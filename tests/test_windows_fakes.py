@@ -6,8 +6,8 @@ SetNamedSecurityInfoW leaves on disk after propagating a change. It serves as gr
 filesystem.Filesystem; `PersistentTree` keeps itself in a JSON file so a crashed process's
 changes survive it.
 
-Also here: SIDs used across the tests, and `windows_kinds`, which stands in for the registration
-of the Windows ledger kinds that stockade/lifecycle/removers.py does not offer yet.
+Also here: SIDs used across the tests, and `windows_kinds`, the Windows ledger kinds with
+removers bound to a model volume, registered with the ledger as removers.py does on Windows.
 """
 
 from __future__ import annotations
@@ -158,20 +158,11 @@ def windows_kinds(store, deleted: list[str]) -> dict:
                           lambda name, detail: grants.revert(name, detail, store))}
 
 
-def install_kinds(kinds: dict, setattr_, setitem) -> None:
-    """Make the ledger accept and reconcile `kinds` (what removers.py would do if it had a
-    registration hook): `setattr_`/`setitem` are monkeypatch's, or plain ones in a child."""
-    original = removers.validate
-
-    def validate(kind: str, name: str, detail: dict) -> None:
-        if kind in kinds:
-            kinds[kind][0](name, detail)
-        else:
-            original(kind, name, detail)
-
-    setattr_(removers, "validate", validate)
-    for kind, (_, remove) in kinds.items():
-        setitem(removers.REMOVERS, kind, remove)
+def install_kinds(kinds: dict) -> None:
+    """Make the ledger accept and reconcile `kinds`, through the real registration (each
+    registration replaces the one before, so every test installs its own)."""
+    for kind, (validator, remover) in kinds.items():
+        removers.register(kind, validator, remover)
 
 
 def test_inheritance_stops_at_a_protected_dacl_and_resumes_below_it():

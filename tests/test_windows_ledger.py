@@ -2,8 +2,8 @@
 reconciliation after a crash at every point of a launch (in a child process that dies without
 cleaning up), and quarantine retiring AppContainer names.
 
-The Windows kinds are installed as removers.py would register them (`install_kinds`), since
-removers.py has no registration hook yet."""
+The Windows kinds are registered with removers.register, their removers bound to a model
+volume (`install_kinds`)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,11 @@ from test_windows_aceplan import request, workspace
 from test_windows_fakes import PACKAGE, USER, PersistentTree, install_kinds, windows_kinds
 
 from stockade.errors import SetupError, UnavailableError
+from stockade.lifecycle import removers
+from stockade.lifecycle.ledger import Ledger
 from stockade.windows import filesystem, grants, identity, records
 from stockade.windows.acl import Ace
 
-Ledger = pytest.importorskip(
-    "stockade.lifecycle.ledger",
-    reason="the launch ledger does not import on this platform yet (it takes its lease with "
-           "fcntl); see docs/windows.md").Ledger
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROFILE = "stockade-ac-" + "0123456789abcdef01234567"
 
@@ -45,9 +43,9 @@ def tree_file(tmp_path):
 
 
 @pytest.fixture
-def kinds(monkeypatch, tree_file):
+def kinds(tree_file):
     store, deleted = PersistentTree(tree_file), []
-    install_kinds(windows_kinds(store, deleted), monkeypatch.setattr, monkeypatch.setitem)
+    install_kinds(windows_kinds(store, deleted))
     return store, deleted
 
 
@@ -92,6 +90,14 @@ def test_profile_records_name_a_stockade_profile_only(name, detail):
         records.validate_profile(name, detail)
 
 
+def test_registered_kinds_are_validated_by_their_own_validator_and_built_ins_stay(state, kinds):
+    with Ledger(state).launch("request-v") as record, pytest.raises(ValueError):
+        record.add(records.PROFILE_KIND, "stockade-ac-0123")
+    with pytest.raises(ValueError, match="built-in"):
+        removers.register("dir", records.validate_acl, records.remove_acl)
+    assert set(records.KINDS) <= set(removers.REMOVERS)
+
+
 def test_profile_names_come_from_the_request_id_and_never_repeat_across_ids():
     first = identity.profile_name("a" * 32, set())
     assert identity.PROFILE_NAME.fullmatch(first)
@@ -121,7 +127,7 @@ CHILD = textwrap.dedent("""
 
     tree_file, state, crash_after, profile = sys.argv[1:]
     store = PersistentTree(tree_file, int(crash_after))
-    install_kinds(windows_kinds(store, []), setattr, dict.__setitem__)
+    install_kinds(windows_kinds(store, []))
     with Ledger(state).launch("request-crash") as record:
         record.add("appcontainer", profile)
         filesystem.prepare(request(), PACKAGE, record, store, store,
@@ -137,7 +143,7 @@ def crash(tree_file: str, state: str, crash_after: int) -> int:
                            PROFILE], env=env, timeout=60).returncode
 
 
-def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file, monkeypatch):
+def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file):
     with open(tree_file) as f:
         pristine = f.read()
     original = PersistentTree(tree_file).snapshot()
@@ -148,7 +154,7 @@ def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file
         code = crash(tree_file, state, crash_after)
         assert code in (3, 17)
         store, deleted = PersistentTree(tree_file), []
-        install_kinds(windows_kinds(store, deleted), monkeypatch.setattr, monkeypatch.setitem)
+        install_kinds(windows_kinds(store, deleted))
         done = Ledger(state).reconcile()
         assert (done.reconciled, done.failed, done.quarantined) == (1, 0, 0)
         assert store.snapshot() == original, f"residue after a crash after {crash_after} writes"

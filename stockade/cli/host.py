@@ -8,7 +8,7 @@ from typing import Any
 
 from stockade.cli.common import no_command, subcommand
 from stockade.errors import EXIT_SETUP
-from stockade.launch.manager import REGISTRY
+from stockade.launch.manager import NATIVE, REGISTRY
 
 
 def add_demo(commands: Any) -> None:
@@ -64,9 +64,11 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.lifecycle.report import build
 
     reports = []
-    for factory in REGISTRY.values():
+    for name, factory in REGISTRY.items():
         backend = factory()
-        reports.append(build(probe(backend), backend))
+        attestation = probe(backend)
+        if name == NATIVE or attestation.ready:  # another platform's backend only if it runs
+            reports.append(build(attestation, backend))
     if args.json:
         print(json.dumps({"backends": [report.to_json() for report in reports]}, indent=2))
     elif args.markdown:

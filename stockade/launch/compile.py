@@ -8,6 +8,7 @@ name. Nothing later re-resolves a path by its name.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -108,8 +109,11 @@ def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,
     return tuple(sorted(grants.values(), key=lambda g: g.path))
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+if sys.platform == "win32":  # paths separated by "\", compared without regard to case
+    from stockade.windows.admission import inside as _inside
+else:
+    def _inside(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],

@@ -26,8 +26,18 @@ def _linux() -> Backend:
     return LinuxBackend()
 
 
-# Backends by name, best first; factories so that importing one never requires another.
-REGISTRY: dict[str, Callable[[], Backend]] = {"linux": _linux}
+def _windows() -> Backend:
+    from stockade.windows.backend import WindowsBackend
+    return WindowsBackend()
+
+
+# The backend this platform runs natively; on another platform its probe refuses
+# (backend_unavailable).
+NATIVE = "windows" if sys.platform == "win32" else "linux"
+_BACKENDS: dict[str, Callable[[], Backend]] = {"linux": _linux, "windows": _windows}
+# Backends by name, best first (the native one); factories so that importing one never
+# requires another.
+REGISTRY: dict[str, Callable[[], Backend]] = {NATIVE: _BACKENDS[NATIVE]} | _BACKENDS
 
 
 class SandboxManager:

@@ -1,14 +1,20 @@
 """Drive a launch to its end on the calling thread: feed stdin, capture bounded output, and kill
 the tree at the deadline or on cancel. One selector, no helper threads: a launch costs no thread
-start-ups, and the caller's thread is the only one touching the handle."""
+start-ups, and the caller's thread is the only one touching the handle.
+
+Windows cannot select on pipes, so there (`threaded`) a thread per stream reads or feeds it with
+blocking calls, while the caller's thread waits for them, watches the clock, and is still the
+only one touching the handle. The semantics are the same."""
 
 from __future__ import annotations
 
 import os
 import selectors
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import IO
 
 from stockade.launch.backend import Exit, Handle
 
@@ -68,25 +74,62 @@ class _Clock:
 
 
 def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | None,
-          cancel: threading.Event | None) -> Outcome:
+          cancel: threading.Event | None, threaded: bool = sys.platform == "win32") -> Outcome:
     clock = _Clock(timeout, cancel)
     out, err = Capture(limit), Capture(limit)
+    (_pump_threads if threaded else _pump_selector)(handle, input or b"", out, err, clock)
+    while (end := handle.wait(clock.step())) is None:
+        if clock.fired():
+            handle.kill()
+    return Outcome(end, out, err, clock.timed_out, clock.cancelled)
+
+
+def _pump_selector(handle: Handle, data: bytes, out: Capture, err: Capture,
+                   clock: _Clock) -> None:
     with selectors.DefaultSelector() as selector:
         for stream, capture in ((handle.stdout, out), (handle.stderr, err)):
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
                 selector.register(stream, selectors.EVENT_READ, capture)
         if handle.stdin is not None:
-            _start_feeding(selector, handle, input or b"")
+            _start_feeding(selector, handle, data)
         while selector.get_map():
             for key, _ in selector.select(clock.step()):
                 _service(selector, key)
             if clock.fired():
                 handle.kill()  # the streams end when the tree is gone
-    while (end := handle.wait(clock.step())) is None:
-        if clock.fired():
-            handle.kill()
-    return Outcome(end, out, err, clock.timed_out, clock.cancelled)
+
+
+def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
+                  clock: _Clock) -> None:
+    workers = [threading.Thread(target=_drain, args=(stream, capture), daemon=True)
+               for stream, capture in ((handle.stdout, out), (handle.stderr, err))
+               if stream is not None]
+    if handle.stdin is not None:
+        workers.append(threading.Thread(target=_feed, args=(handle.stdin, data), daemon=True))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        while worker.is_alive():
+            worker.join(clock.step())
+            if clock.fired():
+                handle.kill()  # the streams end when the tree is gone
+
+
+def _drain(stream: IO[bytes], capture: Capture) -> None:
+    with stream:
+        while chunk := os.read(stream.fileno(), 65536):
+            capture.take(chunk)
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with stream:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(stream.fileno(), view[:65536]):]
+        except OSError:
+            pass  # the command stopped reading (a broken pipe); that is its business
 
 
 def _start_feeding(selector: selectors.BaseSelector, handle: Handle, data: bytes) -> None:

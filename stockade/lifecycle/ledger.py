@@ -8,8 +8,8 @@
 
 Nothing is written until the first `add`, so a launch that creates nothing durable pays nothing.
 That first `add` creates `records/<sha256 of the request id>.json`: written under a temporary
-name, locked with flock — the launch's *lease*, held until it settles and dropped by the kernel
-if its owner dies —, fsync'd, then hard-linked into place, so a record is never visible
+name, locked — the launch's *lease* (see lease.py), held until it settles and dropped by the
+kernel if its owner dies —, fsync'd, then hard-linked into place, so a record is never visible
 unlocked. A record is JSON lines: a versioned header, then one line per resource, each fsync'd
 before `add` returns. Settling removes the resources (newest first, each by its kind's remover,
 see removers.py), then unlinks the record, then drops the lease.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from stockade.errors import SetupError, UnavailableError
-from stockade.lifecycle import removers, statedir
+from stockade.lifecycle import lease, removers, statedir
 
 FORMAT = "stockade-ledger"
 VERSION = 1
@@ -123,7 +122,7 @@ class Ledger:
     def _reconcile_one(self, name: str, done: Reconciliation) -> None:
         path = os.path.join(self.records_dir, name)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = lease.open_record(path, os.O_RDWR)
         except FileNotFoundError:
             return  # settled meanwhile
         except OSError as exc:
@@ -133,7 +132,7 @@ class Ledger:
             return
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lease.acquire(fd, wait=False)
             except BlockingIOError:
                 done.live += 1
                 return
@@ -144,7 +143,7 @@ class Ledger:
                 if time.time() - os.fstat(fd).st_mtime > TEMPORARY_GRACE:
                     _unlink(path)  # its owner died before the record held anything
                 return
-            raw = os.pread(fd, MAX_RECORD + 1, 0)
+            raw = lease.read_at(fd, MAX_RECORD + 1, 0)
             try:
                 resources = _parse(raw, name, os.fstat(fd))
             except CorruptRecord:
@@ -165,7 +164,7 @@ class Ledger:
         reconciler did it first."""
         statedir.ensure(self.quarantine_dir)
         words = {w.decode() for w in _RETIRED_WORDS.findall(raw)} | {name.split(".")[0]}
-        fd = os.open(self.retired_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+        fd = os.open(self.retired_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | lease.OPEN_FLAGS,
                      0o600)
         try:
             os.write(fd, "".join(f"{w}\n" for w in sorted(words)).encode())
@@ -176,8 +175,8 @@ class Ledger:
             os.rename(path, os.path.join(self.quarantine_dir, f"{name}.{time.time_ns()}"))
         except FileNotFoundError:
             return False
-        _fsync_dir(self.quarantine_dir)
-        _fsync_dir(self.records_dir)
+        lease.sync_dir(self.quarantine_dir)
+        lease.sync_dir(self.records_dir)
         return True
 
 
@@ -243,10 +242,9 @@ class LaunchRecord:
                              "this request id was used before", stage="ledger")
         temporary = os.path.join(ledger.records_dir,
                                  f".{self.digest}.{os.urandom(8).hex()}.tmp")
-        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
+        fd = lease.open_record(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lease.acquire(fd, wait=True)
             _write_all(fd, _line({"format": FORMAT, "version": VERSION,
                                   "request": self.digest, "owner_pid": os.getpid(),
                                   "created": time.time()}))
@@ -266,7 +264,7 @@ class LaunchRecord:
 
 def _parse(raw: bytes, name: str, info: os.stat_result) -> list[tuple[str, str, dict]]:
     """The resources of a record, or CorruptRecord."""
-    if (len(raw) > MAX_RECORD or not raw.endswith(b"\n") or info.st_uid != os.geteuid()
+    if (len(raw) > MAX_RECORD or not raw.endswith(b"\n") or not lease.owned(info)
             or not stat.S_ISREG(info.st_mode) or not _RECORD.fullmatch(name)):
         raise CorruptRecord(name)
     try:
@@ -321,15 +319,7 @@ def _still_at(path: str, fd: int) -> bool:
 def _unlink(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    lease.sync_dir(os.path.dirname(path))
 
 
 def _listdir(path: str) -> list[str]:

@@ -4,7 +4,8 @@ Every remover is idempotent (a resource that is already gone is removed) and ref
 a path must be absolute, normal and end in a name `fresh_name` handed out, and must be of the
 recorded type and owned by this user; a process is killed only if the very process recorded —
 same boot, same pid, same start time — still runs. So a record can never direct the removal of
-anything Stockade did not create. A new kind is added to REMOVERS here, with its validator.
+anything Stockade did not create. A kind defined elsewhere (a backend's own resources, e.g.
+stockade/windows/records.py) is added with `register`, with its validator.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import select
 import shutil
 import signal
 import stat
+import sys
 from collections.abc import Callable
 
 NAME = re.compile(r"stockade-[a-z][a-z0-9]{0,15}-[0-9a-f]{24}")
@@ -45,6 +47,9 @@ def validate(kind: str, name: str, detail: dict) -> None:
     """Raise ValueError unless (kind, name, detail) is something a remover can act on."""
     if kind not in REMOVERS:
         raise ValueError(f"unknown resource kind {kind!r}")
+    if kind in _VALIDATORS:
+        _VALIDATORS[kind](name, detail)
+        return
     if kind == "process":
         if not _LABEL.fullmatch(name):
             raise ValueError("a process label is lower-case letters, digits and dashes")
@@ -111,6 +116,24 @@ REMOVERS: dict[str, Callable[[str, dict], None]] = {
     "socket": _remove_socket,
     "process": _remove_process,
 }
+_VALIDATORS: dict[str, Callable[[str, dict], None]] = {}
+
+
+def register(kind: str, validator: Callable[[str, dict], None],
+             remover: Callable[[str, dict], None]) -> None:
+    """Add a resource kind: `validator` raises ValueError for anything `remover` could not
+    act on safely. Registering a kind again replaces it; a built-in kind cannot be replaced."""
+    if kind in REMOVERS and kind not in _VALIDATORS:
+        raise ValueError(f"{kind!r} is a built-in resource kind")
+    _VALIDATORS[kind] = validator
+    REMOVERS[kind] = remover
+
+
+if sys.platform == "win32":  # what a Windows launch records: its profile, its DACL changes
+    from stockade.windows.records import KINDS as _WINDOWS_KINDS
+
+    for _kind, (_validator, _remover) in _WINDOWS_KINDS.items():
+        register(_kind, _validator, _remover)
 
 
 def _boot_id() -> str:

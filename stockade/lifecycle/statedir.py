@@ -19,6 +19,7 @@ import os
 import stat
 
 from stockade.errors import UnavailableError
+from stockade.lifecycle import lease
 
 ENV = "STOCKADE_STATE_DIR"
 ROOT_STATE_DIR = "/var/lib/stockade"
@@ -32,7 +33,7 @@ def state_dir() -> str:
     xdg = os.environ.get("XDG_STATE_HOME", "")
     if os.path.isabs(xdg):
         return os.path.join(xdg, "stockade")
-    if os.geteuid() == 0:
+    if lease.superuser():
         return ROOT_STATE_DIR
     return os.path.join(os.path.expanduser("~"), ".local", "state", "stockade")
 
@@ -59,9 +60,9 @@ def check(path: str) -> None:
                                f"the state directory cannot be read ({exc.strerror})") from None
     if not stat.S_ISDIR(info.st_mode):
         why = "is not a directory (a symbolic link is refused)"
-    elif info.st_uid != os.geteuid():
+    elif not lease.owned(info):
         why = "is owned by another user"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    elif not lease.private(info):
         why = "is writable by other users"
     else:
         return

@@ -15,10 +15,20 @@ ports a port-less pattern admits is the proxy's rule).
 (a leading `?` marks a root optional). No preset limits `cpu`. Every preset denies the credential
 stores in `DENY_DEFAULTS`, passes only `ENV_PASS_DEFAULTS`, keeps the model's protected names,
 and reads stdin from /dev/null.
+
+On Windows (`preset_documents("win32")`, what `PRESET_DOCUMENTS` holds there) the presets are
+the same but for what names Linux: "system" is `WINDOWS_SYSTEM_READ`; the denied credential
+stores are `WINDOWS_DENY_DEFAULTS` (the home directory's, without `/etc`); `SystemRoot` and
+`PATHEXT` are passed too, without which most Windows programs fail; and no `file_size` is set,
+since Windows has no per-file size limit (the backend refuses one). `networked-build` keeps its
+allowlist, which the Windows backend refuses (`unenforceable:network.allowlist`) until it has
+a network helper. Everything every AppContainer may read (`C:\\Windows`, `C:\\Program Files`) is
+readable on Windows whatever the preset; see docs/windows.md.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 SYSTEM_READ = ("/usr", "/etc", "?/bin", "?/sbin", "?/lib", "?/lib32", "?/lib64")
@@ -29,6 +39,12 @@ DENY_DEFAULTS = (
     "/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssh",
 )
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
+WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")
+WINDOWS_DENY_DEFAULTS = (
+    *(path for path in DENY_DEFAULTS if path.startswith("{home}/")),
+    "{home}/_netrc", "{home}/AppData/Roaming/gcloud", "{home}/AppData/Roaming/GitHub CLI",
+)
+WINDOWS_ENV_PASS_DEFAULTS = (*ENV_PASS_DEFAULTS, "PATHEXT", "SystemRoot")
 REGISTRIES = (
     "pypi.org", "files.pythonhosted.org",
     "registry.npmjs.org", "registry.yarnpkg.com",
@@ -48,31 +64,39 @@ _BUILD_LIMITS = {
 }
 
 
-def _document(*, read: tuple[str, ...], write: tuple[str, ...], exec_from_write: bool,
-              limits: dict[str, Any], allow: tuple[str, ...] = ()) -> dict[str, Any]:
+def preset_documents(platform: str) -> dict[str, dict[str, Any]]:
+    """The presets for `platform` (a `sys.platform` value)."""
+    windows = platform == "win32"
+    system = WINDOWS_SYSTEM_READ if windows else SYSTEM_READ
+
+    def document(*, read: tuple[str, ...], write: tuple[str, ...], exec_from_write: bool,
+                 limits: dict[str, Any], allow: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "filesystem": {
+                "read": list(read),
+                "write": list(write),
+                "deny": list(WINDOWS_DENY_DEFAULTS if windows else DENY_DEFAULTS),
+                "exec_from_write": exec_from_write,
+            },
+            "network": {"mode": "allowlist" if allow else "none", "allow": list(allow)},
+            "env": {"pass": list(WINDOWS_ENV_PASS_DEFAULTS if windows else ENV_PASS_DEFAULTS)},
+            "limits": {name: value for name, value in limits.items()
+                       if not (windows and name == "file_size")},
+            "process": {"stdin": "null"},
+        }
+
     return {
-        "version": 1,
-        "filesystem": {
-            "read": list(read),
-            "write": list(write),
-            "deny": list(DENY_DEFAULTS),
-            "exec_from_write": exec_from_write,
-        },
-        "network": {"mode": "allowlist" if allow else "none", "allow": list(allow)},
-        "env": {"pass": list(ENV_PASS_DEFAULTS)},
-        "limits": dict(limits),
-        "process": {"stdin": "null"},
+        "read-only": document(read=(*system, "{workspace}"), write=(), exec_from_write=False,
+                              limits=_INTERACTIVE_LIMITS),
+        "workspace-write": document(read=system, write=("{workspace}",), exec_from_write=False,
+                                    limits=_INTERACTIVE_LIMITS),
+        "offline-build": document(read=system, write=("{workspace}",), exec_from_write=True,
+                                  limits=_BUILD_LIMITS),
+        "networked-build": document(read=system, write=("{workspace}",), exec_from_write=True,
+                                    limits=_BUILD_LIMITS, allow=REGISTRIES),
     }
 
 
-PRESET_DOCUMENTS: dict[str, dict[str, Any]] = {
-    "read-only": _document(read=(*SYSTEM_READ, "{workspace}"), write=(), exec_from_write=False,
-                           limits=_INTERACTIVE_LIMITS),
-    "workspace-write": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=False,
-                                 limits=_INTERACTIVE_LIMITS),
-    "offline-build": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=True,
-                               limits=_BUILD_LIMITS),
-    "networked-build": _document(read=SYSTEM_READ, write=("{workspace}",), exec_from_write=True,
-                                 limits=_BUILD_LIMITS, allow=REGISTRIES),
-}
+PRESET_DOCUMENTS: dict[str, dict[str, Any]] = preset_documents(sys.platform)
 PRESETS = tuple(PRESET_DOCUMENTS)

@@ -9,8 +9,8 @@ foreign record is quarantined rather than obeyed: a `winacl` record can only nam
 drive path and a *package* SID, never a user's or a group's, so reverting it can only ever remove
 entries of an AppContainer.
 
-`KINDS` is what stockade/lifecycle/removers.py needs to register for reconciliation to handle
-these records (validator, remover); see docs/windows.md.
+`KINDS` (validator, remover) is what stockade/lifecycle/removers.py registers on Windows, so
+that reconciliation handles these records; see docs/windows.md.
 """
 
 from __future__ import annotations

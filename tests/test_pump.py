@@ -1,0 +1,81 @@
+"""The pump, both ways: the selector (Linux) and a thread per stream (what Windows uses, since it
+cannot select on pipes; written platform-neutrally, so tested here too). Driven over a plain,
+unsandboxed child: bounded capture, stdin fed, the deadline and cancel kill the child."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from stockade.launch.backend import Exit, Handle
+from stockade.launch.pump import drive
+
+
+class Plain(Handle):
+    """A child process, not sandboxed: enough for the pump."""
+
+    def __init__(self, code: str, *, stdin: bool = False) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.stdin, self.stdout, self.stderr = (self.process.stdin, self.process.stdout,
+                                                self.process.stderr)
+
+    def wait(self, timeout: float | None = None) -> Exit | None:
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return Exit(None, -code) if code < 0 else Exit(code, None)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+@pytest.fixture(params=[False, True], ids=["selector", "threads"])
+def threaded(request) -> bool:
+    return request.param
+
+
+def test_output_is_captured_within_the_limit_and_the_rest_drained(threaded):
+    handle = Plain("import os; os.write(1, b'x' * 300000); os.write(2, b'err'); raise "
+                   "SystemExit(3)")
+    done = drive(handle, input=None, limit=1000, timeout=30, cancel=None, threaded=threaded)
+    assert done.end == Exit(3, None)
+    assert (bytes(done.stdout.data), done.stdout.truncated) == (b"x" * 1000, True)
+    assert (bytes(done.stderr.data), done.stderr.truncated) == (b"err", False)
+    assert not (done.timed_out or done.cancelled)
+
+
+@pytest.mark.parametrize("size", [0, 5, 1 << 20])
+def test_stdin_is_fed_whole_and_closed(threaded, size):
+    data = bytes(range(256)) * (size // 256) + b"y" * (size % 256)
+    handle = Plain("import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())", stdin=True)
+    done = drive(handle, input=data, limit=2 << 20, timeout=30, cancel=None, threaded=threaded)
+    assert done.end == Exit(0, None) and bytes(done.stdout.data) == data
+
+
+def test_a_command_that_stops_reading_stdin_is_its_business(threaded):
+    handle = Plain("import sys; sys.stdin.close(); print('done')", stdin=True)
+    done = drive(handle, input=b"z" * (4 << 20), limit=100, timeout=30, cancel=None,
+                 threaded=threaded)
+    assert done.end == Exit(0, None) and bytes(done.stdout.data) == b"done\n"
+
+
+def test_the_deadline_kills_the_child(threaded):
+    handle = Plain("import time; print('started', flush=True); time.sleep(60)")
+    done = drive(handle, input=None, limit=100, timeout=0.5, cancel=None, threaded=threaded)
+    assert done.timed_out and not done.cancelled
+    assert done.end == Exit(None, signal.SIGKILL) and bytes(done.stdout.data) == b"started\n"
+
+
+def test_cancel_kills_the_child(threaded):
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    handle = Plain("import time; time.sleep(60)")
+    done = drive(handle, input=None, limit=100, timeout=None, cancel=cancel, threaded=threaded)
+    assert done.cancelled and not done.timed_out and done.end == Exit(None, signal.SIGKILL)
