@@ -113,7 +113,7 @@ def test_record_is_written_ahead_locked_and_removed_after_its_resources(ledger, 
         record.add("dir", path)
         assert not os.path.exists(path)  # written ahead: the resource does not exist yet
         assert os.path.basename(record.path) == hashlib.sha256(b"request-1").hexdigest() + ".json"
-        header, entry = (json.loads(line) for line in open(record.path).read().splitlines())
+        header, entry = (json.loads(line) for line in Path(record.path).read_text().splitlines())
         assert header["format"] == "stockade-ledger" and header["version"] == 1
         assert entry == {"add": {"kind": "dir", "name": path, "detail": {}}}
         assert _locked(record.path)  # the lease

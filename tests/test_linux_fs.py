@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, py, sandbox
@@ -20,7 +21,7 @@ def snapshot(path):
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
             st = os.lstat(full)
-            body = open(full, "rb").read() if stat.S_ISREG(st.st_mode) else None
+            body = Path(full).read_bytes() if stat.S_ISREG(st.st_mode) else None
             out[os.path.relpath(full, path)] = (st.st_mode, st.st_size, body)
     return out
 
