@@ -1,0 +1,161 @@
+"""The machine for a policy: which host directories the guest sees (each read root and write
+root as its own 9p share, nothing else of the host), the guest's init script, and the QEMU
+command line. Pure: nothing here starts a process."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+
+from stockade.errors import UnenforceableError
+from stockade.launch.request import LaunchRequest
+from stockade.vm.initramfs import Kernel
+
+QEMU = "qemu-system-x86_64"
+PORT_NAME = "stockade"  # the virtio-serial port the agent speaks on
+MAX_SHARES = 20  # one PCI slot each, on q35's root bus (32 slots, a few taken)
+MEMORY_MIB = 512
+_9P = "trans=virtio,version=9p2000.L,msize=262144"
+# The agent's entry in the guest: load the package from its own directory (as the Linux session
+# does); become the host user's uid and gid (argv[2], argv[3]: the guest sees the shares' host
+# ownership, so permissions work out as on the host) without any capability and with
+# no_new_privs (prctl 38), so commands cannot undo the guest's mounts; then serve the session.
+GUEST_BOOT = ("import os, sys, importlib.util as u; p = sys.argv[1]; "
+              "s = u.spec_from_file_location('stockade', p + '/__init__.py', "
+              "submodule_search_locations=[p]); m = u.module_from_spec(s); "
+              "sys.modules['stockade'] = m; s.loader.exec_module(m); "
+              "from stockade.linux.privilege import drop_all; "
+              "uid, gid = int(sys.argv[2]), int(sys.argv[3]); "
+              "os.setgroups([]); os.setresgid(gid, gid, gid); "
+              "os.setresuid(uid, uid, uid) if uid else drop_all(); "
+              "from stockade.linux.syscalls import prctl; prctl(38, 1); "
+              "from stockade.session.agent import main; sys.exit(main())")
+
+
+@dataclass(frozen=True)
+class Share:
+    tag: str
+    path: str  # canonical host path, mounted at the same path in the guest
+    writable: bool
+
+
+@dataclass(frozen=True)
+class Guest:
+    """What the guest sees: the shares, symlinks recreating the policy's aliases (`/lib` ->
+    `usr/lib`), paths hidden (deny) and made read-only (protected names in write roots)."""
+
+    shares: tuple[Share, ...]
+    links: tuple[tuple[str, str], ...]
+    hidden: tuple[str, ...]
+    frozen: tuple[str, ...]
+
+
+def plan(request: LaunchRequest) -> Guest:
+    """The guest for a compiled request; refuses what the VM cannot enforce."""
+    if request.network.mode != "none":
+        raise UnenforceableError("network", f"network mode {request.network.mode!r}: the VM "
+                                 "driver only supports 'none' (no network device) so far")
+    shares: list[Share] = []
+    links: dict[str, str] = {}
+    grants = [(g, False) for g in request.read] + [(g, True) for g in request.write]
+    for grant, writable in sorted(grants, key=lambda item: item[0].path):
+        if grant.alias != grant.path and os.path.islink(grant.alias):
+            links[grant.alias] = os.readlink(grant.alias)
+        if not writable and any(_inside(grant.path, s.path) for s in shares if not s.writable):
+            continue  # already visible, read-only, through an enclosing share
+        shares.append(Share(f"s{len(shares)}", grant.path, writable))
+    if len(shares) > MAX_SHARES:
+        raise UnenforceableError("filesystem", f"{len(shares)} roots: the VM driver shares at "
+                                 f"most {MAX_SHARES}")
+    frozen = tuple(f"{g.path}/{name}" for g in request.write for name in request.protected
+                   if os.path.lexists(f"{g.path}/{name}"))
+    return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
+                 tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen)
+
+
+def init_script(guest: Guest, argv: list[str]) -> str:
+    """The guest's /init: modules, a fresh tmpfs root with its own /proc, /sys, /dev and /tmp,
+    the shares on it (after those, so a write root under /tmp stays visible), the deny and
+    protected overlays, then the agent on the virtio-serial port (its stderr on the console,
+    which is the host's boot log)."""
+    q = shlex.quote
+    lines = ["#!/bin/busybox sh", "export PATH=/bin", "set -e",
+             "busybox mount -t devtmpfs dev /dev", "busybox mount -t sysfs sys /sys",
+             "for m in /m/*.ko; do busybox insmod $m; done",
+             "busybox mount -t tmpfs -o mode=0755 root /newroot"]
+    for sub, kind in (("proc", "proc"), ("sys", "sysfs"), ("dev", "devtmpfs"), ("tmp", "tmpfs")):
+        lines += [f"busybox mkdir -p /newroot/{sub}",
+                  f"busybox mount -t {kind} {sub} /newroot/{sub}"]
+    lines.append("busybox chmod 1777 /newroot/tmp")
+    for share in guest.shares:
+        target = q("/newroot" + share.path)
+        mode = "rw" if share.writable else "ro"
+        lines += [f"busybox mkdir -p {target}",
+                  f"busybox mount -t 9p -o {_9P},{mode} {share.tag} {target}"]
+    for link, target in guest.links:
+        lines.append(f"[ -e {q('/newroot' + link)} ] || busybox ln -s {q(target)} "
+                     f"{q('/newroot' + link)}")
+    for path in guest.hidden:
+        target = q("/newroot" + path)
+        lines.append(f"if [ -d {target} ]; then busybox mount -t tmpfs -o ro,size=0 deny {target}; "
+                     f"elif [ -e {target} ]; then busybox mount --bind /dev/null {target}; fi")
+    for path in guest.frozen:
+        target = q("/newroot" + path)
+        lines += [f"busybox mount --bind {target} {target}",
+                  f"busybox mount -o remount,bind,ro {target}"]
+    lines += ["port=",
+              "for p in /sys/class/virtio-ports/*; do",
+              f"  [ \"$(busybox cat $p/name)\" = {PORT_NAME} ] && port=/dev/${{p##*/}}",
+              "done",
+              "[ -n \"$port\" ] || { echo 'stockade init: no agent port'; exit 1; }",
+              "busybox umount /sys",
+              "exec busybox switch_root /newroot " + " ".join(q(a) for a in argv)
+              + " 0<>\"/newroot$port\" 1>&0"]
+    return "\n".join(lines) + "\n"
+
+
+def agent_argv(python: str, package_dir: str, uid: int, gid: int) -> list[str]:
+    return [python, "-I", "-S", "-B", "-c", GUEST_BOOT, package_dir, str(uid), str(gid)]
+
+
+def qemu_argv(kernel: Kernel, initrd: str, socket_path: str, log: str,
+              guest: Guest) -> list[str]:
+    """A q35 machine under TCG: no disk, no network device, no display; the console on the
+    ISA serial port into `log`; the agent's port on a virtio-serial controller whose chardev
+    connects to the host's `socket_path`; one virtio-9p device per share.
+
+    Not microvm: it has no HPET or ACPI PM timer, and under TCG the kernel's TSC calibration
+    against the PIT fails now and then, which left one boot in five hanging; q35 has both."""
+    argv = [QEMU, "-accel", "tcg", "-M", "q35", "-cpu", "max",
+            "-m", str(MEMORY_MIB), "-smp", "1", "-nodefaults", "-no-user-config",
+            "-nographic", "-no-reboot", "-nic", "none",
+            "-kernel", kernel.image, "-initrd", initrd,
+            "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
+            "-chardev", f"file,id=log,path={_opt(log)}", "-serial", "chardev:log",
+            "-device", "virtio-serial-pci",
+            "-chardev", f"socket,id=agent,path={_opt(socket_path)},server=off",
+            "-device", f"virtserialport,chardev=agent,name={PORT_NAME}"]
+    for share in guest.shares:
+        argv += ["-fsdev", f"local,id={share.tag},path={_opt(share.path)},"
+                 f"security_model={_security_model(share.writable)}"
+                 f"{'' if share.writable else ',readonly=on'}",
+                 "-device", f"virtio-9p-pci,fsdev={share.tag},mount_tag={share.tag}"]
+    return argv
+
+
+def _security_model(writable: bool) -> str:
+    """`none` passes the guest's owners and modes through to the host. For a QEMU running as
+    root that would let a command create a setuid-root file in a write root; `mapped-xattr`
+    keeps the guest's owners and modes in extended attributes instead, and the host file stays
+    a plain root-owned file (mode 0600/0700)."""
+    return "mapped-xattr" if writable and os.geteuid() == 0 else "none"
+
+
+def _opt(value: str) -> str:
+    """`value` as a QEMU option value (a comma is written twice)."""
+    return value.replace(",", ",,")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")

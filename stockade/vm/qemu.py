@@ -1,0 +1,210 @@
+"""Booting a QEMU guest whose init is the session agent, and `VmSandbox`: `stockade.Sandbox`
+with the VM as its boundary instead of Linux namespaces (docs/vm.md).
+
+The host listens on a unix socket in a private (0700) directory; QEMU connects to it as the
+chardev of the guest's virtio-serial port, which the guest's init hands to the agent as its
+stdin and stdout. The host accepts one connection, checks with SO_PEERCRED that it is the QEMU
+it started, writes the 32-byte secret, then speaks the session protocol (stockade/session) on it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import replace
+
+from stockade.api import resolve_policy
+from stockade.errors import StockadeError, UnavailableError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.request import LaunchRequest
+from stockade.launch.result import Result
+from stockade.policy import Policy
+from stockade.session import boot, protocol
+from stockade.session.channel import Channel
+from stockade.session.errors import SessionError
+from stockade.session.exchange import Ending
+from stockade.session.protocol import Message
+from stockade.session.sandbox import Sandbox
+from stockade.vm import initramfs, machine
+
+BACKEND = "qemu-vm"
+BOOT_TIMEOUT = 60.0  # seconds from QEMU's start to the agent's hello (TCG: ~8s here)
+ACCEPT_POLL = 0.2  # seconds between checks that QEMU still runs while waiting for it
+SETPRIV = "setpriv"  # util-linux
+
+
+class VmHandle:
+    """The QEMU process this host started, and its private directory. `kill` and `wait` act on
+    that process only (by the Popen that started it), and remove the directory once it ended."""
+
+    def __init__(self, process: subprocess.Popen, workdir: str) -> None:
+        self.process = process
+        self.workdir = workdir
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.wait()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return status
+
+    def log_tail(self) -> str:
+        """The end of the guest console and of QEMU's stderr (for boot failures)."""
+        parts = []
+        for name in ("console.log", "qemu.err"):
+            try:
+                with open(os.path.join(self.workdir, name), "rb") as f:
+                    text = f.read()[-600:].decode("utf-8", "replace").strip()
+            except OSError:
+                continue
+            if text:
+                parts.append(f"{name}: {text}")
+        return "; ".join(parts) or "no console output"
+
+
+def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_ATTEMPTS,
+            timeout: float = BOOT_TIMEOUT) -> boot.Session:
+    """A guest whose agent has said hello. What the VM cannot enforce, or a host without QEMU
+    or a suitable kernel, raises at once; a guest that does not answer is retried, `attempts`
+    times in all, then `session_boot_failed`."""
+    request = boot.agent_request(policy, ctx)
+    argv = machine.agent_argv(request.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid())
+    request = replace(request, argv=tuple(argv))
+    guest = machine.plan(request)
+    if shutil.which(machine.QEMU) is None:
+        raise UnavailableError("vm_qemu_unavailable", f"{machine.QEMU} is not installed")
+    if shutil.which(SETPRIV) is None:
+        raise UnavailableError("vm_qemu_unavailable", f"{SETPRIV} (util-linux) is not installed")
+    kernel = initramfs.find_kernel()
+    image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
+    failures = []
+    for _ in range(attempts):
+        handle, listener = _start(kernel, image, guest)
+        try:
+            channel, hello = _handshake(handle, listener, timeout)
+        except (StockadeError, OSError) as exc:
+            failures.append(f"{exc} ({handle.log_tail()})")
+            handle.kill()
+            continue
+        except BaseException:
+            handle.kill()
+            raise
+        finally:
+            listener.close()
+        return boot.Session(request, handle, channel, hello)  # type: ignore[arg-type]
+    raise SessionError("session_boot_failed",
+                       f"the VM did not boot after {attempts} attempts: {failures[-1]}")
+
+
+def _start(kernel: initramfs.Kernel, image: bytes,
+           guest: machine.Guest) -> tuple[VmHandle, socket.socket]:
+    workdir = tempfile.mkdtemp(prefix="stockade-vm-")  # mode 0700
+    initrd = os.path.join(workdir, "initrd")
+    with open(initrd, "wb") as f:
+        f.write(image)
+    path = os.path.join(workdir, "agent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = machine.qemu_argv(kernel, initrd, path, os.path.join(workdir, "console.log"), guest)
+    try:
+        listener.bind(path)
+        listener.listen(1)
+        with open(os.path.join(workdir, "qemu.err"), "wb") as err:
+            # setpriv sets the parent-death signal in the child without running Python code
+            # after fork (preexec_fn is unsafe in threaded programs).
+            process = subprocess.Popen([SETPRIV, "--pdeathsig", "KILL", "--", *argv],
+                                       stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+    except OSError:
+        listener.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return VmHandle(process, workdir), listener
+
+
+def _handshake(handle: VmHandle, listener: socket.socket,
+               timeout: float) -> tuple[Channel, dict]:
+    deadline = time.monotonic() + timeout
+    conn = None
+    while conn is None:
+        if handle.process.poll() is not None:
+            raise SessionError("session_boot_failed", "QEMU exited before connecting")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SessionError("session_boot_failed", "QEMU did not connect")
+        listener.settimeout(min(left, ACCEPT_POLL))
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+    pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    if pid != handle.pid:
+        conn.close()
+        raise SessionError("session_boot_failed", f"the agent socket's peer is pid {pid}, "
+                           f"not QEMU ({handle.pid})")
+    conn.setblocking(True)
+    nonce = secrets.token_bytes(protocol.NONCE_SIZE)
+    conn.sendall(nonce)
+    reader = os.fdopen(conn.detach(), "rb", buffering=0)
+    channel = Channel(os.fdopen(os.dup(reader.fileno()), "wb", buffering=0), reader)
+    try:
+        channel.send(Message("hello", body={"nonce": nonce.hex()}))
+        reply = channel.receive(max(deadline - time.monotonic(), 0))
+        if reply is None:
+            raise SessionError("session_boot_failed", f"no hello from the agent in {timeout:g}s")
+        if reply.type != "hello":
+            raise SessionError("session_boot_failed", f"the agent answered {reply.type}")
+    except BaseException:
+        channel.close()
+        raise
+    return channel, reply.body
+
+
+class VmSandbox(Sandbox):
+    """`stockade.Sandbox` whose commands run in a QEMU guest (see docs/vm.md): the same
+    `run`/`stream`/`ping`/`close`, the same protocol and agent. Closing it kills QEMU."""
+
+    def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
+                 preset: str | None = None, workspace: str | os.PathLike | None = None,
+                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT) -> None:
+        # Sandbox.__init__ with boot_vm in place of the Linux boot.
+        self._policy = resolve_policy(policy, preset)
+        self._ctx = CompileContext.current(workspace)
+        self._default = compile_policy(self._policy, ["true"], self._ctx)
+        self._session = boot_vm(self._policy, self._ctx, attempts=attempts, timeout=timeout)
+        weakref.finalize(self, self._session.handle.kill)
+        self._lock = threading.Lock()
+        self._ending = threading.Lock()
+        self._ended = False
+        self._owner: int | None = None
+        self._number = 0
+        self._closed: SessionError | None = None
+        hello = self._session.hello
+        self.enforced: dict = {"sandbox": BACKEND, "agent": hello["agent"],
+                               "observed_in_sandbox": hello["observed"]}
+
+    @property
+    def pid(self) -> int:
+        """QEMU's pid."""
+        handle = self._session.handle
+        assert isinstance(handle, VmHandle)
+        return handle.pid
+
+    def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
+        return replace(super()._result(request, ending, duration), backend=BACKEND)

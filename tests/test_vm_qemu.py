@@ -1,0 +1,233 @@
+"""VM containment with QEMU (stockade/vm): the machine a policy gets, and a real guest booted
+under TCG (slow: one guest per module) running commands over the session protocol.
+
+The guest tests are skipped, with the reason, where qemu-system-x86_64, a kernel with 9p and
+virtio-pci, or a static busybox is missing; STOCKADE_REQUIRE_VM=1 makes that a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from stockade.errors import StartError, UnavailableError, UnenforceableError
+from stockade.launch.request import LaunchRequest, NetworkSpec, PathGrant
+from stockade.session.errors import SessionError
+from stockade.session.exchange import Output
+from stockade.vm import cpio, initramfs, machine, qemu
+
+
+def _request(**changes) -> LaunchRequest:
+    fields = {"argv": ("true",), "cwd": "/", "env": (),
+              "read": (PathGrant("/usr", "/usr"), PathGrant("/usr/lib", "/lib"),
+                       PathGrant("/etc", "/etc")),
+              "write": (PathGrant("/tmp/w,x", "/tmp/w,x"),)}
+    return LaunchRequest(**(fields | changes))
+
+
+# --- the machine, without QEMU -------------------------------------------------------------------
+
+def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent():
+    guest = machine.plan(_request())
+    assert {(s.path, s.writable) for s in guest.shares} == {
+        ("/usr", False), ("/etc", False), ("/tmp/w,x", True)}
+    assert len({s.tag for s in guest.shares}) == 3
+
+
+@pytest.mark.parametrize("mode", ["allowlist", "any"])
+def test_network_other_than_none_is_refused(mode):
+    with pytest.raises(UnenforceableError) as info:
+        machine.plan(_request(network=NetworkSpec(mode=mode)))
+    assert info.value.code == "unenforceable:network"
+
+
+def test_qemu_argv_has_no_network_device_and_read_only_shares():
+    guest = machine.plan(_request())
+    kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
+    argv = machine.qemu_argv(kernel, "/d/initrd", "/d/agent.sock", "/d/log", guest)
+    text = " ".join(argv)
+    assert "-netdev" not in argv and argv[argv.index("-nic") + 1] == "none"
+    assert "-accel tcg" in text and "-M q35" in text
+    assert "path=/usr,security_model=none,readonly=on" in text
+    writable = "mapped-xattr" if os.geteuid() == 0 else "none"  # root: no setuid on the host
+    assert f"path=/tmp/w,,x,security_model={writable} " in text + " "  # commas doubled
+    assert "path=/d/agent.sock,server=off" in text
+
+
+def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port():
+    guest = machine.plan(_request())
+    script = machine.init_script(guest, ["/usr/bin/python3", "-c", "print('x')"])
+    for share in guest.shares:
+        mode = "rw" if share.writable else "ro"
+        assert f",{mode} {share.tag} '/newroot{share.path}'" in script or \
+            f",{mode} {share.tag} /newroot{share.path}" in script
+    assert script.rstrip().endswith("'print('\"'\"'x'\"'\"')' 0<>\"/newroot$port\" 1>&0")
+
+
+def test_cpio_newc_entries_are_aligned_and_terminated():
+    archive = cpio.Archive()
+    archive.directory("d")
+    archive.file("d/f", b"abc", 0o755)
+    archive.symlink("l", "d/f")
+    data = archive.finish()
+    assert data.startswith(b"070701") and len(data) % 4 == 0
+    assert data.count(b"070701") == 4 and b"TRAILER!!!\0" in data
+    names = []
+    offset = 0
+    while offset < len(data):
+        header = data[offset:offset + 110]
+        size, namesize = int(header[54:62], 16), int(header[94:102], 16)
+        name_end = offset + 110 + namesize
+        names.append(data[offset + 110:name_end - 1].decode())
+        offset = name_end + (-name_end % 4) + size
+        offset += -offset % 4
+    assert names == ["d", "d/f", "l", "TRAILER!!!"]
+
+
+def test_a_kernel_without_9p_is_unavailable(tmp_path):
+    (tmp_path / "vmlinuz-1").write_bytes(b"")
+    (tmp_path / "config-1").write_text("CONFIG_VIRTIO_PCI=y\n# CONFIG_NET_9P is not set\n")
+    with pytest.raises(UnavailableError) as info:
+        initramfs.find_kernel(str(tmp_path), str(tmp_path))
+    assert info.value.code == "vm_kernel_unavailable" and "CONFIG_9P_FS" in info.value.message
+
+
+def test_modules_load_after_their_dependencies(tmp_path):
+    tree = tmp_path / "1"
+    tree.mkdir()
+    (tree / "modules.dep").write_text("kernel/fs/9p/9p.ko: kernel/fs/netfs.ko kernel/9pnet.ko\n"
+                                      "kernel/fs/netfs.ko:\nkernel/9pnet.ko: kernel/fs/netfs.ko\n")
+    order = initramfs.load_order(str(tree), ["9p"])
+    assert [os.path.basename(p) for p in order] == ["netfs.ko", "9pnet.ko", "9p.ko"]
+
+
+# --- a real guest ----------------------------------------------------------------------------
+
+def _vm_available() -> str | None:
+    """Why a guest cannot boot here, or None."""
+    if shutil.which(machine.QEMU) is None:
+        return f"{machine.QEMU} is not installed"
+    if not os.access(initramfs.BUSYBOX, os.X_OK):
+        return f"{initramfs.BUSYBOX} is missing (busybox-static)"
+    try:
+        initramfs.find_kernel()
+    except UnavailableError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="module")
+def vm_ready() -> None:
+    reason = _vm_available()
+    if reason is not None:
+        if os.environ.get("STOCKADE_REQUIRE_VM"):
+            pytest.fail(f"VM containment unavailable but required: {reason}")
+        pytest.skip(f"VM containment unavailable here: {reason}")
+
+
+def _qemus() -> set[int]:
+    """Host pids of QEMU processes started by this driver (their private directory is named
+    stockade-vm-*)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    line = f.read()
+            except OSError:
+                continue
+            if line.startswith(machine.QEMU.encode()) and b"stockade-vm-" in line:
+                found.add(int(entry))
+    return found
+
+
+@pytest.fixture(scope="module")
+def guest(vm_ready, tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("vm-ws")
+    began = time.monotonic()
+    sb = qemu.VmSandbox(preset="workspace-write", workspace=workspace)
+    sb.boot_seconds = time.monotonic() - began  # type: ignore[attr-defined]
+    yield sb, workspace
+    sb.close()
+
+
+def test_argv_cwd_env_and_exit_codes(guest):
+    sb, workspace = guest
+    (workspace / "sub").mkdir(exist_ok=True)
+    r = sb.run(["sh", "-c", 'printf "%s|" "$0" "$1" "$PWD" "$FOO"; exit 3', "a b", "c"],
+               cwd=workspace / "sub", env={"FOO": "bar"})
+    assert r.exit_code == 3 and r.backend == "qemu-vm"
+    assert r.stdout.decode() == f"a b|c|{workspace}/sub|bar|"
+    assert sb.run(["true"]).exit_code == 0
+    with pytest.raises(StartError) as info:
+        sb.run(["no-such-command-here"])
+    assert info.value.code == "command_not_found"
+    assert sb.enforced["observed_in_sandbox"]["CapEff"] == 0
+
+
+def test_output_is_streamed_before_the_command_ends(guest):
+    sb, _ = guest
+    seen = []
+    for event in sb.stream(["sh", "-c", "echo first; sleep 3; echo second"]):
+        seen.append((time.monotonic(), event))
+    first = next(t for t, e in seen if isinstance(e, Output) and b"first" in e.data)
+    assert seen[-1][0] - first > 2
+
+
+def test_read_roots_are_read_only_and_the_workspace_is_writable(guest):
+    sb, workspace = guest
+    r = sb.run(["sh", "-c", "touch /usr/stockade-vm-probe; echo > /etc/stockade-vm-probe"])
+    assert r.exit_code != 0 and r.stderr.count(b"Read-only file system") == 2
+    assert sb.run(["sh", "-c", "echo hello > made-in-vm"]).exit_code == 0
+    assert (workspace / "made-in-vm").read_text() == "hello\n"
+    assert sb.run(["ls", "/home"]).exit_code != 0  # not a root of the policy: not in the guest
+
+
+def test_a_setuid_file_made_in_the_guest_is_not_setuid_on_the_host(guest):
+    sb, workspace = guest
+    r = sb.run(["sh", "-c", "cp /bin/true suid-try && chmod 4755 suid-try"])
+    assert r.exit_code == 0, r.stderr
+    mode = (workspace / "suid-try").stat().st_mode
+    if os.geteuid() == 0:
+        assert not mode & 0o6000, oct(mode)  # mapped-xattr: the bits live in an xattr
+    else:
+        assert (workspace / "suid-try").stat().st_uid == os.getuid()  # setuid to oneself
+
+
+def test_the_guest_has_no_network_interface_but_lo(guest):
+    sb, _ = guest
+    assert sb.run(["ls", "/sys/class/net"]).stdout.split() == [b"lo"]
+
+
+def test_timings(guest):
+    sb, _ = guest
+    latencies = []
+    for _ in range(10):
+        began = time.monotonic()
+        sb.run(["true"])
+        latencies.append(time.monotonic() - began)
+    latencies.sort()
+    print(f"vm boot {sb.boot_seconds:.2f}s, `true` median {latencies[5] * 1000:.0f}ms")
+    assert sb.ping() < 5
+
+
+def test_close_leaves_no_qemu_and_no_directory(vm_ready, tmp_path):
+    before = _qemus()
+    sb = qemu.VmSandbox(preset="read-only", workspace=tmp_path)
+    handle = sb._session.handle
+    assert isinstance(handle, qemu.VmHandle) and _qemus() - before == {sb.pid}
+    assert sb.run(["true"]).exit_code == 0
+    sb.close()
+    assert sb.pid not in _qemus() and not os.path.exists(handle.workdir)
+    with pytest.raises(SessionError):
+        sb.run(["true"])
+
+
+def test_a_guest_that_never_answers_is_retried_then_torn_down(vm_ready, tmp_path):
+    before = _qemus()
+    with pytest.raises(SessionError) as info:
+        qemu.VmSandbox(preset="read-only", workspace=tmp_path, timeout=0.2)
+    assert info.value.code == "session_boot_failed" and "3 attempts" in info.value.message
+    assert not _qemus() - before
