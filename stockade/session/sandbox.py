@@ -49,7 +49,7 @@ class Sandbox:
         self._policy = resolve_policy(policy, preset)
         self._ctx = CompileContext.current(workspace)
         self._default = compile_policy(self._policy, ["true"], self._ctx)  # cwd, env, limits
-        self._session = boot.boot(self._policy, self._ctx)
+        self._session = self._boot(self._policy, self._ctx)
         weakref.finalize(self, self._session.handle.kill)
         self._lock = threading.Lock()  # held by the command that uses the channel
         self._ending = threading.Lock()  # held while the sandbox is being ended
@@ -58,8 +58,14 @@ class Sandbox:
         self._number = 0
         self._closed: SessionError | None = None
         hello = self._session.hello
-        self.enforced: dict = {"sandbox": "linux", "agent": hello["agent"],
+        self.enforced: dict = {"sandbox": self.containment, "agent": hello["agent"],
                                "observed_in_sandbox": hello["observed"]}
+
+    containment = "linux"  # what holds the agent (a subclass boots something else)
+
+    def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
+        """Start the agent in its sandbox and greet it."""
+        return boot.boot(policy, ctx)
 
     def __enter__(self) -> Sandbox:
         return self

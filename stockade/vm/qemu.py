@@ -16,14 +16,11 @@ import socket
 import struct
 import subprocess
 import tempfile
-import threading
 import time
-import weakref
 from dataclasses import replace
 
-from stockade.api import resolve_policy
 from stockade.errors import StockadeError, UnavailableError
-from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
 from stockade.policy import Policy
@@ -180,24 +177,16 @@ class VmSandbox(Sandbox):
     """`stockade.Sandbox` whose commands run in a QEMU guest (see docs/vm.md): the same
     `run`/`stream`/`ping`/`close`, the same protocol and agent. Closing it kills QEMU."""
 
+    containment = BACKEND
+
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
                  attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT) -> None:
-        # Sandbox.__init__ with boot_vm in place of the Linux boot.
-        self._policy = resolve_policy(policy, preset)
-        self._ctx = CompileContext.current(workspace)
-        self._default = compile_policy(self._policy, ["true"], self._ctx)
-        self._session = boot_vm(self._policy, self._ctx, attempts=attempts, timeout=timeout)
-        weakref.finalize(self, self._session.handle.kill)
-        self._lock = threading.Lock()
-        self._ending = threading.Lock()
-        self._ended = False
-        self._owner: int | None = None
-        self._number = 0
-        self._closed: SessionError | None = None
-        hello = self._session.hello
-        self.enforced: dict = {"sandbox": BACKEND, "agent": hello["agent"],
-                               "observed_in_sandbox": hello["observed"]}
+        self._attempts, self._timeout = attempts, timeout
+        super().__init__(policy, preset=preset, workspace=workspace)
+
+    def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
+        return boot_vm(policy, ctx, attempts=self._attempts, timeout=self._timeout)
 
     @property
     def pid(self) -> int:
