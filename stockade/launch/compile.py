@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stockade.errors import PolicyError, UsageError
@@ -51,8 +51,7 @@ def compile_policy(
 ) -> LaunchRequest:
     """Resolve `policy` for running `argv`; raises PolicyError for anything unresolvable."""
     ctx = ctx or CompileContext.current()
-    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
-        raise UsageError("argv must be a non-empty list of non-empty strings without NUL")
+    check_argv(argv)
     fs = policy.filesystem
     read = _grants(fs.read, "filesystem.read", ctx, must_exist=True)
     write = _grants(fs.write, "filesystem.write", ctx, must_exist=True)
@@ -77,6 +76,12 @@ def compile_policy(
         limits=LimitSpec(**vars(policy.limits)),
         stdin=stdin or policy.process.stdin,
     )
+
+
+def check_argv(argv: Sequence[str]) -> None:
+    """UsageError unless `argv` is a non-empty list of non-empty strings without NUL."""
+    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
+        raise UsageError("argv must be a non-empty list of non-empty strings without NUL")
 
 
 def expand(path: str, ctx: CompileContext) -> str:

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from stockade.api import resolve_policy
 from stockade.errors import UsageError
-from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
 from stockade.launch.request import LaunchRequest
@@ -157,7 +157,7 @@ class Sandbox:
         if timeout is not None and timeout <= 0:
             raise UsageError("timeout must be positive")
         if cwd is None:  # the common case skips resolving every root again
-            _check_argv(argv)
+            check_argv(argv)
             own = replace(self._default, argv=tuple(argv))
         else:
             own = compile_policy(self._policy, list(argv), self._ctx, cwd=cwd)
@@ -234,9 +234,3 @@ class Sandbox:
             timings={"start": round(start, 3), "run": round(wall, 3),
                      "session": round(max(duration * 1000 - start - wall, 0), 3)},
         )
-
-
-def _check_argv(argv: Sequence[str]) -> None:
-    """compile_policy's argv rule, for commands that skip compiling."""
-    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
-        raise UsageError("argv must be a non-empty list of non-empty strings without NUL")
