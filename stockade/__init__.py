@@ -26,11 +26,12 @@ _EXPORTS = {
     "Result": "stockade.launch.result", "Violation": "stockade.launch.result",
     "Policy": "stockade.policy", "load_policy": "stockade.policy", "preset": "stockade.policy",
     "Sandbox": "stockade.session.sandbox", "AsyncSandbox": "stockade.session.aio",
+    "VmSandbox": "stockade.vm.qemu",
 }
 __all__ = [
     "AsyncSandbox", "Attestation", "Policy", "PolicyError", "Result", "Sandbox", "SetupError",
     "StartError", "StockadeError", "UnavailableError", "UnenforceableError", "UsageError",
-    "Violation", "arun", "load_policy", "preset", "probe", "run",
+    "Violation", "VmSandbox", "arun", "load_policy", "preset", "probe", "run",
 ]
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from stockade.policy import Policy, load_policy, preset
     from stockade.session.aio import AsyncSandbox
     from stockade.session.sandbox import Sandbox
+    from stockade.vm.qemu import VmSandbox
 
 
 def __getattr__(name: str) -> object:

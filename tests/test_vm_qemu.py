@@ -231,3 +231,10 @@ def test_a_guest_that_never_answers_is_retried_then_torn_down(vm_ready, tmp_path
         qemu.VmSandbox(preset="read-only", workspace=tmp_path, timeout=0.2)
     assert info.value.code == "session_boot_failed" and "3 attempts" in info.value.message
     assert not _qemus() - before
+
+
+def test_the_vm_sandbox_is_part_of_the_public_api():
+    import stockade
+
+    assert stockade.VmSandbox is qemu.VmSandbox and "VmSandbox" in stockade.__all__
+    assert issubclass(stockade.VmSandbox, stockade.Sandbox)

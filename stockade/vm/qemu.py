@@ -175,7 +175,8 @@ def _handshake(handle: VmHandle, listener: socket.socket,
 
 class VmSandbox(Sandbox):
     """`stockade.Sandbox` whose commands run in a QEMU guest (see docs/vm.md): the same
-    `run`/`stream`/`ping`/`close`, the same protocol and agent. Closing it kills QEMU."""
+    `run`/`stream`/`ping`/`close`, the same protocol and agent. Closing it kills QEMU.
+    Also `stockade.VmSandbox`."""
 
     containment = BACKEND
 
