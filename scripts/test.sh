@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Install Stockade with its test dependencies in a virtual environment and run the whole suite.
-# Run as root, it then runs the suite again as an unprivileged user (created if missing), from a
-# world-readable copy, because most users are not root: both runs must pass.
+# Install what the tests need and run the whole suite. As root (on a Debian-like machine) it
+# first installs the system packages: Python's venv, git and a C compiler (tools the sandbox must
+# not break), libseccomp, bubblewrap (benchmarks), and QEMU, a kernel with 9p and a static
+# busybox (VM containment). Then a virtual environment with Stockade and its test tools, ruff,
+# and the suite. As root, the suite then runs again as an unprivileged user (created if
+# missing), from a world-readable copy, because most users are not root: both runs must pass.
+# Every Linux test must run (STOCKADE_REQUIRE_LINUX): a test that cannot fails, never skips.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,6 +21,14 @@ suite() {  # suite DIR [runner...]: lint, then the tests
     (cd "$1" && "${@:2}" .venv/bin/ruff check --no-cache stockade tests)
     (cd "$1" && STOCKADE_REQUIRE_LINUX=1 "${@:2}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider)
 }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends python3-venv git gcc libc6-dev libseccomp2 \
+        bubblewrap qemu-system-x86 linux-image-amd64 busybox-static >/dev/null
+    export STOCKADE_REQUIRE_VM=1  # installed above: the VM tests must run too
+fi
 
 echo "== tests as $(id -un)"
 setup "$here"

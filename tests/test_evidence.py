@@ -17,6 +17,8 @@ import pytest
 if not sys.platform.startswith("linux"):
     pytest.skip("the evidence matrix attacks the Linux backend", allow_module_level=True)
 
+from conftest import unavailable  # noqa: E402
+
 from stockade.errors import UnavailableError  # noqa: E402
 from stockade.evidence.command import EXIT_FAILED, EXIT_INCOMPLETE, exit_status  # noqa: E402
 from stockade.evidence.rows import ROWS  # noqa: E402
@@ -38,7 +40,7 @@ def matrix(linux: None) -> Matrix:
 def test_row(matrix: Matrix, row_id: str) -> None:
     verdict = next(v for v in matrix.verdicts if v.id == row_id)
     if verdict.status == "not-run":
-        pytest.skip(f"{row_id}: {verdict.verdict}")
+        unavailable(f"{row_id}: {verdict.verdict}")
     assert verdict.status == "pass", f"{row_id}: {verdict.observed}"
 
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, py, sandbox
+from conftest import PYTHON, py, sandbox, unavailable
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -91,7 +91,7 @@ def test_renaming_a_protected_directorys_parent_fails(ws):
 def test_git_works_when_dot_git_is_created_inside_the_run(ws):
     workspace, _ = ws
     if not shutil.which("git"):
-        pytest.skip("git is not installed")
+        unavailable("git is not installed")
     r = sandbox(["sh", "-c", "git init -q . && echo hi > a.txt && git add a.txt && "
                  "git -c user.name=t -c user.email=t@example.invalid commit -qm first && "
                  "git log --oneline | wc -l"], workspace)
@@ -239,7 +239,7 @@ def test_c_compile_and_run_with_exec_from_write(ws):
     workspace, _ = ws
     cc = shutil.which("cc")
     if not cc:
-        pytest.skip("no C compiler installed")
+        unavailable("no C compiler installed")
     (workspace / "hello.c").write_text('#include <stdio.h>\nint main(){puts("hi");return 0;}\n')
     r = sandbox(["sh", "-c", "cc -o hello hello.c && ./hello"], workspace, "offline-build")
     assert r.exit_code == 0, r.stderr

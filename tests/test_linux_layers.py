@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import unavailable
 
 from stockade.errors import UnavailableError
 from stockade.linux import landlock, privilege, seccomp, syscalls
@@ -248,7 +249,7 @@ def test_landlock_exec_from_write_root(tree: dict[str, Path], exec_from_write: b
 @pytest.mark.parametrize("deny_tcp", [True, False])
 def test_landlock_denies_tcp(deny_tcp: bool) -> None:
     if deny_tcp and landlock.abi_version() < 4:
-        pytest.skip("Landlock ABI < 4 cannot restrict TCP")
+        unavailable("Landlock ABI < 4 cannot restrict TCP")
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     port = listener.getsockname()[1]
@@ -278,7 +279,7 @@ def test_landlock_denies_tcp(deny_tcp: bool) -> None:
 @pytest.mark.parametrize("scope", [True, False])
 def test_landlock_scopes_signals_and_abstract_sockets(scope: bool) -> None:
     if scope and landlock.abi_version() < 6:
-        pytest.skip("Landlock ABI < 6 has no scopes")
+        unavailable("Landlock ABI < 6 has no scopes")
     received: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, _frame: received.append(signum))
     name = f"\0stockade-test-{os.getpid()}-{scope}"
@@ -346,7 +347,7 @@ def bpf() -> bytes:
     try:
         return seccomp.compile_filter()
     except UnavailableError as exc:
-        pytest.skip(f"seccomp unavailable here: {exc}")
+        unavailable(f"seccomp unavailable here: {exc}")
 
 
 def confine(bpf: bytes) -> None:
@@ -558,7 +559,7 @@ def test_seccomp_keeps_ordinary_work_working(bpf: bytes, tmp_path: Path) -> None
 def test_seccomp_describe_lists_the_policy() -> None:
     described = seccomp.describe()
     if not described["available"]:
-        pytest.skip(f"seccomp unavailable here: {described['reason']}")
+        unavailable(f"seccomp unavailable here: {described['reason']}")
     assert described["eperm"] and set(described["eperm"]) <= set(seccomp.DENIED_SYSCALLS)
     assert set(described["eperm"]) | set(described["unknown_here"]) == set(
         seccomp.DENIED_SYSCALLS)
@@ -632,7 +633,7 @@ def test_close_fds_closes_leaked_descriptors(tmp_path: Path) -> None:
 @requires_landlock
 def test_layers_in_launcher_order_survive_exec(bpf: bytes, tmp_path: Path) -> None:
     if shutil.which("unshare") is None:
-        pytest.skip("util-linux unshare(1) is not installed")
+        unavailable("util-linux unshare(1) is not installed")
 
     def body() -> dict[str, object]:
         own_user_ns()

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import policy_for, py, sandbox
+from conftest import policy_for, py, sandbox, unavailable
 
 import stockade
 
@@ -120,7 +120,7 @@ def test_setuid_binary_gives_nothing(ws, tmp_path):
         os.chmod(suid, 0o4755)
         os.chmod(tmp_path, 0o755)
     if not suid:
-        pytest.skip("needs a setuid fixture (STOCKADE_TEST_SUID) when not run as root")
+        unavailable("needs a setuid fixture (STOCKADE_TEST_SUID) when not run as root")
     r = sandbox([suid, "-u"], workspace, read=(os.path.dirname(suid),))
     assert r.exit_code == 0, r.stderr
     assert int(r.stdout) == os.getuid()

@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from conftest import unavailable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -275,7 +276,7 @@ def test_socks5_ipv6_literal(make_proxy):
     try:
         server = _serve(_Server6(("::1", 0), _Echo))
     except OSError:
-        pytest.skip("no IPv6 loopback here")
+        unavailable("no IPv6 loopback here")
     try:
         port = server.server_address[1]
         proxy = make_proxy([f"[::1]:{port}"])

@@ -5,6 +5,7 @@ and a socket left inheritable by the launching process.
 
 from __future__ import annotations
 
+import abc
 import os
 import socket
 import threading
@@ -36,8 +37,9 @@ class _Server(Watch):
                 if not self.stopped.is_set():
                     time.sleep(0.05)
 
+    @abc.abstractmethod
     def _answer(self) -> None:
-        raise NotImplementedError
+        """Answer (and count) one contact, or raise TimeoutError when there is none."""
 
     def finish(self) -> Finding:
         self.close()

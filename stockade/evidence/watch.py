@@ -5,6 +5,7 @@ terminal, a host that stopped responding). The network ones are in servers.py.
 
 from __future__ import annotations
 
+import abc
 import os
 import stat
 import subprocess
@@ -25,13 +26,14 @@ class Finding:
     text: str
 
 
-class Watch:
+class Watch(abc.ABC):
     """Armed when created; `finish` judges (once, after the launch); `close` releases."""
 
+    @abc.abstractmethod
     def finish(self) -> Finding:
-        raise NotImplementedError
+        """The host side's verdict."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most watches hold nothing to release
         """Release threads, sockets and processes (idempotent)."""
 
 
