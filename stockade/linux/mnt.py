@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 
 from stockade.errors import SetupError, UnenforceableError
@@ -58,7 +59,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     roots += [_Mount(g.path, "write") for g in request.write]
     for m in roots:
         m.source_fd = _open_source(m.path, "filesystem." + m.kind)
-        m.is_dir = os.path.isdir(f"/proc/self/fd/{m.source_fd}")
+        m.is_dir = _is_dir(m.source_fd)
     guarded = [] if "protected" in weaken else _protected(request, roots)
     denied = []
     for grant in () if "deny" in weaken else request.deny:
@@ -68,7 +69,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
             continue  # nothing there to hide
         except OSError as exc:
             raise _fail("filesystem.deny", grant.path, exc) from None
-        denied.append(_Mount(grant.path, "deny", fd, os.path.isdir(f"/proc/self/fd/{fd}")))
+        denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
 
     make_rprivate("/")
@@ -96,6 +97,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     os.close(top)
     pivot_into(stage)
     return [m.path for m in guarded if m.kind == "protected"]
+
+
+def _is_dir(fd: int) -> bool:
+    return stat.S_ISDIR(os.fstat(fd).st_mode)
 
 
 def _open_source(path: str, key: str) -> int:
