@@ -51,7 +51,8 @@ def run(
     `policy` is a Policy, or the path of a TOML/JSON policy file; otherwise `preset` names one
     (default "read-only"). `workspace` is what `{workspace}` means (default: the current
     directory). `timeout` (seconds) overrides `limits.timeout`; setting the `cancel` event
-    kills the sandbox tree (the Result then has `cancelled=True`). Errors are StockadeError
+    kills the sandbox tree (the Result then has `cancelled=True`). A policy with
+    `containment = "vm"` runs in a fresh VM guest (see docs/vm.md). Errors are StockadeError
     subclasses with a stable `.code`: PolicyError (bad policy), UnavailableError /
     UnenforceableError (cannot sandbox here: nothing ran), SetupError, StartError.
 
@@ -59,6 +60,9 @@ def run(
         b'1\\n'
     """
     chosen = resolve_policy(policy, preset)
+    if chosen.containment == "vm":
+        return _run_in_vm(chosen, argv, workspace=workspace, cwd=cwd, input=input,
+                          timeout=timeout, backend=backend, cancel=cancel)
     request = compile_policy(chosen, list(argv), CompileContext.current(workspace), cwd=cwd)
     if timeout is not None:
         if timeout <= 0:
@@ -66,6 +70,18 @@ def run(
         request = replace(request, limits=replace(request.limits, timeout=timeout))
     manager = SandboxManager(backend, "require" if backend else "auto")
     return manager.run(request, input=input, cancel=cancel)
+
+
+def _run_in_vm(policy: Policy, argv: Sequence[str], *, workspace: str | os.PathLike | None,
+               backend: str | None, **options: object) -> Result:
+    """`containment = "vm"`: a fresh guest for this one command (it boots in seconds)."""
+    if backend is not None:
+        raise UsageError(f'backend {backend!r} is a native backend; the policy asks for '
+                         'containment = "vm"')
+    from stockade.vm.qemu import VmSandbox
+
+    with VmSandbox(policy, workspace=workspace) as sandbox:
+        return sandbox.run(argv, **options)  # type: ignore[arg-type]
 
 
 async def arun(argv: Sequence[str], policy: Policy | str | os.PathLike | None = None,

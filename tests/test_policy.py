@@ -263,8 +263,8 @@ def test_minimal_document_is_the_model_default() -> None:
     ([], "", "expected the policy document to be a table (a JSON object), got an array"),
     ("version = 1", "", "expected the policy document to be a table (a JSON object), "
                         "got a string"),
-    (doc(netwrk={}), "", 'unknown key "netwrk" (known: version, preset, filesystem, network, '
-                         "env, limits, process)"),
+    (doc(netwrk={}), "", 'unknown key "netwrk" (known: version, preset, containment, '
+                         "filesystem, network, env, limits, process)"),
     (doc(filesystem={"reed": []}), "filesystem",
      'unknown key "reed" (known: read, write, deny, protected, exec_from_write)'),
     (doc(network={"modes": "none"}), "network", 'unknown key "modes" (known: mode, allow, deny)'),
@@ -272,8 +272,8 @@ def test_minimal_document_is_the_model_default() -> None:
     (doc(limits={"mem": 1}), "limits",
      'unknown key "mem" (known: timeout, memory, cpu, pids, output, file_size)'),
     (doc(process={"dir": "/"}), "process", 'unknown key "dir" (known: cwd, stdin)'),
-    ({"version": 1, 3: 4}, "", "unknown key 3 (known: version, preset, filesystem, network, "
-                               "env, limits, process)"),
+    ({"version": 1, 3: 4}, "", "unknown key 3 (known: version, preset, containment, "
+                               "filesystem, network, env, limits, process)"),
     (doc(filesystem=[]), "filesystem", "expected a table (a JSON object), got an array"),
     (doc(limits="1h"), "limits", "expected a table (a JSON object), got a string"),
     (doc(preset="foo"), "preset", 'unknown preset "foo" (known: read-only, workspace-write, '
@@ -722,3 +722,17 @@ def test_unreadable_file(tmp_path: Path, name: str) -> None:
 
 def test_version_is_checked_before_the_preset() -> None:
     assert refused({"version": 2, "preset": "nope"}).key == "version"
+
+
+def test_containment_is_native_unless_the_document_asks_for_a_vm() -> None:
+    assert parse_policy({"version": 1}).containment == "native"
+    vm = parse_policy({"version": 1, "preset": "read-only", "containment": "vm"})
+    assert vm.containment == "vm" and vm.filesystem == preset("read-only").filesystem
+    assert policy_to_document(vm)["containment"] == "vm"
+    assert parse_policy(policy_to_document(vm)) == vm
+    assert "containment" not in policy_to_document(parse_policy({"version": 1}))
+    assert merge(preset("read-only"), {"containment": "vm"}).containment == "vm"
+    with pytest.raises(PolicyError) as info:
+        parse_policy({"version": 1, "containment": "docker"}, file="p.toml")
+    assert str(info.value) == ('policy_invalid: p.toml: containment: expected one of '
+                               '"native", "vm", got "docker"')

@@ -18,6 +18,7 @@ import time
 import pytest
 from conftest import policy_for
 
+from stockade.lifecycle.ledger import Ledger
 from stockade.session.client import DaemonClient
 from stockade.session.daemon import Daemon
 from stockade.session.errors import SessionError
@@ -178,3 +179,34 @@ def test_a_killed_daemons_sandboxes_die_with_it(tmp_path, ws):
         server.send_signal(signal.SIGKILL)
         server.wait()
     assert all_gone(started)
+    # The next daemon settles the records the killed one left, and says so.
+    ledger = Ledger()
+    assert len(ledger.records()) >= 2
+    again = subprocess.Popen([sys.executable, "-m", "stockade", "daemon", "--socket", path],
+                             env={**os.environ, "PYTHONPATH": REPO}, stderr=subprocess.PIPE)
+    try:
+        assert b"listening" in again.stderr.readline()
+        assert b"reclaimed 2 sandbox(es) of an earlier daemon" in again.stderr.readline()
+        assert ledger.records() == []
+    finally:
+        again.terminate()
+        again.wait()
+
+
+def test_a_session_is_recorded_in_the_ledger_while_it_lives(daemon, ws):
+    workspace, _ = ws
+    ledger = Ledger()
+    before = set(ledger.records())
+    client = DaemonClient(daemon.path)
+    client.start("kept", policy=policy_for("workspace-write"), workspace=workspace)
+    assert len(set(ledger.records()) - before) == 1
+    assert ledger.reconcile().live >= 1  # leased by this daemon: a reconcile leaves it alone
+    assert client.stop("kept")
+    assert set(ledger.records()) == before
+
+
+def test_a_second_daemon_on_a_live_socket_is_refused(daemon):
+    with pytest.raises(SessionError) as caught:
+        Daemon(daemon.path).bind()
+    assert caught.value.code == "daemon_running"
+    assert DaemonClient(daemon.path).sessions() == []  # the first one still serves

@@ -6,14 +6,22 @@ virtio-pci, or a static busybox is missing; STOCKADE_REQUIRE_VM=1 makes that a f
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import threading
 import time
 
 import pytest
 
-from stockade.errors import StartError, UnavailableError, UnenforceableError
+import stockade
+from stockade.errors import StartError, UnavailableError, UnenforceableError, UsageError
+from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest, NetworkSpec, PathGrant
+from stockade.policy import merge
+from stockade.session import boot
+from stockade.session.client import DaemonClient
+from stockade.session.daemon import Daemon
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
 from stockade.vm import cpio, initramfs, machine, qemu
@@ -128,17 +136,20 @@ def vm_ready() -> None:
 
 
 def _qemus() -> set[int]:
-    """Host pids of QEMU processes started by this driver (their private directory is named
-    stockade-vm-*)."""
+    """Pids of the QEMU processes this test process started through the driver (their private
+    directory is named stockade-vm-*)."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
                     line = f.read()
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
             except OSError:
                 continue
-            if line.startswith(machine.QEMU.encode()) and b"stockade-vm-" in line:
+            if (line.startswith(machine.QEMU.encode()) and b"stockade-vm-" in line
+                    and parent == os.getpid()):
                 found.add(int(entry))
     return found
 
@@ -238,3 +249,61 @@ def test_the_vm_sandbox_is_part_of_the_public_api():
 
     assert stockade.VmSandbox is qemu.VmSandbox and "VmSandbox" in stockade.__all__
     assert issubclass(stockade.VmSandbox, stockade.Sandbox)
+
+
+# --- `containment = "vm"` in a policy -----------------------------------------------------------
+
+def _vm_policy(name: str = "read-only") -> stockade.Policy:
+    return dataclasses.replace(stockade.preset(name), containment="vm")
+
+
+def test_the_namespace_boot_never_takes_a_vm_policy(tmp_path):
+    with pytest.raises(UsageError):
+        boot.boot(_vm_policy(), CompileContext.current(tmp_path))
+
+
+def test_a_vm_policy_runs_in_a_fresh_guest_through_stockade_run(vm_ready, tmp_path):
+    """One command, one guest; the policy's limits hold inside it (real attempts)."""
+    before = _qemus()
+    policy = merge(_vm_policy("workspace-write"), {"limits": {
+        "memory": "256MiB", "file_size": "1MiB", "pids": 64}})
+    script = ("ls /sys/class/net; cat /proc/sys/kernel/pid_max; "
+              "head -c 2000000 /dev/zero > big; echo wrote=$?; "
+              "python3 -c 'bytearray(300 << 20)' 2>&1 | tail -n 1")
+    r = stockade.run(["sh", "-c", script], policy, workspace=tmp_path)
+    assert r.backend == "qemu-vm", r
+    lines = r.stdout.decode().splitlines()
+    assert lines[:2] == ["lo", "364"], r  # pid_max: pids + 300
+    assert lines[2] != "wrote=0" and (tmp_path / "big").stat().st_size == 1 << 20
+    assert lines[3] == "MemoryError", r  # the guest has 512 MiB: only the limit refuses this
+    assert not _qemus() - before  # the guest is gone with the run
+    with pytest.raises(UsageError):
+        stockade.run(["true"], _vm_policy(), backend="linux")
+
+
+def test_the_daemon_keeps_a_vm_session_across_clients(vm_ready, tmp_path):
+    """A vm policy in the daemon gets a guest, which outlives the client thread that booted it
+    (QEMU's parent-death signal is bound to a long-lived thread), and is gone when stopped."""
+    before = _qemus()
+    server = Daemon(str(tmp_path / "run" / "daemon.sock"), idle=600)
+    server.bind()
+    serving = threading.Thread(target=server.serve)
+    serving.start()
+    try:
+        client = DaemonClient(server.path)
+        policy = _vm_policy("workspace-write")
+        client.start("guest", policy=policy, workspace=tmp_path)
+        assert isinstance(server._sessions["guest"].sandbox, qemu.VmSandbox)
+        started = _qemus() - before
+        assert len(started) == 1
+        time.sleep(0.5)  # the booting client's thread has ended by now
+        first = client.run("guest", ["sh", "-c", "echo one > made"], policy=policy,
+                           workspace=tmp_path)
+        again = client.run("guest", ["cat", "made"], policy=policy, workspace=tmp_path)
+        assert (first.backend, again.stdout) == ("qemu-vm", b"one\n")
+        assert _qemus() - before == started
+        assert client.stop("guest")
+        assert not _qemus() & started
+    finally:
+        server.stop()
+        serving.join(30)

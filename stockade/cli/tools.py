@@ -90,5 +90,8 @@ def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     server.bind()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     print(f"stockade: daemon listening on {server.path}", file=sys.stderr, flush=True)
+    if server.reclaimed:
+        print(f"stockade: reclaimed {server.reclaimed} sandbox(es) of an earlier daemon",
+              file=sys.stderr, flush=True)
     server.serve()
     return 0

@@ -48,6 +48,7 @@ class Handle(abc.ABC):
     stages: list[tuple[str, float]]
     violations: list  # Violations the backend observed (e.g. network denials), after wait()
     network_log: list  # the egress proxy's decision records, after wait()
+    pid: int  # the host pid of the sandbox's root process (while it runs)
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> Exit | None:

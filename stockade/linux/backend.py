@@ -189,6 +189,15 @@ class LinuxHandle(Handle):
                 return None
         return self._settle()
 
+    @property
+    def pid(self) -> int:
+        """The sandbox's pid 1, as this process sees it (from its pidfd)."""
+        with open(f"/proc/self/fdinfo/{self._pidfd}") as info:
+            for line in info:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+        raise ProcessLookupError("the sandbox's pidfd names no process")
+
     def kill(self) -> None:
         """Close the lifeline: the sandbox's init exits and the kernel kills the rest."""
         if self._killed_at is None and self._lifeline >= 0:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 SCHEMA_VERSION = 1
 NETWORK_MODES = ("none", "allowlist", "any")
 STDIN_MODES = ("null", "inherit")
+# What holds the sandbox: the host's native primitives, or a virtual machine (docs/vm.md).
+CONTAINMENTS = ("native", "vm")
 DEFAULT_PROTECTED = (".git", ".agents", ".codex", ".stockade")
 
 
@@ -56,6 +58,7 @@ class ProcessPolicy:
 class Policy:
     version: int = SCHEMA_VERSION
     preset: str | None = None
+    containment: str = "native"
     filesystem: FilesystemPolicy = field(default_factory=FilesystemPolicy)
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     env: EnvPolicy = field(default_factory=EnvPolicy)

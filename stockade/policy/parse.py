@@ -29,6 +29,7 @@ from stockade.policy.model import SCHEMA_VERSION, FilesystemPolicy, NetworkPolic
 from stockade.policy.presets import PRESET_DOCUMENTS, PRESETS
 from stockade.policy.render import show
 from stockade.policy.schema import (
+    CONTAIN,
     FIELDS,
     SECTIONS,
     Invalid,
@@ -48,7 +49,7 @@ def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:
     """Validate a decoded policy document (starting from its `preset`, if it names one)."""
     try:
         top = table(document, "")
-        check_keys(top, ("version", "preset", *SECTIONS), "")
+        check_keys(top, ("version", "preset", "containment", *SECTIONS), "")
         if "version" not in top:
             raise Invalid(f'missing required key "version" (expected {SCHEMA_VERSION})', "version")
         _check_version(top["version"])
@@ -62,7 +63,7 @@ def merge(base: Policy, override_document: Mapping[str, Any], *, file: str = "")
     """`base` with a document's sections laid over it (the rule is in the module docstring)."""
     try:
         top = table(override_document, "")
-        check_keys(top, ("version", *SECTIONS), "")
+        check_keys(top, ("version", "containment", *SECTIONS), "")
         if "version" in top:
             _check_version(top["version"])
         return _apply(base, top)
@@ -84,6 +85,8 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
     document: dict[str, Any] = {"version": policy.version}
     if policy.preset is not None:
         document["preset"] = policy.preset
+    if policy.containment != Policy.containment:
+        document["containment"] = policy.containment
     document["filesystem"] = {
         "read": list(sorted_unique(fs.read)),
         "write": list(sorted_unique(fs.write)),
@@ -123,6 +126,8 @@ def _apply(base: Policy, top: Mapping[Any, Any]) -> Policy:
         section: _section(getattr(base, section), top[section], section)
         for section in SECTIONS if section in top
     }
+    if "containment" in top:
+        changes["containment"] = CONTAIN(top["containment"], "containment")
     policy = _canonical(replace(base, **changes))
     _check_filesystem(policy.filesystem)
     _check_network(policy.network)

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from stockade.policy import domains, paths, units
-from stockade.policy.model import NETWORK_MODES, STDIN_MODES
+from stockade.policy.model import CONTAINMENTS, NETWORK_MODES, STDIN_MODES
 from stockade.policy.render import kind, show
 
 SECTIONS = ("filesystem", "network", "env", "limits", "process")
@@ -139,6 +139,7 @@ def _merge_pairs(old: tuple[tuple[str, str], ...],
     return tuple({**dict(old), **dict(new)}.items())
 
 
+CONTAIN = _scalar(_choice(CONTAINMENTS))  # the top-level `containment` key
 _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from stockade.errors import StockadeError
+from stockade.errors import StockadeError, UsageError
 from stockade.launch.backend import Handle, Stdio
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager
@@ -73,6 +73,9 @@ def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
     """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
     unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
     in all, then `session_boot_failed`."""
+    if policy.containment != "native":
+        raise UsageError(f'containment = "{policy.containment}" does not boot in namespaces '
+                         "(stockade.Sandbox picks the VM driver for it)")
     request = agent_request(policy, ctx)
     backend = SandboxManager("linux", "require").select(request)
     failures = []

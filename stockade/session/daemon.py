@@ -8,14 +8,18 @@ the same policy and workspace (`session_mismatch` otherwise). A session idle for
 is torn down. A sandbox that will not boot is retried (3 attempts in all), then reported as
 `session_boot_failed`.
 
-Every sandbox is the daemon's own child (through the zygote) and is bound to the daemon's
-lifetime: the daemon only ever ends sandboxes it started (it closes their lifelines; it never
-signals a pid), and if it dies, even by SIGKILL, the kernel ends every one of them.
+Every sandbox is the daemon's own child (through the zygote, or a QEMU it started) and is
+bound to the daemon's lifetime: the daemon only ever ends sandboxes it started (it closes their
+lifelines or kills its own QEMU), and if it dies, even by SIGKILL, the kernel ends every one of
+them. Each live sandbox also has a record in the launch ledger (its root process: boot id, pid,
+start time), held under the daemon's lease; the next daemon reconciles the records a dead one
+left, which kills any such process that somehow still runs, and reports them as reclaimed.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -26,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from stockade.errors import StockadeError
-from stockade.lifecycle import statedir
+from stockade.lifecycle import removers, statedir
+from stockade.lifecycle.ledger import Ledger
 from stockade.policy import parse_policy, policy_to_document, preset
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
@@ -35,6 +40,7 @@ from stockade.session.sandbox import Sandbox
 IDLE_TIMEOUT = 300.0  # seconds
 MAX_REQUEST = 8 << 20  # bytes in one request line
 SOCKET_NAME = "daemon.sock"
+RECORD_LABEL = "daemon-session"  # the ledger's name for a session sandbox's root process
 _FIELDS = {"op", "session", "policy", "preset", "workspace", "argv", "cwd", "env", "timeout",
            "input"}
 
@@ -51,6 +57,7 @@ class _Entry:
     busy: int = 0
     commands: int = 0
     boot: threading.Lock = field(default_factory=threading.Lock)
+    record: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
 
 class Daemon:
@@ -61,13 +68,21 @@ class Daemon:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
+        self._ledger = Ledger()
+        self.reclaimed = 0  # sandboxes of an earlier daemon whose records bind() settled
 
     def bind(self) -> None:
-        """Create the socket (0600, in a directory only this user can write)."""
+        """Create the socket (0600, in a directory only this user can write), after settling
+        the ledger records of sandboxes an earlier daemon left (see the module docstring)."""
         directory = os.path.dirname(os.path.abspath(self.path))
         statedir.ensure(directory)
         if os.path.exists(self.path):
+            if _answers(self.path):
+                raise SessionError("daemon_running", f"a daemon already listens on {self.path}")
             os.unlink(self.path)  # a stale socket of a dead daemon (the directory is ours)
+        done = self._ledger.reconcile()
+        self.reclaimed = sum(1 for kind, name in done.removed
+                             if (kind, name) == ("process", RECORD_LABEL))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -101,31 +116,31 @@ class Daemon:
     # --- one client --------------------------------------------------------------------------
 
     def _client(self, conn: socket.socket) -> None:
-        with conn:
-            send = _sender(conn)
-            try:
-                _, uid, _ = struct.unpack("3i", conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-                if uid != os.geteuid():
-                    raise SessionError("peer_refused", "only the daemon's own user may use it")
-                request = _read_request(conn)
-                op = request.get("op")
-                if op == "exec":
-                    self._exec(request, send)
-                elif op == "start":
-                    self._use(request, lambda sandbox: send(event="started"))
-                elif op == "stop":
-                    send(event="stopped", stopped=self._end(_text(request, "session")))
-                elif op == "list":
-                    send(event="sessions", sessions=self._list())
-                else:
-                    raise SessionError("request_invalid", "op must be exec, start, stop or list")
-            except StockadeError as exc:
-                send(event="error", code=exc.code, message=exc.message)
-            except (TypeError, ValueError) as exc:  # a field of the wrong kind
-                send(event="error", code="request_invalid", message=exc.__class__.__name__)
-            except OSError:
-                pass  # the client went away
+        with conn, contextlib.suppress(OSError):  # the client went away (even mid-answer)
+            self._answer(conn, _sender(conn))
+
+    def _answer(self, conn: socket.socket, send: Callable[..., None]) -> None:
+        try:
+            _, uid, _ = struct.unpack("3i", conn.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if uid != os.geteuid():
+                raise SessionError("peer_refused", "only the daemon's own user may use it")
+            request = _read_request(conn)
+            op = request.get("op")
+            if op == "exec":
+                self._exec(request, send)
+            elif op == "start":
+                self._use(request, lambda sandbox: send(event="started"))
+            elif op == "stop":
+                send(event="stopped", stopped=self._end(_text(request, "session")))
+            elif op == "list":
+                send(event="sessions", sessions=self._list())
+            else:
+                raise SessionError("request_invalid", "op must be exec, start, stop or list")
+        except StockadeError as exc:
+            send(event="error", code=exc.code, message=exc.message)
+        except (TypeError, ValueError) as exc:  # a field of the wrong kind
+            send(event="error", code="request_invalid", message=exc.__class__.__name__)
 
     def _exec(self, request: dict, send: Callable[..., None]) -> None:
         argv = request.get("argv")
@@ -163,7 +178,9 @@ class Daemon:
         try:
             with entry.boot:
                 if entry.sandbox is None or entry.sandbox.closed:
+                    _settle(entry)  # a lost sandbox's record
                     entry.sandbox = Sandbox(policy, workspace=workspace)
+                    self._record(entry, entry.sandbox)
             action(entry.sandbox)
             entry.commands += 1
         finally:
@@ -173,12 +190,23 @@ class Daemon:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
+    def _record(self, entry: _Entry, sandbox: Sandbox) -> None:
+        """The sandbox's ledger record, held (leased) until the session ends."""
+        try:
+            record = entry.record.enter_context(self._ledger.launch(sandbox.request_id))
+            record.add("process", RECORD_LABEL, removers.process_identity(sandbox.pid))
+        except BaseException:
+            sandbox.close()
+            _settle(entry)
+            raise
+
     def _end(self, name: str) -> bool:
         with self._lock:
             entry = self._sessions.pop(name, None)
         if entry is None or entry.sandbox is None:
             return False
         entry.sandbox.close()
+        _settle(entry)
         return True
 
     def _list(self) -> list[dict]:
@@ -209,6 +237,22 @@ class Daemon:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def _settle(entry: _Entry) -> None:
+    """Drop the entry's record (its sandbox has ended; a failure leaves it to a reconcile)."""
+    with contextlib.suppress(StockadeError):
+        entry.record.close()
+
+
+def _answers(path: str) -> bool:
+    """Whether a daemon is listening on the socket at `path`."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
 
 
 def _sender(conn: socket.socket) -> Callable[..., None]:

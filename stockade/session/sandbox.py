@@ -44,6 +44,16 @@ class Sandbox:
     (default "read-only"); `workspace` is what `{workspace}` means. Closing it (or leaving the
     `with` block) kills everything in it; so does the owning process's death."""
 
+    def __new__(cls, policy: Policy | str | os.PathLike | None = None, *,
+                preset: str | None = None, **kwargs: object) -> Sandbox:
+        # A policy with `containment = "vm"` gets the VM driver, whoever constructs it (the
+        # API, the daemon): it never runs in namespaces instead.
+        if cls is Sandbox and resolve_policy(policy, preset).containment == "vm":
+            from stockade.vm.qemu import VmSandbox
+
+            cls = VmSandbox
+        return super().__new__(cls)
+
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None) -> None:
         self._policy = resolve_policy(policy, preset)
@@ -130,6 +140,16 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+    @property
+    def pid(self) -> int:
+        """The host pid of what holds the agent: the sandbox's init, or the VM's process."""
+        return self._session.handle.pid
+
+    @property
+    def request_id(self) -> str:
+        """The id of the agent's own launch (the session's ledger record is named by it)."""
+        return self._session.request.request_id
 
     def close(self) -> None:
         """Kill the sandbox and everything in it (idempotent). A command running on another

@@ -4,27 +4,33 @@ command line. Pure: nothing here starts a process."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
-from stockade.launch.request import LaunchRequest
+from stockade.launch.request import LaunchRequest, LimitSpec
 from stockade.vm.initramfs import Kernel
 
 QEMU = "qemu-system-x86_64"
 PORT_NAME = "stockade"  # the virtio-serial port the agent speaks on
 MAX_SHARES = 20  # one PCI slot each, on q35's root bus (32 slots, a few taken)
 MEMORY_MIB = 512
+VCPUS = 1  # so any `limits.cpu` of at least one core holds
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
 # The agent's entry in the guest: load the package from its own directory (as the Linux session
-# does); become the host user's uid and gid (argv[2], argv[3]: the guest sees the shares' host
-# ownership, so permissions work out as on the host) without any capability and with
+# does); apply the policy's limits (argv[4], JSON) as the Linux backend does, inherited by every
+# command; become the host user's uid and gid (argv[2], argv[3]: the guest sees the shares'
+# host ownership, so permissions work out as on the host) without any capability and with
 # no_new_privs (prctl 38), so commands cannot undo the guest's mounts; then serve the session.
-GUEST_BOOT = ("import os, sys, importlib.util as u; p = sys.argv[1]; "
+GUEST_BOOT = ("import os, sys, json, importlib.util as u; p = sys.argv[1]; "
               "s = u.spec_from_file_location('stockade', p + '/__init__.py', "
               "submodule_search_locations=[p]); m = u.module_from_spec(s); "
               "sys.modules['stockade'] = m; s.loader.exec_module(m); "
+              "from stockade.launch.request import LimitSpec; "
+              "from stockade.linux import limits; l = LimitSpec(**json.loads(sys.argv[4])); "
+              "limits.cap_pid_namespace(l); limits.apply_rlimits(l); "
               "from stockade.linux.privilege import drop_all; "
               "uid, gid = int(sys.argv[2]), int(sys.argv[3]); "
               "os.setgroups([]); os.setresgid(gid, gid, gid); "
@@ -56,6 +62,9 @@ def plan(request: LaunchRequest) -> Guest:
     if request.network.mode != "none":
         raise UnenforceableError("network", f"network mode {request.network.mode!r}: the VM "
                                  "driver only supports 'none' (no network device) so far")
+    if request.limits.cpu is not None and request.limits.cpu < VCPUS:
+        raise UnenforceableError("limits.cpu", f"limits.cpu = {request.limits.cpu:g}: the "
+                                 f"guest has {VCPUS} vCPU and no finer CPU limit")
     shares: list[Share] = []
     links: dict[str, str] = {}
     grants = [(g, False) for g in request.read] + [(g, True) for g in request.write]
@@ -115,8 +124,13 @@ def init_script(guest: Guest, argv: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def agent_argv(python: str, package_dir: str, uid: int, gid: int) -> list[str]:
-    return [python, "-I", "-S", "-B", "-c", GUEST_BOOT, package_dir, str(uid), str(gid)]
+def agent_argv(python: str, package_dir: str, uid: int, gid: int,
+               limits: LimitSpec) -> list[str]:
+    """The agent's command line in the guest (see GUEST_BOOT). The timeout and output bounds
+    are the agent's own, per command; the others hold for the guest's processes."""
+    held = {"memory": limits.memory, "pids": limits.pids, "file_size": limits.file_size}
+    return [python, "-I", "-S", "-B", "-c", GUEST_BOOT, package_dir, str(uid), str(gid),
+            json.dumps(held)]
 
 
 def qemu_argv(kernel: Kernel, initrd: str, socket_path: str, log: str,
@@ -128,7 +142,7 @@ def qemu_argv(kernel: Kernel, initrd: str, socket_path: str, log: str,
     Not microvm: it has no HPET or ACPI PM timer, and under TCG the kernel's TSC calibration
     against the PIT fails now and then, which left one boot in five hanging; q35 has both."""
     argv = [QEMU, "-accel", "tcg", "-M", "q35", "-cpu", "max",
-            "-m", str(MEMORY_MIB), "-smp", "1", "-nodefaults", "-no-user-config",
+            "-m", str(MEMORY_MIB), "-smp", str(VCPUS), "-nodefaults", "-no-user-config",
             "-nographic", "-no-reboot", "-nic", "none",
             "-kernel", kernel.image, "-initrd", initrd,
             "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",

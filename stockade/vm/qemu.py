@@ -9,6 +9,7 @@ it started, writes the 32-byte secret, then speaks the session protocol (stockad
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import secrets
 import shutil
@@ -36,6 +37,10 @@ BACKEND = "qemu-vm"
 BOOT_TIMEOUT = 60.0  # seconds from QEMU's start to the agent's hello (TCG: ~8s here)
 ACCEPT_POLL = 0.2  # seconds between checks that QEMU still runs while waiting for it
 SETPRIV = "setpriv"  # util-linux
+# QEMU is started from this one thread, which lives as long as the process: a parent-death
+# signal fires when the thread that forked the child ends, so QEMU started from a short-lived
+# thread (a daemon's per-client thread) would die with it rather than with its owner.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="stockade-vm")
 
 
 class VmHandle:
@@ -83,7 +88,8 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
     or a suitable kernel, raises at once; a guest that does not answer is retried, `attempts`
     times in all, then `session_boot_failed`."""
     request = boot.agent_request(policy, ctx)
-    argv = machine.agent_argv(request.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid())
+    argv = machine.agent_argv(request.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid(),
+                              request.limits)
     request = replace(request, argv=tuple(argv))
     guest = machine.plan(request)
     if shutil.which(machine.QEMU) is None:
@@ -126,8 +132,9 @@ def _start(kernel: initramfs.Kernel, image: bytes,
         with open(os.path.join(workdir, "qemu.err"), "wb") as err:
             # setpriv sets the parent-death signal in the child without running Python code
             # after fork (preexec_fn is unsafe in threaded programs).
-            process = subprocess.Popen([SETPRIV, "--pdeathsig", "KILL", "--", *argv],
-                                       stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+            process = _SPAWNER.submit(
+                subprocess.Popen, [SETPRIV, "--pdeathsig", "KILL", "--", *argv],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err).result()
     except OSError:
         listener.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -188,13 +195,6 @@ class VmSandbox(Sandbox):
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
         return boot_vm(policy, ctx, attempts=self._attempts, timeout=self._timeout)
-
-    @property
-    def pid(self) -> int:
-        """QEMU's pid."""
-        handle = self._session.handle
-        assert isinstance(handle, VmHandle)
-        return handle.pid
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
         return replace(super()._result(request, ending, duration), backend=BACKEND)
