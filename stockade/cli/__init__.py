@@ -2,6 +2,7 @@
 
     stockade run [--policy FILE | --preset NAME] [flags] -- argv...
     stockade sandbox-exec POLICY.json -- argv...
+    stockade exec [--experimental] [--json] CONFIG.json     (docs/exec-config.md)
     stockade policy check FILE
     stockade policy show [--preset NAME | FILE] [--toml]
     stockade demo
@@ -10,20 +11,29 @@
     stockade reconcile [--json]
     stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
     stockade proxy --allow PATTERN [--deny PATTERN] [--listen HOST:PORT] [--log FILE]
+    stockade daemon [--socket PATH] [--idle SECONDS]
+    stockade session start NAME [--policy FILE | --preset NAME] [--workspace DIR]
+    stockade session exec NAME [--policy FILE | --preset NAME] [--workspace DIR] [--cwd DIR]
+                          [--env K=V ...] [--timeout T] [--json] -- argv...
+    stockade session stop NAME
+    stockade session list [--json]
+    (every `session` action takes --socket PATH; default: the daemon's)
 
 Exit codes:
 
 | code     | meaning                                                                        |
 | -------- | ------------------------------------------------------------------------------ |
-| 0-255    | `run`, `sandbox-exec`: the command's own exit status, passed through            |
+| 0-255    | `run`, `sandbox-exec`, `exec`, `session exec`: the command's own exit status    |
 | 128+N    | the command was killed by signal N (137 = SIGKILL, also after a timeout)        |
 | 1        | `demo`: a forbidden attempt was not denied (or a permitted one was refused)     |
 | 1        | `reconcile`: a record was quarantined, or a resource could not be removed yet   |
 | 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
+| 1        | `session stop`: there was no session of that name                               |
 | 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
 | 2        | usage or policy error (bad flag, policy file or preset); nothing ran            |
 | 70       | the sandbox could not be set up here: unavailable, unenforceable, setup failed  |
-|          | (`probe`: not ready; the attestation says why)                                  |
+|          | (`probe`: not ready; the attestation says why; `session`: no daemon, or the     |
+|          | session failed: `daemon_unavailable`, `session_boot_failed`, ...)               |
 | 71       | the sandbox was ready but the command could not be started (not found, ...)     |
 | 130      | interrupted (Ctrl-C); the sandbox dies with Stockade                            |
 | 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
@@ -45,7 +55,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from stockade import __version__
-from stockade.cli import host, policy, run, tools
+from stockade.cli import execconfig, host, policy, run, session, tools
 from stockade.cli.common import epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
@@ -54,7 +64,7 @@ __all__ = ["build_parser", "console_main", "main", "to_toml"]
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
-COMMAND_TAKERS = ("run", "sandbox-exec")  # the commands that take `-- argv...`
+COMMAND_TAKERS = ("run", "sandbox-exec", "session exec")  # the commands that take `-- argv...`
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
     args, extras = build_parser().parse_known_args(head)
     if extras:
-        missing_cut = command is None and args.command in COMMAND_TAKERS
+        named = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        missing_cut = command is None and named in COMMAND_TAKERS
         hint = " (put the command after '--')" if missing_cut else ""
         raise UsageError(f"unrecognized arguments: {' '.join(extras)}{hint}")
     return args
@@ -128,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_proxy(commands)
     tools.add_agent(commands)
     tools.add_daemon(commands)
+    session.add_session(commands)
+    execconfig.add_exec(commands)
     return parser
 
 

@@ -35,4 +35,5 @@ def need_command(command: list[str] | None, name: str) -> list[str]:
 
 def no_command(command: list[str] | None) -> None:
     if command is not None:
-        raise UsageError("'--' and a command are only for 'run' and 'sandbox-exec'")
+        raise UsageError("'--' and a command are only for 'run', 'sandbox-exec' and "
+                         "'session exec'")

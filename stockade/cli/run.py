@@ -58,8 +58,8 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
-    return _execute(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
-                    network_log=args.network_log)
+    return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
+                         network_log=args.network_log)
 
 
 def add_sandbox_exec(commands: Any) -> None:
@@ -71,7 +71,7 @@ def add_sandbox_exec(commands: Any) -> None:
 
 def _sandbox_exec(args: argparse.Namespace, command: list[str] | None) -> int:
     argv = need_command(command, "sandbox-exec")
-    return _execute(load_policy(args.policy), argv, None, as_json=False)
+    return run_sandboxed(load_policy(args.policy), argv, None, as_json=False)
 
 
 def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
@@ -106,9 +106,12 @@ def _lexical(path: str) -> tuple[str, ...] | str:
 fork_directly = False
 
 
-def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-             verbose: bool = False, network_log: str | None = None) -> int:
-    """Run `argv`: output passed through live, or captured and printed as one JSON object."""
+def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+                  verbose: bool = False, network_log: str | None = None) -> int:
+    """Run `argv` in a fresh sandbox (`stockade run`, `sandbox-exec`, `exec`): output passed
+    through live, or captured and printed as one JSON object; returns the exit status."""
+    if policy.containment == "vm":
+        return _run_in_vm(policy, argv, workspace, as_json=as_json)
     if fork_directly:
         from stockade.linux import zygote
 
@@ -133,8 +136,17 @@ def _execute(policy: Policy, argv: list[str], workspace: str | None, *, as_json:
         print(f"stockade: {result.backend} layers: {layers}", file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
-    _print_violations(result)
+    print_violations(result)
     return result.returncode
+
+
+def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool) -> int:
+    """`containment = "vm"`: a fresh QEMU guest for this one command, its output relayed live."""
+    from stockade.cli.session import relay, stdin_input
+    from stockade.vm.qemu import VmSandbox  # imported on demand: only this path boots a VM
+
+    with VmSandbox(policy, workspace=workspace) as sandbox:
+        return relay(sandbox.stream(argv, input=stdin_input(policy)), as_json=as_json)
 
 
 def _layers(enforced: dict) -> str:
@@ -148,7 +160,8 @@ def _layers(enforced: dict) -> str:
             f"limits {limits or 'none'}")
 
 
-def _print_violations(result: Result) -> None:
+def print_violations(result: Result) -> None:
+    """One stderr line summarising what the sandbox denied or cut short, if anything."""
     if result.violations:
         listed = "; ".join(f"{v.kind} ({v.detail})" for v in result.violations)
         print(f"stockade: denied/limited: {listed}", file=sys.stderr)

@@ -1,0 +1,205 @@
+"""`stockade session start|exec|stop|list`: the daemon's named warm sandboxes, from the shell.
+
+Each call is one request to `stockade daemon` (stockade/session/daemon.py) through
+`DaemonClient`. A session is keyed by its name and runs one policy and workspace: `exec` on a
+running session must name the same `--policy`/`--preset` and `--workspace` as the `start` (or
+the `exec`) that booted it, else `session_mismatch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from stockade.api import DEFAULT_PRESET, resolve_policy
+from stockade.cli.common import need_command, no_command, subcommand
+from stockade.cli.run import print_violations
+from stockade.errors import UsageError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.env import close_environment
+from stockade.launch.result import Result
+from stockade.policy import PRESETS, Policy
+from stockade.policy.units import parse_duration
+from stockade.session.client import DaemonClient
+from stockade.session.errors import SessionError
+from stockade.session.exchange import Output
+
+# Stdin travels in the one request line (at most the daemon's MAX_REQUEST, base64-encoded).
+MAX_INPUT = 4 << 20
+EXIT_NO_SESSION = 1
+
+
+def add_session(commands: Any) -> None:
+    session = subcommand(commands, "session", None,
+                         "run commands in the daemon's named warm sandboxes",
+                         "stockade session start build --preset workspace-write",
+                         "stockade session exec build --preset workspace-write -- make test",
+                         "stockade session list", "stockade session stop build")
+    actions = session.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = subcommand(actions, "start", _start, "boot a named session now (exec then finds it "
+                       "warm)", "stockade session start build --preset workspace-write")
+    _add_source(start)
+    run = subcommand(actions, "exec", _exec,
+                     "run a command in a named session (booted first if needed), output live",
+                     "stockade session exec build -- make",
+                     "stockade session exec build --cwd sub --env CI=1 --timeout 90s -- make test",
+                     "git diff | stockade session exec review --policy stdin.toml -- wc -l")
+    _add_source(run)
+    run.add_argument("--cwd", metavar="DIR",
+                     help="the command's working directory (default: the policy's, else the "
+                          "workspace); relative: to the current directory")
+    run.add_argument("--env", metavar="K=V", action="append", default=[],
+                     help="add a variable to the policy's closed environment (repeatable)")
+    run.add_argument("--timeout", metavar="T",
+                     help='wall-clock limit for this command, such as "90s" or 5 (seconds)')
+    run.add_argument("--json", action="store_true",
+                     help="capture output and print one JSON result (or error) object")
+    stop = subcommand(actions, "stop", _stop, "end a named session and everything in it",
+                      "stockade session stop build")
+    _add_name(stop)
+    listing = subcommand(actions, "list", _list, "show the daemon's sessions",
+                         "stockade session list", "stockade session list --json")
+    _add_socket(listing)
+    listing.add_argument("--json", action="store_true", help="print one JSON array")
+
+
+def _add_socket(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", metavar="PATH",
+                        help="the daemon's control socket (default: daemon.sock in the state "
+                             "directory)")
+
+
+def _add_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="the session's name")
+    _add_socket(parser)
+
+
+def _add_source(parser: argparse.ArgumentParser) -> None:
+    _add_name(parser)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
+    source.add_argument("--preset", metavar="NAME",
+                        help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    parser.add_argument("--workspace", metavar="DIR",
+                        help="what {workspace} means (default: the current directory)")
+
+
+def _start(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    policy, workspace = _source(args, ["true"], cwd=None)
+    DaemonClient(args.socket).start(args.name, policy=policy, workspace=workspace)
+    print(f"stockade: session {args.name!r} is ready", file=sys.stderr)
+    return 0
+
+
+def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
+    argv = need_command(command, "session exec")
+    cwd = None if args.cwd is None else os.path.abspath(args.cwd)
+    policy, workspace = _source(args, argv, cwd=cwd)
+    env = _environment(args.env)
+    timeout = _timeout(args.timeout)
+    events = DaemonClient(args.socket).stream(
+        args.name, argv, policy=policy, workspace=workspace, cwd=cwd, env=env, timeout=timeout,
+        input=stdin_input(policy))
+    return relay(events, as_json=args.json)
+
+
+def _stop(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    if DaemonClient(args.socket).stop(args.name):
+        print(f"stockade: session {args.name!r} stopped", file=sys.stderr)
+        return 0
+    print(f"stockade: no_session: no session named {args.name!r} (see 'stockade session list')",
+          file=sys.stderr)
+    return EXIT_NO_SESSION
+
+
+def _list(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    sessions = DaemonClient(args.socket).sessions()
+    if args.json:
+        print(json.dumps(sessions))
+    elif not sessions:
+        print("no sessions")
+    else:
+        print(_table(sessions))
+    return 0
+
+
+def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
+    """Write a streamed command's output to our stdout and stderr as it arrives (with
+    `as_json`: print its Result as one JSON object instead, as `stockade run --json` does);
+    returns its exit status, 128 + N for a command killed by signal N."""
+    sys.stdout.flush()
+    result = None
+    for event in events:
+        if isinstance(event, Result):
+            result = event
+        elif not as_json:
+            stream = sys.stdout if event.stream == "stdout" else sys.stderr
+            stream.buffer.write(event.data)
+            stream.buffer.flush()
+    if result is None:
+        raise SessionError("session_lost", "the command's stream ended without a result")
+    if as_json:
+        print(json.dumps(result.to_json()))
+    print_violations(result)
+    return result.returncode
+
+
+def _source(args: argparse.Namespace, argv: list[str], *,
+            cwd: str | None) -> tuple[Policy, str]:
+    """The policy and absolute workspace to ask the daemon for. The command is compiled here
+    too, so that a bad policy, path or argv is a located error (exit 2) before any request."""
+    if args.workspace is not None and not os.path.isdir(args.workspace):
+        raise UsageError(f"--workspace {args.workspace}: not a directory")
+    policy = resolve_policy(args.policy, args.preset)
+    workspace = os.path.abspath(args.workspace or os.getcwd())
+    compile_policy(policy, argv, CompileContext.current(workspace), cwd=cwd)
+    return policy, workspace
+
+
+def _environment(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not name or not equals:
+            raise UsageError(f"--env {pair.split('=')[0][:40]!r}: expected NAME=VALUE")
+        env[name] = value
+    close_environment((), tuple(env.items()), {})  # refused names fail here, as in a Sandbox
+    return env
+
+
+def _timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--timeout: {exc}") from None
+
+
+def stdin_input(policy: Policy) -> bytes | None:
+    """Our stdin for the command, as `stockade run` hands it over: only when the policy says
+    `process.stdin = "inherit"`, and only when it is not a terminal (the whole input travels
+    in the request, so a terminal could not be read live)."""
+    if policy.process.stdin != "inherit" or sys.stdin is None or sys.stdin.isatty():
+        return None
+    data = sys.stdin.buffer.read(MAX_INPUT + 1)
+    if len(data) > MAX_INPUT:
+        raise UsageError(f"stdin is larger than {MAX_INPUT} bytes, the most a session command "
+                         "can be given")
+    return data
+
+
+def _table(sessions: list[dict]) -> str:
+    rows = [("SESSION", "READY", "BUSY", "COMMANDS", "IDLE")]
+    rows += [(s["session"], "yes" if s["ready"] else "no", "yes" if s["busy"] else "no",
+              str(s["commands"]), f"{s['idle']:.0f}s") for s in sessions]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
