@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import queue
 import socket
 import socketserver
 import stat
@@ -400,6 +401,148 @@ def test_an_idle_tunnel_is_closed(make_proxy, echo):
         start = time.monotonic()
         assert sock.recv(1) == b""
         assert 0.2 < time.monotonic() - start < 2
+
+
+def tunnel(proxy: Proxy, port: int) -> socket.socket:
+    sock = client(proxy)
+    sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+    assert read_head(sock).startswith(b"HTTP/1.1 200 ")
+    return sock
+
+
+def upstream(handle) -> _Server:
+    """A server on loopback whose connections `handle(server, sock)` serves."""
+    handler = type("Handler", (socketserver.BaseRequestHandler,),
+                   {"handle": lambda self: handle(self.server, self.request)})
+    return _serve(_Server(("127.0.0.1", 0), handler))
+
+
+def test_a_long_one_way_transfer_is_not_idle(make_proxy):
+    def drip(server, sock):  # traffic one way only, for longer than the idle timeout
+        for _ in range(10):
+            sock.sendall(b"x" * 1000)
+            time.sleep(0.1)
+    server = upstream(drip)
+    port = server.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"], limits=ProxyLimits(idle_timeout=0.4))
+    try:
+        with tunnel(proxy, port) as sock:
+            assert read_all(sock) == b"x" * 10_000
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_half_closes_are_passed_on_both_ways(make_proxy):
+    heard: queue.Queue[bytes] = queue.Queue()
+
+    def speak_then_listen(server, sock):
+        sock.sendall(b"ready")
+        sock.shutdown(socket.SHUT_WR)
+        heard.put(read_all(sock))
+    server = upstream(speak_then_listen)
+    port = server.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"])
+    try:
+        with tunnel(proxy, port) as sock:
+            assert read_all(sock) == b"ready"  # upstream's EOF reached the client...
+            sock.sendall(b"after your EOF")  # ...and the other way still carries data
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(1) == b""
+        assert heard.get(timeout=5) == b"after your EOF"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_client_half_close_still_gets_the_whole_reply(make_proxy, echo):
+    port = echo.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"])
+    data = os.urandom(3 << 20)  # past the relay's first buffer, so it grows mid-transfer
+    with tunnel(proxy, port) as sock:
+        reply: list[bytes] = []
+        reader = threading.Thread(target=lambda: reply.append(read_all(sock)))
+        reader.start()
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        reader.join(10)
+    assert reply == [data]
+
+
+def test_a_peer_that_stops_reading_is_cut_after_the_idle_timeout(make_proxy):
+    release = threading.Event()
+
+    def never_read(server, sock):  # but keep talking, so the tunnel as a whole is not idle
+        while not release.wait(0.05):
+            sock.sendall(b".")
+    server = upstream(never_read)
+    port = server.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"], limits=ProxyLimits(idle_timeout=0.3))
+    try:
+        with tunnel(proxy, port) as sock:
+            sock.settimeout(0.1)
+            deadline = time.monotonic() + 3
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                while time.monotonic() < deadline:  # fill every buffer on the way, then stall
+                    try:
+                        sock.sendall(bytes(1 << 16))
+                    except TimeoutError:
+                        pass
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_reset_on_one_side_closes_the_other_at_once(make_proxy):
+    def reset(server, sock):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    server = upstream(reset)
+    port = server.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"])  # idle timeout: 5 s
+    try:
+        with tunnel(proxy, port) as sock:
+            start = time.monotonic()
+            assert sock.recv(1) == b""
+            assert time.monotonic() - start < 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _proxy_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate()
+            if thread.name in ("stockade-proxy-connection", "stockade-proxy-relay")]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_ended_tunnels_leave_no_thread_or_descriptor_behind(make_proxy, echo):
+    port = echo.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"], limits=ProxyLimits(idle_timeout=0.3))
+    before = _open_descriptors()
+    with tunnel(proxy, port) as closed_by_client:
+        assert_echoes(closed_by_client)
+    with tunnel(proxy, port) as half_closed:
+        half_closed.shutdown(socket.SHUT_WR)
+        assert half_closed.recv(1) == b""
+    with tunnel(proxy, port) as idle:
+        assert idle.recv(1) == b""
+    deadline = time.monotonic() + 3
+    while _proxy_threads() or _open_descriptors() > before:
+        assert time.monotonic() < deadline, (_proxy_threads(), _open_descriptors(), before)
+        time.sleep(0.05)
+    live = tunnel(proxy, port)
+    while len(_proxy_threads()) < 2:  # one per direction; the second starts after the 200
+        assert time.monotonic() < deadline + 3, _proxy_threads()
+        time.sleep(0.01)
+    proxy.stop()
+    assert _proxy_threads() == []
+    live.close()
 
 
 def test_socket_is_private_and_stop_cuts_tunnels_and_removes_it(make_proxy, echo):

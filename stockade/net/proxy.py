@@ -4,12 +4,13 @@ One unix-socket listener (a socket file, mode 0600, in a fresh private directory
 when a client's first byte is 0x05 and HTTP otherwise (CONNECT tunnels and absolute-form plain
 HTTP). Every destination goes through `Gate`; every denial is recorded.
 
-Threading: an accept thread plus one thread per connection, all daemons, started and stopped
-from synchronous code. Blocking sockets keep each handler a straight line; the bounds below
-keep a slow or hostile client from exhausting the proxy: connections past `max_connections`
-are closed at once, a request head must arrive within `handshake_timeout` (one deadline for
-the whole head, not per read) and within `max_header_bytes`, dials give up after
-`connect_timeout`, tunnels close after `idle_timeout` without traffic either way.
+Threading: an accept thread plus one thread per connection (two once it is a tunnel, one per
+direction), all daemons, started and stopped from synchronous code. Blocking sockets keep each
+handler a straight line; the bounds below keep a slow or hostile client from exhausting the
+proxy: connections past `max_connections` are closed at once, a request head must arrive within
+`handshake_timeout` (one deadline for the whole head, not per read) and within
+`max_header_bytes`, dials give up after `connect_timeout`, tunnels close after `idle_timeout`
+without traffic either way.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class Proxy:
                     return
                 time.sleep(0.05)  # e.g. out of file descriptors: let connections finish
                 continue
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            thread = threading.Thread(target=self._serve, args=(conn,),
+                                      name="stockade-proxy-connection", daemon=True)
             with self._lock:
                 admitted = (not self._stopping
                             and len(self._live) < self.limits.max_connections)
@@ -249,7 +251,6 @@ class Proxy:
             self._live[threading.current_thread()].append(sock)
 
     def _tunnel(self, conn: socket.socket, upstream: socket.socket, early: bytes) -> None:
-        conn.settimeout(None)
         if early:
             upstream.sendall(early)
         relay(conn, upstream, self.limits.idle_timeout)
