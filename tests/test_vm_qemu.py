@@ -68,7 +68,7 @@ def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port():
     guest = machine.plan(_request())
     script = machine.init_script(guest, ["/usr/bin/python3", "-c", "print('x')"])
     for share in guest.shares:
-        mode = "rw" if share.writable else "ro"
+        mode = "rw,nosuid,nodev,noexec" if share.writable else "ro"  # exec_from_write false
         assert f",{mode} {share.tag} '/newroot{share.path}'" in script or \
             f",{mode} {share.tag} /newroot{share.path}" in script
     assert script.rstrip().endswith("'print('\"'\"'x'\"'\"')' 0<>\"/newroot$port\" 1>&0")
@@ -205,6 +205,14 @@ def test_a_setuid_file_made_in_the_guest_is_not_setuid_on_the_host(guest):
         assert not mode & 0o6000, oct(mode)  # mapped-xattr: the bits live in an xattr
     else:
         assert (workspace / "suid-try").stat().st_uid == os.getuid()  # setuid to oneself
+
+
+def test_nothing_written_can_be_executed_without_exec_from_write(guest):
+    sb, workspace = guest
+    for place in (str(workspace), "/tmp"):
+        r = sb.run(["sh", "-c", f"cp /bin/true {place}/copied && {place}/copied"])
+        assert r.exit_code == 126 and b"Permission denied" in r.stderr, (place, r)
+    assert sb.run(["/bin/true"]).exit_code == 0  # read roots stay executable
 
 
 def test_the_guest_has_no_network_interface_but_lo(guest):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 import threading
 import time
 import weakref
@@ -46,12 +47,10 @@ class Sandbox:
 
     def __new__(cls, policy: Policy | str | os.PathLike | None = None, *,
                 preset: str | None = None, **kwargs: object) -> Sandbox:
-        # A policy with `containment = "vm"` gets the VM driver, whoever constructs it (the
-        # API, the daemon): it never runs in namespaces instead.
+        # A policy with `containment = "vm"` gets this host's VM driver, whoever constructs it
+        # (the API, the daemon): it never runs in namespaces instead.
         if cls is Sandbox and resolve_policy(policy, preset).containment == "vm":
-            from stockade.vm.qemu import VmSandbox
-
-            cls = VmSandbox
+            cls = _vm_driver()
         return super().__new__(cls)
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
@@ -254,3 +253,14 @@ class Sandbox:
             timings={"start": round(start, 3), "run": round(wall, 3),
                      "session": round(max(duration * 1000 - start - wall, 0), 3)},
         )
+
+
+def _vm_driver() -> type[Sandbox]:
+    """Windows Sandbox on Windows (docs/windows-sandbox.md), QEMU elsewhere (docs/vm.md)."""
+    if sys.platform == "win32":
+        from stockade.vm.wsb import WindowsSandbox
+
+        return WindowsSandbox
+    from stockade.vm.qemu import VmSandbox
+
+    return VmSandbox

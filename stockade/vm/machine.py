@@ -55,6 +55,7 @@ class Guest:
     links: tuple[tuple[str, str], ...]
     hidden: tuple[str, ...]
     frozen: tuple[str, ...]
+    exec_from_write: bool = False  # else write roots and the guest's /tmp are noexec
 
 
 def plan(request: LaunchRequest) -> Guest:
@@ -80,7 +81,8 @@ def plan(request: LaunchRequest) -> Guest:
     frozen = tuple(f"{g.path}/{name}" for g in request.write for name in request.protected
                    if os.path.lexists(f"{g.path}/{name}"))
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
-                 tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen)
+                 tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen,
+                 request.exec_from_write)
 
 
 def init_script(guest: Guest, argv: list[str]) -> str:
@@ -89,17 +91,22 @@ def init_script(guest: Guest, argv: list[str]) -> str:
     protected overlays, then the agent on the virtio-serial port (its stderr on the console,
     which is the host's boot log)."""
     q = shlex.quote
+    # As the Linux backend mounts them: nothing the commands can write is executable unless
+    # the policy says exec_from_write, and no setuid bit counts anywhere they can write.
+    writable = "nosuid,nodev" + ("" if guest.exec_from_write else ",noexec")
     lines = ["#!/bin/busybox sh", "export PATH=/bin", "set -e",
              "busybox mount -t devtmpfs dev /dev", "busybox mount -t sysfs sys /sys",
              "for m in /m/*.ko; do busybox insmod $m; done",
              "busybox mount -t tmpfs -o mode=0755 root /newroot"]
-    for sub, kind in (("proc", "proc"), ("sys", "sysfs"), ("dev", "devtmpfs"), ("tmp", "tmpfs")):
+    for sub, kind, options in (("proc", "proc", "nosuid,nodev,noexec"),
+                               ("sys", "sysfs", "nosuid,nodev,noexec"),
+                               ("dev", "devtmpfs", "nosuid,noexec"), ("tmp", "tmpfs", writable)):
         lines += [f"busybox mkdir -p /newroot/{sub}",
-                  f"busybox mount -t {kind} {sub} /newroot/{sub}"]
+                  f"busybox mount -t {kind} -o {options} {sub} /newroot/{sub}"]
     lines.append("busybox chmod 1777 /newroot/tmp")
     for share in guest.shares:
         target = q("/newroot" + share.path)
-        mode = "rw" if share.writable else "ro"
+        mode = f"rw,{writable}" if share.writable else "ro"
         lines += [f"busybox mkdir -p {target}",
                   f"busybox mount -t 9p -o {_9P},{mode} {share.tag} {target}"]
     for link, target in guest.links:
