@@ -9,8 +9,7 @@ primitives of the host, failing closed.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # (not imported from typing: `stockade run` starts faster without it)
 
 __version__ = "0.1.0"
 
@@ -56,6 +55,8 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> object:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'stockade' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value

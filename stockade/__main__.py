@@ -1,8 +1,8 @@
-"""`python -m stockade`: the command line (see `stockade.cli`)."""
+"""`python -m stockade`: the command line (see stockade/program.py and `stockade.cli`)."""
 
 import sys
 
-from stockade.cli import console_main
+from stockade.program import main
 
 if __name__ == "__main__":
-    sys.exit(console_main())
+    sys.exit(main())

@@ -48,6 +48,7 @@ and its children, as `STOCKADE_STATE_DIR` does (see stockade/lifecycle/statedir.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -116,8 +117,10 @@ def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
-    """The parser for every command (the command after `--` is split off before parsing)."""
+    """The parser for every command (the command after `--` is split off before parsing);
+    built once per process, as parsing leaves it unchanged."""
     parser = _Parser(prog="stockade", description="Run untrusted commands in a sandbox.",
                      epilog=epilog("stockade run -- make test", "stockade demo",
                                       "stockade report"),

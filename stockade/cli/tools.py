@@ -79,19 +79,29 @@ def add_daemon(commands: Any) -> None:
                         help="the control socket (default: daemon.sock in the state directory)")
     daemon.add_argument("--idle", metavar="SECONDS", type=float, default=300.0,
                         help="tear a session down after this long unused (default 300)")
+    daemon.add_argument("--no-cli-server", action="store_true",
+                        help="do not serve `stockade run` and `sandbox-exec` (see "
+                             "stockade/cli/server.py)")
 
 
 def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
 
+    from stockade.cli import server as cli_server
     from stockade.session.daemon import Daemon
 
     server = Daemon(args.socket, idle=args.idle)
     server.bind()
+    # Forked while this process has one thread; `stockade run` is then served by it.
+    cli = None if args.no_cli_server else cli_server.start()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     print(f"stockade: daemon listening on {server.path}", file=sys.stderr, flush=True)
     if server.reclaimed:
         print(f"stockade: reclaimed {server.reclaimed} sandbox(es) of an earlier daemon",
               file=sys.stderr, flush=True)
-    server.serve()
+    try:
+        server.serve()
+    finally:
+        if cli is not None:
+            cli_server.stop(cli)
     return 0

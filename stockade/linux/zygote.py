@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import BinaryIO
 
 from stockade.errors import SetupError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
@@ -95,21 +96,32 @@ class ForkSpawner:
     """No zygote: the owner forks each skeleton itself. Only for single-threaded programs that
     run one sandbox at a time, such as the CLI, where starting a zygote interpreter would cost
     more than the launch. `prepare` forks the skeleton early, so that it makes its namespaces
-    while the program still compiles its policy."""
+    while the program still compiles its policy (or, in the CLI server, before the request
+    comes); a prepared skeleton whose copy of the host's mounts went stale is not used."""
 
     def __init__(self) -> None:
         self._ready: tuple[int, socket.socket] | None = None
+        self._mounts: BinaryIO | None = None  # mountinfo, opened before the skeleton was made
 
     def prepare(self) -> None:
         if self._ready is None:
+            self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see launch
             self._ready = _skeleton(network=True)
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True) -> int:
-        if network_namespace and self._ready is not None:
-            (pid, handoff), self._ready = self._ready, None
-        else:
-            pid, handoff = _skeleton(network=network_namespace)
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            assert self._mounts is not None
+            # mountinfo polls "exceptional" once the host's mounts change after it was opened
+            stale = bool(select.select([], [], [self._mounts], 0)[2])
+            self._mounts.close()
+            if stale or not network_namespace:
+                pid, handoff = ready
+                handoff.close()  # its pid 1 sees the handoff close and exits
+                os.waitpid(pid, 0)
+                ready = None
+        pid, handoff = ready or _skeleton(network=network_namespace)
         with handoff:
             _, pidfds = recv_fds(handoff, 1)
             os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists

@@ -1,0 +1,248 @@
+"""The CLI server: `stockade run` and `sandbox-exec` without an interpreter's worth of imports.
+
+`stockade daemon` starts it (before any thread) on `cli.sock` in the state directory. It is a
+single-threaded process that has imported the whole command line and attested the host once;
+for each request it forks a child, which takes the client's working directory, environment
+and standard streams (passed as descriptors) and runs the ordinary command line, `main`,
+exactly as the `stockade` program would have — so the flags, the output, the errors and the
+exit status are the same. The client (stockade/program.py) only connects, sends, and waits for
+the exit status.
+
+One request: argv, working directory and environment (`encode_request` in stockade/program.py)
+of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr attached to its first byte
+(SCM_RIGHTS). The answer is the
+exit status as one line. Only the server's own user may connect (SO_PEERCRED). The child ends
+the moment the client's connection closes (SIGIO), and its sandbox with it, as a command line
+killed by Ctrl-C or SIGKILL would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from typing import NoReturn
+
+from stockade.linux.fdpass import close_all, recv_fds
+from stockade.linux.privilege import close_fds
+from stockade.linux.syscalls import prctl
+from stockade.linux.zygote import ForkSpawner
+from stockade.program import socket_path
+
+MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
+EXIT_LOST = 130  # the client went away: as if interrupted
+PR_SET_PDEATHSIG = 1
+SPARE_RETRY = 0.5  # seconds before forking another spare after one died unused
+_HEADER = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Request:
+    argv: list[str]
+    cwd: str
+    env: dict[bytes, bytes]
+
+
+def start() -> int | None:
+    """Fork the server from a single-threaded process (the daemon, before its threads); its
+    pid, or None when another server already answers on the socket. It ends with its parent."""
+    path = socket_path()
+    if _answers(path):
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            close_fds({0, 1, 2})  # e.g. the daemon's own listener
+            serve(path)
+        finally:
+            os._exit(70)
+    return pid
+
+
+def stop(pid: int) -> None:
+    """End the server `start` forked (our unreaped child: its pid cannot have been reused)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    os.waitpid(pid, 0)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path())
+
+
+def serve(path: str) -> NoReturn:
+    """Attest the host, listen on `path`, and keep one spare child waiting for the next
+    request; never returns."""
+    from stockade.cli import build_parser, main
+    from stockade.cli import run as cli_run
+    from stockade.launch.compile import CompileContext, compile_policy
+    from stockade.launch.manager import SandboxManager
+    from stockade.linux import init, launcher, zygote  # noqa: F401 - imported before any fork
+    from stockade.policy import preset
+
+    cli_run.fork_directly = True
+    zygote.fork_directly()
+    SandboxManager().select(compile_policy(preset("read-only"), ["true"],
+                                           CompileContext.current("/")))
+    build_parser()  # cached: every child finds it built
+    gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
+    listener = _bind(path)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    while True:
+        taken_r, taken_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            os.close(taken_r)
+            _spare(listener, taken_w, main, zygote.fork_directly())
+        os.close(taken_w)
+        if not os.read(taken_r, 1):  # the spare died before taking a request
+            time.sleep(SPARE_RETRY)
+        os.close(taken_r)
+
+
+def _spare(listener: socket.socket, taken_w: int, main: object,
+           spawner: ForkSpawner) -> NoReturn:
+    """A child waiting for one request, with its sandbox's skeleton already made (namespaces
+    entered, pid 1 waiting): it accepts, tells the server to fork the next spare, and serves."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
+        with contextlib.suppress(Exception):
+            spawner.prepare()  # if this fails, the launch makes one and reports why
+        while True:
+            conn, _ = listener.accept()
+            try:
+                request, fds = _read(conn)
+                break
+            except (OSError, ValueError):
+                conn.close()  # not a request: go on waiting
+        prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client
+        os.write(taken_w, b"T")
+        os.close(taken_w)
+        listener.close()
+    except BaseException:  # noqa: BLE001 - the server forks another
+        os._exit(70)
+    _child(conn, fds, request, main)
+
+
+def _bind(path: str) -> socket.socket:
+    from stockade.lifecycle import statedir
+
+    statedir.ensure(os.path.dirname(path))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a dead server's (`start` found nobody answering)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    return listener
+
+
+def _read(conn: socket.socket) -> tuple[Request, list[int]]:
+    """The request and its three descriptors; ValueError for anything else."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    conn.settimeout(5.0)
+    header, fds = recv_fds(conn, 3)
+    try:
+        if uid != os.geteuid():
+            raise ValueError("another user")
+        if len(fds) != 3 or len(header) < _HEADER.size:
+            raise ValueError("no request")
+        (size,) = _HEADER.unpack(header[:_HEADER.size])
+        if size > MAX_REQUEST:
+            raise ValueError("too large")
+        body = bytearray(header[_HEADER.size:])
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("truncated")
+            body += chunk
+        request = decode_request(bytes(body))
+    except BaseException:
+        close_all(fds)
+        raise
+    conn.settimeout(None)
+    return request, fds
+
+
+def decode_request(body: bytes) -> Request:
+    """The inverse of stockade.program.encode_request (ValueError if it is not one)."""
+    if len(body) > MAX_REQUEST or not body.endswith(b"\0"):
+        raise ValueError("not a request")
+    fields = body[:-1].split(b"\0")
+    count = int(fields[0]) if fields[0].isdigit() else -1
+    if not 0 < count <= len(fields) - 2:
+        raise ValueError("not a request")
+    argv = [os.fsdecode(word) for word in fields[1:count + 1]]
+    env = {}
+    for pair in fields[count + 2:]:
+        name, equals, value = pair.partition(b"=")
+        if not name or not equals:
+            raise ValueError("not a variable")
+        env[name] = value
+    return Request(argv, os.fsdecode(fields[count + 1]), env)
+
+
+def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
+    """Become the client's command line, then report its exit status."""
+    code = 70
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _end_with_client(conn)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        close_all(fds)
+        os.environb.clear()
+        os.environb.update(request.env)
+        try:
+            os.chdir(request.cwd)
+        except OSError as exc:
+            print(f"stockade: usage: cannot enter {request.cwd!r} ({exc.strerror})",
+                  file=sys.stderr)
+            code = 2
+        else:
+            code = main(request.argv)  # type: ignore[operator]
+    except BaseException:  # noqa: BLE001 - the client gets a status, never a hang
+        print("stockade: cli_server_failed: the command line failed in the CLI server",
+              file=sys.stderr)
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        with contextlib.suppress(OSError):
+            conn.sendall(f"{code}\n".encode())
+        os._exit(code)
+
+
+def _end_with_client(conn: socket.socket) -> None:
+    """Exit (and so end the sandbox, whose lifeline this process holds) as soon as the client's
+    end closes: the socket signals SIGIO when it turns readable, and the client sends nothing
+    more."""
+    signal.signal(signal.SIGIO, lambda *_: os._exit(EXIT_LOST))
+    fcntl.fcntl(conn.fileno(), fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(conn.fileno(), fcntl.F_SETFL, fcntl.fcntl(conn.fileno(), fcntl.F_GETFL)
+                | os.O_ASYNC)
+    if select.select([conn], [], [], 0)[0]:  # it closed before the signal was armed
+        os._exit(EXIT_LOST)
+
+
+def _answers(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True

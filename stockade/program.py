@@ -1,0 +1,84 @@
+"""The `stockade` program (the console script, and `python -m stockade`).
+
+`stockade run` and `stockade sandbox-exec` go to the CLI server when `stockade daemon` runs one
+(stockade/cli/server.py): this process then imports almost nothing, passes its argv, working
+directory, environment and standard streams, and exits with the status the server reports.
+Everything else, and every run when no server answers, is the ordinary command line in this
+process (stockade/cli).
+"""
+
+from __future__ import annotations
+
+# _socket is the C module, not socket.py: the wrapper's own imports (enum, selectors) would
+# cost about as much as the rest of this program's start.
+import _socket
+import os
+import struct
+import sys
+
+SERVED = ("run", "sandbox-exec")
+SOCKET_NAME = "cli.sock"  # in the state directory
+EXIT_SETUP = 70
+EXIT_INTERRUPTED = 130
+
+
+def socket_path() -> str:
+    """Where the CLI server listens (stockade/lifecycle/statedir.py says where that is)."""
+    from stockade.lifecycle import statedir
+
+    return os.path.join(statedir.state_dir(), SOCKET_NAME)
+
+
+def main() -> int:
+    words = sys.argv[1:]
+    if words and words[0] in SERVED and os.environ.get("STOCKADE_NO_SERVER") != "1":
+        status = _through_server(words)
+        if status is not None:
+            return status
+    from stockade.cli import console_main
+
+    return console_main()
+
+
+def encode_request(argv: list[str], cwd: str, env: dict[bytes, bytes]) -> bytes:
+    """A 4-byte length, then NUL-terminated fields: the number of argv words, the words, the
+    working directory, then `NAME=VALUE` per variable (none of them can contain a NUL)."""
+    fields = [str(len(argv)).encode(), *map(os.fsencode, argv), os.fsencode(cwd),
+              *(name + b"=" + value for name, value in env.items())]
+    body = b"".join(field + b"\0" for field in fields)
+    return struct.pack("<I", len(body)) + body
+
+
+def _through_server(words: list[str]) -> int | None:
+    """The command's exit status from the CLI server; None when none answers (nothing ran)."""
+    try:
+        path = socket_path()
+        cwd = os.getcwd()
+    except (OSError, RuntimeError):  # no working directory, or no home: run here
+        return None
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        try:
+            conn.connect(path)
+        except OSError:
+            return None
+        message = encode_request(words, cwd, os.environb)
+        try:
+            sent = conn.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                             struct.pack("3i", 0, 1, 2))])
+        except OSError:
+            return None  # e.g. a standard stream is closed: run here instead
+        conn.sendall(message[sent:])
+        answer = b""
+        try:
+            while not answer.endswith(b"\n") and (chunk := conn.recv(16)):
+                answer += chunk
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED  # closing the connection ends the command's sandbox
+        if not answer.strip().isdigit():
+            print("stockade: cli_server_lost: the CLI server ended without an exit status",
+                  file=sys.stderr)
+            return EXIT_SETUP
+        return int(answer)
+    finally:
+        conn.close()

@@ -1,0 +1,221 @@
+"""The CLI server (`stockade daemon` serves `stockade run`): the same command line, run by a
+child of the server with the client's directory, environment and streams, ending with its
+client; and the ordinary command line whenever no server answers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from stockade.program import SOCKET_NAME, encode_request
+
+pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
+REPO = str(Path(__file__).resolve().parent.parent)
+
+
+def stockade(*args: str, env: dict, cwd: Path, **options) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stockade", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=60, **options)
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = parent_of_or_zero(pid)
+    return False
+
+
+def processes_running(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def served(tmp_path):
+    """(environment whose state directory has a serving daemon, the daemon's pid)."""
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": str(state)}
+    daemon = subprocess.Popen([sys.executable, "-m", "stockade", "daemon", "--socket",
+                               str(tmp_path / "daemon.sock")], env=env,
+                              stderr=subprocess.DEVNULL)
+    path = str(state / SOCKET_NAME)
+    deadline = time.monotonic() + 60
+    while True:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+                break
+            except OSError:
+                assert daemon.poll() is None and time.monotonic() < deadline, "no CLI server"
+                time.sleep(0.1)
+    try:
+        yield env, daemon.pid
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+    assert not os.path.exists(path)  # the daemon removed its server's socket
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    path = tmp_path / "ws"
+    (path / "sub").mkdir(parents=True)
+    return path
+
+
+def test_a_served_run_is_the_same_command_line(served, workspace):
+    env, _ = served
+    script = "echo out; echo err >&2; pwd; touch /usr/nope; exit 7"
+    args = ("run", "--preset", "workspace-write", "--workspace", ".", "--", "sh", "-c", script)
+    through = stockade(*args, env=env, cwd=workspace)
+    here = stockade(*args, env={**env, "STOCKADE_NO_SERVER": "1"}, cwd=workspace)
+    assert through.returncode == here.returncode == 7
+    assert through.stdout == here.stdout == f"out\n{workspace}\n"
+    assert through.stderr == here.stderr and through.stderr.startswith("err\n")
+    result = json.loads(stockade(*args[:-4], "--json", "--", "cat", "/etc/shadow", env=env,
+                                 cwd=workspace).stdout)
+    assert result["exit_code"] != 0 and result["backend"] == "linux"
+    refused = stockade("run", "--preset", "no-such", "--", "true", env=env, cwd=workspace)
+    assert refused.returncode == 2 and refused.stderr.startswith("stockade: policy_invalid: ")
+    assert len(refused.stderr.splitlines()) == 1
+
+
+def test_the_clients_directory_environment_and_stdin_are_used(served, workspace):
+    env, _ = served
+    policy = workspace / "policy.json"
+    policy.write_text(json.dumps({"version": 1, "preset": "workspace-write",
+                                  "env": {"pass": ["FOO"]}, "process": {"stdin": "inherit"}}))
+    done = stockade("run", "--policy", str(policy), "--workspace", "..", "--", "sh", "-c",
+                    'echo "$FOO"; pwd; cat', env={**env, "FOO": "from-client"},
+                    cwd=workspace / "sub", input="piped\n")
+    assert done.returncode == 0, done.stderr
+    # the default cwd is the workspace, which `..` made the client's parent directory
+    assert done.stdout == f"from-client\n{workspace}\npiped\n"
+
+
+def test_the_command_runs_under_the_server_and_ends_with_its_client(served, workspace):
+    env, daemon = served
+    marker = f"3{time.monotonic_ns() % 10**9}"
+    client = subprocess.Popen([sys.executable, "-m", "stockade", "run", "--", "sleep", marker],
+                              env=env, cwd=workspace, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (sleeping := [p for p in processes_running(marker) if p != client.pid]):
+        assert time.monotonic() < deadline and client.poll() is None
+        time.sleep(0.05)
+    (command,) = sleeping
+    owner = owner_of(parent_of(command))
+    assert owner != client.pid and descends_from(owner, daemon)
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 10
+    while command in processes_running(marker):
+        assert time.monotonic() < deadline, "the sandbox outlived its client"
+        time.sleep(0.05)
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def owner_of(init: int) -> int:
+    """The process outside the sandbox holding the other end of its init's pipes (the lifeline
+    and the status pipe): the sandbox's owner."""
+    ours = pipes_of(init)
+    holders = {pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+               if pid != init and parent_of_or_zero(pid) != init and ours & pipes_of(pid)}
+    assert len(holders) == 1, holders
+    return holders.pop()
+
+
+def parent_of_or_zero(pid: int) -> int:
+    try:
+        return parent_of(pid)
+    except OSError:
+        return 0
+
+
+def pipes_of(pid: int) -> set[str]:
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if (target := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("pipe:"):
+                    found.add(target)
+    return found
+
+
+def test_without_an_answering_server_the_run_happens_here(tmp_path, workspace):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(state / SOCKET_NAME))  # bound, never listening: a dead server's
+    env = {**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": str(state)}
+    done = stockade("run", "--", "sh", "-c", "echo here", env=env, cwd=workspace)
+    stale.close()
+    assert (done.returncode, done.stdout) == (0, "here\n"), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount on the host")
+def test_a_prepared_sandbox_sees_a_mount_made_after_it(served, workspace, tmp_path):
+    env, _ = served
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "stockade-test", str(mount_point)], check=True)
+    try:
+        (mount_point / "on-the-mount").write_text("x")
+        done = stockade("run", "--read", str(mount_point), "--", "ls", str(mount_point),
+                        env=env, cwd=workspace)
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+    assert (done.returncode, done.stdout) == (0, "on-the-mount\n"), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_user_is_not_served(served, workspace, tmp_path):
+    env, _ = served
+    state = Path(env["STOCKADE_STATE_DIR"])
+    opened = [p for p in (state, *state.parents) if p.is_relative_to(tmp_path.parents[2])]
+    modes = {p: p.stat().st_mode & 0o7777 for p in opened}
+    for directory in opened:
+        os.chmod(directory, 0o711)
+    os.chmod(state / SOCKET_NAME, 0o666)  # only the peer check stands in the way now
+    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", {})
+    code = textwrap.dedent("""
+        import os, socket, struct, sys
+        os.setgid(65534)
+        os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        s.sendmsg([bytes.fromhex(sys.argv[2])],
+                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))])
+        try:
+            print(repr(s.recv(16)))
+        except ConnectionResetError:  # closed with our request unread
+            print(repr(b""))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(state / SOCKET_NAME),
+                           request.hex()], capture_output=True, text=True, timeout=30)
+    for directory, mode in modes.items():
+        os.chmod(directory, mode)
+    assert (done.returncode, done.stdout) == (0, "b''\n"), done.stderr
+    assert not (workspace / "made").exists()
