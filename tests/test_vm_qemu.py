@@ -7,8 +7,12 @@ virtio-pci, or a static busybox is missing; STOCKADE_REQUIRE_VM=1 makes that a f
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -44,11 +48,24 @@ def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent():
     assert len({s.tag for s in guest.shares}) == 3
 
 
-@pytest.mark.parametrize("mode", ["allowlist", "any"])
-def test_network_other_than_none_is_refused(mode):
+def test_network_any_is_refused():
     with pytest.raises(UnenforceableError) as info:
-        machine.plan(_request(network=NetworkSpec(mode=mode)))
+        machine.plan(_request(network=NetworkSpec(mode="any")))
     assert info.value.code == "unenforceable:network"
+
+
+def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted():
+    kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
+    closed = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", machine.plan(_request()))
+    assert closed[closed.index("-nic") + 1] == "none" and "-netdev" not in closed
+    guest = machine.plan(_request(network=NetworkSpec(mode="allowlist", allow=("x.test",))))
+    argv = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", guest, "/d/p,q/proxy.sock")
+    netdev = argv[argv.index("-netdev") + 1]
+    assert netdev.startswith("user,id=egress,restrict=on,ipv6=off,")
+    assert netdev.count("guestfwd=") == 1 and "hostfwd" not in netdev
+    assert "guestfwd=tcp:10.0.2.100:3128-cmd:" in netdev and "/d/p,,q/proxy.sock" in netdev
+    script = machine.init_script(guest, ["/bin/true"])
+    assert "ip addr add 10.0.2.15/24 dev eth0" in script and "route" not in script
 
 
 def test_qemu_argv_has_no_network_device_and_read_only_shares():
@@ -315,3 +332,58 @@ def test_the_daemon_keeps_a_vm_session_across_clients(vm_ready, tmp_path):
     finally:
         server.stop()
         serving.join(30)
+
+
+def test_an_allowlist_guest_goes_out_only_through_the_proxy(vm_ready, tmp_path):
+    """The proxy answers at 10.0.2.100:3128; an allowed address (literal, or a name through the
+    resolver hook) is reached; a denied name gets 403 and is in the Result; the user-mode
+    network's host alias and DNS server (which `restrict=on` closes) are not reached, and
+    nothing else is routed."""
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path,
+                              text=True)
+    try:
+        port = int(server.stdout.readline().split(" port ")[1].split()[0])
+        policy = merge(_vm_policy(), {"network": {"mode": "allowlist", "allow": [
+            f"127.0.0.1:{port}", f"allowed.test:{port}"]}})
+        code = textwrap.dedent(f"""
+            import os, socket, urllib.request
+            print(os.environ["HTTP_PROXY"])
+            for url in ("http://127.0.0.1:{port}/", "http://allowed.test:{port}/",
+                        "http://denied.test/"):
+                try:
+                    print(urllib.request.urlopen(url, timeout=20).status)
+                except OSError as exc:
+                    print(getattr(exc, "code", exc))
+            for address in (("10.0.2.2", {port}), ("10.0.2.3", 53), ("127.0.0.1", {port})):
+                try:
+                    socket.create_connection(address, timeout=5)
+                    print("reached")
+                except OSError as exc:
+                    print(exc.errno)
+            dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            dns.settimeout(3)
+            dns.sendto(bytes.fromhex("abcd01000001000000000000076578616d706c650000010001"),
+                       ("10.0.2.3", 53))
+            try:
+                print(len(dns.recv(512)))
+            except OSError:
+                print("silent")
+            try:
+                socket.create_connection(("10.0.3.1", 80), timeout=5)
+            except OSError as exc:
+                print(exc.errno)
+        """)
+        with qemu.VmSandbox(policy, workspace=tmp_path,
+                            resolver=lambda host: ["127.0.0.1"] if host == "allowed.test"
+                            else []) as sb:
+            r = sb.run(["python3", "-c", code], timeout=120)
+    finally:
+        server.kill()
+        server.wait()
+    refused, unreachable = str(errno.ECONNREFUSED), str(errno.ENETUNREACH)
+    assert r.stdout.decode().split() == [
+        "http://10.0.2.100:3128", "200", "200", "403", refused, refused, refused, "silent",
+        unreachable], r
+    assert [(d["host"], d["decision"]) for d in r.network_log] == [("denied.test", "deny")]
+    assert [v.kind for v in r.violations] == ["network.denied"]

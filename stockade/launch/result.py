@@ -14,6 +14,12 @@ class Violation:
     detail: str
 
 
+def network_denials(records: list[dict]) -> list[Violation]:
+    """A `network.denied` Violation per denial record of the egress proxy."""
+    return [Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
+                                        f"{d.get('reason') or d.get('rule')}") for d in records]
+
+
 @dataclass(frozen=True)
 class Result:
     exit_code: int | None            # None when the command was killed by a signal

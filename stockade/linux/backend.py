@@ -23,7 +23,7 @@ from stockade.errors import (
 )
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
-from stockade.launch.result import Violation
+from stockade.launch.result import Violation, network_denials
 from stockade.linux import landlock, seccomp, zygote
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.launcher import WEAKENINGS, encode_frame
@@ -221,10 +221,7 @@ class LinuxHandle(Handle):
         if self._proxy is not None:
             self._proxy.stop()
             self.network_log = self._proxy.denials()
-            self.violations += [
-                Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
-                                            f"{d.get('reason') or d.get('rule')}")
-                for d in self._proxy.denials()]
+            self.violations += network_denials(self.network_log)
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
         for event in events:

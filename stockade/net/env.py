@@ -20,13 +20,14 @@ from stockade.errors import UsageError
 SANDBOX_PORT = 3128  # where the proxy answers inside a sandbox (its own loopback, so fixed)
 
 
-def proxy_environment(port: int) -> dict[str, str]:
-    """Proxy variables (upper and lower case) for a proxy at 127.0.0.1:`port`."""
+def proxy_environment(port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """Proxy variables (upper and lower case) for a proxy at `host`:`port` (an IPv4 address:
+    the sandbox's loopback, or where a VM guest finds the proxy)."""
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise UsageError(f"proxy port must be 1-65535, got {port!r}")
-    http_url = f"http://127.0.0.1:{port}"
+    http_url = f"http://{host}:{port}"
     names = {"HTTP_PROXY": http_url, "HTTPS_PROXY": http_url,
-             "ALL_PROXY": f"socks5h://127.0.0.1:{port}", "NO_PROXY": ""}
+             "ALL_PROXY": f"socks5h://{host}:{port}", "NO_PROXY": ""}
     env = names | {name.lower(): value for name, value in names.items()}
-    env["GIT_SSH_COMMAND"] = f"ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:{port} %h %p'"
+    env["GIT_SSH_COMMAND"] = f"ssh -o ProxyCommand='nc -X 5 -x {host}:{port} %h %p'"
     return env

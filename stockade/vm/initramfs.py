@@ -1,5 +1,5 @@
 """The guest's first userspace: a static busybox, the kernel modules the guest needs (9p over
-virtio, virtio-pci, virtio-console, with their dependencies, from that kernel's own
+virtio, virtio-pci, virtio-console, virtio-net, with their dependencies, from that kernel's own
 /lib/modules) and an init script, packed as a newc initramfs."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from stockade.vm.cpio import Archive
 BUSYBOX = "/bin/busybox"
 # What the guest needs from the kernel: each option must be built in (y) or a module (m).
 NEEDED = {"CONFIG_VIRTIO_PCI": "virtio_pci", "CONFIG_VIRTIO_CONSOLE": "virtio_console",
-          "CONFIG_NET_9P_VIRTIO": "9pnet_virtio", "CONFIG_9P_FS": "9p"}
+          "CONFIG_NET_9P_VIRTIO": "9pnet_virtio", "CONFIG_9P_FS": "9p",
+          "CONFIG_VIRTIO_NET": "virtio_net"}
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ def find_kernel(boot: str = "/boot", modules: str = "/lib/modules") -> Kernel:
             continue
         wanted = [module for name, module in NEEDED.items() if config[name] == "m"]
         return Kernel(release, image, load_order(f"{modules}/{release}", wanted))
-    raise UnavailableError("vm_kernel_unavailable", "no kernel with virtio-pci, virtio-console "
-                           f"and 9p in {boot} ({'; '.join(reasons) or 'none installed'})")
+    raise UnavailableError("vm_kernel_unavailable", "no kernel with virtio-pci, virtio-console, "
+                           f"virtio-net and 9p in {boot} "
+                           f"({'; '.join(reasons) or 'none installed'})")
 
 
 def load_order(tree: str, wanted: list[str]) -> tuple[str, ...]:

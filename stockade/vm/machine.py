@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec
+from stockade.vm import egress
 from stockade.vm.initramfs import Kernel
 
 QEMU = "qemu-system-x86_64"
@@ -56,13 +57,14 @@ class Guest:
     hidden: tuple[str, ...]
     frozen: tuple[str, ...]
     exec_from_write: bool = False  # else write roots and the guest's /tmp are noexec
+    egress: bool = False  # allowlist: a NIC whose only way out is the proxy (egress.py)
 
 
 def plan(request: LaunchRequest) -> Guest:
     """The guest for a compiled request; refuses what the VM cannot enforce."""
-    if request.network.mode != "none":
+    if request.network.mode not in ("none", "allowlist"):
         raise UnenforceableError("network", f"network mode {request.network.mode!r}: the VM "
-                                 "driver only supports 'none' (no network device) so far")
+                                 "driver has no device for it ('none' and 'allowlist' only)")
     if request.limits.cpu is not None and request.limits.cpu < VCPUS:
         raise UnenforceableError("limits.cpu", f"limits.cpu = {request.limits.cpu:g}: the "
                                  f"guest has {VCPUS} vCPU and no finer CPU limit")
@@ -82,7 +84,7 @@ def plan(request: LaunchRequest) -> Guest:
                    if os.path.lexists(f"{g.path}/{name}"))
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
                  tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen,
-                 request.exec_from_write)
+                 request.exec_from_write, request.network.mode == "allowlist")
 
 
 def init_script(guest: Guest, argv: list[str]) -> str:
@@ -103,7 +105,10 @@ def init_script(guest: Guest, argv: list[str]) -> str:
                                ("dev", "devtmpfs", "nosuid,noexec"), ("tmp", "tmpfs", writable)):
         lines += [f"busybox mkdir -p /newroot/{sub}",
                   f"busybox mount -t {kind} -o {options} {sub} /newroot/{sub}"]
-    lines.append("busybox chmod 1777 /newroot/tmp")
+    lines += ["busybox chmod 1777 /newroot/tmp", "busybox ip link set lo up"]
+    if guest.egress:  # no route: only the user-mode network's own /24, where the proxy is
+        lines += [f"busybox ip addr add {egress.GUEST_ADDRESS}/24 dev eth0",
+                  "busybox ip link set eth0 up"]
     for share in guest.shares:
         target = q("/newroot" + share.path)
         mode = f"rw,{writable}" if share.writable else "ro"
@@ -141,22 +146,29 @@ def agent_argv(python: str, package_dir: str, uid: int, gid: int,
 
 
 def qemu_argv(kernel: Kernel, initrd: str, socket_path: str, log: str,
-              guest: Guest) -> list[str]:
-    """A q35 machine under TCG: no disk, no network device, no display; the console on the
-    ISA serial port into `log`; the agent's port on a virtio-serial controller whose chardev
-    connects to the host's `socket_path`; one virtio-9p device per share.
+              guest: Guest, proxy_socket: str | None = None) -> list[str]:
+    """A q35 machine under TCG: no disk, no display; the console on the ISA serial port into
+    `log`; the agent's port on a virtio-serial controller whose chardev connects to the host's
+    `socket_path`; one virtio-9p device per share; no network device, or in allowlist mode one
+    whose only way out is the proxy listening on `proxy_socket` (egress.py).
 
     Not microvm: it has no HPET or ACPI PM timer, and under TCG the kernel's TSC calibration
     against the PIT fails now and then, which left one boot in five hanging; q35 has both."""
     argv = [QEMU, "-accel", "tcg", "-M", "q35", "-cpu", "max",
             "-m", str(MEMORY_MIB), "-smp", str(VCPUS), "-nodefaults", "-no-user-config",
-            "-nographic", "-no-reboot", "-nic", "none",
+            "-nographic", "-no-reboot",
             "-kernel", kernel.image, "-initrd", initrd,
             "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
             "-chardev", f"file,id=log,path={_opt(log)}", "-serial", "chardev:log",
             "-device", "virtio-serial-pci",
             "-chardev", f"socket,id=agent,path={_opt(socket_path)},server=off",
             "-device", f"virtserialport,chardev=agent,name={PORT_NAME}"]
+    if guest.egress:
+        assert proxy_socket is not None
+        argv += ["-netdev", egress.netdev(proxy_socket),
+                 "-device", "virtio-net-pci,netdev=egress"]
+    else:
+        argv += ["-nic", "none"]
     for share in guest.shares:
         argv += ["-fsdev", f"local,id={share.tag},path={_opt(share.path)},"
                  f"security_model={_security_model(share.writable)}"

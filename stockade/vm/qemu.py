@@ -18,12 +18,16 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from stockade.errors import StockadeError, UnavailableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
-from stockade.launch.result import Result
+from stockade.launch.result import Result, network_denials
+from stockade.net.env import proxy_environment
+from stockade.net.gate import Resolver
+from stockade.net.proxy import Proxy
 from stockade.policy import Policy
 from stockade.session import boot, protocol
 from stockade.session.channel import Channel
@@ -31,7 +35,7 @@ from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
 from stockade.session.protocol import Message
 from stockade.session.sandbox import Sandbox
-from stockade.vm import initramfs, machine
+from stockade.vm import egress, initramfs, machine
 
 BACKEND = "qemu-vm"
 BOOT_TIMEOUT = 60.0  # seconds from QEMU's start to the agent's hello (TCG: ~8s here)
@@ -47,9 +51,11 @@ class VmHandle:
     """The QEMU process this host started, and its private directory. `kill` and `wait` act on
     that process only (by the Popen that started it), and remove the directory once it ended."""
 
-    def __init__(self, process: subprocess.Popen, workdir: str) -> None:
+    def __init__(self, process: subprocess.Popen, workdir: str,
+                 proxy: Proxy | None = None) -> None:
         self.process = process
         self.workdir = workdir
+        self.proxy = proxy  # allowlist: the guest's only way out (stockade/vm/egress.py)
 
     @property
     def pid(self) -> int:
@@ -65,6 +71,8 @@ class VmHandle:
             status = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        if self.proxy is not None:
+            self.proxy.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         return status
 
@@ -83,10 +91,10 @@ class VmHandle:
 
 
 def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_ATTEMPTS,
-            timeout: float = BOOT_TIMEOUT) -> boot.Session:
+            timeout: float = BOOT_TIMEOUT, resolver: Resolver | None = None) -> boot.Session:
     """A guest whose agent has said hello. What the VM cannot enforce, or a host without QEMU
     or a suitable kernel, raises at once; a guest that does not answer is retried, `attempts`
-    times in all, then `session_boot_failed`."""
+    times in all, then `session_boot_failed`. `resolver` is the proxy's DNS hook (tests)."""
     request = boot.agent_request(policy, ctx)
     argv = machine.agent_argv(request.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid(),
                               request.limits)
@@ -100,7 +108,7 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
     image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
     failures = []
     for _ in range(attempts):
-        handle, listener = _start(kernel, image, guest)
+        handle, listener = _start(kernel, image, guest, request, resolver)
         try:
             channel, hello = _handshake(handle, listener, timeout)
         except (StockadeError, OSError) as exc:
@@ -117,16 +125,22 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
                        f"the VM did not boot after {attempts} attempts: {failures[-1]}")
 
 
-def _start(kernel: initramfs.Kernel, image: bytes,
-           guest: machine.Guest) -> tuple[VmHandle, socket.socket]:
+def _start(kernel: initramfs.Kernel, image: bytes, guest: machine.Guest,
+           request: LaunchRequest, resolver: Resolver | None) -> tuple[VmHandle, socket.socket]:
     workdir = tempfile.mkdtemp(prefix="stockade-vm-")  # mode 0700
     initrd = os.path.join(workdir, "initrd")
     with open(initrd, "wb") as f:
         f.write(image)
     path = os.path.join(workdir, "agent.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    argv = machine.qemu_argv(kernel, initrd, path, os.path.join(workdir, "console.log"), guest)
+    proxy = None
     try:
+        if guest.egress:
+            proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
+                          resolver=resolver, socket_dir=workdir)
+            proxy.start()
+        argv = machine.qemu_argv(kernel, initrd, path, os.path.join(workdir, "console.log"),
+                                 guest, None if proxy is None else proxy.socket_path)
         listener.bind(path)
         listener.listen(1)
         with open(os.path.join(workdir, "qemu.err"), "wb") as err:
@@ -135,11 +149,13 @@ def _start(kernel: initramfs.Kernel, image: bytes,
             process = _SPAWNER.submit(
                 subprocess.Popen, [SETPRIV, "--pdeathsig", "KILL", "--", *argv],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err).result()
-    except OSError:
+    except BaseException:
         listener.close()
+        if proxy is not None:
+            proxy.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    return VmHandle(process, workdir), listener
+    return VmHandle(process, workdir, proxy), listener
 
 
 def _handshake(handle: VmHandle, listener: socket.socket,
@@ -189,12 +205,32 @@ class VmSandbox(Sandbox):
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
-                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT) -> None:
-        self._attempts, self._timeout = attempts, timeout
+                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT,
+                 resolver: Resolver | None = None) -> None:
+        self._attempts, self._timeout, self._resolver = attempts, timeout, resolver
+        self._denials_seen = 0
         super().__init__(policy, preset=preset, workspace=workspace)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
-        return boot_vm(policy, ctx, attempts=self._attempts, timeout=self._timeout)
+        return boot_vm(policy, ctx, attempts=self._attempts, timeout=self._timeout,
+                       resolver=self._resolver)
+
+    def _command(self, argv: Sequence[str], cwd: str | os.PathLike | None,
+                 env: Mapping[str, str] | None, timeout: float | None) -> LaunchRequest:
+        """As in a Linux session, but in allowlist mode the proxy variables name where the
+        guest finds the proxy rather than a loopback the guest does not share."""
+        request = super()._command(argv, cwd, env, timeout)
+        if request.network.mode != "allowlist":
+            return request
+        host, port = egress.GUEST_PROXY
+        variables = dict(request.env) | proxy_environment(port, host)
+        return replace(request, env=tuple(sorted(variables.items())))
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
-        return replace(super()._result(request, ending, duration), backend=BACKEND)
+        """The Result, with the proxy's denials since the previous command."""
+        proxy = self._session.handle.proxy  # type: ignore[attr-defined]
+        denials = [] if proxy is None else proxy.denials()
+        fresh, self._denials_seen = tuple(denials[self._denials_seen:]), len(denials)
+        result = super()._result(request, ending, duration)
+        return replace(result, backend=BACKEND, network_log=fresh,
+                       violations=(*result.violations, *network_denials(list(fresh))))
