@@ -30,20 +30,29 @@ class NotEnforced(Exception):
         self.message = message
 
 
-def judge(facts: dict[str, object]) -> None:
-    """Raise NotEnforced for the first stage with a fact that does not hold."""
-    for stage, checks in expectations().items():
+Table = dict[str, dict[str, Check]]  # stage -> fact -> its check
+
+
+def judge(facts: dict[str, object], table: Table | None = None) -> None:
+    """Raise NotEnforced for the first stage with a fact that does not hold. `table` defaults
+    to the Linux probe's (`expectations()`); another platform passes its own."""
+    for stage, checks in (table or expectations()).items():
         for fact, (accept, expected) in checks.items():
             value = facts.get(fact)
             if not accept(value):
                 raise NotEnforced(stage, f"{fact}: observed {value!r}, expected {expected}")
 
 
-def verified(facts: dict[str, object], *names: str) -> bool:
-    """Whether each named fact is present and holds."""
-    checks = {fact: accept for stage in expectations().values()
+def verified(facts: dict[str, object], *names: str, table: Table | None = None) -> bool:
+    """Whether each named fact is present and holds (`table` as for `judge`)."""
+    checks = {fact: accept for stage in (table or expectations()).values()
               for fact, (accept, _) in stage.items()}
     return all(name in facts and checks[name](facts[name]) for name in names)
+
+
+def exactly(wanted: object) -> Check:
+    """A check that a fact is `wanted`, of the same type (True is not 1)."""
+    return (lambda value: type(value) is type(wanted) and value == wanted), repr(wanted)
 
 
 def _denied(value: object) -> bool:

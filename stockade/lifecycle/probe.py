@@ -18,6 +18,10 @@ Stages, in order; the first that fails names the reason and the stage:
 An attestation never holds a path, a secret or an environment value: facts are errno names,
 numbers, flags and namespace, interface and variable names. `require_ready` is the manager's
 cache: a pass holds for the process lifetime, a failure for NEGATIVE_TTL seconds.
+
+The stages `backend`, `ledger` and the cache are shared; what a launch observes and what its
+facts must be are the backend's platform half (`PlatformProbe`, chosen by `platform_probe`):
+`LinuxProbe` here, `stockade.windows.probe.WindowsProbe` for the Windows backend.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 from stockade import __version__
 from stockade.errors import StockadeError, UnavailableError
@@ -47,11 +52,13 @@ from stockade.policy import model
 
 ATTESTATION_VERSION = 1
 NEGATIVE_TTL = 30.0  # seconds a failed probe is trusted before the manager probes again
-_MESSAGES = {
+_MESSAGES = {  # every platform's
     "ledger_corrupt": "a launch record could not be trusted and was quarantined for "
                       "inspection; see `stockade reconcile`",
     "ledger_unusable": "the state directory cannot be used safely; set STOCKADE_STATE_DIR "
                        "or --state-dir",
+}
+_LINUX_MESSAGES = {
     "probe_child_failed": "the probe's child did not report its observations",
     "userns_unavailable": "user namespaces cannot be created here",
     "landlock_unsupported": "the kernel offers no Landlock, or it is disabled",
@@ -65,7 +72,7 @@ class Attestation:
 
     ready: bool
     backend: str
-    run_as: str                      # "root" or "rootless"
+    run_as: str                      # "root" or "rootless"; on Windows "elevated" or "unelevated"
     versions: dict[str, object]
     facts: dict[str, object]         # one field per verified fact
     enforced: dict                   # what the probe sandbox's pid 1 reported applying
@@ -81,7 +88,9 @@ class Attestation:
 
 
 @dataclass
-class _Run:
+class Run:
+    """One probe in progress: what it has seen so far, and the stage it is at."""
+
     backend: Backend
     facts: dict[str, object] = field(default_factory=dict)
     enforced: dict = field(default_factory=dict)
@@ -97,21 +106,77 @@ class _Run:
             self.timings[stage] = round((time.monotonic() - started) * 1000, 3)
 
 
-class _Refused(Exception):
+class Refused(Exception):
+    """The probe failed for `reason` (a stable code), said by `message`."""
+
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(reason)
         self.reason = reason
         self.message = message
 
 
-def probe(backend: Backend | None = None, ledger: Ledger | None = None) -> Attestation:
-    """Probe `backend` (default: the first registered) now; never raises for a failed probe."""
+class PlatformProbe(Protocol):
+    """What the probe does differently per backend; the shared stages are `probe`'s."""
+
+    messages: dict[str, str]  # a readable message per failure reason this platform adds
+
+    def run_as(self) -> str:
+        """Whom the probe runs as (`Attestation.run_as`)."""
+
+    def versions(self) -> dict[str, object]:
+        """What the attestation is valid for (`Attestation.versions`); never raises."""
+
+    def launch(self, run: Run, ledger: Ledger) -> None:
+        """The `launch` stage: a real launch, its observations recorded into `run`."""
+
+    def judge(self, observed: dict[str, object]) -> None:
+        """Raise facts.NotEnforced for the first stage whose facts do not hold."""
+
+    def storage(self) -> tuple[dict[str, object], float] | None:
+        """What a stored attestation is valid for, and seconds since boot now (sleep counted);
+        None where passing attestations are not stored for later processes."""
+
+
+class LinuxProbe:
+    """The Linux backend's half: the probe child's observations (see the module docstring)."""
+
+    messages = _LINUX_MESSAGES
+
+    def run_as(self) -> str:
+        return "root" if os.geteuid() == 0 else "rootless"
+
+    def versions(self) -> dict[str, object]:
+        return _versions()
+
+    def launch(self, run: Run, ledger: Ledger) -> None:
+        _launch(run, ledger)
+
+    def judge(self, observed: dict[str, object]) -> None:
+        facts.judge(observed)
+
+    def storage(self) -> tuple[dict[str, object], float]:
+        return _host_key(), time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def platform_probe(backend: Backend) -> PlatformProbe:
+    """The platform half of the probe for `backend`, chosen by its name."""
+    if backend.name == "windows":
+        from stockade.windows.probe import WindowsProbe
+        return WindowsProbe()
+    return LinuxProbe()
+
+
+def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
+          platform_half: PlatformProbe | None = None) -> Attestation:
+    """Probe `backend` (default: the first registered) now; never raises for a failed probe.
+    `platform_half` defaults to `platform_probe(backend)`."""
     if backend is None:
         from stockade.launch.manager import REGISTRY
         backend = next(iter(REGISTRY.values()))()
+    half = platform_half or platform_probe(backend)
     started = time.monotonic()
-    run = _Run(backend)
-    failure: _Refused | None = None
+    run = Run(backend)
+    failure: Refused | None = None
     try:
         with run.timed("backend"):
             backend.probe()
@@ -120,24 +185,23 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None) -> Attes
             ledger.reconcile()
             ledger.check()
         with run.timed("launch"):
-            _launch(run, ledger)
+            half.launch(run, ledger)
         with run.timed("checks"):
-            facts.judge(run.facts)
+            half.judge(run.facts)
     except StockadeError as exc:
-        failure = _Refused(exc.code, _MESSAGES.get(
+        failure = Refused(exc.code, (_MESSAGES | half.messages).get(
             exc.code, f"the {run.stage} stage failed ({exc.code})"))
     except OSError as exc:
-        failure = _Refused("probe_failed", f"the {run.stage} stage failed with "
-                                           f"{errno.errorcode.get(exc.errno or 0, 'an error')}")
-    except _Refused as refused:
+        failure = Refused("probe_failed", f"the {run.stage} stage failed with "
+                                          f"{errno.errorcode.get(exc.errno or 0, 'an error')}")
+    except Refused as refused:
         failure = refused
     except facts.NotEnforced as exc:
         run.stage = exc.stage
-        failure = _Refused(f"{exc.stage}_not_enforced", exc.message)
+        failure = Refused(f"{exc.stage}_not_enforced", exc.message)
     return Attestation(
-        ready=failure is None, backend=backend.name,
-        run_as="root" if os.geteuid() == 0 else "rootless", versions=_versions(),
-        facts=run.facts, enforced=run.enforced, timings=run.timings,
+        ready=failure is None, backend=backend.name, run_as=half.run_as(),
+        versions=half.versions(), facts=run.facts, enforced=run.enforced, timings=run.timings,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
         reason=failure.reason if failure else None, stage=run.stage if failure else None,
         message=failure.message if failure else None)
@@ -171,8 +235,12 @@ STORED_TTL = 600.0  # seconds a stored passing attestation is trusted by a new p
 
 
 def _stored_or_probe(backend: Backend) -> Attestation:
+    storage = platform_probe(backend).storage()
+    if storage is None:
+        return probe(backend)
+    key, now = storage
     path = os.path.join(statedir.state_dir(), f"attestation-{backend.name}.json")
-    stored = _load(path)
+    stored = _load(path, key, now)
     if stored is not None:
         try:
             backend.probe()
@@ -184,7 +252,7 @@ def _stored_or_probe(backend: Backend) -> Attestation:
             pass  # something changed: the full probe says what
     attestation = probe(backend)
     if attestation.ready:
-        _store(path, attestation)
+        _store(path, attestation, key, now)
     return attestation
 
 
@@ -195,12 +263,11 @@ def _host_key() -> dict[str, object]:
     return {"boot": boot, "uid": os.geteuid(), "versions": _versions()}
 
 
-def _load(path: str) -> Attestation | None:
+def _load(path: str, key: dict[str, object], now: float) -> Attestation | None:
     try:
         with open(path) as f:
             body = json.load(f)
-        if (body["key"] != _host_key()
-                or not 0 <= time.clock_gettime(time.CLOCK_BOOTTIME) - body["at"] < STORED_TTL):
+        if body["key"] != key or not 0 <= now - body["at"] < STORED_TTL:
             return None
         attestation = Attestation(**body["attestation"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -209,10 +276,9 @@ def _load(path: str) -> Attestation | None:
         else None
 
 
-def _store(path: str, attestation: Attestation) -> None:
+def _store(path: str, attestation: Attestation, key: dict[str, object], now: float) -> None:
     """Atomically (and only where the state directory is ours; never fatal)."""
-    body = {"key": _host_key(), "at": time.clock_gettime(time.CLOCK_BOOTTIME),
-            "attestation": attestation.to_json()}
+    body = {"key": key, "at": now, "attestation": attestation.to_json()}
     try:
         statedir.ensure(os.path.dirname(path))
         temporary = f"{path}.{os.getpid()}.tmp"
@@ -224,7 +290,7 @@ def _store(path: str, attestation: Attestation) -> None:
         pass
 
 
-def _launch(run: _Run, ledger: Ledger) -> None:
+def _launch(run: Run, ledger: Ledger) -> None:
     """Run the probe child in a sandbox, recording what it and the host saw into `run`."""
     from stockade.launch.manager import execute
 
@@ -317,11 +383,11 @@ def _untouched(sock: socket.socket) -> bool:
 
 def _observations(result: Result) -> dict[str, object]:
     if result.exit_code != 0:
-        raise _Refused("probe_child_failed", _MESSAGES["probe_child_failed"])
+        raise Refused("probe_child_failed", _MESSAGES["probe_child_failed"])
     try:
         seen = json.loads(result.stdout)
     except ValueError:
-        raise _Refused("probe_child_failed", _MESSAGES["probe_child_failed"]) from None
+        raise Refused("probe_child_failed", _MESSAGES["probe_child_failed"]) from None
     host = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in probe_child.NAMESPACES}
     seen["new_namespaces"] = sorted(name for name, inode in seen.pop("namespaces").items()
                                     if inode != host[name])

@@ -9,10 +9,14 @@ not verify is never `enforced`.
 - `partial`: it holds only in part (one layer of two, per process instead of per tree, ...);
   the reason says which part;
 - `unavailable`: the backend refuses policies that use it, or the probe could not verify it.
+
+The rows here are the Linux backend's; the Windows backend's are stockade/windows/report.py's,
+built with the same `row_maker` and `accepted` over its own facts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from stockade.errors import StockadeError
@@ -22,6 +26,12 @@ from stockade.lifecycle.facts import verified
 from stockade.lifecycle.probe import Attestation
 
 ENFORCED, PARTIAL, UNAVAILABLE = "enforced", "partial", "unavailable"
+# How each `Attestation.run_as` reads in a heading.
+_RUN_AS = {"root": "run as root", "rootless": "rootless", "elevated": "run elevated",
+           "unelevated": "not elevated"}
+# A request every backend's `check` accepts on its own platform, varied one field at a time by
+# `accepted` (the Windows backend admits only drive paths: stockade/windows/report.py).
+PLAIN_REQUEST = LaunchRequest(argv=("true",), cwd="/", env=())
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,7 @@ class Report:
     def heading(self) -> str:
         a = self.attestation
         state = "ready" if a.ready else f"NOT READY ({a.reason} at stage {a.stage})"
-        return f"{a.backend}: {state}, {'run as root' if a.run_as == 'root' else 'rootless'}"
+        return f"{a.backend}: {state}, {_RUN_AS.get(a.run_as, a.run_as)}"
 
     def versions(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in self.attestation.versions.items())
@@ -74,13 +84,22 @@ class Report:
 
 def build(attestation: Attestation, backend: Backend) -> Report:
     """The report for `backend`, from its attestation (see the module docstring)."""
+    if backend.name == "windows":
+        from stockade.windows.report import rows
+        return Report(attestation, rows(attestation, backend))
+    return Report(attestation, _linux_rows(attestation, backend))
+
+
+def row_maker(attestation: Attestation, holds: Callable[..., bool]) -> Callable[..., Row]:
+    """`row(name, mechanism, layers, reason="", *, partial="")` over the attestation's facts,
+    `holds(facts, *names)` saying whether the named facts were verified."""
     facts = attestation.facts
 
     def row(name: str, mechanism: str, layers: dict[str, tuple[str, ...]],
             reason: str = "", *, partial: str = "") -> Row:
         """`enforced` when every layer's facts were verified (`partial` with that reason if
         `partial` is given), `partial` when only some were, else `unavailable`."""
-        held = [layer for layer, needed in layers.items() if verified(facts, *needed)]
+        held = [layer for layer, needed in layers.items() if holds(facts, *needed)]
         if len(held) == len(layers):
             return Row(name, PARTIAL if partial else ENFORCED, mechanism, partial or reason)
         if held:
@@ -88,6 +107,12 @@ def build(attestation: Attestation, backend: Backend) -> Report:
             return Row(name, PARTIAL, mechanism, f"not in force here: {missing}")
         return Row(name, UNAVAILABLE, mechanism, _unverified(attestation))
 
+    return row
+
+
+def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
+    facts = attestation.facts
+    row = row_maker(attestation, verified)
     enforced = attestation.enforced
     limit_how = enforced.get("limits", {})
     abi = facts.get("landlock_abi", 0)
@@ -97,7 +122,7 @@ def build(attestation: Attestation, backend: Backend) -> Report:
     landlock = ("landlock_ungranted_dir",)
     isolated = ("new_namespaces", "network_interfaces", "host_listeners_untouched")
     teardown = ("daemon_started", "leftover_processes")
-    return Report(attestation, (
+    return (
         row("namespaces", "user, mnt, pid, ipc, uts, net and cgroup namespaces",
             {"namespaces": ("new_namespaces",)},
             "ids mapped one to one" if not root else "uid 0 mapped to itself"),
@@ -146,12 +171,12 @@ def build(attestation: Attestation, backend: Backend) -> Report:
                     "mounts nor Landlock govern connect() on it"),
         row("network.inherited_sockets", "every descriptor but stdin, stdout and stderr is "
             "closed before exec", {"descriptors": ("inherited_fds",)}),
-        _accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), "",
-                  row("network.allowlist", "own network namespace; Stockade's proxy is the only "
-                      "way out (HTTP CONNECT, plain HTTP, SOCKS5; no UDP)",
-                      {"namespace": isolated},
-                      "domain rules are applied by the proxy; the probe verifies the isolation")),
-        _accepted(backend, "network.any", NetworkSpec("any"), "host network"),
+        accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), "",
+                 row("network.allowlist", "own network namespace; Stockade's proxy is the only "
+                     "way out (HTTP CONNECT, plain HTTP, SOCKS5; no UDP)",
+                     {"namespace": isolated},
+                     "domain rules are applied by the proxy; the probe verifies the isolation")),
+        accepted(backend, "network.any", NetworkSpec("any"), "host network"),
         row("env", "a closed environment: only passed or set names; loader-injection and "
             "credential-looking names are refused", {"environment": ("environment",)}),
         row("limits.memory", limit_how.get("memory", "RLIMIT_AS"), {"rlimits": ("rlimit_as",)},
@@ -162,7 +187,7 @@ def build(attestation: Attestation, backend: Backend) -> Report:
                     "namespace allows up to pids + 300" if root else ""),
         row("limits.file_size", limit_how.get("file_size", "RLIMIT_FSIZE"),
             {"rlimits": ("rlimit_fsize",)}, "hard, per file"),
-        _accepted(backend, "limits.cpu", LimitSpec(cpu=1.0), "CPU rate"),
+        accepted(backend, "limits.cpu", LimitSpec(cpu=1.0), "CPU rate"),
         row("limits.timeout", limit_how.get("timeout", "wall clock"), {"teardown": teardown},
             "hard: the whole pid namespace is torn down"),
         Row("limits.output", ENFORCED if "output" in limit_how else UNAVAILABLE,
@@ -176,15 +201,15 @@ def build(attestation: Attestation, backend: Backend) -> Report:
             "pid namespace", {"seccomp": ("seccomp_ptrace",)}),
         row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session without a "
             "controlling terminal", {"seccomp": ("seccomp_tiocsti",)}),
-    ))
+    )
 
 
-def _accepted(backend: Backend, name: str, spec: NetworkSpec | LimitSpec, mechanism: str,
-              computed: Row | None = None) -> Row:
-    """`computed`, unless the backend refuses requests that use the capability (then
+def accepted(backend: Backend, name: str, spec: NetworkSpec | LimitSpec, mechanism: str,
+             computed: Row | None = None, *, base: LaunchRequest = PLAIN_REQUEST) -> Row:
+    """`computed`, unless the backend refuses `base` using the capability (then
     `unavailable`, with the backend's reason); `partial` if the probe has nothing to say."""
     field = "network" if isinstance(spec, NetworkSpec) else "limits"
-    request = replace(LaunchRequest(argv=("true",), cwd="/", env=()), **{field: spec})
+    request = replace(base, **{field: spec})
     try:
         backend.check(request)
     except StockadeError as exc:

@@ -138,13 +138,14 @@ class WindowsHandle(Handle):
         self._process = created.process
         self._stack.callback(api.CloseHandle, created.process)
         self._stack.callback(api.CloseHandle, created.thread)
-        refusal = tokens.child_refusal(created.process, self._job, package)
+        observed = tokens.child_token(created.process, self._job)
+        refusal = observed.refusal(package)
         if refusal:
             raise SetupError("confinement_unverified", refusal, stage="verify")
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done)
+        self.enforced = _enforced(request, plan, done, observed.facts(package))
         self.stages.append(("start", time.monotonic()))
 
     def wait(self, timeout: float | None = None) -> Exit | None:
@@ -200,7 +201,10 @@ def _executable(request: LaunchRequest) -> str:
     return path
 
 
-def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int]) -> dict:
+def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int],
+              verified: dict[str, object]) -> dict:
+    """What this launch enforced; `verified` is what the suspended child's token and Job
+    membership were observed to be (the readiness probe judges these, see probe.py)."""
     limits = {"timeout": "wall clock; the Job is terminated"} \
         if request.limits.timeout is not None else {}
     if plan.job_memory:
@@ -209,7 +213,8 @@ def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int]) -
         limits["pids"] = "Job active-process limit (processes)"
     if plan.cpu_rate is not None:
         limits["cpu"] = f"Job CPU rate hard cap ({plan.cpu_rate / 100:g}% of all processors)"
-    return {"identity": "appcontainer", "capabilities": 0, "filesystem": done,
-            "exec_from_write": request.exec_from_write, "job": "kill-on-close, no breakaway, "
-            "all UI restrictions", "desktop": "private", "handles": "stdin, stdout, stderr",
-            "limits": limits}
+    return {"identity": "appcontainer", "capabilities": 0, "verified": verified,
+            "filesystem": done, "exec_from_write": request.exec_from_write,
+            "mitigations": process.mitigations(request.exec_from_write),
+            "job": job.applied(plan), "desktop": "private",
+            "handles": "stdin, stdout, stderr", "limits": limits}

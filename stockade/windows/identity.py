@@ -62,11 +62,12 @@ def create_profile(name: str) -> str:
         api.FreeSid(psid)
 
 
-def delete_profile(name: str) -> None:
-    """Delete the profile; one that does not exist counts as deleted."""
+def delete_profile(name: str) -> bool:
+    """Delete the profile; one that does not exist counts as deleted. Whether one existed."""
     result = win32().DeleteAppContainerProfile(name) & 0xFFFFFFFF
     if result not in (0, c.HRESULT_FILE_NOT_FOUND, c.HRESULT_NOT_FOUND):
         raise OSError(None, f"DeleteAppContainerProfile failed (HRESULT 0x{result:08X})")
+    return result == 0
 
 
 def sid_string(psid: ctypes.c_void_p | int) -> str:

@@ -61,6 +61,22 @@ def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
     return JobPlan(flags, memory, processes, rate)
 
 
+# JOB_OBJECT_LIMIT_BREAKAWAY_OK | JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK: never set, only tested for
+_BREAKAWAY = 0x00000800 | 0x00001000
+
+
+def applied(plan: JobPlan) -> dict[str, object]:
+    """What a Job created from `plan` was set to, as facts (for `Handle.enforced`)."""
+    return {"kill_on_close": bool(plan.limit_flags & c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE),
+            "breakaway": bool(plan.limit_flags & _BREAKAWAY),
+            "die_on_unhandled_exception": bool(
+                plan.limit_flags & c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION),
+            "ui_restrictions": "all" if plan.ui_restrictions == c.JOB_OBJECT_UILIMIT_ALL
+            else f"0x{plan.ui_restrictions:X}",
+            "memory": plan.job_memory, "active_processes": plan.active_processes,
+            "cpu_rate": plan.cpu_rate}
+
+
 def extended_limits(plan: JobPlan) -> JOBOBJECT_EXTENDED_LIMIT_INFORMATION:
     info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
     info.BasicLimitInformation.LimitFlags = plan.limit_flags

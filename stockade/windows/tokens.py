@@ -1,10 +1,11 @@
-"""Process tokens: the launching user's SID, and the check that a freshly created (still
-suspended) child runs under the expected AppContainer, with no capabilities, in the expected
-Job. `token_refusal` is the pure judgement; the rest reads the token."""
+"""Process tokens: the launching user's SID, whether it is elevated, and the check that a freshly
+created (still suspended) child runs under the expected AppContainer, with no capabilities, in
+the expected Job. `token_refusal` and `ChildToken.facts` are pure; the rest reads tokens."""
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 from stockade.windows import constants as c
 from stockade.windows.api import win32
@@ -16,6 +17,26 @@ from stockade.windows.structs import (
     SID_AND_ATTRIBUTES,
     TOKEN_APPCONTAINER_INFORMATION,
 )
+
+
+@dataclass(frozen=True)
+class ChildToken:
+    """What a child's token and Job membership were observed to be."""
+
+    in_job: bool
+    is_appcontainer: bool
+    package_sid: str
+    capabilities: int
+
+    def refusal(self, expected_sid: str) -> str | None:
+        return token_refusal(self.in_job, self.is_appcontainer, self.package_sid,
+                             self.capabilities, expected_sid)
+
+    def facts(self, expected_sid: str) -> dict[str, object]:
+        """The observations as facts that name no SID (for `Handle.enforced`)."""
+        return {"in_job": self.in_job, "appcontainer_token": self.is_appcontainer,
+                "launch_package_sid": self.package_sid.upper() == expected_sid.upper(),
+                "capabilities": self.capabilities}
 
 
 def token_refusal(in_job: bool, is_appcontainer: bool, package_sid: str, capabilities: int,
@@ -42,8 +63,19 @@ def current_user_sid() -> str:
         api.CloseHandle(token)
 
 
-def child_refusal(process: int, job: int, expected_sid: str) -> str | None:
-    """Why the child `process` is not confined as launched, or None."""
+def elevated() -> bool:
+    """Whether this process runs elevated (as an administrator, past UAC)."""
+    api = win32()
+    token = HANDLE()
+    api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
+    try:
+        return bool(DWORD.from_buffer(_information(token, c.TOKEN_ELEVATION)).value)
+    finally:
+        api.CloseHandle(token)
+
+
+def child_token(process: int, job: int) -> ChildToken:
+    """What the child `process`'s token says, and whether it is in `job`."""
     api = win32()
     in_job = BOOL()
     api.IsProcessInJob(process, job, ctypes.byref(in_job))
@@ -54,9 +86,8 @@ def child_refusal(process: int, job: int, expected_sid: str) -> str | None:
         package = TOKEN_APPCONTAINER_INFORMATION.from_buffer(
             _information(token, c.TOKEN_APP_CONTAINER_SID)).TokenAppContainer
         capabilities = DWORD.from_buffer(_information(token, c.TOKEN_CAPABILITIES)).value
-        return token_refusal(bool(in_job.value), bool(is_appcontainer),
-                             sid_string(package) if package else "", capabilities,
-                             expected_sid)
+        return ChildToken(bool(in_job.value), bool(is_appcontainer),
+                          sid_string(package) if package else "", capabilities)
     finally:
         api.CloseHandle(token)
 
