@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import marked
 
 from stockade.program import SOCKET_NAME, encode_request
 
@@ -26,19 +27,6 @@ REPO = str(Path(__file__).resolve().parent.parent)
 def stockade(*args: str, env: dict, cwd: Path, **options) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "stockade", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=60, **options)
-
-
-def processes_running(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture
@@ -111,7 +99,7 @@ def test_the_command_runs_under_the_server_and_ends_with_its_client(served, work
                               env=env, cwd=workspace, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
-    while not (sleeping := [p for p in processes_running(marker) if p != client.pid]):
+    while not (sleeping := [p for p in marked(marker) if p != client.pid]):
         assert time.monotonic() < deadline and client.poll() is None
         time.sleep(0.05)
     # A sandbox's owner holds its lifeline and status pipes; this client holds no pipe at all.
@@ -119,7 +107,7 @@ def test_the_command_runs_under_the_server_and_ends_with_its_client(served, work
     client.send_signal(signal.SIGKILL)
     client.wait()
     deadline = time.monotonic() + 10
-    while any(pid in processes_running(marker) for pid in sleeping):
+    while any(pid in marked(marker) for pid in sleeping):
         assert time.monotonic() < deadline, "the sandbox outlived its client"
         time.sleep(0.05)
 

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from conftest import PYTHON, policy_for
+from conftest import PYTHON, marked, policy_for
 
 import stockade
 from stockade.errors import StartError
@@ -29,20 +29,6 @@ def sb(ws):
     workspace, _ = ws
     with stockade.Sandbox(policy_for("workspace-write"), workspace=workspace) as sandbox:
         yield sandbox
-
-
-def marked(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def gone(marker: str, within: float = 10.0) -> bool:

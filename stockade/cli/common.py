@@ -37,3 +37,16 @@ def no_command(command: list[str] | None) -> None:
     if command is not None:
         raise UsageError("'--' and a command are only for 'run', 'sandbox-exec' and "
                          "'session exec'")
+
+
+def add_policy_source(parser: argparse.ArgumentParser) -> None:
+    """--policy FILE | --preset NAME, and --workspace DIR."""
+    from stockade.api import DEFAULT_PRESET
+    from stockade.policy import PRESETS
+
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
+    source.add_argument("--preset", metavar="NAME",
+                        help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    parser.add_argument("--workspace", metavar="DIR",
+                        help="what {workspace} means (default: the current directory)")

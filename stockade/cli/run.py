@@ -9,13 +9,13 @@ import sys
 import time
 from typing import Any
 
-from stockade.api import DEFAULT_PRESET, resolve_policy
-from stockade.cli.common import need_command, subcommand
+from stockade.api import resolve_policy
+from stockade.cli.common import add_policy_source, need_command, subcommand
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
-from stockade.policy import PRESETS, Policy, load_policy, merge
+from stockade.policy import Policy, load_policy, merge
 from stockade.policy.paths import lexical_key, tidy_path
 
 
@@ -25,12 +25,7 @@ def add_run(commands: Any) -> None:
                      "stockade run --preset workspace-write --timeout 90s -- make",
                      "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
                      "stockade run --json -- python3 -c 'print(1)'")
-    source = run.add_mutually_exclusive_group()
-    source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
-    source.add_argument("--preset", metavar="NAME",
-                        help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
-    run.add_argument("--workspace", metavar="DIR",
-                     help="what {workspace} means (default: the current directory)")
+    add_policy_source(run)
     run.add_argument("--read", metavar="PATH", action="append", default=[],
                      help="also grant read access to PATH (relative: to the workspace)")
     run.add_argument("--write", metavar="PATH", action="append", default=[],

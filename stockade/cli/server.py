@@ -36,6 +36,7 @@ from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
 from stockade.linux.zygote import ForkSpawner
 from stockade.program import socket_path
+from stockade.session.daemon import answers
 
 MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
 EXIT_LOST = 130  # the client went away: as if interrupted
@@ -55,7 +56,7 @@ def start() -> int | None:
     """Fork the server from a single-threaded process (the daemon, before its threads); its
     pid, or None when another server already answers on the socket. It ends with its parent."""
     path = socket_path()
-    if _answers(path):
+    if answers(path):
         return None
     sys.stdout.flush()
     sys.stderr.flush()
@@ -237,12 +238,3 @@ def _end_with_client(conn: socket.socket) -> None:
                 | os.O_ASYNC)
     if select.select([conn], [], [], 0)[0]:  # it closed before the signal was armed
         os._exit(EXIT_LOST)
-
-
-def _answers(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-        except OSError:
-            return False
-        return True

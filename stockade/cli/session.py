@@ -15,14 +15,14 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from stockade.api import DEFAULT_PRESET, resolve_policy
-from stockade.cli.common import need_command, no_command, subcommand
+from stockade.api import resolve_policy
+from stockade.cli.common import add_policy_source, need_command, no_command, subcommand
 from stockade.cli.run import print_violations
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.env import close_environment
 from stockade.launch.result import Result
-from stockade.policy import PRESETS, Policy
+from stockade.policy import Policy
 from stockade.policy.units import parse_duration
 from stockade.session.client import DaemonClient
 from stockade.session.errors import SessionError
@@ -80,12 +80,7 @@ def _add_name(parser: argparse.ArgumentParser) -> None:
 
 def _add_source(parser: argparse.ArgumentParser) -> None:
     _add_name(parser)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
-    source.add_argument("--preset", metavar="NAME",
-                        help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
-    parser.add_argument("--workspace", metavar="DIR",
-                        help="what {workspace} means (default: the current directory)")
+    add_policy_source(parser)
 
 
 def _start(args: argparse.Namespace, command: list[str] | None) -> int:

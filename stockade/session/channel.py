@@ -1,8 +1,10 @@
-"""The host's end of a session: checked frames to and from one agent over its stdin/stdout pipes,
-without threads (the calling thread polls)."""
+"""The host's end of a session: checked frames to and from one agent, without threads (the
+calling thread waits). `FramedChannel` holds the framing; `Channel` carries it over the agent's
+stdin/stdout pipes (polled), stockade/vm/wsb_channel.py over a socket."""
 
 from __future__ import annotations
 
+import abc
 import collections
 import os
 import select
@@ -13,13 +15,12 @@ from stockade.session import protocol
 from stockade.session.errors import ProtocolError, SessionError
 from stockade.session.protocol import Message
 
+READ_SIZE = 1 << 17
+MAX_WAIT = 3600.0  # seconds one wait may last (far deadlines are reached in several)
 
-class Channel:
-    def __init__(self, to_agent: IO[bytes], from_agent: IO[bytes]) -> None:
-        self._files = (to_agent, from_agent)
-        self._w, self._r = to_agent.fileno(), from_agent.fileno()
-        os.set_blocking(self._w, False)
-        os.set_blocking(self._r, False)
+
+class FramedChannel(abc.ABC):
+    def __init__(self) -> None:
         self._decoder = protocol.Decoder(protocol.TO_HOST)
         self._outbox = bytearray()
         self._inbox: collections.deque[Message] = collections.deque()
@@ -37,38 +38,43 @@ class Channel:
         while not self._inbox:
             if self._ended:
                 raise SessionError("session_lost", "the agent ended the session")
-            poller = select.poll()
-            poller.register(self._r, select.POLLIN)
-            if self._outbox:
-                poller.register(self._w, select.POLLOUT)
-            left = None if deadline is None else min(max(deadline - time.monotonic(), 0), 3600)
-            events = poller.poll(None if left is None else left * 1000)
-            for fd, _ in events:
-                if fd == self._w:
-                    self._flush()
-                else:
-                    self._read()
-            if not events and deadline is not None and time.monotonic() >= deadline:
+            left = MAX_WAIT if deadline is None else min(max(deadline - time.monotonic(), 0),
+                                                         MAX_WAIT)
+            readable, writable = self._wait(left, bool(self._outbox))
+            if writable:
+                self._flush()
+            if readable:
+                self._read()
+            if not (readable or writable) and deadline is not None \
+                    and time.monotonic() >= deadline:
                 return None
         return self._inbox.popleft()
 
+    @abc.abstractmethod
     def close(self) -> None:
-        for f in self._files:
-            f.close()
+        """Close the transport."""
+
+    @abc.abstractmethod
+    def _wait(self, seconds: float, sending: bool) -> tuple[bool, bool]:
+        """Wait up to `seconds` until the agent's side is readable (or writable, if
+        `sending`); which of the two it became."""
+
+    @abc.abstractmethod
+    def _write(self, data: bytearray) -> int:
+        """Write what the transport takes now: the count (0 if none; all of it once the agent
+        is gone, which reading then reports)."""
+
+    @abc.abstractmethod
+    def _read_some(self) -> bytes | None:
+        """What the agent sent (b"" at its end), or None if nothing is there after all."""
 
     def _flush(self) -> None:
-        try:
-            sent = os.write(self._w, self._outbox) if self._outbox else 0
-        except BlockingIOError:
-            sent = 0
-        except BrokenPipeError:
-            sent = len(self._outbox)  # the agent is gone; reading says so
+        sent = self._write(self._outbox) if self._outbox else 0
         del self._outbox[:sent]
 
     def _read(self) -> None:
-        try:
-            chunk = os.read(self._r, 1 << 17)
-        except BlockingIOError:
+        chunk = self._read_some()
+        if chunk is None:
             return
         if not chunk:
             self._ended = True
@@ -80,3 +86,40 @@ class Channel:
                 raise ProtocolError(code if code in protocol.FATAL_CODES else "internal",
                                     f"the agent ended the session: {message.body['message'][:200]}")
             self._inbox.append(message)
+
+
+class Channel(FramedChannel):
+    """Over the agent's stdin and stdout pipes."""
+
+    def __init__(self, to_agent: IO[bytes], from_agent: IO[bytes]) -> None:
+        super().__init__()
+        self._files = (to_agent, from_agent)
+        self._w, self._r = to_agent.fileno(), from_agent.fileno()
+        os.set_blocking(self._w, False)
+        os.set_blocking(self._r, False)
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+
+    def _wait(self, seconds: float, sending: bool) -> tuple[bool, bool]:
+        poller = select.poll()
+        poller.register(self._r, select.POLLIN)
+        if sending:
+            poller.register(self._w, select.POLLOUT)
+        ready = {fd for fd, _ in poller.poll(seconds * 1000)}
+        return self._r in ready, self._w in ready
+
+    def _write(self, data: bytearray) -> int:
+        try:
+            return os.write(self._w, data)
+        except BlockingIOError:
+            return 0
+        except BrokenPipeError:
+            return len(data)
+
+    def _read_some(self) -> bytes | None:
+        try:
+            return os.read(self._r, READ_SIZE)
+        except BlockingIOError:
+            return None

@@ -77,7 +77,7 @@ class Daemon:
         directory = os.path.dirname(os.path.abspath(self.path))
         statedir.ensure(directory)
         if os.path.exists(self.path):
-            if _answers(self.path):
+            if answers(self.path):
                 raise SessionError("daemon_running", f"a daemon already listens on {self.path}")
             os.unlink(self.path)  # a stale socket of a dead daemon (the directory is ours)
         done = self._ledger.reconcile()
@@ -245,8 +245,8 @@ def _settle(entry: _Entry) -> None:
         entry.record.close()
 
 
-def _answers(path: str) -> bool:
-    """Whether a daemon is listening on the socket at `path`."""
+def answers(path: str) -> bool:
+    """Whether a server is listening on the unix socket at `path`."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.connect(path)

@@ -223,7 +223,9 @@ def _check_address(name: str, addressing: str, command: int, stream: int) -> Non
                             f"{name} cannot be sent on command {command}, stream {stream}")
 
 
-def _json_object(payload: bytes) -> dict:
+def strict_json_object(data: bytes) -> dict:
+    """`data` as a UTF-8 JSON object with no duplicate key and no NaN or Infinity; ValueError
+    (or RecursionError) for anything else."""
     def no_duplicates(pairs: list[tuple[str, object]]) -> dict:
         body = dict(pairs)
         if len(body) != len(pairs):
@@ -233,15 +235,19 @@ def _json_object(payload: bytes) -> dict:
     def no_constants(name: str) -> object:
         raise ValueError(f"{name} is not JSON")
 
+    body = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates,
+                      parse_constant=no_constants)
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    return body
+
+
+def _json_object(payload: bytes) -> dict:
     try:
-        body = json.loads(payload.decode("utf-8"), object_pairs_hook=no_duplicates,
-                          parse_constant=no_constants)
+        return strict_json_object(payload)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError("payload_invalid",
                             f"payload is not a JSON object ({exc.__class__.__name__})") from None
-    if not isinstance(body, dict):
-        raise ProtocolError("payload_invalid", "payload is not a JSON object")
-    return body
 
 
 def _check_fields(name: str, body: dict, fields: dict[str, Check]) -> dict:

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 
 from stockade.errors import StockadeError
-from stockade.session.protocol import NONCE_SIZE
+from stockade.session.protocol import NONCE_SIZE, strict_json_object
 
 SECRET_FILE = "secret"
 RENDEZVOUS_FILE = "rendezvous.json"
@@ -96,12 +96,9 @@ def parse(data: bytes) -> Ready | Refused:
     if len(data) > MAX_SIZE:
         raise _invalid(f"{len(data)} bytes exceeds the {MAX_SIZE}-byte bound")
     try:
-        body = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates,
-                          parse_constant=_no_constant)
+        body = strict_json_object(data)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise _invalid("not a UTF-8 JSON document") from None
-    if not isinstance(body, dict):
-        raise _invalid("not a JSON object")
+        raise _invalid("not a UTF-8 JSON object") from None
     status = body.get("status")
     if not isinstance(status, str) or status not in _FIELDS:
         raise _invalid("status is not 'ready' or 'refused'")
@@ -151,17 +148,6 @@ def _text(body: dict, name: str, pattern: re.Pattern[str]) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise _invalid(f"{name} is malformed")
     return value
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    body = dict(pairs)
-    if len(body) != len(pairs):
-        raise ValueError("duplicate key")
-    return body
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _invalid(why: str) -> RendezvousError:
