@@ -44,6 +44,12 @@ def test_digest_changes_with_anything_that_changes_what_runs(change):
     assert base(**change).digest != base().digest
 
 
+def test_the_encoding_is_that_of_dataclasses_asdict():
+    request = base(network=NetworkSpec("allowlist", ("pypi.org",), ("x.org",)),
+                   limits=LimitSpec(1.5, 2, 0.5, 3, 4, 5), exec_from_write=True)
+    assert json.loads(request.encode()) == json.loads(json.dumps(dataclasses.asdict(request)))
+
+
 def test_digest_ignores_the_request_id_and_is_stable():
     a, b = base(), base()
     assert a.request_id != b.request_id

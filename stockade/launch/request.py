@@ -7,10 +7,12 @@ changes what runs; the request id is fresh per launch and therefore not part of 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from stockade.errors import RequestError
 
@@ -61,16 +63,16 @@ class LaunchRequest:
 
     def canonical(self) -> bytes:
         """The canonical encoding of what runs (everything but the request id)."""
-        body = asdict(self)
+        body = _plain(self)
         del body["request_id"]
         return _dumps(body)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         return hashlib.sha256(self.canonical()).hexdigest()
 
     def encode(self) -> bytes:
-        return _dumps(asdict(self))
+        return _dumps(_plain(self))
 
     @classmethod
     def decode(cls, data: bytes) -> LaunchRequest:
@@ -90,11 +92,24 @@ class LaunchRequest:
             raise RequestError(str(exc)) from None
 
 
+def _plain(value: object) -> Any:
+    """`value` as JSON-ready data: what dataclasses.asdict gives, with lists for tuples, but
+    without its deep copies (this runs on every launch)."""
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    kind = type(value)
+    if kind in _FIELDS:
+        return {name: _plain(getattr(value, name)) for name in _FIELDS[kind]}
+    return value
+
+
 def _dumps(body: dict) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 _NESTED = {"network": NetworkSpec, "limits": LimitSpec}
+_FIELDS = {kind: tuple(f.name for f in fields(kind))
+           for kind in (LaunchRequest, PathGrant, NetworkSpec, LimitSpec)}
 
 
 def _build(cls: type, body: dict) -> LaunchRequest:
