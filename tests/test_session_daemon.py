@@ -97,7 +97,7 @@ def test_sessions_are_reused_by_id_and_kept_apart(daemon, ws):
     live = [e for e in client.stream("a", ["sh", "-c", "echo x; echo y >&2"], policy=policy,
                                      workspace=workspace)]
     assert live[-1].exit_code == 0 and {e.stream for e in live[:-1]} == {"stdout", "stderr"}
-    assert {s["session"] for s in client.sessions()} == {"a", "b"}
+    assert {s["session"]: s["commands"] for s in client.sessions()} == {"a": 3, "b": 1}
     with pytest.raises(SessionError) as caught:
         client.run("a", ["true"], preset="read-only", workspace=workspace)
     assert caught.value.code == "session_mismatch"
@@ -199,6 +199,7 @@ def test_a_session_is_recorded_in_the_ledger_while_it_lives(daemon, ws):
     before = set(ledger.records())
     client = DaemonClient(daemon.path)
     client.start("kept", policy=policy_for("workspace-write"), workspace=workspace)
+    assert [s["commands"] for s in client.sessions()] == [0]  # booting is not a command
     assert len(set(ledger.records()) - before) == 1
     assert ledger.reconcile().live >= 1  # leased by this daemon: a reconcile leaves it alone
     assert client.stop("kept")

@@ -160,10 +160,12 @@ class Daemon:
                     body["stderr"] = base64.b64encode(event.stderr).decode()
                     send(event="result", result=body)
 
-        self._use(request, run)
+        self._use(request, run, command=True)
 
-    def _use(self, request: dict, action: Callable[[Sandbox], None]) -> None:
-        """Run `action` on the request's session, booting it (once) if needed."""
+    def _use(self, request: dict, action: Callable[[Sandbox], None], *,
+             command: bool = False) -> None:
+        """Run `action` on the request's session, booting it (once) if needed; `command`
+        counts it as one of the session's commands."""
         name = _text(request, "session")
         policy = (parse_policy(request["policy"], file="request") if request.get("policy")
                   else preset(request.get("preset") or "read-only"))
@@ -182,7 +184,8 @@ class Daemon:
                     entry.sandbox = Sandbox(policy, workspace=workspace)
                     self._record(entry, entry.sandbox)
             action(entry.sandbox)
-            entry.commands += 1
+            if command:
+                entry.commands += 1
         finally:
             with self._lock:
                 entry.busy -= 1
