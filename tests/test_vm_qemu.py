@@ -387,3 +387,11 @@ def test_an_allowlist_guest_goes_out_only_through_the_proxy(vm_ready, tmp_path):
         unreachable], r
     assert [(d["host"], d["decision"]) for d in r.network_log] == [("denied.test", "deny")]
     assert [v.kind for v in r.violations] == ["network.denied"]
+
+
+def test_the_command_line_runs_a_guest_when_asked(vm_ready, tmp_path, capfd):
+    from stockade.cli import main
+
+    status = main(["run", "--containment", "vm", "--preset", "read-only", "--workspace",
+                   str(tmp_path), "--", "sh", "-c", "ls /sys/class/net; exit 5"])
+    assert (status, capfd.readouterr().out.split()) == (5, ["lo"])  # no NIC under "none"

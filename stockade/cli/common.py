@@ -1,4 +1,5 @@
-"""What every command module of the CLI shares: building a subcommand, and `--` handling."""
+"""What every command module of the CLI shares: building a subcommand, `--` handling, and the
+flags that choose a policy."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from stockade.api import DEFAULT_PRESET, resolve_policy
 from stockade.errors import UsageError
+from stockade.policy import PRESETS, Policy, merge
+from stockade.policy.model import CONTAINMENTS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
 
@@ -40,13 +44,21 @@ def no_command(command: list[str] | None) -> None:
 
 
 def add_policy_source(parser: argparse.ArgumentParser) -> None:
-    """--policy FILE | --preset NAME, and --workspace DIR."""
-    from stockade.api import DEFAULT_PRESET
-    from stockade.policy import PRESETS
-
+    """--policy FILE | --preset NAME, --containment, and --workspace DIR."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--policy", metavar="FILE", help="a TOML or JSON policy file")
     source.add_argument("--preset", metavar="NAME",
                         help=f"a named policy: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
+    parser.add_argument("--containment", choices=CONTAINMENTS,
+                        help="override the policy's containment (vm: a QEMU guest, see "
+                             "docs/vm.md)")
     parser.add_argument("--workspace", metavar="DIR",
                         help="what {workspace} means (default: the current directory)")
+
+
+def chosen_policy(args: argparse.Namespace) -> Policy:
+    """The policy that `add_policy_source`'s flags name."""
+    policy = resolve_policy(args.policy, args.preset)
+    if args.containment is None:
+        return policy
+    return merge(policy, {"containment": args.containment}, file="command line")

@@ -9,8 +9,7 @@ import sys
 import time
 from typing import Any
 
-from stockade.api import resolve_policy
-from stockade.cli.common import add_policy_source, need_command, subcommand
+from stockade.cli.common import add_policy_source, chosen_policy, need_command, subcommand
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
@@ -50,7 +49,7 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     argv = need_command(command, "run")
     if args.workspace is not None and not os.path.isdir(args.workspace):
         raise UsageError(f"--workspace {args.workspace}: not a directory")
-    chosen = _with_flags(resolve_policy(args.policy, args.preset), args)
+    chosen = _with_flags(chosen_policy(args), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
     return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,

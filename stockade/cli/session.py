@@ -15,8 +15,13 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from stockade.api import resolve_policy
-from stockade.cli.common import add_policy_source, need_command, no_command, subcommand
+from stockade.cli.common import (
+    add_policy_source,
+    chosen_policy,
+    need_command,
+    no_command,
+    subcommand,
+)
 from stockade.cli.run import print_violations
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -152,7 +157,7 @@ def _source(args: argparse.Namespace, argv: list[str], *,
     too, so that a bad policy, path or argv is a located error (exit 2) before any request."""
     if args.workspace is not None and not os.path.isdir(args.workspace):
         raise UsageError(f"--workspace {args.workspace}: not a directory")
-    policy = resolve_policy(args.policy, args.preset)
+    policy = chosen_policy(args)
     workspace = os.path.abspath(args.workspace or os.getcwd())
     compile_policy(policy, argv, CompileContext.current(workspace), cwd=cwd)
     return policy, workspace
