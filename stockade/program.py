@@ -40,11 +40,12 @@ def main() -> int:
     return console_main()
 
 
-def encode_request(argv: list[str], cwd: str, env: dict[bytes, bytes]) -> bytes:
+def encode_request(argv: list[str], cwd: str, umask: int, env: dict[bytes, bytes]) -> bytes:
     """A 4-byte length, then NUL-terminated fields: the number of argv words, the words, the
-    working directory, then `NAME=VALUE` per variable (none of them can contain a NUL)."""
+    working directory, the umask (octal), then `NAME=VALUE` per variable (none of them can
+    contain a NUL)."""
     fields = [str(len(argv)).encode(), *map(os.fsencode, argv), os.fsencode(cwd),
-              *(name + b"=" + value for name, value in env.items())]
+              f"{umask:o}".encode(), *(name + b"=" + value for name, value in env.items())]
     body = b"".join(field + b"\0" for field in fields)
     return struct.pack("<I", len(body)) + body
 
@@ -62,7 +63,9 @@ def _through_server(words: list[str]) -> int | None:
             conn.connect(path)
         except OSError:
             return None
-        message = encode_request(words, cwd, os.environb)
+        umask = os.umask(0o077)
+        os.umask(umask)
+        message = encode_request(words, cwd, umask, os.environb)
         try:
             sent = conn.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
                                              struct.pack("3i", 0, 1, 2))])

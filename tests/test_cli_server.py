@@ -92,6 +92,19 @@ def test_the_clients_directory_environment_and_stdin_are_used(served, workspace)
     assert done.stdout == f"from-client\n{workspace}\npiped\n"
 
 
+def test_the_clients_umask_is_the_commands(served, workspace):
+    env, _ = served
+    for umask, mode in ((0o077, "600"), (0o022, "644"), (0o077, "600")):
+        made = workspace / f"made-{umask:o}-{mode}"
+        done = stockade("run", "--preset", "workspace-write", "--workspace", ".", "--", "sh",
+                        "-c", f"umask; touch {made.name}", env=env, cwd=workspace,
+                        preexec_fn=lambda u=umask: os.umask(u))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{umask:04o}"
+        assert f"{made.stat().st_mode & 0o777:o}" == mode
+        made.unlink()
+
+
 def test_the_command_runs_under_the_server_and_ends_with_its_client(served, workspace):
     env, _ = served
     marker = f"3{time.monotonic_ns() % 10**9}"
@@ -156,7 +169,7 @@ def test_another_user_is_not_served(served, workspace, tmp_path):
     for directory in opened:
         os.chmod(directory, 0o711)
     os.chmod(state / SOCKET_NAME, 0o666)  # only the peer check stands in the way now
-    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", {})
+    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", 0o22, {})
     code = textwrap.dedent("""
         import os, socket, struct, sys
         os.setgid(65534)

@@ -26,6 +26,20 @@ def snapshot(path):
     return out
 
 
+def test_files_are_made_with_the_launching_umask(ws):
+    """The owner's umask at launch, whatever it was when the zygote or skeleton was made."""
+    workspace, _ = ws
+    previous = os.umask(0o022)
+    try:
+        for umask, mode in ((0o077, 0o600), (0o022, 0o644), (0o027, 0o640)):
+            os.umask(umask)
+            r = sandbox(["sh", "-c", f"touch made-{umask:o}"], workspace)
+            assert r.exit_code == 0, r.stderr
+            assert stat.S_IMODE((workspace / f"made-{umask:o}").stat().st_mode) == mode
+    finally:
+        os.umask(previous)
+
+
 def test_read_outside_every_root_fails(ws):
     workspace, outside = ws
     (outside / "secret").write_text("TOPSECRET")

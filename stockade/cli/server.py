@@ -34,7 +34,7 @@ from typing import NoReturn
 from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
-from stockade.linux.zygote import ForkSpawner
+from stockade.linux.zygote import ForkSpawner, fork_directly
 from stockade.program import socket_path
 from stockade.session.daemon import answers
 
@@ -49,6 +49,7 @@ _HEADER = struct.Struct("<I")
 class Request:
     argv: list[str]
     cwd: str
+    umask: int
     env: dict[bytes, bytes]
 
 
@@ -87,11 +88,11 @@ def serve(path: str) -> NoReturn:
     from stockade.cli import run as cli_run
     from stockade.launch.compile import CompileContext, compile_policy
     from stockade.launch.manager import SandboxManager
-    from stockade.linux import init, launcher, zygote  # noqa: F401 - imported before any fork
+    from stockade.linux import init, launcher  # noqa: F401 - imported before any fork
     from stockade.policy import preset
 
     cli_run.fork_directly = True
-    zygote.fork_directly()
+    fork_directly()
     SandboxManager().select(compile_policy(preset("read-only"), ["true"],
                                            CompileContext.current("/")))
     build_parser()  # cached: every child finds it built
@@ -104,7 +105,7 @@ def serve(path: str) -> NoReturn:
         sys.stderr.flush()
         if os.fork() == 0:
             os.close(taken_r)
-            _spare(listener, taken_w, main, zygote.fork_directly())
+            _spare(listener, taken_w, main, fork_directly())
         os.close(taken_w)
         if not os.read(taken_r, 1):  # the spare died before taking a request
             time.sleep(SPARE_RETRY)
@@ -185,16 +186,19 @@ def decode_request(body: bytes) -> Request:
         raise ValueError("not a request")
     fields = body[:-1].split(b"\0")
     count = int(fields[0]) if fields[0].isdigit() else -1
-    if not 0 < count <= len(fields) - 2:
+    if not 0 < count <= len(fields) - 3:
         raise ValueError("not a request")
     argv = [os.fsdecode(word) for word in fields[1:count + 1]]
+    cwd, umask = os.fsdecode(fields[count + 1]), fields[count + 2]
+    if not (umask and len(umask) <= 3 and set(umask) <= set(b"01234567")):
+        raise ValueError("not a umask")
     env = {}
-    for pair in fields[count + 2:]:
+    for pair in fields[count + 3:]:
         name, equals, value = pair.partition(b"=")
         if not name or not equals:
             raise ValueError("not a variable")
         env[name] = value
-    return Request(argv, os.fsdecode(fields[count + 1]), env)
+    return Request(argv, cwd, int(umask, 8), env)
 
 
 def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
@@ -208,6 +212,7 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
         close_all(fds)
         os.environb.clear()
         os.environb.update(request.env)
+        os.umask(request.umask)  # what each launch hands its command (see launcher.py)
         try:
             os.chdir(request.cwd)
         except OSError as exc:

@@ -141,7 +141,7 @@ class LinuxHandle(Handle):
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
-        frame = encode_frame(request.encode(), bpf, weaken)
+        frame = encode_frame(request.encode(), bpf, weaken, _umask())
         # The frame goes in before the launch when the pipe can hold it: pid 1 then finds it
         # waiting instead of waiting for our reply round trip.
         early = _fit_pipe(self._lifeline, len(frame))
@@ -253,6 +253,17 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
                   resolver=resolver)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for a moment, for every
+    thread)."""
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    raise SetupError("setup_failed", "the kernel does not report this process's umask",
+                     stage="launcher")
 
 
 def _fit_pipe(fd: int, size: int) -> bool:

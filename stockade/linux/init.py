@@ -62,8 +62,8 @@ def serve(handoff: socket.socket) -> NoReturn:
     fdpass.close_all(stdio)
     stage(status_fd, "handoff")
     try:
-        raw, bpf, weaken = read_frame(request_fd)
-        command.send(encode_frame(raw, bpf, weaken))  # it decodes while we mount
+        raw, bpf, weaken, umask = read_frame(request_fd)
+        command.send(encode_frame(raw, bpf, weaken, umask))  # it decodes while we mount
         request = LaunchRequest.decode(raw)
     except (StockadeError, EOFError, OSError) as exc:
         _fail(status_fd, "setup", "request_invalid", str(exc), "request")
@@ -161,7 +161,7 @@ def _command_main(channel: socket.socket, report_w: int) -> NoReturn:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     try:
-        raw, bpf, weaken = read_frame(channel.fileno())
+        raw, bpf, weaken, umask = read_frame(channel.fileno())
         request = LaunchRequest.decode(raw)
         _, fds = fdpass.recv_fds(channel, 4)
     except (StockadeError, EOFError, OSError):
@@ -173,7 +173,7 @@ def _command_main(channel: socket.socket, report_w: int) -> NoReturn:
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
     fdpass.close_all(stdio)
-    _exec_command(request, bpf, weaken, report_w, status_fd)
+    _exec_command(request, bpf, weaken, umask, report_w, status_fd)
 
 
 def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoReturn:
@@ -212,7 +212,7 @@ def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
                 return os.WEXITSTATUS(status), None
 
 
-def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
+def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], umask: int,
                   report_w: int, status_fd: int) -> NoReturn:
     """Body of the command's process: confine, then exec. Never returns."""
     step = "privilege"
@@ -220,6 +220,7 @@ def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
         if "rlimits" not in weaken:
             limits.apply_rlimits(request.limits)
         os.chdir(request.cwd)
+        os.umask(umask)
         if "privileges" not in weaken:
             privilege.prepare()
         step = "landlock"

@@ -8,7 +8,7 @@ watches pid 1 through a pidfd: pid 1 exits only after the kernel has killed and 
 everything else in its pid namespace, so its exit means the whole sandbox has drained.
 
 The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
-weakenings (see WEAKENINGS) as length-prefixed parts.
+weakenings (see WEAKENINGS) as length-prefixed parts, and the owner's umask.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "prote
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 
 
-def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str]]:
-    """(request, seccomp program, weakenings) from a frame of length-prefixed parts."""
+def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str], int]:
+    """(request, seccomp program, weakenings, umask) from a frame of length-prefixed parts."""
     def exactly(n: int) -> bytes:
         data = b""
         while len(data) < n:
@@ -36,15 +36,18 @@ def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str]]:
                 raise EOFError("request frame truncated")
             data += chunk
         return data
-    request_len, bpf_len, weak_len = struct.unpack("<III", exactly(12))
+    request_len, bpf_len, weak_len, umask = struct.unpack("<IIII", exactly(16))
     request, bpf = exactly(request_len), exactly(bpf_len)
     weaken = frozenset(exactly(weak_len).decode().split(",")) - {""}
-    return request, bpf, weaken & WEAKENINGS
+    return request, bpf, weaken & WEAKENINGS, umask & 0o777
 
 
-def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str] = frozenset()) -> bytes:
+def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str], umask: int) -> bytes:
+    """The frame: the request, the seccomp program, the weakenings, and the owner's umask at
+    launch (the command's: a zygote or a prepared skeleton may have been made under another)."""
     weak = ",".join(sorted(weaken)).encode()
-    return struct.pack("<III", len(request), len(bpf), len(weak)) + request + bpf + weak
+    return (struct.pack("<IIII", len(request), len(bpf), len(weak), umask) + request + bpf
+            + weak)
 
 
 def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:

@@ -108,19 +108,26 @@ class ForkSpawner:
             self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see launch
             self._ready = _skeleton(network=True)
 
-    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True) -> int:
+    def _discard(self) -> None:
+        """Drop the prepared skeleton, if any (e.g. it inherited a umask no longer wanted)."""
         ready, self._ready = self._ready, None
         if ready is not None:
             assert self._mounts is not None
-            # mountinfo polls "exceptional" once the host's mounts change after it was opened
-            stale = bool(select.select([], [], [self._mounts], 0)[2])
             self._mounts.close()
-            if stale or not network_namespace:
-                pid, handoff = ready
-                handoff.close()  # its pid 1 sees the handoff close and exits
-                os.waitpid(pid, 0)
-                ready = None
+            pid, handoff = ready
+            handoff.close()  # its pid 1 sees the handoff close and exits
+            os.waitpid(pid, 0)
+
+    def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
+               *, network_namespace: bool = True) -> int:
+        # mountinfo polls "exceptional" once the host's mounts change after it was opened
+        if self._ready is not None and (
+                not network_namespace or select.select([], [], [self._mounts], 0)[2]):
+            self._discard()
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            assert self._mounts is not None
+            self._mounts.close()
         pid, handoff = ready or _skeleton(network=network_namespace)
         with handoff:
             _, pidfds = recv_fds(handoff, 1)
