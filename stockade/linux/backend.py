@@ -166,6 +166,9 @@ class LinuxHandle(Handle):
                 os.close(fd)
         self.stdin, self.stdout, self.stderr = parent_files
         self._status = status_r
+        os.set_blocking(status_r, False)
+        self._status_data = b""
+        self._status_eof = False
         self.enforced: dict = {}
         self._killed_at: float | None = None
         if not early:
@@ -180,14 +183,39 @@ class LinuxHandle(Handle):
         control.close()
 
     def wait(self, timeout: float | None = None) -> Exit | None:
+        """The sandbox is over when pid 1 has exited, or sooner, when its status pipe has
+        closed after the `exit` event: pid 1 sends it only once every other process of the
+        sandbox is dead and reaped (init._drain), and the rest is the kernel tearing the
+        namespaces down."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not _readable(self._pidfd, _left(deadline, self._killed_at)):
+        while not self._drained():
+            watched = [self._pidfd] if self._status_eof else [self._pidfd, self._status]
+            ready = _ready(watched, _left(deadline, self._killed_at))
+            if self._status in ready:
+                self._read_status()
+            if self._pidfd in ready:
+                break
+            if ready:
+                continue
             if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_GRACE:
                 _signal_pidfd(self._pidfd, signal.SIGKILL)  # pid 1 is stuck in its setup
                 self._killed_at = None
             elif deadline is not None and time.monotonic() >= deadline:
                 return None
         return self._settle()
+
+    def _read_status(self) -> None:
+        try:
+            chunk = os.read(self._status, 65536)
+        except BlockingIOError:
+            return
+        self._status_data += chunk
+        self._status_eof = not chunk
+
+    def _drained(self) -> bool:
+        return self._status_eof and any(
+            json.loads(line)["event"] == "exit"
+            for line in self._status_data.splitlines() if line.strip())
 
     @property
     def pid(self) -> int:
@@ -212,12 +240,12 @@ class LinuxHandle(Handle):
     def _settle(self) -> Exit:
         killed = self._killed_at is not None or self._lifeline < 0
         self._close_lifeline()
-        chunks = []
-        while chunk := os.read(self._status, 65536):
-            chunks.append(chunk)
+        os.set_blocking(self._status, True)  # pid 1 is gone or has closed its end
+        while not self._status_eof:
+            self._read_status()
         for fd in (self._status, self._pidfd):
             os.close(fd)
-        events = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
+        events = [json.loads(line) for line in self._status_data.splitlines() if line.strip()]
         if self._proxy is not None:
             self._proxy.stop()
             self.network_log = self._proxy.denials()
@@ -282,10 +310,11 @@ def _left(deadline: float | None, killed_at: float | None) -> float | None:
     return max(min(limits) - now, 0) if limits else None
 
 
-def _readable(fd: int, timeout: float | None) -> bool:
+def _ready(fds: list[int], timeout: float | None) -> set[int]:
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(None if timeout is None else int(timeout * 1000) + 1))
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(None if timeout is None else int(timeout * 1000) + 1)}
 
 
 def _signal_pidfd(pidfd: int, sig: int) -> None:

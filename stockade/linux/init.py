@@ -57,9 +57,12 @@ def serve(handoff: socket.socket) -> NoReturn:
     if len(fds) != LAUNCH_FDS:
         os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
     *stdio, request_fd, status_fd, control_fd = fds
-    for target, fd in enumerate(stdio):
-        os.dup2(fd, target)
-    fdpass.close_all(stdio)
+    # pid 1's own standard streams are /dev/null: it holds the command's only until the command
+    # has them, so that its readers see the end when the command (and what it started) ends.
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in range(3):
+        os.dup2(null, target)
+    os.close(null)
     stage(status_fd, "handoff")
     try:
         raw, bpf, weaken, umask = read_frame(request_fd)
@@ -75,18 +78,18 @@ def serve(handoff: socket.socket) -> NoReturn:
                     fdpass.send_fds(control, b"P", [listener.fileno()])
         except OSError as exc:
             _fail(status_fd, "setup", "proxy_listen_failed", exc.strerror or str(exc), "network")
-    run(request, weaken, command, handoff, status_fd, request_fd)
+    run(request, weaken, command, handoff, stdio, status_fd, request_fd)
 
 
 def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
-        handoff: socket.socket, status_fd: int, lifeline_fd: int) -> NoReturn:
+        handoff: socket.socket, stdio: list[int], status_fd: int, lifeline_fd: int) -> NoReturn:
     """Build the sandbox and run the command in it, as pid 1."""
     try:
         pid_max = limits.cap_pid_namespace(request.limits)
         protected = mnt.build(request, STAGE, weaken)
         stage(status_fd, "mounts")
         _tell_mounted(handoff)
-        command.go(status_fd)
+        command.go(stdio, status_fd)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
     except OSError as exc:
@@ -111,8 +114,26 @@ def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
     emit(status_fd, event="started", enforced=enforced)
     code, sig = _supervise(command.pid, lifeline_fd)
     stage(status_fd, "run")
+    _drain()
+    # Only now, with pid 1 alone in the sandbox: the owner may settle on this event without
+    # waiting for pid 1 itself to exit (and the kernel to tear the namespaces down).
     emit(status_fd, event="exit", exit_code=code, signal=sig)
+    os.close(status_fd)  # the owner's end sees EOF now, not after our address space is freed
     os._exit(0)
+
+
+def _drain() -> None:
+    """Kill every other process of the sandbox and reap them all (orphans are re-parented to
+    pid 1), so that none is left when the owner hears the command's exit."""
+    try:
+        os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: every process in it but us
+    except ProcessLookupError:
+        pass  # nobody else
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _tell_mounted(handoff: socket.socket) -> None:
@@ -150,9 +171,10 @@ class _Command:
     def send(self, frame: bytes) -> None:
         self.channel.sendall(frame)
 
-    def go(self, status_fd: int) -> None:
-        fdpass.send_fds(self.channel, b"G", [0, 1, 2, status_fd])
+    def go(self, stdio: list[int], status_fd: int) -> None:
+        fdpass.send_fds(self.channel, b"G", [*stdio, status_fd])
         self.channel.close()
+        fdpass.close_all(stdio)
 
 
 def _command_main(channel: socket.socket, report_w: int) -> NoReturn:
