@@ -27,6 +27,7 @@ CAPABILITIES = [
     "network.allowlist", "network.any",
     "env", "limits.memory", "limits.pids", "limits.file_size", "limits.cpu", "limits.timeout",
     "limits.output", "kill_on_close", "nested_namespaces", "ptrace", "tty_injection",
+    "containment.vm",
 ]
 linux = pytest.mark.usefixtures("linux")
 
@@ -133,3 +134,11 @@ def test_the_committed_document_matches_this_host(here):
 
     assert rows(found.group(1)) == rows(here.markdown()), (
         f"{DOC.name} is stale: run scripts/enforcement_doc.py")
+
+
+def test_vm_containment_is_unavailable_without_qemu(monkeypatch):
+    from stockade.vm import qemu
+
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
+    row = report._vm_row()
+    assert (row.status, row.reason) == ("unavailable", "qemu-system-x86_64 is not installed")

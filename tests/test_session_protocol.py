@@ -222,15 +222,19 @@ def test_real_agent_ends_the_connection_with_a_typed_error(ws, code, make):
 def test_real_agent_serves_after_a_good_handshake(ws):
     workspace, _ = ws
     handle, send, replies = raw_agent(workspace)
+    end = None
     try:
         send(NONCE + hello() + encode(Message("ping", body={"seq": 7})) + marker_exec(workspace)
              + encode(Message("eof", 1)))
         time.sleep(0.5)
         send(encode(Message("shutdown")))
         got = replies()
+        end = handle.wait(10)  # after `shutdown` the agent, and so the sandbox, ends by itself
     finally:
-        handle.kill()
-        end = handle.wait()
+        if end is None:
+            handle.kill()
+            handle.wait()
+    assert end is not None, "the sandbox did not end after shutdown"
     assert [m.type for m in got][:3] == ["hello", "pong", "started"]
     assert got[-1].type == "result" and got[-1].body["exit_code"] == 0
     assert (workspace / "ran").read_text() == "ran\n"

@@ -201,7 +201,22 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "pid namespace", {"seccomp": ("seccomp_ptrace",)}),
         row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session without a "
             "controlling terminal", {"seccomp": ("seccomp_tiocsti",)}),
+        _vm_row(),
     )
+
+
+def _vm_row() -> Row:
+    """`containment = "vm"`: whether this host could boot a guest (the probe boots none)."""
+    from stockade.vm.qemu import host_kernel
+
+    mechanism = "a QEMU guest (TCG) whose init runs the session agent (docs/vm.md)"
+    try:
+        host_kernel()
+    except StockadeError as exc:
+        return Row("containment.vm", UNAVAILABLE, mechanism, exc.message)
+    return Row("containment.vm", PARTIAL, mechanism,
+               "the host has what a guest needs; the readiness probe boots none (a boot takes "
+               "seconds): `stockade run --containment vm -- true` checks it")
 
 
 def accepted(backend: Backend, name: str, spec: NetworkSpec | LimitSpec, mechanism: str,

@@ -90,6 +90,19 @@ class VmHandle:
         return "; ".join(parts) or "no console output"
 
 
+def host_kernel() -> initramfs.Kernel:
+    """The kernel a guest boots here; UnavailableError (typed) when this host cannot boot one
+    (QEMU, setpriv, a static busybox or a suitable kernel missing). Boots nothing."""
+    if shutil.which(machine.QEMU) is None:
+        raise UnavailableError("vm_qemu_unavailable", f"{machine.QEMU} is not installed")
+    if shutil.which(SETPRIV) is None:
+        raise UnavailableError("vm_qemu_unavailable", f"{SETPRIV} (util-linux) is not installed")
+    if not os.access(initramfs.BUSYBOX, os.X_OK):
+        raise UnavailableError("vm_busybox_unavailable",
+                               f"{initramfs.BUSYBOX} is missing (install busybox-static)")
+    return initramfs.find_kernel()
+
+
 def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_ATTEMPTS,
             timeout: float = BOOT_TIMEOUT, resolver: Resolver | None = None) -> boot.Session:
     """A guest whose agent has said hello. What the VM cannot enforce, or a host without QEMU
@@ -100,11 +113,7 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
                               request.limits)
     request = replace(request, argv=tuple(argv))
     guest = machine.plan(request)
-    if shutil.which(machine.QEMU) is None:
-        raise UnavailableError("vm_qemu_unavailable", f"{machine.QEMU} is not installed")
-    if shutil.which(SETPRIV) is None:
-        raise UnavailableError("vm_qemu_unavailable", f"{SETPRIV} (util-linux) is not installed")
-    kernel = initramfs.find_kernel()
+    kernel = host_kernel()
     image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
     failures = []
     for _ in range(attempts):
