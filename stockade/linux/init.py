@@ -64,6 +64,9 @@ def serve(handoff: socket.socket) -> NoReturn:
         os.dup2(null, target)
     os.close(null)
     stage(status_fd, "handoff")
+    if os.getpid() != 1:
+        _fail(status_fd, "setup", "setup_failed", "the sandbox's init is not pid 1 of a pid "
+              "namespace of its own", "namespaces")
     try:
         raw, bpf, weaken, umask = read_frame(request_fd)
         command.send(encode_frame(raw, bpf, weaken, umask))  # it decodes while we mount
@@ -125,10 +128,11 @@ def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
 def _drain() -> None:
     """Kill every other process of the sandbox and reap them all (orphans are re-parented to
     pid 1), so that none is left when the owner hears the command's exit."""
-    try:
-        os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: every process in it but us
-    except ProcessLookupError:
-        pass  # nobody else
+    if os.getpid() == 1:  # (serve refused to run otherwise: kill(-1) elsewhere hits the host)
+        try:
+            os.kill(-1, signal.SIGKILL)  # from a pid namespace's init: all in it but us
+        except ProcessLookupError:
+            pass  # nobody else
     while True:
         try:
             os.waitpid(-1, 0)
