@@ -168,7 +168,7 @@ class LinuxHandle(Handle):
         self._status = status_r
         os.set_blocking(status_r, False)
         self._status_data = b""
-        self._status_eof = False
+        self._events: list[dict] | None = None  # pid 1's events, once its status pipe closed
         self.enforced: dict = {}
         self._killed_at: float | None = None
         if not early:
@@ -189,7 +189,7 @@ class LinuxHandle(Handle):
         namespaces down."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._drained():
-            watched = [self._pidfd] if self._status_eof else [self._pidfd, self._status]
+            watched = [self._pidfd] if self._events is not None else [self._pidfd, self._status]
             ready = _ready(watched, _left(deadline, self._killed_at))
             if self._status in ready:
                 self._read_status()
@@ -209,13 +209,14 @@ class LinuxHandle(Handle):
             chunk = os.read(self._status, 65536)
         except BlockingIOError:
             return
-        self._status_data += chunk
-        self._status_eof = not chunk
+        if chunk:
+            self._status_data += chunk
+        else:
+            self._events = [json.loads(line) for line in self._status_data.splitlines()
+                            if line.strip()]
 
     def _drained(self) -> bool:
-        return self._status_eof and any(
-            json.loads(line)["event"] == "exit"
-            for line in self._status_data.splitlines() if line.strip())
+        return self._events is not None and any(e["event"] == "exit" for e in self._events)
 
     @property
     def pid(self) -> int:
@@ -241,11 +242,11 @@ class LinuxHandle(Handle):
         killed = self._killed_at is not None or self._lifeline < 0
         self._close_lifeline()
         os.set_blocking(self._status, True)  # pid 1 is gone or has closed its end
-        while not self._status_eof:
+        while self._events is None:
             self._read_status()
         for fd in (self._status, self._pidfd):
             os.close(fd)
-        events = [json.loads(line) for line in self._status_data.splitlines() if line.strip()]
+        events = self._events
         if self._proxy is not None:
             self._proxy.stop()
             self.network_log = self._proxy.denials()

@@ -105,30 +105,12 @@ class ForkSpawner:
 
     def prepare(self) -> None:
         if self._ready is None:
-            self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see launch
+            self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see _take
             self._ready = _skeleton(network=True)
-
-    def _discard(self) -> None:
-        """Drop the prepared skeleton, if any (e.g. it inherited a umask no longer wanted)."""
-        ready, self._ready = self._ready, None
-        if ready is not None:
-            assert self._mounts is not None
-            self._mounts.close()
-            pid, handoff = ready
-            handoff.close()  # its pid 1 sees the handoff close and exits
-            os.waitpid(pid, 0)
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True) -> int:
-        # mountinfo polls "exceptional" once the host's mounts change after it was opened
-        if self._ready is not None and (
-                not network_namespace or select.select([], [], [self._mounts], 0)[2]):
-            self._discard()
-        ready, self._ready = self._ready, None
-        if ready is not None:
-            assert self._mounts is not None
-            self._mounts.close()
-        pid, handoff = ready or _skeleton(network=network_namespace)
+        pid, handoff = self._take(network_namespace) or _skeleton(network=network_namespace)
         with handoff:
             _, pidfds = recv_fds(handoff, 1)
             os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
@@ -138,6 +120,22 @@ class ForkSpawner:
                                  stage="launcher")
             send_fds(handoff, b"G", [*stdio, request_r, status_w, control])
         return pidfds[0]
+
+    def _take(self, network_namespace: bool) -> tuple[int, socket.socket] | None:
+        """The prepared skeleton, if it still fits: with a network namespace, and made from the
+        host's mounts as they are (mountinfo polls "exceptional" once they change)."""
+        ready, self._ready = self._ready, None
+        if ready is None:
+            return None
+        assert self._mounts is not None
+        stale = bool(select.select([], [], [self._mounts], 0)[2])
+        self._mounts.close()
+        if stale or not network_namespace:
+            pid, handoff = ready
+            handoff.close()  # its pid 1 sees the handoff close and exits
+            os.waitpid(pid, 0)
+            return None
+        return ready
 
 
 ZYGOTE = Zygote()
