@@ -24,9 +24,9 @@ from stockade.errors import (
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import landlock, seccomp, zygote
+from stockade.linux import landlock, mnt, seccomp, zygote
 from stockade.linux.fdpass import recv_fds
-from stockade.linux.launcher import WEAKENINGS, encode_frame
+from stockade.linux.launcher import WEAKENINGS, encode_frame, view_frame
 
 if TYPE_CHECKING:
     from stockade.net.proxy import Proxy
@@ -151,7 +151,8 @@ class LinuxHandle(Handle):
         try:
             self._pidfd = zygote.SPAWNER.launch(
                 child_fds, request_r, status_w, control_theirs.fileno(),
-                network_namespace="network" not in weaken)
+                network_namespace="network" not in weaken,
+                view=_view(request, bpf, weaken) if zygote.SPAWNER.prepares else None)
         except BaseException:
             control.close()
             for f in parent_files:
@@ -282,6 +283,12 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
                   resolver=resolver)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
+
+
+def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> tuple[bytes, bytes]:
+    """The launch's view frame and the identity of the host's state it would be built from
+    now (the zygote uses a spare prepared for the view only if both match)."""
+    return view_frame(request, bpf, weaken), mnt.identity_now(request, weaken)
 
 
 def _umask() -> int:

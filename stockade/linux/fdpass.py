@@ -11,9 +11,10 @@ def send_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
     sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
 
 
-def recv_fds(sock: socket.socket, count: int) -> tuple[bytes, list[int]]:
-    """(message, descriptors); an empty message means the peer closed its end."""
-    data, ancdata, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(count * 4))
+def recv_fds(sock: socket.socket, count: int, size: int = 64) -> tuple[bytes, list[int]]:
+    """(message of up to `size` bytes, descriptors); an empty message means the peer closed
+    its end."""
+    data, ancdata, _, _ = sock.recvmsg(size, socket.CMSG_SPACE(count * 4))
     fds = array.array("i")
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

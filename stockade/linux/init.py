@@ -6,8 +6,14 @@ daemonised or double-forked descendants included. It also exits when its owner g
 lifeline pipe reaches EOF), so nothing outlives the process that asked for it.
 
 The command's process (forked ahead of the launch, see _Command) applies the layers in order —
-rlimits, Landlock, capability drop, seccomp — closes every descriptor but stdio, and execs with
-the closed environment.
+Landlock, capability drop, seccomp, then the launch's rlimits — closes every descriptor but
+stdio, and execs with the closed environment.
+
+A spare may be prepared for a view (see launcher.view_frame) before its launch exists: pid 1
+builds the mounts and the command's process confines itself, and the launch only brings what
+is its own (argv, environment, working directory, umask, stdio). The zygote hands such a spare
+only to a launch with the same view frame whose fresh survey of the host has the same identity
+(mnt.Survey.identity); pid 1 checks the view frame again.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import NoReturn
 from stockade.errors import StockadeError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp
-from stockade.linux.launcher import LAUNCH_FDS, encode_frame, read_frame
+from stockade.linux.launcher import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame, view_frame
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT
 
@@ -53,8 +59,13 @@ def serve(handoff: socket.socket) -> NoReturn:
     prctl(PR_SET_DUMPABLE, 0)
     socket.sethostname("stockade")
     command = _Command.prefork(handoff)
-    _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
+    message, fds = fdpass.recv_fds(handoff, LAUNCH_FDS, size=VIEW_MAX + 1)
+    prepared = None
+    if message.startswith(b"V") and not fds:
+        prepared = _prepare(message[1:], command, handoff)
+        message, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
     if len(fds) != LAUNCH_FDS:
+        fdpass.close_all(fds)
         os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
     *stdio, request_fd, status_fd, control_fd = fds
     # pid 1's own standard streams are /dev/null: it holds the command's only until the command
@@ -68,11 +79,16 @@ def serve(handoff: socket.socket) -> NoReturn:
         _fail(status_fd, "setup", "setup_failed", "the sandbox's init is not pid 1 of a pid "
               "namespace of its own", "namespaces")
     try:
-        raw, bpf, weaken, umask = read_frame(request_fd)
-        command.send(encode_frame(raw, bpf, weaken, umask))  # it decodes while we mount
+        frame = read_frame(request_fd)
+        if prepared is None:
+            command.send(frame)  # it decodes while we mount
+        raw, bpf, weaken, _ = parse_frame(frame)
         request = LaunchRequest.decode(raw)
     except (StockadeError, EOFError, OSError) as exc:
         _fail(status_fd, "setup", "request_invalid", str(exc), "request")
+    if prepared is not None and view_frame(request, bpf, weaken) != prepared.view:
+        _fail(status_fd, "setup", "setup_failed", "the prepared sandbox was made for another "
+              "view than this launch's", "request")
     stage(status_fd, "request")
     with socket.socket(fileno=control_fd) as control:
         try:
@@ -81,24 +97,61 @@ def serve(handoff: socket.socket) -> NoReturn:
                     fdpass.send_fds(control, b"P", [listener.fileno()])
         except OSError as exc:
             _fail(status_fd, "setup", "proxy_listen_failed", exc.strerror or str(exc), "network")
-    run(request, weaken, command, handoff, stdio, status_fd, request_fd)
+    run(request, frame, weaken, command, handoff, stdio, status_fd, request_fd, prepared)
 
 
-def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
-        handoff: socket.socket, stdio: list[int], status_fd: int, lifeline_fd: int) -> NoReturn:
-    """Build the sandbox and run the command in it, as pid 1."""
+class _Prepared:
+    """A view made ahead of its launch: mounts built, the command's process confined."""
+
+    def __init__(self, view: bytes, protected: list[str], pid_max: int | None) -> None:
+        self.view, self.protected, self.pid_max = view, protected, pid_max
+
+
+def _prepare(view: bytes, command: _Command, handoff: socket.socket) -> _Prepared:
+    """Build the view's mounts and confine the command's process before any launch, then tell
+    the zygote the identity of what was mounted (see mnt.Survey.identity). Whatever fails
+    here, this spare just ends: nobody is waiting for it, and a launch that needs this view
+    gets a fresh sandbox that reports the failure."""
     try:
+        if os.getpid() != 1:
+            os._exit(0)
+        raw, _, weaken, _ = parse_frame(view)
+        request = LaunchRequest.decode(raw)
+        command.send(view)
         pid_max = limits.cap_pid_namespace(request.limits)
-        protected = mnt.build(request, STAGE, weaken)
-        stage(status_fd, "mounts")
-        _tell_mounted(handoff)
-        command.go(stdio, status_fd)
+        protected, identity = mnt.build(request, STAGE, weaken)
+        if command.confine() is not None:
+            os._exit(0)
+        handoff.send(b"M" + identity)
+    except BaseException:  # noqa: BLE001 - see above
+        os._exit(0)
+    return _Prepared(view, protected, pid_max)
+
+
+def run(request: LaunchRequest, frame: bytes, weaken: frozenset[str], command: _Command,
+        handoff: socket.socket, stdio: list[int], status_fd: int, lifeline_fd: int,
+        prepared: _Prepared | None) -> NoReturn:
+    """Build the sandbox (unless `prepared`) and run the command in it, as pid 1."""
+    try:
+        if prepared is None:
+            pid_max = limits.cap_pid_namespace(request.limits)
+            protected, _ = mnt.build(request, STAGE, weaken)
+            stage(status_fd, "mounts")
+            _tell_mounted(handoff)
+            failure = command.confine()
+        else:
+            pid_max, protected, failure = prepared.pid_max, prepared.protected, None
+            stage(status_fd, "mounts")
+            handoff.close()
+        if failure is None:
+            stage(status_fd, "confine")
+            command.go(frame, stdio)
+            failure = _read_all(command.report)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
     except OSError as exc:
         _fail(status_fd, "setup", "setup_failed", f"{exc.strerror} ({exc.filename or ''})",
               "mount")
-    failure = _read_all(command.report)
     if failure:
         os.waitpid(command.pid, 0)
         info = json.loads(failure)
@@ -112,6 +165,7 @@ def run(request: LaunchRequest, weaken: frozenset[str], command: _Command,
         "protected_mounts": len(protected),
         "pid_max": pid_max,
         "limits": limits.describe(request.limits),
+        "prepared_ahead": prepared is not None,
     }
     stage(status_fd, "exec")
     emit(status_fd, event="started", enforced=enforced)
@@ -151,9 +205,11 @@ def _tell_mounted(handoff: socket.socket) -> None:
 
 class _Command:
     """The command's process, forked before the launch arrives so that forking is off the
-    critical path. It gets the frame as soon as pid 1 has it (and decodes it while pid 1 builds
-    the mounts), then stdio and a go-ahead once the filesystem view is in place. pivot_root
-    moves it into the new root along with pid 1: they share the mount namespace."""
+    critical path. It gets a frame as soon as pid 1 has one (the launch's, or a view's to
+    prepare for) and decodes it while pid 1 builds the mounts; confines itself when pid 1 says
+    the filesystem view is in place; and gets the launch's frame, stdio and the status pipe to
+    exec with. pivot_root moves it into the new root along with pid 1: they share the mount
+    namespace."""
 
     def __init__(self, pid: int, channel: socket.socket, report: int) -> None:
         self.pid, self.channel, self.report = pid, channel, report
@@ -175,31 +231,50 @@ class _Command:
     def send(self, frame: bytes) -> None:
         self.channel.sendall(frame)
 
-    def go(self, stdio: list[int], status_fd: int) -> None:
-        fdpass.send_fds(self.channel, b"G", [*stdio, status_fd])
+    def confine(self) -> bytes | None:
+        """Have it confine itself; None once it has, else its failure report."""
+        self.channel.sendall(b"C")
+        if self.channel.recv(1) == b"K":
+            return None
+        return _read_all(self.report) or b'{"kind": "setup", "code": "setup_failed", ' \
+            b'"stage": "confine", "message": "the command process ended"}'
+
+    def go(self, frame: bytes, stdio: list[int]) -> None:
+        self.channel.sendall(frame)
+        fdpass.send_fds(self.channel, b"G", stdio)
         self.channel.close()
         fdpass.close_all(stdio)
 
 
 def _command_main(channel: socket.socket, report_w: int) -> NoReturn:
-    """Body of the pre-forked command process: wait for the launch, then confine and exec."""
+    """Body of the pre-forked command process: confine when told, then exec the launch."""
     os.setsid()
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     try:
-        raw, bpf, weaken, umask = read_frame(channel.fileno())
-        request = LaunchRequest.decode(raw)
-        _, fds = fdpass.recv_fds(channel, 4)
+        raw, bpf, weaken, _ = parse_frame(read_frame(channel.fileno()))
+        view = LaunchRequest.decode(raw)
+        told = channel.recv(1) == b"C"
     except (StockadeError, EOFError, OSError):
         os._exit(127)  # pid 1 failed too and reports it; it is about to take us down
-    channel.close()
-    if len(fds) != 4:
+    if not told:
         os._exit(127)
-    *stdio, status_fd = fds
+    _confine(view, bpf, weaken, report_w)
+    try:
+        channel.sendall(b"K")
+        frame = read_frame(channel.fileno())
+        raw, _, _, umask = parse_frame(frame)
+        request = LaunchRequest.decode(raw)
+        _, stdio = fdpass.recv_fds(channel, 3)
+    except (StockadeError, EOFError, OSError):
+        os._exit(127)
+    channel.close()
+    if len(stdio) != 3:
+        os._exit(127)
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
     fdpass.close_all(stdio)
-    _exec_command(request, bpf, weaken, umask, report_w, status_fd)
+    _exec_command(request, weaken, umask, report_w)
 
 
 def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoReturn:
@@ -238,41 +313,56 @@ def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
                 return os.WEXITSTATUS(status), None
 
 
-def _exec_command(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], umask: int,
-                  report_w: int, status_fd: int) -> NoReturn:
-    """Body of the command's process: confine, then exec. Never returns."""
+def _confine(view: LaunchRequest, bpf: bytes, weaken: frozenset[str], report_w: int) -> None:
+    """Landlock, capability drop and seccomp, from the view alone (nothing of the launch's own
+    is needed): this may run before the launch exists. On failure, report and exit."""
     step = "privilege"
     try:
-        if "rlimits" not in weaken:
-            limits.apply_rlimits(request.limits)
-        os.chdir(request.cwd)
-        os.umask(umask)
         if "privileges" not in weaken:
             privilege.prepare()
         step = "landlock"
         if "landlock" not in weaken:
-            landlock.apply(_landlock_rules(request))
+            landlock.apply(_landlock_rules(view))
         step = "privilege"
         if "privileges" not in weaken:
             privilege.drop_all()
         step = "seccomp"
         if "seccomp" not in weaken:
             seccomp.install(bpf)
-        stage(status_fd, "confine")
+    except BaseException as exc:  # noqa: BLE001 - anything here must become a typed report
+        _report(report_w, exc, step, view)
+
+
+def _exec_command(request: LaunchRequest, weaken: frozenset[str], umask: int,
+                  report_w: int) -> NoReturn:
+    """The launch's own part, already confined: rlimits (last, since they bind this Python
+    process too), working directory, umask, then exec. Never returns."""
+    step = "privilege"
+    try:
+        if "rlimits" not in weaken:
+            limits.apply_rlimits(request.limits)
+        os.chdir(request.cwd)
+        os.umask(umask)
         privilege.close_fds({0, 1, 2, report_w})
         step = "exec"
         os.execvpe(request.argv[0], list(request.argv), dict(request.env))
-    except OSError as exc:
-        if step == "exec" and exc.errno in START_ERRNOS:
-            code = "command_not_found" if exc.errno == errno.ENOENT else "command_not_executable"
-            report = {"kind": "start", "code": code, "stage": step,
-                      "message": f"{request.argv[0]}: {exc.strerror}"}
-        else:
-            report = {"kind": "setup", "code": f"{step}_failed", "stage": step,
-                      "message": exc.strerror or str(exc)}
-    except StockadeError as exc:
-        report = {"kind": "setup", "code": exc.code, "stage": step, "message": exc.message}
     except BaseException as exc:  # noqa: BLE001 - anything here must become a typed report
+        _report(report_w, exc, step, request)
+    os._exit(127)  # (unreachable: _report exits)
+
+
+def _report(report_w: int, exc: BaseException, step: str, request: LaunchRequest) -> NoReturn:
+    """Tell pid 1 why the command could not start, typed, and exit."""
+    if isinstance(exc, OSError) and step == "exec" and exc.errno in START_ERRNOS:
+        code = "command_not_found" if exc.errno == errno.ENOENT else "command_not_executable"
+        report = {"kind": "start", "code": code, "stage": step,
+                  "message": f"{request.argv[0]}: {exc.strerror}"}
+    elif isinstance(exc, OSError):
+        report = {"kind": "setup", "code": f"{step}_failed", "stage": step,
+                  "message": exc.strerror or str(exc)}
+    elif isinstance(exc, StockadeError):
+        report = {"kind": "setup", "code": exc.code, "stage": step, "message": exc.message}
+    else:
         report = {"kind": "setup", "code": "internal_error", "stage": step,
                   "message": exc.__class__.__name__}
     os.write(report_w, json.dumps(report).encode())

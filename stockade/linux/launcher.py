@@ -8,26 +8,35 @@ watches pid 1 through a pidfd: pid 1 exits only after the kernel has killed and 
 everything else in its pid namespace, so its exit means the whole sandbox has drained.
 
 The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
-weakenings (see WEAKENINGS) as length-prefixed parts, and the owner's umask.
+weakenings (see WEAKENINGS) as length-prefixed parts, and the owner's umask. Before the launch,
+the zygote may send pid 1 a view frame (see view_frame) to prepare the sandbox for: pid 1 then
+builds its mounts and has the command's process confined ahead of demand (see init.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
 import struct
 from typing import NoReturn
 
+from stockade.launch.request import LaunchRequest
+
 # Layers a test can switch off to prove the evidence matrix notices (never set in production:
 # only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
 WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
                         "network", "rlimits"})
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
+VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 
 
-def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str], int]:
-    """(request, seccomp program, weakenings, umask) from a frame of length-prefixed parts."""
+_HEADER = struct.Struct("<IIII")  # request, seccomp program and weakenings lengths; umask
+
+
+def read_frame(fd: int) -> bytes:
+    """One whole frame from `fd`."""
     def exactly(n: int) -> bytes:
         data = b""
         while len(data) < n:
@@ -36,9 +45,21 @@ def read_frame(fd: int) -> tuple[bytes, bytes, frozenset[str], int]:
                 raise EOFError("request frame truncated")
             data += chunk
         return data
-    request_len, bpf_len, weak_len, umask = struct.unpack("<IIII", exactly(16))
-    request, bpf = exactly(request_len), exactly(bpf_len)
-    weaken = frozenset(exactly(weak_len).decode().split(",")) - {""}
+    header = exactly(_HEADER.size)
+    request_len, bpf_len, weak_len, _ = _HEADER.unpack(header)
+    return header + exactly(request_len + bpf_len + weak_len)
+
+
+def parse_frame(frame: bytes) -> tuple[bytes, bytes, frozenset[str], int]:
+    """(request, seccomp program, weakenings, umask) from a frame of length-prefixed parts."""
+    if len(frame) < _HEADER.size:
+        raise EOFError("request frame truncated")
+    request_len, bpf_len, weak_len, umask = _HEADER.unpack_from(frame)
+    body = memoryview(frame)[_HEADER.size:]
+    if len(body) != request_len + bpf_len + weak_len:
+        raise EOFError("request frame truncated")
+    request, bpf = bytes(body[:request_len]), bytes(body[request_len:request_len + bpf_len])
+    weaken = frozenset(bytes(body[request_len + bpf_len:]).decode().split(",")) - {""}
     return request, bpf, weaken & WEAKENINGS, umask & 0o777
 
 
@@ -46,8 +67,17 @@ def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str], umask: int)
     """The frame: the request, the seccomp program, the weakenings, and the owner's umask at
     launch (the command's: a zygote or a prepared skeleton may have been made under another)."""
     weak = ",".join(sorted(weaken)).encode()
-    return (struct.pack("<IIII", len(request), len(bpf), len(weak), umask) + request + bpf
-            + weak)
+    return _HEADER.pack(len(request), len(bpf), len(weak), umask) + request + bpf + weak
+
+
+def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> bytes:
+    """The frame of what shapes the sandbox itself (roots, protected names, network, limits,
+    seccomp, weakenings) without what is one launch's own (argv, environment, working
+    directory, umask, id). A spare whose mounts and confinement were made from a view frame
+    is used only by a launch whose own view frame is the same bytes."""
+    view = dataclasses.replace(request, argv=("-",), cwd="/", env=(), stdin="null",
+                               request_id="")
+    return encode_frame(view.encode(), bpf, weaken, 0)
 
 
 def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:

@@ -9,11 +9,12 @@ opened without following symlinks and checked to be the very inode that was open
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
 
-from stockade.errors import SetupError, UnenforceableError
+from stockade.errors import SetupError, StockadeError, UnenforceableError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import protect
 from stockade.linux.mountapi import (
@@ -26,6 +27,7 @@ from stockade.linux.mountapi import (
     RESOLVE_NO_SYMLINKS,
     attach,
     clone_tree,
+    file_handle,
     make_rprivate,
     new_fs,
     open_path_nofollow,
@@ -52,24 +54,82 @@ class _Mount:
         return 0 if self.path == "/" else self.path.count("/")
 
 
-def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset()) -> list[str]:
-    """Build the view on `stage` and pivot into it. Returns the protected paths mounted.
-    `weaken` (tests only) skips layers: "read_only", "protected", "deny"."""
-    roots = [_Mount(g.path, "read") for g in request.read]
-    roots += [_Mount(g.path, "write") for g in request.write]
-    for m in roots:
-        m.source_fd = _open_source(m.path, "filesystem." + m.kind)
-        m.is_dir = _is_dir(m.source_fd)
-    guarded = [] if "protected" in weaken else _protected(request, roots)
-    denied = []
-    for grant in () if "deny" in weaken else request.deny:
-        try:
-            fd = open_path_nofollow(grant.path)
-        except FileNotFoundError:
-            continue  # nothing there to hide
-        except OSError as exc:
-            raise _fail("filesystem.deny", grant.path, exc) from None
-        denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
+@dataclass
+class Survey:
+    """Everything the view is built from, opened: roots, protected objects, denied paths."""
+
+    roots: list[_Mount]
+    guarded: list[_Mount]
+    denied: list[_Mount]
+
+    def identity(self) -> bytes:
+        """A digest of what was opened (kind, path, the inode with its change time, and the
+        filesystem's handle for it). Two surveys with the same identity yield the same view: a
+        prepared view is only used when a fresh survey at launch gives its identity (see
+        zygote.py). The handle's generation and the change time tell a directory re-made
+        under a reused inode number from the one that was bound."""
+        parts = []
+        for m in self.roots + self.guarded + self.denied:
+            info = os.fstat(m.source_fd)
+            parts.append(f"{m.kind}\0{m.path}\0{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:"
+                         f"{file_handle(m.source_fd).hex()}")
+        return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).digest()
+
+    def close(self) -> None:
+        for m in self.roots + self.guarded + self.denied:
+            if m.source_fd >= 0:
+                os.close(m.source_fd)
+                m.source_fd = -1
+
+
+def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Survey:
+    """Open every source of the view (no symlinks followed) and find the protected names.
+    `weaken` (tests only) skips layers: "protected", "deny"."""
+    found = Survey([_Mount(g.path, "read") for g in request.read]
+                   + [_Mount(g.path, "write") for g in request.write], [], [])
+    try:
+        for m in found.roots:
+            m.source_fd = _open_source(m.path, "filesystem." + m.kind)
+            m.is_dir = _is_dir(m.source_fd)
+        if "protected" not in weaken:
+            found.guarded = _protected(request, found.roots)
+            for m in found.guarded:
+                m.source_fd = _open_source(m.path, "filesystem.protected")
+        for grant in () if "deny" in weaken else request.deny:
+            try:
+                fd = open_path_nofollow(grant.path)
+            except FileNotFoundError:
+                continue  # nothing there to hide
+            except OSError as exc:
+                raise _fail("filesystem.deny", grant.path, exc) from None
+            found.denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
+    except BaseException:
+        found.close()
+        raise
+    return found
+
+
+def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bytes:
+    """The identity a view built now would have (run by the owner, on the host's own view);
+    empty when the survey fails: the launch itself then reports why."""
+    try:
+        found = survey(request, weaken)
+    except (OSError, StockadeError):
+        return b""
+    try:
+        return found.identity()
+    finally:
+        found.close()
+
+
+def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset()
+          ) -> tuple[list[str], bytes]:
+    """Build the view on `stage` and pivot into it. Returns the protected paths mounted and
+    the survey's identity. `weaken` (tests only) skips layers: "read_only", "protected",
+    "deny"."""
+    found = survey(request, weaken)
+    roots, guarded, denied = found.roots, found.guarded, found.denied
+    identity = found.identity()
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
 
     make_rprivate("/")
@@ -96,7 +156,8 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     set_attrs(top, MOUNT_ATTR_RDONLY, recursive=False)
     os.close(top)
     pivot_into(stage)
-    return [m.path for m in guarded if m.kind == "protected"]
+    found.close()
+    return [m.path for m in guarded if m.kind == "protected"], identity
 
 
 def _is_dir(fd: int) -> bool:
@@ -116,7 +177,8 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
 
 
 def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
-    """Read-only re-mounts for protected names in write roots, ancestors first."""
+    """Read-only re-mounts for protected names in write roots, ancestors first (not yet
+    opened)."""
     names = frozenset(request.protected)
     writes = [m for m in roots if m.kind == "write" and m.is_dir]
     items: dict[str, _Mount] = {}
@@ -133,8 +195,6 @@ def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
                 if target and target != other.path and protect_inside(target, other.path):
                     _add_protected(items, keep, other.path,
                                    os.path.relpath(target, other.path), True)
-    for m in list(items.values()) + list(keep.values()):
-        m.source_fd = _open_source(m.path, "filesystem.protected")
     return sorted(keep.values(), key=lambda m: m.depth) + sorted(items.values(),
                                                                  key=lambda m: m.depth)
 

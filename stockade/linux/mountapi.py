@@ -43,6 +43,23 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]
 
 
+class _FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * 128)]  # MAX_HANDLE_SZ
+
+
+def file_handle(fd: int) -> bytes:
+    """The filesystem's handle for the object open at `fd` (name_to_handle_at): its inode and,
+    where the filesystem keeps one, the inode's generation, which tells a directory re-made
+    under a reused inode number from the old one. Empty where the filesystem has none."""
+    handle, mount_id = _FileHandle(128, 0), ctypes.c_int()
+    if libc.name_to_handle_at(fd, b"", ctypes.byref(handle), ctypes.byref(mount_id),
+                              AT_EMPTY_PATH) != 0:
+        return b""
+    return handle.handle_type.to_bytes(4, "little", signed=True) + \
+        bytes(handle.f_handle[:handle.handle_bytes])
+
+
 def openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
     """Open `path` under `dirfd` with `resolve` restrictions (RESOLVE_*); returns an fd."""
     how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)

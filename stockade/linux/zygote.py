@@ -11,6 +11,14 @@ a process that holds another launch's state. The next skeleton is forked once no
 sandbox is still building its mounts, so that a spare never slows a launch down. The zygote
 exits when its owner's end of the socket closes, i.e. when the owner exits or dies; skeletons
 that were never used see their handoff socket close and exit too.
+
+After a launch, the next spare is prepared for that launch's view (launcher.view_frame): its
+mounts are built and its command process confined before it is needed, so that a run of
+launches with one policy pays only for what is each launch's own. The spare holds no other
+launch's state: a view frame has no argv, environment, working directory or id. A launch gets
+it only if its view frame is the same and the owner's survey of the host, made for this
+launch, has the identity the spare's mounts were made from (mnt.Survey.identity); otherwise, or
+when the host's mounts change, the spare is thrown away.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import BinaryIO
 
 from stockade.errors import SetupError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
+from stockade.linux.launcher import VIEW_MAX
 from stockade.linux.syscalls import prctl
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -37,10 +46,13 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
 _FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control, reply socket
 WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
+_IDENTITY = 32  # bytes of a survey's identity (SHA-256)
 
 
 class Zygote:
     """The owner's side: starts the zygote on first use, restarts it if it died."""
+
+    prepares = True  # it prepares spares for a launch's view (see the module's docstring)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -48,9 +60,15 @@ class Zygote:
         self._proc: subprocess.Popen | None = None
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True) -> int:
-        """Start a sandbox with these descriptors; returns a pidfd of its skeleton process."""
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
+               ) -> int:
+        """Start a sandbox with these descriptors; returns a pidfd of its skeleton process.
+        `view` is (view frame, identity of a survey made just now): the zygote may hand the
+        launch a spare prepared for it, and prepares the next spare for it."""
         kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
+        if view is not None and network_namespace and len(view[1]) == _IDENTITY \
+                and len(view[0]) <= VIEW_MAX:
+            kind += view[1] + view[0]
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             fds = [*stdio, request_r, status_w, control, theirs.fileno()]
@@ -99,6 +117,8 @@ class ForkSpawner:
     while the program still compiles its policy (or, in the CLI server, before the request
     comes); a prepared skeleton whose copy of the host's mounts went stale is not used."""
 
+    prepares = False  # one launch per process: nothing to prepare the next one for
+
     def __init__(self) -> None:
         self._ready: tuple[int, socket.socket] | None = None
         self._mounts: BinaryIO | None = None  # mountinfo, opened before the skeleton was made
@@ -109,7 +129,8 @@ class ForkSpawner:
             self._ready = _skeleton(network=True)
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True) -> int:
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
+               ) -> int:
         pid, handoff = self._take(network_namespace) or _skeleton(network=network_namespace)
         with handoff:
             _, pidfds = recv_fds(handoff, 1)
@@ -150,48 +171,109 @@ def fork_directly() -> ForkSpawner:
     return SPAWNER
 
 
+class _Prepared:
+    """A spare being prepared for one view frame (see init._prepare). Its skeleton sends a
+    pidfd of pid 1 ("I"), then pid 1 sends the identity of the survey its mounts were made
+    from ("M"); it ends instead if it cannot be prepared."""
+
+    def __init__(self, view: bytes) -> None:
+        _, self.sock = _skeleton(network=True)
+        self.view = view
+        self.pidfds: list[int] = []
+        self.identity: bytes | None = None  # set once it is ready
+        self.sock.send(b"V" + view)
+
+    def read(self) -> bool:
+        """Take one message from it; False when it has ended."""
+        data, fds = recv_fds(self.sock, 1)
+        if data == b"I" and len(fds) == 1 and not self.pidfds:
+            self.pidfds = fds
+            return True
+        close_all(fds)
+        if data[:1] == b"M" and len(data) == 1 + _IDENTITY and self.pidfds:
+            self.identity = data[1:]
+            return True
+        return False
+
+    def fits(self, view: bytes, identity: bytes) -> bool:
+        return self.identity is not None and self.identity == identity and self.view == view
+
+    def close(self) -> None:
+        self.sock.close()  # its pid 1 sees the handoff close and exits
+        close_all(self.pidfds)
+
+
 def serve(control_fd: int) -> None:
     """The zygote's main loop (runs in its own interpreter)."""
     # Everything a sandbox needs is imported here, once, before any fork.
     from stockade.launch import request  # noqa: F401
-    from stockade.linux import init, ns  # noqa: F401
+    from stockade.linux import init, mnt, ns  # noqa: F401
 
     # Sandboxes' pid 1 processes are adopted by the zygote and reaped by the kernel.
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
-    ready: socket.socket | None = None
+    ready: socket.socket | None = None  # a spare with namespaces only, for any view
+    prepared: _Prepared | None = None  # a spare for the last launch's view
+    wanted: bytes | None = None  # the view frame to prepare the next spare for
     mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
     # A spare's mount namespace is a copy of the host's from when it was made: when the host's
     # mounts change, it is stale and is thrown away (mountinfo polls "exceptional" once per
     # change).
     mountinfo = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - lives as long as we do
     while True:
-        # The next skeleton is made while no sandbox is building its mounts: both need the
-        # kernel's mount-namespace lock, and a launch should not queue behind a spare.
-        if ready is None and not mounting:
-            _, ready = _skeleton(network=True)
-        readable, _, changed = select.select([control, *mounting], [], [mountinfo])
-        if changed and ready is not None:
-            ready.close()  # its pid 1 sees the handoff close and exits
-            ready = None
+        # Spares are made while no sandbox is building its mounts: both need the kernel's
+        # mount-namespace lock, and a launch should not queue behind a spare. The prepared
+        # one first: a run of launches with one view then uses one spare each.
+        if not mounting:
+            if prepared is None and wanted is not None:
+                prepared = _Prepared(wanted)
+            elif ready is None and (prepared is None or prepared.identity is not None):
+                _, ready = _skeleton(network=True)
+        watched = [control, *mounting] + ([prepared.sock] if prepared is not None else [])
+        readable, _, changed = select.select(watched, [], [mountinfo])
+        if changed:
+            for spare in (ready, prepared):
+                if spare is not None:
+                    spare.close()
+            ready = prepared = None
             continue
         for sock in readable:
+            if sock is not control and sock not in mounting:
+                if prepared is not None and sock is prepared.sock and not prepared.read():
+                    prepared.close()  # it could not be prepared: do not try again for now
+                    prepared = wanted = None
+                continue  # (or a spare handed over or thrown away earlier in this round)
             if sock is not control:
                 mounting.remove(sock)
                 sock.close()  # it said "mounted", or it is gone
                 continue
-            kind, fds = recv_fds(control, _FDS_PER_LAUNCH)
+            kind, fds = recv_fds(control, _FDS_PER_LAUNCH, size=1 + _IDENTITY + VIEW_MAX)
             if not kind:
                 os._exit(0)  # the owner is gone
             if len(fds) != _FDS_PER_LAUNCH:
                 close_all(fds)
                 continue
             *launch, reply = fds
-            if kind == WITH_NETWORK_NAMESPACE and ready is not None:
+            mode, identity, view = kind[:1], kind[1:1 + _IDENTITY], kind[1 + _IDENTITY:]
+            usable = mode == WITH_NETWORK_NAMESPACE and len(identity) == _IDENTITY and view
+            if usable and prepared is not None and prepared.fits(view, identity):
+                _hand_over(prepared.sock, launch, reply, prepared.pidfds)
+                prepared.sock.close()
+                prepared, wanted = None, view
+                continue
+            if usable and prepared is None:
+                wanted = view
+            elif usable and (prepared.view != view or prepared.identity is not None):
+                # Another view; or the host changed under this one since it was prepared, and
+                # then the next spare is not prepared (the host may change at every launch).
+                wanted = view if prepared.view != view else None
+                prepared.close()
+                prepared = None
+            if mode == WITH_NETWORK_NAMESPACE and ready is not None:
                 handoff, ready = ready, None
             else:
-                _, handoff = _skeleton(network=kind == WITH_NETWORK_NAMESPACE)
+                _, handoff = _skeleton(network=mode == WITH_NETWORK_NAMESPACE)
             _hand_over(handoff, launch, reply)
             mounting.append(handoff)
 
@@ -209,10 +291,12 @@ def _skeleton(*, network: bool) -> tuple[int, socket.socket]:
     return pid, ours
 
 
-def _hand_over(handoff: socket.socket, launch: list[int], reply: int) -> None:
+def _hand_over(handoff: socket.socket, launch: list[int], reply: int,
+               pidfds: list[int] | None = None) -> None:
     """Give the launch's descriptors to the skeleton's pid 1 and its pidfd to the owner."""
     with socket.socket(fileno=reply) as answer:
-        _, pidfds = recv_fds(handoff, 1)  # empty if the skeleton died: the owner reports it
+        if pidfds is None:  # empty if the skeleton died: the owner reports it
+            _, pidfds = recv_fds(handoff, 1)
         try:
             send_fds(handoff, b"G", launch)
             if len(pidfds) == 1:
