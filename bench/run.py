@@ -155,14 +155,27 @@ def throughput(launch: Callable[[], object], callers: int, seconds: float) -> fl
     return total / (time.perf_counter() - started)
 
 
-def _tree_memory(roots: list[int]) -> tuple[int, int]:
-    """Summed (RSS, PSS) in bytes of `roots` and all their descendants. PSS charges each shared
-    page to its sharers in proportion, so it is what a sandbox adds; RSS counts shared pages
-    (e.g. the interpreter a forked process shares with its zygote) in full."""
+def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (ppid := _ppid(int(entry))) is not None:
             children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _tree_memory(roots: list[int]) -> tuple[int, int]:
+    """Summed (RSS, PSS) in bytes of `roots` and all their descendants. PSS charges each shared
+    page to its sharers in proportion, so it is what a sandbox adds; RSS counts shared pages
+    (e.g. the interpreter a forked process shares with its zygote) in full."""
+    children = _children()
     rss = pss = 0
     todo = list(roots)
     while todo:
@@ -180,7 +193,7 @@ def _tree_memory(roots: list[int]) -> tuple[int, int]:
 
 def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, tuple[float, float]]:
     """(RSS, PSS) in MiB of the processes that keep one idle sandbox (`sleep`) alive, per
-    sandbox (the ready spare skeleton is not counted)."""
+    sandbox."""
     from stockade.linux.zygote import ZYGOTE
 
     out: dict[str, float] = {}
@@ -195,8 +208,12 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, tuple[float,
                                        workspace=workspace, cancel=cancel))
         time.sleep(2.0)
         zygote = ZYGOTE._proc.pid if ZYGOTE._proc else None
-        inits = [] if zygote is None else [  # sandboxes' pid 1, adopted by the zygote
-            int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == zygote]
+        children = _children()
+        inits = [  # sandboxes' pid 1 (adopted by the zygote) whose command is the sleeper;
+            # the spares (one for any view, one prepared for the last) are not counted
+            init for init in children.get(zygote, []) if zygote is not None
+            and any(_comm(pid) == "sleep" for pid in children.get(init, []))]
+        assert len(inits) == count, f"{len(inits)} sleeping sandboxes found, not {count}"
         rss, pss = _tree_memory(inits)
         out["stockade"] = (rss / count / 2**20, pss / count / 2**20)
         for cancel in cancels:

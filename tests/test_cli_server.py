@@ -160,6 +160,27 @@ def test_a_prepared_sandbox_sees_a_mount_made_after_it(served, workspace, tmp_pa
     assert (done.returncode, done.stdout) == (0, "on-the-mount\n"), done.stderr
 
 
+def test_served_runs_of_one_policy_use_prepared_sandboxes_that_see_host_changes(served,
+                                                                               workspace):
+    """Each spare child's sandbox is prepared for the view of the last request that launched:
+    from the third request of one policy on, the sandbox was ready before it came. A protected
+    name made between two requests is still protected: the survey no longer matches."""
+    env, _ = served
+    args = ("run", "--preset", "workspace-write", "--workspace", ".", "--json", "--")
+
+    def enforced(*argv: str) -> dict:
+        done = stockade(*args, *argv, env=env, cwd=workspace)
+        return json.loads(done.stdout)["enforced"]
+
+    assert [enforced("true")["prepared_ahead"] for _ in range(4)][2:] == [True, True]
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("[core]\n")
+    done = stockade(*args[:-2], "--", "sh", "-c", "echo evil >> .git/config", env=env,
+                    cwd=workspace)
+    assert done.returncode != 0
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
 def test_another_user_is_not_served(served, workspace, tmp_path):
     env, _ = served

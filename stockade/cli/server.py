@@ -8,6 +8,10 @@ exactly as the `stockade` program would have — so the flags, the output, the e
 exit status are the same. The client (stockade/program.py) only connects, sends, and waits for
 the exit status.
 
+Each spare child's sandbox skeleton is prepared for the view frame (linux/launcher.py) of the
+last request that launched, as the zygote prepares its spares, and is used only under the same
+rule: the same view, and a survey of the host made for this request with the same identity.
+
 One request: argv, working directory and environment (`encode_request` in stockade/program.py)
 of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr attached to its first byte
 (SCM_RIGHTS). The answer is the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import os
 import select
@@ -99,28 +104,54 @@ def serve(path: str) -> NoReturn:
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    last_view: bytes | None = None  # the view frame of the last request that launched
+    telling: dict[int, bytearray] = {}  # serving children's pipes -> what they said so far
     while True:
         taken_r, taken_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
-            os.close(taken_r)
-            _spare(listener, taken_w, main, fork_directly())
+            for fd in (taken_r, *telling):
+                os.close(fd)
+            _spare(listener, taken_w, main, fork_directly(), last_view)
         os.close(taken_w)
-        if not os.read(taken_r, 1):  # the spare died before taking a request
+        while True:  # until the spare takes a request; meanwhile, hear the views
+            readable = select.select([taken_r, *telling], [], [])[0]
+            for fd in readable:
+                if fd != taken_r:
+                    last_view = _hear(fd, telling) or last_view
+            if taken_r in readable:
+                break
+        if os.read(taken_r, 1):
+            telling[taken_r] = bytearray()  # it goes on to say its view, then closes
+        else:
+            os.close(taken_r)  # the spare died before taking a request
             time.sleep(SPARE_RETRY)
-        os.close(taken_r)
+
+
+def _hear(fd: int, telling: dict[int, bytearray]) -> bytes | None:
+    """Read what a serving child says on its pipe: once it closes, the view frame it launched
+    with (the next spare is prepared for it), if it said one."""
+    chunk = os.read(fd, 65536)
+    if chunk:
+        telling[fd] += chunk
+        return None
+    said = telling.pop(fd)
+    os.close(fd)
+    return bytes(said[1:]) if said[:1] == b"V" else None
 
 
 def _spare(listener: socket.socket, taken_w: int, main: object,
-           spawner: ForkSpawner) -> NoReturn:
+           spawner: ForkSpawner, view: bytes | None) -> NoReturn:
     """A child waiting for one request, with its sandbox's skeleton already made (namespaces
-    entered, pid 1 waiting): it accepts, tells the server to fork the next spare, and serves."""
+    entered, pid 1 waiting; with the last request's view, its mounts built and its command
+    process confined too): it accepts, tells the server to fork the next spare, serves, and
+    tells the server the view it launched with."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
         with contextlib.suppress(Exception):
-            spawner.prepare()  # if this fails, the launch makes one and reports why
+            spawner.prepare(view)  # if this fails, the launch makes one and reports why
         while True:
             conn, _ = listener.accept()
             try:
@@ -130,11 +161,20 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
                 conn.close()  # not a request: go on waiting
         prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client
         os.write(taken_w, b"T")
-        os.close(taken_w)
+        spawner.on_view = functools.partial(_say_view, taken_w)
         listener.close()
     except BaseException:  # noqa: BLE001 - the server forks another
         os._exit(70)
     _child(conn, fds, request, main)
+
+
+def _say_view(taken_w: int, view: bytes) -> None:
+    """Tell the server this request's view frame (at launch; nothing of the request's own)."""
+    said = memoryview(b"V" + view)
+    with contextlib.suppress(OSError):
+        while said:
+            said = said[os.write(taken_w, said):]
+    os.close(taken_w)
 
 
 def _bind(path: str) -> socket.socket:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -138,6 +139,7 @@ class LinuxHandle(Handle):
                  weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self._closing = threading.Lock()
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
@@ -235,9 +237,12 @@ class LinuxHandle(Handle):
         self._close_lifeline()
 
     def _close_lifeline(self) -> None:
-        if self._lifeline >= 0:
-            os.close(self._lifeline)
-            self._lifeline = -1
+        # kill() may come from another thread while this one settles: close the descriptor
+        # once, or the second close could hit an unrelated descriptor that took its number.
+        with self._closing:
+            fd, self._lifeline = self._lifeline, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _settle(self) -> Exit:
         killed = self._killed_at is not None or self._lifeline < 0

@@ -23,6 +23,7 @@ when the host's mounts change, the spare is thrown away.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -30,6 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from stockade.errors import SetupError
@@ -115,26 +117,43 @@ class ForkSpawner:
     run one sandbox at a time, such as the CLI, where starting a zygote interpreter would cost
     more than the launch. `prepare` forks the skeleton early, so that it makes its namespaces
     while the program still compiles its policy (or, in the CLI server, before the request
-    comes); a prepared skeleton whose copy of the host's mounts went stale is not used."""
-
-    prepares = False  # one launch per process: nothing to prepare the next one for
+    comes); given a view frame (the CLI server passes the last request's), its mounts are built
+    and its command process confined too, and the launch uses it only under the same rule as
+    the zygote's prepared spares. A prepared skeleton whose copy of the host's mounts went
+    stale is not used."""
 
     def __init__(self) -> None:
         self._ready: tuple[int, socket.socket] | None = None
+        self._view: bytes | None = None  # the view frame the ready skeleton is prepared for
         self._mounts: BinaryIO | None = None  # mountinfo, opened before the skeleton was made
+        self.on_view: Callable[[bytes], None] | None = None  # told the first launch's view
 
-    def prepare(self) -> None:
+    @property
+    def prepares(self) -> bool:
+        """Whether a launch's view is worth computing (see LinuxHandle)."""
+        return self._view is not None or self.on_view is not None
+
+    def prepare(self, view: bytes | None = None) -> None:
         if self._ready is None:
             self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see _take
             self._ready = _skeleton(network=True)
+            if view is not None and len(view) <= VIEW_MAX:
+                with contextlib.suppress(OSError):  # (if it died, the launch finds out)
+                    self._ready[1].send(b"V" + view)
+                    self._view = view
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
                ) -> int:
-        pid, handoff = self._take(network_namespace) or _skeleton(network=network_namespace)
+        if view is not None and self.on_view is not None:
+            self.on_view(view[0])
+            self.on_view = None
+        taken = self._take(network_namespace, view)
+        pid, handoff, pidfds = taken or (*_skeleton(network=network_namespace), None)
         with handoff:
-            _, pidfds = recv_fds(handoff, 1)
-            os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
+            if pidfds is None:
+                _, pidfds = recv_fds(handoff, 1)
+                os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
             if len(pidfds) != 1:
                 close_all(pidfds)
                 raise SetupError("launcher_failed", "the sandbox skeleton did not start",
@@ -142,21 +161,34 @@ class ForkSpawner:
             send_fds(handoff, b"G", [*stdio, request_r, status_w, control])
         return pidfds[0]
 
-    def _take(self, network_namespace: bool) -> tuple[int, socket.socket] | None:
-        """The prepared skeleton, if it still fits: with a network namespace, and made from the
-        host's mounts as they are (mountinfo polls "exceptional" once they change)."""
+    def _take(self, network_namespace: bool, view: tuple[bytes, bytes] | None
+              ) -> tuple[int, socket.socket, list[int] | None] | None:
+        """The prepared skeleton, if it still fits: with a network namespace, made from the
+        host's mounts as they are (mountinfo polls "exceptional" once they change), and, if it
+        was prepared for a view, for this launch's view and survey identity."""
         ready, self._ready = self._ready, None
+        prepared_for, self._view = self._view, None
         if ready is None:
             return None
         assert self._mounts is not None
         stale = bool(select.select([], [], [self._mounts], 0)[2])
         self._mounts.close()
-        if stale or not network_namespace:
-            pid, handoff = ready
-            handoff.close()  # its pid 1 sees the handoff close and exits
+        pid, handoff = ready
+        pidfds = None
+        if not stale and network_namespace and prepared_for is not None:
+            _, pidfds = recv_fds(handoff, 1)
             os.waitpid(pid, 0)
+            said, extra = recv_fds(handoff, 1)  # "M" and the identity, or the end
+            close_all(extra)
+            stale = view is None or view[0] != prepared_for or said != b"M" + view[1] \
+                or len(view[1]) != _IDENTITY
+        if stale or not network_namespace:
+            handoff.close()  # its pid 1 sees the handoff close and exits
+            close_all(pidfds or [])
+            if pidfds is None:
+                os.waitpid(pid, 0)
             return None
-        return ready
+        return pid, handoff, pidfds
 
 
 ZYGOTE = Zygote()
