@@ -154,7 +154,7 @@ class LinuxHandle(Handle):
             self._pidfd = zygote.SPAWNER.launch(
                 child_fds, request_r, status_w, control_theirs.fileno(),
                 network_namespace="network" not in weaken,
-                view=_view(request, bpf, weaken) if zygote.SPAWNER.prepares else None)
+                view=_view(request, bpf, weaken, zygote.SPAWNER))
         except BaseException:
             control.close()
             for f in parent_files:
@@ -290,10 +290,14 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
     return proxy
 
 
-def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> tuple[bytes, bytes]:
-    """The launch's view frame and the identity of the host's state it would be built from
-    now (the zygote uses a spare prepared for the view only if both match)."""
-    return view_frame(request, bpf, weaken), mnt.identity_now(request, weaken)
+def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
+          spawner: zygote.Zygote | zygote.ForkSpawner) -> tuple[bytes, bytes] | None:
+    """The launch's view frame and, when a spare may be prepared for it, the identity of the
+    host's state it would be built from now (a prepared spare is used only if both match)."""
+    if not spawner.prepares:
+        return None
+    view = view_frame(request, bpf, weaken)
+    return view, mnt.identity_now(request, weaken) if spawner.may_fit(view) else b""
 
 
 def _umask() -> int:

@@ -49,6 +49,7 @@ _FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control
 WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
 _IDENTITY = 32  # bytes of a survey's identity (SHA-256)
+_SURVEYED, _UNSURVEYED = b"\x01", b"\x00"  # whether a launch message carries an identity
 
 
 class Zygote:
@@ -56,21 +57,29 @@ class Zygote:
 
     prepares = True  # it prepares spares for a launch's view (see the module's docstring)
 
+    def may_fit(self, view: bytes) -> bool:
+        """Whether a spare may be prepared for `view` (the last view launched): only then is
+        the host surveyed for the launch, which for a large write root is a long walk."""
+        return view == self._last_view
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
+        self._last_view: bytes | None = None
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
                ) -> int:
         """Start a sandbox with these descriptors; returns a pidfd of its skeleton process.
-        `view` is (view frame, identity of a survey made just now): the zygote may hand the
-        launch a spare prepared for it, and prepares the next spare for it."""
+        `view` is (view frame, identity of a survey made just now, or b"" when `may_fit`
+        said no survey was worth making): the zygote may hand the launch a spare prepared for
+        it, and prepares the next spare for it."""
         kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
-        if view is not None and network_namespace and len(view[1]) == _IDENTITY \
-                and len(view[0]) <= VIEW_MAX:
-            kind += view[1] + view[0]
+        if view is not None and network_namespace and len(view[0]) <= VIEW_MAX:
+            surveyed = len(view[1]) == _IDENTITY
+            kind += (_SURVEYED + view[1] if surveyed else _UNSURVEYED) + view[0]
+            self._last_view = view[0]
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             fds = [*stdio, request_r, status_w, control, theirs.fileno()]
@@ -132,6 +141,9 @@ class ForkSpawner:
     def prepares(self) -> bool:
         """Whether a launch's view is worth computing (see LinuxHandle)."""
         return self._view is not None or self.on_view is not None
+
+    def may_fit(self, view: bytes) -> bool:
+        return view == self._view
 
     def prepare(self, view: bytes | None = None) -> None:
         if self._ready is None:
@@ -280,15 +292,15 @@ def serve(control_fd: int) -> None:
                 mounting.remove(sock)
                 sock.close()  # it said "mounted", or it is gone
                 continue
-            kind, fds = recv_fds(control, _FDS_PER_LAUNCH, size=1 + _IDENTITY + VIEW_MAX)
+            kind, fds = recv_fds(control, _FDS_PER_LAUNCH, size=2 + _IDENTITY + VIEW_MAX)
             if not kind:
                 os._exit(0)  # the owner is gone
             if len(fds) != _FDS_PER_LAUNCH:
                 close_all(fds)
                 continue
             *launch, reply = fds
-            mode, identity, view = kind[:1], kind[1:1 + _IDENTITY], kind[1 + _IDENTITY:]
-            usable = mode == WITH_NETWORK_NAMESPACE and len(identity) == _IDENTITY and view
+            mode, identity, view = _parse(kind)
+            usable = mode == WITH_NETWORK_NAMESPACE and view
             if usable and prepared is not None and prepared.fits(view, identity):
                 _hand_over(prepared.sock, launch, reply, prepared.pidfds)
                 prepared.sock.close()
@@ -296,7 +308,7 @@ def serve(control_fd: int) -> None:
                 continue
             if usable and prepared is None:
                 wanted = view
-            elif usable and (prepared.view != view or prepared.identity is not None):
+            elif usable and (prepared.view != view or prepared.identity and identity):
                 # Another view; or the host changed under this one since it was prepared, and
                 # then the next spare is not prepared (the host may change at every launch).
                 wanted = view if prepared.view != view else None
@@ -308,6 +320,14 @@ def serve(control_fd: int) -> None:
                 _, handoff = _skeleton(network=mode == WITH_NETWORK_NAMESPACE)
             _hand_over(handoff, launch, reply)
             mounting.append(handoff)
+
+
+def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:
+    """(mode, identity or b"", view frame or b"") of a launch message from the owner."""
+    mode, flag = message[:1], message[1:2]
+    if flag == _SURVEYED and len(message) >= 2 + _IDENTITY:
+        return mode, message[2:2 + _IDENTITY], message[2 + _IDENTITY:]
+    return mode, b"", message[2:] if flag == _UNSURVEYED else b""
 
 
 def _skeleton(*, network: bool) -> tuple[int, socket.socket]:
