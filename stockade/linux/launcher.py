@@ -1,7 +1,7 @@
-"""The skeleton of one sandbox: forked by the zygote *before* it is needed, so that entering
-namespaces and forking the sandbox's pid 1 are off a launch's critical path.
+"""The skeleton of one sandbox: started by the zygote *before* it is needed, so that making
+namespaces and the sandbox's pid 1 are off a launch's critical path.
 
-The skeleton process enters fresh namespaces and forks pid 1, which waits on the handoff socket
+One clone(2) makes pid 1 inside fresh namespaces (see start); it waits on the handoff socket
 for one launch's descriptors: stdin, stdout, stderr, the request pipe (also the owner's
 lifeline), the status pipe and a control socket (to pass the proxy's listener out). The owner
 watches pid 1 through a pidfd: pid 1 exits only after the kernel has killed and reaped
@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import struct
+from dataclasses import dataclass
 from typing import NoReturn
 
 from stockade.launch.request import LaunchRequest
@@ -80,52 +81,78 @@ def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> by
     return encode_frame(view.encode(), bpf, weaken, 0)
 
 
-def skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
-    """Body of the skeleton process (forked by the zygote); never returns.
+@dataclass
+class Skeleton:
+    """A sandbox before its launch: our end of its handoff socket and a pidfd of its pid 1;
+    or, when its namespaces could not be made, no pidfd but the pid of a stand-in that sends a
+    pidfd of itself ("I") and reports why to the launch that comes for it."""
 
-    It enters the namespaces, forks pid 1, sends the zygote a pidfd of it over the handoff
-    socket, and exits: pid 1 is adopted by the zygote (a subreaper). When the namespaces
-    cannot be made, it stays instead, to report that to the launch that comes for it, and
-    sends a pidfd of itself. Whatever goes wrong, nothing is printed: its stderr is the
-    owner's (the owner may simply have gone away), and the owner reports a typed failure."""
-    try:
-        _skeleton(handoff, network=network)
-    except BaseException:  # noqa: BLE001 - see above
-        os._exit(70)
+    handoff: socket.socket
+    pidfd: int | None
+    standin: int = 0
+
+    def close(self) -> None:
+        """Throw it away: its pid 1 (or stand-in) sees the handoff close and exits."""
+        self.handoff.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
 
 
-def _skeleton(handoff: socket.socket, *, network: bool) -> NoReturn:
+def start(*, network: bool) -> Skeleton:
+    """Start a sandbox's pid 1 in fresh namespaces (ns.clone_sandbox), waiting on its handoff
+    socket for a view to prepare or a launch (init.serve). Whatever goes wrong in the child,
+    nothing is printed: its stderr is the owner's (the owner may simply have gone away), and
+    the owner reports a typed failure."""
     from stockade.errors import StockadeError
-    from stockade.linux import fdpass, net, ns
+    from stockade.linux import ns, privilege
 
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
-    # command's process restores the default before exec.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    uid, gid = ns.ids()
     try:
-        ns.unshare_all(network=network)
+        pid, pidfd = ns.clone_sandbox(network=network)
+    except StockadeError as exc:
+        refusal = (exc.code, exc.message)
+    except OSError as exc:
+        refusal = ("setup_failed", exc.strerror or str(exc))
+    else:
+        if pid == 0:
+            privilege.close_fds({0, 1, 2, theirs.fileno()})
+            _pid1(theirs, uid, gid, network=network)
+        theirs.close()
+        return Skeleton(ours, pidfd)
+    pid = os.fork()
+    if pid == 0:
+        privilege.close_fds({0, 1, 2, theirs.fileno()})
+        _refuse(theirs, *refusal)
+    theirs.close()
+    return Skeleton(ours, None, pid)
+
+
+def _pid1(handoff: socket.socket, uid: int, gid: int, *, network: bool) -> NoReturn:
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the zygote ignores it)
+        # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
+        # command's process restores the default before exec.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from stockade.linux import init, net, ns
+
+        ns.map_ids(uid, gid)
         if network:
             net.loopback_up()
-        pid = os.fork()
-    except StockadeError as exc:
-        _refuse(handoff, exc.code, exc.message)
-    except OSError as exc:
-        _refuse(handoff, "setup_failed", exc.strerror or str(exc))
-    if pid == 0:
-        from stockade.linux import init
         init.serve(handoff)
-    pidfd = os.pidfd_open(pid)
-    fdpass.send_fds(handoff, b"I", [pidfd])
-    os._exit(0)
+    except BaseException:  # noqa: BLE001 - see start()
+        os._exit(70)
 
 
 def _refuse(handoff: socket.socket, code: str, message: str) -> NoReturn:
     """The namespaces could not be made: tell the launch that comes for this skeleton."""
-    from stockade.linux import fdpass, init
+    try:
+        from stockade.linux import fdpass, init
 
-    fdpass.send_fds(handoff, b"I", [os.pidfd_open(os.getpid())])
-    _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
-    if len(fds) == LAUNCH_FDS:
-        init.emit(fds[4], event="error", kind="setup", code=code, message=message,
-                  stage="namespaces")
-    os._exit(70)
+        fdpass.send_fds(handoff, b"I", [os.pidfd_open(os.getpid())])
+        _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
+        if len(fds) == LAUNCH_FDS:
+            init.emit(fds[4], event="error", kind="setup", code=code, message=message,
+                      stage="namespaces")
+    finally:
+        os._exit(70)

@@ -36,10 +36,7 @@ from typing import BinaryIO
 
 from stockade.errors import SetupError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
-from stockade.linux.launcher import VIEW_MAX
-from stockade.linux.syscalls import prctl
-
-PR_SET_CHILD_SUBREAPER = 36
+from stockade.linux.launcher import VIEW_MAX, Skeleton, start
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
@@ -132,7 +129,7 @@ class ForkSpawner:
     stale is not used."""
 
     def __init__(self) -> None:
-        self._ready: tuple[int, socket.socket] | None = None
+        self._ready: Skeleton | None = None
         self._view: bytes | None = None  # the view frame the ready skeleton is prepared for
         self._mounts: BinaryIO | None = None  # mountinfo, opened before the skeleton was made
         self.on_view: Callable[[bytes], None] | None = None  # told the first launch's view
@@ -148,10 +145,10 @@ class ForkSpawner:
     def prepare(self, view: bytes | None = None) -> None:
         if self._ready is None:
             self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see _take
-            self._ready = _skeleton(network=True)
+            self._ready = start(network=True)
             if view is not None and len(view) <= VIEW_MAX:
                 with contextlib.suppress(OSError):  # (if it died, the launch finds out)
-                    self._ready[1].send(b"V" + view)
+                    self._ready.handoff.send(b"V" + view)
                     self._view = view
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
@@ -160,21 +157,21 @@ class ForkSpawner:
         if view is not None and self.on_view is not None:
             self.on_view(view[0])
             self.on_view = None
-        taken = self._take(network_namespace, view)
-        pid, handoff, pidfds = taken or (*_skeleton(network=network_namespace), None)
-        with handoff:
-            if pidfds is None:
-                _, pidfds = recv_fds(handoff, 1)
-                os.waitpid(pid, 0)  # the skeleton process exits once pid 1 exists
+        skeleton = self._take(network_namespace, view) or start(network=network_namespace)
+        with skeleton.handoff:
+            pidfds = [] if skeleton.pidfd is None else [skeleton.pidfd]
+            if skeleton.pidfd is None:  # a stand-in, to report why there is no sandbox
+                _, pidfds = recv_fds(skeleton.handoff, 1)
+                os.waitpid(skeleton.standin, 0)
             if len(pidfds) != 1:
                 close_all(pidfds)
                 raise SetupError("launcher_failed", "the sandbox skeleton did not start",
                                  stage="launcher")
-            send_fds(handoff, b"G", [*stdio, request_r, status_w, control])
+            send_fds(skeleton.handoff, b"G", [*stdio, request_r, status_w, control])
         return pidfds[0]
 
     def _take(self, network_namespace: bool, view: tuple[bytes, bytes] | None
-              ) -> tuple[int, socket.socket, list[int] | None] | None:
+              ) -> Skeleton | None:
         """The prepared skeleton, if it still fits: with a network namespace, made from the
         host's mounts as they are (mountinfo polls "exceptional" once they change), and, if it
         was prepared for a view, for this launch's view and survey identity."""
@@ -185,22 +182,17 @@ class ForkSpawner:
         assert self._mounts is not None
         stale = bool(select.select([], [], [self._mounts], 0)[2])
         self._mounts.close()
-        pid, handoff = ready
-        pidfds = None
         if not stale and network_namespace and prepared_for is not None:
-            _, pidfds = recv_fds(handoff, 1)
-            os.waitpid(pid, 0)
-            said, extra = recv_fds(handoff, 1)  # "M" and the identity, or the end
+            said, extra = recv_fds(ready.handoff, 1)  # "M" and the identity, or the end
             close_all(extra)
             stale = view is None or view[0] != prepared_for or said != b"M" + view[1] \
                 or len(view[1]) != _IDENTITY
-        if stale or not network_namespace:
-            handoff.close()  # its pid 1 sees the handoff close and exits
-            close_all(pidfds or [])
-            if pidfds is None:
-                os.waitpid(pid, 0)
+        if stale or not network_namespace or ready.pidfd is None:
+            ready.close()
+            if ready.standin:
+                os.waitpid(ready.standin, 0)
             return None
-        return pid, handoff, pidfds
+        return ready
 
 
 ZYGOTE = Zygote()
@@ -216,25 +208,23 @@ def fork_directly() -> ForkSpawner:
 
 
 class _Prepared:
-    """A spare being prepared for one view frame (see init._prepare). Its skeleton sends a
-    pidfd of pid 1 ("I"), then pid 1 sends the identity of the survey its mounts were made
-    from ("M"); it ends instead if it cannot be prepared."""
+    """A spare being prepared for one view frame (see init._prepare): its pid 1 sends the
+    identity of the survey its mounts were made from ("M"), or ends if it cannot be
+    prepared."""
 
     def __init__(self, view: bytes) -> None:
-        _, self.sock = _skeleton(network=True)
+        self.skeleton = start(network=True)
+        self.sock = self.skeleton.handoff
         self.view = view
-        self.pidfds: list[int] = []
         self.identity: bytes | None = None  # set once it is ready
-        self.sock.send(b"V" + view)
+        with contextlib.suppress(OSError):  # (if it died, read() finds out)
+            self.sock.send(b"V" + view)
 
     def read(self) -> bool:
         """Take one message from it; False when it has ended."""
         data, fds = recv_fds(self.sock, 1)
-        if data == b"I" and len(fds) == 1 and not self.pidfds:
-            self.pidfds = fds
-            return True
         close_all(fds)
-        if data[:1] == b"M" and len(data) == 1 + _IDENTITY and self.pidfds:
+        if data[:1] == b"M" and len(data) == 1 + _IDENTITY and self.skeleton.pidfd is not None:
             self.identity = data[1:]
             return True
         return False
@@ -243,8 +233,7 @@ class _Prepared:
         return self.identity is not None and self.identity == identity and self.view == view
 
     def close(self) -> None:
-        self.sock.close()  # its pid 1 sees the handoff close and exits
-        close_all(self.pidfds)
+        self.skeleton.close()
 
 
 def serve(control_fd: int) -> None:
@@ -253,11 +242,10 @@ def serve(control_fd: int) -> None:
     from stockade.launch import request  # noqa: F401
     from stockade.linux import init, mnt, ns  # noqa: F401
 
-    # Sandboxes' pid 1 processes are adopted by the zygote and reaped by the kernel.
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # Sandboxes' pid 1 processes are the zygote's children, reaped by the kernel.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
-    ready: socket.socket | None = None  # a spare with namespaces only, for any view
+    ready: Skeleton | None = None  # a spare with namespaces only, for any view
     prepared: _Prepared | None = None  # a spare for the last launch's view
     wanted: bytes | None = None  # the view frame to prepare the next spare for
     mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
@@ -273,7 +261,7 @@ def serve(control_fd: int) -> None:
             if prepared is None and wanted is not None:
                 prepared = _Prepared(wanted)
             elif ready is None and (prepared is None or prepared.identity is not None):
-                _, ready = _skeleton(network=True)
+                ready = start(network=True)
         watched = [control, *mounting] + ([prepared.sock] if prepared is not None else [])
         readable, _, changed = select.select(watched, [], [mountinfo])
         if changed:
@@ -302,7 +290,7 @@ def serve(control_fd: int) -> None:
             mode, identity, view = _parse(kind)
             usable = mode == WITH_NETWORK_NAMESPACE and view
             if usable and prepared is not None and prepared.fits(view, identity):
-                _hand_over(prepared.sock, launch, reply, prepared.pidfds)
+                _hand_over(prepared.skeleton, launch, reply)
                 prepared.sock.close()
                 prepared, wanted = None, view
                 continue
@@ -315,11 +303,11 @@ def serve(control_fd: int) -> None:
                 prepared.close()
                 prepared = None
             if mode == WITH_NETWORK_NAMESPACE and ready is not None:
-                handoff, ready = ready, None
+                skeleton, ready = ready, None
             else:
-                _, handoff = _skeleton(network=mode == WITH_NETWORK_NAMESPACE)
-            _hand_over(handoff, launch, reply)
-            mounting.append(handoff)
+                skeleton = start(network=mode == WITH_NETWORK_NAMESPACE)
+            _hand_over(skeleton, launch, reply)
+            mounting.append(skeleton.handoff)
 
 
 def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:
@@ -330,27 +318,15 @@ def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:
     return mode, b"", message[2:] if flag == _UNSURVEYED else b""
 
 
-def _skeleton(*, network: bool) -> tuple[int, socket.socket]:
-    """Fork a skeleton; returns its pid and our end of its handoff socket."""
-    from stockade.linux import launcher, privilege
-
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
-        privilege.close_fds({0, 1, 2, theirs.fileno()})
-        launcher.skeleton(theirs, network=network)
-    theirs.close()
-    return pid, ours
-
-
-def _hand_over(handoff: socket.socket, launch: list[int], reply: int,
-               pidfds: list[int] | None = None) -> None:
+def _hand_over(skeleton: Skeleton, launch: list[int], reply: int) -> None:
     """Give the launch's descriptors to the skeleton's pid 1 and its pidfd to the owner."""
     with socket.socket(fileno=reply) as answer:
-        if pidfds is None:  # empty if the skeleton died: the owner reports it
-            _, pidfds = recv_fds(handoff, 1)
+        if skeleton.pidfd is None:  # a stand-in's; empty if it died: the owner reports it
+            _, pidfds = recv_fds(skeleton.handoff, 1)
+        else:
+            pidfds = [skeleton.pidfd]
         try:
-            send_fds(handoff, b"G", launch)
+            send_fds(skeleton.handoff, b"G", launch)
             if len(pidfds) == 1:
                 send_fds(answer, b"P", pidfds)
         except OSError:
