@@ -293,6 +293,23 @@ def test_fork_bomb_is_contained_and_host_stays_responsive(ws):
     assert result["r"].timed_out or result["r"].exit_code is not None
 
 
+def test_the_smallest_limits_still_start_the_command(ws):
+    """pids = 1, or a 4 MiB address space: too tight for the sandbox's init to live under
+    (RLIMIT_NPROC counts its threads too), so the command gets them from a child of init. It
+    runs, and with pids = 1 it cannot fork."""
+    workspace, _ = ws
+    r = sandbox(["echo", "ran"], workspace, memory=4 << 20)
+    assert (r.exit_code, r.stdout) == (0, b"ran\n"), r.stderr
+    r = py("import os\nprint('ran', flush=True)\ntry:\n    pid = os.fork()\n"
+           "except OSError:\n    print('cannot-fork')\nelse:\n    pid or os._exit(0)", workspace,
+           pids=1)
+    assert r.exit_code == 0, r.stderr
+    if os.getuid() != 0:  # (RLIMIT_NPROC does not bind host root: see limits.py)
+        assert r.stdout == b"ran\ncannot-fork\n"
+    else:
+        assert r.stdout.startswith(b"ran\n")
+
+
 def test_memory_bomb_is_contained(ws):
     workspace, _ = ws
     r = py("x = bytearray(1 << 30); print('ALLOCATED')", workspace, memory=256 << 20)

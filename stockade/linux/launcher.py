@@ -10,7 +10,7 @@ everything else in its pid namespace, so its exit means the whole sandbox has dr
 The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
 weakenings (see WEAKENINGS) as length-prefixed parts, and the owner's umask. Before the launch,
 the zygote may send pid 1 a view frame (see view_frame) to prepare the sandbox for: pid 1 then
-builds its mounts and has the command's process confined ahead of demand (see init.py).
+builds its mounts and has its starter thread confined ahead of demand (see init.py).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _pid1(handoff: socket.socket, uid: int, gid: int, *, network: bool) -> NoRet
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the zygote ignores it)
         # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
-        # command's process restores the default before exec.
+        # command gets the default (init.RESET_SIGNALS).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         from stockade.linux import init, net, ns
 

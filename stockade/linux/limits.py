@@ -12,6 +12,8 @@ from stockade.launch.request import LimitSpec
 
 PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
 RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
+INIT_THREADS = 2         # pid 1's main thread and its starter (init.py)
+INIT_MEMORY_MARGIN = 64 << 20  # bytes pid 1 may still map under RLIMIT_AS (its JSON, its reaping)
 
 
 def cap_pid_namespace(limits: LimitSpec) -> int | None:
@@ -24,8 +26,23 @@ def cap_pid_namespace(limits: LimitSpec) -> int | None:
     return value
 
 
+def init_can_live_under(limits: LimitSpec) -> bool:
+    """Whether the sandbox's pid 1 can take the rlimits on itself and still start the command:
+    its address space (a Python interpreter's) stays well below the memory limit, and
+    RLIMIT_NPROC, which counts threads, leaves room for the command beside pid 1's two."""
+    if limits.pids is not None and limits.pids + 1 < INIT_THREADS + 1:
+        return False
+    if limits.memory is None:
+        return True
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"VmSize:"):
+                return int(line.split()[1]) * 1024 + INIT_MEMORY_MARGIN <= limits.memory
+    return False
+
+
 def apply_rlimits(limits: LimitSpec) -> None:
-    """In the command's process, just before exec."""
+    """On the command (through pid 1, or in a child forked to exec it), before it starts."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.memory is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))

@@ -1,11 +1,13 @@
-"""Privileges of the final child: lock securebits, drop every capability, close stray descriptors.
+"""Privileges of the command: lock securebits, drop every capability, close stray descriptors.
 
-`prepare` runs while the child still holds its capabilities; `drop_all` runs after Landlock and
-before seccomp. `capabilities_now` reads them back for tests and the readiness probe.
+All of it is per thread: pid 1's starter thread (init.py) applies it to itself, and the command
+it spawns inherits it. `prepare` runs while the thread still holds its capabilities; `drop_all`
+runs after Landlock and before seccomp. `capabilities_now` reads them back for tests and the readiness probe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import itertools
@@ -24,6 +26,7 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
 _UINT_MAX = 0xFFFFFFFF
+_CLOSE_RANGE_CLOEXEC = 1 << 2
 
 # NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE set, KEEP_CAPS clear, all four locked: uid 0
 # gains nothing from exec or setuid, and no later call can change that.
@@ -87,6 +90,20 @@ def close_fds(keep: Iterable[int]) -> None:
                 _close_range(first, fd - 1)
             first = fd + 1
     _close_range(first, _UINT_MAX)
+
+
+def cloexec_from(first: int) -> None:
+    """Mark every descriptor from `first` up close-on-exec (descriptors received over a socket
+    are not)."""
+    try:
+        syscall(number("close_range"), first, _UINT_MAX, _CLOSE_RANGE_CLOEXEC)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EINVAL):  # CLOEXEC arrived in Linux 5.11
+            raise
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) >= first:
+                with contextlib.suppress(OSError):  # (the listing's own descriptor)
+                    os.set_inheritable(int(name), False)
 
 
 def capabilities_now() -> dict[str, int]:
