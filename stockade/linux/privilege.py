@@ -2,7 +2,8 @@
 
 All of it is per thread: pid 1's starter thread (init.py) applies it to itself, and the command
 it spawns inherits it. `prepare` runs while the thread still holds its capabilities; `drop_all`
-runs after Landlock and before seccomp. `capabilities_now` reads them back for tests and the readiness probe.
+runs after Landlock and before seccomp. `capabilities_now` reads them back for tests and the
+readiness probe.
 """
 
 from __future__ import annotations
