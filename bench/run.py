@@ -55,8 +55,9 @@ def contenders(workspace: str) -> dict[str, Callable[[], object] | str]:
     cli_env.pop("PYTHONDONTWRITEBYTECODE", None)
     served_env = {**cli_env, "STOCKADE_STATE_DIR": _cli_server(cli_env)}
     cli_env["STOCKADE_NO_SERVER"] = "1"
-    cli = [sys.executable, "-m", "stockade", "run", "--preset", "read-only", "--workspace",
-           workspace, "--", "true"]
+    # The `stockade` command as installed: bin/stockade, the same plain script.
+    cli = [sys.executable, os.path.join(REPO, "bin", "stockade"), "run", "--preset",
+           "read-only", "--workspace", workspace, "--", "true"]
     found: dict[str, Callable[[], object] | str] = {
         "bare subprocess": lambda: subprocess.run(["true"], check=True),
         "python -c pass": lambda: subprocess.run([sys.executable, "-c", "pass"], check=True),

@@ -1,4 +1,5 @@
-"""The `stockade` program (the console script, and `python -m stockade`).
+"""The `stockade` program (bin/stockade, installed as the `stockade` command, and
+`python -m stockade`).
 
 `stockade run` and `stockade sandbox-exec` go to the CLI server when `stockade daemon` runs one
 (stockade/cli/server.py): this process then imports almost nothing, passes its argv, working

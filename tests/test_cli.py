@@ -333,6 +333,22 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("stockade ")
 
 
+def test_the_installed_command_is_a_plain_script_that_imports_little():
+    """bin/stockade (what `pip install` puts on PATH) runs the program, and neither it nor the
+    program imports `re`, as the wrapper generated for an entry point would first."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(REPO / "bin" / "stockade"), "--version"],
+                          capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout) == (0, "stockade 0.1.0\n"), done.stderr
+    script = (REPO / "bin" / "stockade").read_text()
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys\nbefore = 're' in sys.modules\n"
+         + script.replace("sys.exit(main())", "print(before, 're' in sys.modules)")],
+        capture_output=True, text=True, env=env)
+    before, after = imported.stdout.split()
+    assert after == before, imported.stderr  # nothing the program does brings `re` in
+
+
 # --- later additions -------------------------------------------------------------------------
 
 
