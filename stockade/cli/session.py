@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stockade.cli.common import (
     add_policy_source,
@@ -29,9 +29,10 @@ from stockade.launch.env import close_environment
 from stockade.launch.result import Result
 from stockade.policy import Policy
 from stockade.policy.units import parse_duration
-from stockade.session.client import DaemonClient
-from stockade.session.errors import SessionError
-from stockade.session.exchange import Output
+
+if TYPE_CHECKING:
+    from stockade.session.client import DaemonClient
+    from stockade.session.exchange import Output
 
 # Stdin travels in the one request line (at most the daemon's MAX_REQUEST, base64-encoded).
 MAX_INPUT = 4 << 20
@@ -91,7 +92,7 @@ def _add_source(parser: argparse.ArgumentParser) -> None:
 def _start(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
     policy, workspace = _source(args, ["true"], cwd=None)
-    DaemonClient(args.socket).start(args.name, policy=policy, workspace=workspace)
+    _client(args).start(args.name, policy=policy, workspace=workspace)
     print(f"stockade: session {args.name!r} is ready", file=sys.stderr)
     return 0
 
@@ -102,7 +103,7 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     policy, workspace = _source(args, argv, cwd=cwd)
     env = _environment(args.env)
     timeout = _timeout(args.timeout)
-    events = DaemonClient(args.socket).stream(
+    events = _client(args).stream(
         args.name, argv, policy=policy, workspace=workspace, cwd=cwd, env=env, timeout=timeout,
         input=stdin_input(policy))
     return relay(events, as_json=args.json)
@@ -110,7 +111,7 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
 
 def _stop(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
-    if DaemonClient(args.socket).stop(args.name):
+    if _client(args).stop(args.name):
         print(f"stockade: session {args.name!r} stopped", file=sys.stderr)
         return 0
     print(f"stockade: no_session: no session named {args.name!r} (see 'stockade session list')",
@@ -120,7 +121,7 @@ def _stop(args: argparse.Namespace, command: list[str] | None) -> int:
 
 def _list(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
-    sessions = DaemonClient(args.socket).sessions()
+    sessions = _client(args).sessions()
     if args.json:
         print(json.dumps(sessions))
     elif not sessions:
@@ -144,11 +145,20 @@ def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
             stream.buffer.write(event.data)
             stream.buffer.flush()
     if result is None:
+        from stockade.session.errors import SessionError
+
         raise SessionError("session_lost", "the command's stream ended without a result")
     if as_json:
         print(json.dumps(result.to_json()))
     print_violations(result)
     return result.returncode
+
+
+def _client(args: argparse.Namespace) -> DaemonClient:
+    # Imported here: every other command (`stockade run` above all) would pay for it.
+    from stockade.session.client import DaemonClient
+
+    return DaemonClient(args.socket)
 
 
 def _source(args: argparse.Namespace, argv: list[str], *,
