@@ -1,13 +1,13 @@
-"""The zygote: one launcher interpreter per owner process, forking sandbox skeletons.
+"""The zygote: one launcher interpreter per owner process, starting sandbox skeletons.
 
 Starting an interpreter and importing the launcher costs tens of milliseconds; forking a warm,
-single-threaded one costs about one. The zygote keeps one skeleton (see launcher.py: fresh
-namespaces and a waiting pid 1) ready ahead of demand. The owner (any thread, any event loop)
+single-threaded one costs about one. The zygote keeps one skeleton (see launcher.py: a pid 1
+cloned into fresh namespaces, waiting) ready ahead of demand. The owner (any thread, any event loop)
 sends each launch's descriptors over a socket — stdin, stdout, stderr, the request pipe, the
 status pipe, a control socket and a reply socket; the zygote hands them to the ready skeleton,
-answers with a pidfd of its pid 1, and forks the next one. The zygote itself never enters a
+answers with a pidfd of its pid 1, and starts the next one. The zygote itself never enters a
 namespace and closes each launch's descriptors once handed on, so nothing untrusted ever runs in
-a process that holds another launch's state. The next skeleton is forked once no handed-over
+a process that holds another launch's state. The next skeleton is started once no handed-over
 sandbox is still building its mounts, so that a spare never slows a launch down. The zygote
 exits when its owner's end of the socket closes, i.e. when the owner exits or dies; skeletons
 that were never used see their handoff socket close and exit too.
