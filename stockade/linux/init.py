@@ -96,7 +96,8 @@ def serve(handoff: socket.socket) -> NoReturn:
     prepared_ahead = made is not None
     try:
         if made is None:
-            made = _make(request, bpf, weaken, status_fd, mounted=lambda: _tell_mounted(handoff))
+            made = _make(request, bpf, weaken, status_fd=status_fd,
+                         mounted=lambda: _tell_mounted(handoff))
         else:
             handoff.close()
             stage(status_fd, "mounts")
@@ -195,18 +196,18 @@ def _prepare(view: bytes, handoff: socket.socket) -> _Made:
         if os.getpid() != 1:
             os._exit(0)
         raw, bpf, weaken, _ = parse_frame(view)
-        made = _make(LaunchRequest.decode(raw), bpf, weaken)
+        made = _make(LaunchRequest.decode(raw), bpf, weaken, view)
         handoff.send(b"M" + made.identity)
     except BaseException:  # noqa: BLE001 - see above
         os._exit(0)
     return made
 
 
-def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd: int = -1,
-          mounted: Callable[[], None] = lambda: None) -> _Made:
+def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], view: bytes = b"",
+          status_fd: int = -1, mounted: Callable[[], None] = lambda: None) -> _Made:
     """The proxy's listener, pid_max, the mounts, then the confined thread that will start the
     command (Landlock, capability drop, seccomp). Nothing here depends on a launch's own argv,
-    environment or working directory."""
+    environment or working directory. `view` is the view frame it is made for, if made ahead."""
     listener = None
     if request.network.mode == "allowlist":
         try:
@@ -222,8 +223,7 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], status_fd:
     starter = _Starter(request, bpf, weaken)
     if status_fd >= 0:
         stage(status_fd, "confine")
-    return _Made(view_frame(request, bpf, weaken), protected, pid_max, identity, listener,
-                 starter)
+    return _Made(view, protected, pid_max, identity, listener, starter)
 
 
 def _confine(view: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> None:
