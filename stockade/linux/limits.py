@@ -28,10 +28,7 @@ def cap_pid_namespace(limits: LimitSpec) -> int | None:
 
 def init_can_live_under(limits: LimitSpec) -> bool:
     """Whether the sandbox's pid 1 can take the rlimits on itself and still start the command:
-    its address space (a Python interpreter's) stays well below the memory limit, and
-    RLIMIT_NPROC, which counts threads, leaves room for the command beside pid 1's two."""
-    if limits.pids is not None and limits.pids + 1 < INIT_THREADS + 1:
-        return False
+    its address space (a Python interpreter's) stays well below the memory limit."""
     if limits.memory is None:
         return True
     with open("/proc/self/status", "rb") as status:
@@ -47,8 +44,10 @@ def apply_rlimits(limits: LimitSpec) -> None:
     if limits.memory is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
     if limits.pids is not None:
-        # Counted per user namespace: the sandbox's own processes only (+1 for its init).
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids + 1, limits.pids + 1))
+        # Counted per user namespace, in threads: the sandbox's own only, its init's two
+        # (which live as long as the sandbox) besides the command's `pids`.
+        bound = limits.pids + INIT_THREADS
+        resource.setrlimit(resource.RLIMIT_NPROC, (bound, bound))
     if limits.file_size is not None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size, limits.file_size))
 
