@@ -68,7 +68,7 @@ class Zygote:
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
                *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
                ) -> int:
-        """Start a sandbox with these descriptors; returns a pidfd of its skeleton process.
+        """Start a sandbox with these descriptors; returns a pidfd of its pid 1.
         `view` is (view frame, identity of a survey made just now, or b"" when `may_fit`
         said no survey was worth making): the zygote may hand the launch a spare prepared for
         it, and prepares the next spare for it."""
