@@ -1,8 +1,10 @@
 """Shared fixtures: a workspace and an outside directory per test, and `sandbox()` that runs a
 real command in the real Linux sandbox with the workspace as `{workspace}`.
 
-A Linux test that cannot run on a Linux host fails with the reason (a missing guarantee is
-never a green skip); only off Linux is it skipped.
+A test that cannot run fails with the reason: a missing guarantee is never a green skip. Off
+Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
+imported are not collected, and every test that uses the `linux` fixture or mark is
+deselected (the summary counts them, the header says why).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from typing import NoReturn
 
 import pytest
 
@@ -36,12 +39,30 @@ def state_dir(tmp_path_factory):
         os.environ["STOCKADE_STATE_DIR"] = previous
 
 
-def unavailable(reason: str) -> None:
-    """A Linux test cannot run here: on Linux that fails (every Linux test must run there);
-    elsewhere it is skipped with `reason`."""
-    if sys.platform.startswith("linux"):
-        pytest.fail(f"required but cannot run here: {reason}")
-    pytest.skip(reason)
+LINUX = sys.platform.startswith("linux")
+collect_ignore = [] if LINUX else ["test_evidence.py", "test_linux_layers.py"]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if LINUX:
+        return None
+    return (f"not Linux ({sys.platform}): {', '.join(collect_ignore)} not collected, and the "
+            "tests of the Linux backend deselected")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if LINUX:
+        return
+    linux_only = [item for item in items
+                  if "linux" in item.fixturenames or item.get_closest_marker("linux")]
+    if linux_only:
+        config.hook.pytest_deselected(items=linux_only)
+        items[:] = [item for item in items if item not in linux_only]
+
+
+def unavailable(reason: str) -> NoReturn:
+    """The test cannot run on this host: it fails, with `reason`."""
+    pytest.fail(f"required but cannot run here: {reason}")
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import unavailable
 
-if not sys.platform.startswith("linux"):
-    pytest.skip("the evidence matrix attacks the Linux backend", allow_module_level=True)
-
-from conftest import unavailable  # noqa: E402
-
-from stockade.errors import UnavailableError  # noqa: E402
-from stockade.evidence.command import EXIT_FAILED, EXIT_INCOMPLETE, exit_status  # noqa: E402
-from stockade.evidence.rows import ROWS  # noqa: E402
-from stockade.evidence.runner import Matrix, Verdict, run_matrix, select  # noqa: E402
-from stockade.linux.backend import LinuxBackend  # noqa: E402
+from stockade.errors import UnavailableError
+from stockade.evidence.command import EXIT_FAILED, EXIT_INCOMPLETE, exit_status
+from stockade.evidence.rows import ROWS
+from stockade.evidence.runner import Matrix, Verdict, run_matrix, select
+from stockade.linux.backend import LinuxBackend
 
 TREE = Path(__file__).resolve().parent.parent
 DOC = TREE / "docs" / "evidence-linux.md"

@@ -19,7 +19,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import termios
 import threading
 import tty
@@ -33,9 +32,6 @@ from stockade.errors import UnavailableError
 from stockade.linux import landlock, privilege, seccomp, syscalls
 
 pytestmark = pytest.mark.linux
-
-if not sys.platform.startswith("linux"):
-    pytest.skip("Linux confinement layers", allow_module_level=True)
 
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_GET_SECUREBITS = 27
