@@ -107,7 +107,7 @@ def start(*, network: bool) -> Skeleton:
     from stockade.linux import ns, privilege
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    uid, gid = ns.ids()
+    uid, gid = os.getuid(), os.getgid()  # (inside, unmapped, they read as the overflow ids)
     try:
         pid, pidfd = ns.clone_sandbox(network=network)
     except StockadeError as exc:

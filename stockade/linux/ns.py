@@ -36,7 +36,7 @@ _clone.restype = ctypes.c_long
 def clone_sandbox(*, network: bool = True) -> tuple[int, int]:
     """Fork a child that starts as pid 1 of fresh namespaces, as os.fork would (CPython's fork
     hooks run around it), in one clone(2). Returns (0, -1) in the child, which is then root in
-    its user namespace until it calls `map_ids` (with the ids `ids` gave the parent); and (its
+    its user namespace until it calls `map_ids` (with the parent's uid and gid); and (its
     pid, a pidfd of it) in the parent. Only from a single-threaded process.
 
     One clone instead of fork, unshare and fork again: the process in between (a whole copy of
@@ -56,12 +56,6 @@ def clone_sandbox(*, network: bool = True) -> tuple[int, int]:
     if pid < 0:
         raise UnavailableError("userns_unavailable", _why_no_userns(err))
     return pid, pidfd.value
-
-
-def ids() -> tuple[int, int]:
-    """This process's uid and gid, to map in a sandbox's user namespace (read them before the
-    clone: inside, before the maps exist, they read as the overflow ids)."""
-    return os.getuid(), os.getgid()
 
 
 def map_ids(uid: int, gid: int) -> None:

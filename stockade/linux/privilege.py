@@ -8,7 +8,6 @@ readiness probe.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import itertools
@@ -95,16 +94,8 @@ def close_fds(keep: Iterable[int]) -> None:
 
 def cloexec_from(first: int) -> None:
     """Mark every descriptor from `first` up close-on-exec (descriptors received over a socket
-    are not)."""
-    try:
-        syscall(number("close_range"), first, _UINT_MAX, _CLOSE_RANGE_CLOEXEC)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSYS, errno.EINVAL):  # CLOEXEC arrived in Linux 5.11
-            raise
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) >= first:
-                with contextlib.suppress(OSError):  # (the listing's own descriptor)
-                    os.set_inheritable(int(name), False)
+    are not). CLOSE_RANGE_CLOEXEC is from Linux 5.11, older than the Landlock Stockade needs."""
+    syscall(number("close_range"), first, _UINT_MAX, _CLOSE_RANGE_CLOEXEC)
 
 
 def capabilities_now() -> dict[str, int]:

@@ -214,11 +214,14 @@ class _Prepared:
 
     def __init__(self, view: bytes) -> None:
         self.skeleton = start(network=True)
-        self.sock = self.skeleton.handoff
         self.view = view
         self.identity: bytes | None = None  # set once it is ready
         with contextlib.suppress(OSError):  # (if it died, read() finds out)
             self.sock.send(b"V" + view)
+
+    @property
+    def sock(self) -> socket.socket:
+        return self.skeleton.handoff
 
     def read(self) -> bool:
         """Take one message from it; False when it has ended."""
