@@ -10,7 +10,9 @@ deselected (the summary counts them, the header says why).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from dataclasses import replace
 from typing import NoReturn
 
@@ -110,6 +112,29 @@ def sandbox(argv, workspace, name: str = "workspace-write", *, input: bytes | No
 def py(code: str, workspace, name: str = "workspace-write", **changes) -> stockade.Result:
     """Run a Python snippet in the sandbox."""
     return sandbox([PYTHON, "-c", code], workspace, name, **changes)
+
+
+def gone(marker: str, within: float = 10.0) -> bool:
+    """Whether, within `within` seconds, no host process has `marker` in its command line."""
+    deadline = time.monotonic() + within
+    while marked(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def kill_owner_once_running(owner: subprocess.Popen, marker: str, after: float = 0.0) -> None:
+    """SIGKILL `owner` `after` seconds once its sandbox runs `marker`; then nothing may
+    remain."""
+    deadline = time.monotonic() + 10
+    while not marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marked(marker), "the sandbox never started"
+    time.sleep(after)
+    owner.kill()
+    owner.wait()
+    assert gone(marker)
 
 
 def marked(marker: str) -> list[int]:

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from conftest import PYTHON, marked, policy_for
+from conftest import PYTHON, gone, marked, policy_for
 
 import stockade
 from stockade.errors import StartError
@@ -29,15 +29,6 @@ def sb(ws):
     workspace, _ = ws
     with stockade.Sandbox(policy_for("workspace-write"), workspace=workspace) as sandbox:
         yield sandbox
-
-
-def gone(marker: str, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while marked(marker):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def sleeper(marker: str) -> str:

@@ -33,7 +33,7 @@ from typing import NoReturn
 
 from stockade.errors import SetupError, StartError, StockadeError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp
+from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, reaper, seccomp
 from stockade.linux.launcher import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame, view_frame
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT
@@ -57,9 +57,9 @@ def stage(fd: int, name: str) -> None:
     emit(fd, event="stage", name=name, t=time.monotonic())
 
 
-def serve(handoff: socket.socket) -> NoReturn:
+def serve(handoff: socket.socket, program: int | None) -> NoReturn:
     """Body of pid 1: wait for a view to prepare or one launch's descriptors, then run it.
-    Never returns.
+    Never returns. `program` is the reaper's sealed memfd (reaper.py), if it was built.
 
     Its lifetime is bound to the zygote while it waits (the handoff socket closes) and to the
     owner once it runs a launch (the lifeline closes)."""
@@ -122,7 +122,7 @@ def serve(handoff: socket.socket) -> NoReturn:
     }
     stage(status_fd, "exec")
     emit(status_fd, event="started", enforced=enforced)
-    code, sig = _supervise(command, request_fd)
+    code, sig = _supervise(command, request_fd, status_fd, program)
     stage(status_fd, "run")
     _drain()
     # Only now, with pid 1 alone in the sandbox: the owner may settle on this event without
@@ -390,27 +390,46 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _supervise(child: int, lifeline_fd: int) -> tuple[int | None, int | None]:
-    """Reap orphans until the command exits; die at once if the owner disappears."""
-    pidfd = os.pidfd_open(child)
+def _supervise(child: int, lifeline_fd: int, status_fd: int, program: int | None
+               ) -> tuple[int | None, int | None]:
+    """Reap every child as it exits (orphans come to pid 1: left as zombies, they would count
+    against the sandbox's process limit) until the command exits; die at once if the owner
+    disappears. A command still running after reaper.GRACE gets the small pid 1, which
+    carries on from here."""
+    woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # (a handler: SIGCHLD then wakes `woken`)
     poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
+    poller.register(woken, select.POLLIN)
     poller.register(lifeline_fd, select.POLLIN | select.POLLHUP)
-    while True:
-        for fd, _ in poller.poll():
+    deadline = None if program is None else time.monotonic() + reaper.GRACE
+    while (status := _reap(child)) is None:
+        ready = poller.poll(None if deadline is None
+                            else max(0.0, deadline - time.monotonic()) * 1000)
+        if not ready and deadline is not None:
+            reaper.become(program, child, lifeline_fd, status_fd)  # returns only if it failed
+            deadline = None
+        for fd, _ in ready:
             if fd == lifeline_fd:
                 os._exit(1)  # owner gone: pid 1 exiting kills the whole namespace
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == child:
-                if os.WIFSIGNALED(status):
-                    return None, os.WTERMSIG(status)
-                return os.WEXITSTATUS(status), None
+            os.read(woken, 4096)
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.WEXITSTATUS(status), None
+
+
+def _reap(child: int) -> int | None:
+    """Reap every child that has exited; the command's wait status once it is among them."""
+    found = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return found
+        if pid == 0:
+            return found
+        if pid == child:
+            found = status
 
 
 def _landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:

@@ -104,10 +104,11 @@ def start(*, network: bool) -> Skeleton:
     nothing is printed: its stderr is the owner's (the owner may simply have gone away), and
     the owner reports a typed failure."""
     from stockade.errors import StockadeError
-    from stockade.linux import ns, privilege
+    from stockade.linux import ns, privilege, reaper
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     uid, gid = os.getuid(), os.getgid()  # (inside, unmapped, they read as the overflow ids)
+    program = reaper.descriptor()  # (loaded here, never by pid 1: see reaper.py)
     try:
         pid, pidfd = ns.clone_sandbox(network=network)
     except StockadeError as exc:
@@ -116,8 +117,8 @@ def start(*, network: bool) -> Skeleton:
         refusal = ("setup_failed", exc.strerror or str(exc))
     else:
         if pid == 0:
-            privilege.close_fds({0, 1, 2, theirs.fileno()})
-            _pid1(theirs, uid, gid, network=network)
+            privilege.close_fds({0, 1, 2, theirs.fileno(), -1 if program is None else program})
+            _pid1(theirs, uid, gid, program, network=network)
         theirs.close()
         return Skeleton(ours, pidfd)
     pid = os.fork()
@@ -128,7 +129,8 @@ def start(*, network: bool) -> Skeleton:
     return Skeleton(ours, None, pid)
 
 
-def _pid1(handoff: socket.socket, uid: int, gid: int, *, network: bool) -> NoReturn:
+def _pid1(handoff: socket.socket, uid: int, gid: int, reaper: int | None, *,
+          network: bool) -> NoReturn:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the zygote ignores it)
         # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
@@ -139,7 +141,7 @@ def _pid1(handoff: socket.socket, uid: int, gid: int, *, network: bool) -> NoRet
         ns.map_ids(uid, gid)
         if network:
             net.loopback_up()
-        init.serve(handoff)
+        init.serve(handoff, reaper)
     except BaseException:  # noqa: BLE001 - see start()
         os._exit(70)
 
