@@ -188,3 +188,23 @@ def test_the_sandbox_dies_with_its_owner_after_the_grace(ws):
                      workspace={str(workspace)!r})
     """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     kill_owner_once_running(owner, marker, after=AFTER_GRACE)
+
+
+def test_without_the_reaper_pid1_stays_python_and_still_reaps(ws):
+    """Where the reaper was not built, pid 1 stays the Python process for the whole run: it
+    reaps orphans as they exit, and reports the command's exit, past the grace too."""
+    workspace, _ = ws
+    owner = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from conftest import PYTHON, policy_for
+        import stockade
+        from stockade.linux import reaper, zygote
+        reaper.descriptor = lambda: None  # as if not built
+        zygote.fork_directly()  # (the owner starts its sandboxes itself, with that)
+        code = {ZOMBIES % AFTER_GRACE!r} + "print(open('/proc/1/comm').read().strip())"
+        r = stockade.run([PYTHON, '-c', code], policy_for(), workspace={str(workspace)!r})
+        sys.stdout.write(r.stdout.decode() + r.stderr.decode() + str(r.exit_code))
+    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True,
+        text=True, timeout=60)
+    assert owner.stdout == "early: 0\nlate: 0\npython\n0", owner.stderr
