@@ -12,7 +12,15 @@ import threading
 import time
 
 import pytest
-from conftest import kill_owner_once_running, marked, policy_for, py, sandbox, unavailable
+from conftest import (
+    PYTHON,
+    kill_owner_once_running,
+    marked,
+    policy_for,
+    py,
+    sandbox,
+    unavailable,
+)
 
 import stockade
 from stockade.linux import reaper
@@ -208,3 +216,27 @@ def test_without_the_reaper_pid1_stays_python_and_still_reaps(ws):
     """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True,
         text=True, timeout=60)
     assert owner.stdout == "early: 0\nlate: 0\npython\n0", owner.stderr
+
+
+def test_a_command_at_its_process_limit_keeps_the_python_pid1_rootless(ws):
+    """A command that holds every process it may when the grace ends leaves no slot for the
+    holder: pid 1 then stays the Python process, and the limit stays exact."""
+    workspace, _ = ws
+    code = textwrap.dedent(f"""
+        import os, time
+        time.sleep({AFTER_GRACE})
+        try:
+            if os.fork() == 0:
+                os._exit(0)
+            os.wait()
+            state = 'more'
+        except OSError:
+            state = 'full'
+        print(state, open('/proc/1/comm').read().strip())
+    """)
+    # the shell fills the limit of 2 at once (itself and a sleep) and becomes the Python code
+    r = sandbox(["sh", "-c", f'sleep 5 & exec {PYTHON} -c "$0"', code], workspace, pids=2,
+                timeout=30)
+    assert r.exit_code == 0, r.stderr
+    if os.getuid() != 0:  # (RLIMIT_NPROC does not bind host root: see limits.py)
+        assert r.stdout == b"full python\n"
