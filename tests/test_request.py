@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 
 import pytest
 
 from stockade.errors import PolicyError, RequestError, UnavailableError, UnenforceableError
 from stockade.launch import manager
-from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.compile import CompileContext, compile_policy, expand
 from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.policy import preset
 
@@ -108,6 +109,15 @@ def test_compile_records_canonical_target_and_lexical_alias(tmp_path):
     request = compile_policy(policy, ["true"], ctx)
     grant = next(g for g in request.read if g.path == str(real))
     assert grant.alias == str(tmp_path / "alias")
+
+
+def test_tmp_placeholder_without_a_given_temp_dir_is_the_hosts(tmp_path, monkeypatch):
+    """CompileContext.current() leaves `tmp` to be looked up only when a path uses it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (tempfile caches what it found)
+    ctx = CompileContext.current(tmp_path)
+    assert ctx.tmp is None
+    assert expand("{tmp}/x", ctx) == str(tmp_path / "x")
 
 
 def test_compile_refuses_a_root_inside_a_denied_path(tmp_path):

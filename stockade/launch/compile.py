@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ class CompileContext:
 
     workspace: str
     home: str
-    tmp: str
+    tmp: str | None  # None: the host's temp dir, looked up only by a path that uses `{tmp}`
     host_env: Mapping[str, str]
 
     @classmethod
@@ -36,7 +35,7 @@ class CompileContext:
         return cls(
             workspace=os.path.abspath(os.fspath(workspace) if workspace else os.getcwd()),
             home=os.path.expanduser("~"),
-            tmp=tempfile.gettempdir(),
+            tmp=None,
             host_env=dict(os.environ),
         )
 
@@ -89,13 +88,22 @@ def expand(path: str, ctx: CompileContext) -> str:
     for name in PLACEHOLDERS:
         token = "{" + name + "}"
         if path == token or path.startswith(token + "/"):
-            path = getattr(ctx, name) + path[len(token):]
+            path = _placeholder(ctx, name) + path[len(token):]
             break
     if path == "~" or path.startswith("~/"):
         path = ctx.home + path[1:]
     if not os.path.isabs(path):
         path = os.path.join(ctx.workspace, path)
     return os.path.normpath(path)
+
+
+def _placeholder(ctx: CompileContext, name: str) -> str:
+    value = getattr(ctx, name)
+    if value is None:  # (tmp: importing tempfile is ≈ 5 ms of every CLI run, rarely needed)
+        import tempfile
+
+        value = tempfile.gettempdir()
+    return value
 
 
 def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,

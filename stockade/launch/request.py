@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import secrets
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -58,7 +58,7 @@ class LaunchRequest:
     network: NetworkSpec = field(default_factory=NetworkSpec)
     limits: LimitSpec = field(default_factory=LimitSpec)
     stdin: str = "null"
-    request_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    request_id: str = field(default_factory=lambda: os.urandom(16).hex())
     version: int = REQUEST_VERSION
 
     def canonical(self) -> bytes:

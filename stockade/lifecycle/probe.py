@@ -30,8 +30,6 @@ import contextlib
 import errno
 import json
 import os
-import platform
-import secrets
 import socket
 import sys
 import threading
@@ -294,8 +292,8 @@ def _launch(run: Run, ledger: Ledger) -> None:
     """Run the probe child in a sandbox, recording what it and the host saw into `run`."""
     from stockade.launch.manager import execute
 
-    marker = secrets.token_hex(16)
-    request_id = secrets.token_hex(16)
+    marker = os.urandom(16).hex()
+    request_id = os.urandom(16).hex()
     abstract_name = f"stockade-probe-{marker}"
     with contextlib.ExitStack() as stack:
         tcp = stack.enter_context(_listener(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0)))
@@ -412,8 +410,8 @@ def _versions() -> dict[str, object]:
     from stockade.linux import landlock, reaper, seccomp
 
     described = seccomp.describe()
-    return {"stockade": __version__, "kernel": platform.release(),
+    return {"stockade": __version__, "kernel": os.uname().release,
             "landlock_abi": landlock.abi_version(),
-            "libseccomp": described.get("libseccomp"), "python": platform.python_version(),
+            "libseccomp": described.get("libseccomp"), "python": sys.version.split()[0],
             # what keeps an idle sandbox: reaper.c, or (not built) a Python pid 1 of ≈ 15 MiB
             "idle_pid1": "reaper" if reaper.built() else "python (reaper not built)"}

@@ -123,5 +123,4 @@ def pivot_into(new_root: str) -> None:
 
 
 def _pivot_root_nr() -> int:
-    import platform
-    return {"x86_64": 155, "aarch64": 41}[platform.machine()]
+    return {"x86_64": 155, "aarch64": 41}[os.uname().machine]

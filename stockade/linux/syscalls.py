@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 from stockade.errors import UnavailableError
 
@@ -37,7 +36,7 @@ _COMMON: dict[str, int] = {
 
 def arch() -> str:
     """The machine name, or UnavailableError if Stockade has no syscall table for it."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _PER_ARCH:
         raise UnavailableError("arch_unsupported",
                                f"no syscall table for architecture {machine or 'unknown'}")
