@@ -32,6 +32,7 @@ import stockade  # noqa: E402
 from stockade.policy import preset  # noqa: E402
 
 ROOTS = ("/usr", "/etc")
+NAMESPACES_ALONE = "namespaces alone"
 LINKS = (("usr/bin", "/bin"), ("usr/sbin", "/sbin"), ("usr/lib", "/lib"), ("usr/lib64", "/lib64"))
 
 
@@ -139,8 +140,10 @@ def latency(runners: dict[str, Callable[[], object]], rounds: int,
     return samples
 
 
-def throughput(launch: Callable[[], object], callers: int, seconds: float) -> float:
-    """Launches per second with `callers` threads launching back to back."""
+def throughput(launch: Callable[[], object], callers: int, seconds: float
+               ) -> tuple[float, float]:
+    """Launches per second with `callers` threads launching back to back, and milliseconds of
+    CPU time per launch, of the whole machine (every process, kernel threads included)."""
     deadline = time.perf_counter() + seconds
 
     def loop() -> int:
@@ -150,10 +153,35 @@ def throughput(launch: Callable[[], object], callers: int, seconds: float) -> fl
             count += 1
         return count
 
-    started = time.perf_counter()
+    started, busy = time.perf_counter(), _busy_seconds()
     with ThreadPoolExecutor(callers) as pool:
         total = sum(pool.map(lambda _: loop(), range(callers)))
-    return total / (time.perf_counter() - started)
+    return total / (time.perf_counter() - started), (_busy_seconds() - busy) / total * 1000
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the machine has spent not idle since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # (idle, iowait)
+
+
+def namespaces_alone() -> None:
+    """The floor of any sandbox made from Python: one clone(2) into the same fresh namespaces
+    as Stockade's (stockade.linux.ns), whose child execs `true` at once: no view, no
+    confinement, no init. The rest of a Stockade launch's cost is above this."""
+    from stockade.linux import ns
+
+    pid, pidfd = ns.clone_sandbox(network=True)
+    if pid == 0:
+        try:
+            os.execv("/bin/true", ["true"])
+        finally:
+            os._exit(127)
+    try:
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+    finally:
+        os.close(pidfd)
 
 
 def _children() -> dict[int, list[int]]:
@@ -262,10 +290,11 @@ def main() -> int:
         samples = latency(runners, args.rounds, args.warmup)
         medians = {k: statistics.median(v) * 1000 for k, v in samples.items()}
         rates = {}
-        for name in ("stockade API", "bwrap"):
-            if name in runners:
+        loops = {**runners, NAMESPACES_ALONE: namespaces_alone}
+        for name in ("stockade API", "bwrap", NAMESPACES_ALONE):
+            if name in loops:
                 for callers in (1, 2):
-                    rates[(name, callers)] = throughput(runners[name], callers, args.seconds)
+                    rates[(name, callers)] = throughput(loops[name], callers, args.seconds)
         memory = memory_per_sandbox(workspace)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
@@ -305,14 +334,21 @@ def render(found: dict, medians: dict[str, float], rates: dict,
                   f"subprocess.run(['true']) from the same process ({bare:.2f} ms; target ≤ 2×)",
                   ""]
     if rates:
-        rows = [("throughput", "1 caller /s", "2 callers /s")]
-        for name in ("stockade API", "bwrap"):
+        rows = [("throughput", "1 caller /s", "2 callers /s", "CPU ms per launch")]
+        for name in ("stockade API", "bwrap", NAMESPACES_ALONE):
             if (name, 1) in rates:
-                rows.append((name, f"{rates[(name, 1)]:.0f}", f"{rates[(name, 2)]:.0f}"))
+                (one, cpu), (two, _) = rates[(name, 1)], rates[(name, 2)]
+                rows.append((name, f"{one:.0f}", f"{two:.0f}", f"{cpu:.2f}"))
         if ("bwrap", 2) in rates and ("stockade API", 2) in rates:
-            rows.append(("ratio", f"{rates[('stockade API', 1)] / rates[('bwrap', 1)]:.2f}",
-                         f"{rates[('stockade API', 2)] / rates[('bwrap', 2)]:.2f}"))
-        lines += [*_table(rows, markdown), ""]
+            rows.append(("stockade ÷ bwrap",
+                         *(f"{rates[('stockade API', n)][0] / rates[('bwrap', n)][0]:.2f}"
+                           for n in (1, 2)),
+                         f"{rates[('stockade API', 1)][1] / rates[('bwrap', 1)][1]:.2f}"))
+        lines += [*_table(rows, markdown), "",
+                  f"CPU per launch is the whole machine's busy time over a 1-caller loop. "
+                  f"\"{NAMESPACES_ALONE}\" is the floor of a sandbox made from Python: the same "
+                  "fresh namespaces, whose child execs `true` at once (no view, no confinement, "
+                  "no init).", ""]
     if memory:
         lines += _table([("memory per idle sandbox", "RSS MiB", "PSS MiB"),
                          *((k, f"{rss:.1f}", f"{pss:.1f}") for k, (rss, pss) in memory.items())],
