@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import replace
 from typing import NoReturn
@@ -124,6 +125,17 @@ def gone(marker: str, within: float = 10.0) -> bool:
     return True
 
 
+def api_owner(workspace, marker: str) -> subprocess.Popen:
+    """A program using the API whose sandbox runs a setsid'd and a plain `sleep MARKER`."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, stockade
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from conftest import policy_for
+        stockade.run(['sh', '-c', 'setsid sleep {marker} & sleep {marker}'], policy_for(),
+                     workspace={str(workspace)!r})
+    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
 def kill_owner_once_running(owner: subprocess.Popen, marker: str, after: float = 0.0) -> None:
     """SIGKILL `owner` `after` seconds once its sandbox runs `marker`; then nothing may
     remain."""
@@ -135,6 +147,32 @@ def kill_owner_once_running(owner: subprocess.Popen, marker: str, after: float =
     owner.kill()
     owner.wait()
     assert gone(marker)
+
+
+def check_the_process_limit_is_exact(workspace, after: float = 0.0) -> None:
+    """With pids = 1 and 3, a command that first sleeps `after` seconds, then forks until it
+    cannot, holds exactly that many processes at once (rootless: RLIMIT_NPROC does not bind
+    host root, see limits.py)."""
+    code = textwrap.dedent(f"""
+        import os, time
+        time.sleep({after})
+        held = []
+        while True:
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(5)
+                os._exit(0)
+            held.append(pid)
+        print(len(held) + 1)
+    """)
+    for pids in (1, 3):
+        r = py(code, workspace, pids=pids, timeout=30)
+        assert r.exit_code == 0, r.stderr
+        if os.getuid() != 0:
+            assert r.stdout == f"{pids}\n".encode()
 
 
 def marked(marker: str) -> list[int]:

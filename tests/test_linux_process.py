@@ -12,7 +12,17 @@ import threading
 import time
 
 import pytest
-from conftest import gone, kill_owner_once_running, marked, policy_for, py, sandbox, unavailable
+from conftest import (
+    api_owner,
+    check_the_process_limit_is_exact,
+    gone,
+    kill_owner_once_running,
+    marked,
+    policy_for,
+    py,
+    sandbox,
+    unavailable,
+)
 
 import stockade
 
@@ -232,14 +242,7 @@ def test_asyncio_task_cancellation_kills_the_tree(ws):
 def test_sandbox_dies_with_its_owner_killed_by_sigkill(ws):
     workspace, _ = ws
     marker = f"987.{os.getpid()}5"
-    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, stockade
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from conftest import policy_for
-        stockade.run(['sh', '-c', 'setsid sleep {marker} & sleep {marker}'], policy_for(),
-                     workspace={str(workspace)!r})
-    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    kill_owner_once_running(owner, marker)
+    kill_owner_once_running(api_owner(workspace, marker), marker)
 
 
 def test_fork_bomb_is_contained_and_host_stays_responsive(ws):
@@ -273,25 +276,7 @@ def test_the_process_limit_is_exact_rootless(ws):
     """pids = N: the command and its descendants, N processes at once, and not one more (the
     sandbox's init and its starter thread are counted apart)."""
     workspace, _ = ws
-    code = textwrap.dedent("""
-        import os, time
-        held = []
-        while True:
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(5)
-                os._exit(0)
-            held.append(pid)
-        print(len(held) + 1)
-    """)
-    for pids in (1, 3):
-        r = py(code, workspace, pids=pids, timeout=30)
-        assert r.exit_code == 0, r.stderr
-        if os.getuid() != 0:  # (RLIMIT_NPROC does not bind host root: see limits.py)
-            assert r.stdout == f"{pids}\n".encode()
+    check_the_process_limit_is_exact(workspace)
 
 
 def test_memory_bomb_is_contained(ws):

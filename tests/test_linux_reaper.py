@@ -14,6 +14,8 @@ import time
 import pytest
 from conftest import (
     PYTHON,
+    api_owner,
+    check_the_process_limit_is_exact,
     kill_owner_once_running,
     marked,
     policy_for,
@@ -163,39 +165,13 @@ def test_the_process_limit_stays_exact_after_the_grace_rootless(ws):
     """The exec ends pid 1's starter thread; the holder keeps its slot, so the command still
     holds exactly `pids` processes at once."""
     workspace, _ = ws
-    code = textwrap.dedent(f"""
-        import os, time
-        time.sleep({AFTER_GRACE})
-        held = []
-        while True:
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(5)
-                os._exit(0)
-            held.append(pid)
-        print(len(held) + 1)
-    """)
-    for pids in (1, 3):
-        r = py(code, workspace, pids=pids, timeout=30)
-        assert r.exit_code == 0, r.stderr
-        if os.getuid() != 0:  # (RLIMIT_NPROC does not bind host root: see limits.py)
-            assert r.stdout == f"{pids}\n".encode()
+    check_the_process_limit_is_exact(workspace, after=AFTER_GRACE)
 
 
 def test_the_sandbox_dies_with_its_owner_after_the_grace(ws):
     workspace, _ = ws
     marker = f"986.{os.getpid()}2"
-    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, stockade
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from conftest import policy_for
-        stockade.run(['sh', '-c', 'setsid sleep {marker} & sleep {marker}'], policy_for(),
-                     workspace={str(workspace)!r})
-    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    kill_owner_once_running(owner, marker, after=AFTER_GRACE)
+    kill_owner_once_running(api_owner(workspace, marker), marker, after=AFTER_GRACE)
 
 
 def test_without_the_reaper_pid1_stays_python_and_still_reaps(ws):
