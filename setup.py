@@ -1,7 +1,7 @@
 """Build step (Linux only): stockade/linux/reaper, a small static program, not a Python
 extension. It is what keeps an idle sandbox alive (stockade/linux/reaper.py). Building it is
-optional: without a C compiler and a static C library, Stockade still works, and its backend
-report says that pid 1 then stays a Python process."""
+optional: without a C compiler and a static C library, Stockade still works, pid 1 then stays a
+Python process, and `stockade report` says so (`idle_pid1`)."""
 
 import os
 import sys

@@ -129,7 +129,7 @@ def start(*, network: bool) -> Skeleton:
     return Skeleton(ours, None, pid)
 
 
-def _pid1(handoff: socket.socket, uid: int, gid: int, reaper: int | None, *,
+def _pid1(handoff: socket.socket, uid: int, gid: int, program: int | None, *,
           network: bool) -> NoReturn:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the zygote ignores it)
@@ -141,7 +141,7 @@ def _pid1(handoff: socket.socket, uid: int, gid: int, reaper: int | None, *,
         ns.map_ids(uid, gid)
         if network:
             net.loopback_up()
-        init.serve(handoff, reaper)
+        init.serve(handoff, program)
     except BaseException:  # noqa: BLE001 - see start()
         os._exit(70)
 

@@ -2,12 +2,13 @@
 has run for GRACE seconds.
 
 pid 1 is a Python process cloned from the zygote (init.py). Short commands end within its
-first poll, and never pay for an exec; a command that keeps running gets a pid 1 of a few
-hundred KiB instead of an interpreter's ≈ 15 MiB RSS. The program is copied once per process
+first poll, and never pay for an exec; a command that keeps running gets a pid 1 of under
+1 MiB RSS instead of an interpreter's ≈ 15 MiB. The program is copied once per process
 (the zygote, or the CLI) into a sealed memfd before any sandbox exists, and pid 1 execs that
-copy: nothing a command writes to the installed file, nor anything in the sandbox's view (it
-is linked statically), can change what a sandbox's pid 1 runs. It is built at install time
-(setup.py); where it was not, pid 1 stays Python, and the backend's report says so.
+copy: neither what a command writes to the installed file while that process lives, nor
+anything in the sandbox's view (it is linked statically), can change what pid 1 runs. It is
+built at install time (setup.py); where it was not, pid 1 stays Python, and `stockade report`
+says so (`idle_pid1`).
 """
 
 from __future__ import annotations
