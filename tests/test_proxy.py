@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import queue
+import resource
 import socket
 import socketserver
 import stat
@@ -389,6 +390,85 @@ def test_connections_past_the_limit_are_closed_at_once(make_proxy, echo):
         time.sleep(0.05)
     for sock in idle:
         sock.close()
+
+
+@pytest.fixture
+def many_descriptors():
+    """Raise this process's soft descriptor limit for a test that holds thousands of sockets
+    (both ends: the clients and the proxy's accepted connections live here)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 6000
+    if hard != resource.RLIM_INFINITY and hard < want:
+        unavailable(f"the hard descriptor limit is {hard}, under {want}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_thousands_of_idle_connections_neither_crash_it_nor_get_through(make_proxy, echo,
+                                                                       many_descriptors):
+    """3000 clients connect and say nothing: the proxy holds at most `max_connections` of them
+    (the rest are closed at once; none of them times out within this test), a denied request
+    made meanwhile gets nowhere, and once they leave it serves an allowed request again."""
+    port = echo.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"],
+                       limits=ProxyLimits(max_connections=256, handshake_timeout=60.0))
+    silent = [_connect_when_accepted(proxy) for _ in range(3000)]
+    try:
+        deadline = time.monotonic() + 5
+        while (held := sum(not _closed_by_peer(sock) for sock in silent)) > 256:
+            assert time.monotonic() < deadline, f"{held} connections held, limit 256"
+            time.sleep(0.05)
+        denied = f"CONNECT 127.0.0.1:{_closed_port()} HTTP/1.1\r\n\r\n".encode()
+        with client(proxy) as sock:
+            try:
+                sock.sendall(denied)
+                answer = read_all(sock)
+            except (ConnectionResetError, BrokenPipeError):
+                answer = b""  # closed unanswered: all slots are held
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 403"), answer
+        assert echo.accepted == 0
+    finally:
+        for sock in silent:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the proxy frees their slots as it sees them go
+        with client(proxy) as sock:
+            try:
+                sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+                if read_head(sock).startswith(b"HTTP/1.1 200"):
+                    assert_echoes(sock)
+                    break
+            except (AssertionError, ConnectionResetError, BrokenPipeError):
+                pass  # closed at once: still full
+        assert time.monotonic() < deadline, "the proxy never served again"
+        time.sleep(0.1)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _connect_when_accepted(proxy: Proxy) -> socket.socket:
+    """A client, retried while the listener's backlog is full (a unix socket's connect says
+    EAGAIN then, rather than waiting)."""
+    deadline = time.monotonic() + 10
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)
+        try:
+            sock.connect(proxy.socket_path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            assert time.monotonic() < deadline, "the proxy stopped accepting"
+            time.sleep(0.001)
 
 
 def test_an_idle_tunnel_is_closed(make_proxy, echo):
