@@ -219,7 +219,7 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], view: byte
             raise SetupError("proxy_listen_failed", exc.strerror or str(exc),
                              stage="network") from None
     pid_max = limits.cap_pid_namespace(request.limits)
-    protected, identity = mnt.build(request, STAGE, weaken)
+    protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view))
     if status_fd >= 0:
         stage(status_fd, "mounts")
     mounted()

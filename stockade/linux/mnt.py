@@ -122,14 +122,14 @@ def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -
         found.close()
 
 
-def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset()
-          ) -> tuple[list[str], bytes]:
-    """Build the view on `stage` and pivot into it. Returns the protected paths mounted and
-    the survey's identity. `weaken` (tests only) skips layers: "read_only", "protected",
-    "deny"."""
+def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset(),
+          *, identify: bool = False) -> tuple[list[str], bytes]:
+    """Build the view on `stage` and pivot into it. Returns the protected paths mounted and,
+    if `identify` (a view prepared ahead), the survey's identity; else b"". `weaken` (tests
+    only) skips layers: "read_only", "protected", "deny"."""
     found = survey(request, weaken)
     roots, guarded, denied = found.roots, found.guarded, found.denied
-    identity = found.identity()
+    identity = found.identity() if identify else b""
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
 
     make_rprivate("/")
