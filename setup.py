@@ -1,7 +1,7 @@
-"""Build step (Linux only): stockade/linux/reaper, a small static program, not a Python
-extension. It is what keeps an idle sandbox alive (stockade/linux/reaper.py). Building it is
-optional: without a C compiler and a static C library, Stockade still works, pid 1 then stays a
-Python process, and `stockade report` says so (`idle_pid1`)."""
+"""Build step (Linux only): stockade/linux/supervisor, a small static program, not a Python
+extension: the sandbox's pid 1 once the view is built (stockade/linux/supervisor.py). It needs
+a C compiler and a static C library; where the build fails, the install still succeeds, and the
+Linux backend refuses to run (`supervisor_not_built`) while the rest of Stockade works."""
 
 import os
 import sys
@@ -9,20 +9,20 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-REAPER = "stockade.linux.reaper"
+SUPERVISOR = "stockade.linux.supervisor"
 
 
 class BuildPrograms(build_ext):
-    """Links the reaper as a static executable, under its plain name."""
+    """Links the supervisor as a static executable, under its plain name."""
 
     def get_ext_filename(self, fullname: str) -> str:
         # (setuptools asks both by the full dotted name and by the last part alone)
-        if fullname in (REAPER, REAPER.rpartition(".")[2]):
+        if fullname in (SUPERVISOR, SUPERVISOR.rpartition(".")[2]):
             return os.path.join(*fullname.split("."))  # a program: no extension suffix
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name != REAPER:
+        if ext.name != SUPERVISOR:
             super().build_extension(ext)
             return
         objects = self.compiler.compile(ext.sources, output_dir=self.build_temp,
@@ -33,6 +33,6 @@ class BuildPrograms(build_ext):
                                       extra_postargs=["-static", "-s"])
 
 
-programs = [Extension(REAPER, ["stockade/linux/reaper.c"], optional=True)]
+programs = [Extension(SUPERVISOR, ["stockade/linux/supervisor.c"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],
       cmdclass={"build_ext": BuildPrograms})

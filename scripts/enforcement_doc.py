@@ -68,7 +68,7 @@ def rootless_report(user: str, python: str) -> str:
         shutil.chown(state, user)
         for root, dirs, files in os.walk(copy):
             for name in dirs + files:
-                path = os.path.join(root, name)  # (programs, such as the reaper, stay so)
+                path = os.path.join(root, name)  # (programs, such as the supervisor, stay so)
                 os.chmod(path, 0o755 if name in dirs or os.access(path, os.X_OK) else 0o644)
         os.chmod(copy, 0o755)
         os.chmod(state, 0o700)

@@ -136,26 +136,22 @@ def api_owner(workspace, marker: str) -> subprocess.Popen:
     """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
-def kill_owner_once_running(owner: subprocess.Popen, marker: str, after: float = 0.0) -> None:
-    """SIGKILL `owner` `after` seconds once its sandbox runs `marker`; then nothing may
-    remain."""
+def kill_owner_once_running(owner: subprocess.Popen, marker: str) -> None:
+    """SIGKILL `owner` once its sandbox runs `marker`; then nothing may remain."""
     deadline = time.monotonic() + 10
     while not marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marked(marker), "the sandbox never started"
-    time.sleep(after)
     owner.kill()
     owner.wait()
     assert gone(marker)
 
 
-def check_the_process_limit_is_exact(workspace, after: float = 0.0) -> None:
-    """With pids = 1 and 3, a command that first sleeps `after` seconds, then forks until it
-    cannot, holds exactly that many processes at once (rootless: RLIMIT_NPROC does not bind
-    host root, see limits.py)."""
-    code = textwrap.dedent(f"""
+def check_the_process_limit_is_exact(workspace) -> None:
+    """With pids = 1 and 3, a command that forks until it cannot holds exactly that many
+    processes at once (rootless: RLIMIT_NPROC does not bind host root, see limits.py)."""
+    code = textwrap.dedent("""
         import os, time
-        time.sleep({after})
         held = []
         while True:
             try:

@@ -265,8 +265,8 @@ def test_fork_bomb_is_contained_and_host_stays_responsive(ws):
 
 
 def test_the_smallest_limits_still_start_the_command(ws):
-    """A 4 MiB address space is too small for the sandbox's init to live under, so a child of
-    init takes it and execs; the command runs."""
+    """A 4 MiB address space: the sandbox's init does not live under it (its supervisor gives
+    it only to the command it forks), and the command runs."""
     workspace, _ = ws
     r = sandbox(["echo", "ran"], workspace, memory=4 << 20)
     assert (r.exit_code, r.stdout) == (0, b"ran\n"), r.stderr
@@ -274,7 +274,7 @@ def test_the_smallest_limits_still_start_the_command(ws):
 
 def test_the_process_limit_is_exact_rootless(ws):
     """pids = N: the command and its descendants, N processes at once, and not one more (the
-    sandbox's init and its starter thread are counted apart)."""
+    sandbox's init is counted apart)."""
     workspace, _ = ws
     check_the_process_limit_is_exact(workspace)
 

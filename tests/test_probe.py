@@ -22,7 +22,7 @@ from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import landlock, privilege
 from stockade.linux.backend import LinuxBackend
-from stockade.linux.limits import INIT_THREADS
+from stockade.linux.limits import INIT_TASKS
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACES = ["cgroup", "ipc", "mnt", "net", "pid", "user", "uts"]
@@ -86,7 +86,7 @@ def test_the_attestation_field_by_field(ledger):
     limits = facts.PROBE_LIMITS
     assert f["rlimit_as"] == [limits.memory] * 2
     # (counted in threads per user namespace: the command's pids and its init's two)
-    assert f["rlimit_nproc"] == [limits.pids + INIT_THREADS] * 2
+    assert f["rlimit_nproc"] == [limits.pids + INIT_TASKS] * 2
     assert f["rlimit_fsize"] == [limits.file_size] * 2
     assert f["rlimit_core"] == [0, 0]
     assert f["pid_max"] == 300 + limits.pids

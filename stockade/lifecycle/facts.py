@@ -65,7 +65,7 @@ def _equal(wanted: object) -> Check:
 
 @functools.cache
 def expectations() -> dict[str, dict[str, Check]]:
-    from stockade.linux.limits import INIT_THREADS, PID_MAX_FLOOR, RESERVED_PIDS
+    from stockade.linux.limits import INIT_TASKS, PID_MAX_FLOOR, RESERVED_PIDS
     from stockade.linux.privilege import SECUREBITS
 
     denied = (_denied, "an error")
@@ -94,7 +94,7 @@ def expectations() -> dict[str, dict[str, Check]]:
         "environment": {"environment": _equal(sorted(name for name, _ in PROBE_ENV))},
         "limits": {
             "rlimit_as": _equal([PROBE_MEMORY] * 2),
-            "rlimit_nproc": _equal([PROBE_PIDS + INIT_THREADS] * 2),
+            "rlimit_nproc": _equal([PROBE_PIDS + INIT_TASKS] * 2),
             "rlimit_fsize": _equal([PROBE_FILE_SIZE] * 2),
             "rlimit_core": _equal([0, 0]),
             "pid_max": _equal(max(PID_MAX_FLOOR, RESERVED_PIDS + PROBE_PIDS)),

@@ -407,11 +407,10 @@ def _processes_with(marker: str) -> int:
 
 
 def _versions() -> dict[str, object]:
-    from stockade.linux import landlock, reaper, seccomp
+    from stockade.linux import landlock, seccomp, supervisor
 
     described = seccomp.describe()
     return {"stockade": __version__, "kernel": os.uname().release,
             "landlock_abi": landlock.abi_version(),
             "libseccomp": described.get("libseccomp"), "python": sys.version.split()[0],
-            # what keeps an idle sandbox: reaper.c, or (not built) a Python pid 1 of ≈ 15 MiB
-            "idle_pid1": "reaper" if reaper.built() else "python (reaper not built)"}
+            "supervisor": "built" if supervisor.built() else "not built"}

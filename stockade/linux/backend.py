@@ -25,9 +25,9 @@ from stockade.errors import (
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import landlock, mnt, seccomp, zygote
+from stockade.linux import landlock, mnt, seccomp, supervisor, zygote
 from stockade.linux.fdpass import recv_fds
-from stockade.linux.launcher import WEAKENINGS, encode_frame, view_frame
+from stockade.linux.launcher import WEAKENINGS, encode_frame, encode_launch, view_frame
 
 if TYPE_CHECKING:
     from stockade.net.proxy import Proxy
@@ -70,6 +70,8 @@ class LinuxBackend(Backend):
             raise UnavailableError("landlock_unsupported",
                                    "this kernel has no Landlock, or it is disabled")
         _seccomp_program()  # raises seccomp_unavailable without libseccomp
+        if not supervisor.built():
+            raise UnavailableError("supervisor_not_built", supervisor.MISSING)
 
     def check(self, request: LaunchRequest) -> None:
         if request.network.mode == "any":
@@ -143,7 +145,9 @@ class LinuxHandle(Handle):
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
         status_r, status_w = os.pipe()
-        frame = encode_frame(request.encode(), bpf, weaken, _umask())
+        view = _view(request, bpf, weaken, zygote.SPAWNER)
+        frame = encode_frame(request.encode(), bpf, weaken,
+                             encode_launch(request, _umask(), view and view[0]))
         # The frame goes in before the launch when the pipe can hold it: pid 1 then finds it
         # waiting instead of waiting for our reply round trip.
         early = _fit_pipe(self._lifeline, len(frame))
@@ -154,7 +158,7 @@ class LinuxHandle(Handle):
             self._pidfd = zygote.SPAWNER.launch(
                 child_fds, request_r, status_w, control_theirs.fileno(),
                 network_namespace="network" not in weaken,
-                view=_view(request, bpf, weaken, zygote.SPAWNER))
+                view=view)
         except BaseException:
             control.close()
             for f in parent_files:

@@ -7,15 +7,17 @@ lifeline), the status pipe and a control socket (to pass the proxy's listener ou
 watches pid 1 through a pidfd: pid 1 exits only after the kernel has killed and reaped
 everything else in its pid namespace, so its exit means the whole sandbox has drained.
 
-The request pipe carries one frame: the LaunchRequest, the compiled seccomp program and the
-weakenings (see WEAKENINGS) as length-prefixed parts, and the owner's umask. Before the launch,
-the zygote may send pid 1 a view frame (see view_frame) to prepare the sandbox for: pid 1 then
-builds its mounts and has its starter thread confined ahead of demand (see init.py).
+The request pipe carries one frame of length-prefixed parts: the LaunchRequest, the compiled
+seccomp program, the weakenings (see WEAKENINGS), and the launch part (see encode_launch), which
+the supervisor reads (supervisor.c). Before the launch, the zygote may send pid 1 a view frame
+(see view_frame) to prepare the sandbox for: pid 1 then builds its mounts, confines itself and
+becomes the supervisor ahead of demand (see init.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import signal
 import socket
@@ -33,7 +35,8 @@ LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control sock
 VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 
 
-_HEADER = struct.Struct("<IIII")  # request, seccomp program and weakenings lengths; umask
+_HEADER = struct.Struct("<IIII")  # lengths: request, seccomp program, weakenings, launch
+_LAUNCH = struct.Struct("<III")  # umask, argc, envc (after the view frame's digest)
 
 
 def read_frame(fd: int) -> bytes:
@@ -47,28 +50,42 @@ def read_frame(fd: int) -> bytes:
             data += chunk
         return data
     header = exactly(_HEADER.size)
-    request_len, bpf_len, weak_len, _ = _HEADER.unpack(header)
-    return header + exactly(request_len + bpf_len + weak_len)
+    return header + exactly(sum(_HEADER.unpack(header)))
 
 
-def parse_frame(frame: bytes) -> tuple[bytes, bytes, frozenset[str], int]:
-    """(request, seccomp program, weakenings, umask) from a frame of length-prefixed parts."""
+def parse_frame(frame: bytes) -> tuple[bytes, bytes, frozenset[str], bytes]:
+    """(request, seccomp program, weakenings, launch part) from a frame."""
     if len(frame) < _HEADER.size:
         raise EOFError("request frame truncated")
-    request_len, bpf_len, weak_len, umask = _HEADER.unpack_from(frame)
-    body = memoryview(frame)[_HEADER.size:]
-    if len(body) != request_len + bpf_len + weak_len:
+    lengths = _HEADER.unpack_from(frame)
+    if len(frame) != _HEADER.size + sum(lengths):
         raise EOFError("request frame truncated")
-    request, bpf = bytes(body[:request_len]), bytes(body[request_len:request_len + bpf_len])
-    weaken = frozenset(bytes(body[request_len + bpf_len:]).decode().split(",")) - {""}
-    return request, bpf, weaken & WEAKENINGS, umask & 0o777
+    parts, at = [], _HEADER.size
+    for length in lengths:
+        parts.append(frame[at:at + length])
+        at += length
+    request, bpf, weak, launch = parts
+    weaken = frozenset(weak.decode().split(",")) - {""}
+    return request, bpf, weaken & WEAKENINGS, launch
 
 
-def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str], umask: int) -> bytes:
-    """The frame: the request, the seccomp program, the weakenings, and the owner's umask at
-    launch (the command's: a zygote or a prepared skeleton may have been made under another)."""
+def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str], launch: bytes) -> bytes:
+    """The frame: the request, the seccomp program, the weakenings and the launch part."""
     weak = ",".join(sorted(weaken)).encode()
-    return _HEADER.pack(len(request), len(bpf), len(weak), umask) + request + bpf + weak
+    return (_HEADER.pack(len(request), len(bpf), len(weak), len(launch)) + request + bpf + weak
+            + launch)
+
+
+def encode_launch(request: LaunchRequest, umask: int, view: bytes | None) -> bytes:
+    """What the supervisor starts the command with: the digest of the launch's view frame
+    (a spare checks it was made for that view; zeros when none was computed), the owner's
+    umask at launch (the command's: a zygote or a spare may have been made under another),
+    then the working directory, argv and `NAME=VALUE` per variable, each NUL-ended (none
+    can hold a NUL: see compile.py)."""
+    strings = [request.cwd, *request.argv, *(f"{name}={value}" for name, value in request.env)]
+    return b"".join([hashlib.sha256(view).digest() if view is not None else bytes(32),
+                     _LAUNCH.pack(umask, len(request.argv), len(request.env)),
+                     *(os.fsencode(text) + b"\0" for text in strings)])
 
 
 def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> bytes:
@@ -78,7 +95,7 @@ def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> by
     is used only by a launch whose own view frame is the same bytes."""
     view = dataclasses.replace(request, argv=("-",), cwd="/", env=(), stdin="null",
                                request_id="")
-    return encode_frame(view.encode(), bpf, weaken, 0)
+    return encode_frame(view.encode(), bpf, weaken, b"")
 
 
 @dataclass
@@ -104,11 +121,11 @@ def start(*, network: bool) -> Skeleton:
     nothing is printed: its stderr is the owner's (the owner may simply have gone away), and
     the owner reports a typed failure."""
     from stockade.errors import StockadeError
-    from stockade.linux import ns, privilege, reaper
+    from stockade.linux import ns, privilege, supervisor
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     uid, gid = os.getuid(), os.getgid()  # (inside, unmapped, they read as the overflow ids)
-    program = reaper.descriptor()  # (loaded here, never by pid 1: see reaper.py)
+    program = supervisor.descriptor()  # (loaded here, never by pid 1: see supervisor.py)
     try:
         pid, pidfd = ns.clone_sandbox(network=network)
     except StockadeError as exc:
@@ -133,8 +150,8 @@ def _pid1(handoff: socket.socket, uid: int, gid: int, program: int | None, *,
           network: bool) -> NoReturn:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the zygote ignores it)
-        # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. The
-        # command gets the default (init.RESET_SIGNALS).
+        # A terminal's Ctrl-C is for the owner: when it dies, its sandboxes go with it. (The
+        # supervisor starts the command with every signal at its default.)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         from stockade.linux import init, net, ns
 

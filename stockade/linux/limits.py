@@ -12,8 +12,7 @@ from stockade.launch.request import LimitSpec
 
 PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
 RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
-INIT_THREADS = 2         # pid 1's main thread and its starter (init.py)
-INIT_MEMORY_MARGIN = 64 << 20  # bytes pid 1 may still map under RLIMIT_AS (its JSON, its reaping)
+INIT_TASKS = 1          # the sandbox's pid 1 (supervisor.c), counted beside the command's
 
 
 def cap_pid_namespace(limits: LimitSpec) -> int | None:
@@ -26,30 +25,23 @@ def cap_pid_namespace(limits: LimitSpec) -> int | None:
     return value
 
 
-def init_can_live_under(limits: LimitSpec) -> bool:
-    """Whether the sandbox's pid 1 can take the rlimits on itself and still start the command:
-    its address space (a Python interpreter's) stays well below the memory limit."""
-    if limits.memory is None:
-        return True
-    with open("/proc/self/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"VmSize:"):
-                return int(line.split()[1]) * 1024 + INIT_MEMORY_MARGIN <= limits.memory
-    return False
+def rlimit_values(limits: LimitSpec, beside: int = INIT_TASKS) -> tuple[int, int, int]:
+    """RLIMIT_AS, RLIMIT_NPROC and RLIMIT_FSIZE for the command (-1: none; RLIMIT_CORE is
+    always 0). RLIMIT_NPROC is counted per user namespace, in tasks: the command's `pids`
+    and `beside`, the sandbox's own that outlive none of them."""
+    def value(limit: int | None, more: int = 0) -> int:
+        return -1 if limit is None else limit + more
+    return value(limits.memory), value(limits.pids, beside), value(limits.file_size)
 
 
-def apply_rlimits(limits: LimitSpec) -> None:
-    """On the command (through pid 1, or in a child forked to exec it), before it starts."""
+def apply_rlimits(limits: LimitSpec, beside: int = INIT_TASKS) -> None:
+    """On this process, before it starts the commands (the VM guest's agent; in a Linux
+    sandbox, supervisor.c applies rlimit_values to the command)."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if limits.memory is not None:
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
-    if limits.pids is not None:
-        # Counted per user namespace, in threads: the sandbox's own only, its init's two
-        # (which live as long as the sandbox) besides the command's `pids`.
-        bound = limits.pids + INIT_THREADS
-        resource.setrlimit(resource.RLIMIT_NPROC, (bound, bound))
-    if limits.file_size is not None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size, limits.file_size))
+    for kind, value in zip((resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE),
+                           rlimit_values(limits, beside), strict=True):
+        if value >= 0:
+            resource.setrlimit(kind, (value, value))
 
 
 def describe(limits: LimitSpec) -> dict[str, str]:

@@ -13,7 +13,7 @@ exits when its owner's end of the socket closes, i.e. when the owner exits or di
 that were never used see their handoff socket close and exit too.
 
 After a launch, the next spare is prepared for that launch's view (launcher.view_frame): its
-mounts are built and its starter thread confined before it is needed, so that a run of
+mounts are built and its pid 1 confined before it is needed, so that a run of
 launches with one policy pays only for what is each launch's own. The spare holds no other
 launch's state: a view frame has no argv, environment, working directory or id. A launch gets
 it only if its view frame is the same and the owner's survey of the host, made for this
@@ -124,7 +124,7 @@ class ForkSpawner:
     more than the launch. `prepare` forks the skeleton early, so that it makes its namespaces
     while the program still compiles its policy (or, in the CLI server, before the request
     comes); given a view frame (the CLI server passes the last request's), its mounts are built
-    and its starter thread confined too, and the launch uses it only under the same rule as
+    and its pid 1 confined too, and the launch uses it only under the same rule as
     the zygote's prepared spares. A prepared skeleton whose copy of the host's mounts went
     stale is not used."""
 

@@ -22,16 +22,17 @@ VCPUS = 1  # so any `limits.cpu` of at least one core holds
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
 # The agent's entry in the guest: load the package from its own directory (as the Linux session
 # does); apply the policy's limits (argv[4], JSON) as the Linux backend does, inherited by every
-# command; become the host user's uid and gid (argv[2], argv[3]: the guest sees the shares'
-# host ownership, so permissions work out as on the host) without any capability and with
-# no_new_privs (prctl 38), so commands cannot undo the guest's mounts; then serve the session.
+# command (RLIMIT_NPROC counts two tasks of the agent's own beside theirs); become the host
+# user's uid and gid (argv[2], argv[3]: the guest sees the shares' host ownership, so
+# permissions work out as on the host) without any capability and with no_new_privs (prctl
+# 38), so commands cannot undo the guest's mounts; then serve the session.
 GUEST_BOOT = ("import os, sys, json, importlib.util as u; p = sys.argv[1]; "
               "s = u.spec_from_file_location('stockade', p + '/__init__.py', "
               "submodule_search_locations=[p]); m = u.module_from_spec(s); "
               "sys.modules['stockade'] = m; s.loader.exec_module(m); "
               "from stockade.launch.request import LimitSpec; "
               "from stockade.linux import limits; l = LimitSpec(**json.loads(sys.argv[4])); "
-              "limits.cap_pid_namespace(l); limits.apply_rlimits(l); "
+              "limits.cap_pid_namespace(l); limits.apply_rlimits(l, 2); "
               "from stockade.linux.privilege import drop_all; "
               "uid, gid = int(sys.argv[2]), int(sys.argv[3]); "
               "os.setgroups([]); os.setresgid(gid, gid, gid); "
