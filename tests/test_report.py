@@ -92,6 +92,8 @@ def test_nothing_unverified_is_enforced():
     assert all(row.status != "enforced" for row in built.rows)
     assert {r.name: r for r in built.rows}["env"].reason == (
         "not verified: the readiness probe failed (userns_unavailable)")
+    # no Landlock ABI is claimed that the probe never saw
+    assert {r.name: r for r in built.rows}["landlock"].mechanism == "Landlock (not observed)"
 
 
 @linux

@@ -115,7 +115,7 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
     row = row_maker(attestation, verified)
     enforced = attestation.enforced
     limit_how = enforced.get("limits", {})
-    abi = facts.get("landlock_abi", 0)
+    abi = facts.get("landlock_abi")
     landlock_tcp = facts.get("tcp_loopback") == "EACCES"
     root = attestation.run_as == "root"
     mounts = ("read_root_read_only", "outside_path")
@@ -131,7 +131,8 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             partial="run as root, uid 0 still owns root's files: root-owned files in write "
                     "roots are writable and root-owned sockets in granted roots reachable"
             if root else ""),
-        row("landlock", f"Landlock ABI {abi}: {_landlock_rights(enforced)}",
+        row("landlock", "Landlock (not observed)" if abi is None
+            else f"Landlock ABI {abi}: {_landlock_rights(enforced)}",
             {"landlock": landlock + ("landlock_abi",)},
             "an independent second layer over the same roots"),
         row("seccomp", _seccomp_mechanism(attestation),
@@ -165,7 +166,7 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("network.link_local", "own network namespace: no route to link-local or metadata "
             "addresses", {"namespace": isolated + ("link_local",)}),
         row("network.unix_sockets", "abstract sockets are per network namespace"
-            + (", Landlock scopes them (ABI 6+)" if abi >= 6 else ""),
+            + (", Landlock scopes them (ABI 6+)" if (abi or 0) >= 6 else ""),
             {"namespace": isolated + ("unix_abstract",)},
             partial="a socket file inside a granted root stays connectable: neither read-only "
                     "mounts nor Landlock govern connect() on it"),
