@@ -238,10 +238,16 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, tuple[float,
         time.sleep(2.0)
         zygote = ZYGOTE._proc.pid if ZYGOTE._proc else None
         children = _children()
-        inits = [  # sandboxes' pid 1 (adopted by the zygote) whose command is the sleeper;
-            # the spares (one for any view, one prepared for the last) are not counted
-            init for init in children.get(zygote, []) if zygote is not None
-            and any(_comm(pid) == "sleep" for pid in children.get(init, []))]
+        descendants: list[int] = []
+        stack = [zygote] if zygote is not None else []
+        while stack:
+            kids = children.get(stack.pop(), [])
+            descendants += kids
+            stack += kids
+        inits = [  # sandboxes' pid 1 (children of the zygote, or of a view's template) whose
+            # command is the sleeper; the spares and the template are not counted
+            init for init in descendants
+            if any(_comm(pid) == "sleep" for pid in children.get(init, []))]
         assert len(inits) == count, f"{len(inits)} sleeping sandboxes found, not {count}"
         rss, pss = _tree_memory(inits)
         out["stockade"] = (rss / count / 2**20, pss / count / 2**20)

@@ -147,25 +147,28 @@ def kill_owner_once_running(owner: subprocess.Popen, marker: str) -> None:
     assert gone(marker)
 
 
+# Prints how many processes it held at once: itself and children forked until refused.
+FORK_UNTIL_REFUSED = textwrap.dedent("""
+    import os, time
+    held = []
+    while True:
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(5)
+            os._exit(0)
+        held.append(pid)
+    print(len(held) + 1)
+""")
+
+
 def check_the_process_limit_is_exact(workspace) -> None:
     """With pids = 1 and 3, a command that forks until it cannot holds exactly that many
     processes at once (rootless: RLIMIT_NPROC does not bind host root, see limits.py)."""
-    code = textwrap.dedent("""
-        import os, time
-        held = []
-        while True:
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(5)
-                os._exit(0)
-            held.append(pid)
-        print(len(held) + 1)
-    """)
     for pids in (1, 3):
-        r = py(code, workspace, pids=pids, timeout=30)
+        r = py(FORK_UNTIL_REFUSED, workspace, pids=pids, timeout=30)
         assert r.exit_code == 0, r.stderr
         if os.getuid() != 0:
             assert r.stdout == f"{pids}\n".encode()

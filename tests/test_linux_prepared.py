@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import PYTHON, policy_for, sandbox
+from conftest import FORK_UNTIL_REFUSED, PYTHON, marked, policy_for, sandbox
 
 import stockade
 
@@ -173,3 +173,64 @@ def test_a_prepared_allowlist_sandbox_goes_out_only_through_its_proxy(ws):
     assert r.stdout.decode().split() == ["ok", "no-direct", "denied"], r.stderr
     assert hits.count("/via-proxy") >= 1 and "/denied" not in hits
     assert [v.kind for v in r.violations] == ["network.denied"]
+
+
+def test_spares_of_one_view_share_no_tmp_shm_or_processes(ws):
+    """Spares of one view are cloned from one template (template.py): each still has its own
+    /tmp, /dev/shm and processes. Here two prepared sandboxes run at once: the first leaves
+    files in /tmp and /dev/shm and a process behind; the second sees none of it."""
+    workspace, _ = ws
+    marker = f"987.{os.getpid()}"
+    leave = f"echo first > /tmp/left; echo first > /dev/shm/left; exec sleep {marker}"
+    look = (f"echo tmp $(ls -A /tmp); echo shm $(ls -A /dev/shm); "
+            # (a pattern that does not match this command line itself)
+            f"echo seen $(grep -l '987[.]{os.getpid()}' /proc/[0-9]*/cmdline 2>/dev/null)")
+    prepared(workspace)  # this view's template is made, and its spares (zygote.PREPARED):
+    time.sleep(0.5)  # now both are waiting, for the next two launches
+    results = []
+    first = threading.Thread(target=lambda: results.append(sandbox(["sh", "-c", leave],
+                                                                   workspace)))
+    first.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marked(marker), "the first sandbox never started"
+        r = sandbox(["sh", "-c", look], workspace)
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, 9)
+        first.join(30)
+    lines = dict(line.partition(" ")[::2] for line in r.stdout.decode().splitlines())
+    assert "left" not in lines["tmp"].split(), lines  # (only what leads to roots below /tmp)
+    assert lines["shm"] == "" and lines["seen"] == "", lines
+    assert r.enforced["prepared_ahead"] and results and results[0].enforced["prepared_ahead"]
+
+
+def test_sandboxes_outlive_the_template_they_were_cloned_from(ws):
+    """A launch with another view replaces the template; a sandbox cloned from the old one
+    runs on to its own end (a template that were the init of a pid namespace would take all
+    its sandboxes with it)."""
+    workspace, _ = ws
+    results = []
+    runner = threading.Thread(target=lambda: results.append(
+        prepared(workspace, ["sh", "-c", "sleep 1; echo survived"])))
+    runner.start()
+    time.sleep(0.3)
+    for _ in range(3):  # another view: its template replaces this one
+        sandbox(["true"], workspace, "read-only")
+    runner.join(30)
+    assert results and (results[0].exit_code, results[0].stdout) == (0, b"survived\n")
+
+
+def test_a_prepared_sandbox_has_its_own_pid_max_and_exact_process_limit(ws):
+    workspace, _ = ws
+    code = FORK_UNTIL_REFUSED + "print(open('/proc/sys/kernel/pid_max').read().strip())\n"
+    r = prepared(workspace, [PYTHON, "-c", code], pids=3)
+    assert r.exit_code == 0, r.stderr
+    count, pid_max = r.stdout.split()
+    assert pid_max == b"303"  # limits.RESERVED_PIDS + pids, in this sandbox's pid namespace
+    if os.getuid() != 0:  # (RLIMIT_NPROC does not bind host root: see limits.py)
+        assert count == b"3"
+    with open("/proc/sys/kernel/pid_max") as f:
+        assert f.read().strip() != "303"  # the host's is untouched

@@ -11,11 +11,12 @@ its reach (no signal, no trace; see landlock.nested_domain). pid 1 holds no capa
 not dumpable either.
 
 A spare may be prepared for a view (see launcher.view_frame) before its launch exists: pid 1
-builds the mounts, confines itself and becomes the supervisor ahead of demand, and the launch
-only brings what is its own (argv, environment, working directory, umask, stdio). The zygote
-hands such a spare only to a launch with the same view frame whose fresh survey of the host
-has the same identity (mnt.Survey.identity); the supervisor checks the view frame's digest
-again.
+builds the mounts ("V", from the CLI's ForkSpawner; the zygote's spares are cloned from a view
+template instead, see template.py), confines itself and becomes the supervisor ahead of
+demand, and the launch only brings what is its own (argv, environment, working directory,
+umask, stdio). Such a spare goes only to a launch with the same view frame whose fresh survey
+of the host has the same identity (mnt.Survey.identity); the supervisor checks the view
+frame's digest again.
 """
 
 from __future__ import annotations
@@ -119,26 +120,38 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: by
     (Landlock, capability drop, seccomp): (plan, listener, identity). Nothing here depends on
     a launch's own argv, environment or working directory. `view` is the view frame it is
     made for, if made ahead: only then is the survey's identity (see mnt.build) not empty."""
-    listener = None
-    if request.network.mode == "allowlist":
-        try:
-            listener = net.proxy_listener(SANDBOX_PORT).detach()
-        except OSError as exc:
-            raise SetupError("proxy_listen_failed", exc.strerror or str(exc),
-                             stage="network") from None
+    listener = listener_for(request)
     pid_max = limits.cap_pid_namespace(request.limits)
     protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view))
     if status_fd >= 0:
         stage(status_fd, "mounts")
     mounted()
-    enforced = _enforced(request, weaken, len(protected), pid_max, prepared_ahead=bool(view))
+    plan = seal(request, bpf, weaken, len(protected), pid_max, view, launch)
+    if status_fd >= 0:
+        stage(status_fd, "confine")
+    return plan, listener, identity
+
+
+def listener_for(request: LaunchRequest) -> int | None:
+    """The proxy's listener on the sandbox's loopback, when the network is an allowlist."""
+    if request.network.mode != "allowlist":
+        return None
+    try:
+        return net.proxy_listener(SANDBOX_PORT).detach()
+    except OSError as exc:
+        raise SetupError("proxy_listen_failed", exc.strerror or str(exc),
+                         stage="network") from None
+
+
+def seal(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], protected: int,
+         pid_max: int | None, view: bytes, launch: bytes) -> int:
+    """Once the mounts are made: the supervisor's plan (a memfd), then pid 1 confined."""
+    enforced = _enforced(request, weaken, protected, pid_max, prepared_ahead=bool(view))
     nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
     plan = supervisor.plan(request.limits, "rlimits" not in weaken, nested, enforced,
                            hashlib.sha256(view).digest() if view else None, launch)
     _confine(request, bpf, weaken)
-    if status_fd >= 0:
-        stage(status_fd, "confine")
-    return plan, listener, identity
+    return plan
 
 
 def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,

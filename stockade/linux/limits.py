@@ -15,13 +15,19 @@ RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
 INIT_TASKS = 1          # the sandbox's pid 1 (supervisor.c), counted beside the command's
 
 
-def cap_pid_namespace(limits: LimitSpec) -> int | None:
-    """In the sandbox's init: bound how many pids the namespace can ever hold at once."""
+def cap_pid_namespace(limits: LimitSpec, proc: int | None = None) -> int | None:
+    """In the sandbox's init: bound how many pids the namespace can ever hold at once. The
+    write applies to the writer's pid namespace, through /proc or the proc mounted at the
+    descriptor `proc` (a view template's: see template.py)."""
     if limits.pids is None:
         return None
     value = max(PID_MAX_FLOOR, RESERVED_PIDS + limits.pids)
-    with open("/proc/sys/kernel/pid_max", "w") as f:
-        f.write(str(value))
+    where = "/proc/sys/kernel/pid_max" if proc is None else "sys/kernel/pid_max"
+    fd = os.open(where, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
     return value
 
 

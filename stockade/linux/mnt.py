@@ -38,6 +38,8 @@ from stockade.linux.mountapi import (
 
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SYSTEM_DIRS = ("/dev", "/proc", "/tmp")
+# What each sandbox has of its own even when its mounts are a view template's copy (refresh).
+OWN_FILESYSTEMS = ("/proc", "/tmp", "/dev/shm", "/dev/pts")
 RO = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
 _BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 
@@ -123,10 +125,11 @@ def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -
 
 
 def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset(),
-          *, identify: bool = False) -> tuple[list[str], bytes]:
+          *, identify: bool = False, proc: int | None = None) -> tuple[list[str], bytes]:
     """Build the view on `stage` and pivot into it. Returns the protected paths mounted and,
-    if `identify` (a view prepared ahead), the survey's identity; else b"". `weaken` (tests
-    only) skips layers: "read_only", "protected", "deny"."""
+    if `identify` (a view prepared ahead), the survey's identity; else b"". `proc` is the
+    detached proc to mount at /proc (default: a fresh one). `weaken` (tests only) skips
+    layers: "read_only", "protected", "deny"."""
     found = survey(request, weaken)
     roots, guarded, denied = found.roots, found.guarded, found.denied
     identity = found.identity() if identify else b""
@@ -145,7 +148,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     system = [_Mount(p, "system") for p in SYSTEM_DIRS if p not in taken]
     for m in sorted(roots + system, key=lambda m: (m.depth, m.path, m.kind != "system")):
         if m.kind == "system":
-            _mount_system(top, own_devs, m.path, request, device_fds)
+            _mount_system(top, own_devs, m.path, request, device_fds, proc)
         else:
             _mount_root(top, own_devs, m, request.exec_from_write, "read_only" not in weaken)
     for m in guarded:
@@ -322,42 +325,44 @@ def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:
 
 
 def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchRequest,
-                  device_fds: dict[str, int]) -> None:
+                  device_fds: dict[str, int], proc: int | None) -> None:
     target = _target(top, own_devs, path, is_dir=True, create=True)
-    if path == "/proc":
-        # Read-only: nothing in a fresh /proc needs writing by ordinary tools, and it keeps
-        # /proc/sys and /proc/sysrq-trigger out of reach even for a sandbox run by root.
-        fs = new_fs("proc", {}, RO | MOUNT_ATTR_NOEXEC)
-        attach(fs, target)
-    elif path == "/tmp":
-        noexec = 0 if request.exec_from_write else MOUNT_ATTR_NOEXEC
-        fs = new_fs("tmpfs", _shared_ram(request), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
-        attach(fs, target)
-    else:
-        fs = new_fs("tmpfs", {"mode": "0755", "size": "64k"},
-                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
-        attach(fs, target)
+    fs = proc if path == "/proc" and proc is not None else _new_system_fs(path, request)
+    attach(fs, target)
     os.close(fs)
     os.close(target)
     # Reopen by path: a descriptor taken before the mount still points below it.
     mounted = openat2(top, path.lstrip("/"), os.O_PATH, _BENEATH)
     own_devs.add(os.fstat(mounted).st_dev)
     if path == "/dev":
-        _populate_dev(mounted, device_fds, _shared_ram(request))
+        _populate_dev(mounted, device_fds, request)
         set_attrs(mounted, MOUNT_ATTR_RDONLY, recursive=False)
     os.close(mounted)
 
 
-def _shared_ram(request: LaunchRequest) -> dict[str, str]:
-    """Options of a world-writable RAM filesystem (/tmp, /dev/shm): each is bounded by the
-    memory limit, since what is stored there is memory no rlimit counts."""
+def _new_system_fs(path: str, request: LaunchRequest) -> int:
+    """A fresh instance of the filesystem the sandbox has at `path` (see SYSTEM_DIRS and
+    OWN_FILESYSTEMS), detached."""
+    if path == "/proc":
+        # Read-only: nothing in a fresh /proc needs writing by ordinary tools, and it keeps
+        # /proc/sys and /proc/sysrq-trigger out of reach even for a sandbox run by root.
+        return new_fs("proc", {}, RO | MOUNT_ATTR_NOEXEC)
+    if path == "/dev":
+        return new_fs("tmpfs", {"mode": "0755", "size": "64k"},
+                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+    if path == "/dev/pts":
+        return new_fs("devpts", {"ptmxmode": "0666", "mode": "0620"},
+                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+    # /tmp and /dev/shm: world-writable RAM, bounded by the memory limit, since what is
+    # stored there is memory no rlimit counts.
     options = {"mode": "1777"}
     if request.limits.memory is not None:
         options["size"] = str(request.limits.memory)
-    return options
+    noexec = 0 if path == "/tmp" and request.exec_from_write else MOUNT_ATTR_NOEXEC
+    return new_fs("tmpfs", options, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
 
 
-def _populate_dev(dev: int, device_fds: dict[str, int], shm: dict[str, str]) -> None:
+def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) -> None:
     for name, source in device_fds.items():
         os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=dev))
         tree = clone_tree(source, recursive=False)
@@ -366,12 +371,9 @@ def _populate_dev(dev: int, device_fds: dict[str, int], shm: dict[str, str]) -> 
         attach(tree, target)
         for fd in (tree, target, source):
             os.close(fd)
-    for name, opts, attrs in (
-        ("pts", {"ptmxmode": "0666", "mode": "0620"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC),
-        ("shm", shm, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC),
-    ):
+    for name in ("pts", "shm"):
         os.mkdir(name, 0o755, dir_fd=dev)
-        fs = new_fs("devpts" if name == "pts" else "tmpfs", opts, attrs)
+        fs = _new_system_fs("/dev/" + name, request)
         target = openat2(dev, name, os.O_PATH, _BENEATH)
         attach(fs, target)
         os.close(fs)
@@ -379,6 +381,106 @@ def _populate_dev(dev: int, device_fds: dict[str, int], shm: dict[str, str]) -> 
     for link, to in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                      ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(to, link, dir_fd=dev)
+
+
+def refresh(request: LaunchRequest) -> None:
+    """In a sandbox cloned from a view template (template.py), whose mounts are the
+    template's: cover what each sandbox must have of its own (OWN_FILESYSTEMS) with fresh
+    instances. What lay on the template's /tmp (roots below it, the directories leading to
+    them, aliases) is carried over onto the fresh one first. A /tmp that is a root itself is
+    the root's, as in the template."""
+    tmp_is_root = _tmp_is_root(request)
+    old_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        carried = [] if tmp_is_root else _carry(old_tmp, os.fstat(old_tmp).st_dev, "")
+        for path in OWN_FILESYSTEMS:
+            if path == "/tmp" and tmp_is_root:
+                continue
+            target = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fs = _new_system_fs(path, request)
+            attach(fs, target)
+            os.close(fs)
+            os.close(target)
+        new_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for item in carried:
+                _place(new_tmp, item)
+        finally:
+            os.close(new_tmp)
+    finally:
+        os.close(old_tmp)
+
+
+def freeze_own(request: LaunchRequest) -> None:
+    """In a view template: make its own instances of OWN_FILESYSTEMS read-only. No spare uses
+    them (each covers them with fresh ones), and in a spare's copy they stay locked so."""
+    for path in OWN_FILESYSTEMS:
+        if path == "/tmp" and _tmp_is_root(request):
+            continue  # a root's, not the sandbox's own
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            set_attrs(fd, MOUNT_ATTR_RDONLY, recursive=False)
+        finally:
+            os.close(fd)
+
+
+def _tmp_is_root(request: LaunchRequest) -> bool:
+    return any(g.path == "/tmp" for g in request.read + request.write)
+
+
+@dataclass
+class _Carried:
+    """One thing on the template's /tmp, to be made again on a spare's fresh one: a mount (a
+    recursive clone of it), a symbolic link, or else a directory."""
+
+    path: str               # relative to /tmp
+    tree: int = -1
+    link: str | None = None
+
+
+def _carry(tmp: int, tmp_dev: int, rel: str) -> list[_Carried]:
+    """What lies on the template's /tmp under `rel`, parents first."""
+    found: list[_Carried] = []
+    directory = openat2(tmp, rel or ".", os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
+    try:
+        names = os.listdir(directory)
+    finally:
+        os.close(directory)
+    for name in names:
+        path = os.path.join(rel, name)
+        fd = openat2(tmp, path, os.O_PATH | os.O_NOFOLLOW, _BENEATH)
+        try:
+            info = os.fstat(fd)
+            if info.st_dev != tmp_dev:
+                found.append(_Carried(path, tree=clone_tree(fd)))
+            elif stat.S_ISLNK(info.st_mode):
+                found.append(_Carried(path, link=os.readlink(path, dir_fd=tmp)))
+            elif stat.S_ISDIR(info.st_mode):
+                found.append(_Carried(path))
+                found += _carry(tmp, tmp_dev, path)
+        finally:
+            os.close(fd)
+    return found
+
+
+def _place(tmp: int, item: _Carried) -> None:
+    parent, name = os.path.split(item.path)
+    where = openat2(tmp, parent or ".", os.O_PATH | os.O_DIRECTORY, _BENEATH)
+    try:
+        if item.link is not None:
+            os.symlink(item.link, name, dir_fd=where)
+        elif item.tree < 0 or stat.S_ISDIR(os.fstat(item.tree).st_mode):
+            os.mkdir(name, 0o755, dir_fd=where)
+        else:
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600,
+                             dir_fd=where))
+        if item.tree >= 0:
+            target = openat2(where, name, os.O_PATH, _BENEATH)
+            attach(item.tree, target)
+            os.close(target)
+            os.close(item.tree)
+    finally:
+        os.close(where)
 
 
 def _aliases(top: int, own_devs: set[int], request: LaunchRequest) -> None:

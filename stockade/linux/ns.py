@@ -33,15 +33,17 @@ _clone = ctypes.PyDLL(None, use_errno=True).syscall
 _clone.restype = ctypes.c_long
 
 
-def clone_sandbox(*, network: bool = True) -> tuple[int, int]:
-    """Fork a child that starts as pid 1 of fresh namespaces, as os.fork would (CPython's fork
-    hooks run around it), in one clone(2). Returns (0, -1) in the child, which is then root in
+def clone_sandbox(*, network: bool = True, namespaces: int = SANDBOX_NAMESPACES
+                  ) -> tuple[int, int]:
+    """Fork a child that starts as pid 1 of fresh namespaces (`namespaces`: all of a
+    sandbox's by default), as os.fork would (CPython's fork hooks run around it), in one
+    clone(2). Returns (0, -1) in the child, which is then root in
     its user namespace until it calls `map_ids` (with the parent's uid and gid); and (its
     pid, a pidfd of it) in the parent. Only from a single-threaded process.
 
     One clone instead of fork, unshare and fork again: the process in between (a whole copy of
     the caller's address space, made and torn down at every launch) is gone."""
-    flags = (SANDBOX_NAMESPACES if network else SANDBOX_NAMESPACES & ~CLONE_NEWNET) \
+    flags = (namespaces if network else namespaces & ~CLONE_NEWNET) \
         | CLONE_PIDFD | signal.SIGCHLD
     pidfd = ctypes.c_int(-1)
     ctypes.pythonapi.PyOS_BeforeFork()
@@ -58,16 +60,18 @@ def clone_sandbox(*, network: bool = True) -> tuple[int, int]:
     return pid, pidfd.value
 
 
-def map_ids(uid: int, gid: int) -> None:
-    """In a fresh user namespace: map `uid` and `gid` to themselves, one id each, and deny
-    setgroups."""
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+def map_ids(uid: int, gid: int, pid: str = "self", proc: int | None = None) -> None:
+    """For a fresh user namespace (this process's, or that of process `pid` as `proc`, a
+    descriptor of a proc mount, shows it): map `uid` and `gid` to themselves, one id each,
+    and deny setgroups."""
+    base = f"{pid}/" if proc is not None else f"/proc/{pid}/"
+    _write(base + "setgroups", "deny", proc)
+    _write(base + "uid_map", f"{uid} {uid} 1\n", proc)
+    _write(base + "gid_map", f"{gid} {gid} 1\n", proc)
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+def _write(path: str, text: str, directory: int | None = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC, dir_fd=directory)
     try:
         os.write(fd, text.encode())
     finally:

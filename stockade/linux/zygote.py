@@ -12,13 +12,16 @@ sandbox is still building its mounts, so that a spare never slows a launch down.
 exits when its owner's end of the socket closes, i.e. when the owner exits or dies; skeletons
 that were never used see their handoff socket close and exit too.
 
-After a launch, the next spare is prepared for that launch's view (launcher.view_frame): its
-mounts are built and its pid 1 confined before it is needed, so that a run of
-launches with one policy pays only for what is each launch's own. The spare holds no other
-launch's state: a view frame has no argv, environment, working directory or id. A launch gets
-it only if its view frame is the same and the owner's survey of the host, made for this
-launch, has the identity the spare's mounts were made from (mnt.Survey.identity); otherwise, or
-when the host's mounts change, the spare is thrown away.
+After a launch, spares are prepared for that launch's view (launcher.view_frame): a template
+of that view (template.py) builds its mounts once, and clones PREPARED spares from itself, each
+with fresh namespaces, its own proc, /tmp, /dev/shm and /dev/pts, and its pid 1 confined before
+it is needed, so that a run of launches with one policy pays only for what is each launch's
+own. Neither holds any launch's state: a view frame has no argv, environment, working directory
+or id. A launch gets a spare only if its view frame is the same and the owner's survey of the
+host, made for this launch, has the identity the template's mounts were made from
+(mnt.Survey.identity); otherwise, or when the host's mounts change, the template and its spares
+are thrown away (sandboxes already cloned from it run on: the template is no pid namespace's
+init).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
 _IDENTITY = 32  # bytes of a survey's identity (SHA-256)
 _SURVEYED, _UNSURVEYED = b"\x01", b"\x00"  # whether a launch message carries an identity
+PREPARED = 2  # spares kept ready for the last view: a run of launches finds one waiting
 
 
 class Zygote:
@@ -207,41 +211,66 @@ def fork_directly() -> ForkSpawner:
     return SPAWNER
 
 
-class _Prepared:
-    """A spare being prepared for one view frame (see init._prepare): its pid 1 sends the
-    identity of the survey its mounts were made from ("M"), or ends if it cannot be
-    prepared."""
+class _Announced:
+    """A process being made for one view frame that says "M" + the identity of the survey its
+    view was built from once it is done (a template once built, a spare once it waits for a
+    launch), or ends if it could not be made."""
 
-    def __init__(self, view: bytes) -> None:
-        self.skeleton = start(network=True)
+    def __init__(self, skeleton: Skeleton, view: bytes) -> None:
+        self.skeleton = skeleton
         self.view = view
-        self.identity: bytes | None = None  # set once it is ready
-        with contextlib.suppress(OSError):  # (if it died, read() finds out)
-            self.sock.send(b"V" + view)
+        self.identity: bytes | None = None  # set once it is done
 
     @property
     def sock(self) -> socket.socket:
         return self.skeleton.handoff
 
     def read(self) -> bool:
-        """Take one message from it; False when it has ended."""
+        """Take its one message; False when it has ended."""
         data, fds = recv_fds(self.sock, 1)
         close_all(fds)
-        if data[:1] == b"M" and len(data) == 1 + _IDENTITY and self.skeleton.pidfd is not None:
+        if data[:1] == b"M" and len(data) == 1 + _IDENTITY:
             self.identity = data[1:]
             return True
         return False
-
-    def fits(self, view: bytes, identity: bytes) -> bool:
-        return self.identity is not None and self.identity == identity and self.view == view
 
     def close(self) -> None:
         self.skeleton.close()
 
 
+class _Template(_Announced):
+    """The template of the wanted view (template.py): once built, it clones a spare for that
+    view whenever asked."""
+
+    def __init__(self, view: bytes) -> None:
+        from stockade.linux import template
+
+        super().__init__(template.start(view), view)
+
+    def spare(self) -> _Prepared | None:
+        """A spare cloned from it, still making itself ready; None if the template is gone."""
+        try:
+            self.sock.send(b"S")
+            data, fds = recv_fds(self.sock, 2)
+        except OSError:
+            return None
+        if data != b"S" or len(fds) != 2:
+            close_all(fds)
+            return None
+        return _Prepared(Skeleton(socket.socket(fileno=fds[0]), fds[1]), self.view)
+
+
+class _Prepared(_Announced):
+    """A spare cloned from a view's template (its identity is the template's)."""
+
+    def fits(self, view: bytes, identity: bytes) -> bool:
+        return self.identity is not None and self.identity == identity and self.view == view
+
+
 def serve(control_fd: int) -> None:
     """The zygote's main loop (runs in its own interpreter)."""
     # Everything a sandbox needs is imported here, once, before any fork.
+    import stockade.linux.template  # noqa: F401
     from stockade.launch import request  # noqa: F401
     from stockade.linux import init, mnt, ns  # noqa: F401
 
@@ -249,35 +278,55 @@ def serve(control_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
     ready: Skeleton | None = None  # a spare with namespaces only, for any view
-    prepared: _Prepared | None = None  # a spare for the last launch's view
-    wanted: bytes | None = None  # the view frame to prepare the next spare for
+    template: _Template | None = None  # the wanted view, built once; spares are cloned from it
+    prepared: list[_Prepared] = []  # spares cloned from it, oldest first
+    wanted: bytes | None = None  # the view frame to prepare the next spares for
     mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
     # A spare's mount namespace is a copy of the host's from when it was made: when the host's
     # mounts change, it is stale and is thrown away (mountinfo polls "exceptional" once per
     # change).
     mountinfo = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - lives as long as we do
+
+    def drop_prepared() -> None:
+        nonlocal template
+        for spare in [*prepared, *([template] if template is not None else [])]:
+            spare.close()
+        prepared.clear()
+        template = None
+
     while True:
         # Spares are made while no sandbox is building its mounts: both need the kernel's
         # mount-namespace lock, and a launch should not queue behind a spare. The prepared
-        # one first: a run of launches with one view then uses one spare each.
+        # ones first: a run of launches with one view then uses one spare each.
         if not mounting:
-            if prepared is None and wanted is not None:
-                prepared = _Prepared(wanted)
-            elif ready is None and (prepared is None or prepared.identity is not None):
+            if wanted is not None and (template is None or template.view != wanted):
+                drop_prepared()
+                template = _Template(wanted)
+            if len(prepared) < PREPARED and template is not None and template.identity:
+                spare = template.spare()
+                if spare is None:  # the template is gone: do not try again for now
+                    drop_prepared()
+                    wanted = None
+                else:
+                    prepared.append(spare)
+            elif ready is None:
                 ready = start(network=True)
-        watched = [control, *mounting] + ([prepared.sock] if prepared is not None else [])
+        watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None)] \
+            + ([template.sock] if template is not None and template.identity is None else [])
         readable, _, changed = select.select(watched, [], [mountinfo])
         if changed:
-            for spare in (ready, prepared):
-                if spare is not None:
-                    spare.close()
-            ready = prepared = None
+            drop_prepared()
+            if ready is not None:
+                ready.close()
+                ready = None
             continue
         for sock in readable:
             if sock is not control and sock not in mounting:
-                if prepared is not None and sock is prepared.sock and not prepared.read():
-                    prepared.close()  # it could not be prepared: do not try again for now
-                    prepared = wanted = None
+                spares = [p for p in prepared if p.sock is sock]
+                if spares and not spares[0].read() \
+                        or template is not None and sock is template.sock and not template.read():
+                    drop_prepared()  # it could not be prepared: do not try again for now
+                    wanted = None
                 continue  # (or a spare handed over or thrown away earlier in this round)
             if sock is not control:
                 mounting.remove(sock)
@@ -292,19 +341,22 @@ def serve(control_fd: int) -> None:
             *launch, reply = fds
             mode, identity, view = _parse(kind)
             usable = mode == WITH_NETWORK_NAMESPACE and view
-            if usable and prepared is not None and prepared.fits(view, identity):
-                _hand_over(prepared.skeleton, launch, reply)
-                prepared.sock.close()
-                prepared, wanted = None, view
-                continue
-            if usable and prepared is None:
+            fitting = [p for p in prepared if p.fits(view, identity)] if usable else []
+            if fitting:
+                prepared.remove(fitting[0])
+                _hand_over(fitting[0].skeleton, launch, reply)
+                fitting[0].sock.close()
                 wanted = view
-            elif usable and (prepared.view != view or prepared.identity and identity):
-                # Another view; or the host changed under this one since it was prepared, and
-                # then the next spare is not prepared (the host may change at every launch).
-                wanted = view if prepared.view != view else None
-                prepared.close()
-                prepared = None
+                continue
+            if usable and template is None:
+                wanted = view
+            elif usable and (template.view != view or template.identity and identity
+                             and template.identity != identity):
+                # Another view; or the host changed under this one since its template was
+                # made, and then no next spare is prepared (the host may change at every
+                # launch).
+                wanted = view if template.view != view else None
+                drop_prepared()
             if mode == WITH_NETWORK_NAMESPACE and ready is not None:
                 skeleton, ready = ready, None
             else:
