@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,16 @@ def test_a_host_mount_made_after_start_is_seen_by_the_next_launch(ws):
         assert sandbox(["ls"], workspace).stdout == b"over\n"
     finally:
         subprocess.run(["umount", str(workspace)], check=True)
+
+
+def test_a_root_containing_the_build_stage_is_the_hosts_tree(ws):
+    """pid 1 builds the view on /tmp (init.STAGE) before it pivots: a root that contains it,
+    such as /tmp itself, is still the host's tree, not the view seen again."""
+    workspace, _ = ws
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="stockade-stage-") as mark:
+        name = os.path.basename(mark.name)
+        r = sandbox(["sh", "-c", f"ls -A /tmp; echo x > /tmp/{name}-new || echo refused"],
+                    workspace, read=("/tmp",))
+    listing = r.stdout.decode().split()
+    assert name in listing and "proc" not in listing, listing
+    assert listing[-1] == "refused" and not os.path.exists(f"/tmp/{name}-new")

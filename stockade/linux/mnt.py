@@ -50,6 +50,7 @@ class _Mount:
     kind: str                     # read | write | system | protected | keep | deny
     source_fd: int = -1
     is_dir: bool = True
+    tree: int = -1                # a root's clone, taken before the new root exists
 
     @property
     def depth(self) -> int:
@@ -136,6 +137,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
 
     make_rprivate("/")
+    # Every root is cloned before the new root is mounted on `stage`: a root that contains
+    # the stage (`/`, or `/tmp` itself) would otherwise carry the view inside it.
+    for m in roots:
+        m.tree = clone_tree(m.source_fd)
     root_fs = new_fs("tmpfs", {"mode": "0755", "size": "1m"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     stage_fd = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     attach(root_fs, stage_fd)
@@ -247,12 +252,12 @@ def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool,
         attrs = RO if read_only else MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     else:
         attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
-    tree = clone_tree(m.source_fd)
-    set_attrs(tree, attrs)
+    set_attrs(m.tree, attrs)
     target = _target(top, own_devs, m.path, is_dir=m.is_dir, create=True)
-    attach(tree, target)
-    for fd in (tree, target):
+    attach(m.tree, target)
+    for fd in (m.tree, target):
         os.close(fd)
+    m.tree = -1
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
