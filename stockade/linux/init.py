@@ -59,14 +59,7 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
 
     Its lifetime is bound to the zygote while it waits (the handoff socket closes) and to the
     owner once it runs a launch (the lifeline closes)."""
-    prctl(PR_SET_DUMPABLE, 0)
-    socket.sethostname("stockade")
-    # pid 1's own standard streams are /dev/null: the command's reach it only as descriptors
-    # it hands on, so their readers see the end when the command (and what it started) ends.
-    null = os.open(os.devnull, os.O_RDWR)
-    for target in range(3):
-        os.dup2(null, target)
-    os.close(null)
+    settle_as_pid1()
     message, fds = fdpass.recv_fds(handoff, LAUNCH_FDS, size=VIEW_MAX + 1)
     if message.startswith(b"V") and not fds and program is not None:
         _prepare(message[1:], handoff, program)
@@ -95,6 +88,19 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
     except OSError as exc:
         _fail(status_fd, "setup", "setup_failed", f"{exc.strerror} ({exc.filename or ''})",
               "mount")
+
+
+def settle_as_pid1() -> None:
+    """What a sandbox's pid 1 does first (here, or as a spare cloned from a view template):
+    not dumpable, its own hostname, and /dev/null as its standard streams, so that the
+    command's reach it only as descriptors it hands on and their readers see the end when the
+    command (and what it started) ends."""
+    prctl(PR_SET_DUMPABLE, 0)
+    socket.sethostname("stockade")
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in range(3):
+        os.dup2(null, target)
+    os.close(null)
 
 
 def _prepare(view: bytes, handoff: socket.socket, program: int) -> NoReturn:

@@ -35,11 +35,11 @@ _clone.restype = ctypes.c_long
 
 def clone_sandbox(*, network: bool = True, namespaces: int = SANDBOX_NAMESPACES
                   ) -> tuple[int, int]:
-    """Fork a child that starts as pid 1 of fresh namespaces (`namespaces`: all of a
-    sandbox's by default), as os.fork would (CPython's fork hooks run around it), in one
-    clone(2). Returns (0, -1) in the child, which is then root in
-    its user namespace until it calls `map_ids` (with the parent's uid and gid); and (its
-    pid, a pidfd of it) in the parent. Only from a single-threaded process.
+    """Fork a child that starts in fresh namespaces (`namespaces`: all of a sandbox's by
+    default, the child then pid 1 of its pid namespace), as os.fork would (CPython's fork
+    hooks run around it), in one clone(2). Returns (0, -1) in the child, which is then root in
+    its user namespace until its ids are mapped (`map_ids`, with the parent's uid and gid);
+    and (its pid, a pidfd of it) in the parent. Only from a single-threaded process.
 
     One clone instead of fork, unshare and fork again: the process in between (a whole copy of
     the caller's address space, made and torn down at every launch) is gone."""

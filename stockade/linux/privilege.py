@@ -1,9 +1,9 @@
 """Privileges of the command: lock securebits, drop every capability, close stray descriptors.
 
-All of it is per thread: pid 1's starter thread (init.py) applies it to itself, and the command
-it spawns inherits it. `prepare` runs while the thread still holds its capabilities; `drop_all`
-runs after Landlock and before seccomp. `capabilities_now` reads them back for tests and the
-readiness probe.
+All of it is per thread: pid 1 (init.py, a single thread) applies it to itself, and the
+supervisor it becomes and the command that forks inherit it. `prepare` runs while it still
+holds its capabilities; `drop_all` runs after Landlock and before seccomp. `capabilities_now`
+reads them back for tests and the readiness probe.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
 _UINT_MAX = 0xFFFFFFFF
-_CLOSE_RANGE_CLOEXEC = 1 << 2
 
 # NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE set, KEEP_CAPS clear, all four locked: uid 0
 # gains nothing from exec or setuid, and no later call can change that.
@@ -90,12 +89,6 @@ def close_fds(keep: Iterable[int]) -> None:
                 _close_range(first, fd - 1)
             first = fd + 1
     _close_range(first, _UINT_MAX)
-
-
-def cloexec_from(first: int) -> None:
-    """Mark every descriptor from `first` up close-on-exec (descriptors received over a socket
-    are not). CLOSE_RANGE_CLOEXEC is from Linux 5.11, older than the Landlock Stockade needs."""
-    syscall(number("close_range"), first, _UINT_MAX, _CLOSE_RANGE_CLOEXEC)
 
 
 def capabilities_now() -> dict[str, int]:

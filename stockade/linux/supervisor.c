@@ -3,12 +3,13 @@
  *     supervisor PLAN LISTENER HANDOFF
  *     supervisor PLAN LISTENER - STDIN STDOUT STDERR REQUEST STATUS CONTROL
  *
- * pid 1 is first a Python process (init.py): it builds the view, confines itself (Landlock,
- * capabilities, seccomp) and execs this static program from a sealed memfd. The first form is
+ * pid 1 is first a Python process (init.py, or a spare cloned from a view template:
+ * template.py): it has its view, confines itself (Landlock, capabilities, seccomp) and execs
+ * this static program from a sealed memfd. The first form is
  * a spare made ahead of its launch: it waits on the zygote's HANDOFF socket for the launch's
  * six descriptors and reads the launch (argv, environment, working directory, umask) from the
  * request pipe, after checking that the launch is for the view it was made for. The second
- * form has them already, and PLAN holds the launch too. PLAN is a memfd (supervisor.encode).
+ * form has them already, and PLAN holds the launch too. PLAN is a memfd (supervisor.plan).
  *
  * It passes the proxy's LISTENER (-1: none) to the owner over CONTROL, forks the command
  * (session, default signals, stdio, directory, umask, rlimits, a Landlock domain of its own

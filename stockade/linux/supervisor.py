@@ -1,10 +1,11 @@
 """pid 1's second half: supervisor.c, the static program the sandbox's pid 1 becomes before
 its command starts.
 
-pid 1 is first a Python process cloned from the zygote (init.py): it builds the view and
-confines itself. Then it execs the supervisor, which starts the command, reaps, reports and
-drains (see supervisor.c). An idle sandbox is so kept by well under 1 MiB instead of a Python
-interpreter's ≈ 15 MiB, and a launch pays for no Python thread, spawn or poll loop.
+pid 1 is first a Python process cloned from the zygote (init.py) or from a view template
+(template.py): it has its view and confines itself. Then it execs the supervisor, which
+starts the command, reaps, reports and drains (see supervisor.c). An idle sandbox is so kept
+by well under 1 MiB instead of a Python interpreter's ≈ 15 MiB, and a launch pays for no
+Python thread, spawn or poll loop.
 
 The program is copied once per process (the zygote, or the CLI) into a sealed memfd before
 any sandbox exists, and pid 1 execs that copy: neither what a command writes to the installed

@@ -108,13 +108,8 @@ def _spare(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], protected
         if os.read(go, 1) != b"g":
             os._exit(0)
         os.close(go)
-        prctl(init.PR_SET_DUMPABLE, 0)
-        socket.sethostname("stockade")
+        init.settle_as_pid1()
         net.loopback_up()
-        null = os.open(os.devnull, os.O_RDWR)
-        for target in range(3):
-            os.dup2(null, target)
-        os.close(null)
         mnt.refresh(request)
         pid_max = limits.cap_pid_namespace(request.limits, proc=host_proc)
         os.close(host_proc)
