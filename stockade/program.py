@@ -72,13 +72,19 @@ def _through_server(words: list[str]) -> int | None:
                                              struct.pack("3i", 0, 1, 2))])
         except OSError:
             return None  # e.g. a standard stream is closed: run here instead
-        conn.sendall(message[sent:])
+        if sent < len(message):  # (a send of nothing fails once the server has answered)
+            try:
+                conn.sendall(message[sent:])
+            except OSError:
+                return None  # it went before it had the whole request: nothing ran
         answer = b""
         try:
             while not answer.endswith(b"\n") and (chunk := conn.recv(16)):
                 answer += chunk
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED  # closing the connection ends the command's sandbox
+        except OSError:
+            answer = b""
         if not answer.strip().isdigit():
             print("stockade: cli_server_lost: the CLI server ended without an exit status",
                   file=sys.stderr)

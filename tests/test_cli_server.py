@@ -4,6 +4,7 @@ client; and the ordinary command line whenever no server answers."""
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import json
 import os
@@ -12,12 +13,15 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 from conftest import marked
 
+from stockade import program
 from stockade.program import SOCKET_NAME, encode_request
 
 pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
@@ -143,6 +147,61 @@ def test_without_an_answering_server_the_run_happens_here(tmp_path, workspace):
     done = stockade("run", "--", "sh", "-c", "echo here", env=env, cwd=workspace)
     stale.close()
     assert (done.returncode, done.stdout) == (0, "here\n"), done.stderr
+
+
+def _one_connection(path: Path, take: int, answer: bytes) -> tuple[threading.Thread,
+                                                                    threading.Event]:
+    """A stand-in server: accepts once, reads `take` bytes, sends `answer` and closes (then
+    sets the event it returns)."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(1)
+    closed = threading.Event()
+
+    def serve() -> None:
+        with listener, listener.accept()[0] as conn:
+            got = b""
+            while len(got) < take and (chunk := conn.recv(take - len(got))):
+                got += chunk
+            conn.sendall(answer)
+        closed.set()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    return server, closed
+
+
+def test_a_server_that_answers_at_once_is_heard(tmp_path, monkeypatch):
+    """A request that fits in one send, answered and closed by the server before the client
+    looks again (as a refused policy is): the client reports that status. It once sent the
+    empty rest of its request after that, and died of a broken pipe."""
+    path = tmp_path / SOCKET_NAME
+    monkeypatch.setattr(program, "socket_path", lambda: str(path))
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    request = encode_request(["run", "--", "true"], os.getcwd(), 0o22, {})
+    server, closed = _one_connection(path, len(request), b"2\n")
+
+    class Slow(_socket.socket):
+        def sendmsg(self, *args):
+            sent = super().sendmsg(*args)
+            assert closed.wait(10)
+            return sent
+
+    monkeypatch.setattr(program, "_socket", types.SimpleNamespace(**{
+        name: getattr(_socket, name) for name in dir(_socket) if name.isupper()}, socket=Slow))
+    assert program._through_server(["run", "--", "true"]) == 2
+    server.join(10)
+
+
+def test_a_server_gone_before_the_whole_request_means_the_run_happens_here(tmp_path,
+                                                                           monkeypatch):
+    path = tmp_path / SOCKET_NAME
+    monkeypatch.setattr(program, "socket_path", lambda: str(path))
+    monkeypatch.setenv("STOCKADE_TEST_BULK", "x" * (4 << 20))  # more than a socket buffer
+    server, _ = _one_connection(path, 64, b"")
+    assert program._through_server(["run", "--", "true"]) is None
+    server.join(10)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount on the host")
