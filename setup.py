@@ -33,6 +33,8 @@ class BuildPrograms(build_ext):
                                       extra_postargs=["-static", "-s"])
 
 
-programs = [Extension(SUPERVISOR, ["stockade/linux/supervisor.c"], optional=True)]
+programs = [Extension(SUPERVISOR, [f"stockade/linux/{part}.c" for part in
+                                   ("supervisor", "template", "refresh", "confine")],
+                      depends=["stockade/linux/supervisor.h"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],
       cmdclass={"build_ext": BuildPrograms})

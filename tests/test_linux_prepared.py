@@ -234,3 +234,39 @@ def test_a_prepared_sandbox_has_its_own_pid_max_and_exact_process_limit(ws):
         assert count == b"3"
     with open("/proc/sys/kernel/pid_max") as f:
         assert f.read().strip() != "303"  # the host's is untouched
+
+
+STATE = textwrap.dedent("""
+    import socket
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    print(*(key + "=" + status[key].strip() for key in ("CapInh", "CapPrm", "CapEff",
+          "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters")))
+    mounts = {}
+    for line in open("/proc/self/mountinfo"):
+        fields = line.split()
+        after = fields[fields.index("-") + 1:]
+        mounts[fields[4]] = (fields[5], after[0], after[2])  # the last one there is seen
+    for where in ("/proc", "/tmp", "/dev/shm", "/dev/pts"):
+        options, kind, super_options = mounts[where]
+        print(where, options, kind, ",".join(sorted(super_options.split(","))))
+    print(socket.gethostname())
+""")
+
+
+def test_a_prepared_sandbox_is_confined_and_mounted_as_a_fresh_one_is(ws):
+    """A spare cloned from a view template makes its own filesystems and confines itself in
+    C (template.c, refresh.c, confine.c), not as a sandbox built at launch does (init.py,
+    mnt.py): the capabilities, no_new_privs, seccomp, the mounts of /proc, /tmp, /dev/shm and
+    /dev/pts and the hostname that its command sees are the same, with a memory limit that
+    sizes /tmp and /dev/shm."""
+    workspace, _ = ws
+    fresh = sandbox([PYTHON, "-c", STATE], workspace, memory=256 << 20)
+    assert fresh.enforced["prepared_ahead"] is False, fresh.enforced
+    spared = prepared(workspace, [PYTHON, "-c", STATE], memory=256 << 20)
+    assert fresh.exit_code == spared.exit_code == 0, (fresh.stderr, spared.stderr)
+    assert spared.stdout == fresh.stdout
+    lines = fresh.stdout.decode().splitlines()
+    assert "CapEff=0000000000000000" in lines[0] and "CapBnd=0000000000000000" in lines[0]
+    assert "NoNewPrivs=1" in lines[0] and "Seccomp=2" in lines[0]
+    assert lines[1].startswith("/proc ro,") and "size=262144k" in lines[2], lines
+    assert lines[-1] == "stockade"

@@ -91,10 +91,10 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
 
 
 def settle_as_pid1() -> None:
-    """What a sandbox's pid 1 does first (here, or as a spare cloned from a view template):
-    not dumpable, its own hostname, and /dev/null as its standard streams, so that the
-    command's reach it only as descriptors it hands on and their readers see the end when the
-    command (and what it started) ends."""
+    """What a sandbox's pid 1 does first (a spare cloned from a view template does the same
+    in template.c's settle): not dumpable, its own hostname, and /dev/null as its standard
+    streams, so that the command's reach it only as descriptors it hands on and their readers
+    see the end when the command (and what it started) ends."""
     prctl(PR_SET_DUMPABLE, 0)
     socket.sethostname("stockade")
     null = os.open(os.devnull, os.O_RDWR)
@@ -152,12 +152,19 @@ def listener_for(request: LaunchRequest) -> int | None:
 def seal(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], protected: int,
          pid_max: int | None, view: bytes, launch: bytes) -> int:
     """Once the mounts are made: the supervisor's plan (a memfd), then pid 1 confined."""
-    enforced = _enforced(request, weaken, protected, pid_max, prepared_ahead=bool(view))
-    nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
-    plan = supervisor.plan(request.limits, "rlimits" not in weaken, nested, enforced,
-                           hashlib.sha256(view).digest() if view else None, launch)
+    plan = plan_for(request, weaken, protected, pid_max, view, launch)
     _confine(request, bpf, weaken)
     return plan
+
+
+def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
+             pid_max: int | None, view: bytes, launch: bytes) -> int:
+    """The supervisor's plan (supervisor.plan) for a sandbox of `request`: made ahead for
+    `view` (a view frame), or for this `launch`."""
+    enforced = _enforced(request, weaken, protected, pid_max, prepared_ahead=bool(view))
+    nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
+    return supervisor.plan(request.limits, "rlimits" not in weaken, nested, enforced,
+                           hashlib.sha256(view).digest() if view else None, launch)
 
 
 def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
@@ -184,7 +191,7 @@ def _confine(view: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> None:
             privilege.prepare()
         step = "landlock"
         if "landlock" not in weaken:
-            landlock.apply(_landlock_rules(view))
+            landlock.apply(landlock_rules(view))
         step = "privilege"
         if "privileges" not in weaken:
             privilege.drop_all()
@@ -211,7 +218,8 @@ def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoR
     os._exit(70 if kind == "setup" else 71)
 
 
-def _landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
+def landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
+    """The Landlock rules of a sandbox of `request`, its paths as the sandbox sees them."""
     return landlock.LandlockRules(
         read=tuple(g.path for g in request.read) + ("/proc", "/dev"),
         write=tuple(g.path for g in request.write) + ("/tmp", "/dev/shm"),

@@ -120,34 +120,53 @@ def describe() -> dict[str, object]:
     }
 
 
-def apply(rules: LandlockRules) -> LandlockStatus:
-    """Restrict the calling thread to `rules`; sets no_new_privs. Irreversible."""
+@dataclass(frozen=True)
+class Ruleset:
+    """A ruleset for this kernel's ABI, as numbers: what `apply` makes (and a view template's
+    spares make in C, see template.py)."""
+
+    abi: int
+    handled_fs: int
+    handled_net: int
+    scoped: int
+    grants: tuple[tuple[str, int], ...]  # (path, rights beneath it)
+    tcp_connect_ports: tuple[int, ...]
+
+
+def ruleset(rules: LandlockRules) -> Ruleset:
+    """The ruleset `rules` make on this kernel; UnavailableError without Landlock."""
     abi = abi_version()
     if abi == 0:
         raise UnavailableError("landlock_unsupported",
                                "this kernel has no Landlock, or it is disabled")
     handled = sum(bit for bit, first in _FS_RIGHTS.values() if first <= abi)
     tcp = rules.deny_tcp and abi >= _NET_ABI
-    scopes = tuple(_SCOPES) if rules.scope and abi >= _SCOPE_ABI else ()
-    attr = _RulesetAttr(handled_access_fs=handled,
-                        handled_access_net=_NET_BIND_TCP | _NET_CONNECT_TCP if tcp else 0,
-                        scoped=sum(_SCOPES[name] for name in scopes))
-    ruleset = syscall(number("landlock_create_ruleset"), ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    scoped = sum(_SCOPES.values()) if rules.scope and abi >= _SCOPE_ABI else 0
+    return Ruleset(abi, handled, _NET_BIND_TCP | _NET_CONNECT_TCP if tcp else 0, scoped,
+                   tuple(_grants(rules, handled)), rules.tcp_connect_ports if tcp else ())
+
+
+def apply(rules: LandlockRules) -> LandlockStatus:
+    """Restrict the calling thread to `rules`; sets no_new_privs. Irreversible."""
+    made = ruleset(rules)
+    attr = _RulesetAttr(handled_access_fs=made.handled_fs, handled_access_net=made.handled_net,
+                        scoped=made.scoped)
+    fd = syscall(number("landlock_create_ruleset"), ctypes.byref(attr), ctypes.sizeof(attr), 0)
     try:
-        for path, access in _grants(rules, handled):
-            _allow_beneath(ruleset, path, access)
-        for port in rules.tcp_connect_ports if tcp else ():
+        for path, access in made.grants:
+            _allow_beneath(fd, path, access)
+        for port in made.tcp_connect_ports:
             net = _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=port)
-            syscall(number("landlock_add_rule"), ruleset, _RULE_NET_PORT, ctypes.byref(net), 0)
+            syscall(number("landlock_add_rule"), fd, _RULE_NET_PORT, ctypes.byref(net), 0)
         prctl(_PR_SET_NO_NEW_PRIVS, 1)
-        syscall(number("landlock_restrict_self"), ruleset, 0)
+        syscall(number("landlock_restrict_self"), fd, 0)
     finally:
-        os.close(ruleset)
+        os.close(fd)
     return LandlockStatus(
-        abi=abi,
-        handled_fs=tuple(name for name, bit in _FS.items() if handled & bit),
-        tcp_restricted=tcp,
-        scopes=scopes,
+        abi=made.abi,
+        handled_fs=tuple(name for name, bit in _FS.items() if made.handled_fs & bit),
+        tcp_restricted=bool(made.handled_net),
+        scopes=tuple(name for name, bit in _SCOPES.items() if made.scoped & bit),
     )
 
 

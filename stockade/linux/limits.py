@@ -19,9 +19,9 @@ def cap_pid_namespace(limits: LimitSpec, proc: int | None = None) -> int | None:
     """In the sandbox's init: bound how many pids the namespace can ever hold at once. The
     write applies to the writer's pid namespace, through /proc or the proc mounted at the
     descriptor `proc` (a view template's: see template.py)."""
-    if limits.pids is None:
+    value = pid_max_for(limits)
+    if value is None:
         return None
-    value = max(PID_MAX_FLOOR, RESERVED_PIDS + limits.pids)
     where = "/proc/sys/kernel/pid_max" if proc is None else "sys/kernel/pid_max"
     fd = os.open(where, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc)
     try:
@@ -29,6 +29,11 @@ def cap_pid_namespace(limits: LimitSpec, proc: int | None = None) -> int | None:
     finally:
         os.close(fd)
     return value
+
+
+def pid_max_for(limits: LimitSpec) -> int | None:
+    """The sandbox pid namespace's pid_max for `limits` (None: left as it is)."""
+    return None if limits.pids is None else max(PID_MAX_FLOOR, RESERVED_PIDS + limits.pids)
 
 
 def rlimit_values(limits: LimitSpec, beside: int = INIT_TASKS) -> tuple[int, int, int]:

@@ -38,7 +38,8 @@ from stockade.linux.mountapi import (
 
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SYSTEM_DIRS = ("/dev", "/proc", "/tmp")
-# What each sandbox has of its own even when its mounts are a view template's copy (refresh).
+# What each sandbox has of its own even when its mounts are a view template's copy
+# (own_filesystems).
 OWN_FILESYSTEMS = ("/proc", "/tmp", "/dev/shm", "/dev/pts")
 RO = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
 _BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
@@ -345,26 +346,41 @@ def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchReques
     os.close(mounted)
 
 
-def _new_system_fs(path: str, request: LaunchRequest) -> int:
-    """A fresh instance of the filesystem the sandbox has at `path` (see SYSTEM_DIRS and
-    OWN_FILESYSTEMS), detached."""
+@dataclass(frozen=True)
+class SystemFs:
+    """A filesystem the sandbox has an instance of its own of (see SYSTEM_DIRS and
+    OWN_FILESYSTEMS): where, what type, its options and its mount attributes."""
+
+    path: str
+    fstype: str
+    options: dict[str, str]
+    attrs: int
+
+
+def system_fs(path: str, request: LaunchRequest) -> SystemFs:
     if path == "/proc":
         # Read-only: nothing in a fresh /proc needs writing by ordinary tools, and it keeps
         # /proc/sys and /proc/sysrq-trigger out of reach even for a sandbox run by root.
-        return new_fs("proc", {}, RO | MOUNT_ATTR_NOEXEC)
+        return SystemFs(path, "proc", {}, RO | MOUNT_ATTR_NOEXEC)
     if path == "/dev":
-        return new_fs("tmpfs", {"mode": "0755", "size": "64k"},
-                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+        return SystemFs(path, "tmpfs", {"mode": "0755", "size": "64k"},
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
     if path == "/dev/pts":
-        return new_fs("devpts", {"ptmxmode": "0666", "mode": "0620"},
-                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+        return SystemFs(path, "devpts", {"ptmxmode": "0666", "mode": "0620"},
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
     # /tmp and /dev/shm: world-writable RAM, bounded by the memory limit, since what is
     # stored there is memory no rlimit counts.
     options = {"mode": "1777"}
     if request.limits.memory is not None:
         options["size"] = str(request.limits.memory)
     noexec = 0 if path == "/tmp" and request.exec_from_write else MOUNT_ATTR_NOEXEC
-    return new_fs("tmpfs", options, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
+    return SystemFs(path, "tmpfs", options, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
+
+
+def _new_system_fs(path: str, request: LaunchRequest) -> int:
+    """A fresh, detached instance of the filesystem the sandbox has at `path`."""
+    fs = system_fs(path, request)
+    return new_fs(fs.fstype, fs.options, fs.attrs)
 
 
 def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) -> None:
@@ -388,32 +404,12 @@ def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) 
         os.symlink(to, link, dir_fd=dev)
 
 
-def refresh(request: LaunchRequest) -> None:
-    """In a sandbox cloned from a view template (template.py), whose mounts are the
-    template's: cover what each sandbox must have of its own (OWN_FILESYSTEMS) with fresh
-    instances. What lay on the template's /tmp (roots below it, the directories leading to
-    them, aliases) is carried over onto the fresh one first. A /tmp that is a root itself is
-    the root's, as in the template."""
-    tmp_is_root = _tmp_is_root(request)
-    old_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        carried = [] if tmp_is_root else _carry(old_tmp, os.fstat(old_tmp).st_dev, "")
-        for path in OWN_FILESYSTEMS:
-            if path == "/tmp" and tmp_is_root:
-                continue
-            target = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fs = _new_system_fs(path, request)
-            attach(fs, target)
-            os.close(fs)
-            os.close(target)
-        new_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for item in carried:
-                _place(new_tmp, item)
-        finally:
-            os.close(new_tmp)
-    finally:
-        os.close(old_tmp)
+def own_filesystems(request: LaunchRequest) -> list[SystemFs]:
+    """What a sandbox cloned from a view template (template.py), whose mounts are the
+    template's, covers with fresh instances of its own (template.c does): OWN_FILESYSTEMS, but
+    a /tmp that is a root itself, which is the root's as in the template."""
+    return [system_fs(path, request) for path in OWN_FILESYSTEMS
+            if not (path == "/tmp" and _tmp_is_root(request))]
 
 
 def freeze_own(request: LaunchRequest) -> None:
@@ -433,19 +429,30 @@ def _tmp_is_root(request: LaunchRequest) -> bool:
     return any(g.path == "/tmp" for g in request.read + request.write)
 
 
-@dataclass
-class _Carried:
-    """One thing on the template's /tmp, to be made again on a spare's fresh one: a mount (a
-    recursive clone of it), a symbolic link, or else a directory."""
+@dataclass(frozen=True)
+class Carried:
+    """One thing on a view template's /tmp, which each spare makes again on its fresh /tmp
+    (template.c): a mount (a recursive clone of it), a symbolic link, or else a directory."""
 
     path: str               # relative to /tmp
-    tree: int = -1
+    mount: bool = False
     link: str | None = None
 
 
-def _carry(tmp: int, tmp_dev: int, rel: str) -> list[_Carried]:
-    """What lies on the template's /tmp under `rel`, parents first."""
-    found: list[_Carried] = []
+def carried_below_tmp(request: LaunchRequest) -> list[Carried]:
+    """In a view template, once its view is built: what lies on its /tmp (roots below it, the
+    directories leading to them, aliases), parents first. Nothing when /tmp is a root."""
+    if _tmp_is_root(request):
+        return []
+    tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _carry(tmp, os.fstat(tmp).st_dev, "")
+    finally:
+        os.close(tmp)
+
+
+def _carry(tmp: int, tmp_dev: int, rel: str) -> list[Carried]:
+    found: list[Carried] = []
     directory = openat2(tmp, rel or ".", os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
     try:
         names = os.listdir(directory)
@@ -453,39 +460,15 @@ def _carry(tmp: int, tmp_dev: int, rel: str) -> list[_Carried]:
         os.close(directory)
     for name in names:
         path = os.path.join(rel, name)
-        fd = openat2(tmp, path, os.O_PATH | os.O_NOFOLLOW, _BENEATH)
-        try:
-            info = os.fstat(fd)
-            if info.st_dev != tmp_dev:
-                found.append(_Carried(path, tree=clone_tree(fd)))
-            elif stat.S_ISLNK(info.st_mode):
-                found.append(_Carried(path, link=os.readlink(path, dir_fd=tmp)))
-            elif stat.S_ISDIR(info.st_mode):
-                found.append(_Carried(path))
-                found += _carry(tmp, tmp_dev, path)
-        finally:
-            os.close(fd)
+        info = os.stat(path, dir_fd=tmp, follow_symlinks=False)
+        if info.st_dev != tmp_dev:
+            found.append(Carried(path, mount=True))
+        elif stat.S_ISLNK(info.st_mode):
+            found.append(Carried(path, link=os.readlink(path, dir_fd=tmp)))
+        elif stat.S_ISDIR(info.st_mode):
+            found.append(Carried(path))
+            found += _carry(tmp, tmp_dev, path)
     return found
-
-
-def _place(tmp: int, item: _Carried) -> None:
-    parent, name = os.path.split(item.path)
-    where = openat2(tmp, parent or ".", os.O_PATH | os.O_DIRECTORY, _BENEATH)
-    try:
-        if item.link is not None:
-            os.symlink(item.link, name, dir_fd=where)
-        elif item.tree < 0 or stat.S_ISDIR(os.fstat(item.tree).st_mode):
-            os.mkdir(name, 0o755, dir_fd=where)
-        else:
-            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600,
-                             dir_fd=where))
-        if item.tree >= 0:
-            target = openat2(where, name, os.O_PATH, _BENEATH)
-            attach(item.tree, target)
-            os.close(target)
-            os.close(item.tree)
-    finally:
-        os.close(where)
 
 
 def _aliases(top: int, own_devs: set[int], request: LaunchRequest) -> None:

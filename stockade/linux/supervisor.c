@@ -2,14 +2,16 @@
  *
  *     supervisor PLAN LISTENER HANDOFF
  *     supervisor PLAN LISTENER - STDIN STDOUT STDERR REQUEST STATUS CONTROL
+ *     supervisor template SPEC PLAN HANDOFF HOST_PROC
  *
- * pid 1 is first a Python process (init.py, or a spare cloned from a view template:
- * template.py): it has its view, confines itself (Landlock, capabilities, seccomp) and execs
- * this static program from a sealed memfd. The first form is
- * a spare made ahead of its launch: it waits on the zygote's HANDOFF socket for the launch's
- * six descriptors and reads the launch (argv, environment, working directory, umask) from the
- * request pipe, after checking that the launch is for the view it was made for. The second
- * form has them already, and PLAN holds the launch too. PLAN is a memfd (supervisor.plan).
+ * In the first two forms pid 1 was a Python process (init.py) that built its view, confined
+ * itself (Landlock, capabilities, seccomp) and execed this static program from a sealed
+ * memfd. The first form is a spare made ahead of its launch: it waits on the zygote's HANDOFF
+ * socket for the launch's six descriptors and reads the launch (argv, environment, working
+ * directory, umask) from the request pipe, after checking that the launch is for the view it
+ * was made for. The second form has them already, and PLAN holds the launch too. PLAN is a
+ * memfd (supervisor.plan). The third form is a view template (template.c), whose spares make
+ * and confine themselves in C and then go on here as the first form does.
  *
  * It passes the proxy's LISTENER (-1: none) to the owner over CONTROL, forks the command
  * (session, default signals, stdio, directory, umask, rlimits, a Landlock domain of its own
@@ -40,7 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { SETUP_FAILED = 70, START_FAILED = 71, LAUNCH_FDS = 6, DIGEST = 32 };
+#include "supervisor.h"
+
+enum { LAUNCH_FDS = 6, DIGEST = 32 };
 enum { PLAN_RLIMITS = 1 };  /* plan flags */
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
@@ -156,30 +160,6 @@ static void fail(int start, const char *code, const char *subject, const char *m
 }
 
 /* ---- reading the plan and the launch ---- */
-
-struct reader {
-    const char *at, *end;
-};
-
-static int take(struct reader *r, void *out, size_t size) {
-    if ((size_t)(r->end - r->at) < size)
-        return -1;
-    memcpy(out, r->at, size);
-    r->at += size;
-    return 0;
-}
-
-static uint32_t u32(struct reader *r, int *bad) {
-    uint32_t v = 0;
-    *bad |= take(r, &v, sizeof v);  /* (little-endian hosts: x86_64, aarch64) */
-    return v;
-}
-
-static int64_t i64(struct reader *r, int *bad) {
-    int64_t v = 0;
-    *bad |= take(r, &v, sizeof v);
-    return v;
-}
 
 struct launch {
     unsigned char digest[DIGEST];
@@ -459,7 +439,7 @@ static int reap(pid_t command, int *status) {
     return found;
 }
 
-static int supervise(pid_t command, int signals, int lifeline) {
+static int wait_for(pid_t command, int signals, int lifeline) {
     int status = 0;
     struct pollfd watched[2] = {{signals, POLLIN, 0}, {lifeline, POLLIN, 0}};
     while (!reap(command, &status)) {
@@ -477,31 +457,29 @@ static int supervise(pid_t command, int signals, int lifeline) {
     return status;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 4 && argc != 10)
-        return SETUP_FAILED;
+/* pid 1 from here on: a spare waiting on `handoff` (launch_fds NULL), or with its launch. */
+_Noreturn void supervise(int plan_fd, int listener, int handoff, const int *launch_fds) {
     /* exec made this process dumpable again; nothing in the sandbox may inspect it */
     if (prctl(PR_SET_DUMPABLE, 0) != 0)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
     signal(SIGPIPE, SIG_IGN);  /* a closed status pipe is an error return, not a signal */
     sigset_t child_exits;
     sigemptyset(&child_exits);
     sigaddset(&child_exits, SIGCHLD);
     if (sigprocmask(SIG_BLOCK, &child_exits, NULL) != 0)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
     int signals = signalfd(-1, &child_exits, SFD_CLOEXEC);
     if (signals < 0)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
 
-    int plan_fd = parse_fd(argv[1]), listener = parse_fd(argv[2]), fds[LAUNCH_FDS];
+    int fds[LAUNCH_FDS];
     struct stat info;
     if (fstat(plan_fd, &info) != 0 || info.st_size > (off_t)MAX_PART)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
     char *plan = malloc((size_t)info.st_size + 1);
     if (!plan || pread(plan_fd, plan, (size_t)info.st_size, 0) != info.st_size)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
     close(plan_fd);
-
     /* flags, three rlimits, the nested domain's handled rights and scopes, the "started"
      * event's enforced JSON, the view digest, the launch */
     struct reader r = {plan, plan + info.st_size};
@@ -520,12 +498,11 @@ int main(int argc, char **argv) {
     uint32_t launch_size = u32(&r, &bad);
     bad |= (size_t)(r.end - r.at) != launch_size;
     if (bad)
-        return SETUP_FAILED;
+        _exit(SETUP_FAILED);
 
     struct launch launch;
     int launch_bad;
-    if (argc == 4) {  /* a spare: wait for the launch this view was made for */
-        int handoff = parse_fd(argv[3]);
+    if (!launch_fds) {  /* a spare: wait for the launch this view was made for */
         if (!receive_launch(handoff, fds))
             _exit(0);  /* the zygote is gone: nobody will ever use this sandbox */
         close(handoff);
@@ -538,15 +515,14 @@ int main(int argc, char **argv) {
             fail(0, "setup_failed", NULL, "the prepared sandbox was made for another view than "
                  "this launch's", "request");
     } else {
-        for (int i = 0; i < LAUNCH_FDS; i++)
-            fds[i] = parse_fd(argv[4 + i]);
+        memcpy(fds, launch_fds, sizeof fds);
         status_fd = fds[4];
         launch_bad = parse_launch(r.at, launch_size, &launch) != 0;
     }
     if (launch_bad)
         fail(0, "request_invalid", NULL, "the launch part of the request is malformed",
              "request");
-    if (argc == 4) {  /* (built and confined ahead: these stages took no time of the launch's) */
+    if (!launch_fds) {  /* (built and confined ahead: these stages took no time of the launch's) */
         stage("request");
         stage("mounts");
         stage("confine");
@@ -567,7 +543,7 @@ int main(int argc, char **argv) {
     puts_(&event, "}");
     emit(&event);
 
-    int status = supervise(command, signals, fds[3]);
+    int status = wait_for(command, signals, fds[3]);
     stage("run");
     kill(-1, SIGKILL);  /* from a pid namespace's init: every other process in it */
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
@@ -582,4 +558,17 @@ int main(int argc, char **argv) {
                    "\"signal\": null}\n", WEXITSTATUS(status));
     write_all(status_fd, line, (size_t)size);
     _exit(0);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6 && strcmp(argv[1], "template") == 0)
+        return template_main(parse_fd(argv[2]), parse_fd(argv[3]), parse_fd(argv[4]),
+                             parse_fd(argv[5]));
+    if (argc != 4 && argc != 10)
+        return SETUP_FAILED;
+    int fds[LAUNCH_FDS];
+    for (int i = 0; argc == 10 && i < LAUNCH_FDS; i++)
+        fds[i] = parse_fd(argv[4 + i]);
+    supervise(parse_fd(argv[1]), parse_fd(argv[2]), argc == 4 ? parse_fd(argv[3]) : -1,
+              argc == 10 ? fds : NULL);
 }

@@ -1,11 +1,14 @@
 """pid 1's second half: supervisor.c, the static program the sandbox's pid 1 becomes before
 its command starts.
 
-pid 1 is first a Python process cloned from the zygote (init.py) or from a view template
-(template.py): it has its view and confines itself. Then it execs the supervisor, which
-starts the command, reaps, reports and drains (see supervisor.c). An idle sandbox is so kept
-by well under 1 MiB instead of a Python interpreter's ≈ 15 MiB, and a launch pays for no
-Python thread, spawn or poll loop.
+pid 1 is first a Python process cloned from the zygote (init.py): it builds its view and
+confines itself. Then it execs the supervisor, which starts the command, reaps, reports and
+drains (see supervisor.c). An idle sandbox is so kept by well under 1 MiB instead of a Python
+interpreter's ≈ 15 MiB, and a launch pays for no Python thread, spawn or poll loop. A view
+template (template.py) execs the same program once its view is built (`become_template`); the
+spares it clones are the program from their first instruction: they make their own
+filesystems and confine themselves in C (template.c, refresh.c, confine.c) from what the
+template computed in Python, and go on as the supervisor.
 
 The program is copied once per process (the zygote, or the CLI) into a sealed memfd before
 any sandbox exists, and pid 1 execs that copy: neither what a command writes to the installed
@@ -78,7 +81,12 @@ def plan(spec: LimitSpec, rlimits: bool, nested: tuple[int, int], enforced: dict
         _HEAD.pack(_RLIMITS if rlimits else 0, memory, processes, file_size, *nested,
                    len(body)), body,
         view_digest or _NO_VIEW, struct.pack("<I", len(launch)), launch))
-    fd = os.memfd_create("stockade-plan", os.MFD_CLOEXEC)
+    return memfd("stockade-plan", data)
+
+
+def memfd(name: str, data: bytes) -> int:
+    """A memfd holding `data`, for the supervisor to read (it preads from offset 0)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     done = 0
     while done < len(data):
         done += os.write(fd, data[done:])
@@ -96,3 +104,13 @@ def become(program: int, plan_fd: int, listener: int | None, handoff: int | None
             os.set_inheritable(fd, True)
     argv = ["supervisor", *("-" if fd == -2 else str(fd) for fd in passed)]
     os.execve(program, argv, {})
+
+
+def become_template(program: int, spec: int, plan_fd: int, handoff: int, host_proc: int
+                    ) -> NoReturn:
+    """Exec the supervisor as a view template whose view is built (template.c): it clones
+    the spares of the view from `spec` (template.py) and gives each the same `plan_fd`."""
+    passed = (spec, plan_fd, handoff, host_proc)
+    for fd in passed:
+        os.set_inheritable(fd, True)
+    os.execve(program, ["supervisor", "template", *map(str, passed)], {})

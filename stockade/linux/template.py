@@ -3,13 +3,19 @@ from itself, so that a run of launches with one policy does not build its mounts
 again (see zygote.py).
 
 The template lives in a user and a mount namespace of its own and nothing else: were it the
-init of a pid namespace, its exit would kill every sandbox cloned from it. It builds the view
-(mnt.build) and pivots into it, tells the zygote the survey's identity ("M"), and then, for
-each "S" from the zygote, clones a spare: fresh user (nested in the template's), mount (a copy
-of the template's, its mounts locked to the spare), pid, ipc, uts, net and cgroup namespaces.
-The spare covers what each sandbox must own with fresh instances (mnt.refresh: proc, /tmp,
-/dev/shm, /dev/pts), confines itself and becomes the supervisor, waiting for its launch as a
-spare prepared by init.py would; it says "M" with the template's identity once it waits.
+init of a pid namespace, its exit would kill every sandbox cloned from it. In Python, it builds
+the view (mnt.build), pivots into it, and computes once what every spare of the view needs:
+the supervisor's plan, and a spec (`_spec`: the filesystems to cover, what to carry onto /tmp,
+the Landlock ruleset, the seccomp program, pid_max). It tells the zygote the survey's identity
+("M") and execs the supervisor as a template (template.c), in the same namespaces and view.
+
+From then on it is a compiled process of a few pages. For each "S" from the zygote it clones a
+spare: fresh user (nested in the template's), mount (a copy of the template's, its mounts
+locked to the spare), pid, ipc, uts, net and cgroup namespaces. The spare covers what each
+sandbox must own with fresh instances (refresh.c: proc, /tmp, /dev/shm, /dev/pts, and what lay
+below the template's /tmp carried over), confines itself as init.py's pid 1 does (confine.c),
+says "M" with the template's identity and waits for its launch as the supervisor, as a spare
+prepared by init.py would. No Python runs in a spare, and none is copied into it.
 
 The template runs nothing untrusted and holds no launch's state. Two descriptors do what the
 view cannot: the kernel lets a user namespace mount proc only where a fully visible proc is
@@ -25,15 +31,23 @@ import ctypes
 import os
 import signal
 import socket
+import struct
 from typing import NoReturn
 
 from stockade.launch.request import LaunchRequest
-from stockade.linux import fdpass, init, limits, mnt, net, ns, privilege, supervisor
+from stockade.linux import fdpass, init, landlock, limits, mnt, ns, privilege, supervisor
 from stockade.linux.launcher import Skeleton, parse_frame
 from stockade.linux.mountapi import MOUNT_ATTR_NOEXEC, new_fs
 from stockade.linux.syscalls import prctl
+from stockade.net.env import SANDBOX_PORT
 
 _TEMPLATE_NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS
+# template.c's spec: the layers a spare applies (unless weakened for a test), a listener flag,
+# and the kinds of what it carries onto its /tmp
+_LAYERS = {"landlock": 1, "privileges": 2, "seccomp": 4}
+_PROXY_LISTENER = 8
+_DIRECTORY, _LINK, _MOUNT = 0, 1, 2
+_U32 = struct.Struct("<I")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -57,7 +71,7 @@ def start(view: bytes) -> Skeleton:
 
 def _serve(handoff: socket.socket, view: bytes, uid: int, gid: int, program: int | None
            ) -> NoReturn:
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its spares are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its helpers are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ns.map_ids(uid, gid)  # (while it is dumpable: else its /proc files are not its own)
     prctl(init.PR_SET_DUMPABLE, 0)
@@ -69,56 +83,51 @@ def _serve(handoff: socket.socket, view: bytes, uid: int, gid: int, program: int
     protected, identity = mnt.build(request, init.STAGE, weaken, identify=True,
                                     proc=_empty_proc())
     mnt.freeze_own(request)
+    pid_max = limits.pid_max_for(request.limits)
+    plan = init.plan_for(request, weaken, len(protected), pid_max, view, b"")
+    spec = supervisor.memfd("stockade-template", _spec(request, bpf, weaken, uid, gid,
+                                                         pid_max, identity))
     handoff.send(b"M" + identity)
-    while handoff.recv(1) == b"S":
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        go, ready = os.pipe2(os.O_CLOEXEC)
-        # The spare is born dumpable, so that its /proc files are its own until its ids are
-        # mapped (by us, below); it is not dumpable from then on (the template likewise).
-        prctl(init.PR_SET_DUMPABLE, 1)
-        pid, pidfd = ns.clone_sandbox()
-        if pid != 0:
-            prctl(init.PR_SET_DUMPABLE, 0)
-        if pid == 0:
-            os.close(ready)
-            ours.close()
-            _spare(request, bpf, weaken, len(protected), view, identity, theirs, program,
-                   host_proc, go)
-        os.close(go)
-        theirs.close()
-        try:
-            ns.map_ids(uid, gid, str(pid), proc=host_proc)
-            os.write(ready, b"g")
-        finally:
-            os.close(ready)
-        fdpass.send_fds(handoff, b"S", [ours.fileno(), pidfd])
-        ours.close()
-        os.close(pidfd)
-    os._exit(0)
+    supervisor.become_template(program, spec, plan, handoff.fileno(), host_proc)
 
 
-def _spare(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], protected: int,
-           view: bytes, identity: bytes, handoff: socket.socket, program: int,
-           host_proc: int, go: int) -> NoReturn:
-    """Body of a spare (pid 1 of its namespaces) until it becomes the supervisor. Whatever
-    fails, it just ends: the zygote then hands no launch to it."""
-    try:
-        privilege.close_fds({0, 1, 2, handoff.fileno(), program, host_proc, go})
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if os.read(go, 1) != b"g":
-            os._exit(0)
-        os.close(go)
-        init.settle_as_pid1()
-        net.loopback_up()
-        mnt.refresh(request)
-        pid_max = limits.cap_pid_namespace(request.limits, proc=host_proc)
-        os.close(host_proc)
-        listener = init.listener_for(request)
-        plan = init.seal(request, bpf, weaken, protected, pid_max, view, b"")
-        handoff.send(b"M" + identity)
-        supervisor.become(program, plan, listener, handoff=handoff.fileno())
-    except BaseException:  # noqa: BLE001 - see above
-        os._exit(0)
+def _spec(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], uid: int, gid: int,
+          pid_max: int | None, identity: bytes) -> bytes:
+    """What template.c makes each spare from (read by its parse_spec, in this order): which
+    layers and whether a proxy listener, the ids to map, pid_max, the identity to say, the
+    seccomp program, the filesystems to cover, what to carry onto /tmp, and the Landlock
+    ruleset, all as the sandbox sees them once its view is built."""
+    flags = sum(bit for name, bit in _LAYERS.items() if name not in weaken)
+    if request.network.mode == "allowlist":
+        flags |= _PROXY_LISTENER
+    out = [struct.pack("<IIIIq", flags, uid, gid, SANDBOX_PORT,
+                       -1 if pid_max is None else pid_max), _blob(identity), _blob(bpf)]
+    own = mnt.own_filesystems(request)
+    out.append(_U32.pack(len(own)))
+    for fs in own:
+        out += [_text(fs.path), _text(fs.fstype), struct.pack("<qI", fs.attrs, len(fs.options))]
+        out += [_text(word) for pair in fs.options.items() for word in pair]
+    carried = mnt.carried_below_tmp(request)
+    out.append(_U32.pack(len(carried)))
+    for item in carried:
+        kind = _MOUNT if item.mount else _DIRECTORY if item.link is None else _LINK
+        out += [_U32.pack(kind), _text(item.path), _text(item.link or "")]
+    made = (landlock.ruleset(init.landlock_rules(request)) if flags & _LAYERS["landlock"]
+            else landlock.Ruleset(0, 0, 0, 0, (), ()))
+    out += [struct.pack("<qqqI", made.handled_fs, made.handled_net, made.scoped,
+                        len(made.grants))]
+    out += [_text(path) + struct.pack("<q", access) for path, access in made.grants]
+    out.append(_U32.pack(len(made.tcp_connect_ports)))
+    out += [struct.pack("<q", port) for port in made.tcp_connect_ports]
+    return b"".join(out)
+
+
+def _blob(data: bytes) -> bytes:
+    return _U32.pack(len(data)) + data
+
+
+def _text(text: str) -> bytes:
+    return _blob(os.fsencode(text)) + b"\0"
 
 
 def _empty_proc() -> int:

@@ -280,6 +280,8 @@ def serve(control_fd: int) -> None:
     ready: Skeleton | None = None  # a spare with namespaces only, for any view
     template: _Template | None = None  # the wanted view, built once; spares are cloned from it
     prepared: list[_Prepared] = []  # spares cloned from it, oldest first
+    # launches promised a spare still making itself ready: (spare, launch, reply, identity)
+    promised: list[tuple[_Prepared, list[int], int, bytes]] = []
     wanted: bytes | None = None  # the view frame to prepare the next spares for
     mounting: list[socket.socket] = []  # handed-over skeletons still building their mounts
     # A spare's mount namespace is a copy of the host's from when it was made: when the host's
@@ -293,6 +295,27 @@ def serve(control_fd: int) -> None:
             spare.close()
         prepared.clear()
         template = None
+
+    def launch_fresh(launch: list[int], reply: int, mode: bytes) -> None:
+        """Hand a launch a skeleton that builds its own view."""
+        nonlocal ready
+        if mode == WITH_NETWORK_NAMESPACE and ready is not None:
+            skeleton, ready = ready, None
+        else:
+            skeleton = start(network=mode == WITH_NETWORK_NAMESPACE)
+        _hand_over(skeleton, launch, reply)
+        mounting.append(skeleton.handoff)
+
+    def keep_promise(spare: _Prepared, launch: list[int], reply: int, identity: bytes,
+                     fresh: bool) -> None:
+        """The promised spare said it is ready (or ended): the launch gets it if it fits,
+        else (or when the host's mounts changed: `fresh`) a skeleton of its own."""
+        if not fresh and spare.read() and spare.fits(spare.view, identity):
+            _hand_over(spare.skeleton, launch, reply)
+            spare.sock.close()
+        else:
+            spare.close()
+            launch_fresh(launch, reply, WITH_NETWORK_NAMESPACE)
 
     while True:
         # Spares are made while no sandbox is building its mounts: both need the kernel's
@@ -311,7 +334,8 @@ def serve(control_fd: int) -> None:
                     prepared.append(spare)
             elif ready is None:
                 ready = start(network=True)
-        watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None)] \
+        watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None),
+                   *(p[0].sock for p in promised)] \
             + ([template.sock] if template is not None and template.identity is None else [])
         readable, _, changed = select.select(watched, [], [mountinfo])
         if changed:
@@ -319,8 +343,14 @@ def serve(control_fd: int) -> None:
             if ready is not None:
                 ready.close()
                 ready = None
+        for promise in [p for p in promised if changed or p[0].sock in readable]:
+            promised.remove(promise)
+            keep_promise(*promise, fresh=bool(changed))
+        if changed:
             continue
         for sock in readable:
+            if sock.fileno() < 0:
+                continue  # (a promised spare's, handed over or closed above)
             if sock is not control and sock not in mounting:
                 spares = [p for p in prepared if p.sock is sock]
                 if spares and not spares[0].read() \
@@ -348,6 +378,15 @@ def serve(control_fd: int) -> None:
                 fitting[0].sock.close()
                 wanted = view
                 continue
+            # A spare of this view still making itself ready (about a millisecond) is
+            # promised to the launch rather than build a view on the launch's time.
+            coming = [p for p in prepared if p.identity is None and p.view == view] \
+                if usable and template is not None and template.identity == identity else []
+            if coming:
+                prepared.remove(coming[0])
+                promised.append((coming[0], launch, reply, identity))
+                wanted = view
+                continue
             if usable and template is None:
                 wanted = view
             elif usable and (template.view != view or template.identity and identity
@@ -357,12 +396,7 @@ def serve(control_fd: int) -> None:
                 # launch).
                 wanted = view if template.view != view else None
                 drop_prepared()
-            if mode == WITH_NETWORK_NAMESPACE and ready is not None:
-                skeleton, ready = ready, None
-            else:
-                skeleton = start(network=mode == WITH_NETWORK_NAMESPACE)
-            _hand_over(skeleton, launch, reply)
-            mounting.append(skeleton.handoff)
+            launch_fresh(launch, reply, mode)
 
 
 def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:
