@@ -270,3 +270,25 @@ def test_a_prepared_sandbox_is_confined_and_mounted_as_a_fresh_one_is(ws):
     assert "NoNewPrivs=1" in lines[0] and "Seccomp=2" in lines[0]
     assert lines[1].startswith("/proc ro,") and "size=262144k" in lines[2], lines
     assert lines[-1] == "stockade"
+
+
+def test_concurrent_launches_of_one_view_each_get_a_sandbox_of_their_own(ws):
+    """Two callers launching one view back to back: the zygote hands each launch a ready
+    spare, or promises it one still making itself ready (zygote.py), or builds it a fresh
+    one. Whichever: every launch runs, in a /tmp and a process tree no other launch shares."""
+    workspace, _ = ws
+    script = "cat /tmp/mark 2>/dev/null; echo $$ > /tmp/mark; echo ok"
+    results: list[stockade.Result] = []
+
+    def caller() -> None:
+        results.extend(sandbox(["sh", "-c", script], workspace) for _ in range(15))
+
+    callers = [threading.Thread(target=caller) for _ in range(2)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(120)
+    assert len(results) == 30
+    assert all((r.exit_code, r.stdout) == (0, b"ok\n") for r in results), \
+        [(r.exit_code, r.stdout, r.stderr) for r in results if r.stdout != b"ok\n"]
+    assert sum(r.enforced["prepared_ahead"] for r in results) > 0
