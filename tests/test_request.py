@@ -11,7 +11,7 @@ import pytest
 
 from stockade.errors import PolicyError, RequestError, UnavailableError, UnenforceableError
 from stockade.launch import manager
-from stockade.launch.compile import CompileContext, compile_policy, expand
+from stockade.launch.compile import CompileContext, canonical_path, compile_policy, expand
 from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.policy import preset
 
@@ -201,3 +201,22 @@ def test_unsandboxed_is_refused_for_any_restricting_policy():
     with pytest.raises(UnenforceableError) as info:
         manager.run_unsandboxed(["true"], preset("read-only"))
     assert info.value.code == "unenforceable:unsandboxed"
+
+
+def test_canonical_path_is_realpath_strict(tmp_path):
+    """canonical_path (what compile resolves every root with) answers as
+    os.path.realpath(strict=True) does: through absolute, relative and chained links, for
+    directories and files, and an OSError for a missing path or a dangling link."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "file").write_text("x")
+    (tmp_path / "abs").symlink_to(tmp_path / "real")
+    (tmp_path / "rel").symlink_to("real/sub")
+    (tmp_path / "chain").symlink_to("abs")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    for path in ("real", "abs", "rel", "chain", "chain/sub", "abs/file", "chain/file", "."):
+        full = os.path.join(tmp_path, path)
+        assert canonical_path(full) == os.path.realpath(full, strict=True), path
+    for path in ("missing", "dangling", "abs/missing"):
+        with pytest.raises(OSError):
+            canonical_path(os.path.join(tmp_path, path))
+

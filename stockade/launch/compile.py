@@ -106,6 +106,21 @@ def _placeholder(ctx: CompileContext, name: str) -> str:
     return value
 
 
+def canonical_path(path: str) -> str:
+    """os.path.realpath(path, strict=True) (OSError if it does not exist). On Linux, in three
+    system calls, by what /proc/self/fd says a descriptor opened: realpath itself lstats every
+    component of every path, at every launch."""
+    if sys.platform != "linux":
+        return os.path.realpath(path, strict=True)
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc
+        return os.path.realpath(path, strict=True)
+    finally:
+        os.close(fd)
+
+
 def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,
             *, must_exist: bool) -> tuple[PathGrant, ...]:
     grants: dict[str, PathGrant] = {}
@@ -113,7 +128,7 @@ def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,
         optional = raw.startswith("?")
         alias = expand(raw[1:] if optional else raw, ctx)
         try:
-            canonical = os.path.realpath(alias, strict=True)
+            canonical = canonical_path(alias)
         except OSError:
             if must_exist and not optional:
                 raise PolicyError(f"path {alias} does not exist", key=key) from None
@@ -145,7 +160,7 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
                  roots: tuple[PathGrant, ...]) -> str:
     raw = os.fspath(cwd) if cwd is not None else policy.process.cwd or "{workspace}"
     try:
-        resolved = os.path.realpath(expand(raw, ctx), strict=True)
+        resolved = canonical_path(expand(raw, ctx))
     except OSError:
         raise PolicyError(f"working directory {raw} does not exist", key="process.cwd") from None
     if not any(_inside(resolved, root.path) for root in roots):

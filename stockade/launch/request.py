@@ -63,7 +63,7 @@ class LaunchRequest:
 
     def canonical(self) -> bytes:
         """The canonical encoding of what runs (everything but the request id)."""
-        body = _plain(self)
+        body = dict(self._body)
         del body["request_id"]
         return _dumps(body)
 
@@ -71,8 +71,15 @@ class LaunchRequest:
     def digest(self) -> str:
         return hashlib.sha256(self.canonical()).hexdigest()
 
-    def encode(self) -> bytes:
-        return _dumps(_plain(self))
+    def encode(self, **replaced: object) -> bytes:
+        """The encoding, with the top-level fields in `replaced` (as JSON-ready values)
+        standing in for this request's own."""
+        return _dumps(self._body | replaced)
+
+    @functools.cached_property
+    def _body(self) -> dict[str, Any]:
+        # (made once: a launch encodes its request, its digest and its view frame from it)
+        return _plain(self)
 
     @classmethod
     def decode(cls, data: bytes) -> LaunchRequest:

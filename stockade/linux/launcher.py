@@ -16,7 +16,6 @@ becomes the supervisor ahead of demand (see init.py).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import signal
@@ -93,9 +92,8 @@ def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> by
     seccomp, weakenings) without what is one launch's own (argv, environment, working
     directory, umask, id). A spare whose mounts and confinement were made from a view frame
     is used only by a launch whose own view frame is the same bytes."""
-    view = dataclasses.replace(request, argv=("-",), cwd="/", env=(), stdin="null",
-                               request_id="")
-    return encode_frame(view.encode(), bpf, weaken, b"")
+    view = request.encode(argv=["-"], cwd="/", env=[], stdin="null", request_id="")
+    return encode_frame(view, bpf, weaken, b"")
 
 
 @dataclass
