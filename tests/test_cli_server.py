@@ -8,6 +8,7 @@ import _socket
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -129,6 +130,34 @@ def test_the_command_runs_under_the_server_and_ends_with_its_client(served, work
         time.sleep(0.05)
 
 
+def test_a_client_with_other_resource_limits_runs_its_command_itself(served, workspace):
+    """A served run would take the server's resource limits: a client whose limits differ
+    is not served, and its command gets the client's own (here a lower RLIMIT_NOFILE)."""
+    env, _ = served
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lower = min(soft, hard) // 2
+    done = stockade("run", "--preset", "workspace-write", "--workspace", ".", "--", "sh", "-c",
+                    "ulimit -n", env=env, cwd=workspace,
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (lower, hard)))
+    assert (done.returncode, done.stdout) == (0, f"{lower}\n"), done.stderr
+    same = stockade("run", "--preset", "workspace-write", "--workspace", ".", "--", "sh", "-c",
+                    "ulimit -n", env=env, cwd=workspace)
+    assert (same.returncode, same.stdout) == (0, f"{soft}\n"), same.stderr
+
+
+def test_a_client_in_other_namespaces_runs_its_command_itself(served, workspace):
+    """A client in a user and mount namespace of its own, where a tmpfs covers a directory
+    of its workspace, passes the peer check (its uid maps to the server's) but is not served:
+    its command sees the client's mounts, not the server's."""
+    env, _ = served
+    script = (f"mount -t tmpfs none sub && touch sub/only-here && exec {sys.executable} -m "
+              "stockade run --preset workspace-write --workspace . -- ls sub")
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                           script], env=env, cwd=workspace, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, "only-here\n"), done.stderr
+
+
 def pipes_of(pid: int) -> set[str]:
     found = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -179,7 +208,10 @@ def test_a_server_that_answers_at_once_is_heard(tmp_path, monkeypatch):
     monkeypatch.setattr(program, "socket_path", lambda: str(path))
     for name in list(os.environ):
         monkeypatch.delenv(name)
-    request = encode_request(["run", "--", "true"], os.getcwd(), 0o22, {})
+    umask = os.umask(0o22)
+    os.umask(umask)
+    request = encode_request(["run", "--", "true"], os.getcwd(), umask,
+                             program.caller_context(), {})
     server, closed = _one_connection(path, len(request), b"2\n")
 
     class Slow(_socket.socket):
@@ -246,10 +278,8 @@ def test_another_user_is_not_served(served, workspace, tmp_path):
     state = Path(env["STOCKADE_STATE_DIR"])
     opened = [p for p in (state, *state.parents) if p.is_relative_to(tmp_path.parents[2])]
     modes = {p: p.stat().st_mode & 0o7777 for p in opened}
-    for directory in opened:
-        os.chmod(directory, 0o711)
-    os.chmod(state / SOCKET_NAME, 0o666)  # only the peer check stands in the way now
-    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", 0o22, {})
+    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", 0o22,
+                             program.caller_context(), {})
     code = textwrap.dedent("""
         import os, socket, struct, sys
         os.setgid(65534)
@@ -263,9 +293,14 @@ def test_another_user_is_not_served(served, workspace, tmp_path):
         except ConnectionResetError:  # closed with our request unread
             print(repr(b""))
     """)
-    done = subprocess.run([sys.executable, "-c", code, str(state / SOCKET_NAME),
-                           request.hex()], capture_output=True, text=True, timeout=30)
-    for directory, mode in modes.items():
-        os.chmod(directory, mode)
+    try:
+        for directory, mode in modes.items():
+            os.chmod(directory, mode | 0o111)  # (search only: the temp dir itself keeps its mode)
+        os.chmod(state / SOCKET_NAME, 0o666)  # only the peer check stands in the way now
+        done = subprocess.run([sys.executable, "-c", code, str(state / SOCKET_NAME),
+                               request.hex()], capture_output=True, text=True, timeout=30)
+    finally:
+        for directory, mode in modes.items():
+            os.chmod(directory, mode)
     assert (done.returncode, done.stdout) == (0, "b''\n"), done.stderr
     assert not (workspace / "made").exists()

@@ -12,10 +12,14 @@ Each spare child's sandbox skeleton is prepared for the view frame (linux/launch
 last request that launched, as the zygote prepares its spares, and is used only under the same
 rule: the same view, and a survey of the host made for this request with the same identity.
 
-One request: argv, working directory and environment (`encode_request` in stockade/program.py)
-of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr attached to its first byte
-(SCM_RIGHTS). The answer is the
-exit status as one line. Only the server's own user may connect (SO_PEERCRED). The child ends
+One request: argv, working directory, umask, the client's context and environment
+(`encode_request` in stockade/program.py) of at most MAX_REQUEST bytes, the client's stdin,
+stdout and stderr attached to its first byte (SCM_RIGHTS). The answer is the exit status as
+one line. Only the server's own user may connect (SO_PEERCRED), and only a
+client whose context (namespaces, root, capabilities, no_new_privs, seccomp, LSM label,
+supplementary groups, resource limits: stockade.program.caller_context) is the server's own
+is served; any other is answered NOT_SERVED before anything runs, and runs the command line
+itself. The child ends
 the moment the client's connection closes (SIGIO), and its sandbox with it, as a command line
 killed by Ctrl-C or SIGKILL would.
 """
@@ -40,7 +44,7 @@ from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
 from stockade.linux.zygote import ForkSpawner, fork_directly
-from stockade.program import socket_path
+from stockade.program import NOT_SERVED, caller_context, socket_path
 from stockade.session.daemon import answers
 
 MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
@@ -55,6 +59,7 @@ class Request:
     argv: list[str]
     cwd: str
     umask: int
+    context: bytes  # the client's (stockade.program.caller_context)
     env: dict[bytes, bytes]
 
 
@@ -226,24 +231,30 @@ def decode_request(body: bytes) -> Request:
         raise ValueError("not a request")
     fields = body[:-1].split(b"\0")
     count = int(fields[0]) if fields[0].isdigit() else -1
-    if not 0 < count <= len(fields) - 3:
+    if not 0 < count <= len(fields) - 4:
         raise ValueError("not a request")
     argv = [os.fsdecode(word) for word in fields[1:count + 1]]
-    cwd, umask = os.fsdecode(fields[count + 1]), fields[count + 2]
+    cwd, umask, context = os.fsdecode(fields[count + 1]), fields[count + 2], fields[count + 3]
     if not (umask and len(umask) <= 3 and set(umask) <= set(b"01234567")):
         raise ValueError("not a umask")
     env = {}
-    for pair in fields[count + 3:]:
+    for pair in fields[count + 4:]:
         name, equals, value = pair.partition(b"=")
         if not name or not equals:
             raise ValueError("not a variable")
         env[name] = value
-    return Request(argv, cwd, int(umask, 8), env)
+    return Request(argv, cwd, int(umask, 8), context, env)
 
 
 def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
     """Become the client's command line, then report its exit status."""
     code = 70
+    if request.context != caller_context():
+        # Its run would not be the one it would have made itself (another namespace, root,
+        # confinement, groups or limits): it runs it itself, and nothing ran here.
+        with contextlib.suppress(OSError):
+            conn.sendall(NOT_SERVED)
+        os._exit(0)
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _end_with_client(conn)
