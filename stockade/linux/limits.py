@@ -15,15 +15,13 @@ RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
 INIT_TASKS = 1          # the sandbox's pid 1 (supervisor.c), counted beside the command's
 
 
-def cap_pid_namespace(limits: LimitSpec, proc: int | None = None) -> int | None:
-    """In the sandbox's init: bound how many pids the namespace can ever hold at once. The
-    write applies to the writer's pid namespace, through /proc or the proc mounted at the
-    descriptor `proc` (a view template's: see template.py)."""
+def cap_pid_namespace(limits: LimitSpec) -> int | None:
+    """In the sandbox's init: bound how many pids the namespace can ever hold at once (a spare
+    cloned from a view template writes the same value, in template.c)."""
     value = pid_max_for(limits)
     if value is None:
         return None
-    where = "/proc/sys/kernel/pid_max" if proc is None else "sys/kernel/pid_max"
-    fd = os.open(where, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc)
+    fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, str(value).encode())
     finally:

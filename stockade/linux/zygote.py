@@ -16,12 +16,14 @@ After a launch, spares are prepared for that launch's view (launcher.view_frame)
 of that view (template.py) builds its mounts once, and clones PREPARED spares from itself, each
 with fresh namespaces, its own proc, /tmp, /dev/shm and /dev/pts, and its pid 1 confined before
 it is needed, so that a run of launches with one policy pays only for what is each launch's
-own. Neither holds any launch's state: a view frame has no argv, environment, working directory
-or id. A launch gets a spare only if its view frame is the same and the owner's survey of the
-host, made for this launch, has the identity the template's mounts were made from
-(mnt.Survey.identity); otherwise, or when the host's mounts change, the template and its spares
-are thrown away (sandboxes already cloned from it run on: the template is no pid namespace's
-init).
+own. Neither holds any launch's state: a view frame has no argv, environment, working
+directory or id. A launch gets a spare only if its view frame is the same and the owner's
+survey of the host, made for this launch, has the identity the template's mounts were made
+from (mnt.Survey.identity); otherwise, or when the host's mounts change, the template and its
+spares are thrown away (sandboxes already cloned from it run on: the template is no pid
+namespace's init). A launch that comes while the next spare of its view is still making
+itself ready (about a millisecond) is promised that spare rather than given a sandbox that
+builds its view.
 """
 
 from __future__ import annotations
@@ -310,7 +312,7 @@ def serve(control_fd: int) -> None:
                      fresh: bool) -> None:
         """The promised spare said it is ready (or ended): the launch gets it if it fits,
         else (or when the host's mounts changed: `fresh`) a skeleton of its own."""
-        if not fresh and spare.read() and spare.fits(spare.view, identity):
+        if not fresh and spare.read() and spare.identity == identity:
             _hand_over(spare.skeleton, launch, reply)
             spare.sock.close()
         else:
