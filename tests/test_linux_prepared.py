@@ -19,6 +19,9 @@ import pytest
 from conftest import FORK_UNTIL_REFUSED, PYTHON, marked, policy_for, sandbox
 
 import stockade
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -292,3 +295,27 @@ def test_concurrent_launches_of_one_view_each_get_a_sandbox_of_their_own(ws):
     assert all((r.exit_code, r.stdout) == (0, b"ok\n") for r in results), \
         [(r.exit_code, r.stdout, r.stderr) for r in results if r.stdout != b"ok\n"]
     assert sum(r.enforced["prepared_ahead"] for r in results) > 0
+
+
+@pytest.mark.parametrize("weaken", ["seccomp", "privileges", "landlock"])
+def test_a_layer_weakened_for_a_test_is_weakened_alike_in_a_prepared_sandbox(ws, weaken):
+    """The evidence matrix weakens one layer at a time to show that its rows then fail: a
+    spare cloned from a view template (template.c) leaves out exactly that layer too, as a
+    sandbox built at launch does, and the others stay."""
+    workspace, _ = ws
+    backend = LinuxBackend(weaken=frozenset({weaken}))
+    request = compile_policy(policy_for(), [PYTHON, "-c", STATE],
+                             CompileContext.current(workspace))
+
+    def launch() -> stockade.Result:
+        return execute(backend, dataclasses.replace(request, request_id=os.urandom(16).hex()))
+
+    fresh = launch()
+    spared = in_a_prepared_spare(launch)
+    assert fresh.exit_code == spared.exit_code == 0, (fresh.stderr, spared.stderr)
+    assert fresh.enforced["prepared_ahead"] is False
+    assert spared.enforced["weakened_for_testing"] == [weaken]
+    assert spared.stdout == fresh.stdout
+    status = spared.stdout.decode().splitlines()[0]
+    assert ("Seccomp=2" in status) == (weaken != "seccomp")
+    assert ("CapBnd=0000000000000000" in status) == (weaken != "privileges")
