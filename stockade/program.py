@@ -91,14 +91,14 @@ def _through_server(words: list[str]) -> int | None:
     try:
         path = socket_path()
         cwd = os.getcwd()
-        context = caller_context()
-    except (OSError, RuntimeError):  # no working directory, no home or no /proc: run here
+    except (OSError, RuntimeError):  # no working directory, or no home: run here
         return None
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         try:
             conn.connect(path)
-        except OSError:
+            context = caller_context()
+        except OSError:  # no server answers, or no /proc: run here
             return None
         umask = os.umask(0o077)
         os.umask(umask)

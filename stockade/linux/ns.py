@@ -60,18 +60,16 @@ def clone_sandbox(*, network: bool = True, namespaces: int = SANDBOX_NAMESPACES
     return pid, pidfd.value
 
 
-def map_ids(uid: int, gid: int, pid: str = "self", proc: int | None = None) -> None:
-    """For a fresh user namespace (this process's, or that of process `pid` as `proc`, a
-    descriptor of a proc mount, shows it): map `uid` and `gid` to themselves, one id each,
-    and deny setgroups."""
-    base = f"{pid}/" if proc is not None else f"/proc/{pid}/"
-    _write(base + "setgroups", "deny", proc)
-    _write(base + "uid_map", f"{uid} {uid} 1\n", proc)
-    _write(base + "gid_map", f"{gid} {gid} 1\n", proc)
+def map_ids(uid: int, gid: int) -> None:
+    """In a fresh user namespace: map `uid` and `gid` to themselves, one id each, and deny
+    setgroups. (A view template maps its spares' the same way, in template.c.)"""
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
-def _write(path: str, text: str, directory: int | None = None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC, dir_fd=directory)
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, text.encode())
     finally:

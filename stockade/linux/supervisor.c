@@ -265,20 +265,23 @@ static int receive_launch(int handoff, int fds[LAUNCH_FDS]) {
     return 1;
 }
 
-static int send_listener(int control, int listener) {
-    char byte = 'P';
+/* Send `byte` with `count` descriptors (at most two) over `sock`; 0 when sent. */
+int send_fds(int sock, char byte, const int *fds, int count) {
     struct iovec io = {&byte, 1};
     union {
         struct cmsghdr align;
-        char space[CMSG_SPACE(sizeof(int))];
+        char space[CMSG_SPACE(sizeof(int) * 2)];
     } buffer;
+    if (count < 1 || count > 2)
+        return -1;
     struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = buffer.space,
-                         .msg_controllen = sizeof buffer.space};
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &listener, sizeof(int));
+    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
     ssize_t sent;
-    while ((sent = sendmsg(control, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    while ((sent = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
     }
     return sent == 1 ? 0 : -1;
 }
@@ -527,7 +530,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
         stage("mounts");
         stage("confine");
     }
-    if (listener >= 0 && send_listener(fds[5], listener) != 0)
+    if (listener >= 0 && send_fds(fds[5], 'P', &listener, 1) != 0)
         fail(0, "proxy_listen_failed", NULL, strerror(errno), "network");
     if (listener >= 0)
         close(listener);

@@ -103,6 +103,6 @@ int template_main(int spec_fd, int plan_fd, int handoff, int host_proc);  /* tem
 int refresh(const struct spec *spec);                                      /* refresh.c */
 int confine(const struct spec *spec);                                      /* confine.c */
 _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *launch_fds);
-                                                                           /* supervisor.c */
+int send_fds(int sock, char byte, const int *fds, int count);             /* supervisor.c */
 
 #endif

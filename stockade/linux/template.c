@@ -126,24 +126,6 @@ static int map_ids(int host_proc, pid_t pid, const struct spec *s) {
     return write_file_at(host_proc, path, line);
 }
 
-static int send_fds(int sock, char byte, const int *fds, int count) {
-    struct iovec io = {&byte, 1};
-    union {
-        struct cmsghdr align;
-        char space[CMSG_SPACE(sizeof(int) * 2)];
-    } buffer;
-    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = buffer.space,
-                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
-    ssize_t sent;
-    while ((sent = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
-    return sent == 1 ? 0 : -1;
-}
-
 /* Close every descriptor from 3 up but those in keep[] (sorted, ascending). */
 static void close_others(const int *keep, int count) {
     unsigned first = 3;
