@@ -1,12 +1,14 @@
 """Egress proxy benchmark: a 256 MiB transfer and connection set-up through Stockade's proxy
 against the same directly, all on loopback, each party in its own process.
 
-    python bench/proxy.py [--mib 256] [--rounds 7] [--connections 200]
+    python bench/proxy.py [--mib 256] [--rounds 7] [--connections 200] [--cpus 0]
 
 Targets (issue 4): at least 0.8 of direct throughput; at most 1 ms added per connection.
 Transfers run in rounds, direct then proxied, after one warm-up each; the ratio reported is the
 median of the rounds' ratios, so load from elsewhere on the machine hits both sides of a pair.
-Where /proc exists, CPU seconds per GiB of each process say where a proxied byte's cost goes.
+Where /proc exists, CPU seconds per GiB of each process say where a proxied byte's cost goes,
+and the machine's busy cores during the transfers say how much of it ran in parallel.
+`--cpus 0` puts every party on CPU 0: the ratio is then that of the two paths' CPU costs.
 """
 
 from __future__ import annotations
@@ -99,6 +101,17 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far; (0, 0) without /proc."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def setup_latency(port: int, via: int | None, count: int) -> float:
     """Median milliseconds to an open (tunnelled) connection."""
     samples = []
@@ -114,7 +127,14 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--connections", type=int, default=200)
+    parser.add_argument("--cpus", help="comma-separated CPUs to keep every party on")
     args = parser.parse_args()
+    if args.cpus:  # the children inherit it
+        try:
+            os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+        except (ValueError, OSError) as error:
+            parser.error(f"--cpus {args.cpus}: {error}")
+    cores = os.cpu_count() or 1
     size = args.mib << 20
     bulk, bulk_port = _start_upstream(size)
     empty, empty_port = _start_upstream(0)
@@ -122,13 +142,20 @@ def main() -> int:
     parties = {"client": None, "upstream": bulk.pid, "proxy": proxy.pid}
     rates: dict[str, list[float]] = {"direct": [], "proxy": []}
     cpu = {way: dict.fromkeys(parties, 0.0) for way in rates}
+    busy: dict[str, list[float]] = {way: [] for way in rates}
     try:
         for via in (None, proxy_port):  # warm-up
             throughput(bulk_port, via, size)
         for _ in range(args.rounds):
             for way, via in (("direct", None), ("proxy", proxy_port)):
                 before = {name: cpu_seconds(pid) for name, pid in parties.items()}
+                machine_before = busy_jiffies()
                 rates[way].append(throughput(bulk_port, via, size))
+                machine_after = busy_jiffies()
+                machine_total = machine_after[1] - machine_before[1]
+                if machine_total:
+                    machine_busy = machine_after[0] - machine_before[0]
+                    busy[way].append(cores * machine_busy / machine_total)
                 for name, pid in parties.items():
                     cpu[way][name] += cpu_seconds(pid) - before[name]
         direct_ms = setup_latency(empty_port, None, args.connections)
@@ -149,7 +176,9 @@ def main() -> int:
         gib = args.rounds * size / 2**30
         shares = ", ".join(f"{name} {seconds / gib:.2f}" for name, seconds in cpu[way].items()
                            if seconds)
-        print(f"  {way}: runs {runs} MiB/s; CPU s/GiB: {shares}")
+        cores_busy = (f"; machine busy {statistics.median(busy[way]):.2f} of {cores} cores"
+                      if busy[way] else "")
+        print(f"  {way}: runs {runs} MiB/s; CPU s/GiB: {shares}{cores_busy}")
     print(f"connection set-up (median of {args.connections}): direct {direct_ms:.3f} ms, proxy "
           f"{proxy_ms:.3f} ms, added {proxy_ms - direct_ms:.3f} ms (target <= 1 ms)")
     return 0

@@ -2,8 +2,8 @@
 
 One thread per direction, each a plain blocking recv_into/sendall loop with a large buffer:
 the fastest relay measured with bench/proxy.py (a selector loop with socket timeouts pays a
-poll() per call; splice(2) through a pipe saved the proxy's copies but cost the receiving
-client about as much, and was no faster). The kernel keeps the bounds (SO_RCVTIMEO,
+poll() per call; splice(2), a sockmap, a reader and a writer thread per direction, and the
+same loop in C were no faster: docs/performance.md). The kernel keeps the bounds (SO_RCVTIMEO,
 SO_SNDTIMEO), so the loops make no extra system calls:
 
 - the idle timeout covers the tunnel as a whole: a direction that waits longer than it keeps
