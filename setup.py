@@ -1,7 +1,11 @@
-"""Build step (Linux only): stockade/linux/supervisor, a small static program, not a Python
-extension: the sandbox's pid 1 once the view is built (stockade/linux/supervisor.py). It needs
-a C compiler and a static C library; where the build fails, the install still succeeds, and the
-Linux backend refuses to run (`supervisor_not_built`) while the rest of Stockade works."""
+"""Build step (Linux only), two pieces of C that are not Python extensions:
+
+- stockade/linux/supervisor, a small static program: the sandbox's pid 1 once the view is
+  built (stockade/linux/supervisor.py). It needs a C compiler and a static C library; where
+  the build fails, the install still succeeds, and the Linux backend refuses to run
+  (`supervisor_not_built`) while the rest of Stockade works.
+- stockade/linux/librelay.so, a plain shared library: the egress proxy's tunnel relay, called
+  through ctypes (stockade/net/relay.py). Where it is not built, the proxy relays in Python."""
 
 import os
 import sys
@@ -10,24 +14,32 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SUPERVISOR = "stockade.linux.supervisor"
+RELAY = "stockade.linux.librelay"
 
 
 class BuildPrograms(build_ext):
-    """Links the supervisor as a static executable, under its plain name."""
+    """Links the supervisor as a static executable and the relay as a shared library, each
+    under its plain name."""
 
     def get_ext_filename(self, fullname: str) -> str:
         # (setuptools asks both by the full dotted name and by the last part alone)
         if fullname in (SUPERVISOR, SUPERVISOR.rpartition(".")[2]):
             return os.path.join(*fullname.split("."))  # a program: no extension suffix
+        if fullname in (RELAY, RELAY.rpartition(".")[2]):
+            return os.path.join(*fullname.split(".")) + ".so"
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name != SUPERVISOR:
+        if ext.name not in (SUPERVISOR, RELAY):
             super().build_extension(ext)
             return
         objects = self.compiler.compile(ext.sources, output_dir=self.build_temp,
-                                        extra_postargs=["-O2", "-Wall"])
+                                        extra_postargs=["-O2", "-Wall"]
+                                        + (["-fPIC"] if ext.name == RELAY else []))
         target = self.get_ext_fullpath(ext.name)
+        if ext.name == RELAY:
+            self.compiler.link_shared_object(objects, target, extra_postargs=["-s"])
+            return
         self.compiler.link_executable(objects, os.path.basename(target),
                                       output_dir=os.path.dirname(target),
                                       extra_postargs=["-static", "-s"])
@@ -35,6 +47,7 @@ class BuildPrograms(build_ext):
 
 programs = [Extension(SUPERVISOR, [f"stockade/linux/{part}.c" for part in
                                    ("supervisor", "template", "refresh", "confine")],
-                      depends=["stockade/linux/supervisor.h"], optional=True)]
+                      depends=["stockade/linux/supervisor.h"], optional=True),
+            Extension(RELAY, ["stockade/linux/relay.c"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],
       cmdclass={"build_ext": BuildPrograms})

@@ -6,6 +6,9 @@ against the same directly, all on loopback, each party in its own process.
 Targets (issue 4): at least 0.8 of direct throughput; at most 1 ms added per connection.
 Transfers run in rounds, direct then proxied, after one warm-up each; the ratio reported is the
 median of the rounds' ratios, so load from elsewhere on the machine hits both sides of a pair.
+The proxy runs in a process of its own, as `stockade proxy`. Run by a library caller it shares
+that caller's process: the last lines measure it there with a thread busy in Python code, for
+the C relay (stockade/linux/relay.c) and for the Python relay it stands in for.
 Where /proc exists, CPU seconds per GiB of each process say where a proxied byte's cost goes,
 and the machine's busy cores during the transfers say how much of it ran in parallel.
 `--cpus 0` puts every party on CPU 0: the ratio is then that of the two paths' CPU costs.
@@ -23,6 +26,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELAY_LIBRARY = os.path.join(REPO, "stockade", "linux", "librelay.so")  # (see setup.py)
 CHUNK = 1 << 20
 # A sender: each connection gets `size` bytes (0: just accept and close), forever.
 UPSTREAM = """
@@ -50,11 +54,30 @@ def _start_upstream(size: int) -> tuple[subprocess.Popen, int]:
     return proc, int(proc.stdout.readline())
 
 
-def _start_proxy(upstream_ports: list[int]) -> tuple[subprocess.Popen, int]:
+# `stockade proxy` in a process that may also keep a thread busy in Python code, and may relay
+# in Python where the C relay is built.
+PROXY = """
+import runpy, sys, threading
+busy, relay = sys.argv.pop(1), sys.argv.pop(1)
+if relay == "python":
+    import stockade.net.relay
+    stockade.net.relay.compiled_relay = lambda: None
+if busy == "busy":
+    def spin():
+        while True:
+            pass
+    threading.Thread(target=spin, daemon=True).start()
+runpy.run_module("stockade", run_name="__main__")
+"""
+
+
+def _start_proxy(upstream_ports: list[int], busy: bool = False, relay: str = "default"
+                 ) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     allow = [arg for p in upstream_ports for arg in ("--allow", f"127.0.0.1:{p}")]
-    proc = subprocess.Popen([sys.executable, "-m", "stockade", "proxy", *allow, "--listen",
-                             f"127.0.0.1:{port}", "--log", os.devnull],
+    proc = subprocess.Popen([sys.executable, "-c", PROXY, "busy" if busy else "idle", relay,
+                             "proxy", *allow, "--listen", f"127.0.0.1:{port}", "--log",
+                             os.devnull],
                             env={**os.environ, "PYTHONPATH": REPO}, stderr=subprocess.PIPE,
                             text=True)
     proc.stderr.readline()  # "proxy on ..." once it listens
@@ -122,6 +145,26 @@ def setup_latency(port: int, via: int | None, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
+def busy_owner(bulk_port: int, size: int, rounds: int) -> None:
+    """Print the transfer through a proxy whose process has a thread busy in Python, with each
+    relay, against direct measured in the same rounds (the busy thread takes a core from
+    both)."""
+    for relay in ("default", "python"):
+        proxy, proxy_port = _start_proxy([bulk_port], busy=True, relay=relay)
+        try:
+            pairs = [(throughput(bulk_port, None, size), throughput(bulk_port, proxy_port, size))
+                     for _ in range(rounds)]
+        finally:
+            proxy.terminate()
+            proxy.wait()
+        name = "Python relay" if relay == "python" else "C relay" \
+            if os.path.exists(RELAY_LIBRARY) else "Python relay (the C relay is not built)"
+        print(f"owner busy in Python, {name}: direct "
+              f"{statistics.median(d for d, _ in pairs):.0f} MiB/s, proxy "
+              f"{statistics.median(p for _, p in pairs):.0f} MiB/s, ratio "
+              f"{statistics.median(p / d for d, p in pairs):.2f} ({rounds} rounds)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=256)
@@ -181,6 +224,12 @@ def main() -> int:
         print(f"  {way}: runs {runs} MiB/s; CPU s/GiB: {shares}{cores_busy}")
     print(f"connection set-up (median of {args.connections}): direct {direct_ms:.3f} ms, proxy "
           f"{proxy_ms:.3f} ms, added {proxy_ms - direct_ms:.3f} ms (target <= 1 ms)")
+    bulk, bulk_port = _start_upstream(size)
+    try:
+        busy_owner(bulk_port, size, max(1, args.rounds // 2))
+    finally:
+        bulk.terminate()
+        bulk.wait()
     return 0
 
 

@@ -181,33 +181,38 @@ def test_a_prepared_allowlist_sandbox_goes_out_only_through_its_proxy(ws):
 def test_spares_of_one_view_share_no_tmp_shm_or_processes(ws):
     """Spares of one view are cloned from one template (template.py): each still has its own
     /tmp, /dev/shm and processes. Here two prepared sandboxes run at once: the first leaves
-    files in /tmp and /dev/shm and a process behind; the second sees none of it."""
+    files in /tmp and /dev/shm and a process behind; the second sees none of it. (On a busy
+    machine a spare may not be ready in time, and a launch then gets a sandbox of its own:
+    the pair is tried again until both ran in spares; every try must see nothing.)"""
     workspace, _ = ws
     marker = f"987.{os.getpid()}"
     leave = f"echo first > /tmp/left; echo first > /dev/shm/left; exec sleep {marker}"
     look = (f"echo tmp $(ls -A /tmp); echo shm $(ls -A /dev/shm); "
             # (a pattern that does not match this command line itself)
             f"echo seen $(grep -l '987[.]{os.getpid()}' /proc/[0-9]*/cmdline 2>/dev/null)")
-    prepared(workspace)  # this view's template is made, and its spares (zygote.PREPARED):
-    time.sleep(0.5)  # now both are waiting, for the next two launches
-    results = []
-    first = threading.Thread(target=lambda: results.append(sandbox(["sh", "-c", leave],
-                                                                   workspace)))
-    first.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert marked(marker), "the first sandbox never started"
-        r = sandbox(["sh", "-c", look], workspace)
-    finally:
-        for pid in marked(marker):
-            os.kill(pid, 9)
-        first.join(30)
-    lines = dict(line.partition(" ")[::2] for line in r.stdout.decode().splitlines())
-    assert "left" not in lines["tmp"].split(), lines  # (only what leads to roots below /tmp)
-    assert lines["shm"] == "" and lines["seen"] == "", lines
-    assert r.enforced["prepared_ahead"] and results and results[0].enforced["prepared_ahead"]
+    for _ in range(10):
+        prepared(workspace)  # this view's template is made, and its spares (zygote.PREPARED):
+        time.sleep(0.5)  # now both are waiting, for the next two launches
+        results: list[stockade.Result] = []
+        first = threading.Thread(target=lambda into=results: into.append(
+            sandbox(["sh", "-c", leave], workspace)))
+        first.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not marked(marker) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert marked(marker), "the first sandbox never started"
+            r = sandbox(["sh", "-c", look], workspace)
+        finally:
+            for pid in marked(marker):
+                os.kill(pid, 9)
+            first.join(30)
+        lines = dict(line.partition(" ")[::2] for line in r.stdout.decode().splitlines())
+        assert "left" not in lines["tmp"].split(), lines  # (only what leads to roots below /tmp)
+        assert lines["shm"] == "" and lines["seen"] == "", lines
+        if r.enforced["prepared_ahead"] and results and results[0].enforced["prepared_ahead"]:
+            return
+    raise AssertionError("two launches never both ran in prepared spares")
 
 
 def test_sandboxes_outlive_the_template_they_were_cloned_from(ws):

@@ -1,10 +1,14 @@
 """Copy bytes both ways between a client and its upstream until both sides finish.
 
-One thread per direction, each a plain blocking recv_into/sendall loop with a large buffer:
-the fastest relay measured with bench/proxy.py (a selector loop with socket timeouts pays a
-poll() per call; splice(2), a sockmap, a reader and a writer thread per direction, and the
-same loop in C were no faster: docs/performance.md). The kernel keeps the bounds (SO_RCVTIMEO,
-SO_SNDTIMEO), so the loops make no extra system calls:
+Where it was built (Linux: stockade/linux/librelay.so, see setup.py), the C relay in
+stockade/linux/relay.c does it, in the calling thread, outside the interpreter's lock: an owner
+busy in Python code would otherwise hold each chunk back for up to the interpreter's switch
+interval (bench/proxy.py measures both with a busy owner). Elsewhere, one Python thread per
+direction, each a plain blocking recv_into/sendall loop with a large buffer: the fastest relay
+in Python measured with bench/proxy.py (a selector loop with socket timeouts pays a poll() per
+call; splice(2), a sockmap, and a reader and a writer thread per direction were no faster:
+docs/performance.md). The kernel keeps its bounds (SO_RCVTIMEO, SO_SNDTIMEO), so the loops make
+no extra system calls. Both keep the same rules:
 
 - the idle timeout covers the tunnel as a whole: a direction that waits longer than it keeps
   waiting while the other direction has had traffic within the timeout (a long download is
@@ -18,10 +22,14 @@ SO_SNDTIMEO), so the loops make no extra system calls:
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 # A direction starts small and grows once a read fills its buffer: bulk transfers get fewer,
 # larger system calls; the many quiet tunnels keep little memory.
@@ -30,9 +38,31 @@ _BULK_CHUNK = 1024 * 1024
 _SHORTEST_WAIT = 0.001  # a zero SO_RCVTIMEO / SO_SNDTIMEO would mean "wait forever"
 
 
+_LIBRARY = os.path.join(os.path.dirname(os.path.dirname(__file__)), "linux", "librelay.so")
+
+
+@functools.cache
+def compiled_relay() -> Callable[[int, int, int], int] | None:
+    """stockade_relay(client_fd, upstream_fd, idle_ms) from the C relay; None where it was not
+    built (or cannot be loaded here)."""
+    try:
+        library = ctypes.CDLL(_LIBRARY)  # (CDLL: calls release the interpreter's lock)
+    except OSError:
+        return None
+    function = library.stockade_relay
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    function.restype = ctypes.c_int
+    return function
+
+
 def relay(client: socket.socket, upstream: socket.socket, idle_timeout: float) -> None:
     """Return when both directions reached EOF, on an error, or after `idle_timeout` seconds
     without traffic. The caller closes the sockets."""
+    compiled = compiled_relay()
+    if compiled is not None:
+        idle_ms = min(max(1, round(idle_timeout * 1000)), 2**31 - 1)  # (a C int)
+        compiled(client.fileno(), upstream.fileno(), idle_ms)
+        return
     tunnel = _Tunnel(client, upstream, idle_timeout)
     for sock in (client, upstream):
         sock.settimeout(None)  # blocking: the kernel timeouts below bound every wait
