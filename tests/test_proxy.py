@@ -565,6 +565,27 @@ def test_a_client_half_close_still_gets_the_whole_reply(make_proxy, echo, relay)
     assert reply == [data]
 
 
+def test_concurrent_tunnels_each_carry_their_own_bytes(make_proxy, echo, relay):
+    port = echo.server_address[1]
+    proxy = make_proxy([f"127.0.0.1:{port}"])
+    sent = [os.urandom(1 << 20) for _ in range(12)]
+    got: dict[int, bytes] = {}
+
+    def exchange(index: int) -> None:
+        with tunnel(proxy, port) as sock:
+            reader = threading.Thread(target=lambda: got.__setitem__(index, read_all(sock)))
+            reader.start()
+            sock.sendall(sent[index])
+            sock.shutdown(socket.SHUT_WR)
+            reader.join(20)
+    workers = [threading.Thread(target=exchange, args=(i,)) for i in range(len(sent))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert [got.get(i) == data for i, data in enumerate(sent)] == [True] * len(sent)
+
+
 def test_a_peer_that_stops_reading_is_cut_after_the_idle_timeout(make_proxy, relay):
     release = threading.Event()
 
