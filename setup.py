@@ -23,10 +23,9 @@ class BuildPrograms(build_ext):
 
     def get_ext_filename(self, fullname: str) -> str:
         # (setuptools asks both by the full dotted name and by the last part alone)
-        if fullname in (SUPERVISOR, SUPERVISOR.rpartition(".")[2]):
-            return os.path.join(*fullname.split("."))  # a program: no extension suffix
-        if fullname in (RELAY, RELAY.rpartition(".")[2]):
-            return os.path.join(*fullname.split(".")) + ".so"
+        for name, suffix in ((SUPERVISOR, ""), (RELAY, ".so")):  # a program has none
+            if fullname in (name, name.rpartition(".")[2]):
+                return os.path.join(*fullname.split(".")) + suffix
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext: Extension) -> None:

@@ -145,10 +145,11 @@ def setup_latency(port: int, via: int | None, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
-def busy_owner(bulk_port: int, size: int, rounds: int) -> None:
-    """Print the transfer through a proxy whose process has a thread busy in Python, with each
+def busy_owner(bulk_port: int, size: int, rounds: int) -> list[str]:
+    """The transfer through a proxy whose process has a thread busy in Python, with each
     relay, against direct measured in the same rounds (the busy thread takes a core from
-    both)."""
+    both): a line each."""
+    lines = []
     for relay in ("default", "python"):
         proxy, proxy_port = _start_proxy([bulk_port], busy=True, relay=relay)
         try:
@@ -159,10 +160,11 @@ def busy_owner(bulk_port: int, size: int, rounds: int) -> None:
             proxy.wait()
         name = "Python relay" if relay == "python" else "C relay" \
             if os.path.exists(RELAY_LIBRARY) else "Python relay (the C relay is not built)"
-        print(f"owner busy in Python, {name}: direct "
-              f"{statistics.median(d for d, _ in pairs):.0f} MiB/s, proxy "
-              f"{statistics.median(p for _, p in pairs):.0f} MiB/s, ratio "
-              f"{statistics.median(p / d for d, p in pairs):.2f} ({rounds} rounds)")
+        lines.append(f"owner busy in Python, {name}: direct "
+                     f"{statistics.median(d for d, _ in pairs):.0f} MiB/s, proxy "
+                     f"{statistics.median(p for _, p in pairs):.0f} MiB/s, ratio "
+                     f"{statistics.median(p / d for d, p in pairs):.2f} ({rounds} rounds)")
+    return lines
 
 
 def main() -> int:
@@ -203,6 +205,7 @@ def main() -> int:
                     cpu[way][name] += cpu_seconds(pid) - before[name]
         direct_ms = setup_latency(empty_port, None, args.connections)
         proxy_ms = setup_latency(empty_port, proxy_port, args.connections)
+        busy_lines = busy_owner(bulk_port, size, max(1, args.rounds // 2))
     finally:
         for proc in (proxy, bulk, empty):
             proc.terminate()
@@ -224,12 +227,7 @@ def main() -> int:
         print(f"  {way}: runs {runs} MiB/s; CPU s/GiB: {shares}{cores_busy}")
     print(f"connection set-up (median of {args.connections}): direct {direct_ms:.3f} ms, proxy "
           f"{proxy_ms:.3f} ms, added {proxy_ms - direct_ms:.3f} ms (target <= 1 ms)")
-    bulk, bulk_port = _start_upstream(size)
-    try:
-        busy_owner(bulk_port, size, max(1, args.rounds // 2))
-    finally:
-        bulk.terminate()
-        bulk.wait()
+    print("\n".join(busy_lines))
     return 0
 
 

@@ -157,6 +157,10 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
         with contextlib.suppress(Exception):
             spawner.prepare(view)  # if this fails, the launch makes one and reports why
+        try:  # (read while waiting, not on the request's time)
+            own_context: bytes | None = caller_context()
+        except OSError:  # no /proc: no client can be shown to share it
+            own_context = None
         while True:
             conn, _ = listener.accept()
             try:
@@ -170,7 +174,7 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
         listener.close()
     except BaseException:  # noqa: BLE001 - the server forks another
         os._exit(70)
-    _child(conn, fds, request, main)
+    _child(conn, fds, request, own_context, main)
 
 
 def _say_view(taken_w: int, view: bytes) -> None:
@@ -246,10 +250,12 @@ def decode_request(body: bytes) -> Request:
     return Request(argv, cwd, int(umask, 8), context, env)
 
 
-def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
-    """Become the client's command line, then report its exit status."""
+def _child(conn: socket.socket, fds: list[int], request: Request, own_context: bytes | None,
+           main: object) -> NoReturn:
+    """Become the client's command line, then report its exit status, if the client's context
+    is this process's own (`own_context`)."""
     code = 70
-    if request.context != caller_context():
+    if request.context != own_context:
         # Its run would not be the one it would have made itself (another namespace, root,
         # confinement, groups or limits): it runs it itself, and nothing ran here.
         with contextlib.suppress(OSError):
