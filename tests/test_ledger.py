@@ -464,12 +464,13 @@ def test_owner_killed_at_each_stage_then_the_next_start_reconciles(tmp_path, sta
     (c) — removes what was recorded; then no process, mount, directory or record remains."""
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
-    probe_dirs = state / "work"  # where the probe makes its directory
+    probe_dirs = tmp_path / "tmp"  # the temp dir, where the probe makes its directory
+    probe_dirs.mkdir()
     token = secrets.token_hex(16)
     mounts = _mount_points()
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, stage, str(state), str(work), token],
-        stdout=subprocess.PIPE, text=True, env=_env())
+        stdout=subprocess.PIPE, text=True, env=_env(TMPDIR=str(probe_dirs)))
     try:
         if stage == "running":
             deadline = time.monotonic() + 60
@@ -493,7 +494,7 @@ def test_owner_killed_at_each_stage_then_the_next_start_reconciles(tmp_path, sta
     command = ["probe", "--json"] if stage != "running" else ["reconcile", "--json"]
     done = subprocess.run([sys.executable, "-m", "stockade", "--state-dir", str(state),
                            *command], capture_output=True, text=True, timeout=120,
-                          env=_env())
+                          env=_env(TMPDIR=str(probe_dirs)))
     assert done.returncode == 0, done.stdout + done.stderr
     if stage == "running":
         summary = json.loads(done.stdout)

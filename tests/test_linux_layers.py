@@ -559,7 +559,8 @@ def test_seccomp_describe_lists_the_policy() -> None:
     assert described["eperm"] and set(described["eperm"]) <= set(seccomp.DENIED_SYSCALLS)
     assert set(described["eperm"]) | set(described["unknown_here"]) == set(
         seccomp.DENIED_SYSCALLS)
-    assert described["enosys"] == ["clone3"]
+    assert described["enosys"] == ["clone3", "openat2"]
+    assert described["socket_families"] == ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_UNIX"]
 
 
 # --- privileges --------------------------------------------------------------------------------

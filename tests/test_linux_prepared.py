@@ -99,11 +99,13 @@ def test_a_protected_name_made_after_a_launch_is_protected_at_the_next(ws):
 
 
 def test_a_denied_path_made_after_a_launch_is_hidden_at_the_next(ws):
+    """(In a read root: one absent in a write root is refused, since the command could make
+    it; the host can still make one in a read root between two launches.)"""
     workspace, _ = ws
     deny = (str(workspace / "secret"),)
-    prepared(workspace, deny=deny)  # prepared while nothing was there to hide
+    prepared(workspace, name="read-only", deny=deny)  # prepared while nothing was there to hide
     (workspace / "secret").write_text("TOPSECRET")
-    r = sandbox(["cat", "secret"], workspace, deny=deny)
+    r = sandbox(["cat", "secret"], workspace, "read-only", deny=deny)
     assert r.exit_code != 0
     assert b"TOPSECRET" not in r.stdout
 

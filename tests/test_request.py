@@ -58,7 +58,9 @@ def test_digest_ignores_the_request_id_and_is_stable():
 
 
 def test_compile_sorts_env_and_set_members_so_order_does_not_matter(tmp_path):
-    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path),
+    (tmp_path / "home").mkdir()
+    (tmp_path / "ws").mkdir()
+    ctx = CompileContext(str(tmp_path / "ws"), str(tmp_path / "home"), str(tmp_path),
                          {"PATH": "/usr/bin", "HOME": "/h", "LANG": "C"})
     p1 = preset("workspace-write")
     fs = p1.filesystem

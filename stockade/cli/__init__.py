@@ -52,7 +52,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NoReturn
 
 from stockade import __version__
@@ -82,13 +82,16 @@ def console_main() -> int:
     return main()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (see the module docstring)."""
+def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring). With `only`,
+    a command not named in it is a usage error (the CLI server runs only what it serves)."""
     words = list(sys.argv[1:] if argv is None else argv)
     head, command = _split_command(words)
     json_mode = False
     try:
         args = _parse(head, command)
+        if only is not None and (args.command not in only or args.state_dir is not None):
+            raise UsageError(f"the CLI server runs only {', '.join(only)}")
         json_mode = bool(getattr(args, "json", False))
         if args.state_dir is not None:
             from stockade.lifecycle import statedir

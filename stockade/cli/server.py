@@ -1,4 +1,5 @@
-"""The CLI server: `stockade run` and `sandbox-exec` without an interpreter's worth of imports.
+"""The CLI server: `stockade run`, `sandbox-exec` and `exec` without an interpreter's worth of
+imports.
 
 `stockade daemon` starts it (before any thread) on `cli.sock` in the state directory. It is a
 single-threaded process that has imported the whole command line and attested the host once;
@@ -12,14 +13,15 @@ Each spare child's sandbox skeleton is prepared for the view frame (linux/launch
 last request that launched, as the zygote prepares its spares, and is used only under the same
 rule: the same view, and a survey of the host made for this request with the same identity.
 
-One request: argv, working directory, umask, the client's context and environment
-(`encode_request` in stockade/program.py) of at most MAX_REQUEST bytes, the client's stdin,
-stdout and stderr attached to its first byte (SCM_RIGHTS). The answer is the exit status as
-one line. Only the server's own user may connect (SO_PEERCRED), and only a
-client whose context (namespaces, root, capabilities, no_new_privs, seccomp, LSM label,
-supplementary groups, resource limits: stockade.program.caller_context) is the server's own
-is served; any other is answered NOT_SERVED before anything runs, and runs the command line
-itself. The child ends
+One request: argv, working directory, umask and environment (`encode_request` in
+stockade/program.py) of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr
+attached to its first byte (SCM_RIGHTS). The answer is the exit status as one line. The
+client is known by what the kernel says of it, never by what it sends: only a peer whose
+context (stockade/linux/peer.py: user, namespaces, root, capabilities, no_new_privs, seccomp,
+LSM label, supplementary groups, resource limits), read by the server from the peer's own
+`/proc` through its pidfd, is the server's own is served — no process inside a sandbox ever
+is — and only for the command lines in SERVED, checked here; any other request is answered
+NOT_SERVED before anything runs (a client then runs the command line itself). The child ends
 the moment the client's connection closes (SIGIO), and its sandbox with it, as a command line
 killed by Ctrl-C or SIGKILL would.
 """
@@ -40,11 +42,12 @@ import time
 from dataclasses import dataclass
 from typing import NoReturn
 
+from stockade.linux import peer
 from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
 from stockade.linux.zygote import ForkSpawner, fork_directly
-from stockade.program import NOT_SERVED, caller_context, socket_path
+from stockade.program import NOT_SERVED, SERVED, socket_path
 from stockade.session.daemon import answers
 
 MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
@@ -59,7 +62,6 @@ class Request:
     argv: list[str]
     cwd: str
     umask: int
-    context: bytes  # the client's (stockade.program.caller_context)
     env: dict[bytes, bytes]
 
 
@@ -157,24 +159,40 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
         with contextlib.suppress(Exception):
             spawner.prepare(view)  # if this fails, the launch makes one and reports why
-        try:  # (read while waiting, not on the request's time)
-            own_context: bytes | None = caller_context()
-        except OSError:  # no /proc: no client can be shown to share it
-            own_context = None
+        own = peer.own_context(peer.RUN_CONTEXT)  # (read while waiting, not on a request's time)
         while True:
             conn, _ = listener.accept()
+            accepted = peer.boottime()
+            try:
+                peer.check_peer(conn, own, accepted=accepted)
+            except (OSError, peer.PeerRefused):
+                # Its run would not be the one it would have made itself (another user,
+                # namespace, root, confinement, groups or limits), or it cannot be shown to
+                # be: nothing runs here. (A process inside a sandbox always lands here.)
+                _turn_away(conn)
+                continue
             try:
                 request, fds = _read(conn)
-                break
             except (OSError, ValueError):
                 conn.close()  # not a request: go on waiting
+                continue
+            if request.argv[0] in SERVED:
+                break
+            close_all(fds)
+            _turn_away(conn)
         prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client
         os.write(taken_w, b"T")
         spawner.on_view = functools.partial(_say_view, taken_w)
         listener.close()
     except BaseException:  # noqa: BLE001 - the server forks another
         os._exit(70)
-    _child(conn, fds, request, own_context, main)
+    _child(conn, fds, request, main)
+
+
+def _turn_away(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(NOT_SERVED)
+    conn.close()
 
 
 def _say_view(taken_w: int, view: bytes) -> None:
@@ -204,12 +222,9 @@ def _bind(path: str) -> socket.socket:
 
 def _read(conn: socket.socket) -> tuple[Request, list[int]]:
     """The request and its three descriptors; ValueError for anything else."""
-    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     conn.settimeout(5.0)
     header, fds = recv_fds(conn, 3)
     try:
-        if uid != os.geteuid():
-            raise ValueError("another user")
         if len(fds) != 3 or len(header) < _HEADER.size:
             raise ValueError("no request")
         (size,) = _HEADER.unpack(header[:_HEADER.size])
@@ -235,32 +250,24 @@ def decode_request(body: bytes) -> Request:
         raise ValueError("not a request")
     fields = body[:-1].split(b"\0")
     count = int(fields[0]) if fields[0].isdigit() else -1
-    if not 0 < count <= len(fields) - 4:
+    if not 0 < count <= len(fields) - 3:
         raise ValueError("not a request")
     argv = [os.fsdecode(word) for word in fields[1:count + 1]]
-    cwd, umask, context = os.fsdecode(fields[count + 1]), fields[count + 2], fields[count + 3]
+    cwd, umask = os.fsdecode(fields[count + 1]), fields[count + 2]
     if not (umask and len(umask) <= 3 and set(umask) <= set(b"01234567")):
         raise ValueError("not a umask")
     env = {}
-    for pair in fields[count + 4:]:
+    for pair in fields[count + 3:]:
         name, equals, value = pair.partition(b"=")
         if not name or not equals:
             raise ValueError("not a variable")
         env[name] = value
-    return Request(argv, cwd, int(umask, 8), context, env)
+    return Request(argv, cwd, int(umask, 8), env)
 
 
-def _child(conn: socket.socket, fds: list[int], request: Request, own_context: bytes | None,
-           main: object) -> NoReturn:
-    """Become the client's command line, then report its exit status, if the client's context
-    is this process's own (`own_context`)."""
+def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
+    """Become the client's command line (one of SERVED), then report its exit status."""
     code = 70
-    if request.context != own_context:
-        # Its run would not be the one it would have made itself (another namespace, root,
-        # confinement, groups or limits): it runs it itself, and nothing ran here.
-        with contextlib.suppress(OSError):
-            conn.sendall(NOT_SERVED)
-        os._exit(0)
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _end_with_client(conn)
@@ -277,7 +284,7 @@ def _child(conn: socket.socket, fds: list[int], request: Request, own_context: b
                   file=sys.stderr)
             code = 2
         else:
-            code = main(request.argv)  # type: ignore[operator]
+            code = main(request.argv, only=SERVED)  # type: ignore[operator]
     except BaseException:  # noqa: BLE001 - the client gets a status, never a hang
         print("stockade: cli_server_failed: the command line failed in the CLI server",
               file=sys.stderr)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from stockade.errors import PolicyError, UsageError
+from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
 from stockade.launch.env import close_environment
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
@@ -52,9 +52,10 @@ def compile_policy(
     ctx = ctx or CompileContext.current()
     check_argv(argv)
     fs = policy.filesystem
-    read = _grants(fs.read, "filesystem.read", ctx, must_exist=True)
-    write = _grants(fs.write, "filesystem.write", ctx, must_exist=True)
-    deny = _grants(fs.deny, "filesystem.deny", ctx, must_exist=False)
+    read, read_links = _grants(fs.read, "filesystem.read", ctx)
+    write, write_links = _grants(fs.write, "filesystem.write", ctx)
+    _refuse_planted_links(read_links, write_links, read, write)
+    deny = _denied(fs.deny, ctx, write) + _stockade_state(ctx, read, write)
     _check_overlaps(read, write, deny)
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
@@ -64,7 +65,7 @@ def compile_policy(
                                                   _expand_env(policy, ctx), ctx.host_env)),
         read=read,
         write=write,
-        deny=deny,
+        deny=tuple(sorted(set(deny), key=lambda g: g.path)),
         protected=tuple(sorted(set(fs.protected))),
         exec_from_write=fs.exec_from_write,
         network=NetworkSpec(
@@ -121,20 +122,124 @@ def canonical_path(path: str) -> str:
         os.close(fd)
 
 
-def _grants(paths: tuple[str, ...], key: str, ctx: CompileContext,
-            *, must_exist: bool) -> tuple[PathGrant, ...]:
+def _grants(paths: tuple[str, ...], key: str,
+            ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tuple[str, str]]]:
+    """The roots `paths` name, resolved (a missing optional root skipped), and the symbolic
+    links met on the way to each: (the link, the root's alias)."""
     grants: dict[str, PathGrant] = {}
+    links: list[tuple[str, str]] = []
     for raw in paths:
         optional = raw.startswith("?")
         alias = expand(raw[1:] if optional else raw, ctx)
         try:
             canonical = canonical_path(alias)
         except OSError:
-            if must_exist and not optional:
+            if not optional:
                 raise PolicyError(f"path {alias} does not exist", key=key) from None
             continue
+        if canonical != alias:
+            links += [(link, alias) for link in _links_to(alias, canonical, key)]
         grants.setdefault(canonical, PathGrant(path=canonical, alias=alias))
-    return tuple(sorted(grants.values(), key=lambda g: g.path))
+    return tuple(sorted(grants.values(), key=lambda g: g.path)), links
+
+
+def _links_to(alias: str, canonical: str, key: str) -> list[str]:
+    """Every symbolic link met resolving `alias`, by its own canonical location, one
+    component at a time; PolicyError if the walk does not end at `canonical` (the tree
+    changed meanwhile). The launch opens `canonical` refusing every link, so a link made
+    later fails the launch."""
+    pending = [part for part in alias.split("/") if part][::-1]
+    current, links, hops = "/", [], 0
+    while pending:
+        part = pending.pop()
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, part)
+        try:
+            is_link = os.path.islink(step)
+            target = os.readlink(step) if is_link else ""
+        except OSError:
+            is_link = False
+        if not is_link:
+            current = step
+            continue
+        hops += 1
+        if hops > 40:
+            break
+        links.append(step)
+        if target.startswith("/"):
+            current = "/"
+        pending += [p for p in target.split("/") if p and p != "."][::-1]
+    if current != canonical or hops > 40:
+        raise PolicyError(f"path {alias} changed while it was being resolved", key=key)
+    return links
+
+
+def _refuse_planted_links(read_links: list[tuple[str, str]], write_links: list[tuple[str, str]],
+                          read: tuple[PathGrant, ...], write: tuple[PathGrant, ...]) -> None:
+    """A grant is never redirected by a link a sandbox could have planted: no root is reached
+    through a link inside a write root, and no write root through a link inside any root."""
+    for links, roots, key in ((read_links, write, "filesystem.read"),
+                              (write_links, read + write, "filesystem.write")):
+        for link, alias in links:
+            holder = next((root.path for root in roots if _inside(link, root.path)), None)
+            if holder is not None:
+                raise UnenforceableError(
+                    "filesystem.symlink",
+                    f"{key}: {alias} is reached through the symbolic link {link}, inside the "
+                    f"root {holder}, where a sandbox could have planted it; grant the path it "
+                    f"points to ({os.path.realpath(link)}) instead, or remove the link")
+
+
+def _denied(paths: tuple[str, ...], ctx: CompileContext,
+            write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
+    """The denied paths that exist. One that does not exist inside a write root could be
+    created by the command, and no mount can cover a name that is not there: refused."""
+    grants = []
+    for raw in paths:
+        alias = expand(raw.removeprefix("?"), ctx)
+        try:
+            grants.append(PathGrant(path=canonical_path(alias), alias=alias))
+            continue
+        except OSError:
+            pass
+        resolved = os.path.realpath(alias)
+        holder = next((root.path for root in write if _inside(resolved, root.path)), None)
+        if holder is not None:
+            raise UnenforceableError(
+                "filesystem.deny",
+                f"denied path {alias} does not exist inside the write root {holder}, so the "
+                f"command could create it; create it first (mkdir -m 700 {alias}, or touch "
+                f"it for a file), or choose a workspace that does not contain it")
+    return tuple(grants)
+
+
+def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
+                    write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
+    """Stockade's own state directories (every place this user's may be: the ledger, the
+    daemon's and the CLI server's sockets, attestations), masked whatever the roots say. One
+    that does not exist yet inside a write root is made now, so it can be masked."""
+    from stockade.lifecycle import statedir
+
+    grants = []
+    for place in statedir.candidates(ctx.host_env, ctx.home):
+        resolved = os.path.realpath(place)
+        for root in read + write:
+            if _inside(root.path, resolved):
+                raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
+                                  f"{resolved}, which no sandbox may see", key="filesystem")
+        if not os.path.lexists(resolved) and any(_inside(resolved, r.path) for r in write):
+            try:
+                statedir.ensure(resolved)
+            except StockadeError as exc:
+                raise UnenforceableError(
+                    "filesystem.stockade_state",
+                    f"Stockade's state directory {resolved} lies inside a write root and "
+                    f"cannot be made to be masked ({exc.message})") from None
+        if os.path.lexists(resolved):
+            grants.append(PathGrant(path=resolved, alias=place))
+    return tuple(grants)
 
 
 if sys.platform == "win32":  # paths separated by "\", compared without regard to case

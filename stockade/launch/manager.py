@@ -86,20 +86,19 @@ class SandboxManager:
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
-    """Spawn in `backend`, feed `input`, capture bounded output, enforce the timeout; setting
-    `cancel` kills the whole sandbox tree."""
+    """Spawn in `backend`, feed `input` (or relay this process's stdin, if the request
+    inherits it), capture bounded output (or relay it to this process's stdout and stderr,
+    `stdio_inherit`), enforce the timeout; setting `cancel` kills the whole sandbox tree."""
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
-    if input is not None:
-        stdin: int | None = subprocess.PIPE
-    elif request.stdin == "inherit":
-        stdin = None
-    else:
-        stdin = subprocess.DEVNULL
-    out = None if stdio_inherit else subprocess.PIPE
+    passed = input is None and request.stdin == "inherit"
+    stdin = subprocess.PIPE if input is not None or passed else subprocess.DEVNULL
     started = time.monotonic()
-    handle = backend.spawn(request, Stdio(stdin, out, out))
+    # Every stream is a pipe this process relays: no descriptor of the caller's (a terminal,
+    # an appended file) enters the sandbox, and the output limit holds on the way through.
+    handle = backend.spawn(request, Stdio(stdin, subprocess.PIPE, subprocess.PIPE))
     timeout = request.limits.timeout
-    done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel)
+    done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
+                 relay_output=stdio_inherit, pass_stdin=passed)
     if done.end.failure is not None:
         raise done.end.failure
     violations = []

@@ -1,13 +1,23 @@
 """Drive a launch to its end on the calling thread: feed stdin, capture bounded output, and kill
-the tree at the deadline or on cancel. One selector, no helper threads: a launch costs no thread
-start-ups, and the caller's thread is the only one touching the handle.
+the tree at the deadline or on cancel. One poll loop, no helper threads: a launch costs no
+thread start-ups, and the caller's thread is the only one touching the handle.
 
-Windows cannot select on pipes, so there (`threaded`) a thread per stream reads or feeds it with
+Output can instead be *relayed* to the caller's own descriptors 1 and 2 (the command line), and
+the caller's descriptor 0 relayed to the command's stdin: no descriptor of the caller's — a
+terminal, a file opened for appending — ever enters the sandbox, where a command could read a
+terminal's input or change its settings, or truncate the file. Relayed output counts against
+the same limit: what comes beyond it is dropped and flagged. The relay never blocks the loop
+(so the deadline still holds when the caller stops reading): it writes only after the
+destination polled writable, at most PIPE_BUF bytes at a time, and reads no more of the
+command's output meanwhile, which the command feels as a full pipe.
+
+Windows cannot poll pipes, so there (`threaded`) a thread per stream reads or feeds it with
 blocking calls, while the caller's thread waits for them, watches the clock, and is still the
 only one touching the handle. The semantics are the same."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import sys
@@ -19,6 +29,8 @@ from typing import IO
 from stockade.launch.backend import Exit, Handle
 
 CANCEL_POLL = 0.05  # seconds between checks of a cancel event
+CHUNK = 65536
+PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
 
 
 @dataclass
@@ -28,12 +40,42 @@ class Capture:
     limit: int
     data: bytearray = field(default_factory=bytearray)
     truncated: bool = False
+    taken: int = 0
 
     def take(self, chunk: bytes) -> None:
-        room = self.limit - len(self.data)
+        """Count `chunk` in, keeping what fits within the limit."""
+        room = max(self.limit - self.taken, 0)
         if len(chunk) > room:
             self.truncated = True
-        self.data += chunk[:max(room, 0)]
+        self.taken += min(len(chunk), room)
+        self._keep(chunk[:room])
+
+    def _keep(self, kept: bytes) -> None:
+        self.data += kept
+
+
+@dataclass
+class Forward(Capture):
+    """At most `limit` bytes of a stream, written on to descriptor `fd` (nothing kept here);
+    the rest is drained and flagged. Once `fd`'s reader is gone, nothing more is written."""
+
+    fd: int = -1
+    pending: bytes = b""
+    closed: bool = False
+
+    def _keep(self, kept: bytes) -> None:
+        if not self.closed:
+            self.pending += kept
+
+    def flush_some(self, size: int = PIPE_BUF) -> None:
+        try:
+            written = os.write(self.fd, self.pending[:size])
+        except BlockingIOError:
+            return
+        except OSError:  # (EPIPE: the caller's reader went away; so does what is left)
+            self.closed, self.pending = True, b""
+            return
+        self.pending = self.pending[written:]
 
 
 @dataclass
@@ -74,38 +116,175 @@ class _Clock:
 
 
 def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | None,
-          cancel: threading.Event | None, threaded: bool = sys.platform == "win32") -> Outcome:
+          cancel: threading.Event | None, threaded: bool = sys.platform == "win32",
+          relay_output: bool = False, pass_stdin: bool = False) -> Outcome:
+    """Run the launch to its end. `relay_output`: its output goes on to this process's
+    descriptors 1 and 2 instead of being kept; `pass_stdin`: this process's descriptor 0 comes
+    in on the handle's stdin pipe (instead of `input`)."""
     clock = _Clock(timeout, cancel)
-    out, err = Capture(limit), Capture(limit)
-    (_pump_threads if threaded else _pump_selector)(handle, input or b"", out, err, clock)
+    if relay_output:
+        out, err = Forward(limit, fd=1), Forward(limit, fd=2)
+    else:
+        out, err = Capture(limit), Capture(limit)
+    source = 0 if pass_stdin else None
+    (_pump_threads if threaded else _pump_poll)(handle, input or b"", out, err, clock, source)
     while (end := handle.wait(clock.step())) is None:
         if clock.fired():
             handle.kill()
     return Outcome(end, out, err, clock.timed_out, clock.cancelled)
 
 
-def _pump_selector(handle: Handle, data: bytes, out: Capture, err: Capture,
-                   clock: _Clock) -> None:
-    with selectors.DefaultSelector() as selector:
+# --- the poll loop --------------------------------------------------------------------------
+
+class _Ready:
+    """What to do when a registered descriptor is ready. `output`: the loop lasts while any
+    handler of the command's output is registered."""
+
+    output = False
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        raise NotImplementedError
+
+
+class _Read(_Ready):
+    """The command's stdout or stderr, into a Capture (or through a Forward)."""
+
+    output = True
+
+    def __init__(self, stream: IO[bytes], capture: Capture) -> None:
+        self.stream, self.capture = stream, capture
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        try:
+            chunk = os.read(self.stream.fileno(), CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            loop.unregister(self.stream)
+            self.stream.close()
+            return
+        self.capture.take(chunk)
+        if isinstance(self.capture, Forward) and self.capture.pending:
+            loop.unregister(self.stream)  # read again once the caller has taken it all
+            loop.register(self.capture.fd, selectors.EVENT_WRITE, _Flush(self))
+
+
+class _Flush(_Ready):
+    """The caller's descriptor, written while a relayed chunk is pending."""
+
+    output = True
+
+    def __init__(self, reader: _Read) -> None:
+        self.reader = reader
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        forward = self.reader.capture
+        assert isinstance(forward, Forward)
+        forward.flush_some()
+        if not forward.pending:
+            loop.unregister(forward.fd)
+            loop.register(self.reader.stream, selectors.EVENT_READ, self.reader)
+
+
+class _Feed(_Ready):
+    """`input` bytes, into the command's stdin, which is closed after them."""
+
+    def __init__(self, stream: IO[bytes], data: bytes) -> None:
+        self.stream, self.data = stream, memoryview(data)
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        try:
+            sent = os.write(self.stream.fileno(), self.data[:CHUNK])
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            sent = len(self.data)  # the command stopped reading; that is its business
+        self.data = self.data[sent:]
+        if not self.data:
+            loop.unregister(self.stream)
+            self.stream.close()
+
+
+class _Pass(_Ready):
+    """The caller's descriptor 0, into the command's stdin: read while nothing is pending,
+    written while something is; the command's stdin closes when the caller's ends."""
+
+    def __init__(self, source: int, stream: IO[bytes]) -> None:
+        self.source, self.stream, self.pending = source, stream, b""
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        if fileobj == self.source:
+            try:
+                self.pending = os.read(self.source, CHUNK)  # (it polled readable)
+            except OSError:
+                self.pending = b""
+            loop.unregister(self.source)
+            if not self.pending:
+                self.stream.close()
+            else:
+                loop.register(self.stream, selectors.EVENT_WRITE, self)
+            return
+        try:
+            sent = os.write(self.stream.fileno(), self.pending)
+        except BlockingIOError:
+            return
+        except OSError:  # the command closed its stdin: nothing more to pass
+            loop.unregister(self.stream)
+            self.stream.close()
+            return
+        self.pending = self.pending[sent:]
+        if not self.pending:
+            loop.unregister(self.stream)
+            loop.register(self.source, selectors.EVENT_READ, self)
+
+    def stop(self, loop: selectors.BaseSelector) -> None:
+        for fileobj in (self.source, self.stream):
+            with contextlib.suppress(KeyError, ValueError):
+                loop.unregister(fileobj)
+        self.stream.close()
+
+
+def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _Clock,
+               source: int | None) -> None:
+    # poll, not epoll: the caller's descriptors may be regular files (always ready), which
+    # epoll refuses.
+    with selectors.PollSelector() as loop:
         for stream, capture in ((handle.stdout, out), (handle.stderr, err)):
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
-                selector.register(stream, selectors.EVENT_READ, capture)
+                loop.register(stream, selectors.EVENT_READ, _Read(stream, capture))
+        passing = None
         if handle.stdin is not None:
-            _start_feeding(selector, handle, data)
-        while selector.get_map():
-            for key, _ in selector.select(clock.step()):
-                _service(selector, key)
+            os.set_blocking(handle.stdin.fileno(), False)
+            if source is not None:
+                passing = _Pass(source, handle.stdin)
+                loop.register(source, selectors.EVENT_READ, passing)
+            elif data:
+                loop.register(handle.stdin, selectors.EVENT_WRITE, _Feed(handle.stdin, data))
+            else:
+                handle.stdin.close()
+        while any(key.data.output for key in loop.get_map().values()):
+            for key, _ in loop.select(clock.step()):
+                key.data.ready(loop, key.fileobj)
             if clock.fired():
                 handle.kill()  # the streams end when the tree is gone
+        if passing is not None:
+            passing.stop(loop)
+    for capture in (out, err):  # what the caller's descriptor had no room for yet
+        while isinstance(capture, Forward) and capture.pending:
+            capture.flush_some(len(capture.pending))
 
+
+# --- threads (Windows) ----------------------------------------------------------------------
 
 def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
-                  clock: _Clock) -> None:
+                  clock: _Clock, source: int | None) -> None:
     workers = [threading.Thread(target=_drain, args=(stream, capture), daemon=True)
                for stream, capture in ((handle.stdout, out), (handle.stderr, err))
                if stream is not None]
-    if handle.stdin is not None:
+    if handle.stdin is not None and source is not None:  # not waited for: it may never end
+        threading.Thread(target=_copy, args=(source, handle.stdin), daemon=True).start()
+    elif handle.stdin is not None:
         workers.append(threading.Thread(target=_feed, args=(handle.stdin, data), daemon=True))
     for worker in workers:
         worker.start()
@@ -118,49 +297,24 @@ def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
 
 def _drain(stream: IO[bytes], capture: Capture) -> None:
     with stream:
-        while chunk := os.read(stream.fileno(), 65536):
+        while chunk := os.read(stream.fileno(), CHUNK):
             capture.take(chunk)
+            while isinstance(capture, Forward) and capture.pending:
+                capture.flush_some(len(capture.pending))
 
 
 def _feed(stream: IO[bytes], data: bytes) -> None:
-    with stream:
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(stream.fileno(), view[:65536]):]
-        except OSError:
-            pass  # the command stopped reading (a broken pipe); that is its business
+    with stream, contextlib.suppress(OSError):  # (a broken pipe: the command's business)
+        _write_all(stream.fileno(), data)
 
 
-def _start_feeding(selector: selectors.BaseSelector, handle: Handle, data: bytes) -> None:
-    stream = handle.stdin
-    assert stream is not None
-    if not data:
-        stream.close()
-        return
-    os.set_blocking(stream.fileno(), False)
-    selector.register(stream, selectors.EVENT_WRITE, memoryview(data))
+def _copy(source: int, stream: IO[bytes]) -> None:
+    with stream, contextlib.suppress(OSError):
+        while chunk := os.read(source, CHUNK):
+            _write_all(stream.fileno(), chunk)
 
 
-def _service(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
-    stream = key.fileobj
-    if isinstance(key.data, Capture):
-        try:
-            chunk = os.read(key.fd, 65536)
-        except BlockingIOError:
-            return
-        if chunk:
-            key.data.take(chunk)
-            return
-    else:
-        try:
-            sent = os.write(key.fd, key.data[:65536])
-        except BlockingIOError:
-            return
-        except BrokenPipeError:
-            sent = len(key.data)  # the command stopped reading; that is its business
-        if sent < len(key.data):
-            selector.modify(stream, selectors.EVENT_WRITE, key.data[sent:])
-            return
-    selector.unregister(stream)
-    stream.close()
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view[:CHUNK]):]

@@ -32,6 +32,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -301,11 +302,9 @@ def _launch(run: Run, ledger: Ledger) -> None:
         abstract = stack.enter_context(_listener(socket.AF_UNIX, socket.SOCK_STREAM,
                                                  "\0" + abstract_name))
         with ledger.launch(request_id) as record:
-            # In the state directory: what records it and what it records go together.
-            work = os.path.join(ledger.root, "work")
-            top = os.path.join(work, record.fresh_name("probe"))
+            # In the temp dir, not the state directory, which every sandbox's view masks.
+            top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
             record.add("dir", top)
-            statedir.ensure(work)
             request = _request(top, request_id)
             params = {"workspace": request.cwd, "read_root": request.read[0].path,
                       "outside": os.path.join(top, "outside", "file"), "marker": marker,

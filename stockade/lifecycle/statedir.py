@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 
 from stockade.errors import UnavailableError
 from stockade.lifecycle import lease
@@ -27,15 +28,24 @@ ROOT_STATE_DIR = "/var/lib/stockade"
 
 def state_dir() -> str:
     """The state directory for this process (it may not exist yet)."""
-    explicit = os.environ.get(ENV)
+    return candidates(os.environ, os.path.expanduser("~"))[0]
+
+
+def candidates(env: Mapping[str, str], home: str) -> list[str]:
+    """Every place this user's Stockade keeps state under some environment, the one `env`
+    chooses first: what no sandbox may see (stockade/launch/compile.py masks them all), since
+    a sandbox that reaches the daemon's sockets or plants ledger records acts outside it."""
+    found = []
+    explicit = env.get(ENV)
     if explicit:
-        return os.path.abspath(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME", "")
+        found.append(os.path.abspath(explicit))
+    xdg = env.get("XDG_STATE_HOME", "")
     if os.path.isabs(xdg):
-        return os.path.join(xdg, "stockade")
+        found.append(os.path.join(xdg, "stockade"))
     if lease.superuser():
-        return ROOT_STATE_DIR
-    return os.path.join(os.path.expanduser("~"), ".local", "state", "stockade")
+        found.append(ROOT_STATE_DIR)
+    found.append(os.path.join(home, ".local", "state", "stockade"))
+    return list(dict.fromkeys(os.path.normpath(path) for path in found))
 
 
 def ensure(path: str) -> None:

@@ -122,12 +122,14 @@ def _prepare(view: bytes, handoff: socket.socket, program: int) -> NoReturn:
 def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: bytes,
           view: bytes = b"", status_fd: int = -1, mounted: Callable[[], None] = lambda: None
           ) -> tuple[int, int | None, bytes]:
-    """The proxy's listener, pid_max, the mounts, the supervisor's plan, then pid 1 confined
-    (Landlock, capability drop, seccomp): (plan, listener, identity). Nothing here depends on
-    a launch's own argv, environment or working directory. `view` is the view frame it is
-    made for, if made ahead: only then is the survey's identity (see mnt.build) not empty."""
+    """The proxy's listener, pid_max and memfd_noexec, the mounts, the supervisor's plan, then
+    pid 1 confined (Landlock, capability drop, seccomp): (plan, listener, identity). Nothing
+    here depends on a launch's own argv, environment or working directory. `view` is the view
+    frame it is made for, if made ahead: only then is the survey's identity (see mnt.build)
+    not empty."""
     listener = listener_for(request)
     pid_max = limits.cap_pid_namespace(request.limits)
+    limits.forbid_memfd_exec(request, weaken)
     protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view))
     if status_fd >= 0:
         stage(status_fd, "mounts")
@@ -178,6 +180,7 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
                     "clone3": "ENOSYS", "ioctl": "TIOCSTI/TIOCLINUX denied"},
         "protected_mounts": protected,
         "pid_max": pid_max,
+        "memfd_noexec": limits.memfd_noexec(request, weaken),
         "limits": limits.describe(request.limits),
         "prepared_ahead": prepared_ahead,
     }

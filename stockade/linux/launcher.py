@@ -29,7 +29,7 @@ from stockade.launch.request import LaunchRequest
 # Layers a test can switch off to prove the evidence matrix notices (never set in production:
 # only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
 WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
-                        "network", "rlimits"})
+                        "network", "rlimits", "memfd_noexec", "stockade_state"})
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 

@@ -1,6 +1,6 @@
 """Resource limits without a delegated cgroup: rlimits, and pid_max of the sandbox's own pid
 namespace as a process-count backstop that also holds for root (RLIMIT_NPROC does not bind a
-process whose real uid is host root).
+process whose real uid is host root). Also the pid namespace's other knob, vm.memfd_noexec.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import resource
 
-from stockade.launch.request import LimitSpec
+from stockade.launch.request import LaunchRequest, LimitSpec
 
 PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
 RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
@@ -27,6 +27,26 @@ def cap_pid_namespace(limits: LimitSpec) -> int | None:
     finally:
         os.close(fd)
     return value
+
+
+def memfd_noexec(request: LaunchRequest, weaken: frozenset[str]) -> bool:
+    """Whether no memfd may be executed in the sandbox's pid namespace: where nothing the
+    command writes may be executed (a memfd is written memory on a mount that is not noexec).
+    vm.memfd_noexec is the pid namespace's own, and a child namespace cannot lower it."""
+    return not request.exec_from_write and "memfd_noexec" not in weaken
+
+
+def forbid_memfd_exec(request: LaunchRequest, weaken: frozenset[str]) -> bool:
+    """In the sandbox's init: vm.memfd_noexec = 2 if `memfd_noexec` (a spare cloned from a
+    view template writes it in template.c). Whether it was written."""
+    if not memfd_noexec(request, weaken):
+        return False
+    fd = os.open("/proc/sys/vm/memfd_noexec", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"2")
+    finally:
+        os.close(fd)
+    return True
 
 
 def pid_max_for(limits: LimitSpec) -> int | None:

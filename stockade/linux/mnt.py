@@ -147,7 +147,8 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     attach(root_fs, stage_fd)
     for fd in (root_fs, stage_fd):
         os.close(fd)
-    top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    base = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    top = os.dup(base)
     own_devs = {os.fstat(top).st_dev}
 
     taken = {r.path for r in roots}
@@ -157,13 +158,19 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
             _mount_system(top, own_devs, m.path, request, device_fds, proc)
         else:
             _mount_root(top, own_devs, m, request.exec_from_write, "read_only" not in weaken)
+            if m.path == "/":
+                # The root now covers the tmpfs: every later lookup must start on top of it.
+                os.close(top)
+                top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for m in guarded:
         _mount_over(top, m)
-    _mask(top, own_devs, denied)
+    _honour_grants_inside_protected(top, own_devs, roots, guarded, request.exec_from_write)
+    _mask(top, denied)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
-    set_attrs(top, MOUNT_ATTR_RDONLY, recursive=False)
-    os.close(top)
+    set_attrs(base, MOUNT_ATTR_RDONLY, recursive=False)
+    for fd in (top, base):
+        os.close(fd)
     pivot_into(stage)
     found.close()
     return [m.path for m in guarded if m.kind == "protected"], identity
@@ -252,13 +259,28 @@ def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool,
     if m.kind == "read":
         attrs = RO if read_only else MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     else:
-        attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
+        attrs = _write_attrs(exec_from_write)
     set_attrs(m.tree, attrs)
     target = _target(top, own_devs, m.path, is_dir=m.is_dir, create=True)
     attach(m.tree, target)
     for fd in (m.tree, target):
         os.close(fd)
     m.tree = -1
+
+
+def _write_attrs(exec_from_write: bool) -> int:
+    return MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
+
+
+def _honour_grants_inside_protected(top: int, own_devs: set[int], roots: list[_Mount],
+                                    guarded: list[_Mount], exec_from_write: bool) -> None:
+    """A write root granted inside a protected name (`home/.codex/x` with `home` a write root)
+    is an exact grant, which wins: it is mounted again over the read-only re-mount."""
+    protected = [g.path for g in guarded if g.kind == "protected"]
+    for m in roots:
+        if m.kind == "write" and any(protect_inside(m.path, p) for p in protected):
+            m.tree = clone_tree(m.source_fd)
+            _mount_root(top, own_devs, m, exec_from_write, True)
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
@@ -285,22 +307,21 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
         os.close(target)
 
 
-def _mask(top: int, own_devs: set[int], denied: list[_Mount]) -> None:
-    """Cover each denied path with an inaccessible (mode 000) empty directory or file."""
-    holder = _target(top, own_devs, "/.stockade-masks", is_dir=True, create=True)
+def _mask(top: int, denied: list[_Mount]) -> None:
+    """Cover each denied path with an inaccessible (mode 000) empty directory or file, made on
+    a detached tmpfs of their own, which is never in the view itself."""
+    if not denied:
+        return
+    holder = new_fs("tmpfs", {"mode": "0700", "size": "4k"},
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
     os.mkdir("d", 0, dir_fd=holder)
     os.close(os.open("f", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0, dir_fd=holder))
     masks = {True: openat2(holder, "d", os.O_PATH, _BENEATH),
              False: openat2(holder, "f", os.O_PATH, _BENEATH)}
     for m in denied:
         _mount_over(top, m, mask=masks[m.is_dir])
-    # A bind mount keeps its source alive, so the holder can go: nothing is left to see.
-    os.rmdir("d", dir_fd=holder)
-    os.unlink("f", dir_fd=holder)
-    for fd in masks.values():
+    for fd in (*masks.values(), holder):
         os.close(fd)
-    os.close(holder)
-    os.rmdir(".stockade-masks", dir_fd=top)
 
 
 def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:

@@ -37,6 +37,22 @@ DENIED_SYSCALLS: tuple[str, ...] = (
 # clone(2) flags that create a namespace (its first argument on x86_64 and aarch64).
 _CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
                     0x40000000)
+# Address families a sandbox may open sockets of (local, IP, and netlink, which getaddrinfo
+# and `ip` need); every other one is EAFNOSUPPORT. A network namespace does not isolate all
+# of them: AF_VSOCK reaches the hypervisor, and others are rarely used kernel surface.
+ALLOWED_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
+_AF_MAX = 46
+# Mode bits no file made or changed in the sandbox may carry (setuid, setgid): such a file in
+# a write root would keep them on the host. Each call that sets a mode, by where the mode is.
+_PRIVILEGE_BITS = (0o4000, 0o2000)
+_MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1,
+                  "mknodat": 2}
+# open(2)-like calls: (flags argument, mode argument); the mode counts only with O_CREAT or
+# O_TMPFILE. openat2 takes its mode inside a struct, which a filter cannot read: ENOSYS, on
+# which every caller falls back to openat.
+_CREATE_ARGUMENTS = {"open": (1, 2), "openat": (2, 3), "creat": (None, 1)}
+_O_CREAT = 0o100
+_O_TMPFILE = 0o20000000
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _LOW_32_BITS = 0xFFFFFFFF
@@ -122,18 +138,34 @@ def describe() -> dict[str, object]:
         "bad_arch_action": "kill_process",
         "eperm": {name: nr for name, nr in numbers.items() if nr is not None},
         "unknown_here": [name for name, nr in numbers.items() if nr is None],
-        "enosys": ["clone3"],
+        "enosys": ["clone3", "openat2"],
         "conditional_eperm": {
             "clone": "any CLONE_NEW* namespace flag",
             "ioctl": "TIOCSTI, TIOCLINUX",
             "personality": "anything but 0x0, 0x8 and 0xffffffff",
+            **{call: "a setuid or setgid mode bit" for call in (*_MODE_ARGUMENT,
+                                                                 *_CREATE_ARGUMENTS)},
         },
+        "socket_families": sorted(ALLOWED_FAMILIES),
     }
 
 
 def _rules() -> list[_Rule]:
     rules: list[_Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
     rules.append(("clone3", errno.ENOSYS, ()))
+    rules.append(("openat2", errno.ENOSYS, ()))
+    rules += [(call, errno.EAFNOSUPPORT, ((0, _LOW_32_BITS, family),))
+              for call in ("socket", "socketpair") for family in range(_AF_MAX)
+              if family not in ALLOWED_FAMILIES.values()]
+    rules += [(call, errno.EPERM, ((arg, bit, bit),))
+              for call, arg in _MODE_ARGUMENT.items() for bit in _PRIVILEGE_BITS]
+    for call, (flags, mode) in _CREATE_ARGUMENTS.items():
+        for bit in _PRIVILEGE_BITS:
+            if flags is None:
+                rules.append((call, errno.EPERM, ((mode, bit, bit),)))
+            else:
+                rules += [(call, errno.EPERM, ((flags, kind, kind), (mode, bit, bit)))
+                          for kind in (_O_CREAT, _O_TMPFILE)]
     rules += [("clone", errno.EPERM, ((0, flag, flag),)) for flag in _CLONE_NEW_FLAGS]
     rules += [("ioctl", errno.EPERM, ((1, _LOW_32_BITS, request),))
               for request in (_TIOCSTI, _TIOCLINUX)]

@@ -63,7 +63,8 @@ static inline const char *string(struct reader *r, int *bad) {
 
 /* ---- a view template's spec (template.py's _spec writes it in this order) ---- */
 
-enum { LAYER_LANDLOCK = 1, LAYER_PRIVILEGES = 2, LAYER_SECCOMP = 4, PROXY_LISTENER = 8 };
+enum { LAYER_LANDLOCK = 1, LAYER_PRIVILEGES = 2, LAYER_SECCOMP = 4, PROXY_LISTENER = 8,
+       MEMFD_NOEXEC = 16 };
 enum { CARRIED_DIRECTORY = 0, CARRIED_LINK = 1, CARRIED_MOUNT = 2 };
 
 struct filesystem {       /* a fresh instance each spare mounts over the template's */

@@ -6,7 +6,7 @@
  * mount namespaces. For each "S" on HANDOFF it clones a spare into fresh namespaces, maps its
  * ids through HOST_PROC (the host's /proc, opened before the pivot) and hands the zygote the
  * spare's handoff socket and pidfd ("S"). The spare covers what each sandbox owns with fresh
- * instances (refresh.c), writes its pid_max, makes the proxy's listener, confines itself
+ * instances (refresh.c), writes its pid_max and memfd_noexec, makes the proxy's listener, confines itself
  * (confine.c), says "M" + the view's identity, and waits for its launch as the supervisor.
  *
  * Compiled, so that a spare is a clone of a process of a few pages, not of a Python
@@ -205,6 +205,8 @@ static _Noreturn void spare(const struct spec *s, int plan_fd, int handoff, int 
         if (write_file_at(host_proc, "sys/kernel/pid_max", value) != 0)
             _exit(0);
     }
+    if ((s->flags & MEMFD_NOEXEC) && write_file_at(host_proc, "sys/vm/memfd_noexec", "2") != 0)
+        _exit(0);  /* (no memfd can be executed in our pid namespace: limits.py) */
     close(host_proc);
     int listener = -1;
     if ((s->flags & PROXY_LISTENER) && (listener = proxy_listener(s->port)) < 0)

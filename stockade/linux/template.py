@@ -46,6 +46,7 @@ _TEMPLATE_NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS
 # and the kinds of what it carries onto its /tmp
 _LAYERS = {"landlock": 1, "privileges": 2, "seccomp": 4}
 _PROXY_LISTENER = 8
+_MEMFD_NOEXEC = 16
 _DIRECTORY, _LINK, _MOUNT = 0, 1, 2
 _U32 = struct.Struct("<I")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -100,6 +101,8 @@ def _spec(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], uid: int, 
     flags = sum(bit for name, bit in _LAYERS.items() if name not in weaken)
     if request.network.mode == "allowlist":
         flags |= _PROXY_LISTENER
+    if limits.memfd_noexec(request, weaken):
+        flags |= _MEMFD_NOEXEC
     out = [struct.pack("<IIIIq", flags, uid, gid, SANDBOX_PORT,
                        -1 if pid_max is None else pid_max), _blob(identity), _blob(bpf)]
     own = mnt.own_filesystems(request)

@@ -1,8 +1,12 @@
 """`stockade daemon`: owns warm sandboxes on behalf of other processes of the same user.
 
 Clients connect to a unix socket (mode 0600, in Stockade's 0700 state directory) and send one
-JSON request line; the daemon checks the peer's uid with SO_PEERCRED (another user is refused),
-then answers with JSON lines (see client.py and docs/sessions.md). Sessions are named by the
+JSON request line. The daemon knows the peer by what the kernel says of it (stockade/linux/
+peer.py): its uid, and its namespaces, root, capabilities, no_new_privs, seccomp state and LSM
+label read from its own `/proc` through its pidfd; a peer whose context is not the daemon's —
+another user, or any process inside a sandbox or container — is refused (`peer_refused`)
+before anything of its request is acted on. It then answers with JSON lines (see client.py and
+docs/sessions.md). Sessions are named by the
 client: a later request with the same session id reuses the warm sandbox, provided it asks for
 the same policy and workspace (`session_mismatch` otherwise). A session idle for `idle` seconds
 is torn down. A sandbox that will not boot is retried (3 attempts in all), then reported as
@@ -23,7 +27,6 @@ import contextlib
 import json
 import os
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from stockade.errors import StockadeError
 from stockade.lifecycle import removers, statedir
 from stockade.lifecycle.ledger import Ledger
+from stockade.linux import peer
 from stockade.policy import parse_policy, policy_to_document, preset
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
@@ -69,6 +73,7 @@ class Daemon:
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
         self._ledger = Ledger()
+        self._context = peer.own_context()  # what a client must share with the daemon
         self.reclaimed = 0  # sandboxes of an earlier daemon whose records bind() settled
 
     def bind(self) -> None:
@@ -104,7 +109,8 @@ class Daemon:
                     conn, _ = self._listener.accept()
                 except OSError:
                     break  # stop() closed the listener
-                threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+                threading.Thread(target=self._client, args=(conn, peer.boottime()),
+                                 daemon=True).start()
         finally:
             self._shutdown()
 
@@ -115,17 +121,18 @@ class Daemon:
 
     # --- one client --------------------------------------------------------------------------
 
-    def _client(self, conn: socket.socket) -> None:
+    def _client(self, conn: socket.socket, accepted: float) -> None:
         with conn, contextlib.suppress(OSError):  # the client went away (even mid-answer)
-            self._answer(conn, _sender(conn))
+            self._answer(conn, _sender(conn), accepted)
 
-    def _answer(self, conn: socket.socket, send: Callable[..., None]) -> None:
+    def _answer(self, conn: socket.socket, send: Callable[..., None], accepted: float) -> None:
         try:
-            _, uid, _ = struct.unpack("3i", conn.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-            if uid != os.geteuid():
-                raise SessionError("peer_refused", "only the daemon's own user may use it")
-            request = _read_request(conn)
+            request = _read_request(conn)  # (first, so that a refused client hears why)
+            try:
+                peer.check_peer(conn, self._context, accepted=accepted)
+            except peer.PeerRefused as exc:
+                raise SessionError("peer_refused", f"the daemon serves only processes of its "
+                                   f"own user and context: {exc.why}") from None
             op = request.get("op")
             if op == "exec":
                 self._exec(request, send)

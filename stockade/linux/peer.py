@@ -1,0 +1,179 @@
+"""Who is at the other end of a unix socket, as the kernel tells it: the peer's process read
+through a pidfd and its own `/proc` directory, never what the peer says about itself.
+
+Stockade's servers (the daemon, the CLI server) serve only a peer whose *context* is their own:
+the same user, the same namespaces and root, the same capabilities, `no_new_privs`, seccomp
+state and LSM label (and, for the CLI server, whose runs take its place, the same groups and
+resource limits). Every Stockade sandbox has namespaces of its own, so no process inside one
+is ever served, whatever it can reach or send.
+
+The peer is pinned by `SO_PEERPIDFD` (Linux 6.5): the pidfd names the process that connected,
+and its `/proc` directory is opened and then checked to still belong to that live process, so
+a pid recycled after the peer died cannot stand in for it. Where the kernel has no
+`SO_PEERPIDFD`, the pid from `SO_PEERCRED` is pinned with `pidfd_open` and the process must
+have started before the connection was accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterable
+
+from stockade.linux.syscalls import number, syscall
+
+SO_PEERPIDFD = 77
+NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+CONFINEMENT = ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
+               "Seccomp", "Seccomp_filters")
+# What a served run takes from its server rather than from its client: they must agree too.
+RUN_CONTEXT = ("Groups", "limits")
+_PIDFD_SEND_SIGNAL = 424
+
+
+class PeerRefused(Exception):
+    """The peer is not served; `.why` names the first part of its context that differs (never
+    a value)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def own_context(parts: Iterable[str] = ()) -> dict[str, str]:
+    """This process's context (see `context_of`)."""
+    proc = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return context_of(proc, parts)
+    finally:
+        os.close(proc)
+
+
+def context_of(proc: int, parts: Iterable[str] = ()) -> dict[str, str]:
+    """The context of the process whose `/proc` directory is open at `proc`: its namespaces,
+    its root, the confinement of its credentials and its LSM label, plus `parts` of
+    RUN_CONTEXT. OSError if any of it cannot be read (a peer we may not inspect is not served).
+    """
+    found = {}
+    for name in NAMESPACES:
+        with contextlib.suppress(FileNotFoundError):  # a kind this kernel does not have
+            found[f"ns/{name}"] = os.readlink(f"ns/{name}", dir_fd=proc)
+    root = os.stat("root", dir_fd=proc)
+    found["root"] = f"{root.st_dev}:{root.st_ino}"
+    wanted = set(CONFINEMENT) | set(parts)
+    for line in _read("status", proc).splitlines():
+        name, _, value = line.partition(":")
+        if name in wanted:
+            found[name] = value.strip()
+    if "limits" in wanted:
+        found["limits"] = _read("limits", proc)
+    try:
+        found["lsm"] = _read("attr/current", proc)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: no LSM keeps a label
+            raise
+        found["lsm"] = "-"
+    return found
+
+
+def check_peer(conn: socket.socket, own: dict[str, str], *, accepted: float) -> None:
+    """Return if the process that connected `conn` has context `own` (built with the same
+    `parts`); raise PeerRefused otherwise. `accepted` is CLOCK_BOOTTIME (seconds) when the
+    connection was accepted (for kernels without SO_PEERPIDFD)."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid != os.geteuid():
+        raise PeerRefused("another user")
+    parts = [part for part in RUN_CONTEXT if part in own]
+    try:
+        pidfd, pinned_by_kernel = _peer_pidfd(conn)
+    except OSError:
+        raise PeerRefused("the peer's process cannot be identified") from None
+    try:
+        try:
+            pid = _pid_of(pidfd)
+            proc = os.open(f"/proc/{pid}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            raise PeerRefused("the peer's process is gone or in another pid namespace") \
+                from None
+        try:
+            _still_alive(pidfd)  # so `proc` is that process's own directory
+            if not pinned_by_kernel and _started(proc) > accepted:
+                raise PeerRefused("the peer's pid names a process started after it connected")
+            context = context_of(proc, parts)
+        except OSError:
+            raise PeerRefused("the peer's process cannot be inspected") from None
+        finally:
+            os.close(proc)
+    finally:
+        os.close(pidfd)
+    for key in sorted(own.keys() | context.keys(), key=lambda k: (not k.startswith("ns/"), k)):
+        if own.get(key) != context.get(key):
+            raise PeerRefused(_named(key))  # (a namespace first: it says the most)
+
+
+def boottime() -> float:
+    """CLOCK_BOOTTIME in seconds (the clock of a process's start time in /proc)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _peer_pidfd(conn: socket.socket) -> tuple[int, bool]:
+    try:
+        return struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0], True
+    except OSError as exc:
+        if exc.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
+            raise
+    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return syscall(number("pidfd_open"), pid, 0), False
+
+
+def _pid_of(pidfd: int) -> int:
+    """The pid a pidfd names in this pid namespace (OSError if it has none or has exited)."""
+    with open(f"/proc/self/fdinfo/{pidfd}", encoding="ascii") as info:
+        for line in info:
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                if pid > 0:
+                    return pid
+                break
+    raise ProcessLookupError(errno.ESRCH, "the pidfd names no process here")
+
+
+def _still_alive(pidfd: int) -> None:
+    syscall(_PIDFD_SEND_SIGNAL, pidfd, 0, None, 0)
+
+
+def _started(proc: int) -> float:
+    """When the process started, in CLOCK_BOOTTIME seconds."""
+    stat = _read("stat", proc)
+    ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str, proc: int) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+    try:
+        data = b""
+        while chunk := os.read(fd, 65536):
+            data += chunk
+        return data.decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _named(key: str) -> str:
+    """What differs, in words (the values stay unsaid)."""
+    if key.startswith("ns/"):
+        return f"the peer runs in another {key[3:]} namespace (inside a sandbox or container)"
+    return {
+        "root": "the peer has another root directory",
+        "lsm": "the peer has another LSM label",
+        "limits": "the peer has other resource limits",
+        "Groups": "the peer has other supplementary groups",
+        "NoNewPrivs": "the peer runs with no_new_privs",
+        "Seccomp": "the peer runs under another seccomp filter",
+        "Seccomp_filters": "the peer runs under another seccomp filter",
+    }.get(key, "the peer has other credentials or capabilities")
