@@ -283,6 +283,44 @@ def memory_per_sandbox(workspace: str, count: int = 8) -> dict[str, tuple[float,
     return out
 
 
+PEER_CHECKS = 400
+PEER_CLIENT = """
+import socket, sys
+for _ in range(int(sys.argv[2])):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(sys.argv[1])
+        s.recv(1)
+"""
+
+
+def peer_check_cost(checks: int = PEER_CHECKS) -> float:
+    """Median ms of the check Stockade's servers make of each connection (stockade/linux/
+    peer.py: the peer's pidfd and its own /proc, against the server's context), on real
+    connections from another process, as the CLI server makes it for `stockade run`."""
+    from stockade.linux import peer
+
+    directory = tempfile.mkdtemp(prefix="stockade-bench-peer-")
+    path = os.path.join(directory, "peer.sock")
+    own = peer.own_context(peer.RUN_CONTEXT)
+    samples = []
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen(8)
+        client = subprocess.Popen([sys.executable, "-c", PEER_CLIENT, path, str(checks)])
+        try:
+            for _ in range(checks):
+                conn, _ = listener.accept()
+                with conn:
+                    started = time.perf_counter()
+                    peer.check_peer(conn, own, accepted=peer.boottime())
+                    samples.append(time.perf_counter() - started)
+                    conn.sendall(b"x")
+        finally:
+            client.wait(60)
+            shutil.rmtree(directory, ignore_errors=True)
+    return statistics.median(samples) * 1000
+
+
 def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -323,15 +361,17 @@ def main() -> int:
                 for callers in (1, 2):
                     rates[(name, callers)] = throughput(loops[name], callers, args.seconds)
         memory = memory_per_sandbox(workspace)
+        peer_ms = peer_check_cost()
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
-    print(render(found, medians, rates, memory, args.markdown, warm_pairs))
+    print(render(found, medians, rates, memory, args.markdown, warm_pairs, peer_ms))
     return 0
 
 
 def render(found: dict, medians: dict[str, float], rates: dict,
            memory: dict[str, tuple[float, float]], markdown: bool,
-           warm_pairs: tuple[float, float] | None = None) -> str:
+           warm_pairs: tuple[float, float] | None = None,
+           peer_ms: float | None = None) -> str:
     bwrap = medians.get("bwrap")
     interp = medians.get("python -c pass")
     rows = [("contender", "median ms", "× bwrap")]
@@ -355,6 +395,10 @@ def render(found: dict, medians: dict[str, float], rates: dict,
                              f"({medians[name] / budget:.2f} × the budget); interpreter "
                              f"start-up is {interp / medians[name]:.0%} of it")
         lines.append("")
+    if peer_ms is not None:
+        lines += [f"Peer check (each connection to the CLI server or the daemon, in the server): "
+                  f"{peer_ms:.3f} ms median of {PEER_CHECKS} real connections (budget 0.3 ms)",
+                  ""]
     bare = medians.get("bare subprocess")
     if bare and warm_pairs and "stockade warm session" in medians:
         warm, paired_bare = warm_pairs

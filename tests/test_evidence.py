@@ -32,9 +32,19 @@ def matrix(linux: None) -> Matrix:
     return run_matrix(LinuxBackend())
 
 
+# Rows whose layer exists only as root (the kernel lets only host root set it): rootless, the
+# row must say so (not-run, with the reason) and the report must not claim the layer.
+ROOT_ONLY = {"fs.memfd-exec": "filesystem.memfd_exec"}
+
+
 @pytest.mark.parametrize("row_id", IDS)
 def test_row(matrix: Matrix, row_id: str) -> None:
     verdict = next(v for v in matrix.verdicts if v.id == row_id)
+    if row_id in ROOT_ONLY and not ROOT:
+        report = {c.name: c for c in LinuxBackend().report()}
+        assert verdict.status == "not-run" and "only host root" in verdict.observed
+        assert not report[ROOT_ONLY[row_id]].enforced
+        return
     if verdict.status == "not-run":
         unavailable(f"{row_id}: {verdict.verdict}")
     assert verdict.status == "pass", f"{row_id}: {verdict.observed}"
@@ -84,7 +94,7 @@ def rows_of(*categories: str, but: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 # Rows that FAIL without any weakening (see docs/evidence-linux.md) are left out of these runs.
-FILESYSTEM = rows_of("filesystem")
+FILESYSTEM = rows_of("filesystem", but=() if ROOT else tuple(ROOT_ONLY))
 NETWORK = rows_of("network", but=tuple(row.id for row in ROWS if "allowlist" in row.id))
 SECCOMP_ROWS = {"proc.ptrace", "proc.user-namespace", "proc.clone3", "proc.keyctl",
                 "proc.userfaultfd"} \
@@ -111,7 +121,15 @@ WEAKENINGS = [
                  {"fs.protected-dir", "fs.protected-file", "fs.protected-rename",
                   "fs.hardlink"}, id="protected"),
     pytest.param({"deny"}, FILESYSTEM + rows_of("environment"),
-                 {"fs.deny-in-root", "env.home-credentials"}, id="deny"),
+                 {"fs.deny-in-root", "env.home-credentials", "fs.deny-whole-tree"}, id="deny"),
+    # seccomp is the one layer for privilege bits and for address families.
+    pytest.param({"seccomp"}, ("fs.privilege-bits", "net.address-families"),
+                 {"fs.privilege-bits", "net.address-families"}, id="seccomp-files-sockets"),
+    pytest.param({"unix_sockets"}, NETWORK, {"net.unix-in-write-root"}, id="unix_sockets"),
+    # Stockade's own helpers: the state directory's mask, and the servers' peer check.
+    pytest.param({"stockade_state"}, rows_of("helpers"), {"helpers.state-dir"},
+                 id="stockade_state"),
+    pytest.param({"peer_check"}, rows_of("helpers"), {"helpers.servers"}, id="peer_check"),
     # A case-folding filesystem is refused for any protected or denied file on it; with neither
     # layer, nothing is refused and every other spelling reaches the files.
     pytest.param({"protected", "deny"}, ("fs.case-alias",), {"fs.case-alias"},
@@ -122,6 +140,8 @@ WEAKENINGS = [
     pytest.param({"network", "landlock"}, NETWORK,
                  {"net.udp-loopback", "net.dns-loopback", "net.test-host", "net.tcp-loopback",
                   "net.listen", "net.unix-abstract"}, id="network+landlock"),
+    *([pytest.param({"memfd_noexec"}, FILESYSTEM, {"fs.memfd-exec"}, id="memfd_noexec")]
+      if ROOT else []),
     # As root, the sandbox pid namespace's pid_max still bounds the fork bomb.
     pytest.param({"rlimits"}, rows_of("resources"),
                  {"res.memory-bomb", "res.disk-fill"} | (set() if ROOT else {"res.fork-bomb"}),

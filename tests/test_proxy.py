@@ -411,6 +411,41 @@ def test_connections_past_the_limit_are_closed_at_once(make_proxy, echo):
         sock.close()
 
 
+def test_one_proxy_cannot_take_the_descriptors_every_proxy_of_its_process_shares(
+        make_proxy, echo, monkeypatch):
+    """F11: the daemon holds every warm session's proxy. One sandbox holding connections open
+    gets at most its share of the process's descriptor budget; the rest are refused, recorded
+    as `connection_limit` denials, and another session's proxy still serves."""
+    from stockade.net import proxy as proxy_module
+
+    monkeypatch.setattr(proxy_module._Descriptors, "capacity", staticmethod(lambda: 40))
+    port = echo.server_address[1]
+    hog = make_proxy([f"127.0.0.1:{port}"], limits=ProxyLimits(handshake_timeout=30.0))
+    other = make_proxy([f"127.0.0.1:{port}"])
+    held = [_connect_when_accepted(hog) for _ in range(30)]
+    try:
+        deadline = time.monotonic() + 5
+        while sum(not _closed_by_peer(sock) for sock in held) > 10:
+            assert time.monotonic() < deadline, "one proxy holds more than its share"
+            time.sleep(0.05)
+        with client(other) as sock:
+            sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+            assert read_head(sock).startswith(b"HTTP/1.1 200")
+            assert_echoes(sock)
+        reasons = [entry["reason"] for entry in hog.denials()]
+        assert reasons and set(reasons) == {"connection_limit"}
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_connection_budget_follows_the_descriptor_limit():
+    from stockade.net.proxy import RESERVED_DESCRIPTORS, _Descriptors
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert _Descriptors.capacity() == max(4, (soft - RESERVED_DESCRIPTORS) // 2)
+
+
 @pytest.fixture
 def many_descriptors():
     """Raise this process's soft descriptor limit for a test that holds thousands of sockets

@@ -21,9 +21,11 @@ DOC = REPO / "docs" / "enforcement-linux.md"
 CAPABILITIES = [
     "namespaces", "privileges", "landlock", "seccomp",
     "filesystem.read", "filesystem.write", "filesystem.deny", "filesystem.protected",
-    "filesystem.exec_from_write",
+    "filesystem.exec_from_write", "filesystem.memfd_exec", "filesystem.privilege_bits",
+    "stockade_state",
     "network.none", "network.tcp", "network.udp", "network.dns", "network.loopback",
-    "network.link_local", "network.unix_sockets", "network.inherited_sockets",
+    "network.link_local", "network.unix_sockets", "network.address_families",
+    "network.inherited_sockets",
     "network.allowlist", "network.any",
     "env", "limits.memory", "limits.pids", "limits.file_size", "limits.cpu", "limits.timeout",
     "limits.output", "kill_on_close", "nested_namespaces", "ptrace", "tty_injection",
@@ -59,6 +61,9 @@ def test_statuses_on_this_host(here):
     assert got["filesystem.deny"] == "enforced" and got["filesystem.protected"] == "partial"
     assert got["network.none"] == got["network.tcp"] == got["network.loopback"] == "enforced"
     assert got["network.unix_sockets"] == "partial"
+    assert got["filesystem.privilege_bits"] == got["stockade_state"] == "enforced"
+    assert got["network.address_families"] == "enforced"
+    assert got["filesystem.memfd_exec"] == ("enforced" if root else "unavailable")
     assert got["limits.memory"] == "partial" and got["limits.file_size"] == "enforced"
     assert got["limits.pids"] == ("partial" if root else "enforced")
     assert got["privileges"] == ("partial" if root else "enforced")

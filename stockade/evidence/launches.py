@@ -9,9 +9,11 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ import stockade
 from stockade.errors import StockadeError, UnavailableError, UnenforceableError
 from stockade.evidence.judges import all_denied, notes
 from stockade.evidence.row import Launch, Launcher, Row
-from stockade.evidence.scene import ATTACKS, Scene
+from stockade.evidence.scene import ATTACKS, NotRunnable, Scene
 from stockade.evidence.watch import Finding, processes_with
 from stockade.launch.backend import Backend
 from stockade.launch.compile import CompileContext, compile_policy
@@ -97,6 +99,48 @@ def attack(row: Row, scene: Scene, backend: Backend) -> Launch:
     except StockadeError as exc:
         return Launch(error=exc)
     return run_once(backend, request, scene)
+
+
+def against_servers(row: Row, scene: Scene, backend: Backend) -> Launch:
+    """The attack, with Stockade's own servers listening inside the workspace, where it can
+    reach them: a daemon on `daemon.sock` (in this process) and a CLI server on `cli.sock`
+    (a process of its own, as `stockade daemon` forks it). Their peer check is what the row
+    tests; the `peer_check` weakening (tests only) switches it off."""
+    from stockade.session.daemon import Daemon
+
+    check = "peer_check" not in getattr(backend, "weaken", frozenset())
+    daemon = Daemon(str(scene.ws / "daemon.sock"), check_peers=check)
+    daemon.bind()
+    serving = threading.Thread(target=daemon.serve, daemon=True)
+    serving.start()
+    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
+    cli_path = scene.ws / "cli.sock"
+    cli = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from stockade.cli import server; "
+         "server.serve(sys.argv[1], check_peers=sys.argv[2] == 'check')", str(cli_path),
+         "check" if check else "trust"], env={**os.environ, "PYTHONPATH": package_parent},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(cli_path):
+            if cli.poll() is not None or time.monotonic() > deadline:
+                raise NotRunnable("the CLI server did not start here")
+            time.sleep(0.1)
+        return attack(row, scene, backend)
+    finally:
+        cli.terminate()
+        cli.wait(30)
+        daemon.stop()
+        serving.join(30)
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+            return True
+        except OSError:
+            return False
 
 
 def owner_killed(row: Row, scene: Scene, backend: Backend) -> Launch:

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from stockade.evidence.setups import Setup
     from stockade.launch.backend import Backend
 
-CATEGORIES = ("filesystem", "network", "process", "environment", "resources", "lifecycle")
+CATEGORIES = ("filesystem", "network", "process", "environment", "resources", "lifecycle",
+              "helpers")
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,32 @@ ROWS: tuple[Row, ...] = (
         "{ws}/TOKEN", "{ws}/other/.git/config", setup=setups.case_folding_workspace,
         policy={"filesystem": {"deny": ["{workspace}/keys", "{workspace}/token"]}},
         launch=casefold.launch, fails_closed_with="unenforceable:filesystem.case_alias"),
+    row("fs.memfd-exec", "filesystem",
+        "execute a program written into a memfd: fexecve, and by its /proc/self/fd path",
+        "EACCES: vm.memfd_noexec = 2 in the sandbox's pid namespace", "fs_memfd.py",
+        setup=setups.memfd_knob),
+    row("fs.privilege-bits", "filesystem",
+        "make a copy of sh setuid or setgid in a write root (chmod, fchmod, fchmodat, open, "
+        "mknod), give it a file capability",
+        "EPERM; no privilege bit is left on the host", "fs_privilege.py", "{ws}",
+        setup=setups.privilege_bits),
+    row("fs.deny-whole-tree", "filesystem",
+        "with the whole host tree as a read root (read = [\"/\"]): SSH keys, cloud, git, "
+        "registry and cluster credentials in the home directory",
+        "EACCES: the preset's masks hold whatever the roots are", "read_paths.py",
+        "{home}/.ssh/", *(f"{{home}}/{name}" for name in setups.HOME_SECRETS),
+        setup=setups.fake_home, policy={"filesystem": {"read": ["/"]}}),
+    row("fs.deny-absent", "filesystem",
+        "create a denied path that does not exist at launch inside the write root (~/.aws)",
+        "the launch is refused (unenforceable:filesystem.deny); nothing is created",
+        "tamper.py", "{ws}/.aws/config", policy={"filesystem": {"deny": ["{workspace}/.aws"]}},
+        fails_closed_with="unenforceable:filesystem.deny"),
+    row("fs.planted-root-link", "filesystem",
+        "a grant redirected by a link an earlier run planted (ws/build -> outside, --write build)",
+        "the launch is refused (unenforceable:filesystem.symlink); outside unchanged",
+        "tamper.py", "{ws}/build/escaped", setup=setups.planted_root_link,
+        policy={"filesystem": {"write": ["{workspace}", "{workspace}/build"]}},
+        fails_closed_with="unenforceable:filesystem.symlink"),
     # --- network ---------------------------------------------------------------------------
     row("net.tcp-loopback", "network", "TCP to a server on the host's loopback (IPv4, IPv6)",
         "ECONNREFUSED/EACCES; the server is never contacted", "net_connect.py",
@@ -156,6 +182,14 @@ ROWS: tuple[Row, ...] = (
         "allowlist mode: CONNECT via the proxy to the cloud metadata address",
         "the proxy refuses (403)", "net_proxy.py", "via:169.254.169.254:80",
         policy=ALLOWLIST),
+    row("net.address-families", "network",
+        "create AF_VSOCK (reaches the hypervisor from any namespace), AF_ALG, AF_PACKET, "
+        "Bluetooth and AF_KEY sockets (created only, never connected)",
+        "EAFNOSUPPORT: only unix, inet, inet6 and netlink sockets", "net_family.py"),
+    row("net.unix-in-write-root", "network",
+        "connect to a unix socket a host server listens on inside the write root",
+        "ECONNREFUSED/EACCES (masked: network.unix_sockets = own); the server is never "
+        "contacted", "net_unix.py", "{ws}/host.sock", setup=setups.socket_in_workspace),
     # --- process ---------------------------------------------------------------------------
     row("proc.ptrace", "process",
         "ptrace and process_vm_readv: the sandbox's init, a host process, an own child",
@@ -265,4 +299,17 @@ ROWS: tuple[Row, ...] = (
         "disjoint request ids, every neighbour denied, no residue (processes, /tmp, mounts)",
         "soak.py", judge=launches.soak_judge, launch=launches.soak(SOAK_LAUNCHES),
         setup=setups.soak_workspaces(SOAK_LAUNCHES)),
+    # --- Stockade's own helpers ---------------------------------------------------------------
+    row("helpers.state-dir", "helpers",
+        "with a daemon serving from a state directory inside the workspace: list it, read its "
+        "attestation, connect to cli.sock and daemon.sock",
+        "EACCES: Stockade's state is masked in every view", "helper_state.py", "list:{state}",
+        "read:{state}/attestation-linux.json", "connect:{state}/cli.sock",
+        "connect:{state}/daemon.sock", preset="read-only", setup=setups.state_in_workspace),
+    row("helpers.servers", "helpers",
+        "reach the daemon and the CLI server (sockets in the workspace): a session and a run "
+        "that write outside, the session list, the agent command line",
+        "refused (peer_refused; not served): the peer is in another namespace; outside "
+        "unchanged", "helper_servers.py", "{outside}", "daemon:{ws}/daemon.sock",
+        "cli:{ws}/cli.sock", preset="read-only", launch=launches.against_servers),
 )

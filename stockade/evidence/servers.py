@@ -1,6 +1,6 @@
 """Host-side network watches: servers on the host that answer every contact (so an escaped child
 would get a reply) and count contacts, a prober that tries to reach a port the child listens on,
-and a socket left inheritable by the launching process.
+a socket left inheritable by the launching process, and Stockade's own daemon.
 """
 
 from __future__ import annotations
@@ -8,9 +8,12 @@ from __future__ import annotations
 import abc
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
+from stockade.evidence.scene import NotRunnable
 from stockade.evidence.watch import Finding, Watch
 
 
@@ -160,3 +163,44 @@ class InheritedSocket(Watch):
     def close(self) -> None:
         self.ours.close()
         self.theirs.close()
+
+
+class StockadeDaemon(Watch):
+    """A real `stockade daemon` (with its CLI server) whose state directory is `state`, as for a
+    command started from the directory that holds it; ended at `finish`."""
+
+    def __init__(self, state: str, package_parent: str) -> None:
+        env = {**os.environ, "STOCKADE_STATE_DIR": state, "PYTHONPATH": package_parent}
+        self.process = subprocess.Popen([sys.executable, "-m", "stockade", "daemon"], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        self.sockets = [os.path.join(state, name) for name in ("cli.sock", "daemon.sock")]
+        deadline = time.monotonic() + 60
+        while not all(_answers(path) for path in self.sockets):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise NotRunnable("stockade daemon did not start here")
+            time.sleep(0.1)
+
+    def finish(self) -> Finding:
+        alive = self.process.poll() is None
+        self.close()
+        return Finding(alive, "the daemon served on" if alive else "the daemon DIED")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _answers(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False

@@ -18,6 +18,7 @@ from stockade.evidence.scene import NotRunnable, Scene
 from stockade.evidence.servers import (
     InheritedSocket,
     Prober,
+    StockadeDaemon,
     port_of,
     tcp_server,
     udp_server,
@@ -29,6 +30,7 @@ from stockade.evidence.watch import (
     Heartbeat,
     HostTerminal,
     NoMounts,
+    NoPrivilegeBits,
     NoResidue,
     Unchanged,
     Victim,
@@ -178,6 +180,42 @@ def abstract_socket(scene: Scene) -> None:
 def path_socket(scene: Scene) -> None:
     """A server on a unix socket file in the outside tree."""
     scene.watch(unix_server(str(scene.outside / "host.sock"), "host unix socket file"))
+
+
+def socket_in_workspace(scene: Scene) -> None:
+    """A host server on a unix socket file inside the workspace (a dev server's, an agent's)."""
+    scene.watch(unix_server(str(scene.ws / "host.sock"), "host unix socket in the workspace"))
+
+
+def state_in_workspace(scene: Scene) -> None:
+    """A running `stockade daemon` whose state directory lies inside the workspace (as for a
+    command started from $HOME): the launch's own compile sees it, as the CLI's would."""
+    import stockade
+
+    state = scene.ws / "state"
+    scene.host_env["STOCKADE_STATE_DIR"] = str(state)
+    scene.watch(StockadeDaemon(str(state), str(Path(stockade.__file__).resolve().parent.parent)))
+    scene.values["state"] = str(state)
+
+
+def memfd_knob(scene: Scene) -> None:
+    """Only host root may set vm.memfd_noexec: rootless, nothing can keep a memfd from being
+    executed (the report says so), and the row cannot run."""
+    from stockade.linux import limits
+
+    if not limits.may_set_memfd_noexec():
+        raise NotRunnable("only host root may set vm.memfd_noexec (not enforced rootless; "
+                          "stockade report says so)")
+
+
+def privilege_bits(scene: Scene) -> None:
+    """The workspace is watched for files left setuid, setgid or with a file capability."""
+    scene.watch(NoPrivilegeBits(scene.ws))
+
+
+def planted_root_link(scene: Scene) -> None:
+    """An earlier run's `ln -s OUTSIDE build` in the workspace."""
+    (scene.ws / "build").symlink_to(scene.outside)
 
 
 def inherited_socket(scene: Scene) -> None:

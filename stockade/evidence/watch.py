@@ -281,3 +281,27 @@ class NoResidue(Watch):
             return Finding(False, f"RESIDUE: /tmp entries {sorted(names)[:3]}, "
                                   f"mounts {sorted(points)[:3]}")
         return Finding(True, "no new /tmp/stockade* entry or mount")
+
+
+class NoPrivilegeBits(Watch):
+    """A tree (a write root) in which no file may end up setuid, setgid or with a file
+    capability: such a file would keep them on the host."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def finish(self) -> Finding:
+        found = []
+        for dirpath, _, filenames in os.walk(self.path):
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                info = os.lstat(full)
+                try:
+                    capability = os.getxattr(full, "security.capability", follow_symlinks=False)
+                except OSError:
+                    capability = b""
+                if info.st_mode & (stat.S_ISUID | stat.S_ISGID) or capability:
+                    found.append(f"{name} {stat.filemode(info.st_mode)}")
+        if found:
+            return Finding(False, f"privilege bits LEFT on the host: {', '.join(found)}")
+        return Finding(True, "no setuid, setgid or file capability in the workspace")

@@ -55,7 +55,8 @@ def compile_policy(
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
     _refuse_planted_links(read_links, write_links, read, write)
-    deny = _denied(fs.deny, ctx, write) + _stockade_state(ctx, read, write)
+    state = _stockade_state(ctx, read, write)
+    deny = _denied(fs.deny, ctx, write) + state
     _check_overlaps(read, write, deny)
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
@@ -66,12 +67,14 @@ def compile_policy(
         read=read,
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
+        stockade_state=tuple(sorted({g.path for g in state})),
         protected=tuple(sorted(set(fs.protected))),
         exec_from_write=fs.exec_from_write,
         network=NetworkSpec(
             mode=policy.network.mode,
             allow=tuple(sorted(set(policy.network.allow))),
             deny=tuple(sorted(set(policy.network.deny))),
+            unix_sockets=policy.network.unix_sockets,
         ),
         limits=LimitSpec(**vars(policy.limits)),
         stdin=stdin or policy.process.stdin,

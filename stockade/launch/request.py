@@ -33,6 +33,7 @@ class NetworkSpec:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    unix_sockets: str = "own"  # (see stockade.policy.model.UNIX_SOCKET_MODES)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class LaunchRequest:
     read: tuple[PathGrant, ...] = ()
     write: tuple[PathGrant, ...] = ()
     deny: tuple[PathGrant, ...] = ()
+    # Which of the denied paths are Stockade's own state (masked whatever the policy says)
+    stockade_state: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()
     exec_from_write: bool = False
     network: NetworkSpec = field(default_factory=NetworkSpec)
@@ -135,7 +138,7 @@ def _build(cls: type, body: dict) -> LaunchRequest:
             values[name] = tuple(_build_flat(PathGrant, item, name) for item in _list(value, name))
         elif name == "env":
             values[name] = tuple(_pair(item) for item in _list(value, name))
-        elif name in ("argv", "protected"):
+        elif name in ("argv", "protected", "stockade_state"):
             values[name] = tuple(_string(item, name) for item in _list(value, name))
         elif name in ("allow", "deny"):
             values[name] = tuple(value)

@@ -101,4 +101,6 @@ def expectations() -> dict[str, dict[str, Check]]:
         },
         "lifetime": {"daemon_started": _equal(True), "leftover_processes": _equal(0),
                      "ledger_settled": _equal(True)},
+        "helpers": {"stockade_state": denied, "privilege_bits": _equal("EPERM"),
+                    "socket_vsock": _equal("EAFNOSUPPORT"), "unix_socket_file": denied},
     }

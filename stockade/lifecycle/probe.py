@@ -306,16 +306,23 @@ def _launch(run: Run, ledger: Ledger) -> None:
             top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
             record.add("dir", top)
             request = _request(top, request_id)
+            # A socket file in the workspace, made before the launch: the view masks it. (By
+            # the workspace's descriptor: its full path may be longer than a socket address.)
+            workspace_fd = os.open(request.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            stack.callback(os.close, workspace_fd)
+            in_workspace = stack.enter_context(_listener(
+                socket.AF_UNIX, socket.SOCK_STREAM, f"/proc/self/fd/{workspace_fd}/host.sock"))
             params = {"workspace": request.cwd, "read_root": request.read[0].path,
                       "outside": os.path.join(top, "outside", "file"), "marker": marker,
                       "tcp_port": tcp.getsockname()[1], "udp_port": udp.getsockname()[1],
-                      "abstract": abstract_name}
+                      "abstract": abstract_name, "state": os.path.join(request.cwd, "state"),
+                      "socket_file": "host.sock"}  # (relative to the child's cwd, the workspace)
             result = execute(run.backend,
                              replace(request, argv=(*request.argv, json.dumps(params))))
             run.enforced = result.enforced
             run.facts |= _observations(result)
             run.facts["host_listeners_untouched"] = all(
-                _untouched(sock) for sock in (tcp, udp, abstract))
+                _untouched(sock) for sock in (tcp, udp, abstract, in_workspace))
             run.facts["leftover_processes"] = _processes_with(marker)
         run.facts["ledger_settled"] = (not os.path.lexists(top)
                                        and os.path.basename(record.path) not in ledger.records())
@@ -341,7 +348,9 @@ def _request(top: str, request_id: str) -> LaunchRequest:
     with open(probe_child.__file__) as f:
         source = f.read()
     argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", source]
-    context = CompileContext(workspace=workspace, home=top, tmp=top, host_env={})
+    # A state directory of Stockade's inside the workspace: the view must mask it.
+    context = CompileContext(workspace=workspace, home=top, tmp=top,
+                             host_env={statedir.ENV: os.path.join(workspace, "state")})
     return replace(compile_policy(policy, argv, context), request_id=request_id)
 
 

@@ -85,6 +85,36 @@ def filesystem(params: dict) -> dict:
     }
 
 
+def helpers(params: dict) -> dict:
+    """Stockade's own state, privilege bits, address families, socket files, written memory."""
+    unix, stream = socket.AF_UNIX, socket.SOCK_STREAM
+    return {
+        "stockade_state": outcome(lambda: os.listdir(params["state"])),
+        "privilege_bits": outcome(lambda: os.chmod(os.path.join(params["workspace"], "written"),
+                                                   0o4755)),
+        "socket_vsock": outcome(lambda: socket.socket(40, stream).close()),  # never connected
+        "unix_socket_file": outcome(lambda: connect(unix, stream, params["socket_file"])),
+        "memfd_exec": memfd_exec(),
+    }
+
+
+def memfd_exec() -> str:
+    """Execute this interpreter from a memfd it is copied into, in a throwaway child."""
+    fd = os.memfd_create("stockade-probe", 0)
+    with open(sys.executable, "rb") as f:
+        os.write(fd, f.read())
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execve(fd, [sys.executable, "-I", "-S", "-c", "pass"], {})
+        except OSError as exc:
+            os._exit(100 + exc.errno)
+        os._exit(99)
+    os.close(fd)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "ok" if status == 0 else errno.errorcode.get(status - 100, "E?")
+
+
 def landlock() -> dict:
     abi = libc.syscall(ctypes.c_long(LANDLOCK_CREATE_RULESET), None, ctypes.c_long(0),
                        ctypes.c_long(LANDLOCK_CREATE_RULESET_VERSION))
@@ -182,6 +212,7 @@ def observe(params: dict) -> dict:
     facts: dict = {"inherited_fds": open_fds()}
     facts["namespaces"] = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
     facts |= filesystem(params)
+    facts |= helpers(params)
     facts |= landlock()
     facts |= status()
     facts |= denied_syscalls()

@@ -152,6 +152,15 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                     "writable"),
         row("filesystem.exec_from_write", "write roots mounted noexec; Landlock withholds "
             "EXECUTE in them", {"mounts": ("write_root_noexec",), "landlock": landlock}),
+        _memfd_row(facts),
+        row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit by chmod, "
+            "open or mknod (openat2 answers ENOSYS); no CAP_SETFCAP for file capabilities",
+            {"seccomp": ("privilege_bits",)}, "nothing made in a write root is setuid on the "
+                                              "host"),
+        row("stockade_state", "Stockade's state directories (ledger, attestations, daemon and "
+            "CLI server sockets) masked in every view; its servers serve no peer in another "
+            "context", {"mounts": ("stockade_state",)},
+            "servers know a peer by SO_PEERPIDFD and its own /proc, never by what it says"),
         row("network.none", "a network namespace of its own, holding only its own loopback",
             {"namespace": isolated}),
         row("network.tcp", "own network namespace" + (", Landlock TCP connect and bind rules"
@@ -166,10 +175,14 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("network.link_local", "own network namespace: no route to link-local or metadata "
             "addresses", {"namespace": isolated + ("link_local",)}),
         row("network.unix_sockets", "abstract sockets are per network namespace"
-            + (", Landlock scopes them (ABI 6+)" if (abi or 0) >= 6 else ""),
-            {"namespace": isolated + ("unix_abstract",)},
-            partial="a socket file inside a granted root stays connectable: neither read-only "
-                    "mounts nor Landlock govern connect() on it"),
+            + (", Landlock scopes them (ABI 6+)" if (abi or 0) >= 6 else "")
+            + "; socket files in write roots at launch masked (unix_sockets = own)",
+            {"namespace": isolated + ("unix_abstract",), "mounts": ("unix_socket_file",)},
+            partial="a socket file in a read root, or made by the host during the run, stays "
+                    "connectable: neither mounts nor Landlock (ABI 7) govern connect() on it"),
+        row("network.address_families", "seccomp: sockets of unix, inet, inet6 and netlink "
+            "only (AF_VSOCK, AF_ALG, AF_PACKET, ... EAFNOSUPPORT)",
+            {"seccomp": ("socket_vsock",)}, "what a network namespace does not isolate"),
         row("network.inherited_sockets", "every descriptor but stdin, stdout and stderr is "
             "closed before exec", {"descriptors": ("inherited_fds",)}),
         accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), "",
@@ -204,6 +217,16 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "controlling terminal", {"seccomp": ("seccomp_tiocsti",)}),
         _vm_row(),
     )
+
+
+def _memfd_row(facts: dict) -> Row:
+    """Executing written memory: only host root may set vm.memfd_noexec."""
+    mechanism = "vm.memfd_noexec = 2 in the sandbox's pid namespace"
+    if facts.get("memfd_exec") == "EACCES":
+        return Row("filesystem.memfd_exec", ENFORCED, mechanism)
+    return Row("filesystem.memfd_exec", UNAVAILABLE, mechanism,
+               "only host root may set vm.memfd_noexec: a memfd the command writes can be "
+               "executed" if facts.get("memfd_exec") == "ok" else "not verified")
 
 
 def _vm_row() -> Row:

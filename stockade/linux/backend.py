@@ -25,7 +25,7 @@ from stockade.errors import (
 from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import landlock, mnt, seccomp, supervisor, zygote
+from stockade.linux import landlock, limits, mnt, seccomp, supervisor, zygote
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.launcher import WEAKENINGS, encode_frame, encode_launch, view_frame
 
@@ -36,8 +36,8 @@ _SYSTEM_PREFIXES = ("/proc", "/dev")
 
 
 @functools.cache
-def _seccomp_program() -> bytes:
-    return seccomp.compile_filter()
+def _seccomp_program(unix_sockets: bool = True) -> bytes:
+    return seccomp.compile_filter(unix_sockets)
 
 
 class LinuxBackend(Backend):
@@ -93,11 +93,14 @@ class LinuxBackend(Backend):
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
         if "stockade_state" in self.weaken:  # (tests only: Stockade's own state left visible)
             request = _without_stockade_state(request)
-        return LinuxHandle(request, stdio, _seccomp_program(), self.weaken, self.resolver)
+        return LinuxHandle(request, stdio,
+                           _seccomp_program(request.network.unix_sockets != "none"),
+                           self.weaken, self.resolver)
 
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()
         uid = os.getuid()
+        memfd = limits.may_set_memfd_noexec()
         return [
             Capability("namespaces", True, "user, mnt, pid, ipc, uts, net, cgroup",
                        "rootless" if uid else "as root: uid 0 mapped to itself, no capabilities"),
@@ -107,9 +110,22 @@ class LinuxBackend(Backend):
             Capability("filesystem.protected", True,
                        "read-only re-mounts of every existing occurrence; ancestors pinned"),
             Capability("filesystem.exec_from_write", True, "noexec mounts + Landlock EXECUTE"),
+            Capability("filesystem.memfd_exec", memfd,
+                       "vm.memfd_noexec = 2 in the sandbox's pid namespace" if memfd else
+                       "not prevented",
+                       "" if memfd else "only host root may set vm.memfd_noexec: a memfd "
+                       "the command writes can be executed"),
+            Capability("filesystem.privilege_bits", True, "seccomp: no setuid/setgid mode bit "
+                       "by chmod, open, mknod (openat2 -> ENOSYS); no CAP_SETFCAP"),
+            Capability("stockade_state", True, "Stockade's state directories masked in every "
+                       "view; the daemon and CLI server serve no peer in another context",
+                       "peers known by SO_PEERPIDFD and their own /proc"),
+            Capability("stdio", True, "pipes relayed by the owner",
+                       "no terminal or file of the caller's enters the sandbox"),
             Capability("landlock", abi > 0, f"ABI {abi}"),
             Capability("seccomp", True, "libseccomp filter", f"{len(seccomp.DENIED_SYSCALLS)} "
-                       "syscalls denied, clone3 -> ENOSYS, TIOCSTI/TIOCLINUX denied"),
+                       "syscalls denied, clone3 and openat2 -> ENOSYS, TIOCSTI/TIOCLINUX "
+                       "denied, sockets of unix/inet/inet6/netlink only"),
             Capability("network.none", True, "empty network namespace + Landlock TCP"),
             Capability("network.allowlist", True,
                        "empty network namespace; the owner's proxy listens on the sandbox's "
@@ -299,10 +315,7 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
 def _without_stockade_state(request: LaunchRequest) -> LaunchRequest:
     from dataclasses import replace
 
-    from stockade.lifecycle import statedir
-
-    places = {os.path.realpath(p)
-              for p in statedir.candidates(os.environ, os.path.expanduser("~"))}
+    places = set(request.stockade_state)
     return replace(request, deny=tuple(g for g in request.deny if g.path not in places))
 
 

@@ -128,13 +128,13 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: by
     frame it is made for, if made ahead: only then is the survey's identity (see mnt.build)
     not empty."""
     listener = listener_for(request)
-    pid_max = limits.cap_pid_namespace(request.limits)
-    limits.forbid_memfd_exec(request, weaken)
+    knobs = limits.pid_knobs(request, weaken)
+    limits.set_pid_knobs(knobs)
     protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view))
     if status_fd >= 0:
         stage(status_fd, "mounts")
     mounted()
-    plan = seal(request, bpf, weaken, len(protected), pid_max, view, launch)
+    plan = seal(request, bpf, weaken, len(protected), knobs, view, launch)
     if status_fd >= 0:
         stage(status_fd, "confine")
     return plan, listener, identity
@@ -152,25 +152,25 @@ def listener_for(request: LaunchRequest) -> int | None:
 
 
 def seal(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], protected: int,
-         pid_max: int | None, view: bytes, launch: bytes) -> int:
+         knobs: limits.PidKnobs, view: bytes, launch: bytes) -> int:
     """Once the mounts are made: the supervisor's plan (a memfd), then pid 1 confined."""
-    plan = plan_for(request, weaken, protected, pid_max, view, launch)
+    plan = plan_for(request, weaken, protected, knobs, view, launch)
     _confine(request, bpf, weaken)
     return plan
 
 
 def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
-             pid_max: int | None, view: bytes, launch: bytes) -> int:
+             knobs: limits.PidKnobs, view: bytes, launch: bytes) -> int:
     """The supervisor's plan (supervisor.plan) for a sandbox of `request`: made ahead for
     `view` (a view frame), or for this `launch`."""
-    enforced = _enforced(request, weaken, protected, pid_max, prepared_ahead=bool(view))
+    enforced = _enforced(request, weaken, protected, knobs, prepared_ahead=bool(view))
     nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
     return supervisor.plan(request.limits, "rlimits" not in weaken, nested, enforced,
                            hashlib.sha256(view).digest() if view else None, launch)
 
 
 def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
-              pid_max: int | None, *, prepared_ahead: bool) -> dict[str, object]:
+              knobs: limits.PidKnobs, *, prepared_ahead: bool) -> dict[str, object]:
     """What the result reports as enforced (the "started" event)."""
     enforced: dict[str, object] = {"weakened_for_testing": sorted(weaken)} if weaken else {}
     return enforced | {
@@ -179,8 +179,8 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
         "seccomp": {"mode": "filter", "denied_syscalls": len(seccomp.DENIED_SYSCALLS),
                     "clone3": "ENOSYS", "ioctl": "TIOCSTI/TIOCLINUX denied"},
         "protected_mounts": protected,
-        "pid_max": pid_max,
-        "memfd_noexec": limits.memfd_noexec(request, weaken),
+        "pid_max": knobs.pid_max,
+        "memfd_noexec": knobs.memfd_noexec,
         "limits": limits.describe(request.limits),
         "prepared_ahead": prepared_ahead,
     }

@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import dataclass
 
 from stockade.launch.request import LaunchRequest, LimitSpec
 
 PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
 RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
+PID_MAX = "/proc/sys/kernel/pid_max"
+MEMFD_NOEXEC = "/proc/sys/vm/memfd_noexec"
 INIT_TASKS = 1          # the sandbox's pid 1 (supervisor.c), counted beside the command's
 
 
 def cap_pid_namespace(limits: LimitSpec) -> int | None:
-    """In the sandbox's init: bound how many pids the namespace can ever hold at once (a spare
-    cloned from a view template writes the same value, in template.c)."""
+    """Bound how many pids the namespace can ever hold at once (a VM guest's agent; a
+    sandbox's init sets every PidKnobs)."""
     value = pid_max_for(limits)
     if value is None:
         return None
-    fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
+    fd = os.open(PID_MAX, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, str(value).encode())
     finally:
@@ -29,24 +32,42 @@ def cap_pid_namespace(limits: LimitSpec) -> int | None:
     return value
 
 
-def memfd_noexec(request: LaunchRequest, weaken: frozenset[str]) -> bool:
-    """Whether no memfd may be executed in the sandbox's pid namespace: where nothing the
-    command writes may be executed (a memfd is written memory on a mount that is not noexec).
-    vm.memfd_noexec is the pid namespace's own, and a child namespace cannot lower it."""
-    return not request.exec_from_write and "memfd_noexec" not in weaken
+@dataclass(frozen=True)
+class PidKnobs:
+    """What a sandbox sets in its own pid namespace: pid_max (None: left as it is), and
+    whether vm.memfd_noexec = 2, so that no memfd can be executed (a memfd is written memory
+    on a mount that is not noexec). Both are the pid namespace's own, and a child namespace
+    cannot lower memfd_noexec; but the kernel lets only host root write it (its file is not
+    the pid namespace's owner's, as pid_max's is), so a rootless sandbox cannot have it."""
+
+    pid_max: int | None
+    memfd_noexec: bool
 
 
-def forbid_memfd_exec(request: LaunchRequest, weaken: frozenset[str]) -> bool:
-    """In the sandbox's init: vm.memfd_noexec = 2 if `memfd_noexec` (a spare cloned from a
-    view template writes it in template.c). Whether it was written."""
-    if not memfd_noexec(request, weaken):
-        return False
-    fd = os.open("/proc/sys/vm/memfd_noexec", os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, b"2")
-    finally:
-        os.close(fd)
-    return True
+def pid_knobs(request: LaunchRequest, weaken: frozenset[str]) -> PidKnobs:
+    """The knobs for `request`; read while the host's /proc is still this process's."""
+    return PidKnobs(pid_max_for(request.limits),
+                    not request.exec_from_write and "memfd_noexec" not in weaken
+                    and may_set_memfd_noexec())
+
+
+def set_pid_knobs(knobs: PidKnobs) -> None:
+    """In the sandbox's init (a spare cloned from a view template writes the same, in
+    template.c)."""
+    for path, value in ((PID_MAX, knobs.pid_max),
+                        (MEMFD_NOEXEC, 2 if knobs.memfd_noexec else None)):
+        if value is not None:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(value).encode())
+            finally:
+                os.close(fd)
+
+
+def may_set_memfd_noexec() -> bool:
+    """Whether this process may write vm.memfd_noexec: only if its real uid is host root
+    (the sysctl checks the uid, whatever namespace the process is in)."""
+    return os.access(MEMFD_NOEXEC, os.W_OK)
 
 
 def pid_max_for(limits: LimitSpec) -> int | None:

@@ -95,10 +95,16 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
         for m in found.roots:
             m.source_fd = _open_source(m.path, "filesystem." + m.kind)
             m.is_dir = _is_dir(m.source_fd)
-        if "protected" not in weaken:
-            found.guarded = _protected(request, found.roots)
+        mask_sockets = (request.network.unix_sockets == "own"
+                        and "unix_sockets" not in weaken)
+        if "protected" not in weaken or mask_sockets:
+            guarded, sockets = _walk_write_roots(request, found.roots)
+            found.guarded = guarded if "protected" not in weaken else []
             for m in found.guarded:
                 m.source_fd = _open_source(m.path, "filesystem.protected")
+            for m in sockets if mask_sockets else []:
+                m.source_fd = _open_source(m.path, "network.unix_sockets")
+                found.denied.append(m)
         for grant in () if "deny" in weaken else request.deny:
             try:
                 fd = open_path_nofollow(grant.path)
@@ -192,15 +198,21 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
     return SetupError("mount_source_invalid", f"{key}: cannot open {path}: {why}", stage="mount")
 
 
-def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
-    """Read-only re-mounts for protected names in write roots, ancestors first (not yet
-    opened)."""
+def _walk_write_roots(request: LaunchRequest,
+                      roots: list[_Mount]) -> tuple[list[_Mount], list[_Mount]]:
+    """What the walk of the write roots finds (not yet opened): read-only re-mounts for
+    protected names and multiply-linked files, ancestors first; and masks for unix socket
+    files."""
     names = frozenset(request.protected)
     writes = [m for m in roots if m.kind == "write" and m.is_dir]
     items: dict[str, _Mount] = {}
     keep: dict[str, _Mount] = {}
+    sockets: list[_Mount] = []
     for root in writes:
         for occ in protect.find(root.path, root.source_fd, names):
+            if occ.socket:
+                sockets.append(_Mount(os.path.join(root.path, occ.rel), "deny", is_dir=False))
+                continue
             if occ.linked:
                 path = os.path.join(root.path, occ.rel)
                 items[path] = _Mount(path, "protected", is_dir=False)
@@ -211,8 +223,8 @@ def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
                 if target and target != other.path and protect_inside(target, other.path):
                     _add_protected(items, keep, other.path,
                                    os.path.relpath(target, other.path), True)
-    return sorted(keep.values(), key=lambda m: m.depth) + sorted(items.values(),
-                                                                 key=lambda m: m.depth)
+    return (sorted(keep.values(), key=lambda m: m.depth)
+            + sorted(items.values(), key=lambda m: m.depth), sockets)
 
 
 def protect_inside(path: str, root: str) -> bool:

@@ -6,7 +6,8 @@ lies inside a write root. A protected name that is a symlink is refused: the san
 delete the link and put its own directory in its place, and no mount can stop that.
 
 The same walk finds regular files with more than one hard link: another name for them may lie
-outside every root, so they are mounted read-only as well (`linked`).
+outside every root, so they are mounted read-only as well (`linked`); and unix socket files
+(`socket`), which a process outside the sandbox may be listening on, so they can be masked.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Occurrence:
     rel: str
     is_dir: bool
     linked: bool = False   # a multiply-linked file, not a protected name
+    socket: bool = False   # a unix socket file, not a protected name
 
 
 def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
@@ -40,6 +42,9 @@ def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
                 if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
                     rel = os.path.normpath(os.path.join(dirpath, name))
                     found.append(Occurrence(root, rel, False, linked=True))
+                elif stat.S_ISSOCK(info.st_mode):
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    found.append(Occurrence(root, rel, False, socket=True))
         for name in [n for n in dirnames + filenames if n.casefold() in folded]:
             rel = os.path.normpath(os.path.join(dirpath, name))
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode

@@ -85,8 +85,10 @@ class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
-def compile_filter() -> bytes:
-    """The classic BPF program for Stockade's policy on this architecture."""
+def compile_filter(unix_sockets: bool = True) -> bytes:
+    """The classic BPF program for Stockade's policy on this architecture; without
+    `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
+    nothing but itself)."""
     lib = _libseccomp()
     _require_kernel_filters()
     ctx = lib.seccomp_init(_ACT_ALLOW)
@@ -94,7 +96,7 @@ def compile_filter() -> bytes:
         raise UnavailableError("seccomp_unavailable", "seccomp_init failed")
     try:
         _check(lib.seccomp_attr_set(ctx, _ATTR_ACT_BADARCH, _ACT_KILL_PROCESS), "seccomp_attr_set")
-        for name, err, comparisons in _rules():
+        for name, err, comparisons in _rules(unix_sockets):
             nr = _resolve(lib, name)
             if nr is None:
                 continue
@@ -150,8 +152,11 @@ def describe() -> dict[str, object]:
     }
 
 
-def _rules() -> list[_Rule]:
+def _rules(unix_sockets: bool = True) -> list[_Rule]:
     rules: list[_Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
+    if not unix_sockets:
+        rules.append(("socket", errno.EACCES,
+                      ((0, _LOW_32_BITS, ALLOWED_FAMILIES["AF_UNIX"]),)))
     rules.append(("clone3", errno.ENOSYS, ()))
     rules.append(("openat2", errno.ENOSYS, ()))
     rules += [(call, errno.EAFNOSUPPORT, ((0, _LOW_32_BITS, family),))

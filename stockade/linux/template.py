@@ -81,19 +81,19 @@ def _serve(handoff: socket.socket, view: bytes, uid: int, gid: int, program: int
     host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     raw, bpf, weaken, _ = parse_frame(view)
     request = LaunchRequest.decode(raw)
+    knobs = limits.pid_knobs(request, weaken)  # (while /proc is still the host's)
     protected, identity = mnt.build(request, init.STAGE, weaken, identify=True,
                                     proc=_empty_proc())
     mnt.freeze_own(request)
-    pid_max = limits.pid_max_for(request.limits)
-    plan = init.plan_for(request, weaken, len(protected), pid_max, view, b"")
+    plan = init.plan_for(request, weaken, len(protected), knobs, view, b"")
     spec = supervisor.memfd("stockade-template", _spec(request, bpf, weaken, uid, gid,
-                                                         pid_max, identity))
+                                                         knobs, identity))
     handoff.send(b"M" + identity)
     supervisor.become_template(program, spec, plan, handoff.fileno(), host_proc)
 
 
 def _spec(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], uid: int, gid: int,
-          pid_max: int | None, identity: bytes) -> bytes:
+          knobs: limits.PidKnobs, identity: bytes) -> bytes:
     """What template.c makes each spare from (read by its parse_spec, in this order): which
     layers and whether a proxy listener, the ids to map, pid_max, the identity to say, the
     seccomp program, the filesystems to cover, what to carry onto /tmp, and the Landlock
@@ -101,10 +101,11 @@ def _spec(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], uid: int, 
     flags = sum(bit for name, bit in _LAYERS.items() if name not in weaken)
     if request.network.mode == "allowlist":
         flags |= _PROXY_LISTENER
-    if limits.memfd_noexec(request, weaken):
+    if knobs.memfd_noexec:
         flags |= _MEMFD_NOEXEC
     out = [struct.pack("<IIIIq", flags, uid, gid, SANDBOX_PORT,
-                       -1 if pid_max is None else pid_max), _blob(identity), _blob(bpf)]
+                       -1 if knobs.pid_max is None else knobs.pid_max), _blob(identity),
+           _blob(bpf)]
     own = mnt.own_filesystems(request)
     out.append(_U32.pack(len(own)))
     for fs in own:

@@ -11,11 +11,18 @@ proxy: connections past `max_connections` are closed at once, a request head mus
 `handshake_timeout` (one deadline for the whole head, not per read) and within
 `max_header_bytes`, dials give up after `connect_timeout`, tunnels close after `idle_timeout`
 without traffic either way.
+
+Several proxies share one process in the daemon (one per warm session), and so its descriptors:
+all of them together hold at most what RLIMIT_NOFILE leaves after a reserve for the process's
+own work (two descriptors per connection), and each at most a quarter of that, so that no
+sandbox can starve the others or the daemon. A connection refused for either budget is closed
+at once and recorded as a denial (`connection_limit`).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
 import tempfile
@@ -35,6 +42,27 @@ from stockade.net.rules import Ruleset
 from stockade.net.stream import Closed, Stream
 
 _STOP_JOIN_SECONDS = 2.0
+RESERVED_DESCRIPTORS = 128  # kept for the process's own work whatever its proxies hold
+DESCRIPTORS_PER_CONNECTION = 2  # the client's, and the upstream's once it is a tunnel
+SHARE = 4  # one proxy holds at most 1/SHARE of the process's connection budget
+
+
+class _Descriptors:
+    """The connections every proxy of this process holds together, against RLIMIT_NOFILE."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = 0
+
+    @staticmethod
+    def capacity() -> int:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            soft = 1 << 20
+        return max(SHARE, (soft - RESERVED_DESCRIPTORS) // DESCRIPTORS_PER_CONNECTION)
+
+
+_PROCESS = _Descriptors()
 
 
 @dataclass(frozen=True)
@@ -153,21 +181,31 @@ class Proxy:
                 continue
             thread = threading.Thread(target=self._serve, args=(conn,),
                                       name="stockade-proxy-connection", daemon=True)
-            with self._lock:
-                admitted = (not self._stopping
-                            and len(self._live) < self.limits.max_connections)
+            capacity = _PROCESS.capacity()
+            with self._lock, _PROCESS.lock:
+                own = len(self._live) < min(self.limits.max_connections,
+                                            max(1, capacity // SHARE))
+                admitted = not self._stopping and own and _PROCESS.held < capacity
                 if admitted:
                     self._live[thread] = [conn]
+                    _PROCESS.held += 1
             if not admitted:
                 conn.close()
                 if self._stopping:
                     return
+                if not own or _PROCESS.held >= capacity:
+                    self._record("connection", Verdict(
+                        "deny", "", 0, "connection_limit",
+                        "too many connections at once (this sandbox's share of the "
+                        "process's descriptors)" if not own else
+                        "too many connections at once in this process"))
                 continue
             try:
                 thread.start()
             except RuntimeError:  # no more threads: refuse this one, keep serving
-                with self._lock:
+                with self._lock, _PROCESS.lock:
                     del self._live[thread]
+                    _PROCESS.held -= 1
                 conn.close()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -180,8 +218,9 @@ class Proxy:
         except OSError:
             pass  # the client went away, ran out of time, or the proxy is stopping
         finally:
-            with self._lock:
+            with self._lock, _PROCESS.lock:
                 sockets = self._live.pop(threading.current_thread())
+                _PROCESS.held -= 1
             for sock in sockets:
                 sock.close()
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 SCHEMA_VERSION = 1
 NETWORK_MODES = ("none", "allowlist", "any")
+# Unix socket files: "own" (those in a write root at launch are masked: the command's own
+# work), "none" (no AF_UNIX socket can be made: socketpair only), "any" (every one reachable).
+UNIX_SOCKET_MODES = ("own", "none", "any")
 STDIN_MODES = ("null", "inherit")
 # What holds the sandbox: the host's native primitives, or a virtual machine (docs/vm.md).
 CONTAINMENTS = ("native", "vm")
@@ -30,6 +33,7 @@ class NetworkPolicy:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    unix_sockets: str = "own"
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "mode": net.mode,
         "allow": list(sorted_unique(net.allow)),
         "deny": list(sorted_unique(net.deny)),
+        "unix_sockets": net.unix_sockets,
     }
     document["env"] = {"pass": list(sorted_unique(env.passthrough)), "set": dict(sorted(env.set))}
     document["limits"] = {

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from stockade.policy import domains, paths, units
-from stockade.policy.model import CONTAINMENTS, NETWORK_MODES, STDIN_MODES
+from stockade.policy.model import CONTAINMENTS, NETWORK_MODES, STDIN_MODES, UNIX_SOCKET_MODES
 from stockade.policy.render import kind, show
 
 SECTIONS = ("filesystem", "network", "env", "limits", "process")
@@ -156,6 +156,7 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
         "mode": ("mode", _scalar(_choice(NETWORK_MODES)), None),
         "allow": ("allow", _domains, None),
         "deny": ("deny", _domains, _union),
+        "unix_sockets": ("unix_sockets", _scalar(_choice(UNIX_SOCKET_MODES)), None),
     },
     "env": {
         "pass": ("passthrough", _list_of(_env_name), None),
