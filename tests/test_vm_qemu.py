@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import os
 import subprocess
 import sys
@@ -85,7 +86,8 @@ def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port():
     guest = machine.plan(_request())
     script = machine.init_script(guest, ["/usr/bin/python3", "-c", "print('x')"])
     for share in guest.shares:
-        mode = "rw,nosuid,nodev,noexec" if share.writable else "ro"  # exec_from_write false
+        # exec_from_write is false; no setuid bit or device counts anywhere
+        mode = "rw,nosuid,nodev,noexec" if share.writable else "ro,nosuid,nodev"
         assert f",{mode} {share.tag} '/newroot{share.path}'" in script or \
             f",{mode} {share.tag} /newroot{share.path}" in script
     assert script.rstrip().endswith("'print('\"'\"'x'\"'\"')' 0<>\"/newroot$port\" 1>&0")
@@ -389,3 +391,94 @@ def test_the_command_line_runs_a_guest_when_asked(vm_ready, tmp_path, capfd):
     status = main(["run", "--containment", "vm", "--preset", "read-only", "--workspace",
                    str(tmp_path), "--", "sh", "-c", "ls /sys/class/net; exit 5"])
     assert (status, capfd.readouterr().out.split()) == (5, ["lo"])  # no NIC under "none"
+
+
+# --- escapes a command in a real guest attempts (each must fail, and the host stay as it was) ---
+
+def _snapshot(*tops) -> dict:
+    """Every file's and directory's mode, extended attributes and content (files: SHA-256;
+    directories: their entries) under `tops`, read on the host: what a guest must not change."""
+    found = {}
+    for top in map(str, tops):
+        for dirpath, _, filenames in os.walk(top):
+            for name in ["", *filenames]:
+                path = os.path.join(dirpath, name) if name else dirpath
+                info = os.lstat(path)
+                attrs = {a: os.getxattr(path, a, follow_symlinks=False)
+                         for a in os.listxattr(path, follow_symlinks=False)}
+                if name:
+                    with open(path, "rb") as f:
+                        content = hashlib.sha256(f.read()).hexdigest()
+                else:
+                    content = sorted(os.listdir(path))
+                found[path] = (info.st_mode, info.st_uid, attrs, content)
+    return found
+
+
+def _attempts(sb, workspace, attempts: list[str]) -> dict[str, int]:
+    """Each shell command's exit status, run one by one in the guest from `workspace`."""
+    return {attempt: sb.run(["sh", "-c", attempt], cwd=workspace).exit_code
+            for attempt in attempts}
+
+
+def test_the_command_cannot_set_the_guest_kernels_helpers(vm_ready, tmp_path):
+    """As root (the guest's uid is the host user's), a command tries to make the guest kernel
+    run its program with every capability: a core_pattern pipe, the modprobe and hotplug
+    helpers, sysrq, and a fresh /proc in new namespaces. Every write fails, a crash, a module
+    request and a uevent run nothing, and the denied file it would have read stays hidden."""
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("host secret\n")
+    helper = workspace / "helper"
+    helper.write_text(f"#!/bin/sh\necho \"$@\" >> {workspace}/ran\n"
+                      f"umount -l {outside}/secret; cat {outside}/secret > {workspace}/leak\n")
+    helper.chmod(0o755)
+    base = _vm_policy("offline-build")  # exec_from_write: the helper could run from there
+    policy = merge(base, {"filesystem": {"read": [*base.filesystem.read, str(outside)],
+                                         "deny": [str(outside / "secret")]}})
+    before = _snapshot(outside)
+    code = textwrap.dedent(f"""
+        import os, socket, subprocess, time
+        print(os.getuid())
+        for path, value in (("/proc/sys/kernel/core_pattern", "|{helper} core"),
+                            ("/proc/sys/kernel/modprobe", "{helper}"),
+                            ("/proc/sys/kernel/hotplug", "{helper}"),
+                            ("/sys/kernel/uevent_helper", "{helper}"),
+                            ("/proc/sys/kernel/modules_disabled", "0"),
+                            ("/proc/sysrq-trigger", "h"),
+                            ("/sys/class/mem/null/uevent", "add")):
+            try:
+                with open(path, "w") as f:
+                    f.write(value)
+                print(path, "written")
+            except OSError as exc:
+                print(path, exc.errno)
+        subprocess.run(["sh", "-c", "kill -SEGV $$"])
+        try:
+            socket.socket(5, socket.SOCK_DGRAM)  # AF_APPLETALK: a module the guest lacks
+        except OSError:
+            pass
+        fresh = subprocess.run(["unshare", "-U", "-r", "-m", "-p", "-f", "--mount-proc", "sh",
+                                "-c", "echo '|{helper} ns' > /proc/sys/kernel/core_pattern"])
+        print("unshare", "written" if fresh.returncode == 0 else "refused")
+        time.sleep(3)  # a helper the kernel started would have run by now
+        for name in ("core_pattern", "modprobe", "modules_disabled"):
+            print(name, repr(open("/proc/sys/kernel/" + name).read().strip()))
+    """)
+    host_pattern = open("/proc/sys/kernel/core_pattern").read()
+    with qemu.VmSandbox(policy, workspace=workspace) as sb:
+        r = sb.run(["python3", "-c", code], cwd=workspace, timeout=120)
+        secret = sb.run(["cat", str(outside / "secret")])
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == str(os.getuid()), r  # as root here: uid 0 in the guest
+    writes = dict(line.rsplit(" ", 1) for line in lines[1:9])
+    assert [path for path, outcome in writes.items() if outcome == "written"] == [], r
+    assert writes["unshare"] == "refused", r
+    assert not (workspace / "ran").exists() and not (workspace / "leak").exists()
+    assert secret.exit_code == 0 and secret.stdout == b""  # still masked (/dev/null)
+    values = dict(line.split(" ", 1) for line in lines[9:])
+    assert not values["core_pattern"].strip("'").startswith("|"), values
+    assert values["modprobe"] == "''" and values["modules_disabled"] == "'1'", values
+    assert _snapshot(outside) == before
+    assert open("/proc/sys/kernel/core_pattern").read() == host_pattern
