@@ -32,34 +32,42 @@ from stockade.session.exchange import Output
 from stockade.vm import cpio, initramfs, machine, qemu
 
 
-def _request(**changes) -> LaunchRequest:
+@pytest.fixture
+def root(tmp_path) -> str:
+    """A write root whose name has a comma (QEMU's option separator)."""
+    (tmp_path / "w,x").mkdir()
+    return str(tmp_path / "w,x")
+
+
+def _request(root: str, **changes) -> LaunchRequest:
     fields = {"argv": ("true",), "cwd": "/", "env": (),
               "read": (PathGrant("/usr", "/usr"), PathGrant("/usr/lib", "/lib"),
                        PathGrant("/etc", "/etc")),
-              "write": (PathGrant("/tmp/w,x", "/tmp/w,x"),)}
+              "write": (PathGrant(root, root),)}
     return LaunchRequest(**(fields | changes))
 
 
 # --- the machine, without QEMU -------------------------------------------------------------------
 
-def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent():
-    guest = machine.plan(_request())
+def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent(root):
+    guest = machine.plan(_request(root))
     assert {(s.path, s.writable) for s in guest.shares} == {
-        ("/usr", False), ("/etc", False), ("/tmp/w,x", True)}
+        ("/usr", False), ("/etc", False), (root, True)}
     assert len({s.tag for s in guest.shares}) == 3
 
 
-def test_network_any_is_refused():
+def test_network_any_is_refused(root):
     with pytest.raises(UnenforceableError) as info:
-        machine.plan(_request(network=NetworkSpec(mode="any")))
+        machine.plan(_request(root, network=NetworkSpec(mode="any")))
     assert info.value.code == "unenforceable:network"
 
 
-def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted():
+def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted(root):
     kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
-    closed = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", machine.plan(_request()))
+    closed = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", machine.plan(_request(root)))
     assert closed[closed.index("-nic") + 1] == "none" and "-netdev" not in closed
-    guest = machine.plan(_request(network=NetworkSpec(mode="allowlist", allow=("x.test",))))
+    guest = machine.plan(_request(root, network=NetworkSpec(mode="allowlist",
+                                                            allow=("x.test",))))
     argv = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", guest, "/d/p,q/proxy.sock")
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev.startswith("user,id=egress,restrict=on,ipv6=off,")
@@ -69,8 +77,8 @@ def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted():
     assert "ip addr add 10.0.2.15/24 dev eth0" in script and "route" not in script
 
 
-def test_qemu_argv_has_no_network_device_and_read_only_shares():
-    guest = machine.plan(_request())
+def test_qemu_argv_has_no_network_device_and_read_only_shares(root):
+    guest = machine.plan(_request(root))
     kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
     argv = machine.qemu_argv(kernel, "/d/initrd", "/d/agent.sock", "/d/log", guest)
     text = " ".join(argv)
@@ -78,12 +86,12 @@ def test_qemu_argv_has_no_network_device_and_read_only_shares():
     assert "-accel tcg" in text and "-M q35" in text
     assert "path=/usr,security_model=none,readonly=on" in text
     writable = "mapped-xattr" if os.geteuid() == 0 else "none"  # root: no setuid on the host
-    assert f"path=/tmp/w,,x,security_model={writable} " in text + " "  # commas doubled
+    assert f"path={root[:-2]},,x,security_model={writable} " in text + " "  # commas doubled
     assert "path=/d/agent.sock,server=off" in text
 
 
-def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port():
-    guest = machine.plan(_request())
+def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port(root):
+    guest = machine.plan(_request(root))
     script = machine.init_script(guest, ["/usr/bin/python3", "-c", "print('x')"])
     for share in guest.shares:
         # exec_from_write is false; no setuid bit or device counts anywhere
@@ -482,3 +490,66 @@ def test_the_command_cannot_set_the_guest_kernels_helpers(vm_ready, tmp_path):
     assert values["modprobe"] == "''" and values["modules_disabled"] == "'1'", values
     assert _snapshot(outside) == before
     assert open("/proc/sys/kernel/core_pattern").read() == host_pattern
+
+
+@pytest.fixture(scope="module")
+def planted(vm_ready, tmp_path_factory):
+    """A guest whose workspace was prepared before boot by someone hostile: a hard link to a
+    file outside every root, a nested `.git`, a `.git` file and the gitdir it names."""
+    top = tmp_path_factory.mktemp("vm-planted")
+    workspace, outside = top / "ws", top / "outside"
+    for directory in (workspace / "deep", outside, workspace / "a" / "b" / ".git" / "hooks",
+                      workspace / "wt", workspace / "gitdirs" / "wt" / "hooks"):
+        directory.mkdir(parents=True)
+    (outside / "target").write_text("outside, original\n")
+    os.link(outside / "target", workspace / "linked")
+    os.link(outside / "target", workspace / "deep" / "linked")
+    (workspace / "a" / "b" / ".git" / "config").write_text("[core]\n")
+    (workspace / "wt" / ".git").write_text("gitdir: ../gitdirs/wt\n")
+    (workspace / "gitdirs" / "wt" / "HEAD").write_text("ref: refs/heads/main\n")
+    sb = qemu.VmSandbox(preset="workspace-write", workspace=workspace)
+    yield sb, workspace, outside
+    sb.close()
+
+
+def test_nested_protected_names_a_git_file_and_its_gitdir_are_read_only(planted):
+    sb, workspace, _ = planted
+    protected = [workspace / "a", workspace / "wt", workspace / "gitdirs"]
+    before = _snapshot(*protected)
+    failed = _attempts(sb, workspace, [
+        "echo '[x]' >> a/b/.git/config", "touch a/b/.git/hooks/post-checkout",
+        "echo 'gitdir: /tmp/mine' > wt/.git", "echo x >> gitdirs/wt/HEAD",
+        "touch gitdirs/wt/hooks/pre-commit", "rm -f a/b/.git/config",
+        # renaming a directory above a protected name away, to plant another in its place
+        "mv a/b/.git a/b/old", "mv a/b a/moved", "mv a moved", "mv wt/.git wt/old",
+        "mv gitdirs/wt gitdirs/old", "mv gitdirs moved"])
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert _snapshot(*protected) == before
+    r = sb.run(["sh", "-c", "echo fine > a/b/ordinary && cat a/b/ordinary"], cwd=workspace)
+    assert (r.exit_code, r.stdout) == (0, b"fine\n"), r  # beside a protected name: writable
+
+
+def test_a_workspace_with_a_git_directory_boots_and_its_git_is_read_only(vm_ready, tmp_path):
+    """A top-level `.git` (with a denied file inside, and a linked worktree whose gitdir is in
+    it) does not stop the guest from booting; ordinary files stay writable, `.git` does not,
+    and the denied file stays hidden."""
+    for directory in (".git/hooks", ".git/worktrees/wt", "wt"):
+        (tmp_path / directory).mkdir(parents=True)
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / ".git" / "credentials").write_text("token\n")
+    (tmp_path / ".git" / "worktrees" / "wt" / "HEAD").write_text("ref: refs/heads/wt\n")
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {tmp_path}/.git/worktrees/wt\n")
+    policy = merge(_vm_policy("workspace-write"),
+                   {"filesystem": {"deny": [str(tmp_path / ".git" / "credentials")]}})
+    before = _snapshot(tmp_path / ".git", tmp_path / "wt")
+    with qemu.VmSandbox(policy, workspace=tmp_path) as sb:
+        failed = _attempts(sb, tmp_path, [
+            "touch .git/hooks/x", "echo '[x]' >> .git/config", "grep token .git/credentials",
+            "touch .git/worktrees/x", "echo x >> .git/worktrees/wt/HEAD", "echo x > wt/.git",
+            "mv .git old", "mv wt old"])
+        r = sb.run(["sh", "-c", "mkdir -p new && echo fine > new/file && cat new/file"],
+                   cwd=tmp_path)
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert (r.exit_code, r.stdout) == (0, b"fine\n"), r
+    assert (tmp_path / "new" / "file").read_text() == "fine\n"
+    assert _snapshot(tmp_path / ".git", tmp_path / "wt") == before

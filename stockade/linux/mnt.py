@@ -93,12 +93,12 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
                    + [_Mount(g.path, "write") for g in request.write], [], [])
     try:
         for m in found.roots:
-            m.source_fd = _open_source(m.path, "filesystem." + m.kind)
+            m.source_fd = open_source(m.path, "filesystem." + m.kind)
             m.is_dir = _is_dir(m.source_fd)
         if "protected" not in weaken:
             found.guarded = _protected(request, found.roots)
             for m in found.guarded:
-                m.source_fd = _open_source(m.path, "filesystem.protected")
+                m.source_fd = open_source(m.path, "filesystem.protected")
         for grant in () if "deny" in weaken else request.deny:
             try:
                 fd = open_path_nofollow(grant.path)
@@ -173,7 +173,8 @@ def _is_dir(fd: int) -> bool:
     return stat.S_ISDIR(os.fstat(fd).st_mode)
 
 
-def _open_source(path: str, key: str) -> int:
+def open_source(path: str, key: str) -> int:
+    """An O_PATH descriptor on `path` (no symlink followed), or SetupError naming `key`."""
     try:
         return open_path_nofollow(path)
     except OSError as exc:
@@ -186,41 +187,10 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
 
 
 def _protected(request: LaunchRequest, roots: list[_Mount]) -> list[_Mount]:
-    """Read-only re-mounts for protected names in write roots, ancestors first (not yet
-    opened)."""
-    names = frozenset(request.protected)
-    writes = [m for m in roots if m.kind == "write" and m.is_dir]
-    items: dict[str, _Mount] = {}
-    keep: dict[str, _Mount] = {}
-    for root in writes:
-        for occ in protect.find(root.path, root.source_fd, names):
-            if occ.linked:
-                path = os.path.join(root.path, occ.rel)
-                items[path] = _Mount(path, "protected", is_dir=False)
-                continue
-            _add_protected(items, keep, root.path, occ.rel, occ.is_dir)
-            target = protect.gitdir_target(root.path, occ)
-            for other in writes:
-                if target and target != other.path and protect_inside(target, other.path):
-                    _add_protected(items, keep, other.path,
-                                   os.path.relpath(target, other.path), True)
-    return sorted(keep.values(), key=lambda m: m.depth) + sorted(items.values(),
-                                                                 key=lambda m: m.depth)
-
-
-def protect_inside(path: str, root: str) -> bool:
-    return path.startswith(root.rstrip("/") + "/")
-
-
-def _add_protected(items: dict, keep: dict, root: str, rel: str, is_dir: bool) -> None:
-    path = os.path.join(root, rel)
-    items[path] = _Mount(path, "protected", is_dir=is_dir)
-    # Each directory between the root and the protected object becomes a mount point, so
-    # the sandbox cannot rename it away and plant its own copy at the original path.
-    parent = os.path.dirname(rel)
-    while parent:
-        keep.setdefault(os.path.join(root, parent), _Mount(os.path.join(root, parent), "keep"))
-        parent = os.path.dirname(parent)
+    """Re-mounts for protected names in write roots (protect.guards), not yet opened."""
+    writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
+    return [_Mount(g.path, g.kind, is_dir=g.is_dir)
+            for g in protect.guards(writes, frozenset(request.protected))]
 
 
 def _target(top: int, own_devs: set[int], path: str, *, is_dir: bool, create: bool) -> int:

@@ -7,6 +7,9 @@ delete the link and put its own directory in its place, and no mount can stop th
 
 The same walk finds regular files with more than one hard link: another name for them may lie
 outside every root, so they are mounted read-only as well (`linked`).
+
+`guards` turns what the walk found into what a view re-mounts (the Linux backend's mounts,
+stockade/linux/mnt.py, and a VM guest's init, stockade/vm/machine.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,55 @@ class Occurrence:
     rel: str
     is_dir: bool
     linked: bool = False   # a multiply-linked file, not a protected name
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A path in a write root that a view re-mounts on itself: read-only (`kind` "protected":
+    a protected name, the gitdir a `.git` file names, or a multiply-linked file, `linked`),
+    or as it is (`kind` "keep": a directory between a root and a protected object, made a mount
+    point so it cannot be renamed away and another planted at its path)."""
+
+    path: str
+    kind: str
+    is_dir: bool
+    linked: bool = False
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.path == "/" else self.path.count("/")
+
+
+def guards(roots: list[tuple[str, int]], names: frozenset[str]) -> list[Guard]:
+    """What to re-mount in the write roots `roots` (each a directory's path and a descriptor on
+    it) for the protected `names`: the kept directories, ancestors first, then the protected
+    objects, ancestors first."""
+    items: dict[str, Guard] = {}
+    keep: dict[str, Guard] = {}
+    for root, root_fd in roots:
+        for occ in find(root, root_fd, names):
+            if occ.linked:
+                path = os.path.join(root, occ.rel)
+                items[path] = Guard(path, "protected", False, linked=True)
+                continue
+            _add(items, keep, root, occ.rel, occ.is_dir)
+            target = gitdir_target(root, occ)
+            for other, _ in roots:
+                if target and target != other and target.startswith(other.rstrip("/") + "/"):
+                    _add(items, keep, other, os.path.relpath(target, other), True)
+    return (sorted(keep.values(), key=lambda g: g.depth)
+            + sorted(items.values(), key=lambda g: g.depth))
+
+
+def _add(items: dict[str, Guard], keep: dict[str, Guard], root: str, rel: str,
+         is_dir: bool) -> None:
+    path = os.path.join(root, rel)
+    items[path] = Guard(path, "protected", is_dir)
+    parent = os.path.dirname(rel)
+    while parent:
+        keep.setdefault(os.path.join(root, parent),
+                        Guard(os.path.join(root, parent), "keep", True))
+        parent = os.path.dirname(parent)
 
 
 def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:

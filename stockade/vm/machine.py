@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec
-from stockade.linux import limits
+from stockade.linux import limits, mnt, protect
 from stockade.vm import egress
 from stockade.vm.initramfs import Kernel
 
@@ -56,12 +57,15 @@ class Share:
 @dataclass(frozen=True)
 class Guest:
     """What the guest sees: the shares, symlinks recreating the policy's aliases (`/lib` ->
-    `usr/lib`), paths hidden (deny) and made read-only (protected names in write roots)."""
+    `usr/lib`), paths hidden (deny), made read-only (`frozen`: protected names in write roots
+    and what they name, see protect.guards) and pinned as mount points (`kept`: the
+    directories between a write root and a frozen path), each list ancestors first."""
 
     shares: tuple[Share, ...]
     links: tuple[tuple[str, str], ...]
     hidden: tuple[str, ...]
     frozen: tuple[str, ...]
+    kept: tuple[str, ...] = ()
     exec_from_write: bool = False  # else write roots and the guest's /tmp are noexec
     egress: bool = False  # allowlist: a NIC whose only way out is the proxy (egress.py)
     pid_max: int | None = None  # the guest kernel's, for `limits.pids` (limits.pid_max_for)
@@ -87,12 +91,28 @@ def plan(request: LaunchRequest) -> Guest:
     if len(shares) > MAX_SHARES:
         raise UnenforceableError("filesystem", f"{len(shares)} roots: the VM driver shares at "
                                  f"most {MAX_SHARES}")
-    frozen = tuple(f"{g.path}/{name}" for g in request.write for name in request.protected
-                   if os.path.lexists(f"{g.path}/{name}"))
+    guards = [g for g in _guards(request) if not g.linked]
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
-                 tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen,
+                 tuple(sorted(links.items())), tuple(g.path for g in request.deny),
+                 tuple(g.path for g in guards if g.kind == "protected"),
+                 tuple(g.path for g in guards if g.kind == "keep"),
                  request.exec_from_write, request.network.mode == "allowlist",
                  limits.pid_max_for(request.limits))
+
+
+def _guards(request: LaunchRequest) -> list[protect.Guard]:
+    """What the Linux backend re-mounts in the write roots, found the same way (protect.py)."""
+    roots: list[tuple[str, int]] = []
+    try:
+        for grant in request.write:
+            fd = mnt.open_source(grant.path, "filesystem.write")
+            roots.append((grant.path, fd))
+        return protect.guards([(path, fd) for path, fd in roots
+                               if stat.S_ISDIR(os.fstat(fd).st_mode)],
+                              frozenset(request.protected))
+    finally:
+        for _, fd in roots:
+            os.close(fd)
 
 
 def init_script(guest: Guest, argv: list[str]) -> str:
@@ -136,13 +156,19 @@ def init_script(guest: Guest, argv: list[str]) -> str:
     for link, target in guest.links:
         lines.append(f"[ -e {q('/newroot' + link)} ] || busybox ln -s {q(target)} "
                      f"{q('/newroot' + link)}")
+    # As the Linux backend orders them: kept directories (recursively, so that the shares
+    # inside stay as they are), then frozen paths (a read-only bind of that one mount: a kept
+    # directory inside it is read-only with it), then what is hidden, which nothing covers.
+    for path in guest.kept:
+        target = q("/newroot" + path)
+        lines.append(f"busybox mount --rbind {target} {target}")
+    for path in guest.frozen:
+        target = q("/newroot" + path)
+        lines += [f"busybox mount --bind {target} {target}", _read_only(target, writable)]
     for path in guest.hidden:
         target = q("/newroot" + path)
         lines.append(f"if [ -d {target} ]; then busybox mount -t tmpfs -o ro,size=0 deny {target}; "
                      f"elif [ -e {target} ]; then busybox mount --bind /dev/null {target}; fi")
-    for path in guest.frozen:
-        target = q("/newroot" + path)
-        lines += [f"busybox mount --bind {target} {target}", _read_only(target, writable)]
     lines += ["port=",
               "for p in /sys/class/virtio-ports/*; do",
               f"  [ \"$(busybox cat $p/name)\" = {PORT_NAME} ] && port=/dev/${{p##*/}}",
