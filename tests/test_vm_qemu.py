@@ -512,6 +512,21 @@ def planted(vm_ready, tmp_path_factory):
     sb.close()
 
 
+def test_a_hard_link_to_a_file_outside_every_root_is_not_written_through(planted):
+    sb, workspace, outside = planted
+    before = _snapshot(outside)
+    failed = _attempts(sb, workspace, [
+        "echo pwned > linked", "echo pwned >> deep/linked", "truncate -s 0 linked",
+        "chmod 666 linked", "python3 -c \"open('deep/linked', 'r+b').write(b'pwned')\"",
+        "ln linked alias && echo pwned > alias"])
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert _snapshot(outside) == before
+    assert (outside / "target").read_text() == "outside, original\n"
+    r = sb.run(["sh", "-c", "echo fine > ordinary && cat linked"], cwd=workspace)
+    assert (r.exit_code, r.stdout) == (0, b"outside, original\n"), r  # readable, not writable
+    assert (workspace / "ordinary").read_text() == "fine\n"
+
+
 def test_nested_protected_names_a_git_file_and_its_gitdir_are_read_only(planted):
     sb, workspace, _ = planted
     protected = [workspace / "a", workspace / "wt", workspace / "gitdirs"]

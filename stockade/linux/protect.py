@@ -34,14 +34,13 @@ class Occurrence:
 @dataclass(frozen=True)
 class Guard:
     """A path in a write root that a view re-mounts on itself: read-only (`kind` "protected":
-    a protected name, the gitdir a `.git` file names, or a multiply-linked file, `linked`),
-    or as it is (`kind` "keep": a directory between a root and a protected object, made a mount
-    point so it cannot be renamed away and another planted at its path)."""
+    a protected name, the gitdir a `.git` file names, or a multiply-linked file), or as it is
+    (`kind` "keep": a directory between a root and a protected object, made a mount point so
+    it cannot be renamed away and another planted at its path)."""
 
     path: str
     kind: str
     is_dir: bool
-    linked: bool = False
 
     @property
     def depth(self) -> int:
@@ -58,7 +57,7 @@ def guards(roots: list[tuple[str, int]], names: frozenset[str]) -> list[Guard]:
         for occ in find(root, root_fd, names):
             if occ.linked:
                 path = os.path.join(root, occ.rel)
-                items[path] = Guard(path, "protected", False, linked=True)
+                items[path] = Guard(path, "protected", False)
                 continue
             _add(items, keep, root, occ.rel, occ.is_dir)
             target = gitdir_target(root, occ)

@@ -58,8 +58,9 @@ class Share:
 class Guest:
     """What the guest sees: the shares, symlinks recreating the policy's aliases (`/lib` ->
     `usr/lib`), paths hidden (deny), made read-only (`frozen`: protected names in write roots
-    and what they name, see protect.guards) and pinned as mount points (`kept`: the
-    directories between a write root and a frozen path), each list ancestors first."""
+    and what they name, and files there with more than one hard link, see protect.guards)
+    and pinned as mount points (`kept`: the directories between a write root and a protected
+    name), each list ancestors first."""
 
     shares: tuple[Share, ...]
     links: tuple[tuple[str, str], ...]
@@ -91,7 +92,7 @@ def plan(request: LaunchRequest) -> Guest:
     if len(shares) > MAX_SHARES:
         raise UnenforceableError("filesystem", f"{len(shares)} roots: the VM driver shares at "
                                  f"most {MAX_SHARES}")
-    guards = [g for g in _guards(request) if not g.linked]
+    guards = _guards(request)
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
                  tuple(sorted(links.items())), tuple(g.path for g in request.deny),
                  tuple(g.path for g in guards if g.kind == "protected"),
