@@ -12,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -568,3 +569,35 @@ def test_a_workspace_with_a_git_directory_boots_and_its_git_is_read_only(vm_read
     assert (r.exit_code, r.stdout) == (0, b"fine\n"), r
     assert (tmp_path / "new" / "file").read_text() == "fine\n"
     assert _snapshot(tmp_path / ".git", tmp_path / "wt") == before
+
+
+def test_a_killed_owner_leaves_no_qemu_and_its_directory_is_reconciled(
+        vm_ready, tmp_path, tmp_path_factory, monkeypatch):
+    """The process owning a guest is SIGKILLed: its QEMU dies with it, and the next start of
+    a guest (which reconciles the launch ledger) removes the directory it left."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    temp = tmp_path_factory.mktemp("t", numbered=True)
+    assert len(f"{temp}/stockade-vm-{24 * '0'}/agent.sock") < 108  # AF_UNIX's limit
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = ("import sys, time; from stockade.vm import qemu; "
+            "sb = qemu.VmSandbox(preset='read-only', workspace=sys.argv[1]); "
+            "print(sb._session.handle.workdir, sb.pid, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", code, str(workspace)], text=True,
+                             stdout=subprocess.PIPE)
+    try:
+        workdir, pid = owner.stdout.readline().split()
+    finally:
+        owner.kill()
+        owner.wait()
+    assert os.path.dirname(workdir) == str(temp) and os.path.isdir(workdir)
+    for _ in range(50):
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "QEMU outlived its owner"
+    with qemu.VmSandbox(preset="read-only", workspace=workspace) as sb:
+        assert sb.run(["true"]).exit_code == 0
+        left = set(os.listdir(temp)) - {os.path.basename(sb._session.handle.workdir)}
+    assert left == set() and os.listdir(temp) == [], left
