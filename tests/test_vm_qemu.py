@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,33 @@ def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port(root):
         assert f",{mode} {share.tag} '/newroot{share.path}'" in script or \
             f",{mode} {share.tag} /newroot{share.path}" in script
     assert script.rstrip().endswith("'print('\"'\"'x'\"'\"')' 0<>\"/newroot$port\" 1>&0")
+
+
+def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, tmp_path):
+    """The same walk (protect.guards): nested names, a `.git` file's gitdir and linked files
+    read-only, the directories above them kept; a protected name that is a symlink refused."""
+    for directory in ("a/.git", "wt", "gitdirs/wt"):
+        os.makedirs(f"{root}/{directory}")
+    with open(f"{root}/wt/.git", "w") as f:
+        f.write("gitdir: ../gitdirs/wt\n")
+    (tmp_path / "outside").write_text("")
+    os.link(tmp_path / "outside", f"{root}/linked")
+    protected = (".agents", ".git")
+    secret = f"{root}/a/.git/secret"
+    guest = machine.plan(_request(root, protected=protected,
+                                  deny=(PathGrant(secret, secret),)))
+    assert set(guest.frozen) == {f"{root}/a/.git", f"{root}/wt/.git", f"{root}/gitdirs/wt",
+                                 f"{root}/linked"}
+    assert set(guest.kept) == {f"{root}/a", f"{root}/wt", f"{root}/gitdirs"}
+    script = machine.init_script(guest, ["/bin/true"])
+    kept, frozen, hidden = (script.index(f"--rbind {shlex.quote(f'/newroot{root}/a')} "),
+                            script.index(f"--bind {shlex.quote(f'/newroot{root}/a/.git')} "),
+                            script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
+    assert kept < frozen < hidden  # a later bind would cover an earlier mount below it
+    os.symlink("a", f"{root}/.agents")
+    with pytest.raises(UnenforceableError) as info:
+        machine.plan(_request(root, protected=protected))
+    assert info.value.code == "unenforceable:filesystem.protected"
 
 
 def test_cpio_newc_entries_are_aligned_and_terminated():
