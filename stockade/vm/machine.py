@@ -130,9 +130,10 @@ def init_script(guest: Guest, argv: list[str]) -> str:
              "busybox mount -t devtmpfs dev /dev", "busybox mount -t sysfs sys /sys",
              "busybox mount -t proc proc /proc",  # busybox's remount reads /proc/mounts
              "for m in /m/*.ko; do busybox insmod $m; done"]
-    for name, value in kernel_settings(guest):
+    for name, value in kernel_settings(guest):  # a failed write ends the boot (set -e)
         knob = f"/proc/sys/{name}"
         write = f"echo {q(value)} > {knob}"
+        # hotplug exists only in kernels built with CONFIG_UEVENT_HELPER
         lines.append(write if name != "kernel/hotplug" else f"[ ! -e {knob} ] || {write}")
     lines.append("busybox mount -t tmpfs -o mode=0755,nosuid,nodev root /newroot")
     # /proc, /sys and /dev read-only: /proc/sys, /proc/sysrq-trigger and sysfs's attributes
