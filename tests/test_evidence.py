@@ -130,6 +130,9 @@ WEAKENINGS = [
     pytest.param({"stockade_state"}, rows_of("helpers"), {"helpers.state-dir"},
                  id="stockade_state"),
     pytest.param({"peer_check"}, rows_of("helpers"), {"helpers.servers"}, id="peer_check"),
+    # The caller's own streams handed to the command instead of relayed through pipes.
+    pytest.param({"stdio_relay"}, ("proc.caller-terminal", "res.output-to-a-file"),
+                 {"proc.caller-terminal", "res.output-to-a-file"}, id="stdio_relay"),
     # A case-folding filesystem is refused for any protected or denied file on it; with neither
     # layer, nothing is refused and every other spelling reaches the files.
     pytest.param({"protected", "deny"}, ("fs.case-alias",), {"fs.case-alias"},

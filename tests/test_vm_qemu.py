@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -31,34 +34,42 @@ from stockade.session.exchange import Output
 from stockade.vm import cpio, initramfs, machine, qemu
 
 
-def _request(**changes) -> LaunchRequest:
+@pytest.fixture
+def root(tmp_path) -> str:
+    """A write root whose name has a comma (QEMU's option separator)."""
+    (tmp_path / "w,x").mkdir()
+    return str(tmp_path / "w,x")
+
+
+def _request(root: str, **changes) -> LaunchRequest:
     fields = {"argv": ("true",), "cwd": "/", "env": (),
               "read": (PathGrant("/usr", "/usr"), PathGrant("/usr/lib", "/lib"),
                        PathGrant("/etc", "/etc")),
-              "write": (PathGrant("/tmp/w,x", "/tmp/w,x"),)}
+              "write": (PathGrant(root, root),)}
     return LaunchRequest(**(fields | changes))
 
 
 # --- the machine, without QEMU -------------------------------------------------------------------
 
-def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent():
-    guest = machine.plan(_request())
+def test_each_root_is_its_own_share_and_nested_reads_fold_into_their_parent(root):
+    guest = machine.plan(_request(root))
     assert {(s.path, s.writable) for s in guest.shares} == {
-        ("/usr", False), ("/etc", False), ("/tmp/w,x", True)}
+        ("/usr", False), ("/etc", False), (root, True)}
     assert len({s.tag for s in guest.shares}) == 3
 
 
-def test_network_any_is_refused():
+def test_network_any_is_refused(root):
     with pytest.raises(UnenforceableError) as info:
-        machine.plan(_request(network=NetworkSpec(mode="any")))
+        machine.plan(_request(root, network=NetworkSpec(mode="any")))
     assert info.value.code == "unenforceable:network"
 
 
-def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted():
+def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted(root):
     kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
-    closed = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", machine.plan(_request()))
+    closed = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", machine.plan(_request(root)))
     assert closed[closed.index("-nic") + 1] == "none" and "-netdev" not in closed
-    guest = machine.plan(_request(network=NetworkSpec(mode="allowlist", allow=("x.test",))))
+    guest = machine.plan(_request(root, network=NetworkSpec(mode="allowlist",
+                                                            allow=("x.test",))))
     argv = machine.qemu_argv(kernel, "/d/i", "/d/a", "/d/l", guest, "/d/p,q/proxy.sock")
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev.startswith("user,id=egress,restrict=on,ipv6=off,")
@@ -68,8 +79,8 @@ def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted():
     assert "ip addr add 10.0.2.15/24 dev eth0" in script and "route" not in script
 
 
-def test_qemu_argv_has_no_network_device_and_read_only_shares():
-    guest = machine.plan(_request())
+def test_qemu_argv_has_no_network_device_and_read_only_shares(root):
+    guest = machine.plan(_request(root))
     kernel = initramfs.Kernel("r", "/boot/vmlinuz-r", ())
     argv = machine.qemu_argv(kernel, "/d/initrd", "/d/agent.sock", "/d/log", guest)
     text = " ".join(argv)
@@ -77,18 +88,46 @@ def test_qemu_argv_has_no_network_device_and_read_only_shares():
     assert "-accel tcg" in text and "-M q35" in text
     assert "path=/usr,security_model=none,readonly=on" in text
     writable = "mapped-xattr" if os.geteuid() == 0 else "none"  # root: no setuid on the host
-    assert f"path=/tmp/w,,x,security_model={writable} " in text + " "  # commas doubled
+    assert f"path={root[:-2]},,x,security_model={writable} " in text + " "  # commas doubled
     assert "path=/d/agent.sock,server=off" in text
 
 
-def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port():
-    guest = machine.plan(_request())
+def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port(root):
+    guest = machine.plan(_request(root))
     script = machine.init_script(guest, ["/usr/bin/python3", "-c", "print('x')"])
     for share in guest.shares:
-        mode = "rw,nosuid,nodev,noexec" if share.writable else "ro"  # exec_from_write false
+        # exec_from_write is false; no setuid bit or device counts anywhere
+        mode = "rw,nosuid,nodev,noexec" if share.writable else "ro,nosuid,nodev"
         assert f",{mode} {share.tag} '/newroot{share.path}'" in script or \
             f",{mode} {share.tag} /newroot{share.path}" in script
     assert script.rstrip().endswith("'print('\"'\"'x'\"'\"')' 0<>\"/newroot$port\" 1>&0")
+
+
+def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, tmp_path):
+    """The same walk (protect.guards): nested names, a `.git` file's gitdir and linked files
+    read-only, the directories above them kept; a protected name that is a symlink refused."""
+    for directory in ("a/.git", "wt", "gitdirs/wt"):
+        os.makedirs(f"{root}/{directory}")
+    with open(f"{root}/wt/.git", "w") as f:
+        f.write("gitdir: ../gitdirs/wt\n")
+    (tmp_path / "outside").write_text("")
+    os.link(tmp_path / "outside", f"{root}/linked")
+    protected = (".agents", ".git")
+    secret = f"{root}/a/.git/secret"
+    guest = machine.plan(_request(root, protected=protected,
+                                  deny=(PathGrant(secret, secret),)))
+    assert set(guest.frozen) == {f"{root}/a/.git", f"{root}/wt/.git", f"{root}/gitdirs/wt",
+                                 f"{root}/linked"}
+    assert set(guest.kept) == {f"{root}/a", f"{root}/wt", f"{root}/gitdirs"}
+    script = machine.init_script(guest, ["/bin/true"])
+    kept, frozen, hidden = (script.index(f"--rbind {shlex.quote(f'/newroot{root}/a')} "),
+                            script.index(f"--bind {shlex.quote(f'/newroot{root}/a/.git')} "),
+                            script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
+    assert kept < frozen < hidden  # a later bind would cover an earlier mount below it
+    os.symlink("a", f"{root}/.agents")
+    with pytest.raises(UnenforceableError) as info:
+        machine.plan(_request(root, protected=protected))
+    assert info.value.code == "unenforceable:filesystem.protected"
 
 
 def test_cpio_newc_entries_are_aligned_and_terminated():
@@ -389,3 +428,204 @@ def test_the_command_line_runs_a_guest_when_asked(vm_ready, tmp_path, capfd):
     status = main(["run", "--containment", "vm", "--preset", "read-only", "--workspace",
                    str(tmp_path), "--", "sh", "-c", "ls /sys/class/net; exit 5"])
     assert (status, capfd.readouterr().out.split()) == (5, ["lo"])  # no NIC under "none"
+
+
+# --- escapes a command in a real guest attempts (each must fail, and the host stay as it was) ---
+
+def _snapshot(*tops) -> dict:
+    """Every file's and directory's mode, extended attributes and content (files: SHA-256;
+    directories: their entries) under `tops`, read on the host: what a guest must not change."""
+    found = {}
+    for top in map(str, tops):
+        for dirpath, _, filenames in os.walk(top):
+            for name in ["", *filenames]:
+                path = os.path.join(dirpath, name) if name else dirpath
+                info = os.lstat(path)
+                attrs = {a: os.getxattr(path, a, follow_symlinks=False)
+                         for a in os.listxattr(path, follow_symlinks=False)}
+                if name:
+                    with open(path, "rb") as f:
+                        content = hashlib.sha256(f.read()).hexdigest()
+                else:
+                    content = sorted(os.listdir(path))
+                found[path] = (info.st_mode, info.st_uid, attrs, content)
+    return found
+
+
+def _attempts(sb, workspace, attempts: list[str]) -> dict[str, int]:
+    """Each shell command's exit status, run one by one in the guest from `workspace`."""
+    return {attempt: sb.run(["sh", "-c", attempt], cwd=workspace).exit_code
+            for attempt in attempts}
+
+
+def test_the_command_cannot_set_the_guest_kernels_helpers(vm_ready, tmp_path):
+    """As root (the guest's uid is the host user's), a command tries to make the guest kernel
+    run its program with every capability: a core_pattern pipe, the modprobe and hotplug
+    helpers, sysrq, and a fresh /proc in new namespaces. Every write fails, a crash, a module
+    request and a uevent run nothing, and the denied file it would have read stays hidden."""
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("host secret\n")
+    helper = workspace / "helper"
+    helper.write_text(f"#!/bin/sh\necho \"$@\" >> {workspace}/ran\n"
+                      f"umount -l {outside}/secret; cat {outside}/secret > {workspace}/leak\n")
+    helper.chmod(0o755)
+    base = _vm_policy("offline-build")  # exec_from_write: the helper could run from there
+    policy = merge(base, {"filesystem": {"read": [*base.filesystem.read, str(outside)],
+                                         "deny": [str(outside / "secret")]}})
+    before = _snapshot(outside)
+    code = textwrap.dedent(f"""
+        import os, socket, subprocess, time
+        print(os.getuid())
+        for path, value in (("/proc/sys/kernel/core_pattern", "|{helper} core"),
+                            ("/proc/sys/kernel/modprobe", "{helper}"),
+                            ("/proc/sys/kernel/hotplug", "{helper}"),
+                            ("/sys/kernel/uevent_helper", "{helper}"),
+                            ("/proc/sys/kernel/modules_disabled", "0"),
+                            ("/proc/sysrq-trigger", "h"),
+                            ("/sys/class/mem/null/uevent", "add")):
+            try:
+                with open(path, "w") as f:
+                    f.write(value)
+                print(path, "written")
+            except OSError as exc:
+                print(path, exc.errno)
+        subprocess.run(["sh", "-c", "kill -SEGV $$"])
+        try:
+            socket.socket(5, socket.SOCK_DGRAM)  # AF_APPLETALK: a module the guest lacks
+        except OSError:
+            pass
+        fresh = subprocess.run(["unshare", "-U", "-r", "-m", "-p", "-f", "--mount-proc", "sh",
+                                "-c", "echo '|{helper} ns' > /proc/sys/kernel/core_pattern"])
+        print("unshare", "written" if fresh.returncode == 0 else "refused")
+        time.sleep(3)  # a helper the kernel started would have run by now
+        for name in ("core_pattern", "modprobe", "modules_disabled"):
+            print(name, repr(open("/proc/sys/kernel/" + name).read().strip()))
+    """)
+    host_pattern = open("/proc/sys/kernel/core_pattern").read()
+    with qemu.VmSandbox(policy, workspace=workspace) as sb:
+        r = sb.run(["python3", "-c", code], cwd=workspace, timeout=120)
+        secret = sb.run(["cat", str(outside / "secret")])
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == str(os.getuid()), r  # as root here: uid 0 in the guest
+    writes = dict(line.rsplit(" ", 1) for line in lines[1:9])
+    assert [path for path, outcome in writes.items() if outcome == "written"] == [], r
+    assert writes["unshare"] == "refused", r
+    assert not (workspace / "ran").exists() and not (workspace / "leak").exists()
+    assert secret.exit_code == 0 and secret.stdout == b""  # still masked (/dev/null)
+    values = dict(line.split(" ", 1) for line in lines[9:])
+    assert not values["core_pattern"].strip("'").startswith("|"), values
+    assert values["modprobe"] == "''" and values["modules_disabled"] == "'1'", values
+    assert _snapshot(outside) == before
+    assert open("/proc/sys/kernel/core_pattern").read() == host_pattern
+
+
+@pytest.fixture(scope="module")
+def planted(vm_ready, tmp_path_factory):
+    """A guest whose workspace was prepared before boot by someone hostile: a hard link to a
+    file outside every root, a nested `.git`, a `.git` file and the gitdir it names."""
+    top = tmp_path_factory.mktemp("vm-planted")
+    workspace, outside = top / "ws", top / "outside"
+    for directory in (workspace / "deep", outside, workspace / "a" / "b" / ".git" / "hooks",
+                      workspace / "wt", workspace / "gitdirs" / "wt" / "hooks"):
+        directory.mkdir(parents=True)
+    (outside / "target").write_text("outside, original\n")
+    os.link(outside / "target", workspace / "linked")
+    os.link(outside / "target", workspace / "deep" / "linked")
+    (workspace / "a" / "b" / ".git" / "config").write_text("[core]\n")
+    (workspace / "wt" / ".git").write_text("gitdir: ../gitdirs/wt\n")
+    (workspace / "gitdirs" / "wt" / "HEAD").write_text("ref: refs/heads/main\n")
+    sb = qemu.VmSandbox(preset="workspace-write", workspace=workspace)
+    yield sb, workspace, outside
+    sb.close()
+
+
+def test_a_hard_link_to_a_file_outside_every_root_is_not_written_through(planted):
+    sb, workspace, outside = planted
+    before = _snapshot(outside)
+    failed = _attempts(sb, workspace, [
+        "echo pwned > linked", "echo pwned >> deep/linked", "truncate -s 0 linked",
+        "chmod 666 linked", "python3 -c \"open('deep/linked', 'r+b').write(b'pwned')\"",
+        "ln linked alias && echo pwned > alias"])
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert _snapshot(outside) == before
+    assert (outside / "target").read_text() == "outside, original\n"
+    r = sb.run(["sh", "-c", "echo fine > ordinary && cat linked"], cwd=workspace)
+    assert (r.exit_code, r.stdout) == (0, b"outside, original\n"), r  # readable, not writable
+    assert (workspace / "ordinary").read_text() == "fine\n"
+
+
+def test_nested_protected_names_a_git_file_and_its_gitdir_are_read_only(planted):
+    sb, workspace, _ = planted
+    protected = [workspace / "a", workspace / "wt", workspace / "gitdirs"]
+    before = _snapshot(*protected)
+    failed = _attempts(sb, workspace, [
+        "echo '[x]' >> a/b/.git/config", "touch a/b/.git/hooks/post-checkout",
+        "echo 'gitdir: /tmp/mine' > wt/.git", "echo x >> gitdirs/wt/HEAD",
+        "touch gitdirs/wt/hooks/pre-commit", "rm -f a/b/.git/config",
+        # renaming a directory above a protected name away, to plant another in its place
+        "mv a/b/.git a/b/old", "mv a/b a/moved", "mv a moved", "mv wt/.git wt/old",
+        "mv gitdirs/wt gitdirs/old", "mv gitdirs moved"])
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert _snapshot(*protected) == before
+    r = sb.run(["sh", "-c", "echo fine > a/b/ordinary && cat a/b/ordinary"], cwd=workspace)
+    assert (r.exit_code, r.stdout) == (0, b"fine\n"), r  # beside a protected name: writable
+
+
+def test_a_workspace_with_a_git_directory_boots_and_its_git_is_read_only(vm_ready, tmp_path):
+    """A top-level `.git` (with a denied file inside, and a linked worktree whose gitdir is in
+    it) does not stop the guest from booting; ordinary files stay writable, `.git` does not,
+    and the denied file stays hidden."""
+    for directory in (".git/hooks", ".git/worktrees/wt", "wt"):
+        (tmp_path / directory).mkdir(parents=True)
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / ".git" / "credentials").write_text("token\n")
+    (tmp_path / ".git" / "worktrees" / "wt" / "HEAD").write_text("ref: refs/heads/wt\n")
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {tmp_path}/.git/worktrees/wt\n")
+    policy = merge(_vm_policy("workspace-write"),
+                   {"filesystem": {"deny": [str(tmp_path / ".git" / "credentials")]}})
+    before = _snapshot(tmp_path / ".git", tmp_path / "wt")
+    with qemu.VmSandbox(policy, workspace=tmp_path) as sb:
+        failed = _attempts(sb, tmp_path, [
+            "touch .git/hooks/x", "echo '[x]' >> .git/config", "grep token .git/credentials",
+            "touch .git/worktrees/x", "echo x >> .git/worktrees/wt/HEAD", "echo x > wt/.git",
+            "mv .git old", "mv wt old"])
+        r = sb.run(["sh", "-c", "mkdir -p new && echo fine > new/file && cat new/file"],
+                   cwd=tmp_path)
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert (r.exit_code, r.stdout) == (0, b"fine\n"), r
+    assert (tmp_path / "new" / "file").read_text() == "fine\n"
+    assert _snapshot(tmp_path / ".git", tmp_path / "wt") == before
+
+
+def test_a_killed_owner_leaves_no_qemu_and_its_directory_is_reconciled(
+        vm_ready, tmp_path, tmp_path_factory, monkeypatch):
+    """The process owning a guest is SIGKILLed: its QEMU dies with it, and the next start of
+    a guest (which reconciles the launch ledger) removes the directory it left."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    temp = tmp_path_factory.mktemp("t", numbered=True)
+    assert len(f"{temp}/stockade-vm-{24 * '0'}/agent.sock") < 108  # AF_UNIX's limit
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = ("import sys, time; from stockade.vm import qemu; "
+            "sb = qemu.VmSandbox(preset='read-only', workspace=sys.argv[1]); "
+            "print(sb._session.handle.workdir, sb.pid, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", code, str(workspace)], text=True,
+                             stdout=subprocess.PIPE)
+    try:
+        workdir, pid = owner.stdout.readline().split()
+    finally:
+        owner.kill()
+        owner.wait()
+    assert os.path.dirname(workdir) == str(temp) and os.path.isdir(workdir)
+    for _ in range(50):
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "QEMU outlived its owner"
+    with qemu.VmSandbox(preset="read-only", workspace=workspace) as sb:
+        assert sb.run(["true"]).exit_code == 0
+        left = set(os.listdir(temp)) - {os.path.basename(sb._session.handle.workdir)}
+    assert left == set() and os.listdir(temp) == [], left

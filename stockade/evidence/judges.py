@@ -127,3 +127,18 @@ def completed(note: str) -> Judge:
         return Finding(ok, f"attack exited {result.returncode}, {note}: "
                            f"{notes(result).get(note, 'not reported')}")
     return on_result(check)
+
+
+def _truncation_denied(scene: Scene, result: Result) -> Finding:
+    """The attempt to truncate was denied; what the output limit let through is the host
+    side's to judge (AppendedFile)."""
+    line = next((line for line in lines(result) if line.name.startswith("truncate")), None)
+    if line is None:
+        return Finding(False, f"the attack did not run: {_tail(result)}")
+    if line.outcome != "denied":
+        return Finding(False, f"ALLOWED: {line.name} ({line.detail})")
+    return Finding(True, f"{line.name}: denied {line.detail}")
+
+
+truncation_denied = on_result(_truncation_denied)
+

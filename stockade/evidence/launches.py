@@ -5,6 +5,7 @@ then killed, or many times at once (the soak).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -24,11 +25,12 @@ from stockade.errors import StockadeError, UnavailableError, UnenforceableError
 from stockade.evidence.judges import all_denied, notes
 from stockade.evidence.row import Launch, Launcher, Row
 from stockade.evidence.scene import ATTACKS, NotRunnable, Scene
-from stockade.evidence.watch import Finding, processes_with
+from stockade.evidence.watch import AppendedFile, CallerTerminal, Finding, processes_with
 from stockade.launch.backend import Backend
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.launch.request import LaunchRequest
+from stockade.launch.result import Result, Violation
 from stockade.policy import Policy, merge, policy_to_document, preset
 
 SOAK_THREADS = 8
@@ -141,6 +143,80 @@ def _answers(path: Path) -> bool:
             return True
         except OSError:
             return False
+
+
+# Run in a process of its own whose standard streams are the caller's (a terminal, a file):
+# `execute` relays them as `stockade run` does. Prints the Result as JSON on the descriptor
+# its third argument names.
+CALLER = """
+import json, os, sys
+from stockade.launch.manager import execute
+from stockade.launch.request import LaunchRequest
+from stockade.linux.backend import LinuxBackend
+weaken = frozenset(filter(None, sys.argv[2].split(",")))
+result = execute(LinuxBackend(weaken=weaken), LaunchRequest.decode(sys.argv[1].encode()),
+                 stdio_inherit=True)
+with os.fdopen(int(sys.argv[3]), "w") as out:
+    json.dump(result.to_json(), out)
+"""
+
+
+def from_the_callers_streams(row: Row, scene: Scene, backend: Backend) -> Launch:
+    """The attack run by a caller whose streams are the host's: the scene's CallerTerminal
+    (stdin, stdout and stderr) or AppendedFile (stdout). What the command printed is what
+    reached them. The `stdio_relay` weakening (tests only) hands them to the command."""
+    request = request_for(row, scene, argv_for(row, scene))
+    weaken = ",".join(sorted(getattr(backend, "weaken", frozenset())))
+    terminal = next((w for w in scene.watches if isinstance(w, CallerTerminal)), None)
+    appended = next((w for w in scene.watches if isinstance(w, AppendedFile)), None)
+    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
+    read_end, write_end = os.pipe()
+    with contextlib.ExitStack() as stack:
+        if terminal is not None:
+            streams = {"stdin": terminal.slave, "stdout": terminal.slave,
+                       "stderr": terminal.slave}
+        else:
+            assert appended is not None
+            log = stack.enter_context(open(appended.path, "ab"))
+            streams = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.PIPE}
+        caller = subprocess.Popen(
+            [sys.executable, "-c", CALLER, request.encode().decode(), weaken, str(write_end)],
+            env={**scene.host_env, "PYTHONPATH": package_parent}, pass_fds=[write_end],
+            start_new_session=True, **streams)
+        os.close(write_end)
+        with os.fdopen(read_end) as reply:
+            body = reply.read()
+        caller.communicate(timeout=120)
+    if not body:
+        return Launch(error=StockadeError("caller_failed", "the caller printed no result"))
+    shown = terminal.shown() if terminal is not None else appended.path.read_bytes()
+    summary = json.loads(body)
+    result = Result(exit_code=summary["exit_code"], signal=summary["signal"], stdout=shown,
+                    stderr=b"", stdout_truncated=False, stderr_truncated=False,
+                    timed_out=summary["timed_out"], cancelled=summary["cancelled"],
+                    duration=summary["duration"], backend=summary["backend"],
+                    digest=summary["digest"], request_id=summary["request_id"],
+                    violations=tuple(Violation(**v) for v in summary["violations"]),
+                    enforced=summary["enforced"])
+    return Launch(result)
+
+
+def in_a_guest(row: Row, scene: Scene, backend: Backend) -> Launch:
+    """The attack in a QEMU guest (`containment = "vm"`, docs/vm.md) under the row's policy;
+    not run where this host cannot boot one."""
+    from stockade.vm.qemu import VmSandbox, host_kernel
+
+    try:
+        host_kernel()
+    except StockadeError as exc:
+        raise NotRunnable(f"no VM guest here: {exc.message}") from None
+    try:
+        with VmSandbox(policy_for(row, scene), workspace=scene.ws) as guest:
+            return Launch(guest.run(argv_for(row, scene), timeout=120))
+    except (UnavailableError, UnenforceableError):
+        raise
+    except StockadeError as exc:
+        return Launch(error=exc)
 
 
 def owner_killed(row: Row, scene: Scene, backend: Backend) -> Launch:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from stockade.launch.backend import Backend
 
 CATEGORIES = ("filesystem", "network", "process", "environment", "resources", "lifecycle",
-              "helpers")
+              "helpers", "vm")
 
 
 @dataclass(frozen=True)

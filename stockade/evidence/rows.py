@@ -10,7 +10,15 @@ import os
 from typing import Any
 
 from stockade.evidence import casefold, judges, launches, setups
-from stockade.evidence.judges import bounded, completed, denials, ended_by, output_cut, refused
+from stockade.evidence.judges import (
+    bounded,
+    completed,
+    denials,
+    ended_by,
+    output_cut,
+    refused,
+    truncation_denied,
+)
 from stockade.evidence.row import Row
 from stockade.linux.limits import RESERVED_PIDS
 
@@ -203,6 +211,11 @@ ROWS: tuple[Row, ...] = (
         "TIOCSTI/TIOCLINUX on an own pty and on the host's terminal as stdin, made controlling",
         "EPERM; the host terminal receives no keystroke", "proc_tty.py",
         setup=setups.host_terminal),
+    row("proc.caller-terminal", "process",
+        "run from a host terminal (stdin, stdout, stderr): find it, change its settings, read "
+        "what is typed on it, open /dev/tty",
+        "ENOTTY/EBADF/ENXIO: the streams are pipes the owner relays; the terminal untouched",
+        "proc_stdio.py", setup=setups.caller_terminal, launch=launches.from_the_callers_streams),
     row("proc.setuid", "process", "run a set-user-id program owned by another user",
         "its effective uid stays ours (nosuid, no_new_privs, unmapped owner)", "proc_setuid.py",
         "{setuid}", "{setuid_arg}", setup=setups.setuid_program),
@@ -281,6 +294,13 @@ ROWS: tuple[Row, ...] = (
         "capture cut at the limit and flagged; the host stays responsive", "res_flood.py",
         str(16 << 20), setup=setups.heartbeat(), judge=output_cut(OUTPUT_LIMIT),
         policy=_limits(output=OUTPUT_LIMIT)),
+    row("res.output-to-a-file", "resources",
+        f"stdout appended to a host file: truncate it, write 16 MiB (output = "
+        f"{OUTPUT_LIMIT >> 10} KiB)",
+        "EINVAL (a pipe); the file keeps its lines and gains at most the limit",
+        "res_file_out.py", str(16 << 20), setup=setups.appended_file(OUTPUT_LIMIT),
+        judge=truncation_denied, launch=launches.from_the_callers_streams,
+        policy=_limits(output=OUTPUT_LIMIT)),
     # --- lifecycle -------------------------------------------------------------------------
     row("life.daemon", "lifecycle", "double-fork a setsid daemon and exit",
         "the daemon dies with the sandbox", "life_daemon.py", judge=completed("daemon")),
@@ -312,4 +332,19 @@ ROWS: tuple[Row, ...] = (
         "refused (peer_refused; not served): the peer is in another namespace; outside "
         "unchanged", "helper_servers.py", "{outside}", "daemon:{ws}/daemon.sock",
         "cli:{ws}/cli.sock", preset="read-only", launch=launches.against_servers),
+    # --- VM containment (a QEMU guest per row) -----------------------------------------------
+    row("vm.guest-kernel", "vm",
+        "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "
+        "sysrq, unmount /proc and the root",
+        "EROFS/EACCES/EPERM: the guest's kernel settings are out of the command's reach",
+        "vm_kernel.py", launch=launches.in_a_guest),
+    row("vm.hardlink", "vm",
+        "in a guest: write through a hard link planted before boot to an outside file; link "
+        "outside and read-only files", "EROFS for the planted link; ENOENT/EXDEV for new links",
+        "fs_hardlink.py", "{ws}/hard", "{secret_file}", "{root}/ro/file",
+        setup=setups.planted_hard_link, launch=launches.in_a_guest),
+    row("vm.protected-nested", "vm",
+        "in a guest: tamper with a .git directory two levels down in a write root",
+        "EROFS on every attempt; .git unchanged", "tamper.py", f"{GIT}/config", f"{GIT}/HEAD",
+        f"{GIT}/hooks", GIT, setup=setups.nested_repository, launch=launches.in_a_guest),
 )

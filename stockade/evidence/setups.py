@@ -26,7 +26,9 @@ from stockade.evidence.servers import (
 )
 from stockade.evidence.testhost import TestHost
 from stockade.evidence.watch import (
+    AppendedFile,
     AtMost,
+    CallerTerminal,
     Heartbeat,
     HostTerminal,
     NoMounts,
@@ -206,6 +208,21 @@ def memfd_knob(scene: Scene) -> None:
     if not limits.may_set_memfd_noexec():
         raise NotRunnable("only host root may set vm.memfd_noexec (not enforced rootless; "
                           "stockade report says so)")
+
+
+def caller_terminal(scene: Scene) -> None:
+    """The caller (`execute` relaying to its own streams, as the command line does) runs on a
+    host terminal, with a secret line typed on it."""
+    typed = f"typed-{scene.secret}\n"
+    scene.secrets.append(typed.strip())
+    scene.watch(CallerTerminal(typed.encode()))
+
+
+def appended_file(limit: int) -> Setup:
+    def setup(scene: Scene) -> None:
+        """The caller's stdout is appended to a host file holding earlier lines."""
+        scene.watch(AppendedFile(scene.root / "host.log", limit))
+    return setup
 
 
 def privilege_bits(scene: Scene) -> None:

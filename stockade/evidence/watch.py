@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import tty
@@ -232,12 +233,7 @@ class HostTerminal(Watch):
 
     def close(self) -> None:
         self._restore()
-        for fd in (self.master, self.slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # already closed
-        self.master = self.slave = -1
+        _close_pty(self)
 
 
 class AtMost(Watch):
@@ -305,3 +301,74 @@ class NoPrivilegeBits(Watch):
         if found:
             return Finding(False, f"privilege bits LEFT on the host: {', '.join(found)}")
         return Finding(True, "no setuid, setgid or file capability in the workspace")
+
+
+class CallerTerminal(Watch):
+    """A pseudo-terminal of the host that a launch's caller has as its stdin, stdout and stderr
+    (raw, so what the command prints arrives as it was printed), with a line typed on it
+    before the launch: afterwards its settings must be unchanged and the typed line still
+    unread (it was the shell's)."""
+
+    def __init__(self, typed: bytes) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)
+        self.settings = termios.tcgetattr(self.slave)
+        self.typed = typed
+        os.write(self.master, typed)
+
+    def shown(self) -> bytes:
+        """What was written to the terminal so far."""
+        os.set_blocking(self.master, False)
+        out = b""
+        try:
+            while chunk := os.read(self.master, 65536):
+                out += chunk
+        except (BlockingIOError, OSError):
+            pass
+        return out
+
+    def finish(self) -> Finding:
+        changed = termios.tcgetattr(self.slave) != self.settings
+        os.set_blocking(self.slave, False)
+        try:
+            left = os.read(self.slave, 1024)
+        except BlockingIOError:
+            left = b""
+        self.close()
+        if changed:
+            return Finding(False, "the terminal's settings were CHANGED")
+        if left != self.typed:
+            return Finding(False, f"what was typed on the terminal was READ (left: {left!r})")
+        return Finding(True, "terminal settings unchanged, typed line unread")
+
+    def close(self) -> None:
+        _close_pty(self)
+
+
+def _close_pty(watch: HostTerminal | CallerTerminal) -> None:
+    for fd in (watch.master, watch.slave):
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # already closed
+    watch.master = watch.slave = -1
+
+
+class AppendedFile(Watch):
+    """A host file the caller's stdout is appended to, holding earlier lines: afterwards it
+    must start with them, and hold at most `limit` bytes more."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path, self.limit = path, limit
+        self.earlier = b"earlier lines of the host's log\n"
+        path.write_bytes(self.earlier)
+
+    def finish(self) -> Finding:
+        body = self.path.read_bytes()
+        if not body.startswith(self.earlier):
+            return Finding(False, "the host file was TRUNCATED or overwritten")
+        added = len(body) - len(self.earlier)
+        if added > self.limit:
+            return Finding(False, f"{added} bytes reached the host file, past the limit "
+                                  f"{self.limit}")
+        return Finding(True, f"earlier lines kept; {added} bytes added (limit {self.limit})")

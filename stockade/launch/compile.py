@@ -186,13 +186,18 @@ def _refuse_planted_links(read_links: list[tuple[str, str]], write_links: list[t
     for links, roots, key in ((read_links, write, "filesystem.read"),
                               (write_links, read + write, "filesystem.write")):
         for link, alias in links:
-            holder = next((root.path for root in roots if _inside(link, root.path)), None)
+            holder = _holder(link, roots)
             if holder is not None:
                 raise UnenforceableError(
                     "filesystem.symlink",
                     f"{key}: {alias} is reached through the symbolic link {link}, inside the "
                     f"root {holder}, where a sandbox could have planted it; grant the path it "
                     f"points to ({os.path.realpath(link)}) instead, or remove the link")
+
+
+def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
+    """The first of `roots` that `path` lies inside, if any."""
+    return next((root.path for root in roots if _inside(path, root.path)), None)
 
 
 def _denied(paths: tuple[str, ...], ctx: CompileContext,
@@ -207,8 +212,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
             continue
         except OSError:
             pass
-        resolved = os.path.realpath(alias)
-        holder = next((root.path for root in write if _inside(resolved, root.path)), None)
+        holder = _holder(os.path.realpath(alias), write)
         if holder is not None:
             raise UnenforceableError(
                 "filesystem.deny",
@@ -232,7 +236,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
             if _inside(root.path, resolved):
                 raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
                                   f"{resolved}, which no sandbox may see", key="filesystem")
-        if not os.path.lexists(resolved) and any(_inside(resolved, r.path) for r in write):
+        if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
             try:
                 statedir.ensure(resolved)
             except StockadeError as exc:

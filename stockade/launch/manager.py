@@ -91,14 +91,21 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     `stdio_inherit`), enforce the timeout; setting `cancel` kills the whole sandbox tree."""
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
     passed = input is None and request.stdin == "inherit"
-    stdin = subprocess.PIPE if input is not None or passed else subprocess.DEVNULL
-    started = time.monotonic()
+    stdin: int | None = subprocess.PIPE if input is not None or passed else subprocess.DEVNULL
+    out: int | None = subprocess.PIPE
     # Every stream is a pipe this process relays: no descriptor of the caller's (a terminal,
     # an appended file) enters the sandbox, and the output limit holds on the way through.
-    handle = backend.spawn(request, Stdio(stdin, subprocess.PIPE, subprocess.PIPE))
+    # (The "stdio_relay" weakening, tests only, hands the caller's own descriptors instead.)
+    if "stdio_relay" in getattr(backend, "weaken", frozenset()):
+        if passed:
+            stdin, passed = None, False
+        if stdio_inherit:
+            out = None
+    started = time.monotonic()
+    handle = backend.spawn(request, Stdio(stdin, out, out))
     timeout = request.limits.timeout
     done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
-                 relay_output=stdio_inherit, pass_stdin=passed)
+                 relay_output=stdio_inherit and out is not None, pass_stdin=passed)
     if done.end.failure is not None:
         raise done.end.failure
     violations = []

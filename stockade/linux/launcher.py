@@ -28,10 +28,11 @@ from stockade.launch.request import LaunchRequest
 
 # Layers a test can switch off to prove the evidence matrix notices (never set in production:
 # only the owner's Python code can pass them, through LinuxBackend(weaken=...)). "peer_check"
-# is not the sandbox's own: the evidence row that attacks Stockade's servers reads it.
+# and "stdio_relay" are not the sandbox's own: the evidence rows that attack Stockade's servers
+# and the caller's streams read them.
 WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
                         "network", "rlimits", "memfd_noexec", "stockade_state",
-                        "unix_sockets", "peer_check"})
+                        "unix_sockets", "peer_check", "stdio_relay"})
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 

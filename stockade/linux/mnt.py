@@ -93,7 +93,7 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
                    + [_Mount(g.path, "write") for g in request.write], [], [])
     try:
         for m in found.roots:
-            m.source_fd = _open_source(m.path, "filesystem." + m.kind)
+            m.source_fd = open_source(m.path, "filesystem." + m.kind)
             m.is_dir = _is_dir(m.source_fd)
         mask_sockets = (request.network.unix_sockets == "own"
                         and "unix_sockets" not in weaken)
@@ -101,9 +101,9 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
             guarded, sockets = _walk_write_roots(request, found.roots)
             found.guarded = guarded if "protected" not in weaken else []
             for m in found.guarded:
-                m.source_fd = _open_source(m.path, "filesystem.protected")
+                m.source_fd = open_source(m.path, "filesystem.protected")
             for m in sockets if mask_sockets else []:
-                m.source_fd = _open_source(m.path, "network.unix_sockets")
+                m.source_fd = open_source(m.path, "network.unix_sockets")
                 found.denied.append(m)
         for grant in () if "deny" in weaken else request.deny:
             try:
@@ -186,7 +186,8 @@ def _is_dir(fd: int) -> bool:
     return stat.S_ISDIR(os.fstat(fd).st_mode)
 
 
-def _open_source(path: str, key: str) -> int:
+def open_source(path: str, key: str) -> int:
+    """An O_PATH descriptor on `path` (no symlink followed), or SetupError naming `key`."""
     try:
         return open_path_nofollow(path)
     except OSError as exc:
@@ -200,46 +201,16 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
 
 def _walk_write_roots(request: LaunchRequest,
                       roots: list[_Mount]) -> tuple[list[_Mount], list[_Mount]]:
-    """What the walk of the write roots finds (not yet opened): read-only re-mounts for
-    protected names and multiply-linked files, ancestors first; and masks for unix socket
-    files."""
-    names = frozenset(request.protected)
-    writes = [m for m in roots if m.kind == "write" and m.is_dir]
-    items: dict[str, _Mount] = {}
-    keep: dict[str, _Mount] = {}
-    sockets: list[_Mount] = []
-    for root in writes:
-        for occ in protect.find(root.path, root.source_fd, names):
-            if occ.socket:
-                sockets.append(_Mount(os.path.join(root.path, occ.rel), "deny", is_dir=False))
-                continue
-            if occ.linked:
-                path = os.path.join(root.path, occ.rel)
-                items[path] = _Mount(path, "protected", is_dir=False)
-                continue
-            _add_protected(items, keep, root.path, occ.rel, occ.is_dir)
-            target = protect.gitdir_target(root.path, occ)
-            for other in writes:
-                if target and target != other.path and protect_inside(target, other.path):
-                    _add_protected(items, keep, other.path,
-                                   os.path.relpath(target, other.path), True)
-    return (sorted(keep.values(), key=lambda m: m.depth)
-            + sorted(items.values(), key=lambda m: m.depth), sockets)
+    """Re-mounts for protected names in write roots (protect.guards), and masks for the unix
+    socket files in them; not yet opened."""
+    writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
+    guards, sockets = protect.walk(writes, frozenset(request.protected))
+    return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in guards],
+            [_Mount(path, "deny", is_dir=False) for path in sockets])
 
 
 def protect_inside(path: str, root: str) -> bool:
     return path.startswith(root.rstrip("/") + "/")
-
-
-def _add_protected(items: dict, keep: dict, root: str, rel: str, is_dir: bool) -> None:
-    path = os.path.join(root, rel)
-    items[path] = _Mount(path, "protected", is_dir=is_dir)
-    # Each directory between the root and the protected object becomes a mount point, so
-    # the sandbox cannot rename it away and plant its own copy at the original path.
-    parent = os.path.dirname(rel)
-    while parent:
-        keep.setdefault(os.path.join(root, parent), _Mount(os.path.join(root, parent), "keep"))
-        parent = os.path.dirname(parent)
 
 
 def _target(top: int, own_devs: set[int], path: str, *, is_dir: bool, create: bool) -> int:

@@ -7,7 +7,12 @@ delete the link and put its own directory in its place, and no mount can stop th
 
 The same walk finds regular files with more than one hard link: another name for them may lie
 outside every root, so they are mounted read-only as well (`linked`); and unix socket files
-(`socket`), which a process outside the sandbox may be listening on, so they can be masked.
+(`socket`), which a process outside the sandbox may be listening on, so the Linux backend can
+mask them (a VM guest reaches no host socket through its shares).
+
+`guards` turns what the walk found into what a view re-mounts (the Linux backend's mounts,
+stockade/linux/mnt.py, and a VM guest's init, stockade/vm/machine.py); `walk` also says which
+socket files it met.
 """
 
 from __future__ import annotations
@@ -30,6 +35,64 @@ class Occurrence:
     socket: bool = False   # a unix socket file, not a protected name
 
 
+@dataclass(frozen=True)
+class Guard:
+    """A path in a write root that a view re-mounts on itself: read-only (`kind` "protected":
+    a protected name, the gitdir a `.git` file names, or a multiply-linked file), or as it is
+    (`kind` "keep": a directory between a root and a protected object, made a mount point so
+    it cannot be renamed away and another planted at its path)."""
+
+    path: str
+    kind: str
+    is_dir: bool
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.path == "/" else self.path.count("/")
+
+
+def guards(roots: list[tuple[str, int]], names: frozenset[str]) -> list[Guard]:
+    """What to re-mount in the write roots `roots` (each a directory's path and a descriptor on
+    it) for the protected `names`: the kept directories, ancestors first, then the protected
+    objects, ancestors first."""
+    return walk(roots, names)[0]
+
+
+def walk(roots: list[tuple[str, int]],
+         names: frozenset[str]) -> tuple[list[Guard], list[str]]:
+    """`guards`, and the paths of the unix socket files in the roots."""
+    items: dict[str, Guard] = {}
+    keep: dict[str, Guard] = {}
+    sockets: list[str] = []
+    for root, root_fd in roots:
+        for occ in find(root, root_fd, names):
+            if occ.socket:
+                sockets.append(os.path.join(root, occ.rel))
+                continue
+            if occ.linked:
+                path = os.path.join(root, occ.rel)
+                items[path] = Guard(path, "protected", False)
+                continue
+            _add(items, keep, root, occ.rel, occ.is_dir)
+            target = gitdir_target(root, occ)
+            for other, _ in roots:
+                if target and target != other and target.startswith(other.rstrip("/") + "/"):
+                    _add(items, keep, other, os.path.relpath(target, other), True)
+    return (sorted(keep.values(), key=lambda g: g.depth)
+            + sorted(items.values(), key=lambda g: g.depth), sockets)
+
+
+def _add(items: dict[str, Guard], keep: dict[str, Guard], root: str, rel: str,
+         is_dir: bool) -> None:
+    path = os.path.join(root, rel)
+    items[path] = Guard(path, "protected", is_dir)
+    parent = os.path.dirname(rel)
+    while parent:
+        keep.setdefault(os.path.join(root, parent),
+                        Guard(os.path.join(root, parent), "keep", True))
+        parent = os.path.dirname(parent)
+
+
 def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
     """Every protected occurrence below `root` (whose directory is open as `root_fd`). Names
     match regardless of case: on a case-folding filesystem `.GIT` is `.git`."""
@@ -49,10 +112,16 @@ def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
             rel = os.path.normpath(os.path.join(dirpath, name))
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
             if stat.S_ISLNK(mode):
+                path = os.path.join(root, rel)
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    target = "?"
                 raise UnenforceableError(
                     "filesystem.protected",
-                    f"protected name {os.path.join(root, rel)} is a symbolic link; "
-                    "replace it with the directory or file it points to",
+                    f"protected name {path} is a symbolic link (to {target}; "
+                    "perhaps planted by an earlier run), which no mount can keep in place; "
+                    f"remove it (rm {path}) or replace it with what it points to",
                 )
             if stat.S_ISDIR(mode):
                 found.append(Occurrence(root, rel, True))

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec
+from stockade.linux import limits, mnt, protect
 from stockade.vm import egress
 from stockade.vm.initramfs import Kernel
 
@@ -20,23 +22,27 @@ MAX_SHARES = 20  # one PCI slot each, on q35's root bus (32 slots, a few taken)
 MEMORY_MIB = 512
 VCPUS = 1  # so any `limits.cpu` of at least one core holds
 _9P = "trans=virtio,version=9p2000.L,msize=262144"
+# A core dump's destination that can never be created (the guest's /proc is read-only): not a
+# pipe, so a crash starts no helper; and RLIMIT_CORE is 0 for every command anyway.
+CORE_PATTERN = "/proc/core-dumps-are-disabled"
 # The agent's entry in the guest: load the package from its own directory (as the Linux session
-# does); apply the policy's limits (argv[4], JSON) as the Linux backend does, inherited by every
-# command (RLIMIT_NPROC counts two tasks of the agent's own beside theirs); become the host
-# user's uid and gid (argv[2], argv[3]: the guest sees the shares' host ownership, so
-# permissions work out as on the host) without any capability and with no_new_privs (prctl
-# 38), so commands cannot undo the guest's mounts; then serve the session.
+# does); apply the policy's rlimits (argv[4], JSON) as the Linux backend does, inherited by every
+# command (RLIMIT_NPROC counts two tasks of the agent's own beside theirs; the guest's init has
+# set pid_max); become the host user's uid and gid (argv[2], argv[3]: the guest sees the shares'
+# host ownership, so permissions work out as on the host) without any capability (for uid 0:
+# securebits locked, every set emptied) and with no_new_privs (prctl 38), so commands cannot
+# undo the guest's mounts; then serve the session.
 GUEST_BOOT = ("import os, sys, json, importlib.util as u; p = sys.argv[1]; "
               "s = u.spec_from_file_location('stockade', p + '/__init__.py', "
               "submodule_search_locations=[p]); m = u.module_from_spec(s); "
               "sys.modules['stockade'] = m; s.loader.exec_module(m); "
               "from stockade.launch.request import LimitSpec; "
-              "from stockade.linux import limits; l = LimitSpec(**json.loads(sys.argv[4])); "
-              "limits.cap_pid_namespace(l); limits.apply_rlimits(l, 2); "
-              "from stockade.linux.privilege import drop_all; "
+              "from stockade.linux import limits; "
+              "limits.apply_rlimits(LimitSpec(**json.loads(sys.argv[4])), 2); "
+              "from stockade.linux.privilege import drop_all, prepare; "
               "uid, gid = int(sys.argv[2]), int(sys.argv[3]); "
               "os.setgroups([]); os.setresgid(gid, gid, gid); "
-              "os.setresuid(uid, uid, uid) if uid else drop_all(); "
+              "os.setresuid(uid, uid, uid) if uid else (prepare(), drop_all()); "
               "from stockade.linux.syscalls import prctl; prctl(38, 1); "
               "from stockade.session.agent import main; sys.exit(main())")
 
@@ -51,14 +57,19 @@ class Share:
 @dataclass(frozen=True)
 class Guest:
     """What the guest sees: the shares, symlinks recreating the policy's aliases (`/lib` ->
-    `usr/lib`), paths hidden (deny) and made read-only (protected names in write roots)."""
+    `usr/lib`), paths hidden (deny), made read-only (`frozen`: protected names in write roots
+    and what they name, and files there with more than one hard link, see protect.guards)
+    and pinned as mount points (`kept`: the directories between a write root and a protected
+    name), each list ancestors first."""
 
     shares: tuple[Share, ...]
     links: tuple[tuple[str, str], ...]
     hidden: tuple[str, ...]
     frozen: tuple[str, ...]
+    kept: tuple[str, ...] = ()
     exec_from_write: bool = False  # else write roots and the guest's /tmp are noexec
     egress: bool = False  # allowlist: a NIC whose only way out is the proxy (egress.py)
+    pid_max: int | None = None  # the guest kernel's, for `limits.pids` (limits.pid_max_for)
 
 
 def plan(request: LaunchRequest) -> Guest:
@@ -81,60 +92,116 @@ def plan(request: LaunchRequest) -> Guest:
     if len(shares) > MAX_SHARES:
         raise UnenforceableError("filesystem", f"{len(shares)} roots: the VM driver shares at "
                                  f"most {MAX_SHARES}")
-    frozen = tuple(f"{g.path}/{name}" for g in request.write for name in request.protected
-                   if os.path.lexists(f"{g.path}/{name}"))
+    guards = _guards(request)
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
-                 tuple(sorted(links.items())), tuple(g.path for g in request.deny), frozen,
-                 request.exec_from_write, request.network.mode == "allowlist")
+                 tuple(sorted(links.items())), tuple(g.path for g in request.deny),
+                 tuple(g.path for g in guards if g.kind == "protected"),
+                 tuple(g.path for g in guards if g.kind == "keep"),
+                 request.exec_from_write, request.network.mode == "allowlist",
+                 limits.pid_max_for(request.limits))
+
+
+def _guards(request: LaunchRequest) -> list[protect.Guard]:
+    """What the Linux backend re-mounts in the write roots, found the same way (protect.py)."""
+    roots: list[tuple[str, int]] = []
+    try:
+        for grant in request.write:
+            fd = mnt.open_source(grant.path, "filesystem.write")
+            roots.append((grant.path, fd))
+        return protect.guards([(path, fd) for path, fd in roots
+                               if stat.S_ISDIR(os.fstat(fd).st_mode)],
+                              frozenset(request.protected))
+    finally:
+        for _, fd in roots:
+            os.close(fd)
 
 
 def init_script(guest: Guest, argv: list[str]) -> str:
-    """The guest's /init: modules, a fresh tmpfs root with its own /proc, /sys, /dev and /tmp,
-    the shares on it (after those, so a write root under /tmp stays visible), the deny and
-    protected overlays, then the agent on the virtio-serial port (its stderr on the console,
-    which is the host's boot log)."""
+    """The guest's /init: modules, then the kernel's settings fixed for good (kernel_settings),
+    a fresh tmpfs root with its own read-only /proc, /sys and /dev and a writable /tmp, the
+    shares on it (after those, so a write root under /tmp stays visible), the deny and
+    protected overlays, the root made read-only, then the agent on the virtio-serial port (its
+    stderr on the console, which is the host's boot log)."""
     q = shlex.quote
     # As the Linux backend mounts them: nothing the commands can write is executable unless
     # the policy says exec_from_write, and no setuid bit counts anywhere they can write.
     writable = "nosuid,nodev" + ("" if guest.exec_from_write else ",noexec")
     lines = ["#!/bin/busybox sh", "export PATH=/bin", "set -e",
              "busybox mount -t devtmpfs dev /dev", "busybox mount -t sysfs sys /sys",
-             "for m in /m/*.ko; do busybox insmod $m; done",
-             "busybox mount -t tmpfs -o mode=0755 root /newroot"]
+             "busybox mount -t proc proc /proc",  # busybox's remount reads /proc/mounts
+             "for m in /m/*.ko; do busybox insmod $m; done"]
+    for name, value in kernel_settings(guest):  # a failed write ends the boot (set -e)
+        knob = f"/proc/sys/{name}"
+        write = f"echo {q(value)} > {knob}"
+        # hotplug exists only in kernels built with CONFIG_UEVENT_HELPER
+        lines.append(write if name != "kernel/hotplug" else f"[ ! -e {knob} ] || {write}")
+    lines.append("busybox mount -t tmpfs -o mode=0755,nosuid,nodev root /newroot")
+    # /proc, /sys and /dev read-only: /proc/sys, /proc/sysrq-trigger and sysfs's attributes
+    # are the guest kernel's settings, which a command run as uid 0 could otherwise write (a
+    # read-only mount also binds any /proc it mounts later in a namespace of its own).
     for sub, kind, options in (("proc", "proc", "nosuid,nodev,noexec"),
                                ("sys", "sysfs", "nosuid,nodev,noexec"),
                                ("dev", "devtmpfs", "nosuid,noexec"), ("tmp", "tmpfs", writable)):
         lines += [f"busybox mkdir -p /newroot/{sub}",
                   f"busybox mount -t {kind} -o {options} {sub} /newroot/{sub}"]
+        if sub != "tmp":
+            lines.append(_read_only(f"/newroot/{sub}", options))
     lines += ["busybox chmod 1777 /newroot/tmp", "busybox ip link set lo up"]
     if guest.egress:  # no route: only the user-mode network's own /24, where the proxy is
         lines += [f"busybox ip addr add {egress.GUEST_ADDRESS}/24 dev eth0",
                   "busybox ip link set eth0 up"]
     for share in guest.shares:
         target = q("/newroot" + share.path)
-        mode = f"rw,{writable}" if share.writable else "ro"
+        mode = f"rw,{writable}" if share.writable else "ro,nosuid,nodev"
         lines += [f"busybox mkdir -p {target}",
                   f"busybox mount -t 9p -o {_9P},{mode} {share.tag} {target}"]
     for link, target in guest.links:
         lines.append(f"[ -e {q('/newroot' + link)} ] || busybox ln -s {q(target)} "
                      f"{q('/newroot' + link)}")
+    # As the Linux backend orders them: kept directories (recursively, so that the shares
+    # inside stay as they are), then frozen paths (a read-only bind of that one mount: a kept
+    # directory inside it is read-only with it), then what is hidden, which nothing covers.
+    for path in guest.kept:
+        target = q("/newroot" + path)
+        lines.append(f"busybox mount --rbind {target} {target}")
+    for path in guest.frozen:
+        target = q("/newroot" + path)
+        lines += [f"busybox mount --bind {target} {target}", _read_only(target, writable)]
     for path in guest.hidden:
         target = q("/newroot" + path)
         lines.append(f"if [ -d {target} ]; then busybox mount -t tmpfs -o ro,size=0 deny {target}; "
                      f"elif [ -e {target} ]; then busybox mount --bind /dev/null {target}; fi")
-    for path in guest.frozen:
-        target = q("/newroot" + path)
-        lines += [f"busybox mount --bind {target} {target}",
-                  f"busybox mount -o remount,bind,ro {target}"]
     lines += ["port=",
               "for p in /sys/class/virtio-ports/*; do",
               f"  [ \"$(busybox cat $p/name)\" = {PORT_NAME} ] && port=/dev/${{p##*/}}",
               "done",
               "[ -n \"$port\" ] || { echo 'stockade init: no agent port'; exit 1; }",
-              "busybox umount /sys",
+              # nothing can be created beside the mounts: no program of the command's
+              # at a path the kernel would run
+              "busybox mount -o remount,ro,nosuid,nodev /newroot",
+              "busybox umount /sys /proc",
               "exec busybox switch_root /newroot " + " ".join(q(a) for a in argv)
               + " 0<>\"/newroot$port\" 1>&0"]
     return "\n".join(lines) + "\n"
+
+
+def kernel_settings(guest: Guest) -> list[tuple[str, str]]:
+    """What the guest's init writes under /proc/sys once the modules are in, before any
+    command exists: no module can be loaded any more, the kernel runs no helper program of a
+    path's choosing (modprobe, hotplug, a core_pattern pipe), no user namespace can be made
+    (the Linux backend's seccomp filter refuses them too), and pid_max for `limits.pids`."""
+    settings = [("kernel/modules_disabled", "1"), ("kernel/modprobe", ""),
+                ("kernel/hotplug", ""), ("kernel/core_pattern", CORE_PATTERN),
+                ("user/max_user_namespaces", "0")]
+    if guest.pid_max is not None:
+        settings.append(("kernel/pid_max", str(guest.pid_max)))
+    return settings
+
+
+def _read_only(target: str, options: str) -> str:
+    """Make the mount at `target` read-only; a bind remount sets every flag anew, so the
+    mount's other `options` are given again."""
+    return f"busybox mount -o remount,bind,ro,{options} {target}"
 
 
 def agent_argv(python: str, package_dir: str, uid: int, gid: int,

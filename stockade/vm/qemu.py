@@ -25,6 +25,8 @@ from stockade.errors import StockadeError, UnavailableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, network_denials
+from stockade.lifecycle import removers
+from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.net.env import proxy_environment
 from stockade.net.gate import Resolver
 from stockade.net.proxy import Proxy
@@ -48,13 +50,15 @@ _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_pref
 
 
 class VmHandle:
-    """The QEMU process this host started, and its private directory. `kill` and `wait` act on
-    that process only (by the Popen that started it), and remove the directory once it ended."""
+    """The QEMU process this host started, and its private directory, both in the launch
+    ledger's `record`. `kill` and `wait` act on that process only (by the Popen that started
+    it), and settle the record (the directory removed) once it ended."""
 
-    def __init__(self, process: subprocess.Popen, workdir: str,
+    def __init__(self, process: subprocess.Popen, workdir: str, record: LaunchRecord,
                  proxy: Proxy | None = None) -> None:
         self.process = process
         self.workdir = workdir
+        self.record = record
         self.proxy = proxy  # allowlist: the guest's only way out (stockade/vm/egress.py)
 
     @property
@@ -73,7 +77,7 @@ class VmHandle:
             return None
         if self.proxy is not None:
             self.proxy.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.record.settle(strict=False)  # what it cannot remove, a later reconcile does
         return status
 
     def log_tail(self) -> str:
@@ -115,9 +119,12 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
     guest = machine.plan(request)
     kernel = host_kernel()
     image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
+    ledger = Ledger()
+    ledger.reconcile()  # what owners that died left: their directories, their QEMU
+    ledger.check()
     failures = []
     for _ in range(attempts):
-        handle, listener = _start(kernel, image, guest, request, resolver)
+        handle, listener = _start(kernel, image, guest, request, resolver, ledger)
         try:
             channel, hello = _handshake(handle, listener, timeout)
         except (StockadeError, OSError) as exc:
@@ -135,15 +142,23 @@ def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_AT
 
 
 def _start(kernel: initramfs.Kernel, image: bytes, guest: machine.Guest,
-           request: LaunchRequest, resolver: Resolver | None) -> tuple[VmHandle, socket.socket]:
-    workdir = tempfile.mkdtemp(prefix="stockade-vm-")  # mode 0700
-    initrd = os.path.join(workdir, "initrd")
-    with open(initrd, "wb") as f:
-        f.write(image)
-    path = os.path.join(workdir, "agent.sock")
+           request: LaunchRequest, resolver: Resolver | None,
+           ledger: Ledger) -> tuple[VmHandle, socket.socket]:
+    # One record per guest (the session's own, named by the request id, is the daemon's):
+    # the directory is in it before it exists, QEMU once it runs, so that whatever an owner
+    # killed leaves is removed by the next reconcile.
+    record = LaunchRecord(ledger, f"vm-{secrets.token_hex(16)}")
+    workdir = os.path.join(tempfile.gettempdir(), record.fresh_name("vm"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    proxy = None
+    proxy: Proxy | None = None
+    process: subprocess.Popen | None = None
     try:
+        record.add("dir", workdir)
+        os.mkdir(workdir, 0o700)
+        initrd = os.path.join(workdir, "initrd")
+        with open(initrd, "wb") as f:
+            f.write(image)
+        path = os.path.join(workdir, "agent.sock")
         if guest.egress:
             proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
                           resolver=resolver, socket_dir=workdir)
@@ -158,13 +173,17 @@ def _start(kernel: initramfs.Kernel, image: bytes, guest: machine.Guest,
             process = _SPAWNER.submit(
                 subprocess.Popen, [SETPRIV, "--pdeathsig", "KILL", "--", *argv],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err).result()
+        record.add("process", "qemu", removers.process_identity(process.pid))
     except BaseException:
         listener.close()
+        if process is not None:
+            process.kill()
+            process.wait()
         if proxy is not None:
             proxy.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        record.settle(strict=False)
         raise
-    return VmHandle(process, workdir, proxy), listener
+    return VmHandle(process, workdir, record, proxy), listener
 
 
 def _handshake(handle: VmHandle, listener: socket.socket,
