@@ -159,6 +159,7 @@ class LinuxHandle(Handle):
                  weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self._request = request
         self._closing = threading.Lock()
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
@@ -287,7 +288,7 @@ class LinuxHandle(Handle):
             elif event["event"] == "exit":
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
-                return Exit(None, None, _error(event))
+                return Exit(None, None, _with_hint(_error(event), self._request))
         if killed:
             return Exit(None, signal.SIGKILL)
         return Exit(None, None, SetupError(
@@ -392,6 +393,36 @@ def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
         else:
             child.append(spec if isinstance(spec, int) else spec.fileno())
     return (child[0], child[1], child[2]), parent, transient
+
+
+def _with_hint(error: Exception, request: LaunchRequest) -> Exception:
+    """A command that could not be executed because it lies where nothing written may run
+    says which knob would let it."""
+    if not (isinstance(error, StartError) and error.code == "command_not_executable"
+            and not request.exec_from_write and _written_place(request)):
+        return error
+    return StartError(error.code, f"{error.message}: it lies where the command may write, and "
+                      "filesystem.exec_from_write is false (set it to true, or use the preset "
+                      "workspace-write, which runs what the job builds)")
+
+
+def _written_place(request: LaunchRequest) -> bool:
+    """Whether the command (argv[0], found as the sandbox's PATH would find it) lies in a
+    write root, the sandbox's /tmp or /dev/shm."""
+    program = request.argv[0]
+    if "/" in program:
+        candidates = [os.path.normpath(os.path.join(request.cwd, program))]
+    else:
+        path = dict(request.env).get("PATH", "")
+        candidates = [os.path.join(entry, program) for entry in path.split(":") if entry]
+    def under(path: str, places: list[str]) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in places)
+
+    own = ["/tmp", "/dev/shm"]  # the sandbox's own: not to be looked up on the host
+    for candidate in candidates:
+        if under(candidate, own) or os.path.exists(candidate):
+            return under(candidate, [g.path for g in request.write] + own)
+    return False
 
 
 def _error(event: dict) -> Exception:
