@@ -189,6 +189,35 @@ def test_what_git_would_read_but_the_command_could_plant_is_refused(ws, case):
     assert (snapshot(workspace), snapshot(outside)) == before
 
 
+def test_a_local_clones_objects_linked_to_another_repository_stay_read_only(ws):
+    """`git clone` of a path hard-links the objects: writing one would change the repository
+    outside every root. They are read-only (found by the walk through `.git`, as every file of
+    a write root is), so their mode cannot be changed to write them, while commits, which
+    write new objects, work."""
+    workspace, outside = ws
+    git(outside, "init", "-q", "upstream")
+    (outside / "upstream" / "f").write_text("f\n")
+    git(outside / "upstream", "add", "f")
+    git(outside / "upstream", "commit", "-qm", "upstream")
+    git(workspace, "clone", "-q", str(outside / "upstream"), "clone")
+    clone = workspace / "clone"
+    linked = [path for path in (clone / ".git" / "objects").rglob("*")
+              if path.is_file() and path.stat().st_nlink > 1]
+    assert linked, "git made no hard links here"
+    before = snapshot(outside)
+    targets = " ".join(str(path.relative_to(clone)) for path in linked)
+    r = sandbox(["sh", "-c", f"for f in {targets}; do chmod u+w $f; echo evil >> $f; done; "
+                 + IN_SANDBOX + "echo g > g; g add g; g commit -qm in-clone"], clone)
+    assert snapshot(outside) == before
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.decode().splitlines()
+    chmods = [line for line in lines if line.startswith("chmod: changing permissions")]
+    writes = [line for line in lines if "cannot create .git/objects/" in line]
+    assert len(chmods) == len(writes) == len(linked), lines
+    assert all(line.endswith("Read-only file system") for line in chmods), chmods
+    assert git(clone, "log", "-1", "--format=%s").strip() == "in-clone"
+
+
 def test_git_read_only_keeps_all_of_git_as_it_was(repository):
     """`filesystem.git = "read-only"`: every `.git` and the gitdirs `.git` files name are
     read-only whole, so a commit fails, and nothing in them changes."""
