@@ -1,7 +1,8 @@
 """`stockade demo`: untrusted code tries forbidden things inside a real sandbox.
 
 A small Python script runs through `stockade.run`, first under the `read-only` preset, then under
-`workspace-write` (for the protected `.git` and a permitted write), then under `networked-build`
+`workspace-write` (for a repository's protected hooks and config beside permitted writes to
+the workspace and to `.git` itself, which git needs), then under `networked-build`
 (a package-registry allowlist enforced by Stockade's proxy; only denied destinations are tried,
 so nothing leaves this machine). It prints one line per attempt,
 with the error the child itself observed: `attempt → DENIED (EACCES: ...)` or `→ ALLOWED`. The
@@ -77,7 +78,7 @@ def main() -> int:
     outside = [Path("/etc") / f"stockade-demo-{tag}", Path.home() / f"stockade-demo-{tag}"]
     with tempfile.TemporaryDirectory(prefix="stockade-demo-") as workspace, \
             _listener() as port, _fake_secret():
-        (Path(workspace) / ".git").mkdir()
+        (Path(workspace) / ".git" / "hooks").mkdir(parents=True)
         (Path(workspace) / ".git" / "config").write_text("[core]\n")
         print(f"stockade demo: untrusted code in a sandbox, workspace {workspace}")
         runs = _plan(workspace, port, outside)
@@ -106,6 +107,10 @@ def _plan(workspace: str, port: int, outside: list[Path]) -> dict[str, list[tupl
         ],
         "workspace-write": [
             ("write workspace/.git/config", "write", f"{workspace}/.git/config", "DENIED"),
+            ("write workspace/.git/hooks/pre-commit", "write",
+             f"{workspace}/.git/hooks/pre-commit", "DENIED"),
+            ("write workspace/.git/index (git works)", "write", f"{workspace}/.git/index",
+             "ALLOWED"),
             ("write workspace/notes.txt", "write", f"{workspace}/notes.txt", "ALLOWED"),
         ],
         "networked-build": [

@@ -93,7 +93,8 @@ def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
     fs = base.filesystem
     read = fs.read if PYTHON_ROOT.startswith("/usr") else fs.read + (PYTHON_ROOT,)
     fs_changes = {k: v for k, v in changes.items() if k in ("read", "write", "deny",
-                                                             "protected", "exec_from_write")}
+                                                             "protected", "git",
+                                                             "exec_from_write")}
     if "read" in fs_changes:
         fs_changes["read"] = read + tuple(fs_changes["read"])
     else:

@@ -119,7 +119,7 @@ WEAKENINGS = [
     # paths rest on the mount layer alone.
     pytest.param({"protected"}, FILESYSTEM,
                  {"fs.protected-dir", "fs.protected-file", "fs.protected-rename",
-                  "fs.hardlink"}, id="protected"),
+                  "fs.git-pointers", "fs.git-absent", "fs.hardlink"}, id="protected"),
     pytest.param({"deny"}, FILESYSTEM + rows_of("environment"),
                  {"fs.deny-in-root", "env.home-credentials", "fs.deny-whole-tree"}, id="deny"),
     # seccomp is the one layer for privilege bits and for address families.

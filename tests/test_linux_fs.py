@@ -73,12 +73,14 @@ def test_write_to_read_root_fails(ws):
 
 
 def make_repo(path):
-    (path / ".git").mkdir(parents=True)
+    (path / ".git" / "hooks").mkdir(parents=True)
     (path / ".git" / "config").write_text("[core]\n")
     (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
 
 
 def test_protected_metadata_at_depth_stays_read_only(ws):
+    """(The repositories' hooks, configuration and pointers: the rest of `.git` is writable,
+    see test_linux_git.py.)"""
     workspace, _ = ws
     make_repo(workspace)
     make_repo(workspace / "sub")
@@ -86,9 +88,9 @@ def test_protected_metadata_at_depth_stays_read_only(ws):
     (workspace / "sub" / "deeper" / ".git").write_text("gitdir: ../.git\n")
     before = snapshot(workspace)
     r = sandbox(["sh", "-c",
-                 "echo '[core] hooksPath=/tmp' >> .git/config; echo x > sub/.git/HEAD;"
-                 " echo y > sub/.git/hooks; echo z > sub/deeper/.git; rm -rf sub/.git;"
-                 " mv sub/.git sub/git2; echo ok > written"], workspace)
+                 "echo '[core] hooksPath=/tmp' >> .git/config; echo x > sub/.git/config;"
+                 " echo y > sub/.git/hooks/post-checkout; echo z > sub/deeper/.git;"
+                 " rm -rf sub/.git/hooks; mv sub/.git sub/git2; echo ok > written"], workspace)
     assert r.exit_code == 0, r.stderr  # the last write, outside protected names, works
     after = snapshot(workspace)
     assert after.pop("written")[2] == b"ok\n"
@@ -281,8 +283,9 @@ def test_missing_read_root_is_an_error(ws):
 
 
 def test_symlinked_protected_name_is_refused(ws):
+    """(A `.git` that is a link: test_linux_git.py.)"""
     workspace, outside = ws
-    os.symlink(outside, workspace / ".git")
+    os.symlink(outside, workspace / ".agents")
     from stockade.errors import UnenforceableError
     with pytest.raises(UnenforceableError) as info:
         sandbox(["true"], workspace)

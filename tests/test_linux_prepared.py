@@ -88,14 +88,49 @@ def test_a_prepared_sandbox_has_only_its_own_launchs_environment(ws, monkeypatch
 
 def test_a_protected_name_made_after_a_launch_is_protected_at_the_next(ws):
     workspace, _ = ws
-    prepared(workspace)  # a spare is now prepared for this view, made before .git existed
+    prepared(workspace)  # a spare is now prepared for this view, made before .agents existed
+    (workspace / ".agents").mkdir()
+    (workspace / ".agents" / "rules").write_text("be careful\n")
+    r = sandbox(["sh", "-c", "echo evil >> .agents/rules; echo evil > .agents/new"], workspace)
+    assert r.exit_code != 0
+    assert (workspace / ".agents" / "rules").read_text() == "be careful\n"
+    assert sorted(os.listdir(workspace / ".agents")) == ["rules"]
+    assert r.enforced["protected_mounts"] >= 1
+
+
+def test_a_repository_made_after_a_launch_is_guarded_at_the_next(ws):
+    """A `.git` made on the host after a view was prepared: its config (and the hooks
+    directory made for it) are read-only at the next launch, its other files writable."""
+    workspace, _ = ws
+    prepared(workspace)
     (workspace / ".git").mkdir()
     (workspace / ".git" / "config").write_text("[core]\n")
-    r = sandbox(["sh", "-c", "echo evil >> .git/config; echo evil > .git/hooks"], workspace)
-    assert r.exit_code != 0
+    r = sandbox(["sh", "-c", "echo evil >> .git/config; echo evil > .git/hooks/pre-commit; "
+                 "echo fine > .git/HEAD"], workspace)
+    assert r.stderr.count(b"Read-only file system") == 2, r.stderr
     assert (workspace / ".git" / "config").read_text() == "[core]\n"
-    assert sorted(os.listdir(workspace / ".git")) == ["config"]
-    assert r.enforced["protected_mounts"] >= 1
+    assert os.listdir(workspace / ".git" / "hooks") == []
+    assert (workspace / ".git" / "HEAD").read_text() == "fine\n"
+    assert r.enforced["protected_mounts"] >= 2
+
+
+def test_an_include_added_after_a_launch_is_read_only_at_the_next(ws):
+    """A prepared view of a repository; then its config includes a file in the work tree (and
+    a hook appears): the next launch has a view of its own, in which both are read-only."""
+    workspace, _ = ws
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    prepared(workspace)
+    (workspace / "shared.gitconfig").write_text("[alias]\n")
+    with open(workspace / ".git" / "config", "a") as f:
+        f.write("[include]\n\tpath = ../shared.gitconfig\n")
+    (workspace / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    r = sandbox(["sh", "-c", "echo evil >> shared.gitconfig; echo evil >> .git/hooks/pre-commit"],
+                workspace)
+    assert r.exit_code != 0 and r.stderr.count(b"Read-only file system") == 2, r.stderr
+    assert not r.enforced["prepared_ahead"]
+    assert (workspace / "shared.gitconfig").read_text() == "[alias]\n"
+    assert (workspace / ".git" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\n"
 
 
 def test_a_denied_path_made_after_a_launch_is_hidden_at_the_next(ws):

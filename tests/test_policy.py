@@ -33,6 +33,7 @@ from stockade.policy.presets import (
     WINDOWS_SYSTEM_READ,
     preset_documents,
 )
+from stockade.policy.schema import FIELDS, merge_rule
 from stockade.policy.units import parse_duration, parse_size
 
 
@@ -254,6 +255,13 @@ def test_minimal_document_is_the_model_default() -> None:
     assert policy.process.stdin == "null"
 
 
+NAME = ('expected a file name such as ".agents" (no "/"), or "!NAME" to stop protecting an '
+        "inherited one, got ")
+GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how it is '
+                     'protected ("guarded", the default: hooks, config and pointers read-only; '
+                     '"read-only": all of it; "writable")')
+
+
 @pytest.mark.parametrize(("document", "key", "message"), [
     ({}, "version", 'missing required key "version" (expected 1)'),
     ({"version": 2}, "version", "expected 1 (the only schema version), got 2"),
@@ -266,7 +274,7 @@ def test_minimal_document_is_the_model_default() -> None:
     (doc(netwrk={}), "", 'unknown key "netwrk" (known: version, preset, containment, '
                          "filesystem, network, env, limits, process)"),
     (doc(filesystem={"reed": []}), "filesystem",
-     'unknown key "reed" (known: read, write, deny, protected, exec_from_write)'),
+     'unknown key "reed" (known: read, write, deny, protected, git, exec_from_write)'),
     (doc(network={"modes": "none"}), "network",
      'unknown key "modes" (known: mode, allow, deny, unix_sockets)'),
     (doc(env={"passthrough": []}), "env", 'unknown key "passthrough" (known: pass, set)'),
@@ -291,16 +299,26 @@ def test_minimal_document_is_the_model_default() -> None:
      "expected a path without NUL bytes"),
     (doc(filesystem={"read": [None]}), "filesystem.read[0]",
      'expected a path such as "/usr" or "{workspace}/src", got null'),
-    (doc(filesystem={"protected": ["a/b"]}), "filesystem.protected[0]",
-     'expected a file name such as ".git" (no "/"), got "a/b"'),
-    (doc(filesystem={"protected": [".git", ".."]}), "filesystem.protected[1]",
-     'expected a file name such as ".git" (no "/"), got ".."'),
-    (doc(filesystem={"protected": ["."]}), "filesystem.protected[0]",
-     'expected a file name such as ".git" (no "/"), got "."'),
-    (doc(filesystem={"protected": [""]}), "filesystem.protected[0]",
-     'expected a file name such as ".git" (no "/"), got ""'),
-    (doc(filesystem={"protected": ["a\0"]}), "filesystem.protected[0]",
-     'expected a file name such as ".git" (no "/"), got "a\\u0000"'),
+    (doc(filesystem={"protected": ["a/b"]}), "filesystem.protected[0]", NAME + '"a/b"'),
+    (doc(filesystem={"protected": [".hg", ".."]}), "filesystem.protected[1]", NAME + '".."'),
+    (doc(filesystem={"protected": ["."]}), "filesystem.protected[0]", NAME + '"."'),
+    (doc(filesystem={"protected": [""]}), "filesystem.protected[0]", NAME + '""'),
+    (doc(filesystem={"protected": ["a\0"]}), "filesystem.protected[0]", NAME + '"a\\u0000"'),
+    (doc(filesystem={"protected": ["!"]}), "filesystem.protected[0]", NAME + '"!"'),
+    (doc(filesystem={"protected": ["!a/b"]}), "filesystem.protected[0]", NAME + '"!a/b"'),
+    (doc(filesystem={"protected": [".hg", ".GIT"]}), "filesystem.protected[1]",
+     GIT_IS_NOT_A_NAME.format('".GIT"')),
+    (doc(filesystem={"protected": ["!.git"]}), "filesystem.protected[0]",
+     GIT_IS_NOT_A_NAME.format('"!.git"')),
+    (doc(preset="read-only", filesystem={"protected": ["!.hg"]}), "filesystem.protected[0]",
+     '"!.hg" removes a name the base does not protect (it protects: .agents, .codex, '
+     ".stockade)"),
+    (doc(filesystem={"protected": [".codex", "!.CODEX"]}), "filesystem.protected[1]",
+     '".CODEX" is both added and removed'),
+    (doc(filesystem={"git": "rw"}), "filesystem.git",
+     'expected one of "guarded", "read-only", "writable", got "rw"'),
+    (doc(filesystem={"git": True}), "filesystem.git",
+     'expected one of "guarded", "read-only", "writable", got true'),
     (doc(filesystem={"exec_from_write": 1}), "filesystem.exec_from_write",
      "expected true or false, got 1"),
     (doc(filesystem={"exec_from_write": "yes"}), "filesystem.exec_from_write",
@@ -423,13 +441,13 @@ def test_unambiguous_nesting_is_fine() -> None:
 
 def test_lists_are_canonical() -> None:
     policy = parse_policy(doc(
-        filesystem={"read": ["/usr", "/etc/", "/usr", "~/.cache"], "protected": ["zz", ".git"]},
+        filesystem={"read": ["/usr", "/etc/", "/usr", "~/.cache"], "protected": ["zz", ".hg"]},
         network={"mode": "allowlist", "allow": ["PyPI.org", "pypi.org", "a.example.com"],
                  "deny": ["B.example.com", "b.example.com"]},
         env={"pass": ["TERM", "PATH", "TERM", "HOME"], "set": {"PATH": "/bin", "A": "1"}},
     ))
     assert policy.filesystem.read == ("/etc", "/usr", "{home}/.cache")
-    assert policy.filesystem.protected == tuple(sorted({*DEFAULT_PROTECTED, "zz"}))
+    assert policy.filesystem.protected == tuple(sorted({*DEFAULT_PROTECTED, "zz", ".hg"}))
     assert policy.network.allow == ("a.example.com", "pypi.org")
     assert policy.network.deny == ("b.example.com",)
     assert policy.env.passthrough == ("HOME", "TERM")  # PATH is set, and set wins
@@ -572,6 +590,34 @@ def test_deny_and_protected_union() -> None:
     assert set(policy.filesystem.protected) == {*DEFAULT_PROTECTED, ".hg"}
     emptied = parse_policy(doc(preset="read-only", filesystem={"deny": [], "protected": []}))
     assert emptied.filesystem == preset("read-only").filesystem
+
+
+def test_a_protected_name_is_added_or_removed_and_git_replaced() -> None:
+    """`!NAME` removes one of the base's names (in any case); the canonical document says so,
+    and parses back to the same policy; `git` replaces the base's mode."""
+    policy = parse_policy(doc(preset="workspace-write", filesystem={
+        "protected": ["!.CODEX", ".hg"], "git": "read-only"}))
+    assert policy.filesystem.protected == (".agents", ".hg", ".stockade")
+    assert policy.filesystem.git == "read-only"
+    document = policy_to_document(policy)
+    assert document["filesystem"]["protected"] == [".agents", ".hg", ".stockade", "!.codex"]
+    assert parse_policy(document) == policy
+    assert parse_policy(doc()).filesystem.git == "guarded"
+    emptied = merge(Policy(), {"filesystem": {"protected": ["!.agents", "!.codex", "!.stockade"]}})
+    assert emptied.filesystem.protected == ()
+    with pytest.raises(PolicyError, match="removes a name the base does not protect"):
+        merge(emptied, {"filesystem": {"protected": ["!.agents"]}})
+
+
+def test_readme_states_each_keys_merge_rule() -> None:
+    """README's policy section has a row per key saying how it is laid over the preset, and
+    it says what the schema does."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = text.split("| key | over the base's value |\n", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+\.\w+)` \| ([^|]+?) \|$", table, re.MULTILINE))
+    expected = {f"{section}.{key}": merge_rule(section, key)
+                for section, keys in FIELDS.items() for key in keys}
+    assert rows == expected
 
 
 def test_network_deny_unions_and_allow_replaces() -> None:

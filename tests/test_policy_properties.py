@@ -32,13 +32,14 @@ SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 KEYS = ["version", "preset", "filesystem", "network", "env", "limits", "process", "read",
-        "write", "deny", "protected", "exec_from_write", "mode", "allow", "pass", "set",
+        "write", "deny", "protected", "git", "exec_from_write", "mode", "allow", "pass", "set",
         "timeout", "memory", "cpu", "pids", "output", "file_size", "cwd", "stdin"]
 INTERESTING = [
     1, 0, -1, 2, True, False, 1.5, float("inf"), float("nan"), 2**64, None, "", "\0", "none",
     "allowlist", "any", "null", "inherit", "/usr", "~", "~/x", "..", "{workspace}", "{tmp}/a",
     "{home}/../x", "{nope}", "?/lib64", "pypi.org", "*.example.com", "*", "[::1]:443",
     "512MiB", "10k", "1m30s", "500ms", "PATH", "1BAD", ".git", "a/b", "read-only",
+    "guarded", "writable", "!.codex", "!.agents", ".codex", "!.hg",
     "networked-build",
 ]
 

@@ -21,8 +21,8 @@ DOC = REPO / "docs" / "enforcement-linux.md"
 CAPABILITIES = [
     "namespaces", "privileges", "landlock", "seccomp",
     "filesystem.read", "filesystem.write", "filesystem.deny", "filesystem.protected",
-    "filesystem.exec_from_write", "filesystem.memfd_exec", "filesystem.privilege_bits",
-    "stockade_state",
+    "filesystem.git", "filesystem.exec_from_write", "filesystem.memfd_exec",
+    "filesystem.privilege_bits", "stockade_state",
     "network.none", "network.tcp", "network.udp", "network.dns", "network.loopback",
     "network.link_local", "network.unix_sockets", "network.address_families",
     "network.inherited_sockets",
@@ -59,6 +59,7 @@ def test_statuses_on_this_host(here):
     root = os.geteuid() == 0
     assert got["filesystem.read"] == got["filesystem.write"] == "enforced"
     assert got["filesystem.deny"] == "enforced" and got["filesystem.protected"] == "partial"
+    assert got["filesystem.git"] == "partial"
     assert got["network.none"] == got["network.tcp"] == got["network.loopback"] == "enforced"
     assert got["network.unix_sockets"] == "partial"
     assert got["filesystem.privilege_bits"] == got["stockade_state"] == "enforced"
@@ -72,6 +73,7 @@ def test_statuses_on_this_host(here):
     # A refusal is the backend's own, with its reason (no delegated cgroup v2 cpu controller).
     assert got["limits.cpu"] == "unavailable" and "cgroup" in rows["limits.cpu"].reason
     assert "ABI" in rows["landlock"].mechanism
+    assert "the command creates" in rows["filesystem.git"].reason
 
 
 @linux

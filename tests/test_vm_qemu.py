@@ -105,7 +105,8 @@ def test_init_script_mounts_every_share_and_execs_the_agent_on_the_port(root):
 
 def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, tmp_path):
     """The same walk (protect.guards): nested names, a `.git` file's gitdir and linked files
-    read-only, the directories above them kept; a protected name that is a symlink refused."""
+    read-only (with `.git` read-only whole, then guarded), the directories above them kept; a
+    protected name that is a symlink refused."""
     for directory in ("a/.git", "wt", "gitdirs/wt"):
         os.makedirs(f"{root}/{directory}")
     with open(f"{root}/wt/.git", "w") as f:
@@ -124,6 +125,14 @@ def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, 
                             script.index(f"--bind {shlex.quote(f'/newroot{root}/a/.git')} "),
                             script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
     assert kept < frozen < hidden  # a later bind would cover an earlier mount below it
+    # `.git` guarded (the default): its config and hooks (made, as git would), the `.git`
+    # file, and the config and hooks of the gitdir it names; the directories above kept.
+    guest = machine.plan(_request(root, protected=(".agents",)))
+    assert set(guest.frozen) == {f"{root}/{path}" for path in (
+        "a/.git/config", "a/.git/hooks", "wt/.git", "gitdirs/wt/config", "gitdirs/wt/hooks",
+        "linked")}
+    assert set(guest.kept) == {f"{root}/{path}"
+                               for path in ("a", "a/.git", "wt", "gitdirs", "gitdirs/wt")}
     os.symlink("a", f"{root}/.agents")
     with pytest.raises(UnenforceableError) as info:
         machine.plan(_request(root, protected=protected))
@@ -556,13 +565,15 @@ def test_a_hard_link_to_a_file_outside_every_root_is_not_written_through(planted
     assert (workspace / "ordinary").read_text() == "fine\n"
 
 
-def test_nested_protected_names_a_git_file_and_its_gitdir_are_read_only(planted):
+def test_a_nested_repository_a_git_file_and_its_gitdir_are_guarded(planted):
+    """(Their config, hooks and pointers: the rest of a `.git` is writable, as on the Linux
+    backend.)"""
     sb, workspace, _ = planted
     protected = [workspace / "a", workspace / "wt", workspace / "gitdirs"]
     before = _snapshot(*protected)
     failed = _attempts(sb, workspace, [
         "echo '[x]' >> a/b/.git/config", "touch a/b/.git/hooks/post-checkout",
-        "echo 'gitdir: /tmp/mine' > wt/.git", "echo x >> gitdirs/wt/HEAD",
+        "echo 'gitdir: /tmp/mine' > wt/.git", "echo x >> gitdirs/wt/config",
         "touch gitdirs/wt/hooks/pre-commit", "rm -f a/b/.git/config",
         # renaming a directory above a protected name away, to plant another in its place
         "mv a/b/.git a/b/old", "mv a/b a/moved", "mv a moved", "mv wt/.git wt/old",
@@ -573,30 +584,49 @@ def test_nested_protected_names_a_git_file_and_its_gitdir_are_read_only(planted)
     assert (r.exit_code, r.stdout) == (0, b"fine\n"), r  # beside a protected name: writable
 
 
-def test_a_workspace_with_a_git_directory_boots_and_its_git_is_read_only(vm_ready, tmp_path):
-    """A top-level `.git` (with a denied file inside, and a linked worktree whose gitdir is in
-    it) does not stop the guest from booting; ordinary files stay writable, `.git` does not,
-    and the denied file stays hidden."""
-    for directory in (".git/hooks", ".git/worktrees/wt", "wt"):
-        (tmp_path / directory).mkdir(parents=True)
-    (tmp_path / ".git" / "config").write_text("[core]\n")
-    (tmp_path / ".git" / "credentials").write_text("token\n")
-    (tmp_path / ".git" / "worktrees" / "wt" / "HEAD").write_text("ref: refs/heads/wt\n")
-    (tmp_path / "wt" / ".git").write_text(f"gitdir: {tmp_path}/.git/worktrees/wt\n")
+def test_git_works_in_a_guest_and_what_makes_it_run_code_stays_read_only(vm_ready, tmp_path):
+    """A repository made on the host, with a linked worktree, a file its config includes and
+    a denied file in `.git`: in the guest, git commits, branches, stashes and adds a worktree
+    (in a nested repository too); writing its hooks, its config, the include or the worktree's
+    pointers fails, as does renaming `.git`; the denied file stays hidden; on the host only
+    what git wrote changed."""
+    from test_linux_git import IN_SANDBOX, git
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    git(workspace, "init", "-q")
+    git(workspace, "commit", "-q", "--allow-empty", "-m", "one")
+    git(workspace, "worktree", "add", "-q", "wt")
+    git(workspace, "config", "include.path", "../shared.gitconfig")
+    (workspace / "shared.gitconfig").write_text("[alias]\n\tst = status\n")
+    (workspace / ".git" / "credentials").write_text("token\n")
+    (workspace / "nested").mkdir()
+    git(workspace / "nested", "init", "-q")
+    kept = [workspace / ".git" / name for name in ("config", "worktrees/wt/commondir",
+                                                   "worktrees/wt/gitdir")]
+    kept += [workspace / "shared.gitconfig", workspace / "wt" / ".git"]
+    before = {path: path.read_bytes() for path in kept}, _snapshot(workspace / ".git" / "hooks")
     policy = merge(_vm_policy("workspace-write"),
-                   {"filesystem": {"deny": [str(tmp_path / ".git" / "credentials")]}})
-    before = _snapshot(tmp_path / ".git", tmp_path / "wt")
-    with qemu.VmSandbox(policy, workspace=tmp_path) as sb:
-        failed = _attempts(sb, tmp_path, [
-            "touch .git/hooks/x", "echo '[x]' >> .git/config", "grep token .git/credentials",
-            "touch .git/worktrees/x", "echo x >> .git/worktrees/wt/HEAD", "echo x > wt/.git",
-            "mv .git old", "mv wt old"])
-        r = sb.run(["sh", "-c", "mkdir -p new && echo fine > new/file && cat new/file"],
-                   cwd=tmp_path)
+                   {"filesystem": {"deny": [str(workspace / ".git" / "credentials")]}})
+    with qemu.VmSandbox(policy, workspace=workspace) as sb:
+        job = sb.run(["sh", "-c", IN_SANDBOX + """
+            echo b > b; g add b; g commit -qm two; g branch topic
+            echo c >> b; g stash -q; g stash pop -q; g commit -qam three
+            g worktree add -q wt2; cd nested; g commit -q --allow-empty -m in-nested
+        """], cwd=workspace)
+        failed = _attempts(sb, workspace, [
+            "echo x > .git/hooks/pre-commit", "echo '[core] fsmonitor = x' >> .git/config",
+            "echo '[core] fsmonitor = x' >> shared.gitconfig", "grep token .git/credentials",
+            "echo /tmp > .git/worktrees/wt/commondir", "echo x > .git/worktrees/wt/gitdir",
+            "echo 'gitdir: /tmp' > wt/.git", "echo x > nested/.git/hooks/pre-commit",
+            "mv .git old", "mv .git/hooks .git/old"])
+    assert job.exit_code == 0, job.stderr.decode()
     assert [a for a, status in failed.items() if status == 0] == [], failed
-    assert (r.exit_code, r.stdout) == (0, b"fine\n"), r
-    assert (tmp_path / "new" / "file").read_text() == "fine\n"
-    assert _snapshot(tmp_path / ".git", tmp_path / "wt") == before
+    assert ({path: path.read_bytes() for path in kept},
+            _snapshot(workspace / ".git" / "hooks")) == before
+    assert git(workspace, "log", "--format=%s").split() == ["three", "two", "one"]
+    assert git(workspace / "nested", "log", "--format=%s").split() == ["in-nested"]
+    assert (workspace / "wt2" / ".git").is_file()
 
 
 def test_a_killed_owner_leaves_no_qemu_and_its_directory_is_reconciled(

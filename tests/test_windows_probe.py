@@ -329,7 +329,7 @@ def test_a_windows_pass_is_cached_per_process_and_not_stored(monkeypatch, tmp_pa
 
 CAPABILITIES = [
     "identity", "filesystem.read", "filesystem.write", "filesystem.deny",
-    "filesystem.protected", "filesystem.exec_from_write", "filesystem.links",
+    "filesystem.protected", "filesystem.git", "filesystem.exec_from_write", "filesystem.links",
     "network.none", "network.loopback", "network.link_local", "network.listeners",
     "network.inherited_handles", "network.allowlist", "network.any", "env",
     "limits.memory", "limits.pids", "limits.file_size", "limits.cpu", "limits.timeout",

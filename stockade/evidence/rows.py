@@ -47,6 +47,13 @@ def _limits(**limits: Any) -> dict[str, Any]:
 
 ALLOWLIST = {"network": {"mode": "allowlist", "allow": ["localhost", "evidence.test"]}}
 GIT = "{ws}/a/b/.git"
+# A protected name, and what of a repository stays read-only, two levels down (the rest of
+# its .git is writable: git works).
+NESTED_ATTEMPT = ("tamper with a protected .agents and a repository's config and hooks two "
+                  "levels down in a write root")
+NESTED_EXPECTED = "EROFS/EBUSY on every attempt; all unchanged"
+NESTED_TARGETS = ("{ws}/a/b/.agents/rules", "{ws}/a/b/.agents", f"{GIT}/config", f"{GIT}/hooks",
+                  f"{GIT}/hooks/pre-commit")
 
 ROWS: tuple[Row, ...] = (
     # --- filesystem ------------------------------------------------------------------------
@@ -61,18 +68,28 @@ ROWS: tuple[Row, ...] = (
         "modify a read-only root (read-only preset): write, truncate, chmod, rename, delete",
         "EROFS; the workspace is unchanged", "tamper.py", "{ws}/file", "{ws}/dir", "{ws}/new",
         preset="read-only", setup=setups.workspace_files),
-    row("fs.protected-dir", "filesystem",
-        "tamper with a .git directory two levels down in a write root",
-        "EROFS on every attempt; .git unchanged", "tamper.py",
-        f"{GIT}/config", f"{GIT}/HEAD", f"{GIT}/hooks", GIT, setup=setups.nested_repository),
+    row("fs.protected-dir", "filesystem", NESTED_ATTEMPT, NESTED_EXPECTED, "tamper.py",
+        *NESTED_TARGETS, setup=setups.nested_repository),
     row("fs.protected-file", "filesystem",
-        "tamper with a .git file (worktree pointer) and the gitdir it points to",
-        "EROFS; both unchanged", "tamper.py", "{ws}/sub/.git", "{ws}/.repo-git/config",
-        "{ws}/.repo-git", setup=setups.git_file),
+        "tamper with a .git file (worktree pointer) and the config and hooks of the gitdir it "
+        "points to", "EROFS/EBUSY; all unchanged", "tamper.py", "{ws}/sub/.git",
+        "{ws}/.repo-git/config", "{ws}/.repo-git/hooks", setup=setups.git_file),
     row("fs.protected-rename", "filesystem",
-        "rename a protected .git or any directory above it, then plant a replacement",
-        "EBUSY/EROFS; nothing renamed, nothing planted", "fs_rename.py", "{ws}", GIT,
-        setup=setups.nested_repository),
+        "rename a repository's hooks or config or any directory above them, then plant a "
+        "replacement", "EBUSY/EROFS; nothing renamed, nothing planted", "fs_rename.py", "{ws}",
+        f"{GIT}/hooks", f"{GIT}/config", setup=setups.nested_repository),
+    row("fs.git-pointers", "filesystem",
+        "tamper with what leads git to other configuration: a file the config includes, a "
+        "linked worktree's .git file, commondir and gitdir, a submodule's .git file, config "
+        "and hooks", "EROFS/EBUSY on every attempt; all unchanged", "tamper.py",
+        "{ws}/shared.gitconfig", "{ws}/wt/.git", "{ws}/.git/worktrees/wt/commondir",
+        "{ws}/.git/worktrees/wt/gitdir", "{ws}/sub/.git", "{ws}/.git/modules/sub/config",
+        "{ws}/.git/modules/sub/hooks", setup=setups.git_pointers),
+    row("fs.git-absent", "filesystem",
+        "create the file a repository's config includes, absent at launch, in the work tree",
+        "the launch is refused (unenforceable:filesystem.git); nothing is created",
+        "tamper.py", "{ws}/local.gitconfig", setup=setups.git_include_absent,
+        fails_closed_with="unenforceable:filesystem.git"),
     row("fs.deny-in-root", "filesystem",
         "read, list, write, rename and delete denied paths inside a granted write root",
         "EACCES/EROFS; secrets never read; paths unchanged", "tamper.py", "--read",
@@ -116,8 +133,9 @@ ROWS: tuple[Row, ...] = (
         "on a case-folding filesystem, reach protected and denied names by other spellings",
         "EROFS/EACCES for every spelling, or the launch refused "
         "(unenforceable:filesystem.case_alias); nothing stored changes", "fs_case_alias.py",
-        "{ws}/.git", "{ws}/.GIT/config", "{ws}/.Git/HEAD", "{ws}/sub/.GIT", "{ws}/KEYS/id",
-        "{ws}/TOKEN", "{ws}/other/.git/config", setup=setups.case_folding_workspace,
+        "{ws}/.git", "{ws}/.GIT/config", "{ws}/.git/CONFIG", "{ws}/.Git/HOOKS/pre-commit",
+        "{ws}/sub/.GIT", "{ws}/KEYS/id", "{ws}/TOKEN", "{ws}/other/.git/config",
+        setup=setups.case_folding_workspace,
         policy={"filesystem": {"deny": ["{workspace}/keys", "{workspace}/token"]}},
         launch=casefold.launch, fails_closed_with="unenforceable:filesystem.case_alias"),
     row("fs.memfd-exec", "filesystem",
@@ -344,8 +362,7 @@ ROWS: tuple[Row, ...] = (
         "outside and read-only files", "EROFS for the planted link; ENOENT/EXDEV for new links",
         "fs_hardlink.py", "{ws}/hard", "{secret_file}", "{root}/ro/file",
         setup=setups.planted_hard_link, launch=launches.in_a_guest),
-    row("vm.protected-nested", "vm",
-        "in a guest: tamper with a .git directory two levels down in a write root",
-        "EROFS on every attempt; .git unchanged", "tamper.py", f"{GIT}/config", f"{GIT}/HEAD",
-        f"{GIT}/hooks", GIT, setup=setups.nested_repository, launch=launches.in_a_guest),
+    row("vm.protected-nested", "vm", "in a guest: " + NESTED_ATTEMPT, NESTED_EXPECTED,
+        "tamper.py", *NESTED_TARGETS, setup=setups.nested_repository,
+        launch=launches.in_a_guest),
 )

@@ -61,20 +61,51 @@ def read_only_file(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+HOOK = "#!/bin/sh\nexit 0\n"
+
+
+def _gitdir(scene: Scene, relative: str, config: str = "[core]\n") -> None:
+    """A gitdir at `relative` below the scene root, as git makes one: HEAD, config, a hook."""
+    for name, content in (("HEAD", "ref: refs/heads/main\n"), ("config", config),
+                          ("hooks/pre-commit", HOOK)):
+        scene.plant(f"{relative}/{name}", content)
+
+
 def nested_repository(scene: Scene) -> None:
-    """A `.git` directory two levels down in the workspace."""
-    for name, content in (("config", "[core]\n"), ("HEAD", "ref: refs/heads/main\n"),
-                          ("hooks/README", "hooks live here\n")):
-        scene.plant(f"ws/a/b/.git/{name}", content)
-    scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.git)"))
+    """A `.git` directory and a protected `.agents` two levels down in the workspace."""
+    _gitdir(scene, "ws/a/b/.git")
+    scene.plant("ws/a/b/.agents/rules", "be careful\n")
+    scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.git and a/b/.agents)"))
 
 
 def git_file(scene: Scene) -> None:
     """A `.git` file (a worktree pointer) and the gitdir it points to, both in the workspace."""
     scene.plant("ws/sub/.git", "gitdir: ../.repo-git\n")
-    scene.plant("ws/.repo-git/config", "[core]\n")
+    _gitdir(scene, "ws/.repo-git")
     scene.watch(Unchanged(scene.ws / "sub" / ".git", "workspace/sub/.git"))
     scene.watch(Unchanged(scene.ws / ".repo-git", "workspace/.repo-git"))
+
+
+def git_pointers(scene: Scene) -> None:
+    """A repository whose config includes a file in the work tree, with a linked worktree
+    (`wt/.git`, and the commondir and gitdir of `.git/worktrees/wt`) and a submodule
+    (`sub/.git`, `.git/modules/sub`), as git lays them out."""
+    ws = scene.ws
+    _gitdir(scene, "ws/.git", "[include]\n\tpath = ../shared.gitconfig\n")
+    scene.plant("ws/shared.gitconfig", "[alias]\n\tst = status\n")
+    for name, content in (("HEAD", "ref: refs/heads/wt\n"), ("commondir", "../..\n"),
+                          ("gitdir", f"{ws}/wt/.git\n")):
+        scene.plant(f"ws/.git/worktrees/wt/{name}", content)
+    scene.plant("ws/wt/.git", f"gitdir: {ws}/.git/worktrees/wt\n")
+    _gitdir(scene, "ws/.git/modules/sub", "[core]\n\tworktree = ../../../sub\n")
+    scene.plant("ws/sub/.git", "gitdir: ../.git/modules/sub\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def git_include_absent(scene: Scene) -> None:
+    """A repository whose config includes a file in the work tree that does not exist."""
+    _gitdir(scene, "ws/.git", "[include]\n\tpath = ../local.gitconfig\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
 
 
 def denied_paths(scene: Scene) -> None:
@@ -88,8 +119,9 @@ def case_folding_workspace(scene: Scene) -> None:
     """What the case-folding stand-in will serve at the workspace (see casefold.py, which
     launches this row): a .git directory, a .git file, denied paths, and a directory stored as
     `.Git`, which git on that filesystem would use as `.git`."""
-    for name, content in ((".git/config", "[core]\n"), ("sub/.git", "gitdir: ../.git\n"),
-                          ("other/.Git/config", "[core]\n")):
+    for name, content in ((".git/config", "[core]\n"), (".git/hooks/pre-commit", HOOK),
+                          ("sub/.git", "gitdir: ../.git\n"), ("other/.Git/config", "[core]\n"),
+                          ("other/.Git/hooks/pre-commit", HOOK)):
         scene.plant(f"{STORED}/{name}", content)
     scene.plant_secret(f"{STORED}/keys/id")
     scene.plant_secret(f"{STORED}/token")

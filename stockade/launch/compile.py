@@ -69,6 +69,7 @@ def compile_policy(
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
         stockade_state=tuple(sorted({g.path for g in state})),
         protected=tuple(sorted(set(fs.protected))),
+        git=fs.git,
         exec_from_write=fs.exec_from_write,
         network=NetworkSpec(
             mode=policy.network.mode,

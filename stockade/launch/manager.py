@@ -138,9 +138,10 @@ def stage_timings(stages: list[tuple[str, float]]) -> dict[str, float]:
 
 def restricts_nothing(policy: Policy) -> bool:
     """True only for a policy that grants everything: write "/", no deny or protected names,
-    executing from writable places, any network, and no limits."""
+    a writable `.git`, executing from writable places, any network, and no limits."""
     fs = policy.filesystem
-    return (tuple(fs.write) == ("/",) and not fs.deny and not fs.protected and fs.exec_from_write
+    return (tuple(fs.write) == ("/",) and not fs.deny and not fs.protected
+            and fs.git == "writable" and fs.exec_from_write
             and policy.network.mode == "any"
             and all(value is None for value in vars(policy.limits).values()))
 

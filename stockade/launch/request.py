@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stockade.errors import RequestError
+from stockade.policy.model import GIT_MODES
 
 REQUEST_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
@@ -56,7 +57,8 @@ class LaunchRequest:
     deny: tuple[PathGrant, ...] = ()
     # Which of the denied paths are Stockade's own state (masked whatever the policy says)
     stockade_state: tuple[str, ...] = ()
-    protected: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()  # names read-only whole (a `.git` among them too)
+    git: str = "guarded"  # how every other `.git` is protected (policy.model.GIT_MODES)
     exec_from_write: bool = False
     network: NetworkSpec = field(default_factory=NetworkSpec)
     limits: LimitSpec = field(default_factory=LimitSpec)
@@ -184,5 +186,7 @@ def _check_types(request: LaunchRequest) -> None:
         raise ValueError("cwd and request_id must be strings")
     if not isinstance(request.exec_from_write, bool):
         raise ValueError("exec_from_write must be a boolean")
+    if request.git not in GIT_MODES:
+        raise ValueError(f"git must be one of {', '.join(GIT_MODES)}")
     if list(request.env) != sorted(request.env):
         raise ValueError("env must be sorted")

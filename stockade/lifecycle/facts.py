@@ -74,7 +74,8 @@ def expectations() -> dict[str, dict[str, Check]]:
         "filesystem": {
             "write_root": _equal("ok"), "write_root_noexec": _equal(True),
             "read_root_read_only": _equal(True), "outside_path": denied,
-            "protected_name": denied, "denied_path": denied,
+            "protected_name": denied, "git_hooks": denied, "git_metadata": _equal("ok"),
+            "denied_path": denied,
         },
         "landlock": {"landlock_abi": (lambda v: isinstance(v, int) and v >= 1, "at least 1"),
                      "landlock_ungranted_dir": _equal("EACCES")},

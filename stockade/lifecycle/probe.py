@@ -7,7 +7,8 @@ Stages, in order; the first that fails names the reason and the stage:
 - `ledger`: reconcile what crashed launches left, and fail (`ledger_corrupt`) while a
   quarantined record awaits inspection;
 - `launch`: a fresh probe directory under the state directory, recorded in the ledger,
-  holding a workspace (write root, with a protected `.git` and a denied `secret`) and an
+  holding a workspace (write root, with a protected `.agents`, a repository's `.git` and a
+  denied `secret`) and an
   `outside` file no root grants; host loopback listeners (TCP, UDP, abstract unix) the sandbox
   must not reach; then the probe child runs in a sandbox with a minimal policy;
 - one stage per layer judging the facts (namespaces, filesystem, landlock, seccomp,
@@ -332,14 +333,18 @@ def _request(top: str, request_id: str) -> LaunchRequest:
     """The probe's minimal policy, compiled: the interpreter read-only, a workspace."""
     workspace = os.path.join(top, "ws")
     os.mkdir(top, 0o700)
-    for directory in (workspace, os.path.join(workspace, ".git"),
+    for directory in (workspace, os.path.join(workspace, ".agents"),
+                      os.path.join(workspace, ".git"), os.path.join(workspace, ".git", "hooks"),
                       os.path.join(workspace, "secret"), os.path.join(top, "outside")):
         os.mkdir(directory, 0o700)
-    with open(os.path.join(top, "outside", "file"), "w") as f:
-        f.write("outside every root\n")
+    for path, text in ((os.path.join(top, "outside", "file"), "outside every root\n"),
+                       (os.path.join(workspace, ".git", "config"), "[core]\n")):
+        with open(path, "w") as f:
+            f.write(text)
     policy = model.Policy(
         filesystem=model.FilesystemPolicy(read=_interpreter_roots(), write=("{workspace}",),
-                                          deny=("{workspace}/secret",), protected=(".git",)),
+                                          deny=("{workspace}/secret",), protected=(".agents",),
+                                          git="guarded"),
         network=model.NetworkPolicy("none"),
         env=model.EnvPolicy(set=facts.PROBE_ENV),
         limits=facts.PROBE_LIMITS,

@@ -80,7 +80,9 @@ def filesystem(params: dict) -> dict:
         "write_root_noexec": bool(os.statvfs(workspace).f_flag & os.ST_NOEXEC),
         "read_root_read_only": bool(os.statvfs(params["read_root"]).f_flag & os.ST_RDONLY),
         "outside_path": outcome(lambda: os.stat(params["outside"])),
-        "protected_name": outcome(lambda: write(os.path.join(workspace, ".git", "written"))),
+        "protected_name": outcome(lambda: write(os.path.join(workspace, ".agents", "written"))),
+        "git_hooks": outcome(lambda: write(os.path.join(workspace, ".git", "hooks", "written"))),
+        "git_metadata": outcome(lambda: write(os.path.join(workspace, ".git", "written"))),
         "denied_path": outcome(lambda: os.listdir(os.path.join(workspace, "secret"))),
     }
 

@@ -150,6 +150,14 @@ def _linux_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "the directories above it pinned", {"mounts": ("protected_name",)},
             partial="only occurrences present at launch; a name created during the run is "
                     "writable"),
+        row("filesystem.git", "in each repository in a write root, its config and what that "
+            "includes, its hooks and its gitdir pointers re-mounted read-only (made empty in "
+            "the gitdir where missing), the directories above them pinned; the rest of .git "
+            "writable", {"mounts": ("git_hooks", "git_metadata")},
+            partial="only what exists at launch: a repository the command creates, or a "
+                    "commondir it adds to a gitdir without one, is its own, and git on the host "
+                    "reads it there (the writable index can make it a submodule git status "
+                    "enters)"),
         row("filesystem.exec_from_write", "write roots mounted noexec; Landlock withholds "
             "EXECUTE in them", {"mounts": ("write_root_noexec",), "landlock": landlock}),
         _memfd_row(facts),

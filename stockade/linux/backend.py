@@ -109,6 +109,9 @@ class LinuxBackend(Backend):
             Capability("filesystem.deny", True, "mode-000 masks mounted over the path"),
             Capability("filesystem.protected", True,
                        "read-only re-mounts of every existing occurrence; ancestors pinned"),
+            Capability("filesystem.git", True, "read-only re-mounts of each repository's "
+                       "config and includes, hooks and gitdir pointers; ancestors pinned",
+                       "what the command creates (a repository, a commondir) is its own"),
             Capability("filesystem.exec_from_write", True, "noexec mounts + Landlock EXECUTE"),
             Capability("filesystem.memfd_exec", memfd,
                        "vm.memfd_noexec = 2 in the sandbox's pid namespace" if memfd else

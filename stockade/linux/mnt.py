@@ -97,9 +97,10 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
             m.is_dir = _is_dir(m.source_fd)
         mask_sockets = (request.network.unix_sockets == "own"
                         and "unix_sockets" not in weaken)
-        if "protected" not in weaken or mask_sockets:
-            guarded, sockets = _walk_write_roots(request, found.roots)
-            found.guarded = guarded if "protected" not in weaken else []
+        protecting = "protected" not in weaken
+        if protecting or mask_sockets:
+            guarded, sockets = _walk_write_roots(request, found.roots, protecting)
+            found.guarded = guarded if protecting else []
             for m in found.guarded:
                 m.source_fd = open_source(m.path, "filesystem.protected")
             for m in sockets if mask_sockets else []:
@@ -199,12 +200,15 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
     return SetupError("mount_source_invalid", f"{key}: cannot open {path}: {why}", stage="mount")
 
 
-def _walk_write_roots(request: LaunchRequest,
-                      roots: list[_Mount]) -> tuple[list[_Mount], list[_Mount]]:
-    """Re-mounts for protected names in write roots (protect.guards), and masks for the unix
-    socket files in them; not yet opened."""
+def _walk_write_roots(request: LaunchRequest, roots: list[_Mount],
+                      protecting: bool) -> tuple[list[_Mount], list[_Mount]]:
+    """Re-mounts for protected names and repositories in write roots (protect.guards), and
+    masks for the unix socket files in them; not yet opened. Not `protecting` (a test's
+    weakening), the walk looks for sockets only: no name or `.git` is protected, nothing made."""
     writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
-    guards, sockets = protect.walk(writes, frozenset(request.protected))
+    names, git = (frozenset(request.protected), request.git) if protecting \
+        else (frozenset(), "writable")
+    guards, sockets = protect.walk(writes, names, git)
     return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in guards],
             [_Mount(path, "deny", is_dir=False) for path in sockets])
 

@@ -1,8 +1,12 @@
-"""Find every existing occurrence of a protected name (`.git`, `.agents`, …) in a write root.
+"""Find every existing occurrence of a protected name (`.agents`, …) in a write root, and every
+repository there.
 
-The walk runs on a descriptor of the root and never follows symlinks. A `.git` *file* (a
-worktree or submodule pointer) is protected too, and so is the gitdir it points to when that
-lies inside a write root. A protected name that is a symlink is refused: the sandbox could
+The walk runs on a descriptor of the root and never follows symlinks. A protected name is
+protected whole. So is `.git` when `filesystem.git` is "read-only": a `.git` *file* (a worktree
+or submodule pointer) too, and the gitdir it points to when that lies inside a write root.
+When it is "guarded" (the default), each `.git` is a repository whose hooks, configuration and
+pointers are protected and the rest writable (gitdirs.py); its contents are walked like any
+directory's. A protected name or `.git` that is a symlink is refused: the sandbox could
 delete the link and put its own directory in its place, and no mount can stop that.
 
 The same walk finds regular files with more than one hard link: another name for them may lie
@@ -22,6 +26,8 @@ import stat
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
+from stockade.linux import gitdirs
+from stockade.policy.model import protected_whole
 
 
 @dataclass(frozen=True)
@@ -33,12 +39,14 @@ class Occurrence:
     is_dir: bool
     linked: bool = False   # a multiply-linked file, not a protected name
     socket: bool = False   # a unix socket file, not a protected name
+    repository: bool = False  # a guarded `.git` (directory or file), not a protected name
 
 
 @dataclass(frozen=True)
 class Guard:
     """A path in a write root that a view re-mounts on itself: read-only (`kind` "protected":
-    a protected name, the gitdir a `.git` file names, or a multiply-linked file), or as it is
+    a protected name, the gitdir a `.git` file names, what of a repository is guarded, or a
+    multiply-linked file), or as it is
     (`kind` "keep": a directory between a root and a protected object, made a mount point so
     it cannot be renamed away and another planted at its path)."""
 
@@ -51,35 +59,51 @@ class Guard:
         return 0 if self.path == "/" else self.path.count("/")
 
 
-def guards(roots: list[tuple[str, int]], names: frozenset[str]) -> list[Guard]:
+def guards(roots: list[tuple[str, int]], names: frozenset[str],
+           git: str = "guarded") -> list[Guard]:
     """What to re-mount in the write roots `roots` (each a directory's path and a descriptor on
-    it) for the protected `names`: the kept directories, ancestors first, then the protected
-    objects, ancestors first."""
-    return walk(roots, names)[0]
+    it) for the protected `names` and `.git` protected as `git` says (policy.model.GIT_MODES):
+    the kept directories, ancestors first, then the protected objects, ancestors first."""
+    return walk(roots, names, git)[0]
 
 
-def walk(roots: list[tuple[str, int]],
-         names: frozenset[str]) -> tuple[list[Guard], list[str]]:
+def walk(roots: list[tuple[str, int]], names: frozenset[str],
+         git: str = "guarded") -> tuple[list[Guard], list[str]]:
     """`guards`, and the paths of the unix socket files in the roots."""
+    whole = protected_whole(names, git, guards_git=True)
+    guard_git = git == "guarded" and ".git" not in {name.casefold() for name in whole}
+    repositories = gitdirs.Repositories([root for root, _ in roots])
     items: dict[str, Guard] = {}
     keep: dict[str, Guard] = {}
     sockets: list[str] = []
     for root, root_fd in roots:
-        for occ in find(root, root_fd, names):
+        for occ in find(root, root_fd, whole, guard_git):
+            path = os.path.join(root, occ.rel)
             if occ.socket:
-                sockets.append(os.path.join(root, occ.rel))
-                continue
-            if occ.linked:
-                path = os.path.join(root, occ.rel)
+                sockets.append(path)
+            elif occ.linked:
                 items[path] = Guard(path, "protected", False)
-                continue
-            _add(items, keep, root, occ.rel, occ.is_dir)
-            target = gitdir_target(root, occ)
-            for other, _ in roots:
-                if target and target != other and target.startswith(other.rstrip("/") + "/"):
-                    _add(items, keep, other, os.path.relpath(target, other), True)
+            elif occ.repository:
+                repositories.found(path, occ.is_dir)
+            else:
+                _add_everywhere(items, keep, roots, path, occ.is_dir)
+                if not occ.is_dir and os.path.basename(occ.rel).casefold() == ".git":
+                    target = repositories.pointer(path, "gitdir: ")  # protected whole too
+                    if target:
+                        _add_everywhere(items, keep, roots, target, True)
+    for path, is_dir in repositories.guarded():
+        _add_everywhere(items, keep, roots, path, is_dir)
     return (sorted(keep.values(), key=lambda g: g.depth)
             + sorted(items.values(), key=lambda g: g.depth), sockets)
+
+
+def _add_everywhere(items: dict[str, Guard], keep: dict[str, Guard],
+                    roots: list[tuple[str, int]], path: str, is_dir: bool) -> None:
+    """Protect `path`, and keep the directories above it, in each root it lies below (a root
+    itself is an exact grant, which stays writable)."""
+    for root, _ in roots:
+        if path.startswith(root.rstrip("/") + "/"):
+            _add(items, keep, root, os.path.relpath(path, root), is_dir)
 
 
 def _add(items: dict[str, Guard], keep: dict[str, Guard], root: str, rel: str,
@@ -93,9 +117,11 @@ def _add(items: dict[str, Guard], keep: dict[str, Guard], root: str, rel: str,
         parent = os.path.dirname(parent)
 
 
-def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
-    """Every protected occurrence below `root` (whose directory is open as `root_fd`). Names
-    match regardless of case: on a case-folding filesystem `.GIT` is `.git`."""
+def find(root: str, root_fd: int, names: frozenset[str],
+         guard_git: bool = False) -> list[Occurrence]:
+    """Every protected occurrence below `root` (whose directory is open as `root_fd`), and with
+    `guard_git` every `.git` as a repository. Names match regardless of case: on a case-folding
+    filesystem `.GIT` is `.git`."""
     folded = {name.casefold() for name in names}
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd):
@@ -108,7 +134,10 @@ def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
                 elif stat.S_ISSOCK(info.st_mode):
                     rel = os.path.normpath(os.path.join(dirpath, name))
                     found.append(Occurrence(root, rel, False, socket=True))
-        for name in [n for n in dirnames + filenames if n.casefold() in folded]:
+        for name in dirnames + filenames:
+            whole = name.casefold() in folded
+            if not (whole or guard_git and name.casefold() == ".git"):
+                continue
             rel = os.path.normpath(os.path.join(dirpath, name))
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
             if stat.S_ISLNK(mode):
@@ -118,30 +147,14 @@ def find(root: str, root_fd: int, names: frozenset[str]) -> list[Occurrence]:
                 except OSError:
                     target = "?"
                 raise UnenforceableError(
-                    "filesystem.protected",
+                    "filesystem.protected" if whole else gitdirs.CAPABILITY,
                     f"protected name {path} is a symbolic link (to {target}; "
                     "perhaps planted by an earlier run), which no mount can keep in place; "
                     f"remove it (rm {path}) or replace it with what it points to",
                 )
-            if stat.S_ISDIR(mode):
+            if stat.S_ISDIR(mode) and whole:
                 found.append(Occurrence(root, rel, True))
                 dirnames.remove(name)   # its contents are covered by the read-only mount
-            elif stat.S_ISREG(mode):
-                found.append(Occurrence(root, rel, False))
+            elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                found.append(Occurrence(root, rel, stat.S_ISDIR(mode), repository=not whole))
     return found
-
-
-def gitdir_target(root: str, occurrence: Occurrence) -> str | None:
-    """The canonical gitdir a `.git` file points to, or None."""
-    if occurrence.is_dir or os.path.basename(occurrence.rel) != ".git":
-        return None
-    path = os.path.join(root, occurrence.rel)
-    try:
-        with open(path, "rb") as f:
-            first = f.read(4096).split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    if not first.startswith("gitdir:"):
-        return None
-    target = os.path.join(os.path.dirname(path), first[len("gitdir:"):].strip())
-    return os.path.realpath(target)

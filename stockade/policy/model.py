@@ -6,6 +6,7 @@ relative to the workspace); `stockade.launch.compile` resolves them once, at com
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 SCHEMA_VERSION = 1
@@ -16,7 +17,20 @@ UNIX_SOCKET_MODES = ("own", "none", "any")
 STDIN_MODES = ("null", "inherit")
 # What holds the sandbox: the host's native primitives, or a virtual machine (docs/vm.md).
 CONTAINMENTS = ("native", "vm")
-DEFAULT_PROTECTED = (".git", ".agents", ".codex", ".stockade")
+# Names read-only whole at every nested occurrence in write roots (`filesystem.protected`).
+DEFAULT_PROTECTED = (".agents", ".codex", ".stockade")
+# How `.git` is protected (`filesystem.git`): "guarded" (git works; what makes git run code or
+# find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
+# every `.git` and the gitdirs `.git` files name), "writable" (not at all).
+GIT_MODES = ("guarded", "read-only", "writable")
+
+
+def protected_whole(names: Iterable[str], git: str, *, guards_git: bool) -> frozenset[str]:
+    """The names a backend protects whole: `names`, and `.git` when `git` is "read-only" or,
+    on a backend that cannot guard a repository (not `guards_git`), unless it is "writable":
+    there "guarded" is enforced as "read-only", git can read but not commit."""
+    whole = git == "read-only" or (not guards_git and git != "writable")
+    return frozenset(names) | ({".git"} if whole else set())
 
 
 @dataclass(frozen=True)
@@ -25,6 +39,7 @@ class FilesystemPolicy:
     write: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     protected: tuple[str, ...] = DEFAULT_PROTECTED
+    git: str = "guarded"
     exec_from_write: bool = False
 
 

@@ -1,11 +1,13 @@
 """Parse, validate and merge policy documents (TOML or JSON, one schema) into a `Policy`.
 
 Merge rule: a document with `preset = "NAME"` starts from that preset (`merge(base, document)`
-from `base`; otherwise from the model's defaults) and its sections override the base key by key.
-Scalars and lists replace the base's value, except the deny lists (`filesystem.deny`,
-`network.deny`) and `filesystem.protected`, which are unioned with the base's: a preset's denials
-and protected names are never dropped by accident (only a policy without a preset omits them).
-The `env.set` table merges by variable name.
+from `base`; otherwise from the model's defaults) and its sections override the base key by key,
+as `schema.FIELDS` says (`schema.merge_rule` in words, README's policy section lists them):
+scalars and lists replace the base's value, except the deny lists (`filesystem.deny`,
+`network.deny`), which add to the base's, so a preset's denials are never dropped;
+`filesystem.protected`, which adds to the base's names, and removes those written `"!NAME"`
+(one the base does not protect is an error); and the `env.set` table, which merges by variable
+name.
 
 The result is canonical: lists deduplicated and sorted, paths tidied (`paths.tidy_path`), domain
 patterns normalised, variables in `env.set` dropped from `env.pass` (set wins), durations in
@@ -91,7 +93,8 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "read": list(sorted_unique(fs.read)),
         "write": list(sorted_unique(fs.write)),
         "deny": list(sorted_unique(fs.deny)),
-        "protected": list(sorted_unique(fs.protected)),
+        "protected": _protected_entries(policy),
+        "git": fs.git,
         "exec_from_write": fs.exec_from_write,
     }
     document["network"] = {
@@ -108,6 +111,16 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
     if policy.process.cwd is not None:
         document["process"]["cwd"] = policy.process.cwd
     return document
+
+
+def _protected_entries(policy: Policy) -> list[str]:
+    """`policy`'s protected names, and `!NAME` for each name its base (its preset, or the
+    model's defaults) protects and it does not: what parses back to the same names."""
+    base = _built_preset(policy.preset) if policy.preset is not None else Policy()
+    names = set(policy.filesystem.protected)
+    removed = {name for name in base.filesystem.protected
+               if name.casefold() not in {n.casefold() for n in names}}
+    return [*sorted(names), *sorted("!" + name for name in removed)]
 
 
 @cache
@@ -142,8 +155,9 @@ def _section(base: Any, value: object, section: str) -> Any:
     changes = {}
     for name, item in entries.items():
         attribute, convert, combine = fields[name]
-        new = convert(item, f"{section}.{name}")
-        changes[attribute] = combine(getattr(base, attribute), new) if combine else new
+        key = f"{section}.{name}"
+        new = convert(item, key)
+        changes[attribute] = combine(getattr(base, attribute), new, key) if combine else new
     return replace(base, **changes)
 
 

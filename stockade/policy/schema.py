@@ -1,6 +1,7 @@
-"""The document schema: sections, their keys, and how each value is checked and converted.
+"""The document schema: sections, their keys, how each value is checked and converted, and how
+it is laid over the base's value (a preset's, or the model's defaults): see `FIELDS`.
 
-Converters raise `Invalid(message, key)`; the public functions add the file name.
+Converters and combiners raise `Invalid(message, key)`; the public functions add the file name.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from functools import partial
 from typing import Any, TypeVar
 
 from stockade.policy import domains, paths, units
-from stockade.policy.model import CONTAINMENTS, NETWORK_MODES, STDIN_MODES, UNIX_SOCKET_MODES
+from stockade.policy.model import (
+    CONTAINMENTS,
+    GIT_MODES,
+    NETWORK_MODES,
+    STDIN_MODES,
+    UNIX_SOCKET_MODES,
+)
 from stockade.policy.render import kind, show
 
 SECTIONS = ("filesystem", "network", "env", "limits", "process")
@@ -23,7 +30,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 T = TypeVar("T")
 Convert = Callable[[object, str], Any]
-Combine = Callable[[Any, Any], Any]
+Combine = Callable[[Any, Any, str], Any]  # (the base's value, the document's, its key)
 
 
 class Invalid(Exception):
@@ -89,10 +96,17 @@ def _bool(value: object) -> bool:
     return value
 
 
-def _protected_name(value: object) -> str:
-    if (not isinstance(value, str) or value in ("", ".", "..") or "/" in value
-            or "\0" in value):
-        raise ValueError(f'expected a file name such as ".git" (no "/"), got {show(value)}')
+def _protected_entry(value: object) -> str:
+    """A name to protect, or `!NAME`: a name the base protects, no longer protected."""
+    name = value[1:] if isinstance(value, str) and value.startswith("!") else value
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name
+            or "\0" in name):
+        raise ValueError(f'expected a file name such as ".agents" (no "/"), or "!NAME" to stop '
+                         f"protecting an inherited one, got {show(value)}")
+    if name.casefold() == ".git":
+        raise ValueError(f'{show(value)}: .git is not a protected name; filesystem.git says '
+                         'how it is protected ("guarded", the default: hooks, config and '
+                         'pointers read-only; "read-only": all of it; "writable")')
     return value
 
 
@@ -130,37 +144,73 @@ def _pids(value: object) -> int:
     return value
 
 
-def _union(old: tuple[T, ...], new: tuple[T, ...]) -> tuple[T, ...]:
+def _add(old: tuple[T, ...], new: tuple[T, ...], key: str) -> tuple[T, ...]:
     return (*old, *new)
 
 
-def _merge_pairs(old: tuple[tuple[str, str], ...],
-                 new: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+def _add_or_remove(old: tuple[str, ...], new: tuple[str, ...], key: str) -> tuple[str, ...]:
+    """The base's names and the document's, without those the document lists as `!NAME`
+    (matched regardless of case, as names are). Removing a name the base does not protect, or
+    adding and removing one, is refused: either is a typo in a security setting."""
+    added = {name.casefold() for name in new if not name.startswith("!")}
+    names = list(old)
+    for index, entry in enumerate(new):
+        if not entry.startswith("!"):
+            continue
+        name = entry[1:].casefold()
+        if name in added:
+            raise Invalid(f"{show(entry[1:])} is both added and removed", f"{key}[{index}]")
+        kept = [n for n in names if n.casefold() != name]
+        if len(kept) == len(names):
+            raise Invalid(f"{show(entry)} removes a name the base does not protect (it "
+                          f"protects: {', '.join(sorted(old)) or 'nothing'})", f"{key}[{index}]")
+        names = kept
+    return (*names, *(name for name in new if not name.startswith("!")))
+
+
+def _by_name(old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...],
+             key: str) -> tuple[tuple[str, str], ...]:
     return tuple({**dict(old), **dict(new)}.items())
+
+
+# How a document's value is laid over the base's, in words (README's policy section shows it).
+MERGE_RULES: dict[Combine | None, str] = {
+    None: "replaces the base's",
+    _add: "adds to the base's",
+    _add_or_remove: 'adds to the base\'s; "!NAME" removes one of the base\'s',
+    _by_name: "merges with the base's by variable name",
+}
+
+
+def merge_rule(section: str, key: str) -> str:
+    """How the document key `section.key` is laid over the base's value, in words."""
+    return MERGE_RULES[FIELDS[section][key][2]]
 
 
 CONTAIN = _scalar(_choice(CONTAINMENTS))  # the top-level `containment` key
 _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)
 
-# section -> document key -> (model attribute, converter, combine with the base's value or None)
+# section -> document key -> (model attribute, converter, combine with the base's value; None:
+# the document's value replaces it). Denials only add: a preset's are never dropped by accident.
 FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
     "filesystem": {
         "read": ("read", _fs_path, None),
         "write": ("write", _fs_path, None),
-        "deny": ("deny", _fs_path, _union),
-        "protected": ("protected", _list_of(_protected_name), _union),
+        "deny": ("deny", _fs_path, _add),
+        "protected": ("protected", _list_of(_protected_entry), _add_or_remove),
+        "git": ("git", _scalar(_choice(GIT_MODES)), None),
         "exec_from_write": ("exec_from_write", _scalar(_bool), None),
     },
     "network": {
         "mode": ("mode", _scalar(_choice(NETWORK_MODES)), None),
         "allow": ("allow", _domains, None),
-        "deny": ("deny", _domains, _union),
+        "deny": ("deny", _domains, _add),
         "unix_sockets": ("unix_sockets", _scalar(_choice(UNIX_SOCKET_MODES)), None),
     },
     "env": {
         "pass": ("passthrough", _list_of(_env_name), None),
-        "set": ("set", _env_set, _merge_pairs),
+        "set": ("set", _env_set, _by_name),
     },
     "limits": {
         "timeout": ("timeout", _scalar(units.parse_duration), None),

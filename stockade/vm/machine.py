@@ -58,7 +58,8 @@ class Share:
 class Guest:
     """What the guest sees: the shares, symlinks recreating the policy's aliases (`/lib` ->
     `usr/lib`), paths hidden (deny), made read-only (`frozen`: protected names in write roots
-    and what they name, and files there with more than one hard link, see protect.guards)
+    and what they name, what of each repository there is guarded, and files there with more
+    than one hard link, see protect.guards)
     and pinned as mount points (`kept`: the directories between a write root and a protected
     name), each list ancestors first."""
 
@@ -110,7 +111,7 @@ def _guards(request: LaunchRequest) -> list[protect.Guard]:
             roots.append((grant.path, fd))
         return protect.guards([(path, fd) for path, fd in roots
                                if stat.S_ISDIR(os.fstat(fd).st_mode)],
-                              frozenset(request.protected))
+                              frozenset(request.protected), request.git)
     finally:
         for _, fd in roots:
             os.close(fd)

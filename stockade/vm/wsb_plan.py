@@ -14,7 +14,8 @@ occur in a write root) come through a `HostView`, so every policy shape is teste
   (Windows Sandbox maps folders only) and is refused. A denied path outside every mapped root
   needs nothing: the guest never sees it.
 - Each protected name found in a write root is mapped again, read-only, over itself (a
-  *freeze*); a protected file is refused for the same reason.
+  *freeze*); a protected file is refused for the same reason. `.git` is protected so too
+  unless `filesystem.git` is "writable" (a guarded `.git` is kept whole here).
 - Paths are admitted with the Windows backend's rules (`admission.lexical_refusal`): canonical
   drive paths only, never UNC or device paths; and on `C:` only (the guest has one drive).
 """
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import LaunchRequest
+from stockade.policy.model import protected_whole
 from stockade.windows.admission import inside, lexical_refusal
 
 GUEST_ROOT = "C:\\stockade"  # the guest's own folders; no host root may be mapped here
@@ -164,7 +166,7 @@ def _masks(request: LaunchRequest, mappings: list[Mapping], boot_dir: str,
 
 def _frozen(request: LaunchRequest, mappings: list[Mapping], view: HostView) -> list[Mapping]:
     frozen = []
-    names = tuple(request.protected)
+    names = tuple(sorted(protected_whole(request.protected, request.git, guards_git=False)))
     for root in (m for m in mappings if not m.read_only):
         for path, is_dir in sorted(view.occurrences(root.host, names)) if names else ():
             if not is_dir:

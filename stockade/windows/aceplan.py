@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stockade.launch.request import LaunchRequest
+from stockade.policy.model import protected_whole
 from stockade.windows import acl
 from stockade.windows import constants as c
 from stockade.windows import sid as sids
@@ -105,7 +106,8 @@ def plan(request: LaunchRequest, sid: str, tree: Mapping[str, list[Entry]],
     hidden = [d.path for d in request.deny if any(inside(d.path, r) for r in roots)]
     readonly = [g.path for g in request.read
                 if any(inside(g.path, w) and g.path.casefold() != w.casefold() for w in writes)]
-    names = {name.casefold() for name in request.protected}
+    names = {name.casefold()
+             for name in protected_whole(request.protected, request.git, guards_git=False)}
     occurrences = [e.path for w in writes for e in tree.get(w, ())[1:]
                    if e.name.casefold() in names]
     occurrences = [p for p in occurrences if not any(inside(p, q) for q in hidden + readonly)]

@@ -54,6 +54,9 @@ REPORT = [
     Capability("filesystem.protected", True, "each occurrence at launch made read-only (a "
                "protected DACL), the directories above it unable to be deleted or renamed",
                "names created during the run are writable; launches over one tree take turns"),
+    Capability("filesystem.git", True, "every .git at launch protected whole, as a protected "
+               "name (filesystem.git \"guarded\" is enforced as \"read-only\")",
+               "git can read a repository but not commit; \"writable\" leaves .git as is"),
     Capability("filesystem.exec_from_write", True, "files in write roots lack FILE_EXECUTE; "
                "Low-labelled images refused by mitigation policy",
                "an interpreter may still read and run a script from a write root"),

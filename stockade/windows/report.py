@@ -44,6 +44,9 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("filesystem.protected", "each occurrence made read-only (a protected DACL), the "
             "directories above it unable to be deleted or renamed", {"acl": overrides},
             partial="only names present at launch; a name created during the run is writable"),
+        row("filesystem.git", "every .git made read-only whole, as a protected name",
+            {"acl": overrides}, partial="\"guarded\" is enforced as \"read-only\": git can "
+                                        "read a repository but not commit"),
         row("filesystem.exec_from_write", "files in write roots lack FILE_EXECUTE; images with "
             "a Low label refused by mitigation policy", {"acl": acl, "mitigations": images},
             "an interpreter from a read root may still read and run a script from a write root"),
