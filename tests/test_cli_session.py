@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import gone, marked
 from test_cli import REPO, one_error_line
 from test_session_daemon import serving
 
@@ -134,20 +135,6 @@ def test_stdin_is_not_handed_over_when_the_policy_says_null(daemon, workspace):
     assert (command.returncode, out) == (0, b"")
 
 
-def _marked(token: str) -> set[int]:
-    """Host pids of the processes whose argv holds `token`."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if token.encode() in f.read().split(b"\0"):
-                        found.add(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def _start_marked(daemon, source: tuple[str, ...], token: str) -> subprocess.Popen:
     """`session exec` of a command that leaves a child in the background and a grandchild
     in a session of its own, all three with `token` in their argv; returns once all run."""
@@ -157,9 +144,9 @@ def _start_marked(daemon, source: tuple[str, ...], token: str) -> subprocess.Pop
                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert command.stdout.readline() == b"started\n"
     deadline = time.monotonic() + 10
-    while len(_marked(token)) < 3 and time.monotonic() < deadline:
+    while len(marked(f"sleep\0{token}")) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_marked(token)) == 3
+    assert len(marked(f"sleep\0{token}")) == 3
     return command
 
 
@@ -181,7 +168,7 @@ def test_a_signal_cancels_the_command_and_the_session_is_free_at_once(daemon, wo
             command.kill()
             command.wait()
     assert command.returncode == 128 + stop, err
-    assert _marked(token) == set()  # gone by the time the CLI exits
+    assert marked(f"sleep\0{token}") == []  # gone by the time the CLI exits
     assert ended < 5 and b"cancelled" in err, (ended, err)
     [listed] = DaemonClient(daemon.path).sessions()
     assert (listed["session"], listed["busy"]) == ("long", False)
@@ -197,10 +184,7 @@ def test_a_killed_client_cancels_its_command(daemon, workspace):
     command = _start_marked(daemon, ("--workspace", str(workspace)), token)
     command.kill()
     command.communicate()
-    deadline = time.monotonic() + 5
-    while _marked(token) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _marked(token) == set()
+    assert gone(f"sleep\0{token}", within=5)
 
 
 def test_stopping_an_unknown_session_is_1_with_a_message(daemon, capfd):
