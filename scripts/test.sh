@@ -6,6 +6,8 @@
 # and the suite. As root, the suite then runs again as an unprivileged user (created if
 # missing), from a world-readable copy, because most users are not root: both runs must pass.
 # Every Linux test must run: on Linux a test that cannot fails with its reason, never skips.
+# The suite also installs Stockade as a new user would (the README's step 1, not editable, in a
+# fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
 #
 # The test venv is .venv-test, never the README's step-1 .venv, which may have been made by
 # another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes

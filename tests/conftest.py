@@ -189,7 +189,7 @@ def marked(marker: str) -> list[int]:
 
 
 @pytest.fixture(scope="session")
-def readme_checkout(tmp_path_factory):
+def readme_checkout(linux, tmp_path_factory):
     """A fresh copy of the tree where the README's set-up step 1 ran as written, with another
     `python3` than scripts/test.sh's (tests/checkout.py): a new user's install, not editable."""
     from checkout import readme_step_one
