@@ -6,21 +6,38 @@
 # and the suite. As root, the suite then runs again as an unprivileged user (created if
 # missing), from a world-readable copy, because most users are not root: both runs must pass.
 # Every Linux test must run: on Linux a test that cannot fails with its reason, never skips.
+# The suite also installs Stockade as a new user would (the README's step 1, not editable, in a
+# fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
+#
+# The test venv is .venv-test, never the README's step-1 .venv, which may have been made by
+# another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes
+# that venv and stops: no system packages, no suite (tests/test_docs.py runs it so).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 python="${STOCKADE_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}"
 test_user="${STOCKADE_TEST_USER:-stockade-test}"
+venv=.venv-test
 
-setup() {  # setup DIR: a venv in DIR/.venv with Stockade and the test tools
-    "$python" -m venv "$1/.venv"
-    "$1/.venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
+setup() {  # setup DIR: a venv in DIR/$venv with Stockade and the test tools
+    local interpreter
+    interpreter="$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
+    if [ "$(realpath "$1/$venv/bin/python" 2>/dev/null)" != "$interpreter" ]; then
+        rm -rf "${1:?}/$venv"  # made by another interpreter (or not at all): made afresh
+    fi
+    "$python" -m venv "$1/$venv"
+    "$1/$venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
 }
 
 suite() {  # suite DIR [runner...]: lint, then the tests
-    (cd "$1" && "${@:2}" .venv/bin/ruff check --no-cache stockade tests)
-    (cd "$1" && "${@:2}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider)
+    (cd "$1" && "${@:2}" "$venv/bin/ruff" check --no-cache stockade tests)
+    (cd "$1" && "${@:2}" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider)
 }
+
+if [ "${1:-}" = --setup-only ]; then
+    setup "$here"
+    exit 0
+fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
@@ -39,7 +56,7 @@ if [ "$(id -u)" = 0 ]; then
     trap 'rm -rf "$copy"' EXIT
     (cd "$here" && git ls-files -z --cached --others --exclude-standard \
         | xargs -0 cp --parents -t "$copy" 2>/dev/null) || cp -a "$here/." "$copy/"
-    rm -rf "$copy/.venv"
+    rm -rf "$copy/.venv" "$copy/$venv"
     setup "$copy"
     chmod -R a+rX "$copy"
     chown -R "$test_user" "$copy"

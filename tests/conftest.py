@@ -187,3 +187,12 @@ def marked(marker: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+@pytest.fixture(scope="session")
+def readme_checkout(linux, tmp_path_factory):
+    """A fresh copy of the tree where the README's set-up step 1 ran as written, with another
+    `python3` than scripts/test.sh's (tests/checkout.py): a new user's install, not editable."""
+    from checkout import readme_step_one
+
+    return readme_step_one(tmp_path_factory.mktemp("readme"))

@@ -262,6 +262,28 @@ def test_policy_check_bad(bad_policy, capsys):
     assert str(bad_policy) in one_error_line(captured.err, "policy_invalid")
 
 
+def test_policy_check_compiles_the_policy_here(tmp_path, capsys):
+    """A valid policy that cannot run here (a root that is missing, unless optional) is not
+    "ok": exit 2, naming the file, the key, the path and the workspace it was checked for."""
+    path = tmp_path / "p.toml"
+    missing = tmp_path / "no-such-dir"
+    path.write_text(f'version = 1\npreset = "workspace-write"\n[filesystem]\n'
+                    f'read = ["/usr", "{missing}"]\n')
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert main(["policy", "check", str(path), "--workspace", str(workspace)]) == 2
+    captured = capsys.readouterr()
+    message = one_error_line(captured.err, "policy_invalid")
+    assert captured.out == ""
+    for needed in (str(path), "filesystem.read", str(missing), f"workspace {workspace}"):
+        assert needed in message, message
+    path.write_text(path.read_text().replace(f'"{missing}"', f'"?{missing}"'))
+    assert main(["policy", "check", str(path), "--workspace", str(workspace)]) == 0
+    assert capsys.readouterr().out.startswith("ok\n")
+    assert main(["policy", "check", str(path), "--workspace", str(missing)]) == 2
+    assert "--workspace" in one_error_line(capsys.readouterr().err, "usage")
+
+
 def test_policy_show_preset(capsys):
     assert main(["policy", "show", "--preset", "read-only"]) == 0
     document = json.loads(capsys.readouterr().out)

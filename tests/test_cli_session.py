@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import gone, marked
 from test_cli import REPO, one_error_line
 from test_session_daemon import serving
 
 from stockade.cli import main
+from stockade.session.client import DaemonClient
 
 
 @pytest.fixture
@@ -130,6 +133,58 @@ def test_stdin_is_not_handed_over_when_the_policy_says_null(daemon, workspace):
                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     out, _ = command.communicate(b"not for the sandbox", timeout=60)
     assert (command.returncode, out) == (0, b"")
+
+
+def _start_marked(daemon, source: tuple[str, ...], token: str) -> subprocess.Popen:
+    """`session exec` of a command that leaves a child in the background and a grandchild
+    in a session of its own, all three with `token` in their argv; returns once all run."""
+    command = cli(session(daemon, "exec", "long", *source, "--", "sh", "-c",
+                          f"touch /tmp/mark; sleep {token} & setsid sleep {token} & "
+                          f"echo started; sleep {token}"),
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert command.stdout.readline() == b"started\n"
+    deadline = time.monotonic() + 10
+    while len(marked(f"sleep\0{token}")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(marked(f"sleep\0{token}")) == 3
+    return command
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_cancels_the_command_and_the_session_is_free_at_once(daemon, workspace, stop):
+    """Ctrl-C (or SIGTERM) on `session exec`: the command and all it started end; the CLI
+    exits 128 + the signal once they have; the next command in the same warm session runs at
+    once."""
+    token = f"{os.getpid()}.{stop}"  # (`sleep` takes a fraction: an argv no other test uses)
+    source = ("--preset", "workspace-write", "--workspace", str(workspace))
+    command = _start_marked(daemon, source, token)
+    try:
+        command.send_signal(stop)
+        began = time.monotonic()
+        _, err = command.communicate(timeout=15)
+        ended = time.monotonic() - began
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert command.returncode == 128 + stop, err
+    assert marked(f"sleep\0{token}") == []  # gone by the time the CLI exits
+    assert ended < 5 and b"cancelled" in err, (ended, err)
+    [listed] = DaemonClient(daemon.path).sessions()
+    assert (listed["session"], listed["busy"]) == ("long", False)
+    began = time.monotonic()
+    status = main(session(daemon, "exec", "long", *source, "--", "test", "-e", "/tmp/mark"))
+    assert (status, time.monotonic() - began < 2) == (0, True)  # the same sandbox, warm
+
+
+def test_a_killed_client_cancels_its_command(daemon, workspace):
+    """A `session exec` killed outright (no handler runs): its connection closing is enough
+    for the daemon to end the command and all it started."""
+    token = f"{os.getpid()}.99"
+    command = _start_marked(daemon, ("--workspace", str(workspace)), token)
+    command.kill()
+    command.communicate()
+    assert gone(f"sleep\0{token}", within=5)
 
 
 def test_stopping_an_unknown_session_is_1_with_a_message(daemon, capfd):

@@ -28,8 +28,25 @@ IDS = [row.id for row in ROWS]
 
 
 @pytest.fixture(scope="module")
-def matrix(linux: None) -> Matrix:
-    return run_matrix(LinuxBackend())
+def evidence_run(linux: None, readme_checkout, tmp_path_factory) -> tuple[Matrix, int]:
+    """`stockade evidence --json` as a user runs it: from the README's install (not editable,
+    tests/checkout.py), so that a file it needs but the package lacks fails its row; the
+    matrix and the exit status."""
+    done = subprocess.run([str(readme_checkout.bin / "stockade"), "evidence", "--json"],
+                          capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path_factory.mktemp("evidence"))
+    assert done.stdout, done.stderr
+    return Matrix.from_json(json.loads(done.stdout)), done.returncode
+
+
+@pytest.fixture(scope="module")
+def matrix(evidence_run: tuple[Matrix, int]) -> Matrix:
+    return evidence_run[0]
+
+
+def test_the_command_exits_as_its_rows_say(evidence_run: tuple[Matrix, int]) -> None:
+    matrix, status = evidence_run
+    assert status == exit_status(matrix, allow_not_run=False)
 
 
 # Rows whose layer exists only as root (the kernel lets only host root set it): rootless, the

@@ -211,3 +211,39 @@ def test_a_second_daemon_on_a_live_socket_is_refused(daemon):
         Daemon(daemon.path).bind()
     assert caught.value.code == "daemon_running"
     assert DaemonClient(daemon.path).sessions() == []  # the first one still serves
+
+
+def test_a_background_daemon_answers_as_soon_as_its_caller_returns(tmp_path):
+    """`daemon --background` returns once the daemon listens (a script's next line finds it:
+    no race), printing its pid; the daemon keeps none of the caller's streams (the caller's
+    pipes end) and has a session of its own; a second one is `daemon_running`; SIGTERM ends
+    it and its socket."""
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": str(state)}
+    command = [sys.executable, "-m", "stockade", "daemon", "--background"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout)
+    try:
+        path = str(state / "daemon.sock")
+        assert done.stderr == f"stockade: daemon listening on {path}\n"
+        assert DaemonClient(path).sessions() == []  # at once
+        assert os.getsid(pid) == pid
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert (again.returncode, again.stdout) == (70, "")
+        assert again.stderr.startswith("stockade: daemon_running: "), again.stderr
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid) and not os.path.exists(path)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (an orphan that ended may wait, a zombie, for whoever reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False

@@ -6,11 +6,13 @@ guest tests fail with the reason (conftest.unavailable): on Linux they must run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,7 @@ from stockade.session.client import DaemonClient
 from stockade.session.daemon import Daemon
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
-from stockade.vm import cpio, initramfs, machine, qemu
+from stockade.vm import cpio, egress, initramfs, machine, qemu
 
 
 @pytest.fixture
@@ -77,6 +79,52 @@ def test_only_an_allowlist_guest_has_a_network_device_and_it_is_restricted(root)
     assert "guestfwd=tcp:10.0.2.100:3128-cmd:" in netdev and "/d/p,,q/proxy.sock" in netdev
     script = machine.init_script(guest, ["/bin/true"])
     assert "ip addr add 10.0.2.15/24 dev eth0" in script and "route" not in script
+
+
+def test_the_egress_relay_passes_each_end_on_and_nothing_of_its_own(tmp_path):
+    """The relay as QEMU runs it (its argv from the netdev option; the guest connection one
+    socket on its stdin, stdout and stderr): the bytes and each side's half-close cross it
+    both ways; with no proxy to reach, the guest sees only the end, never a traceback."""
+    command = shlex.split(egress.netdev(str(tmp_path / "proxy.sock")).split("-cmd:", 1)[1]
+                          .replace(",,", ","))
+    proxy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    proxy.bind(str(tmp_path / "proxy.sock"))
+    proxy.listen(1)
+    guest, theirs = socket.socketpair()
+    relay = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=theirs)
+    theirs.close()
+    guest.settimeout(10)
+    proxy.settimeout(10)
+    try:
+        upstream, _ = proxy.accept()
+        upstream.settimeout(10)
+        upstream.sendall(b"answer")
+        upstream.shutdown(socket.SHUT_WR)
+        assert _read_to_end(guest) == b"answer"  # the proxy's end reached the guest,
+        guest.sendall(b"request")  # which can still send
+        guest.shutdown(socket.SHUT_WR)
+        assert _read_to_end(upstream) == b"request"  # and its end reached the proxy
+        assert relay.wait(10) == 0
+        upstream.close()
+        os.unlink(tmp_path / "proxy.sock")
+        guest, theirs = socket.socketpair()
+        relay = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=theirs)
+        theirs.close()
+        guest.settimeout(10)
+        assert relay.wait(10) != 0 and _read_to_end(guest) == b""
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()
+        guest.close()
+        proxy.close()
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
 
 
 def test_qemu_argv_has_no_network_device_and_read_only_shares(root):
@@ -376,59 +424,132 @@ def test_the_daemon_keeps_a_vm_session_across_clients(vm_ready, tmp_path):
         serving.join(30)
 
 
-def test_an_allowlist_guest_goes_out_only_through_the_proxy(vm_ready, tmp_path):
+class _ClosingServer:
+    """A loopback server that answers every connection and then closes it: a plain HTTP
+    response whose body ends where the connection does (no Content-Length), or, to a client
+    that says "wait", whatever it sent once it half-closed (so its end must arrive too)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(65536)
+                if head.startswith(b"wait"):
+                    while chunk := conn.recv(65536):
+                        head += chunk
+                    conn.sendall(b"got " + head)
+                else:
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+                                 b"the whole body\n")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept above
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def allowlist_guest(vm_ready, tmp_path_factory):
+    """One allowlist guest for the tests below (a boot costs ~10 s): it may reach a
+    `python -m http.server` and a _ClosingServer on loopback, by address or through the
+    resolver hook as allowed.test; it yields (sandbox, http.server's port, _ClosingServer)."""
+    workspace = tmp_path_factory.mktemp("vm-allowlist")
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=workspace,
+                              text=True)
+    closing = _ClosingServer()
+    try:
+        port = int(server.stdout.readline().split(" port ")[1].split()[0])
+        policy = merge(_vm_policy(), {"network": {"mode": "allowlist", "allow": [
+            f"127.0.0.1:{port}", f"allowed.test:{port}", f"127.0.0.1:{closing.port}"]}})
+        with qemu.VmSandbox(policy, workspace=workspace,
+                            resolver=lambda host: ["127.0.0.1"] if host == "allowed.test"
+                            else []) as sb:
+            yield sb, port, closing
+    finally:
+        closing.close()
+        server.kill()
+        server.wait()
+
+
+def test_an_allowlist_guest_goes_out_only_through_the_proxy(allowlist_guest):
     """The proxy answers at 10.0.2.100:3128; an allowed address (literal, or a name through the
     resolver hook) is reached; a denied name gets 403 and is in the Result; the user-mode
     network's host alias and DNS server (which `restrict=on` closes) are not reached, and
     nothing else is routed."""
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path,
-                              text=True)
-    try:
-        port = int(server.stdout.readline().split(" port ")[1].split()[0])
-        policy = merge(_vm_policy(), {"network": {"mode": "allowlist", "allow": [
-            f"127.0.0.1:{port}", f"allowed.test:{port}"]}})
-        code = textwrap.dedent(f"""
-            import os, socket, urllib.request
-            print(os.environ["HTTP_PROXY"])
-            for url in ("http://127.0.0.1:{port}/", "http://allowed.test:{port}/",
-                        "http://denied.test/"):
-                try:
-                    print(urllib.request.urlopen(url, timeout=20).status)
-                except OSError as exc:
-                    print(getattr(exc, "code", exc))
-            for address in (("10.0.2.2", {port}), ("10.0.2.3", 53), ("127.0.0.1", {port})):
-                try:
-                    socket.create_connection(address, timeout=5)
-                    print("reached")
-                except OSError as exc:
-                    print(exc.errno)
-            dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            dns.settimeout(3)
-            dns.sendto(bytes.fromhex("abcd01000001000000000000076578616d706c650000010001"),
-                       ("10.0.2.3", 53))
+    sb, port, _ = allowlist_guest
+    code = textwrap.dedent(f"""
+        import os, socket, urllib.request
+        print(os.environ["HTTP_PROXY"])
+        for url in ("http://127.0.0.1:{port}/", "http://allowed.test:{port}/",
+                    "http://denied.test/"):
             try:
-                print(len(dns.recv(512)))
-            except OSError:
-                print("silent")
+                print(urllib.request.urlopen(url, timeout=20).status)
+            except OSError as exc:
+                print(getattr(exc, "code", exc))
+        for address in (("10.0.2.2", {port}), ("10.0.2.3", 53), ("127.0.0.1", {port})):
             try:
-                socket.create_connection(("10.0.3.1", 80), timeout=5)
+                socket.create_connection(address, timeout=5)
+                print("reached")
             except OSError as exc:
                 print(exc.errno)
-        """)
-        with qemu.VmSandbox(policy, workspace=tmp_path,
-                            resolver=lambda host: ["127.0.0.1"] if host == "allowed.test"
-                            else []) as sb:
-            r = sb.run(["python3", "-c", code], timeout=120)
-    finally:
-        server.kill()
-        server.wait()
+        dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        dns.settimeout(3)
+        dns.sendto(bytes.fromhex("abcd01000001000000000000076578616d706c650000010001"),
+                   ("10.0.2.3", 53))
+        try:
+            print(len(dns.recv(512)))
+        except OSError:
+            print("silent")
+        try:
+            socket.create_connection(("10.0.3.1", 80), timeout=5)
+        except OSError as exc:
+            print(exc.errno)
+    """)
+    r = sb.run(["python3", "-c", code], timeout=120)
     refused, unreachable = str(errno.ECONNREFUSED), str(errno.ENETUNREACH)
     assert r.stdout.decode().split() == [
         "http://10.0.2.100:3128", "200", "200", "403", refused, refused, refused, "silent",
         unreachable], r
     assert [(d["host"], d["decision"]) for d in r.network_log] == [("denied.test", "deny")]
     assert [v.kind for v in r.violations] == ["network.denied"]
+
+
+def test_a_connection_through_the_proxy_ends_when_the_server_ends_it(allowlist_guest):
+    """curl and wget read a response whose body ends with the connection; a client that
+    half-closes gets its answer and then the end: each finishes at once, the end passed on
+    through the guest's relay (stockade/vm/egress.py) both ways, not at the timeout."""
+    sb, _, closing = allowlist_guest
+    url = f"http://127.0.0.1:{closing.port}/"
+    tunnel = textwrap.dedent(f"""
+        import socket
+        conn = socket.create_connection(("10.0.2.100", 3128), timeout=20)
+        conn.sendall(b"CONNECT 127.0.0.1:{closing.port} HTTP/1.1\\r\\n\\r\\n")
+        head = b""
+        while not head.endswith(b"\\r\\n\\r\\n"):
+            head += conn.recv(1)
+        conn.sendall(b"wait for my end")
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+        print(head.split()[1].decode(), answer.decode())
+    """)
+    for argv, expected in ((["curl", "-sS", url], b"the whole body\n"),
+                           (["wget", "-qO-", url], b"the whole body\n"),
+                           (["python3", "-c", tunnel], b"200 got wait for my end\n")):
+        began = time.monotonic()
+        r = sb.run(argv, timeout=30)
+        assert (r.exit_code, r.stdout, r.timed_out) == (0, expected, False), r
+        assert time.monotonic() - began < 10, (argv[0], r)
 
 
 def test_the_command_line_runs_a_guest_when_asked(vm_ready, tmp_path, capfd):

@@ -35,7 +35,8 @@ Exit codes:
 |          | (`probe`: not ready; the attestation says why; `session`: no daemon, or the     |
 |          | session failed: `daemon_unavailable`, `session_boot_failed`, ...)               |
 | 71       | the sandbox was ready but the command could not be started (not found, ...)     |
-| 130      | interrupted (Ctrl-C); the sandbox dies with Stockade                            |
+| 130      | interrupted (Ctrl-C); the sandbox dies with Stockade (`session exec`: the       |
+|          | command is cancelled in the session, which stays warm; 143 for SIGTERM)         |
 | 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
 
 A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a

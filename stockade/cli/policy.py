@@ -1,13 +1,17 @@
-"""`stockade policy check|show`: validate and print normalised policies."""
+"""`stockade policy check|show`: validate (and, for `check`, compile here) and print normalised
+policies."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from stockade.api import DEFAULT_PRESET
 from stockade.cli.common import no_command, subcommand
+from stockade.errors import PolicyError, UsageError
+from stockade.launch.compile import CompileContext, compile_policy
 from stockade.policy import PRESETS, load_policy, policy_to_document, preset
 
 
@@ -17,9 +21,13 @@ def add_policy(commands: Any) -> None:
                         "stockade policy show --preset workspace-write")
     actions = policy.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = subcommand(actions, "check", _policy_check,
-                       "validate a policy file and print its normalised form",
-                       "stockade policy check agent.toml")
+                       "validate a policy file, check that it compiles here, and print its "
+                       "normalised form", "stockade policy check agent.toml",
+                       "stockade policy check agent.toml --workspace ./proj")
     check.add_argument("file", metavar="FILE", help="a TOML or JSON policy file")
+    check.add_argument("--workspace", metavar="DIR",
+                       help="what {workspace} means for the check (default: the current "
+                            "directory)")
     show = subcommand(actions, "show", _policy_show,
                       "print a preset or a policy file as its normalised document",
                       "stockade policy show", "stockade policy show --preset offline-build --toml",
@@ -32,8 +40,20 @@ def add_policy(commands: Any) -> None:
 
 
 def _policy_check(args: argparse.Namespace, command: list[str] | None) -> int:
+    """Valid is not enough: the policy is also compiled on this host, as `stockade run` would
+    (every root that is not optional must exist, the working directory lie in a root, ...),
+    so that "ok" means it can run here."""
     no_command(command)
-    document = policy_to_document(load_policy(args.file))
+    policy = load_policy(args.file)
+    if args.workspace is not None and not os.path.isdir(args.workspace):
+        raise UsageError(f"--workspace {args.workspace}: not a directory")
+    workspace = os.path.abspath(args.workspace or os.getcwd())
+    try:
+        compile_policy(policy, ["true"], CompileContext.current(workspace))
+    except PolicyError as exc:
+        raise PolicyError(f"valid, but it cannot run here (workspace {workspace}): "
+                          f"{exc.message}", file=args.file) from None
+    document = policy_to_document(policy)
     print("ok")
     print(json.dumps(document, indent=2))
     return 0

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import Any
 
 from stockade.cli.common import no_command, subcommand
 from stockade.launch.manager import REGISTRY
+
+LOG_NAME = "daemon.log"  # a background daemon's stderr, beside its socket
 
 
 def add_proxy(commands: Any) -> None:
@@ -74,7 +77,8 @@ def _agent(args: argparse.Namespace, command: list[str] | None) -> int:
 def add_daemon(commands: Any) -> None:
     daemon = subcommand(commands, "daemon", _daemon,
                         "own warm sandboxes for this user's processes, on a unix socket",
-                        "stockade daemon", "stockade daemon --socket /run/user/1000/stockade.sock")
+                        "stockade daemon", "stockade daemon --socket /run/user/1000/stockade.sock",
+                        'daemon=$(stockade daemon --background); ...; kill "$daemon"')
     daemon.add_argument("--socket", metavar="PATH",
                         help="the control socket (default: daemon.sock in the state directory)")
     daemon.add_argument("--idle", metavar="SECONDS", type=float, default=300.0,
@@ -82,6 +86,9 @@ def add_daemon(commands: Any) -> None:
     daemon.add_argument("--no-cli-server", action="store_true",
                         help="do not serve `stockade run` and `sandbox-exec` (see "
                              "stockade/cli/server.py)")
+    daemon.add_argument("--background", action="store_true",
+                        help="run in the background: return once it listens, printing its pid "
+                             f"(its later messages go to {LOG_NAME} beside the socket)")
 
 
 def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
@@ -90,18 +97,59 @@ def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.cli import server as cli_server
     from stockade.session.daemon import Daemon
 
+    ready = None
+    if args.background:  # (forked before anything here starts a thread)
+        ready_read, ready = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            os.close(ready)
+            return _when_listening(pid, ready_read)
+        os.close(ready_read)
+        os.setsid()  # out of the caller's session: its Ctrl-C or hang-up is not ours
     server = Daemon(args.socket, idle=args.idle)
     server.bind()
+    if ready is not None:  # before the CLI server forks: neither keeps the caller's streams
+        _streams_to_log(os.path.join(os.path.dirname(os.path.abspath(server.path)), LOG_NAME))
     # Forked while this process has one thread; `stockade run` is then served by it.
     cli = None if args.no_cli_server else cli_server.start()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    print(f"stockade: daemon listening on {server.path}", file=sys.stderr, flush=True)
+    said = f"stockade: daemon listening on {server.path}\n"
     if server.reclaimed:
-        print(f"stockade: reclaimed {server.reclaimed} sandbox(es) of an earlier daemon",
-              file=sys.stderr, flush=True)
+        said += f"stockade: reclaimed {server.reclaimed} sandbox(es) of an earlier daemon\n"
+    if ready is None:
+        print(said, end="", file=sys.stderr, flush=True)
+    else:
+        os.write(ready, said.encode())
+        os.close(ready)
     try:
         server.serve()
     finally:
         if cli is not None:
             cli_server.stop(cli)
     return 0
+
+
+def _when_listening(pid: int, ready: int) -> int:
+    """In the caller of `daemon --background`: once daemon `pid` says it listens (on the pipe
+    `ready`), print what it said to stderr and its pid to stdout, and return 0; if it ends
+    first (its error is already on stderr), its exit status."""
+    with os.fdopen(ready, "rb") as pipe:
+        said = pipe.read()
+    if said:
+        sys.stderr.write(said.decode())
+        print(pid)
+        return 0
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) or 70
+
+
+def _streams_to_log(path: str) -> None:
+    """A background daemon's stdin and stdout on /dev/null, its stderr appended to `path`."""
+    null = os.open(os.devnull, os.O_RDWR)
+    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    for fd, target in ((0, null), (1, null), (2, log)):
+        os.dup2(target, fd)
+    os.close(null)
+    os.close(log)

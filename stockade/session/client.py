@@ -6,6 +6,8 @@
 Each call is one connection carrying one JSON request line; the daemon answers with JSON lines:
 `{"event": "output", "stream", "data" (base64)}` as output arrives, then `{"event": "result",
 "result"}` (a Result's fields, output base64) — or `{"event": "error", "code", "message"}`.
+A client cancels a command by ending its side of the connection (shutdown for writing, or
+closing it): the daemon kills the command and still sends what remains, its Result last.
 """
 
 from __future__ import annotations
@@ -14,15 +16,20 @@ import base64
 import json
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from stockade.errors import StartError
+from stockade.launch.pump import CANCEL_POLL
 from stockade.launch.result import Result, Violation
 from stockade.policy import Policy, policy_to_document
 from stockade.session import daemon
 from stockade.session.errors import SessionError
-from stockade.session.exchange import Output
+from stockade.session.exchange import GRACE, Output
 from stockade.session.protocol import COMMAND_CODES
+
+CANCEL_WAIT = GRACE + 5.0  # seconds a cancelled command's end may take (the daemon's bound + 5)
 
 
 class DaemonClient:
@@ -32,9 +39,11 @@ class DaemonClient:
     def stream(self, session: str, argv: Sequence[str], *, policy: Policy | None = None,
                preset: str | None = None, workspace: str | os.PathLike | None = None,
                cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-               timeout: float | None = None,
-               input: bytes | None = None) -> Iterator[Output | Result]:
-        """Output chunks as they arrive, then the Result (as Sandbox.stream)."""
+               timeout: float | None = None, input: bytes | None = None,
+               cancel: threading.Event | None = None) -> Iterator[Output | Result]:
+        """Output chunks as they arrive, then the Result (as Sandbox.stream). Setting `cancel`
+        kills the command in the session: its Result (`cancelled`) still comes, within
+        CANCEL_WAIT seconds (SessionError `daemon_unresponsive` otherwise)."""
         request = {
             "op": "exec", "session": session, "argv": list(argv),
             **_source(policy, preset, workspace),
@@ -42,7 +51,7 @@ class DaemonClient:
             "timeout": timeout,
             "input": None if input is None else base64.b64encode(input).decode(),
         }
-        for reply in self._exchange(request):
+        for reply in self._exchange(request, cancel):
             if reply["event"] == "output":
                 yield Output(reply["stream"], base64.b64decode(reply["data"]))
             elif reply["event"] == "result":
@@ -68,7 +77,7 @@ class DaemonClient:
     def sessions(self) -> list[dict]:
         return next(self._exchange({"op": "list"}))["sessions"]
 
-    def _exchange(self, request: dict) -> Iterator[dict]:
+    def _exchange(self, request: dict, cancel: threading.Event | None = None) -> Iterator[dict]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
                 conn.connect(self.path)
@@ -76,13 +85,45 @@ class DaemonClient:
                 raise SessionError("daemon_unavailable",
                                    f"no daemon at {self.path} ({exc.strerror})") from None
             conn.sendall(json.dumps(request).encode() + b"\n")
-            with conn.makefile("rb") as replies:
-                for line in replies:
-                    reply = json.loads(line)
-                    if reply["event"] == "error":
-                        error = StartError if reply["code"] in COMMAND_CODES else SessionError
-                        raise error(reply["code"], reply["message"])
-                    yield reply
+            lines = _lines(conn) if cancel is None else _cancellable_lines(conn, cancel)
+            for line in lines:
+                reply = json.loads(line)
+                if reply["event"] == "error":
+                    error = StartError if reply["code"] in COMMAND_CODES else SessionError
+                    raise error(reply["code"], reply["message"])
+                yield reply
+
+
+def _lines(conn: socket.socket) -> Iterator[bytes]:
+    with conn.makefile("rb") as replies:
+        yield from replies
+
+
+def _cancellable_lines(conn: socket.socket, cancel: threading.Event) -> Iterator[bytes]:
+    """The daemon's reply lines, looking at `cancel` every CANCEL_POLL seconds: once it is set,
+    our side of the connection ends (the daemon's cue to kill the command), and the rest of
+    the replies must come within CANCEL_WAIT seconds."""
+    buffered = b""
+    give_up = None
+    conn.settimeout(CANCEL_POLL)
+    while True:
+        if give_up is None and cancel.is_set():
+            conn.shutdown(socket.SHUT_WR)
+            give_up = time.monotonic() + CANCEL_WAIT
+        if give_up is not None and time.monotonic() >= give_up:
+            raise SessionError("daemon_unresponsive", "the daemon did not end the cancelled "
+                               f"command within {CANCEL_WAIT:g}s")
+        try:
+            chunk = conn.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            if buffered:
+                yield buffered
+            return
+        *complete, buffered = (buffered + chunk).split(b"\n")
+        for line in complete:
+            yield line + b"\n"
 
 
 def _source(policy: Policy | None, preset: str | None,

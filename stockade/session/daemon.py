@@ -26,6 +26,7 @@ import base64
 import contextlib
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -140,7 +141,7 @@ class Daemon:
                                    f"own user and context: {exc.why}") from None
             op = request.get("op")
             if op == "exec":
-                self._exec(request, send)
+                self._exec(request, send, conn)
             elif op == "start":
                 self._use(request, lambda sandbox: send(event="started"))
             elif op == "stop":
@@ -154,23 +155,26 @@ class Daemon:
         except (TypeError, ValueError) as exc:  # a field of the wrong kind
             send(event="error", code="request_invalid", message=exc.__class__.__name__)
 
-    def _exec(self, request: dict, send: Callable[..., None]) -> None:
+    def _exec(self, request: dict, send: Callable[..., None], conn: socket.socket) -> None:
         argv = request.get("argv")
         data = request.get("input")
 
         def run(sandbox: Sandbox) -> None:
-            for event in sandbox.stream(
-                    argv if isinstance(argv, list) else [], cwd=request.get("cwd"),
-                    env=request.get("env"), timeout=request.get("timeout"),
-                    input=None if data is None else base64.b64decode(data)):
-                if isinstance(event, Output):
-                    send(event="output", stream=event.stream,
-                         data=base64.b64encode(event.data).decode())
-                else:
-                    body = asdict(event)
-                    body["stdout"] = base64.b64encode(event.stdout).decode()
-                    body["stderr"] = base64.b64encode(event.stderr).decode()
-                    send(event="result", result=body)
+            events = sandbox.stream(
+                argv if isinstance(argv, list) else [], cwd=request.get("cwd"),
+                env=request.get("env"), timeout=request.get("timeout"),
+                input=None if data is None else base64.b64decode(data),
+                cancel=ClientEnded(conn))
+            with contextlib.closing(events):  # (a client gone mid-send cancels it too)
+                for event in events:
+                    if isinstance(event, Output):
+                        send(event="output", stream=event.stream,
+                             data=base64.b64encode(event.data).decode())
+                    else:
+                        body = asdict(event)
+                        body["stdout"] = base64.b64encode(event.stdout).decode()
+                        body["stderr"] = base64.b64encode(event.stderr).decode()
+                        send(event="result", result=body)
 
         self._use(request, run, command=True)
 
@@ -252,6 +256,23 @@ class Daemon:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+class ClientEnded(threading.Event):
+    """A command's cancel event, set once its client has ended its side of the connection
+    (shut down writing, closed it, or died): how a client cancels (docs/sessions.md). The
+    session's exchange asks `is_set()` every few tens of milliseconds while the command runs,
+    and each ask looks at the connection without waiting."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        super().__init__()
+        self._poller = select.poll()  # (EOF and any byte after the request both count)
+        self._poller.register(conn, select.POLLIN | select.POLLRDHUP)
+
+    def is_set(self) -> bool:
+        if not super().is_set() and self._poller.poll(0):
+            self.set()
+        return super().is_set()
 
 
 def _settle(entry: _Entry) -> None:

@@ -11,6 +11,7 @@ and stdout are QEMU's end of the guest connection.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
@@ -35,20 +36,43 @@ def netdev(proxy_socket: str) -> str:
 
 
 def relay(proxy_socket: str) -> None:
-    """Copy between our stdin/stdout (a guest connection) and the proxy, both ways, until each
-    side has finished."""
+    """Copy between the guest connection and the proxy, both ways, until each side has
+    finished; an end (EOF) one way is passed on as a half-close that way, so that a client
+    reading to the end of a response sees the end when the server closes."""
+    # QEMU hands us the guest connection as one socket on stdin, stdout and stderr: stderr
+    # goes nowhere, so that nothing of ours (a traceback naming host paths) reaches the guest.
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    os.close(quiet)
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     upstream.connect(proxy_socket)
 
     def to_proxy() -> None:
-        while data := os.read(0, CHUNK):
-            upstream.sendall(data)
-        upstream.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):  # the proxy ended the connection
+            while data := os.read(0, CHUNK):
+                upstream.sendall(data)
+            upstream.shutdown(socket.SHUT_WR)
 
     sender = threading.Thread(target=to_proxy, daemon=True)
     sender.start()
-    while data := upstream.recv(CHUNK):
-        view = memoryview(data)
-        while view:
-            view = view[os.write(1, view):]
+    with contextlib.suppress(OSError):  # the guest ended the connection
+        while data := upstream.recv(CHUNK):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(1, view):]
+    _end_writing(1)
     sender.join()
+
+
+def _end_writing(fd: int) -> None:
+    """Half-close the guest connection: a shutdown, since closing `fd` alone would leave the
+    socket open through stdin and stderr (a pipe, as in tests, is simply closed)."""
+    duplicate = os.dup(fd)
+    try:
+        guest = socket.socket(fileno=duplicate)
+    except OSError:  # not a socket
+        os.close(duplicate)
+        os.close(fd)
+        return
+    with guest, contextlib.suppress(OSError):
+        guest.shutdown(socket.SHUT_WR)

@@ -1,0 +1,152 @@
+"""Documentation that runs. Every `sh` and `python` block of README.md and docs/*.md is run
+here, as written, unless it says why not (tests/doc_blocks.py: the `doc-test` directives),
+with the `stockade` the README's set-up step 1 installed in a fresh checkout
+(tests/checkout.py), in a scratch directory holding EXAMPLE_FILES and every block marked as a
+file. And the README's two set-up steps, one after the other, with two interpreters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from doc_blocks import DATA, RUN, TEXT, all_blocks, set_up_commands
+
+BLOCKS = all_blocks()
+BLOCK_TIMEOUT = 300  # seconds (one example boots a VM: ~10 s here)
+STEP_TWO = "bash scripts/test.sh"
+
+# What the examples take for granted in the directory they run from ("./proj", "make", ...).
+MAKEFILE = "all:\n\t@echo built\ntest:\n\t@echo tests pass\n"
+EXAMPLE_FILES = {
+    "Makefile": MAKEFILE,
+    "proj/Makefile": MAKEFILE,
+    "proj/sub/": "",
+    "dist/": "",
+    "script.py": "print('hello from script.py')\n",
+    "main.py": "print('hello from a module')\n",
+    "build.py": "import pathlib, sys\n"
+                "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+                "(out / 'built.txt').write_text('built\\n')\n",
+}
+
+# Runs a Python block as the REPL would (`await` at the top level allowed).
+PYTHON_RUNNER = """
+import ast, asyncio, sys
+code = compile(sys.stdin.read(), sys.argv[1], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+outcome = eval(code, {"__name__": "__main__"})
+if asyncio.iscoroutine(outcome):
+    asyncio.run(outcome)
+"""
+
+
+def test_every_block_runs_or_says_why() -> None:
+    problems = []
+    files = [block.file for block in BLOCKS if block.file]
+    for block in BLOCKS:
+        if block.not_run is not None:
+            if not block.not_run:
+                problems.append(f"{block.name}: not-run, but no reason")
+        elif block.file is not None:
+            if not block.file or files.count(block.file) > 1:
+                problems.append(f"{block.name}: a file needs a name of its own")
+        elif block.directive:
+            problems.append(f"{block.name}: unknown directive {block.directive!r}")
+        elif block.language not in (*RUN, TEXT):
+            kind = "data" if block.language in DATA else f"{block.language or 'bare'!r}"
+            problems.append(f"{block.name}: a {kind} block must be a file or not-run (and a "
+                            "diagram is ```text)")
+    assert problems == []
+    assert any(block.runs for block in BLOCKS if block.document == "README.md")
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.name)
+def test_the_example_runs_as_written(block, readme_checkout, tmp_path) -> None:
+    scratch = tmp_path / "example"
+    for name, content in EXAMPLE_FILES.items():
+        path = scratch / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+    for other in BLOCKS:
+        if other.file:
+            (scratch / other.file).write_text(other.text)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    env = {**os.environ, "PATH": f"{readme_checkout.bin}:{os.environ['PATH']}",
+           "STOCKADE_STATE_DIR": str(state)}
+    if block.language == "sh":
+        argv, given = ["sh", "-e", "-c", block.text], None
+    else:
+        argv, given = [str(readme_checkout.bin / "python"), "-c", PYTHON_RUNNER, block.name], \
+            block.text
+    try:
+        done = subprocess.run(argv, cwd=scratch, env=env, input=given, capture_output=True,
+                              text=True, timeout=BLOCK_TIMEOUT)
+    finally:
+        _stop_daemon(state / "daemon.sock")  # one the example started and did not end
+    assert done.returncode == 0, \
+        f"{block.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+
+
+def _stop_daemon(path: Path) -> None:
+    """SIGTERM the daemon listening on `path` (known by the socket's peer credentials: the
+    daemon an example started), and wait until it has ended."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return
+        pid = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                   12))[0]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _tree(root: Path) -> dict[str, tuple]:
+    """Every entry under `root` but byte-code caches: (mode, size, link target)."""
+    found = {}
+    for directory, names, files in os.walk(root):
+        names[:] = [name for name in names if name != "__pycache__"]
+        for name in names + files:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            target = os.readlink(path) if os.path.islink(path) else None
+            found[os.path.relpath(path, root)] = (info.st_mode, info.st_size, target)
+    return found
+
+
+def test_the_readme_set_up_steps_work_one_after_the_other(readme_checkout) -> None:
+    """The README holds two set-up commands. Step 1 ran in a fresh checkout with a `python3`
+    that is not scripts/test.sh's (the fixture); step 2's set-up (`--setup-only`: its venv,
+    without the system packages and the suite, which is this) leaves step 1's install as it
+    was and working, and makes its own; run with step 1's interpreter, it remakes its own."""
+    commands = set_up_commands()
+    assert len(commands) == 2 and commands[1] == STEP_TWO, commands
+    assert "the sandbox held" in readme_checkout.output
+    root, python3 = readme_checkout.root, readme_checkout.python3
+    step_one = _tree(root / ".venv")
+    env = {name: value for name, value in os.environ.items() if name != "STOCKADE_PYTHON"}
+    for interpreter in (None, python3):
+        chosen = env if interpreter is None else {**env, "STOCKADE_PYTHON": str(interpreter)}
+        done = subprocess.run([*STEP_TWO.split(), "--setup-only"], cwd=root, env=chosen,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert _tree(root / ".venv") == step_one
+        demo = subprocess.run([str(readme_checkout.bin / "stockade"), "demo"],
+                              capture_output=True, text=True, timeout=120)
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        made = os.path.realpath(root / ".venv-test" / "bin" / "python")
+        assert (made == os.path.realpath(python3)) == (interpreter is not None), made
+        for tool in (["python", "-m", "pytest", "--version"], ["ruff", "--version"]):
+            subprocess.run([str(root / ".venv-test" / "bin" / tool[0]), *tool[1:]],
+                           check=True, capture_output=True)
