@@ -38,11 +38,11 @@ def windows():
     from stockade.windows.backend import WindowsBackend
     try:
         WindowsBackend().probe()
-        from stockade.lifecycle import ledger, removers  # noqa: F401 -- must import here
+        from stockade.lifecycle import removers
         missing = set(records.KINDS) - set(removers.REMOVERS)
         if missing:
-            raise UnavailableError("backend_unavailable", "stockade/lifecycle/removers.py does "
-                                   f"not register the Windows ledger kinds {sorted(missing)}")
+            raise UnavailableError("backend_unavailable", "importing the backend did not "
+                                   f"register the Windows ledger kinds {sorted(missing)}")
     except (UnavailableError, ImportError) as exc:
         if os.environ.get("STOCKADE_REQUIRE_WINDOWS"):
             pytest.fail(f"the Windows backend cannot run here but is required: {exc}")

@@ -9,16 +9,20 @@ foreign record is quarantined rather than obeyed: a `winacl` record can only nam
 drive path and a *package* SID, never a user's or a group's, so reverting it can only ever remove
 entries of an AppContainer.
 
-`KINDS` (validator, remover) is what stockade/lifecycle/removers.py registers on Windows, so
-that reconciliation handles these records; see docs/windows.md.
+`KINDS` (validator, remover) are registered with the ledger (removers.register) when this module
+is imported on Windows — by the backend, whose handle records them — so that reconciliation
+handles these records. The ledger imports no backend; elsewhere a record of these kinds is
+foreign and is quarantined. See docs/windows.md.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from functools import partial
 
+from stockade.lifecycle import removers
 from stockade.windows import grants, identity, leases, tokens
 from stockade.windows import sid as sids
 from stockade.windows.aceplan import GRANT, OVERRIDE
@@ -67,3 +71,13 @@ KINDS: dict[str, tuple[Callable[[str, dict], None], Callable[[str, dict], None]]
     PROFILE_KIND: (validate_profile, remove_profile),
     grants.KIND: (validate_acl, remove_acl),
 }
+
+
+def register_kinds() -> None:
+    """Make the ledger validate and reconcile these kinds (the owner registers its own)."""
+    for kind, (validator, remover) in KINDS.items():
+        removers.register(kind, validator, remover)
+
+
+if sys.platform == "win32":
+    register_kinds()
