@@ -21,9 +21,7 @@ from stockade.errors import UnavailableError
 from stockade.launch.backend import Stdio
 from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "win32",
-    reason="real-child tests need Windows (an AppContainer, a Job Object, NTFS ACLs)")
+pytestmark = pytest.mark.windows  # deselected off Windows (conftest.py)
 
 PYTHON = os.path.realpath(sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)

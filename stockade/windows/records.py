@@ -2,7 +2,9 @@
 
 - `appcontainer`: a profile, named `stockade-ac-<24 hex>` (identity.py); removed by deleting it;
 - `winacl`: one DACL change, named by its path, the detail as grants.py writes it; removed by
-  reverting it (grants.revert).
+  reverting it (grants.revert);
+- `winsta`: the launch's entry on a window station of this session, named by the station, the
+  detail its package SID; removed by taking that SID's entries off it (desktop.py).
 
 A validator refuses (ValueError) anything its remover could not act on safely, so a tampered or
 foreign record is quarantined rather than obeyed: a `winacl` record can only name a canonical
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 
 from stockade.lifecycle import removers
-from stockade.windows import grants, identity, leases, tokens
+from stockade.windows import desktop, grants, identity, leases, tokens
 from stockade.windows import sid as sids
 from stockade.windows.aceplan import GRANT, OVERRIDE
 from stockade.windows.acl import Ace
@@ -32,6 +34,7 @@ from stockade.windows.admission import lexical_refusal
 
 PROFILE_KIND = "appcontainer"
 _FILE_ID = re.compile(r"[0-9a-f]{1,16}:[0-9a-f]{1,32}")
+_STATION = re.compile(r"[A-Za-z0-9_$-]{1,64}")  # a window station's name: no backslash
 
 
 def validate_profile(name: str, detail: dict) -> None:
@@ -58,6 +61,24 @@ def validate_acl(name: str, detail: dict) -> None:
         Ace.from_hex(text)  # ValueError if not one ACE
 
 
+def validate_station(name: str, detail: dict) -> None:
+    if not _STATION.fullmatch(name):
+        raise ValueError("a winsta record names a window station")
+    if set(detail) != {"sid"} or not (isinstance(detail["sid"], str)
+                                      and sids.is_appcontainer(detail["sid"])):
+        raise ValueError("a winsta record's detail is exactly a package SID")
+
+
+def remove_station(name: str, detail: dict) -> None:
+    with leases.briefly(tokens.current_user_sid(), station_lock(name)):
+        desktop.change_station(name, partial(desktop.station_revoked, sid=detail["sid"]))
+
+
+def station_lock(name: str) -> str:
+    """What `leases.briefly` serialises a window station's DACL changes under."""
+    return f"window-station:{name}"
+
+
 def remove_profile(name: str, detail: dict) -> None:
     identity.delete_profile(name)
 
@@ -70,6 +91,7 @@ def remove_acl(name: str, detail: dict) -> None:
 KINDS: dict[str, tuple[Callable[[str, dict], None], Callable[[str, dict], None]]] = {
     PROFILE_KIND: (validate_profile, remove_profile),
     grants.KIND: (validate_acl, remove_acl),
+    desktop.STATION_KIND: (validate_station, remove_station),
 }
 
 
