@@ -125,3 +125,11 @@ def test_the_import_smoke_passes_here_too():
                            "imports"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert " 0 failed" in done.stdout
+
+
+def test_the_w1_matrix_is_in_the_suite_the_workflow_runs_and_only_runs_on_windows():
+    import test_windows_enforcement as w1
+
+    assert w1.pytestmark.name == "windows"  # deselected off Windows, never skipped here
+    for row, name in w1.W1.items():
+        assert callable(getattr(w1, name, None)), row
