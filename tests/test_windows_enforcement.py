@@ -224,11 +224,22 @@ JOB = """
     kernel = ctypes.WinDLL("kernel32")
     kernel.QueryInformationJobObject.argtypes = [w.HANDLE, ctypes.c_int, ctypes.c_void_p,
                                                  w.DWORD, ctypes.POINTER(w.DWORD)]
+    kernel.GetCurrentProcess.restype = w.HANDLE
+    advapi = ctypes.WinDLL("advapi32")
+    advapi.OpenProcessToken.argtypes = [w.HANDLE, w.DWORD, ctypes.POINTER(w.HANDLE)]
+    advapi.GetTokenInformation.argtypes = [w.HANDLE, ctypes.c_int, ctypes.c_void_p, w.DWORD,
+                                           ctypes.POINTER(w.DWORD)]
+    advapi.ConvertSidToStringSidW.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_wchar_p)]
     info = ctypes.create_string_buffer(144)  # JOBOBJECT_EXTENDED_LIMIT_INFORMATION (x64)
     assert kernel.QueryInformationJobObject(None, 9, info, 144, None)
+    token, size, sid = w.HANDLE(), w.DWORD(), ctypes.c_wchar_p()
+    assert advapi.OpenProcessToken(kernel.GetCurrentProcess(), 8, ctypes.byref(token))
+    package = ctypes.create_string_buffer(1024)  # TokenAppContainerSid, read while alive
+    assert advapi.GetTokenInformation(token, 31, package, 1024, ctypes.byref(size))
+    advapi.ConvertSidToStringSidW(ctypes.c_void_p.from_buffer(package).value, ctypes.byref(sid))
     mine = {"flags": int.from_bytes(info.raw[16:20], "little"),
             "memory": int.from_bytes(info.raw[120:128], "little"),
-            "processes": int.from_bytes(info.raw[40:44], "little")}
+            "processes": int.from_bytes(info.raw[40:44], "little"), "sid": sid.value}
     if len(sys.argv) > 1:  # the grandchild
         print(json.dumps(mine))
     else:
@@ -238,7 +249,7 @@ JOB = """
 """
 
 
-def test_the_child_and_its_descendants_are_in_the_launchs_job(ws):
+def test_a_descendant_keeps_the_appcontainer_token_and_the_job(ws):
     workspace, _ = ws
     body = textwrap.dedent(JOB)
     code_text = f"CODE = {body!r}\n" + body
@@ -249,6 +260,8 @@ def test_the_child_and_its_descendants_are_in_the_launchs_job(ws):
         assert facts[who]["flags"] & 0x2000, who  # KILL_ON_JOB_CLOSE
         assert not facts[who]["flags"] & (0x800 | 0x1000), who  # no breakaway
         assert facts[who]["memory"] == MEMORY and facts[who]["processes"] == 16, who
+    assert facts["child"]["sid"].startswith("S-1-15-2-")
+    assert facts["grandchild"]["sid"] == facts["child"]["sid"]  # the same AppContainer
 
 
 OWNER = """
@@ -303,11 +316,7 @@ def test_killing_the_owner_kills_the_whole_tree_and_reconcile_reverts_its_grants
                              stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "launched"
-        deadline = time.monotonic() + 60
-        while not os.path.exists(pids_file) or not open(pids_file).read().strip():
-            assert time.monotonic() < deadline, "the sandboxed child never wrote its pids"
-            time.sleep(0.1)
-        child, grandchild = map(int, open(pids_file).read().split())
+        child, grandchild = started_tree(pids_file)
         assert not gone_within(grandchild, 0.5)
     finally:
         owner.kill()  # TerminateProcess: no cleanup runs in the owner
@@ -544,54 +553,7 @@ def test_the_hosts_pipes_secrets_credentials_registry_and_parent_are_out_of_reac
         winreg.DeleteKey(winreg.HKEY_CURRENT_USER, key)
 
 
-DESCENDANT = """
-    import ctypes, json, subprocess, sys
-    from ctypes import wintypes as w
-    kernel, advapi = ctypes.WinDLL("kernel32"), ctypes.WinDLL("advapi32")
-    kernel.GetCurrentProcess.restype = w.HANDLE
-    kernel.IsProcessInJob.argtypes = [w.HANDLE, w.HANDLE, ctypes.POINTER(w.BOOL)]
-    advapi.OpenProcessToken.argtypes = [w.HANDLE, w.DWORD, ctypes.POINTER(w.HANDLE)]
-    advapi.GetTokenInformation.argtypes = [w.HANDLE, ctypes.c_int, ctypes.c_void_p, w.DWORD,
-                                           ctypes.POINTER(w.DWORD)]
-    advapi.ConvertSidToStringSidW.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_wchar_p)]
-    token, size, inside = w.HANDLE(), w.DWORD(), w.BOOL()
-    advapi.OpenProcessToken(kernel.GetCurrentProcess(), 8, ctypes.byref(token))
-    kernel.IsProcessInJob(kernel.GetCurrentProcess(), None, ctypes.byref(inside))
-    buffer = ctypes.create_string_buffer(1024)
-    advapi.GetTokenInformation(token, 31, buffer, 1024, ctypes.byref(size))
-    sid = ctypes.c_wchar_p()
-    advapi.ConvertSidToStringSidW(ctypes.c_void_p.from_buffer(buffer).value, ctypes.byref(sid))
-    mine = {"sid": sid.value, "in_job": bool(inside.value)}
-    if len(sys.argv) > 1:
-        print(json.dumps(mine))
-    else:
-        below = subprocess.run([sys.executable, "-I", "-S", "-c", CODE, "grandchild"],
-                               capture_output=True, text=True)
-        print(json.dumps({"child": mine, "grandchild": json.loads(below.stdout)}))
-"""
-
-
-def test_a_descendant_keeps_the_appcontainer_token_and_the_job(ws):
-    workspace, _ = ws
-    body = textwrap.dedent(DESCENDANT)
-    code, out, err = run(request(workspace, f"CODE = {body!r}\n" + body))
-    assert code == 0, err
-    seen = json.loads(out)
-    assert seen["child"]["sid"].startswith("S-1-15-2-") and seen["child"]["in_job"]
-    assert seen["grandchild"] == seen["child"]
-
-
 # --- the tree ends with the owner, the timeout and cancellation --------------------------------
-
-TREE = """
-    import os, subprocess, sys, time
-    sleeper = [sys.executable, "-I", "-S", "-c", "import time; time.sleep(600)"]
-    grandchild = subprocess.Popen(sleeper)
-    with open(sys.argv[1], "w") as f:
-        f.write(f"{os.getpid()} {grandchild.pid}")
-    time.sleep(600)
-"""
-
 
 def started_tree(pids_file: str) -> tuple[int, int]:
     deadline = time.monotonic() + 60
@@ -614,7 +576,7 @@ def test_a_timeout_or_a_cancellation_ends_the_whole_tree(ws, end):
     watcher = threading.Thread(target=lambda: (started_tree(pids_file), cancel.set())
                                if end == "cancel" else None)
     watcher.start()
-    result = execute(WindowsBackend(), request(workspace, TREE, pids_file, limits=limits),
+    result = execute(WindowsBackend(), request(workspace, SPAWNER, pids_file, limits=limits),
                      cancel=cancel)
     watcher.join()
     assert (result.timed_out, result.cancelled) == (end == "timeout", end == "cancel")
