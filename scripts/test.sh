@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what the tests need and run the whole suite. As root (on a Debian-like machine) it
 # first installs the system packages: Python's venv, git and a C compiler (tools the sandbox must
-# not break), libseccomp, bubblewrap (benchmarks), and QEMU, a kernel with 9p and a static
-# busybox (VM containment). Then a virtual environment with Stockade and its test tools, ruff,
+# not break), libseccomp, bubblewrap (benchmarks), QEMU, a kernel with 9p and a static
+# busybox (VM containment), and mingw-w64 (the Windows backend's ABI checked against the SDK's
+# headers). Then a virtual environment with Stockade and its test tools, ruff,
 # and the suite. As root, the suite then runs again as an unprivileged user (created if
 # missing), from a world-readable copy, because most users are not root: both runs must pass.
 # Every Linux test must run: on Linux a test that cannot fails with its reason, never skips.
@@ -43,7 +44,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends python3-venv git gcc libc6-dev libseccomp2 \
-        bubblewrap qemu-system-x86 linux-image-amd64 busybox-static >/dev/null
+        bubblewrap qemu-system-x86 linux-image-amd64 busybox-static mingw-w64 >/dev/null
 fi
 
 echo "== tests as $(id -un)"

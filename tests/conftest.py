@@ -4,7 +4,8 @@ real command in the real Linux sandbox with the workspace as `{workspace}`.
 A test that cannot run fails with the reason: a missing guarantee is never a green skip. Off
 Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
 imported are not collected, and every test that uses the `linux` fixture or mark is
-deselected (the summary counts them, the header says why).
+deselected (the summary counts them, the header says why). Likewise off Windows for the tests
+marked `windows` (real children in the Windows backend).
 """
 
 from __future__ import annotations
@@ -43,24 +44,30 @@ def state_dir(tmp_path_factory):
 
 
 LINUX = sys.platform.startswith("linux")
+WINDOWS = sys.platform == "win32"
 collect_ignore = [] if LINUX else ["test_evidence.py", "test_linux_layers.py"]
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if LINUX:
-        return None
-    return (f"not Linux ({sys.platform}): {', '.join(collect_ignore)} not collected, and the "
-            "tests of the Linux backend deselected")
+        return "not Windows: the tests of the Windows backend's real children deselected"
+    header = (f"not Linux ({sys.platform}): {', '.join(collect_ignore)} not collected, and "
+              "the tests of the Linux backend deselected")
+    return header if WINDOWS else header + "; not Windows: the Windows ones too"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if LINUX:
-        return
-    linux_only = [item for item in items
-                  if "linux" in item.fixturenames or item.get_closest_marker("linux")]
-    if linux_only:
-        config.hook.pytest_deselected(items=linux_only)
-        items[:] = [item for item in items if item not in linux_only]
+    elsewhere = [item for item in items if not _runs_here(item)]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
+
+
+def _runs_here(item: pytest.Item) -> bool:
+    """Off Linux, nothing needing the Linux backend; off Windows, nothing marked `windows`."""
+    if not LINUX and ("linux" in item.fixturenames or item.get_closest_marker("linux")):
+        return False
+    return WINDOWS or not item.get_closest_marker("windows")
 
 
 def unavailable(reason: str) -> NoReturn:

@@ -1,8 +1,12 @@
-"""Real children in the real Windows sandbox (AppContainer, Job, ACL grants, private desktop):
-each test has a sandboxed process attempt the forbidden thing and checks that it failed, next
-to a control showing the permitted thing works. Windows only; CI runs them on windows-latest
-(.github/workflows/windows.yml) with STOCKADE_REQUIRE_WINDOWS=1, which turns "cannot run here"
-into a failure instead of a skip."""
+"""The W1 matrix: real children in the real Windows sandbox (AppContainer, Job, ACL grants,
+private desktop), Windows only (marked `windows`; conftest.py deselects them elsewhere). Each
+test has a sandboxed process attempt the forbidden thing and checks that it failed, next to a
+control showing the permitted thing works: outside read and write; junction and multi-link
+admission; TCP, UDP, DNS, loopback and listeners under `none`; a host named pipe; an ambient
+secret and an outside credential file; a host HKCU value; the parent process and its token; a
+descendant's token and Job; owner death, timeout and cancellation; a 64-launch soak's residue;
+a quarantined identity. .github/workflows/windows.yml runs them with STOCKADE_REQUIRE_WINDOWS=1,
+which turns "cannot run here" into a failure instead of a skip."""
 
 from __future__ import annotations
 
@@ -17,18 +21,39 @@ import time
 
 import pytest
 
-from stockade.errors import UnavailableError
+from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.backend import Stdio
 from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "win32",
-    reason="real-child tests need Windows (an AppContainer, a Job Object, NTFS ACLs)")
+pytestmark = pytest.mark.windows  # deselected off Windows (conftest.py)
 
-PYTHON = os.path.realpath(sys.executable)
+PYTHON = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 SYSTEM_ROOT = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
 MEMORY = 512 << 20
+
+
+# The W1 matrix (issue 20, item 6): each row and the test that shows it (docs/windows.md).
+W1 = {
+    "outside read/write denied": "test_reading_or_writing_outside_the_roots_fails",
+    "junction and multi-hard-link admission refused":
+        "test_a_junction_or_a_multiply_linked_file_in_a_root_is_refused_untouched",
+    "TCP, UDP, DNS, loopback connect and listener denied under none":
+        "test_tcp_udp_dns_loopback_and_listeners_are_denied_under_none",
+    "a host named pipe, an ambient secret, an outside credential file, a HKCU value, the parent "
+    "process and its token out of reach":
+        "test_the_hosts_pipes_secrets_credentials_registry_and_parent_are_out_of_reach",
+    "a descendant keeps the AppContainer token and the Job":
+        "test_a_descendant_keeps_the_appcontainer_token_and_the_job",
+    "owner death drains the tree":
+        "test_killing_the_owner_kills_the_whole_tree_and_reconcile_reverts_its_grants",
+    "timeout and cancellation drain the tree":
+        "test_a_timeout_or_a_cancellation_ends_the_whole_tree",
+    "a 64-launch concurrent soak leaves no ACE, ledger record or profile":
+        "test_64_concurrent_launches_leave_no_entry_record_or_profile_behind",
+    "a quarantined identity is never reused":
+        "test_a_quarantined_identity_is_never_handed_out_again",
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,22 +63,23 @@ def windows():
     from stockade.windows.backend import WindowsBackend
     try:
         WindowsBackend().probe()
-        from stockade.lifecycle import ledger, removers  # noqa: F401 -- must import here
+        from stockade.lifecycle import removers
         missing = set(records.KINDS) - set(removers.REMOVERS)
         if missing:
-            raise UnavailableError("backend_unavailable", "stockade/lifecycle/removers.py does "
-                                   f"not register the Windows ledger kinds {sorted(missing)}")
+            raise UnavailableError("backend_unavailable", "importing the backend did not "
+                                   f"register the Windows ledger kinds {sorted(missing)}")
     except (UnavailableError, ImportError) as exc:
         if os.environ.get("STOCKADE_REQUIRE_WINDOWS"):
             pytest.fail(f"the Windows backend cannot run here but is required: {exc}")
         pytest.skip(f"the Windows backend cannot run here: {exc}")
 
 
-def request(workspace: str, code: str, *args: str, read=(), limits=None) -> LaunchRequest:
-    roots = sorted({PYTHON_ROOT, SYSTEM_ROOT, *read})
+def request(workspace: str, code: str, *args: str, read=(), limits=None,
+            env=()) -> LaunchRequest:
+    roots = sorted({PYTHON_ROOT, SYSTEM_ROOT, os.path.dirname(PYTHON), *read})
     return LaunchRequest(
         argv=(PYTHON, "-I", "-S", "-c", textwrap.dedent(code), *args), cwd=workspace,
-        env=(("PATH", os.path.dirname(PYTHON)), ("SystemRoot", SYSTEM_ROOT)),
+        env=(("PATH", os.path.dirname(PYTHON)), ("SystemRoot", SYSTEM_ROOT), *env),
         read=tuple(PathGrant(p, p) for p in roots),
         write=(PathGrant(workspace, workspace),), protected=(".git",),
         limits=limits or LimitSpec(timeout=60, memory=MEMORY, pids=16))
@@ -102,14 +128,18 @@ TRY = """
 """
 
 
-def test_reading_outside_the_roots_fails(ws):
+def test_reading_or_writing_outside_the_roots_fails(ws):
     workspace, outside = ws
     secret, mine = os.path.join(outside, "secret.txt"), os.path.join(workspace, "mine.txt")
     for path in (secret, mine):
         with open(path, "w") as f:
             f.write("data")
-    code, out, err = run(request(workspace, TRY, f"read={mine}", f"read={secret}"))
-    assert (code, out) == (0, "ok denied"), err
+    code, out, err = run(request(workspace, TRY, f"read={mine}", f"read={secret}",
+                                 f"write={secret}", f"write={outside}\\planted.txt"))
+    assert (code, out) == (0, "ok denied denied denied"), err
+    with open(secret) as f:
+        assert f.read() == "data"
+    assert not os.path.exists(os.path.join(outside, "planted.txt"))
 
 
 def test_writing_a_read_root_or_a_protected_name_fails_and_the_write_root_works(ws, tmp_path):
@@ -194,11 +224,22 @@ JOB = """
     kernel = ctypes.WinDLL("kernel32")
     kernel.QueryInformationJobObject.argtypes = [w.HANDLE, ctypes.c_int, ctypes.c_void_p,
                                                  w.DWORD, ctypes.POINTER(w.DWORD)]
+    kernel.GetCurrentProcess.restype = w.HANDLE
+    advapi = ctypes.WinDLL("advapi32")
+    advapi.OpenProcessToken.argtypes = [w.HANDLE, w.DWORD, ctypes.POINTER(w.HANDLE)]
+    advapi.GetTokenInformation.argtypes = [w.HANDLE, ctypes.c_int, ctypes.c_void_p, w.DWORD,
+                                           ctypes.POINTER(w.DWORD)]
+    advapi.ConvertSidToStringSidW.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_wchar_p)]
     info = ctypes.create_string_buffer(144)  # JOBOBJECT_EXTENDED_LIMIT_INFORMATION (x64)
     assert kernel.QueryInformationJobObject(None, 9, info, 144, None)
+    token, size, sid = w.HANDLE(), w.DWORD(), ctypes.c_wchar_p()
+    assert advapi.OpenProcessToken(kernel.GetCurrentProcess(), 8, ctypes.byref(token))
+    package = ctypes.create_string_buffer(1024)  # TokenAppContainerSid, read while alive
+    assert advapi.GetTokenInformation(token, 31, package, 1024, ctypes.byref(size))
+    advapi.ConvertSidToStringSidW(ctypes.c_void_p.from_buffer(package).value, ctypes.byref(sid))
     mine = {"flags": int.from_bytes(info.raw[16:20], "little"),
             "memory": int.from_bytes(info.raw[120:128], "little"),
-            "processes": int.from_bytes(info.raw[40:44], "little")}
+            "processes": int.from_bytes(info.raw[40:44], "little"), "sid": sid.value}
     if len(sys.argv) > 1:  # the grandchild
         print(json.dumps(mine))
     else:
@@ -208,7 +249,7 @@ JOB = """
 """
 
 
-def test_the_child_and_its_descendants_are_in_the_launchs_job(ws):
+def test_a_descendant_keeps_the_appcontainer_token_and_the_job(ws):
     workspace, _ = ws
     body = textwrap.dedent(JOB)
     code_text = f"CODE = {body!r}\n" + body
@@ -219,6 +260,8 @@ def test_the_child_and_its_descendants_are_in_the_launchs_job(ws):
         assert facts[who]["flags"] & 0x2000, who  # KILL_ON_JOB_CLOSE
         assert not facts[who]["flags"] & (0x800 | 0x1000), who  # no breakaway
         assert facts[who]["memory"] == MEMORY and facts[who]["processes"] == 16, who
+    assert facts["child"]["sid"].startswith("S-1-15-2-")
+    assert facts["grandchild"]["sid"] == facts["child"]["sid"]  # the same AppContainer
 
 
 OWNER = """
@@ -273,11 +316,7 @@ def test_killing_the_owner_kills_the_whole_tree_and_reconcile_reverts_its_grants
                              stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "launched"
-        deadline = time.monotonic() + 60
-        while not os.path.exists(pids_file) or not open(pids_file).read().strip():
-            assert time.monotonic() < deadline, "the sandboxed child never wrote its pids"
-            time.sleep(0.1)
-        child, grandchild = map(int, open(pids_file).read().split())
+        child, grandchild = started_tree(pids_file)
         assert not gone_within(grandchild, 0.5)
     finally:
         owner.kill()  # TerminateProcess: no cleanup runs in the owner
@@ -303,3 +342,302 @@ def test_kill_ends_a_running_sandbox_and_reports_it_killed(ws):
     end = handle.wait(30)
     assert end is not None and (end.exit_code, end.signal) == (None, KILLED_SIGNAL)
     assert end.failure is None
+
+
+# --- admission: links refused before any access control changes -------------------------------
+
+
+def spawn_refusal(req: LaunchRequest, ledger_root: str):
+    from stockade.lifecycle.ledger import Ledger
+    from stockade.windows.handle import WindowsHandle
+
+    with pytest.raises(UnenforceableError) as refused:
+        WindowsHandle(req, Stdio(subprocess.DEVNULL, subprocess.DEVNULL, subprocess.DEVNULL),
+                      ledger=Ledger(ledger_root))
+    return refused.value
+
+
+def test_a_junction_or_a_multiply_linked_file_in_a_root_is_refused_untouched(ws, tmp_path):
+    import _winapi
+
+    from stockade.windows.aclstore import WindowsAclStore
+
+    workspace, outside = ws
+    target = os.path.join(outside, "target.txt")
+    with open(target, "w") as f:
+        f.write("outside")
+    store = WindowsAclStore()
+    for plant, capability in (
+            (lambda: _winapi.CreateJunction(outside, os.path.join(workspace, "j")),
+             "filesystem.reparse_point"),
+            (lambda: os.link(target, os.path.join(workspace, "linked.txt")),
+             "filesystem.hard_link")):
+        before = (store.read(workspace), store.read(outside), store.read(target))
+        plant()
+        refusal = spawn_refusal(request(workspace, "pass"), str(tmp_path / "ledger"))
+        assert refusal.capability == capability
+        assert (store.read(workspace), store.read(outside), store.read(target)) == before
+        for name in ("j", "linked.txt"):
+            path = os.path.join(workspace, name)
+            if os.path.lexists(path):
+                os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
+
+
+# --- network under `none` ----------------------------------------------------------------------
+
+NETWORK = """
+    import json, os, socket, sys, time
+    tcp_port, udp_port = int(sys.argv[1]), int(sys.argv[2])
+    def attempt(action):
+        try:
+            action()
+            return "ok"
+        except OSError as exc:
+            return type(exc).__name__ + ":" + str(getattr(exc, "winerror", None) or exc.errno)
+    def tcp(address):
+        socket.create_connection(address, timeout=5).close()
+    def udp(address):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"escape", address)
+    listener = socket.socket()
+    listening = attempt(lambda: (listener.bind(("127.0.0.1", 0)), listener.listen(1)))
+    port = listener.getsockname()[1] if listening == "ok" else 0
+    with open("listening", "w") as f:
+        f.write(str(port))
+    deadline = time.monotonic() + 20
+    while not os.path.exists("knocked") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps({
+        "tcp_loopback": attempt(lambda: tcp(("127.0.0.1", tcp_port))),
+        "tcp_outside": attempt(lambda: tcp(("1.1.1.1", 53))),
+        "udp_loopback": attempt(lambda: udp(("127.0.0.1", udp_port))),
+        "udp_outside": attempt(lambda: udp(("1.1.1.1", 53))),
+        "dns": attempt(lambda: socket.getaddrinfo("example.com", 443)),
+        "listening": listening}))
+"""
+
+
+def test_tcp_udp_dns_loopback_and_listeners_are_denied_under_none(ws):
+    import socket
+
+    workspace, _ = ws
+    tcp = socket.create_server(("127.0.0.1", 0))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    for sock in (tcp, udp):
+        sock.setblocking(False)
+    result: dict = {}
+    launch = threading.Thread(target=lambda: result.update(out=run(request(
+        workspace, NETWORK, str(tcp.getsockname()[1]), str(udp.getsockname()[1])))))
+    launch.start()
+    listening = os.path.join(workspace, "listening")
+    deadline = time.monotonic() + 60
+    while not (os.path.exists(listening) and open(listening).read()):
+        assert time.monotonic() < deadline, "the child never listened"
+        time.sleep(0.05)
+    port = int(open(listening).read())
+    knocked_in = "refused"
+    if port:  # it may listen; nothing outside may connect in
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=3).close()
+            knocked_in = "ok"
+        except OSError:
+            pass
+    open(os.path.join(workspace, "knocked"), "w").close()
+    launch.join(120)
+    code, out, err = result["out"]
+    assert code == 0, err
+    seen = json.loads(out)
+    for attempt in ("tcp_loopback", "tcp_outside", "udp_outside", "dns"):
+        assert seen[attempt] != "ok", (attempt, seen)
+    assert knocked_in == "refused", seen
+    for receive in (tcp.accept, lambda: udp.recv(16)):
+        with pytest.raises(BlockingIOError):  # the host's listeners saw nothing
+            receive()
+    # Positive control: the same listeners answer an unconfined client.
+    for sock in (tcp, udp):
+        sock.settimeout(5)
+    with socket.create_connection(tcp.getsockname(), timeout=5):
+        tcp.accept()[0].close()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.sendto(b"control", udp.getsockname())
+        assert udp.recv(16) == b"control"
+    tcp.close()
+    udp.close()
+
+
+# --- the host's named pipes, environment, files, registry and processes ------------------------
+
+HOST = """
+    import ctypes, json, os, sys, winreg
+    from ctypes import wintypes as w
+    pipe, credentials, key, parent = sys.argv[1:5]
+    kernel = ctypes.WinDLL("kernel32", use_last_error=True)
+    advapi = ctypes.WinDLL("advapi32", use_last_error=True)
+    kernel.OpenProcess.restype = w.HANDLE
+    kernel.OpenProcess.argtypes = [w.DWORD, w.BOOL, w.DWORD]
+    advapi.OpenProcessToken.argtypes = [w.HANDLE, w.DWORD, ctypes.POINTER(w.HANDLE)]
+    def attempt(action):
+        try:
+            action()
+            return "ok"
+        except OSError as exc:
+            return type(exc).__name__
+    def read(path):
+        with open(path, "rb") as f:
+            f.read(1)
+    def registry():
+        with winreg.OpenKey(winreg.HKEY_CURRENT_USER, key) as k:
+            winreg.QueryValueEx(k, "secret")
+    def process(access):
+        handle = kernel.OpenProcess(access, False, int(parent))
+        if not handle:
+            raise ctypes.WinError(ctypes.get_last_error())
+        return handle
+    def token():
+        handle = process(0x1000)  # PROCESS_QUERY_LIMITED_INFORMATION
+        out = w.HANDLE()
+        if not advapi.OpenProcessToken(handle, 0x8, ctypes.byref(out)):  # TOKEN_QUERY
+            raise ctypes.WinError(ctypes.get_last_error())
+    print(json.dumps({
+        "pipe": attempt(lambda: open(pipe, "r+b").close()),
+        "secret_variable": os.environ.get("STOCKADE_TEST_SECRET_TOKEN", "absent"),
+        "passed_variable": os.environ.get("STOCKADE_TEST_PASSED", "absent"),
+        "credentials": attempt(lambda: read(credentials)),
+        "registry": attempt(registry),
+        "parent_memory": attempt(lambda: process(0x0410)),  # QUERY_INFORMATION | VM_READ
+        "parent_handles": attempt(lambda: process(0x0040)),  # DUP_HANDLE
+        "parent_token": attempt(token)}))
+"""
+
+
+def test_the_hosts_pipes_secrets_credentials_registry_and_parent_are_out_of_reach(
+        ws, monkeypatch):
+    import _winapi
+    import secrets as random
+    import winreg
+
+    workspace, _ = ws
+    name = random.token_hex(8)
+    pipe_name = rf"\\.\pipe\stockade-test-{name}"
+    pipe = _winapi.CreateNamedPipe(pipe_name, _winapi.PIPE_ACCESS_DUPLEX,
+                                   _winapi.PIPE_TYPE_BYTE | _winapi.PIPE_WAIT, 4, 65536, 65536,
+                                   0, _winapi.NULL)
+    credentials = os.path.join(os.path.expanduser("~"), f"stockade-test-credentials-{name}")
+    with open(credentials, "w") as f:
+        f.write("aws_secret_access_key = not-for-the-sandbox\n")
+    key = rf"Software\StockadeTest-{name}"
+    with winreg.CreateKey(winreg.HKEY_CURRENT_USER, key) as k:
+        winreg.SetValueEx(k, "secret", 0, winreg.REG_SZ, "not-for-the-sandbox")
+    monkeypatch.setenv("STOCKADE_TEST_SECRET_TOKEN", "ambient-secret-value")
+    try:
+        code, out, err = run(request(workspace, HOST, pipe_name, credentials, key,
+                                     str(os.getpid()), env=(("STOCKADE_TEST_PASSED", "yes"),)))
+        assert code == 0, err
+        seen = json.loads(out)
+        assert seen["secret_variable"] == "absent" and seen["passed_variable"] == "yes"
+        assert "ambient-secret-value" not in out + err
+        for attempt in ("pipe", "credentials", "registry", "parent_memory", "parent_handles",
+                        "parent_token"):
+            assert seen[attempt] != "ok", (attempt, seen)
+        # Positive controls: each exists and is reachable from outside the sandbox.
+        with open(credentials) as f:
+            assert "not-for-the-sandbox" in f.read()
+        with winreg.OpenKey(winreg.HKEY_CURRENT_USER, key) as k:
+            assert winreg.QueryValueEx(k, "secret")[0] == "not-for-the-sandbox"
+        with open(pipe_name, "r+b"):
+            pass
+    finally:
+        _winapi.CloseHandle(pipe)
+        os.unlink(credentials)
+        winreg.DeleteKey(winreg.HKEY_CURRENT_USER, key)
+
+
+# --- the tree ends with the owner, the timeout and cancellation --------------------------------
+
+def started_tree(pids_file: str) -> tuple[int, int]:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pids_file) or not open(pids_file).read().strip():
+        assert time.monotonic() < deadline, "the sandboxed child never wrote its pids"
+        time.sleep(0.1)
+    child, grandchild = map(int, open(pids_file).read().split())
+    return child, grandchild
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_a_timeout_or_a_cancellation_ends_the_whole_tree(ws, end):
+    from stockade.launch.manager import execute
+    from stockade.windows.backend import WindowsBackend
+
+    workspace, _ = ws
+    pids_file = os.path.join(workspace, "pids")
+    limits = LimitSpec(timeout=15 if end == "timeout" else 120, memory=MEMORY, pids=16)
+    cancel = threading.Event()
+    watcher = threading.Thread(target=lambda: (started_tree(pids_file), cancel.set())
+                               if end == "cancel" else None)
+    watcher.start()
+    result = execute(WindowsBackend(), request(workspace, SPAWNER, pids_file, limits=limits),
+                     cancel=cancel)
+    watcher.join()
+    assert (result.timed_out, result.cancelled) == (end == "timeout", end == "cancel")
+    child, grandchild = started_tree(pids_file)
+    assert gone_within(child, 10) and gone_within(grandchild, 10)
+
+
+# --- residue: a concurrent soak, and identities never reused -----------------------------------
+
+
+def appcontainer_entries(path: str) -> list[str]:
+    from stockade.windows import sid as sids
+    from stockade.windows.aclstore import WindowsAclStore
+
+    return [a.sid for a in WindowsAclStore().read(path).aces
+            if sids.is_appcontainer(a.sid) and not a.inherited]
+
+
+def test_64_concurrent_launches_leave_no_entry_record_or_profile_behind(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stockade.lifecycle.ledger import Ledger
+    from stockade.windows import desktop, identity
+    from stockade.windows import sid as sids
+
+    base = os.path.realpath(tmp_path)
+    workspaces = [os.path.join(base, f"ws{i}") for i in range(64)]
+    for path in workspaces:
+        os.mkdir(path)
+    requests = [LaunchRequest(
+        argv=("cmd.exe", "/d", "/c", "exit", "0"), cwd=path,
+        env=(("PATH", os.path.join(SYSTEM_ROOT, "System32")), ("SystemRoot", SYSTEM_ROOT)),
+        read=(PathGrant(SYSTEM_ROOT, SYSTEM_ROOT),), write=(PathGrant(path, path),),
+        limits=LimitSpec(timeout=120, memory=MEMORY, pids=8)) for path in workspaces]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, requests))
+    assert [code for code, _, _ in results] == [0] * 64, results[:3]
+    names = [identity.profile_name(r.request_id, set()) for r in requests]
+    assert not [name for name in names if identity.profile_exists(name)]
+    assert not [path for path in (base, *workspaces) if appcontainer_entries(path)]
+    station = desktop.change_station(desktop.window_station(), lambda aces: aces)
+    assert not [a for a in station if sids.is_appcontainer(a.sid)]
+    assert Ledger().records() == []
+
+
+def test_a_quarantined_identity_is_never_handed_out_again(ws, tmp_path):
+    from stockade.errors import SetupError
+    from stockade.lifecycle.ledger import Ledger
+    from stockade.windows import identity
+    from stockade.windows.handle import WindowsHandle
+
+    workspace, _ = ws
+    ledger = Ledger(str(tmp_path / "ledger"))
+    req = request(workspace, "pass")
+    name = identity.profile_name(req.request_id, set())
+    os.makedirs(ledger.records_dir)
+    with open(os.path.join(ledger.records_dir, "e" * 64 + ".json"), "w") as f:
+        f.write(f"not a record, but it names {name}\n")
+    assert ledger.reconcile().quarantined == 1
+    with pytest.raises(SetupError) as refused:
+        WindowsHandle(req, Stdio(subprocess.DEVNULL, subprocess.DEVNULL, subprocess.DEVNULL),
+                      ledger=ledger)
+    assert refused.value.code == "ledger_identity_reused"
+    assert not identity.profile_exists(name)

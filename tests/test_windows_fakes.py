@@ -6,22 +6,28 @@ SetNamedSecurityInfoW leaves on disk after propagating a change. It serves as gr
 filesystem.Filesystem; `PersistentTree` keeps itself in a JSON file so a crashed process's
 changes survive it.
 
-Also here: SIDs used across the tests, and `windows_kinds`, the Windows ledger kinds with
-removers bound to a model volume, registered with the ledger as removers.py does on Windows.
+Also here: SIDs used across the tests; `windows_kinds`, the Windows ledger kinds with removers
+bound to a model volume, registered with the ledger as records.py does on Windows; and
+`FakeWin32`, Win32 functions behaving as their documentation says (profiles, tokens, Jobs).
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import ntpath
 import os
+import weakref
 from dataclasses import dataclass, field
 
 from stockade.lifecycle import removers
-from stockade.windows import acl, grants, records
+from stockade.windows import acl, desktop, grants, records
 from stockade.windows import constants as c
+from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
+from stockade.windows.structs import JOBOBJECT_BASIC_ACCOUNTING_INFORMATION
 
 PACKAGE = "S-1-15-2-2067022373-1386325468-3431155434-2426632640-3089004462-2553425549-105248742"
 OTHER_PACKAGE = "S-1-15-2-9-8-7-6-5-4-3"
@@ -155,7 +161,8 @@ def windows_kinds(store, deleted: list[str]) -> dict:
     being listed in `deleted`)."""
     return {records.PROFILE_KIND: (records.validate_profile, lambda name, d: deleted.append(name)),
             grants.KIND: (records.validate_acl,
-                          lambda name, detail: grants.revert(name, detail, store))}
+                          lambda name, detail: grants.revert(name, detail, store)),
+            desktop.STATION_KIND: (records.validate_station, lambda name, detail: None)}
 
 
 def install_kinds(kinds: dict) -> None:
@@ -186,3 +193,190 @@ def test_scan_lists_direct_children_only_and_entries_carry_links_and_reparse_tag
     assert [e.name for e in tree.scan("C:\\a")] == ["f", "j"]
     assert tree.entry("C:\\a\\f").links == 2
     assert tree.entry("C:\\a\\j").attributes & c.FILE_ATTRIBUTE_REPARSE_POINT
+
+
+# --- Win32 functions as documented, over in-memory state ---------------------------------------
+
+def out(ref, value) -> None:
+    """Write `value` through a ctypes.byref() argument, as a Win32 out parameter is written."""
+    ref._obj.value = value
+
+
+class FakeWin32:
+    """The Win32 functions the backend calls, behaving as their documentation says, over
+    in-memory state (bind it where a module calls `win32()`):
+
+    - profiles: DeriveAppContainerSidFromAppContainerName derives a SID whether or not the
+      profile exists; DeleteAppContainerProfile returns S_OK for a profile that does not exist
+      ("Deleting a non-existent profile returns success") and leaves the storage of a profile a
+      process still holds (`holding`); GetAppContainerFolderPath gives the local folder
+      `...\\Packages\\<name>\\AC` (`folder_fails`: fail instead, which the documentation leaves
+      open for a profile that does not exist);
+    - tokens: GetTokenInformation writes a structure followed by the SID it points to into the
+      caller's buffer; ConvertSidToStringSidW reads a SID only from memory that is still
+      alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
+    - Jobs: QueryInformationJobObject answers what SetInformationJobObject set, and the basic
+      accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
+      process gone per query), as termination is asynchronous.
+    """
+
+    def __init__(self, package: str = PACKAGE) -> None:
+        self.package = package
+        self.profiles: set[str] = set()
+        self.storage: set[str] = set()
+        self.holding: set[str] = set()
+        self.folder_fails = False
+        self.calls: list[tuple] = []
+        self._alive: list = []  # weak references to buffers holding SIDs
+        self._allocated: dict[int, ctypes.Array] = {}
+        self._names: dict[str, str] = {}  # derived SID -> profile name
+        self.jobs: dict[int, dict] = {}
+
+    # memory
+    def _sid_buffer(self, sid: str) -> int:
+        buffer = ctypes.create_string_buffer(sids.to_bytes(sid))
+        self._allocated[ctypes.addressof(buffer)] = buffer
+        return ctypes.addressof(buffer)
+
+    def _live(self, address: int) -> bool:
+        regions = [b for b in self._allocated.values()] + [r() for r in self._alive]
+        return any(b is not None and ctypes.addressof(b) <= address
+                   < ctypes.addressof(b) + len(b) for b in regions)
+
+    def ConvertSidToStringSidW(self, psid, ref):  # noqa: N802 -- Win32 names
+        address = getattr(psid, "value", psid)
+        if not address or not self._live(address):
+            raise AssertionError("ConvertSidToStringSidW read memory that is no longer alive")
+        out(ref, sids.from_bytes(ctypes.string_at(address, 8 + 4 * 15))[0])
+        return 1
+
+    def LocalFree(self, pointer):  # noqa: N802
+        return None
+
+    def FreeSid(self, psid):  # noqa: N802
+        self._allocated.pop(getattr(psid, "value", psid), None)
+
+    def CoTaskMemFree(self, pointer):  # noqa: N802
+        self._allocated.pop(getattr(pointer, "value", pointer), None)
+
+    # profiles
+    def folder(self, name: str) -> str:
+        return f"C:\\Users\\u\\AppData\\Local\\Packages\\{name}\\AC"
+
+    def derived(self, name: str) -> str:
+        """The package SID of profile `name`: fixed by the name alone, as Windows derives it."""
+        digest = hashlib.sha256(name.encode()).digest()
+        return "S-1-15-2-" + "-".join(str(int.from_bytes(digest[4 * i:4 * i + 4], "little"))
+                                      for i in range(7))
+
+    def DeriveAppContainerSidFromAppContainerName(self, name, ref):  # noqa: N802
+        self._names[self.derived(name)] = name
+        out(ref, self._sid_buffer(self.derived(name)))
+        return 0
+
+    def CreateAppContainerProfile(self, name, display, description, caps, count, ref):  # noqa
+        if name in self.profiles:
+            return c.HRESULT_ALREADY_EXISTS - (1 << 32)  # an HRESULT is a signed long
+        self.profiles.add(name)
+        self.storage.add(ntpath.dirname(self.folder(name)))
+        out(ref, self._sid_buffer(self.derived(name)))
+        return 0
+
+    def DeleteAppContainerProfile(self, name):  # noqa: N802
+        self.calls.append(("DeleteAppContainerProfile", name))
+        self.profiles.discard(name)
+        if name not in self.holding:
+            self.storage.discard(ntpath.dirname(self.folder(name)))
+        return 0  # S_OK, whether or not the profile existed
+
+    def GetAppContainerFolderPath(self, sid, ref):  # noqa: N802
+        name = self._names.get(sid)
+        if self.folder_fails or name is None:
+            return 0x80070002 - (1 << 32)  # HRESULT_FROM_WIN32(ERROR_FILE_NOT_FOUND)
+        text = ctypes.create_unicode_buffer(self.folder(name))
+        self._allocated[ctypes.addressof(text)] = text
+        out(ref, ctypes.addressof(text))
+        return 0
+
+    def is_dir(self, path: str) -> bool:
+        return path in self.storage
+
+    # tokens
+    def token_answers(self, is_appcontainer: int, package: str, capabilities: int) -> None:
+        self._token = {c.TOKEN_IS_APP_CONTAINER: is_appcontainer,
+                       c.TOKEN_APP_CONTAINER_SID: package,
+                       c.TOKEN_CAPABILITIES: capabilities}
+
+    def GetCurrentProcess(self):  # noqa: N802
+        return -1
+
+    def OpenProcessToken(self, process, access, ref):  # noqa: N802
+        out(ref, 0x44)
+        return 1
+
+    def CloseHandle(self, handle):  # noqa: N802
+        self.calls.append(("CloseHandle", getattr(handle, "value", handle)))
+        return 1
+
+    def IsProcessInJob(self, process, job, ref):  # noqa: N802
+        out(ref, 1)
+        return 1
+
+    def GetTokenInformation(self, token, info_class, buffer, size, returned):  # noqa: N802
+        value = self._token[info_class]
+        if info_class == c.TOKEN_APP_CONTAINER_SID:
+            sid = sids.to_bytes(value) if value else b""
+            needed = 8 + len(sid)
+        else:
+            needed = 4
+        if buffer is None or size < needed:
+            out(returned, needed)
+            # Raised without a local naming it: a cycle through this frame would keep the
+            # caller's frame, and so its buffers, alive past their time.
+            raise win32_error(c.ERROR_INSUFFICIENT_BUFFER, "GetTokenInformation")
+        if info_class == c.TOKEN_APP_CONTAINER_SID:
+            pointer = ctypes.addressof(buffer) + 8 if value else 0
+            ctypes.memmove(buffer, pointer.to_bytes(8, "little") + sid, needed)
+            self._alive.append(weakref.ref(buffer))
+        else:
+            ctypes.memmove(buffer, value.to_bytes(4, "little"), 4)
+        out(returned, needed)
+        return 1
+
+    # Jobs
+    def CreateJobObjectW(self, attributes, name):  # noqa: N802
+        handle = 0x100 + 4 * len(self.jobs)
+        self.jobs[handle] = {"set": {}, "active": 0, "terminating": False}
+        return handle
+
+    def SetInformationJobObject(self, job, info_class, ref, size):  # noqa: N802
+        self.jobs[job]["set"][info_class] = ctypes.string_at(ctypes.addressof(ref._obj), size)
+        return 1
+
+    def QueryInformationJobObject(self, job, info_class, ref, size, returned):  # noqa: N802
+        state = self.jobs[job]
+        if info_class == c.JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION:
+            if state["terminating"] and state["active"]:
+                state["active"] -= 1
+            info = JOBOBJECT_BASIC_ACCOUNTING_INFORMATION(ActiveProcesses=state["active"])
+            data = bytes(info)
+        else:
+            data = state["set"].get(info_class, bytes(size))
+        ctypes.memmove(ctypes.addressof(ref._obj), data, size)
+        return 1
+
+    def TerminateJobObject(self, job, code):  # noqa: N802
+        self.jobs[job]["terminating"] = True
+        return 1
+
+
+def win32_error(code: int, name: str) -> OSError:
+    error = OSError(None, f"{name}: Win32 error {code}")
+    error.winerror = code
+    return error
+
+
+def bind_win32(monkeypatch, fake: FakeWin32, *modules) -> None:
+    """Make `modules` call `fake` where they call `win32()`."""
+    for module in modules:
+        monkeypatch.setattr(module, "win32", lambda: fake)

@@ -98,6 +98,43 @@ def test_registered_kinds_are_validated_by_their_own_validator_and_built_ins_sta
     assert set(records.KINDS) <= set(removers.REMOVERS)
 
 
+@pytest.mark.parametrize("first", ["grants", "records", "aclstore", "handle", "backend"])
+def test_on_windows_any_module_imported_first_registers_the_kinds_without_a_cycle(first):
+    # sys.platform set as on Windows, before anything is imported (a guard against the import
+    # cycle grants -> removers -> records -> grants, not a Windows emulator).
+    code = textwrap.dedent(f"""
+        import sys
+        sys.platform = "win32"
+        import stockade.windows.{first}
+        import stockade.windows.records
+        from stockade.lifecycle import removers
+        print(" ".join(sorted(removers.REMOVERS)))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["appcontainer", "dir", "process", "socket", "winacl",
+                                  "winsta"]
+
+
+def test_the_ledger_imports_no_backend_and_elsewhere_windows_kinds_are_foreign():
+    import ast
+
+    for module in (removers, sys.modules["stockade.lifecycle.ledger"]):
+        with open(module.__file__) as f:
+            tree = ast.parse(f.read())
+        imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names]
+        assert not [name for name in imported if name and name.startswith(
+            ("stockade.windows", "stockade.linux", "stockade.vm"))], module.__name__
+    code = ("import stockade.windows.backend\nfrom stockade.lifecycle import removers\n"
+            "print(sorted(set(removers.REMOVERS) & {'appcontainer', 'winacl', 'winsta'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"  # not on Windows: such a record is quarantined
+
+
 def test_profile_names_come_from_the_request_id_and_never_repeat_across_ids():
     first = identity.profile_name("a" * 32, set())
     assert identity.PROFILE_NAME.fullmatch(first)

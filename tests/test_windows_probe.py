@@ -5,15 +5,15 @@ lifetime checks and the report's rows are tested here; on Windows, a real probe.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_windows_fakes import PACKAGE, USER
+from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
 
 import stockade
 from stockade.errors import UnenforceableError
@@ -23,30 +23,76 @@ from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.lifecycle.probe import LinuxProbe, platform_probe
-from stockade.windows import handle, identity, job, tokens
+from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
+from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.backend import WindowsBackend
+from stockade.windows.structs import PVOID
 
 STATUS_DLL_INIT_FAILED = 0xC0000142  # a process that could not attach to its desktop
 
 
+DESKTOP = "stockade-" + "5" * 24
+
+
+def seen_for(token: tokens.ChildToken, plan: job.JobPlan) -> dict:
+    """What the real handle reads back from a suspended child confined as launched."""
+    return {"token": token, "job": job.applied(plan), "handles": (True, True, True, False),
+            "mitigations": process.mitigations(False),
+            "desktop": {"name": DESKTOP, "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
+                        "every_appcontainer_rights": 0, "station_rights": desktop.STATION_RIGHTS}}
+
+
 def enforced_for(request: LaunchRequest, token: tokens.ChildToken | None = None,
                  plan: job.JobPlan | None = None) -> dict:
-    """What the real handle records for `request`, verified as `token` says."""
+    """What the real handle records for `request`, read back as `token` says."""
     token = token or tokens.ChildToken(True, True, PACKAGE, 0)
-    return handle._enforced(request, plan or job.job_plan(request.limits, cpus=4),
+    plan = plan or job.job_plan(request.limits, cpus=4)
+    return handle._enforced(request, plan,
                             {"grants": 1, "overrides": 3, "roots_open_to_every_appcontainer": 1},
-                            token.facts(PACKAGE))
+                            seen_for(token, plan), PACKAGE)
+
+
+def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer: int = 1,
+                 capabilities: int = 0, plan: job.JobPlan | None = None,
+                 policies: tuple[int, int] = (1, 0b11), in_job: bool = True) -> dict:
+    """What the probe child prints: raw answers as probe_child.py sends them."""
+    plan = plan or job.job_plan(request.limits, cpus=4)
+    address = 0x7FF000010000
+    sid = (address + 8).to_bytes(8, "little") + sids.to_bytes(package)
+
+    def raw(data: bytes, at: int = 0) -> dict:
+        return {"hex": data.hex(), "address": at or address}
+
+    return {
+        "token": {"is_appcontainer": raw(appcontainer.to_bytes(4, "little")),
+                  "capabilities": raw(capabilities.to_bytes(4, "little")),
+                  "package": raw(sid, address)},
+        "job": {"in_job": in_job, "extended": raw(bytes(job.extended_limits(plan))),
+                "ui": raw(bytes(job.ui_restrictions(plan))),
+                "cpu_rate": raw(bytes(job.cpu_rate(plan)
+                                      or structs.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION()))},
+        "mitigations": {"extension_points": raw(policies[0].to_bytes(4, "little")),
+                        "image_load": raw(policies[1].to_bytes(4, "little"))},
+        "desktop": {"name": DESKTOP, "default_desktop": "denied"},
+        "environment": ["PATH", "SYSTEMROOT"],
+        "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
+                  "outside_path": "denied"},
+        "tcp_loopback": "denied"}
 
 
 class FakeHandle(Handle):
-    def __init__(self, enforced: dict, exit_code: int) -> None:
+    def __init__(self, enforced: dict, exit_code: int, stdout: bytes) -> None:
         self.enforced = enforced
         self.stages = [("spawn", 0.0)]
         self.violations: list = []
         self.network_log: list = []
         self._exit_code = exit_code
+        read, write = os.pipe()
+        os.write(write, stdout)
+        os.close(write)
+        self.stdout = os.fdopen(read, "rb")
 
     def wait(self, timeout: float | None = None) -> Exit:
         return Exit(self._exit_code, None)
@@ -56,15 +102,18 @@ class FakeHandle(Handle):
 
 
 class FakeWindowsBackend(Backend):
-    """Named "windows"; `enforce(request)` says what its handle records, `during(request)`
-    does what the launch does to the host before it settles."""
+    """Named "windows"; `enforce(request)` says what its handle records, `report(request)` what
+    its child prints, `during(request)` does what the launch does to the host before it
+    settles."""
 
     name = "windows"
 
     def __init__(self, enforce: Callable[[LaunchRequest], dict] = enforced_for,
                  exit_code: int = 0, during: Callable[[LaunchRequest], None] = lambda r: None,
-                 refuse: UnenforceableError | None = None) -> None:
+                 refuse: UnenforceableError | None = None,
+                 report: Callable[[LaunchRequest], dict] = child_report) -> None:
         self.enforce, self.exit_code, self.during, self.refuse = enforce, exit_code, during, refuse
+        self.report_of = report
         self.checked: list[LaunchRequest] = []
         self.spawned: list[LaunchRequest] = []
 
@@ -76,25 +125,36 @@ class FakeWindowsBackend(Backend):
         self.checked.append(request)
         if self.refuse:
             raise self.refuse
-        if request.argv != windows_probe.PROBE_COMMAND:
+        if request.argv[4:5] != (probe_source(),):
             WindowsBackend().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> FakeHandle:
         self.spawned.append(request)
         self.during(request)
-        return FakeHandle(self.enforce(request), self.exit_code)
+        return FakeHandle(self.enforce(request), self.exit_code,
+                          json.dumps(self.report_of(request)).encode())
 
     def report(self) -> list:
         return []
 
 
-class FakeHost:
-    """DACLs by path (the same one unless changed), a profile that is deleted or left."""
+def probe_source() -> str:
+    with open(windows_probe.probe_child.__file__) as f:
+        return f.read()
 
-    def __init__(self) -> None:
+
+class FakeHost:
+    """DACLs by path (the same one unless changed), the window station's entries, and the
+    profiles of a FakeWin32 (deleting one that does not exist succeeds, as documented), asked
+    through the real Win32Host."""
+
+    def __init__(self, monkeypatch) -> None:
         self.dacls: dict[str, Dacl] = {}
-        self.profile_left_over = False
-        self.profiles_asked: list[str] = []
+        self.station: tuple[Ace, ...] = (Ace.allow(USER, 0x37F),)
+        self.win32 = FakeWin32()
+        bind_win32(monkeypatch, self.win32, identity)
+        monkeypatch.setattr(identity.os.path, "isdir", self.win32.is_dir)
+        self.real = windows_probe.Win32Host()
 
     def elevated(self) -> bool:
         return False
@@ -103,9 +163,15 @@ class FakeHost:
         assert os.path.isabs(path), path
         return self.dacls.get(path, Dacl((Ace.allow(USER, 0x1F01FF),), False))
 
-    def profile_left(self, name: str) -> bool:
-        self.profiles_asked.append(name)
-        return self.profile_left_over
+    def station_aces(self) -> tuple[Ace, ...]:
+        return self.station
+
+    def package_sid(self, name: str) -> str:
+        self.win32.derived = lambda name: PACKAGE  # the fake backend's child is of PACKAGE
+        return self.real.package_sid(name)
+
+    def profile_exists(self, name: str) -> bool:
+        return self.real.profile_exists(name)
 
 
 @pytest.fixture
@@ -114,8 +180,8 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 @pytest.fixture
-def host() -> FakeHost:
-    return FakeHost()
+def host(monkeypatch) -> FakeHost:
+    return FakeHost(monkeypatch)
 
 
 def probed(backend: Backend, ledger: Ledger, host: FakeHost) -> stockade.Attestation:
@@ -138,15 +204,21 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer"}
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
     assert a.facts["job_memory"] == facts.PROBE_MEMORY
-    # The request it checked and launched: cmd.exe, network none, the minimal roots.
+    # The request it checked and launched: the probe child, network none, the minimal roots.
     (request,) = backend.spawned
     assert backend.checked == [request]
-    assert request.argv == ("cmd.exe", "/d", "/c", "exit", "0")
+    assert request.argv[1:4] == ("-I", "-S", "-c") and request.argv[4] == probe_source()
+    params = json.loads(request.argv[5])
+    assert params["sizes"] == {"extended": 144, "ui": 4, "cpu_rate": 8}
+    assert params["denied"] == os.path.join(request.cwd, "secret")
+    assert not any(params["outside"].startswith(g.path) for g in request.read + request.write)
     assert request.network.mode == "none" and request.protected == (".git",)
     assert [g.path for g in request.write] == [request.cwd]
     assert [g.path for g in request.deny] == [os.path.join(request.cwd, "secret")]
+    assert [name for name, _ in request.env] == ["PATH", "SystemRoot"]
     assert request.limits.file_size is None and request.limits.memory == facts.PROBE_MEMORY
-    assert host.profiles_asked == [identity.profile_name(request.request_id, set())]
+    # Asking whether the profile is gone deleted nothing.
+    assert not [call for call in host.win32.calls if call[0] == "DeleteAppContainerProfile"]
     # Its directory is gone, and nothing is left in the ledger.
     assert os.listdir(os.path.join(ledger.root, "work")) == [] and ledger.records() == []
 
@@ -159,6 +231,14 @@ def weakened(change: Callable[[dict], None]) -> Callable[[LaunchRequest], dict]:
     return enforce
 
 
+def reported(change: Callable[[dict], None], **given) -> Callable[[LaunchRequest], dict]:
+    def report(request: LaunchRequest) -> dict:
+        seen = child_report(request, **given)
+        change(seen)
+        return seen
+    return report
+
+
 def _set(*keys: str, value: object) -> Callable[[dict], None]:
     def change(enforced: dict) -> None:
         for key in keys[:-1]:
@@ -167,39 +247,78 @@ def _set(*keys: str, value: object) -> Callable[[dict], None]:
     return change
 
 
-@pytest.mark.parametrize("enforce, reason, stage, fact", [
-    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, 0)),
+_as_is = reported(lambda r: None)
+_leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PIDS)
+
+
+@pytest.mark.parametrize("enforce, report, reason, stage, fact", [
+    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, 0)), _as_is,
      "job_not_enforced", "job", "in_job"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", 0)),
+    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", 0)), _as_is,
      "identity_not_enforced", "identity", "appcontainer_token"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)),
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)), _as_is,
      "identity_not_enforced", "identity", "launch_package_sid"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, 2)),
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, 2)), _as_is,
      "identity_not_enforced", "identity", "capabilities"),
-    (weakened(lambda e: e.pop("verified")), "identity_not_enforced", "identity",
+    (weakened(lambda e: e.pop("verified")), _as_is, "identity_not_enforced", "identity",
      "appcontainer_token"),
-    (weakened(_set("job", "breakaway", value=True)), "job_not_enforced", "job",
+    # What the child reports from inside is judged too, not only what was read back outside.
+    (enforced_for, reported(lambda r: None, appcontainer=0), "identity_not_enforced",
+     "identity", "child_appcontainer_token"),
+    (enforced_for, reported(lambda r: None, package=PACKAGE[:-1] + "0"),
+     "identity_not_enforced", "identity", "child_launch_package_sid"),
+    (enforced_for, reported(lambda r: None, capabilities=1), "identity_not_enforced",
+     "identity", "child_capabilities"),
+    (weakened(_set("job", "breakaway", value=True)), _as_is, "job_not_enforced", "job",
      "job_breakaway"),
-    (weakened(_set("job", "kill_on_close", value=False)), "job_not_enforced", "job",
+    (weakened(_set("job", "kill_on_close", value=False)), _as_is, "job_not_enforced", "job",
      "job_kill_on_close"),
-    (weakened(_set("job", "ui_restrictions", value="0x1")), "job_not_enforced", "job",
+    (weakened(_set("job", "ui_restrictions", value="0x1")), _as_is, "job_not_enforced", "job",
      "job_ui_restrictions"),
-    (weakened(_set("desktop", value="default")), "desktop_not_enforced", "desktop",
-     "private_desktop"),
-    (weakened(_set("handles", value="all inheritable")), "handles_not_enforced", "handles",
-     "inherited_handles"),
-    (weakened(_set("filesystem", "overrides", value=0)), "filesystem_not_enforced",
+    (enforced_for, reported(lambda r: None, in_job=False), "job_not_enforced", "job",
+     "child_in_job"),
+    (enforced_for, reported(lambda r: None, plan=_leaky_plan), "job_not_enforced", "job",
+     "child_sees_the_job"),
+    (enforced_for, reported(_set("desktop", "name", value="Default")), "desktop_not_enforced",
+     "desktop", "private_desktop"),
+    (enforced_for, reported(_set("desktop", "default_desktop", value="ok")),
+     "desktop_not_enforced", "desktop", "default_desktop"),
+    (weakened(_set("desktop", "every_appcontainer_rights", value=1)), _as_is,
+     "desktop_not_enforced", "desktop", "desktop_rights"),
+    (weakened(_set("desktop", "station_rights", value=0x37F)), _as_is,
+     "desktop_not_enforced", "desktop", "station_rights"),
+    (weakened(_set("handles", "outside_list", value=1)), _as_is, "handles_not_enforced",
+     "handles", "inherited_outside_list"),
+    (weakened(_set("handles", "standard", value=2)), _as_is, "handles_not_enforced",
+     "handles", "inherited_standard"),
+    (weakened(_set("filesystem", "overrides", value=0)), _as_is, "filesystem_not_enforced",
      "filesystem", "acl_overrides"),
-    (weakened(_set("mitigations", value=0)), "filesystem_not_enforced", "filesystem",
-     "no_low_label_images"),
-    (weakened(_set("job", "memory", value=0)), "limits_not_enforced", "limits", "job_memory"),
-    (weakened(_set("limits", value={})), "limits_not_enforced", "limits", "timeout"),
+    (enforced_for, reported(_set("files", "outside_path", value="ok")),
+     "filesystem_not_enforced", "filesystem", "outside_path"),
+    (enforced_for, reported(_set("files", "protected_name", value="ok")),
+     "filesystem_not_enforced", "filesystem", "protected_name"),
+    (enforced_for, reported(lambda r: None, policies=(1, 0b01)), "filesystem_not_enforced",
+     "filesystem", "no_low_label_images"),
+    (weakened(_set("mitigations", value=0)), _as_is, "filesystem_not_enforced", "filesystem",
+     "child_mitigations_as_read_back"),
+    (enforced_for, reported(_set("tcp_loopback", value="ok")), "network_not_enforced",
+     "network", "tcp_loopback"),
+    (enforced_for, reported(_set("environment", value=["PATH", "SECRET", "SYSTEMROOT"])),
+     "environment_not_enforced", "environment", "environment"),
+    (weakened(_set("job", "memory", value=0)), _as_is, "job_not_enforced", "job",
+     "child_sees_the_job"),
+    (weakened(_set("limits", value={})), _as_is, "limits_not_enforced", "limits", "timeout"),
 ])
-def test_a_fact_that_does_not_hold_fails_readiness_at_its_stage(ledger, host, enforce, reason,
-                                                                stage, fact):
-    a = probed(FakeWindowsBackend(enforce), ledger, host)
+def test_a_fact_that_does_not_hold_fails_readiness_at_its_stage(ledger, host, enforce, report,
+                                                                reason, stage, fact):
+    a = probed(FakeWindowsBackend(enforce, report=report), ledger, host)
     assert (a.ready, a.reason, a.stage) == (False, reason, stage)
     assert a.message.startswith(f"{fact}: observed ")
+
+
+def test_a_child_report_that_is_not_one_fails_the_launch_stage(ledger, host):
+    a = probed(FakeWindowsBackend(report=reported(lambda r: r.pop("token"))), ledger, host)
+    assert (a.ready, a.reason, a.stage) == (False, "probe_command_failed", "launch")
 
 
 def test_a_job_that_allows_breakaway_is_seen_in_the_jobs_own_facts():
@@ -225,8 +344,11 @@ def test_token_facts_name_no_sid():
 
 
 def test_a_profile_left_behind_fails_the_lifetime_stage(ledger, host):
-    host.profile_left_over = True
-    a = probed(FakeWindowsBackend(), ledger, host)
+    def leave_profile(request: LaunchRequest) -> None:
+        name = identity.profile_name(request.request_id, set())
+        host.win32.CreateAppContainerProfile(name, "", "", None, 0, ctypes.byref(PVOID()))
+
+    a = probed(FakeWindowsBackend(during=leave_profile), ledger, host)
     assert (a.ready, a.reason, a.stage) == (False, "lifetime_not_enforced", "lifetime")
     assert a.message.startswith("profile_deleted: observed False")
 
@@ -241,6 +363,15 @@ def test_an_access_control_change_not_reverted_fails_the_lifetime_stage(ledger, 
     a = probed(FakeWindowsBackend(during=grant_and_forget), ledger, host)
     assert (a.ready, a.reason, a.stage) == (False, "lifetime_not_enforced", "lifetime")
     assert a.message.startswith("acl_restored: observed False")
+
+
+def test_a_window_station_entry_left_behind_fails_the_lifetime_stage(ledger, host):
+    def grant_and_forget(request: LaunchRequest) -> None:
+        host.station = desktop.station_granted(host.station, PACKAGE)
+
+    a = probed(FakeWindowsBackend(during=grant_and_forget), ledger, host)
+    assert (a.ready, a.reason, a.stage) == (False, "lifetime_not_enforced", "lifetime")
+    assert a.message.startswith("station_restored: observed False")
 
 
 def test_a_ledger_record_left_behind_fails_the_lifetime_stage(ledger, host):
@@ -362,7 +493,8 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert "ALL APPLICATION PACKAGES" in rows["filesystem.read"].reason
     assert status["filesystem.protected"] == status["network.listeners"] == "partial"
     assert "listening socket" in rows["network.listeners"].reason
-    assert status["env"] == status["limits.cpu"] == "partial"
+    assert status["env"] == "enforced"  # the child's environment is observed now
+    assert status["limits.cpu"] == "partial"
     # Unavailable, with the backend's own reasons.
     for name in ("network.allowlist", "network.any", "limits.file_size"):
         assert status[name] == "unavailable", name
@@ -403,9 +535,7 @@ def test_nothing_unverified_is_enforced_on_windows():
 # --- on Windows: the real probe ----------------------------------------------------------------
 
 
-@pytest.mark.skipif(sys.platform != "win32",
-                    reason="the real Windows probe needs Windows (an AppContainer, a Job Object, "
-                           "NTFS ACLs, a desktop)")
+@pytest.mark.windows
 def test_the_real_probe_on_windows():
     backend = WindowsBackend()
     a = stockade.probe(backend)  # the state directory's ledger, which the backend records in

@@ -37,6 +37,11 @@ LAYOUTS = {
         "JobMemoryLimit": 120, "PeakProcessMemoryUsed": 128, "PeakJobMemoryUsed": 136}),
     s.JOBOBJECT_BASIC_UI_RESTRICTIONS: (4, {"UIRestrictionsClass": 0}),
     s.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION: (8, {"ControlFlags": 0, "CpuRate": 4}),
+    s.JOBOBJECT_BASIC_ACCOUNTING_INFORMATION: (48, {
+        "TotalUserTime": 0, "ThisPeriodTotalKernelTime": 24, "TotalPageFaultCount": 32,
+        "TotalProcesses": 36, "ActiveProcesses": 40, "TotalTerminatedProcesses": 44}),
+    s.PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY: (4, {"Flags": 0}),
+    s.PROCESS_MITIGATION_IMAGE_LOAD_POLICY: (4, {"Flags": 0}),
 }
 
 
@@ -57,7 +62,14 @@ CONSTANTS = {
     "MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON": 4294967296,
     "MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON": 4503599627370496,
     "MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON": 72057594037927936,
+    "JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION": 1,
     "JOB_OBJECT_BASIC_UI_RESTRICTIONS": 4, "JOB_OBJECT_EXTENDED_LIMIT_INFORMATION": 9,
+    "JOB_OBJECT_LIMIT_BREAKAWAY_OK": 0x800, "JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK": 0x1000,
+    "PROCESS_EXTENSION_POINT_DISABLE_POLICY": 6, "PROCESS_IMAGE_LOAD_POLICY": 10,
+    "EXTENSION_POINTS_DISABLED": 0x1, "IMAGE_NO_REMOTE": 0x1, "IMAGE_NO_LOW_LABEL": 0x2,
+    "WRITE_DAC": 0x40000, "WINSTA_READATTRIBUTES": 0x2, "WINSTA_ACCESSGLOBALATOMS": 0x20,
+    "SE_WINDOW_OBJECT": 7, "ERROR_FILE_NOT_FOUND": 2, "ERROR_INVALID_HANDLE": 6,
+    "HRESULT_PATH_NOT_FOUND": 0x80070003,
     "JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION": 15,
     "JOB_OBJECT_LIMIT_ACTIVE_PROCESS": 0x8, "JOB_OBJECT_LIMIT_JOB_MEMORY": 0x200,
     "JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION": 0x400,
@@ -117,8 +129,12 @@ ARITY = {
     "DeleteProcThreadAttributeList": 1, "CreateProcessW": 10, "ResumeThread": 1,
     "WaitForSingleObject": 2, "GetExitCodeProcess": 2, "GetCurrentProcess": 0,
     "DuplicateHandle": 7, "CreateMutexW": 3, "LocalFree": 1, "GetLongPathNameW": 3,
-    "GetVolumePathNameW": 3, "GetVolumeInformationW": 8, "CreateDesktopW": 6,
+    "GetVolumePathNameW": 3, "GetVolumeInformationW": 8, "CreateDesktopExW": 8,
     "CloseDesktop": 1, "GetProcessWindowStation": 0, "GetUserObjectInformationW": 5,
+    "GetAppContainerFolderPath": 2, "CoTaskMemFree": 1, "GetSecurityInfo": 8,
+    "SetSecurityInfo": 7, "QueryInformationJobObject": 5, "GetProcessMitigationPolicy": 4,
+    "CreateEventW": 4, "CompareObjectHandles": 2, "OpenWindowStationW": 3,
+    "CloseWindowStation": 1,
 }
 
 

@@ -91,6 +91,7 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
 
     from stockade.lifecycle.ledger import Ledger
 
+    REGISTRY[NATIVE]()  # its package registers the ledger kinds its launches record
     ledger = Ledger()
     done = ledger.reconcile()
     quarantined = ledger.quarantined()

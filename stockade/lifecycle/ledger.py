@@ -233,6 +233,16 @@ class LaunchRecord:
                              f"{failures} durable resource(s) could not be removed; "
                              "the next reconcile retries", stage="settle")
 
+    def abandon(self) -> None:
+        """Leave every resource recorded and drop the lease, so that the next reconcile removes
+        them: for resources that cannot be removed safely yet (a sandbox's processes not all
+        gone). Nothing can be added after."""
+        with self._lock:
+            self._settled = True
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
     def _create(self) -> None:
         ledger = self._ledger
         statedir.ensure(ledger.root)

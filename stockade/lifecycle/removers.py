@@ -5,7 +5,8 @@ a path must be absolute, normal and end in a name `fresh_name` handed out, and m
 recorded type and owned by this user; a process is killed only if the very process recorded —
 same boot, same pid, same start time — still runs. So a record can never direct the removal of
 anything Stockade did not create. A kind defined elsewhere (a backend's own resources, e.g.
-stockade/windows/records.py) is added with `register`, with its validator.
+stockade/windows/records.py) is registered by its owner with `register`, with its validator:
+this module imports no backend.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import select
 import shutil
 import signal
 import stat
-import sys
 from collections.abc import Callable
 
 NAME = re.compile(r"stockade-[a-z][a-z0-9]{0,15}-[0-9a-f]{24}")
@@ -127,13 +127,6 @@ def register(kind: str, validator: Callable[[str, dict], None],
         raise ValueError(f"{kind!r} is a built-in resource kind")
     _VALIDATORS[kind] = validator
     REMOVERS[kind] = remover
-
-
-if sys.platform == "win32":  # what a Windows launch records: its profile, its DACL changes
-    from stockade.windows.records import KINDS as _WINDOWS_KINDS
-
-    for _kind, (_validator, _remover) in _WINDOWS_KINDS.items():
-        register(_kind, _validator, _remover)
 
 
 def _boot_id() -> str:

@@ -31,9 +31,7 @@ class WindowsAclStore:
             control, revision = WORD(), DWORD()
             api.GetSecurityDescriptorControl(descriptor, ctypes.byref(control),
                                              ctypes.byref(revision))
-            size = int.from_bytes(ctypes.string_at(dacl.value + 2, 2), "little")
-            return Dacl(acl.decode(ctypes.string_at(dacl.value, size)),
-                        bool(control.value & c.SE_DACL_PROTECTED))
+            return Dacl(aces_at(dacl.value), bool(control.value & c.SE_DACL_PROTECTED))
         finally:
             api.LocalFree(descriptor)
 
@@ -45,3 +43,9 @@ class WindowsAclStore:
 
     def identity(self, path: str) -> str:
         return fsinfo.identity(path)
+
+
+def aces_at(address: int) -> tuple[Ace, ...]:
+    """The entries of the binary ACL at `address` (its size is in its header)."""
+    size = int.from_bytes(ctypes.string_at(address + 2, 2), "little")
+    return acl.decode(ctypes.string_at(address, size))

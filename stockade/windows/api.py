@@ -66,6 +66,7 @@ def _wait(result, func, args):
     return result
 
 
+DLLS = ("userenv", "ole32", "advapi32", "kernel32", "kernelbase", "user32")
 # name: (dll, restype, argtypes, errcheck or None)
 _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     # userenv
@@ -74,6 +75,9 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "DeleteAppContainerProfile": ("userenv", ctypes.c_long, [LPCWSTR], None),
     "DeriveAppContainerSidFromAppContainerName": ("userenv", ctypes.c_long,
                                                   [LPCWSTR, _P(PSID)], _hresult),
+    "GetAppContainerFolderPath": ("userenv", ctypes.c_long, [LPCWSTR, _P(PVOID)], None),
+    # ole32
+    "CoTaskMemFree": ("ole32", None, [PVOID], None),
     # advapi32
     "ConvertSidToStringSidW": ("advapi32", BOOL, [PSID, _P(ctypes.c_wchar_p)], _true),
     "ConvertStringSecurityDescriptorToSecurityDescriptorW": (
@@ -84,6 +88,10 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
                               _status),
     "SetNamedSecurityInfoW": ("advapi32", DWORD, [LPCWSTR, ctypes.c_int, DWORD, PSID, PSID,
                                                   PVOID, PVOID], _status),
+    "GetSecurityInfo": ("advapi32", DWORD, [HANDLE, ctypes.c_int, DWORD, _P(PSID), _P(PSID),
+                                            _P(PVOID), _P(PVOID), _P(PVOID)], _status),
+    "SetSecurityInfo": ("advapi32", DWORD, [HANDLE, ctypes.c_int, DWORD, PSID, PSID, PVOID,
+                                            PVOID], _status),
     "GetSecurityDescriptorControl": ("advapi32", BOOL, [PVOID, _P(WORD), _P(DWORD)], _true),
     "OpenProcessToken": ("advapi32", BOOL, [HANDLE, DWORD, _P(HANDLE)], _true),
     "GetTokenInformation": ("advapi32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD, _P(DWORD)],
@@ -92,6 +100,11 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "CloseHandle": ("kernel32", BOOL, [HANDLE], _true),
     "CreateJobObjectW": ("kernel32", HANDLE, [_P(SECURITY_ATTRIBUTES), LPCWSTR], _true),
     "SetInformationJobObject": ("kernel32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD], _true),
+    "QueryInformationJobObject": ("kernel32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD,
+                                                     _P(DWORD)], _true),
+    "GetProcessMitigationPolicy": ("kernel32", BOOL, [HANDLE, ctypes.c_int, PVOID, SIZE_T],
+                                   _true),
+    "CreateEventW": ("kernel32", HANDLE, [_P(SECURITY_ATTRIBUTES), BOOL, BOOL, LPCWSTR], _true),
     "TerminateJobObject": ("kernel32", BOOL, [HANDLE, ctypes.c_uint], _true),
     "IsProcessInJob": ("kernel32", BOOL, [HANDLE, HANDLE, _P(BOOL)], _true),
     "InitializeProcThreadAttributeList": ("kernel32", BOOL, [PVOID, DWORD, DWORD, _P(SIZE_T)],
@@ -109,6 +122,8 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "DuplicateHandle": ("kernel32", BOOL, [HANDLE, HANDLE, HANDLE, _P(HANDLE), DWORD, BOOL,
                                            DWORD], _true),
     "CreateMutexW": ("kernel32", HANDLE, [PVOID, BOOL, LPCWSTR], _true),
+    # kernelbase (Windows 10 1607 and later)
+    "CompareObjectHandles": ("kernelbase", BOOL, [HANDLE, HANDLE], None),
     "LocalFree": ("kernel32", PVOID, [PVOID], None),
     "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "GetVolumePathNameW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
@@ -116,10 +131,13 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
                                                  _P(DWORD), _P(DWORD), ctypes.c_wchar_p, DWORD],
                               _true),
     # user32
-    "CreateDesktopW": ("user32", HANDLE, [LPCWSTR, LPCWSTR, PVOID, DWORD, DWORD,
-                                          _P(SECURITY_ATTRIBUTES)], _true),
+    "CreateDesktopExW": ("user32", HANDLE, [LPCWSTR, LPCWSTR, PVOID, DWORD, DWORD,
+                                            _P(SECURITY_ATTRIBUTES), ctypes.c_uint32, PVOID],
+                         _true),
     "CloseDesktop": ("user32", BOOL, [HANDLE], _true),
     "GetProcessWindowStation": ("user32", HANDLE, [], _true),
+    "OpenWindowStationW": ("user32", HANDLE, [LPCWSTR, BOOL, DWORD], _true),
+    "CloseWindowStation": ("user32", BOOL, [HANDLE], _true),
     "GetUserObjectInformationW": ("user32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD,
                                                    _P(DWORD)], _true),
 }
@@ -131,7 +149,7 @@ def win32() -> SimpleNamespace:
     if sys.platform != "win32":
         raise UnavailableError("backend_unavailable", "the Windows backend runs only on Windows")
     dlls = {name: ctypes.WinDLL(name, use_last_error=True)
-            for name in ("userenv", "advapi32", "kernel32", "user32")}
+            for name in DLLS}
     bound = {}
     for name, (dll, restype, argtypes, errcheck) in _SIGNATURES.items():
         func = getattr(dlls[dll], name)

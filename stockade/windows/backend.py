@@ -11,7 +11,17 @@ from stockade.windows import fsinfo, rules
 from stockade.windows.api import win32
 from stockade.windows.handle import WindowsHandle
 
-MINIMUM_BUILD = 10240  # Windows 10: JOB_LIST and the image-load mitigations
+# Windows 10 1809 / Server 2019: an AppContainer created with the mitigation-policy attribute
+# fails before it, and DeleteFileW's POSIX semantics, which the ledger relies on, start there.
+MINIMUM_BUILD = 17763
+
+
+def build_refusal(build: int) -> str | None:
+    """Why this Windows build cannot run the backend, or None."""
+    if build < MINIMUM_BUILD:
+        return (f"Windows build {build}; the backend needs Windows 10 1809 (build "
+                f"{MINIMUM_BUILD}) or later")
+    return None
 
 
 class WindowsBackend(Backend):
@@ -21,10 +31,9 @@ class WindowsBackend(Backend):
         if sys.platform != "win32":
             raise UnavailableError("backend_unavailable",
                                    "the Windows backend runs only on Windows")
-        build = sys.getwindowsversion().build
-        if build < MINIMUM_BUILD:
-            raise UnavailableError("windows_too_old",
-                                   f"Windows build {build}; the backend needs Windows 10 or later")
+        why = build_refusal(sys.getwindowsversion().build)
+        if why:
+            raise UnavailableError("windows_too_old", why)
         try:
             win32()
         except AttributeError as exc:

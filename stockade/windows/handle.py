@@ -5,14 +5,20 @@ step undone at settlement, newest first):
 
 1. identity: the AppContainer profile named from the request id (identity.py);
 2. filesystem: the ACE plan applied for that AppContainer (filesystem.py);
-3. a Job with the launch's limits (job.py) and a private desktop (desktop.py);
+3. a Job with the launch's limits (job.py), an entry for the AppContainer on this process's
+   window station and a private desktop with a bounded heap (desktop.py);
 4. the child created suspended in its AppContainer, already in the Job, inheriting exactly its
-   three standard handles (process.py); its token and Job membership verified (tokens.py), or
-   the Job is terminated and the launch fails; then resumed.
+   three standard handles (process.py); then verified from what is read back, not from what
+   was asked for — its token and Job membership (tokens.py), the Job's settings
+   (QueryInformationJobObject), the handles it holds (an inheritable canary outside the handle
+   list must not be among them), its mitigation policies, the desktop's and window station's
+   entries — or the Job is terminated and the launch fails; then resumed.
 
 When the child exits, the Job is terminated (so nothing it started outlives it, as on Linux when
-the sandbox's pid 1 exits), and the launch settles: desktop and Job closed, DACLs reverted,
-profile deleted.
+the sandbox's pid 1 exits) and drained — a bounded wait until it holds no process, since a
+terminated process still holds its files until it is gone — and the launch settles: desktop and
+Job closed, window-station entry removed, DACLs reverted, profile deleted. A Job that does not
+drain settles nothing (`job_not_drained`): the ledger record is left for the next reconcile.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from stockade.errors import SetupError, StartError, StockadeError
 from stockade.launch.backend import Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.windows import (
+    acl,
     admission,
     cmdline,
     desktop,
@@ -43,13 +50,14 @@ from stockade.windows import (
     tokens,
 )
 from stockade.windows import constants as c
+from stockade.windows import sid as sids
 from stockade.windows.aclstore import WindowsAclStore
 from stockade.windows.api import win32
 from stockade.windows.stdio import ChildStdio
 from stockade.windows.structs import DWORD
 
 if TYPE_CHECKING:
-    from stockade.lifecycle.ledger import Ledger
+    from stockade.lifecycle.ledger import LaunchRecord, Ledger
 
 KILLED_SIGNAL = 9  # how a killed sandbox is reported, as on Linux (SIGKILL)
 _WAIT_SLICE_MS = 100
@@ -73,6 +81,7 @@ class WindowsHandle(Handle):
         self._job: int | None = None
         self._process: int | None = None
         self._pipes: ChildStdio | None = None
+        self._kept_leases: contextlib.ExitStack | None = None
         self._stack = contextlib.ExitStack()
         self._stage = "identity"
         try:
@@ -114,39 +123,73 @@ class WindowsHandle(Handle):
         plan = job.job_plan(request.limits, os.cpu_count() or 1)
         self._job = job.create_job(plan)
         self._stack.callback(api.CloseHandle, self._job)
+        station = desktop.window_station()
+        record.add(desktop.STATION_KIND, station, {"sid": package})
+        with leases.briefly(user, records.station_lock(station)):
+            station_aces = desktop.change_station(
+                station, functools.partial(desktop.station_granted, sid=package))
         desk = desktop.desktop_name()
-        self._stack.callback(api.CloseDesktop,
-                             desktop.create_desktop(desk, desktop.desktop_sddl(user, package)))
+        desk_handle = desktop.create_desktop(desk, desktop.desktop_sddl(user, package))
+        self._stack.callback(api.CloseDesktop, desk_handle)
+        # Runs once the child's handles are closed, before the desktop and the record go.
+        self._stack.callback(self._drain, self._job, record, held)
+        desk_aces = desktop.object_aces(desk_handle)
+        seen_desktop = {"name": desk, "appcontainer_rights": acl.allowed(desk_aces, package),
+                        "every_appcontainer_rights": acl.allowed(desk_aces, sids.ALL_APP_PACKAGES),
+                        "station_rights": acl.allowed(station_aces, package)}
         self.stages.append(("job_desktop", time.monotonic()))
         self._stage = "start"
         pipes = ChildStdio(stdio)
         self._pipes = pipes
+        wanted_mitigations = process.mitigations(request.exec_from_write)
+        canary = process.inheritable_canary()
         try:
-            created = process.create(process.Launch(
-                application=application, command_line=cmdline.command_line(request.argv),
-                environment=envblock.environment_block(request.env), cwd=request.cwd,
-                desktop=f"{desktop.window_station()}\\{desk}", package_sid=package,
-                job=self._job, stdio=tuple(pipes.handles),
-                mitigations=process.mitigations(request.exec_from_write)))
-        except OSError as exc:
-            if exc.winerror in _NOT_STARTABLE:
-                raise StartError("command_not_started",
-                                 f"{request.argv[0]}: {exc.strerror}") from None
-            raise
+            try:
+                created = process.create(process.Launch(
+                    application=application, command_line=cmdline.command_line(request.argv),
+                    environment=envblock.environment_block(request.env), cwd=request.cwd,
+                    desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
+                    stdio=tuple(pipes.handles), mitigations=wanted_mitigations))
+            except OSError as exc:
+                if exc.winerror in _NOT_STARTABLE:
+                    raise StartError("command_not_started",
+                                     f"{request.argv[0]}: {exc.strerror}") from None
+                raise
+            self._process = created.process
+            self._stack.callback(api.CloseHandle, created.process)
+            self._stack.callback(api.CloseHandle, created.thread)
+            held_handles = process.holds(created.process, (*pipes.handles, canary))
         finally:
+            api.CloseHandle(canary)
             pipes.close_child_ends()
-        self._process = created.process
-        self._stack.callback(api.CloseHandle, created.process)
-        self._stack.callback(api.CloseHandle, created.thread)
-        observed = tokens.child_token(created.process, self._job)
-        refusal = observed.refusal(package)
+        seen = {"token": tokens.child_token(created.process, self._job),
+                "job": job.observed(self._job), "handles": held_handles,
+                "mitigations": process.observed_mitigations(created.process),
+                "desktop": seen_desktop}
+        refusal = confinement_refusal(package, plan, wanted_mitigations, seen)
         if refusal:
             raise SetupError("confinement_unverified", refusal, stage="verify")
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done, observed.facts(package))
+        self.enforced = _enforced(request, plan, done, seen, package)
         self.stages.append(("start", time.monotonic()))
+
+    def _drain(self, job_handle: int, record: LaunchRecord, held: contextlib.ExitStack) -> None:
+        """Wait (bounded) until the terminated Job holds no process. Until then a process may
+        still hold files open in the roots and the profile's storage, so if it does not drain,
+        nothing is undone now: the record is left for the next reconcile (and the leases on
+        overridden paths kept until this process ends)."""
+        try:
+            if job.drained(functools.partial(job.active_processes, job_handle)):
+                return
+        except OSError:
+            pass  # the Job cannot be asked: as if it had not drained
+        record.abandon()
+        self._kept_leases = held.pop_all()
+        raise SetupError("job_not_drained", "the sandbox's processes did not all exit within "
+                         f"{job.DRAIN_WAIT:g}s of being terminated; what the launch changed is "
+                         "left to the next reconcile", stage="settle")
 
     def wait(self, timeout: float | None = None) -> Exit | None:
         if self._exit is not None:
@@ -201,10 +244,30 @@ def _executable(request: LaunchRequest) -> str:
     return path
 
 
-def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int],
-              verified: dict[str, object]) -> dict:
-    """What this launch enforced; `verified` is what the suspended child's token and Job
-    membership were observed to be (the readiness probe judges these, see probe.py)."""
+def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
+                        seen: dict) -> str | None:
+    """Why the suspended child is not confined as launched, from what was read back (`seen`:
+    its token, the Job's settings, the handles it holds, its mitigation policies, the desktop's
+    and window station's entries); None if it is."""
+    token: tokens.ChildToken = seen["token"]
+    desk = seen["desktop"]
+    return (token.refusal(package) or process.handles_refusal(seen["handles"])
+            or (None if seen["job"] == job.applied(plan)
+                else "the Job does not hold the settings it was given")
+            or (None if seen["mitigations"] == mitigations
+                else "the child's mitigation policies are not the ones asked for")
+            or (None if (desk["appcontainer_rights"], desk["every_appcontainer_rights"],
+                         desk["station_rights"]) == (desktop.APPCONTAINER_RIGHTS, 0,
+                                                     desktop.STATION_RIGHTS)
+                else "the desktop or window station does not grant what was asked for"))
+
+
+def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int], seen: dict,
+              package: str) -> dict:
+    """What this launch enforced, as read back from the suspended child and its Job, desktop
+    and window station (`seen`, as `confinement_refusal` took it); the readiness probe judges
+    these next to what its child reports from inside (see probe.py)."""
+    held = seen["handles"]
     limits = {"timeout": "wall clock; the Job is terminated"} \
         if request.limits.timeout is not None else {}
     if plan.job_memory:
@@ -213,8 +276,9 @@ def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int],
         limits["pids"] = "Job active-process limit (processes)"
     if plan.cpu_rate is not None:
         limits["cpu"] = f"Job CPU rate hard cap ({plan.cpu_rate / 100:g}% of all processors)"
-    return {"identity": "appcontainer", "capabilities": 0, "verified": verified,
-            "filesystem": done, "exec_from_write": request.exec_from_write,
-            "mitigations": process.mitigations(request.exec_from_write),
-            "job": job.applied(plan), "desktop": "private",
-            "handles": "stdin, stdout, stderr", "limits": limits}
+    return {"identity": "appcontainer", "capabilities": 0,
+            "verified": seen["token"].facts(package), "filesystem": done,
+            "exec_from_write": request.exec_from_write, "mitigations": seen["mitigations"],
+            "job": seen["job"], "desktop": seen["desktop"],
+            "handles": {"standard": sum(held[:3]), "outside_list": sum(held[3:])},
+            "limits": limits}

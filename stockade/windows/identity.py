@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import ntpath
+import os
 import re
+from collections.abc import Callable
 
 from stockade.errors import SetupError
 from stockade.windows import constants as c
 from stockade.windows.api import win32
-from stockade.windows.structs import PSID
+from stockade.windows.structs import PSID, PVOID
 
 PROFILE_NAME = re.compile(r"stockade-ac-[0-9a-f]{24}")
+_NOT_FOUND = (c.HRESULT_FILE_NOT_FOUND, c.HRESULT_PATH_NOT_FOUND, c.HRESULT_NOT_FOUND)
 
 
 def profile_name(request_id: str, retired: set[str]) -> str:
@@ -62,12 +66,45 @@ def create_profile(name: str) -> str:
         api.FreeSid(psid)
 
 
-def delete_profile(name: str) -> bool:
-    """Delete the profile; one that does not exist counts as deleted. Whether one existed."""
+def delete_profile(name: str, is_dir: Callable[[str], bool] | None = None) -> None:
+    """Delete the profile, and fail (OSError) unless it is gone afterwards.
+
+    DeleteAppContainerProfile returns success for a profile that does not exist, and may leave
+    storage behind that a process still holds open, so its answer says nothing about whether a
+    profile existed or is gone: `profile_exists` is asked instead."""
     result = win32().DeleteAppContainerProfile(name) & 0xFFFFFFFF
-    if result not in (0, c.HRESULT_FILE_NOT_FOUND, c.HRESULT_NOT_FOUND):
+    if result:
         raise OSError(None, f"DeleteAppContainerProfile failed (HRESULT 0x{result:08X})")
-    return result == 0
+    if profile_exists(name, is_dir):
+        raise OSError(None, "the AppContainer profile's storage is still there after "
+                            "DeleteAppContainerProfile")
+
+
+def profile_exists(name: str, is_dir: Callable[[str], bool] | None = None) -> bool:
+    """Whether the profile `name` (still) has its storage, asked without changing anything:
+    its package SID is derived from the name, GetAppContainerFolderPath gives that
+    AppContainer's local folder (`...\\Packages\\<name>\\AC`), and the profile exists while
+    that folder's parent does. "Not found" instead of a path counts as no profile; any other
+    failure is an OSError (it proves nothing either way)."""
+    api = win32()
+    path = PVOID()
+    result = api.GetAppContainerFolderPath(derive_sid(name), ctypes.byref(path)) & 0xFFFFFFFF
+    if result in _NOT_FOUND:
+        return False
+    if result:
+        raise OSError(None, f"GetAppContainerFolderPath failed (HRESULT 0x{result:08X})")
+    try:
+        folder = ctypes.wstring_at(path.value) if path.value else ""
+    finally:
+        api.CoTaskMemFree(path)
+    return profile_folder_present(folder, name, is_dir or os.path.isdir)
+
+
+def profile_folder_present(folder: str, name: str, is_dir: Callable[[str], bool]) -> bool:
+    """Whether `folder`, as GetAppContainerFolderPath gave it, is the profile's and there: its
+    storage is the directory named after the profile, above `AC`."""
+    storage = ntpath.dirname(folder.rstrip("\\"))
+    return ntpath.basename(storage).casefold() == name.casefold() and is_dir(storage)
 
 
 def sid_string(psid: ctypes.c_void_p | int) -> str:

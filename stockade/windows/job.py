@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
@@ -20,6 +22,8 @@ from stockade.launch.request import LimitSpec
 from stockade.windows import constants as c
 from stockade.windows.api import win32
 from stockade.windows.structs import (
+    DWORD,
+    JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
     JOBOBJECT_BASIC_UI_RESTRICTIONS,
     JOBOBJECT_CPU_RATE_CONTROL_INFORMATION,
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
@@ -61,20 +65,48 @@ def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
     return JobPlan(flags, memory, processes, rate)
 
 
-# JOB_OBJECT_LIMIT_BREAKAWAY_OK | JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK: never set, only tested for
-_BREAKAWAY = 0x00000800 | 0x00001000
+# Never set, only tested for.
+_BREAKAWAY = c.JOB_OBJECT_LIMIT_BREAKAWAY_OK | c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK
+DRAIN_WAIT = 10.0  # seconds for a terminated Job's processes to be gone
+_DRAIN_POLL = 0.01
+
+
+def settings(extended: JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+             ui: JOBOBJECT_BASIC_UI_RESTRICTIONS,
+             rate: JOBOBJECT_CPU_RATE_CONTROL_INFORMATION | None) -> dict[str, object]:
+    """A Job's settings as facts (for `Handle.enforced`), from the structures that set them or
+    that QueryInformationJobObject read back."""
+    flags = extended.BasicLimitInformation.LimitFlags
+    capped = rate is not None and rate.ControlFlags & c.JOB_OBJECT_CPU_RATE_CONTROL_ENABLE
+    return {"kill_on_close": bool(flags & c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE),
+            "breakaway": bool(flags & _BREAKAWAY),
+            "die_on_unhandled_exception": bool(
+                flags & c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION),
+            "ui_restrictions": "all" if ui.UIRestrictionsClass == c.JOB_OBJECT_UILIMIT_ALL
+            else f"0x{ui.UIRestrictionsClass:X}",
+            "memory": extended.JobMemoryLimit if flags & c.JOB_OBJECT_LIMIT_JOB_MEMORY else 0,
+            "active_processes": extended.BasicLimitInformation.ActiveProcessLimit
+            if flags & c.JOB_OBJECT_LIMIT_ACTIVE_PROCESS else 0,
+            "cpu_rate": rate.CpuRate if capped else None}
 
 
 def applied(plan: JobPlan) -> dict[str, object]:
-    """What a Job created from `plan` was set to, as facts (for `Handle.enforced`)."""
-    return {"kill_on_close": bool(plan.limit_flags & c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE),
-            "breakaway": bool(plan.limit_flags & _BREAKAWAY),
-            "die_on_unhandled_exception": bool(
-                plan.limit_flags & c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION),
-            "ui_restrictions": "all" if plan.ui_restrictions == c.JOB_OBJECT_UILIMIT_ALL
-            else f"0x{plan.ui_restrictions:X}",
-            "memory": plan.job_memory, "active_processes": plan.active_processes,
-            "cpu_rate": plan.cpu_rate}
+    """What a Job created from `plan` must be found to be set to."""
+    return settings(extended_limits(plan), ui_restrictions(plan), cpu_rate(plan))
+
+
+def drained(active: Callable[[], int], wait: float = DRAIN_WAIT, *,
+            clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether a terminated Job's process count (`active`) reached 0 within `wait` seconds.
+    TerminateJobObject only starts the termination; a process counts until it has exited and
+    every reference to it is released, so its storage and DACLs are let go only then."""
+    deadline = clock() + wait
+    while active():
+        if clock() >= deadline:
+            return False
+        sleep(_DRAIN_POLL)
+    return True
 
 
 def extended_limits(plan: JobPlan) -> JOBOBJECT_EXTENDED_LIMIT_INFORMATION:
@@ -114,3 +146,25 @@ def create_job(plan: JobPlan) -> int:
         api.CloseHandle(handle)
         raise
     return handle
+
+
+def observed(handle: int) -> dict[str, object]:
+    """The Job's settings as QueryInformationJobObject reads them back (`settings`)."""
+    extended = _query(handle, c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
+                      JOBOBJECT_EXTENDED_LIMIT_INFORMATION())
+    ui = _query(handle, c.JOB_OBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_BASIC_UI_RESTRICTIONS())
+    rate = _query(handle, c.JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION,
+                  JOBOBJECT_CPU_RATE_CONTROL_INFORMATION())
+    return settings(extended, ui, rate)
+
+
+def active_processes(handle: int) -> int:
+    """How many processes the Job still holds (JobObjectBasicAccountingInformation)."""
+    return _query(handle, c.JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION,
+                  JOBOBJECT_BASIC_ACCOUNTING_INFORMATION()).ActiveProcesses
+
+
+def _query(handle: int, info_class: int, info: ctypes.Structure):
+    win32().QueryInformationJobObject(handle, info_class, ctypes.byref(info),
+                                      ctypes.sizeof(info), ctypes.byref(DWORD()))
+    return info

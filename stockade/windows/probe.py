@@ -1,22 +1,28 @@
 """The Windows half of the readiness probe (the shared stages are stockade/lifecycle/probe.py's).
 
 The `launch` stage makes a fresh probe directory under the state directory — a workspace (write
-root) holding a protected `.git` and a denied `secret` — snapshots the DACLs of those three
-paths, and runs `cmd.exe /d /c exit 0` through the backend under a minimal policy: the system
-root readable, the workspace writable, network `none`, a closed environment, Job limits. A
-launch only starts once the backend has checked the suspended child's token and Job membership;
-what it observed and applied is the handle's `enforced`, from which the facts below are taken.
-Then, once the launch has settled: the AppContainer profile is gone, every DACL is exactly as
-before, and the launch's ledger record is gone.
+root) holding a protected `.git` and a denied `secret`, and an `outside` file no root grants —
+snapshots the DACLs of the workspace, `.git` and `secret` and this window station's entries,
+listens on a loopback port, and runs the probe child (probe_child.py, with this interpreter)
+through the backend under a minimal policy: the system root and the interpreter readable, the
+workspace writable, network `none`, a closed environment, Job limits. Two kinds of facts come
+back, and both are observations, never the plan echoed:
+
+- from outside, what the backend read back from the suspended child before it ran (the
+  handle's `enforced`): its token and Job membership, the Job's settings
+  (QueryInformationJobObject), the handles it holds (its three standard ones, and not an
+  inheritable canary outside its handle list), its mitigation policies, the desktop's and the
+  window station's entries for its AppContainer;
+- from inside, the child's own report: its token, its Job and that Job's settings as the
+  child queries them, its mitigation policies, the desktop its thread is on (the launch's) and
+  whether the user's default desktop opens, its environment, its file and loopback attempts.
 
 Each fact belongs to a stage of EXPECTATIONS; the first stage with a fact that does not hold
-fails readiness as `<stage>_not_enforced`. `cmd.exe` not exiting 0 (it could not start on the
-private desktop, say) fails the `launch` stage as `probe_command_failed`.
-
-What this probe does not observe, because `cmd.exe /d /c exit 0` reports nothing back: the
-child's actual access to files, the network and the environment (the real-child tests in
-tests/test_windows_enforcement.py show those on a Windows host), and the Job's settings as
-re-read from the Job (they are the settings the backend applied without error).
+fails readiness as `<stage>_not_enforced`. A child that does not exit 0 with a report (it could
+not start on the private desktop, say) fails the `launch` stage as `probe_command_failed`.
+Then, once the launch has settled: the AppContainer profile is gone (asked without side
+effects, identity.profile_exists), every DACL and the window station's entries are exactly as
+before, and the launch's ledger record is gone.
 
 Facts are booleans, counts and names; the attestation never holds a path, a SID or the
 profile's name.
@@ -24,10 +30,14 @@ profile's name.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import platform
 import secrets
 import shutil
+import socket
+import sys
 from typing import Protocol
 
 from stockade import __version__
@@ -36,38 +46,56 @@ from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.lifecycle.probe import Refused, Run
+from stockade.windows import admission, desktop, identity, probe_child, process, tokens
 from stockade.windows import constants as c
-from stockade.windows import identity
-from stockade.windows.acl import Dacl
+from stockade.windows import job as jobs
+from stockade.windows.acl import Ace, Dacl
+from stockade.windows.structs import (
+    JOBOBJECT_BASIC_UI_RESTRICTIONS,
+    JOBOBJECT_CPU_RATE_CONTROL_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+)
 
-PROBE_COMMAND = ("cmd.exe", "/d", "/c", "exit", "0")
 # facts.PROBE_LIMITS without file_size (Windows has no such limit, see rules.py).
 PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PROBE_PIDS,
                          output=1 << 20)
-PROTECTED, DENIED = ".git", "secret"
+PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
+PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+_STRUCTURES = {"extended": JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+               "ui": JOBOBJECT_BASIC_UI_RESTRICTIONS,
+               "cpu_rate": JOBOBJECT_CPU_RATE_CONTROL_INFORMATION}
 
 
 def _at_least(minimum: int) -> facts.Check:
     return ((lambda value: type(value) is int and value >= minimum), f"at least {minimum}")
 
 
-# stage -> fact -> check; the order is the order in which stages fail.
+# stage -> fact -> check; the order is the order in which stages fail. `child_*` facts are the
+# probe child's own report; the others were read back from outside.
 _is = facts.exactly
+_denied = ((lambda value: value == "denied"), "'denied'")
 EXPECTATIONS: facts.Table = {
     "identity": {"appcontainer_token": _is(True), "launch_package_sid": _is(True),
-                 "capabilities": _is(0)},
+                 "capabilities": _is(0), "child_appcontainer_token": _is(True),
+                 "child_launch_package_sid": _is(True), "child_capabilities": _is(0)},
     "job": {"in_job": _is(True), "job_kill_on_close": _is(True), "job_breakaway": _is(False),
-            "job_die_on_unhandled_exception": _is(True), "job_ui_restrictions": _is("all")},
-    "desktop": {"private_desktop": _is(True)},
-    "handles": {"inherited_handles": _is("stdin, stdout, stderr")},
+            "job_die_on_unhandled_exception": _is(True), "job_ui_restrictions": _is("all"),
+            "child_in_job": _is(True), "child_sees_the_job": _is(True)},
+    "desktop": {"private_desktop": _is(True), "default_desktop": _denied,
+                "desktop_rights": _is(True), "station_rights": _is(True)},
+    "handles": {"inherited_standard": _is(3), "inherited_outside_list": _is(0)},
     # The workspace granted; `.git` made read-only and `secret` denied, each an override.
     "filesystem": {"acl_grants": _at_least(1), "acl_overrides": _at_least(2),
-                   "no_low_label_images": _is(True), "extension_points_disabled": _is(True),
-                   "no_remote_images": _is(True)},
+                   "write_root": _is("ok"), "protected_name": _denied, "denied_path": _denied,
+                   "outside_path": _denied, "no_low_label_images": _is(True),
+                   "extension_points_disabled": _is(True), "no_remote_images": _is(True),
+                   "child_mitigations_as_read_back": _is(True)},
+    "network": {"tcp_loopback": ((lambda v: isinstance(v, str) and v != "ok"), "an error")},
+    "environment": {"environment": _is([name.upper() for name in PROBE_ENVIRONMENT])},
     "limits": {"job_memory": _is(facts.PROBE_MEMORY), "job_active_processes": _is(facts.PROBE_PIDS),
                "timeout": _is(True)},
     "lifetime": {"profile_deleted": _is(True), "acl_restored": _is(True),
-                 "ledger_settled": _is(True)},
+                 "station_restored": _is(True), "ledger_settled": _is(True)},
 }
 
 
@@ -78,8 +106,14 @@ class Host(Protocol):
 
     def dacl(self, path: str) -> Dacl: ...
 
-    def profile_left(self, name: str) -> bool:
-        """Whether an AppContainer profile `name` still existed (it is deleted now)."""
+    def station_aces(self) -> tuple[Ace, ...]:
+        """This process's window station's entries."""
+
+    def package_sid(self, name: str) -> str:
+        """The package SID of the AppContainer profile `name` (derived, whether it exists)."""
+
+    def profile_exists(self, name: str) -> bool:
+        """Whether the AppContainer profile `name` exists (asked without side effects)."""
 
 
 class Win32Host:
@@ -91,19 +125,29 @@ class Win32Host:
         from stockade.windows.aclstore import WindowsAclStore
         return WindowsAclStore().read(path)
 
-    def profile_left(self, name: str) -> bool:
-        return identity.delete_profile(name)
+    def station_aces(self) -> tuple[Ace, ...]:
+        from stockade.windows import desktop
+        return desktop.change_station(desktop.window_station(), lambda aces: aces)
+
+    def package_sid(self, name: str) -> str:
+        return identity.derive_sid(name)
+
+    def profile_exists(self, name: str) -> bool:
+        return identity.profile_exists(name)
 
 
 class WindowsProbe:
     """`PlatformProbe` for the Windows backend; `host` defaults to the real one."""
 
     messages = {
-        "windows_too_old": "the Windows backend needs Windows 10 or later",
-        "probe_command_failed": "cmd.exe /d /c exit 0 did not exit 0 in the probe sandbox "
-                                "(it may not have been able to start on the private desktop)",
-        "confinement_unverified": "the probe command's token or Job membership was not as "
-                                  "launched; it was terminated before it ran",
+        "windows_too_old": "the Windows backend needs Windows 10 1809 (build 17763) or later",
+        "probe_command_failed": "the probe child did not exit 0 with its report (it may not "
+                                "have been able to start on the private desktop)",
+        "confinement_unverified": "the probe child's token, Job, handles, mitigations or "
+                                  "desktop, as read back, were not as launched; it was "
+                                  "terminated before it ran",
+        "job_not_drained": "the probe sandbox's processes did not all exit after it was "
+                           "terminated",
         "windows_setup_failed": "a Win32 call failed while setting up the probe sandbox",
     }
 
@@ -127,7 +171,7 @@ class WindowsProbe:
         facts.judge(observed, EXPECTATIONS)
 
     def launch(self, run: Run, ledger: Ledger) -> None:
-        """Run PROBE_COMMAND in a sandbox, recording what the backend verified into `run`."""
+        """Run the probe child in a sandbox, recording what it and the backend saw into `run`."""
         work = os.path.join(ledger.root, "work")
         statedir.ensure(work)
         # Not a ledger "dir" record: that remover is POSIX-only. Removed below; a crash leaves
@@ -142,63 +186,135 @@ class WindowsProbe:
     def _launch_in(self, run: Run, ledger: Ledger, top: str) -> None:
         from stockade.launch.manager import execute
 
-        request = probe_request(top, secrets.token_hex(16))
-        paths = (request.cwd, *(os.path.join(request.cwd, name) for name in (PROTECTED, DENIED)))
-        for path in paths:
-            os.mkdir(path, 0o700)
-        before = [self.host.dacl(path) for path in paths]
-        run.backend.check(request)
-        result = execute(run.backend, request)
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            request = probe_request(top, secrets.token_hex(16), listener.getsockname()[1])
+            paths = (request.cwd, *(os.path.join(request.cwd, n) for n in (PROTECTED, DENIED)))
+            before = [self.host.dacl(path) for path in paths]
+            station = self.host.station_aces()
+            run.backend.check(request)
+            result = execute(run.backend, request)
         run.enforced = result.enforced
-        run.facts |= launch_facts(result.enforced)
         run.facts["exit_code"] = result.exit_code
         if result.exit_code != 0:
             raise Refused("probe_command_failed", self.messages["probe_command_failed"])
+        name = identity.profile_name(request.request_id, set())
+        try:
+            run.facts |= launch_facts(result.enforced, json.loads(result.stdout),
+                                      self.host.package_sid(name))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise Refused("probe_command_failed",
+                          self.messages["probe_command_failed"]) from None
         record = os.path.basename(LaunchRecord(ledger, request.request_id).path)
         run.facts |= {
-            "profile_deleted": not self.host.profile_left(
-                identity.profile_name(request.request_id, set())),
+            "profile_deleted": not self.host.profile_exists(name),
             "acl_restored": [self.host.dacl(path) for path in paths] == before,
+            "station_restored": self.host.station_aces() == station,
             "ledger_settled": record not in ledger.records(),
         }
 
 
-def probe_request(top: str, request_id: str) -> LaunchRequest:
-    """The probe's minimal request: the system root readable, a workspace in `top` writable
-    with a protected and a denied name in it, network none, Job limits."""
+def probe_request(top: str, request_id: str, tcp_port: int) -> LaunchRequest:
+    """The probe's minimal request, in `top`: the system root and this interpreter readable, a
+    workspace writable with a protected and a denied name in it, an outside file, network
+    none, Job limits; the child told where to knock."""
     system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
+    python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
     workspace = os.path.join(top, "ws")
+    outside = os.path.join(top, OUTSIDE, "file")
+    for path in (workspace, *(os.path.join(workspace, n) for n in (PROTECTED, DENIED)),
+                 os.path.dirname(outside)):
+        os.mkdir(path, 0o700)
+    with open(outside, "w") as f:
+        f.write("outside every root\n")
+    params = {"sizes": {name: ctypes.sizeof(kind) for name, kind in _STRUCTURES.items()},
+              "protected": os.path.join(workspace, PROTECTED, "planted"),
+              "denied": os.path.join(workspace, DENIED), "outside": outside,
+              "tcp_port": tcp_port}
+    with open(probe_child.__file__) as f:
+        source = f.read()
+    reads = sorted({system_root, os.path.dirname(python),
+                    os.path.realpath(sys.base_prefix)}, key=str.casefold)
     return LaunchRequest(
-        argv=PROBE_COMMAND, cwd=workspace,
+        argv=(python, "-I", "-S", "-c", source, json.dumps(params)), cwd=workspace,
         env=(("PATH", os.path.join(system_root, "System32")), ("SystemRoot", system_root)),
-        read=(PathGrant(system_root, system_root),), write=(PathGrant(workspace, workspace),),
-        deny=(PathGrant(os.path.join(workspace, DENIED), os.path.join(workspace, DENIED)),),
+        read=tuple(PathGrant(p, p) for p in reads if not admission.inside(p, workspace)),
+        write=(PathGrant(workspace, workspace),),
+        deny=(PathGrant(params["denied"], params["denied"]),),
         protected=(PROTECTED,), limits=PROBE_LIMITS, request_id=request_id)
 
 
-def launch_facts(enforced: dict) -> dict[str, object]:
-    """The facts of EXPECTATIONS a launch's `enforced` holds (a missing one is None), and
-    `roots_open_to_every_appcontainer`, for information."""
+def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, object]:
+    """The facts of EXPECTATIONS from a launch's `enforced` (read back from outside) and its
+    child's `report` (from inside), `package_sid` being the launch's; a missing one is None.
+    Also `roots_open_to_every_appcontainer`, for information."""
     verified = enforced.get("verified", {})
-    job = enforced.get("job", {})
+    job_seen = enforced.get("job", {})
     done = enforced.get("filesystem", {})
+    desk = enforced.get("desktop", {})
+    held = enforced.get("handles", {})
     mitigations = enforced.get("mitigations", 0)
+    child = child_facts(report)
     return {
-        **{fact: verified.get(fact) for fact in EXPECTATIONS["identity"]},
-        "in_job": verified.get("in_job"),
-        **{f"job_{name}": job.get(name) for name in
+        **{fact: verified.get(fact) for fact in ("appcontainer_token", "launch_package_sid",
+                                                 "capabilities", "in_job")},
+        "child_appcontainer_token": child["appcontainer_token"],
+        "child_launch_package_sid": child["package_sid"].upper() == package_sid.upper(),
+        "child_capabilities": child["capabilities"],
+        **{f"job_{name}": job_seen.get(name) for name in
            ("kill_on_close", "breakaway", "die_on_unhandled_exception", "ui_restrictions")},
-        "private_desktop": enforced.get("desktop") == "private",
-        "inherited_handles": enforced.get("handles"),
+        "child_in_job": child["in_job"], "child_sees_the_job": child["job"] == job_seen,
+        "private_desktop": child["desktop"] == desk.get("name"),
+        "default_desktop": report["desktop"]["default_desktop"],
+        "desktop_rights": (desk.get("appcontainer_rights"),
+                           desk.get("every_appcontainer_rights")) == (
+                               desktop.APPCONTAINER_RIGHTS, 0),
+        "station_rights": desk.get("station_rights") == desktop.STATION_RIGHTS,
+        "inherited_standard": held.get("standard"),
+        "inherited_outside_list": held.get("outside_list"),
         "acl_grants": done.get("grants"), "acl_overrides": done.get("overrides"),
         "roots_open_to_every_appcontainer": done.get("roots_open_to_every_appcontainer"),
-        "no_low_label_images": bool(mitigations & c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON),
+        **{fact: report["files"][fact] for fact in ("write_root", "protected_name",
+                                                    "denied_path", "outside_path")},
+        "no_low_label_images": bool(
+            child["mitigations"] & c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON),
         "extension_points_disabled": bool(
-            mitigations & c.MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON),
-        "no_remote_images": bool(mitigations & c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON),
-        "job_memory": job.get("memory"), "job_active_processes": job.get("active_processes"),
+            child["mitigations"] & c.MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON),
+        "no_remote_images": bool(
+            child["mitigations"] & c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON),
+        "child_mitigations_as_read_back": child["mitigations"] == mitigations,
+        "tcp_loopback": report["tcp_loopback"],
+        "environment": sorted(name.upper() for name in report["environment"]),
+        "job_memory": job_seen.get("memory"),
+        "job_active_processes": job_seen.get("active_processes"),
         "timeout": "timeout" in enforced.get("limits", {}),
     }
+
+
+def child_facts(report: dict) -> dict:
+    """The probe child's raw answers decoded with the backend's own layouts (structs.py);
+    ValueError (or KeyError, TypeError) for a report that is not one."""
+    token, job_seen, policies = report["token"], report["job"], report["mitigations"]
+
+    def raw(answer: dict) -> bytes:
+        return bytes.fromhex(answer["hex"])
+
+    def dword(answer: dict) -> int:
+        return int.from_bytes(raw(answer)[:4], "little")
+
+    structures = {name: kind.from_buffer_copy(raw(job_seen[name]))
+                  for name, kind in _STRUCTURES.items()}
+    return {"appcontainer_token": bool(dword(token["is_appcontainer"])),
+            "package_sid": tokens.package_sid(raw(token["package"]),
+                                              token["package"]["address"]),
+            "capabilities": dword(token["capabilities"]),
+            "in_job": job_seen["in_job"] is True,
+            "job": jobs.settings(structures["extended"], structures["ui"],
+                                 structures["cpu_rate"]),
+            "mitigations": process.mitigation_bits(dword(policies["extension_points"]),
+                                                   dword(policies["image_load"])),
+            "desktop": report["desktop"]["name"]}
 
 
 def verified(observed: dict[str, object], *names: str) -> bool:

@@ -26,6 +26,9 @@ from stockade.windows.structs import (
     DWORD64,
     HANDLE,
     PROCESS_INFORMATION,
+    PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY,
+    PROCESS_MITIGATION_IMAGE_LOAD_POLICY,
+    SECURITY_ATTRIBUTES,
     SECURITY_CAPABILITIES,
     SIZE_T,
     STARTUPINFOEXW,
@@ -33,6 +36,29 @@ from stockade.windows.structs import (
 
 CREATION_FLAGS = (c.EXTENDED_STARTUPINFO_PRESENT | c.CREATE_UNICODE_ENVIRONMENT
                   | c.CREATE_SUSPENDED | c.DETACHED_PROCESS)
+
+
+def mitigation_bits(extension_points: int, image_load: int) -> int:
+    """The MITIGATION_POLICY bits (as `mitigations` gives them) that a process's policies,
+    as GetProcessMitigationPolicy reports them, hold."""
+    bits = c.MITIGATION_EXTENSION_POINT_DISABLE_ALWAYS_ON \
+        if extension_points & c.EXTENSION_POINTS_DISABLED else 0
+    if image_load & c.IMAGE_NO_REMOTE:
+        bits |= c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON
+    if image_load & c.IMAGE_NO_LOW_LABEL:
+        bits |= c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON
+    return bits
+
+
+def handles_refusal(held: tuple[bool, ...]) -> str | None:
+    """Why the child's inherited handles are not exactly its three standard ones: `held` says,
+    for its stdin, stdout and stderr and then for an inheritable canary outside the handle
+    list, whether the child holds that very object."""
+    if not all(held[:3]):
+        return "the child does not hold its three standard handles"
+    if any(held[3:]):
+        return "the child inherited a handle outside its handle list"
+    return None
 
 
 def mitigations(exec_from_write: bool) -> int:
@@ -101,3 +127,43 @@ def create(launch: Launch) -> Created:
         return Created(info.hProcess, info.hThread, info.dwProcessId)
     finally:
         api.DeleteProcThreadAttributeList(attribute_list)
+
+
+def observed_mitigations(process: int) -> int:
+    """The mitigation bits the (suspended) process was created with, as it reports them."""
+    api = win32()
+    extension = PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY()
+    image = PROCESS_MITIGATION_IMAGE_LOAD_POLICY()
+    for policy, info in ((c.PROCESS_EXTENSION_POINT_DISABLE_POLICY, extension),
+                         (c.PROCESS_IMAGE_LOAD_POLICY, image)):
+        api.GetProcessMitigationPolicy(process, policy, ctypes.byref(info), ctypes.sizeof(info))
+    return mitigation_bits(extension.Flags, image.Flags)
+
+
+def inheritable_canary() -> int:
+    """An inheritable event, alive while the child is created, outside its handle list: if the
+    list were not in force the child would inherit it."""
+    attributes = SECURITY_ATTRIBUTES(ctypes.sizeof(SECURITY_ATTRIBUTES), None, 1)
+    return win32().CreateEventW(ctypes.byref(attributes), True, False, None)
+
+
+def holds(process: int, handles: tuple[int, ...]) -> tuple[bool, ...]:
+    """For each of this process's `handles`, whether `process` holds the same object under the
+    same value (as an inherited handle is): duplicated out of it and compared."""
+    api = win32()
+    held = []
+    for value in handles:
+        copy = HANDLE()
+        try:
+            api.DuplicateHandle(process, value, api.GetCurrentProcess(), ctypes.byref(copy), 0,
+                                False, c.DUPLICATE_SAME_ACCESS)
+        except OSError as exc:
+            if exc.winerror != c.ERROR_INVALID_HANDLE:
+                raise
+            held.append(False)
+            continue
+        try:
+            held.append(bool(api.CompareObjectHandles(copy, value)))
+        finally:
+            api.CloseHandle(copy)
+    return tuple(held)

@@ -2,24 +2,30 @@
 
 - `appcontainer`: a profile, named `stockade-ac-<24 hex>` (identity.py); removed by deleting it;
 - `winacl`: one DACL change, named by its path, the detail as grants.py writes it; removed by
-  reverting it (grants.revert).
+  reverting it (grants.revert);
+- `winsta`: the launch's entry on a window station of this session, named by the station, the
+  detail its package SID; removed by taking that SID's entries off it (desktop.py).
 
 A validator refuses (ValueError) anything its remover could not act on safely, so a tampered or
 foreign record is quarantined rather than obeyed: a `winacl` record can only name a canonical
 drive path and a *package* SID, never a user's or a group's, so reverting it can only ever remove
 entries of an AppContainer.
 
-`KINDS` (validator, remover) is what stockade/lifecycle/removers.py registers on Windows, so
-that reconciliation handles these records; see docs/windows.md.
+`KINDS` (validator, remover) are registered with the ledger (removers.register) when this module
+is imported on Windows — by the backend, whose handle records them — so that reconciliation
+handles these records. The ledger imports no backend; elsewhere a record of these kinds is
+foreign and is quarantined. See docs/windows.md.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from functools import partial
 
-from stockade.windows import grants, identity, leases, tokens
+from stockade.lifecycle import removers
+from stockade.windows import desktop, grants, identity, leases, tokens
 from stockade.windows import sid as sids
 from stockade.windows.aceplan import GRANT, OVERRIDE
 from stockade.windows.acl import Ace
@@ -28,6 +34,7 @@ from stockade.windows.admission import lexical_refusal
 
 PROFILE_KIND = "appcontainer"
 _FILE_ID = re.compile(r"[0-9a-f]{1,16}:[0-9a-f]{1,32}")
+_STATION = re.compile(r"[A-Za-z0-9_$-]{1,64}")  # a window station's name: no backslash
 
 
 def validate_profile(name: str, detail: dict) -> None:
@@ -54,6 +61,24 @@ def validate_acl(name: str, detail: dict) -> None:
         Ace.from_hex(text)  # ValueError if not one ACE
 
 
+def validate_station(name: str, detail: dict) -> None:
+    if not _STATION.fullmatch(name):
+        raise ValueError("a winsta record names a window station")
+    if set(detail) != {"sid"} or not (isinstance(detail["sid"], str)
+                                      and sids.is_appcontainer(detail["sid"])):
+        raise ValueError("a winsta record's detail is exactly a package SID")
+
+
+def remove_station(name: str, detail: dict) -> None:
+    with leases.briefly(tokens.current_user_sid(), station_lock(name)):
+        desktop.change_station(name, partial(desktop.station_revoked, sid=detail["sid"]))
+
+
+def station_lock(name: str) -> str:
+    """What `leases.briefly` serialises a window station's DACL changes under."""
+    return f"window-station:{name}"
+
+
 def remove_profile(name: str, detail: dict) -> None:
     identity.delete_profile(name)
 
@@ -66,4 +91,15 @@ def remove_acl(name: str, detail: dict) -> None:
 KINDS: dict[str, tuple[Callable[[str, dict], None], Callable[[str, dict], None]]] = {
     PROFILE_KIND: (validate_profile, remove_profile),
     grants.KIND: (validate_acl, remove_acl),
+    desktop.STATION_KIND: (validate_station, remove_station),
 }
+
+
+def register_kinds() -> None:
+    """Make the ledger validate and reconcile these kinds (the owner registers its own)."""
+    for kind, (validator, remover) in KINDS.items():
+        removers.register(kind, validator, remover)
+
+
+if sys.platform == "win32":
+    register_kinds()

@@ -1,11 +1,12 @@
 """The Windows backend's rows of the enforcement report (stockade/lifecycle/report.py), computed
 from the facts the Windows readiness probe verified (probe.py) and from what `check` refuses.
 
-A row rests on the facts the probe can observe about its launch: the child's token and Job
-membership as checked before it ran, the Job, desktop, handle list and mitigations the backend
-applied, the access-control changes made and exactly reverted. The probe's command reports
-nothing from inside, so what only a child could show (that a read outside the roots fails, that
-a listening socket cannot be opened) is said in the reason, not claimed.
+A row rests on the facts the probe observed about its launch: from outside, what the backend
+read back from the suspended child (token, Job membership and settings, handles held,
+mitigation policies, the desktop's and window station's entries) and the access-control changes
+made and exactly reverted; from inside, the probe child's own report (its token, Job,
+mitigations, desktop, environment, and its file and loopback attempts). What neither shows (a
+listening socket, DNS, named pipes, the registry) is said in the reason, not claimed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from stockade.launch.backend import Backend
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.lifecycle.probe import Attestation
-from stockade.lifecycle.report import ENFORCED, PARTIAL, UNAVAILABLE, Row, accepted, row_maker
+from stockade.lifecycle.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
 from stockade.windows.probe import verified
 
 # What rules.check accepts, on any platform: a drive path for the root and working directory.
@@ -22,11 +23,14 @@ _PLAIN = LaunchRequest(argv=("cmd.exe",), cwd="C:\\", env=(), read=(PathGrant("C
 
 def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
     row = row_maker(attestation, verified)
-    token = ("appcontainer_token", "launch_package_sid", "capabilities")
-    job = ("in_job", "job_kill_on_close", "job_breakaway")
+    token = ("appcontainer_token", "launch_package_sid", "capabilities",
+             "child_appcontainer_token", "child_launch_package_sid", "child_capabilities")
+    job = ("in_job", "job_kill_on_close", "job_breakaway", "child_in_job", "child_sees_the_job")
     acl = ("acl_grants", "acl_restored")
     overrides = ("acl_overrides", "acl_restored")
-    images = ("no_low_label_images", "extension_points_disabled", "no_remote_images")
+    images = ("no_low_label_images", "extension_points_disabled", "no_remote_images",
+              "child_mitigations_as_read_back")
+    desktop = ("private_desktop", "default_desktop", "desktop_rights", "station_rights")
     no_network = "an AppContainer token without capabilities: no network capability at all"
     return (
         row("identity", "a fresh AppContainer profile per launch, no capabilities; the child's "
@@ -34,15 +38,18 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             {"token": token, "settlement": ("profile_deleted",)},
             "deleted at settlement; its name is never handed out again"),
         row("filesystem.read", "read+execute entries for the launch's package SID on each read "
-            "root", {"acl": acl},
+            "root", {"acl": acl, "child": ("outside_path",)},
             partial="anything open to every AppContainer (ALL APPLICATION PACKAGES: "
                     "C:\\Windows, C:\\Program Files, ...) is readable whatever the policy"),
         row("filesystem.write", "modify entries (no FILE_DELETE_CHILD, WRITE_DAC, WRITE_OWNER) "
-            "on each write root, inherited by what the child creates", {"acl": acl}),
+            "on each write root, inherited by what the child creates",
+            {"acl": acl, "child": ("write_root",)}),
         row("filesystem.deny", "a protected DACL without the launch's entries",
-            {"acl": overrides}, "refused when every AppContainer may read the path"),
+            {"acl": overrides, "child": ("denied_path",)},
+            "refused when every AppContainer may read the path"),
         row("filesystem.protected", "each occurrence made read-only (a protected DACL), the "
-            "directories above it unable to be deleted or renamed", {"acl": overrides},
+            "directories above it unable to be deleted or renamed",
+            {"acl": overrides, "child": ("protected_name",)},
             partial="only names present at launch; a name created during the run is writable"),
         row("filesystem.git", "every .git made read-only whole, as a protected name",
             {"acl": overrides}, partial="\"guarded\" is enforced as \"read-only\": git can "
@@ -52,10 +59,12 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "an interpreter from a read root may still read and run a script from a write root"),
         row("filesystem.links", "roots with reparse points or multiply-linked files refused "
             "before any access control changes", {"acl": acl}),
-        row("network.none", no_network, {"token": token}),
+        row("network.none", no_network, {"token": token, "child": ("tcp_loopback",)},
+            "the probe shows a loopback connection refused; TCP and UDP elsewhere, DNS and "
+            "listeners are for the Windows real-child tests"),
         row("network.loopback", "AppContainer loopback isolation; no loopback exemption is "
-            "added for the launch", {"token": token}, "host services on 127.0.0.1 are "
-            "unreachable"),
+            "added for the launch", {"token": token, "child": ("tcp_loopback",)},
+            "host services on 127.0.0.1 are unreachable"),
         row("network.link_local", no_network, {"token": token},
             "under network `any` they would be reachable, which is why `any` is refused"),
         row("network.listeners", "no internetClientServer or privateNetworkClientServer "
@@ -63,14 +72,14 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             partial="whether it may open a listening socket at all is not verified (the "
                     "Windows real-child tests are to show it)"),
         row("network.inherited_handles", "PROC_THREAD_ATTRIBUTE_HANDLE_LIST: only stdin, stdout "
-            "and stderr are inherited", {"handles": ("inherited_handles",)}),
+            "and stderr are inherited",
+            {"handles": ("inherited_standard", "inherited_outside_list")}),
         accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)),
                  "Stockade's proxy", base=_PLAIN),
         accepted(backend, "network.any", NetworkSpec("any"), "network capabilities",
                  base=_PLAIN),
-        Row("env", PARTIAL, "the request's closed environment as the environment block",
-            "applied by the backend; not observed by the readiness probe, whose command "
-            "reports nothing"),
+        row("env", "the request's closed environment as the environment block",
+            {"environment": ("environment",)}),
         row("limits.memory", "Job memory limit", {"job": ("job_memory",)},
             "the whole tree's committed memory"),
         row("limits.pids", "Job active-process limit", {"job": ("job_active_processes",)},
@@ -85,13 +94,16 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "captured bytes per stream", "hard, enforced by the owner"),
         row("kill_on_close", "Job kill-on-close, attached at creation, no breakaway",
             {"job": job}, "the owner holds the only handle: its death ends the tree"),
-        row("desktop", "a private desktop per launch, Low integrity label, the AppContainer "
-            "allowed only to attach and create windows", {"desktop": ("private_desktop",)}),
+        row("desktop", "a private desktop per launch (bounded heap), Low integrity label, the "
+            "AppContainer allowed only to attach and create windows, and only to read the "
+            "window station's attributes and atoms", {"desktop": desktop}),
         row("ui_restrictions", "Job UI restrictions: other processes' windows, clipboard, "
             "system parameters, display settings, global atoms, desktops, logging off",
             {"job": ("job_ui_restrictions",)}),
-        row("settlement", "the Job terminated, the desktop closed, every access-control "
-            "change reverted, the profile deleted, the ledger record removed",
-            {"lifetime": ("profile_deleted", "acl_restored", "ledger_settled")},
+        row("settlement", "the Job terminated and drained, the desktop closed, every "
+            "access-control change (files, window station) reverted, the profile deleted, the "
+            "ledger record removed",
+            {"lifetime": ("profile_deleted", "acl_restored", "station_restored",
+                          "ledger_settled")},
             "after a crash, the next reconcile does the same from the ledger"),
     )

@@ -95,3 +95,19 @@ class JOBOBJECT_BASIC_UI_RESTRICTIONS(ctypes.Structure):
 class JOBOBJECT_CPU_RATE_CONTROL_INFORMATION(ctypes.Structure):
     # ControlFlags, then a union whose CpuRate member is the only one used here.
     _fields_ = [("ControlFlags", DWORD), ("CpuRate", DWORD)]
+
+
+class JOBOBJECT_BASIC_ACCOUNTING_INFORMATION(ctypes.Structure):
+    _fields_ = [("TotalUserTime", LARGE_INTEGER), ("TotalKernelTime", LARGE_INTEGER),
+                ("ThisPeriodTotalUserTime", LARGE_INTEGER),
+                ("ThisPeriodTotalKernelTime", LARGE_INTEGER),
+                ("TotalPageFaultCount", DWORD), ("TotalProcesses", DWORD),
+                ("ActiveProcesses", DWORD), ("TotalTerminatedProcesses", DWORD)]
+
+
+class PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY(ctypes.Structure):
+    _fields_ = [("Flags", DWORD)]  # a union of Flags and its bit fields
+
+
+class PROCESS_MITIGATION_IMAGE_LOAD_POLICY(ctypes.Structure):
+    _fields_ = [("Flags", DWORD)]  # a union of Flags and its bit fields

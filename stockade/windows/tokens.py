@@ -8,8 +8,8 @@ import ctypes
 from dataclasses import dataclass
 
 from stockade.windows import constants as c
+from stockade.windows import sid as sids
 from stockade.windows.api import win32
-from stockade.windows.identity import sid_string
 from stockade.windows.structs import (
     BOOL,
     DWORD,
@@ -52,13 +52,33 @@ def token_refusal(in_job: bool, is_appcontainer: bool, package_sid: str, capabil
     return None
 
 
+def sid_in(raw: bytes, address: int, pointer: int | None) -> str:
+    """The SID that `pointer` designates inside a GetTokenInformation answer: `raw` is the
+    whole buffer, `address` where it lay. GetTokenInformation puts the SID in the same buffer,
+    after the structure pointing to it, so it is read from those bytes, never through the
+    pointer (which dangles once the buffer is freed). "" for a null pointer."""
+    if not pointer:
+        return ""
+    offset = pointer - address
+    if not 0 < offset < len(raw):
+        raise ValueError("the SID lies outside the token information buffer")
+    return sids.from_bytes(raw[offset:])[0]
+
+
+def package_sid(raw: bytes, address: int) -> str:
+    """The package SID of a TokenAppContainerSid answer ("" when the token has none)."""
+    pointer = TOKEN_APPCONTAINER_INFORMATION.from_buffer_copy(raw).TokenAppContainer
+    return sid_in(raw, address, pointer)
+
+
 def current_user_sid() -> str:
     api = win32()
     token = HANDLE()
     api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
     try:
         buffer = _information(token, c.TOKEN_USER)
-        return sid_string(SID_AND_ATTRIBUTES.from_buffer(buffer).Sid)
+        return sid_in(buffer.raw, ctypes.addressof(buffer),
+                      SID_AND_ATTRIBUTES.from_buffer_copy(buffer.raw).Sid)
     finally:
         api.CloseHandle(token)
 
@@ -83,11 +103,10 @@ def child_token(process: int, job: int) -> ChildToken:
     api.OpenProcessToken(process, c.TOKEN_QUERY, ctypes.byref(token))
     try:
         is_appcontainer = DWORD.from_buffer(_information(token, c.TOKEN_IS_APP_CONTAINER)).value
-        package = TOKEN_APPCONTAINER_INFORMATION.from_buffer(
-            _information(token, c.TOKEN_APP_CONTAINER_SID)).TokenAppContainer
+        buffer = _information(token, c.TOKEN_APP_CONTAINER_SID)  # holds the SID: kept alive
+        package = package_sid(buffer.raw, ctypes.addressof(buffer))
         capabilities = DWORD.from_buffer(_information(token, c.TOKEN_CAPABILITIES)).value
-        return ChildToken(bool(in_job.value), bool(is_appcontainer),
-                          sid_string(package) if package else "", capabilities)
+        return ChildToken(bool(in_job.value), bool(is_appcontainer), package, capabilities)
     finally:
         api.CloseHandle(token)
 

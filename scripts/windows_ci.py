@@ -1,0 +1,122 @@
+"""The steps of .github/workflows/windows.yml that are more than one command, each exiting
+non-zero when what it checks does not hold (the workflow gates on them):
+
+    python scripts/windows_ci.py imports       every Stockade module imports in a fresh interpreter
+    python scripts/windows_ci.py exit-codes    sandbox-exec: the command's status, 2, 70 and 71
+    python scripts/windows_ci.py probe FILE    `stockade probe --json`, the attestation kept
+    python scripts/windows_ci.py evidence FILE `stockade evidence`, the matrix kept
+    python scripts/windows_ci.py tests         the whole suite, Windows required (no skip passes)
+
+Run from the checkout, with Stockade installed (`pip install .[test]`). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+import tempfile
+
+STOCKADE = [sys.executable, "-m", "stockade"]
+EXIT_USAGE, EXIT_SETUP, EXIT_START = 2, 70, 71
+
+
+def imports() -> int:
+    """Each module, imported first in its own isolated interpreter: an import cycle or a
+    POSIX-only module shows up as that module's failure."""
+    import stockade
+
+    names = sorted(m.name for m in pkgutil.walk_packages(stockade.__path__, "stockade.")
+                   if not m.name.startswith("stockade.linux"))
+    failed = []
+    for name in ["stockade", *names]:
+        done = subprocess.run([sys.executable, "-I", "-c", f"import {name}"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            failed.append(name)
+            print(f"FAIL import {name}:\n{done.stderr.strip()}", flush=True)
+    print(f"{len(names) + 1 - len(failed)} modules imported, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def _policy(directory: str, name: str, body: dict) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        json.dump(body, f)
+    return path
+
+
+def exit_codes() -> int:
+    """sandbox-exec's contract: the command's own status through, 2 for an invalid policy, 70
+    for one the backend refuses, 71 for a command that cannot start."""
+    system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
+    with tempfile.TemporaryDirectory() as top:
+        top = os.path.realpath(top)
+        workspace = os.path.join(top, "ws")
+        os.mkdir(workspace)
+        base = {"version": 1, "filesystem": {"read": [system_root], "write": [workspace]},
+                "network": {"mode": "none"},
+                "env": {"set": {"SystemRoot": system_root,
+                                "PATH": os.path.join(system_root, "System32")}},
+                "process": {"cwd": workspace}}
+        good = _policy(top, "policy.json", base)
+        refused = _policy(top, "refused.json", base | {"network": {"mode": "any"}})
+        invalid = _policy(top, "invalid.json", base | {"no_such_section": {}})
+        cases = [(good, ["cmd", "/d", "/c", "exit", "0"], 0),
+                 (good, ["cmd", "/d", "/c", "exit", "7"], 7),
+                 (invalid, ["cmd", "/d", "/c", "exit", "0"], EXIT_USAGE),
+                 (refused, ["cmd", "/d", "/c", "exit", "0"], EXIT_SETUP),
+                 (good, ["stockade-no-such-program"], EXIT_START)]
+        wrong = 0
+        for policy, argv, expected in cases:
+            done = subprocess.run([*STOCKADE, "sandbox-exec", policy, "--", *argv],
+                                  capture_output=True, text=True, timeout=300, cwd=workspace)
+            ok = done.returncode == expected
+            wrong += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} sandbox-exec {os.path.basename(policy)} -- "
+                  f"{' '.join(argv)}: exit {done.returncode}, expected {expected}"
+                  + ("" if ok else f"\n{done.stderr.strip()}"), flush=True)
+    return 1 if wrong else 0
+
+
+def _kept(argv: list[str], path: str) -> int:
+    """Run `argv`, keep its stdout in `path` (an artifact), pass its stderr and status on."""
+    with open(path, "w") as out:
+        return subprocess.run(argv, stdout=out, timeout=1800).returncode
+
+
+def probe(path: str) -> int:
+    code = _kept([*STOCKADE, "probe", "--json"], path)
+    with open(path) as f:
+        print(f.read())
+    return code
+
+
+def evidence(path: str) -> int:
+    # No Windows evidence row exists yet (the W1 matrix is tests/test_windows_enforcement.py):
+    # rows that cannot run here are accepted as such, a FAILed row is not.
+    return _kept([*STOCKADE, "evidence", "--backend", "windows", "--json", "--allow-not-run"],
+                 path)
+
+
+def tests() -> int:
+    env = dict(os.environ, STOCKADE_REQUIRE_WINDOWS="1")
+    return subprocess.run([sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
+                           "tests"], env=env).returncode
+
+
+STEPS = {"imports": imports, "exit-codes": exit_codes, "probe": probe, "evidence": evidence,
+         "tests": tests}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in STEPS:
+        print(__doc__, file=sys.stderr)
+        return EXIT_USAGE
+    return STEPS[argv[0]](*argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,310 @@
+"""The Windows backend tells the truth (issue 20, item 3), against FakeWin32, whose functions
+behave as Microsoft documents them: profile existence is asked without side effects (deleting a
+profile that does not exist succeeds, so deletion proves nothing); the token buffer holding the
+package SID is alive while it is read; the build floor is 17763; a terminated Job is drained
+before anything it used is undone; the desktop has a bounded heap and the window station an
+entry for the launch alone; and a child whose Job, handles, mitigations or desktop read back
+otherwise than launched is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from types import SimpleNamespace
+
+import pytest
+from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
+
+from stockade.errors import SetupError
+from stockade.launch.request import LimitSpec
+from stockade.lifecycle import removers
+from stockade.lifecycle.ledger import Ledger
+from stockade.windows import acl, backend, desktop, handle, identity, job, process, records, tokens
+from stockade.windows import constants as c
+from stockade.windows import sid as sids
+from stockade.windows.acl import Ace
+from stockade.windows.probe import Win32Host
+
+PROFILE = "stockade-ac-" + "ab" * 12
+
+
+@pytest.fixture
+def kinds(monkeypatch):
+    """The ledger's kinds as they are; what a test registers is gone after it."""
+    monkeypatch.setattr(removers, "REMOVERS", dict(removers.REMOVERS))
+    monkeypatch.setattr(removers, "_VALIDATORS", dict(removers._VALIDATORS))
+
+
+@pytest.fixture
+def fake(monkeypatch) -> FakeWin32:
+    fake = FakeWin32()
+    bind_win32(monkeypatch, fake, identity, tokens, job, desktop, process, handle)
+    return fake
+
+
+# --- profiles ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder_fails", [False, True], ids=["computed-path", "not-found"])
+def test_a_profile_is_seen_to_exist_or_not_without_deleting_anything(fake, folder_fails):
+    sid = ctypes.c_void_p()
+    assert fake.CreateAppContainerProfile(PROFILE, "", "", None, 0, ctypes.byref(sid)) == 0
+    assert identity.profile_exists(PROFILE, fake.is_dir)
+    fake.DeleteAppContainerProfile(PROFILE)
+    fake.folder_fails = folder_fails  # both answers the documentation leaves open
+    assert not identity.profile_exists(PROFILE, fake.is_dir)
+    assert not identity.profile_exists("stockade-ac-" + "cd" * 12, fake.is_dir)
+    assert [call for call in fake.calls if call[0] == "DeleteAppContainerProfile"] == [
+        ("DeleteAppContainerProfile", PROFILE)]  # only the test's own
+
+
+def test_deleting_a_profile_that_never_existed_succeeds_so_the_probe_asks_existence(
+        fake, monkeypatch):
+    assert fake.DeleteAppContainerProfile(PROFILE) == 0  # the documented S_OK
+    monkeypatch.setattr(identity.os.path, "isdir", fake.is_dir)
+    host = Win32Host()
+    assert host.profile_exists(PROFILE) is False
+    assert host.package_sid(PROFILE) == fake.derived(PROFILE)
+    sid = ctypes.c_void_p()
+    fake.CreateAppContainerProfile(PROFILE, "", "", None, 0, ctypes.byref(sid))
+    asked = len(fake.calls)
+    assert host.profile_exists(PROFILE) is True
+    assert fake.calls[asked:] == [] and PROFILE in fake.profiles  # nothing changed by asking
+
+
+def test_a_profile_whose_storage_stays_is_not_counted_deleted(fake):
+    sid = ctypes.c_void_p()
+    fake.CreateAppContainerProfile(PROFILE, "", "", None, 0, ctypes.byref(sid))
+    fake.holding.add(PROFILE)  # a process of the sandbox still holds a file in it
+    with pytest.raises(OSError, match="still there"):
+        identity.delete_profile(PROFILE, fake.is_dir)
+    fake.holding.clear()
+    identity.delete_profile(PROFILE, fake.is_dir)  # the next reconcile's retry
+    identity.delete_profile(PROFILE, fake.is_dir)  # and again: idempotent
+    assert not identity.profile_exists(PROFILE, fake.is_dir)
+
+
+def test_an_unexplained_folder_path_failure_proves_nothing(fake, monkeypatch):
+    monkeypatch.setattr(fake, "GetAppContainerFolderPath",
+                        lambda sid, ref: 0x80070005 - (1 << 32))  # E_ACCESSDENIED
+    with pytest.raises(OSError, match="0x80070005"):
+        identity.profile_exists(PROFILE, fake.is_dir)
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+
+def test_the_package_sid_is_read_while_its_buffer_is_alive(fake):
+    fake.token_answers(1, PACKAGE, 0)
+    seen = tokens.child_token(0x10, 0x20)
+    assert seen == tokens.ChildToken(True, True, PACKAGE, 0)
+    fake.token_answers(0, "", 0)
+    assert tokens.child_token(0x10, 0x20).package_sid == ""
+
+
+def test_a_sid_pointer_outside_its_buffer_is_refused():
+    raw = (0).to_bytes(8, "little") + sids.to_bytes(PACKAGE)
+    assert tokens.sid_in(raw, 0x1000, 0x1008) == PACKAGE
+    for pointer in (0x0FF8, 0x1000, 0x1000 + len(raw)):
+        with pytest.raises(ValueError):
+            tokens.sid_in(raw, 0x1000, pointer)
+    assert tokens.sid_in(raw, 0x1000, None) == ""
+
+
+# --- build floor -------------------------------------------------------------------------------
+
+
+def test_the_backend_needs_windows_10_1809():
+    assert backend.MINIMUM_BUILD == 17763
+    assert backend.build_refusal(17763) is None and backend.build_refusal(26100) is None
+    for build in (10240, 14393, 17134, 17762):
+        assert "17763" in backend.build_refusal(build)
+
+
+# --- Jobs --------------------------------------------------------------------------------------
+
+
+def test_the_jobs_settings_are_read_back_not_copied_from_the_plan(fake):
+    plan = job.job_plan(LimitSpec(memory=256 << 20, pids=8, cpu=1.0), cpus=4)
+    handle_ = job.create_job(plan)
+    assert job.observed(handle_) == job.applied(plan) == {
+        "kill_on_close": True, "breakaway": False, "die_on_unhandled_exception": True,
+        "ui_restrictions": "all", "memory": 256 << 20, "active_processes": 8,
+        "cpu_rate": 2500}
+    # What the Job holds is what is reported, even when it is not what was planned.
+    leaky = job.extended_limits(plan)
+    leaky.BasicLimitInformation.LimitFlags |= c.JOB_OBJECT_LIMIT_BREAKAWAY_OK
+    fake.jobs[handle_]["set"][c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION] = bytes(leaky)
+    assert job.observed(handle_)["breakaway"] is True
+    assert job.observed(handle_) != job.applied(plan)
+
+
+def test_a_terminated_job_is_waited_for_until_it_holds_no_process(fake):
+    handle_ = job.create_job(job.job_plan(LimitSpec(), cpus=1))
+    fake.jobs[handle_]["active"] = 3
+    assert job.active_processes(handle_) == 3  # not terminating: nothing goes away
+    fake.TerminateJobObject(handle_, 1)
+    assert job.drained(lambda: job.active_processes(handle_), 5.0)
+    assert job.active_processes(handle_) == 0
+
+
+def test_a_job_that_does_not_drain_in_time_is_reported():
+    clock = iter(range(100))
+    assert not job.drained(lambda: 1, 3.0, clock=lambda: next(clock), sleep=lambda s: None)
+
+
+def settled_handle(fake: FakeWin32, state: str, order: list) -> handle.WindowsHandle:
+    """A WindowsHandle as `_launch` leaves it, its ledger record holding a profile and a DACL
+    change whose removers note how many processes the Job still held when they ran."""
+    job_handle = fake.CreateJobObjectW(None, None)
+    fake.jobs[job_handle]["active"] = 4  # the child and three descendants
+    active = fake.jobs[job_handle]
+
+    def note(kind):
+        return lambda name, detail: order.append((kind, active["active"]))
+
+    removers.register(records.PROFILE_KIND, records.validate_profile, note("profile"))
+    removers.register("winacl", lambda name, detail: None, note("acl"))
+    h = handle.WindowsHandle.__new__(handle.WindowsHandle)
+    h._lock, h._killed, h._pipes, h._kept_leases = handle.threading.Lock(), False, None, None
+    h._job, h._stack = job_handle, contextlib.ExitStack()
+    held = h._stack.enter_context(contextlib.ExitStack())
+    held.callback(lambda: order.append(("lease", active["active"])))
+    record = h._stack.enter_context(Ledger(state).launch("request-drain"))
+    record.add(records.PROFILE_KIND, PROFILE)
+    record.add("winacl", "C:\\ws", {})
+    h._stack.callback(fake.CloseHandle, job_handle)
+    h._stack.callback(h._drain, job_handle, record, held)
+    return h
+
+
+def test_settlement_undoes_nothing_before_the_job_has_drained(fake, tmp_path, kinds):
+    order: list = []
+    h = settled_handle(fake, str(tmp_path / "state"), order)
+    assert h._close() is None
+    assert order == [("acl", 0), ("profile", 0), ("lease", 0)]  # all after the last process
+    assert Ledger(str(tmp_path / "state")).records() == []
+
+
+def test_a_job_that_does_not_drain_leaves_its_record_for_the_next_reconcile(
+        fake, tmp_path, monkeypatch, kinds):
+    order: list = []
+    monkeypatch.setattr(job, "drained", lambda active, wait=0: False)
+    state = str(tmp_path / "state")
+    h = settled_handle(fake, state, order)
+    failure = h._close()
+    assert isinstance(failure, SetupError) and failure.code == "job_not_drained"
+    assert order == []  # nothing undone, the leases kept
+    assert len(Ledger(state).records()) == 1
+    done = Ledger(state).reconcile()  # the lease is free: the next reconcile settles it
+    assert (done.reconciled, done.failed) == (1, 0)
+    assert [kind for kind, _ in order] == ["acl", "profile"]
+
+
+# --- desktop and window station ----------------------------------------------------------------
+
+
+def test_the_desktop_is_created_with_a_bounded_heap(monkeypatch):
+    made = []
+    api = SimpleNamespace(
+        ConvertStringSecurityDescriptorToSecurityDescriptorW=lambda *a: 1,
+        CreateDesktopExW=lambda *args: made.append(args) or 0x77, LocalFree=lambda p: None)
+    monkeypatch.setattr(desktop, "win32", lambda: api)
+    monkeypatch.setattr(desktop, "fresh_last_error", lambda: None)
+    monkeypatch.setattr(desktop, "last_error", lambda: 0)
+    assert desktop.create_desktop("stockade-x", desktop.desktop_sddl(USER, PACKAGE)) == 0x77
+    ((name, device, mode, flags, access, attributes, heap, reserved),) = made
+    assert (name, device, mode, flags, heap, reserved) == ("stockade-x", None, None, 0,
+                                                           desktop.DESKTOP_HEAP_KB, None)
+    assert 0 < desktop.DESKTOP_HEAP_KB <= 4096  # kilobytes, far below an interactive desktop's
+
+
+def test_the_window_station_gains_one_entry_for_the_launch_and_loses_exactly_it():
+    station = (Ace.allow(USER, 0x37F, acl.CONTAINER_INHERIT | acl.INHERIT_ONLY),
+               Ace.allow(USER, 0x37F), Ace.allow(sids.SYSTEM, 0xF037F))
+    granted = desktop.station_granted(station, PACKAGE)
+    assert granted[:3] == station and len(granted) == 4
+    assert acl.allowed(granted, PACKAGE) == desktop.STATION_RIGHTS == 0x22
+    assert not granted[3].flags  # not inherited by the desktops made in it
+    assert desktop.station_granted(granted, PACKAGE) == granted  # idempotent
+    assert desktop.station_revoked(granted, PACKAGE.lower()) == station
+    with pytest.raises(ValueError):
+        desktop.station_granted(station, USER)  # never a user's or group's entry
+
+
+@pytest.mark.parametrize(("name", "detail"), [
+    ("WinSta0", {"sid": USER}), ("WinSta0", {"sid": sids.ALL_APP_PACKAGES}),
+    ("WinSta0", {}), ("WinSta0", {"sid": PACKAGE, "more": 1}), ("a\\b", {"sid": PACKAGE}),
+    ("", {"sid": PACKAGE}),
+])
+def test_a_window_station_record_names_a_station_and_a_package_sid_only(name, detail):
+    with pytest.raises(ValueError):
+        records.validate_station(name, detail)
+
+
+def test_a_window_station_record_is_valid_for_a_service_station_too():
+    for name in ("WinSta0", "Service-0x0-3e7$"):
+        records.validate_station(name, {"sid": PACKAGE})
+
+
+# --- what the suspended child is found to be ---------------------------------------------------
+
+
+def test_mitigation_bits_come_from_the_reported_policies():
+    assert process.mitigation_bits(1, 0b11) == process.mitigations(False)
+    assert process.mitigation_bits(1, 0b01) == process.mitigations(True)
+    assert process.mitigation_bits(0, 0) == 0
+
+
+@pytest.mark.parametrize(("held", "refused"), [
+    ((True, True, True, False), None), ((True, True, False, False), "standard"),
+    ((True, True, True, True), "outside its handle list"),
+])
+def test_the_child_must_hold_its_three_handles_and_not_the_canary(held, refused):
+    verdict = process.handles_refusal(held)
+    assert verdict is None if refused is None else refused in verdict
+
+
+def test_holding_is_judged_by_the_object_behind_the_value(monkeypatch):
+    class Child:
+        def DuplicateHandle(self, process_, value, target, ref, access, inherit, options):  # noqa
+            if value not in {4, 8, 12, 40}:
+                error = OSError(None, "invalid handle")
+                error.winerror = c.ERROR_INVALID_HANDLE
+                raise error
+            ref._obj.value = value + 1000
+            return 1
+
+        def CompareObjectHandles(self, copy, ours):  # noqa: N802
+            return copy.value - 1000 == ours and ours != 40  # 40: a different object of that value
+
+        GetCurrentProcess = staticmethod(lambda: -1)  # noqa: N815
+        CloseHandle = staticmethod(lambda h: 1)  # noqa: N815
+
+    monkeypatch.setattr(process, "win32", lambda: Child())
+    assert process.holds(0x50, (4, 8, 12, 16, 40)) == (True, True, True, False, False)
+
+
+def seen_ok(plan: job.JobPlan) -> dict:
+    return {"token": tokens.ChildToken(True, True, PACKAGE, 0), "job": job.applied(plan),
+            "handles": (True, True, True, False), "mitigations": process.mitigations(False),
+            "desktop": {"name": "stockade-x", "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
+                        "every_appcontainer_rights": 0,
+                        "station_rights": desktop.STATION_RIGHTS}}
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, 0)), "Job"),
+    (lambda s: s.update(handles=(True, True, True, True)), "handle list"),
+    (lambda s: s["job"].update(breakaway=True), "settings it was given"),
+    (lambda s: s["job"].update(memory=0), "settings it was given"),
+    (lambda s: s.update(mitigations=process.mitigations(True)), "mitigation"),
+    (lambda s: s["desktop"].update(every_appcontainer_rights=1), "desktop"),
+    (lambda s: s["desktop"].update(station_rights=0), "window station"),
+])
+def test_a_child_found_otherwise_than_launched_is_refused(change, words):
+    plan = job.job_plan(LimitSpec(memory=1 << 30), cpus=2)
+    seen = seen_ok(plan)
+    assert handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen) is None
+    change(seen)
+    assert words in handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen)
