@@ -133,13 +133,16 @@ def dial(candidates: Sequence[str], port: int, timeout: float,
             on_socket(sock)
             sock.settimeout(timeout)
             sock.connect((text, port))
+        except ConnectionResetError:
+            # It answered, then reset before the connect call returned (a connect with a
+            # timeout reads SO_ERROR after the handshake): the tunnel ends at once, which is
+            # what the client must see, rather than a failed dial.
+            return sock
         except OSError as exc:
             sock.close()
             error = exc
             continue
-        # (An upstream that resets at once makes this fail: the tunnel then ends at once,
-        # which is what the client must see, not a failed dial.)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # (the same race, a moment later)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
     raise error
