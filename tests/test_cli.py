@@ -64,6 +64,13 @@ def test_run_passes_output_and_exit_status_through(workspace, capfd):
 
 
 @sandboxed
+def test_an_empty_argument_reaches_the_command(workspace, capfd):
+    """`ssh-keygen -N ''`: an empty string is an argument like any other."""
+    assert main(["run", "--", "sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"]) == 0
+    assert capfd.readouterr().out == "[-N][][-f]"
+
+
+@sandboxed
 def test_run_killed_by_signal_is_128_plus_n(workspace, capfd):
     assert main(["run", "--", "sh", "-c", "kill -9 $$"]) == 137
 

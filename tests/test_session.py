@@ -57,6 +57,11 @@ def test_twenty_commands_in_one_session_each_with_its_own_argv_cwd_env(sb, ws):
     assert len(pids) == 20  # each a fresh process, in one sandbox that never restarted
 
 
+def test_an_empty_argument_reaches_the_command(sb):
+    r = sb.run(["sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"])
+    assert (r.exit_code, r.stdout) == (0, b"[-N][][-f]"), r
+
+
 def test_two_hundred_commands_in_one_session(sb):
     for i in range(200):
         r = sb.run(["echo", str(i)], input=b"x" if i % 2 else None)

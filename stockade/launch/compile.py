@@ -17,6 +17,7 @@ from stockade.launch.env import close_environment
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
+from stockade.policy.render import kind as value_kind
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
 
@@ -82,9 +83,20 @@ def compile_policy(
 
 
 def check_argv(argv: Sequence[str]) -> None:
-    """UsageError unless `argv` is a non-empty list of non-empty strings without NUL."""
-    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
-        raise UsageError("argv must be a non-empty list of non-empty strings without NUL")
+    """UsageError unless `argv` is a non-empty list of strings without NUL whose first, the
+    command, is not empty. Other arguments may be empty (`ssh-keygen -N ''`)."""
+    if isinstance(argv, str | bytes):
+        raise UsageError(f"argv must be a list of arguments such as {['sh', '-c', 'echo hi']}, "
+                         f"not a string (a string is run by a shell only with shell=True)")
+    if not argv:
+        raise UsageError("argv is empty: it must name a command")
+    for index, argument in enumerate(argv):
+        if not isinstance(argument, str):
+            raise UsageError(f"argv[{index}] must be a string, got {value_kind(argument)}")
+        if "\0" in argument:
+            raise UsageError(f"argv[{index}] contains a NUL byte, which no argument can hold")
+    if not argv[0]:
+        raise UsageError("argv[0], the command, is an empty string")
 
 
 def expand(path: str, ctx: CompileContext) -> str:

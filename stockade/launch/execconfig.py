@@ -136,8 +136,8 @@ def _split(command_line: object) -> tuple[str, ...]:
         raise Invalid(f"cannot split the command line: {exc}", key) from None
     if not argv:
         raise Invalid("the command line names no command", key)
-    if "" in argv:
-        raise Invalid("a command line word may not be empty ('' or \"\")", key)
+    if not argv[0]:
+        raise Invalid("the command, the line's first word, is empty ('' or \"\")", key)
     return tuple(argv)
 
 
