@@ -9,6 +9,7 @@ import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +25,12 @@ def sandboxed(test: Callable) -> Callable:
     return pytest.mark.linux(pytest.mark.usefixtures("linux")(test))
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m stockade ARGS` in a fresh process, as an operator would run it."""
+def cli(*args: str, cwd: Path, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`python -m stockade ARGS` in a fresh process, as an operator would run it (`options`
+    go to subprocess.run: `input`, `stdin`)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "stockade", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, **options)
 
 
 def one_error_line(stderr: str, code: str) -> str:
@@ -130,6 +132,63 @@ def test_network_any_is_refused_as_unenforceable(workspace, capfd):
     policy.write_text('version = 1\npreset = "read-only"\n[network]\nmode = "any"\n')
     assert main(["run", "--policy", str(policy), "--", "true"]) == 70
     one_error_line(capfd.readouterr().err, "unenforceable:network.any")
+
+
+# --- run: stdin --------------------------------------------------------------------------------
+
+
+@sandboxed
+def test_piped_stdin_reaches_the_command_unless_told_otherwise(workspace):
+    """`echo x | stockade run -- wc -l` counts 1, as the command run directly would; --stdin
+    null, or a policy's process.stdin = "null", gives it /dev/null; the flag wins."""
+    assert cli("run", "--", "wc", "-l", cwd=workspace, input="x\ny\n").stdout.strip() == "2"
+    assert cli("run", "--stdin", "null", "--", "wc", "-l", cwd=workspace,
+               input="x\n").stdout.strip() == "0"
+    with open(workspace / "in.txt", "w") as f:
+        f.write("from a file\n")
+    with open(workspace / "in.txt") as f:
+        assert cli("run", "--", "cat", cwd=workspace, stdin=f).stdout == "from a file\n"
+    for mode, flag, lines in (("null", [], "0"), ("inherit", [], "1"),
+                              ("inherit", ["--stdin", "null"], "0"),
+                              ("null", ["--stdin", "inherit"], "1")):
+        policy = workspace / f"{mode}.toml"
+        policy.write_text(f'version = 1\npreset = "read-only"\n[process]\nstdin = "{mode}"\n')
+        done = cli("run", "--policy", str(policy), *flag, "--", "wc", "-l", cwd=workspace,
+                   input="x\n")
+        assert (done.returncode, done.stdout.strip()) == (0, lines), (mode, flag, done.stderr)
+
+
+@sandboxed
+@pytest.mark.parametrize("flag", [[], ["--stdin", "inherit"]])
+def test_what_is_typed_on_a_terminal_reaches_the_command_only_when_asked(workspace, flag):
+    """On a terminal the default is /dev/null: the typed line stays for the shell. With
+    --stdin inherit it arrives through a pipe: the terminal itself never enters."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, b"typed-secret\n")
+        script = 'read -r line; echo "got:$line"; [ -t 0 ] && echo "a terminal"; true'
+        done = cli("run", *flag, "--", "sh", "-c", script, cwd=workspace, stdin=slave,
+                   start_new_session=True)
+        assert done.returncode == 0, done.stderr
+        if flag:
+            assert done.stdout == "got:typed-secret\n"
+        else:
+            assert done.stdout == "got:\n"
+            os.set_blocking(slave, False)
+            assert os.read(slave, 100) == b"typed-secret\n"  # still there, for the shell
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_run_help_says_what_stdin_is_by_default(capsys):
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--stdin {null,inherit}" in text
+    assert "inherit when stdin is a pipe or a file" in text
+    assert "null when it is a terminal" in text
 
 
 # --- run: usage and policy mistakes ------------------------------------------------------------

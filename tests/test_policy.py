@@ -270,7 +270,7 @@ def test_minimal_document_is_the_model_default() -> None:
     assert set(policy.filesystem.protected) == set(DEFAULT_PROTECTED)
     assert policy.network.mode == "none"
     assert policy.limits == Limits()
-    assert policy.process.stdin == "null"
+    assert policy.process.stdin is None  # the caller chooses (the API: /dev/null)
 
 
 @pytest.mark.parametrize(("document", "key", "message"), [
@@ -492,7 +492,7 @@ def test_every_preset_has_the_safe_defaults(name: str) -> None:
     assert set(DEFAULT_PROTECTED) <= set(policy.filesystem.protected)
     assert set(SYSTEM_READ) <= set(policy.filesystem.read)
     assert policy.env.passthrough == tuple(sorted(ENV_PASS_DEFAULTS))
-    assert policy.process.stdin == "null"
+    assert policy.process.stdin is None  # left to the caller: the API reads nothing
     assert all(getattr(policy.limits, name) for name in ("timeout", "memory", "pids", "output",
                                                           "file_size"))
     assert parse_policy(policy_to_document(policy)) == policy
@@ -649,7 +649,7 @@ def test_policy_to_document() -> None:
                                "set": {"LANG": "C.UTF-8"}}
     assert document["limits"]["timeout"] == 0.5
     assert document["limits"]["cpu"] == 1 and isinstance(document["limits"]["cpu"], int)
-    assert document["process"] == {"stdin": "null", "cwd": "src"}
+    assert document["process"] == {"cwd": "src"}
     assert parse_policy(document) == policy
 
 
@@ -668,6 +668,8 @@ def test_document_of_a_policy_without_preset_or_limits() -> None:
     document = policy_to_document(parse_policy(doc()))
     assert "preset" not in document
     assert document["limits"] == {}
+    assert document["process"] == {}
+    document = policy_to_document(parse_policy(doc(process={"stdin": "null"})))
     assert document["process"] == {"stdin": "null"}
 
 

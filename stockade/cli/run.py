@@ -15,6 +15,7 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
+from stockade.policy.model import STDIN_MODES
 from stockade.policy.paths import lexical_key, tidy_path
 
 
@@ -32,6 +33,15 @@ def add_run(commands: Any) -> None:
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--stdin", choices=STDIN_MODES,
+                     help="the command's stdin: inherit (this process's stdin, copied through "
+                          "a pipe: a terminal itself never enters the sandbox) or null "
+                          "(/dev/null). Default: the policy's process.stdin; if it has none, "
+                          "inherit when stdin is a pipe or a file (echo x | stockade run -- wc "
+                          "-l counts 1), null when it is a terminal: what is typed there "
+                          "reaches the command only with --stdin inherit. In a VM "
+                          "(containment vm) only an explicit inherit reads stdin, whole, "
+                          "before the command starts")
     run.add_argument("--network-log", metavar="FILE",
                      help="append the egress proxy's decision records (JSON lines) to FILE")
     run.add_argument("--verbose", "-v", action="store_true",
@@ -52,8 +62,22 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     chosen = _with_flags(chosen_policy(args), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
+    stdin = args.stdin or chosen.process.stdin
+    if stdin is None and chosen.containment != "vm":
+        stdin = stdin_by_default()
     return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
-                         network_log=args.network_log)
+                         network_log=args.network_log, stdin=stdin)
+
+
+def stdin_by_default() -> str:
+    """`stockade run`'s stdin when neither --stdin nor the policy says: inherit when ours is
+    a pipe or a file, as a command run directly would read it; null when it is a terminal
+    (typed input is not for the sandbox unless asked for) or closed."""
+    try:
+        os.fstat(0)
+    except OSError:
+        return "null"
+    return "null" if os.isatty(0) else "inherit"
 
 
 def add_sandbox_exec(commands: Any) -> None:
@@ -101,17 +125,20 @@ fork_directly = False
 
 
 def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-                  verbose: bool = False, network_log: str | None = None) -> int:
+                  verbose: bool = False, network_log: str | None = None,
+                  stdin: str | None = None) -> int:
     """Run `argv` in a fresh sandbox (`stockade run`, `sandbox-exec`, `exec`): output passed
-    through live, or captured and printed as one JSON object; returns the exit status."""
+    through live, or captured and printed as one JSON object; returns the exit status.
+    `stdin` ("null" | "inherit") overrides the policy's `process.stdin` (unset: null)."""
+    stdin = stdin or policy.process.stdin or "null"
     if policy.containment == "vm":
-        return _run_in_vm(policy, argv, workspace, as_json=as_json)
+        return _run_in_vm(policy, argv, workspace, as_json=as_json, stdin=stdin)
     if fork_directly:
         from stockade.linux import zygote
 
         zygote.fork_directly().prepare()
     started = time.monotonic()
-    request = compile_policy(policy, argv, CompileContext.current(workspace))
+    request = compile_policy(policy, argv, CompileContext.current(workspace), stdin=stdin)
     compiled = time.monotonic()
     backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
     selected = time.monotonic()
@@ -134,13 +161,14 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
     return result.returncode
 
 
-def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool) -> int:
+def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+               stdin: str) -> int:
     """`containment = "vm"`: a fresh QEMU guest for this one command, its output relayed live."""
     from stockade.cli.session import relay, stdin_input
     from stockade.vm.qemu import VmSandbox  # imported on demand: only this path boots a VM
 
     with VmSandbox(policy, workspace=workspace) as sandbox:
-        return relay(sandbox.stream(argv, input=stdin_input(policy)), as_json=as_json)
+        return relay(sandbox.stream(argv, input=stdin_input(stdin)), as_json=as_json)
 
 
 def _layers(enforced: dict) -> str:

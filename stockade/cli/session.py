@@ -105,7 +105,7 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     timeout = _timeout(args.timeout)
     events = _client(args).stream(
         args.name, argv, policy=policy, workspace=workspace, cwd=cwd, env=env, timeout=timeout,
-        input=stdin_input(policy))
+        input=stdin_input(policy.process.stdin))
     return relay(events, as_json=args.json)
 
 
@@ -193,11 +193,12 @@ def _timeout(text: str | None) -> float | None:
         raise UsageError(f"--timeout: {exc}") from None
 
 
-def stdin_input(policy: Policy) -> bytes | None:
-    """Our stdin for the command, as `stockade run` hands it over: only when the policy says
-    `process.stdin = "inherit"`, and only when it is not a terminal (the whole input travels
-    in the request, so a terminal could not be read live)."""
-    if policy.process.stdin != "inherit" or sys.stdin is None or sys.stdin.isatty():
+def stdin_input(mode: str | None) -> bytes | None:
+    """Our stdin for a command given its whole input up front (a session's, a VM guest's):
+    only with `mode` "inherit" (the policy's `process.stdin`, or `stockade run --stdin`), and
+    only when it is not a terminal (the whole input travels at once, so a terminal could not
+    be read live)."""
+    if mode != "inherit" or sys.stdin is None or sys.stdin.isatty():
         return None
     data = sys.stdin.buffer.read(MAX_INPUT + 1)
     if len(data) > MAX_INPUT:

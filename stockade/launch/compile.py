@@ -49,7 +49,8 @@ def compile_policy(
     cwd: str | os.PathLike | None = None,
     stdin: str | None = None,
 ) -> LaunchRequest:
-    """Resolve `policy` for running `argv`; raises PolicyError for anything unresolvable."""
+    """Resolve `policy` for running `argv`; raises PolicyError for anything unresolvable.
+    `stdin` ("null" | "inherit") overrides the policy's `process.stdin`; with neither, null."""
     ctx = ctx or CompileContext.current()
     check_argv(argv)
     fs = policy.filesystem
@@ -78,7 +79,7 @@ def compile_policy(
             unix_sockets=policy.network.unix_sockets,
         ),
         limits=LimitSpec(**vars(policy.limits)),
-        stdin=stdin or policy.process.stdin,
+        stdin=stdin or policy.process.stdin or "null",
     )
 
 

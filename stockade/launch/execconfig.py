@@ -94,7 +94,9 @@ def _parse(document: object) -> ExecConfig:
     check_keys(process, _PROCESS_KEYS, "process")
     command_line = _required(process, "commandLine", "process")
     argv = _split(command_line)
-    sections: dict[str, Any] = {"containment": CONTAINMENTS[containment]}
+    # (stdin: /dev/null, as docs/exec-config.md says, whatever the caller's stdin is)
+    sections: dict[str, Any] = {"containment": CONTAINMENTS[containment],
+                                "process": {"stdin": "null"}}
     if "timeout" in process:
         sections["limits"] = {"timeout": _milliseconds(process["timeout"], "process.timeout",
                                                        MAX_TIMEOUT_MS) / 1000}

@@ -108,7 +108,9 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         name: format_size(value) if name in SIZE_LIMITS else _plain(value)
         for name, value in asdict(policy.limits).items() if value is not None
     }
-    document["process"] = {"stdin": policy.process.stdin}
+    document["process"] = {}
+    if policy.process.stdin is not None:
+        document["process"]["stdin"] = policy.process.stdin
     if policy.process.cwd is not None:
         document["process"]["cwd"] = policy.process.cwd
     return document
