@@ -158,7 +158,7 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
     print_violations(result)
-    return result.returncode
+    return result.exit_status
 
 
 def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,

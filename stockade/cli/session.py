@@ -151,7 +151,7 @@ def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(result.to_json()))
     print_violations(result)
-    return result.returncode
+    return result.exit_status
 
 
 def _client(args: argparse.Namespace) -> DaemonClient:

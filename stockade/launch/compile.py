@@ -100,8 +100,9 @@ def check_argv(argv: Sequence[str]) -> None:
         raise UsageError("argv[0], the command, is an empty string")
 
 
-def expand(path: str, ctx: CompileContext) -> str:
+def expand(path: str | os.PathLike[str], ctx: CompileContext) -> str:
     """Expand a leading placeholder or `~`; relative paths are relative to the workspace."""
+    path = os.fspath(path)
     for name in PLACEHOLDERS:
         token = "{" + name + "}"
         if path == token or path.startswith(token + "/"):
@@ -144,7 +145,7 @@ def _grants(paths: tuple[str, ...], key: str,
     links met on the way to each: (the link, the root's alias)."""
     grants: dict[str, PathGrant] = {}
     links: list[tuple[str, str]] = []
-    for raw in paths:
+    for raw in map(os.fspath, paths):  # (a Policy made in Python may hold os.PathLike)
         optional = raw.startswith("?")
         alias = expand(raw[1:] if optional else raw, ctx)
         try:
@@ -218,7 +219,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
     """The denied paths that exist. One that does not exist inside a write root could be
     created by the command, and no mount can cover a name that is not there: refused."""
     grants = []
-    for raw in paths:
+    for raw in map(os.fspath, paths):
         alias = expand(raw.removeprefix("?"), ctx)
         try:
             grants.append(PathGrant(path=canonical_path(alias), alias=alias))

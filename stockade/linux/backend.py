@@ -372,13 +372,16 @@ def _signal_pidfd(pidfd: int, sig: int) -> None:
 
 def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
     """(fds for the child's 0/1/2, the parent's file objects for pipes, fds to close after the
-    zygote has its copies), following subprocess's conventions (None, PIPE, DEVNULL, fd, file)."""
+    zygote has its copies), following subprocess's conventions (None, PIPE, DEVNULL, fd, file,
+    and STDOUT for stderr: the same descriptor as stdout's)."""
     child: list[int] = []
     parent: list = [None, None, None]
     transient: list[int] = []
     for index, spec in enumerate((stdio.stdin, stdio.stdout, stdio.stderr)):
         if spec is None:
             child.append(index)
+        elif spec == subprocess.STDOUT and index == 2:
+            child.append(child[1])
         elif spec == subprocess.DEVNULL:
             fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             child.append(fd)
