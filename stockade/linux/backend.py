@@ -132,7 +132,12 @@ class LinuxBackend(Backend):
                        "loopback; Landlock allows TCP connect to that port only",
                        "TCP only (HTTP CONNECT, plain HTTP, SOCKS5); no UDP"),
             Capability("network.any", False, "not implemented yet"),
-            Capability("limits.memory", True, "RLIMIT_AS", "per process, not per tree"),
+            Capability("limits.memory", True, "RLIMIT_AS",
+                       "per process, not per tree" + (
+                           "; mmap/mremap requests refused at the limit are reported "
+                           "(limits.memory violations)" if seccomp.user_notification_available()
+                           else "; refusals are not reported here (no seccomp user "
+                           "notification)")),
             Capability("limits.pids", True,
                        "pid_max of the sandbox pid namespace" if uid == 0 else "RLIMIT_NPROC",
                        "at most pids + 300 when run as root" if uid == 0 else "exact"),
@@ -203,6 +208,7 @@ class LinuxHandle(Handle):
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
+        self._limits = request.limits
         self._proxy = _start_proxy(request, control, resolver) \
             if request.network.mode == "allowlist" else None
         control.close()
@@ -285,6 +291,7 @@ class LinuxHandle(Handle):
             if event["event"] == "started":
                 self.enforced = event["enforced"]
             elif event["event"] == "exit":
+                self._watched_memory(event.get("memory"), self._limits.memory)
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
                 return Exit(None, None, _error(event))
@@ -292,6 +299,26 @@ class LinuxHandle(Handle):
             return Exit(None, signal.SIGKILL)
         return Exit(None, None, SetupError(
             "launcher_failed", "the sandbox launcher ended unexpectedly", stage="launcher"))
+
+
+    def _watched_memory(self, watch: dict | None, limit: int | None) -> None:
+        """A `limits.memory` violation when pid 1 refused address-space requests at the limit
+        (memwatch.c), and whether it watched them at all (in `enforced`)."""
+        if watch is None or limit is None:
+            return
+        self.enforced["memory_watched"] = watch["watched"]
+        if watch["refused"]:
+            self.violations.append(Violation("limits.memory", memory_refusal(
+                watch["refused"], watch["largest"], watch["in_use"], limit)))
+
+
+def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:
+    """What a limits.memory violation says: the refusals and the largest, in MiB."""
+    def mib(size: int) -> str:
+        return f"{size / (1 << 20):.1f} MiB"
+    what = "1 allocation" if refused == 1 else f"{refused} allocations"
+    return (f"{what} refused at the {mib(limit)} address-space limit; the largest asked "
+            f"{mib(largest)} with {mib(in_use)} in use")
 
 
 KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it gets SIGKILL
