@@ -253,6 +253,72 @@ def test_subprocess_missing_argv(tmp_path):
     one_error_line(done.stderr, "usage")
 
 
+# --- run: what to change -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["missing-dir/log", "a-directory"])
+def test_an_output_file_that_cannot_be_opened_stops_before_the_command_runs(workspace, target):
+    (workspace / "a-directory").mkdir()
+    marker = workspace / "ran"
+    done = cli("run", "--write", ".", "--network-log", str(workspace / target), "--", "touch",
+               str(marker), cwd=workspace)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr, "usage")
+    assert f"--network-log {workspace / target}: cannot be opened for appending (" in line
+    assert not marker.exists()
+
+
+def test_json_to_a_closed_stdout_stops_before_the_command_runs(workspace):
+    marker = workspace / "ran"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(["sh", "-c", f'exec "$0" -m stockade run --write . --json -- touch '
+                                       f'{marker} >&-', sys.executable],
+                          cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--json: stdout is closed" in one_error_line(done.stderr, "usage")
+    assert not marker.exists()
+
+
+@sandboxed
+def test_json_that_cannot_be_written_after_the_run_keeps_the_status(workspace):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stockade", "run", "--json", "--", "sh",
+                               "-c", "exit 3"], cwd=workspace, env=env, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 3
+    assert done.stderr == ("stockade: output_failed: the JSON result could not be written to "
+                           "stdout (No space left on device)\n")
+
+
+@pytest.mark.parametrize(("state", "problem"), [
+    ("a-file", "is not a directory"), ("a-file/below", "cannot be made ("),
+    ("open", "is writable by other users")])
+def test_a_state_dir_problem_names_the_directory(workspace, state, problem):
+    (workspace / "a-file").write_text("")
+    (workspace / "open").mkdir()
+    (workspace / "open").chmod(0o777)
+    for command in (["run", "--", "true"], ["reconcile"]):
+        done = cli("--state-dir", str(workspace / state), *command, cwd=workspace)
+        assert done.returncode == 70, (command, done.stderr)
+        line = one_error_line(done.stderr, "ledger_unusable")
+        assert f"the state directory {workspace / state} {problem}" in line, line
+        assert "choose another with --state-dir or STOCKADE_STATE_DIR" in line
+    assert cli("--state-dir", "", "run", "--", "true", cwd=workspace).returncode == 2
+
+
+def test_an_exec_config_path_error_names_the_configs_key(workspace):
+    config = workspace / "config.json"
+    config.write_text(json.dumps({"version": 1, "containment": "processcontainer",
+                                  "process": {"commandLine": "true"},
+                                  "filesystem": {"readRoots": [str(workspace / "missing")]}}))
+    done = cli("exec", str(config), cwd=workspace)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr, "policy_invalid")
+    assert line == (f"stockade: policy_invalid: {config}: filesystem.readRoots: path "
+                    f"{workspace / 'missing'} does not exist")
+
+
 # --- run --json --------------------------------------------------------------------------------
 
 

@@ -96,6 +96,8 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
         if args.state_dir is not None:
             from stockade.lifecycle import statedir
 
+            if not args.state_dir:
+                raise UsageError("--state-dir: an empty path (name a directory)")
             os.environ[statedir.ENV] = os.path.abspath(args.state_dir)
         return args.handler(args, command)
     except SystemExit as exc:  # --help and --version

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from stockade.cli.common import (
     add_policy_source,
@@ -22,7 +22,7 @@ from stockade.cli.common import (
     no_command,
     subcommand,
 )
-from stockade.cli.run import print_violations
+from stockade.cli.run import finish
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.env import close_environment
@@ -131,10 +131,12 @@ def _list(args: argparse.Namespace, command: list[str] | None) -> int:
     return 0
 
 
-def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
+def relay(events: Iterable[Output | Result], *, as_json: bool,
+          log: TextIO | None = None) -> int:
     """Write a streamed command's output to our stdout and stderr as it arrives (with
-    `as_json`: print its Result as one JSON object instead, as `stockade run --json` does);
-    returns its exit status, 128 + N for a command killed by signal N."""
+    `as_json`: print its Result as one JSON object instead, as `stockade run --json` does;
+    its network log appended to `log`); returns its exit status, 128 + N for a command
+    killed by signal N."""
     sys.stdout.flush()
     result = None
     for event in events:
@@ -148,10 +150,7 @@ def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
         from stockade.session.errors import SessionError
 
         raise SessionError("session_lost", "the command's stream ended without a result")
-    if as_json:
-        print(json.dumps(result.to_json()))
-    print_violations(result)
-    return result.exit_status
+    return finish(result, as_json=as_json, log=log)
 
 
 def _client(args: argparse.Namespace) -> DaemonClient:

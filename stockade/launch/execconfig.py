@@ -201,8 +201,17 @@ def _policy(sections: dict[str, Any]) -> Policy:
     try:
         return merge(preset(BASE_PRESET), sections)
     except PolicyError as exc:
-        message = exc.message.removeprefix(f"{exc.key}: ") if exc.key else exc.message
-        raise Invalid(message, _config_key(exc.key)) from None
+        raise Invalid(_unlocated(exc), _config_key(exc.key)) from None
+
+
+def located(error: PolicyError, file: str) -> PolicyError:
+    """`error`, about the mapped policy (compile's: a root that does not exist), located at
+    the config's own key in `file` (`filesystem.readRoots`, not `filesystem.read`)."""
+    return PolicyError(_unlocated(error), file=file, key=_config_key(error.key), code=error.code)
+
+
+def _unlocated(error: PolicyError) -> str:
+    return error.message.removeprefix(f"{error.key}: ") if error.key else error.message
 
 
 def _config_key(policy_key: str) -> str:
