@@ -264,10 +264,12 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
 
 
 if sys.platform == "win32":  # paths separated by "\", compared without regard to case
-    from stockade.windows.admission import inside as _inside
+    from stockade.windows.admission import inside
 else:
-    def _inside(path: str, root: str) -> bool:
+    def inside(path: str, root: str) -> bool:
+        """Whether `path` is `root` or lies below it (canonical paths, compared as strings)."""
         return path == root or path.startswith(root.rstrip("/") + "/")
+_inside = inside
 
 
 def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],

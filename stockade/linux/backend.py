@@ -208,7 +208,7 @@ class LinuxHandle(Handle):
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
-        self._limits = request.limits
+        self._request = request
         self._proxy = _start_proxy(request, control, resolver) \
             if request.network.mode == "allowlist" else None
         control.close()
@@ -291,10 +291,10 @@ class LinuxHandle(Handle):
             if event["event"] == "started":
                 self.enforced = event["enforced"]
             elif event["event"] == "exit":
-                self._watched_memory(event.get("memory"), self._limits.memory)
+                self._watched_memory(event.get("memory"), self._request.limits.memory)
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
-                return Exit(None, None, _error(event))
+                return Exit(None, None, _error(event, self._request))
         if killed:
             return Exit(None, signal.SIGKILL)
         return Exit(None, None, SetupError(
@@ -424,7 +424,15 @@ def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
     return (child[0], child[1], child[2]), parent, transient
 
 
-def _error(event: dict) -> Exception:
+def _error(event: dict, request: LaunchRequest) -> Exception:
+    if event["kind"] == "start" and event["code"] == "command_not_found":
+        from stockade.linux import notfound  # (only a failed start pays for looking)
+
+        try:
+            explained = notfound.explain(request)
+        except Exception:  # noqa: BLE001 - an explanation that fails leaves the plain error
+            explained = None
+        return StartError(event["code"], explained or event["message"])
     if event["kind"] == "start":
         return StartError(event["code"], event["message"])
     if event["code"] in ("userns_unavailable", "landlock_unsupported", "seccomp_unavailable"):
