@@ -123,6 +123,21 @@ def test_what_the_api_cannot_mean_is_a_usage_error(ws, options, message):
     assert not marker.exists()
 
 
+def test_a_workspace_or_cwd_that_is_no_directory_is_named(ws, tmp_path):
+    workspace, _ = ws
+    (workspace / "file").write_text("")
+    for options, error, text in (
+            ({"workspace": tmp_path / "missing"}, UsageError,
+             f'workspace {tmp_path / "missing"}: not a directory'),
+            ({"workspace": workspace / "file"}, UsageError, "not a directory"),
+            ({"workspace": workspace, "cwd": workspace / "missing"}, PolicyError,
+             f"process.cwd: working directory {workspace / 'missing'} does not exist"),
+            ({"workspace": workspace, "cwd": workspace / "file"}, PolicyError,
+             f"process.cwd: working directory {workspace / 'file'} is not a directory")):
+        with pytest.raises(error, match=re.escape(text)):
+            stockade.run(["true"], **options)
+
+
 def test_a_string_is_refused_unless_shell_is_asked_for(ws):
     workspace, _ = ws
     with pytest.raises(UsageError, match=r"not a string .*shell=True"):

@@ -207,12 +207,44 @@ def test_run_help_says_what_stdin_is_by_default(capsys):
     ["sandbox-exec", "--", "true"],
     ["policy", "show", "--", "x"],
     ["no-such-command"],
+    ["run", "--stdin", "terminal", "--", "true"],
+    ["run", "--workspace", "", "--", "true"],
+    ["run", "--", ""],
+    ["run", "--policy", "no-such.toml", "--", "true"],
+    ["--state-dir", "", "run", "--", "true"],
+    ["daemon", "--idle", "-1"],
+    ["daemon", "--idle", "soon"],
+    ["session", "exec", "s", "--timeout", "-5", "--", "true"],
+    ["exec", "no-such.json"],
 ])
 def test_usage_mistakes_are_2_with_one_line(workspace, capfd, args):
     assert main(args) == 2
     err = capfd.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("stockade: "), err
     assert "Traceback" not in err
+
+
+def test_a_removed_current_directory_is_a_usage_error(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(["sh", "-c", f'cd {gone} && rmdir {gone} && exec "$0" -m stockade run '
+                                       "-- true", sys.executable],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "the current directory has been removed" in one_error_line(done.stderr, "usage")
+
+
+@pytest.mark.parametrize("args", [["policy", "show"], ["policy", "show", "--toml"],
+                                  ["--version"]])
+def test_output_that_cannot_be_written_is_one_line_and_74(tmp_path, args):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stockade", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                              timeout=120)
+    assert done.returncode == 74, done.stderr
+    assert "No space left on device" in one_error_line(done.stderr, "output_failed")
 
 
 def test_missing_cut_is_explained(workspace, capsys):

@@ -9,6 +9,7 @@ from typing import Any
 
 from stockade.cli.common import no_command, subcommand
 from stockade.launch.manager import REGISTRY
+from stockade.policy.units import parse_duration
 
 
 def add_proxy(commands: Any) -> None:
@@ -77,11 +78,19 @@ def add_daemon(commands: Any) -> None:
                         "stockade daemon", "stockade daemon --socket /run/user/1000/stockade.sock")
     daemon.add_argument("--socket", metavar="PATH",
                         help="the control socket (default: daemon.sock in the state directory)")
-    daemon.add_argument("--idle", metavar="SECONDS", type=float, default=300.0,
-                        help="tear a session down after this long unused (default 300)")
+    daemon.add_argument("--idle", metavar="T", type=_duration, default=300.0,
+                        help='tear a session down after this long unused, such as "5m" or '
+                             "300 (seconds; the default)")
     daemon.add_argument("--no-cli-server", action="store_true",
                         help="do not serve `stockade run` and `sandbox-exec` (see "
                              "stockade/cli/server.py)")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:

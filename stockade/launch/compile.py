@@ -33,12 +33,22 @@ class CompileContext:
 
     @classmethod
     def current(cls, workspace: str | os.PathLike | None = None) -> CompileContext:
+        if workspace is not None and not os.path.isdir(workspace):
+            raise UsageError(f"workspace {os.fspath(workspace) or '(empty)'}: not a directory")
         return cls(
-            workspace=os.path.abspath(os.fspath(workspace) if workspace else os.getcwd()),
+            workspace=os.path.abspath(os.fspath(workspace) if workspace else _current()),
             home=os.path.expanduser("~"),
             tmp=None,
             host_env=dict(os.environ),
         )
+
+
+def _current() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory has been removed: change to one that exists, "
+                         "or name the workspace (--workspace, workspace=)") from None
 
 
 def compile_policy(
@@ -291,6 +301,8 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
         resolved = canonical_path(expand(raw, ctx))
     except OSError:
         raise PolicyError(f"working directory {raw} does not exist", key="process.cwd") from None
+    if not os.path.isdir(resolved):
+        raise PolicyError(f"working directory {raw} is not a directory", key="process.cwd")
     if not any(_inside(resolved, root.path) for root in roots):
         raise PolicyError(f"working directory {resolved} is not inside any read or write root",
                           key="process.cwd")

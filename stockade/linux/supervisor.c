@@ -446,7 +446,7 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         fail(0, "privilege_failed", NULL, why, "privilege");
     if (r.step == STEP_LANDLOCK)
         fail(0, "landlock_failed", NULL, why, "landlock");
-    if (r.error == ENOENT)
+    if (r.error == ENOENT || r.error == ENAMETOOLONG)
         fail(1, "command_not_found", launch->argv[0], why, "exec");
     if (r.error == EACCES || r.error == ENOEXEC || r.error == ENOTDIR || r.error == EPERM)
         fail(1, "command_not_executable", launch->argv[0], why, "exec");
