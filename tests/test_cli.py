@@ -300,14 +300,17 @@ def test_an_output_file_that_cannot_be_opened_stops_before_the_command_runs(work
     assert not marker.exists()
 
 
-def test_json_to_a_closed_stdout_stops_before_the_command_runs(workspace):
+@pytest.mark.parametrize(("redirect", "problem"), [
+    (">&-", "stdout is closed"), ("1</dev/null", "stdout is open only for reading")])
+def test_json_to_an_unwritable_stdout_stops_before_the_command_runs(workspace, redirect,
+                                                                     problem):
     marker = workspace / "ran"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(["sh", "-c", f'exec "$0" -m stockade run --write . --json -- touch '
-                                       f'{marker} >&-', sys.executable],
+                                       f'{marker} {redirect}', sys.executable],
                           cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "--json: stdout is closed" in one_error_line(done.stderr, "usage")
+    assert f"--json: {problem}" in one_error_line(done.stderr, "usage")
     assert not marker.exists()
 
 

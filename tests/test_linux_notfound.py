@@ -124,3 +124,6 @@ def test_a_command_nowhere_says_where_it_was_looked_for(ws, capfd, monkeypatch):
     assert main(["run", "--", "/no/such/program"]) == 71
     assert capfd.readouterr().err == ("stockade: command_not_found: /no/such/program: no such "
                                       "file, in the sandbox or on the host\n")
+    assert main(["run", "--", "x" * 5000]) == 71  # longer than any path: not found either
+    (line,) = capfd.readouterr().err.splitlines()
+    assert line.startswith("stockade: command_not_found: xxx")
