@@ -448,6 +448,20 @@ def test_toml_strings_are_escaped():
     assert tomllib.loads(to_toml(document)) == document
 
 
+def test_policy_show_tells_decimal_and_binary_sizes_apart(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text('version = 1\n[limits]\nmemory = "2GB"\noutput = "2G"\n'
+                    'file_size = "1.5GiB"\n')
+    assert main(["policy", "show", str(path), "--toml"]) == 0
+    limits = tomllib.loads(capsys.readouterr().out)["limits"]
+    assert limits == {"memory": "2GB", "output": "2GiB", "file_size": "1536MiB"}
+    path.write_text('version = 1\n[limits]\nmemory = 2048\n')
+    assert main(["policy", "check", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err, "policy_invalid")
+    assert line.endswith(f'{path}: limits.memory: expected a size with a unit, such as '
+                         f'"2048MiB" or "2048B", got 2048')
+
+
 def test_policy_show_file(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"version": 1, "env": {"set": {"A": "b"}}}))
