@@ -21,7 +21,7 @@ from stockade.errors import PolicyError
 from stockade.launch.execconfig import load_exec_config, parse_exec_config
 from stockade.policy import preset
 
-BASE = preset("workspace-write")
+BASE = preset("workspace-write-no-exec")
 
 
 def config(**changes: object) -> dict:

@@ -357,7 +357,7 @@ def test_exec_from_write_false_holds_against_memfd(ws):
     from stockade.linux.backend import LinuxBackend as Backend
 
     workspace, _ = ws
-    r = py(MEMFD_EXEC, workspace)
+    r = py(MEMFD_EXEC, workspace, "workspace-write-no-exec")
     report = {c.name: c for c in Backend().report()}["filesystem.memfd_exec"]
     if os.geteuid() != 0:
         assert r.enforced["memfd_noexec"] is False and not report.enforced
@@ -365,13 +365,14 @@ def test_exec_from_write_false_holds_against_memfd(ws):
         return
     assert (r.exit_code, r.stdout) == (0, f"memfd {errno.EACCES}\n".encode()), r.stderr
     assert r.enforced["memfd_noexec"] is True and report.enforced
-    prepared = [py(MEMFD_EXEC, workspace) for _ in range(6)]  # spares of a view template too
+    prepared = [py(MEMFD_EXEC, workspace, "workspace-write-no-exec")  # spares of a template too
+                for _ in range(6)]
     assert any(p.enforced["prepared_ahead"] for p in prepared)
     assert {p.stdout for p in prepared} == {f"memfd {errno.EACCES}\n".encode()}
     allowed = py(MEMFD_EXEC, workspace, exec_from_write=True)
     assert (allowed.exit_code, allowed.stdout) == (0, b""), allowed.stderr
     weakened = run_with(LinuxBackend(weaken=frozenset({"memfd_noexec"})),
-                        [PYTHON, "-c", MEMFD_EXEC], workspace)
+                        [PYTHON, "-c", MEMFD_EXEC], workspace, name="workspace-write-no-exec")
     assert (weakened.exit_code, weakened.stdout) == (0, b""), weakened.stderr
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, py, sandbox, unavailable
 
+import stockade
+
 pytestmark = pytest.mark.usefixtures("linux")
 
 
@@ -155,11 +157,21 @@ def test_hard_link_created_at_run_time_to_a_read_root_fails(ws):
     assert not (workspace / "stolen").exists()
 
 
-def test_exec_from_write_root_is_denied_by_default(ws):
+def test_exec_from_write_root_is_denied_when_exec_from_write_is_false(ws):
+    """(workspace-write runs what the job builds; its no-exec twin and exec_from_write = false
+    do not, and the refusal names the knob.)"""
     workspace, _ = ws
-    r = sandbox(["sh", "-c", "cp /bin/true ./mytrue && chmod +x ./mytrue && ./mytrue"], workspace)
+    r = sandbox(["sh", "-c", "cp /bin/true ./mytrue && chmod +x ./mytrue && ./mytrue"], workspace,
+                "workspace-write-no-exec")
     assert r.exit_code != 0
     assert b"Permission denied" in r.stderr
+    (workspace / "mytrue").chmod(0o755)
+    with pytest.raises(stockade.StartError) as refused:
+        sandbox(["./mytrue"], workspace, exec_from_write=False)
+    assert refused.value.code == "command_not_executable"
+    assert "exec_from_write" in refused.value.message
+    assert "workspace-write" in refused.value.message
+    assert sandbox(["./mytrue"], workspace).exit_code == 0  # the preset's default
 
 
 def test_exec_from_write_root_allowed_when_policy_says_so(ws):

@@ -297,9 +297,9 @@ def test_minimal_document_is_the_model_default() -> None:
     (doc(filesystem=[]), "filesystem", "expected a table (a JSON object), got an array"),
     (doc(limits="1h"), "limits", "expected a table (a JSON object), got a string"),
     (doc(preset="foo"), "preset", 'unknown preset "foo" (known: read-only, workspace-write, '
-                                  "offline-build, networked-build)"),
+                                  "workspace-write-no-exec, offline-build, networked-build)"),
     (doc(preset=1), "preset", "unknown preset 1 (known: read-only, workspace-write, "
-                              "offline-build, networked-build)"),
+                              "workspace-write-no-exec, offline-build, networked-build)"),
     # filesystem
     (doc(filesystem={"read": "/usr"}), "filesystem.read", "expected an array, got a string"),
     (doc(filesystem={"read": ["/a", "/b", "{foo}"]}), "filesystem.read[2]",
@@ -477,7 +477,8 @@ def test_values_are_converted() -> None:
 # -- presets ---------------------------------------------------------------------------------
 
 def test_preset_names() -> None:
-    assert PRESETS == ("read-only", "workspace-write", "offline-build", "networked-build")
+    assert PRESETS == ("read-only", "workspace-write", "workspace-write-no-exec",
+                       "offline-build", "networked-build")
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -527,11 +528,16 @@ def test_read_only() -> None:
 
 
 def test_workspace_write() -> None:
+    """What the job builds runs (a venv, an extension, `make && ./prog`); its no-exec twin is
+    the same but for that."""
     policy = preset("workspace-write")
     assert policy.filesystem.write == ("{workspace}",)
     assert "{workspace}" not in policy.filesystem.read
-    assert policy.filesystem.exec_from_write is False
+    assert policy.filesystem.exec_from_write is True
     assert policy.network.mode == "none"
+    strict = preset("workspace-write-no-exec")
+    assert strict.filesystem == dataclasses.replace(policy.filesystem, exec_from_write=False)
+    assert (strict.network, strict.limits) == (policy.network, policy.limits)
 
 
 def test_offline_build() -> None:
@@ -558,8 +564,8 @@ def test_unknown_preset() -> None:
         preset("foo")
     assert caught.value.key == "preset"
     assert caught.value.message == (
-        'preset: unknown preset "foo" (known: read-only, workspace-write, offline-build, '
-        "networked-build)")
+        'preset: unknown preset "foo" (known: read-only, workspace-write, '
+        "workspace-write-no-exec, offline-build, networked-build)")
 
 
 # -- merging ---------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ def _qemus() -> set[int]:
 def guest(vm_ready, tmp_path_factory):
     workspace = tmp_path_factory.mktemp("vm-ws")
     began = time.monotonic()
-    sb = qemu.VmSandbox(preset="workspace-write", workspace=workspace)
+    sb = qemu.VmSandbox(preset="workspace-write-no-exec", workspace=workspace)
     sb.boot_seconds = time.monotonic() - began  # type: ignore[attr-defined]
     yield sb, workspace
     sb.close()

@@ -98,7 +98,8 @@ ROWS: tuple[Row, ...] = (
         "{secret_file}", "{host_pid}"),
     row("fs.exec-from-write", "filesystem",
         "run a program copied into the workspace, /tmp and /dev/shm (directly, via ld.so, mmap)",
-        "EACCES/EPERM: write roots are noexec", "fs_exec.py", "{ws}", "/tmp", "/dev/shm"),
+        "EACCES/EPERM: write roots are noexec", "fs_exec.py", "{ws}", "/tmp", "/dev/shm",
+        preset="workspace-write-no-exec"),
     row("fs.mknod", "filesystem", "create character and block device nodes",
         "EPERM: no device nodes", "fs_mknod.py", "{ws}", "/tmp", setup=setups.empty_workspace),
     row("fs.block-device", "filesystem", "open the host's block devices and common disk names",
@@ -123,7 +124,7 @@ ROWS: tuple[Row, ...] = (
     row("fs.memfd-exec", "filesystem",
         "execute a program written into a memfd: fexecve, and by its /proc/self/fd path",
         "EACCES: vm.memfd_noexec = 2 in the sandbox's pid namespace", "fs_memfd.py",
-        setup=setups.memfd_knob),
+        setup=setups.memfd_knob, preset="workspace-write-no-exec"),
     row("fs.privilege-bits", "filesystem",
         "make a copy of sh setuid or setgid in a write root (chmod, fchmod, fchmodat, open, "
         "mknod), give it a file capability",

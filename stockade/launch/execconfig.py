@@ -28,7 +28,7 @@ CONTAINMENTS = {"processcontainer": "native", "windows_sandbox": "vm"}
 NETWORK_MODES = ("none", "allowlist")  # "any" is enforced by no backend: not offered
 # What the config does not say comes from this preset: the system roots readable, the
 # credential stores denied, a closed environment, no executing from write roots, its limits.
-BASE_PRESET = "workspace-write"
+BASE_PRESET = "workspace-write-no-exec"
 MAX_TIMEOUT_MS = int(MAX_DURATION * 1000)
 MAX_IDLE_TIMEOUT_MS = 86_400_000  # one day
 PIPE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII)

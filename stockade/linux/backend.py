@@ -164,6 +164,7 @@ class LinuxHandle(Handle):
                  weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self._request = request
         self._closing = threading.Lock()
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
@@ -208,7 +209,6 @@ class LinuxHandle(Handle):
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
-        self._request = request
         self._proxy = _start_proxy(request, control, resolver) \
             if request.network.mode == "allowlist" else None
         control.close()
@@ -294,7 +294,7 @@ class LinuxHandle(Handle):
                 self._watched_memory(event.get("memory"), self._request.limits.memory)
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
-                return Exit(None, None, _error(event, self._request))
+                return Exit(None, None, _with_hint(_error(event, self._request), self._request))
         if killed:
             return Exit(None, signal.SIGKILL)
         return Exit(None, None, SetupError(
@@ -422,6 +422,32 @@ def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
         else:
             child.append(spec if isinstance(spec, int) else spec.fileno())
     return (child[0], child[1], child[2]), parent, transient
+
+
+def _with_hint(error: Exception, request: LaunchRequest) -> Exception:
+    """A command that could not be executed because it lies where nothing written may run
+    says which knob would let it."""
+    if not (isinstance(error, StartError) and error.code == "command_not_executable"
+            and not request.exec_from_write and _written_place(request)):
+        return error
+    return StartError(error.code, f"{error.message}: it lies where the command may write, and "
+                      "filesystem.exec_from_write is false (set it to true, or use the preset "
+                      "workspace-write, which runs what the job builds)")
+
+
+def _written_place(request: LaunchRequest) -> bool:
+    """Whether the command (argv[0], found as the sandbox's PATH would find it) lies in a
+    write root, the sandbox's /tmp or /dev/shm."""
+    from stockade.linux.notfound import candidates  # (only a failed start pays for it)
+
+    def under(path: str, places: list[str]) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in places)
+
+    own = ["/tmp", "/dev/shm"]  # the sandbox's own: not to be looked up on the host
+    for candidate in candidates(request):
+        if under(candidate, own) or os.path.exists(candidate):
+            return under(candidate, [g.path for g in request.write] + own)
+    return False
 
 
 def _error(event: dict, request: LaunchRequest) -> Exception:

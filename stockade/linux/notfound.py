@@ -33,16 +33,11 @@ def explain(request: LaunchRequest) -> str | None:
     view = _View(request)
     name = request.argv[0]
     env = dict(request.env)
-    if "/" in name:
-        candidates = [os.path.join(request.cwd, name)]
-    else:
-        search = env.get("PATH", DEFAULT_PATH)
-        candidates = [os.path.join(d or request.cwd, name) for d in search.split(":")]
-    candidates = [os.path.normpath(c) for c in candidates]  # (shown: "./x" as its directory's)
-    for candidate in candidates:
+    found = candidates(request)
+    for candidate in found:
         if view.missing(candidate) is None and _is_program(candidate):
             return _interpreter_missing(view, name, candidate)
-    on_host = next((c for c in candidates if _is_program(c)), None)
+    on_host = next((c for c in found if _is_program(c)), None)
     if on_host is not None:
         missing = view.missing(on_host) or on_host
         return (f"{name}: {on_host} exists on the host but not in the sandbox: {missing} is in "
@@ -51,6 +46,20 @@ def explain(request: LaunchRequest) -> str | None:
         return f"{name}: no such file, in the sandbox or on the host"
     return (f"{name}: not found in the sandbox's PATH "
             f"({env.get('PATH', DEFAULT_PATH + ', the default')}), nor there on the host")
+
+
+def candidates(request: LaunchRequest) -> list[str]:
+    """Where the supervisor looks for argv[0], in its order: the path itself when it holds a
+    "/" (from the working directory), else each entry of the command's PATH (the default
+    when it has none; an empty entry is the working directory). Shown tidied ("./x" as the
+    directory's "x")."""
+    name = request.argv[0]
+    if "/" in name:
+        places = [os.path.join(request.cwd, name)]
+    else:
+        search = dict(request.env).get("PATH", DEFAULT_PATH)
+        places = [os.path.join(entry or request.cwd, name) for entry in search.split(":")]
+    return [os.path.normpath(place) for place in places]
 
 
 def _interpreter_missing(view: _View, name: str, program: str) -> str | None:

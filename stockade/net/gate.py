@@ -9,6 +9,7 @@ become rules.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
@@ -136,6 +137,9 @@ def dial(candidates: Sequence[str], port: int, timeout: float,
             sock.close()
             error = exc
             continue
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # (An upstream that resets at once makes this fail: the tunnel then ends at once,
+        # which is what the client must see, not a failed dial.)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
     raise error

@@ -1,13 +1,19 @@
 """Named starting points for policies, as policy documents (parsed like any other).
 
-| preset          | read      | write | exec | net        | time | memory | pids | output | file |
-| --------------- | --------- | ----- | ---- | ---------- | ---- | ------ | ---- | ------ | ---- |
-| read-only       | system,ws | -     | no   | none       | 10m  | 2GiB   | 512  | 16MiB  | 1GiB |
-| workspace-write | system    | ws    | no   | none       | 10m  | 2GiB   | 512  | 16MiB  | 1GiB |
-| offline-build   | system    | ws    | yes  | none       | 30m  | 4GiB   | 1024 | 64MiB  | 4GiB |
-| networked-build | system    | ws    | yes  | registries | 30m  | 4GiB   | 1024 | 64MiB  | 4GiB |
+| preset                  | read      | write | exec | net        | time | memory | pids |
+| ----------------------- | --------- | ----- | ---- | ---------- | ---- | ------ | ---- |
+| read-only               | system,ws | -     | no   | none       | 10m  | 2GiB   | 512  |
+| workspace-write         | system    | ws    | yes  | none       | 10m  | 2GiB   | 512  |
+| workspace-write-no-exec | system    | ws    | no   | none       | 10m  | 2GiB   | 512  |
+| offline-build           | system    | ws    | yes  | none       | 30m  | 4GiB   | 1024 |
+| networked-build         | system    | ws    | yes  | registries | 30m  | 4GiB   | 1024 |
 
-"ws" is `{workspace}`; "exec" is `exec_from_write`; "time" is `timeout`; "file" is `file_size`;
+The interactive presets (10m) cap output at 16MiB and files at 1GiB, the build presets (30m) at
+64MiB and 4GiB. `workspace-write` runs what the job builds in the workspace (a venv's scripts,
+compiled extensions, `make && ./prog`); `workspace-write-no-exec` is the same without that:
+nothing written there can be executed (noexec mounts, Landlock, memfd_noexec as root).
+
+"ws" is `{workspace}`; "exec" is `exec_from_write`; "time" is `timeout`;
 "registries" is allowlist mode with `REGISTRIES` (package registries and source hosts; which
 ports a port-less pattern admits is the proxy's rule).
 
@@ -89,8 +95,10 @@ def preset_documents(platform: str) -> dict[str, dict[str, Any]]:
     return {
         "read-only": document(read=(*system, "{workspace}"), write=(), exec_from_write=False,
                               limits=_INTERACTIVE_LIMITS),
-        "workspace-write": document(read=system, write=("{workspace}",), exec_from_write=False,
+        "workspace-write": document(read=system, write=("{workspace}",), exec_from_write=True,
                                     limits=_INTERACTIVE_LIMITS),
+        "workspace-write-no-exec": document(read=system, write=("{workspace}",),
+                                            exec_from_write=False, limits=_INTERACTIVE_LIMITS),
         "offline-build": document(read=system, write=("{workspace}",), exec_from_write=True,
                                   limits=_BUILD_LIMITS),
         "networked-build": document(read=system, write=("{workspace}",), exec_from_write=True,
