@@ -45,7 +45,7 @@ class BuildPrograms(build_ext):
 
 
 programs = [Extension(SUPERVISOR, [f"stockade/linux/{part}.c" for part in
-                                   ("supervisor", "template", "refresh", "confine")],
+                                   ("supervisor", "template", "refresh", "confine", "memwatch")],
                       depends=["stockade/linux/supervisor.h"], optional=True),
             Extension(RELAY, ["stockade/linux/relay.c"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],

@@ -3,8 +3,11 @@ primitives of the host, failing closed.
 
     >>> import stockade
     >>> result = stockade.run(["echo", "hello"], preset="read-only")
-    >>> result.exit_code, result.stdout
+    >>> result.returncode, result.stdout
     (0, b'hello\\n')
+    >>> stockade.run(["sh", "-c", "exit 3"], check=True)
+    Traceback (most recent call last):
+    stockade.launch.result.CommandFailed: Command '['sh', '-c', 'exit 3']' returned non-zero ...
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ __version__ = "0.1.0"
 # launcher, which imports a few `stockade.linux` modules, does not pay for the whole API.
 _EXPORTS = {
     "run": "stockade.api", "arun": "stockade.api", "probe": "stockade.lifecycle.probe",
+    "PIPE": "stockade.api", "DEVNULL": "stockade.api", "STDOUT": "stockade.api",
+    "CommandFailed": "stockade.launch.result", "CommandTimedOut": "stockade.launch.result",
     "Attestation": "stockade.lifecycle.probe",
     "PolicyError": "stockade.errors", "SetupError": "stockade.errors",
     "StartError": "stockade.errors", "StockadeError": "stockade.errors",
@@ -28,13 +33,14 @@ _EXPORTS = {
     "VmSandbox": "stockade.vm.qemu",
 }
 __all__ = [
-    "AsyncSandbox", "Attestation", "Policy", "PolicyError", "Result", "Sandbox", "SetupError",
-    "StartError", "StockadeError", "UnavailableError", "UnenforceableError", "UsageError",
-    "Violation", "VmSandbox", "arun", "load_policy", "preset", "probe", "run",
+    "DEVNULL", "PIPE", "STDOUT", "AsyncSandbox", "Attestation", "CommandFailed",
+    "CommandTimedOut", "Policy", "PolicyError", "Result", "Sandbox", "SetupError", "StartError",
+    "StockadeError", "UnavailableError", "UnenforceableError", "UsageError", "Violation",
+    "VmSandbox", "arun", "load_policy", "preset", "probe", "run",
 ]
 
 if TYPE_CHECKING:
-    from stockade.api import arun, run
+    from stockade.api import DEVNULL, PIPE, STDOUT, arun, run
     from stockade.errors import (
         PolicyError,
         SetupError,
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
         UnenforceableError,
         UsageError,
     )
-    from stockade.launch.result import Result, Violation
+    from stockade.launch.result import CommandFailed, CommandTimedOut, Result, Violation
     from stockade.lifecycle.probe import Attestation, probe
     from stockade.policy import Policy, load_policy, preset
     from stockade.session.aio import AsyncSandbox

@@ -134,9 +134,9 @@ def _attempts(preset: str, workspace: str, attempts: list[tuple]) -> int:
         as_expected = line.rpartition("→ ")[2].startswith(expected)
         failures += not as_expected
         print(line if as_expected else f"{line}   <-- expected {expected}")
-    if failures or result.returncode != 0:
+    if failures or result.exit_status != 0:
         sys.stderr.write(result.stderr.decode("utf-8", "replace"))
-        print(f"  (the script ended with status {result.returncode})")
+        print(f"  (the script ended with status {result.exit_status})")
     return failures
 
 

@@ -9,6 +9,7 @@ import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +25,12 @@ def sandboxed(test: Callable) -> Callable:
     return pytest.mark.linux(pytest.mark.usefixtures("linux")(test))
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m stockade ARGS` in a fresh process, as an operator would run it."""
+def cli(*args: str, cwd: Path, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`python -m stockade ARGS` in a fresh process, as an operator would run it (`options`
+    go to subprocess.run: `input`, `stdin`)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "stockade", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, **options)
 
 
 def one_error_line(stderr: str, code: str) -> str:
@@ -61,6 +63,13 @@ def test_run_passes_output_and_exit_status_through(workspace, capfd):
     status = main(["run", "--", "sh", "-c", "echo out; echo err >&2; exit 7"])
     out, err = capfd.readouterr()
     assert (status, out, err) == (7, "out\n", "err\n")
+
+
+@sandboxed
+def test_an_empty_argument_reaches_the_command(workspace, capfd):
+    """`ssh-keygen -N ''`: an empty string is an argument like any other."""
+    assert main(["run", "--", "sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"]) == 0
+    assert capfd.readouterr().out == "[-N][][-f]"
 
 
 @sandboxed
@@ -125,6 +134,63 @@ def test_network_any_is_refused_as_unenforceable(workspace, capfd):
     one_error_line(capfd.readouterr().err, "unenforceable:network.any")
 
 
+# --- run: stdin --------------------------------------------------------------------------------
+
+
+@sandboxed
+def test_piped_stdin_reaches_the_command_unless_told_otherwise(workspace):
+    """`echo x | stockade run -- wc -l` counts 1, as the command run directly would; --stdin
+    null, or a policy's process.stdin = "null", gives it /dev/null; the flag wins."""
+    assert cli("run", "--", "wc", "-l", cwd=workspace, input="x\ny\n").stdout.strip() == "2"
+    assert cli("run", "--stdin", "null", "--", "wc", "-l", cwd=workspace,
+               input="x\n").stdout.strip() == "0"
+    with open(workspace / "in.txt", "w") as f:
+        f.write("from a file\n")
+    with open(workspace / "in.txt") as f:
+        assert cli("run", "--", "cat", cwd=workspace, stdin=f).stdout == "from a file\n"
+    for mode, flag, lines in (("null", [], "0"), ("inherit", [], "1"),
+                              ("inherit", ["--stdin", "null"], "0"),
+                              ("null", ["--stdin", "inherit"], "1")):
+        policy = workspace / f"{mode}.toml"
+        policy.write_text(f'version = 1\npreset = "read-only"\n[process]\nstdin = "{mode}"\n')
+        done = cli("run", "--policy", str(policy), *flag, "--", "wc", "-l", cwd=workspace,
+                   input="x\n")
+        assert (done.returncode, done.stdout.strip()) == (0, lines), (mode, flag, done.stderr)
+
+
+@sandboxed
+@pytest.mark.parametrize("flag", [[], ["--stdin", "inherit"]])
+def test_what_is_typed_on_a_terminal_reaches_the_command_only_when_asked(workspace, flag):
+    """On a terminal the default is /dev/null: the typed line stays for the shell. With
+    --stdin inherit it arrives through a pipe: the terminal itself never enters."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, b"typed-secret\n")
+        script = 'read -r line; echo "got:$line"; [ -t 0 ] && echo "a terminal"; true'
+        done = cli("run", *flag, "--", "sh", "-c", script, cwd=workspace, stdin=slave,
+                   start_new_session=True)
+        assert done.returncode == 0, done.stderr
+        if flag:
+            assert done.stdout == "got:typed-secret\n"
+        else:
+            assert done.stdout == "got:\n"
+            os.set_blocking(slave, False)
+            assert os.read(slave, 100) == b"typed-secret\n"  # still there, for the shell
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_run_help_says_what_stdin_is_by_default(capsys):
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--stdin {null,inherit}" in text
+    assert "inherit when stdin is a pipe or a file" in text
+    assert "null when it is a terminal" in text
+
+
 # --- run: usage and policy mistakes ------------------------------------------------------------
 
 
@@ -141,12 +207,44 @@ def test_network_any_is_refused_as_unenforceable(workspace, capfd):
     ["sandbox-exec", "--", "true"],
     ["policy", "show", "--", "x"],
     ["no-such-command"],
+    ["run", "--stdin", "terminal", "--", "true"],
+    ["run", "--workspace", "", "--", "true"],
+    ["run", "--", ""],
+    ["run", "--policy", "no-such.toml", "--", "true"],
+    ["--state-dir", "", "run", "--", "true"],
+    ["daemon", "--idle", "-1"],
+    ["daemon", "--idle", "soon"],
+    ["session", "exec", "s", "--timeout", "-5", "--", "true"],
+    ["exec", "no-such.json"],
 ])
 def test_usage_mistakes_are_2_with_one_line(workspace, capfd, args):
     assert main(args) == 2
     err = capfd.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("stockade: "), err
     assert "Traceback" not in err
+
+
+def test_a_removed_current_directory_is_a_usage_error(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(["sh", "-c", f'cd {gone} && rmdir {gone} && exec "$0" -m stockade run '
+                                       "-- true", sys.executable],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "the current directory has been removed" in one_error_line(done.stderr, "usage")
+
+
+@pytest.mark.parametrize("args", [["policy", "show"], ["policy", "show", "--toml"],
+                                  ["--version"]])
+def test_output_that_cannot_be_written_is_one_line_and_74(tmp_path, args):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stockade", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                              timeout=120)
+    assert done.returncode == 74, done.stderr
+    assert "No space left on device" in one_error_line(done.stderr, "output_failed")
 
 
 def test_missing_cut_is_explained(workspace, capsys):
@@ -185,6 +283,75 @@ def test_subprocess_missing_argv(tmp_path):
     done = cli("run", "--preset", "read-only", cwd=tmp_path)
     assert done.returncode == 2
     one_error_line(done.stderr, "usage")
+
+
+# --- run: what to change -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["missing-dir/log", "a-directory"])
+def test_an_output_file_that_cannot_be_opened_stops_before_the_command_runs(workspace, target):
+    (workspace / "a-directory").mkdir()
+    marker = workspace / "ran"
+    done = cli("run", "--write", ".", "--network-log", str(workspace / target), "--", "touch",
+               str(marker), cwd=workspace)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr, "usage")
+    assert f"--network-log {workspace / target}: cannot be opened for appending (" in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("redirect", "problem"), [
+    (">&-", "stdout is closed"), ("1</dev/null", "stdout is open only for reading")])
+def test_json_to_an_unwritable_stdout_stops_before_the_command_runs(workspace, redirect,
+                                                                     problem):
+    marker = workspace / "ran"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(["sh", "-c", f'exec "$0" -m stockade run --write . --json -- touch '
+                                       f'{marker} {redirect}', sys.executable],
+                          cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"--json: {problem}" in one_error_line(done.stderr, "usage")
+    assert not marker.exists()
+
+
+@sandboxed
+def test_json_that_cannot_be_written_after_the_run_keeps_the_status(workspace):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stockade", "run", "--json", "--", "sh",
+                               "-c", "exit 3"], cwd=workspace, env=env, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 3
+    assert done.stderr == ("stockade: output_failed: the JSON result could not be written to "
+                           "stdout (No space left on device)\n")
+
+
+@pytest.mark.parametrize(("state", "problem"), [
+    ("a-file", "is not a directory"), ("a-file/below", "cannot be made ("),
+    ("open", "is writable by other users")])
+def test_a_state_dir_problem_names_the_directory(workspace, state, problem):
+    (workspace / "a-file").write_text("")
+    (workspace / "open").mkdir()
+    (workspace / "open").chmod(0o777)
+    for command in (["run", "--", "true"], ["reconcile"]):
+        done = cli("--state-dir", str(workspace / state), *command, cwd=workspace)
+        assert done.returncode == 70, (command, done.stderr)
+        line = one_error_line(done.stderr, "ledger_unusable")
+        assert f"the state directory {workspace / state} {problem}" in line, line
+        assert "choose another with --state-dir or STOCKADE_STATE_DIR" in line
+    assert cli("--state-dir", "", "run", "--", "true", cwd=workspace).returncode == 2
+
+
+def test_an_exec_config_path_error_names_the_configs_key(workspace):
+    config = workspace / "config.json"
+    config.write_text(json.dumps({"version": 1, "containment": "processcontainer",
+                                  "process": {"commandLine": "true"},
+                                  "filesystem": {"readRoots": [str(workspace / "missing")]}}))
+    done = cli("exec", str(config), cwd=workspace)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr, "policy_invalid")
+    assert line == (f"stockade: policy_invalid: {config}: filesystem.readRoots: path "
+                    f"{workspace / 'missing'} does not exist")
 
 
 # --- run --json --------------------------------------------------------------------------------
@@ -301,6 +468,20 @@ def test_toml_strings_are_escaped():
     value = 'q"uote \\ tab\t del\x7f nl\n é 🦀'
     document = {"version": 1, "env": {"set": {"A": value}, "pass": []}}
     assert tomllib.loads(to_toml(document)) == document
+
+
+def test_policy_show_tells_decimal_and_binary_sizes_apart(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text('version = 1\n[limits]\nmemory = "2GB"\noutput = "2G"\n'
+                    'file_size = "1.5GiB"\n')
+    assert main(["policy", "show", str(path), "--toml"]) == 0
+    limits = tomllib.loads(capsys.readouterr().out)["limits"]
+    assert limits == {"memory": "2GB", "output": "2GiB", "file_size": "1536MiB"}
+    path.write_text('version = 1\n[limits]\nmemory = 2048\n')
+    assert main(["policy", "check", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err, "policy_invalid")
+    assert line.endswith(f'{path}: limits.memory: expected a size with a unit, such as '
+                         f'"2048MiB" or "2048B", got 2048')
 
 
 def test_policy_show_file(tmp_path, capsys):

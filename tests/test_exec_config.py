@@ -59,6 +59,11 @@ def test_the_command_line_is_split_by_posix_shell_rules():
     assert mapped.command_line == line
 
 
+def test_an_empty_word_is_an_argument():
+    mapped = parse_exec_config(config(process={"commandLine": "ssh-keygen -N '' -f key"}))
+    assert mapped.argv == ("ssh-keygen", "-N", "", "-f", "key")
+
+
 def test_the_timeout_is_milliseconds():
     mapped = parse_exec_config(config(process={"commandLine": "true", "timeout": 1500}))
     assert mapped.policy.limits.timeout == 1.5
@@ -131,7 +136,8 @@ WS = "experimental.windows_sandbox"
     ({"process": {"commandLine": ["true"]}}, "process.commandLine", "a string"),
     ({"process": {"commandLine": "  "}}, "process.commandLine", "no command"),
     ({"process": {"commandLine": "echo 'open"}}, "process.commandLine", "closing quotation"),
-    ({"process": {"commandLine": "echo ''"}}, "process.commandLine", "may not be empty"),
+    ({"process": {"commandLine": "'' echo"}}, "process.commandLine",
+     "the command, the line's first word, is empty"),
     ({"process": {"commandLine": "a\0b"}}, "process.commandLine", "NUL"),
     ({"process": {"commandLine": "true", "timeout": 0}}, "process.timeout", "milliseconds"),
     ({"process": {"commandLine": "true", "timeout": 1.5}}, "process.timeout", "milliseconds"),

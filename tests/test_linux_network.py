@@ -242,6 +242,29 @@ def test_the_cli_appends_the_network_log_as_json_lines(ws, tmp_path):
         ("denied.test", 80, "deny")]
 
 
+def test_a_network_log_that_cannot_be_written_after_the_run_keeps_the_status(ws):
+    """/dev/full opens, then refuses the lines: one line says so, the command's status stays."""
+    workspace, _ = ws
+    import os
+    import subprocess
+    import sys
+
+    from conftest import PYTHON_ROOT
+    code = ("import urllib.request as u\n"
+            "try: u.urlopen('http://denied.test/', timeout=10)\n"
+            "except Exception as e: raise SystemExit(5)")
+    done = subprocess.run(
+        [sys.executable, "-m", "stockade", "run", "--allow-domain", "allowed.test",
+         "--read", PYTHON_ROOT, "--network-log", "/dev/full", "--workspace", str(workspace),
+         "--", PYTHON, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 5, done.stderr
+    assert "Traceback" not in done.stderr
+    assert ("stockade: output_failed: the network log could not be written to /dev/full (No "
+            "space left on device)") in done.stderr.splitlines()
+
+
 def test_stockade_proxy_runs_alone_and_logs_decisions(tmp_path):
     import json
     import os

@@ -49,6 +49,16 @@ def test_a_run_of_launches_uses_prepared_spares(ws):
     assert prepared(workspace).exit_code == 0
 
 
+def test_a_prepared_spare_reports_memory_exhaustion_as_a_fresh_one_does(ws):
+    """The memory watch is the supervisor's, which a spare cloned from a view template runs."""
+    workspace, _ = ws
+    code = [PYTHON, "-c", "bytearray(1 << 30)"]
+    fresh = sandbox(code, workspace, memory=256 << 20)
+    spared = prepared(workspace, code, memory=256 << 20)
+    for r in (fresh, spared):
+        assert r.returncode == 1 and [v.kind for v in r.violations] == ["limits.memory"], r
+
+
 def test_a_prepared_sandbox_is_as_closed_as_a_fresh_one(ws):
     """Writes outside the roots, reads outside them, a namespace, a TCP connection to a host
     listener: all refused in a prepared sandbox, and nothing outside changes."""

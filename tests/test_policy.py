@@ -34,7 +34,7 @@ from stockade.policy.presets import (
     preset_documents,
 )
 from stockade.policy.schema import FIELDS, merge_rule
-from stockade.policy.units import parse_duration, parse_size
+from stockade.policy.units import format_size, parse_duration, parse_size
 
 
 def doc(**sections: Any) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def refused(document: Any, *, file: str = "") -> PolicyError:
 # -- units -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "expected"), [
-    (1024, 1024),
+    ("1024B", 1024),
     ("512MiB", 512 << 20),
     ("1GB", 10**9),
     ("10k", 10 << 10),
@@ -67,23 +67,42 @@ def test_size(text: object, expected: int) -> None:
     assert parse_size(text) == expected
 
 
+SIZE = 'expected a size with a unit, such as "512MiB", "2GB" or "4096B", got '
+
+
 @pytest.mark.parametrize(("value", "message"), [
-    ("lots", 'expected a size such as "512MiB" or 1048576, got "lots"'),
-    (True, 'expected a size such as "512MiB" or 1048576, got true'),
-    (1.5, 'expected a size such as "512MiB" or 1048576, got 1.5'),
-    (None, 'expected a size such as "512MiB" or 1048576, got null'),
-    ("-5MiB", 'expected a size such as "512MiB" or 1048576, got "-5MiB"'),
-    ("5 mebibytes", 'expected a size such as "512MiB" or 1048576, got "5 mebibytes"'),
-    ("9" * 30, 'expected a size such as "512MiB" or 1048576, got "' + "9" * 30 + '"'),
-    ("0", 'expected a positive size, got "0"'),
+    ("lots", SIZE + '"lots"'),
+    (True, SIZE + "true"),
+    (1.5, SIZE + "1.5"),
+    (None, SIZE + "null"),
+    ("-5MiB", SIZE + '"-5MiB"'),
+    ("5 mebibytes", SIZE + '"5 mebibytes"'),
+    ("9" * 30, SIZE + '"' + "9" * 30 + '"'),
+    # A number without its unit: bytes or MiB cannot be told, so neither is guessed.
+    (2048, 'expected a size with a unit, such as "2048MiB" or "2048B", got 2048'),
+    ("2048", 'expected a size with a unit, such as "2048MiB" or "2048B", got "2048"'),
+    (" 1.5 ", 'expected a size with a unit, such as "1.5MiB" or "1.5B", got " 1.5 "'),
+    (0, 'expected a size with a unit, such as "0MiB" or "0B", got 0'),
+    (2**80, SIZE + "1208925819614629174706176"),
+    ("0B", 'expected a positive size, got "0B"'),
     ("0.5B", 'expected a positive size, got "0.5B"'),
-    (0, "expected a positive size, got 0"),
-    (-1, "expected a positive size, got -1"),
-    (2**63, "expected a size of at most 9223372036854775807 bytes, got 9223372036854775808"),
+    ("16777216TiB", "expected a size of at most 9223372036854775807 bytes, "
+                    'got "16777216TiB"'),
 ])
 def test_size_refused(value: object, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         parse_size(value)
+
+
+@pytest.mark.parametrize(("size", "shown"), [
+    (2 << 30, "2GiB"), (2 * 10**9, "2GB"), (3 << 29, "1536MiB"), (10**6, "1MB"),
+    (1 << 20, "1MiB"), (1000, "1KB"), (1024, "1KiB"), (1001, "1001B"), (7, "7B"),
+    (5 << 40, "5TiB"), (3 * 10**12, "3TB"), (2**63 - 1, "9223372036854775807B"),
+])
+def test_sizes_are_shown_in_their_shortest_exact_form(size: int, shown: str) -> None:
+    """"2GB" and "2GiB" are different sizes, and are shown so; "2G" is shown as "2GiB"."""
+    assert format_size(size) == shown
+    assert parse_size(shown) == size
 
 
 @pytest.mark.parametrize(("value", "seconds"), [
@@ -252,7 +271,7 @@ def test_minimal_document_is_the_model_default() -> None:
     assert set(policy.filesystem.protected) == set(DEFAULT_PROTECTED)
     assert policy.network.mode == "none"
     assert policy.limits == Limits()
-    assert policy.process.stdin == "null"
+    assert policy.process.stdin is None  # the caller chooses (the API: /dev/null)
 
 
 NAME = ('expected a file name such as ".agents" (no "/"), or "!NAME" to stop protecting an '
@@ -350,13 +369,17 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
     (doc(env={"set": {"N": "a\0b"}}), "env.set.N", "expected a value without NUL bytes"),
     (doc(env={"set": ["N=1"]}), "env.set", "expected a table (a JSON object), got an array"),
     # limits
-    (doc(limits={"memory": "lots"}), "limits.memory",
-     'expected a size such as "512MiB" or 1048576, got "lots"'),
-    (doc(limits={"memory": True}), "limits.memory",
-     'expected a size such as "512MiB" or 1048576, got true'),
-    (doc(limits={"output": 0}), "limits.output", "expected a positive size, got 0"),
-    (doc(limits={"file_size": "-1k"}), "limits.file_size",
-     'expected a size such as "512MiB" or 1048576, got "-1k"'),
+    (doc(limits={"memory": "lots"}), "limits.memory", SIZE + '"lots"'),
+    (doc(limits={"memory": True}), "limits.memory", SIZE + "true"),
+    (doc(limits={"memory": 2048}), "limits.memory",
+     'expected a size with a unit, such as "2048MiB" or "2048B", got 2048'),
+    (doc(limits={"memory": "512KiB"}), "limits.memory",
+     'expected a memory limit of at least "1MiB" (no program starts in less address space), '
+     'got "512KiB"'),
+    (doc(limits={"output": "0B"}), "limits.output", 'expected a positive size, got "0B"'),
+    (doc(limits={"output": 1000}), "limits.output",
+     'expected a size with a unit, such as "1000MiB" or "1000B", got 1000'),
+    (doc(limits={"file_size": "-1k"}), "limits.file_size", SIZE + '"-1k"'),
     (doc(limits={"timeout": "forever"}), "limits.timeout",
      'expected a duration such as "90s", "1m30s" or 90, got "forever"'),
     (doc(limits={"timeout": -5}), "limits.timeout", "expected a positive duration, got -5"),
@@ -456,7 +479,7 @@ def test_lists_are_canonical() -> None:
 
 def test_values_are_converted() -> None:
     policy = parse_policy(doc(
-        limits={"timeout": "1m30s", "memory": "512MiB", "cpu": 2, "pids": 64, "output": 1000,
+        limits={"timeout": "1m30s", "memory": "512MiB", "cpu": 2, "pids": 64, "output": "1000B",
                 "file_size": "1GB"},
         process={"cwd": "./src/", "stdin": "inherit"},
         filesystem={"exec_from_write": True},
@@ -488,7 +511,7 @@ def test_every_preset_has_the_safe_defaults(name: str) -> None:
     assert set(DEFAULT_PROTECTED) <= set(policy.filesystem.protected)
     assert set(SYSTEM_READ) <= set(policy.filesystem.read)
     assert policy.env.passthrough == tuple(sorted(ENV_PASS_DEFAULTS))
-    assert policy.process.stdin == "null"
+    assert policy.process.stdin is None  # left to the caller: the API reads nothing
     assert all(getattr(policy.limits, name) for name in ("timeout", "memory", "pids", "output",
                                                           "file_size"))
     assert parse_policy(policy_to_document(policy)) == policy
@@ -678,14 +701,27 @@ def test_policy_to_document() -> None:
                                "set": {"LANG": "C.UTF-8"}}
     assert document["limits"]["timeout"] == 0.5
     assert document["limits"]["cpu"] == 1 and isinstance(document["limits"]["cpu"], int)
-    assert document["process"] == {"stdin": "null", "cwd": "src"}
+    assert document["process"] == {"cwd": "src"}
     assert parse_policy(document) == policy
+
+
+def test_sizes_are_written_back_with_their_unit() -> None:
+    """"2GB" (decimal) and "2GiB" (binary) are both accepted and shown apart; "2G" is 2GiB."""
+    for written, shown in (("2GB", "2GB"), ("2GiB", "2GiB"), ("2G", "2GiB"), ("2048MiB", "2GiB"),
+                           ("1.5GiB", "1536MiB"), ("2000MB", "2GB")):
+        policy = parse_policy(doc(limits={"memory": written, "output": written,
+                                          "file_size": written}))
+        document = policy_to_document(policy)
+        assert document["limits"] == {"memory": shown, "output": shown, "file_size": shown}
+        assert parse_policy(document) == policy
 
 
 def test_document_of_a_policy_without_preset_or_limits() -> None:
     document = policy_to_document(parse_policy(doc()))
     assert "preset" not in document
     assert document["limits"] == {}
+    assert document["process"] == {}
+    document = policy_to_document(parse_policy(doc(process={"stdin": "null"})))
     assert document["process"] == {"stdin": "null"}
 
 

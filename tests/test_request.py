@@ -5,11 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tempfile
 
 import pytest
 
-from stockade.errors import PolicyError, RequestError, UnavailableError, UnenforceableError
+from stockade.errors import (
+    PolicyError,
+    RequestError,
+    UnavailableError,
+    UnenforceableError,
+    UsageError,
+)
 from stockade.launch import manager
 from stockade.launch.compile import CompileContext, canonical_path, compile_policy, expand
 from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
@@ -130,6 +137,21 @@ def test_compile_refuses_a_root_inside_a_denied_path(tmp_path):
         policy.filesystem, read=policy.filesystem.read + ("d/x",), deny=("d",)))
     with pytest.raises(PolicyError, match="lies inside denied path"):
         compile_policy(policy, ["true"], ctx)
+
+
+def test_an_empty_argument_is_valid_argv_and_each_refusal_names_the_argument(tmp_path):
+    ctx = CompileContext(str(tmp_path), str(tmp_path), str(tmp_path), {})
+    request = compile_policy(preset("read-only"), ["ssh-keygen", "-N", "", "-f", "k"], ctx)
+    assert request.argv == ("ssh-keygen", "-N", "", "-f", "k")
+    assert LaunchRequest.decode(request.encode()).argv == request.argv
+    for argv, message in (
+            ("echo hi", "not a string (a string is run by a shell only with shell=True)"),
+            ([], "argv is empty: it must name a command"),
+            (["", "x"], "argv[0], the command, is an empty string"),
+            (["echo", 3], "argv[1] must be a string, got an integer"),
+            (["echo", "a\0b"], "argv[1] contains a NUL byte")):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            compile_policy(preset("read-only"), argv, ctx)
 
 
 def test_compile_refuses_a_cwd_outside_every_root(tmp_path):

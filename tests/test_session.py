@@ -57,6 +57,11 @@ def test_twenty_commands_in_one_session_each_with_its_own_argv_cwd_env(sb, ws):
     assert len(pids) == 20  # each a fresh process, in one sandbox that never restarted
 
 
+def test_an_empty_argument_reaches_the_command(sb):
+    r = sb.run(["sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"])
+    assert (r.exit_code, r.stdout) == (0, b"[-N][][-f]"), r
+
+
 def test_two_hundred_commands_in_one_session(sb):
     for i in range(200):
         r = sb.run(["echo", str(i)], input=b"x" if i % 2 else None)
@@ -177,7 +182,8 @@ def test_a_command_that_cannot_start_is_a_typed_error_and_the_session_goes_on(sb
 def test_exit_status_and_signal_pass_through(sb):
     assert sb.run(["sh", "-c", "exit 7"]).exit_code == 7
     r = sb.run(["sh", "-c", "kill -TERM $$"])
-    assert r.exit_code is None and r.signal == signal.SIGTERM and r.returncode == 143
+    assert r.exit_code is None and r.signal == signal.SIGTERM
+    assert (r.returncode, r.exit_status) == (-signal.SIGTERM, 143)  # as subprocess; the shell
 
 
 def test_refused_environment_is_refused(sb):

@@ -6,6 +6,7 @@ lifetime checks and the report's rows are tested here; on Windows, a real probe.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -153,7 +154,10 @@ class FakeHost:
         self.station: tuple[Ace, ...] = (Ace.allow(USER, 0x37F),)
         self.win32 = FakeWin32()
         bind_win32(monkeypatch, self.win32, identity)
-        monkeypatch.setattr(identity.os.path, "isdir", self.win32.is_dir)
+        # (identity's own default is os.path.isdir, which everything else uses too: the fake
+        # answers for its profiles only where identity is asked)
+        monkeypatch.setattr(identity, "profile_exists",
+                            functools.partial(identity.profile_exists, is_dir=self.win32.is_dir))
         self.real = windows_probe.Win32Host()
 
     def elevated(self) -> bool:

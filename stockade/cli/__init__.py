@@ -38,6 +38,8 @@ Exit codes:
 | 130      | interrupted (Ctrl-C); the sandbox dies with Stockade (`session exec`: the       |
 |          | command is cancelled in the session, which stays warm; 143 for SIGTERM)         |
 | 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
+| 74       | Stockade's own output could not be written (`output_failed`: a full disk, ...);  |
+|          | after `run` has run the command, its status is returned instead                 |
 
 A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a
 result). Every Stockade error is one line on stderr: `stockade: <code>: <message>`.
@@ -49,6 +51,8 @@ and its children, as `STOCKADE_STATE_DIR` does (see stockade/lifecycle/statedir.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import functools
 import json
 import os
@@ -66,6 +70,10 @@ __all__ = ["build_parser", "console_main", "main", "to_toml"]
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
+EXIT_OUTPUT_FAILED = 74  # sysexits' EX_IOERR: Stockade's own output could not be written
+# How writing our stdout fails when it is full, gone or not writable (an error with no file
+# name: a file Stockade opens itself names it).
+OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF)
 COMMAND_TAKERS = ("run", "sandbox-exec", "session exec")  # the commands that take `-- argv...`
 
 
@@ -97,6 +105,8 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
         if args.state_dir is not None:
             from stockade.lifecycle import statedir
 
+            if not args.state_dir:
+                raise UsageError("--state-dir: an empty path (name a directory)")
             os.environ[statedir.ENV] = os.path.abspath(args.state_dir)
         return args.handler(args, command)
     except SystemExit as exc:  # --help and --version
@@ -109,6 +119,13 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
     except BrokenPipeError:  # our reader went away (`stockade report | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in OUTPUT_ERRORS:
+            raise  # (not our output failing: a fault of Stockade's, shown as one)
+        print(f"stockade: output_failed: what Stockade printed could not be written "
+              f"({exc.strerror})", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing more)
+        return EXIT_OUTPUT_FAILED
 
 
 def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
@@ -161,6 +178,8 @@ def _split_command(words: list[str]) -> tuple[list[str], list[str] | None]:
 
 def _fail(error: StockadeError, json_mode: bool) -> int:
     if json_mode:
-        print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+        with contextlib.suppress(OSError):  # (said on stderr either way)
+            print(json.dumps({"error": {"code": error.code, "message": error.message}}),
+                  flush=True)
     print(f"stockade: {' '.join(str(error).splitlines())}", file=sys.stderr)
     return error.exit_code

@@ -14,8 +14,8 @@ from typing import Any
 
 from stockade.cli import run
 from stockade.cli.common import no_command, subcommand
-from stockade.errors import UnenforceableError, UsageError
-from stockade.launch.execconfig import ExecConfig, load_exec_config
+from stockade.errors import PolicyError, UnenforceableError, UsageError
+from stockade.launch.execconfig import ExecConfig, load_exec_config, located
 
 
 def add_exec(commands: Any) -> None:
@@ -38,12 +38,15 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     if sys.platform == "win32":  # the command line would go to CreateProcessW verbatim
         raise UnenforceableError("exec.commandLine", "passing process.commandLine verbatim on "
                                  "Windows is not implemented yet")
-    if config.containment == "processcontainer":
-        return run.run_sandboxed(config.policy, list(config.argv), None, as_json=args.json)
-    if not args.experimental:
+    if config.containment != "processcontainer" and not args.experimental:
         raise UsageError(f'{args.config}: containment "windows_sandbox" is experimental; '
                          "pass --experimental to run it")
-    return _run_in_vm(config, as_json=args.json)
+    try:
+        if config.containment == "processcontainer":
+            return run.run_sandboxed(config.policy, list(config.argv), None, as_json=args.json)
+        return _run_in_vm(config, as_json=args.json)
+    except PolicyError as exc:  # (compile's, before anything ran: at the config's own key)
+        raise located(exc, args.config) from None
 
 
 def _run_in_vm(config: ExecConfig, *, as_json: bool) -> int:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from stockade.cli.common import add_policy_source, chosen_policy, need_command, subcommand
 from stockade.errors import UsageError
@@ -15,6 +16,7 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
+from stockade.policy.model import STDIN_MODES
 from stockade.policy.paths import lexical_key, tidy_path
 
 
@@ -32,6 +34,15 @@ def add_run(commands: Any) -> None:
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--stdin", choices=STDIN_MODES,
+                     help="the command's stdin: inherit (this process's stdin, copied through "
+                          "a pipe: a terminal itself never enters the sandbox) or null "
+                          "(/dev/null). Default: the policy's process.stdin; if it has none, "
+                          "inherit when stdin is a pipe or a file (echo x | stockade run -- wc "
+                          "-l counts 1), null when it is a terminal: what is typed there "
+                          "reaches the command only with --stdin inherit. In a VM "
+                          "(containment vm) only an explicit inherit reads stdin, whole, "
+                          "before the command starts")
     run.add_argument("--network-log", metavar="FILE",
                      help="append the egress proxy's decision records (JSON lines) to FILE")
     run.add_argument("--verbose", "-v", action="store_true",
@@ -52,8 +63,22 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     chosen = _with_flags(chosen_policy(args), args)
     if args.unsandboxed:
         return run_unsandboxed(argv, chosen)
+    stdin = args.stdin or chosen.process.stdin
+    if stdin is None and chosen.containment != "vm":
+        stdin = stdin_by_default()
     return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
-                         network_log=args.network_log)
+                         network_log=args.network_log, stdin=stdin)
+
+
+def stdin_by_default() -> str:
+    """`stockade run`'s stdin when neither --stdin nor the policy says: inherit when ours is
+    a pipe or a file, as a command run directly would read it; null when it is a terminal
+    (typed input is not for the sandbox unless asked for) or closed."""
+    try:
+        os.fstat(0)
+    except OSError:
+        return "null"
+    return "null" if os.isatty(0) else "inherit"
 
 
 def add_sandbox_exec(commands: Any) -> None:
@@ -101,28 +126,41 @@ fork_directly = False
 
 
 def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-                  verbose: bool = False, network_log: str | None = None) -> int:
+                  verbose: bool = False, network_log: str | None = None,
+                  stdin: str | None = None) -> int:
     """Run `argv` in a fresh sandbox (`stockade run`, `sandbox-exec`, `exec`): output passed
-    through live, or captured and printed as one JSON object; returns the exit status."""
-    if policy.containment == "vm":
-        return _run_in_vm(policy, argv, workspace, as_json=as_json)
+    through live, or captured and printed as one JSON object; returns the exit status.
+    `stdin` ("null" | "inherit") overrides the policy's `process.stdin` (unset: null). What
+    it writes to is opened first, so that it cannot fail once the command has run."""
+    stdin = stdin or policy.process.stdin or "null"
+    if as_json:
+        _check_stdout()
+    log = None if network_log is None else _open_for_appending(network_log, "--network-log")
+    try:
+        if policy.containment == "vm":
+            return _run_in_vm(policy, argv, workspace, as_json=as_json, stdin=stdin, log=log)
+        return _run_natively(policy, argv, workspace, as_json=as_json, verbose=verbose,
+                             stdin=stdin, log=log)
+    finally:
+        if log is not None:
+            with contextlib.suppress(OSError):  # (finish said it if the lines did not go)
+                log.close()
+
+
+def _run_natively(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+                  verbose: bool, stdin: str, log: TextIO | None) -> int:
     if fork_directly:
         from stockade.linux import zygote
 
         zygote.fork_directly().prepare()
     started = time.monotonic()
-    request = compile_policy(policy, argv, CompileContext.current(workspace))
+    request = compile_policy(policy, argv, CompileContext.current(workspace), stdin=stdin)
     compiled = time.monotonic()
     backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
     selected = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
     result = execute(backend, request, stdio_inherit=not as_json)
-    if network_log is not None:
-        with open(network_log, "a", encoding="utf-8") as log:
-            log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
-    if as_json:
-        print(json.dumps(result.to_json()))
     if verbose:
         owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
         stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
@@ -130,17 +168,65 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
         print(f"stockade: {result.backend} layers: {layers}", file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
-    print_violations(result)
-    return result.returncode
+    return finish(result, as_json=as_json, log=log)
 
 
-def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool) -> int:
+def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+               stdin: str, log: TextIO | None) -> int:
     """`containment = "vm"`: a fresh QEMU guest for this one command, its output relayed live."""
     from stockade.cli.session import relay, stdin_input
     from stockade.vm.qemu import VmSandbox  # imported on demand: only this path boots a VM
 
     with VmSandbox(policy, workspace=workspace) as sandbox:
-        return relay(sandbox.stream(argv, input=stdin_input(policy)), as_json=as_json)
+        return relay(sandbox.stream(argv, input=stdin_input(stdin)), as_json=as_json, log=log)
+
+
+def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
+    """After a run: its network log appended to `log`, its JSON printed (`as_json`), the
+    summary of its violations on stderr; returns its exit status. The command has run, so
+    a failure to write any of it is said in one line, and the status still returned."""
+    if log is not None:
+        try:
+            log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
+            log.flush()
+        except OSError as exc:
+            print(f"stockade: output_failed: the network log could not be written to "
+                  f"{log.name} ({exc.strerror})", file=sys.stderr)
+    if as_json:
+        try:
+            print(json.dumps(result.to_json()), flush=True)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            print(f"stockade: output_failed: the JSON result could not be written to stdout "
+                  f"({exc.strerror})", file=sys.stderr)
+    print_violations(result)
+    return result.exit_status
+
+
+def _open_for_appending(path: str, flag: str) -> TextIO:
+    """`path` opened to append to, before anything runs; UsageError (exit 2) naming it and
+    why not, if it cannot be."""
+    try:
+        return open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by run_sandboxed)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be opened for appending "
+                         f"({exc.strerror})") from None
+
+
+def _check_stdout() -> None:
+    """With --json the result goes to stdout: a closed or read-only stdout is refused before
+    anything runs (there would be nowhere to say how the command ended)."""
+    import fcntl
+
+    try:
+        mode = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise UsageError("--json: stdout is closed, so the result could not be printed; "
+                         "redirect it to a file") from None
+    if mode == os.O_RDONLY:
+        raise UsageError("--json: stdout is open only for reading, so the result could not "
+                         "be printed; redirect it to a file")
 
 
 def _layers(enforced: dict) -> str:

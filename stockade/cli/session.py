@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from stockade.cli.common import (
     add_policy_source,
@@ -25,7 +25,7 @@ from stockade.cli.common import (
     no_command,
     subcommand,
 )
-from stockade.cli.run import print_violations
+from stockade.cli.run import finish
 from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.env import close_environment
@@ -107,7 +107,7 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     policy, workspace = _source(args, argv, cwd=cwd)
     env = _environment(args.env)
     timeout = _timeout(args.timeout)
-    data = stdin_input(policy)
+    data = stdin_input(policy.process.stdin)
     with _cancelled_by_signals() as stopped:
         events = _client(args).stream(
             args.name, argv, policy=policy, workspace=workspace, cwd=cwd, env=env,
@@ -169,10 +169,12 @@ def _list(args: argparse.Namespace, command: list[str] | None) -> int:
     return 0
 
 
-def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
+def relay(events: Iterable[Output | Result], *, as_json: bool,
+          log: TextIO | None = None) -> int:
     """Write a streamed command's output to our stdout and stderr as it arrives (with
-    `as_json`: print its Result as one JSON object instead, as `stockade run --json` does);
-    returns its exit status, 128 + N for a command killed by signal N."""
+    `as_json`: print its Result as one JSON object instead, as `stockade run --json` does;
+    its network log appended to `log`); returns its exit status, 128 + N for a command
+    killed by signal N."""
     sys.stdout.flush()
     result = None
     for event in events:
@@ -186,10 +188,7 @@ def relay(events: Iterable[Output | Result], *, as_json: bool) -> int:
         from stockade.session.errors import SessionError
 
         raise SessionError("session_lost", "the command's stream ended without a result")
-    if as_json:
-        print(json.dumps(result.to_json()))
-    print_violations(result)
-    return result.returncode
+    return finish(result, as_json=as_json, log=log)
 
 
 def _client(args: argparse.Namespace) -> DaemonClient:
@@ -231,11 +230,12 @@ def _timeout(text: str | None) -> float | None:
         raise UsageError(f"--timeout: {exc}") from None
 
 
-def stdin_input(policy: Policy) -> bytes | None:
-    """Our stdin for the command, as `stockade run` hands it over: only when the policy says
-    `process.stdin = "inherit"`, and only when it is not a terminal (the whole input travels
-    in the request, so a terminal could not be read live)."""
-    if policy.process.stdin != "inherit" or sys.stdin is None or sys.stdin.isatty():
+def stdin_input(mode: str | None) -> bytes | None:
+    """Our stdin for a command given its whole input up front (a session's, a VM guest's):
+    only with `mode` "inherit" (the policy's `process.stdin`, or `stockade run --stdin`), and
+    only when it is not a terminal (the whole input travels at once, so a terminal could not
+    be read live)."""
+    if mode != "inherit" or sys.stdin is None or sys.stdin.isatty():
         return None
     data = sys.stdin.buffer.read(MAX_INPUT + 1)
     if len(data) > MAX_INPUT:

@@ -10,6 +10,7 @@ from typing import Any
 
 from stockade.cli.common import no_command, subcommand
 from stockade.launch.manager import REGISTRY
+from stockade.policy.units import parse_duration
 
 LOG_NAME = "daemon.log"  # a background daemon's stderr, beside its socket
 
@@ -81,14 +82,22 @@ def add_daemon(commands: Any) -> None:
                         'daemon=$(stockade daemon --background); ...; kill "$daemon"')
     daemon.add_argument("--socket", metavar="PATH",
                         help="the control socket (default: daemon.sock in the state directory)")
-    daemon.add_argument("--idle", metavar="SECONDS", type=float, default=300.0,
-                        help="tear a session down after this long unused (default 300)")
+    daemon.add_argument("--idle", metavar="T", type=_duration, default=300.0,
+                        help='tear a session down after this long unused, such as "5m" or '
+                             "300 (seconds; the default)")
     daemon.add_argument("--no-cli-server", action="store_true",
                         help="do not serve `stockade run` and `sandbox-exec` (see "
                              "stockade/cli/server.py)")
     daemon.add_argument("--background", action="store_true",
                         help="run in the background: return once it listens, printing its pid "
                              f"(its later messages go to {LOG_NAME} beside the socket)")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:

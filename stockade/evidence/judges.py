@@ -65,7 +65,7 @@ def all_denied(result: Result, expect: dict[str, str]) -> Finding:
     if wrong:
         return Finding(False, "denied the wrong way: " + "; ".join(wrong))
     if result.exit_code != 0 or not denied:
-        return Finding(False, f"the attack did not complete (status {result.returncode}, "
+        return Finding(False, f"the attack did not complete (status {result.exit_status}, "
                               f"{len(denied)} attempts): {_tail(result)}")
     counts = Counter(line.detail for line in denied)
     return Finding(True, f"{len(denied)} attempts denied ("
@@ -124,7 +124,7 @@ def completed(note: str) -> Judge:
     """The attack ran to its end and reported `note` (the host-side watches decide the rest)."""
     def check(scene: Scene, result: Result) -> Finding:
         ok = result.exit_code == 0 and note in notes(result)
-        return Finding(ok, f"attack exited {result.returncode}, {note}: "
+        return Finding(ok, f"attack exited {result.exit_status}, {note}: "
                            f"{notes(result).get(note, 'not reported')}")
     return on_result(check)
 

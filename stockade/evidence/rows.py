@@ -21,6 +21,7 @@ from stockade.evidence.judges import (
 )
 from stockade.evidence.row import Row
 from stockade.linux.limits import RESERVED_PIDS
+from stockade.policy.units import format_size
 
 FORK_LIMIT = 64
 MEMORY_LIMIT = 256 << 20
@@ -298,12 +299,12 @@ ROWS: tuple[Row, ...] = (
         "MemoryError within the limit; the host stays responsive", "res_memory.py",
         str(4 * MEMORY_LIMIT), setup=setups.heartbeat(),
         judge=bounded("allocated MiB", lambda: MEMORY_LIMIT >> 20, " MiB"),
-        policy=_limits(memory=MEMORY_LIMIT)),
+        policy=_limits(memory=format_size(MEMORY_LIMIT))),
     row("res.disk-fill", "resources",
         f"fill files in the workspace and /tmp (file_size = {FILE_LIMIT >> 20} MiB)",
         "EFBIG at the limit; the host stays responsive", "res_disk.py", str(8 * FILE_LIMIT),
         "{fill}", "/tmp/fill", setup=setups.heartbeat(setups.fill_target(FILE_LIMIT)),
-        policy=_limits(file_size=FILE_LIMIT)),
+        policy=_limits(file_size=format_size(FILE_LIMIT))),
     row("res.cpu-spin", "resources", "spin every core past the timeout (1.5 s)",
         "killed at the timeout; the host stays responsive", "res_spin.sh",
         setup=setups.heartbeat(), judge=ended_by("limits.timeout", 5.0),
@@ -312,14 +313,14 @@ ROWS: tuple[Row, ...] = (
         f"write 16 MiB to stdout (output = {OUTPUT_LIMIT >> 10} KiB)",
         "capture cut at the limit and flagged; the host stays responsive", "res_flood.py",
         str(16 << 20), setup=setups.heartbeat(), judge=output_cut(OUTPUT_LIMIT),
-        policy=_limits(output=OUTPUT_LIMIT)),
+        policy=_limits(output=format_size(OUTPUT_LIMIT))),
     row("res.output-to-a-file", "resources",
         f"stdout appended to a host file: truncate it, write 16 MiB (output = "
         f"{OUTPUT_LIMIT >> 10} KiB)",
         "EINVAL (a pipe); the file keeps its lines and gains at most the limit",
         "res_file_out.py", str(16 << 20), setup=setups.appended_file(OUTPUT_LIMIT),
         judge=truncation_denied, launch=launches.from_the_callers_streams,
-        policy=_limits(output=OUTPUT_LIMIT)),
+        policy=_limits(output=format_size(OUTPUT_LIMIT))),
     # --- lifecycle -------------------------------------------------------------------------
     row("life.daemon", "lifecycle", "double-fork a setsid daemon and exit",
         "the daemon dies with the sandbox", "life_daemon.py", judge=completed("daemon")),

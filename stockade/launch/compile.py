@@ -17,6 +17,7 @@ from stockade.launch.env import close_environment
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
+from stockade.policy.render import kind as value_kind
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
 
@@ -32,12 +33,22 @@ class CompileContext:
 
     @classmethod
     def current(cls, workspace: str | os.PathLike | None = None) -> CompileContext:
+        if workspace is not None and not os.path.isdir(workspace):
+            raise UsageError(f"workspace {os.fspath(workspace) or '(empty)'}: not a directory")
         return cls(
-            workspace=os.path.abspath(os.fspath(workspace) if workspace else os.getcwd()),
+            workspace=os.path.abspath(os.fspath(workspace) if workspace else _current()),
             home=os.path.expanduser("~"),
             tmp=None,
             host_env=dict(os.environ),
         )
+
+
+def _current() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current directory has been removed: change to one that exists, "
+                         "or name the workspace (--workspace, workspace=)") from None
 
 
 def compile_policy(
@@ -48,7 +59,8 @@ def compile_policy(
     cwd: str | os.PathLike | None = None,
     stdin: str | None = None,
 ) -> LaunchRequest:
-    """Resolve `policy` for running `argv`; raises PolicyError for anything unresolvable."""
+    """Resolve `policy` for running `argv`; raises PolicyError for anything unresolvable.
+    `stdin` ("null" | "inherit") overrides the policy's `process.stdin`; with neither, null."""
     ctx = ctx or CompileContext.current()
     check_argv(argv)
     fs = policy.filesystem
@@ -78,18 +90,30 @@ def compile_policy(
             unix_sockets=policy.network.unix_sockets,
         ),
         limits=LimitSpec(**vars(policy.limits)),
-        stdin=stdin or policy.process.stdin,
+        stdin=stdin or policy.process.stdin or "null",
     )
 
 
 def check_argv(argv: Sequence[str]) -> None:
-    """UsageError unless `argv` is a non-empty list of non-empty strings without NUL."""
-    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
-        raise UsageError("argv must be a non-empty list of non-empty strings without NUL")
+    """UsageError unless `argv` is a non-empty list of strings without NUL whose first, the
+    command, is not empty. Other arguments may be empty (`ssh-keygen -N ''`)."""
+    if isinstance(argv, str | bytes):
+        raise UsageError(f"argv must be a list of arguments such as {['sh', '-c', 'echo hi']}, "
+                         f"not a string (a string is run by a shell only with shell=True)")
+    if not argv:
+        raise UsageError("argv is empty: it must name a command")
+    for index, argument in enumerate(argv):
+        if not isinstance(argument, str):
+            raise UsageError(f"argv[{index}] must be a string, got {value_kind(argument)}")
+        if "\0" in argument:
+            raise UsageError(f"argv[{index}] contains a NUL byte, which no argument can hold")
+    if not argv[0]:
+        raise UsageError("argv[0], the command, is an empty string")
 
 
-def expand(path: str, ctx: CompileContext) -> str:
+def expand(path: str | os.PathLike[str], ctx: CompileContext) -> str:
     """Expand a leading placeholder or `~`; relative paths are relative to the workspace."""
+    path = os.fspath(path)
     for name in PLACEHOLDERS:
         token = "{" + name + "}"
         if path == token or path.startswith(token + "/"):
@@ -132,7 +156,7 @@ def _grants(paths: tuple[str, ...], key: str,
     links met on the way to each: (the link, the root's alias)."""
     grants: dict[str, PathGrant] = {}
     links: list[tuple[str, str]] = []
-    for raw in paths:
+    for raw in map(os.fspath, paths):  # (a Policy made in Python may hold os.PathLike)
         optional = raw.startswith("?")
         alias = expand(raw[1:] if optional else raw, ctx)
         try:
@@ -206,7 +230,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
     """The denied paths that exist. One that does not exist inside a write root could be
     created by the command, and no mount can cover a name that is not there: refused."""
     grants = []
-    for raw in paths:
+    for raw in map(os.fspath, paths):
         alias = expand(raw.removeprefix("?"), ctx)
         try:
             grants.append(PathGrant(path=canonical_path(alias), alias=alias))
@@ -251,10 +275,12 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
 
 
 if sys.platform == "win32":  # paths separated by "\", compared without regard to case
-    from stockade.windows.admission import inside as _inside
+    from stockade.windows.admission import inside
 else:
-    def _inside(path: str, root: str) -> bool:
+    def inside(path: str, root: str) -> bool:
+        """Whether `path` is `root` or lies below it (canonical paths, compared as strings)."""
         return path == root or path.startswith(root.rstrip("/") + "/")
+_inside = inside
 
 
 def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
@@ -276,6 +302,8 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
         resolved = canonical_path(expand(raw, ctx))
     except OSError:
         raise PolicyError(f"working directory {raw} does not exist", key="process.cwd") from None
+    if not os.path.isdir(resolved):
+        raise PolicyError(f"working directory {raw} is not a directory", key="process.cwd")
     if not any(_inside(resolved, root.path) for root in roots):
         raise PolicyError(f"working directory {resolved} is not inside any read or write root",
                           key="process.cwd")

@@ -94,7 +94,9 @@ def _parse(document: object) -> ExecConfig:
     check_keys(process, _PROCESS_KEYS, "process")
     command_line = _required(process, "commandLine", "process")
     argv = _split(command_line)
-    sections: dict[str, Any] = {"containment": CONTAINMENTS[containment]}
+    # (stdin: /dev/null, as docs/exec-config.md says, whatever the caller's stdin is)
+    sections: dict[str, Any] = {"containment": CONTAINMENTS[containment],
+                                "process": {"stdin": "null"}}
     if "timeout" in process:
         sections["limits"] = {"timeout": _milliseconds(process["timeout"], "process.timeout",
                                                        MAX_TIMEOUT_MS) / 1000}
@@ -136,8 +138,8 @@ def _split(command_line: object) -> tuple[str, ...]:
         raise Invalid(f"cannot split the command line: {exc}", key) from None
     if not argv:
         raise Invalid("the command line names no command", key)
-    if "" in argv:
-        raise Invalid("a command line word may not be empty ('' or \"\")", key)
+    if not argv[0]:
+        raise Invalid("the command, the line's first word, is empty ('' or \"\")", key)
     return tuple(argv)
 
 
@@ -199,8 +201,17 @@ def _policy(sections: dict[str, Any]) -> Policy:
     try:
         return merge(preset(BASE_PRESET), sections)
     except PolicyError as exc:
-        message = exc.message.removeprefix(f"{exc.key}: ") if exc.key else exc.message
-        raise Invalid(message, _config_key(exc.key)) from None
+        raise Invalid(_unlocated(exc), _config_key(exc.key)) from None
+
+
+def located(error: PolicyError, file: str) -> PolicyError:
+    """`error`, about the mapped policy (compile's: a root that does not exist), located at
+    the config's own key in `file` (`filesystem.readRoots`, not `filesystem.read`)."""
+    return PolicyError(_unlocated(error), file=file, key=_config_key(error.key), code=error.code)
+
+
+def _unlocated(error: PolicyError) -> str:
+    return error.message.removeprefix(f"{error.key}: ") if error.key else error.message
 
 
 def _config_key(policy_key: str) -> str:

@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
 from stockade.launch.backend import Backend, Stdio
-from stockade.launch.pump import drive
+from stockade.launch.pump import DISCARD, KEEP, Sink, drive
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.policy.model import Policy
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
+MERGE = "merge"  # `execute`'s stderr: the command's stderr is its stdout, as subprocess.STDOUT
 
 
 def _linux() -> Backend:
@@ -77,22 +78,31 @@ class SandboxManager:
         raise UnavailableError("backend_unavailable", "no sandbox backend is registered")
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
-            stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
-        """Run `request` to completion, capturing output within `limits.output`."""
+            stdio_inherit: bool = False, cancel: threading.Event | None = None,
+            stdout: Sink = KEEP, stderr: Sink = KEEP) -> Result:
+        """Run `request` to completion, capturing output within `limits.output` (see
+        `execute` for the output's other destinations)."""
         backend = self.select(request)
         return execute(backend, request, input=input, stdio_inherit=stdio_inherit,
-                       cancel=cancel)
+                       cancel=cancel, stdout=stdout, stderr=stderr)
 
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,
-            stdio_inherit: bool = False, cancel: threading.Event | None = None) -> Result:
+            stdio_inherit: bool = False, cancel: threading.Event | None = None,
+            stdout: Sink = KEEP, stderr: Sink = KEEP) -> Result:
     """Spawn in `backend`, feed `input` (or relay this process's stdin, if the request
     inherits it), capture bounded output (or relay it to this process's stdout and stderr,
-    `stdio_inherit`), enforce the timeout; setting `cancel` kills the whole sandbox tree."""
+    `stdio_inherit`; or send each where `stdout` and `stderr` say: pump.KEEP, pump.DISCARD, a
+    descriptor of this process, and for stderr MERGE, into the command's stdout), enforce the
+    timeout; setting `cancel` kills the whole sandbox tree. Output not kept is None in the
+    Result."""
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
+    if stdio_inherit:
+        stdout, stderr = 1, 2
     passed = input is None and request.stdin == "inherit"
     stdin: int | None = subprocess.PIPE if input is not None or passed else subprocess.DEVNULL
     out: int | None = subprocess.PIPE
+    err: int | None = subprocess.STDOUT if stderr == MERGE else subprocess.PIPE
     # Every stream is a pipe this process relays: no descriptor of the caller's (a terminal,
     # an appended file) enters the sandbox, and the output limit holds on the way through.
     # (The "stdio_relay" weakening, tests only, hands the caller's own descriptors instead.)
@@ -100,12 +110,12 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         if passed:
             stdin, passed = None, False
         if stdio_inherit:
-            out = None
+            out = err = None
     started = time.monotonic()
-    handle = backend.spawn(request, Stdio(stdin, out, out))
+    handle = backend.spawn(request, Stdio(stdin, out, err))
     timeout = request.limits.timeout
     done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
-                 relay_output=stdio_inherit and out is not None, pass_stdin=passed)
+                 outputs=(stdout, DISCARD if stderr == MERGE else stderr), pass_stdin=passed)
     if done.end.failure is not None:
         raise done.end.failure
     violations = []
@@ -119,7 +129,8 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
     return Result(
         exit_code=done.end.exit_code, signal=done.end.signal,
-        stdout=bytes(done.stdout.data), stderr=bytes(done.stderr.data),
+        stdout=bytes(done.stdout.data) if stdout == KEEP else None,
+        stderr=bytes(done.stderr.data) if stderr == KEEP else None,
         stdout_truncated=done.stdout.truncated, stderr_truncated=done.stderr.truncated,
         timed_out=done.timed_out, cancelled=done.cancelled,
         duration=time.monotonic() - started, backend=backend.name,
@@ -127,6 +138,7 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         violations=tuple(violations), enforced=handle.enforced,
         network_log=tuple(handle.network_log),
         timings=stage_timings(handle.stages),
+        args=list(request.argv), timeout=timeout,
     )
 
 

@@ -32,6 +32,12 @@ CANCEL_POLL = 0.05  # seconds between checks of a cancel event
 CHUNK = 65536
 PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
 
+# Where the command's stdout or stderr goes: KEEP (captured within the limit), DISCARD (read
+# and dropped), or a descriptor of this process to relay it to (within the limit).
+KEEP = "keep"
+DISCARD = "discard"
+Sink = str | int
+
 
 @dataclass
 class Capture:
@@ -52,6 +58,14 @@ class Capture:
 
     def _keep(self, kept: bytes) -> None:
         self.data += kept
+
+
+@dataclass
+class Discard(Capture):
+    """A stream read and dropped: nothing kept, nothing cut."""
+
+    def take(self, chunk: bytes) -> None:
+        pass
 
 
 @dataclass
@@ -117,21 +131,36 @@ class _Clock:
 
 def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | None,
           cancel: threading.Event | None, threaded: bool = sys.platform == "win32",
-          relay_output: bool = False, pass_stdin: bool = False) -> Outcome:
-    """Run the launch to its end. `relay_output`: its output goes on to this process's
-    descriptors 1 and 2 instead of being kept; `pass_stdin`: this process's descriptor 0 comes
-    in on the handle's stdin pipe (instead of `input`)."""
+          outputs: tuple[Sink, Sink] = (KEEP, KEEP), pass_stdin: bool = False) -> Outcome:
+    """Run the launch to its end. `outputs`: where its stdout and stderr go (kept, dropped,
+    or relayed to a descriptor of this process: (1, 2) for ours); `pass_stdin`: this
+    process's descriptor 0 comes in on the handle's stdin pipe (instead of `input`)."""
     clock = _Clock(timeout, cancel)
-    if relay_output:
-        out, err = Forward(limit, fd=1), Forward(limit, fd=2)
-    else:
-        out, err = Capture(limit), Capture(limit)
+    # Both relayed to one descriptor: the second through a duplicate, so the loop can wait on
+    # each (a descriptor is registered once).
+    shared = outputs[0] == outputs[1] and isinstance(outputs[0], int)
+    out = _sink(outputs[0], limit)
+    err = _sink(os.dup(outputs[1]) if shared else outputs[1], limit)
     source = 0 if pass_stdin else None
-    (_pump_threads if threaded else _pump_poll)(handle, input or b"", out, err, clock, source)
+    try:
+        (_pump_threads if threaded else _pump_poll)(handle, input or b"", out, err, clock,
+                                                    source)
+    finally:
+        if shared:
+            os.close(err.fd)  # type: ignore[attr-defined]
     while (end := handle.wait(clock.step())) is None:
         if clock.fired():
             handle.kill()
     return Outcome(end, out, err, clock.timed_out, clock.cancelled)
+
+
+def _sink(where: Sink, limit: int) -> Capture:
+    if where == KEEP:
+        return Capture(limit)
+    if where == DISCARD:
+        return Discard(limit)
+    assert isinstance(where, int)
+    return Forward(limit, fd=where)
 
 
 # --- the poll loop --------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Result: what one sandboxed run produced."""
+"""Result: what one sandboxed run produced, shaped like subprocess.CompletedProcess; and the
+errors `check=True` raises, shaped like subprocess's."""
 
 from __future__ import annotations
 
 import signal as _signal
+import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 
@@ -22,10 +25,15 @@ def network_denials(records: list[dict]) -> list[Violation]:
 
 @dataclass(frozen=True)
 class Result:
+    """What one sandboxed run produced. It answers as subprocess.CompletedProcess does:
+    `returncode` (the exit code, or -N when killed by signal N), `args`, `stdout`, `stderr`
+    (bytes, str in text mode, None when not captured) and `check_returncode()`. Beyond it:
+    why the run ended (`timed_out`, `cancelled`, `violations`), what was enforced, timings."""
+
     exit_code: int | None            # None when the command was killed by a signal
     signal: int | None
-    stdout: bytes
-    stderr: bytes
+    stdout: bytes | str | None       # None: not captured (relayed or discarded)
+    stderr: bytes | str | None
     stdout_truncated: bool
     stderr_truncated: bool
     timed_out: bool
@@ -40,22 +48,66 @@ class Result:
     # The egress proxy's decision records (JSON-ready: time, request_id, protocol, host, port,
     # decision, rule, reason, ...): every denial, in allowlist mode.
     network_log: tuple[dict, ...] = ()
+    args: Sequence[str] | str = ()  # the command as the caller gave it (a string: shell=True)
+    timeout: float | None = None    # seconds: the wall-clock limit it ran under
 
     @property
     def returncode(self) -> int:
-        """The shell convention: the exit code, or 128 + N for a command killed by signal N."""
+        """As subprocess's: the exit code, or -N for a command killed by signal N."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return -(self.signal or 0)
+
+    @property
+    def exit_status(self) -> int:
+        """The shell convention, what `stockade run` exits with: the exit code, or 128 + N for
+        a command killed by signal N (137 after a timeout)."""
         if self.exit_code is not None:
             return self.exit_code
         return 128 + (self.signal or 0)
 
+    def check_returncode(self) -> None:
+        """Raise CommandFailed if the command did not exit 0 (CommandTimedOut if its timeout
+        killed it), as CompletedProcess.check_returncode does."""
+        if self.returncode == 0:
+            return
+        if self.timed_out:
+            raise CommandTimedOut(self)
+        raise CommandFailed(self)
+
     def to_json(self) -> dict:
         """A JSON-ready summary (output as text, undecodable bytes replaced)."""
         body = asdict(self)
-        body["stdout"] = self.stdout.decode("utf-8", "replace")
-        body["stderr"] = self.stderr.decode("utf-8", "replace")
+        for name in ("stdout", "stderr"):
+            value = getattr(self, name)
+            body[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         body["signal_name"] = _signal_name(self.signal)
         body["returncode"] = self.returncode
+        body["exit_status"] = self.exit_status
         return body
+
+
+class CommandFailed(subprocess.CalledProcessError):
+    """The command exited non-zero or was killed, and the caller asked for `check=True`.
+    A subprocess.CalledProcessError (`returncode`, `cmd`, `output`/`stdout`, `stderr`), with
+    the whole Result as `result`."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.returncode, result.args, result.stdout, result.stderr)
+        self.result = result
+
+
+class CommandTimedOut(CommandFailed, subprocess.TimeoutExpired):
+    """The command's timeout killed it, and the caller asked for `check=True`: both a
+    CommandFailed (returncode -9) and a subprocess.TimeoutExpired (`timeout` in seconds), so
+    code written for subprocess.run catches it either way."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result)
+        self.timeout = result.timeout if result.timeout is not None else result.duration
+
+    def __str__(self) -> str:
+        return subprocess.TimeoutExpired.__str__(self)
 
 
 def _signal_name(number: int | None) -> str | None:

@@ -103,9 +103,12 @@ class Ledger:
     def reconcile(self) -> Reconciliation:
         """Settle every record whose owner is gone; quarantine those that cannot be trusted."""
         done = Reconciliation()
+        if os.path.lexists(self.root):  # (a file or a link there: refused, naming it)
+            statedir.check(self.root)
+        else:
+            statedir.check_makeable(self.root)
         if not os.path.isdir(self.records_dir):
             return done
-        statedir.check(self.root)
         statedir.check(self.records_dir)
         for name in sorted(os.listdir(self.records_dir)):
             self._reconcile_one(name, done)
@@ -335,5 +338,5 @@ def _unlink(path: str) -> None:
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (then there is none: making it says why)
         return []

@@ -55,8 +55,6 @@ NEGATIVE_TTL = 30.0  # seconds a failed probe is trusted before the manager prob
 _MESSAGES = {  # every platform's
     "ledger_corrupt": "a launch record could not be trusted and was quarantined for "
                       "inspection; see `stockade reconcile`",
-    "ledger_unusable": "the state directory cannot be used safely; set STOCKADE_STATE_DIR "
-                       "or --state-dir",
 }
 _LINUX_MESSAGES = {
     "probe_child_failed": "the probe's child did not report its observations",
@@ -190,10 +188,13 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
             half.judge(run.facts)
     except StockadeError as exc:
         failure = Refused(exc.code, (_MESSAGES | half.messages).get(
-            exc.code, f"the {run.stage} stage failed ({exc.code})"))
+            exc.code, exc.message if exc.code == "ledger_unusable"  # (it names the directory)
+            else f"the {run.stage} stage failed ({exc.code})"))
     except OSError as exc:
+        where = f" at {exc.filename}" if exc.filename else ""
         failure = Refused("probe_failed", f"the {run.stage} stage failed with "
-                                          f"{errno.errorcode.get(exc.errno or 0, 'an error')}")
+                                          f"{errno.errorcode.get(exc.errno or 0, 'an error')}"
+                                          f"{where}")
     except Refused as refused:
         failure = refused
     except facts.NotEnforced as exc:

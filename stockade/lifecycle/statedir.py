@@ -24,6 +24,7 @@ from stockade.lifecycle import lease
 
 ENV = "STOCKADE_STATE_DIR"
 ROOT_STATE_DIR = "/var/lib/stockade"
+ELSEWHERE = f"choose another with --state-dir or {ENV}"
 
 
 def state_dir() -> str:
@@ -56,9 +57,20 @@ def ensure(path: str) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise UnavailableError("ledger_unusable", "the state directory cannot be created "
-                               f"({exc.strerror}); set {ENV} or --state-dir") from None
+        raise UnavailableError("ledger_unusable", f"the state directory {path} cannot be "
+                               f"created ({exc.strerror}); {ELSEWHERE}") from None
     check(path)
+
+
+def check_makeable(path: str) -> None:
+    """Raise `ledger_unusable` if `path`, which does not exist yet, could not be made: what
+    lies above it is not a directory."""
+    above = os.path.dirname(path)
+    while not os.path.lexists(above) and above != os.path.dirname(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise UnavailableError("ledger_unusable", f"the state directory {path} cannot be "
+                               f"made ({above} is not a directory); {ELSEWHERE}")
 
 
 def check(path: str) -> None:
@@ -66,14 +78,16 @@ def check(path: str) -> None:
     try:
         info = os.lstat(path)
     except OSError as exc:
-        raise UnavailableError("ledger_unusable",
-                               f"the state directory cannot be read ({exc.strerror})") from None
-    if not stat.S_ISDIR(info.st_mode):
-        why = "is not a directory (a symbolic link is refused)"
+        raise UnavailableError("ledger_unusable", f"the state directory {path} cannot be "
+                               f"read ({exc.strerror}); {ELSEWHERE}") from None
+    if stat.S_ISLNK(info.st_mode):
+        why = "is a symbolic link (refused: where it leads could change)"
+    elif not stat.S_ISDIR(info.st_mode):
+        why = "is not a directory"
     elif not lease.owned(info):
         why = "is owned by another user"
     elif not lease.private(info):
         why = "is writable by other users"
     else:
         return
-    raise UnavailableError("ledger_unusable", f"the state directory {why}")
+    raise UnavailableError("ledger_unusable", f"the state directory {path} {why}; {ELSEWHERE}")

@@ -135,7 +135,12 @@ class LinuxBackend(Backend):
                        "loopback; Landlock allows TCP connect to that port only",
                        "TCP only (HTTP CONNECT, plain HTTP, SOCKS5); no UDP"),
             Capability("network.any", False, "not implemented yet"),
-            Capability("limits.memory", True, "RLIMIT_AS", "per process, not per tree"),
+            Capability("limits.memory", True, "RLIMIT_AS",
+                       "per process, not per tree" + (
+                           "; mmap/mremap requests refused at the limit are reported "
+                           "(limits.memory violations)" if seccomp.user_notification_available()
+                           else "; refusals are not reported here (no seccomp user "
+                           "notification)")),
             Capability("limits.pids", True,
                        "pid_max of the sandbox pid namespace" if uid == 0 else "RLIMIT_NPROC",
                        "at most pids + 300 when run as root" if uid == 0 else "exact"),
@@ -289,13 +294,34 @@ class LinuxHandle(Handle):
             if event["event"] == "started":
                 self.enforced = event["enforced"]
             elif event["event"] == "exit":
+                self._watched_memory(event.get("memory"), self._request.limits.memory)
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
-                return Exit(None, None, _with_hint(_error(event), self._request))
+                return Exit(None, None, _with_hint(_error(event, self._request), self._request))
         if killed:
             return Exit(None, signal.SIGKILL)
         return Exit(None, None, SetupError(
             "launcher_failed", "the sandbox launcher ended unexpectedly", stage="launcher"))
+
+
+    def _watched_memory(self, watch: dict | None, limit: int | None) -> None:
+        """A `limits.memory` violation when pid 1 refused address-space requests at the limit
+        (memwatch.c), and whether it watched them at all (in `enforced`)."""
+        if watch is None or limit is None:
+            return
+        self.enforced["memory_watched"] = watch["watched"]
+        if watch["refused"]:
+            self.violations.append(Violation("limits.memory", memory_refusal(
+                watch["refused"], watch["largest"], watch["in_use"], limit)))
+
+
+def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:
+    """What a limits.memory violation says: the refusals and the largest, in MiB."""
+    def mib(size: int) -> str:
+        return f"{size / (1 << 20):.1f} MiB"
+    what = "1 allocation" if refused == 1 else f"{refused} allocations"
+    return (f"{what} refused at the {mib(limit)} address-space limit; the largest asked "
+            f"{mib(largest)} with {mib(in_use)} in use")
 
 
 KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it gets SIGKILL
@@ -376,13 +402,16 @@ def _signal_pidfd(pidfd: int, sig: int) -> None:
 
 def _stdio_fds(stdio: Stdio) -> tuple[tuple[int, int, int], list, list[int]]:
     """(fds for the child's 0/1/2, the parent's file objects for pipes, fds to close after the
-    zygote has its copies), following subprocess's conventions (None, PIPE, DEVNULL, fd, file)."""
+    zygote has its copies), following subprocess's conventions (None, PIPE, DEVNULL, fd, file,
+    and STDOUT for stderr: the same descriptor as stdout's)."""
     child: list[int] = []
     parent: list = [None, None, None]
     transient: list[int] = []
     for index, spec in enumerate((stdio.stdin, stdio.stdout, stdio.stderr)):
         if spec is None:
             child.append(index)
+        elif spec == subprocess.STDOUT and index == 2:
+            child.append(child[1])
         elif spec == subprocess.DEVNULL:
             fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             child.append(fd)
@@ -412,23 +441,27 @@ def _with_hint(error: Exception, request: LaunchRequest) -> Exception:
 def _written_place(request: LaunchRequest) -> bool:
     """Whether the command (argv[0], found as the sandbox's PATH would find it) lies in a
     write root, the sandbox's /tmp or /dev/shm."""
-    program = request.argv[0]
-    if "/" in program:
-        candidates = [os.path.normpath(os.path.join(request.cwd, program))]
-    else:
-        path = dict(request.env).get("PATH", "")
-        candidates = [os.path.join(entry, program) for entry in path.split(":") if entry]
+    from stockade.linux.notfound import candidates  # (only a failed start pays for it)
+
     def under(path: str, places: list[str]) -> bool:
         return any(path == p or path.startswith(p.rstrip("/") + "/") for p in places)
 
     own = ["/tmp", "/dev/shm"]  # the sandbox's own: not to be looked up on the host
-    for candidate in candidates:
+    for candidate in candidates(request):
         if under(candidate, own) or os.path.exists(candidate):
             return under(candidate, [g.path for g in request.write] + own)
     return False
 
 
-def _error(event: dict) -> Exception:
+def _error(event: dict, request: LaunchRequest) -> Exception:
+    if event["kind"] == "start" and event["code"] == "command_not_found":
+        from stockade.linux import notfound  # (only a failed start pays for looking)
+
+        try:
+            explained = notfound.explain(request)
+        except Exception:  # noqa: BLE001 - an explanation that fails leaves the plain error
+            explained = None
+        return StartError(event["code"], explained or event["message"])
     if event["kind"] == "start":
         return StartError(event["code"], event["message"])
     if event["code"] in ("userns_unavailable", "landlock_unsupported", "seccomp_unavailable"):

@@ -165,7 +165,8 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
     `view` (a view frame), or for this `launch`."""
     enforced = _enforced(request, weaken, protected, knobs, prepared_ahead=bool(view))
     nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
-    return supervisor.plan(request.limits, "rlimits" not in weaken, nested, enforced,
+    return supervisor.plan(request.limits, "rlimits" not in weaken,
+                           limits.memory_watched(request.limits, weaken), nested, enforced,
                            hashlib.sha256(view).digest() if view else None, launch)
 
 
@@ -181,7 +182,7 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
         "protected_mounts": protected,
         "pid_max": knobs.pid_max,
         "memfd_noexec": knobs.memfd_noexec,
-        "limits": limits.describe(request.limits),
+        "limits": limits.describe(request.limits, weaken),
         "prepared_ahead": prepared_ahead,
     }
 

@@ -10,6 +10,7 @@ import resource
 from dataclasses import dataclass
 
 from stockade.launch.request import LaunchRequest, LimitSpec
+from stockade.linux import seccomp
 
 PID_MAX_FLOOR = 301      # the kernel's smallest pid_max
 RESERVED_PIDS = 300      # after wrapping, pids are handed out from here again
@@ -94,12 +95,22 @@ def apply_rlimits(limits: LimitSpec, beside: int = INIT_TASKS) -> None:
             resource.setrlimit(kind, (value, value))
 
 
-def describe(limits: LimitSpec) -> dict[str, str]:
+def memory_watched(limits: LimitSpec, weaken: frozenset[str] = frozenset()) -> bool:
+    """Whether the command's address-space requests refused at `limits.memory` are reported
+    (stockade/linux/memwatch.c): with a memory limit, where seccomp user notification is.
+    The "rlimits" weakening (tests only) takes the limit away, "seccomp" every filter."""
+    return (limits.memory is not None and not weaken & {"rlimits", "seccomp"}
+            and seccomp.user_notification_available())
+
+
+def describe(limits: LimitSpec, weaken: frozenset[str] = frozenset()) -> dict[str, str]:
     """How each requested limit is enforced on this host (for the result and the report)."""
     root = os.getuid() == 0
     out: dict[str, str] = {}
     if limits.memory is not None:
-        out["memory"] = "RLIMIT_AS (address space, per process)"
+        out["memory"] = "RLIMIT_AS (address space, per process)" + (
+            "; mmap/mremap requests refused at the limit reported"
+            if memory_watched(limits, weaken) else "")
     if limits.pids is not None:
         out["pids"] = ("pid_max of the sandbox pid namespace (at most pids + 300)" if root
                        else "RLIMIT_NPROC in the sandbox user namespace, exact")

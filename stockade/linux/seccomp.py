@@ -59,6 +59,7 @@ _LOW_32_BITS = 0xFFFFFFFF
 
 _ACT_ALLOW = 0x7FFF0000
 _ACT_KILL_PROCESS = 0x80000000
+_ACT_USER_NOTIF = 0x7FC00000
 _ACT_ERRNO = 0x00050000
 _ATTR_ACT_BADARCH = 2
 _CMP_MASKED_EQ = 7
@@ -225,14 +226,33 @@ def _libseccomp() -> ctypes.CDLL:
 
 def _require_kernel_filters() -> None:
     """UnavailableError unless the kernel takes filters that may kill the whole process."""
-    action = ctypes.c_uint32(_ACT_KILL_PROCESS)
-    try:
-        syscalls.syscall(syscalls.number("seccomp"), _SECCOMP_GET_ACTION_AVAIL, 0,
-                         ctypes.byref(action))
-    except OSError as exc:
+    refused = _action_refused(_ACT_KILL_PROCESS)
+    if refused is not None:
         raise UnavailableError("seccomp_unavailable",
                                f"the kernel has no seccomp filters with kill_process "
-                               f"({errno.errorcode.get(exc.errno, exc.errno)})") from None
+                               f"({errno.errorcode.get(refused.errno, refused.errno)})")
+
+
+# The architectures whose calling convention memwatch.c's filter reads (little-endian).
+_WATCHED_MACHINES = ("x86_64", "aarch64")
+
+
+@functools.cache
+def user_notification_available() -> bool:
+    """Whether the command's address-space requests can be shown to the sandbox's pid 1
+    (stockade/linux/memwatch.c): seccomp user notification, on an architecture it reads."""
+    return os.uname().machine in _WATCHED_MACHINES and _action_refused(_ACT_USER_NOTIF) is None
+
+
+def _action_refused(action: int) -> OSError | None:
+    """Why the kernel's filters cannot return `action`, or None if they can."""
+    value = ctypes.c_uint32(action)
+    try:
+        syscalls.syscall(syscalls.number("seccomp"), _SECCOMP_GET_ACTION_AVAIL, 0,
+                         ctypes.byref(value))
+    except OSError as exc:
+        return exc
+    return None
 
 
 def _check(result: int, what: str) -> None:

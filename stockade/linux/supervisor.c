@@ -15,8 +15,9 @@
  *
  * It passes the proxy's LISTENER (-1: none) to the owner over CONTROL, forks the command
  * (session, default signals, stdio, directory, umask, rlimits, a Landlock domain of its own
- * inside pid 1's; the rest of its confinement it inherits),
- * then reaps every child as it exits (orphans come to pid 1: as zombies they would count
+ * inside pid 1's, and under a memory limit the filter that shows pid 1 its address-space
+ * requests, memwatch.c; the rest of its confinement it inherits),
+ * then answers those requests, reaps every child as it exits (orphans come to pid 1: as zombies they would count
  * against the process limit), exits at once when the owner's lifeline (REQUEST) closes, which
  * makes the kernel kill the whole pid namespace, and when the command exits, kills and reaps
  * the rest and writes the exit event. Its events are JSON lines on STATUS. Exit status: 70 a
@@ -45,7 +46,7 @@
 #include "supervisor.h"
 
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
-enum { PLAN_RLIMITS = 1 };  /* plan flags */
+enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2 };  /* plan flags */
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -289,7 +290,7 @@ int send_fds(int sock, char byte, const int *fds, int count) {
 /* ---- starting the command ---- */
 
 struct limits {
-    int apply;
+    int apply, watch_memory;
     int64_t memory, processes, file_size;  /* -1: none */
 };
 
@@ -320,7 +321,9 @@ static int set_limit(int resource, int64_t value) {
 }
 
 /* execvpe without its fallback of running a file it cannot execute through /bin/sh: search
- * PATH of the command's own environment (or the system default), as posix_spawnp does. */
+ * PATH of the command's own environment (or the system default), as posix_spawnp does. It
+ * allocates nothing: once the memory watch is on, an mmap here would wait for pid 1, which
+ * waits for this exec. */
 static void exec_search(char **argv, char **env) {
     if (strchr(argv[0], '/')) {
         execve(argv[0], argv, env);
@@ -332,17 +335,18 @@ static void exec_search(char **argv, char **env) {
             path = *e + 5;
     int denied = 0;
     size_t name = strlen(argv[0]);
+    char full[PATH_MAX];
     for (const char *dir = path;; dir++) {
         const char *end = strchrnul(dir, ':');
         size_t length = (size_t)(end - dir);
-        char *full = malloc(length + name + 2);
-        if (!full)
+        if (length + name + 2 > sizeof full) {
+            errno = ENAMETOOLONG;
             return;
+        }
         memcpy(full, dir, length);
         full[length] = '/';  /* (an empty entry is the working directory: "/name" would not be) */
         memcpy(full + length + 1, argv[0], name + 1);
         execve(length ? full : full + 1, argv, env);
-        free(full);
         if (errno == EACCES)
             denied = 1;
         else if (errno != ENOENT && errno != ENOTDIR)
@@ -365,10 +369,30 @@ static int nest(const struct nested *domain) {
     return done;
 }
 
+/* One message from the command's starter: its listener ('L', one byte and the descriptor,
+ * put in *listener), a struct report, or 0 at the end (it exec'd, or died). */
+static ssize_t receive_report(int sock, struct report *r, int *listener) {
+    union {
+        struct cmsghdr align;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec io = {r, sizeof *r};
+    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = control.space,
+                         .msg_controllen = sizeof control.space};
+    ssize_t got;
+    while ((got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+    }
+    struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
+        && c->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(listener, CMSG_DATA(c), sizeof(int));
+    return got;
+}
+
 static pid_t start(struct launch *launch, const int stdio[3], const struct limits *limits,
-                   const struct nested *domain) {
-    int reports[2];
-    if (pipe2(reports, O_CLOEXEC) != 0)
+                   const struct nested *domain, int *listener) {
+    int reports[2];  /* a socket, so the starter can hand its listener over too */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, reports) != 0)
         fail(0, "exec_failed", NULL, strerror(errno), "exec");
     pid_t child = fork();
     if (child < 0)
@@ -397,14 +421,19 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         /* nothing of pid 1's but stdio reaches the command */
         if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
             report_and_exit(reports[1], STEP_PRIVILEGE);
+        if (limits->watch_memory) {  /* last: from here on, no allocation */
+            int watch = memwatch_install();  /* (-1: unwatched, and the exit event says so) */
+            if (watch >= 0 && (send_fds(reports[1], 'L', &watch, 1) != 0 || close(watch)))
+                report_and_exit(reports[1], STEP_PRIVILEGE);
+        }
         exec_search(launch->argv, launch->env);
         report_and_exit(reports[1], STEP_EXEC);
     }
     close(reports[1]);
     struct report r;
     ssize_t got;
-    while ((got = read(reports[0], &r, sizeof r)) < 0 && errno == EINTR) {
-    }
+    while ((got = receive_report(reports[0], &r, listener)) == 1) {
+    }  /* (its listener came first: then the exec, or a failure) */
     close(reports[0]);
     if (got == 0)
         return child;  /* the report pipe closed on exec */
@@ -417,7 +446,7 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         fail(0, "privilege_failed", NULL, why, "privilege");
     if (r.step == STEP_LANDLOCK)
         fail(0, "landlock_failed", NULL, why, "landlock");
-    if (r.error == ENOENT)
+    if (r.error == ENOENT || r.error == ENAMETOOLONG)
         fail(1, "command_not_found", launch->argv[0], why, "exec");
     if (r.error == EACCES || r.error == ENOEXEC || r.error == ENOTDIR || r.error == EPERM)
         fail(1, "command_not_executable", launch->argv[0], why, "exec");
@@ -442,17 +471,22 @@ static int reap(pid_t command, int *status) {
     return found;
 }
 
-static int wait_for(pid_t command, int signals, int lifeline) {
+static int wait_for(pid_t command, int signals, int lifeline, struct memwatch *memory) {
     int status = 0;
-    struct pollfd watched[2] = {{signals, POLLIN, 0}, {lifeline, POLLIN, 0}};
+    struct pollfd watched[3] = {{signals, POLLIN, 0}, {lifeline, POLLIN, 0},
+                                {memory->listener, POLLIN, 0}};  /* (a negative fd: skipped) */
     while (!reap(command, &status)) {
-        if (poll(watched, 2, -1) < 0) {
+        if (poll(watched, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
             _exit(SETUP_FAILED);
         }
         if (watched[1].revents)
             _exit(1);  /* the owner is gone: pid 1 exiting kills the whole namespace */
+        if (watched[2].revents & POLLIN)
+            memwatch_answer(memory);
+        else if (watched[2].revents)
+            watched[2].fd = -1;  /* no process uses the filter any more */
         struct signalfd_siginfo info;
         if (watched[0].revents && read(signals, &info, sizeof info) < 0 && errno != EAGAIN)
             _exit(SETUP_FAILED);
@@ -488,7 +522,9 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     struct reader r = {plan, plan + info.st_size};
     int bad = 0;
     struct limits limits;
-    limits.apply = (int)(u32(&r, &bad) & PLAN_RLIMITS);
+    uint32_t flags = u32(&r, &bad);
+    limits.apply = (int)(flags & PLAN_RLIMITS);
+    limits.watch_memory = limits.apply && (flags & PLAN_WATCH_MEMORY);
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -536,7 +572,14 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
         close(listener);
     close(fds[5]);
 
-    pid_t command = start(&launch, fds, &limits, &domain);
+    int requests = -1;  /* the memory watch's listener, if the command is watched */
+    pid_t command = start(&launch, fds, &limits, &domain, &requests);
+    struct memwatch memory;
+    if (memwatch_open(&memory, requests, limits.memory) != 0 && requests >= 0) {
+        close(requests);  /* (the filter's calls then fail ENOSYS: the command cannot go on) */
+        kill(command, SIGKILL);
+        fail(0, "memory_watch_failed", NULL, strerror(errno), "exec");
+    }
     for (int i = 0; i < 3; i++)
         close(fds[i]);  /* the command's readers see the end when it (and its tree) ends */
     stage("exec");
@@ -546,19 +589,22 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     puts_(&event, "}");
     emit(&event);
 
-    int status = wait_for(command, signals, fds[3]);
+    int status = wait_for(command, signals, fds[3], &memory);
     stage("run");
     kill(-1, SIGKILL);  /* from a pid namespace's init: every other process in it */
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
     }
     /* Only now, with pid 1 alone in the sandbox: the owner may settle on this event without
      * waiting for pid 1 itself to exit (and the kernel to tear the namespaces down). */
-    char line[128];
+    char line[384];
     int size = WIFSIGNALED(status)
         ? snprintf(line, sizeof line, "{\"event\": \"exit\", \"exit_code\": null, "
-                   "\"signal\": %d}\n", WTERMSIG(status))
+                   "\"signal\": %d", WTERMSIG(status))
         : snprintf(line, sizeof line, "{\"event\": \"exit\", \"exit_code\": %d, "
-                   "\"signal\": null}\n", WEXITSTATUS(status));
+                   "\"signal\": null", WEXITSTATUS(status));
+    if (limits.watch_memory)
+        size += memwatch_summary(&memory, line + size, sizeof line - (size_t)size);
+    size += snprintf(line + size, sizeof line - (size_t)size, "}\n");
     write_all(status_fd, line, (size_t)size);
     _exit(0);
 }

@@ -100,6 +100,23 @@ struct spec {
     uint64_t *port_rule;                /* TCP ports the command may connect to */
 };
 
+/* ---- the command's address-space requests, seen at limits.memory (memwatch.c) ---- */
+
+struct memwatch {
+    int listener;                       /* the filter's notifications; -1: not watching */
+    uint64_t page, limit_pages;
+    uint64_t refused;                   /* requests answered ENOMEM */
+    uint64_t largest, in_use;           /* bytes: the largest refused, and in use then */
+    struct seccomp_notif *request;
+    struct seccomp_notif_resp *response;
+    size_t request_size;
+};
+
+int memwatch_install(void);  /* in the command, before exec: the listener, or -1 */
+int memwatch_open(struct memwatch *watch, int listener, int64_t limit);  /* 0: watching */
+void memwatch_answer(struct memwatch *watch);  /* one pending request */
+int memwatch_summary(const struct memwatch *watch, char *out, size_t room);  /* JSON part */
+
 int template_main(int spec_fd, int plan_fd, int handoff, int host_proc);  /* template.c */
 int refresh(const struct spec *spec);                                      /* refresh.c */
 int confine(const struct spec *spec);                                      /* confine.c */

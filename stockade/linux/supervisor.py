@@ -32,6 +32,7 @@ from stockade.linux import limits
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor")
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 _RLIMITS = 1  # plan flag: apply the rlimits
+_WATCH_MEMORY = 2  # plan flag: show the command's address-space requests to pid 1 (memwatch.c)
 # flags; RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE; the nested Landlock domain's handled rights and
 # scopes; the size of the enforced record
 _HEAD = struct.Struct("<IqqqQQI")
@@ -69,17 +70,18 @@ def descriptor() -> int | None:
     return fd
 
 
-def plan(spec: LimitSpec, rlimits: bool, nested: tuple[int, int], enforced: dict,
-         view_digest: bytes | None, launch: bytes) -> int:
-    """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`), its
+def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, int],
+         enforced: dict, view_digest: bytes | None, launch: bytes) -> int:
+    """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`),
+    whether its address-space requests are shown to pid 1 (`watch_memory`, memwatch.c), its
     nested Landlock domain (landlock.nested_domain; (0, 0): none), the `enforced` record of
     its "started" event, the digest of the view frame a spare was made for (None: not a
     spare) and the launch part of the frame (empty for a spare, which reads its own)."""
     memory, processes, file_size = limits.rlimit_values(spec)
+    flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0)
     body = json.dumps(enforced).encode()
     data = b"".join((
-        _HEAD.pack(_RLIMITS if rlimits else 0, memory, processes, file_size, *nested,
-                   len(body)), body,
+        _HEAD.pack(flags, memory, processes, file_size, *nested, len(body)), body,
         view_digest or _NO_VIEW, struct.pack("<I", len(launch)), launch))
     return memfd("stockade-plan", data)
 

@@ -14,6 +14,9 @@ NETWORK_MODES = ("none", "allowlist", "any")
 # Unix socket files: "own" (those in a write root at launch are masked: the command's own
 # work), "none" (no AF_UNIX socket can be made: socketpair only), "any" (every one reachable).
 UNIX_SOCKET_MODES = ("own", "none", "any")
+# The command's stdin: "null" (/dev/null) or "inherit" (the caller's stdin, relayed through a
+# pipe by the owner, never the caller's descriptor itself). Unset, the caller chooses:
+# the Python API reads nothing, `stockade run` relays a pipe or file but not a terminal.
 STDIN_MODES = ("null", "inherit")
 # What holds the sandbox: the host's native primitives, or a virtual machine (docs/vm.md).
 CONTAINMENTS = ("native", "vm")
@@ -70,7 +73,7 @@ class Limits:
 @dataclass(frozen=True)
 class ProcessPolicy:
     cwd: str | None = None           # default: the workspace
-    stdin: str = "null"
+    stdin: str | None = None         # None: the caller chooses (see STDIN_MODES)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ name.
 
 The result is canonical: lists deduplicated and sorted, paths tidied (`paths.tidy_path`), domain
 patterns normalised, variables in `env.set` dropped from `env.pass` (set wins), durations in
-seconds, sizes in bytes. Ambiguous results are refused: a path both read and written, a read or
-write root equal to or inside a denied path, allow patterns outside allowlist mode, allowlist
-mode without allow patterns.
+seconds, sizes in bytes (`policy_to_document` writes them back with a unit, "2GiB" or "2GB",
+so the two are told apart). Ambiguous results are refused: a path both read and written, a
+read or write root equal to or inside a denied path, allow patterns outside allowlist mode,
+allowlist mode without allow patterns.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ from stockade.policy.schema import (
     CONTAIN,
     FIELDS,
     SECTIONS,
+    SIZE_LIMITS,
     Invalid,
     check_keys,
     sorted_unique,
     table,
 )
+from stockade.policy.units import format_size
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -105,9 +108,12 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
     }
     document["env"] = {"pass": list(sorted_unique(env.passthrough)), "set": dict(sorted(env.set))}
     document["limits"] = {
-        name: _plain(value) for name, value in asdict(policy.limits).items() if value is not None
+        name: format_size(value) if name in SIZE_LIMITS else _plain(value)
+        for name, value in asdict(policy.limits).items() if value is not None
     }
-    document["process"] = {"stdin": policy.process.stdin}
+    document["process"] = {}
+    if policy.process.stdin is not None:
+        document["process"]["stdin"] = policy.process.stdin
     if policy.process.cwd is not None:
         document["process"]["cwd"] = policy.process.cwd
     return document

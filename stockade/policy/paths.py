@@ -11,6 +11,8 @@ is the `..`-applied form, used only to spot ambiguous entries; it is never autho
 
 from __future__ import annotations
 
+import os
+
 from stockade.policy.render import show
 
 PLACEHOLDERS = ("{workspace}", "{tmp}", "{home}")
@@ -19,7 +21,10 @@ MAX_PATH = 4096
 
 
 def tidy_path(value: object, *, optional_allowed: bool = False) -> str:
-    """The tidied form of a policy path; ValueError naming the problem if invalid."""
+    """The tidied form of a policy path (a str or os.PathLike); ValueError naming the problem
+    if invalid."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if not isinstance(value, str) or not value:
         raise ValueError(f'expected a path such as "/usr" or "{{workspace}}/src", '
                          f"got {show(value)}")

@@ -20,7 +20,7 @@ ports a port-less pattern admits is the proxy's rule).
 "system" is `/usr` and `/etc`, plus `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64` where they exist
 (a leading `?` marks a root optional). No preset limits `cpu`. Every preset denies the credential
 stores in `DENY_DEFAULTS`, passes only `ENV_PASS_DEFAULTS`, keeps the model's protected names,
-and reads stdin from /dev/null.
+and leaves stdin to the caller (`process.stdin` unset: see model.STDIN_MODES).
 
 On Windows (`preset_documents("win32")`, what `PRESET_DOCUMENTS` holds there) the presets are
 the same but for what names Linux: "system" is `WINDOWS_SYSTEM_READ`; the denied credential
@@ -90,7 +90,6 @@ def preset_documents(platform: str) -> dict[str, dict[str, Any]]:
             "env": {"pass": list(WINDOWS_ENV_PASS_DEFAULTS if windows else ENV_PASS_DEFAULTS)},
             "limits": {name: value for name, value in limits.items()
                        if not (windows and name == "file_size")},
-            "process": {"stdin": "null"},
         }
 
     return {

@@ -25,6 +25,7 @@ from stockade.policy.render import kind, show
 SECTIONS = ("filesystem", "network", "env", "limits", "process")
 MAX_CPU = 4096.0
 MAX_PIDS = 4194304  # the kernel's largest pid_max
+MIN_MEMORY = 1 << 20  # no program starts in less address space: a smaller limit is a mistake
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
@@ -137,6 +138,14 @@ def _cpu(value: object) -> float:
     return float(value)
 
 
+def _memory(value: object) -> int:
+    size = units.parse_size(value)
+    if size < MIN_MEMORY:
+        raise ValueError(f'expected a memory limit of at least "1MiB" (no program starts in '
+                         f"less address space), got {show(value)}")
+    return size
+
+
 def _pids(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_PIDS:
         raise ValueError(f"expected a whole number of processes from 1 to {MAX_PIDS}, "
@@ -188,6 +197,7 @@ def merge_rule(section: str, key: str) -> str:
 
 
 CONTAIN = _scalar(_choice(CONTAINMENTS))  # the top-level `containment` key
+SIZE_LIMITS = ("memory", "output", "file_size")  # in bytes, written with a unit
 _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)
 
@@ -214,7 +224,7 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
     },
     "limits": {
         "timeout": ("timeout", _scalar(units.parse_duration), None),
-        "memory": ("memory", _scalar(units.parse_size), None),
+        "memory": ("memory", _scalar(_memory), None),
         "cpu": ("cpu", _scalar(_cpu), None),
         "pids": ("pids", _scalar(_pids), None),
         "output": ("output", _scalar(units.parse_size), None),

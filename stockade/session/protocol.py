@@ -89,7 +89,7 @@ def _is_text(value: object) -> bool:
 
 def _is_argv(value: object) -> bool:
     return (isinstance(value, list) and 0 < len(value) <= 65536
-            and all(_is_text(a) and a for a in value))
+            and all(_is_text(a) for a in value) and value[0] != "")  # (`-N ''` is an argument)
 
 
 def _is_env(value: object) -> bool:

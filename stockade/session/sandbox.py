@@ -252,6 +252,7 @@ class Sandbox:
             violations=tuple(violations), enforced=self.enforced,
             timings={"start": round(start, 3), "run": round(wall, 3),
                      "session": round(max(duration * 1000 - start - wall, 0), 3)},
+            args=list(request.argv), timeout=request.limits.timeout,
         )
 
 

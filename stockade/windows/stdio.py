@@ -1,6 +1,6 @@
 """The child's three standard handles, following subprocess's conventions (None, PIPE, DEVNULL,
-a descriptor, a file object), each passed as a fresh inheritable duplicate that is closed once
-the child has its copy.
+a descriptor, a file object, STDOUT for stderr), each passed as a fresh inheritable duplicate
+that is closed once the child has its copy.
 
 None (inherit) is never the owner's own handle: it may be a console, and a console handle lets
 its holder read the screen or inject input into it. Instead the child gets a pipe, and a relay
@@ -31,9 +31,12 @@ class ChildStdio:
         self.handles: list[int] = []  # the inheritable duplicates the child gets
         self._close: list[int] = []  # descriptors only the child needed, ours to close
         self._outputs: list[threading.Thread] = []  # relays to the owner's stdout/stderr
+        ends: list[int] = []
         try:
             for index, spec in enumerate((stdio.stdin, stdio.stdout, stdio.stderr)):
-                self.handles.append(_inheritable(self._child_end(index, spec)))
+                merged = index == 2 and spec == subprocess.STDOUT  # stderr is stdout's end
+                ends.append(ends[1] if merged else self._child_end(index, spec))
+                self.handles.append(_inheritable(ends[index]))
         except BaseException:
             self.close_child_ends()
             raise
