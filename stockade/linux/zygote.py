@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from stockade.errors import SetupError
+from stockade.errors import SetupError, StockadeError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
 from stockade.linux.launcher import VIEW_MAX, Skeleton, start
 
@@ -166,14 +166,26 @@ class ForkSpawner:
         skeleton = self._take(network_namespace, view) or start(network=network_namespace)
         with skeleton.handoff:
             pidfds = [] if skeleton.pidfd is None else [skeleton.pidfd]
-            if skeleton.pidfd is None:  # a stand-in, to report why there is no sandbox
-                _, pidfds = recv_fds(skeleton.handoff, 1)
-                os.waitpid(skeleton.standin, 0)
-            if len(pidfds) != 1:
+            try:
+                if skeleton.pidfd is None:  # a stand-in, to report why there is no sandbox
+                    _, pidfds = recv_fds(skeleton.handoff, 1)
+                if len(pidfds) != 1:
+                    raise SetupError("launcher_failed", "the sandbox skeleton did not start",
+                                     stage="launcher")
+                # (A stand-in waits for these to report on the status pipe: only then may it
+                # be reaped.)
+                send_fds(skeleton.handoff, b"G", [*stdio, request_r, status_w, control])
+            except OSError:
                 close_all(pidfds)
-                raise SetupError("launcher_failed", "the sandbox skeleton did not start",
-                                 stage="launcher")
-            send_fds(skeleton.handoff, b"G", [*stdio, request_r, status_w, control])
+                raise SetupError("launcher_failed", "the sandbox's pid 1 ended before its "
+                                 "launch", stage="launcher") from None
+            except BaseException:
+                close_all(pidfds)
+                raise
+            finally:
+                if skeleton.standin:
+                    skeleton.handoff.close()  # (it ends at once if it was not handed a launch)
+                    os.waitpid(skeleton.standin, 0)
         return pidfds[0]
 
     def _take(self, network_namespace: bool, view: tuple[bytes, bytes] | None
@@ -290,6 +302,9 @@ def serve(control_fd: int) -> None:
     # mounts change, it is stale and is thrown away (mountinfo polls "exceptional" once per
     # change).
     mountinfo = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - lives as long as we do
+    # A spare that died unused is not replaced until the next launch: on a host where every
+    # pid 1 dies at once, the zygote would otherwise make them in a loop.
+    spare_died = False
 
     def drop_prepared() -> None:
         nonlocal template
@@ -301,6 +316,9 @@ def serve(control_fd: int) -> None:
     def launch_fresh(launch: list[int], reply: int, mode: bytes) -> None:
         """Hand a launch a skeleton that builds its own view."""
         nonlocal ready
+        if ready is not None and not _alive(ready):
+            ready.close()
+            ready = None
         if mode == WITH_NETWORK_NAMESPACE and ready is not None:
             skeleton, ready = ready, None
         else:
@@ -326,7 +344,10 @@ def serve(control_fd: int) -> None:
         if not mounting:
             if wanted is not None and (template is None or template.view != wanted):
                 drop_prepared()
-                template = _Template(wanted)
+                try:
+                    template = _Template(wanted)
+                except (StockadeError, OSError):  # (no namespaces here: launches say why)
+                    wanted = None
             if len(prepared) < PREPARED and template is not None and template.identity:
                 spare = template.spare()
                 if spare is None:  # the template is gone: do not try again for now
@@ -334,12 +355,17 @@ def serve(control_fd: int) -> None:
                     wanted = None
                 else:
                     prepared.append(spare)
-            elif ready is None:
+            elif ready is None and not spare_died:
                 ready = start(network=True)
         watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None),
                    *(p[0].sock for p in promised)] \
-            + ([template.sock] if template is not None and template.identity is None else [])
+            + ([template.sock] if template is not None and template.identity is None else []) \
+            + ([ready.pidfd] if ready is not None and ready.pidfd is not None else [])
         readable, _, changed = select.select(watched, [], [mountinfo])
+        if ready is not None and ready.pidfd in readable:  # its pid 1 died unused
+            readable.remove(ready.pidfd)
+            ready.close()
+            ready, spare_died = None, True
         if changed:
             drop_prepared()
             if ready is not None:
@@ -371,6 +397,7 @@ def serve(control_fd: int) -> None:
                 close_all(fds)
                 continue
             *launch, reply = fds
+            spare_died = False
             mode, identity, view = _parse(kind)
             usable = mode == WITH_NETWORK_NAMESPACE and view
             fitting = [p for p in prepared if p.fits(view, identity)] if usable else []
@@ -399,6 +426,11 @@ def serve(control_fd: int) -> None:
                 wanted = view if template.view != view else None
                 drop_prepared()
             launch_fresh(launch, reply, mode)
+
+
+def _alive(skeleton: Skeleton) -> bool:
+    """Whether a skeleton's pid 1 still runs (a stand-in always does until its launch)."""
+    return skeleton.pidfd is None or not select.select([skeleton.pidfd], [], [], 0)[0]
 
 
 def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:
