@@ -91,6 +91,7 @@ def compile_policy(
         ),
         limits=LimitSpec(**vars(policy.limits)),
         stdin=stdin or policy.process.stdin or "null",
+        isolation=policy.isolation,
     )
 
 

@@ -86,11 +86,16 @@ class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
-def compile_filter(unix_sockets: bool = True) -> bytes:
+def compile_filter(unix_sockets: bool = True, internet: bool = True) -> bytes:
     """The classic BPF program for Stockade's policy on this architecture; without
     `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
-    nothing but itself)."""
-    return compile_rules(_rules(unix_sockets))
+    nothing but itself); without `internet`, no socket of AF_INET, AF_INET6 or AF_NETLINK
+    (for a sandbox that shares the host's network namespace: stockade/linux/landlock_tier.py)."""
+    rules = _rules(unix_sockets)
+    if not internet:
+        rules += [("socket", errno.EACCES, ((0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
+                  for name in ("AF_INET", "AF_INET6", "AF_NETLINK")]
+    return compile_rules(rules)
 
 
 def compile_rules(rules: list[Rule]) -> bytes:

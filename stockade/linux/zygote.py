@@ -50,6 +50,7 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
 _FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control, reply socket
 WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
+LANDLOCK_TIER = b"T"  # no namespace: a keeper (landlock_tier.py) instead of a pid 1
 _IDENTITY = 32  # bytes of a survey's identity (SHA-256)
 _SURVEYED, _UNSURVEYED = b"\x01", b"\x00"  # whether a launch message carries an identity
 PREPARED = 2  # spares kept ready for the last view: a run of launches finds one waiting
@@ -72,13 +73,15 @@ class Zygote:
         self._last_view: bytes | None = None
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
-               ) -> int:
-        """Start a sandbox with these descriptors; returns a pidfd of its pid 1.
-        `view` is (view frame, identity of a survey made just now, or b"" when `may_fit`
-        said no survey was worth making): the zygote may hand the launch a spare prepared for
-        it, and prepares the next spare for it."""
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               tier: bool = False) -> int:
+        """Start a sandbox with these descriptors; returns a pidfd of its pid 1 (with `tier`,
+        of the keeper of a landlock-tier launch). `view` is (view frame, identity of a survey
+        made just now, or b"" when `may_fit` said no survey was worth making): the zygote may
+        hand the launch a spare prepared for it, and prepares the next spare for it."""
         kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
+        if tier:
+            kind, view = LANDLOCK_TIER, None
         if view is not None and network_namespace and len(view[0]) <= VIEW_MAX:
             surveyed = len(view[1]) == _IDENTITY
             kind += (_SURVEYED + view[1] if surveyed else _UNSURVEYED) + view[0]
@@ -158,8 +161,12 @@ class ForkSpawner:
                     self._view = view
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
-               ) -> int:
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               tier: bool = False) -> int:
+        if tier:
+            from stockade.linux import landlock_tier
+
+            return landlock_tier.start([*stdio, request_r, status_w, control])
         if view is not None and self.on_view is not None:
             self.on_view(view[0])
             self.on_view = None
@@ -284,6 +291,7 @@ class _Prepared(_Announced):
 def serve(control_fd: int) -> None:
     """The zygote's main loop (runs in its own interpreter)."""
     # Everything a sandbox needs is imported here, once, before any fork.
+    import stockade.linux.landlock_tier  # noqa: F401
     import stockade.linux.template  # noqa: F401
     from stockade.launch import request  # noqa: F401
     from stockade.linux import init, mnt, ns  # noqa: F401
@@ -399,6 +407,9 @@ def serve(control_fd: int) -> None:
             *launch, reply = fds
             spare_died = False
             mode, identity, view = _parse(kind)
+            if mode == LANDLOCK_TIER:
+                _keep(launch, reply)
+                continue
             usable = mode == WITH_NETWORK_NAMESPACE and view
             fitting = [p for p in prepared if p.fits(view, identity)] if usable else []
             if fitting:
@@ -426,6 +437,25 @@ def serve(control_fd: int) -> None:
                 wanted = view if template.view != view else None
                 drop_prepared()
             launch_fresh(launch, reply, mode)
+
+
+def _keep(launch: list[int], reply: int) -> None:
+    """A landlock-tier launch: fork its keeper, give the owner a pidfd of it."""
+    from stockade.linux import landlock_tier
+
+    with socket.socket(fileno=reply) as answer:
+        try:
+            pidfd = landlock_tier.start(launch)
+        except (StockadeError, OSError):
+            return  # (the owner reports that no launcher started)
+        finally:
+            close_all(launch)
+        try:
+            send_fds(answer, b"P", [pidfd])
+        except OSError:
+            pass  # the owner stopped waiting; the keeper sees its lifeline close
+        finally:
+            os.close(pidfd)
 
 
 def _alive(skeleton: Skeleton) -> bool:
