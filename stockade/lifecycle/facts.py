@@ -47,7 +47,8 @@ def verified(facts: dict[str, object], *names: str, table: Table | None = None) 
     """Whether each named fact is present and holds (`table` as for `judge`)."""
     checks = {fact: accept for stage in (table or expectations()).values()
               for fact, (accept, _) in stage.items()}
-    return all(name in facts and checks[name](facts[name]) for name in names)
+    return all(name in facts and name in checks and checks[name](facts[name])
+               for name in names)
 
 
 def exactly(wanted: object) -> Check:
@@ -73,7 +74,7 @@ def expectations() -> dict[str, dict[str, Check]]:
         "namespaces": {"new_namespaces": _equal(sorted(NAMESPACES))},
         "filesystem": {
             "write_root": _equal("ok"), "write_root_noexec": _equal(True),
-            "read_root_read_only": _equal(True), "outside_path": denied,
+            "read_root_read_only": _equal(True), "outside_path": denied, "outside_read": denied,
             "protected_name": denied, "git_hooks": denied, "git_metadata": _equal("ok"),
             "denied_path": denied,
         },
@@ -105,3 +106,45 @@ def expectations() -> dict[str, dict[str, Check]]:
         "helpers": {"stockade_state": denied, "privilege_bits": _equal("EPERM"),
                     "socket_vsock": _equal("EAFNOSUPPORT"), "unix_socket_file": denied},
     }
+
+
+@functools.cache
+def tier_expectations() -> dict[str, dict[str, Check]]:
+    """The landlock tier's table (stockade/linux/landlock_tier.py): no namespace, so no mount
+    flags, interfaces or pid_max to judge; denials by Landlock and seccomp instead."""
+    import os
+
+    from stockade.linux.landlock_tier import SCOPE_ABI
+    from stockade.linux.privilege import SECUREBITS
+
+    table = {stage: dict(checks) for stage, checks in expectations().items()}
+    denied = (_denied, "an error")
+    table["namespaces"] = {"new_namespaces": _equal([])}
+    # (no mount view: a path outside the roots can be looked up, only not opened)
+    for fact in ("write_root_noexec", "read_root_read_only", "git_metadata", "outside_path"):
+        del table["filesystem"][fact]
+    table["landlock"]["landlock_abi"] = (lambda v: isinstance(v, int) and v >= SCOPE_ABI,
+                                         f"at least {SCOPE_ABI}")
+    if os.geteuid() != 0:  # (only root may lock securebits without a user namespace)
+        del table["privileges"]["securebits"]
+    else:
+        table["privileges"]["securebits"] = _equal(SECUREBITS)
+    del table["network"]["network_interfaces"]
+    table["network"]["udp_loopback"] = denied
+    del table["limits"]["pid_max"]
+    if os.geteuid() == 0:  # (the tier refuses limits.pids as root: tier_limits)
+        del table["limits"]["rlimit_nproc"]
+    else:
+        table["limits"]["rlimit_nproc"] = (
+            lambda v: isinstance(v, list) and len(v) == 2 and v[0] == v[1] >= PROBE_PIDS,
+            f"the user's tasks plus {PROBE_PIDS}")
+    return table
+
+
+def tier_limits() -> model.Limits:
+    """The probe's limits in the landlock tier: without pids as root, whom RLIMIT_NPROC does
+    not bind (the tier refuses the limit there)."""
+    import os
+    from dataclasses import replace
+
+    return replace(PROBE_LIMITS, pids=None) if os.geteuid() == 0 else PROBE_LIMITS

@@ -48,6 +48,7 @@ from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
 from stockade.lifecycle import facts, probe_child, statedir
 from stockade.lifecycle.ledger import Ledger
+from stockade.linux.doctor import hint
 from stockade.policy import model
 
 ATTESTATION_VERSION = 1
@@ -58,9 +59,11 @@ _MESSAGES = {  # every platform's
 }
 _LINUX_MESSAGES = {
     "probe_child_failed": "the probe's child did not report its observations",
-    "userns_unavailable": "user namespaces cannot be created here",
-    "landlock_unsupported": "the kernel offers no Landlock, or it is disabled",
-    "seccomp_unavailable": "libseccomp or the kernel's seccomp filters are missing",
+    "userns_unavailable": hint("user namespaces cannot be created here"),
+    "landlock_unsupported": hint("the kernel offers no Landlock (or not the ABI needed), or "
+                                 "it is disabled"),
+    "seccomp_unavailable": hint("libseccomp or the kernel's seccomp filters are missing"),
+    "supervisor_not_built": hint("the sandbox's supervisor was not built at install"),
 }
 
 
@@ -156,8 +159,20 @@ class LinuxProbe:
         return _host_key(), time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+class LandlockTierProbe(LinuxProbe):
+    """The landlock tier's half: the same child and launch, judged by the tier's table."""
+
+    def launch(self, run: Run, ledger: Ledger) -> None:
+        _launch(run, ledger, facts.tier_limits())
+
+    def judge(self, observed: dict[str, object]) -> None:
+        facts.judge(observed, facts.tier_expectations())
+
+
 def platform_probe(backend: Backend) -> PlatformProbe:
     """The platform half of the probe for `backend`, chosen by its name."""
+    if backend.name == "linux-landlock":
+        return LandlockTierProbe()
     if backend.name == "windows":
         from stockade.windows.probe import WindowsProbe
         return WindowsProbe()
@@ -291,7 +306,7 @@ def _store(path: str, attestation: Attestation, key: dict[str, object], now: flo
         pass
 
 
-def _launch(run: Run, ledger: Ledger) -> None:
+def _launch(run: Run, ledger: Ledger, limits: model.Limits = facts.PROBE_LIMITS) -> None:
     """Run the probe child in a sandbox, recording what it and the host saw into `run`."""
     from stockade.launch.manager import execute
 
@@ -307,7 +322,7 @@ def _launch(run: Run, ledger: Ledger) -> None:
             # In the temp dir, not the state directory, which every sandbox's view masks.
             top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
             record.add("dir", top)
-            request = _request(top, request_id)
+            request = _request(top, request_id, limits)
             # A socket file in the workspace, made before the launch: the view masks it. (By
             # the workspace's descriptor: its full path may be longer than a socket address.)
             workspace_fd = os.open(request.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -330,11 +345,12 @@ def _launch(run: Run, ledger: Ledger) -> None:
                                        and os.path.basename(record.path) not in ledger.records())
 
 
-def _request(top: str, request_id: str) -> LaunchRequest:
+def _request(top: str, request_id: str, limits: model.Limits = facts.PROBE_LIMITS
+             ) -> LaunchRequest:
     """The probe's minimal policy, compiled: the interpreter read-only, a workspace."""
     workspace = os.path.join(top, "ws")
     os.mkdir(top, 0o700)
-    for directory in (workspace, os.path.join(workspace, ".agents"),
+    for directory in (workspace, os.path.join(workspace, "work"), os.path.join(workspace, ".agents"),
                       os.path.join(workspace, ".git"), os.path.join(workspace, ".git", "hooks"),
                       os.path.join(workspace, "secret"), os.path.join(top, "outside")):
         os.mkdir(directory, 0o700)
@@ -348,7 +364,7 @@ def _request(top: str, request_id: str) -> LaunchRequest:
                                           git="guarded"),
         network=model.NetworkPolicy("none"),
         env=model.EnvPolicy(set=facts.PROBE_ENV),
-        limits=facts.PROBE_LIMITS,
+        limits=limits,
         process=model.ProcessPolicy(cwd="{workspace}", stdin="null"),
     )
     with open(probe_child.__file__) as f:

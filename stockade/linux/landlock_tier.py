@@ -42,6 +42,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from stockade.errors import StockadeError, UnavailableError, UnenforceableError
+from stockade.launch.backend import Capability
 from stockade.launch.request import LaunchRequest
 from stockade.linux import init, landlock, limits, mnt, privilege, protect, seccomp
 from stockade.linux.doctor import hint
@@ -470,3 +471,32 @@ def _fail(status_fd: int, code: str, message: str, where: str, *, start: bool = 
     kill_descendants()
     os._exit(71 if start else 70)
 
+
+
+def capabilities() -> list[Capability]:
+    """The tier's capability table (Backend.report)."""
+    abi = landlock.abi_version()
+    return [
+        Capability("isolation", abi >= SCOPE_ABI, "landlock tier: no namespace",
+                   "; ".join(NOT_ENFORCED)),
+        Capability("filesystem.read", True, "Landlock rules"),
+        Capability("filesystem.write", True, "Landlock rules"),
+        Capability("filesystem.deny", True, "carved out of the roots' Landlock rules"),
+        Capability("filesystem.protected", True, "carved out of the write roots' rules"),
+        Capability("filesystem.exec_from_write", True, "Landlock EXECUTE withheld"),
+        Capability("filesystem.memfd_exec", False, "not prevented"),
+        Capability("stockade_state", True, "carved out of every root; no AF_UNIX socket"),
+        Capability("landlock", abi >= SCOPE_ABI, f"ABI {abi}"),
+        Capability("seccomp", True, "libseccomp filter", "no unix, inet, inet6 or netlink "
+                   "socket"),
+        Capability("network.none", True, "seccomp: no inet sockets; Landlock TCP"),
+        Capability("network.allowlist", False, "not in this tier yet"),
+        Capability("network.any", False, "not implemented yet"),
+        Capability("limits.memory", True, "RLIMIT_AS", "per process"),
+        Capability("limits.pids", os.geteuid() != 0, "RLIMIT_NPROC",
+                   "counts every process of the user"),
+        Capability("limits.cpu", False, "needs a delegated cgroup v2 cpu controller"),
+        Capability("limits.file_size", True, "RLIMIT_FSIZE"),
+        Capability("limits.timeout", True, "wall clock; every descendant killed"),
+        Capability("kill_on_close", True, "the keeper, the tree's subreaper, kills it"),
+    ]
