@@ -350,7 +350,8 @@ def _request(top: str, request_id: str, limits: model.Limits = facts.PROBE_LIMIT
     """The probe's minimal policy, compiled: the interpreter read-only, a workspace."""
     workspace = os.path.join(top, "ws")
     os.mkdir(top, 0o700)
-    for directory in (workspace, os.path.join(workspace, "work"), os.path.join(workspace, ".agents"),
+    for directory in (workspace, os.path.join(workspace, "work"),
+                      os.path.join(workspace, ".agents"),
                       os.path.join(workspace, ".git"), os.path.join(workspace, ".git", "hooks"),
                       os.path.join(workspace, "secret"), os.path.join(top, "outside")):
         os.mkdir(directory, 0o700)

@@ -95,8 +95,8 @@ def helpers(params: dict) -> dict:
     unix, stream = socket.AF_UNIX, socket.SOCK_STREAM
     return {
         "stockade_state": outcome(lambda: os.listdir(params["state"])),
-        "privilege_bits": outcome(lambda: os.chmod(os.path.join(params["workspace"], "work", "written"),
-                                                   0o4755)),
+        "privilege_bits": outcome(lambda: os.chmod(
+            os.path.join(params["workspace"], "work", "written"), 0o4755)),
         "socket_vsock": outcome(lambda: socket.socket(40, stream).close()),  # never connected
         "unix_socket_file": outcome(lambda: connect(unix, stream, params["socket_file"])),
         "memfd_exec": memfd_exec(),
