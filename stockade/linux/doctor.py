@@ -157,8 +157,9 @@ def _landlock_causes(host: dict) -> list[Cause]:
                           "command line",
                       ))]
     if abi < SCOPE_ABI:
+        tcp = "TCP rules (ABI 4, Linux 6.7) and " if abi < 4 else ""
         return [Cause("kernel_old", "weakens", f"Landlock ABI {abi}: this kernel "
-                      f"({host['kernel']}) lacks {'TCP rules (ABI 4, Linux 6.7) and ' if abi < 4 else ''}"
+                      f"({host['kernel']}) lacks {tcp}"
                       "signal and abstract unix socket scoping (ABI 6, Linux 6.12); the "
                       "landlock isolation needs them, namespaces are weakened without them", (
                           "upgrade to Linux 6.12 or later",
