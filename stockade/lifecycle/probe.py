@@ -205,6 +205,8 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
         failure = Refused(exc.code, (_MESSAGES | half.messages).get(
             exc.code, exc.message if exc.code == "ledger_unusable"  # (it names the directory)
             else f"the {run.stage} stage failed ({exc.code})"))
+        if isinstance(half, LinuxProbe) and exc.code != "ledger_corrupt":
+            failure = Refused(failure.reason, hint(failure.message))
     except OSError as exc:
         where = f" at {exc.filename}" if exc.filename else ""
         failure = Refused("probe_failed", f"the {run.stage} stage failed with "
