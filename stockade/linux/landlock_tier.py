@@ -41,7 +41,7 @@ import struct
 from dataclasses import replace
 from typing import NoReturn
 
-from stockade.errors import StockadeError, UnavailableError, UnenforceableError
+from stockade.errors import SetupError, StockadeError, UnavailableError, UnenforceableError
 from stockade.launch.backend import Capability
 from stockade.launch.request import LaunchRequest
 from stockade.linux import init, landlock, limits, mnt, privilege, protect, seccomp
@@ -317,17 +317,11 @@ def _fork_command(request: LaunchRequest, stdio: list[int], umask: int,
             os.umask(umask)
             if "rlimits" not in weaken:
                 _rlimits(request, processes)
-            if "privileges" not in weaken:
-                privilege.prepare()
-            step = "landlock"
-            if "landlock" not in weaken:
-                landlock.restrict(made)
-            step = "privilege"
-            if "privileges" not in weaken:
-                privilege.drop_all()
-            step = "seccomp"
-            if "seccomp" not in weaken:
-                seccomp.install(bpf)
+            try:
+                init.confine_layers(lambda: made, bpf, weaken)
+            except SetupError as exc:
+                step = exc.stage
+                raise OSError(errno.EPERM, exc.message) from None
             privilege.close_fds({report_w})
             step = "exec"
             os.execvpe(request.argv[0], list(request.argv), dict(request.env))
