@@ -5,7 +5,8 @@ A test that cannot run fails with the reason: a missing guarantee is never a gre
 Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
 imported are not collected, and every test that uses the `linux` fixture or mark is
 deselected (the summary counts them, the header says why). Likewise off Windows for the tests
-marked `windows` (real children in the Windows backend).
+marked `windows` (real children in the Windows backend), and rootless for those marked
+`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them).
 """
 
 from __future__ import annotations
@@ -56,11 +57,29 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return header if WINDOWS else header + "; not Windows: the Windows ones too"
 
 
+ROOT_ONLY: list[tuple[str, str]] = []  # (test id, why) deselected in a rootless run
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     elsewhere = [item for item in items if not _runs_here(item)]
+    if os.getuid() != 0:
+        # A separate, reported selection (never a green skip): scripts/test.sh runs these in
+        # its root pass, and the summary lists each with its reason.
+        for item in items:
+            marker = item.get_closest_marker("root_only")
+            if marker is not None and item not in elsewhere:
+                elsewhere.append(item)
+                ROOT_ONLY.append((item.nodeid, marker.args[0] if marker.args else "needs root"))
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         items[:] = [item for item in items if item not in elsewhere]
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
+    if ROOT_ONLY:
+        terminalreporter.section(f"{len(ROOT_ONLY)} root-only tests not run here (rootless)")
+        for nodeid, why in ROOT_ONLY:
+            terminalreporter.write_line(f"{nodeid}: {why}")
 
 
 def _runs_here(item: pytest.Item) -> bool:

@@ -235,7 +235,7 @@ def test_a_server_gone_before_the_whole_request_means_the_run_happens_here(tmp_p
     server.join(10)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount on the host")
+@pytest.mark.root_only("needs root to mount on the host")
 def test_a_prepared_sandbox_sees_a_mount_made_after_it(served, workspace, tmp_path):
     env, _ = served
     mount_point = tmp_path / "mnt"
@@ -271,7 +271,7 @@ def test_served_runs_of_one_policy_use_prepared_sandboxes_that_see_host_changes(
     assert (workspace / ".git" / "config").read_text() == "[core]\n"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+@pytest.mark.root_only("needs root to connect as another user")
 def test_another_user_is_not_served(served, workspace, tmp_path):
     env, _ = served
     state = Path(env["STOCKADE_STATE_DIR"])

@@ -1,6 +1,6 @@
-"""`stockade evidence`, run here: every row asserted on its own (a failing row names itself),
-the generated document checked against the current rows, and each layer switched off in turn to
-show that the matching rows FAIL — a matrix that cannot fail would prove nothing.
+"""`stockade evidence`, run here: every row asserted on its own (a failing row names itself,
+an ERROR is no pass), with its positive control, and the generated document checked against the
+current rows. Each layer switched off in turn: tests/test_evidence_mutations.py.
 """
 
 from __future__ import annotations
@@ -49,22 +49,29 @@ def test_the_command_exits_as_its_rows_say(evidence_run: tuple[Matrix, int]) -> 
     assert status == exit_status(matrix, allow_not_run=False)
 
 
-# Rows whose layer exists only as root (the kernel lets only host root set it): rootless, the
-# row must say so (not-run, with the reason) and the report must not claim the layer.
-ROOT_ONLY = {"fs.memfd-exec": "filesystem.memfd_exec"}
+# Rows whose layer exists only as root (the kernel lets only host root set it): rootless the
+# report must not claim the layer.
+ROOT_ONLY_FEATURES = {"fs.memfd-exec": "filesystem.memfd_exec"}
+ROOT_ONLY = {row.id: row.root_only for row in ROWS if row.root_only}
 
 
 @pytest.mark.parametrize("row_id", IDS)
 def test_row(matrix: Matrix, row_id: str) -> None:
+    """Each row passes, with its positive control and (where a switch can) its proof; a row
+    that means nothing rootless says so, not-run with its reason."""
     verdict = next(v for v in matrix.verdicts if v.id == row_id)
+    row = next(row for row in ROWS if row.id == row_id)
     if row_id in ROOT_ONLY and not ROOT:
-        report = {c.name: c for c in LinuxBackend().report()}
-        assert verdict.status == "not-run" and "only host root" in verdict.observed
-        assert not report[ROOT_ONLY[row_id]].enforced
+        assert verdict.status == "not-run" and ROOT_ONLY[row_id] in verdict.observed
+        if row_id in ROOT_ONLY_FEATURES:
+            report = {c.name: c for c in LinuxBackend().report()}
+            assert not report[ROOT_ONLY_FEATURES[row_id]].enforced
         return
     if verdict.status == "not-run":
         unavailable(f"{row_id}: {verdict.verdict}")
     assert verdict.status == "pass", f"{row_id}: {verdict.observed}"
+    assert verdict.controlled or row.uncontrolled, f"{row_id}: {verdict.control}"
+    assert verdict.mutations or row.unproven, row_id
 
 
 def test_the_matrix_runs_within_two_minutes(matrix: Matrix) -> None:
@@ -99,91 +106,6 @@ def test_the_document_shows_this_runs_verdicts(matrix: Matrix) -> None:
         "regenerate it: python3 scripts/evidence_doc.py"
 
 
-def knob(name: str) -> str:
-    try:
-        return Path("/proc/sys", name).read_text().strip()
-    except OSError:
-        return ""
-
-
-def rows_of(*categories: str, but: tuple[str, ...] = ()) -> tuple[str, ...]:
-    return tuple(row.id for row in select(categories) if row.id not in but)
-
-
-# Rows that FAIL without any weakening (see docs/evidence-linux.md) are left out of these runs.
-FILESYSTEM = rows_of("filesystem", but=() if ROOT else tuple(ROOT_ONLY))
-NETWORK = rows_of("network", but=tuple(row.id for row in ROWS if "allowlist" in row.id))
-SECCOMP_ROWS = {"proc.ptrace", "proc.user-namespace", "proc.clone3", "proc.keyctl",
-                "proc.userfaultfd"} \
-    | ({"proc.tty-injection"} if knob("dev/tty/legacy_tiocsti") == "1" else set()) \
-    | ({"proc.perf-event"} if knob("kernel/perf_event_paranoid") in ("-1", "0", "1", "2")
-       else set()) \
-    | ({"proc.io-uring"} if knob("kernel/io_uring_disabled") in ("", "0") else set())
-
-WEAKENINGS = [
-    # seccomp alone: kernel knobs still refuse bpf; mount needs capabilities too.
-    pytest.param({"seccomp"}, rows_of("process"), SECCOMP_ROWS, id="seccomp"),
-    # Landlock alone: the empty network namespace and the mounts cover everything but TCP bind.
-    pytest.param({"landlock"}, FILESYSTEM + NETWORK, {"net.listen"}, id="landlock"),
-    pytest.param({"privileges"}, rows_of("process"), {"proc.capabilities"}, id="privileges"),
-    # A read root mounted read-write: Landlock still refuses writes, but it has no right for
-    # chmod, so that gets through; without Landlock too, everything does.
-    pytest.param({"read_only"}, FILESYSTEM, {"fs.write-read-root"}, id="read_only"),
-    pytest.param({"read_only", "landlock"}, FILESYSTEM,
-                 {"fs.write-read-root", "fs.proc-fd-reopen", "fs.truncate-read-only"},
-                 id="read_only+landlock"),
-    # Landlock cannot express an exception inside a granted root: protected names and denied
-    # paths rest on the mount layer alone.
-    pytest.param({"protected"}, FILESYSTEM,
-                 {"fs.protected-dir", "fs.protected-file", "fs.protected-rename",
-                  "fs.git-pointers", "fs.git-absent", "fs.hardlink"}, id="protected"),
-    pytest.param({"deny"}, FILESYSTEM + rows_of("environment"),
-                 {"fs.deny-in-root", "env.home-credentials", "fs.deny-whole-tree"}, id="deny"),
-    # seccomp is the one layer for privilege bits and for address families.
-    pytest.param({"seccomp"}, ("fs.privilege-bits", "net.address-families"),
-                 {"fs.privilege-bits", "net.address-families"}, id="seccomp-files-sockets"),
-    pytest.param({"unix_sockets"}, NETWORK, {"net.unix-in-write-root"}, id="unix_sockets"),
-    # Stockade's own helpers: the state directory's mask, and the servers' peer check.
-    pytest.param({"stockade_state"}, rows_of("helpers"), {"helpers.state-dir"},
-                 id="stockade_state"),
-    pytest.param({"peer_check"}, rows_of("helpers"), {"helpers.servers"}, id="peer_check"),
-    # The caller's own streams handed to the command instead of relayed through pipes.
-    pytest.param({"stdio_relay"}, ("proc.caller-terminal", "res.output-to-a-file"),
-                 {"proc.caller-terminal", "res.output-to-a-file"}, id="stdio_relay"),
-    # A case-folding filesystem is refused for any protected or denied file on it; with neither
-    # layer, nothing is refused and every other spelling reaches the files.
-    pytest.param({"protected", "deny"}, ("fs.case-alias",), {"fs.case-alias"},
-                 id="protected+deny"),
-    # The host's network: Landlock still refuses TCP and abstract sockets, not UDP.
-    pytest.param({"network"}, NETWORK,
-                 {"net.udp-loopback", "net.dns-loopback", "net.test-host"}, id="network"),
-    pytest.param({"network", "landlock"}, NETWORK,
-                 {"net.udp-loopback", "net.dns-loopback", "net.test-host", "net.tcp-loopback",
-                  "net.listen", "net.unix-abstract"}, id="network+landlock"),
-    *([pytest.param({"memfd_noexec"}, FILESYSTEM, {"fs.memfd-exec"}, id="memfd_noexec")]
-      if ROOT else []),
-    # As root, the sandbox pid namespace's pid_max still bounds the fork bomb.
-    pytest.param({"rlimits"}, rows_of("resources"),
-                 {"res.memory-bomb", "res.disk-fill"} | (set() if ROOT else {"res.fork-bomb"}),
-                 id="rlimits"),
-    # Root's capabilities inside its user namespace open the new mount API and chroot.
-    pytest.param({"privileges", "seccomp"}, rows_of("process"),
-                 SECCOMP_ROWS | {"proc.capabilities"} | ({"proc.mount"} if ROOT else set()),
-                 id="privileges+seccomp"),
-]
-
-
-@pytest.mark.parametrize(("weaken", "rows", "failing"), WEAKENINGS)
-@pytest.mark.usefixtures("linux")
-def test_a_weakened_layer_makes_its_rows_fail(weaken: set[str], rows: tuple[str, ...],
-                                              failing: set[str]) -> None:
-    matrix = run_matrix(LinuxBackend(weaken=frozenset(weaken)), select(rows))
-    failed = {v.id for v in matrix.verdicts if v.status == "FAIL"}
-    details = {v.id: v.observed for v in matrix.verdicts if v.id in failed ^ failing}
-    assert failed == failing, details
-    assert not matrix.count("not-run")
-
-
 class Unavailable(LinuxBackend):
     def probe(self) -> None:
         raise UnavailableError("userns_unavailable", "no user namespaces here")
@@ -215,7 +137,9 @@ def test_the_command_prints_json_and_the_total_time() -> None:
     document = json.loads(done.stdout)
     assert [row["id"] for row in document["rows"]] == ["proc.clone3", "env.home"]
     assert document["passed"] == 2 and document["seconds"] > 0
-    assert "2 passed, 0 failed, 0 not run" in done.stderr
+    assert [row["mutations"] for row in document["rows"]] == [["seccomp"], ["landlock+mount_view"]]
+    assert document["proven"] == document["controlled"] == 2
+    assert "2 passed, 0 failed, 0 errors, 0 not run; 2 proven, 2 controlled" in done.stderr
 
 
 def test_the_command_refuses_an_unknown_category() -> None:

@@ -319,7 +319,7 @@ def test_ram_tmp_is_bounded_by_the_memory_limit(ws):
     assert b"No space left" in r.stderr
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="mounting on the host needs root")
+@pytest.mark.root_only("mounting on the host needs root")
 def test_a_host_mount_made_after_start_is_seen_by_the_next_launch(ws):
     """A spare sandbox's mount namespace is a copy from when it was made: a later host mount
     must not leave the next launch with a stale view."""

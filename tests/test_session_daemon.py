@@ -130,7 +130,7 @@ def test_bad_requests_are_typed_errors(daemon):
         assert caught.value.code == "request_invalid"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+@pytest.mark.root_only("needs root to connect as another user")
 def test_another_user_is_refused_by_peer_credentials():
     top = tempfile.mkdtemp(prefix="stockade-daemon-")
     try:

@@ -16,6 +16,7 @@ from stockade.launch.backend import Backend
 
 EXIT_FAILED = 1       # a row FAILed: the sandbox did not hold
 EXIT_INCOMPLETE = 3   # no row failed, but some could not run here (see --allow-not-run)
+EXIT_ERROR = 4        # no row failed, but some showed nothing (ERROR: not a pass)
 
 
 def main(backend: Backend, *, output: str = "text", only: Sequence[str] = (),
@@ -40,6 +41,8 @@ def main(backend: Backend, *, output: str = "text", only: Sequence[str] = (),
 def exit_status(matrix: Matrix, allow_not_run: bool) -> int:
     if matrix.count("FAIL"):
         return EXIT_FAILED
+    if matrix.count("ERROR"):
+        return EXIT_ERROR
     if matrix.count("not-run") and not allow_not_run:
         return EXIT_INCOMPLETE
     return 0

@@ -1,6 +1,8 @@
 """How rows launch their attacks: through the production path — compile the policy, ask the
-backend whether it can enforce it, `execute` — once (most rows), from an owner process that is
-then killed, or many times at once (the soak).
+backend whether it can enforce it, `execute` — once (most rows), from a caller process of its own
+(whose streams, environment or descriptors are the row's bait, or which is then killed), or many
+times at once (the soak). Every launcher also runs with no backend at all (`None`): the attack
+on the host, with no sandbox, as a positive control.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -16,13 +19,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import stockade
 from stockade.errors import StockadeError, UnavailableError, UnenforceableError
-from stockade.evidence.judges import all_denied, notes
+from stockade.evidence.judges import Denied, Expect, attempts, error, notes, worked_everywhere
 from stockade.evidence.row import Launch, Launcher, Row
 from stockade.evidence.scene import ATTACKS, NotRunnable, Scene
 from stockade.evidence.watch import AppendedFile, CallerTerminal, Finding, processes_with
@@ -31,9 +36,13 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
-from stockade.policy import Policy, merge, policy_to_document, preset
+from stockade.policy import Policy, merge, preset
 
 SOAK_THREADS = 8
+HOST_TIMEOUT = 120.0  # seconds an attack may run on the host before it is killed
+CALLER_TIMEOUT = 120.0
+_SCENE_VALUE = re.compile(r"\{scene:(\w+)\}")
+PACKAGE_PARENT = str(Path(stockade.__file__).resolve().parent.parent)
 
 
 def interpreter() -> tuple[str, str]:
@@ -46,10 +55,22 @@ def interpreter() -> tuple[str, str]:
     return os.path.join(prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}"), prefix
 
 
+def _with_scene_values(value: Any, scene: Scene) -> Any:
+    """`value` (a policy override) with its {scene:name} placeholders filled."""
+    if isinstance(value, str):
+        return _SCENE_VALUE.sub(lambda m: scene.values[m.group(1)], value)
+    if isinstance(value, Mapping):
+        return {key: _with_scene_values(item, scene) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_with_scene_values(item, scene) for item in value]
+    return value
+
+
 def policy_for(row: Row, scene: Scene) -> Policy:
     """The row's preset with its overrides, plus read access to the attacks and Python."""
     base = preset(row.preset)
-    document = {section: dict(values) for section, values in row.policy.items()}
+    document = {section: dict(_with_scene_values(values, scene))
+                for section, values in row.policy.items()}
     filesystem = document.setdefault("filesystem", {})
     extra = [str(ATTACKS), interpreter()[1], *scene.read_roots, *filesystem.get("read", [])]
     filesystem["read"] = [*base.filesystem.read, *extra]
@@ -80,6 +101,39 @@ def request_for(row: Row, scene: Scene, argv: list[str], workspace: Path | None 
                           stdin=scene.stdin)
 
 
+def host_env_for(row: Row, scene: Scene) -> dict[str, str]:
+    """The environment the attack has on the host: the caller's, with what the policy sets."""
+    added = _with_scene_values(row.policy.get("env", {}).get("set", {}), scene)
+    return {**scene.host_env, **added}
+
+
+def run_on_host(argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                stdin: int | None = subprocess.DEVNULL) -> Result:
+    """`argv` with no sandbox, in a session of its own, killed (its group) after HOST_TIMEOUT;
+    as a Result."""
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=HOST_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    status = proc.returncode
+    return Result(exit_code=status if status >= 0 else None,
+                  signal=-status if status < 0 else None, stdout=out, stderr=err,
+                  stdout_truncated=False, stderr_truncated=False, timed_out=False,
+                  cancelled=False, duration=time.monotonic() - started, backend="host",
+                  digest="", request_id="", args=list(argv))
+
+
+def on_host(row: Row, scene: Scene, argv: list[str], workspace: Path | None = None) -> Launch:
+    """The attack with no sandbox at all: as the caller, in the workspace."""
+    stdin = 0 if scene.stdin == "inherit" else subprocess.DEVNULL
+    return Launch(run_on_host(argv, host_env_for(row, scene), str(workspace or scene.ws), stdin))
+
+
 def run_once(backend: Backend, request: LaunchRequest, scene: Scene) -> Launch:
     """Launch as the SandboxManager does: the backend must accept the request first. A host
     that cannot enforce it raises (the row is not run); other errors are the row's to judge."""
@@ -92,8 +146,10 @@ def run_once(backend: Backend, request: LaunchRequest, scene: Scene) -> Launch:
         return Launch(error=exc)
 
 
-def attack(row: Row, scene: Scene, backend: Backend) -> Launch:
-    """The default: the attack, once, under the row's policy."""
+def attack(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The default: the attack, once, under the row's policy (or on the host)."""
+    if backend is None:
+        return on_host(row, scene, argv_for(row, scene))
     try:
         request = request_for(row, scene, argv_for(row, scene))
     except (UnavailableError, UnenforceableError):
@@ -103,31 +159,34 @@ def attack(row: Row, scene: Scene, backend: Backend) -> Launch:
     return run_once(backend, request, scene)
 
 
-def against_servers(row: Row, scene: Scene, backend: Backend) -> Launch:
+def weakenings(backend: Backend | None) -> frozenset[str]:
+    return frozenset(getattr(backend, "weaken", frozenset()))
+
+
+def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack, with Stockade's own servers listening inside the workspace, where it can
     reach them: a daemon on `daemon.sock` (in this process) and a CLI server on `cli.sock`
     (a process of its own, as `stockade daemon` forks it). Their peer check is what the row
     tests; the `peer_check` weakening (tests only) switches it off."""
     from stockade.session.daemon import Daemon
 
-    check = "peer_check" not in getattr(backend, "weaken", frozenset())
+    check = "peer_check" not in weakenings(backend)
     daemon = Daemon(str(scene.ws / "daemon.sock"), check_peers=check)
     daemon.bind()
     serving = threading.Thread(target=daemon.serve, daemon=True)
     serving.start()
-    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
     cli_path = scene.ws / "cli.sock"
     cli = subprocess.Popen(
         [sys.executable, "-c", "import sys; from stockade.cli import server; "
          "server.serve(sys.argv[1], check_peers=sys.argv[2] == 'check')", str(cli_path),
-         "check" if check else "trust"], env={**os.environ, "PYTHONPATH": package_parent},
+         "check" if check else "trust"], env={**os.environ, "PYTHONPATH": PACKAGE_PARENT},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while not _answers(cli_path):
             if cli.poll() is not None or time.monotonic() > deadline:
                 raise NotRunnable("the CLI server did not start here")
-            time.sleep(0.1)
+            time.sleep(0.05)
         return attack(row, scene, backend)
     finally:
         cli.terminate()
@@ -145,65 +204,157 @@ def _answers(path: Path) -> bool:
             return False
 
 
-# Run in a process of its own whose standard streams are the caller's (a terminal, a file):
-# `execute` relays them as `stockade run` does. Prints the Result as JSON on the descriptor
-# its third argument names.
+# A caller of its own: a process that compiles nothing (it gets the request, encoded) and runs
+# it as `stockade run` does: forking its sandbox itself, relaying the command's output to its
+# own streams. Its environment, streams and descriptors are the launching process's that the
+# row baits. It prints the Result as JSON (or the error that stopped it) on the descriptor its
+# third argument names.
 CALLER = """
 import json, os, sys
+from stockade.errors import StockadeError
 from stockade.launch.manager import execute
 from stockade.launch.request import LaunchRequest
+from stockade.linux import zygote
 from stockade.linux.backend import LinuxBackend
 weaken = frozenset(filter(None, sys.argv[2].split(",")))
-result = execute(LinuxBackend(weaken=weaken), LaunchRequest.decode(sys.argv[1].encode()),
-                 stdio_inherit=True)
+zygote.fork_directly()
+try:
+    summary = execute(LinuxBackend(weaken=weaken), LaunchRequest.decode(sys.argv[1].encode()),
+                      stdio_inherit=True).to_json()
+except StockadeError as exc:
+    summary = {"error": exc.code, "message": exc.message}
 with os.fdopen(int(sys.argv[3]), "w") as out:
-    json.dump(result.to_json(), out)
+    json.dump(summary, out)
 """
 
 
-def from_the_callers_streams(row: Row, scene: Scene, backend: Backend) -> Launch:
+@dataclass
+class Caller:
+    """A caller process running one launch (see CALLER), or the attack itself on the host."""
+
+    proc: subprocess.Popen
+    reply: int   # our end of the pipe it answers on (-1: on the host, no answer)
+    started: float
+
+    def result(self, shown: bytes) -> Launch:
+        """Wait for it; the Launch, with `shown` (what reached its stdout) as the output."""
+        if self.reply < 0:
+            try:
+                self.proc.wait(CALLER_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            status = self.proc.returncode
+            return Launch(Result(
+                exit_code=status if status >= 0 else None,
+                signal=-status if status < 0 else None, stdout=shown, stderr=b"",
+                stdout_truncated=False, stderr_truncated=False, timed_out=False,
+                cancelled=False, duration=time.monotonic() - self.started, backend="host",
+                digest="", request_id=""))
+        with os.fdopen(self.reply) as reply:
+            body = reply.read()
+        try:
+            self.proc.wait(CALLER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if not body:
+            return Launch(error=StockadeError("caller_failed", "the caller printed no result"))
+        summary = json.loads(body)
+        if "error" in summary:
+            return Launch(error=StockadeError(summary["error"], summary["message"]))
+        return Launch(Result(
+            exit_code=summary["exit_code"], signal=summary["signal"], stdout=shown, stderr=b"",
+            stdout_truncated=False, stderr_truncated=False, timed_out=summary["timed_out"],
+            cancelled=summary["cancelled"], duration=summary["duration"],
+            backend=summary["backend"], digest=summary["digest"],
+            request_id=summary["request_id"],
+            violations=tuple(Violation(**v) for v in summary["violations"]),
+            enforced=summary["enforced"], network_log=tuple(summary["network_log"])))
+
+
+def start_caller(row: Row, scene: Scene, backend: Backend | None,
+                 streams: Mapping[str, Any], pass_fds: Sequence[int] = ()) -> Caller:
+    """The row's launch in a caller of its own with `streams` (stdin, stdout, stderr) and
+    `pass_fds`, its environment the scene's host environment; with no backend, the attack
+    itself in its place (a positive control)."""
+    if backend is None:
+        return Caller(subprocess.Popen(argv_for(row, scene), env=host_env_for(row, scene),
+                                       cwd=scene.ws, pass_fds=pass_fds, start_new_session=True,
+                                       **streams), -1, time.monotonic())
+    request = request_for(row, scene, argv_for(row, scene))
+    read_end, write_end = os.pipe()
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER, request.encode().decode(),
+         ",".join(sorted(weakenings(backend))), str(write_end)],
+        env={**scene.host_env, "PYTHONPATH": PACKAGE_PARENT},
+        pass_fds=[write_end, *pass_fds], start_new_session=True, **streams)
+    os.close(write_end)
+    return Caller(caller, read_end, time.monotonic())
+
+
+def from_the_callers_streams(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack run by a caller whose streams are the host's: the scene's CallerTerminal
     (stdin, stdout and stderr) or AppendedFile (stdout). What the command printed is what
     reached them. The `stdio_relay` weakening (tests only) hands them to the command."""
-    request = request_for(row, scene, argv_for(row, scene))
-    weaken = ",".join(sorted(getattr(backend, "weaken", frozenset())))
     terminal = next((w for w in scene.watches if isinstance(w, CallerTerminal)), None)
     appended = next((w for w in scene.watches if isinstance(w, AppendedFile)), None)
-    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
-    read_end, write_end = os.pipe()
     with contextlib.ExitStack() as stack:
         if terminal is not None:
-            streams = {"stdin": terminal.slave, "stdout": terminal.slave,
-                       "stderr": terminal.slave}
+            streams: dict[str, Any] = {"stdin": terminal.slave, "stdout": terminal.slave,
+                                       "stderr": terminal.slave}
         else:
             assert appended is not None
             log = stack.enter_context(open(appended.path, "ab"))
-            streams = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.PIPE}
-        caller = subprocess.Popen(
-            [sys.executable, "-c", CALLER, request.encode().decode(), weaken, str(write_end)],
-            env={**scene.host_env, "PYTHONPATH": package_parent}, pass_fds=[write_end],
-            start_new_session=True, **streams)
-        os.close(write_end)
-        with os.fdopen(read_end) as reply:
-            body = reply.read()
-        caller.communicate(timeout=120)
-    if not body:
-        return Launch(error=StockadeError("caller_failed", "the caller printed no result"))
+            streams = {"stdin": subprocess.DEVNULL, "stdout": log,
+                       "stderr": subprocess.DEVNULL}
+        caller = start_caller(row, scene, backend, streams)
+        launch = caller.result(b"")
     shown = terminal.shown() if terminal is not None else appended.path.read_bytes()
-    summary = json.loads(body)
-    result = Result(exit_code=summary["exit_code"], signal=summary["signal"], stdout=shown,
-                    stderr=b"", stdout_truncated=False, stderr_truncated=False,
-                    timed_out=summary["timed_out"], cancelled=summary["cancelled"],
-                    duration=summary["duration"], backend=summary["backend"],
-                    digest=summary["digest"], request_id=summary["request_id"],
-                    violations=tuple(Violation(**v) for v in summary["violations"]),
-                    enforced=summary["enforced"])
-    return Launch(result)
+    return _shown(launch, shown)
 
 
-def in_a_guest(row: Row, scene: Scene, backend: Backend) -> Launch:
+def _shown(launch: Launch, shown: bytes) -> Launch:
+    if launch.result is None:
+        return launch
+    from dataclasses import replace
+    return replace(launch, result=replace(launch.result, stdout=shown))
+
+
+def from_a_caller(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack run by a caller of its own (its environment is the scene's host
+    environment: the row's secrets are in it), as `stockade run` runs it."""
+    caller = start_caller(row, scene, backend, {"stdin": subprocess.DEVNULL,
+                                                "stdout": subprocess.PIPE,
+                                                "stderr": subprocess.DEVNULL})
+    assert caller.proc.stdout is not None
+    shown = caller.proc.stdout.read()
+    return caller.result(shown)
+
+
+def with_an_inheritable_socket(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack run by a caller holding one end of a connected socket pair, inheritable, as
+    a launching program that leaks a descriptor would (the scene's InheritedSocket): the
+    caller forks its sandbox itself, so the leaked descriptor is in the sandbox's first process
+    unless Stockade closes it. Its number is the attack's argument."""
+    from stockade.evidence.servers import InheritedSocket
+
+    leaked = next(w for w in scene.watches if isinstance(w, InheritedSocket))
+    scene.values["leaked_fd"] = str(leaked.fd)
+    caller = start_caller(row, scene, backend, {"stdin": subprocess.DEVNULL,
+                                                "stdout": subprocess.PIPE,
+                                                "stderr": subprocess.DEVNULL},
+                          pass_fds=[leaked.fd])
+    assert caller.proc.stdout is not None
+    shown = caller.proc.stdout.read()
+    return caller.result(shown)
+
+
+def in_a_guest(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack in a QEMU guest (`containment = "vm"`, docs/vm.md) under the row's policy;
-    not run where this host cannot boot one."""
+    not run where this host cannot boot one. (On the host: the attack as every row's.)"""
+    if backend is None:
+        return attack(row, scene, None)
     from stockade.vm.qemu import VmSandbox, host_kernel
 
     try:
@@ -219,46 +370,64 @@ def in_a_guest(row: Row, scene: Scene, backend: Backend) -> Launch:
         return Launch(error=exc)
 
 
-def owner_killed(row: Row, scene: Scene, backend: Backend) -> Launch:
-    """`stockade run` in a process of its own, killed with SIGKILL once the attack's daemon
-    runs. (It uses the production backend as the command line builds it.)"""
-    policy_file = scene.root / "policy.json"
-    policy_file.write_text(json.dumps(policy_to_document(policy_for(row, scene))))
-    package_parent = str(Path(stockade.__file__).resolve().parent.parent)
-    owner = subprocess.Popen(
-        [sys.executable, "-m", "stockade", "run", "--policy", str(policy_file), "--workspace",
-         str(scene.ws), "--", *argv_for(row, scene)],
-        env={**scene.host_env, "PYTHONPATH": package_parent},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    def sandboxed() -> int:  # the owner's own command line carries the marker too
-        return len(set(processes_with(scene.marker)) - {owner.pid})
+def owner_killed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """A caller of its own (as `stockade run`), killed with SIGKILL once the attack's daemon
+    runs."""
+    caller = start_caller(row, scene, backend, {"stdin": subprocess.DEVNULL,
+                                                "stdout": subprocess.DEVNULL,
+                                                "stderr": subprocess.DEVNULL})
+    owner = caller.proc.pid
+
+    def sandboxed() -> int:  # the caller's own command line carries the marker too
+        return len(set(processes_with(scene.marker)) - {owner})
 
     deadline = time.monotonic() + 10
     while sandboxed() < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.02)
     running = sandboxed()
-    owner.send_signal(signal.SIGKILL)
-    owner.wait()
-    return Launch(facts={"running": running, "owner_status": owner.returncode})
+    caller.proc.send_signal(signal.SIGKILL)
+    caller.proc.wait()
+    if caller.reply >= 0:
+        os.close(caller.reply)
+    return Launch(facts={"running": running, "owner_status": caller.proc.returncode})
 
 
-def owner_killed_judge(scene: Scene, launch: Launch) -> Finding:
-    running, status = launch.facts["running"], launch.facts["owner_status"]
-    ok = running >= 2 and status == -signal.SIGKILL
-    return Finding(ok, f"{running} sandboxed processes running (attack and daemon) when the owner "
-                       f"was killed (owner status {status})")
+@dataclass(frozen=True)
+class OwnerKilled(Expect):
+    """The attack and its daemon ran when their owner was killed; the host side (no
+    survivors) is the mechanism's evidence."""
+
+    def judge(self, row: Row, scene: Scene, launch: Launch) -> Finding:
+        running, status = launch.facts["running"], launch.facts["owner_status"]
+        text = (f"{running} sandboxed processes running (attack and daemon) when the owner "
+                f"was killed (owner status {status})")
+        if running < 2 or status != -signal.SIGKILL:
+            return error(text)
+        return Finding(True, text)
+
+    def describe(self) -> str:
+        return "host side: no process of the sandbox survives its owner (lifeline)"
+
+    def worked(self, launch: Launch, host: Sequence[Finding],
+               attempted: Mapping[str, str], name: Any) -> Finding:
+        hit = [f.text for f in host if not f.ok and not f.error]
+        return Finding(bool(hit), "; ".join(hit) or "nothing survived")
 
 
 def soak(count: int) -> Launcher:
-    """`count` launches, `SOAK_THREADS` at a time, each in its own workspace with a token of its
-    own, each trying to read three neighbours' tokens."""
-    def launch(row: Row, scene: Scene, backend: Backend) -> Launch:
+    """`count` launches, `SOAK_THREADS` at a time, each in its own workspace holding a token of
+    its own, each trying to read three neighbours' tokens."""
+    def launch(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         workspaces = sorted((scene.root / "soak").iterdir())
         tokens = [secrets.token_hex(8) for _ in workspaces]
+        for ws, token in zip(workspaces, tokens, strict=True):
+            (ws / "token").write_text(token)
 
         def one(index: int) -> Launch:
             others = [str(workspaces[(index + step) % count] / "token") for step in (1, 2, 3)]
-            argv = argv_for(row, scene, [tokens[index], *others])
+            argv = argv_for(row, scene, others)
+            if backend is None:
+                return on_host(row, scene, argv, workspaces[index])
             return run_once(backend, request_for(row, scene, argv, workspaces[index]), scene)
 
         with ThreadPoolExecutor(SOAK_THREADS) as pool:
@@ -270,21 +439,59 @@ def soak(count: int) -> Launcher:
     return launch
 
 
-def soak_judge(scene: Scene, launch: Launch) -> Finding:
-    """Every launch ran, with its own request id and token, and read no neighbour's token."""
-    tokens, errors = launch.facts["tokens"], launch.facts["errors"]
-    if errors:
-        return Finding(False, f"{len(errors)} launches failed: {errors[0]}")
-    ids = {run.request_id for run in launch.runs}
-    reported = [notes(run).get("token") for run in launch.runs]
-    verdicts = [all_denied(run, {}) for run in launch.runs]
-    problems = [f.text for f in verdicts if not f.ok]
-    if len(ids) != len(tokens):
-        problems.append(f"only {len(ids)} distinct request ids for {len(tokens)} launches")
-    if sorted(reported, key=str) != sorted(tokens) or launch.facts["kept"] != tokens:
-        problems.append("a launch saw or left another launch's token")
-    if problems:
-        return Finding(False, "; ".join(problems))
-    return Finding(True, f"{len(launch.runs)} launches, {len(ids)} distinct request ids, "
-                         f"each token in its own workspace only, "
-                         f"{3 * len(launch.runs)} neighbour reads denied")
+@dataclass(frozen=True)
+class Soak(Denied):
+    """Every launch ran (with its own request id), read its own token and no neighbour's."""
+
+    def judge(self, row: Row, scene: Scene, launch: Launch) -> Finding:
+        tokens, errors = launch.facts["tokens"], launch.facts["errors"]
+        if errors:
+            return error(f"{len(errors)} launches failed: {errors[0]}")
+        verdicts = [self.check(run) for run in launch.runs]
+        escaped = [f.text for f in verdicts if not f.ok and not f.error]
+        if escaped:
+            return Finding(False, "; ".join(escaped[:3]))
+        broken = [f.text for f in verdicts if f.error]
+        if broken:
+            return error("; ".join(broken[:3]))
+        ids = {run.request_id for run in launch.runs}
+        problems = []
+        if len(ids) != len(tokens):
+            problems.append(f"only {len(ids)} distinct request ids for {len(tokens)} launches")
+        reported = [notes(run).get("token") for run in launch.runs]
+        if sorted(reported, key=str) != sorted(tokens) or launch.facts["kept"] != tokens:
+            problems.append("a launch did not see its own token, or one changed")
+        if problems:
+            return Finding(False, "; ".join(problems))
+        return Finding(True, f"{len(launch.runs)} launches, {len(ids)} distinct request ids, "
+                             f"each read its own token, "
+                             f"{sum(len(attempts(run)) for run in launch.runs)} neighbour "
+                             f"reads denied ({self.check(launch.runs[0]).text})")
+
+    def describe(self) -> str:
+        return (f"{super().describe()}; disjoint request ids; no residue (processes, /tmp, "
+                "mounts)")
+
+    def worked(self, launch: Launch, host: Sequence[Finding],
+               attempted: Mapping[str, str], name: Any) -> Finding:
+        found = [worked_everywhere(run, {}, name) for run in launch.runs]
+        bad = [f.text for f in found if not f.ok]
+        if bad or not found:
+            return Finding(False, f"{len(bad)} of {len(found)} launches did not read their "
+                                  f"neighbours: {bad[:1]}")
+        reads = sum(len(attempts(run)) for run in launch.runs)
+        return Finding(True, f"{len(found)} launches read {reads} neighbour tokens")
+
+
+def marker_processes(scene: Scene) -> Iterator[int]:
+    """Processes of this host carrying the scene's marker, but never this one."""
+    return (pid for pid in processes_with(scene.marker) if pid != os.getpid())
+
+
+def through_stand_ins(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack, the allowlist proxy resolving names and connecting through the scene's
+    stand-ins (setups.stand_in_network)."""
+    with_stand_ins = getattr(backend, "with_stand_ins", None)
+    if with_stand_ins is not None and scene.stand_ins is not None:
+        backend = with_stand_ins(*scene.stand_ins)
+    return attack(row, scene, backend)

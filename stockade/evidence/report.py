@@ -13,14 +13,20 @@ def text_line(verdict: Verdict) -> str:
     """One row: verdict, id, what was tried, what was observed."""
     head = f"{verdict.status:<{STATUS_WIDTH}} {verdict.id:<26} {verdict.attempt}"
     seen = verdict.verdict if verdict.status == "not-run" else verdict.observed
-    return f"{head}\n{'':<{STATUS_WIDTH}} {'':<26} -> {seen}"
+    pad = f"{'':<{STATUS_WIDTH}} {'':<26}"
+    proof = ", ".join(verdict.mutations) or f"none ({verdict.unproven or 'not here'})"
+    lines = [head, f"{pad} -> {seen}", f"{pad}    proven by switching off: {proof}"]
+    if verdict.control:
+        lines.append(f"{pad}    control: {verdict.control}")
+    return "\n".join(lines)
 
 
 def summary(matrix: Matrix) -> str:
     """The closing lines: counts, completeness and the total run time."""
     host = matrix.host
     counts = (f"{matrix.count('pass')} passed, {matrix.count('FAIL')} failed, "
-              f"{matrix.count('not-run')} not run")
+              f"{matrix.count('ERROR')} errors, {matrix.count('not-run')} not run; "
+              f"{matrix.proven} proven, {matrix.controlled} controlled")
     return (f"{counts} — {len(matrix.verdicts)} rows in {matrix.seconds:.1f}s "
             f"({host['mode']}, uid {host['uid']}, kernel {host['kernel']}, "
             f"{host['cpus']} CPUs)")
@@ -49,16 +55,20 @@ def markdown_rows(runs: Sequence[tuple[str, Matrix]]) -> str:
     the observation shown is the first run's."""
     first = runs[0][1]
     columns = " | ".join(label for label, _ in runs)
-    lines = [f"| id | category | attempt | expected | {columns} | observed ({runs[0][0]}) |",
-             "| --- " * (5 + len(runs)) + "|"]
+    lines = [f"| id | category | attempt | expected | {columns} | proven by switching off "
+             f"({runs[0][0]}) | observed ({runs[0][0]}) |",
+             "| --- " * (6 + len(runs)) + "|"]
     by_run = [{v.id: v for v in matrix.verdicts} for _, matrix in runs]
     for verdict in first.verdicts:
         cells = [by_id[verdict.id].verdict if verdict.id in by_id else "absent"
                  for by_id in by_run]
         observed = verdict.observed if verdict.status != "not-run" else ""
+        if verdict.control:
+            observed += f" \u2014 control: {verdict.control}"
+        proof = ", ".join(verdict.mutations) or f"none: {verdict.unproven or 'not on this host'}"
         lines.append("| " + " | ".join(_cell(text) for text in (
             f"`{verdict.id}`", verdict.category, verdict.attempt, verdict.expected, *cells,
-            observed)) + " |")
+            proof, observed)) + " |")
     return "\n".join(lines)
 
 

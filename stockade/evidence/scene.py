@@ -13,10 +13,14 @@ import secrets
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from stockade.evidence.watch import Watch
+
+if TYPE_CHECKING:
+    from stockade.net.gate import Dialer
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
 W = TypeVar("W", bound=Watch)
@@ -40,6 +44,8 @@ class Scene:
             "root": str(self.root), "ws": str(self.ws), "home": str(self.home),
             "outside": str(self.outside), "secret_file": str(self.outside / "secret"),
             "host_pid": str(os.getpid()),
+            # Whether the host user is root: some privileges exist only for root anywhere.
+            "host_user": "root" if os.getuid() == 0 else "user",
         }
         self.read_roots: list[str] = []      # granted read-only, besides the preset's
         self.host_env = {**os.environ, "HOME": str(self.home)}
@@ -47,6 +53,9 @@ class Scene:
         self.stdin: str | None = None        # "inherit" to hand the child our stdin
         self.cancel: threading.Event | None = None
         self.watches: list[Watch] = []
+        # The allowlist proxy's stand-in DNS and connections, if the row needs them (see
+        # setups.stand_in_network): (resolver, dialer).
+        self.stand_ins: tuple[Callable[[str], list[str]], Dialer] | None = None
 
     def watch(self, watch: W) -> W:
         self.watches.append(watch)

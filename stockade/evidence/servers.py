@@ -6,12 +6,15 @@ a socket left inheritable by the launching process, and Stockade's own daemon.
 from __future__ import annotations
 
 import abc
+import errno
+import ipaddress
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 
 from stockade.evidence.scene import NotRunnable
 from stockade.evidence.watch import Finding, Watch
@@ -204,3 +207,29 @@ def _answers(path: str) -> bool:
             return True
         except OSError:
             return False
+
+
+class StandInDialer:
+    """The allowlist proxy's connections, for rows whose stand-in DNS answers an address no
+    test may reach (the cloud metadata endpoint): each such (address, port) is reached at a
+    server of the scene's (`reach`), loopback as itself, anything else not at all."""
+
+    def __init__(self, reach: Mapping[tuple[str, int], tuple[str, int]]) -> None:
+        self.reach = dict(reach)
+
+    def __call__(self, candidates: Sequence[str], port: int, timeout: float,
+                 on_socket: Callable[[socket.socket], None]) -> socket.socket:
+        from stockade.net.gate import dial
+
+        targets = [self.reach[(text, port)] if (text, port) in self.reach else (text, port)
+                   for text in candidates
+                   if (text, port) in self.reach or ipaddress.ip_address(text).is_loopback]
+        if not targets:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "the evidence dials only loopback")
+        failure: OSError = OSError("no address to dial")
+        for host, target_port in targets:
+            try:
+                return dial([host], target_port, timeout, on_socket)
+            except OSError as exc:
+                failure = exc
+        raise failure

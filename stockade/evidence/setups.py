@@ -6,6 +6,7 @@ arguments use. A setup that cannot work on this host raises NotRunnable with the
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -18,6 +19,7 @@ from stockade.evidence.scene import NotRunnable, Scene
 from stockade.evidence.servers import (
     InheritedSocket,
     Prober,
+    StandInDialer,
     StockadeDaemon,
     port_of,
     tcp_server,
@@ -150,13 +152,77 @@ def empty_workspace(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
-def host_block_devices(scene: Scene) -> None:
-    """The host's own block devices, by name, for the attack to try."""
-    try:
-        names = sorted(os.listdir("/sys/block"))[:4]
-    except OSError:
-        names = []
-    scene.values["block_devices"] = " ".join(f"/dev/{name}" for name in names)
+def _openable(path: str) -> str:
+    """How this process can open `path` on the host: "r", "w", "rw" or "" (not at all)."""
+    modes = ""
+    for mode, flags in (("r", os.O_RDONLY), ("w", os.O_WRONLY)):
+        try:
+            os.close(os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY))
+            modes += mode
+        except OSError:
+            continue
+    return modes
+
+
+def host_devices(*candidates: str, block: bool = False) -> Setup:
+    """The devices of `candidates` (and with `block`, the host's own block devices) that this
+    user can open on the host, with how: what the sandbox's /dev must keep from it."""
+    def setup(scene: Scene) -> None:
+        names = list(candidates)
+        if block:
+            try:
+                names += sorted(f"/dev/{name}" for name in os.listdir("/sys/block"))[:4]
+            except OSError:
+                pass
+        found = [f"{name}:{modes}" for name in dict.fromkeys(names)
+                 if (modes := _openable(name))]
+        if not found:
+            raise NotRunnable(f"this user can open none of {', '.join(names)} on the host "
+                              "either: the sandbox's /dev has nothing of them to keep away")
+        scene.values["devices"] = " ".join(found)
+    setup.__doc__ = (f"The devices of {', '.join(candidates) or 'the host'}"
+                     f"{' and its block devices' if block else ''} this user can open here.")
+    return setup
+
+
+def host_directory(scene: Scene) -> None:
+    """A directory of the host that this user can list, outside every root: none of the
+    roots granted for Python and the attacks lies in it (where it would be in the view)."""
+    from stockade.evidence.launches import interpreter
+    from stockade.evidence.scene import ATTACKS
+
+    granted = [interpreter()[1], str(ATTACKS), str(scene.root)]
+    for candidate in ("/root", "/home", "/srv", "/opt", "/mnt", "/boot"):
+        if any(path == candidate or path.startswith(candidate + "/") for path in granted):
+            continue
+        try:
+            if os.listdir(candidate):
+                scene.values["host_directory"] = candidate + "/"
+                return
+        except OSError:
+            continue
+    scene.values["host_directory"] = ""
+
+
+def host_families(*families: str) -> Setup:
+    """The socket families of `families` (NAME=number:type) this user can create on the host:
+    what seccomp must refuse (created and closed here, never connected)."""
+    def setup(scene: Scene) -> None:
+        made = []
+        for entry in families:
+            name, _, rest = entry.partition("=")
+            family, _, kind = rest.partition(":")
+            try:
+                socket.socket(int(family), int(kind)).close()
+            except OSError:
+                continue
+            made.append(entry)
+        if not made:
+            raise NotRunnable("this host offers this user none of "
+                              f"{', '.join(f.partition('=')[0] for f in families)}")
+        scene.values["families"] = " ".join(made)
+    setup.__doc__ = "The socket families this user can create on the host."
+    return setup
 
 
 def loopback_tcp(scene: Scene) -> None:
@@ -193,6 +259,26 @@ def test_host(scene: Scene) -> None:
     host = scene.watch(TestHost())
     scene.values.update(test_host=host.address, test_tcp=str(host.tcp_port),
                         test_udp=str(host.udp_port))
+
+
+REBIND_NAME = "rebind.evidence.test"
+METADATA_NAME = "metadata.evidence.test"
+METADATA = "169.254.169.254"
+
+
+def stand_in_network(scene: Scene) -> None:
+    """A host TCP server on loopback, and a stand-in DNS for the proxy that answers for a test
+    domain (RFC 6761's .test) as a rebinding or hijacked resolver would: one name resolves to
+    loopback, another to the cloud metadata endpoint, which the proxy's connections reach at a
+    stand-in server of the scene's (so no test ever dials beyond loopback)."""
+    loopback_tcp(scene)
+    metadata = scene.watch(tcp_server("127.0.0.1", "stand-in metadata endpoint"))
+    names = {REBIND_NAME: ["127.0.0.1"], METADATA_NAME: [METADATA]}
+
+    def resolve(host: str) -> list[str]:
+        return names[host]
+    scene.stand_ins = (resolve, StandInDialer({(METADATA, 80): ("127.0.0.1",
+                                                                port_of(metadata))}))
 
 
 def host_prober(scene: Scene) -> None:
@@ -232,16 +318,6 @@ def state_in_workspace(scene: Scene) -> None:
     scene.values["state"] = str(state)
 
 
-def memfd_knob(scene: Scene) -> None:
-    """Only host root may set vm.memfd_noexec: rootless, nothing can keep a memfd from being
-    executed (the report says so), and the row cannot run."""
-    from stockade.linux import limits
-
-    if not limits.may_set_memfd_noexec():
-        raise NotRunnable("only host root may set vm.memfd_noexec (not enforced rootless; "
-                          "stockade report says so)")
-
-
 def caller_terminal(scene: Scene) -> None:
     """The caller (`execute` relaying to its own streams, as the command line does) runs on a
     host terminal, with a secret line typed on it."""
@@ -274,7 +350,8 @@ def inherited_socket(scene: Scene) -> None:
 
 def victim(scene: Scene) -> None:
     """A host process that must stay alive, unsignalled and untraced."""
-    scene.values["victim"] = str(scene.watch(Victim()).pid)
+    tag = f"evidence-victim-{secrets.token_hex(6)}"
+    scene.values.update(victim=str(scene.watch(Victim(tag)).pid), victim_tag=tag)
 
 
 def host_terminal(scene: Scene) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -21,10 +22,12 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Finding:
-    """A verdict on one side of a row: `ok`, and what was seen."""
+    """A verdict on one side of a row: `ok`, and what was seen. Not ok is a FAIL (something
+    got out), or with `error` an ERROR: nothing could be shown either way."""
 
     ok: bool
     text: str
+    error: bool = False
 
 
 class Watch(abc.ABC):
@@ -90,20 +93,45 @@ def processes_with(marker: str) -> list[int]:
 
 
 class Survivors(Watch):
-    """No process started by the attack (all carry its marker) may outlive the sandbox."""
+    """No process started by the attack (all carry its marker) may outlive the sandbox. The
+    kernel gets `grace` seconds to finish tearing a sandbox's pid namespace down; a process
+    left in this process's own pid namespace is no sandbox's and survives at once."""
 
-    GRACE = 5.0  # seconds the kernel gets to finish tearing the namespace down
+    GRACE = 5.0
 
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
+    def __init__(self, marker: str, grace: float = GRACE) -> None:
+        self.marker, self.grace = marker, grace
 
     def finish(self) -> Finding:
-        deadline = time.monotonic() + self.GRACE
-        while (left := processes_with(self.marker)) and time.monotonic() < deadline:
+        deadline = time.monotonic() + self.grace
+        ours = _pid_namespace(os.getpid())
+        while (left := [p for p in processes_with(self.marker) if p != os.getpid()]) \
+                and time.monotonic() < deadline \
+                and not any(_pid_namespace(p) == ours for p in left):
             time.sleep(0.05)
         if left:
             return Finding(False, f"{len(left)} process(es) SURVIVED the sandbox: {left[:5]}")
         return Finding(True, "no survivors")
+
+
+def _pid_namespace(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def end_processes(pids: list[int]) -> None:
+    """SIGKILL each of `pids` (processes a row started), and wait a moment for them to go."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    deadline = time.monotonic() + Survivors.GRACE
+    while any(os.path.exists(f"/proc/{pid}") and _status_field(pid, "State") != "Z"
+              for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 _VICTIM = """
@@ -118,10 +146,11 @@ time.sleep(120)
 
 
 class Victim(Watch):
-    """A host process that must stay alive, unsignalled and untraced."""
+    """A host process that must stay alive, unsignalled and untraced. Its command line holds
+    `tag`, by which an attack that can see its pid tells it from a process of its own."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _VICTIM],
+    def __init__(self, tag: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _VICTIM, tag],
                                      stdout=subprocess.PIPE, start_new_session=True)
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # "ready": handlers installed
@@ -145,8 +174,11 @@ class Victim(Watch):
 
 
 def _status_field(pid: int, name: str) -> str:
-    with open(f"/proc/{pid}/status") as f:
-        return next(line.split()[1] for line in f if line.startswith(name + ":"))
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(line.split()[1] for line in f if line.startswith(name + ":"))
+    except (OSError, StopIteration):
+        return ""
 
 
 def mounts_under(path: Path) -> list[str]:
@@ -249,17 +281,22 @@ class AtMost(Watch):
         return Finding(True, f"{self.path.name} holds {size} bytes (limit {self.limit})")
 
 
+# What a launch of the Linux backend makes in the host's /tmp (the allowlist proxy's socket
+# directory). (Other names starting with "stockade" are other programs' on a shared host.)
+LAUNCH_TEMPORARIES = ("stockade-proxy-",)
+
+
 def residue() -> tuple[frozenset[str], frozenset[str]]:
-    """Names in the host's /tmp starting with `stockade`, and the host's mount points."""
+    """Names in the host's /tmp that a launch makes, and the host's mount points."""
     tmp = tempfile.gettempdir()
-    names = frozenset(n for n in os.listdir(tmp) if n.startswith("stockade"))
+    names = frozenset(n for n in os.listdir(tmp) if n.startswith(LAUNCH_TEMPORARIES))
     with open("/proc/self/mountinfo") as f:
         points = frozenset(line.split()[4] for line in f)
     return names, points
 
 
 class NoResidue(Watch):
-    """Nothing a launch might leave behind appears: no /tmp/stockade* entry, no mount. What
+    """Nothing a launch might leave behind appears: no temporary of its in /tmp, no mount. What
     goes away within a grace period (another launch's temporary directory) is no residue."""
 
     def __init__(self) -> None:
@@ -276,7 +313,7 @@ class NoResidue(Watch):
         if names or points:
             return Finding(False, f"RESIDUE: /tmp entries {sorted(names)[:3]}, "
                                   f"mounts {sorted(points)[:3]}")
-        return Finding(True, "no new /tmp/stockade* entry or mount")
+        return Finding(True, "no new launch temporary in /tmp, no new mount")
 
 
 class NoPrivilegeBits(Watch):

@@ -108,7 +108,10 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     descriptor of this process, and for stderr MERGE, into the command's stdout), enforce the
     timeout; setting `cancel` kills the whole sandbox tree. Output not kept is None in the
     Result."""
+    weaken = getattr(backend, "weaken", frozenset())  # (tests only: see launcher.LAYERS)
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
+    if "output_cap" in weaken:
+        limit = sys.maxsize
     if stdio_inherit:
         stdout, stderr = 1, 2
     passed = input is None and request.stdin == "inherit"
@@ -118,14 +121,14 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     # Every stream is a pipe this process relays: no descriptor of the caller's (a terminal,
     # an appended file) enters the sandbox, and the output limit holds on the way through.
     # (The "stdio_relay" weakening, tests only, hands the caller's own descriptors instead.)
-    if "stdio_relay" in getattr(backend, "weaken", frozenset()):
+    if "stdio_relay" in weaken:
         if passed:
             stdin, passed = None, False
         if stdio_inherit:
             out = err = None
     started = time.monotonic()
     handle = backend.spawn(request, Stdio(stdin, out, err))
-    timeout = request.limits.timeout
+    timeout = None if "timeout" in weaken else request.limits.timeout
     done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
                  outputs=(stdout, DISCARD if stderr == MERGE else stderr), pass_stdin=passed)
     if done.end.failure is not None:

@@ -29,9 +29,10 @@ from stockade.launch.result import Violation, network_denials
 from stockade.linux import landlock, landlock_tier, limits, mnt, seccomp, supervisor, zygote
 from stockade.linux.doctor import hint
 from stockade.linux.fdpass import recv_fds
-from stockade.linux.launcher import WEAKENINGS, encode_frame, encode_launch, view_frame
+from stockade.linux.launcher import WEAKENINGS, Shape, encode_frame, encode_launch, view_frame
 
 if TYPE_CHECKING:
+    from stockade.net.gate import Dialer
     from stockade.net.proxy import Proxy
 
 _SYSTEM_PREFIXES = ("/proc", "/dev")
@@ -43,18 +44,32 @@ def _seccomp_program(unix_sockets: bool = True) -> bytes:
 
 
 class LinuxBackend(Backend):
-    """`weaken` switches layers off, for tests that prove the evidence matrix can fail; it is
-    a constructor argument only, never read from the environment or a policy."""
+    """`weaken` switches layers off (launcher.LAYERS), for tests that prove the evidence
+    matrix can fail; it is a constructor argument only, never read from the environment or a
+    policy. `resolver` and `dialer` stand in for the allowlist proxy's DNS and connections
+    (tests, and the evidence rows that need a name to resolve to an address no test may
+    reach)."""
 
     name = "linux"
 
     def __init__(self, weaken: frozenset[str] = frozenset(),
-                 resolver: Callable[[str], list[str]] | None = None) -> None:
+                 resolver: Callable[[str], list[str]] | None = None,
+                 dialer: Dialer | None = None) -> None:
         unknown = weaken - WEAKENINGS
         if unknown:
             raise ValueError(f"unknown weakening {sorted(unknown)[0]!r}")
-        self.weaken = weaken
+        self.weaken = frozenset(weaken)
         self.resolver = resolver  # for tests: the proxy's name resolution, host -> addresses
+        self.dialer = dialer      # for tests: the proxy's connection to checked addresses
+
+    def weakened(self, layers: frozenset[str]) -> LinuxBackend:
+        """This backend with `layers` switched off too (tests: the evidence's controls)."""
+        return LinuxBackend(self.weaken | layers, self.resolver, self.dialer)
+
+    def with_stand_ins(self, resolver: Callable[[str], list[str]] | None,
+                       dialer: Dialer | None) -> LinuxBackend:
+        """This backend, its proxy resolving and connecting through stand-ins."""
+        return LinuxBackend(self.weaken, resolver, dialer)
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -92,9 +107,12 @@ class LinuxBackend(Backend):
                                      "launched by the backend's tier of that name")
         if "stockade_state" in self.weaken:  # (tests only: Stockade's own state left visible)
             request = _without_stockade_state(request)
+        if "environment" in self.weaken:  # (tests only: the launching process's environment)
+            from dataclasses import replace
+            request = replace(request, env=tuple(sorted(os.environ.items())))
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
-                           self.weaken, self.resolver)
+                           self.weaken, self.resolver, self.dialer)
 
     def tier(self, isolation: str) -> Backend:
         """This backend's sandboxes isolated as `isolation` asks (policy.model.ISOLATIONS)."""
@@ -215,9 +233,11 @@ class LinuxHandle(Handle):
 
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset(),
-                 resolver: Callable[[str], list[str]] | None = None) -> None:
+                 resolver: Callable[[str], list[str]] | None = None,
+                 dialer: Dialer | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
         self._request = request
+        self._bound = "lifeline" not in weaken  # (tests only: nothing ends it but its command)
         self._closing = threading.Lock()
         child_fds, parent_files, transient = _stdio_fds(stdio)
         request_r, self._lifeline = os.pipe()
@@ -234,8 +254,7 @@ class LinuxHandle(Handle):
         try:
             self._pidfd = zygote.SPAWNER.launch(
                 child_fds, request_r, status_w, control_theirs.fileno(),
-                network_namespace="network" not in weaken,
-                view=view, tier=request.isolation != "namespaces")
+                shape=Shape.of(weaken), view=view, tier=request.isolation != "namespaces")
         except BaseException:
             control.close()
             for f in parent_files:
@@ -262,7 +281,7 @@ class LinuxHandle(Handle):
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
-        self._proxy = _start_proxy(request, control, resolver) \
+        self._proxy = _start_proxy(request, control, resolver, dialer, weaken) \
             if request.network.mode == "allowlist" else None
         control.close()
 
@@ -313,7 +332,7 @@ class LinuxHandle(Handle):
 
     def kill(self) -> None:
         """Close the lifeline: the sandbox's init exits and the kernel kills the rest."""
-        if self._killed_at is None and self._lifeline >= 0:
+        if self._killed_at is None and self._lifeline >= 0 and self._bound:
             self._killed_at = time.monotonic()
         self._close_lifeline()
 
@@ -378,7 +397,8 @@ KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it 
 
 
 def _start_proxy(request: LaunchRequest, control: socket.socket,
-                 resolver: Callable[[str], list[str]] | None) -> Proxy | None:
+                 resolver: Callable[[str], list[str]] | None, dialer: Dialer | None,
+                 weaken: frozenset[str]) -> Proxy | None:
     """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
     pid 1 failed first (its error event says why)."""
     from stockade.net.proxy import Proxy  # only allowlist launches pay for it
@@ -386,8 +406,10 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
     _, fds = recv_fds(control, 1)
     if len(fds) != 1:
         return None
+    unchecked = frozenset(name.removeprefix("proxy_") for name in weaken
+                          if name in ("proxy_rules", "proxy_addresses"))
     proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
-                  resolver=resolver)
+                  resolver=resolver, dialer=dialer, unchecked=unchecked)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
 
@@ -403,7 +425,8 @@ def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
           spawner: zygote.Zygote | zygote.ForkSpawner) -> tuple[bytes, bytes] | None:
     """The launch's view frame and, when a spare may be prepared for it, the identity of the
     host's state it would be built from now (a prepared spare is used only if both match)."""
-    if not spawner.prepares or request.isolation != "namespaces":
+    if not spawner.prepares or request.isolation != "namespaces" or "mount_view" in weaken:
+        # (a view template makes its view; the landlock tier has none)
         return None
     view = view_frame(request, bpf, weaken)
     return view, mnt.identity_now(request, weaken) if spawner.may_fit(view) else b""

@@ -68,9 +68,6 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
         os._exit(0)  # the zygote is gone: nobody will ever use this sandbox
     status_fd = fds[4]
     stage(status_fd, "handoff")
-    if os.getpid() != 1:
-        _fail(status_fd, "setup", "setup_failed", "the sandbox's init is not pid 1 of a pid "
-              "namespace of its own", "namespaces")
     if program is None:
         _fail(status_fd, "setup", "supervisor_not_built", supervisor.MISSING, "launcher")
     try:
@@ -78,6 +75,9 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
         request = LaunchRequest.decode(raw)
     except (StockadeError, EOFError, OSError) as exc:
         _fail(status_fd, "setup", "request_invalid", str(exc), "request")
+    if os.getpid() != 1 and "pid_namespace" not in weaken:
+        _fail(status_fd, "setup", "setup_failed", "the sandbox's init is not pid 1 of a pid "
+              "namespace of its own", "namespaces")
     stage(status_fd, "request")
     try:
         plan, listener, _ = _make(request, bpf, weaken, launch, status_fd=status_fd,
@@ -167,7 +167,9 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
     nested = (0, 0) if "landlock" in weaken else landlock.nested_domain()
     return supervisor.plan(request.limits, "rlimits" not in weaken,
                            limits.memory_watched(request.limits, weaken), nested, enforced,
-                           hashlib.sha256(view).digest() if view else None, launch)
+                           hashlib.sha256(view).digest() if view else None, launch,
+                           bound="lifeline" not in weaken,
+                           close_fds="descriptors" not in weaken)
 
 
 def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
@@ -233,7 +235,8 @@ def _fail(status_fd: int, kind: str, code: str, message: str, where: str) -> NoR
 def landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
     """The Landlock rules of a sandbox of `request`, its paths as the sandbox sees them."""
     return landlock.LandlockRules(
-        read=tuple(g.path for g in request.read) + ("/proc", "/dev"),
+        read=tuple(g.path for g in request.read),
+        browse=("/proc", "/dev"),
         write=tuple(g.path for g in request.write) + ("/tmp", "/dev/shm"),
         devices=DEVICE_GRANTS,
         exec_from_write=request.exec_from_write,

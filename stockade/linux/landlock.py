@@ -84,6 +84,9 @@ class LandlockRules:
     deny_tcp: bool
     scope: bool
     tcp_connect_ports: tuple[int, ...] = ()   # the exceptions to deny_tcp (connect only)
+    # Readable, never executable (the sandbox's /proc and /dev: /dev holds /dev/shm, where
+    # the command writes).
+    browse: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,7 @@ def rights(handled: int, exec_from_write: bool) -> tuple[int, int, int]:
 def _grants(rules: LandlockRules, handled: int) -> list[tuple[str, int]]:
     read, write, device = rights(handled, rules.exec_from_write)
     return ([(path, read) for path in rules.read]
+            + [(path, read & ~_FS["execute"]) for path in rules.browse]
             + [(path, write) for path in rules.write]
             + [(path, device) for path in rules.devices])
 

@@ -26,13 +26,90 @@ from typing import NoReturn
 
 from stockade.launch.request import LaunchRequest
 
-# Layers a test can switch off to prove the evidence matrix notices (never set in production:
-# only the owner's Python code can pass them, through LinuxBackend(weaken=...)). "peer_check"
-# and "stdio_relay" are not the sandbox's own: the evidence rows that attack Stockade's servers
-# and the caller's streams read them.
-WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
-                        "network", "rlimits", "memfd_noexec", "stockade_state",
-                        "unix_sockets", "peer_check", "stdio_relay"})
+# Layers a test can switch off to prove that the evidence matrix notices (never set in
+# production: only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
+# Each evidence row names the ones that make it fail (stockade/evidence/rows.py).
+LAYERS = {
+    "mount_view": "the fresh root: without it the sandbox keeps a copy of the host's mounts, "
+                  "and nothing of the view (read-only roots, masks, noexec, nosuid, its own "
+                  "/tmp and /dev) is made",
+    "read_only": "read roots mounted read-only",
+    "protected": "protected names and repositories re-mounted read-only",
+    "deny": "denied paths masked",
+    "noexec": "write roots, /tmp and /dev/shm mounted noexec",
+    "nosuid": "roots, /tmp and /dev/shm mounted nosuid",
+    "stockade_state": "Stockade's state directories masked",
+    "unix_sockets": "unix socket files in write roots masked",
+    "landlock": "the Landlock ruleset",
+    "seccomp": "the seccomp filters (Stockade's deny list, and the command's watches)",
+    "privileges": "securebits, capabilities dropped, no_new_privs",
+    "network": "the network namespace",
+    "pid_namespace": "the pid namespace (and with it the kernel's kill of the whole tree)",
+    "descriptors": "descriptors the launching process left inheritable closed",
+    "environment": "the closed environment (the command gets the launching process's)",
+    "rlimits": "the rlimits",
+    "pid_max": "pid_max of the sandbox's pid namespace",
+    "memfd_noexec": "vm.memfd_noexec = 2 in the sandbox's pid namespace",
+    "lifeline": "pid 1 ends when its owner goes away or kills it",
+    "timeout": "the owner ends the sandbox at limits.timeout",
+    "output_cap": "the owner captures at most limits.output",
+    "proxy_rules": "the allowlist proxy's name and port patterns",
+    "proxy_addresses": "the allowlist proxy's checks of the addresses a name resolves to",
+    # Not the sandbox's own, but its helpers' (the evidence rows that attack Stockade's servers
+    # and the caller's streams read them).
+    "peer_check": "the daemon's and the CLI server's refusal of peers in another context",
+    "stdio_relay": "the caller's streams relayed through pipes",
+}
+WEAKENINGS = frozenset(LAYERS)
+# Layers that go with another: without the fresh root nothing of the view is made; without a
+# pid namespace of its own, the sandbox has none of its knobs.
+WITH = {
+    "mount_view": frozenset({"read_only", "protected", "deny", "noexec", "nosuid",
+                             "stockade_state", "unix_sockets"}),
+    "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
+}
+
+
+def switched_off(weaken: frozenset[str]) -> frozenset[str]:
+    """Every layer that is off when `weaken` is."""
+    return weaken.union(*(WITH.get(layer, frozenset()) for layer in weaken))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a skeleton is made with: production skeletons have every namespace and close every
+    descriptor the launching process had; the other shapes exist for tests that weaken those
+    layers, and are always made at launch (never prepared ahead)."""
+
+    network: bool = True
+    pid: bool = True
+    close_fds: bool = True
+
+    @classmethod
+    def of(cls, weaken: frozenset[str]) -> Shape:
+        return cls("network" not in weaken, "pid_namespace" not in weaken,
+                   "descriptors" not in weaken)
+
+    @property
+    def production(self) -> bool:
+        return self == Shape()
+
+    def code(self) -> bytes:
+        """One byte for the zygote: b"L" for production, a digit otherwise."""
+        if self.production:
+            return PRODUCTION
+        return str((not self.network) | (not self.pid) << 1 | (not self.close_fds) << 2).encode()
+
+    @classmethod
+    def decode(cls, code: bytes) -> Shape:
+        if code == PRODUCTION or not code.isdigit():
+            return cls()
+        bits = int(code)
+        return cls(not bits & 1, not bits & 2, not bits & 4)
+
+
+PRODUCTION = b"L"
+PRODUCTION_SHAPE = Shape()
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 
@@ -116,7 +193,7 @@ class Skeleton:
             os.close(self.pidfd)
 
 
-def start(*, network: bool) -> Skeleton:
+def start(shape: Shape = PRODUCTION_SHAPE) -> Skeleton:
     """Start a sandbox's pid 1 in fresh namespaces (ns.clone_sandbox), waiting on its handoff
     socket for a view to prepare or a launch (init.serve). Whatever goes wrong in the child,
     nothing is printed: its stderr is the owner's (the owner may simply have gone away), and
@@ -128,15 +205,17 @@ def start(*, network: bool) -> Skeleton:
     uid, gid = os.getuid(), os.getgid()  # (inside, unmapped, they read as the overflow ids)
     program = supervisor.descriptor()  # (loaded here, never by pid 1: see supervisor.py)
     try:
-        pid, pidfd = ns.clone_sandbox(network=network)
+        pid, pidfd = ns.clone_sandbox(network=shape.network, pid_namespace=shape.pid)
     except StockadeError as exc:
         refusal = (exc.code, exc.message)
     except OSError as exc:
         refusal = ("setup_failed", exc.strerror or str(exc))
     else:
         if pid == 0:
-            privilege.close_fds({0, 1, 2, theirs.fileno(), -1 if program is None else program})
-            _pid1(theirs, uid, gid, program, network=network)
+            if shape.close_fds:
+                privilege.close_fds({0, 1, 2, theirs.fileno(),
+                                     -1 if program is None else program})
+            _pid1(theirs, uid, gid, program, network=shape.network)
         theirs.close()
         return Skeleton(ours, pidfd)
     pid = os.fork()

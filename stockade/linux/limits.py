@@ -46,8 +46,11 @@ class PidKnobs:
 
 
 def pid_knobs(request: LaunchRequest, weaken: frozenset[str]) -> PidKnobs:
-    """The knobs for `request`; read while the host's /proc is still this process's."""
-    return PidKnobs(pid_max_for(request.limits),
+    """The knobs for `request`; read while the host's /proc is still this process's. Without
+    a pid namespace of its own (tests only), none: they would be the host's."""
+    if "pid_namespace" in weaken:
+        return PidKnobs(None, False)
+    return PidKnobs(None if "pid_max" in weaken else pid_max_for(request.limits),
                     not request.exec_from_write and "memfd_noexec" not in weaken
                     and may_set_memfd_noexec())
 

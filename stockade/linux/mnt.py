@@ -138,7 +138,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     """Build the view on `stage` and pivot into it. Returns the protected paths mounted and,
     if `identify` (a view prepared ahead), the survey's identity; else b"". `proc` is the
     detached proc to mount at /proc (default: a fresh one). `weaken` (tests only) skips
-    layers: "read_only", "protected", "deny"."""
+    layers (launcher.LAYERS): "mount_view" (then nothing is built: the sandbox keeps its copy
+    of the host's mounts), "read_only", "protected", "deny", "noexec", "nosuid"."""
+    if "mount_view" in weaken:
+        return [], b""
     found = survey(request, weaken)
     roots, guarded, denied = found.roots, found.guarded, found.denied
     identity = found.identity() if identify else b""
@@ -162,16 +165,17 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     system = [_Mount(p, "system") for p in SYSTEM_DIRS if p not in taken]
     for m in sorted(roots + system, key=lambda m: (m.depth, m.path, m.kind != "system")):
         if m.kind == "system":
-            _mount_system(top, own_devs, m.path, request, device_fds, proc)
+            _mount_system(top, own_devs, m.path, request, device_fds, proc, weaken)
         else:
-            _mount_root(top, own_devs, m, request.exec_from_write, "read_only" not in weaken)
+            _mount_root(top, own_devs, m, request.exec_from_write, weaken)
             if m.path == "/":
                 # The root now covers the tmpfs: every later lookup must start on top of it.
                 os.close(top)
                 top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for m in guarded:
         _mount_over(top, m)
-    _honour_grants_inside_protected(top, own_devs, roots, guarded, request.exec_from_write)
+    _honour_grants_inside_protected(top, own_devs, roots, guarded, request.exec_from_write,
+                                    weaken - {"read_only"})
     _mask(top, denied)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
@@ -242,12 +246,12 @@ def _target(top: int, own_devs: set[int], path: str, *, is_dir: bool, create: bo
 
 
 def _mount_root(top: int, own_devs: set[int], m: _Mount, exec_from_write: bool,
-                read_only: bool) -> None:
+                weaken: frozenset[str]) -> None:
     if m.kind == "read":
-        attrs = RO if read_only else MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        attrs = RO if "read_only" not in weaken else MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     else:
         attrs = _write_attrs(exec_from_write)
-    set_attrs(m.tree, attrs)
+    set_attrs(m.tree, weakened(attrs, weaken))
     target = _target(top, own_devs, m.path, is_dir=m.is_dir, create=True)
     attach(m.tree, target)
     for fd in (m.tree, target):
@@ -259,15 +263,26 @@ def _write_attrs(exec_from_write: bool) -> int:
     return MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write else MOUNT_ATTR_NOEXEC)
 
 
+def weakened(attrs: int, weaken: frozenset[str]) -> int:
+    """The mount attributes of a root, /tmp or /dev/shm, less what a test's weakening takes
+    away ("nosuid", "noexec")."""
+    if "nosuid" in weaken:
+        attrs &= ~MOUNT_ATTR_NOSUID
+    if "noexec" in weaken:
+        attrs &= ~MOUNT_ATTR_NOEXEC
+    return attrs
+
+
 def _honour_grants_inside_protected(top: int, own_devs: set[int], roots: list[_Mount],
-                                    guarded: list[_Mount], exec_from_write: bool) -> None:
+                                    guarded: list[_Mount], exec_from_write: bool,
+                                    weaken: frozenset[str]) -> None:
     """A write root granted inside a protected name (`home/.codex/x` with `home` a write root)
     is an exact grant, which wins: it is mounted again over the read-only re-mount."""
     protected = [g.path for g in guarded if g.kind == "protected"]
     for m in roots:
         if m.kind == "write" and any(protect_inside(m.path, p) for p in protected):
             m.tree = clone_tree(m.source_fd)
-            _mount_root(top, own_devs, m, exec_from_write, True)
+            _mount_root(top, own_devs, m, exec_from_write, weaken)
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
@@ -339,9 +354,9 @@ def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:
 
 
 def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchRequest,
-                  device_fds: dict[str, int], proc: int | None) -> None:
+                  device_fds: dict[str, int], proc: int | None, weaken: frozenset[str]) -> None:
     target = _target(top, own_devs, path, is_dir=True, create=True)
-    fs = proc if path == "/proc" and proc is not None else _new_system_fs(path, request)
+    fs = proc if path == "/proc" and proc is not None else _new_system_fs(path, request, weaken)
     attach(fs, target)
     os.close(fs)
     os.close(target)
@@ -349,7 +364,7 @@ def _mount_system(top: int, own_devs: set[int], path: str, request: LaunchReques
     mounted = openat2(top, path.lstrip("/"), os.O_PATH, _BENEATH)
     own_devs.add(os.fstat(mounted).st_dev)
     if path == "/dev":
-        _populate_dev(mounted, device_fds, request)
+        _populate_dev(mounted, device_fds, request, weaken)
         set_attrs(mounted, MOUNT_ATTR_RDONLY, recursive=False)
     os.close(mounted)
 
@@ -365,7 +380,8 @@ class SystemFs:
     attrs: int
 
 
-def system_fs(path: str, request: LaunchRequest) -> SystemFs:
+def system_fs(path: str, request: LaunchRequest, weaken: frozenset[str] = frozenset()
+              ) -> SystemFs:
     if path == "/proc":
         # Read-only: nothing in a fresh /proc needs writing by ordinary tools, and it keeps
         # /proc/sys and /proc/sysrq-trigger out of reach even for a sandbox run by root.
@@ -382,16 +398,27 @@ def system_fs(path: str, request: LaunchRequest) -> SystemFs:
     if request.limits.memory is not None:
         options["size"] = str(request.limits.memory)
     noexec = 0 if path == "/tmp" and request.exec_from_write else MOUNT_ATTR_NOEXEC
-    return SystemFs(path, "tmpfs", options, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec)
+    return SystemFs(path, "tmpfs", options,
+                    weakened(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | noexec, weaken))
 
 
-def _new_system_fs(path: str, request: LaunchRequest) -> int:
-    """A fresh, detached instance of the filesystem the sandbox has at `path`."""
-    fs = system_fs(path, request)
+def _new_system_fs(path: str, request: LaunchRequest, weaken: frozenset[str]) -> int:
+    """A fresh, detached instance of the filesystem the sandbox has at `path`. Without a pid
+    namespace of its own (tests only) no proc can be made: the host's is bound instead."""
+    if path == "/proc" and "pid_namespace" in weaken:
+        host = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            tree = clone_tree(host)
+        finally:
+            os.close(host)
+        set_attrs(tree, RO | MOUNT_ATTR_NOEXEC)
+        return tree
+    fs = system_fs(path, request, weaken)
     return new_fs(fs.fstype, fs.options, fs.attrs)
 
 
-def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) -> None:
+def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest,
+                  weaken: frozenset[str]) -> None:
     for name, source in device_fds.items():
         os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=dev))
         tree = clone_tree(source, recursive=False)
@@ -402,7 +429,7 @@ def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) 
             os.close(fd)
     for name in ("pts", "shm"):
         os.mkdir(name, 0o755, dir_fd=dev)
-        fs = _new_system_fs("/dev/" + name, request)
+        fs = _new_system_fs("/dev/" + name, request, weaken)
         target = openat2(dev, name, os.O_PATH, _BENEATH)
         attach(fs, target)
         os.close(fs)
@@ -412,11 +439,12 @@ def _populate_dev(dev: int, device_fds: dict[str, int], request: LaunchRequest) 
         os.symlink(to, link, dir_fd=dev)
 
 
-def own_filesystems(request: LaunchRequest) -> list[SystemFs]:
+def own_filesystems(request: LaunchRequest, weaken: frozenset[str] = frozenset()
+                    ) -> list[SystemFs]:
     """What a sandbox cloned from a view template (template.py), whose mounts are the
     template's, covers with fresh instances of its own (template.c does): OWN_FILESYSTEMS, but
     a /tmp that is a root itself, which is the root's as in the template."""
-    return [system_fs(path, request) for path in OWN_FILESYSTEMS
+    return [system_fs(path, request, weaken) for path in OWN_FILESYSTEMS
             if not (path == "/tmp" and _tmp_is_root(request))]
 
 

@@ -33,18 +33,19 @@ _clone = ctypes.PyDLL(None, use_errno=True).syscall
 _clone.restype = ctypes.c_long
 
 
-def clone_sandbox(*, network: bool = True, namespaces: int = SANDBOX_NAMESPACES
-                  ) -> tuple[int, int]:
+def clone_sandbox(*, network: bool = True, pid_namespace: bool = True,
+                  namespaces: int = SANDBOX_NAMESPACES) -> tuple[int, int]:
     """Fork a child that starts in fresh namespaces (`namespaces`: all of a sandbox's by
-    default, the child then pid 1 of its pid namespace), as os.fork would (CPython's fork
-    hooks run around it), in one clone(2). Returns (0, -1) in the child, which is then root in
+    default, the child then pid 1 of its pid namespace; a test that weakens the network or the
+    pid namespace leaves it out), as os.fork would (CPython's fork hooks run around it), in
+    one clone(2). Returns (0, -1) in the child, which is then root in
     its user namespace until its ids are mapped (`map_ids`, with the parent's uid and gid);
     and (its pid, a pidfd of it) in the parent. Only from a single-threaded process.
 
     One clone instead of fork, unshare and fork again: the process in between (a whole copy of
     the caller's address space, made and torn down at every launch) is gone."""
-    flags = (namespaces if network else namespaces & ~CLONE_NEWNET) \
-        | CLONE_PIDFD | signal.SIGCHLD
+    left_out = (0 if network else CLONE_NEWNET) | (0 if pid_namespace else CLONE_NEWPID)
+    flags = namespaces & ~left_out | CLONE_PIDFD | signal.SIGCHLD
     pidfd = ctypes.c_int(-1)
     ctypes.pythonapi.PyOS_BeforeFork()
     # Through a PyDLL function: the GIL stays held across the clone, as os.fork holds it.

@@ -46,7 +46,8 @@
 #include "supervisor.h"
 
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
-enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2 };  /* plan flags */
+/* plan flags; UNBOUND and KEEP_FDS only for tests that weaken those layers */
+enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8 };
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -290,7 +291,7 @@ int send_fds(int sock, char byte, const int *fds, int count) {
 /* ---- starting the command ---- */
 
 struct limits {
-    int apply, watch_memory;
+    int apply, watch_memory, keep_fds;
     int64_t memory, processes, file_size;  /* -1: none */
 };
 
@@ -419,7 +420,7 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         if (nest(domain) != 0)
             report_and_exit(reports[1], STEP_LANDLOCK);
         /* nothing of pid 1's but stdio reaches the command */
-        if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
+        if (!limits->keep_fds && close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
             report_and_exit(reports[1], STEP_PRIVILEGE);
         if (limits->watch_memory) {  /* last: from here on, no allocation */
             int watch = memwatch_install();  /* (-1: unwatched, and the exit event says so) */
@@ -525,6 +526,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     uint32_t flags = u32(&r, &bad);
     limits.apply = (int)(flags & PLAN_RLIMITS);
     limits.watch_memory = limits.apply && (flags & PLAN_WATCH_MEMORY);
+    limits.keep_fds = (flags & PLAN_KEEP_FDS) != 0;
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -589,9 +591,10 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     puts_(&event, "}");
     emit(&event);
 
-    int status = wait_for(command, signals, fds[3], &memory);
+    int status = wait_for(command, signals, flags & PLAN_UNBOUND ? -1 : fds[3], &memory);
     stage("run");
-    kill(-1, SIGKILL);  /* from a pid namespace's init: every other process in it */
+    if (getpid() == 1)  /* (without a pid namespace of its own, a test's: not the host's!) */
+        kill(-1, SIGKILL);  /* from a pid namespace's init: every other process in it */
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {
     }
     /* Only now, with pid 1 alone in the sandbox: the owner may settle on this event without

@@ -33,6 +33,8 @@ PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor")
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 _RLIMITS = 1  # plan flag: apply the rlimits
 _WATCH_MEMORY = 2  # plan flag: show the command's address-space requests to pid 1 (memwatch.c)
+_UNBOUND = 4  # plan flag (tests only): pid 1 ignores its owner's lifeline
+_KEEP_FDS = 8  # plan flag (tests only): the command inherits pid 1's other descriptors
 # flags; RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE; the nested Landlock domain's handled rights and
 # scopes; the size of the enforced record
 _HEAD = struct.Struct("<IqqqQQI")
@@ -71,14 +73,18 @@ def descriptor() -> int | None:
 
 
 def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, int],
-         enforced: dict, view_digest: bytes | None, launch: bytes) -> int:
+         enforced: dict, view_digest: bytes | None, launch: bytes, *, bound: bool = True,
+         close_fds: bool = True) -> int:
     """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`),
     whether its address-space requests are shown to pid 1 (`watch_memory`, memwatch.c), its
     nested Landlock domain (landlock.nested_domain; (0, 0): none), the `enforced` record of
     its "started" event, the digest of the view frame a spare was made for (None: not a
-    spare) and the launch part of the frame (empty for a spare, which reads its own)."""
+    spare) and the launch part of the frame (empty for a spare, which reads its own). Not
+    `bound` or not `close_fds` (tests only): pid 1 ignores its owner's lifeline, or the
+    command inherits pid 1's descriptors."""
     memory, processes, file_size = limits.rlimit_values(spec)
-    flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0)
+    flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0) \
+        | (0 if bound else _UNBOUND) | (0 if close_fds else _KEEP_FDS)
     body = json.dumps(enforced).encode()
     data = b"".join((
         _HEAD.pack(flags, memory, processes, file_size, *nested, len(body)), body,

@@ -106,7 +106,7 @@ def _spec(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], uid: int, 
     out = [struct.pack("<IIIIq", flags, uid, gid, SANDBOX_PORT,
                        -1 if knobs.pid_max is None else knobs.pid_max), _blob(identity),
            _blob(bpf)]
-    own = mnt.own_filesystems(request)
+    own = mnt.own_filesystems(request, weaken)
     out.append(_U32.pack(len(own)))
     for fs in own:
         out += [_text(fs.path), _text(fs.fstype), struct.pack("<qI", fs.attrs, len(fs.options))]

@@ -41,15 +41,20 @@ from typing import BinaryIO
 
 from stockade.errors import SetupError, StockadeError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
-from stockade.linux.launcher import VIEW_MAX, Skeleton, start
+from stockade.linux.launcher import (
+    PRODUCTION,
+    PRODUCTION_SHAPE,
+    VIEW_MAX,
+    Shape,
+    Skeleton,
+    start,
+)
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from stockade.linux.zygote import serve; serve(int(sys.argv[2]))")
 _FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control, reply socket
-WITH_NETWORK_NAMESPACE = b"L"
-WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
 LANDLOCK_TIER = b"T"  # no namespace: a keeper (landlock_tier.py) instead of a pid 1
 _IDENTITY = 32  # bytes of a survey's identity (SHA-256)
 _SURVEYED, _UNSURVEYED = b"\x01", b"\x00"  # whether a launch message carries an identity
@@ -73,16 +78,17 @@ class Zygote:
         self._last_view: bytes | None = None
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               *, shape: Shape = PRODUCTION_SHAPE, view: tuple[bytes, bytes] | None = None,
                tier: bool = False) -> int:
         """Start a sandbox with these descriptors; returns a pidfd of its pid 1 (with `tier`,
         of the keeper of a landlock-tier launch). `view` is (view frame, identity of a survey
         made just now, or b"" when `may_fit` said no survey was worth making): the zygote may
-        hand the launch a spare prepared for it, and prepares the next spare for it."""
-        kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
+        hand the launch a spare prepared for it, and prepares the next spare for it. A `shape`
+        other than production's (tests only) is always made afresh."""
+        kind = shape.code()
         if tier:
             kind, view = LANDLOCK_TIER, None
-        if view is not None and network_namespace and len(view[0]) <= VIEW_MAX:
+        if view is not None and shape.production and len(view[0]) <= VIEW_MAX:
             surveyed = len(view[1]) == _IDENTITY
             kind += (_SURVEYED + view[1] if surveyed else _UNSURVEYED) + view[0]
             self._last_view = view[0]
@@ -154,14 +160,14 @@ class ForkSpawner:
     def prepare(self, view: bytes | None = None) -> None:
         if self._ready is None:
             self._mounts = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - see _take
-            self._ready = start(network=True)
+            self._ready = start()
             if view is not None and len(view) <= VIEW_MAX:
                 with contextlib.suppress(OSError):  # (if it died, the launch finds out)
                     self._ready.handoff.send(b"V" + view)
                     self._view = view
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               *, shape: Shape = PRODUCTION_SHAPE, view: tuple[bytes, bytes] | None = None,
                tier: bool = False) -> int:
         if tier:
             from stockade.linux import landlock_tier
@@ -170,7 +176,7 @@ class ForkSpawner:
         if view is not None and self.on_view is not None:
             self.on_view(view[0])
             self.on_view = None
-        skeleton = self._take(network_namespace, view) or start(network=network_namespace)
+        skeleton = self._take(shape, view) or start(shape)
         with skeleton.handoff:
             pidfds = [] if skeleton.pidfd is None else [skeleton.pidfd]
             try:
@@ -195,9 +201,8 @@ class ForkSpawner:
                     os.waitpid(skeleton.standin, 0)
         return pidfds[0]
 
-    def _take(self, network_namespace: bool, view: tuple[bytes, bytes] | None
-              ) -> Skeleton | None:
-        """The prepared skeleton, if it still fits: with a network namespace, made from the
+    def _take(self, shape: Shape, view: tuple[bytes, bytes] | None) -> Skeleton | None:
+        """The prepared skeleton, if it still fits: of production's shape, made from the
         host's mounts as they are (mountinfo polls "exceptional" once they change), and, if it
         was prepared for a view, for this launch's view and survey identity."""
         ready, self._ready = self._ready, None
@@ -207,12 +212,12 @@ class ForkSpawner:
         assert self._mounts is not None
         stale = bool(select.select([], [], [self._mounts], 0)[2])
         self._mounts.close()
-        if not stale and network_namespace and prepared_for is not None:
+        if not stale and shape.production and prepared_for is not None:
             said, extra = recv_fds(ready.handoff, 1)  # "M" and the identity, or the end
             close_all(extra)
             stale = view is None or view[0] != prepared_for or said != b"M" + view[1] \
                 or len(view[1]) != _IDENTITY
-        if stale or not network_namespace or ready.pidfd is None:
+        if stale or not shape.production or ready.pidfd is None:
             ready.close()
             if ready.standin:
                 os.waitpid(ready.standin, 0)
@@ -327,10 +332,10 @@ def serve(control_fd: int) -> None:
         if ready is not None and not _alive(ready):
             ready.close()
             ready = None
-        if mode == WITH_NETWORK_NAMESPACE and ready is not None:
+        if mode == PRODUCTION and ready is not None:
             skeleton, ready = ready, None
         else:
-            skeleton = start(network=mode == WITH_NETWORK_NAMESPACE)
+            skeleton = start(Shape.decode(mode))
         _hand_over(skeleton, launch, reply)
         mounting.append(skeleton.handoff)
 
@@ -343,7 +348,7 @@ def serve(control_fd: int) -> None:
             spare.sock.close()
         else:
             spare.close()
-            launch_fresh(launch, reply, WITH_NETWORK_NAMESPACE)
+            launch_fresh(launch, reply, PRODUCTION)
 
     while True:
         # Spares are made while no sandbox is building its mounts: both need the kernel's
@@ -364,7 +369,7 @@ def serve(control_fd: int) -> None:
                 else:
                     prepared.append(spare)
             elif ready is None and not spare_died:
-                ready = start(network=True)
+                ready = start()
         watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None),
                    *(p[0].sock for p in promised)] \
             + ([template.sock] if template is not None and template.identity is None else []) \
@@ -410,7 +415,7 @@ def serve(control_fd: int) -> None:
             if mode == LANDLOCK_TIER:
                 _keep(launch, reply)
                 continue
-            usable = mode == WITH_NETWORK_NAMESPACE and view
+            usable = mode == PRODUCTION and view
             fitting = [p for p in prepared if p.fits(view, identity)] if usable else []
             if fitting:
                 prepared.remove(fitting[0])

@@ -19,6 +19,8 @@ from stockade.net import addresses
 from stockade.net.rules import Ruleset, host_form, target_host
 
 Resolver = Callable[[str], Sequence[str]]
+# (checked addresses, port, timeout, a hook that sees each socket first) -> a connected socket
+Dialer = Callable[[Sequence[str], int, float, Callable[[socket.socket], None]], socket.socket]
 
 _MAX_SHOWN = 255
 
@@ -52,11 +54,15 @@ _RULE_MESSAGES = {
 
 
 class Gate:
-    """Decides destinations for one policy."""
+    """Decides destinations for one policy. `unchecked` (tests only: the evidence matrix shows
+    that its rows notice) skips the name and port patterns ("rules") or the address checks
+    ("addresses")."""
 
-    def __init__(self, rules: Ruleset, resolver: Resolver | None = None) -> None:
+    def __init__(self, rules: Ruleset, resolver: Resolver | None = None,
+                 unchecked: frozenset[str] = frozenset()) -> None:
         self.rules = rules
         self.resolver = resolver or system_resolver
+        self.unchecked = unchecked
 
     def decide(self, host: str, port: int) -> Verdict:
         try:
@@ -66,7 +72,7 @@ class Gate:
         if not 1 <= port <= 65535:
             return Verdict("deny", name, port, "invalid_port", "not a valid port")
         by_rule = self.rules.decide(name, port)
-        if not by_rule.allowed:
+        if not by_rule.allowed and "rules" not in self.unchecked:
             message = _RULE_MESSAGES[by_rule.reason].format(rule=by_rule.rule, port=port)
             return Verdict("deny", name, port, by_rule.reason, message, by_rule.rule)
         try:
@@ -76,7 +82,7 @@ class Gate:
                            by_rule.rule)
         checked, refusals = [], []
         for address in answers:
-            problem = self._refuse(address, port)
+            problem = None if "addresses" in self.unchecked else self._refuse(address, port)
             if problem is None:
                 checked.append(str(addresses.unmap(address)))
             else:

@@ -35,7 +35,7 @@ from typing import Any
 
 from stockade.errors import SetupError, UsageError
 from stockade.net import http, socks
-from stockade.net.gate import Gate, Resolver, Verdict, dial
+from stockade.net.gate import Dialer, Gate, Resolver, Verdict, dial
 from stockade.net.log import DecisionLog
 from stockade.net.relay import relay
 from stockade.net.rules import Ruleset
@@ -80,7 +80,8 @@ class ProxyLimits:
 class Proxy:
     """An allowlist proxy on a unix socket: `start()` returns its path, `stop()` removes it.
 
-    `resolver` (host -> IP strings) replaces getaddrinfo, for tests. Denials are kept for
+    `resolver` (host -> IP strings) replaces getaddrinfo, and `dialer` the connection to
+    checked addresses, for tests; so does `unchecked` (see Gate). Denials are kept for
     `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`, allowed
     and failed requests are logged too.
     """
@@ -88,8 +89,10 @@ class Proxy:
     def __init__(self, allow: Iterable[str], deny: Iterable[str] = (), request_id: str = "", *,
                  log_path: str | os.PathLike[str] | None = None, log_all: bool = False,
                  resolver: Resolver | None = None, limits: ProxyLimits = ProxyLimits(),
-                 socket_dir: str | None = None) -> None:
-        self.gate = Gate(Ruleset(allow, deny), resolver)
+                 socket_dir: str | None = None, dialer: Dialer | None = None,
+                 unchecked: frozenset[str] = frozenset()) -> None:
+        self.gate = Gate(Ruleset(allow, deny), resolver, unchecked)
+        self._dial = dialer or dial
         self.limits = limits
         self._log = DecisionLog(request_id, None if log_path is None else os.fspath(log_path),
                                 log_all=log_all)
@@ -273,7 +276,8 @@ class Proxy:
         upstream = None
         if verdict.decision == "allow":
             try:
-                upstream = dial(verdict.addresses, port, self.limits.connect_timeout, self._track)
+                upstream = self._dial(verdict.addresses, port, self.limits.connect_timeout,
+                                      self._track)
             except OSError as exc:
                 refused = isinstance(exc, ConnectionRefusedError)
                 verdict = replace(verdict, decision="error",

@@ -1,8 +1,10 @@
 """Shared by the attack programs: each attempt prints one line, `name: outcome`.
 
-An outcome is `denied ERRNO` (the attempt failed), `ALLOWED detail` (it worked: an escape) or
-`note detail` (information that is neither). argv[1] is the launch's marker, which lets the host
-find any process that outlives the sandbox; the attack's own arguments follow it.
+An outcome is `denied CODE` (the attempt failed: an errno's name, or what the attack saw
+instead, such as PEER_REFUSED), `ALLOWED detail` (it worked: an escape), `error detail` (the
+attempt could not even be tried: a missing tool, a broken set-up; never a denial) or `note
+detail` (information). argv[1] is the launch's marker, which lets the host find any process
+that outlives the sandbox; the attack's own arguments follow it.
 """
 
 import ctypes
@@ -31,16 +33,45 @@ _NUMBERS = {
 NR = _NUMBERS[platform.machine()]
 
 
+class Refused(OSError):
+    """A refusal the attack observed rather than an errno it got (`code`: what it saw)."""
+
+    def __init__(self, code, text=""):
+        super().__init__(text or code)
+        self.code = code
+
+
+class CannotTry(Exception):
+    """The attempt could not be made at all (reported as `error`, never as a denial)."""
+
+
 def attempt(name, action):
-    """Run `action()`: an OSError is a denial, anything else is an escape."""
+    """Run `action()`: an OSError is a denial, CannotTry an error, anything else an escape."""
     try:
         detail = action()
+    except CannotTry as exc:
+        print(f"{name}: error {exc}", flush=True)
+        return False
+    except Refused as exc:
+        print(f"{name}: denied {exc.code}", flush=True)
+        return False
     except OSError as exc:
         code = errno.errorcode.get(exc.errno, exc.errno) if exc.errno else type(exc).__name__
         print(f"{name}: denied {code}", flush=True)
         return False
     print(f"{name}: ALLOWED {'' if detail is None else detail}".rstrip(), flush=True)
     return True
+
+
+_BY_MESSAGE = {os.strerror(code): name for code, name in errno.errorcode.items()}
+
+
+def errno_in(text):
+    """The errno a tool's message ends with (as ld.so or a shell says it), or None."""
+    for message, name in _BY_MESSAGE.items():
+        if text.rstrip().endswith(message):
+            return name
+    return None
 
 
 def note(name, detail):
@@ -73,13 +104,22 @@ def read(path):
 
 
 def reveal(path):
-    """List a directory or read a file; an empty answer (a mask) reveals nothing: ENODATA."""
+    """List a directory or read a file; an empty answer (a mask) reveals nothing: EMPTY."""
     found = os.listdir(path) if os.path.isdir(path) else read(path)
     if not found:
-        raise OSError(errno.ENODATA, "nothing revealed")
+        raise Refused("EMPTY", "nothing revealed")
     return found
 
 
 def write(path, data=b"written by a sandboxed attack\n", mode="wb"):
     with open(path, mode) as f:
         f.write(data)
+
+
+def seen_as(pid, tag):
+    """Whether `pid` is visible here and its command line holds `tag` (None: not visible)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return tag.encode() in f.read()
+    except OSError:
+        return None

@@ -2,10 +2,9 @@
 in every /proc/<pid>/environ we can read. The whole environment is printed too, so the host can
 check that no secret value left it. Finding one is an escape."""
 
-import errno
 import os
 
-from _common import ARGS, attempt, note
+from _common import ARGS, Refused, attempt, note
 
 
 def environments():
@@ -22,7 +21,7 @@ def environments():
 def find(name):
     hits = [where for where, env in environments() if name.encode() in env]
     if not hits:
-        raise OSError(errno.ENOENT, "not found")
+        raise Refused("ABSENT", "not found")
     return "in " + ", ".join(hits)
 
 

@@ -1,5 +1,6 @@
 """Leave a privilege bit on the host: copy a shell into the workspace (argv: its directory)
-and make it setuid or setgid by every call that sets a mode, or give it a file capability.
+and make it setuid or setgid by every call that sets a mode, or (as root: argv[2]) give it a
+file capability.
 Any success is an escape: the file keeps the bit on the host."""
 
 import os
@@ -7,7 +8,7 @@ import shutil
 
 from _common import ARGS, attempt
 
-directory = ARGS[0]
+directory, host_user = ARGS
 copy = os.path.join(directory, "sh-copy")
 shutil.copy("/bin/sh", copy)
 dirfd = os.open(directory, os.O_RDONLY)
@@ -20,5 +21,6 @@ attempt("open O_CREAT 4755",
         lambda: os.close(os.open(os.path.join(directory, "made"), os.O_CREAT | os.O_WRONLY,
                                  0o4755)))
 attempt("mknod S_IFREG 4755", lambda: os.mknod(os.path.join(directory, "node"), 0o104755))
-attempt("setxattr security.capability",
-        lambda: os.setxattr(copy, "security.capability", capability))
+if host_user == "root":  # (only root may set one anywhere: CAP_SETFCAP)
+    attempt("setxattr security.capability",
+            lambda: os.setxattr(copy, "security.capability", capability))

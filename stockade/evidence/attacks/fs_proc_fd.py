@@ -12,4 +12,3 @@ for path in ARGS:
                              ("append", os.O_WRONLY | os.O_APPEND)):
             attempt(f"reopen {alias} ({path}) for {label}",
                     lambda a=alias, f=flags: os.write(os.open(a, f), b"reopened\n"))
-    attempt(f"write the read-only descriptor of {path}", lambda f=fd: os.write(f, b"x"))

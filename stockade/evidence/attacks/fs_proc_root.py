@@ -1,5 +1,6 @@
-"""Reach an outside file through /proc: /proc/self/root, /proc/1/root, and a host pid's root,
-cwd, environ and memory. Reading or writing anything there is an escape."""
+"""Reach an outside file through /proc: /proc/self/root, our parent's root and cwd (the
+sandbox's init), and a host pid's root, cwd, environ and memory. Reading or writing anything
+there is an escape."""
 
 import os
 
@@ -7,10 +8,14 @@ from _common import ARGS, attempt, read, write
 
 outside_file, host_pid = ARGS
 outside_dir = os.path.dirname(outside_file)
-for base in ("/proc/self/root", "/proc/self/root/../..", "/proc/1/root", "/proc/1/cwd/../..",
-             f"/proc/{host_pid}/root"):
-    attempt(f"read {base}{outside_file}", lambda b=base: read(b + outside_file))
-    attempt(f"write {base}{outside_dir}/planted",
+parent = os.getppid()
+for label, base in (("/proc/self/root", "/proc/self/root"),
+                    ("/proc/self/root/../..", "/proc/self/root/../.."),
+                    ("our parent's root", f"/proc/{parent}/root"),
+                    ("our parent's cwd/../..", f"/proc/{parent}/cwd/../.."),
+                    (f"/proc/{host_pid}/root", f"/proc/{host_pid}/root")):
+    attempt(f"read {label}{outside_file}", lambda b=base: read(b + outside_file))
+    attempt(f"write {label}{outside_dir}/planted",
             lambda b=base: write(f"{b}{outside_dir}/planted"))
 for item in ("environ", "cmdline", "mem", "cwd/", "fd/"):
     path = f"/proc/{host_pid}/{item}"

@@ -7,10 +7,19 @@ import os
 from _common import ARGS, attempt, read, write
 
 
+def write_through(link):
+    """Append to the file it leads to, or create a file in the directory it leads to."""
+    if os.path.isdir(link):
+        write(os.path.join(link, "planted"))
+        return "created inside"
+    write(link, mode="ab")
+    return "appended"
+
+
 def through(link):
-    attempt(f"read via {link}", lambda: read(link))
-    attempt(f"write via {link}", lambda: write(link, mode="ab"))
-    attempt(f"create beside via {link}/..", lambda: write(os.path.join(link, "..", "planted")))
+    attempt(f"read via {link}", lambda: read(link) if not os.path.isdir(link) else
+            os.listdir(link))
+    attempt(f"write via {link}", lambda: write_through(link))
 
 
 mode, *paths = ARGS

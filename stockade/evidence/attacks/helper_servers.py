@@ -7,7 +7,7 @@ import json
 import socket
 import struct
 
-from _common import ARGS, attempt
+from _common import ARGS, Refused, attempt
 
 OUTSIDE = ARGS[0]
 
@@ -22,7 +22,7 @@ def ask_daemon(path, request):
             answer += chunk
     reply = json.loads(answer)
     if reply.get("event") == "error" and reply.get("code") == "peer_refused":
-        raise PermissionError(13, "peer_refused")
+        raise Refused("PEER_REFUSED")
     return f"served: {reply.get('event')}"
 
 
@@ -42,7 +42,7 @@ def ask_cli(path, argv):
         while not answer.endswith(b"\n") and (chunk := s.recv(64)):
             answer += chunk
     if answer == b"here\n":
-        raise PermissionError(13, "not served (run it yourself)")
+        raise Refused("NOT_SERVED", "not served (run it yourself)")
     return f"served: {answer!r}"
 
 
@@ -57,4 +57,3 @@ for target in ARGS[1:]:
     else:
         attempt("cli-server run writing outside", lambda p=path: ask_cli(p, [
             "run", "--preset", "workspace-write", "--workspace", OUTSIDE, "--", *escape]))
-        attempt("cli-server agent command line", lambda p=path: ask_cli(p, ["agent"]))

@@ -2,12 +2,11 @@
 `via:HOST:PORT` asks the proxy to CONNECT there (a name that resolves to loopback, an IP literal,
 a metadata address). A reply from the target, or the proxy's 200, is an escape."""
 
-import errno
 import os
 import socket
 from urllib.parse import urlsplit
 
-from _common import ARGS, attempt, note
+from _common import ARGS, CannotTry, Refused, attempt, note
 
 
 def direct(host, port):
@@ -19,14 +18,15 @@ def direct(host, port):
 def via_proxy(host, port):
     proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
     if not proxy:
-        raise OSError(errno.ENOENT, "no proxy in the environment")
+        raise CannotTry("no proxy in the environment")
     where = urlsplit(proxy)
     with socket.create_connection((where.hostname, where.port), timeout=5) as s:
         s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
         status = s.recv(256).split(b"\r\n", 1)[0]
         note(f"proxy answered CONNECT {host}:{port}", status.decode("latin-1"))
         if b" 200" not in status:
-            raise PermissionError(errno.EACCES, status.decode("latin-1"))
+            raise Refused(f"HTTP_{status.split()[1].decode('latin-1')}" if len(status.split()) > 1
+                          else "NO_ANSWER", status.decode("latin-1"))
         return status.decode("latin-1")
 
 

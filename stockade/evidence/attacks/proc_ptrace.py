@@ -1,15 +1,16 @@
-"""Trace other processes: the sandbox's parent (its init), a host process by its pid, and a child
-of our own; read their memory with process_vm_readv. Any attachment or read is an escape."""
+"""Trace other processes: our parent (the sandbox's init), a host process by its pid (argv:
+pid and the tag in its command line), and a child of our own; read our child's memory with
+process_vm_readv. Any attachment or read is an escape."""
 
 import ctypes
 import os
 import signal
 import time
 
-from _common import ARGS, NR, attempt, syscall
+from _common import ARGS, NR, attempt, note, seen_as, syscall
 
 PTRACE_ATTACH, PTRACE_DETACH = 16, 17
-host_pid = int(ARGS[0])
+host_pid, host_tag = int(ARGS[0]), ARGS[1]
 
 
 class IoVec(ctypes.Structure):
@@ -35,9 +36,11 @@ child = os.fork()
 if child == 0:
     time.sleep(30)
     os._exit(0)
-for label, pid in (("parent", os.getppid()), ("host process", host_pid), ("own child", child)):
-    if label == "host process" and os.path.exists(f"/proc/{pid}"):
-        continue  # that number belongs to a sandbox process here, not to the host's
-    attempt(f"ptrace {label} ({pid})", lambda p=pid: attach(p))
-    attempt(f"process_vm_readv {label} ({pid})", lambda p=pid: read_memory(p))
+attempt("ptrace our parent", lambda: attach(os.getppid()))
+if seen_as(host_pid, host_tag) is False:
+    note("skipped", f"pid {host_pid} names another process here, not the host's")
+else:
+    attempt("ptrace the host process", lambda: attach(host_pid))
+attempt("ptrace our own child", lambda: attach(child))
+attempt("process_vm_readv our own child", lambda: read_memory(child))
 os.kill(child, signal.SIGKILL)

@@ -1,12 +1,11 @@
 """Run a set-user-id program owned by another user (on a terminal, where it waits) and read its
 effective uid: gaining that uid is an escape."""
 
-import errno
 import os
 import subprocess
 import time
 
-from _common import ARGS, attempt
+from _common import ARGS, Refused, attempt
 
 
 def effective_uid(argv):
@@ -22,7 +21,7 @@ def effective_uid(argv):
         child.wait()
     if effective != real:
         return f"effective uid {effective}, real uid {real}"
-    raise PermissionError(errno.EPERM, f"effective uid stayed {effective}")
+    raise Refused("UID_KEPT", f"effective uid stayed {effective}")
 
 
 attempt(f"gain the owner's uid through {ARGS[0]}", lambda: effective_uid(ARGS))

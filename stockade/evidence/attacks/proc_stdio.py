@@ -4,10 +4,11 @@ the controlling terminal. Any of them working is an escape (a password typed the
 left raw)."""
 
 import errno
+import fcntl
 import os
 import termios
 
-from _common import attempt
+from _common import Refused, attempt
 
 
 def terminal(fd):
@@ -27,7 +28,7 @@ def change_settings():
         except termios.error:
             continue
     if not done:
-        raise OSError(errno.ENOTTY, "no terminal to change")
+        raise Refused("NO_TERMINAL", "no terminal to change")
     return f"changed through {done}"
 
 
@@ -39,11 +40,24 @@ def read_typed():
             continue
         if data:
             return f"read {data!r} from fd {fd}"
-    raise OSError(errno.EBADF, "nothing to read")
+    raise Refused("NOTHING_READ", "nothing to read")
 
 
 for fd in (0, 1, 2):
     attempt(f"fd {fd} is the host terminal", lambda fd=fd: terminal(fd))
 attempt("change the terminal's settings", change_settings)
 attempt("read what is typed on it", read_typed)
-attempt("open the controlling terminal", lambda: os.close(os.open("/dev/tty", os.O_RDWR)))
+def controlling_terminal():
+    """Make a terminal among the standard descriptors ours (we lead a session of our own), then
+    open it as /dev/tty."""
+    for fd in (0, 1, 2):
+        try:
+            fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+            break
+        except OSError:
+            continue
+    os.close(os.open("/dev/tty", os.O_RDWR))
+    return "opened /dev/tty"
+
+
+attempt("open the controlling terminal", controlling_terminal)

@@ -19,6 +19,32 @@ def new_process(call, *args):
     return f"created process {pid} in new namespaces"
 
 
+def in_a_child(action):
+    """Run `action` in a child of ours, so that what it changes (a namespace joined, a root
+    changed) does not decide the attempts after it; its errno is ours."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            answer = f"ok {action()}"
+        except OSError as exc:
+            answer = f"errno {exc.errno or 0}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+            answer = f"error {exc!r}"
+        os.write(write_end, answer.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reply:
+        kind, _, detail = reply.read().decode().partition(" ")
+    os.waitpid(pid, 0)
+    if kind == "errno":
+        raise OSError(int(detail), os.strerror(int(detail)))
+    if kind != "ok":
+        raise RuntimeError(detail or "the child died")
+    return detail
+
+
 def clone3(flags):
     args = struct.pack("<QQQQQQQQ", flags, 0, 0, 0, SIGCHLD, 0, 0, 0)
     return new_process(syscall, NR["clone3"], pointer(args), len(args))
@@ -31,8 +57,8 @@ def mount_target():
 FAMILIES = {
     "namespaces": [
         ("unshare(CLONE_NEWUSER)", lambda: checked(libc.unshare(CLONE_NEWUSER))),
-        ("unshare(CLONE_NEWNS|CLONE_NEWNET)",
-         lambda: checked(libc.unshare(CLONE_NEWNS | CLONE_NEWNET))),
+        ("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWNET)",
+         lambda: checked(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET))),
         ("clone(CLONE_NEWUSER)",
          lambda: new_process(syscall, NR["clone"], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)),
         ("setns(/proc/self/ns/user)",
@@ -81,5 +107,6 @@ FAMILIES = {
     ],
 }
 
+ISOLATED = ("namespaces", "mount")  # families whose attempts change the process
 for name, action in FAMILIES[ARGS[0]]:
-    attempt(name, action)
+    attempt(name, (lambda a=action: in_a_child(a)) if ARGS[0] in ISOLATED else action)

@@ -18,7 +18,6 @@ def make_controlling(fd):
         note(f"TIOCSCTTY fd {fd}", exc.strerror)
 
 
-attempt("open /dev/tty", lambda: os.close(os.open("/dev/tty", os.O_RDWR)))
 master, slave = os.openpty()
 for label, fd in (("own pty", slave), ("stdin", 0)):
     if not os.isatty(fd):

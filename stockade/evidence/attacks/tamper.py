@@ -11,6 +11,13 @@ from _common import ARGS, attempt, reveal, write
 reading = ARGS[:1] == ["--read"]
 
 
+def moved_and_back(path):
+    """Rename it away (the escape), then back: the attempts after it aim at it again."""
+    os.rename(path, path + ".moved")
+    os.rename(path + ".moved", path)
+    return "renamed"
+
+
 def actions(path):
     if os.path.isdir(path):
         if reading:
@@ -19,17 +26,17 @@ def actions(path):
         yield "mkdir inside", lambda: os.mkdir(os.path.join(path, "planted-dir"))
         yield "symlink inside", lambda: os.symlink("/", os.path.join(path, "planted-link"))
         yield "chmod", lambda: os.chmod(path, 0o777)
-        yield "rename", lambda: os.rename(path, path + ".moved")
+        yield "rename", lambda: moved_and_back(path)
         yield "rmdir", lambda: os.rmdir(path)
         return
     if reading:
         yield "read", lambda: reveal(path)
     yield "append", lambda: write(path, mode="ab")
     yield "overwrite", lambda: write(path)
-    yield "truncate", lambda: os.truncate(path, 0)
-    if os.path.exists(path):
+    if os.path.exists(path):  # (truncating what does not exist fails anywhere)
+        yield "truncate", lambda: os.truncate(path, 0)
         yield "chmod", lambda: os.chmod(path, 0o777)
-        yield "rename", lambda: os.rename(path, path + ".moved")
+        yield "rename", lambda: moved_and_back(path)
         yield "unlink", lambda: os.unlink(path)
 
 
