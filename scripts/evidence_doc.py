@@ -24,7 +24,7 @@ TREE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TREE))
 
 from stockade.evidence.launches import interpreter  # noqa: E402
-from stockade.evidence.report import markdown_host, markdown_rows  # noqa: E402
+from stockade.evidence.report import markdown_host, markdown_rows, summary  # noqa: E402
 from stockade.evidence.runner import Matrix  # noqa: E402
 
 HEADER = """# Evidence: the Linux backend, attacked on this machine
@@ -90,8 +90,7 @@ def main() -> int:
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text("\n".join(sections))
     for label, matrix in runs:
-        print(f"{label}: {matrix.count('pass')} passed, {matrix.count('FAIL')} failed, "
-              f"{matrix.count('not-run')} not run in {matrix.seconds:.1f}s")
+        print(f"{label}: {summary(matrix)}")
     print(f"wrote {args.output}")
     return 0
 

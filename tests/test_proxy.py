@@ -379,11 +379,11 @@ def test_a_silent_or_trickling_client_is_dropped_after_the_handshake_timeout(mak
             for byte in b"GET http://example.com/ HTTP/1.1\r\n" * 10:
                 trickle.send(bytes((byte,)))
                 time.sleep(0.05)
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 5  # (bounded: the trickle alone would take 17 s)
     with client(proxy) as silent:
         start = time.monotonic()
         assert silent.recv(1) == b""
-        assert 0.2 < time.monotonic() - start < 1.5
+        assert 0.2 < time.monotonic() - start < 5  # (a bound, generous under load)
 
 
 def test_connections_past_the_limit_are_closed_at_once(make_proxy, echo):
@@ -534,7 +534,7 @@ def test_an_idle_tunnel_is_closed(make_proxy, echo, relay):
         assert_echoes(sock)
         start = time.monotonic()
         assert sock.recv(1) == b""
-        assert 0.2 < time.monotonic() - start < 2
+        assert 0.2 < time.monotonic() - start < 5  # (a bound, generous under load)
 
 
 def tunnel(proxy: Proxy, port: int) -> socket.socket:
@@ -660,7 +660,7 @@ def test_a_reset_on_one_side_closes_the_other_at_once(make_proxy, relay):
         with tunnel(proxy, port) as sock:
             start = time.monotonic()
             assert sock.recv(1) == b""
-            assert time.monotonic() - start < 1
+            assert time.monotonic() - start < 4  # before the 5 s idle timeout: the reset
     finally:
         server.shutdown()
         server.server_close()
