@@ -191,7 +191,7 @@ def test_a_spare_refuses_a_launch_for_another_view(ws):
     made_for = launcher.view_frame(compile_policy(policy_for("read-only"), ["true"], context),
                                    bpf, frozenset())
     request = compile_policy(policy_for(), ["sh", "-c", "echo pwned > file"], context)
-    skeleton = launcher.start(network=True)
+    skeleton = launcher.start()
     with skeleton.handoff:
         skeleton.handoff.send(b"V" + made_for)
         assert skeleton.handoff.recv(100).startswith(b"M")  # mounted, confined: a supervisor

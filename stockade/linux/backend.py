@@ -135,7 +135,10 @@ class LinuxBackend(Backend):
             Capability("filesystem.git", True, "read-only re-mounts of each repository's "
                        "config and includes, hooks and gitdir pointers; ancestors pinned",
                        "what the command creates (a repository, a commondir) is its own"),
-            Capability("filesystem.exec_from_write", True, "noexec mounts + Landlock EXECUTE"),
+            Capability("filesystem.exec_from_write", True,
+                       "noexec mounts + Landlock EXECUTE"
+                       + (" + pid 1 refuses executable mappings of written files"
+                          if seccomp.user_notification_available() else "")),
             Capability("filesystem.memfd_exec", memfd,
                        "vm.memfd_noexec = 2 in the sandbox's pid namespace" if memfd else
                        "not prevented",

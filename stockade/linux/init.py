@@ -169,7 +169,22 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
                            limits.memory_watched(request.limits, weaken), nested, enforced,
                            hashlib.sha256(view).digest() if view else None, launch,
                            bound="lifeline" not in weaken,
-                           close_fds="descriptors" not in weaken)
+                           close_fds="descriptors" not in weaken,
+                           written=written_paths(request) if exec_watched(request, weaken)
+                           else None)
+
+
+def exec_watched(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:
+    """Whether pid 1 refuses the command's executable mappings of written files (memwatch.c):
+    where exec_from_write = false, beside the noexec mounts, where seccomp user notification
+    is. The "exec_watch" and "seccomp" weakenings (tests only) take it away."""
+    return (not request.exec_from_write and not weaken & {"exec_watch", "seccomp"}
+            and seccomp.user_notification_available())
+
+
+def written_paths(request: LaunchRequest) -> tuple[str, ...]:
+    """What the command may write, as it sees it: its write roots, /tmp and /dev/shm."""
+    return (*(g.path for g in request.write), "/tmp", "/dev/shm")
 
 
 def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
@@ -184,6 +199,7 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
         "protected_mounts": protected,
         "pid_max": knobs.pid_max,
         "memfd_noexec": knobs.memfd_noexec,
+        "exec_watch": exec_watched(request, weaken),
         "limits": limits.describe(request.limits, weaken),
         "prepared_ahead": prepared_ahead,
     }
@@ -237,7 +253,7 @@ def landlock_rules(request: LaunchRequest) -> landlock.LandlockRules:
     return landlock.LandlockRules(
         read=tuple(g.path for g in request.read),
         browse=("/proc", "/dev"),
-        write=tuple(g.path for g in request.write) + ("/tmp", "/dev/shm"),
+        write=written_paths(request),
         devices=DEVICE_GRANTS,
         exec_from_write=request.exec_from_write,
         deny_tcp=request.network.mode in ("none", "allowlist"),

@@ -17,10 +17,22 @@
  * MAP_FIXED mappings, which may replace what they cover. Continuing a call is safe: its
  * arguments are plain numbers (no pointer the caller could rewrite meanwhile), the kernel
  * still enforces RLIMIT_AS, and pid 1's own filter allows both calls.
+ *
+ * Executable mappings of written files, refused (exec_from_write = false): the second layer
+ * beside the noexec mounts. The same filter hands pid 1 each mmap asking PROT_EXEC of a file
+ * descriptor and each mprotect asking PROT_EXEC. pid 1 finds the mount the file is on (the
+ * descriptor's mnt_id in /proc/<tid>/fdinfo; for mprotect, the mapping's file in
+ * /proc/<tid>/maps) and answers EACCES when it is one the command may write (a write root,
+ * /tmp, /dev/shm: their mount ids, found when the sandbox starts), or a file no longer there
+ * (deleted, a memfd). This is what keeps `ld.so PROGRAM` and mmap(PROT_EXEC) of a written
+ * file from running where a noexec mount is missing. What it does not see, said in
+ * SECURITY.md: a descriptor another thread replaces (dup2) between pid 1's look and the
+ * kernel's mapping: the noexec mount still refuses that one.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -32,6 +44,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "supervisor.h"
@@ -49,34 +62,98 @@
 /* The low 32 bits of argument `n` (little-endian: x86_64, aarch64). */
 #define ARGUMENT_LOW(n) (offsetof(struct seccomp_data, args) + 8 * (n))
 
-int memwatch_install(void) {
+/* A classic BPF program assembled with labels: each jump names its targets. */
+enum { LABEL_NEXT = -1 };
+enum label { L_ALLOW = 1, L_NOTIFY, L_MEMORY, L_MEMORY_MMAP, L_MMAP_EXEC, L_MMAP_FILE,
+             L_MPROTECT, L_LABELS };
+
+struct assembly {
+    struct sock_filter code[40];
+    int jt[40], jf[40];
+    int at[L_LABELS];
+    int n;
+};
+
+static void emit(struct assembly *a, uint16_t op, uint32_t k, int jt, int jf) {
+    a->code[a->n] = (struct sock_filter){op, 0, 0, k};
+    a->jt[a->n] = jt, a->jf[a->n] = jf;
+    a->n++;
+}
+
+static void here(struct assembly *a, enum label label) {
+    a->at[label] = a->n;
+}
+
+int memwatch_install(int memory, int exec) {
 #ifdef NATIVE_ARCH
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),  /* (pid 1's own filter kills these) */
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mremap, 4, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 2),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(3)),  /* mmap's flags */
-        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_FIXED, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
-    };
-    struct sock_fprog program = {sizeof code / sizeof code[0], code};
+    struct assembly a = {0};
+    emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch), 0, 0);
+    emit(&a, BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, LABEL_NEXT, L_ALLOW);  /* (pid 1's own
+                                                                   * filter kills the others) */
+    emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+    if (exec) {
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mprotect, L_MPROTECT, LABEL_NEXT);
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, L_MMAP_EXEC, L_MEMORY);
+        here(&a, L_MPROTECT);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(2), 0, 0);  /* prot */
+        emit(&a, BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, L_NOTIFY, L_ALLOW);
+        here(&a, L_MMAP_EXEC);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(2), 0, 0);
+        emit(&a, BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, L_MMAP_FILE, L_MEMORY_MMAP);
+        here(&a, L_MMAP_FILE);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(4), 0, 0);  /* fd: -1 anonymous */
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, L_MEMORY_MMAP, L_NOTIFY);
+        here(&a, L_MEMORY);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+    }
+    if (memory) {
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mremap, L_NOTIFY, LABEL_NEXT);
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, LABEL_NEXT, L_ALLOW);
+    }
+    here(&a, L_MEMORY_MMAP);
+    if (memory) {
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(3), 0, 0);  /* mmap's flags */
+        emit(&a, BPF_JMP | BPF_JSET | BPF_K, MAP_FIXED, L_ALLOW, L_NOTIFY);
+    }
+    if (!memory && !exec)
+        here(&a, L_MEMORY);
+    here(&a, L_ALLOW);
+    emit(&a, BPF_RET | BPF_K, SECCOMP_RET_ALLOW, 0, 0);
+    here(&a, L_NOTIFY);
+    emit(&a, BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF, 0, 0);
+    for (int i = 0; i < a.n; i++) {
+        if (BPF_CLASS(a.code[i].code) != BPF_JMP)
+            continue;
+        int jt = a.jt[i] == LABEL_NEXT ? i + 1 : a.at[a.jt[i]];
+        int jf = a.jf[i] == LABEL_NEXT ? i + 1 : a.at[a.jf[i]];
+        a.code[i].jt = (uint8_t)(jt - i - 1);
+        a.code[i].jf = (uint8_t)(jf - i - 1);
+    }
+    struct sock_fprog program = {(unsigned short)a.n, a.code};
     return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
                         &program);
 #else
-    return -1;  /* no watch on this architecture: RLIMIT_AS alone */
+    (void)memory, (void)exec;
+    return -1;  /* no watch on this architecture: RLIMIT_AS alone, the noexec mounts alone */
 #endif
 }
 
-int memwatch_open(struct memwatch *watch, int listener, int64_t limit) {
+static int mount_id(int dir, const char *path, int flags, uint64_t *id) {
+    struct statx info;
+    if (statx(dir, path, flags | AT_STATX_DONT_SYNC, STATX_MNT_ID, &info) != 0
+        || !(info.stx_mask & STATX_MNT_ID))
+        return -1;
+    *id = info.stx_mnt_id;
+    return 0;
+}
+
+int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
+                  const char *written, uint32_t written_size) {
     memset(watch, 0, sizeof *watch);
     watch->listener = -1;
     struct seccomp_notif_sizes sizes;
     long page = sysconf(_SC_PAGESIZE);
-    if (listener < 0 || limit < 0 || page <= 0
+    if (listener < 0 || page <= 0
         || syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0)
         return -1;
     /* (the kernel may know larger structures than these headers: its sizes are used) */
@@ -88,9 +165,87 @@ int memwatch_open(struct memwatch *watch, int listener, int64_t limit) {
     if (!watch->request || !watch->response)
         return -1;
     watch->page = (uint64_t)page;
-    watch->limit_pages = (uint64_t)limit / watch->page;
+    watch->memory = limit >= 0;
+    watch->limit_pages = watch->memory ? (uint64_t)limit / watch->page : 0;
+    watch->exec = exec;
+    for (const char *path = written; exec && path < written + written_size;
+         path += strlen(path) + 1) {
+        if (watch->written_count == WRITTEN_MAX)
+            return -1;
+        if (mount_id(AT_FDCWD, path, 0, &watch->written[watch->written_count]) == 0)
+            watch->written_count++;  /* (a root that is not there has no mount to map from) */
+    }
     watch->listener = listener;
     return 0;
+}
+
+static int written(const struct memwatch *watch, uint64_t id) {
+    for (int i = 0; i < watch->written_count; i++)
+        if (watch->written[i] == id)
+            return 1;
+    return 0;
+}
+
+/* The mount id of descriptor `fd` of task `tid` (its fdinfo's mnt_id); -1 if unknown. */
+static int descriptor_mount(uint32_t tid, uint64_t fd, uint64_t *id) {
+    char path[64], text[512];
+    snprintf(path, sizeof path, "/proc/%u/fdinfo/%llu", tid, (unsigned long long)fd);
+    int info = open(path, O_RDONLY | O_CLOEXEC);
+    if (info < 0)
+        return -1;
+    ssize_t got = read(info, text, sizeof text - 1);
+    close(info);
+    if (got <= 0)
+        return -1;
+    text[got] = 0;
+    char *at = strstr(text, "mnt_id:");
+    return at && sscanf(at, "mnt_id: %llu", (unsigned long long *)id) == 1 ? 0 : -1;
+}
+
+/* Whether the mapping of task `tid` holding `address` is of a file the command wrote (on a
+ * written mount, or no longer there); 0 for anonymous memory and files of other mounts. */
+static int mapping_written(const struct memwatch *watch, uint32_t tid, uint64_t address) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/maps", tid);
+    FILE *maps = fopen(path, "re");
+    if (!maps)
+        return 1;  /* (it cannot be told: refused) */
+    char line[PATH_MAX + 128];
+    int found = 0;
+    while (fgets(line, sizeof line, maps)) {
+        unsigned long long start, end, inode;
+        int name = 0;
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu %n", &start, &end, &inode, &name) < 3
+            || address < start || address >= end)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        const char *file = name ? line + name : "";
+        uint64_t id;
+        size_t length = strlen(file);
+        if (inode == 0 || file[0] != '/')
+            found = 0;  /* anonymous memory, the stack, the vdso */
+        else if (length > 10 && strcmp(file + length - 10, " (deleted)") == 0)
+            found = 1;
+        else
+            found = mount_id(AT_FDCWD, file, AT_SYMLINK_NOFOLLOW, &id) != 0
+                || written(watch, id);
+        break;
+    }
+    fclose(maps);
+    return found;
+}
+
+/* Whether `call` asks to make a written file executable. */
+static int exec_of_written(const struct memwatch *watch, const struct seccomp_data *call,
+                           uint32_t tid) {
+    if (!watch->exec || !(call->args[2] & PROT_EXEC))
+        return 0;
+    if (call->nr == __NR_mprotect)
+        return mapping_written(watch, tid, call->args[0]);
+    uint64_t id;
+    if (call->nr != __NR_mmap || (int)call->args[4] < 0 || (call->args[3] & MAP_ANONYMOUS))
+        return 0;
+    return descriptor_mount(tid, call->args[4], &id) == 0 && written(watch, id);
 }
 
 /* total_vm of the task `tid` in pages (the first field of its statm); -1 if unknown. */
@@ -126,7 +281,10 @@ void memwatch_answer(struct memwatch *watch) {
     memset(call, 0, watch->request_size);
     if (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_RECV, call) != 0)
         return;  /* (ENOENT: the caller died meanwhile; EINTR: it comes again) */
-    uint64_t pages = growth(&call->data, watch->page);
+    int exec = exec_of_written(watch, &call->data, call->pid);
+    int memory = watch->memory && !exec && (call->data.nr == __NR_mremap
+        || (call->data.nr == __NR_mmap && !(call->data.args[3] & MAP_FIXED)));
+    uint64_t pages = memory ? growth(&call->data, watch->page) : 0;
     int64_t used = pages > 0 ? pages_in_use(call->pid) : -1;
     int refuse = used >= 0 && (uint64_t)used + pages > watch->limit_pages;
     /* the task that read as `tid` is still the caller, waiting for this answer */
@@ -135,7 +293,10 @@ void memwatch_answer(struct memwatch *watch) {
     struct seccomp_notif_resp *answer = watch->response;
     memset(answer, 0, sizeof *answer);
     answer->id = call->id;
-    if (refuse) {
+    if (exec) {
+        answer->error = -EACCES;
+        watch->exec_refused++;
+    } else if (refuse) {
         answer->error = -ENOMEM;
         watch->refused++;
         if (pages * watch->page > watch->largest) {
@@ -150,9 +311,17 @@ void memwatch_answer(struct memwatch *watch) {
 }
 
 int memwatch_summary(const struct memwatch *watch, char *out, size_t room) {
-    return snprintf(out, room, ", \"memory\": {\"watched\": %s, \"refused\": %llu, "
-                    "\"largest\": %llu, \"in_use\": %llu}",
-                    watch->listener >= 0 ? "true" : "false",
-                    (unsigned long long)watch->refused, (unsigned long long)watch->largest,
-                    (unsigned long long)watch->in_use);
+    int size = 0;
+    if (watch->memory)
+        size = snprintf(out, room, ", \"memory\": {\"watched\": %s, \"refused\": %llu, "
+                        "\"largest\": %llu, \"in_use\": %llu}",
+                        watch->listener >= 0 ? "true" : "false",
+                        (unsigned long long)watch->refused, (unsigned long long)watch->largest,
+                        (unsigned long long)watch->in_use);
+    if (watch->exec)
+        size += snprintf(out + size, room - (size_t)size,
+                         ", \"exec\": {\"watched\": %s, \"refused\": %llu}",
+                         watch->listener >= 0 ? "true" : "false",
+                         (unsigned long long)watch->exec_refused);
+    return size;
 }

@@ -47,7 +47,8 @@
 
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
 /* plan flags; UNBOUND and KEEP_FDS only for tests that weaken those layers */
-enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8 };
+enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8,
+       PLAN_WATCH_EXEC = 16 };
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -291,7 +292,7 @@ int send_fds(int sock, char byte, const int *fds, int count) {
 /* ---- starting the command ---- */
 
 struct limits {
-    int apply, watch_memory, keep_fds;
+    int apply, watch_memory, watch_exec, keep_fds;
     int64_t memory, processes, file_size;  /* -1: none */
 };
 
@@ -422,8 +423,9 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         /* nothing of pid 1's but stdio reaches the command */
         if (!limits->keep_fds && close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
             report_and_exit(reports[1], STEP_PRIVILEGE);
-        if (limits->watch_memory) {  /* last: from here on, no allocation */
-            int watch = memwatch_install();  /* (-1: unwatched, and the exit event says so) */
+        if (limits->watch_memory || limits->watch_exec) {  /* last: then no allocation */
+            /* (-1: unwatched, and the exit event says so) */
+            int watch = memwatch_install(limits->watch_memory, limits->watch_exec);
             if (watch >= 0 && (send_fds(reports[1], 'L', &watch, 1) != 0 || close(watch)))
                 report_and_exit(reports[1], STEP_PRIVILEGE);
         }
@@ -519,7 +521,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
         _exit(SETUP_FAILED);
     close(plan_fd);
     /* flags, three rlimits, the nested domain's handled rights and scopes, the "started"
-     * event's enforced JSON, the view digest, the launch */
+     * event's enforced JSON, the view digest, the written paths, the launch */
     struct reader r = {plan, plan + info.st_size};
     int bad = 0;
     struct limits limits;
@@ -527,6 +529,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.apply = (int)(flags & PLAN_RLIMITS);
     limits.watch_memory = limits.apply && (flags & PLAN_WATCH_MEMORY);
     limits.keep_fds = (flags & PLAN_KEEP_FDS) != 0;
+    limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -536,6 +539,11 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     r.at += bad ? 0 : enforced_size;
     unsigned char view[DIGEST];
     bad |= take(&r, view, DIGEST);
+    uint32_t written_size = u32(&r, &bad);  /* the paths the command may write, NUL-ended */
+    const char *written = r.at;
+    bad |= (size_t)(r.end - r.at) < written_size
+        || (written_size > 0 && written[written_size - 1] != 0);
+    r.at += bad ? 0 : written_size;
     uint32_t launch_size = u32(&r, &bad);
     bad |= (size_t)(r.end - r.at) != launch_size;
     if (bad)
@@ -577,7 +585,8 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     int requests = -1;  /* the memory watch's listener, if the command is watched */
     pid_t command = start(&launch, fds, &limits, &domain, &requests);
     struct memwatch memory;
-    if (memwatch_open(&memory, requests, limits.memory) != 0 && requests >= 0) {
+    if (memwatch_open(&memory, requests, limits.watch_memory ? limits.memory : -1,
+                      limits.watch_exec, written, written_size) != 0 && requests >= 0) {
         close(requests);  /* (the filter's calls then fail ENOSYS: the command cannot go on) */
         kill(command, SIGKILL);
         fail(0, "memory_watch_failed", NULL, strerror(errno), "exec");
@@ -605,7 +614,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
                    "\"signal\": %d", WTERMSIG(status))
         : snprintf(line, sizeof line, "{\"event\": \"exit\", \"exit_code\": %d, "
                    "\"signal\": null", WEXITSTATUS(status));
-    if (limits.watch_memory)
+    if (limits.watch_memory || limits.watch_exec)
         size += memwatch_summary(&memory, line + size, sizeof line - (size_t)size);
     size += snprintf(line + size, sizeof line - (size_t)size, "}\n");
     write_all(status_fd, line, (size_t)size);

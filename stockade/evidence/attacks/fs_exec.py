@@ -55,16 +55,19 @@ def protect_exec(path):
 how, directories = ARGS[0], ARGS[1:]
 loaders = sorted(glob.glob("/lib64/ld-linux*.so*") + glob.glob("/lib/ld-linux*.so*"))
 for directory in directories:
-    program = os.path.join(directory, "copied-true")
+    # (a name of this run's: where a test switched the mount view off, /tmp is the host's)
+    program = os.path.join(directory, f"copied-true-{os.getpid()}")
+    name = os.path.join(directory, "copied-true")
     shutil.copy("/usr/bin/true", program)
     os.chmod(program, 0o755)
     if how == "direct":
-        attempt(f"execute {program}", lambda p=program: run([p]))
+        attempt(f"execute {name}", lambda p=program: run([p]))
     elif how == "loader":
         if not loaders:
-            print(f"execute {program} via ld.so: error no dynamic loader found", flush=True)
+            print(f"execute {name} via ld.so: error no dynamic loader found", flush=True)
         for loader in loaders[:1]:
-            attempt(f"execute {program} via {loader}", lambda p=program, ld=loader: run([ld, p]))
+            attempt(f"execute {name} via {loader}", lambda p=program, ld=loader: run([ld, p]))
     else:
-        attempt(f"mmap PROT_EXEC {program}", lambda p=program: map_exec(p))
-        attempt(f"mprotect PROT_EXEC {program}", lambda p=program: protect_exec(p))
+        attempt(f"mmap PROT_EXEC {name}", lambda p=program: map_exec(p))
+        attempt(f"mprotect PROT_EXEC {name}", lambda p=program: protect_exec(p))
+    os.unlink(program)
