@@ -177,8 +177,10 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
 def exec_watched(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:
     """Whether pid 1 refuses the command's executable mappings of written files (memwatch.c):
     where exec_from_write = false, beside the noexec mounts, where seccomp user notification
-    is. The "exec_watch" and "seccomp" weakenings (tests only) take it away."""
-    return (not request.exec_from_write and not weaken & {"exec_watch", "seccomp"}
+    is. The "exec_watch", "seccomp" and "mount_view" weakenings (tests only) take it away
+    (without the view, the write roots are no mounts of their own)."""
+    return (not request.exec_from_write
+            and not weaken & {"exec_watch", "seccomp", "mount_view"}
             and seccomp.user_notification_available())
 
 

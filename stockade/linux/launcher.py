@@ -63,11 +63,12 @@ LAYERS = {
     "stdio_relay": "the caller's streams relayed through pipes",
 }
 WEAKENINGS = frozenset(LAYERS)
-# Layers that go with another: without the fresh root nothing of the view is made; without a
-# pid namespace of its own, the sandbox has none of its knobs.
+# Layers that go with another: without the fresh root nothing of the view is made (and the
+# write roots are no mounts of their own for the exec watch to tell); without a pid namespace
+# of its own, the sandbox has none of its knobs.
 WITH = {
     "mount_view": frozenset({"read_only", "protected", "deny", "noexec", "nosuid",
-                             "stockade_state", "unix_sockets"}),
+                             "stockade_state", "unix_sockets", "exec_watch"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
 
