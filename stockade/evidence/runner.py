@@ -67,7 +67,8 @@ class Matrix:
 
     @property
     def proven(self) -> int:
-        return sum(v.proven for v in self.verdicts)
+        """Rows that passed here and that a switch is shown to make fail."""
+        return sum(v.proven and v.status == "pass" for v in self.verdicts)
 
     @property
     def controlled(self) -> int:

@@ -179,6 +179,20 @@ int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
     return 0;
 }
 
+/* Up to `room` - 1 bytes of /proc/<tid>/<what>, NUL-ended; the count read (<= 0: none). */
+static ssize_t read_proc(uint32_t tid, const char *what, char *text, size_t room) {
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%u/%s", tid, what);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, text, room - 1);
+    close(fd);
+    if (got > 0)
+        text[got] = 0;
+    return got;
+}
+
 static int written(const struct memwatch *watch, uint64_t id) {
     for (int i = 0; i < watch->written_count; i++)
         if (watch->written[i] == id)
@@ -188,16 +202,10 @@ static int written(const struct memwatch *watch, uint64_t id) {
 
 /* The mount id of descriptor `fd` of task `tid` (its fdinfo's mnt_id); -1 if unknown. */
 static int descriptor_mount(uint32_t tid, uint64_t fd, uint64_t *id) {
-    char path[64], text[512];
-    snprintf(path, sizeof path, "/proc/%u/fdinfo/%llu", tid, (unsigned long long)fd);
-    int info = open(path, O_RDONLY | O_CLOEXEC);
-    if (info < 0)
+    char what[48], text[512];
+    snprintf(what, sizeof what, "fdinfo/%llu", (unsigned long long)fd);
+    if (read_proc(tid, what, text, sizeof text) <= 0)
         return -1;
-    ssize_t got = read(info, text, sizeof text - 1);
-    close(info);
-    if (got <= 0)
-        return -1;
-    text[got] = 0;
     char *at = strstr(text, "mnt_id:");
     return at && sscanf(at, "mnt_id: %llu", (unsigned long long *)id) == 1 ? 0 : -1;
 }
@@ -250,16 +258,9 @@ static int exec_of_written(const struct memwatch *watch, const struct seccomp_da
 
 /* total_vm of the task `tid` in pages (the first field of its statm); -1 if unknown. */
 static int64_t pages_in_use(uint32_t tid) {
-    char path[64], text[128];
-    snprintf(path, sizeof path, "/proc/%u/statm", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char text[128];
+    if (read_proc(tid, "statm", text, sizeof text) <= 0)
         return -1;
-    ssize_t got = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (got <= 0)
-        return -1;
-    text[got] = 0;
     char *end;
     long long pages = strtoll(text, &end, 10);
     return end == text || pages < 0 ? -1 : pages;
