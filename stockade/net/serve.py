@@ -20,14 +20,15 @@ def serve(allow: list[str], deny: list[str], *, listen: str | None, log: str | N
     """Run until interrupted; returns the exit status."""
     proxy = Proxy(allow, deny, "stockade-proxy", log_path=log or "/dev/stdout", log_all=True)
     listener = _loopback_listener(listen) if listen else None
+    # (before it serves: a SIGTERM that comes once the first request is answered must stop it)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     where = proxy.start(listener)
     if listener is not None:
         host, port = listener.getsockname()[:2]
         where = f"{host}:{port}"
     print(f"stockade: proxy on {where} (HTTP CONNECT, plain HTTP, SOCKS5); Ctrl-C stops it",
           file=sys.stderr)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         stop.wait()
     except KeyboardInterrupt:
