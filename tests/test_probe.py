@@ -13,14 +13,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import only_backends
 
 import stockade
 from stockade.launch import manager
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import facts
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import landlock, privilege
+from stockade.linux import probe as linux_probe
 from stockade.linux.backend import LinuxBackend
 from stockade.linux.limits import INIT_TASKS
 
@@ -83,7 +84,7 @@ def test_the_attestation_field_by_field(ledger):
     assert f["host_listeners_untouched"] is True
     assert f["environment"] == ["STOCKADE_PROBE"]
     # limits: what the probe's policy asked for
-    limits = facts.PROBE_LIMITS
+    limits = linux_probe.PROBE_LIMITS
     assert f["rlimit_as"] == [limits.memory] * 2
     # (counted in threads per user namespace: the command's pids and its init's two)
     assert f["rlimit_nproc"] == [limits.pids + INIT_TASKS] * 2
@@ -94,7 +95,7 @@ def test_the_attestation_field_by_field(ledger):
     assert f["daemon_started"] is True and f["leftover_processes"] == 0
     assert f["ledger_settled"] is True
     assert ledger.records() == []  # (ledger_settled: its directory in the temp dir is gone)
-    expected = {fact for checks in facts.expectations().values() for fact in checks}
+    expected = {fact for checks in linux_probe.EXPECTATIONS.values() for fact in checks}
     # (memfd_exec is "EACCES" only as root: the report says what it is, readiness needs neither)
     assert expected <= set(f) and set(f) - expected == {"udp_loopback", "memfd_exec"}
 
@@ -248,8 +249,8 @@ def test_a_pass_is_stored_for_later_processes_of_this_boot(probes, monkeypatch):
     monkeypatch.setattr(probe_module, "_cache", {})  # as if a new process
     assert probe_module.require_ready(_Fake()).ready
     assert len(calls) == 1
-    real_key = probe_module._host_key
-    monkeypatch.setattr(probe_module, "_host_key", lambda: {**real_key(), "boot": "another"})
+    real_key = linux_probe._host_key
+    monkeypatch.setattr(linux_probe, "_host_key", lambda: {**real_key(), "boot": "another"})
     monkeypatch.setattr(probe_module, "_cache", {})
     answers += [True]
     assert probe_module.require_ready(_Fake()).ready
@@ -275,7 +276,7 @@ def test_the_manager_refuses_a_backend_that_is_not_ready(probes, monkeypatch):
     answers += [False]
     fake = _Fake()
     monkeypatch.setattr(fake, "probe", lambda: None)
-    monkeypatch.setattr(manager, "REGISTRY", {"fake-for-cache": lambda: fake})
+    only_backends(monkeypatch, fake)
     spawned = []
     monkeypatch.setattr(fake, "spawn", lambda *a: spawned.append(a))
     request = LaunchRequest(argv=("true",), cwd="/", env=())

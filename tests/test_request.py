@@ -9,6 +9,7 @@ import re
 import tempfile
 
 import pytest
+from conftest import only_backends
 
 from stockade.errors import (
     PolicyError,
@@ -17,7 +18,7 @@ from stockade.errors import (
     UnenforceableError,
     UsageError,
 )
-from stockade.launch import manager
+from stockade.launch import manager, registry
 from stockade.launch.compile import CompileContext, canonical_path, compile_policy, expand
 from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.policy import preset
@@ -189,7 +190,7 @@ class _Refusing(manager.Backend):
 ])
 def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch, error):
     backend = _Refusing(error)
-    monkeypatch.setattr(manager, "REGISTRY", {"refusing": lambda: backend})
+    only_backends(monkeypatch, backend)
     for mode, name in (("auto", None), ("require", "refusing")):
         with pytest.raises(type(error)) as info:
             manager.SandboxManager(name, mode).run(base())
@@ -198,7 +199,9 @@ def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch,
 
 
 def test_the_native_backend_comes_first_and_auto_picks_it_over_windows_here():
-    assert list(manager.REGISTRY) == ["linux", "windows"] and manager.NATIVE == "linux"
+    assert registry.names(registry.NATIVE) == ["linux", "windows"]
+    assert registry.native().name == "linux"
+    assert [e.name for e in registry.here(registry.NATIVE)] == ["linux"]  # auto tries no other
     with pytest.raises(UnavailableError) as refused:
         manager.SandboxManager("windows", "require").select(base())
     assert refused.value.code == "backend_unavailable"
@@ -207,8 +210,9 @@ def test_the_native_backend_comes_first_and_auto_picks_it_over_windows_here():
 def test_auto_keeps_the_best_backends_refusal_when_all_refuse(monkeypatch):
     best, other = (UnenforceableError("network.allowlist", "no proxy"),
                    UnavailableError("backend_unavailable", "not this platform"))
-    monkeypatch.setattr(manager, "REGISTRY", {"best": lambda: _Refusing(best),
-                                              "other": lambda: _Refusing(other)})
+    first, second = _Refusing(best), _Refusing(other)
+    second.name = "other"
+    only_backends(monkeypatch, first, second)
     with pytest.raises(UnenforceableError) as refused:
         manager.SandboxManager().select(base())
     assert refused.value is best

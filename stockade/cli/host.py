@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from stockade.cli.common import no_command, subcommand
-from stockade.errors import EXIT_SETUP
-from stockade.launch.manager import NATIVE, REGISTRY
+from stockade.errors import EXIT_SETUP, StockadeError
+from stockade.launch import registry
 
 
 def add_demo(commands: Any) -> None:
@@ -64,10 +64,14 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.lifecycle.report import build
 
     reports = []
-    for name, factory in REGISTRY.items():
-        backend = factory()
+    native = registry.native()
+    for entry in registry.entries(registry.NATIVE):
+        try:
+            backend = registry.create(entry)
+        except StockadeError:
+            continue  # another platform's, which cannot even be loaded here
         attestation = probe(backend)
-        if name == NATIVE or attestation.ready:  # another platform's backend only if it runs
+        if entry is native or attestation.ready:  # another platform's only if it runs here
             reports.append(build(attestation, backend))
     if args.json:
         print(json.dumps({"backends": [report.to_json() for report in reports]}, indent=2))
@@ -91,8 +95,7 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
 
     from stockade.lifecycle.ledger import Ledger
 
-    REGISTRY[NATIVE]()  # its package registers the ledger kinds its launches record
-    ledger = Ledger()
+    ledger = Ledger()  # (its reconcile knows the kinds of this host's backends: registry.py)
     done = ledger.reconcile()
     quarantined = ledger.quarantined()
     if args.json:

@@ -118,8 +118,9 @@ def against_servers(row: Row, scene: Scene, backend: Backend) -> Launch:
     package_parent = str(Path(stockade.__file__).resolve().parent.parent)
     cli_path = scene.ws / "cli.sock"
     cli = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from stockade.cli import server; "
-         "server.serve(sys.argv[1], check_peers=sys.argv[2] == 'check')", str(cli_path),
+        [sys.executable, "-c", "import sys; from stockade.cli import COMMAND_LINE, server; "
+         "server.serve(sys.argv[1], COMMAND_LINE, check_peers=sys.argv[2] == 'check')",
+         str(cli_path),
          "check" if check else "trust"], env={**os.environ, "PYTHONPATH": package_parent},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -22,14 +22,24 @@ from stockade.errors import (
     UnavailableError,
     UnenforceableError,
 )
-from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
+from stockade.launch.backend import (
+    Backend,
+    Capability,
+    Exit,
+    Handle,
+    Stdio,
+    refuse_other_containment,
+)
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
 from stockade.linux import landlock, limits, mnt, seccomp, supervisor, zygote
 from stockade.linux.fdpass import recv_fds
-from stockade.linux.launcher import WEAKENINGS, encode_frame, encode_launch, view_frame
+from stockade.linux.frame import WEAKENINGS, encode_frame, encode_launch, view_frame
 
 if TYPE_CHECKING:
+    from stockade.lifecycle.probe import Attestation
+    from stockade.lifecycle.report import Row
+    from stockade.linux.probe import LinuxProbe
     from stockade.net.proxy import Proxy
 
 _SYSTEM_PREFIXES = ("/proc", "/dev")
@@ -74,6 +84,7 @@ class LinuxBackend(Backend):
             raise UnavailableError("supervisor_not_built", supervisor.MISSING)
 
     def check(self, request: LaunchRequest) -> None:
+        refuse_other_containment(request, self.name, "native")
         if request.network.mode == "any":
             raise UnenforceableError(
                 f"network.{request.network.mode}",
@@ -96,6 +107,16 @@ class LinuxBackend(Backend):
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
                            self.weaken, self.resolver)
+
+    def readiness_probe(self) -> LinuxProbe:
+        from stockade.linux.probe import LinuxProbe
+
+        return LinuxProbe()
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        from stockade.linux.report import rows
+
+        return rows(attestation, self)
 
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()

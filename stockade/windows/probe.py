@@ -56,7 +56,8 @@ from stockade.windows.structs import (
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
 )
 
-# facts.PROBE_LIMITS without file_size (Windows has no such limit, see rules.py).
+# The Linux probe's limits (linux/probe.py) without file_size (Windows has no such limit:
+# rules.py).
 PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PROBE_PIDS,
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"

@@ -1,0 +1,85 @@
+"""The request pipe's frame, read by a sandbox's pid 1 (init.py) and its supervisor
+(supervisor.c): length-prefixed parts, the LaunchRequest, the compiled seccomp program, the
+weakenings (WEAKENINGS) and the launch part (encode_launch); and the view frame (view_frame),
+what a spare sandbox is prepared for ahead of its launch (launcher.py, zygote.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+
+from stockade.launch.request import LaunchRequest
+
+# Layers a test can switch off to prove the evidence matrix notices (never set in production:
+# only the owner's Python code can pass them, through LinuxBackend(weaken=...)). "peer_check"
+# and "stdio_relay" are not the sandbox's own: the evidence rows that attack Stockade's servers
+# and the caller's streams read them.
+WEAKENINGS = frozenset({"seccomp", "landlock", "privileges", "read_only", "protected", "deny",
+                        "network", "rlimits", "memfd_noexec", "stockade_state",
+                        "unix_sockets", "peer_check", "stdio_relay"})
+LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
+VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
+
+
+_HEADER = struct.Struct("<IIII")  # lengths: request, seccomp program, weakenings, launch
+_LAUNCH = struct.Struct("<III")  # umask, argc, envc (after the view frame's digest)
+
+
+def read_frame(fd: int) -> bytes:
+    """One whole frame from `fd`."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                raise EOFError("request frame truncated")
+            data += chunk
+        return data
+    header = exactly(_HEADER.size)
+    return header + exactly(sum(_HEADER.unpack(header)))
+
+
+def parse_frame(frame: bytes) -> tuple[bytes, bytes, frozenset[str], bytes]:
+    """(request, seccomp program, weakenings, launch part) from a frame."""
+    if len(frame) < _HEADER.size:
+        raise EOFError("request frame truncated")
+    lengths = _HEADER.unpack_from(frame)
+    if len(frame) != _HEADER.size + sum(lengths):
+        raise EOFError("request frame truncated")
+    parts, at = [], _HEADER.size
+    for length in lengths:
+        parts.append(frame[at:at + length])
+        at += length
+    request, bpf, weak, launch = parts
+    weaken = frozenset(weak.decode().split(",")) - {""}
+    return request, bpf, weaken & WEAKENINGS, launch
+
+
+def encode_frame(request: bytes, bpf: bytes, weaken: frozenset[str], launch: bytes) -> bytes:
+    """The frame: the request, the seccomp program, the weakenings and the launch part."""
+    weak = ",".join(sorted(weaken)).encode()
+    return (_HEADER.pack(len(request), len(bpf), len(weak), len(launch)) + request + bpf + weak
+            + launch)
+
+
+def encode_launch(request: LaunchRequest, umask: int, view: bytes | None) -> bytes:
+    """What the supervisor starts the command with: the digest of the launch's view frame
+    (a spare checks it was made for that view; zeros when none was computed), the owner's
+    umask at launch (the command's: a zygote or a spare may have been made under another),
+    then the working directory, argv and `NAME=VALUE` per variable, each NUL-ended (none
+    can hold a NUL: see compile.py)."""
+    strings = [request.cwd, *request.argv, *(f"{name}={value}" for name, value in request.env)]
+    return b"".join([hashlib.sha256(view).digest() if view is not None else bytes(32),
+                     _LAUNCH.pack(umask, len(request.argv), len(request.env)),
+                     *(os.fsencode(text) + b"\0" for text in strings)])
+
+
+def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> bytes:
+    """The frame of what shapes the sandbox itself (roots, protected names, network, limits,
+    seccomp, weakenings) without what is one launch's own (argv, environment, working
+    directory, umask, id). A spare whose mounts and confinement were made from a view frame
+    is used only by a launch whose own view frame is the same bytes."""
+    view = request.encode(argv=["-"], cwd="/", env=[], stdin="null", request_id="")
+    return encode_frame(view, bpf, weaken, b"")
