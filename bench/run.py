@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -68,6 +69,18 @@ def contenders(workspace: str) -> dict[str, Callable[[], object] | str]:
         "stockade CLI, daemon running": lambda: subprocess.run(cli, check=True, env=served_env,
                                                                **quiet),
     }
+    # The landlock tier (isolation = "landlock"; as root without limits.pids, which it
+    # refuses there).
+    tier = replace(policy, isolation="landlock")
+    if os.geteuid() == 0:
+        tier = replace(tier, limits=replace(tier.limits, pids=None))
+    found["stockade API, isolation landlock"] = lambda: _check(
+        stockade.run(["true"], tier, workspace=workspace))
+    found["stockade CLI, isolation landlock"] = (
+        "missing: as root the CLI's presets set limits.pids, which the tier refuses"
+        if os.geteuid() == 0 else
+        lambda: subprocess.run([*cli[:-2], "--isolation", "landlock", "--", "true"],
+                               check=True, env=cli_env, **quiet))
     session = stockade.Sandbox(preset="read-only", workspace=workspace)
     session.__enter__()
     atexit.register(session.close)

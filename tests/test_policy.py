@@ -291,7 +291,7 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
     ("version = 1", "", "expected the policy document to be a table (a JSON object), "
                         "got a string"),
     (doc(netwrk={}), "", 'unknown key "netwrk" (known: version, preset, containment, '
-                         "filesystem, network, env, limits, process)"),
+                         "isolation, filesystem, network, env, limits, process)"),
     (doc(filesystem={"reed": []}), "filesystem",
      'unknown key "reed" (known: read, write, deny, protected, git, exec_from_write)'),
     (doc(network={"modes": "none"}), "network",
@@ -301,7 +301,7 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
      'unknown key "mem" (known: timeout, memory, cpu, pids, output, file_size)'),
     (doc(process={"dir": "/"}), "process", 'unknown key "dir" (known: cwd, stdin)'),
     ({"version": 1, 3: 4}, "", "unknown key 3 (known: version, preset, containment, "
-                               "filesystem, network, env, limits, process)"),
+                               "isolation, filesystem, network, env, limits, process)"),
     (doc(filesystem=[]), "filesystem", "expected a table (a JSON object), got an array"),
     (doc(limits="1h"), "limits", "expected a table (a JSON object), got a string"),
     (doc(preset="foo"), "preset", 'unknown preset "foo" (known: read-only, workspace-write, '

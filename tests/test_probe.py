@@ -23,6 +23,7 @@ from stockade.lifecycle.ledger import Ledger
 from stockade.linux import landlock, privilege
 from stockade.linux import probe as linux_probe
 from stockade.linux.backend import LinuxBackend
+from stockade.linux.hints import hint
 from stockade.linux.limits import INIT_TASKS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,7 +157,8 @@ def test_no_landlock_is_the_backend_stage(ledger, monkeypatch):
     monkeypatch.setattr(landlock, "abi_version", lambda: 0)
     a = stockade.probe(LinuxBackend(), ledger)
     assert (a.ready, a.reason, a.stage) == (False, "landlock_unsupported", "backend")
-    assert a.facts == {} and a.message == "the kernel offers no Landlock, or it is disabled"
+    assert a.facts == {} and a.message == hint(
+        "the kernel offers no Landlock (or not the ABI needed), or it is disabled")
 
 
 @linux

@@ -8,6 +8,7 @@
     stockade demo
     stockade probe [--json]
     stockade report [--json | --markdown]
+    stockade doctor [--json]
     stockade reconcile [--json]
     stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
     stockade proxy --allow PATTERN [--deny PATTERN] [--listen HOST:PORT] [--log FILE]
@@ -27,6 +28,7 @@ Exit codes:
 | 128+N    | the command was killed by signal N (137 = SIGKILL, also after a timeout)        |
 | 1        | `demo`: a forbidden attempt was not denied (or a permitted one was refused)     |
 | 1        | `reconcile`: a record was quarantined, or a resource could not be removed yet   |
+| 1        | `doctor`: something Stockade can use is unavailable here (it says why and how)  |
 | 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
 | 1        | `session stop`: there was no session of that name                               |
 | 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
@@ -159,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     host.add_demo(commands)
     host.add_probe(commands)
     host.add_report(commands)
+    host.add_doctor(commands)
     host.add_reconcile(commands)
     tools.add_evidence(commands)
     tools.add_proxy(commands)

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from stockade.errors import UsageError
 from stockade.policy import DEFAULT_PRESET, PRESETS, Policy, merge, resolve_policy
-from stockade.policy.model import CONTAINMENTS
+from stockade.policy.model import CONTAINMENTS, ISOLATIONS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
 
@@ -60,6 +60,11 @@ def add_policy_source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--containment", choices=CONTAINMENTS,
                         help="override the policy's containment (vm: a QEMU guest, see "
                              "docs/vm.md)")
+    parser.add_argument("--isolation", choices=ISOLATIONS,
+                        help="override the policy's isolation (landlock: no namespaces, "
+                             "Landlock, seccomp and rlimits on the host's own view, for hosts "
+                             "where namespaces cannot be made; it enforces less, see "
+                             "SECURITY.md and `stockade doctor`)")
     parser.add_argument("--workspace", metavar="DIR",
                         help="what {workspace} means (default: the current directory)")
 
@@ -67,6 +72,6 @@ def add_policy_source(parser: argparse.ArgumentParser) -> None:
 def chosen_policy(args: argparse.Namespace) -> Policy:
     """The policy that `add_policy_source`'s flags name."""
     policy = resolve_policy(args.policy, args.preset)
-    if args.containment is None:
-        return policy
-    return merge(policy, {"containment": args.containment}, file="command line")
+    chosen = {name: value for name in ("containment", "isolation")
+              if (value := getattr(args, name, None)) is not None}
+    return merge(policy, chosen, file="command line") if chosen else policy

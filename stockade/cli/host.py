@@ -49,6 +49,23 @@ def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
     return 0 if attestation.ready else EXIT_SETUP
 
 
+def add_doctor(commands: Any) -> None:
+    doctor = subcommand(commands, "doctor", _doctor,
+                        "why the Linux backend is unavailable or weakened here, and the remedy "
+                        "for each cause (exit 0 only when everything Stockade can use is "
+                        "available)", "stockade doctor", "stockade doctor --json")
+    doctor.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+
+
+def _doctor(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.linux.doctor import diagnose
+
+    found = diagnose()
+    print(json.dumps(found.to_json(), indent=2) if args.json else found.text())
+    return 0 if found.ok else 1
+
+
 def add_report(commands: Any) -> None:
     report = subcommand(commands, "report", _report,
                         "what this host enforces, capability by capability, from a real probe",

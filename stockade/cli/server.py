@@ -44,6 +44,7 @@ from typing import NoReturn
 
 from stockade.cli.common import CommandLine
 from stockade.cliwire import NOT_SERVED, SERVED, socket_path
+from stockade.errors import StockadeError
 from stockade.linux import peer
 from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
@@ -108,8 +109,11 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
 
     cli_run.fork_directly = True
     fork_directly()
-    SandboxManager().select(compile_policy(preset("read-only"), ["true"],
-                                           CompileContext.current("/")))
+    # Attested once here rather than by every child; a host where the sandbox cannot be made
+    # is still served: each child then gives its client the same refusal it would have had.
+    with contextlib.suppress(StockadeError):
+        SandboxManager().select(compile_policy(preset("read-only"), ["true"],
+                                               CompileContext.current("/")))
     command_line.build_parser()  # cached: every child finds it built
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)

@@ -93,6 +93,7 @@ def compile_policy(
         limits=LimitSpec(**vars(policy.limits)),
         stdin=stdin or policy.process.stdin or "null",
         containment=policy.containment,
+        isolation=policy.isolation,
     )
 
 

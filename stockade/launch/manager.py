@@ -56,7 +56,7 @@ class SandboxManager:
         refusals: list[UnavailableError | UnenforceableError] = []
         for candidate in candidates:
             try:
-                backend = registry.create(candidate)
+                backend = _isolated(registry.create(candidate), request)
                 backend.probe()
                 backend.check(request)
                 if candidate.containment == registry.NATIVE:
@@ -77,6 +77,18 @@ class SandboxManager:
         backend = self.select(request)
         return execute(backend, request, input=input, stdio_inherit=stdio_inherit,
                        cancel=cancel, stdout=stdout, stderr=stderr)
+
+
+def _isolated(backend: Backend, request: LaunchRequest) -> Backend:
+    """The backend's tier the request asks for (`isolation`): chosen only by the request,
+    never as a fallback."""
+    if request.isolation == "namespaces":
+        return backend
+    tier = getattr(backend, "tier", None)
+    if tier is None:
+        raise UnenforceableError("isolation", f"the {backend.name} backend has no "
+                                 f"{request.isolation} isolation")
+    return tier(request.isolation)
 
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,

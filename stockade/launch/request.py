@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stockade.errors import RequestError
-from stockade.policy.model import CONTAINMENTS, GIT_MODES
+from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS
 
 REQUEST_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
@@ -64,6 +64,7 @@ class LaunchRequest:
     limits: LimitSpec = field(default_factory=LimitSpec)
     stdin: str = "null"
     containment: str = "native"  # what holds the sandbox (policy.model.CONTAINMENTS)
+    isolation: str = "namespaces"  # (see stockade.policy.model.ISOLATIONS)
     request_id: str = field(default_factory=lambda: os.urandom(16).hex())
     version: int = REQUEST_VERSION
 
@@ -187,6 +188,8 @@ def _check_types(request: LaunchRequest) -> None:
         raise ValueError("cwd and request_id must be strings")
     if not isinstance(request.exec_from_write, bool):
         raise ValueError("exec_from_write must be a boolean")
+    if request.isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}")
     if request.git not in GIT_MODES:
         raise ValueError(f"git must be one of {', '.join(GIT_MODES)}")
     if request.containment not in CONTAINMENTS:

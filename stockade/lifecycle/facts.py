@@ -38,7 +38,8 @@ def verified(facts: dict[str, object], *names: str, table: Table) -> bool:
     """Whether each named fact is present and holds its check in `table`."""
     checks = {fact: accept for stage in table.values()
               for fact, (accept, _) in stage.items()}
-    return all(name in facts and checks[name](facts[name]) for name in names)
+    return all(name in facts and name in checks and checks[name](facts[name])
+               for name in names)
 
 
 def exactly(wanted: object) -> Check:

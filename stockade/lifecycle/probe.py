@@ -115,6 +115,9 @@ class PlatformProbe(Protocol):
         """What a stored attestation is valid for, and seconds since boot now (sleep counted);
         None where passing attestations are not stored for later processes."""
 
+    def explain(self, message: str) -> str:
+        """A failure's message as this platform says it (Linux points to `stockade doctor`)."""
+
 
 def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
           platform_half: PlatformProbe | None = None) -> Attestation:
@@ -144,6 +147,8 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
         failure = Refused(exc.code, (_MESSAGES | half.messages).get(
             exc.code, exc.message if exc.code == "ledger_unusable"  # (it names the directory)
             else f"the {run.stage} stage failed ({exc.code})"))
+        if exc.code != "ledger_corrupt":  # (that one is `stockade reconcile`'s)
+            failure = Refused(failure.reason, half.explain(failure.message))
     except OSError as exc:
         where = f" at {exc.filename}" if exc.filename else ""
         failure = Refused("probe_failed", f"the {run.stage} stage failed with "

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stockade.errors import (
@@ -32,9 +33,10 @@ from stockade.launch.backend import (
 )
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import landlock, limits, mnt, seccomp, supervisor, zygote
+from stockade.linux import landlock, landlock_tier, limits, mnt, seccomp, supervisor, zygote
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.frame import WEAKENINGS, encode_frame, encode_launch, view_frame
+from stockade.linux.hints import hint
 
 if TYPE_CHECKING:
     from stockade.lifecycle.probe import Attestation
@@ -67,21 +69,15 @@ class LinuxBackend(Backend):
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
             raise UnavailableError("backend_unavailable", "the Linux backend runs only on Linux")
-        for knob, bad, why in (
-            ("/proc/sys/user/max_user_namespaces", "0", "user namespaces are disabled"),
-            ("/proc/sys/kernel/unprivileged_userns_clone", "0",
-             "unprivileged user namespaces are disabled"),
-            ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
-             "AppArmor restricts unprivileged user namespaces"),
-        ):
+        for knob, bad, why in USERNS_KNOBS:
             if _read(knob) == bad and not (os.getuid() == 0 and "unprivileged" in knob):
-                raise UnavailableError("userns_unavailable", f"{why} ({knob} = {bad})")
+                raise UnavailableError("userns_unavailable", hint(f"{why} ({knob} = {bad})"))
         if landlock.abi_version() == 0:
             raise UnavailableError("landlock_unsupported",
-                                   "this kernel has no Landlock, or it is disabled")
+                                   hint("this kernel has no Landlock, or it is disabled"))
         _seccomp_program()  # raises seccomp_unavailable without libseccomp
         if not supervisor.built():
-            raise UnavailableError("supervisor_not_built", supervisor.MISSING)
+            raise UnavailableError("supervisor_not_built", hint(supervisor.MISSING))
 
     def check(self, request: LaunchRequest) -> None:
         refuse_other_containment(request, self.name, "native")
@@ -102,11 +98,20 @@ class LinuxBackend(Backend):
                     f"{grant.path}: the sandbox provides its own /proc and /dev")
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
+        if request.isolation != "namespaces":  # (only its tier, `tier`, launches those)
+            raise UnenforceableError("isolation", f"isolation {request.isolation!r} is "
+                                     "launched by the backend's tier of that name")
         if "stockade_state" in self.weaken:  # (tests only: Stockade's own state left visible)
             request = _without_stockade_state(request)
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
                            self.weaken, self.resolver)
+
+    def tier(self, isolation: str) -> Backend:
+        """This backend's sandboxes isolated as `isolation` asks (policy.model.ISOLATIONS)."""
+        if isolation == "namespaces":
+            return self
+        return LandlockTier(self.weaken, self.resolver)
 
     def readiness_probe(self) -> LinuxProbe:
         from stockade.linux.probe import LinuxProbe
@@ -172,6 +177,61 @@ class LinuxBackend(Backend):
         ]
 
 
+# Host settings that forbid an unprivileged user namespace: (path, bad value, why).
+USERNS_KNOBS = (
+    ("/proc/sys/user/max_user_namespaces", "0", "user namespaces are disabled"),
+    ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+     "unprivileged user namespaces are disabled"),
+    ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+     "AppArmor restricts unprivileged user namespaces"),
+)
+
+
+class LandlockTier(LinuxBackend):
+    """The Linux backend without namespaces (`isolation = "landlock"`, landlock_tier.py):
+    only ever chosen by the request, never as a fallback."""
+
+    name = "linux-landlock"
+    isolation = "landlock"
+
+    def probe(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise UnavailableError("backend_unavailable", "the Linux backend runs only on Linux")
+        landlock_tier.require_landlock()
+        _tier_seccomp_program(self.weaken)
+
+    def check(self, request: LaunchRequest) -> None:
+        super().check(request)
+        landlock_tier.check(request)
+
+    def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
+        if "stockade_state" in self.weaken:
+            request = _without_stockade_state(request)
+        return LinuxHandle(replace(request, isolation="landlock"), stdio,
+                           _tier_seccomp_program(self.weaken), self.weaken, self.resolver)
+
+    def tier(self, isolation: str) -> Backend:
+        return self if isolation == "landlock" else LinuxBackend(self.weaken, self.resolver)
+
+    def report(self) -> list[Capability]:
+        return landlock_tier.capabilities()
+
+    def readiness_probe(self) -> LinuxProbe:
+        from stockade.linux.probe import LandlockTierProbe
+
+        return LandlockTierProbe()
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        from stockade.linux.report import tier_rows
+
+        return tier_rows(attestation, self)
+
+
+@functools.cache
+def _tier_seccomp_program(weaken: frozenset[str]) -> bytes:
+    return landlock_tier.seccomp_program(weaken)
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
@@ -206,7 +266,7 @@ class LinuxHandle(Handle):
             self._pidfd = zygote.SPAWNER.launch(
                 child_fds, request_r, status_w, control_theirs.fileno(),
                 network_namespace="network" not in weaken,
-                view=view)
+                view=view, tier=request.isolation != "namespaces")
         except BaseException:
             control.close()
             for f in parent_files:
@@ -374,7 +434,7 @@ def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
           spawner: zygote.Zygote | zygote.ForkSpawner) -> tuple[bytes, bytes] | None:
     """The launch's view frame and, when a spare may be prepared for it, the identity of the
     host's state it would be built from now (a prepared spare is used only if both match)."""
-    if not spawner.prepares:
+    if not spawner.prepares or request.isolation != "namespaces":
         return None
     view = view_frame(request, bpf, weaken)
     return view, mnt.identity_now(request, weaken) if spawner.may_fit(view) else b""
@@ -485,8 +545,11 @@ def _error(event: dict, request: LaunchRequest) -> Exception:
         return StartError(event["code"], explained or event["message"])
     if event["kind"] == "start":
         return StartError(event["code"], event["message"])
-    if event["code"] in ("userns_unavailable", "landlock_unsupported", "seccomp_unavailable"):
-        return UnavailableError(event["code"], event["message"])
+    if event["code"] in ("userns_unavailable", "landlock_unsupported", "seccomp_unavailable",
+                         "supervisor_not_built"):
+        return UnavailableError(event["code"], hint(event["message"]))
+    if event.get("stage") in ("namespaces", "mount", "landlock", "seccomp", "privilege"):
+        return SetupError(event["code"], hint(event["message"]), stage=event["stage"])
     if event["code"].startswith("unenforceable:"):
         return UnenforceableError(event["code"].split(":", 1)[1], event["message"])
     return SetupError(event["code"], event["message"], stage=event.get("stage", ""))

@@ -189,13 +189,21 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
 
 def _confine(view: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> None:
     """Landlock, capability drop and seccomp, on pid 1 itself, from the view alone."""
+    confine_layers(lambda: landlock.ruleset(landlock_rules(view)), bpf, weaken)
+
+
+def confine_layers(ruleset: Callable[[], landlock.Ruleset], bpf: bytes,
+                   weaken: frozenset[str]) -> None:
+    """Securebits, Landlock (`ruleset`), capability drop and seccomp (`bpf`) on this process,
+    in that order, but for what `weaken` (tests only) switches off; SetupError naming the
+    step that failed (a landlock-tier command is confined the same way)."""
     step = "privilege"
     try:
         if "privileges" not in weaken:
             privilege.prepare()
         step = "landlock"
         if "landlock" not in weaken:
-            landlock.apply(landlock_rules(view))
+            landlock.restrict(ruleset())
         step = "privilege"
         if "privileges" not in weaken:
             privilege.drop_all()

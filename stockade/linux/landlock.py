@@ -52,6 +52,7 @@ _NET_CONNECT_TCP = 1 << 1
 _SCOPE_ABI = 6
 _SCOPES = {"abstract_unix_socket": 1 << 0, "signal": 1 << 1}
 
+EXECUTE = _FS["execute"]
 _READ = _FS["read_file"] | _FS["read_dir"] | _FS["execute"]
 _DEVICE = _FS["read_file"] | _FS["write_file"] | _FS["ioctl_dev"] | _FS["read_dir"]
 
@@ -148,7 +149,11 @@ def ruleset(rules: LandlockRules) -> Ruleset:
 
 def apply(rules: LandlockRules) -> LandlockStatus:
     """Restrict the calling thread to `rules`; sets no_new_privs. Irreversible."""
-    made = ruleset(rules)
+    return restrict(ruleset(rules))
+
+
+def restrict(made: Ruleset) -> LandlockStatus:
+    """Restrict the calling thread to the ruleset `made`; sets no_new_privs. Irreversible."""
     attr = _RulesetAttr(handled_access_fs=made.handled_fs, handled_access_net=made.handled_net,
                         scoped=made.scoped)
     fd = syscall(number("landlock_create_ruleset"), ctypes.byref(attr), ctypes.sizeof(attr), 0)
@@ -180,13 +185,19 @@ def nested_domain() -> tuple[int, int]:
     return _FS["make_block"], scopes
 
 
-def _grants(rules: LandlockRules, handled: int) -> list[tuple[str, int]]:
+def rights(handled: int, exec_from_write: bool) -> tuple[int, int, int]:
+    """(read, write, device) rights beneath a root, of those `handled`."""
     write = handled & ~(_FS["make_char"] | _FS["make_block"])
-    if not rules.exec_from_write:
+    if not exec_from_write:
         write &= ~_FS["execute"]
-    return ([(path, _READ & handled) for path in rules.read]
+    return _READ & handled, write, _DEVICE & handled
+
+
+def _grants(rules: LandlockRules, handled: int) -> list[tuple[str, int]]:
+    read, write, device = rights(handled, rules.exec_from_write)
+    return ([(path, read) for path in rules.read]
             + [(path, write) for path in rules.write]
-            + [(path, _DEVICE & handled) for path in rules.devices])
+            + [(path, device) for path in rules.devices])
 
 
 def _allow_beneath(ruleset: int, path: str, access: int) -> None:

@@ -80,20 +80,28 @@ def _pid1(handoff: socket.socket, uid: int, gid: int, program: int | None, *,
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         from stockade.linux import init, net, ns
 
-        ns.map_ids(uid, gid)
-        if network:
-            net.loopback_up()
+        try:
+            ns.map_ids(uid, gid)
+            if network:
+                net.loopback_up()
+        except OSError as exc:  # (a user namespace restricted by an LSM, for one)
+            _refuse(handoff, "userns_unavailable", "the sandbox's new namespaces are unusable "
+                    f"({exc.strerror or exc})", standin=False)
         init.serve(handoff, program)
     except BaseException:  # noqa: BLE001 - see start()
         os._exit(70)
 
 
-def _refuse(handoff: socket.socket, code: str, message: str) -> NoReturn:
-    """The namespaces could not be made: tell the launch that comes for this skeleton."""
+def _refuse(handoff: socket.socket, code: str, message: str, *, standin: bool = True
+            ) -> NoReturn:
+    """The namespaces could not be made (or used): tell the launch that comes for this
+    skeleton. A stand-in first sends a pidfd of itself; a pid 1 whose pidfd its starter holds
+    does not."""
     try:
         from stockade.linux import fdpass, init
 
-        fdpass.send_fds(handoff, b"I", [os.pidfd_open(os.getpid())])
+        if standin:
+            fdpass.send_fds(handoff, b"I", [os.pidfd_open(os.getpid())])
         _, fds = fdpass.recv_fds(handoff, LAUNCH_FDS)
         if len(fds) == LAUNCH_FDS:
             init.emit(fds[4], event="error", kind="setup", code=code, message=message,

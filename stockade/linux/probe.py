@@ -18,6 +18,7 @@ A passing attestation is stored for later processes of this user on this boot (`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -34,6 +35,8 @@ from stockade.lifecycle import facts, statedir
 from stockade.lifecycle.ledger import Ledger
 from stockade.lifecycle.probe import Refused, Run
 from stockade.linux import probe_child
+from stockade.linux.hints import hint
+from stockade.linux.landlock_tier import SCOPE_ABI
 from stockade.linux.limits import INIT_TASKS, PID_MAX_FLOOR, RESERVED_PIDS
 from stockade.linux.privilege import SECUREBITS
 from stockade.linux.probe_child import NAMESPACES
@@ -41,9 +44,11 @@ from stockade.policy import model
 
 MESSAGES = {
     "probe_child_failed": "the probe's child did not report its observations",
-    "userns_unavailable": "user namespaces cannot be created here",
-    "landlock_unsupported": "the kernel offers no Landlock, or it is disabled",
-    "seccomp_unavailable": "libseccomp or the kernel's seccomp filters are missing",
+    "userns_unavailable": hint("user namespaces cannot be created here"),
+    "landlock_unsupported": hint("the kernel offers no Landlock (or not the ABI needed), or "
+                                 "it is disabled"),
+    "seccomp_unavailable": hint("libseccomp or the kernel's seccomp filters are missing"),
+    "supervisor_not_built": hint("the sandbox's supervisor was not built at install"),
 }
 PROBE_ENV = (("STOCKADE_PROBE", "1"),)
 PROBE_FILE_SIZE = 1 << 20
@@ -71,6 +76,19 @@ class LinuxProbe:
     def storage(self) -> tuple[dict[str, object], float]:
         return _host_key(), time.clock_gettime(time.CLOCK_BOOTTIME)
 
+    def explain(self, message: str) -> str:
+        return hint(message)
+
+
+class LandlockTierProbe(LinuxProbe):
+    """The landlock tier's half: the same child and launch, judged by the tier's table."""
+
+    def launch(self, run: Run, ledger: Ledger) -> None:
+        _launch(run, ledger, tier_limits())
+
+    def judge(self, observed: dict[str, object]) -> None:
+        facts.judge(observed, tier_expectations())
+
 
 def _host_key() -> dict[str, object]:
     """What a stored attestation is only valid for."""
@@ -80,7 +98,7 @@ def _host_key() -> dict[str, object]:
 
 
 
-def _launch(run: Run, ledger: Ledger) -> None:
+def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS) -> None:
     """Run the probe child in a sandbox, recording what it and the host saw into `run`."""
     from stockade.launch.manager import execute
 
@@ -96,7 +114,7 @@ def _launch(run: Run, ledger: Ledger) -> None:
             # In the temp dir, not the state directory, which every sandbox's view masks.
             top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
             record.add("dir", top)
-            request = _request(top, request_id)
+            request = _request(top, request_id, limits)
             # A socket file in the workspace, made before the launch: the view masks it. (By
             # the workspace's descriptor: its full path may be longer than a socket address.)
             workspace_fd = os.open(request.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -119,11 +137,12 @@ def _launch(run: Run, ledger: Ledger) -> None:
                                        and os.path.basename(record.path) not in ledger.records())
 
 
-def _request(top: str, request_id: str) -> LaunchRequest:
+def _request(top: str, request_id: str, limits: model.Limits) -> LaunchRequest:
     """The probe's minimal policy, compiled: the interpreter read-only, a workspace."""
     workspace = os.path.join(top, "ws")
     os.mkdir(top, 0o700)
-    for directory in (workspace, os.path.join(workspace, ".agents"),
+    for directory in (workspace, os.path.join(workspace, "work"),
+                      os.path.join(workspace, ".agents"),
                       os.path.join(workspace, ".git"), os.path.join(workspace, ".git", "hooks"),
                       os.path.join(workspace, "secret"), os.path.join(top, "outside")):
         os.mkdir(directory, 0o700)
@@ -137,7 +156,7 @@ def _request(top: str, request_id: str) -> LaunchRequest:
                                           git="guarded"),
         network=model.NetworkPolicy("none"),
         env=model.EnvPolicy(set=PROBE_ENV),
-        limits=PROBE_LIMITS,
+        limits=limits,
         process=model.ProcessPolicy(cwd="{workspace}", stdin="null"),
     )
     with open(probe_child.__file__) as f:
@@ -224,7 +243,7 @@ EXPECTATIONS: facts.Table = {
     "namespaces": {"new_namespaces": _equal(sorted(NAMESPACES))},
     "filesystem": {
         "write_root": _equal("ok"), "write_root_noexec": _equal(True),
-        "read_root_read_only": _equal(True), "outside_path": _denied,
+        "read_root_read_only": _equal(True), "outside_path": _denied, "outside_read": _denied,
         "protected_name": _denied, "git_hooks": _denied, "git_metadata": _equal("ok"),
         "denied_path": _denied,
     },
@@ -261,3 +280,39 @@ EXPECTATIONS: facts.Table = {
 def verified(observed: dict[str, object], *names: str) -> bool:
     """Whether each named fact was observed and holds (for the report's rows)."""
     return facts.verified(observed, *names, table=EXPECTATIONS)
+
+
+@functools.cache
+def tier_expectations() -> facts.Table:
+    """The landlock tier's table (stockade/linux/landlock_tier.py): no namespace, so no mount
+    flags, interfaces or pid_max to judge; denials by Landlock and seccomp instead."""
+    table = {stage: dict(checks) for stage, checks in EXPECTATIONS.items()}
+    table["namespaces"] = {"new_namespaces": _equal([])}
+    # (no mount view: a path outside the roots can be looked up, only not opened)
+    for fact in ("write_root_noexec", "read_root_read_only", "git_metadata", "outside_path"):
+        del table["filesystem"][fact]
+    table["landlock"]["landlock_abi"] = (lambda v: isinstance(v, int) and v >= SCOPE_ABI,
+                                         f"at least {SCOPE_ABI}")
+    if os.geteuid() != 0:  # (only root may lock securebits without a user namespace)
+        del table["privileges"]["securebits"]
+    del table["network"]["network_interfaces"]
+    table["network"]["udp_loopback"] = _denied
+    del table["limits"]["pid_max"]
+    if os.geteuid() == 0:  # (the tier refuses limits.pids as root: tier_limits)
+        del table["limits"]["rlimit_nproc"]
+    else:
+        table["limits"]["rlimit_nproc"] = (
+            lambda v: isinstance(v, list) and len(v) == 2 and v[0] == v[1] >= facts.PROBE_PIDS,
+            f"the user's tasks plus {facts.PROBE_PIDS}")
+    return table
+
+
+def tier_limits() -> model.Limits:
+    """The probe's limits in the landlock tier: without pids as root, whom RLIMIT_NPROC does
+    not bind (the tier refuses the limit there)."""
+    return replace(PROBE_LIMITS, pids=None) if os.geteuid() == 0 else PROBE_LIMITS
+
+
+def tier_verified(observed: dict[str, object], *names: str) -> bool:
+    """As `verified`, by the landlock tier's table."""
+    return facts.verified(observed, *names, table=tier_expectations())

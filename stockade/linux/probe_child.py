@@ -76,10 +76,13 @@ def open_fds() -> list[int]:
 def filesystem(params: dict) -> dict:
     workspace = params["workspace"]
     return {
-        "write_root": outcome(lambda: write(os.path.join(workspace, "written"))),
+        # (in a directory of the workspace: in the landlock tier, the directory above a
+        # protected name takes no new entry)
+        "write_root": outcome(lambda: write(os.path.join(workspace, "work", "written"))),
         "write_root_noexec": bool(os.statvfs(workspace).f_flag & os.ST_NOEXEC),
         "read_root_read_only": bool(os.statvfs(params["read_root"]).f_flag & os.ST_RDONLY),
         "outside_path": outcome(lambda: os.stat(params["outside"])),
+        "outside_read": outcome(lambda: open(params["outside"]).close()),
         "protected_name": outcome(lambda: write(os.path.join(workspace, ".agents", "written"))),
         "git_hooks": outcome(lambda: write(os.path.join(workspace, ".git", "hooks", "written"))),
         "git_metadata": outcome(lambda: write(os.path.join(workspace, ".git", "written"))),
@@ -92,8 +95,8 @@ def helpers(params: dict) -> dict:
     unix, stream = socket.AF_UNIX, socket.SOCK_STREAM
     return {
         "stockade_state": outcome(lambda: os.listdir(params["state"])),
-        "privilege_bits": outcome(lambda: os.chmod(os.path.join(params["workspace"], "written"),
-                                                   0o4755)),
+        "privilege_bits": outcome(lambda: os.chmod(
+            os.path.join(params["workspace"], "work", "written"), 0o4755)),
         "socket_vsock": outcome(lambda: socket.socket(40, stream).close()),  # never connected
         "unix_socket_file": outcome(lambda: connect(unix, stream, params["socket_file"])),
         "memfd_exec": memfd_exec(),

@@ -16,7 +16,7 @@ from stockade.lifecycle.report import (
     containment_row,
     row_maker,
 )
-from stockade.linux.probe import verified
+from stockade.linux.probe import tier_verified, verified
 
 
 def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
@@ -133,6 +133,100 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session without a "
             "controlling terminal", {"seccomp": ("seccomp_tiocsti",)}),
         containment_row(),
+    )
+
+
+def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
+    """The landlock tier (`isolation = "landlock"`): what it enforces, each row from the facts
+    its probe verified, and what it does not enforce, said row by row."""
+    row = row_maker(attestation, tier_verified)
+    landlock = ("landlock_ungranted_dir", "landlock_abi")
+    sockets = ("tcp_loopback", "udp_loopback", "dns", "host_listeners_untouched")
+    teardown = ("daemon_started", "leftover_processes")
+    carved = "Landlock rules only (no mount view): a directory on the way to one accepts no " \
+             "new entry, and loses none"
+    return (
+        row("isolation", "the landlock tier: no namespace; Landlock, seccomp, rlimits and a "
+            "keeper that kills the tree", {"landlock": landlock},
+            partial="host processes are visible in /proc (their memory, environment and "
+                    "descriptors are not: Landlock), the hostname, IPC objects and cgroup "
+                    "are the host's"),
+        row("privileges", "every capability set emptied, no_new_privs",
+            {"privileges": ("no_new_privs", "capabilities")}),
+        row("landlock", f"Landlock ABI {attestation.facts.get('landlock_abi')}: the roots, "
+            "carved around protected and denied paths; TCP bind and connect denied; "
+            "abstract unix sockets and signals scoped", {"landlock": landlock}),
+        row("seccomp", _seccomp_mechanism(attestation) + "; no unix, inet, inet6 or netlink "
+            "socket", {"seccomp": ("seccomp_mode", "seccomp_unshare")}),
+        row("filesystem.read", "Landlock read rights beneath the read roots",
+            {"landlock": landlock + ("outside_read",)},
+            partial="one layer: no mount view, so a path outside the roots can be looked up "
+                    "(stat), though not opened"),
+        row("filesystem.write", "Landlock write rights beneath the write roots",
+            {"landlock": ("write_root", "outside_read")}, "one layer (Landlock)"),
+        row("filesystem.deny", "carved out of every root: no right beneath the path",
+            {"landlock": ("denied_path",)}, partial=carved),
+        row("filesystem.protected", "carved out of the write roots: read rights only",
+            {"landlock": ("protected_name",)}, partial=carved),
+        row("filesystem.git", "each repository's guarded files carved out of the write roots: "
+            "read rights only", {"landlock": ("git_hooks",)},
+            partial=carved + "; so git cannot make files at the top of a guarded .git "
+                             "(commits fail)"),
+        row("filesystem.exec_from_write", "Landlock withholds EXECUTE in the write roots",
+            {"landlock": landlock}, "one layer: no noexec mount"),
+        Row("filesystem.memfd_exec", UNAVAILABLE, "vm.memfd_noexec is the host's",
+            "a memfd the command writes can be executed"),
+        row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit",
+            {"seccomp": ("privilege_bits",)}),
+        row("stockade_state", "Stockade's state directories carved out of every root; no "
+            "AF_UNIX socket, so no Stockade socket is reachable; its servers refuse a peer with "
+            "this seccomp filter and no_new_privs", {"landlock": ("stockade_state",)}),
+        row("network.none", "seccomp: no inet, inet6 or netlink socket; Landlock TCP rules",
+            {"seccomp": sockets}, "the host's network namespace is shared, unreachable"),
+        row("network.tcp", "seccomp (no inet sockets) and Landlock TCP bind/connect",
+            {"seccomp": sockets}),
+        row("network.udp", "seccomp: no inet sockets", {"seccomp": sockets}),
+        row("network.dns", "seccomp: no inet sockets, no resolver reachable",
+            {"seccomp": sockets}),
+        row("network.loopback", "seccomp: no inet sockets; the host's loopback is unreachable",
+            {"seccomp": sockets}),
+        row("network.link_local", "seccomp: no inet sockets", {"seccomp": ("link_local",)}),
+        row("network.unix_sockets", "seccomp: no AF_UNIX socket at all (socketpair works); "
+            "Landlock scopes abstract sockets", {"seccomp": ("unix_abstract",
+                                                             "unix_socket_file")},
+            partial="stricter than unix_sockets own: the command cannot make unix sockets of "
+                    "its own either"),
+        row("network.address_families", "seccomp: socketpair(AF_UNIX) only",
+            {"seccomp": ("socket_vsock",)}),
+        row("network.inherited_sockets", "every descriptor but stdin, stdout and stderr is "
+            "closed before exec", {"descriptors": ("inherited_fds",)}),
+        accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), ""),
+        accepted(backend, "network.any", NetworkSpec("any"), "host network"),
+        row("env", "a closed environment", {"environment": ("environment",)}),
+        row("limits.memory", "RLIMIT_AS", {"rlimits": ("rlimit_as",)},
+            partial="an address-space bound per process, not per tree; refusals not reported"),
+        accepted(backend, "limits.pids", LimitSpec(pids=64), "", row(
+            "limits.pids", "RLIMIT_NPROC: the user's tasks at launch plus pids",
+            {"rlimits": ("rlimit_nproc",)},
+            partial="RLIMIT_NPROC counts every process of the user, not the tree's")),
+        row("limits.file_size", "RLIMIT_FSIZE", {"rlimits": ("rlimit_fsize",)}, "hard, per file"),
+        accepted(backend, "limits.cpu", LimitSpec(cpu=1.0), "CPU rate"),
+        row("limits.timeout", "wall clock; the keeper kills every descendant",
+            {"teardown": teardown}),
+        Row("limits.output", ENFORCED, "captured bytes per stream",
+            "hard, enforced by the owner"),
+        row("kill_on_close", "the keeper is the tree's child subreaper: when the command exits "
+            "or the owner goes, every descendant (pinned by a pidfd) is killed",
+            {"teardown": teardown}, partial="a host process that kills the keeper itself "
+                                            "leaves the command's grandchildren running"),
+        row("nested_namespaces", "seccomp: unshare, setns and clone with namespace flags fail",
+            {"seccomp": ("seccomp_unshare",)}),
+        row("ptrace", "seccomp denies ptrace and process_vm_*; Landlock keeps processes "
+            "outside the domain out of reach", {"seccomp": ("seccomp_ptrace",)}),
+        row("signals", "Landlock scopes signals to the sandbox's own processes",
+            {"landlock": landlock}),
+        row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session",
+            {"seccomp": ("seccomp_tiocsti",)}),
     )
 
 

@@ -70,7 +70,7 @@ _BPF_MAXINSNS = 4096
 
 # One rule: syscall name, errno, and masked comparisons (arg, mask, value) that must all hold.
 # Several rules for one syscall match if any of them does.
-_Rule = tuple[str, int, tuple[tuple[int, int, int], ...]]
+Rule = tuple[str, int, tuple[tuple[int, int, int], ...]]
 
 
 class _ArgCmp(ctypes.Structure):
@@ -86,10 +86,21 @@ class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
-def compile_filter(unix_sockets: bool = True) -> bytes:
+def compile_filter(unix_sockets: bool = True, internet: bool = True) -> bytes:
     """The classic BPF program for Stockade's policy on this architecture; without
     `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
-    nothing but itself)."""
+    nothing but itself); without `internet`, no socket of AF_INET, AF_INET6 or AF_NETLINK
+    (for a sandbox that shares the host's network namespace: stockade/linux/landlock_tier.py)."""
+    rules = _rules(unix_sockets)
+    if not internet:
+        rules += [("socket", errno.EACCES, ((0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
+                  for name in ("AF_INET", "AF_INET6", "AF_NETLINK")]
+    return compile_rules(rules)
+
+
+def compile_rules(rules: list[Rule]) -> bytes:
+    """A classic BPF program that allows by default, kills foreign architectures, and answers
+    each rule's call (when all its masked comparisons hold) with its errno."""
     lib = _libseccomp()
     _require_kernel_filters()
     ctx = lib.seccomp_init(_ACT_ALLOW)
@@ -97,7 +108,7 @@ def compile_filter(unix_sockets: bool = True) -> bytes:
         raise UnavailableError("seccomp_unavailable", "seccomp_init failed")
     try:
         _check(lib.seccomp_attr_set(ctx, _ATTR_ACT_BADARCH, _ACT_KILL_PROCESS), "seccomp_attr_set")
-        for name, err, comparisons in _rules(unix_sockets):
+        for name, err, comparisons in rules:
             nr = _resolve(lib, name)
             if nr is None:
                 continue
@@ -153,8 +164,8 @@ def describe() -> dict[str, object]:
     }
 
 
-def _rules(unix_sockets: bool = True) -> list[_Rule]:
-    rules: list[_Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
+def _rules(unix_sockets: bool = True) -> list[Rule]:
+    rules: list[Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
     if not unix_sockets:
         rules.append(("socket", errno.EACCES,
                       ((0, _LOW_32_BITS, ALLOWED_FAMILIES["AF_UNIX"]),)))

@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from stockade.errors import SetupError
+from stockade.errors import SetupError, StockadeError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
 from stockade.linux.frame import VIEW_MAX
 from stockade.linux.launcher import Skeleton, start
@@ -51,6 +51,7 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
 _FDS_PER_LAUNCH = 7  # stdin, stdout, stderr, request pipe, status pipe, control, reply socket
 WITH_NETWORK_NAMESPACE = b"L"
 WITHOUT_NETWORK_NAMESPACE = b"N"  # only for tests that weaken the network layer
+LANDLOCK_TIER = b"T"  # no namespace: a keeper (landlock_tier.py) instead of a pid 1
 _IDENTITY = 32  # bytes of a survey's identity (SHA-256)
 _SURVEYED, _UNSURVEYED = b"\x01", b"\x00"  # whether a launch message carries an identity
 PREPARED = 2  # spares kept ready for the last view: a run of launches finds one waiting
@@ -73,13 +74,15 @@ class Zygote:
         self._last_view: bytes | None = None
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
-               ) -> int:
-        """Start a sandbox with these descriptors; returns a pidfd of its pid 1.
-        `view` is (view frame, identity of a survey made just now, or b"" when `may_fit`
-        said no survey was worth making): the zygote may hand the launch a spare prepared for
-        it, and prepares the next spare for it."""
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               tier: bool = False) -> int:
+        """Start a sandbox with these descriptors; returns a pidfd of its pid 1 (with `tier`,
+        of the keeper of a landlock-tier launch). `view` is (view frame, identity of a survey
+        made just now, or b"" when `may_fit` said no survey was worth making): the zygote may
+        hand the launch a spare prepared for it, and prepares the next spare for it."""
         kind = WITH_NETWORK_NAMESPACE if network_namespace else WITHOUT_NETWORK_NAMESPACE
+        if tier:
+            kind, view = LANDLOCK_TIER, None
         if view is not None and network_namespace and len(view[0]) <= VIEW_MAX:
             surveyed = len(view[1]) == _IDENTITY
             kind += (_SURVEYED + view[1] if surveyed else _UNSURVEYED) + view[0]
@@ -159,22 +162,38 @@ class ForkSpawner:
                     self._view = view
 
     def launch(self, stdio: tuple[int, int, int], request_r: int, status_w: int, control: int,
-               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None
-               ) -> int:
+               *, network_namespace: bool = True, view: tuple[bytes, bytes] | None = None,
+               tier: bool = False) -> int:
+        if tier:
+            from stockade.linux import landlock_tier
+
+            return landlock_tier.start([*stdio, request_r, status_w, control])
         if view is not None and self.on_view is not None:
             self.on_view(view[0])
             self.on_view = None
         skeleton = self._take(network_namespace, view) or start(network=network_namespace)
         with skeleton.handoff:
             pidfds = [] if skeleton.pidfd is None else [skeleton.pidfd]
-            if skeleton.pidfd is None:  # a stand-in, to report why there is no sandbox
-                _, pidfds = recv_fds(skeleton.handoff, 1)
-                os.waitpid(skeleton.standin, 0)
-            if len(pidfds) != 1:
+            try:
+                if skeleton.pidfd is None:  # a stand-in, to report why there is no sandbox
+                    _, pidfds = recv_fds(skeleton.handoff, 1)
+                if len(pidfds) != 1:
+                    raise SetupError("launcher_failed", "the sandbox skeleton did not start",
+                                     stage="launcher")
+                # (A stand-in waits for these to report on the status pipe: only then may it
+                # be reaped.)
+                send_fds(skeleton.handoff, b"G", [*stdio, request_r, status_w, control])
+            except OSError:
                 close_all(pidfds)
-                raise SetupError("launcher_failed", "the sandbox skeleton did not start",
-                                 stage="launcher")
-            send_fds(skeleton.handoff, b"G", [*stdio, request_r, status_w, control])
+                raise SetupError("launcher_failed", "the sandbox's pid 1 ended before its "
+                                 "launch", stage="launcher") from None
+            except BaseException:
+                close_all(pidfds)
+                raise
+            finally:
+                if skeleton.standin:
+                    skeleton.handoff.close()  # (it ends at once if it was not handed a launch)
+                    os.waitpid(skeleton.standin, 0)
         return pidfds[0]
 
     def _take(self, network_namespace: bool, view: tuple[bytes, bytes] | None
@@ -273,6 +292,7 @@ class _Prepared(_Announced):
 def serve(control_fd: int) -> None:
     """The zygote's main loop (runs in its own interpreter)."""
     # Everything a sandbox needs is imported here, once, before any fork.
+    import stockade.linux.landlock_tier  # noqa: F401
     import stockade.linux.template  # noqa: F401
     from stockade.launch import request  # noqa: F401
     from stockade.linux import init, mnt, ns  # noqa: F401
@@ -291,6 +311,9 @@ def serve(control_fd: int) -> None:
     # mounts change, it is stale and is thrown away (mountinfo polls "exceptional" once per
     # change).
     mountinfo = open("/proc/self/mountinfo", "rb")  # noqa: SIM115 - lives as long as we do
+    # A spare that died unused is not replaced until the next launch: on a host where every
+    # pid 1 dies at once, the zygote would otherwise make them in a loop.
+    spare_died = False
 
     def drop_prepared() -> None:
         nonlocal template
@@ -302,6 +325,9 @@ def serve(control_fd: int) -> None:
     def launch_fresh(launch: list[int], reply: int, mode: bytes) -> None:
         """Hand a launch a skeleton that builds its own view."""
         nonlocal ready
+        if ready is not None and not _alive(ready):
+            ready.close()
+            ready = None
         if mode == WITH_NETWORK_NAMESPACE and ready is not None:
             skeleton, ready = ready, None
         else:
@@ -327,7 +353,10 @@ def serve(control_fd: int) -> None:
         if not mounting:
             if wanted is not None and (template is None or template.view != wanted):
                 drop_prepared()
-                template = _Template(wanted)
+                try:
+                    template = _Template(wanted)
+                except (StockadeError, OSError):  # (no namespaces here: launches say why)
+                    wanted = None
             if len(prepared) < PREPARED and template is not None and template.identity:
                 spare = template.spare()
                 if spare is None:  # the template is gone: do not try again for now
@@ -335,12 +364,17 @@ def serve(control_fd: int) -> None:
                     wanted = None
                 else:
                     prepared.append(spare)
-            elif ready is None:
+            elif ready is None and not spare_died:
                 ready = start(network=True)
         watched = [control, *mounting, *(p.sock for p in prepared if p.identity is None),
                    *(p[0].sock for p in promised)] \
-            + ([template.sock] if template is not None and template.identity is None else [])
+            + ([template.sock] if template is not None and template.identity is None else []) \
+            + ([ready.pidfd] if ready is not None and ready.pidfd is not None else [])
         readable, _, changed = select.select(watched, [], [mountinfo])
+        if ready is not None and ready.pidfd in readable:  # its pid 1 died unused
+            readable.remove(ready.pidfd)
+            ready.close()
+            ready, spare_died = None, True
         if changed:
             drop_prepared()
             if ready is not None:
@@ -372,7 +406,11 @@ def serve(control_fd: int) -> None:
                 close_all(fds)
                 continue
             *launch, reply = fds
+            spare_died = False
             mode, identity, view = _parse(kind)
+            if mode == LANDLOCK_TIER:
+                _keep(launch, reply)
+                continue
             usable = mode == WITH_NETWORK_NAMESPACE and view
             fitting = [p for p in prepared if p.fits(view, identity)] if usable else []
             if fitting:
@@ -400,6 +438,30 @@ def serve(control_fd: int) -> None:
                 wanted = view if template.view != view else None
                 drop_prepared()
             launch_fresh(launch, reply, mode)
+
+
+def _keep(launch: list[int], reply: int) -> None:
+    """A landlock-tier launch: fork its keeper, give the owner a pidfd of it."""
+    from stockade.linux import landlock_tier
+
+    with socket.socket(fileno=reply) as answer:
+        try:
+            pidfd = landlock_tier.start(launch)
+        except (StockadeError, OSError):
+            return  # (the owner reports that no launcher started)
+        finally:
+            close_all(launch)
+        try:
+            send_fds(answer, b"P", [pidfd])
+        except OSError:
+            pass  # the owner stopped waiting; the keeper sees its lifeline close
+        finally:
+            os.close(pidfd)
+
+
+def _alive(skeleton: Skeleton) -> bool:
+    """Whether a skeleton's pid 1 still runs (a stand-in always does until its launch)."""
+    return skeleton.pidfd is None or not select.select([skeleton.pidfd], [], [], 0)[0]
 
 
 def _parse(message: bytes) -> tuple[bytes, bytes, bytes]:

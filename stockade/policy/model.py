@@ -20,6 +20,11 @@ UNIX_SOCKET_MODES = ("own", "none", "any")
 STDIN_MODES = ("null", "inherit")
 # What holds the sandbox: the host's native primitives, or a virtual machine (docs/vm.md).
 CONTAINMENTS = ("native", "vm")
+# How the Linux backend isolates a native sandbox: fresh namespaces and a mount view (the
+# default), or, where namespaces cannot be made and only when asked, Landlock, seccomp and
+# rlimits on the host's own view (stockade/linux/landlock_tier.py; it enforces less: see
+# SECURITY.md).
+ISOLATIONS = ("namespaces", "landlock")
 # Names read-only whole at every nested occurrence in write roots (`filesystem.protected`).
 DEFAULT_PROTECTED = (".agents", ".codex", ".stockade")
 # How `.git` is protected (`filesystem.git`): "guarded" (git works; what makes git run code or
@@ -81,6 +86,7 @@ class Policy:
     version: int = SCHEMA_VERSION
     preset: str | None = None
     containment: str = "native"
+    isolation: str = "namespaces"
     filesystem: FilesystemPolicy = field(default_factory=FilesystemPolicy)
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     env: EnvPolicy = field(default_factory=EnvPolicy)

@@ -34,6 +34,7 @@ from stockade.policy.render import show
 from stockade.policy.schema import (
     CONTAIN,
     FIELDS,
+    ISOLATE,
     SECTIONS,
     SIZE_LIMITS,
     Invalid,
@@ -54,7 +55,7 @@ def parse_policy(document: Mapping[str, Any], *, file: str = "") -> Policy:
     """Validate a decoded policy document (starting from its `preset`, if it names one)."""
     try:
         top = table(document, "")
-        check_keys(top, ("version", "preset", "containment", *SECTIONS), "")
+        check_keys(top, ("version", "preset", "containment", "isolation", *SECTIONS), "")
         if "version" not in top:
             raise Invalid(f'missing required key "version" (expected {SCHEMA_VERSION})', "version")
         _check_version(top["version"])
@@ -68,7 +69,7 @@ def merge(base: Policy, override_document: Mapping[str, Any], *, file: str = "")
     """`base` with a document's sections laid over it (the rule is in the module docstring)."""
     try:
         top = table(override_document, "")
-        check_keys(top, ("version", "containment", *SECTIONS), "")
+        check_keys(top, ("version", "containment", "isolation", *SECTIONS), "")
         if "version" in top:
             _check_version(top["version"])
         return _apply(base, top)
@@ -108,6 +109,8 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         document["preset"] = policy.preset
     if policy.containment != Policy.containment:
         document["containment"] = policy.containment
+    if policy.isolation != Policy.isolation:
+        document["isolation"] = policy.isolation
     document["filesystem"] = {
         "read": list(sorted_unique(fs.read)),
         "write": list(sorted_unique(fs.write)),
@@ -164,6 +167,8 @@ def _apply(base: Policy, top: Mapping[Any, Any]) -> Policy:
     }
     if "containment" in top:
         changes["containment"] = CONTAIN(top["containment"], "containment")
+    if "isolation" in top:
+        changes["isolation"] = ISOLATE(top["isolation"], "isolation")
     policy = _canonical(replace(base, **changes))
     _check_filesystem(policy.filesystem)
     _check_network(policy.network)

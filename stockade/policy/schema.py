@@ -16,6 +16,7 @@ from stockade.policy import domains, paths, units
 from stockade.policy.model import (
     CONTAINMENTS,
     GIT_MODES,
+    ISOLATIONS,
     NETWORK_MODES,
     STDIN_MODES,
     UNIX_SOCKET_MODES,
@@ -197,6 +198,7 @@ def merge_rule(section: str, key: str) -> str:
 
 
 CONTAIN = _scalar(_choice(CONTAINMENTS))  # the top-level `containment` key
+ISOLATE = _scalar(_choice(ISOLATIONS))  # the top-level `isolation` key
 SIZE_LIMITS = ("memory", "output", "file_size")  # in bytes, written with a unit
 _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)

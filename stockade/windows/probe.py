@@ -168,6 +168,9 @@ class WindowsProbe:
     def storage(self) -> None:
         return None  # no boot identity is bound yet: every process probes once
 
+    def explain(self, message: str) -> str:
+        return message
+
     def judge(self, observed: dict[str, object]) -> None:
         facts.judge(observed, EXPECTATIONS)
 
