@@ -89,6 +89,17 @@ SOCKET_METHODS = ("sendmsg", "recvmsg", "recvmsg_into")  # absent from Windows s
 WINDOWS_ONLY_ATTRIBUTES = {"os": {"O_BINARY": 0x8000, "O_NOINHERIT": 0x80, "O_TEXT": 0x4000}}
 
 
+class _WindowsVersion(tuple):
+    """What sys.getwindowsversion() returns: a struct sequence (indexed, and by name)."""
+
+    def __new__(cls) -> _WindowsVersion:
+        return super().__new__(cls, (10, 0, WINDOWS_BUILD, 2, ""))
+
+    major, minor, build, platform, service_pack = (property(lambda self, i=i: self[i])
+                                                   for i in range(5))
+    platform_version = property(lambda self: (10, 0, WINDOWS_BUILD))
+
+
 class _Absent:
     """A class attribute that is not there (hasattr is false)."""
 
@@ -169,9 +180,7 @@ def look_like_windows() -> None:
     ctypes.set_last_error = set_last_error  # type: ignore[attr-defined]
     ctypes.GetLastError = ctypes.get_last_error  # type: ignore[attr-defined]
     sys.platform = "win32"
-    sys.getwindowsversion = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
-        major=10, minor=0, build=WINDOWS_BUILD, platform=2, service_pack="",
-        platform_version=(10, 0, WINDOWS_BUILD))
+    sys.getwindowsversion = _WindowsVersion  # type: ignore[attr-defined]
     sys.winver = f"{sys.version_info.major}.{sys.version_info.minor}"  # type: ignore
 
 

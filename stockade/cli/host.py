@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from stockade.cli.common import no_command, subcommand
-from stockade.errors import EXIT_SETUP, StockadeError
+from stockade.errors import EXIT_SETUP, StockadeError, UnavailableError
 from stockade.launch import registry
 
 
@@ -59,6 +60,10 @@ def add_doctor(commands: Any) -> None:
 
 def _doctor(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
+    if not sys.platform.startswith("linux"):
+        raise UnavailableError("backend_unavailable", "stockade doctor diagnoses the Linux "
+                               f"backend; this host is {sys.platform}: `stockade probe` says "
+                               "what its backend lacks")
     from stockade.linux.doctor import diagnose
 
     found = diagnose()

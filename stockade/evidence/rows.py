@@ -20,7 +20,6 @@ from stockade.evidence.judges import (
     truncation_denied,
 )
 from stockade.evidence.row import Row
-from stockade.linux.limits import RESERVED_PIDS
 from stockade.policy.units import format_size
 
 FORK_LIMIT = 64
@@ -39,6 +38,8 @@ def row(id: str, category: str, attempt: str, expected: str, attack: str, *args:
 
 def _fork_bound() -> int:
     """As root, RLIMIT_NPROC does not bind, and the sandbox's pid_max is the backstop."""
+    from stockade.linux.limits import RESERVED_PIDS  # (POSIX-only: its rows run on Linux)
+
     return FORK_LIMIT + (RESERVED_PIDS if os.getuid() == 0 else 1)
 
 

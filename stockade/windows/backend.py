@@ -42,7 +42,7 @@ class WindowsBackend(Backend):
             raise UnavailableError("windows_too_old", why)
         try:
             win32()
-        except AttributeError as exc:
+        except (AttributeError, OSError) as exc:  # (a function, or a whole DLL, missing)
             raise UnavailableError("backend_unavailable",
                                    f"a Win32 function is missing: {exc}") from None
 
