@@ -285,3 +285,15 @@ def test_the_manager_refuses_a_backend_that_is_not_ready(probes, monkeypatch):
     with pytest.raises(stockade.UnavailableError) as info:
         manager.SandboxManager().run(request)
     assert info.value.code == "seccomp_not_enforced" and not spawned
+
+
+@pytest.mark.parametrize("ended", [{"exit_code": 1, "stdout": b"{}"},
+                                   {"exit_code": 0, "stdout": b"not json"}])
+def test_a_child_that_does_not_report_is_probe_child_failed_said_readably(ended):
+    # (the Linux half's own message: the shared stage has none for it)
+    from types import SimpleNamespace
+
+    with pytest.raises(probe_module.Refused) as refused:
+        linux_probe._observations(SimpleNamespace(**ended))
+    assert refused.value.reason == "probe_child_failed"
+    assert refused.value.message == "the probe's child did not report its observations"

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import tempfile
 
 import pytest
@@ -216,6 +217,29 @@ def test_auto_keeps_the_best_backends_refusal_when_all_refuse(monkeypatch):
     with pytest.raises(UnenforceableError) as refused:
         manager.SandboxManager().select(base())
     assert refused.value is best
+
+
+def test_a_backend_whose_import_fails_is_a_typed_refusal_and_auto_tries_only_this_host(
+        monkeypatch):
+    def missing() -> type:
+        import stockade_no_such_module  # noqa: F401 -- as a backend needing what this host lacks
+
+        raise AssertionError("imported")
+
+    registry.entries()
+    monkeypatch.setattr(registry, "ENTRIES", {
+        "broken": registry.Entry("broken", registry.NATIVE, (sys.platform,), missing),
+        "elsewhere": registry.Entry("elsewhere", registry.NATIVE, ("another-os",), missing)})
+    with pytest.raises(UnavailableError) as refused:
+        manager.SandboxManager().select(base())
+    assert refused.value.code == "backend_unavailable" and refused.value.exit_code == 70
+    assert "broken backend cannot be loaded" in refused.value.message
+    assert "ModuleNotFoundError" in refused.value.message
+    monkeypatch.setitem(registry.ENTRIES, "broken", registry.Entry(
+        "broken", registry.NATIVE, ("another-os",), missing))
+    with pytest.raises(UnavailableError, match="no backend for containment \"native\" runs on "
+                                               "this host"):
+        manager.SandboxManager().select(base())
 
 
 def test_manager_reports_unknown_backends_and_modes():

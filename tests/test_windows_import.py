@@ -114,17 +114,24 @@ def test_the_api_chooses_a_windows_backend_and_refuses_typed_never_trying_linux(
         import json, sys
         import stockade
         from stockade.errors import StockadeError
+        from stockade.launch import registry
         from stockade.launch.compile import CompileContext, compile_policy
         from stockade.launch.manager import SandboxManager
         from stockade.policy import load_policy
 
         out = {{}}
+        tried, create = [], registry.create
+        def recorded(entry):
+            tried.append(entry.name)
+            return create(entry)
+        registry.create = recorded
         def attempt(name, action):
+            tried.clear()
             try:
                 action()
                 out[name] = "ran"
             except StockadeError as exc:
-                out[name] = [type(exc).__name__, exc.code]
+                out[name] = [type(exc).__name__, exc.code, *tried]
         attempt("native", lambda: stockade.run(["cmd", "/c", "exit 0"],
                                                policy={policies["good"]!r}))
         attempt("vm", lambda: stockade.run(["cmd", "/c", "exit 0"], policy={policies["vm"]!r}))
@@ -136,9 +143,11 @@ def test_the_api_chooses_a_windows_backend_and_refuses_typed_never_trying_linux(
         attempt("qemu", lambda: SandboxManager("qemu-vm", "require").select(request))
         print(json.dumps(out))
     """)
-    assert seen["native"] == ["UnavailableError", "backend_unavailable"]  # (no Win32 DLL here)
-    assert seen["vm"] == ["UnavailableError", "windows_sandbox_unavailable"]
-    assert seen["qemu"] == ["UnavailableError", "backend_unavailable"]
+    # (the refusal, then the backends tried: in auto mode, only this host's)
+    assert seen["native"] == ["UnavailableError", "backend_unavailable",  # (no Win32 DLL here)
+                              "windows"]
+    assert seen["vm"] == ["UnavailableError", "windows_sandbox_unavailable", "windows-sandbox"]
+    assert seen["qemu"] == ["UnavailableError", "backend_unavailable", "qemu-vm"]
     # auto tried neither Linux nor QEMU: of theirs, only the entries were read
     assert seen["loaded"] == ["stockade.linux", "stockade.linux.registration"]
 

@@ -94,8 +94,12 @@ class GuestHandle(Handle):
             self._stdin, writer = os.pipe()
             self.stdin = _stream(writer, "wb")
         out_read, self._out = os.pipe()
-        err_read, self._err = os.pipe()
-        self.stdout, self.stderr = _stream(out_read, "rb"), _stream(err_read, "rb")
+        self.stdout = _stream(out_read, "rb")
+        if stdio.stderr == subprocess.STDOUT:  # merged into stdout, as subprocess.STDOUT
+            self._err, self.stderr = self._out, None
+        else:
+            err_read, self._err = os.pipe()
+            self.stderr = _stream(err_read, "rb")
         self._thread = threading.Thread(target=self._run, name="stockade-guest", daemon=True)
         self._thread.start()
 
@@ -118,7 +122,7 @@ class GuestHandle(Handle):
         finally:
             if self._session is not None:
                 self._end(self._session)
-            for fd in (self._out, self._err):
+            for fd in {self._out, self._err}:
                 os.close(fd)
             self.stages.append(("command", time.monotonic()))
 
