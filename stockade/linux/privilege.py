@@ -64,7 +64,11 @@ def prepare() -> Securebits:
 
 
 def drop_all() -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets; set no_new_privs."""
+    """Empty the bounding, ambient, effective, permitted and inheritable sets; set no_new_privs.
+
+    The bounding set can only shrink with CAP_SETPCAP: a user outside any user namespace (the
+    landlock tier, rootless) keeps it, and no_new_privs is what stops an exec from gaining any
+    capability there (the readiness probe judges it so)."""
     for cap in itertools.count():
         try:
             if not prctl(_PR_CAPBSET_READ, cap):
@@ -73,7 +77,12 @@ def drop_all() -> None:
             if exc.errno == errno.EINVAL:  # past the kernel's last capability
                 break
             raise
-        prctl(_PR_CAPBSET_DROP, cap)
+        try:
+            prctl(_PR_CAPBSET_DROP, cap)
+        except PermissionError:
+            if _effective_has(_CAP_SETPCAP):
+                raise
+            break
     prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
     syscall(number("capset"), ctypes.byref(header), ctypes.byref((_CapData * 2)()))

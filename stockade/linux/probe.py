@@ -293,8 +293,12 @@ def tier_expectations() -> facts.Table:
         del table["filesystem"][fact]
     table["landlock"]["landlock_abi"] = (lambda v: isinstance(v, int) and v >= SCOPE_ABI,
                                          f"at least {SCOPE_ABI}")
-    if os.geteuid() != 0:  # (only root may lock securebits without a user namespace)
+    if os.geteuid() != 0:  # (only root may lock securebits or shrink the bounding set there)
         del table["privileges"]["securebits"]
+        table["privileges"]["capabilities"] = (
+            lambda v: isinstance(v, dict) and len(v) == 5
+            and not any(value for name, value in v.items() if name != "bounding"),
+            "every set empty but the bounding set (no_new_privs: exec gains none)")
     del table["network"]["network_interfaces"]
     table["network"]["udp_loopback"] = _denied
     del table["limits"]["pid_max"]

@@ -5,6 +5,8 @@ what the probe sandbox's pid 1 reported applying (docs/enforcement-linux.md show
 
 from __future__ import annotations
 
+import os
+
 from stockade.launch.backend import Backend
 from stockade.launch.request import LimitSpec, NetworkSpec
 from stockade.lifecycle.probe import Attestation
@@ -152,7 +154,9 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                     "descriptors are not: Landlock), the hostname, IPC objects and cgroup "
                     "are the host's"),
         row("privileges", "every capability set emptied, no_new_privs",
-            {"privileges": ("no_new_privs", "capabilities")}),
+            {"privileges": ("no_new_privs", "capabilities")},
+            "" if os.geteuid() == 0 else "the bounding set stays full (shrinking it needs "
+            "CAP_SETPCAP); no_new_privs keeps an exec from gaining any capability"),
         row("landlock", f"Landlock ABI {attestation.facts.get('landlock_abi')}: the roots, "
             "carved around protected and denied paths; TCP bind and connect denied; "
             "abstract unix sockets and signals scoped", {"landlock": landlock}),
