@@ -4,8 +4,8 @@
 # not break), libseccomp, bubblewrap (benchmarks), QEMU, a kernel with 9p and a static
 # busybox (VM containment), and mingw-w64 (the Windows backend's ABI checked against the SDK's
 # headers). Then a virtual environment with Stockade and its test tools, ruff,
-# and the suite. As root, the suite then runs again as an unprivileged user (created if
-# missing), from a world-readable copy, because most users are not root: both runs must pass.
+# and the suite. As root, the suite also runs as an unprivileged user (created if missing),
+# from a world-readable copy, at the same time, because most users are not root: both must pass.
 # Every Linux test must run: on Linux a test that cannot fails with its reason, never skips.
 # The suite also installs Stockade as a new user would (the README's step 1, not editable, in a
 # fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
@@ -30,9 +30,9 @@ setup() {  # setup DIR: a venv in DIR/$venv with Stockade and the test tools
     "$1/$venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
 }
 
-suite() {  # suite DIR [runner...]: lint, then the tests
-    (cd "$1" && "${@:2}" "$venv/bin/ruff" check --no-cache stockade tests)
-    (cd "$1" && "${@:2}" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider)
+suite() {  # suite DIR [runner...]: lint, then the tests (explicit &&: errexit is off in a ||)
+    (cd "$1" && "${@:2}" "$venv/bin/ruff" check --no-cache stockade tests \
+        && "${@:2}" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider)
 }
 
 if [ "${1:-}" = --setup-only ]; then
@@ -47,23 +47,33 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         bubblewrap qemu-system-x86 linux-image-amd64 busybox-static mingw-w64 >/dev/null
 fi
 
-echo "== tests as $(id -un)"
 setup "$here"
-suite "$here"
-
-if [ "$(id -u)" = 0 ]; then
-    id "$test_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$test_user"
-    copy="$(mktemp -d /tmp/stockade-rootless.XXXXXX)"
-    trap 'rm -rf "$copy"' EXIT
-    (cd "$here" && git ls-files -z --cached --others --exclude-standard \
-        | xargs -0 cp --parents -t "$copy" 2>/dev/null) || cp -a "$here/." "$copy/"
-    rm -rf "$copy/.venv" "$copy/$venv"
-    setup "$copy"
-    chmod -R a+rX "$copy"
-    chown -R "$test_user" "$copy"
-    # A setuid binary owned by another user: the rootless run checks it grants nothing.
-    install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
-    echo "== tests as $test_user (rootless)"
-    suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
-        STOCKADE_TEST_SUID="$copy/.setuid-id"
+if [ "$(id -u)" != 0 ]; then
+    echo "== tests as $(id -un)"
+    suite "$here"
+    exit 0
 fi
+
+# As root, the rootless run goes alongside the root run (the suite waits on sandboxes far more
+# than it computes: together they take little longer than the longer one). Each line says whose.
+id "$test_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$test_user"
+copy="$(mktemp -d /tmp/stockade-rootless.XXXXXX)"
+trap 'rm -rf "$copy"' EXIT
+(cd "$here" && git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 cp --parents -t "$copy" 2>/dev/null) || cp -a "$here/." "$copy/"
+rm -rf "$copy/.venv" "$copy/$venv"
+setup "$copy"
+chmod -R a+rX "$copy"
+chown -R "$test_user" "$copy"
+# A setuid binary owned by another user: the rootless run checks it grants nothing.
+install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
+echo "== tests as root [root] and as $test_user, rootless [rootless], at once"
+suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
+    STOCKADE_TEST_SUID="$copy/.setuid-id" 2>&1 | sed -u 's/^/[rootless] /' &
+rootless=$!
+root_status=0
+suite "$here" 2>&1 | sed -u 's/^/[root] /' || root_status=$?
+rootless_status=0
+wait "$rootless" || rootless_status=$?
+echo "== root: exit $root_status; rootless: exit $rootless_status"
+[ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]
