@@ -31,11 +31,9 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import MERGE, SandboxManager
 from stockade.launch.pump import DISCARD, KEEP, Sink
 from stockade.launch.result import CommandFailed, CommandTimedOut, Result
-from stockade.policy import Policy, load_policy, merge
-from stockade.policy import preset as preset_policy
+from stockade.policy import Policy, merge, resolve_policy
 from stockade.policy.units import parse_duration
 
-DEFAULT_PRESET = "read-only"
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
 SHELL = "/bin/sh"  # what shell=True runs, as subprocess does (it must be visible in the sandbox)
 
@@ -43,17 +41,6 @@ Args = Sequence[str | os.PathLike[str]] | str
 Destination = int | IO[Any] | None
 
 P = ParamSpec("P")
-
-
-def resolve_policy(policy: Policy | str | os.PathLike | None, preset: str | None) -> Policy:
-    """A Policy from a Policy object, a policy file path, or a preset name."""
-    if policy is not None and preset is not None:
-        raise UsageError("give either policy or preset, not both")
-    if isinstance(policy, Policy):
-        return policy
-    if policy is not None:
-        return load_policy(policy)
-    return preset_policy(preset or DEFAULT_PRESET)
 
 
 def run(
@@ -130,22 +117,14 @@ def run(
     seconds = _seconds(timeout)
     encoding = _encoding(text, encoding, errors)
     data = _input(input, encoding, errors)
-    if chosen.containment == "vm":
-        if sinks != (KEEP, KEEP):
-            raise UsageError('stdout= and stderr= other than PIPE are not offered with '
-                             'containment = "vm" yet: its output is captured')
-        result = _run_in_vm(chosen, argv, workspace=workspace, cwd=cwd, input=data,
-                            timeout=seconds, env=_variables(env), backend=backend,
-                            cancel=cancel)
-    else:
-        if env:
-            chosen = merge(chosen, {"env": {"set": _variables(env)}}, file="env=")
-        request = compile_policy(chosen, argv, CompileContext.current(workspace), cwd=cwd)
-        if seconds is not None:
-            request = replace(request, limits=replace(request.limits, timeout=seconds))
-        manager = SandboxManager(backend, "require" if backend else "auto")
-        result = manager.run(request, input=data, cancel=cancel, stdout=sinks[0],
-                             stderr=sinks[1])
+    if env:
+        chosen = merge(chosen, {"env": {"set": _variables(env)}}, file="env=")
+    request = compile_policy(chosen, argv, CompileContext.current(workspace), cwd=cwd)
+    if seconds is not None:
+        request = replace(request, limits=replace(request.limits, timeout=seconds))
+    # (the manager chooses among the backends of the policy's containment: native or a VM)
+    manager = SandboxManager(backend, "require" if backend else "auto")
+    result = manager.run(request, input=data, cancel=cancel, stdout=sinks[0], stderr=sinks[1])
     result = _shaped(result, args, encoding, errors)
     if check:
         result.check_returncode()
@@ -271,18 +250,6 @@ def _decoded(data: bytes, encoding: str, errors: str | None, *, complete: bool) 
     decoder = codecs.getincrementaldecoder(encoding)(errors or "strict")
     text = decoder.decode(data, final=complete)
     return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _run_in_vm(policy: Policy, argv: list[str], *, workspace: str | os.PathLike | None,
-               backend: str | None, **options: Any) -> Result:
-    """`containment = "vm"`: a fresh guest for this one command (it boots in seconds)."""
-    if backend is not None:
-        raise UsageError(f'backend {backend!r} is a native backend; the policy asks for '
-                         'containment = "vm"')
-    from stockade.vm.qemu import VmSandbox
-
-    with VmSandbox(policy, workspace=workspace) as sandbox:
-        return sandbox.run(argv, **options)
 
 
 def _in_a_thread(blocking: Callable[P, Result]) -> Callable[P, Coroutine[Any, Any, Result]]:

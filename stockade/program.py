@@ -2,9 +2,10 @@
 `python -m stockade`).
 
 `stockade run`, `sandbox-exec` and `exec` go to the CLI server when `stockade daemon` runs one
-(stockade/cli/server.py): this process then imports almost nothing, passes its argv, working
-directory, environment and standard streams, and exits with the status the server reports.
-Everything else, and every run when no server answers, is the ordinary command line in this
+(stockade/cli/server.py; the wire is stockade/cliwire.py): this process then imports almost
+nothing, passes its argv, working directory, environment and standard streams, and exits with
+the status the server reports. Everything else, and every run when no server answers (or where
+there can be none: no unix sockets, as on Windows), is the ordinary command line in this
 process (stockade/cli).
 """
 
@@ -17,18 +18,12 @@ import os
 import struct
 import sys
 
-SERVED = ("run", "sandbox-exec", "exec")  # the command lines the CLI server runs
-SOCKET_NAME = "cli.sock"  # in the state directory
+from stockade.cliwire import NOT_SERVED, SERVED, SOCKET_NAME, encode_request, socket_path
+
+__all__ = ["NOT_SERVED", "SERVED", "SOCKET_NAME", "encode_request", "main", "socket_path"]
+
 EXIT_SETUP = 70
 EXIT_INTERRUPTED = 130
-NOT_SERVED = b"here\n"  # the server's answer to a caller whose context is not its own
-
-
-def socket_path() -> str:
-    """Where the CLI server listens (stockade/lifecycle/statedir.py says where that is)."""
-    from stockade.lifecycle import statedir
-
-    return os.path.join(statedir.state_dir(), SOCKET_NAME)
 
 
 def main() -> int:
@@ -42,18 +37,10 @@ def main() -> int:
     return console_main()
 
 
-def encode_request(argv: list[str], cwd: str, umask: int, env: dict[bytes, bytes]) -> bytes:
-    """A 4-byte length, then NUL-terminated fields: the number of argv words, the words, the
-    working directory, the umask (octal), then `NAME=VALUE` per variable (none of them can
-    contain a NUL). Nothing in it says who the caller is: the server asks the kernel."""
-    fields = [str(len(argv)).encode(), *map(os.fsencode, argv), os.fsencode(cwd),
-              f"{umask:o}".encode(), *(name + b"=" + value for name, value in env.items())]
-    body = b"".join(field + b"\0" for field in fields)
-    return struct.pack("<I", len(body)) + body
-
-
 def _through_server(words: list[str]) -> int | None:
     """The command's exit status from the CLI server; None when none answers (nothing ran)."""
+    if not hasattr(_socket, "AF_UNIX"):  # (Windows: no CLI server can listen)
+        return None
     try:
         path = socket_path()
         cwd = os.getcwd()

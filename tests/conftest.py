@@ -89,6 +89,18 @@ def _runs_here(item: pytest.Item) -> bool:
     return WINDOWS or not item.get_closest_marker("windows")
 
 
+def only_backends(monkeypatch: pytest.MonkeyPatch, *backends: object) -> None:
+    """For one test, the registry (stockade/launch/registry.py) holds only `backends`: native,
+    running on this host, best first, each made as the very object given."""
+    from stockade.launch import registry
+
+    registry.entries()  # (the platforms' own entries are loaded, then set aside)
+    monkeypatch.setattr(registry, "ENTRIES", {
+        backend.name: registry.Entry(backend.name, registry.NATIVE, (sys.platform,),
+                                     lambda backend=backend: lambda: backend)
+        for backend in backends})
+
+
 def unavailable(reason: str) -> NoReturn:
     """The test cannot run on this host: it fails, with `reason`."""
     pytest.fail(f"required but cannot run here: {reason}")

@@ -20,7 +20,7 @@ from stockade.evidence.row import Row
 from stockade.evidence.rows import ROWS
 from stockade.evidence.runner import Matrix, run_matrix
 from stockade.linux.backend import LinuxBackend
-from stockade.linux.launcher import WEAKENINGS, switched_off
+from stockade.linux.frame import WEAKENINGS, switched_off
 
 ROOT = os.getuid() == 0
 

@@ -355,6 +355,7 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.lifecycle import ledger as ledger_module, probe
 from stockade.lifecycle.ledger import Ledger
+from stockade.linux import probe as linux_probe
 from stockade.linux.backend import LinuxBackend
 
 stage, state, work, token = sys.argv[1:5]
@@ -370,7 +371,7 @@ def pause_after(owner, name, where):
 if stage in ("recorded", "created"):
     # The production probe: its directory is recorded, then created, then used by a sandbox.
     pause_after(*{"recorded": (ledger_module.LaunchRecord, "add"),
-                  "created": (probe, "_request")}[stage], stage)
+                  "created": (linux_probe, "_request")}[stage], stage)
     probe.probe(LinuxBackend(), Ledger(state))
 else:
     with Ledger(state).launch(os.urandom(16).hex()) as record:

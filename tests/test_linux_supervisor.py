@@ -18,7 +18,7 @@ from conftest import marked, policy_for, py, sandbox, unavailable
 
 import stockade
 from stockade.launch.compile import CompileContext, compile_policy
-from stockade.linux import fdpass, launcher, seccomp, supervisor
+from stockade.linux import fdpass, frame, launcher, seccomp, supervisor
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -188,7 +188,7 @@ def test_a_spare_refuses_a_launch_for_another_view(ws):
     workspace, _ = ws
     bpf = seccomp.compile_filter()
     context = CompileContext.current(workspace)
-    made_for = launcher.view_frame(compile_policy(policy_for("read-only"), ["true"], context),
+    made_for = frame.view_frame(compile_policy(policy_for("read-only"), ["true"], context),
                                    bpf, frozenset())
     request = compile_policy(policy_for(), ["sh", "-c", "echo pwned > file"], context)
     skeleton = launcher.start()
@@ -198,9 +198,9 @@ def test_a_spare_refuses_a_launch_for_another_view(ws):
         request_r, request_w = os.pipe()
         status_r, status_w = os.pipe()
         control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        launch = launcher.encode_launch(request, 0o022, launcher.view_frame(request, bpf,
+        launch = frame.encode_launch(request, 0o022, frame.view_frame(request, bpf,
                                                                             frozenset()))
-        os.write(request_w, launcher.encode_frame(request.encode(), bpf, frozenset(), launch))
+        os.write(request_w, frame.encode_frame(request.encode(), bpf, frozenset(), launch))
         null = os.open(os.devnull, os.O_RDWR)
         fdpass.send_fds(skeleton.handoff, b"G", [null, null, null, request_r, status_w,
                                                  theirs.fileno()])

@@ -13,16 +13,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import only_backends
 
 import stockade
 from stockade.launch import manager
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import facts
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import landlock, privilege
+from stockade.linux import probe as linux_probe
 from stockade.linux.backend import LinuxBackend
-from stockade.linux.doctor import hint
+from stockade.linux.hints import hint
 from stockade.linux.limits import INIT_TASKS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def test_the_attestation_field_by_field(ledger):
     assert f["host_listeners_untouched"] is True
     assert f["environment"] == ["STOCKADE_PROBE"]
     # limits: what the probe's policy asked for
-    limits = facts.PROBE_LIMITS
+    limits = linux_probe.PROBE_LIMITS
     assert f["rlimit_as"] == [limits.memory] * 2
     # (counted in threads per user namespace: the command's pids and its init's two)
     assert f["rlimit_nproc"] == [limits.pids + INIT_TASKS] * 2
@@ -95,7 +96,7 @@ def test_the_attestation_field_by_field(ledger):
     assert f["daemon_started"] is True and f["leftover_processes"] == 0
     assert f["ledger_settled"] is True
     assert ledger.records() == []  # (ledger_settled: its directory in the temp dir is gone)
-    expected = {fact for checks in facts.expectations().values() for fact in checks}
+    expected = {fact for checks in linux_probe.EXPECTATIONS.values() for fact in checks}
     # (memfd_exec is "EACCES" only as root: the report says what it is, readiness needs neither)
     assert expected <= set(f) and set(f) - expected == {"udp_loopback", "memfd_exec"}
 
@@ -250,8 +251,8 @@ def test_a_pass_is_stored_for_later_processes_of_this_boot(probes, monkeypatch):
     monkeypatch.setattr(probe_module, "_cache", {})  # as if a new process
     assert probe_module.require_ready(_Fake()).ready
     assert len(calls) == 1
-    real_key = probe_module._host_key
-    monkeypatch.setattr(probe_module, "_host_key", lambda: {**real_key(), "boot": "another"})
+    real_key = linux_probe._host_key
+    monkeypatch.setattr(linux_probe, "_host_key", lambda: {**real_key(), "boot": "another"})
     monkeypatch.setattr(probe_module, "_cache", {})
     answers += [True]
     assert probe_module.require_ready(_Fake()).ready
@@ -277,10 +278,22 @@ def test_the_manager_refuses_a_backend_that_is_not_ready(probes, monkeypatch):
     answers += [False]
     fake = _Fake()
     monkeypatch.setattr(fake, "probe", lambda: None)
-    monkeypatch.setattr(manager, "REGISTRY", {"fake-for-cache": lambda: fake})
+    only_backends(monkeypatch, fake)
     spawned = []
     monkeypatch.setattr(fake, "spawn", lambda *a: spawned.append(a))
     request = LaunchRequest(argv=("true",), cwd="/", env=())
     with pytest.raises(stockade.UnavailableError) as info:
         manager.SandboxManager().run(request)
     assert info.value.code == "seccomp_not_enforced" and not spawned
+
+
+@pytest.mark.parametrize("ended", [{"exit_code": 1, "stdout": b"{}"},
+                                   {"exit_code": 0, "stdout": b"not json"}])
+def test_a_child_that_does_not_report_is_probe_child_failed_said_readably(ended):
+    # (the Linux half's own message: the shared stage has none for it)
+    from types import SimpleNamespace
+
+    with pytest.raises(probe_module.Refused) as refused:
+        linux_probe._observations(SimpleNamespace(**ended))
+    assert refused.value.reason == "probe_child_failed"
+    assert refused.value.message == "the probe's child did not report its observations"

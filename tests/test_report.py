@@ -149,5 +149,5 @@ def test_vm_containment_is_unavailable_without_qemu(monkeypatch):
     from stockade.vm import qemu
 
     monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
-    row = report._vm_row()
+    row = report.containment_row()
     assert (row.status, row.reason) == ("unavailable", "qemu-system-x86_64 is not installed")

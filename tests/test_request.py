@@ -6,9 +6,11 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import tempfile
 
 import pytest
+from conftest import only_backends
 
 from stockade.errors import (
     PolicyError,
@@ -17,7 +19,7 @@ from stockade.errors import (
     UnenforceableError,
     UsageError,
 )
-from stockade.launch import manager
+from stockade.launch import manager, registry
 from stockade.launch.compile import CompileContext, canonical_path, compile_policy, expand
 from stockade.launch.request import MAX_FRAME, LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.policy import preset
@@ -189,7 +191,7 @@ class _Refusing(manager.Backend):
 ])
 def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch, error):
     backend = _Refusing(error)
-    monkeypatch.setattr(manager, "REGISTRY", {"refusing": lambda: backend})
+    only_backends(monkeypatch, backend)
     for mode, name in (("auto", None), ("require", "refusing")):
         with pytest.raises(type(error)) as info:
             manager.SandboxManager(name, mode).run(base())
@@ -198,7 +200,9 @@ def test_manager_refuses_and_never_runs_when_no_backend_can_enforce(monkeypatch,
 
 
 def test_the_native_backend_comes_first_and_auto_picks_it_over_windows_here():
-    assert list(manager.REGISTRY) == ["linux", "windows"] and manager.NATIVE == "linux"
+    assert registry.names(registry.NATIVE) == ["linux", "windows"]
+    assert registry.native().name == "linux"
+    assert [e.name for e in registry.here(registry.NATIVE)] == ["linux"]  # auto tries no other
     with pytest.raises(UnavailableError) as refused:
         manager.SandboxManager("windows", "require").select(base())
     assert refused.value.code == "backend_unavailable"
@@ -207,11 +211,35 @@ def test_the_native_backend_comes_first_and_auto_picks_it_over_windows_here():
 def test_auto_keeps_the_best_backends_refusal_when_all_refuse(monkeypatch):
     best, other = (UnenforceableError("network.allowlist", "no proxy"),
                    UnavailableError("backend_unavailable", "not this platform"))
-    monkeypatch.setattr(manager, "REGISTRY", {"best": lambda: _Refusing(best),
-                                              "other": lambda: _Refusing(other)})
+    first, second = _Refusing(best), _Refusing(other)
+    second.name = "other"
+    only_backends(monkeypatch, first, second)
     with pytest.raises(UnenforceableError) as refused:
         manager.SandboxManager().select(base())
     assert refused.value is best
+
+
+def test_a_backend_whose_import_fails_is_a_typed_refusal_and_auto_tries_only_this_host(
+        monkeypatch):
+    def missing() -> type:
+        import stockade_no_such_module  # noqa: F401 -- as a backend needing what this host lacks
+
+        raise AssertionError("imported")
+
+    registry.entries()
+    monkeypatch.setattr(registry, "ENTRIES", {
+        "broken": registry.Entry("broken", registry.NATIVE, (sys.platform,), missing),
+        "elsewhere": registry.Entry("elsewhere", registry.NATIVE, ("another-os",), missing)})
+    with pytest.raises(UnavailableError) as refused:
+        manager.SandboxManager().select(base())
+    assert refused.value.code == "backend_unavailable" and refused.value.exit_code == 70
+    assert "broken backend cannot be loaded" in refused.value.message
+    assert "ModuleNotFoundError" in refused.value.message
+    monkeypatch.setitem(registry.ENTRIES, "broken", registry.Entry(
+        "broken", registry.NATIVE, ("another-os",), missing))
+    with pytest.raises(UnavailableError, match="no backend for containment \"native\" runs on "
+                                               "this host"):
+        manager.SandboxManager().select(base())
 
 
 def test_manager_reports_unknown_backends_and_modes():

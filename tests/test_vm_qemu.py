@@ -396,6 +396,13 @@ def test_a_vm_policy_runs_in_a_fresh_guest_through_stockade_run(vm_ready, tmp_pa
         stockade.run(["true"], _vm_policy(), backend="linux")
 
 
+def test_a_vm_command_takes_its_input_and_merges_stderr_as_subprocess_does(vm_ready, tmp_path):
+    # (the guest is a backend like any other: the manager's streams, the caller's choices)
+    r = stockade.run(["sh", "-c", "cat; echo err >&2"], _vm_policy(), workspace=tmp_path,
+                     input=b"in\n", stderr=stockade.STDOUT)
+    assert (r.backend, r.exit_code, r.stdout, r.stderr) == ("qemu-vm", 0, b"in\nerr\n", None)
+
+
 def test_the_daemon_keeps_a_vm_session_across_clients(vm_ready, tmp_path):
     """A vm policy in the daemon gets a guest, which outlives the client thread that booted it
     (QEMU's parent-death signal is bound to a long-lived thread), and is gone when stopped."""

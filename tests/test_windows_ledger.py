@@ -17,6 +17,7 @@ import textwrap
 import pytest
 from test_windows_aceplan import request, workspace
 from test_windows_fakes import PACKAGE, USER, PersistentTree, install_kinds, windows_kinds
+from windows_like import run_as_windows
 
 from stockade.errors import SetupError, UnavailableError
 from stockade.lifecycle import removers
@@ -100,18 +101,14 @@ def test_registered_kinds_are_validated_by_their_own_validator_and_built_ins_sta
 
 @pytest.mark.parametrize("first", ["grants", "records", "aclstore", "handle", "backend"])
 def test_on_windows_any_module_imported_first_registers_the_kinds_without_a_cycle(first):
-    # sys.platform set as on Windows, before anything is imported (a guard against the import
-    # cycle grants -> removers -> records -> grants, not a Windows emulator).
-    code = textwrap.dedent(f"""
-        import sys
-        sys.platform = "win32"
+    # In an interpreter that looks like Windows CPython (tests/windows_like.py: a guard against
+    # the import cycle grants -> removers -> records -> grants, not a Windows emulator).
+    out = run_as_windows(f"""
         import stockade.windows.{first}
         import stockade.windows.records
         from stockade.lifecycle import removers
         print(" ".join(sorted(removers.REMOVERS)))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    """, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["appcontainer", "dir", "process", "socket", "winacl",
                                   "winsta"]

@@ -23,7 +23,7 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.lifecycle.probe import LinuxProbe, platform_probe
+from stockade.linux.probe import LinuxProbe
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
 from stockade.windows import sid as sids
@@ -102,12 +102,10 @@ class FakeHandle(Handle):
         pass
 
 
-class FakeWindowsBackend(Backend):
-    """Named "windows"; `enforce(request)` says what its handle records, `report(request)` what
-    its child prints, `during(request)` does what the launch does to the host before it
-    settles."""
-
-    name = "windows"
+class FakeWindowsBackend(WindowsBackend):
+    """The Windows backend's probe and report halves; `enforce(request)` says what its handle
+    records, `report(request)` what its child prints, `during(request)` does what the launch
+    does to the host before it settles."""
 
     def __init__(self, enforce: Callable[[LaunchRequest], dict] = enforced_for,
                  exit_code: int = 0, during: Callable[[LaunchRequest], None] = lambda r: None,
@@ -127,7 +125,7 @@ class FakeWindowsBackend(Backend):
         if self.refuse:
             raise self.refuse
         if request.argv[4:5] != (probe_source(),):
-            WindowsBackend().check(request)
+            super().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> FakeHandle:
         self.spawned.append(request)
@@ -431,12 +429,12 @@ def test_the_attestation_names_no_path_sid_or_profile(ledger, host, monkeypatch)
 # --- the seam ----------------------------------------------------------------------------------
 
 
-def test_the_platform_half_is_chosen_by_backend_name():
+def test_the_platform_half_is_the_backends_own():
     from stockade.linux.backend import LinuxBackend
 
-    assert isinstance(platform_probe(WindowsBackend()), windows_probe.WindowsProbe)
-    assert isinstance(platform_probe(FakeWindowsBackend()), windows_probe.WindowsProbe)
-    assert isinstance(platform_probe(LinuxBackend()), LinuxProbe)
+    assert isinstance(WindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
+    assert isinstance(FakeWindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
+    assert isinstance(LinuxBackend().readiness_probe(), LinuxProbe)
 
 
 def test_a_windows_pass_is_cached_per_process_and_not_stored(monkeypatch, tmp_path):

@@ -64,11 +64,11 @@ from typing import NoReturn
 
 from stockade import __version__
 from stockade.cli import execconfig, host, policy, run, session, tools
-from stockade.cli.common import epilog
+from stockade.cli.common import CommandLine, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
 
-__all__ = ["build_parser", "console_main", "main", "to_toml"]
+__all__ = ["COMMAND_LINE", "build_parser", "console_main", "main", "to_toml"]
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
@@ -110,6 +110,7 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
             if not args.state_dir:
                 raise UsageError("--state-dir: an empty path (name a directory)")
             os.environ[statedir.ENV] = os.path.abspath(args.state_dir)
+        args.command_line = COMMAND_LINE
         return args.handler(args, command)
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
@@ -169,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     session.add_session(commands)
     execconfig.add_exec(commands)
     return parser
+
+
+COMMAND_LINE = CommandLine(main, build_parser)
 
 
 def _split_command(words: list[str]) -> tuple[list[str], list[str] | None]:

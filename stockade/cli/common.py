@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from stockade.api import DEFAULT_PRESET, resolve_policy
 from stockade.errors import UsageError
-from stockade.policy import PRESETS, Policy, merge
+from stockade.policy import DEFAULT_PRESET, PRESETS, Policy, merge, resolve_policy
 from stockade.policy.model import CONTAINMENTS, ISOLATIONS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
+
+
+class CommandLine(NamedTuple):
+    """The command line itself (stockade/cli/__init__.py), for what runs it again: the CLI
+    server, which the `daemon` handler starts, is handed it (`args.command_line`) rather than
+    importing the package that imports its handler."""
+
+    main: Callable[..., int]
+    build_parser: Callable[[], argparse.ArgumentParser]
 
 
 def subcommand(commands: Any, name: str, handler: Handler | None, summary: str,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from stockade.cli.common import no_command, subcommand
-from stockade.errors import EXIT_SETUP
-from stockade.launch.manager import NATIVE, REGISTRY
+from stockade.errors import EXIT_SETUP, StockadeError, UnavailableError
+from stockade.launch import registry
 
 
 def add_demo(commands: Any) -> None:
@@ -59,6 +60,10 @@ def add_doctor(commands: Any) -> None:
 
 def _doctor(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
+    if not sys.platform.startswith("linux"):
+        raise UnavailableError("backend_unavailable", "stockade doctor diagnoses the Linux "
+                               f"backend; this host is {sys.platform}: `stockade probe` says "
+                               "what its backend lacks")
     from stockade.linux.doctor import diagnose
 
     found = diagnose()
@@ -81,10 +86,14 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.lifecycle.report import build
 
     reports = []
-    for name, factory in REGISTRY.items():
-        backend = factory()
+    native = registry.native()
+    for entry in registry.entries(registry.NATIVE):
+        try:
+            backend = registry.create(entry)
+        except StockadeError:
+            continue  # another platform's, which cannot even be loaded here
         attestation = probe(backend)
-        if name == NATIVE or attestation.ready:  # another platform's backend only if it runs
+        if entry is native or attestation.ready:  # another platform's only if it runs here
             reports.append(build(attestation, backend))
     if args.json:
         print(json.dumps({"backends": [report.to_json() for report in reports]}, indent=2))
@@ -108,8 +117,7 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
 
     from stockade.lifecycle.ledger import Ledger
 
-    REGISTRY[NATIVE]()  # its package registers the ledger kinds its launches record
-    ledger = Ledger()
+    ledger = Ledger()  # (its reconcile knows the kinds of this host's backends: registry.py)
     done = ledger.reconcile()
     quarantined = ledger.quarantined()
     if args.json:

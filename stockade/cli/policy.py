@@ -8,11 +8,10 @@ import json
 import os
 from typing import Any
 
-from stockade.api import DEFAULT_PRESET
 from stockade.cli.common import no_command, subcommand
 from stockade.errors import PolicyError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
-from stockade.policy import PRESETS, load_policy, policy_to_document, preset
+from stockade.policy import DEFAULT_PRESET, PRESETS, load_policy, policy_to_document, preset
 
 
 def add_policy(commands: Any) -> None:

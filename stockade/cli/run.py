@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from stockade.cli.common import add_policy_source, chosen_policy, need_command, subcommand
 from stockade.errors import UsageError
+from stockade.launch import registry
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
@@ -137,22 +138,20 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
         _check_stdout()
     log = None if network_log is None else _open_for_appending(network_log, "--network-log")
     try:
-        if policy.containment == "vm":
-            return _run_in_vm(policy, argv, workspace, as_json=as_json, stdin=stdin, log=log)
-        return _run_natively(policy, argv, workspace, as_json=as_json, verbose=verbose,
-                             stdin=stdin, log=log)
+        return _launch(policy, argv, workspace, as_json=as_json, verbose=verbose, stdin=stdin,
+                       log=log)
     finally:
         if log is not None:
             with contextlib.suppress(OSError):  # (finish said it if the lines did not go)
                 log.close()
 
 
-def _run_natively(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-                  verbose: bool, stdin: str, log: TextIO | None) -> int:
+def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
+            verbose: bool, stdin: str, log: TextIO | None) -> int:
+    """The one launch, in the backend the manager chooses for the policy's containment
+    (native, or a VM guest: registry.py)."""
     if fork_directly:
-        from stockade.linux import zygote
-
-        zygote.fork_directly().prepare()
+        registry.prepare(policy.containment)
     started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace), stdin=stdin)
     compiled = time.monotonic()
@@ -164,21 +163,12 @@ def _run_natively(policy: Policy, argv: list[str], workspace: str | None, *, as_
     if verbose:
         owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
         stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
-        layers = _layers(result.enforced)
-        print(f"stockade: {result.backend} layers: {layers}", file=sys.stderr)
+        if "namespaces" in result.enforced:  # (what the Linux sandbox's pid 1 applied)
+            print(f"stockade: {result.backend} layers: {_layers(result.enforced)}",
+                  file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
     return finish(result, as_json=as_json, log=log)
-
-
-def _run_in_vm(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-               stdin: str, log: TextIO | None) -> int:
-    """`containment = "vm"`: a fresh QEMU guest for this one command, its output relayed live."""
-    from stockade.cli.session import relay, stdin_input
-    from stockade.vm.qemu import VmSandbox  # imported on demand: only this path boots a VM
-
-    with VmSandbox(policy, workspace=workspace) as sandbox:
-        return relay(sandbox.stream(argv, input=stdin_input(stdin)), as_json=as_json, log=log)
 
 
 def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:

@@ -9,12 +9,12 @@ exactly as the `stockade` program would have — so the flags, the output, the e
 exit status are the same. The client (stockade/program.py) only connects, sends, and waits for
 the exit status.
 
-Each spare child's sandbox skeleton is prepared for the view frame (linux/launcher.py) of the
+Each spare child's sandbox skeleton is prepared for the view frame (linux/frame.py) of the
 last request that launched, as the zygote prepares its spares, and is used only under the same
 rule: the same view, and a survey of the host made for this request with the same identity.
 
 One request: argv, working directory, umask and environment (`encode_request` in
-stockade/program.py) of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr
+stockade/cliwire.py) of at most MAX_REQUEST bytes, the client's stdin, stdout and stderr
 attached to its first byte (SCM_RIGHTS). The answer is the exit status as one line. The
 client is known by what the kernel says of it, never by what it sends: only a peer whose
 context (stockade/linux/peer.py: user, namespaces, root, capabilities, no_new_privs, seccomp,
@@ -42,13 +42,14 @@ import time
 from dataclasses import dataclass
 from typing import NoReturn
 
+from stockade.cli.common import CommandLine
+from stockade.cliwire import NOT_SERVED, SERVED, socket_path
 from stockade.errors import StockadeError
 from stockade.linux import peer
 from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
 from stockade.linux.zygote import ForkSpawner, fork_directly
-from stockade.program import NOT_SERVED, SERVED, socket_path
 from stockade.session.daemon import answers
 
 MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
@@ -66,9 +67,10 @@ class Request:
     env: dict[bytes, bytes]
 
 
-def start() -> int | None:
-    """Fork the server from a single-threaded process (the daemon, before its threads); its
-    pid, or None when another server already answers on the socket. It ends with its parent."""
+def start(command_line: CommandLine) -> int | None:
+    """Fork the server of `command_line` from a single-threaded process (the daemon, before its
+    threads); its pid, or None when another server already answers on the socket. It ends
+    with its parent."""
     path = socket_path()
     if answers(path):
         return None
@@ -79,7 +81,7 @@ def start() -> int | None:
         try:
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
             close_fds({0, 1, 2})  # e.g. the daemon's own listener
-            serve(path)
+            serve(path, command_line)
         finally:
             os._exit(70)
     return pid
@@ -94,12 +96,11 @@ def stop(pid: int) -> None:
         os.unlink(socket_path())
 
 
-def serve(path: str, *, check_peers: bool = True) -> NoReturn:
+def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> NoReturn:
     """Attest the host, listen on `path`, and keep one spare child waiting for the next
-    request; never returns. `check_peers` False (tests only, never set by the command line:
-    it proves the evidence row that attacks the server can fail) serves a peer in any
-    context."""
-    from stockade.cli import build_parser, main
+    request, which it runs with `command_line`; never returns. `check_peers` False (tests
+    only, never set by the command line: it proves the evidence row that attacks the server
+    can fail) serves a peer in any context."""
     from stockade.cli import run as cli_run
     from stockade.launch.compile import CompileContext, compile_policy
     from stockade.launch.manager import SandboxManager
@@ -113,7 +114,7 @@ def serve(path: str, *, check_peers: bool = True) -> NoReturn:
     with contextlib.suppress(StockadeError):
         SandboxManager().select(compile_policy(preset("read-only"), ["true"],
                                                CompileContext.current("/")))
-    build_parser()  # cached: every child finds it built
+    command_line.build_parser()  # cached: every child finds it built
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
@@ -126,7 +127,8 @@ def serve(path: str, *, check_peers: bool = True) -> NoReturn:
         if os.fork() == 0:
             for fd in (taken_r, *telling):
                 os.close(fd)
-            _spare(listener, taken_w, main, fork_directly(), last_view, check_peers)
+            _spare(listener, taken_w, command_line.main, fork_directly(), last_view,
+                   check_peers)
         os.close(taken_w)
         while True:  # until the spare takes a request; meanwhile, hear the views
             readable = select.select([taken_r, *telling], [], [])[0]
@@ -252,7 +254,7 @@ def _read(conn: socket.socket) -> tuple[Request, list[int]]:
 
 
 def decode_request(body: bytes) -> Request:
-    """The inverse of stockade.program.encode_request (ValueError if it is not one)."""
+    """The inverse of stockade.cliwire.encode_request (ValueError if it is not one)."""
     if len(body) > MAX_REQUEST or not body.endswith(b"\0"):
         raise ValueError("not a request")
     fields = body[:-1].split(b"\0")
@@ -283,7 +285,7 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
         close_all(fds)
         os.environb.clear()
         os.environb.update(request.env)
-        os.umask(request.umask)  # what each launch hands its command (see launcher.py)
+        os.umask(request.umask)  # what each launch hands its command (see linux/frame.py)
         try:
             os.chdir(request.cwd)
         except OSError as exc:

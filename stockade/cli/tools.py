@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from stockade.cli.common import no_command, subcommand
-from stockade.launch.manager import REGISTRY
+from stockade.launch import registry
 from stockade.policy.units import parse_duration
 
 LOG_NAME = "daemon.log"  # a background daemon's stderr, beside its socket
@@ -49,7 +49,8 @@ def add_evidence(commands: Any) -> None:
                           help="only this category or row id (repeatable)")
     evidence.add_argument("--allow-not-run", action="store_true",
                           help="exit 0 even if some rows cannot run on this host")
-    evidence.add_argument("--backend", choices=list(REGISTRY), default=next(iter(REGISTRY)),
+    backends = registry.names(registry.NATIVE)
+    evidence.add_argument("--backend", choices=backends, default=backends[0],
                           help="the backend to attack (default %(default)s)")
 
 
@@ -58,7 +59,8 @@ def _evidence(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.evidence import command as evidence  # imported on demand: it is large
 
     output = "json" if args.json else "markdown" if args.markdown else "text"
-    return evidence.main(REGISTRY[args.backend](), output=output, only=args.only,
+    backend = registry.create(registry.entry(args.backend))
+    return evidence.main(backend, output=output, only=args.only,
                          allow_not_run=args.allow_not_run)
 
 
@@ -122,7 +124,7 @@ def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     if ready is not None:  # before the CLI server forks: neither keeps the caller's streams
         _streams_to_log(os.path.join(os.path.dirname(os.path.abspath(server.path)), LOG_NAME))
     # Forked while this process has one thread; `stockade run` is then served by it.
-    cli = None if args.no_cli_server else cli_server.start()
+    cli = None if args.no_cli_server else cli_server.start(args.command_line)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     said = f"stockade: daemon listening on {server.path}\n"
     if server.reclaimed:

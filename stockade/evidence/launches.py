@@ -177,8 +177,9 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     serving.start()
     cli_path = scene.ws / "cli.sock"
     cli = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from stockade.cli import server; "
-         "server.serve(sys.argv[1], check_peers=sys.argv[2] == 'check')", str(cli_path),
+        [sys.executable, "-c", "import sys; from stockade.cli import COMMAND_LINE, server; "
+         "server.serve(sys.argv[1], COMMAND_LINE, check_peers=sys.argv[2] == 'check')",
+         str(cli_path),
          "check" if check else "trust"], env={**os.environ, "PYTHONPATH": PACKAGE_PARENT},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

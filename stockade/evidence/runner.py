@@ -6,9 +6,9 @@ and what its control showed, and the total time.
 
 from __future__ import annotations
 
+import getpass
 import os
 import platform
-import pwd
 import secrets
 import shutil
 import tempfile
@@ -300,14 +300,24 @@ KERNEL_KNOBS = ("dev/tty/legacy_tiocsti", "kernel/unprivileged_bpf_disabled",
                 "vm/unprivileged_userfaultfd", "kernel/yama/ptrace_scope")
 
 
+def _user(uid: int | None) -> str:
+    """The name of the user the matrix runs as: the account's (POSIX), else the login name."""
+    if uid is None:
+        return getpass.getuser()
+    import pwd
+
+    return pwd.getpwuid(uid).pw_name
+
+
 def describe_host(backend: Backend) -> dict[str, Any]:
     """What the matrix ran on: kernel, user, backend features, and the kernel's own knobs that
     decide what a weakened layer would still stop."""
-    uid = os.getuid()
+    uid = os.getuid() if hasattr(os, "getuid") else None  # (None on Windows)
     facts: dict[str, Any] = {
         "kernel": platform.release(), "machine": platform.machine(), "cpus": os.cpu_count(),
-        "python": platform.python_version(), "uid": uid, "user": pwd.getpwuid(uid).pw_name,
-        "mode": "root" if uid == 0 else "rootless", "backend": backend.name,
+        "python": platform.python_version(), "uid": uid, "user": _user(uid),
+        "mode": "unknown" if uid is None else "root" if uid == 0 else "rootless",
+        "backend": backend.name,
         "features": {c.name: c.mechanism for c in backend.report() if c.enforced},
     }
     if backend.name == "linux":

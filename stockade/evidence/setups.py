@@ -11,6 +11,7 @@ import shutil
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from stockade.evidence.watch import (
     NoResidue,
     Unchanged,
     Victim,
+    processes_with,
 )
 
 Setup = Callable[[Scene], None]
@@ -438,14 +440,20 @@ def heartbeat(then: Setup = nothing) -> Setup:
     return setup
 
 
-def cancel_after(seconds: float) -> Setup:
-    """The launch is cancelled by the caller after `seconds`."""
+def cancel_once_running(processes: int, bound: float = 10.0) -> Setup:
+    """The caller cancels the launch once `processes` of the attack's processes run (on the
+    host's /proc), or after `bound` seconds: a cancel that came before the daemon existed would
+    pass without testing anything."""
     def setup(scene: Scene) -> None:
         scene.cancel = threading.Event()
-        timer = threading.Timer(seconds, scene.cancel.set)
-        timer.daemon = True
-        timer.start()
-    setup.__doc__ = f"The caller cancels the launch after {seconds:g} s."
+
+        def cancel() -> None:
+            deadline = time.monotonic() + bound
+            while len(processes_with(scene.marker)) < processes and time.monotonic() < deadline:
+                time.sleep(0.02)
+            scene.cancel.set()
+        threading.Thread(target=cancel, daemon=True).start()
+    setup.__doc__ = f"The caller cancels the launch once {processes} of its processes run."
     return setup
 
 

@@ -12,10 +12,8 @@ import stat
 import subprocess
 import sys
 import tempfile
-import termios
 import threading
 import time
-import tty
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,6 +238,8 @@ class HostTerminal(Watch):
     its slave end until `finish`): no keystroke may be pushed into its input."""
 
     def __init__(self) -> None:
+        import tty  # (POSIX: the terminal rows run on Linux only)
+
         self.master, self.slave = os.openpty()
         tty.setraw(self.slave)
         self.saved = os.dup(0)
@@ -347,6 +347,9 @@ class CallerTerminal(Watch):
     unread (it was the shell's)."""
 
     def __init__(self, typed: bytes) -> None:
+        import termios
+        import tty  # (POSIX: the terminal rows run on Linux only)
+
         self.master, self.slave = os.openpty()
         tty.setraw(self.slave)
         self.settings = termios.tcgetattr(self.slave)
@@ -365,6 +368,8 @@ class CallerTerminal(Watch):
         return out
 
     def finish(self) -> Finding:
+        import termios
+
         changed = termios.tcgetattr(self.slave) != self.settings
         os.set_blocking(self.slave, False)
         try:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
+from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.probe import Attestation, PlatformProbe
+    from stockade.lifecycle.report import Row
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def report(self) -> list[Capability]:
         """What this backend enforces on this host, capability by capability."""
+
+    def readiness_probe(self) -> PlatformProbe:
+        """The platform half of this backend's readiness probe (stockade/lifecycle/probe.py);
+        a backend without one is never ready."""
+        raise UnavailableError("probe_unavailable",
+                               f"the {self.name} backend has no readiness probe")
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        """The enforcement report's rows for this backend (stockade/lifecycle/report.py),
+        computed from its attestation."""
+        raise UnavailableError("report_unavailable",
+                               f"the {self.name} backend has no enforcement report")
+
+
+def refuse_other_containment(request: LaunchRequest, backend: str, provides: str) -> None:
+    """UnenforceableError unless `request` asks for the containment `backend` provides (the
+    manager chooses by containment; this holds for any other caller too)."""
+    if request.containment != provides:
+        raise UnenforceableError("containment", f'containment = "{request.containment}": the '
+                                 f"{backend} backend provides {provides!r} containment only")

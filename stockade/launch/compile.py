@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
 from stockade.launch.env import close_environment
+from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
@@ -91,6 +92,7 @@ def compile_policy(
         ),
         limits=LimitSpec(**vars(policy.limits)),
         stdin=stdin or policy.process.stdin or "null",
+        containment=policy.containment,
         isolation=policy.isolation,
     )
 
@@ -258,10 +260,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
     grants = []
     for place in statedir.candidates(ctx.host_env, ctx.home):
         resolved = os.path.realpath(place)
-        for root in read + write:
-            if _inside(root.path, resolved):
-                raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
-                                  f"{resolved}, which no sandbox may see", key="filesystem")
+        _refuse_inside_state(read + write, resolved)
         if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
             try:
                 statedir.ensure(resolved)
@@ -275,13 +274,32 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
     return tuple(grants)
 
 
-if sys.platform == "win32":  # paths separated by "\", compared without regard to case
-    from stockade.windows.admission import inside
-else:
-    def inside(path: str, root: str) -> bool:
-        """Whether `path` is `root` or lies below it (canonical paths, compared as strings)."""
-        return path == root or path.startswith(root.rstrip("/") + "/")
-_inside = inside
+def _refuse_inside_state(roots: tuple[PathGrant, ...], state: str) -> None:
+    for root in roots:
+        if _inside(root.path, state):
+            raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
+                              f"{state}, which no sandbox may see", key="filesystem")
+
+
+def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchRequest:
+    """`request` with the absolute paths `roots` readable too, resolved and checked as
+    `compile_policy` resolves and checks a policy's own read roots (a warm sandbox's agent
+    needs its interpreter and Stockade's package: session/boot.py)."""
+    ctx = CompileContext(workspace=request.cwd, home=os.path.expanduser("~"), tmp=None,
+                         host_env={})
+    added, links = _grants(tuple(roots), "filesystem.read", ctx)
+    for state in request.stockade_state:
+        _refuse_inside_state(added, state)
+    merged = {grant.path: grant for grant in request.read}
+    for grant in added:
+        merged.setdefault(grant.path, grant)
+    read = tuple(sorted(merged.values(), key=lambda g: g.path))
+    _refuse_planted_links(links, [], read, request.write)
+    _check_overlaps(read, request.write, request.deny)
+    return replace(request, read=read)
+
+
+_inside = inside  # (this host's: "\\" and without regard to case on Windows, hostpaths.py)
 
 
 def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
+from stockade.launch import registry
 from stockade.launch.backend import Backend, Stdio
 from stockade.launch.pump import DISCARD, KEEP, Sink, drive
 from stockade.launch.request import LaunchRequest
@@ -22,60 +22,52 @@ DEFAULT_OUTPUT_LIMIT = 16 << 20
 MERGE = "merge"  # `execute`'s stderr: the command's stderr is its stdout, as subprocess.STDOUT
 
 
-def _linux() -> Backend:
-    from stockade.linux.backend import LinuxBackend
-    return LinuxBackend()
-
-
-def _windows() -> Backend:
-    from stockade.windows.backend import WindowsBackend
-    return WindowsBackend()
-
-
-# The backend this platform runs natively; on another platform its probe refuses
-# (backend_unavailable).
-NATIVE = "windows" if sys.platform == "win32" else "linux"
-_BACKENDS: dict[str, Callable[[], Backend]] = {"linux": _linux, "windows": _windows}
-# Backends by name, best first (the native one); factories so that importing one never
-# requires another.
-REGISTRY: dict[str, Callable[[], Backend]] = {NATIVE: _BACKENDS[NATIVE]} | _BACKENDS
-
-
 class SandboxManager:
-    """Chooses the backend: `require` a named one, or `auto` the best available that can
-    enforce the whole request. Neither ever falls back to running on the host."""
+    """Chooses the backend: `require` a named one, or `auto` the best that runs on this host
+    and can enforce the whole request, among those registered (registry.py) for the request's
+    containment. Neither ever falls back to running on the host."""
 
     def __init__(self, backend: str | None = None, mode: str = "auto") -> None:
         if mode not in MODES:
             raise UsageError(f"mode must be one of {', '.join(MODES)}")
         if mode == "require" and not backend:
             raise UsageError("mode 'require' needs a backend name")
-        if backend and backend not in REGISTRY:
-            raise UnavailableError("backend_unavailable",
-                                   f"unknown backend {backend!r} (known: {', '.join(REGISTRY)})")
+        if backend:
+            registry.entry(backend)  # UnavailableError for an unknown name
         self.mode = mode
         self.wanted = backend
 
     def select(self, request: LaunchRequest) -> Backend:
         """The backend that will run `request`, or the typed reason none can (the reason of
-        the best backend, when several refuse). A backend must also pass its readiness probe
-        (a real launch that also reconciles the ledger), cached per process."""
+        the best backend, when several refuse). A native backend must also pass its readiness
+        probe (a real launch that also reconciles the ledger), cached per process; a guest's
+        readiness is its own boot, once per launch (the agent answers from inside it)."""
         from stockade.lifecycle.probe import require_ready
 
-        names = [self.wanted] if self.wanted else list(REGISTRY)
+        if self.wanted:
+            wanted = registry.entry(self.wanted)
+            if wanted.containment != request.containment:
+                raise UsageError(f"backend {self.wanted!r} provides containment "
+                                 f"{wanted.containment!r}; the policy asks for containment = "
+                                 f'"{request.containment}"')
+            candidates = [wanted]
+        else:  # (another platform's backend is never tried: it could not even be imported)
+            candidates = registry.here(request.containment)
         refusals: list[UnavailableError | UnenforceableError] = []
-        for name in names:
+        for candidate in candidates:
             try:
-                backend = _isolated(REGISTRY[name](), request)
+                backend = _isolated(registry.create(candidate), request)
                 backend.probe()
                 backend.check(request)
-                require_ready(backend)
+                if candidate.containment == registry.NATIVE:
+                    require_ready(backend)
                 return backend
             except (UnavailableError, UnenforceableError) as exc:
                 refusals.append(exc)
         if refusals:
             raise refusals[0]
-        raise UnavailableError("backend_unavailable", "no sandbox backend is registered")
+        raise UnavailableError("backend_unavailable", f"no backend for containment "
+                               f'"{request.containment}" runs on this host ({sys.platform})')
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None,
@@ -108,7 +100,7 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     descriptor of this process, and for stderr MERGE, into the command's stdout), enforce the
     timeout; setting `cancel` kills the whole sandbox tree. Output not kept is None in the
     Result."""
-    weaken = getattr(backend, "weaken", frozenset())  # (tests only: see launcher.LAYERS)
+    weaken = getattr(backend, "weaken", frozenset())  # (tests only: see frame.LAYERS)
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
     if "output_cap" in weaken:
         limit = sys.maxsize

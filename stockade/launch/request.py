@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stockade.errors import RequestError
-from stockade.policy.model import GIT_MODES, ISOLATIONS
+from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS
 
 REQUEST_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
@@ -63,6 +63,7 @@ class LaunchRequest:
     network: NetworkSpec = field(default_factory=NetworkSpec)
     limits: LimitSpec = field(default_factory=LimitSpec)
     stdin: str = "null"
+    containment: str = "native"  # what holds the sandbox (policy.model.CONTAINMENTS)
     isolation: str = "namespaces"  # (see stockade.policy.model.ISOLATIONS)
     request_id: str = field(default_factory=lambda: os.urandom(16).hex())
     version: int = REQUEST_VERSION
@@ -191,5 +192,7 @@ def _check_types(request: LaunchRequest) -> None:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}")
     if request.git not in GIT_MODES:
         raise ValueError(f"git must be one of {', '.join(GIT_MODES)}")
+    if request.containment not in CONTAINMENTS:
+        raise ValueError(f"containment must be one of {', '.join(CONTAINMENTS)}")
     if list(request.env) != sorted(request.env):
         raise ValueError("env must be sorted")

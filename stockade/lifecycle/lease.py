@@ -20,7 +20,9 @@ import sys
 
 if sys.platform == "win32":
     import ctypes
+    import functools
     import msvcrt
+    from collections.abc import Callable
 
     OPEN_FLAGS = os.O_NOINHERIT | os.O_BINARY
     _GENERIC_READ, _GENERIC_WRITE = 0x80000000, 0x40000000
@@ -28,17 +30,22 @@ if sys.platform == "win32":
     _CREATE_NEW, _OPEN_EXISTING = 1, 3
     _OPEN_REPARSE_POINT = 0x00200000
     _INVALID_HANDLE = ctypes.c_void_p(-1).value
-    _CreateFileW = ctypes.WinDLL("kernel32", use_last_error=True).CreateFileW
-    _CreateFileW.restype = ctypes.c_void_p
-    _CreateFileW.argtypes = [ctypes.c_wchar_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p,
-                             ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
+
+    @functools.cache
+    def _create_file() -> Callable[..., int | None]:
+        # Bound on first use, not at import: importing the ledger loads no DLL.
+        function = ctypes.WinDLL("kernel32", use_last_error=True).CreateFileW
+        function.restype = ctypes.c_void_p
+        function.argtypes = [ctypes.c_wchar_p, ctypes.c_uint32, ctypes.c_uint32,
+                             ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
+        return function
 
     def open_record(path: str, flags: int) -> int:
         """A descriptor on the record at `path`: `flags` is O_RDWR, with O_CREAT | O_EXCL to
         create it."""
-        handle = _CreateFileW(path, _GENERIC_READ | _GENERIC_WRITE, _SHARE_ALL, None,
-                              _CREATE_NEW if flags & os.O_CREAT else _OPEN_EXISTING,
-                              _OPEN_REPARSE_POINT, None)
+        handle = _create_file()(path, _GENERIC_READ | _GENERIC_WRITE, _SHARE_ALL, None,
+                                _CREATE_NEW if flags & os.O_CREAT else _OPEN_EXISTING,
+                                _OPEN_REPARSE_POINT, None)
         if handle in (None, _INVALID_HANDLE):
             raise ctypes.WinError(ctypes.get_last_error())
         return msvcrt.open_osfhandle(handle, os.O_RDWR | os.O_BINARY | os.O_NOINHERIT)

@@ -110,7 +110,12 @@ class Ledger:
         if not os.path.isdir(self.records_dir):
             return done
         statedir.check(self.records_dir)
-        for name in sorted(os.listdir(self.records_dir)):
+        names = sorted(os.listdir(self.records_dir))
+        if names:
+            from stockade.launch import registry  # (its platforms are loaded only when needed)
+
+            registry.load_record_kinds()  # so that no record of theirs is taken as foreign
+        for name in names:
             self._reconcile_one(name, done)
         return done
 

@@ -23,15 +23,26 @@ from stockade.errors import (
     UnavailableError,
     UnenforceableError,
 )
-from stockade.launch.backend import Backend, Capability, Exit, Handle, Stdio
+from stockade.launch.backend import (
+    Backend,
+    Capability,
+    Exit,
+    Handle,
+    Stdio,
+    refuse_other_containment,
+)
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
 from stockade.linux import landlock, landlock_tier, limits, mnt, seccomp, supervisor, zygote
-from stockade.linux.doctor import hint
 from stockade.linux.fdpass import recv_fds
-from stockade.linux.launcher import WEAKENINGS, Shape, encode_frame, encode_launch, view_frame
+from stockade.linux.frame import WEAKENINGS, encode_frame, encode_launch, view_frame
+from stockade.linux.hints import hint
+from stockade.linux.launcher import Shape
 
 if TYPE_CHECKING:
+    from stockade.lifecycle.probe import Attestation
+    from stockade.lifecycle.report import Row
+    from stockade.linux.probe import LinuxProbe
     from stockade.net.gate import Dialer
     from stockade.net.proxy import Proxy
 
@@ -44,7 +55,7 @@ def _seccomp_program(unix_sockets: bool = True) -> bytes:
 
 
 class LinuxBackend(Backend):
-    """`weaken` switches layers off (launcher.LAYERS), for tests that prove the evidence
+    """`weaken` switches layers off (frame.LAYERS), for tests that prove the evidence
     matrix can fail; it is a constructor argument only, never read from the environment or a
     policy. `resolver` and `dialer` stand in for the allowlist proxy's DNS and connections
     (tests, and the evidence rows that need a name to resolve to an address no test may
@@ -85,6 +96,7 @@ class LinuxBackend(Backend):
             raise UnavailableError("supervisor_not_built", hint(supervisor.MISSING))
 
     def check(self, request: LaunchRequest) -> None:
+        refuse_other_containment(request, self.name, "native")
         if request.network.mode == "any":
             raise UnenforceableError(
                 f"network.{request.network.mode}",
@@ -119,6 +131,16 @@ class LinuxBackend(Backend):
         if isolation == "namespaces":
             return self
         return LandlockTier(self.weaken, self.resolver)
+
+    def readiness_probe(self) -> LinuxProbe:
+        from stockade.linux.probe import LinuxProbe
+
+        return LinuxProbe()
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        from stockade.linux.report import rows
+
+        return rows(attestation, self)
 
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()
@@ -215,6 +237,16 @@ class LandlockTier(LinuxBackend):
 
     def report(self) -> list[Capability]:
         return landlock_tier.capabilities()
+
+    def readiness_probe(self) -> LinuxProbe:
+        from stockade.linux.probe import LandlockTierProbe
+
+        return LandlockTierProbe()
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        from stockade.linux.report import tier_rows
+
+        return tier_rows(attestation, self)
 
 
 @functools.cache

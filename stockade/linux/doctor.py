@@ -6,7 +6,7 @@ own seccomp filter, container markers), tries in a throwaway child what a sandbo
 user namespace, its id map, a mount in it), and runs the readiness probe of each isolation
 (a real launch, stockade/lifecycle/probe.py). Each cause found has a stable code, what it
 blocks, and the remedy as commands and settings. Every refusal of the Linux backend points
-here (`hint`).
+here (hints.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-DOCTOR = "run `stockade doctor` for the cause and the remedy"
 PROFILE_PATH = "/etc/apparmor.d/stockade"
 SYSCTL_FILE = "/etc/sysctl.d/99-stockade.conf"
 # What Stockade's sandboxes call that a container runtime's default seccomp profile refuses
@@ -27,11 +26,6 @@ CONTAINER_SYSCALLS = ("clone", "unshare", "setns", "mount", "umount2", "pivot_ro
                       "mount_setattr")
 _CLONE_NEWUSER, _CLONE_NEWNS = 0x10000000, 0x00020000
 _FSOPEN = {"x86_64": 430, "aarch64": 430}
-
-
-def hint(message: str) -> str:
-    """`message`, pointing to `stockade doctor` (once)."""
-    return message if DOCTOR in message else f"{message}; {DOCTOR}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ domain of its own nested inside pid 1's, which restricts it no further but keeps
 its reach (no signal, no trace; see landlock.nested_domain). pid 1 holds no capability and is
 not dumpable either.
 
-A spare may be prepared for a view (see launcher.view_frame) before its launch exists: pid 1
+A spare may be prepared for a view (see frame.view_frame) before its launch exists: pid 1
 builds the mounts ("V", from the CLI's ForkSpawner; the zygote's spares are cloned from a view
 template instead, see template.py), confines itself and becomes the supervisor ahead of
 demand, and the launch only brings what is its own (argv, environment, working directory,
@@ -32,7 +32,7 @@ from typing import NoReturn
 from stockade.errors import SetupError, StockadeError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp, supervisor
-from stockade.linux.launcher import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame
+from stockade.linux.frame import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT
 

@@ -45,8 +45,8 @@ from stockade.errors import SetupError, StockadeError, UnavailableError, Unenfor
 from stockade.launch.backend import Capability
 from stockade.launch.request import LaunchRequest
 from stockade.linux import init, landlock, limits, mnt, privilege, protect, seccomp
-from stockade.linux.doctor import hint
-from stockade.linux.launcher import parse_frame, read_frame
+from stockade.linux.frame import parse_frame, read_frame
+from stockade.linux.hints import hint
 from stockade.linux.syscalls import prctl
 
 SCOPE_ABI = 6  # signal and abstract unix socket scoping: without them the tier is refused

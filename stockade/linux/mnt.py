@@ -138,7 +138,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     """Build the view on `stage` and pivot into it. Returns the protected paths mounted and,
     if `identify` (a view prepared ahead), the survey's identity; else b"". `proc` is the
     detached proc to mount at /proc (default: a fresh one). `weaken` (tests only) skips
-    layers (launcher.LAYERS): "mount_view" (then nothing is built: the sandbox keeps its copy
+    layers (frame.LAYERS): "mount_view" (then nothing is built: the sandbox keeps its copy
     of the host's mounts), "read_only", "protected", "deny", "noexec", "nosuid"."""
     if "mount_view" in weaken:
         return [], b""

@@ -212,7 +212,7 @@ static int read_exactly(int fd, char *into, size_t size) {
     return 0;
 }
 
-/* The launch part of the owner's frame (launcher.py): a header of four lengths, the request,
+/* The launch part of the owner's frame (frame.py): a header of four lengths, the request,
  * the seccomp program and the weakenings (used by a pid 1 that builds its view at launch, not
  * by a spare, which was made for them), then the launch. */
 static char *read_launch(int fd, size_t *size) {

@@ -36,7 +36,8 @@ from typing import NoReturn
 
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, init, landlock, limits, mnt, ns, privilege, supervisor
-from stockade.linux.launcher import Skeleton, parse_frame
+from stockade.linux.frame import parse_frame
+from stockade.linux.launcher import Skeleton
 from stockade.linux.mountapi import MOUNT_ATTR_NOEXEC, new_fs
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT

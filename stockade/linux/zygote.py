@@ -12,7 +12,7 @@ sandbox is still building its mounts, so that a spare never slows a launch down.
 exits when its owner's end of the socket closes, i.e. when the owner exits or dies; skeletons
 that were never used see their handoff socket close and exit too.
 
-After a launch, spares are prepared for that launch's view (launcher.view_frame): a template
+After a launch, spares are prepared for that launch's view (frame.view_frame): a template
 of that view (template.py) builds its mounts once, and clones PREPARED spares from itself, each
 with fresh namespaces, its own proc, /tmp, /dev/shm and /dev/pts, and its pid 1 confined before
 it is needed, so that a run of launches with one policy pays only for what is each launch's
@@ -41,14 +41,8 @@ from typing import BinaryIO
 
 from stockade.errors import SetupError, StockadeError
 from stockade.linux.fdpass import close_all, recv_fds, send_fds
-from stockade.linux.launcher import (
-    PRODUCTION,
-    PRODUCTION_SHAPE,
-    VIEW_MAX,
-    Shape,
-    Skeleton,
-    start,
-)
+from stockade.linux.frame import VIEW_MAX
+from stockade.linux.launcher import PRODUCTION, PRODUCTION_SHAPE, Shape, Skeleton, start
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # -I -S: no environment, no site-packages, no current directory on sys.path; only Stockade.

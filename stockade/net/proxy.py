@@ -22,9 +22,9 @@ at once and recorded as a denial (`connection_limit`).
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -56,9 +56,12 @@ class _Descriptors:
 
     @staticmethod
     def capacity() -> int:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY:
-            soft = 1 << 20
+        soft = 1 << 20  # (no descriptor limit binds sockets on Windows: they are handles)
+        if sys.platform != "win32":
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            soft = soft if limit == resource.RLIM_INFINITY else limit
         return max(SHARE, (soft - RESERVED_DESCRIPTORS) // DESCRIPTORS_PER_CONNECTION)
 
 

@@ -8,10 +8,19 @@ from stockade.policy.model import (
     Policy,
     ProcessPolicy,
 )
-from stockade.policy.parse import load_policy, merge, parse_policy, policy_to_document, preset
+from stockade.policy.parse import (
+    DEFAULT_PRESET,
+    load_policy,
+    merge,
+    parse_policy,
+    policy_to_document,
+    preset,
+    resolve_policy,
+)
 from stockade.policy.presets import PRESETS
 
 __all__ = [
+    "DEFAULT_PRESET",
     "PRESETS",
     "EnvPolicy",
     "FilesystemPolicy",
@@ -24,4 +33,5 @@ __all__ = [
     "parse_policy",
     "policy_to_document",
     "preset",
+    "resolve_policy",
 ]

@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 from functools import cache
 from typing import Any
 
-from stockade.errors import PolicyError
+from stockade.errors import PolicyError, UsageError
 from stockade.policy import paths
 from stockade.policy.decode import load_document
 from stockade.policy.model import SCHEMA_VERSION, FilesystemPolicy, NetworkPolicy, Policy
@@ -83,6 +83,22 @@ def preset(name: str) -> Policy:
         return _preset(name)
     except Invalid as exc:
         raise PolicyError(exc.message, key=exc.key) from None
+
+
+DEFAULT_PRESET = "read-only"  # the policy of a caller who names none
+
+
+def resolve_policy(policy: Policy | str | os.PathLike[str] | None, preset_name: str | None,
+                   ) -> Policy:
+    """A Policy from a Policy object, a policy file path, or a preset name (default
+    DEFAULT_PRESET); UsageError for both at once."""
+    if policy is not None and preset_name is not None:
+        raise UsageError("give either policy or preset, not both")
+    if isinstance(policy, Policy):
+        return policy
+    if policy is not None:
+        return load_policy(policy)
+    return preset(preset_name or DEFAULT_PRESET)
 
 
 def policy_to_document(policy: Policy) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from stockade.errors import StockadeError, UsageError
 from stockade.launch.backend import Handle, Stdio
-from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.compile import CompileContext, compile_policy, with_read_roots
 from stockade.launch.manager import SandboxManager
 from stockade.launch.request import LaunchRequest
 from stockade.policy.model import Policy
@@ -61,11 +61,21 @@ def agent_roots() -> tuple[str, ...]:
 def agent_request(policy: Policy, ctx: CompileContext) -> LaunchRequest:
     """The launch of the agent under `policy` plus `agent_roots()`, with no wall-clock limit
     (the session lives until it is closed; each command has its own timeout)."""
-    fs = policy.filesystem
-    widened = replace(policy, filesystem=replace(fs, read=fs.read + agent_roots()))
-    argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, PACKAGE_DIR]
-    request = compile_policy(widened, argv, ctx, stdin="null")
-    return replace(request, limits=replace(request.limits, timeout=None))
+    return agent_launch(compile_policy(policy, _agent_argv(), ctx, stdin="null"))
+
+
+def agent_launch(request: LaunchRequest) -> LaunchRequest:
+    """The agent's launch for a compiled `request` (a command's): its roots, network and
+    limits, plus `agent_roots()` readable, the agent as the command, stdin null, no wall-clock
+    limit, and a request id of its own."""
+    request = with_read_roots(request, agent_roots())
+    return replace(request, argv=tuple(_agent_argv()), stdin="null",
+                   limits=replace(request.limits, timeout=None),
+                   request_id=secrets.token_hex(16))
+
+
+def _agent_argv() -> list[str]:
+    return [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, PACKAGE_DIR]
 
 
 def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,

@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from stockade.api import resolve_policy
-from stockade.errors import UsageError
+from stockade.errors import UnavailableError, UsageError
+from stockade.launch import registry
 from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
-from stockade.policy import Policy
+from stockade.policy import Policy, resolve_policy
 from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
 from stockade.session.exchange import Ending, Exchange, Output
@@ -257,11 +257,10 @@ class Sandbox:
 
 
 def _vm_driver() -> type[Sandbox]:
-    """Windows Sandbox on Windows (docs/windows-sandbox.md), QEMU elsewhere (docs/vm.md)."""
-    if sys.platform == "win32":
-        from stockade.vm.wsb import WindowsSandbox
-
-        return WindowsSandbox
-    from stockade.vm.qemu import VmSandbox
-
-    return VmSandbox
+    """The warm sandbox of this host's VM driver, the one the manager would choose for
+    containment "vm" (registry.py: Windows Sandbox on Windows, QEMU on Linux)."""
+    drivers = registry.here(registry.VM)
+    if not drivers:
+        raise UnavailableError("backend_unavailable", 'no VM driver for containment = "vm" '
+                               f"runs on this host ({sys.platform})")
+    return registry.create(drivers[0]).sandbox  # type: ignore[attr-defined]

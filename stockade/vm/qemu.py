@@ -16,6 +16,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,7 @@ from stockade.session import boot, protocol
 from stockade.session.channel import Channel
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
+from stockade.session.guest import GuestBackend
 from stockade.session.protocol import Message
 from stockade.session.sandbox import Sandbox
 from stockade.vm import egress, initramfs, machine
@@ -107,15 +109,20 @@ def host_kernel() -> initramfs.Kernel:
     return initramfs.find_kernel()
 
 
-def boot_vm(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_ATTEMPTS,
+def _in_the_guest(agent: LaunchRequest) -> LaunchRequest:
+    """The agent's launch (session/boot.py) as the guest's init starts it."""
+    argv = machine.agent_argv(agent.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid(),
+                              agent.limits)
+    return replace(agent, argv=tuple(argv))
+
+
+def boot_vm(agent: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
             timeout: float = BOOT_TIMEOUT, resolver: Resolver | None = None) -> boot.Session:
-    """A guest whose agent has said hello. What the VM cannot enforce, or a host without QEMU
-    or a suitable kernel, raises at once; a guest that does not answer is retried, `attempts`
-    times in all, then `session_boot_failed`. `resolver` is the proxy's DNS hook (tests)."""
-    request = boot.agent_request(policy, ctx)
-    argv = machine.agent_argv(request.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid(),
-                              request.limits)
-    request = replace(request, argv=tuple(argv))
+    """A guest running the agent's launch `agent`, whose agent has said hello. What the VM
+    cannot enforce, or a host without QEMU or a suitable kernel, raises at once; a guest that
+    does not answer is retried, `attempts` times in all, then `session_boot_failed`.
+    `resolver` is the proxy's DNS hook (tests)."""
+    request = _in_the_guest(agent)
     guest = machine.plan(request)
     kernel = host_kernel()
     image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
@@ -240,25 +247,62 @@ class VmSandbox(Sandbox):
         super().__init__(policy, preset=preset, workspace=workspace)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
-        return boot_vm(policy, ctx, attempts=self._attempts, timeout=self._timeout,
-                       resolver=self._resolver)
+        return boot_vm(boot.agent_request(policy, ctx), attempts=self._attempts,
+                       timeout=self._timeout, resolver=self._resolver)
 
     def _command(self, argv: Sequence[str], cwd: str | os.PathLike | None,
                  env: Mapping[str, str] | None, timeout: float | None) -> LaunchRequest:
         """As in a Linux session, but in allowlist mode the proxy variables name where the
         guest finds the proxy rather than a loopback the guest does not share."""
         request = super()._command(argv, cwd, env, timeout)
-        if request.network.mode != "allowlist":
-            return request
-        host, port = egress.GUEST_PROXY
-        variables = dict(request.env) | proxy_environment(port, host)
-        return replace(request, env=tuple(sorted(variables.items())))
+        return replace(request, env=tuple(sorted(guest_environment(request).items())))
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
         """The Result, with the proxy's denials since the previous command."""
-        proxy = self._session.handle.proxy  # type: ignore[attr-defined]
-        denials = [] if proxy is None else proxy.denials()
+        denials = _denials(self._session)
         fresh, self._denials_seen = tuple(denials[self._denials_seen:]), len(denials)
         result = super()._result(request, ending, duration)
         return replace(result, backend=BACKEND, network_log=fresh,
                        violations=(*result.violations, *network_denials(list(fresh))))
+
+
+def guest_environment(request: LaunchRequest) -> dict[str, str]:
+    """The command's environment in the guest: in allowlist mode the proxy variables name
+    where the guest finds the proxy (egress.GUEST_PROXY)."""
+    variables = dict(request.env)
+    if request.network.mode == "allowlist":
+        host, port = egress.GUEST_PROXY
+        variables |= proxy_environment(port, host)
+    return variables
+
+
+def _denials(session: boot.Session) -> list[dict]:
+    proxy = session.handle.proxy  # type: ignore[attr-defined]
+    return [] if proxy is None else proxy.denials()
+
+
+class QemuBackend(GuestBackend):
+    """Containment "vm" on Linux: each launch a fresh QEMU guest (registered by
+    vm/registration.py; the manager chooses it as any backend)."""
+
+    name = BACKEND
+    mechanism = "a QEMU guest (TCG) whose init runs the session agent (docs/vm.md)"
+    sandbox = VmSandbox
+
+    def probe(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise UnavailableError("vm_qemu_unavailable",
+                                   "the QEMU driver runs on Linux hosts only")
+        host_kernel()
+
+    def plan(self, agent: LaunchRequest) -> None:
+        machine.plan(_in_the_guest(agent))
+
+    def boot(self, agent: LaunchRequest) -> boot.Session:
+        return boot_vm(agent)
+
+    def command_env(self, request: LaunchRequest) -> dict[str, str]:
+        return guest_environment(request)
+
+    def denials(self, session: boot.Session) -> list[dict]:
+        return _denials(session)

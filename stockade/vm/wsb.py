@@ -32,6 +32,7 @@ from stockade.policy import Policy
 from stockade.session import boot
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
+from stockade.session.guest import GuestBackend
 from stockade.session.protocol import Message
 from stockade.session.sandbox import Sandbox
 from stockade.vm import wsb_bootstrap, wsb_config, wsb_launcher, wsb_lock, wsb_plan
@@ -93,22 +94,18 @@ class WsbHandle:
         return status
 
 
-def boot_wsb(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_ATTEMPTS,
+def boot_wsb(request: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
              timeout: float = BOOT_TIMEOUT) -> boot.Session:
-    """A guest whose agent has said hello. Refusals (policy, launcher, `busy`, a guest that
-    refuses) raise at once; a guest that does not answer is retried, `attempts` times in all,
-    then `session_boot_failed`."""
-    request = boot.agent_request(policy, ctx)
+    """A guest running the agent's launch `request` (session/boot.py), whose agent has said
+    hello. Refusals (policy, launcher, `busy`, a guest that refuses) raise at once; a guest
+    that does not answer is retried, `attempts` times in all, then `session_boot_failed`."""
     root = os.path.join(statedir.state_dir(), "wsb")
     failures = []
     for _ in range(attempts):
         boot_id = secrets.token_hex(16)
         workdir = os.path.join(root, boot_id)
-        guest = wsb_plan.plan(request, boot_dir=os.path.join(workdir, "boot"),
-                              rendezvous_dir=os.path.join(workdir, "rendezvous"),
-                              boot_id=boot_id, view=wsb_plan.DISK)
-        system32 = os.path.join(os.environ.get("SystemRoot", "C:\\Windows"), "System32")
-        launcher = wsb_launcher.choose(shutil.which, os.path.isfile, system32)
+        guest = _plan(request, workdir, boot_id)
+        launcher = _launcher()
         handle, secret = _start(launcher, guest, request, workdir)
         try:
             channel, hello = attach(os.path.join(workdir, "rendezvous"), secret, boot_id,
@@ -123,6 +120,17 @@ def boot_wsb(policy: Policy, ctx: CompileContext, *, attempts: int = boot.BOOT_A
         return boot.Session(request, handle, channel, hello)  # type: ignore[arg-type]
     raise SessionError("session_boot_failed", f"Windows Sandbox did not answer after "
                        f"{attempts} attempts: {failures[-1]}")
+
+
+def _plan(request: LaunchRequest, workdir: str, boot_id: str) -> wsb_plan.Plan:
+    return wsb_plan.plan(request, boot_dir=os.path.join(workdir, "boot"),
+                         rendezvous_dir=os.path.join(workdir, "rendezvous"), boot_id=boot_id,
+                         view=wsb_plan.DISK)
+
+
+def _launcher() -> wsb_launcher.Launcher:
+    system32 = os.path.join(os.environ.get("SystemRoot", "C:\\Windows"), "System32")
+    return wsb_launcher.choose(shutil.which, os.path.isfile, system32)
 
 
 def _start(launcher: wsb_launcher.Launcher, guest: wsb_plan.Plan, request: LaunchRequest,
@@ -265,15 +273,39 @@ class WindowsSandbox(Sandbox):
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
                  attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT) -> None:
-        if sys.platform != "win32":
-            raise UnavailableError("windows_sandbox_unavailable",
-                                   "Windows Sandbox runs on Windows hosts only")
+        _refuse_elsewhere()
         self._attempts, self._timeout = attempts, timeout
         super().__init__(policy, preset=preset, workspace=workspace)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
-        return boot_wsb(policy, ctx, attempts=self._attempts, timeout=self._timeout)
+        return boot_wsb(boot.agent_request(policy, ctx), attempts=self._attempts,
+                        timeout=self._timeout)
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
         return replace(super()._result(request, ending, duration), backend=BACKEND)
+
+
+class WindowsSandboxBackend(GuestBackend):
+    """Containment "vm" on Windows: each launch a fresh Windows Sandbox guest (registered by
+    vm/registration.py; the manager chooses it as any backend)."""
+
+    name = BACKEND
+    mechanism = "a Windows Sandbox guest running the session agent (docs/windows-sandbox.md)"
+    sandbox = WindowsSandbox
+
+    def probe(self) -> None:
+        _refuse_elsewhere()
+        _launcher()
+
+    def plan(self, agent: LaunchRequest) -> None:
+        _plan(agent, os.path.join(statedir.state_dir(), "wsb", "check"), "0" * 32)
+
+    def boot(self, agent: LaunchRequest) -> boot.Session:
+        return boot_wsb(agent)
+
+
+def _refuse_elsewhere() -> None:
+    if sys.platform != "win32":
+        raise UnavailableError("windows_sandbox_unavailable",
+                               "Windows Sandbox runs on Windows hosts only")
 

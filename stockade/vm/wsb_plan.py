@@ -16,7 +16,7 @@ occur in a write root) come through a `HostView`, so every policy shape is teste
 - Each protected name found in a write root is mapped again, read-only, over itself (a
   *freeze*); a protected file is refused for the same reason. `.git` is protected so too
   unless `filesystem.git` is "writable" (a guarded `.git` is kept whole here).
-- Paths are admitted with the Windows backend's rules (`admission.lexical_refusal`): canonical
+- Paths are admitted with the Windows backend's rules (`hostpaths.lexical_refusal`): canonical
   drive paths only, never UNC or device paths; and on `C:` only (the guest has one drive).
 """
 
@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
+from stockade.launch.hostpaths import inside_windows as inside
+from stockade.launch.hostpaths import lexical_refusal
 from stockade.launch.request import LaunchRequest
 from stockade.policy.model import protected_whole
-from stockade.windows.admission import inside, lexical_refusal
 
 GUEST_ROOT = "C:\\stockade"  # the guest's own folders; no host root may be mapped here
 GUEST_BOOT = GUEST_ROOT + "\\boot"  # read-only: the bootstrap, the guest entry, the masks

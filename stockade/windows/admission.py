@@ -2,7 +2,8 @@
 
 Two kinds of evidence, both judged by pure functions here:
 
-- the path as written (`lexical_refusal`): only canonical drive paths (`C:\\…`) are admitted.
+- the path as written (`lexical_refusal`, shared with compile and the Windows Sandbox driver:
+  stockade/launch/hostpaths.py): only canonical drive paths (`C:\\…`) are admitted.
   UNC paths (the server decides access), device and Win32-namespace paths (`\\\\?\\`, `\\\\.\\`,
   `\\??\\`), alternate data streams, reserved device names (`NUL`, `COM1`, …), components ending
   in a dot or a space (Win32 strips them, so they alias another name) and 8.3 short names
@@ -20,17 +21,17 @@ Two kinds of evidence, both judged by pure functions here:
 from __future__ import annotations
 
 import ntpath
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from stockade.launch.hostpaths import inside_windows as inside
+from stockade.launch.hostpaths import lexical_refusal
 from stockade.windows.constants import FILE_ATTRIBUTE_REPARSE_POINT
 
+__all__ = ["FILESYSTEMS", "Entry", "entry_refusal", "filesystem_refusal", "inside",
+           "lexical_refusal", "walk"]
+
 FILESYSTEMS = ("NTFS", "ReFS")  # the filesystems whose ACLs the backend relies on
-_DRIVE_PATH = re.compile(r"[A-Za-z]:\\")
-_RESERVED_CHARS = re.compile(r'[<>:"|?*\x00-\x1f]')
-_DEVICE_NAMES = re.compile(r"(con|prn|aux|nul|conin\$|conout\$|(com|lpt)[0-9¹²³])", re.IGNORECASE)
-_SHORT_NAME = re.compile(r"[^~.\\]{1,6}~[0-9]{1,6}(\.[^.\\]{0,3})?")
 
 
 @dataclass(frozen=True)
@@ -46,32 +47,6 @@ class Entry:
     @property
     def name(self) -> str:
         return ntpath.basename(self.path)
-
-
-def lexical_refusal(path: str, long_path: Callable[[str], str] | None = None) -> str | None:
-    """Why `path` is not admitted as written, or None. `long_path` (GetLongPathNameW on
-    Windows) confirms that a component shaped like an 8.3 short name is the real long name."""
-    if path[:4] in ("\\\\?\\", "\\\\.\\", "\\??\\", "//?/", "//./"):
-        return "device and Win32-namespace paths are not supported"
-    if path[:2] in ("\\\\", "//"):
-        return "UNC paths are not supported: the server decides access there"
-    if not _DRIVE_PATH.match(path):
-        return "only absolute drive paths (C:\\...) are supported"
-    if ntpath.normpath(path) != path or "/" in path:
-        return "the path is not in canonical form"
-    short = False
-    for part in path[3:].split("\\") if len(path) > 3 else ():
-        if part.endswith((".", " ")):
-            return f"component {part!r} ends in a dot or a space, which Windows strips"
-        if _RESERVED_CHARS.search(part):
-            return f"component {part!r} holds a reserved character (':' names a data stream)"
-        if _DEVICE_NAMES.fullmatch(part.split(".")[0].rstrip(" ")):
-            return f"component {part!r} is a reserved device name"
-        short = short or bool(_SHORT_NAME.fullmatch(part))
-    if short and (long_path is None or long_path(path).casefold() != path.casefold()):
-        return "a component looks like an 8.3 short name that the filesystem does not " \
-               "confirm as the long name"
-    return None
 
 
 def filesystem_refusal(name: str) -> str | None:
@@ -103,9 +78,3 @@ def walk(root: str, scan: Callable[[str], list[Entry]],
         yield entry
         if entry.is_dir and not entry.attributes & FILE_ATTRIBUTE_REPARSE_POINT:
             pending.extend(reversed(scan(entry.path)))
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether `path` is `root` or below it, comparing components without regard to case."""
-    path, root = path.casefold(), root.casefold().rstrip("\\")
-    return path == root or path.startswith(root + "\\")

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from stockade.errors import UnavailableError
-from stockade.launch.backend import Backend, Capability, Stdio
+from stockade.launch.backend import Backend, Capability, Stdio, refuse_other_containment
 from stockade.launch.request import LaunchRequest
 from stockade.windows import fsinfo, rules
 from stockade.windows.api import win32
 from stockade.windows.handle import WindowsHandle
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.probe import Attestation
+    from stockade.lifecycle.report import Row
+    from stockade.windows.probe import WindowsProbe
 
 # Windows 10 1809 / Server 2019: an AppContainer created with the mitigation-policy attribute
 # fails before it, and DeleteFileW's POSIX semantics, which the ledger relies on, start there.
@@ -36,11 +42,12 @@ class WindowsBackend(Backend):
             raise UnavailableError("windows_too_old", why)
         try:
             win32()
-        except AttributeError as exc:
+        except (AttributeError, OSError) as exc:  # (a function, or a whole DLL, missing)
             raise UnavailableError("backend_unavailable",
                                    f"a Win32 function is missing: {exc}") from None
 
     def check(self, request: LaunchRequest) -> None:
+        refuse_other_containment(request, self.name, "native")
         rules.check(request, fsinfo.long_path if sys.platform == "win32" else None)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> WindowsHandle:
@@ -48,6 +55,16 @@ class WindowsBackend(Backend):
 
     def report(self) -> list[Capability]:
         return REPORT
+
+    def readiness_probe(self) -> WindowsProbe:
+        from stockade.windows.probe import WindowsProbe
+
+        return WindowsProbe()
+
+    def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
+        from stockade.windows.report import rows
+
+        return rows(attestation, self)
 
 
 REPORT = [

@@ -56,7 +56,8 @@ from stockade.windows.structs import (
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
 )
 
-# facts.PROBE_LIMITS without file_size (Windows has no such limit, see rules.py).
+# The Linux probe's limits (linux/probe.py) without file_size (Windows has no such limit:
+# rules.py).
 PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PROBE_PIDS,
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
@@ -166,6 +167,9 @@ class WindowsProbe:
 
     def storage(self) -> None:
         return None  # no boot identity is bound yet: every process probes once
+
+    def explain(self, message: str) -> str:
+        return message
 
     def judge(self, observed: dict[str, object]) -> None:
         facts.judge(observed, EXPECTATIONS)

@@ -1,0 +1,64 @@
+"""How paths are compared and admitted, the same for every layer that needs it: compile (is a
+working directory inside a root?), the Windows backend (admission.py) and the Windows Sandbox
+driver (vm/wsb_plan.py). Pure, and importable everywhere.
+
+- `inside_posix`: canonical paths compared as strings, "/"-separated;
+- `inside_windows`: "\\"-separated components compared without regard to case;
+- `inside`: this host's;
+- `lexical_refusal`: why a Windows path is not admitted as written (only canonical drive
+  paths are: see stockade/windows/admission.py).
+"""
+
+from __future__ import annotations
+
+import ntpath
+import re
+import sys
+from collections.abc import Callable
+
+_DRIVE_PATH = re.compile(r"[A-Za-z]:\\")
+_RESERVED_CHARS = re.compile(r'[<>:"|?*\x00-\x1f]')
+_DEVICE_NAMES = re.compile(r"(con|prn|aux|nul|conin\$|conout\$|(com|lpt)[0-9¹²³])", re.IGNORECASE)
+_SHORT_NAME = re.compile(r"[^~.\\]{1,6}~[0-9]{1,6}(\.[^.\\]{0,3})?")
+
+
+def lexical_refusal(path: str, long_path: Callable[[str], str] | None = None) -> str | None:
+    """Why `path` is not admitted as written, or None. `long_path` (GetLongPathNameW on
+    Windows) confirms that a component shaped like an 8.3 short name is the real long name."""
+    if path[:4] in ("\\\\?\\", "\\\\.\\", "\\??\\", "//?/", "//./"):
+        return "device and Win32-namespace paths are not supported"
+    if path[:2] in ("\\\\", "//"):
+        return "UNC paths are not supported: the server decides access there"
+    if not _DRIVE_PATH.match(path):
+        return "only absolute drive paths (C:\\...) are supported"
+    if ntpath.normpath(path) != path or "/" in path:
+        return "the path is not in canonical form"
+    short = False
+    for part in path[3:].split("\\") if len(path) > 3 else ():
+        if part.endswith((".", " ")):
+            return f"component {part!r} ends in a dot or a space, which Windows strips"
+        if _RESERVED_CHARS.search(part):
+            return f"component {part!r} holds a reserved character (':' names a data stream)"
+        if _DEVICE_NAMES.fullmatch(part.split(".")[0].rstrip(" ")):
+            return f"component {part!r} is a reserved device name"
+        short = short or bool(_SHORT_NAME.fullmatch(part))
+    if short and (long_path is None or long_path(path).casefold() != path.casefold()):
+        return "a component looks like an 8.3 short name that the filesystem does not " \
+               "confirm as the long name"
+    return None
+
+
+
+
+def inside_windows(path: str, root: str) -> bool:
+    """Whether `path` is `root` or below it, comparing components without regard to case."""
+    path, root = path.casefold(), root.casefold().rstrip("\\")
+    return path == root or path.startswith(root + "\\")
+
+
+def inside_posix(path: str, root: str) -> bool:
+    """Whether `path` is `root` or lies below it (canonical paths, compared as strings)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+inside = inside_windows if sys.platform == "win32" else inside_posix
