@@ -1,6 +1,8 @@
-"""`stockade evidence`, run here: every row asserted on its own (a failing row names itself,
-an ERROR is no pass), with its positive control, and the generated document checked against the
-current rows. Each layer switched off in turn: tests/test_evidence_mutations.py.
+"""`stockade evidence`, run here, in each isolation (the namespaces and the landlock tier):
+every row asserted on its own (a failing row names itself, an ERROR is no pass), with its
+positive control, and the generated documents checked against the current rows; in the tier,
+each row not enforced agrees with the tier's enforcement report, row for row. Each layer
+switched off in turn: tests/test_evidence_mutations.py.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,70 +20,112 @@ from conftest import unavailable
 
 from stockade.errors import UnavailableError
 from stockade.evidence.command import EXIT_FAILED, EXIT_INCOMPLETE, exit_status
+from stockade.evidence.judges import NotEnforced
 from stockade.evidence.rows import ROWS
 from stockade.evidence.runner import Matrix, Verdict, run_matrix, select
+from stockade.evidence.tier_rows import rows_for
 from stockade.linux.backend import LinuxBackend
+from stockade.policy.model import ISOLATIONS
 
 TREE = Path(__file__).resolve().parent.parent
-DOC = TREE / "docs" / "evidence-linux.md"
+DOCS = {"namespaces": TREE / "docs" / "evidence-linux.md",
+        "landlock": TREE / "docs" / "evidence-landlock.md"}
 ROOT = os.getuid() == 0
 IDS = [row.id for row in ROWS]
+CASES = [(isolation, row.id) for isolation in ISOLATIONS for row in rows_for(isolation)]
+Run = Callable[[str], tuple[Matrix, int]]
 
 
 @pytest.fixture(scope="module")
-def evidence_run(linux: None, readme_checkout, tmp_path_factory) -> tuple[Matrix, int]:
-    """`stockade evidence --json` as a user runs it: from the README's install (not editable,
-    tests/checkout.py), so that a file it needs but the package lacks fails its row; the
-    matrix and the exit status."""
-    done = subprocess.run([str(readme_checkout.bin / "stockade"), "evidence", "--json"],
-                          capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path_factory.mktemp("evidence"))
-    assert done.stdout, done.stderr
-    return Matrix.from_json(json.loads(done.stdout)), done.returncode
+def evidence_run(linux: None, readme_checkout, tmp_path_factory) -> Run:
+    """`stockade evidence --isolation ISOLATION --json` as a user runs it: from the README's
+    install (not editable, tests/checkout.py), so that a file it needs but the package lacks
+    fails its row; the matrix and the exit status (each isolation run once, when first
+    asked for)."""
+    runs: dict[str, tuple[Matrix, int]] = {}
+
+    def run(isolation: str) -> tuple[Matrix, int]:
+        if isolation not in runs:
+            done = subprocess.run(
+                [str(readme_checkout.bin / "stockade"), "evidence", "--json", "--isolation",
+                 isolation], capture_output=True, text=True, timeout=600,
+                cwd=tmp_path_factory.mktemp("evidence"))
+            assert done.stdout, done.stderr
+            runs[isolation] = Matrix.from_json(json.loads(done.stdout)), done.returncode
+        return runs[isolation]
+    return run
 
 
-@pytest.fixture(scope="module")
-def matrix(evidence_run: tuple[Matrix, int]) -> Matrix:
-    return evidence_run[0]
-
-
-def test_the_command_exits_as_its_rows_say(evidence_run: tuple[Matrix, int]) -> None:
-    matrix, status = evidence_run
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_command_exits_as_its_rows_say(evidence_run: Run, isolation: str) -> None:
+    matrix, status = evidence_run(isolation)
     assert status == exit_status(matrix, allow_not_run=False)
 
 
 # Rows whose layer exists only as root (the kernel lets only host root set it): rootless the
 # report must not claim the layer.
 ROOT_ONLY_FEATURES = {"fs.memfd-exec": "filesystem.memfd_exec"}
-ROOT_ONLY = {row.id: row.root_only for row in ROWS if row.root_only}
 
 
-@pytest.mark.parametrize("row_id", IDS)
-def test_row(matrix: Matrix, row_id: str) -> None:
-    """Each row passes, with its positive control and (where a switch can) its proof; a row
-    that means nothing rootless says so, not-run with its reason."""
+@pytest.mark.parametrize(("isolation", "row_id"), CASES)
+def test_row(evidence_run: Run, isolation: str, row_id: str) -> None:
+    """Each row passes, with its positive control and (where a switch can) its proof, or, in
+    the landlock tier, is shown not enforced there; a row that means nothing rootless says so,
+    not-run with its reason."""
+    matrix, _ = evidence_run(isolation)
     verdict = next(v for v in matrix.verdicts if v.id == row_id)
-    row = next(row for row in ROWS if row.id == row_id)
-    if row_id in ROOT_ONLY and not ROOT:
-        assert verdict.status == "not-run" and ROOT_ONLY[row_id] in verdict.observed
-        if row_id in ROOT_ONLY_FEATURES:
+    row = next(row for row in rows_for(isolation) if row.id == row_id)
+    if row.root_only and not ROOT:
+        assert verdict.status == "not-run" and row.root_only in verdict.observed
+        if row_id in ROOT_ONLY_FEATURES and isolation == "namespaces":
             report = {c.name: c for c in LinuxBackend().report()}
             assert not report[ROOT_ONLY_FEATURES[row_id]].enforced
         return
     if verdict.status == "not-run":
         unavailable(f"{row_id}: {verdict.verdict}")
+    if isinstance(row.expect, NotEnforced):
+        assert verdict.status == "not-enforced", f"{row_id}: {verdict.observed}"
+        return
     assert verdict.status == "pass", f"{row_id}: {verdict.observed}"
     assert verdict.controlled or row.uncontrolled, f"{row_id}: {verdict.control}"
     assert verdict.mutations or row.unproven, row_id
 
 
-def test_the_matrix_runs_every_row(matrix: Matrix) -> None:
-    assert [v.id for v in matrix.verdicts] == IDS  # (its duration is bench/'s to measure)
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_matrix_runs_every_row(evidence_run: Run, isolation: str) -> None:
+    matrix, _ = evidence_run(isolation)  # (its duration is bench/'s to measure)
+    assert [v.id for v in matrix.verdicts] == [row.id for row in rows_for(isolation)]
 
 
-def document_table() -> tuple[list[str], list[dict[str, str]]]:
-    """The header and rows of the document's `## Rows` table."""
-    table = DOC.read_text().split("\n## Rows\n", 1)[1]
+def test_the_tier_runs_every_row_but_the_guests() -> None:
+    assert [row.id for row in rows_for("landlock")] == [row.id for row in ROWS
+                                                         if row.category != "vm"]
+
+
+def test_the_tier_and_its_report_agree_row_for_row(evidence_run: Run, readme_checkout) -> None:
+    """Each tier row names the row of `stockade report --isolation landlock` it attests: a row
+    that passes, one the report calls enforced (or partial); a row not enforced, one the
+    report calls unavailable (or partial), and its reason says why."""
+    matrix, _ = evidence_run("landlock")
+    done = subprocess.run([str(readme_checkout.bin / "stockade"), "report", "--isolation",
+                           "landlock", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)["backends"]
+    assert report["name"] == "linux-landlock" and report["ready"], report
+    said = {row["name"]: row for row in report["capabilities"]}
+    for verdict in matrix.verdicts:
+        assert verdict.capability in said, verdict.id
+        status = said[verdict.capability]["status"]
+        if verdict.status == "pass":
+            assert status in ("enforced", "partial"), (verdict.id, said[verdict.capability])
+        elif verdict.status == "not-enforced":
+            assert status in ("unavailable", "partial"), (verdict.id, said[verdict.capability])
+            assert said[verdict.capability]["reason"], verdict.id
+
+
+def document_table(isolation: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of the isolation's document's `## Rows` table."""
+    table = DOCS[isolation].read_text().split("\n## Rows\n", 1)[1]
     lines = [line.strip() for line in table.splitlines() if line.startswith("|")]
 
     def cells(line: str) -> list[str]:
@@ -90,19 +135,25 @@ def document_table() -> tuple[list[str], list[dict[str, str]]]:
     return header, [dict(zip(header, cells(line), strict=True)) for line in lines[2:]]
 
 
-def test_the_document_lists_exactly_the_current_rows() -> None:
-    _, rows = document_table()
-    assert [row["id"].strip("`") for row in rows] == IDS, \
-        "regenerate it: python3 scripts/evidence_doc.py"
+REGENERATE = {"namespaces": "regenerate it: python3 scripts/evidence_doc.py",
+              "landlock": "regenerate it: python3 scripts/evidence_doc.py --isolation landlock"}
 
 
-def test_the_document_shows_this_runs_verdicts(matrix: Matrix) -> None:
-    header, rows = document_table()
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_document_lists_exactly_the_current_rows(isolation: str) -> None:
+    _, rows = document_table(isolation)
+    assert [row["id"].strip("`") for row in rows] == [row.id for row in rows_for(isolation)], \
+        REGENERATE[isolation]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_document_shows_this_runs_verdicts(evidence_run: Run, isolation: str) -> None:
+    matrix, _ = evidence_run(isolation)
+    header, rows = document_table(isolation)
     column = "root" if ROOT else "rootless"
     assert column in header, f"the document has no {column} run"
     documented = {row["id"].strip("`"): row[column] for row in rows}
-    assert documented == {v.id: v.verdict for v in matrix.verdicts}, \
-        "regenerate it: python3 scripts/evidence_doc.py"
+    assert documented == {v.id: v.verdict for v in matrix.verdicts}, REGENERATE[isolation]
 
 
 class Unavailable(LinuxBackend):

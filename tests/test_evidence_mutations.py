@@ -1,12 +1,13 @@
-"""The mutation test of the evidence matrix: each layer switch the rows name (rows.py `proven`)
-is switched off alone, and the rows it could touch — every row that names one of its layers —
-run under it. Exactly the rows that declare the mutation (or one within it) must FAIL; every
-other one must still pass, refused by a mechanism it names (a second layer holds). A matrix
-whose rows cannot fail, or fail for another layer than they say, would prove nothing.
+"""The mutation test of the evidence matrix, in each isolation: each layer switch the rows name
+(rows.py and tier_rows.py `proven`) is switched off alone, and the rows it could touch — every
+row that names one of its layers — run under it. Exactly the rows that declare the mutation (or
+one within it) must FAIL; every other one must still pass, refused by a mechanism it names (a
+second layer holds). A matrix whose rows cannot fail, or fail for another layer than they say,
+would prove nothing.
 
 Each mutation is one run of its rows, without positive controls (the evidence run has them),
 four mutations at a time (each launch is a sandbox of its own; the host-side checks look only at
-their own scene's processes and files), so the whole test takes about a minute or two here.
+their own scene's processes and files), so each isolation's test takes about a minute or two.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from stockade.evidence.judges import NotEnforced
 from stockade.evidence.row import Row
-from stockade.evidence.rows import ROWS
 from stockade.evidence.runner import Matrix, run_matrix
+from stockade.evidence.tier_rows import TIER_LAYERS, rows_for
+from stockade.launch.manager import isolated
 from stockade.linux.backend import LinuxBackend
 from stockade.linux.frame import WEAKENINGS, switched_off
+from stockade.policy.model import ISOLATIONS
 
 ROOT = os.getuid() == 0
 
@@ -29,29 +33,42 @@ def runnable(row: Row) -> bool:
     return not (row.root_only and not ROOT) and row.category != "vm"
 
 
-RUNNABLE = tuple(row for row in ROWS if runnable(row))
-MUTATIONS = sorted({m.layers for row in RUNNABLE for m in row.mutations()}, key=sorted)
+RUNNABLE = {isolation: tuple(row for row in rows_for(isolation) if runnable(row))
+            for isolation in ISOLATIONS}
+MUTATIONS = [(isolation, layers) for isolation in ISOLATIONS
+             for layers in sorted({m.layers for row in RUNNABLE[isolation]
+                                   for m in row.mutations()}, key=sorted)]
 
 
-def touched(layers: frozenset[str]) -> tuple[Row, ...]:
+def touched(isolation: str, layers: frozenset[str]) -> tuple[Row, ...]:
     """The rows that name one of the layers off with `layers` in a mutation of theirs here."""
-    off = switched_off(layers)
-    return tuple(row for row in RUNNABLE if any(m.layers & off for m in row.mutations()))
+    off = switched_off(layers, isolation)
+    return tuple(row for row in RUNNABLE[isolation]
+                 if any(m.layers & off for m in row.mutations()))
 
 
-def declared(layers: frozenset[str]) -> set[str]:
+def declared(isolation: str, layers: frozenset[str]) -> set[str]:
     """The rows that must fail with `layers` off: a mutation of theirs lies within what is
     off with them."""
-    off = switched_off(layers)
-    return {row.id for row in RUNNABLE if any(m.layers <= off for m in row.mutations())}
+    off = switched_off(layers, isolation)
+    return {row.id for row in RUNNABLE[isolation]
+            if any(m.layers <= off for m in row.mutations())}
 
 
-def test_every_row_is_proven_or_says_why_not() -> None:
-    for row in ROWS:
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_every_row_is_proven_or_says_why_not(isolation: str) -> None:
+    honoured = WEAKENINGS if isolation == "namespaces" else TIER_LAYERS
+    for row in rows_for(isolation):
         assert row.mutations() or row.unproven, row.id
         for mutation in row.proven_by:
-            assert mutation.layers <= WEAKENINGS, (row.id, mutation.layers - WEAKENINGS)
+            assert mutation.layers <= honoured, (row.id, mutation.layers - honoured)
         assert row.control is not None or row.uncontrolled, row.id
+        if isinstance(row.expect, NotEnforced):  # (a gap is shown by its own run)
+            assert not row.proven_by and row.control is None, row.id
+
+
+def test_the_tier_honours_only_real_switches() -> None:
+    assert TIER_LAYERS <= WEAKENINGS
 
 
 # Switches no row can show, and why.
@@ -63,7 +80,8 @@ UNSHOWN = {
 
 
 def test_every_switch_proves_a_row_or_says_why_not() -> None:
-    named = {layer for row in ROWS for m in row.proven_by for layer in m.layers}
+    named = {layer for isolation in ISOLATIONS for row in rows_for(isolation)
+             for m in row.proven_by for layer in m.layers}
     assert WEAKENINGS - named == set(UNSHOWN), "a switch no row is proven by"
 
 
@@ -71,21 +89,26 @@ PARALLEL = 4  # mutations run at once (most of their time is waiting for a deadl
 
 
 @pytest.fixture(scope="module")
-def mutated(linux: None) -> dict[frozenset[str], Matrix]:
+def mutated(linux: None) -> dict[tuple[str, frozenset[str]], Matrix]:
     """Each mutation's run of the rows it touches."""
-    def run(layers: frozenset[str]) -> Matrix:
-        return run_matrix(LinuxBackend(weaken=layers), touched(layers), controls=False)
+    def run(case: tuple[str, frozenset[str]]) -> Matrix:
+        isolation, layers = case
+        backend = isolated(LinuxBackend(weaken=layers), isolation)
+        return run_matrix(backend, touched(isolation, layers), controls=False)
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(zip(MUTATIONS, pool.map(run, MUTATIONS), strict=True))
 
 
-@pytest.mark.parametrize("layers", MUTATIONS, ids=lambda layers: "+".join(sorted(layers)))
+@pytest.mark.parametrize(("isolation", "layers"), MUTATIONS,
+                         ids=lambda value: value if isinstance(value, str)
+                         else "+".join(sorted(value)))
 def test_a_switched_off_layer_fails_exactly_its_rows(
-        mutated: dict[frozenset[str], Matrix], layers: frozenset[str]) -> None:
-    rows = touched(layers)
-    matrix = mutated[layers]
+        mutated: dict[tuple[str, frozenset[str]], Matrix], isolation: str,
+        layers: frozenset[str]) -> None:
+    rows = touched(isolation, layers)
+    matrix = mutated[isolation, layers]
     failed = {v.id for v in matrix.verdicts if v.status == "FAIL"}
-    expected = declared(layers) & {row.id for row in rows}
+    expected = declared(isolation, layers) & {row.id for row in rows}
     wrong = {v.id: f"{v.status}: {v.observed}" for v in matrix.verdicts
              if (v.id in expected) != (v.status == "FAIL") or v.status not in ("pass", "FAIL")}
     assert not wrong, wrong

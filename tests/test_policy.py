@@ -384,11 +384,11 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
      'expected a duration such as "90s", "1m30s" or 90, got "forever"'),
     (doc(limits={"timeout": -5}), "limits.timeout", "expected a positive duration, got -5"),
     (doc(limits={"pids": True}), "limits.pids",
-     "expected a whole number of processes from 1 to 4194304, got true"),
+     "expected a whole number of processes from 1 to 4194304, or \"unlimited\", got true"),
     (doc(limits={"pids": 0}), "limits.pids",
-     "expected a whole number of processes from 1 to 4194304, got 0"),
+     "expected a whole number of processes from 1 to 4194304, or \"unlimited\", got 0"),
     (doc(limits={"pids": 2.0}), "limits.pids",
-     "expected a whole number of processes from 1 to 4194304, got 2.0"),
+     "expected a whole number of processes from 1 to 4194304, or \"unlimited\", got 2.0"),
     (doc(limits={"cpu": "2"}), "limits.cpu",
      'expected a number of cores such as 2 or 0.5, got "2"'),
     (doc(limits={"cpu": False}), "limits.cpu",
@@ -413,12 +413,25 @@ def test_refused(document: Any, key: str, message: str) -> None:
     assert error.exit_code == 2
 
 
+def test_a_presets_pids_limit_can_be_lifted_and_stays_lifted() -> None:
+    """`limits.pids = "unlimited"` lifts a base's limit (the landlock tier cannot bind root's
+    processes); written back, it says so, or the preset's would return."""
+    policy = parse_policy({"version": 1, "preset": "workspace-write",
+                           "limits": {"pids": "unlimited"}})
+    assert policy.limits.pids is None
+    document = policy_to_document(policy)
+    assert document["limits"]["pids"] == "unlimited"
+    assert parse_policy(json.loads(json.dumps(document))) == policy
+    assert "pids" not in policy_to_document(parse_policy({"version": 1}))["limits"]
+    assert refused(doc(limits={"memory": "unlimited"})).key == "limits.memory"
+
+
 def test_error_without_file_or_key() -> None:
     assert str(refused([])) == (
         "policy_invalid: expected the policy document to be a table (a JSON object), got an array")
     assert str(refused(doc(limits={"pids": 0}))) == (
         "policy_invalid: limits.pids: "
-        "expected a whole number of processes from 1 to 4194304, got 0")
+        'expected a whole number of processes from 1 to 4194304, or "unlimited", got 0')
 
 
 def test_env_set_value_never_in_message() -> None:

@@ -21,14 +21,15 @@ DOC = REPO / "docs" / "enforcement-linux.md"
 CAPABILITIES = [
     "namespaces", "privileges", "landlock", "seccomp",
     "filesystem.read", "filesystem.write", "filesystem.deny", "filesystem.protected",
-    "filesystem.git", "filesystem.exec_from_write", "filesystem.memfd_exec",
-    "filesystem.privilege_bits", "stockade_state",
+    "filesystem.git", "filesystem.exec_from_write", "filesystem.metadata",
+    "filesystem.memfd_exec", "filesystem.privilege_bits", "stockade_state",
     "network.none", "network.tcp", "network.udp", "network.dns", "network.loopback",
     "network.link_local", "network.unix_sockets", "network.address_families",
     "network.inherited_sockets",
     "network.allowlist", "network.any",
     "env", "limits.memory", "limits.pids", "limits.file_size", "limits.cpu", "limits.timeout",
-    "limits.output", "kill_on_close", "nested_namespaces", "ptrace", "tty_injection",
+    "limits.output", "kill_on_close", "nested_namespaces", "host_processes", "ptrace",
+    "tty_injection",
     "containment.vm",
 ]
 linux = pytest.mark.usefixtures("linux")

@@ -284,6 +284,30 @@ def test_landlock_tier_refuses_what_it_cannot_enforce(ws):
         assert info.value.code == "unenforceable:limits.pids"
 
 
+def test_landlock_tier_runs_a_preset_with_its_pids_limit_lifted(ws, tmp_path):
+    """Every preset sets limits.pids, which the tier cannot bind as root: there the refusal
+    names the knob that lifts it, and a policy that does runs (rootless, both run)."""
+    workspace, _ = ws
+    lifted = tmp_path / "lifted.toml"
+    lifted.write_text('version = 1\npreset = "workspace-write"\n[limits]\npids = "unlimited"\n')
+    plain = tmp_path / "plain.toml"
+    plain.write_text('version = 1\npreset = "workspace-write"\n')
+    runs = {}
+    for name, policy in (("lifted", lifted), ("plain", plain)):
+        runs[name] = subprocess.run(
+            [STOCKADE, "run", "--isolation", "landlock", "--policy", str(policy),
+             "--workspace", str(workspace), "--", "sh", "-c", f"echo ok > {name}"],
+            capture_output=True, text=True, timeout=BOUND)
+    assert runs["lifted"].returncode == 0, runs["lifted"].stderr
+    assert (workspace / "lifted").read_text() == "ok\n"
+    if ROOT:
+        assert runs["plain"].returncode == 70
+        assert 'limits.pids = "unlimited"' in runs["plain"].stderr
+        assert not (workspace / "plain").exists()
+    else:
+        assert runs["plain"].returncode == 0, runs["plain"].stderr
+
+
 def test_a_landlock_tier_process_is_not_served_by_stockade_servers(ws, tmp_path):
     """peer.py cannot see a Landlock domain, but a process of the tier differs from a server
     in its seccomp filter and no_new_privs: refused. (Its unix sockets are let through by a

@@ -10,6 +10,7 @@ from typing import Any
 from stockade.cli.common import no_command, subcommand
 from stockade.errors import EXIT_SETUP, StockadeError, UnavailableError
 from stockade.launch import registry
+from stockade.policy.model import ISOLATIONS
 
 
 def add_demo(commands: Any) -> None:
@@ -78,10 +79,14 @@ def add_report(commands: Any) -> None:
     shape = report.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="print JSON instead of a table")
     shape.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    report.add_argument("--isolation", choices=ISOLATIONS, default=ISOLATIONS[0],
+                        help="report this isolation of the backend (landlock: the tier without "
+                             "namespaces, what it enforces and what it does not)")
 
 
 def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
+    from stockade.launch.manager import isolated
     from stockade.lifecycle.probe import probe
     from stockade.lifecycle.report import build
 
@@ -89,9 +94,9 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     native = registry.native()
     for entry in registry.entries(registry.NATIVE):
         try:
-            backend = registry.create(entry)
+            backend = isolated(registry.create(entry), args.isolation)
         except StockadeError:
-            continue  # another platform's, which cannot even be loaded here
+            continue  # another platform's, which cannot even be loaded here (or has no tier)
         attestation = probe(backend)
         if entry is native or attestation.ready:  # another platform's only if it runs here
             reports.append(build(attestation, backend))

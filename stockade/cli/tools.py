@@ -10,6 +10,7 @@ from typing import Any
 
 from stockade.cli.common import no_command, subcommand
 from stockade.launch import registry
+from stockade.policy.model import ISOLATIONS
 from stockade.policy.units import parse_duration
 
 LOG_NAME = "daemon.log"  # a background daemon's stderr, beside its socket
@@ -52,6 +53,10 @@ def add_evidence(commands: Any) -> None:
     backends = registry.names(registry.NATIVE)
     evidence.add_argument("--backend", choices=backends, default=backends[0],
                           help="the backend to attack (default %(default)s)")
+    evidence.add_argument("--isolation", choices=ISOLATIONS, default=ISOLATIONS[0],
+                          help="the backend's isolation to attack (landlock: the tier without "
+                               "namespaces; rows it does not enforce say so, as its report "
+                               "does)")
 
 
 def _evidence(args: argparse.Namespace, command: list[str] | None) -> int:
@@ -61,7 +66,7 @@ def _evidence(args: argparse.Namespace, command: list[str] | None) -> int:
     output = "json" if args.json else "markdown" if args.markdown else "text"
     backend = registry.create(registry.entry(args.backend))
     return evidence.main(backend, output=output, only=args.only,
-                         allow_not_run=args.allow_not_run)
+                         allow_not_run=args.allow_not_run, isolation=args.isolation)
 
 
 def add_agent(commands: Any) -> None:

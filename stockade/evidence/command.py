@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from stockade.errors import UsageError
 from stockade.evidence.report import markdown, summary, text_line
 from stockade.evidence.row import CATEGORIES
-from stockade.evidence.rows import ROWS
 from stockade.evidence.runner import Matrix, run_matrix, select
+from stockade.evidence.tier_rows import rows_for
 from stockade.launch.backend import Backend
+from stockade.launch.manager import isolated
 
 EXIT_FAILED = 1       # a row FAILed: the sandbox did not hold
 EXIT_INCOMPLETE = 3   # no row failed, but some could not run here (see --allow-not-run)
@@ -20,16 +21,17 @@ EXIT_ERROR = 4        # no row failed, but some showed nothing (ERROR: not a pas
 
 
 def main(backend: Backend, *, output: str = "text", only: Sequence[str] = (),
-         allow_not_run: bool = False) -> int:
-    """Run the rows selected by `only` (categories or row ids) and print them as `output`
-    (text, as they come; json; markdown). Returns the exit status."""
-    known = set(CATEGORIES) | {row.id for row in ROWS}
+         allow_not_run: bool = False, isolation: str = "namespaces") -> int:
+    """Run the rows selected by `only` (categories or row ids) in `backend`'s `isolation` and
+    print them as `output` (text, as they come; json; markdown). Returns the exit status."""
+    rows = rows_for(isolation)
+    known = set(CATEGORIES) | {row.id for row in rows}
     unknown = sorted(set(only) - known)
     if unknown:
         raise UsageError(f"--only {unknown[0]}: not a category ({', '.join(CATEGORIES)}) "
                          "or a row id")
     on_verdict = (lambda v: print(text_line(v), flush=True)) if output == "text" else None
-    matrix = run_matrix(backend, select(only), on_verdict)
+    matrix = run_matrix(isolated(backend, isolation), select(only, rows), on_verdict)
     if output == "json":
         print(json.dumps(matrix.to_json(), indent=2))
     elif output == "markdown":

@@ -136,6 +136,10 @@ class Expect(abc.ABC):
             return Finding(False, f"the control could not launch: {launch.error}")
         return worked_everywhere(launch.result, attempted, name)
 
+    def refused_with(self, code: str) -> bool:
+        """Whether a launch refused with `code` before it ran is what this row expects."""
+        return False
+
 
 @dataclass(frozen=True)
 class Denied(Expect):
@@ -356,3 +360,39 @@ class RefusedBefore(Expect):
 
     def describe(self) -> str:
         return f"the launch refused: {self.code}"
+
+    def refused_with(self, code: str) -> bool:
+        return code == self.code
+
+
+@dataclass(frozen=True)
+class NotEnforced(Expect):
+    """What the row attacks is not enforced by the isolation it runs in, as the row of the
+    enforcement report named `capability` says: the policy is refused, typed (`refused`), or
+    the attack runs and at least one attempt works there (the gap is shown, not assumed; one
+    refused everywhere means the report is out of date). Its verdict is `not-enforced`, never
+    a pass."""
+
+    capability: str
+    refused: str = ""
+
+    def judge(self, row: Row, scene: Scene, launch: Launch) -> Finding:
+        if self.refused:
+            if launch.error is not None and launch.error.code == self.refused:
+                return Finding(True, f"the policy is refused: {self.refused}")
+            return error(f"expected the refusal {self.refused}, but "
+                         f"{launch.error or 'it ran'}")
+        if launch.result is None:
+            return error(f"the launch failed: {launch.error}")
+        shown = worked_everywhere(launch.result, {}, str)
+        if not shown.ok:
+            return error(f"the report says {self.capability} is not enforced here, but "
+                         f"{shown.text}: is the report out of date?")
+        return Finding(True, f"not enforced ({self.capability}): {shown.text}")
+
+    def describe(self) -> str:
+        how = f"the policy refused, {self.refused}" if self.refused else "the attack works"
+        return f"not enforced here ({how}), as the report's {self.capability} says"
+
+    def refused_with(self, code: str) -> bool:
+        return code == self.refused

@@ -67,13 +67,16 @@ def _with_scene_values(value: Any, scene: Scene) -> Any:
 
 
 def policy_for(row: Row, scene: Scene) -> Policy:
-    """The row's preset with its overrides, plus read access to the attacks and Python."""
+    """The row's preset with its overrides, plus read access to the attacks and Python, in
+    the row's isolation."""
     base = preset(row.preset)
-    document = {section: dict(_with_scene_values(values, scene))
-                for section, values in row.policy.items()}
+    document: dict[str, Any] = {section: dict(_with_scene_values(values, scene))
+                                for section, values in row.policy.items()}
     filesystem = document.setdefault("filesystem", {})
     extra = [str(ATTACKS), interpreter()[1], *scene.read_roots, *filesystem.get("read", [])]
     filesystem["read"] = [*base.filesystem.read, *extra]
+    if row.isolation != base.isolation:
+        document["isolation"] = row.isolation
     return merge(base, document, file=f"evidence row {row.id}")
 
 
@@ -213,15 +216,16 @@ def _answers(path: Path) -> bool:
 CALLER = """
 import json, os, sys
 from stockade.errors import StockadeError
-from stockade.launch.manager import execute
+from stockade.launch.manager import execute, isolated
 from stockade.launch.request import LaunchRequest
 from stockade.linux import zygote
 from stockade.linux.backend import LinuxBackend
 weaken = frozenset(filter(None, sys.argv[2].split(",")))
 zygote.fork_directly()
+request = LaunchRequest.decode(sys.argv[1].encode())
 try:
-    summary = execute(LinuxBackend(weaken=weaken), LaunchRequest.decode(sys.argv[1].encode()),
-                      stdio_inherit=True).to_json()
+    backend = isolated(LinuxBackend(weaken=weaken), request.isolation)
+    summary = execute(backend, request, stdio_inherit=True).to_json()
 except StockadeError as exc:
     summary = {"error": exc.code, "message": exc.message}
 with os.fdopen(int(sys.argv[3]), "w") as out:
@@ -382,7 +386,7 @@ def owner_killed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     def sandboxed() -> int:  # the caller's own command line carries the marker too
         return len(set(processes_with(scene.marker)) - {owner})
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # (a bound, not a wait: a loaded host starts slowly)
     while sandboxed() < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     running = sandboxed()

@@ -12,6 +12,8 @@ STATUS_WIDTH = 8
 def text_line(verdict: Verdict) -> str:
     """One row: verdict, id, what was tried, what was observed."""
     head = f"{verdict.status:<{STATUS_WIDTH}} {verdict.id:<26} {verdict.attempt}"
+    if verdict.status == "not-enforced":
+        return f"{head}\n{'':<{STATUS_WIDTH}} {'':<26} -> {verdict.observed}"
     seen = verdict.verdict if verdict.status == "not-run" else verdict.observed
     pad = f"{'':<{STATUS_WIDTH}} {'':<26}"
     proof = ", ".join(verdict.mutations) or f"none ({verdict.unproven or 'not here'})"
@@ -25,7 +27,9 @@ def summary(matrix: Matrix) -> str:
     """The closing lines: counts, completeness and the total run time."""
     host = matrix.host
     counts = (f"{matrix.count('pass')} passed, {matrix.count('FAIL')} failed, "
-              f"{matrix.count('ERROR')} errors, {matrix.count('not-run')} not run; "
+              f"{matrix.count('ERROR')} errors, {matrix.count('not-run')} not run"
+              + (f", {matrix.count('not-enforced')} not enforced by this isolation"
+                 if matrix.count("not-enforced") else "") + "; "
               f"{matrix.proven} proven, {matrix.controlled} controlled")
     return (f"{counts} — {len(matrix.verdicts)} rows in {matrix.seconds:.1f}s "
             f"({host['mode']}, uid {host['uid']}, kernel {host['kernel']}, "
@@ -55,9 +59,11 @@ def markdown_rows(runs: Sequence[tuple[str, Matrix]]) -> str:
     the observation shown is the first run's."""
     first = runs[0][1]
     columns = " | ".join(label for label, _ in runs)
-    lines = [f"| id | category | attempt | expected | {columns} | proven by switching off "
-             f"({runs[0][0]}) | observed ({runs[0][0]}) |",
-             "| --- " * (6 + len(runs)) + "|"]
+    report = any(v.capability for v in first.verdicts)  # (a tier's rows name its report's)
+    lines = [f"| id | category | attempt | expected | {columns} | "
+             + ("report row | " if report else "")
+             + f"proven by switching off ({runs[0][0]}) | observed ({runs[0][0]}) |",
+             "| --- " * (6 + report + len(runs)) + "|"]
     by_run = [{v.id: v for v in matrix.verdicts} for _, matrix in runs]
     for verdict in first.verdicts:
         cells = [by_id[verdict.id].verdict if verdict.id in by_id else "absent"
@@ -66,9 +72,10 @@ def markdown_rows(runs: Sequence[tuple[str, Matrix]]) -> str:
         if verdict.control:
             observed += f" \u2014 control: {verdict.control}"
         proof = ", ".join(verdict.mutations) or f"none: {verdict.unproven or 'not on this host'}"
+        capability = [f"`{verdict.capability}`"] if report else []
         lines.append("| " + " | ".join(_cell(text) for text in (
             f"`{verdict.id}`", verdict.category, verdict.attempt, verdict.expected, *cells,
-            proof, observed)) + " |")
+            *capability, proof, observed)) + " |")
     return "\n".join(lines)
 
 

@@ -133,6 +133,8 @@ class Row:
     control: Control | None = ON_HOST
     uncontrolled: str = ""       # why the attack cannot be shown to work anywhere, if so
     root_only: str = ""          # why the row means nothing rootless, if it does not
+    isolation: str = "namespaces"  # the policy's isolation (the landlock tier: tier_rows.py)
+    capability: str = ""         # the row of `stockade report` it attests (tier rows)
 
     def __post_init__(self) -> None:
         if not self.proven_by and not self.unproven:

@@ -21,7 +21,7 @@ from typing import Any
 
 from stockade.errors import UnavailableError, UnenforceableError
 from stockade.evidence import launches
-from stockade.evidence.judges import RefusedBefore, attempts
+from stockade.evidence.judges import NotEnforced, attempts
 from stockade.evidence.row import Launch, Row
 from stockade.evidence.rows import ROWS
 from stockade.evidence.scene import NotRunnable, Scene
@@ -30,7 +30,7 @@ from stockade.launch.backend import Backend
 
 OBSERVED_LIMIT = 400  # characters of the child's side kept in a verdict
 DEADLINE = 60.0  # seconds a row's launch may take before the runner ends it
-STATUSES = ("pass", "FAIL", "ERROR", "not-run")
+STATUSES = ("pass", "FAIL", "ERROR", "not-run", "not-enforced")
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,14 @@ class Verdict:
     category: str
     attempt: str
     expected: str
-    status: str        # pass | FAIL | ERROR | not-run
+    status: str        # pass | FAIL | ERROR | not-run | not-enforced (by this isolation)
     observed: str      # for not-run: the reason
     seconds: float
     mutations: tuple[str, ...] = ()  # the switch sets that make this row fail here
     unproven: str = ""               # why none can, if none does
     control: str = ""                # what the positive control showed ("" if it did not run)
     controlled: bool = False         # it ran, and the attack worked there
+    capability: str = ""             # the enforcement report's row it attests (tier rows)
 
     @property
     def verdict(self) -> str:
@@ -78,6 +79,7 @@ class Matrix:
         return {"host": self.host, "seconds": round(self.seconds, 2),
                 "passed": self.count("pass"), "failed": self.count("FAIL"),
                 "errors": self.count("ERROR"), "not_run": self.count("not-run"),
+                "not_enforced": self.count("not-enforced"),
                 "proven": self.proven, "controlled": self.controlled,
                 "rows": [asdict(v) | {"verdict": v.verdict, "seconds": round(v.seconds, 2)}
                          for v in self.verdicts]}
@@ -92,10 +94,10 @@ class Matrix:
         return cls(verdicts, document["seconds"], document["host"])
 
 
-def select(only: Iterable[str] = ()) -> tuple[Row, ...]:
-    """The rows of the categories (or with the ids) in `only`; all rows if it is empty."""
+def select(only: Iterable[str] = (), rows: Iterable[Row] = ROWS) -> tuple[Row, ...]:
+    """The `rows` of the categories (or with the ids) in `only`; all of them if it is empty."""
     wanted = set(only)
-    return tuple(r for r in ROWS if not wanted or r.category in wanted or r.id in wanted)
+    return tuple(r for r in rows if not wanted or r.category in wanted or r.id in wanted)
 
 
 def run_matrix(backend: Backend, rows: Iterable[Row] = ROWS,
@@ -171,6 +173,8 @@ def run_row(row: Row, backend: Backend, base: Path, tag: str, *,
         return _verdict(row, "ERROR", f"the row could not be evaluated: {exc!r}",
                         time.monotonic() - started)
     status, observed = seen.status, seen.text(root)
+    if isinstance(row.expect, NotEnforced):  # (what the host saw is the gap, shown)
+        status = "not-enforced" if seen.child.ok else "ERROR"
     control, controlled = "", False
     if controls and status == "pass" and row.control is None:
         control = f"none: {row.uncontrolled}"
@@ -197,7 +201,7 @@ def run_attack(row: Row, backend: Backend | None, base: Path, tag: str, *, suffi
             try:
                 launch = (row.launch or launches.attack)(row, scene, backend)
             except UnenforceableError as exc:
-                if not (isinstance(row.expect, RefusedBefore) and exc.code == row.expect.code):
+                if not row.expect.refused_with(exc.code):
                     raise
                 launch = Launch(error=exc)
         finally:
@@ -279,7 +283,7 @@ def _verdict(row: Row, status: str, observed: str, seconds: float, control: str 
              controlled: bool = False) -> Verdict:
     return Verdict(row.id, row.category, row.attempt, row.expected, status, observed, seconds,
                    tuple(m.describe() for m in row.mutations()), row.unproven, control,
-                   controlled)
+                   controlled, row.capability)
 
 
 def _no_leak(scene: Scene, launch: Launch) -> Finding:
@@ -317,10 +321,10 @@ def describe_host(backend: Backend) -> dict[str, Any]:
         "kernel": platform.release(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "python": platform.python_version(), "uid": uid, "user": _user(uid),
         "mode": "unknown" if uid is None else "root" if uid == 0 else "rootless",
-        "backend": backend.name,
+        "backend": backend.name, "isolation": getattr(backend, "isolation", "namespaces"),
         "features": {c.name: c.mechanism for c in backend.report() if c.enforced},
     }
-    if backend.name == "linux":
+    if backend.name.startswith("linux"):
         from stockade.linux import landlock
         facts["landlock"] = landlock.describe()
         facts["kernel_knobs"] = {knob: _read(f"/proc/sys/{knob}") for knob in KERNEL_KNOBS}

@@ -149,6 +149,14 @@ def planted_hard_link(scene: Scene) -> None:
     scene.watch(Unchanged(scene.root / "ro", "read-only root"))
 
 
+def metadata_targets(scene: Scene) -> None:
+    """A protected name and a repository in the workspace, and a read-only root with a file."""
+    nested_repository(scene)
+    scene.plant("ro/file", "read-only root content\n")
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.root / "ro", "read-only root"))
+
+
 def empty_workspace(scene: Scene) -> None:
     """The workspace must stay empty (no device node, no planted file)."""
     scene.watch(Unchanged(scene.ws, "workspace"))

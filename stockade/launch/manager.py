@@ -56,7 +56,7 @@ class SandboxManager:
         refusals: list[UnavailableError | UnenforceableError] = []
         for candidate in candidates:
             try:
-                backend = _isolated(registry.create(candidate), request)
+                backend = isolated(registry.create(candidate), request.isolation)
                 backend.probe()
                 backend.check(request)
                 if candidate.containment == registry.NATIVE:
@@ -79,16 +79,16 @@ class SandboxManager:
                        cancel=cancel, stdout=stdout, stderr=stderr)
 
 
-def _isolated(backend: Backend, request: LaunchRequest) -> Backend:
-    """The backend's tier the request asks for (`isolation`): chosen only by the request,
-    never as a fallback."""
-    if request.isolation == "namespaces":
+def isolated(backend: Backend, isolation: str) -> Backend:
+    """The backend's tier an isolation names (a request's `isolation`): chosen only by the
+    request, never as a fallback."""
+    if isolation == "namespaces":
         return backend
     tier = getattr(backend, "tier", None)
     if tier is None:
         raise UnenforceableError("isolation", f"the {backend.name} backend has no "
-                                 f"{request.isolation} isolation")
-    return tier(request.isolation)
+                                 f"{isolation} isolation")
+    return tier(isolation)
 
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,

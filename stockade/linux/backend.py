@@ -74,13 +74,14 @@ class LinuxBackend(Backend):
         self.dialer = dialer      # for tests: the proxy's connection to checked addresses
 
     def weakened(self, layers: frozenset[str]) -> LinuxBackend:
-        """This backend with `layers` switched off too (tests: the evidence's controls)."""
-        return LinuxBackend(self.weaken | layers, self.resolver, self.dialer)
+        """This backend (or tier) with `layers` switched off too (tests: the evidence's
+        controls)."""
+        return type(self)(self.weaken | layers, self.resolver, self.dialer)
 
     def with_stand_ins(self, resolver: Callable[[str], list[str]] | None,
                        dialer: Dialer | None) -> LinuxBackend:
-        """This backend, its proxy resolving and connecting through stand-ins."""
-        return LinuxBackend(self.weaken, resolver, dialer)
+        """This backend (or tier), its proxy resolving and connecting through stand-ins."""
+        return type(self)(self.weaken, resolver, dialer)
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -117,20 +118,24 @@ class LinuxBackend(Backend):
         if request.isolation != "namespaces":  # (only its tier, `tier`, launches those)
             raise UnenforceableError("isolation", f"isolation {request.isolation!r} is "
                                      "launched by the backend's tier of that name")
-        if "stockade_state" in self.weaken:  # (tests only: Stockade's own state left visible)
-            request = _without_stockade_state(request)
-        if "environment" in self.weaken:  # (tests only: the launching process's environment)
-            from dataclasses import replace
-            request = replace(request, env=tuple(sorted(os.environ.items())))
+        request = self._tested(request)
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
                            self.weaken, self.resolver, self.dialer)
+
+    def _tested(self, request: LaunchRequest) -> LaunchRequest:
+        """`request` as the test-only weakenings that act on it leave it."""
+        if "stockade_state" in self.weaken:  # (Stockade's own state left visible)
+            request = _without_stockade_state(request)
+        if "environment" in self.weaken:  # (the launching process's environment)
+            request = replace(request, env=tuple(sorted(os.environ.items())))
+        return request
 
     def tier(self, isolation: str) -> Backend:
         """This backend's sandboxes isolated as `isolation` asks (policy.model.ISOLATIONS)."""
         if isolation == "namespaces":
             return self
-        return LandlockTier(self.weaken, self.resolver)
+        return LandlockTier(self.weaken, self.resolver, self.dialer)
 
     def readiness_probe(self) -> LinuxProbe:
         from stockade.linux.probe import LinuxProbe
@@ -166,6 +171,9 @@ class LinuxBackend(Backend):
                        "not prevented",
                        "" if memfd else "only host root may set vm.memfd_noexec: a memfd "
                        "the command writes can be executed"),
+            Capability("filesystem.metadata", True, "read-only mounts: files outside the "
+                       "write roots keep their mode and times"),
+            Capability("host_processes", True, "a pid namespace of its own"),
             Capability("filesystem.privilege_bits", True, "seccomp: no setuid/setgid mode bit "
                        "by chmod, open, mknod (openat2 -> ENOSYS); no CAP_SETFCAP"),
             Capability("stockade_state", True, "Stockade's state directories masked in every "
@@ -227,13 +235,14 @@ class LandlockTier(LinuxBackend):
         landlock_tier.check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
-        if "stockade_state" in self.weaken:
-            request = _without_stockade_state(request)
+        request = self._tested(request)
         return LinuxHandle(replace(request, isolation="landlock"), stdio,
                            _tier_seccomp_program(self.weaken), self.weaken, self.resolver)
 
     def tier(self, isolation: str) -> Backend:
-        return self if isolation == "landlock" else LinuxBackend(self.weaken, self.resolver)
+        if isolation == "landlock":
+            return self
+        return LinuxBackend(self.weaken, self.resolver, self.dialer)
 
     def report(self) -> list[Capability]:
         return landlock_tier.capabilities()

@@ -38,7 +38,8 @@ LAYERS = {
     "rlimits": "the rlimits",
     "pid_max": "pid_max of the sandbox's pid namespace",
     "memfd_noexec": "vm.memfd_noexec = 2 in the sandbox's pid namespace",
-    "lifeline": "pid 1 ends when its owner goes away or kills it",
+    "lifeline": "pid 1 (the landlock tier's keeper) ends when its owner goes away or kills it",
+    "tree_kill": "the landlock tier's keeper kills every descendant once the command exits",
     "timeout": "the owner ends the sandbox at limits.timeout",
     "output_cap": "the owner captures at most limits.output",
     "proxy_rules": "the allowlist proxy's name and port patterns",
@@ -59,9 +60,14 @@ WITH = {
 }
 
 
-def switched_off(weaken: frozenset[str]) -> frozenset[str]:
-    """Every layer that is off when `weaken` is."""
-    return weaken.union(*(WITH.get(layer, frozenset()) for layer in weaken))
+# In the landlock tier, the rules that refuse sockets are part of its seccomp filter.
+TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets"})}
+
+
+def switched_off(weaken: frozenset[str], isolation: str = "namespaces") -> frozenset[str]:
+    """Every layer that is off when `weaken` is, in `isolation`."""
+    goes_with = WITH if isolation == "namespaces" else TIER_WITH
+    return weaken.union(*(goes_with.get(layer, frozenset()) for layer in weaken))
 LAUNCH_FDS = 6  # stdin, stdout, stderr, request pipe, status pipe, control socket
 VIEW_MAX = 60000  # bytes: a larger view frame is not prepared ahead (it travels in one message)
 

@@ -67,6 +67,10 @@ NOT_ENFORCED = (
     "limits.pids is RLIMIT_NPROC, which counts every process of the user (set to the user's "
     "count at launch plus pids)",
     "executing a memfd the command wrote is not prevented (vm.memfd_noexec is the host's)",
+    "exec_from_write = false withholds execve only: a written file can still be run through "
+    "ld.so or mapped executable (no exec watch in this tier)",
+    "file metadata is not governed: chmod and utime work on any file the user owns, outside "
+    "the roots too (set-user-id and set-group-id bits stay refused)",
     "the keeper is a host process: killed by another host process, it leaves the command's "
     "grandchildren running",
     "the host's hostname, IPC objects and cgroup are shared",
@@ -88,7 +92,8 @@ def check(request: LaunchRequest) -> None:
     if request.limits.pids is not None and os.geteuid() == 0:
         raise UnenforceableError(
             "limits.pids", "the landlock tier has no pid namespace, and RLIMIT_NPROC does not "
-            "bind root: run as an ordinary user, or drop limits.pids")
+            'bind root: run as an ordinary user, or lift the limit (limits.pids = "unlimited" '
+            "in the policy; every preset sets one)")
 
 
 def require_landlock() -> int:
@@ -157,9 +162,10 @@ def _keep(fds: list[int]) -> NoReturn:
     _started(status_fd, command, report, request)
     init.stage(status_fd, "exec")
     init.emit(status_fd, event="started", enforced=enforced(request, weaken, made))
-    status = _wait(command, lifeline, wake_r)
+    status = _wait(command, lifeline if "lifeline" not in weaken else -1, wake_r)
     init.stage(status_fd, "run")
-    kill_descendants()
+    if "tree_kill" not in weaken:  # (tests only: what the command left behind keeps running)
+        kill_descendants()
     if os.WIFSIGNALED(status):
         init.emit(status_fd, event="exit", exit_code=None, signal=os.WTERMSIG(status))
     else:
@@ -363,12 +369,13 @@ def _started(status_fd: int, command: int, report: int, request: LaunchRequest) 
 
 def _wait(command: int, lifeline: int, wake: int) -> int:
     """The command's wait status, reaping every orphan meanwhile (zombies would count against
-    RLIMIT_NPROC); if the owner's lifeline closes first, kill the tree and exit."""
+    RLIMIT_NPROC); if the owner's lifeline closes first, kill the tree and exit (-1: no
+    lifeline is watched: tests only)."""
     while True:
         status = _reap(command)
         if status is not None:
             return status
-        readable = select.select([lifeline, wake], [], [])[0]
+        readable = select.select([fd for fd in (lifeline, wake) if fd >= 0], [], [])[0]
         if lifeline in readable and not os.read(lifeline, 1):
             kill_descendants()
             os._exit(1)
@@ -477,8 +484,13 @@ def capabilities() -> list[Capability]:
         Capability("filesystem.write", True, "Landlock rules"),
         Capability("filesystem.deny", True, "carved out of the roots' Landlock rules"),
         Capability("filesystem.protected", True, "carved out of the write roots' rules"),
-        Capability("filesystem.exec_from_write", True, "Landlock EXECUTE withheld"),
+        Capability("filesystem.exec_from_write", True, "Landlock EXECUTE withheld",
+                   "execve only: a written file can still be run through ld.so or mapped "
+                   "executable"),
         Capability("filesystem.memfd_exec", False, "not prevented"),
+        Capability("filesystem.metadata", False, "not governed: chmod and utime work on any "
+                   "file the user owns"),
+        Capability("host_processes", False, "no pid namespace: host processes are visible"),
         Capability("stockade_state", True, "carved out of every root; no AF_UNIX socket"),
         Capability("landlock", abi >= SCOPE_ABI, f"ABI {abi}"),
         Capability("seccomp", True, "libseccomp filter", "no unix, inet, inet6 or netlink "

@@ -71,6 +71,10 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                     "enters)"),
         row("filesystem.exec_from_write", "write roots mounted noexec; Landlock withholds "
             "EXECUTE in them", {"mounts": ("write_root_noexec",), "landlock": landlock}),
+        row("filesystem.metadata", "outside the roots is absent; read roots, protected names "
+            "and guarded repository files are read-only mounts: their mode and times cannot "
+            "change", {"mounts": mounts + ("protected_name",)},
+            "mounts only: Landlock does not govern chmod or utime"),
         _memfd_row(facts),
         row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit by chmod, "
             "open or mknod (openat2 answers ENOSYS); no CAP_SETFCAP for file capabilities",
@@ -130,6 +134,8 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "daemonised, double-forked descendants included"),
         row("nested_namespaces", "seccomp: unshare, setns and clone with namespace flags fail "
             "with EPERM, clone3 with ENOSYS", {"seccomp": ("seccomp_unshare",)}),
+        row("host_processes", "a pid namespace of its own, with a fresh /proc: no host process "
+            "can be seen, signalled or opened", {"namespaces": ("new_namespaces",)}),
         row("ptrace", "seccomp denies ptrace and process_vm_*; host processes are outside the "
             "pid namespace", {"seccomp": ("seccomp_ptrace",)}),
         row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session without a "
@@ -177,7 +183,12 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             partial=carved + "; so git cannot make files at the top of a guarded .git "
                              "(commits fail)"),
         row("filesystem.exec_from_write", "Landlock withholds EXECUTE in the write roots",
-            {"landlock": landlock}, "one layer: no noexec mount"),
+            {"landlock": landlock}, partial="execve only: no noexec mount and no exec watch, "
+            "so a file written there can still be run through ld.so or mapped executable "
+            "(mmap, mprotect)"),
+        Row("filesystem.metadata", UNAVAILABLE, "none: Landlock does not govern chmod or "
+            "utime", "the mode and times of any file the user owns can be changed, outside "
+            "the roots too (set-user-id and set-group-id bits stay refused by seccomp)"),
         Row("filesystem.memfd_exec", UNAVAILABLE, "vm.memfd_noexec is the host's",
             "a memfd the command writes can be executed"),
         row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit",
@@ -225,6 +236,13 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                                             "leaves the command's grandchildren running"),
         row("nested_namespaces", "seccomp: unshare, setns and clone with namespace flags fail",
             {"seccomp": ("seccomp_unshare",)}),
+        Row("host_processes", UNAVAILABLE, "no pid namespace: the host's /proc",
+            "host processes are visible (command lines, status, descriptor numbers) and a "
+            "pidfd can be taken on them; Landlock keeps their memory, environment and "
+            "descriptors out of reach and scopes signals"),
+        Row("stdio", ENFORCED if attestation.ready else UNAVAILABLE,
+            "pipes relayed by the owner", "no terminal or file of the caller's enters the "
+            "sandbox" if attestation.ready else "not verified: the readiness probe failed"),
         row("ptrace", "seccomp denies ptrace and process_vm_*; Landlock keeps processes "
             "outside the domain out of reach", {"seccomp": ("seccomp_ptrace",)}),
         row("signals", "Landlock scopes signals to the sandbox's own processes",

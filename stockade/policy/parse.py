@@ -37,6 +37,7 @@ from stockade.policy.schema import (
     ISOLATE,
     SECTIONS,
     SIZE_LIMITS,
+    UNLIMITED,
     Invalid,
     check_keys,
     sorted_unique,
@@ -130,6 +131,9 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         name: format_size(value) if name in SIZE_LIMITS else _plain(value)
         for name, value in asdict(policy.limits).items() if value is not None
     }
+    if policy.limits.pids is None and policy.preset is not None \
+            and _built_preset(policy.preset).limits.pids is not None:
+        document["limits"]["pids"] = UNLIMITED  # (the preset's, lifted)
     document["process"] = {}
     if policy.process.stdin is not None:
         document["process"]["stdin"] = policy.process.stdin

@@ -26,6 +26,7 @@ from stockade.policy.render import kind, show
 SECTIONS = ("filesystem", "network", "env", "limits", "process")
 MAX_CPU = 4096.0
 MAX_PIDS = 4194304  # the kernel's largest pid_max
+UNLIMITED = "unlimited"  # limits.pids: no limit, where a base (a preset) had one
 MIN_MEMORY = 1 << 20  # no program starts in less address space: a smaller limit is a mistake
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
@@ -147,10 +148,12 @@ def _memory(value: object) -> int:
     return size
 
 
-def _pids(value: object) -> int:
+def _pids(value: object) -> int | None:
+    if value == UNLIMITED:  # (a preset's limit lifted: the landlock tier cannot bind root)
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_PIDS:
-        raise ValueError(f"expected a whole number of processes from 1 to {MAX_PIDS}, "
-                         f"got {show(value)}")
+        raise ValueError(f"expected a whole number of processes from 1 to {MAX_PIDS}, or "
+                         f'"{UNLIMITED}", got {show(value)}')
     return value
 
 

@@ -1,5 +1,6 @@
 """Reach an outside file through /proc: /proc/self/root, our parent's root and cwd (the
-sandbox's init), and a host pid's root, cwd, environ and memory. Reading or writing anything
+sandbox's init), and a host pid's root, cwd, environ and memory (what else of it shows:
+proc_visible.py). Reading or writing anything
 there is an escape."""
 
 import os
@@ -17,7 +18,7 @@ for label, base in (("/proc/self/root", "/proc/self/root"),
     attempt(f"read {label}{outside_file}", lambda b=base: read(b + outside_file))
     attempt(f"write {label}{outside_dir}/planted",
             lambda b=base: write(f"{b}{outside_dir}/planted"))
-for item in ("environ", "cmdline", "mem", "cwd/", "fd/"):
+for item in ("environ", "mem", "cwd/"):
     path = f"/proc/{host_pid}/{item}"
     if item.endswith("/"):
         attempt(f"list {path}", lambda p=path: os.listdir(p))

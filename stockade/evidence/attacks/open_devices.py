@@ -5,7 +5,10 @@ import os
 
 from _common import ARGS, attempt, note
 
-note("/dev holds", " ".join(sorted(os.listdir("/dev"))))
+try:
+    note("/dev holds", " ".join(sorted(os.listdir("/dev"))))
+except OSError as exc:
+    note("/dev holds", f"(not listable: {exc.strerror})")
 for entry in ARGS:
     device, _, modes = entry.rpartition(":")
     for label, mode, flags in (("read", "r", os.O_RDONLY), ("write", "w", os.O_WRONLY)):

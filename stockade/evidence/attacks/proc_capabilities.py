@@ -18,11 +18,14 @@ def held(field, empty):
 
 
 # Rootless (argv: the host user), a user namespace gives the command no capability whatever the
-# layers: only no_new_privs and the raw socket are attempts then.
+# layers: only no_new_privs and the raw socket are attempts then. With "shared-uts" (the
+# landlock tier: the hostname is the host's), setting the hostname is not tried: where a layer
+# is switched off, it would rename the host.
 if ARGS[0] == "root":
     for field in ("CapEff", "CapPrm", "CapBnd"):  # (the ambient set is empty unless raised)
         attempt(f"hold capabilities ({field})", lambda f=field: held(f, "0000000000000000"))
-    attempt("sethostname", lambda: socket.sethostname("escaped"))
+    if "shared-uts" not in ARGS[1:]:
+        attempt("sethostname", lambda: socket.sethostname("escaped"))
 attempt("run without no_new_privs", lambda: held("NoNewPrivs", "1"))
 attempt("open a raw packet socket",
         lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close())

@@ -102,6 +102,10 @@ FAMILIES = {
         ("userfaultfd(UFFD_USER_MODE_ONLY)", lambda: syscall(NR["userfaultfd"], 1 | 0o2000000)),
         ("open /dev/userfaultfd", lambda: os.open("/dev/userfaultfd", os.O_RDWR)),
     ],
+    # (for a user who cannot open /dev/userfaultfd on the host either: its mode refuses it)
+    "userfaultfd-call": [
+        ("userfaultfd(UFFD_USER_MODE_ONLY)", lambda: syscall(NR["userfaultfd"], 1 | 0o2000000)),
+    ],
     "io_uring": [
         ("io_uring_setup(1)", lambda: syscall(NR["io_uring_setup"], 1, pointer(bytes(120)))),
     ],

@@ -18,8 +18,18 @@ def make_controlling(fd):
         note(f"TIOCSCTTY fd {fd}", exc.strerror)
 
 
-master, slave = os.openpty()
+def refused(exc):
+    raise exc
+
+
+try:
+    master, slave = os.openpty()
+except OSError as exc:  # no /dev/ptmx in the view (the landlock tier grants none): no pty to use
+    slave = exc
 for label, fd in (("own pty", slave), ("stdin", 0)):
+    if isinstance(fd, OSError):
+        attempt(f"TIOCSTI on {label}", lambda e=fd: refused(e))
+        continue
     if not os.isatty(fd):
         note(label, "not a terminal")
         continue

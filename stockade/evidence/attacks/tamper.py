@@ -1,7 +1,7 @@
-"""Overwrite, append to, truncate, chmod, rename and remove each path given (files and
+"""Overwrite, append to, truncate, rename and remove each path given (files and
 directories, existing or not), and create entries inside the directories: any success is an
 escape. With `--read` first, reading a file or listing a directory is one too (unless it
-reveals nothing, as a mask does).
+reveals nothing, as a mask does). (Metadata: fs_metadata.py.)
 """
 
 import os
@@ -25,7 +25,6 @@ def actions(path):
         yield "create inside", lambda: write(os.path.join(path, "planted"))
         yield "mkdir inside", lambda: os.mkdir(os.path.join(path, "planted-dir"))
         yield "symlink inside", lambda: os.symlink("/", os.path.join(path, "planted-link"))
-        yield "chmod", lambda: os.chmod(path, 0o777)
         yield "rename", lambda: moved_and_back(path)
         yield "rmdir", lambda: os.rmdir(path)
         return
@@ -35,7 +34,6 @@ def actions(path):
     yield "overwrite", lambda: write(path)
     if os.path.exists(path):  # (truncating what does not exist fails anywhere)
         yield "truncate", lambda: os.truncate(path, 0)
-        yield "chmod", lambda: os.chmod(path, 0o777)
         yield "rename", lambda: moved_and_back(path)
         yield "unlink", lambda: os.unlink(path)
 
