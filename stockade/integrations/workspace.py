@@ -1,0 +1,253 @@
+"""The one surface every integration adapts (MCP, pydantic-ai, the OpenAI Agents SDK,
+deepagents, Inspect AI): a Workspace is a warm sandbox over one directory, with a policy fixed
+when it is made, that runs commands and performs file operations inside the sandbox.
+
+    >>> with Workspace(preset="workspace-write", workspace=path) as workspace:
+    ...     workspace.write_file("hello.txt", b"hi\\n")
+    ...     workspace.exec(["cat", "hello.txt"]).stdout
+    'hi\\n'
+
+What a caller cannot do through it: widen the policy (no call takes roots, network or limits;
+a per-call timeout only shortens `limits.timeout`), reach a path outside the workspace with the
+file operations (symbolic links are never followed), or run anything outside the sandbox.
+
+Outcomes follow the shell's conventions, which the frameworks share: a command that is not
+found exits 127, one that cannot be executed 126, one killed by signal N 128+N, and one that
+outlived its timeout 124; a command that ends the sandbox itself (kill -9 -1) gets 137 and a
+`sandbox.lost` denial, and the next call starts a new sandbox. Every violation carries the
+grant that would have allowed it (`Denial.grant`), so a host application can build its own
+approval flow."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from stockade.errors import StartError, StockadeError, UsageError
+from stockade.launch.compile import CompileContext
+from stockade.launch.result import Result, Violation
+from stockade.policy import Policy, resolve_policy
+from stockade.session.errors import SessionError
+from stockade.session.sandbox import Sandbox
+
+FILEOP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fileop.py")
+NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
+_START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
+_GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
+           "limits.memory": "limits.memory"}
+
+
+@dataclass(frozen=True)
+class Denial:
+    """A violation, with the policy grant that would have allowed it (None: no grant can)."""
+
+    kind: str
+    detail: str
+    grant: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one command did: its exit code (shell conventions), decoded output, violations."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool
+    denials: tuple[Denial, ...] = ()
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr, as a terminal would show them one after the other."""
+        return self.stdout + self.stderr
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry: `kind` is file, directory, symlink or other."""
+
+    name: str
+    kind: str
+    size: int
+
+
+class FileError(StockadeError):
+    """A file operation refused or failed. `code` is stable: not_found, not_a_directory,
+    is_a_directory, not_a_regular_file, symlink_refused, outside_workspace,
+    permission_denied, too_large, no_space, failed; `grant` as in Denial."""
+
+    def __init__(self, code: str, message: str, grant: str | None = None) -> None:
+        super().__init__(code, message)
+        self.grant = grant
+
+
+class Workspace:
+    """A warm sandbox over `workspace` (default: the current directory) under `policy` (a
+    Policy or a policy file) or `preset` (default "workspace-write"). The sandbox starts on
+    first use and again after it is lost (a command that kills its own agent); `close()` (or
+    leaving the `with` block) kills everything in it."""
+
+    def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
+                 preset: str | None = None,
+                 workspace: str | os.PathLike | None = None) -> None:
+        if policy is None and preset is None:
+            preset = "workspace-write"
+        self.policy = resolve_policy(policy, preset)
+        if self.policy.containment != "native":
+            raise UsageError(f"a Workspace runs on the native containment, not "
+                             f"{self.policy.containment!r} (use stockade.run or VmSandbox)")
+        self.root = os.path.realpath(CompileContext.current(workspace).workspace)
+        self._sandbox: Sandbox | None = None
+        self._starting = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> Sandbox:
+        """The warm sandbox (started now if it is not running)."""
+        with self._starting:
+            if self._closed:
+                raise UsageError("this Workspace is closed")
+            if self._sandbox is None or self._sandbox.closed:
+                self._sandbox = Sandbox(self.policy, workspace=self.root)
+            return self._sandbox
+
+    def close(self) -> None:
+        with self._starting:
+            self._closed = True
+            if self._sandbox is not None:
+                self._sandbox.close()
+
+    @property
+    def limit(self) -> float | None:
+        """The policy's `limits.timeout` in seconds (None: no limit)."""
+        return self.start().limits.timeout
+
+    def timeout(self, requested: float | None) -> float | None:
+        """The timeout a call runs under: the requested one, never longer than the policy's."""
+        if requested is not None and requested <= 0:
+            raise UsageError("timeout must be positive")
+        limit = self.limit
+        if requested is None:
+            return limit
+        return requested if limit is None else min(requested, limit)
+
+    def exec(self, command: Sequence[str] | str, *, shell: bool = False,
+             cwd: str | os.PathLike | None = None, timeout: float | None = None,
+             input: bytes | str | None = None, env: Mapping[str, str] | None = None,
+             cancel: threading.Event | None = None) -> Outcome:
+        """Run `command` (an argv; a string only with `shell=True`, run by /bin/sh -c) in the
+        sandbox. `cwd` is relative to the workspace (default: the workspace)."""
+        argv = _argv(command, shell)
+        data = input.encode() if isinstance(input, str) else input
+        sandbox = self.start()
+        try:
+            result = sandbox.run(argv, input=data, timeout=self.timeout(timeout),
+                                 cwd=self._cwd(cwd), env=env, cancel=cancel)
+        except StartError as exc:
+            if exc.code not in _START_CODES:
+                raise
+            return Outcome(_START_CODES[exc.code], "", exc.message + "\n", False, False)
+        except SessionError as exc:
+            if exc.code != "session_lost":
+                raise
+            # the command ended the sandbox's own agent (kill -9 -1): the sandbox died with
+            # everything in it, and the next call starts a new one
+            return Outcome(KILLED, "", "the sandbox was lost: the command ended its agent\n",
+                           False, False, (Denial("sandbox.lost", exc.message, None),))
+        return outcome(result)
+
+    def read_file(self, path: str | os.PathLike) -> bytes:
+        """The bytes of the file at `path` (relative to the workspace, or absolute in it)."""
+        return self._fileop("read", path)
+
+    def write_file(self, path: str | os.PathLike, data: bytes | str) -> None:
+        """Write `data` to the file at `path`, making missing parent directories."""
+        self._fileop("write", path, data.encode() if isinstance(data, str) else data)
+
+    def list_dir(self, path: str | os.PathLike = ".") -> list[Entry]:
+        """The entries of the directory at `path`, sorted by name."""
+        lines = self._fileop("list", path).decode().splitlines()
+        return [Entry(**json.loads(line)) for line in lines]
+
+    def resolve(self, path: str | os.PathLike) -> str:
+        """`path` as an absolute path in the workspace (lexically: the file operations and
+        the sandbox decide what it may reach)."""
+        return os.path.normpath(os.path.join(self.root, os.fspath(path)))
+
+    def _cwd(self, cwd: str | os.PathLike | None) -> str | None:
+        return None if cwd is None else self.resolve(cwd)
+
+    def _fileop(self, op: str, path: str | os.PathLike, data: bytes | None = None) -> bytes:
+        argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, self.root,
+                os.fspath(path)]
+        result = self.start().run(argv, input=data, timeout=self.timeout(None), cwd=self.root)
+        if result.exit_code == 0 and not result.stdout_truncated:
+            return bytes(result.stdout or b"")
+        shown = self.resolve(path)
+        if result.stdout_truncated:
+            raise FileError("too_large", f"{shown}: larger than limits.output", "limits.output")
+        try:
+            failure = json.loads(result.stderr or b"")
+            code, detail = failure["error"], failure["detail"]
+        except (ValueError, KeyError, TypeError):
+            raise FileError("failed", f"{shown}: the file operation ended with "
+                            f"{result.returncode}") from None
+        grant = f"filesystem.write {shown}" if op == "write" and \
+            code == "permission_denied" else None
+        raise FileError(code, detail, grant)
+
+
+def outcome(result: Result) -> Outcome:
+    """The Outcome of a Result: shell-style exit code, decoded output, denials with grants."""
+    if result.timed_out:
+        code = TIMED_OUT
+    elif result.exit_code is None:
+        code = 128 + (result.signal or 0)
+    else:
+        code = result.exit_code
+    return Outcome(code, _text(result.stdout), _text(result.stderr),
+                   result.stdout_truncated or result.stderr_truncated, result.timed_out,
+                   tuple(denial(violation) for violation in result.violations))
+
+
+def denial(violation: Violation) -> Denial:
+    """`violation` with the grant that would have allowed it."""
+    if violation.kind == "network.denied":
+        # detail: "<protocol> <host>:<port>: <rule or reason>"
+        _, _, rest = violation.detail.partition(" ")
+        destination = rest.partition(": ")[0]
+        return Denial(violation.kind, violation.detail,
+                      f"network.allow {destination}" if destination else None)
+    return Denial(violation.kind, violation.detail, _GRANTS.get(violation.kind))
+
+
+def _argv(command: Sequence[str] | str, shell: bool) -> list[str]:
+    if isinstance(command, str):
+        if not shell:
+            raise UsageError("a command string needs shell=True (or give an argv list)")
+        return ["/bin/sh", "-c", command]
+    if shell:
+        raise UsageError("shell=True takes a command string, not an argv list")
+    argv = [os.fspath(word) for word in command]
+    if not argv:
+        raise UsageError("an empty command")
+    return argv
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -1,0 +1,119 @@
+"""The Workspace every integration wraps, with real children in the real sandbox: commands and
+file operations run inside it, file operations stay in the workspace whatever the command
+planted there, a call cannot lengthen the policy's timeout, and outcomes follow the shell's
+conventions."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from conftest import policy_for
+
+from stockade.errors import UsageError
+from stockade.integrations.workspace import Entry, FileError, Workspace
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+
+@pytest.fixture
+def workspace(ws):
+    root, _ = ws
+    with Workspace(policy_for("workspace-write"), workspace=root) as opened:
+        yield opened
+
+
+def test_files_and_commands_round_trip(workspace):
+    workspace.write_file("notes/a.txt", "one\n")
+    assert workspace.read_file("notes/a.txt") == b"one\n"
+    assert workspace.list_dir("notes") == [Entry("a.txt", "file", 4)]
+    done = workspace.exec(["sh", "-c", "cat notes/a.txt; echo two >> notes/a.txt"])
+    assert (done.exit_code, done.stdout) == (0, "one\n")
+    assert workspace.read_file(os.path.join(workspace.root, "notes/a.txt")) == b"one\ntwo\n"
+    assert workspace.exec("echo $0; exit 3", shell=True).exit_code == 3
+
+
+def test_shell_conventions_for_exit_codes(workspace):
+    assert workspace.exec(["no-such-command"]).exit_code == 127
+    workspace.write_file("plain.txt", "x")
+    assert workspace.exec([os.path.join(workspace.root, "plain.txt")]).exit_code == 126
+    assert workspace.exec("kill -9 $$", shell=True).exit_code == 128 + 9
+
+
+def test_a_call_cannot_lengthen_the_policys_timeout(ws):
+    root, _ = ws
+    with Workspace(policy_for("workspace-write", timeout=1.0), workspace=root) as workspace:
+        began = time.monotonic()
+        done = workspace.exec(["sleep", "30"], timeout=60)
+        assert time.monotonic() - began < 10
+        assert (done.exit_code, done.timed_out) == (124, True)
+        assert [(d.kind, d.grant) for d in done.denials] == [("limits.timeout",
+                                                              "limits.timeout")]
+        assert workspace.timeout(0.5) == 0.5
+        with pytest.raises(UsageError):
+            workspace.exec(["true"], timeout=0)
+
+
+def test_file_operations_never_follow_a_planted_link(workspace, ws):
+    _, outside = ws
+    secret = outside / "secret"
+    secret.write_text("outside\n")
+    # the command plants links (as hostile code would), the file tools are then asked to use them
+    planted = workspace.exec(["sh", "-c", f"ln -s {outside} dir && ln -s {secret} file"])
+    assert planted.exit_code == 0, planted
+    for call in (lambda: workspace.read_file("dir/secret"), lambda: workspace.read_file("file"),
+                 lambda: workspace.write_file("dir/secret", "changed"),
+                 lambda: workspace.write_file("file", "changed"),
+                 lambda: workspace.list_dir("dir")):
+        with pytest.raises(FileError) as refused:
+            call()
+        assert refused.value.code == "symlink_refused", refused.value
+    assert secret.read_text() == "outside\n"
+    assert sorted(os.listdir(outside)) == ["secret"]
+
+
+def test_file_operations_stay_in_the_workspace(workspace, ws):
+    _, outside = ws
+    for path in ("../outside/secret", str(outside / "secret"), "/etc/passwd"):
+        with pytest.raises(FileError) as refused:
+            workspace.write_file(path, "x")
+        assert refused.value.code == "outside_workspace"
+    assert os.listdir(outside) == []
+
+
+def test_protected_names_hold_with_the_grant_named(workspace):
+    os.mkdir(os.path.join(workspace.root, ".git"))
+    with open(os.path.join(workspace.root, ".git", "config"), "w") as config:
+        config.write("[core]\n")
+    workspace.close()
+    workspace = Workspace(workspace.policy, workspace=workspace.root)
+    with workspace, pytest.raises(FileError) as refused:
+        workspace.write_file(".git/config", "[core]\n\thooksPath = /tmp\n")
+    assert refused.value.code == "permission_denied"
+    assert refused.value.grant == f"filesystem.write {workspace.root}/.git/config"
+    with open(os.path.join(workspace.root, ".git", "config")) as config:
+        assert config.read() == "[core]\n"
+
+
+def test_typed_failures(workspace):
+    workspace.write_file("f", "x")
+    os.mkfifo(os.path.join(workspace.root, "fifo"))
+    cases = {"missing": "not_found", "f/inner": "not_a_directory", ".": "is_a_directory",
+             "fifo": "not_a_regular_file"}
+    for path, code in cases.items():
+        with pytest.raises(FileError) as refused:
+            workspace.read_file(path)
+        assert refused.value.code == code, path
+    with pytest.raises(UsageError):
+        workspace.exec("echo", shell=False)
+    with pytest.raises(UsageError):
+        workspace.exec([])
+
+
+def test_a_lost_sandbox_is_started_again(workspace):
+    first = workspace.start()
+    lost = workspace.exec(["sh", "-c", "kill -9 -1"])
+    assert lost.exit_code == 137 and [d.kind for d in lost.denials] == ["sandbox.lost"]
+    assert workspace.exec(["echo", "again"]).stdout == "again\n"
+    assert workspace.start() is not first
