@@ -3,7 +3,8 @@
 - stockade/linux/supervisor, a small static program: the sandbox's pid 1 once the view is
   built (stockade/linux/supervisor.py). It needs a C compiler and a static C library; where
   the build fails, the install still succeeds, and the Linux backend refuses to run
-  (`supervisor_not_built`) while the rest of Stockade works.
+  (`supervisor_not_built`) while the rest of Stockade works. A wheel carries both built
+  (scripts/build_wheel.sh), so installing it needs no compiler.
 - stockade/linux/librelay.so, a plain shared library: the egress proxy's tunnel relay, called
   through ctypes (stockade/net/relay.py). Where it is not built, the proxy relays in Python."""
 
@@ -11,6 +12,7 @@ import os
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 
 SUPERVISOR = "stockade.linux.supervisor"
@@ -44,9 +46,17 @@ class BuildPrograms(build_ext):
                                       extra_postargs=["-static", "-s"])
 
 
+class PlatformWheel(bdist_wheel):
+    """The wheel is tied to the platform (it carries two native programs) but to no Python
+    ABI: neither program is an extension module, so one wheel serves every Python 3."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        return "py3", "none", super().get_tag()[2]
+
+
 programs = [Extension(SUPERVISOR, [f"stockade/linux/{part}.c" for part in
                                    ("supervisor", "template", "refresh", "confine", "memwatch")],
                       depends=["stockade/linux/supervisor.h"], optional=True),
             Extension(RELAY, ["stockade/linux/relay.c"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],
-      cmdclass={"build_ext": BuildPrograms})
+      cmdclass={"build_ext": BuildPrograms, "bdist_wheel": PlatformWheel})

@@ -9,6 +9,9 @@
 # Every Linux test must run: on Linux a test that cannot fails with its reason, never skips.
 # The suite also installs Stockade as a new user would (the README's step 1, not editable, in a
 # fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
+# Then the integrations (tests/integrations): Stockade's wheel is built (scripts/build_wheel.sh)
+# and installed with every framework it adapts, binaries only and with no compiler on PATH, into
+# .venv-integrations (made while the suite runs); their tests run against that install.
 #
 # The test venv is .venv-test, never the README's step-1 .venv, which may have been made by
 # another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes
@@ -28,6 +31,21 @@ setup() {  # setup DIR: a venv in DIR/$venv with Stockade and the test tools
     fi
     "$python" -m venv "$1/$venv"
     "$1/$venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
+}
+
+integrations_setup() {  # integrations_setup DIR: the wheel and DIR/.venv-integrations from it
+    local wheel
+    wheel="$(bash "$here/scripts/build_wheel.sh" "$1/dist" | tail -1)"
+    rm -rf "${1:?}/.venv-integrations"
+    "$python" -m venv "$1/.venv-integrations"
+    env PATH="$1/.venv-integrations/bin" "$1/.venv-integrations/bin/pip" install --quiet \
+        --disable-pip-version-check --only-binary :all: "$wheel[integrations-test]"
+    chmod -R a+rX "$1/.venv-integrations"
+}
+
+integrations() {  # integrations DIR VENV_DIR [runner...]: the integration tests, from the wheel
+    (cd "$1" && "${@:3}" "$2/.venv-integrations/bin/python" -P -m pytest -q -rs \
+        -p no:cacheprovider tests/integrations)
 }
 
 suite() {  # suite DIR [runner...]: lint, then the tests (explicit &&: errexit is off in a ||)
@@ -50,7 +68,12 @@ fi
 setup "$here"
 if [ "$(id -u)" != 0 ]; then
     echo "== tests as $(id -un)"
+    integrations_setup "$here" >"$here/.integrations-setup.log" 2>&1 &
+    made=$!
     suite "$here"
+    wait "$made" || { cat "$here/.integrations-setup.log"; exit 1; }
+    echo "== integration tests as $(id -un)"
+    integrations "$here" "$here"
     exit 0
 fi
 
@@ -67,6 +90,8 @@ chmod -R a+rX "$copy"
 chown -R "$test_user" "$copy"
 # A setuid binary owned by another user: the rootless run checks it grants nothing.
 install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
+integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 &
+made=$!
 echo "== tests as root [root] and as $test_user, rootless [rootless], at once"
 suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
     STOCKADE_TEST_SUID="$copy/.setuid-id" 2>&1 | sed -u 's/^/[rootless] /' &
@@ -76,4 +101,15 @@ suite "$here" 2>&1 | sed -u 's/^/[root] /' || root_status=$?
 rootless_status=0
 wait "$rootless" || rootless_status=$?
 echo "== root: exit $root_status; rootless: exit $rootless_status"
+[ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]
+wait "$made" || { cat "$copy/integrations-setup.log"; exit 1; }
+echo "== integration tests, from the wheel, as root and as $test_user, at once"
+integrations "$copy" "$copy" runuser -u "$test_user" -- env \
+    HOME="$(getent passwd "$test_user" | cut -d: -f6)" 2>&1 | sed -u 's/^/[rootless] /' &
+rootless=$!
+root_status=0
+integrations "$here" "$copy" 2>&1 | sed -u 's/^/[root] /' || root_status=$?
+rootless_status=0
+wait "$rootless" || rootless_status=$?
+echo "== integrations root: exit $root_status; rootless: exit $rootless_status"
 [ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]

@@ -5,11 +5,12 @@ conventions."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 import pytest
-from conftest import policy_for
+from conftest import PYTHON, policy_for
 
 from stockade.errors import UsageError
 from stockade.integrations.workspace import Entry, FileError, Workspace
@@ -117,3 +118,20 @@ def test_a_lost_sandbox_is_started_again(workspace):
     assert lost.exit_code == 137 and [d.kind for d in lost.denials] == ["sandbox.lost"]
     assert workspace.exec(["echo", "again"]).stdout == "again\n"
     assert workspace.start() is not first
+
+
+def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
+    root, _ = ws
+    base = policy_for("workspace-write")
+    policy = dataclasses.replace(base, network=dataclasses.replace(
+        base.network, mode="allowlist", allow=("allowed.example",)))
+    fetch = ("import urllib.request, sys\n"
+             "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+             "except urllib.error.HTTPError as e: print(e.code)")
+    with Workspace(policy, workspace=root) as workspace:
+        first = workspace.exec([PYTHON, "-c", fetch, "http://denied.example/"])
+        assert first.stdout == "403\n", first
+        assert [(d.kind, d.grant) for d in first.denials] == [
+            ("network.denied", "network.allow denied.example:80")]
+        second = workspace.exec([PYTHON, "-c", fetch, "http://other.example:8080/"])
+        assert [d.grant for d in second.denials] == ["network.allow other.example:8080"]

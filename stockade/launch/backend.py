@@ -63,6 +63,11 @@ class Handle(abc.ABC):
     def kill(self) -> None:
         """Kill the whole sandbox tree now (idempotent)."""
 
+    def network_records(self) -> list[dict]:
+        """The egress proxy's decision records so far, while the sandbox runs (a warm
+        sandbox's commands each take theirs); none where there is no proxy."""
+        return []
+
 
 class Backend(abc.ABC):
     name: str = ""

@@ -380,6 +380,9 @@ class LinuxHandle(Handle):
             self._killed_at = time.monotonic()
         self._close_lifeline()
 
+    def network_records(self) -> list[dict]:
+        return self._proxy.denials() if self._proxy is not None else []
+
     def _close_lifeline(self) -> None:
         # kill() may come from another thread while this one settles: close the descriptor
         # once, or the second close could hit an unrelated descriptor that took its number.

@@ -28,7 +28,7 @@ from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
 from stockade.launch.request import LaunchRequest, LimitSpec
-from stockade.launch.result import Result, Violation
+from stockade.launch.result import Result, Violation, network_denials
 from stockade.policy import Policy, resolve_policy
 from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
@@ -112,6 +112,7 @@ class Sandbox:
             exchange = Exchange(self._session.channel, self._number, input, limit,
                                 request.limits.timeout, cancel)
             began = time.monotonic()
+            seen = len(self._network_records())
             body = {"argv": list(request.argv), "cwd": request.cwd, "env": dict(request.env),
                     "timeout": request.limits.timeout}
             try:
@@ -122,7 +123,9 @@ class Sandbox:
                 raise
             except (ProtocolError, SessionError) as exc:
                 raise self._lose(exc) from None
-        yield self._result(request, ending, time.monotonic() - began)
+            # (commands take turns: the proxy's records since this one began are its own)
+            records = self._network_records()[seen:]
+        yield self._result(request, ending, time.monotonic() - began, records)
 
     def ping(self, timeout: float = 5.0) -> float:
         """Seconds for a round trip to the agent (SessionError if it does not answer)."""
@@ -235,7 +238,12 @@ class Sandbox:
                     handle.wait()
                 self._ended = True
 
-    def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
+    def _network_records(self) -> list[dict]:
+        """The egress proxy's records so far for this sandbox (none without a proxy)."""
+        return self._session.handle.network_records()
+
+    def _result(self, request: LaunchRequest, ending: Ending, duration: float,
+                records: list[dict]) -> Result:
         body = ending.result
         violations = []
         if body["timed_out"]:
@@ -243,6 +251,7 @@ class Sandbox:
                                         f"killed after {request.limits.timeout:g}s"))
         if body["cancelled"]:
             violations.append(Violation("cancelled", "cancelled by the caller"))
+        violations += network_denials(records)
         for name, capture in (("stdout", ending.stdout), ("stderr", ending.stderr)):
             if capture.truncated:
                 violations.append(Violation("limits.output",
@@ -254,7 +263,7 @@ class Sandbox:
             stdout_truncated=ending.stdout.truncated, stderr_truncated=ending.stderr.truncated,
             timed_out=body["timed_out"], cancelled=body["cancelled"], duration=duration,
             backend=BACKEND, digest=request.digest, request_id=request.request_id,
-            violations=tuple(violations), enforced=self.enforced,
+            violations=tuple(violations), enforced=self.enforced, network_log=tuple(records),
             timings={"start": round(start, 3), "run": round(wall, 3),
                      "session": round(max(duration * 1000 - start - wall, 0), 3)},
             args=list(request.argv), timeout=request.limits.timeout,

@@ -25,7 +25,7 @@ from dataclasses import replace
 from stockade.errors import StockadeError, UnavailableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
-from stockade.launch.result import Result, network_denials
+from stockade.launch.result import Result
 from stockade.lifecycle import removers
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.net.env import proxy_environment
@@ -243,7 +243,6 @@ class VmSandbox(Sandbox):
                  attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT,
                  resolver: Resolver | None = None) -> None:
         self._attempts, self._timeout, self._resolver = attempts, timeout, resolver
-        self._denials_seen = 0
         super().__init__(policy, preset=preset, workspace=workspace)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
@@ -257,13 +256,12 @@ class VmSandbox(Sandbox):
         request = super()._command(argv, cwd, env, timeout)
         return replace(request, env=tuple(sorted(guest_environment(request).items())))
 
-    def _result(self, request: LaunchRequest, ending: Ending, duration: float) -> Result:
-        """The Result, with the proxy's denials since the previous command."""
-        denials = _denials(self._session)
-        fresh, self._denials_seen = tuple(denials[self._denials_seen:]), len(denials)
-        result = super()._result(request, ending, duration)
-        return replace(result, backend=BACKEND, network_log=fresh,
-                       violations=(*result.violations, *network_denials(list(fresh))))
+    def _network_records(self) -> list[dict]:
+        return _denials(self._session)
+
+    def _result(self, request: LaunchRequest, ending: Ending, duration: float,
+                records: list[dict]) -> Result:
+        return replace(super()._result(request, ending, duration, records), backend=BACKEND)
 
 
 def guest_environment(request: LaunchRequest) -> dict[str, str]:
@@ -275,10 +273,6 @@ def guest_environment(request: LaunchRequest) -> dict[str, str]:
         variables |= proxy_environment(port, host)
     return variables
 
-
-def _denials(session: boot.Session) -> list[dict]:
-    proxy = session.handle.proxy  # type: ignore[attr-defined]
-    return [] if proxy is None else proxy.denials()
 
 
 class QemuBackend(GuestBackend):
@@ -306,3 +300,8 @@ class QemuBackend(GuestBackend):
 
     def denials(self, session: boot.Session) -> list[dict]:
         return _denials(session)
+
+
+def _denials(session: boot.Session) -> list[dict]:
+    proxy = session.handle.proxy  # type: ignore[attr-defined]
+    return [] if proxy is None else proxy.denials()
