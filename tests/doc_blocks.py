@@ -8,6 +8,8 @@ directive on the line just before it, an HTML comment a rendered page does not s
   (it needs Windows, the network, ...; REASON is required);
 - `<!-- doc-test: file NAME -->` makes the block the file NAME in the directory where every
   example runs (a policy or config the other examples use), instead of running it;
+- `<!-- doc-test: integrations -->` (docs/integrations.md only): the block needs an agent
+  framework, and tests/integrations/test_docs.py runs it with the frameworks installed;
 - `text` blocks (diagrams, layouts) are not code; `toml` and `json` blocks must be a `file`
   or `not-run`; any other language must be `not-run`.
 """
@@ -23,6 +25,7 @@ DOCUMENTS = (TREE / "README.md", *sorted((TREE / "docs").glob("*.md")))
 RUN = ("sh", "python")
 DATA = ("toml", "json")
 TEXT = "text"
+INTEGRATIONS = "integrations"
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->$")
@@ -51,6 +54,11 @@ class Block:
         """The file this block is, if it is one."""
         head, _, name = self.directive.partition(" ")
         return name.strip() if head == "file" else None
+
+    @property
+    def integration(self) -> bool:
+        """Run by tests/integrations/test_docs.py, with the frameworks installed."""
+        return self.directive == INTEGRATIONS
 
     @property
     def runs(self) -> bool:

@@ -52,6 +52,10 @@ def test_every_block_runs_or_says_why() -> None:
         if block.not_run is not None:
             if not block.not_run:
                 problems.append(f"{block.name}: not-run, but no reason")
+        elif block.integration:
+            if block.document != "docs/integrations.md" or block.language != "python":
+                problems.append(f"{block.name}: only docs/integrations.md has integrations "
+                                "blocks, in Python")
         elif block.file is not None:
             if not block.file or files.count(block.file) > 1:
                 problems.append(f"{block.name}: a file needs a name of its own")
