@@ -18,6 +18,7 @@
                           [--env K=V ...] [--timeout T] [--json] -- argv...
     stockade session stop NAME
     stockade session list [--json]
+    stockade mcp [--policy FILE | --preset NAME] [--workspace DIR] [--http PORT]
     (every `session` action takes --socket PATH; default: the daemon's)
 
 Exit codes:
@@ -33,6 +34,7 @@ Exit codes:
 | 1        | `session stop`: there was no session of that name                               |
 | 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
 | 2        | usage or policy error (bad flag, policy file or preset); nothing ran            |
+| 70       | `mcp`: the `mcp` package is not installed (`extra_missing`)                     |
 | 70       | the sandbox could not be set up here: unavailable, unenforceable, setup failed  |
 |          | (`probe`: not ready; the attestation says why; `session`: no daemon, or the     |
 |          | session failed: `daemon_unavailable`, `session_boot_failed`, ...)               |
@@ -63,7 +65,7 @@ from collections.abc import Collection, Sequence
 from typing import NoReturn
 
 from stockade import __version__
-from stockade.cli import execconfig, host, policy, run, session, tools
+from stockade.cli import execconfig, host, mcp, policy, run, session, tools
 from stockade.cli.common import CommandLine, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
@@ -169,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_daemon(commands)
     session.add_session(commands)
     execconfig.add_exec(commands)
+    mcp.add_mcp(commands)
     return parser
 
 

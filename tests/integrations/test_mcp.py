@@ -1,0 +1,166 @@
+"""`stockade mcp` end to end: the official SDK's own client talks to the server over stdio (and
+once over streamable HTTP on loopback), and every tool call runs in the real sandbox. Hostile
+calls (a shell string without `shell`, a path outside, a link the command planted, a protected
+file) come back as typed tool errors, and nothing changes on the host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+TOOLS = {"run", "read_file", "write_file", "list_dir", "session_start", "session_exec",
+         "session_stop"}
+
+
+def server(workspace, *flags: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=[
+        "-m", "stockade", "mcp", "--workspace", str(workspace), *flags], cwd=str(workspace),
+        env={"HOME": os.environ.get("HOME", "/"), "PATH": os.environ["PATH"],
+             "STOCKADE_STATE_DIR": os.environ["STOCKADE_STATE_DIR"]})
+
+
+def calls(parameters, *steps: tuple[str, dict]) -> list:
+    """Call each (tool, arguments) in one session of a client; the results in order."""
+    async def session() -> list:
+        async with Client(parameters) as client:
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert listed == TOOLS
+            return [await client.call_tool(name, arguments) for name, arguments in steps]
+    return asyncio.run(session())
+
+
+def test_commands_and_files_round_trip(ws):
+    root, _ = ws
+    ran, refused, shelled, wrote, read, listed = calls(
+        server(root, "--preset", "workspace-write"),
+        ("run", {"argv": ["sh", "-c", "echo hi; pwd; echo err >&2"]}),
+        ("run", {"argv": "echo $0"}),
+        ("run", {"argv": "echo from a shell; exit 4", "shell": True, "stdin": "x"}),
+        ("write_file", {"path": "notes/a.txt", "content": "one\n"}),
+        ("read_file", {"path": "notes/a.txt"}),
+        ("list_dir", {"path": "notes"}))
+    assert not ran.is_error
+    assert ran.structured_content | {"denials": []} == {
+        "exit_code": 0, "stdout": f"hi\n{root}\n", "stderr": "err\n", "truncated": False,
+        "timed_out": False, "denials": []}
+    assert refused.is_error and refused.structured_content["error"] == "usage"
+    assert shelled.structured_content["exit_code"] == 4
+    assert shelled.structured_content["stdout"] == "from a shell\n"
+    assert not wrote.is_error and (root / "notes" / "a.txt").read_text() == "one\n"
+    assert read.structured_content["content"] == "one\n"
+    assert listed.structured_content["entries"] == [{"name": "a.txt", "kind": "file",
+                                                    "size": 4}]
+
+
+def test_hostile_paths_are_typed_errors_and_change_nothing(ws):
+    root, outside = ws
+    (outside / "secret").write_text("outside\n")
+    os.mkdir(root / ".git")
+    (root / ".git" / "config").write_text("[core]\n")
+    planted, through_link, outside_path, protected, missing = calls(
+        server(root, "--preset", "workspace-write"),
+        ("run", {"argv": ["ln", "-s", str(outside), "link"]}),
+        ("write_file", {"path": "link/secret", "content": "changed"}),
+        ("write_file", {"path": str(outside / "secret"), "content": "changed"}),
+        ("write_file", {"path": ".git/config", "content": "[core]\n\thooksPath = /tmp\n"}),
+        ("run", {"argv": ["no-such-tool"]}))
+    assert planted.structured_content["exit_code"] == 0
+    assert through_link.structured_content["error"] == "symlink_refused"
+    assert outside_path.structured_content["error"] == "outside_workspace"
+    assert protected.is_error
+    assert protected.structured_content["error"] == "permission_denied"
+    assert protected.structured_content["grant"] == f"filesystem.write {root}/.git/config"
+    assert missing.structured_content["exit_code"] == 127
+    assert (outside / "secret").read_text() == "outside\n"
+    assert os.listdir(outside) == ["secret"]
+    assert (root / ".git" / "config").read_text() == "[core]\n"
+
+
+def test_a_call_cannot_lengthen_the_policys_timeout(ws, tmp_path):
+    root, _ = ws
+    policy = tmp_path / "short.toml"
+    policy.write_text('version = 1\npreset = "workspace-write"\n[limits]\ntimeout = "1s"\n')
+    began = time.monotonic()
+    [slow] = calls(server(root, "--policy", str(policy)),
+                   ("run", {"argv": ["sleep", "30"], "timeout": 600}))
+    assert time.monotonic() - began < 20
+    assert slow.structured_content["exit_code"] == 124
+    assert slow.structured_content["timed_out"] is True
+    assert slow.structured_content["denials"] == [
+        {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout"}]
+
+
+def test_warm_sessions(ws):
+    root, _ = ws
+
+    async def session() -> None:
+        async with Client(server(root, "--preset", "workspace-write")) as client:
+            started = await client.call_tool("session_start", {})
+            name = started.structured_content["session"]
+            first = await client.call_tool("session_exec", {
+                "session": name, "argv": "echo $$ > pid; echo ok", "shell": True})
+            assert first.structured_content["stdout"] == "ok\n"
+            again = await client.call_tool("session_exec", {"session": name,
+                                                            "argv": ["cat", "pid"]})
+            assert again.structured_content["exit_code"] == 0
+            stopped = await client.call_tool("session_stop", {"session": name})
+            assert stopped.structured_content == {"session": name, "stopped": True}
+            gone = await client.call_tool("session_exec", {"session": name, "argv": ["true"]})
+            assert gone.is_error and gone.structured_content["error"] == "usage"
+    asyncio.run(session())
+
+
+def test_streamable_http_on_loopback(ws):
+    root, _ = ws
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = subprocess.Popen([sys.executable, "-m", "stockade", "mcp", "--preset",
+                               "workspace-write", "--workspace", str(root), "--http", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert served.poll() is None, served.stderr.read().decode()
+            assert time.monotonic() < deadline, "the server did not listen"
+            time.sleep(0.2)
+
+        async def session() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                ran = await client.call_tool("run", {"argv": ["echo", "over http"]})
+                assert ran.structured_content["stdout"] == "over http\n"
+        asyncio.run(session())
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+
+
+def test_the_http_transport_binds_to_loopback_only(ws):
+    root, _ = ws
+    done = subprocess.run([sys.executable, "-m", "stockade", "mcp", "--workspace", str(root),
+                           "--http", "8765", "--host", "0.0.0.0"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("stockade: usage: --host 0.0.0.0: the HTTP transport binds "
+                                  "to loopback only"), done.stderr
+
+
+def test_without_the_sdk_a_typed_error_names_the_extra(ws):
+    root, _ = ws
+    blocked = ("import sys; sys.modules['mcp'] = None; from stockade.cli import main; "
+               "sys.exit(main(['mcp', '--workspace', sys.argv[1]]))")
+    done = subprocess.run([sys.executable, "-c", blocked, str(root)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 70
+    assert done.stderr == ("stockade: extra_missing: the MCP server needs the `mcp` package: "
+                           "pip install 'stockade[mcp]'\n")
