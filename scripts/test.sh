@@ -45,6 +45,7 @@ integrations_setup() {  # integrations_setup DIR: the wheel and DIR/.venv-integr
 
 integrations() {  # integrations DIR VENV_DIR [runner...]: the integration tests, from the wheel
     (cd "$1" && "${@:3}" "$2/.venv-integrations/bin/python" -P -m pytest -q -rs \
+        -o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function \
         -p no:cacheprovider tests/integrations)
 }
 

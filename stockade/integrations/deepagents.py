@@ -1,0 +1,85 @@
+"""A LangChain deepagents sandbox backend that runs in Stockade (`pip install
+'stockade[deepagents]'`):
+
+    backend = StockadeSandbox(Workspace(preset="workspace-write", workspace=path))
+    agent = create_deep_agent(model=..., backend=backend)
+
+What deepagents gets: `execute` runs each shell command in one warm Stockade sandbox over the
+workspace (exit codes in the shell's conventions: not found 127, timed out 124; output within
+`limits.output`, `truncated` when cut). `upload_files` and `download_files` are the
+Workspace's file operations, performed inside the sandbox and never following a link; the
+rest of the file tools (`ls`, `read`, `write`, `edit`, `grep`, `glob`) are deepagents' own
+`BaseSandbox` scripts, run through `execute`, so inside the same sandbox.
+
+What it cannot ask for: a path outside the workspace (deepagents paths are absolute: they must
+lie in the workspace, else `permission_denied`; a relative one is `invalid_path`), a write to a
+protected name (`permission_denied`), a link followed by an upload or download
+(`permission_denied`), or a timeout beyond the policy's `limits.timeout` (a longer or zero
+`timeout` runs under the policy's)."""
+
+from __future__ import annotations
+
+import os
+
+from deepagents.backends.protocol import (
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileUploadResponse,
+)
+from deepagents.backends.sandbox import BaseSandbox
+
+from stockade.integrations.workspace import FileError, Workspace
+
+# Stockade's FileError codes in deepagents' FileOperationError words.
+_ERRORS = {"not_found": "file_not_found", "not_a_directory": "file_not_found",
+           "is_a_directory": "is_directory", "permission_denied": "permission_denied",
+           "outside_workspace": "permission_denied", "symlink_refused": "permission_denied",
+           "not_a_regular_file": "permission_denied"}
+
+
+class StockadeSandbox(BaseSandbox):
+    """deepagents' sandbox protocol over a Stockade Workspace (closed with `close()`)."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    @property
+    def id(self) -> str:
+        return f"stockade:{self.workspace.root}"
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        outcome = self.workspace.exec(command, shell=True, timeout=timeout or None)
+        return ExecuteResponse(output=outcome.output, exit_code=outcome.exit_code,
+                               truncated=outcome.truncated)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        responses = []
+        for path, content in files:
+            try:
+                self.workspace.write_file(self._absolute(path), content)
+                responses.append(FileUploadResponse(path=path))
+            except FileError as exc:
+                responses.append(FileUploadResponse(path=path, error=_error(exc)))
+        return responses
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        responses = []
+        for path in paths:
+            try:
+                content = self.workspace.read_file(self._absolute(path))
+                responses.append(FileDownloadResponse(path=path, content=content))
+            except FileError as exc:
+                responses.append(FileDownloadResponse(path=path, error=_error(exc)))
+        return responses
+
+    def close(self) -> None:
+        self.workspace.close()
+
+    def _absolute(self, path: str) -> str:
+        if not os.path.isabs(path):
+            raise FileError("invalid_path", f"{path}: not an absolute path")
+        return path
+
+
+def _error(exc: FileError) -> str:
+    return "invalid_path" if exc.code == "invalid_path" else _ERRORS.get(exc.code, exc.message)
