@@ -33,6 +33,8 @@ def test_files_and_commands_round_trip(workspace):
     assert (done.exit_code, done.stdout) == (0, "one\n")
     assert workspace.read_file(os.path.join(workspace.root, "notes/a.txt")) == b"one\ntwo\n"
     assert workspace.exec("echo $0; exit 3", shell=True).exit_code == 3
+    workspace.remove_file("notes/a.txt")
+    assert workspace.list_dir("notes") == []
 
 
 def test_shell_conventions_for_exit_codes(workspace):
@@ -66,6 +68,7 @@ def test_file_operations_never_follow_a_planted_link(workspace, ws):
     for call in (lambda: workspace.read_file("dir/secret"), lambda: workspace.read_file("file"),
                  lambda: workspace.write_file("dir/secret", "changed"),
                  lambda: workspace.write_file("file", "changed"),
+                 lambda: workspace.remove_file("dir/secret"),
                  lambda: workspace.list_dir("dir")):
         with pytest.raises(FileError) as refused:
             call()

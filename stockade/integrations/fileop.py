@@ -7,9 +7,9 @@ RESOLVE_BENEATH is not available: the sandbox's seccomp filter answers openat2 w
 so a link the command planted cannot lead a tool call out of the workspace.
 
 OPs: `read` (the file's bytes on stdout), `write` (stdin into the file; missing parent
-directories are made), `list` (JSON lines: name, kind, size). A failure is one JSON object on
-stderr, {"error": code, "detail": ...}, and exit status 3. Standard library only: it runs
-without Stockade's package on its path."""
+directories are made), `list` (JSON lines: name, kind, size), `remove` (a file or a link).
+A failure is one JSON object on stderr, {"error": code, "detail": ...}, and exit status 3.
+Standard library only: it runs without Stockade's package on its path."""
 
 import errno
 import json
@@ -149,12 +149,24 @@ def listing(root: str, path: str) -> None:
         os.close(directory)
 
 
-OPERATIONS = {"read": read, "write": write, "list": listing}
+def remove(root: str, path: str) -> None:
+    names = parts(root, path)
+    if not names:
+        raise Refused("is_a_directory", f"{root}: a directory")
+    directory = parent(root, names)
+    try:
+        # unlink removes a link itself, never its target; a directory is EISDIR
+        os.unlink(names[-1], dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
+OPERATIONS = {"read": read, "write": write, "list": listing, "remove": remove}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] not in OPERATIONS:
-        raise Refused("usage", "fileop.py read|write|list ROOT PATH")
+        raise Refused("usage", "fileop.py read|write|list|remove ROOT PATH")
     op, root, path = argv
     try:
         OPERATIONS[op](root, path)

@@ -177,6 +177,10 @@ class Workspace:
         """Write `data` to the file at `path`, making missing parent directories."""
         self._fileop("write", path, data.encode() if isinstance(data, str) else data)
 
+    def remove_file(self, path: str | os.PathLike) -> None:
+        """Remove the file (or the link itself) at `path`."""
+        self._fileop("remove", path)
+
     def list_dir(self, path: str | os.PathLike = ".") -> list[Entry]:
         """The entries of the directory at `path`, sorted by name."""
         lines = self._fileop("list", path).decode().splitlines()
@@ -205,7 +209,7 @@ class Workspace:
         except (ValueError, KeyError, TypeError):
             raise FileError("failed", f"{shown}: the file operation ended with "
                             f"{result.returncode}") from None
-        grant = f"filesystem.write {shown}" if op == "write" and \
+        grant = f"filesystem.write {shown}" if op in ("write", "remove") and \
             code == "permission_denied" else None
         raise FileError(code, detail, grant)
 

@@ -1,0 +1,93 @@
+"""The OpenAI Agents SDK's shell and apply_patch tools on Stockade: a real `Agent` run by the
+SDK's `Runner`, driven by the SDK's own ScriptedModel (agents.testing), so the SDK itself
+calls the executor and the editor, and every command and file change happens in the real
+sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from agents import Agent, ApplyPatchTool, Runner, ShellTool
+from agents.testing import ScriptedModel, assistant_message
+from conftest import policy_for
+from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
+
+from stockade.integrations.openai_agents import StockadeEditor, StockadeShellExecutor
+from stockade.integrations.workspace import Workspace
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+
+def shell(number: int, *commands: str, timeout_ms: int | None = None):
+    return ResponseFunctionShellToolCall(
+        id=f"sh-{number}", call_id=f"call-{number}", status="completed", type="shell_call",
+        action={"commands": list(commands), "timeout_ms": timeout_ms})
+
+
+def patch(number: int, kind: str, path: str, diff: str | None = None):
+    operation = {"type": kind, "path": path} | ({"diff": diff} if diff is not None else {})
+    return ResponseApplyPatchToolCall(id=f"ap-{number}", call_id=f"call-{number}",
+                                      status="completed", type="apply_patch_call",
+                                      operation=operation)
+
+
+def run_agent(workspace: Workspace, *steps) -> dict[str, object]:
+    """Run an agent whose model takes `steps` (one tool call each), then says "done"; the
+    outputs the SDK recorded, by call id."""
+    model = ScriptedModel([[step] for step in steps] + [[assistant_message("done")]])
+    agent = Agent(name="coder", model=model, tools=[
+        ShellTool(executor=StockadeShellExecutor(workspace)),
+        ApplyPatchTool(editor=StockadeEditor(workspace))])
+    result = asyncio.run(Runner.run(agent, "go"))
+    assert result.final_output == "done"
+    outputs = {}
+    for item in result.new_items:
+        raw = item.raw_item
+        call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+        if item.type.endswith("output_item") and call_id:
+            outputs[call_id] = item.output
+    return outputs
+
+
+def test_shell_calls_run_in_the_sandbox(ws):
+    root, outside = ws
+    with Workspace(policy_for("workspace-write", timeout=2.0), workspace=root) as workspace:
+        outputs = run_agent(
+            workspace,
+            shell(1, "echo made > made.txt && pwd", "no-such-tool",
+                  f"touch {outside}/escaped; echo $?"),
+            shell(2, "sleep 30", timeout_ms=600_000))
+    first, slow = str(outputs["call-1"]), str(outputs["call-2"])
+    assert f"$ echo made > made.txt && pwd\n{root}\n" in first, first
+    assert "no-such-tool: not found\nexit code: 127" in first, first
+    assert (root / "made.txt").read_text() == "made\n"
+    assert os.listdir(outside) == []  # the touch outside failed
+    assert slow.endswith("the grant that would allow it: limits.timeout\nstatus: timeout"), slow
+
+
+def test_apply_patch_edits_inside_the_workspace_only(ws):
+    root, outside = ws
+    (outside / "secret").write_text("outside\n")
+    os.mkdir(root / ".git")
+    (root / ".git" / "config").write_text("[core]\n")
+    with Workspace(policy_for("workspace-write"), workspace=root) as workspace:
+        workspace.exec(["ln", "-s", str(outside), "link"])
+        outputs = run_agent(
+            workspace,
+            patch(1, "create_file", "notes.txt", "+one\n+two\n"),
+            patch(2, "update_file", "notes.txt", "@@\n one\n-two\n+three\n"),
+            patch(3, "create_file", "link/secret", "+changed\n"),
+            patch(4, "update_file", ".git/config", "@@\n [core]\n+\thooksPath = /tmp\n"),
+            patch(5, "create_file", str(outside / "new"), "+escaped\n"),
+            patch(6, "delete_file", "link"))
+    assert (root / "notes.txt").read_text().splitlines() == ["one", "three"]
+    assert "symlink_refused" in str(outputs["call-3"])
+    assert "permission_denied" in str(outputs["call-4"])
+    assert "filesystem.write" in str(outputs["call-4"])
+    assert "outside_workspace" in str(outputs["call-5"])
+    assert not os.path.lexists(root / "link")  # the link itself was deleted, not its target
+    assert (outside / "secret").read_text() == "outside\n"
+    assert sorted(os.listdir(outside)) == ["secret"]
+    assert (root / ".git" / "config").read_text() == "[core]\n"
