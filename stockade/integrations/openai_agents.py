@@ -14,21 +14,49 @@ read and write files through the Workspace's file operations: inside the sandbox
 workspace only, never following a link; a refused operation is a `failed` result the model
 sees, not an exception.
 
+For the SDK's sandbox interface (`agents.sandbox`, `SandboxAgent` with
+`RunConfig(sandbox=SandboxRunConfig(client=...))`), `StockadeSandboxClient` makes sessions
+like the SDK's own local client (a workspace directory on this host, the manifest applied to
+it, the workspace persisted and hydrated as a tar), except that every command a session
+runs, the SDK's own helper commands included, runs in a Stockade sandbox over the manifest's
+root, under the client's policy, with the policy's closed environment (the host's is not
+passed in; the manifest's variables are not either: put them in the policy's `env.set`), and
+that reads and writes go through the Workspace's file operations.
+
 What it cannot ask for: a command outside the sandbox or the policy (no call changes roots,
 network or limits), the SDK's hosted container environments (they run at OpenAI, not here),
-and paths outside the workspace. The SDK's own sandbox clients (`agents.sandbox`: manifests,
-mounts, snapshots, PTY sessions) are a separate interface this module does not implement."""
+paths outside the workspace, a PTY (`supports_pty()` is false: interactive sessions are
+refused by the SDK), acting as another user (`user=` is refused, `PermissionError`), and
+host paths mounted into the workspace (the local client's manifest rules: refused there)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from agents.apply_diff import apply_diff
 from agents.editor import ApplyPatchOperation, ApplyPatchResult
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.sandboxes.unix_local import (
+    UnixLocalSandboxClient,
+    UnixLocalSandboxSession,
+    UnixLocalSandboxSessionState,
+)
+from agents.sandbox.session import SandboxSession
+from agents.sandbox.types import ExecResult
 from agents.tool import ShellCallOutcome, ShellCommandOutput, ShellCommandRequest, ShellResult
 
 from stockade.integrations.workspace import FileError, Outcome, Workspace
+from stockade.policy import Policy, resolve_policy
 
 
 class StockadeShellExecutor:
@@ -100,3 +128,95 @@ def _output(command: str, outcome: Outcome) -> ShellCommandOutput:
         ShellCallOutcome("exit", outcome.exit_code)
     return ShellCommandOutput(stdout=outcome.stdout, stderr=stderr, outcome=result,
                               command=command)
+
+
+class StockadeSandboxSession(UnixLocalSandboxSession):
+    """A local sandbox session whose commands and file reads and writes run in Stockade."""
+
+    policy: Policy
+
+    def __init__(self, *, state: UnixLocalSandboxSessionState, policy: Policy) -> None:
+        super().__init__(state=state)
+        self.policy = policy
+        self._workspace: Workspace | None = None
+
+    @property
+    def workspace(self) -> Workspace:
+        if self._workspace is None:
+            self._workspace = Workspace(self.policy, workspace=self.state.manifest.root)
+        return self._workspace
+
+    def supports_pty(self) -> bool:
+        return False
+
+    async def _exec_internal(self, *command: str | Path,
+                             timeout: float | None = None) -> ExecResult:
+        argv = [os.fspath(word) for word in command]
+        outcome = await asyncio.to_thread(self.workspace.exec, argv, timeout=timeout)
+        if outcome.timed_out:
+            raise ExecTimeoutError(command=command, timeout_s=timeout)
+        return ExecResult(stdout=outcome.stdout.encode(), stderr=outcome.stderr.encode(),
+                          exit_code=outcome.exit_code)
+
+    async def read(self, path: Path, *, user: Any = None) -> io.IOBase:
+        _no_user(user)
+        target = self.normalize_path(path)
+        try:
+            return io.BytesIO(await asyncio.to_thread(self.workspace.read_file, target))
+        except FileError as exc:
+            if exc.code == "not_found":
+                raise WorkspaceReadNotFoundError(path=path) from None
+            raise WorkspaceArchiveReadError(path=path, context={"reason": exc.code}) from None
+
+    async def write(self, path: Path, data: io.IOBase, *, user: Any = None) -> None:
+        _no_user(user)
+        target = self.normalize_path(path, for_write=True)
+        payload = data.read()
+        content = payload.encode() if isinstance(payload, str) else bytes(payload)
+        try:
+            await asyncio.to_thread(self.workspace.write_file, target, content)
+        except FileError as exc:
+            raise WorkspaceArchiveWriteError(path=target, context={"reason": exc.code,
+                                                                   "grant": exc.grant}) from None
+
+    async def _after_shutdown(self) -> None:
+        await super()._after_shutdown()
+        if self._workspace is not None:
+            await asyncio.to_thread(self._workspace.close)
+
+
+class StockadeSandboxClient(UnixLocalSandboxClient):
+    """The SDK's sandbox client for Stockade: `policy` (a Policy or a policy file) or `preset`
+    (default "workspace-write") is every session's sandbox."""
+
+    backend_id = "stockade"
+
+    def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
+                 preset: str | None = None, **options: Any) -> None:
+        super().__init__(inherit_host_environment=False, **options)
+        if policy is None and preset is None:
+            preset = "workspace-write"
+        self.policy = resolve_policy(policy, preset)
+
+    async def create(self, **arguments: Any) -> SandboxSession:
+        return self._confined(await super().create(**arguments))
+
+    async def resume(self, state: Any) -> SandboxSession:
+        return self._confined(await super().resume(state))
+
+    async def delete(self, session: SandboxSession) -> SandboxSession:
+        inner = session._inner
+        if isinstance(inner, StockadeSandboxSession) and inner._workspace is not None:
+            await asyncio.to_thread(inner._workspace.close)
+        return await super().delete(session)
+
+    def _confined(self, session: SandboxSession) -> SandboxSession:
+        local = session._inner
+        inner = StockadeSandboxSession(state=local.state, policy=self.policy)
+        inner._host_environment_allowlist = local._host_environment_allowlist
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+
+def _no_user(user: Any) -> None:
+    if user is not None:
+        raise PermissionError("a Stockade sandbox runs as its caller: no other user")

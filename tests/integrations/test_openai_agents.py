@@ -9,15 +9,29 @@ import asyncio
 import os
 
 import pytest
-from agents import Agent, ApplyPatchTool, Runner, ShellTool
-from agents.testing import ScriptedModel, assistant_message
+from agents import (
+    Agent,
+    ApplyPatchTool,
+    RunConfig,
+    Runner,
+    ShellTool,
+    set_tracing_disabled,
+)
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import Manifest, SandboxAgent
+from agents.testing import ScriptedModel, assistant_message, function_call
 from conftest import policy_for
 from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
 
-from stockade.integrations.openai_agents import StockadeEditor, StockadeShellExecutor
+from stockade.integrations.openai_agents import (
+    StockadeEditor,
+    StockadeSandboxClient,
+    StockadeShellExecutor,
+)
 from stockade.integrations.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("linux")
+set_tracing_disabled(True)  # (no trace leaves this machine)
 
 
 def shell(number: int, *commands: str, timeout_ms: int | None = None):
@@ -91,3 +105,28 @@ def test_apply_patch_edits_inside_the_workspace_only(ws):
     assert (outside / "secret").read_text() == "outside\n"
     assert sorted(os.listdir(outside)) == ["secret"]
     assert (root / ".git" / "config").read_text() == "[core]\n"
+
+
+def test_a_sandbox_agent_runs_in_stockade(ws):
+    """The SDK's sandbox interface: a SandboxAgent whose session comes from
+    StockadeSandboxClient; the model's exec_command calls run confined."""
+    root, outside = ws
+    (outside / "secret").write_text("outside\n")
+    model = ScriptedModel([
+        [function_call("exec_command", {"cmd": "echo made > made.txt; pwd"}, call_id="c1")],
+        [function_call("exec_command", {"cmd": f"echo x > {outside}/new; cat {outside}/secret"},
+                       call_id="c2")],
+        [function_call("exec_command", {"cmd": "no-such-tool"}, call_id="c3")],
+        [assistant_message("done")]])
+    agent = SandboxAgent(name="coder", model=model,
+                         default_manifest=Manifest(root=str(root)))
+    client = StockadeSandboxClient(policy_for("workspace-write"))
+    config = RunConfig(sandbox=SandboxRunConfig(client=client))
+    result = asyncio.run(Runner.run(agent, "go", run_config=config))
+    assert result.final_output == "done"
+    outputs = {item.raw_item["call_id"]: item.output for item in result.new_items
+               if item.type == "tool_call_output_item"}
+    assert str(root) in outputs["c1"] and (root / "made.txt").read_text() == "made\n"
+    assert "No such file or directory" in outputs["c2"] and "outside\n" not in outputs["c2"]
+    assert "127" in outputs["c3"]
+    assert sorted(os.listdir(outside)) == ["secret"]
