@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 
 import pytest
@@ -116,11 +117,27 @@ def test_typed_failures(workspace):
 
 
 def test_a_lost_sandbox_is_started_again(workspace):
-    first = workspace.start()
     lost = workspace.exec(["sh", "-c", "kill -9 -1"])
     assert lost.exit_code == 137 and [d.kind for d in lost.denials] == ["sandbox.lost"]
     assert workspace.exec(["echo", "again"]).stdout == "again\n"
-    assert workspace.start() is not first
+
+
+def test_concurrent_calls_each_get_a_sandbox_and_cancel_kills_the_tree(workspace):
+    cancel = threading.Event()
+    outcomes = []
+    slow = threading.Thread(target=lambda: outcomes.append(workspace.exec(
+        ["sh", "-c", "echo $$ > pid; exec sleep 3600"], cancel=cancel)))
+    slow.start()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(workspace.root, "pid")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # the slow command holds one sandbox: this call runs beside it, in another
+    assert workspace.exec(["cat", "pid"]).exit_code == 0
+    cancel.set()
+    slow.join(timeout=30)
+    assert not slow.is_alive()
+    assert [d.kind for d in outcomes[0].denials] == ["cancelled"]
 
 
 def test_each_command_gets_its_own_network_denials_with_the_grant(ws):

@@ -20,21 +20,23 @@ approval flow."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from stockade.errors import StartError, StockadeError, UsageError
-from stockade.launch.compile import CompileContext
+from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.result import Result, Violation
 from stockade.policy import Policy, resolve_policy
 from stockade.session.errors import SessionError
 from stockade.session.sandbox import Sandbox
 
 FILEOP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fileop.py")
+MAX_SANDBOXES = 8  # warm sandboxes one Workspace runs at once (for concurrent calls)
 NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
 _START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
 _GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
@@ -91,9 +93,12 @@ class FileError(StockadeError):
 
 class Workspace:
     """A warm sandbox over `workspace` (default: the current directory) under `policy` (a
-    Policy or a policy file) or `preset` (default "workspace-write"). The sandbox starts on
-    first use and again after it is lost (a command that kills its own agent); `close()` (or
-    leaving the `with` block) kills everything in it."""
+    Policy or a policy file) or `preset` (default "workspace-write").
+
+    Calls may come from several threads at once: each runs in a warm sandbox of its own that
+    no other call is using (at most MAX_SANDBOXES; more wait), all over the same directory and
+    policy. Sandboxes start on first use and again after one is lost (a command that kills its
+    own agent); `close()` (or leaving the `with` block) kills everything in them."""
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None,
@@ -104,9 +109,13 @@ class Workspace:
         if self.policy.containment != "native":
             raise UsageError(f"a Workspace runs on the native containment, not "
                              f"{self.policy.containment!r} (use stockade.run or VmSandbox)")
-        self.root = os.path.realpath(CompileContext.current(workspace).workspace)
-        self._sandbox: Sandbox | None = None
-        self._starting = threading.Lock()
+        context = CompileContext.current(workspace)
+        self.root = os.path.realpath(context.workspace)
+        self.limits = compile_policy(self.policy, ["true"], context).limits
+        self._idle: list[Sandbox] = []
+        self._started: list[Sandbox] = []
+        self._pool = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_SANDBOXES)
         self._closed = False
 
     def __enter__(self) -> Workspace:
@@ -115,34 +124,45 @@ class Workspace:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def start(self) -> Sandbox:
-        """The warm sandbox (started now if it is not running)."""
-        with self._starting:
-            if self._closed:
-                raise UsageError("this Workspace is closed")
-            if self._sandbox is None or self._sandbox.closed:
-                self._sandbox = Sandbox(self.policy, workspace=self.root)
-            return self._sandbox
+    def start(self) -> None:
+        """Start a warm sandbox now, so the first call does not wait for it."""
+        with self._sandbox():
+            pass
 
     def close(self) -> None:
-        with self._starting:
+        with self._pool:
             self._closed = True
-            if self._sandbox is not None:
-                self._sandbox.close()
-
-    @property
-    def limit(self) -> float | None:
-        """The policy's `limits.timeout` in seconds (None: no limit)."""
-        return self.start().limits.timeout
+            started, self._started, self._idle = self._started, [], []
+        for sandbox in started:
+            sandbox.close()
 
     def timeout(self, requested: float | None) -> float | None:
         """The timeout a call runs under: the requested one, never longer than the policy's."""
         if requested is not None and requested <= 0:
             raise UsageError("timeout must be positive")
-        limit = self.limit
+        limit = self.limits.timeout
         if requested is None:
             return limit
         return requested if limit is None else min(requested, limit)
+
+    @contextlib.contextmanager
+    def _sandbox(self) -> Iterator[Sandbox]:
+        """A warm sandbox no other call is using, for one call."""
+        with self._slots:
+            with self._pool:
+                if self._closed:
+                    raise UsageError("this Workspace is closed")
+                sandbox = self._idle.pop() if self._idle else None
+            if sandbox is None or sandbox.closed:
+                sandbox = Sandbox(self.policy, workspace=self.root)
+                with self._pool:
+                    self._started = [s for s in self._started if not s.closed] + [sandbox]
+            try:
+                yield sandbox
+            finally:
+                with self._pool:
+                    if not self._closed and not sandbox.closed:
+                        self._idle.append(sandbox)
 
     def exec(self, command: Sequence[str] | str, *, shell: bool = False,
              cwd: str | os.PathLike | None = None, timeout: float | None = None,
@@ -152,10 +172,10 @@ class Workspace:
         sandbox. `cwd` is relative to the workspace (default: the workspace)."""
         argv = _argv(command, shell)
         data = input.encode() if isinstance(input, str) else input
-        sandbox = self.start()
         try:
-            result = sandbox.run(argv, input=data, timeout=self.timeout(timeout),
-                                 cwd=self._cwd(cwd), env=env, cancel=cancel)
+            with self._sandbox() as sandbox:
+                result = sandbox.run(argv, input=data, timeout=self.timeout(timeout),
+                                     cwd=self._cwd(cwd), env=env, cancel=cancel)
         except StartError as exc:
             if exc.code not in _START_CODES:
                 raise
@@ -197,7 +217,8 @@ class Workspace:
     def _fileop(self, op: str, path: str | os.PathLike, data: bytes | None = None) -> bytes:
         argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, self.root,
                 os.fspath(path)]
-        result = self.start().run(argv, input=data, timeout=self.timeout(None), cwd=self.root)
+        with self._sandbox() as sandbox:
+            result = sandbox.run(argv, input=data, timeout=self.timeout(None), cwd=self.root)
         if result.exit_code == 0 and not result.stdout_truncated:
             return bytes(result.stdout or b"")
         shown = self.resolve(path)

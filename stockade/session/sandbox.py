@@ -27,7 +27,7 @@ from stockade.launch import registry
 from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
-from stockade.launch.request import LaunchRequest, LimitSpec
+from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation, network_denials
 from stockade.policy import Policy, resolve_policy
 from stockade.session import boot
@@ -142,11 +142,6 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed is not None
-
-    @property
-    def limits(self) -> LimitSpec:
-        """The limits each command runs under (a call's `timeout` replaces `timeout`)."""
-        return self._default.limits
 
     @property
     def pid(self) -> int:
