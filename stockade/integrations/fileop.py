@@ -45,9 +45,15 @@ def parts(root: str, path: str) -> list[str]:
     return names
 
 
+# Directories on the way are opened O_PATH: a path descriptor needs no read access to them
+# (Landlock grants a root's contents, not its ancestors'), and with O_NOFOLLOW | O_DIRECTORY a
+# link among them fails ENOTDIR instead of being followed.
+WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def step(directory: int, name: str, shown: str, *, make: bool = False) -> int:
     """Descend into `name` under `directory` without following a link (made if `make`)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = WALK
     try:
         return os.open(name, flags, dir_fd=directory)
     except FileNotFoundError:
@@ -73,7 +79,7 @@ def is_link(directory: int, name: str) -> bool:
 
 def parent(root: str, names: list[str], *, make: bool = False) -> int:
     """A descriptor of the directory holding the last of `names` (ROOT for none)."""
-    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    directory = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for index, name in enumerate(names[:-1]):
         shown = os.path.join(root, *names[:index + 1])
         try:
@@ -136,7 +142,11 @@ def write(root: str, path: str) -> None:
 
 
 def listing(root: str, path: str) -> None:
-    directory = parent(root, parts(root, path) + [""])  # (every name a directory)
+    walked = parent(root, parts(root, path) + [""])  # (every name a directory)
+    try:
+        directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=walked)
+    finally:
+        os.close(walked)
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
         for entry in entries:

@@ -189,13 +189,17 @@ class Workspace:
                            False, False, (Denial("sandbox.lost", exc.message, None),))
         return outcome(result)
 
-    def read_file(self, path: str | os.PathLike) -> bytes:
-        """The bytes of the file at `path` (relative to the workspace, or absolute in it)."""
-        return self._fileop("read", path)
+    def read_file(self, path: str | os.PathLike, *, confined: bool = True) -> bytes:
+        """The bytes of the file at `path` (relative to the workspace, or absolute in it;
+        anywhere the sandbox can read it if not `confined`, still never through a link)."""
+        return self._fileop("read", path, confined=confined)
 
-    def write_file(self, path: str | os.PathLike, data: bytes | str) -> None:
-        """Write `data` to the file at `path`, making missing parent directories."""
-        self._fileop("write", path, data.encode() if isinstance(data, str) else data)
+    def write_file(self, path: str | os.PathLike, data: bytes | str, *,
+                   confined: bool = True) -> None:
+        """Write `data` to the file at `path`, making missing parent directories (outside the
+        workspace too, where the sandbox can write, if not `confined`)."""
+        self._fileop("write", path, data.encode() if isinstance(data, str) else data,
+                      confined=confined)
 
     def remove_file(self, path: str | os.PathLike) -> None:
         """Remove the file (or the link itself) at `path`."""
@@ -214,9 +218,11 @@ class Workspace:
     def _cwd(self, cwd: str | os.PathLike | None) -> str | None:
         return None if cwd is None else self.resolve(cwd)
 
-    def _fileop(self, op: str, path: str | os.PathLike, data: bytes | None = None) -> bytes:
-        argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, self.root,
-                os.fspath(path)]
+    def _fileop(self, op: str, path: str | os.PathLike, data: bytes | None = None, *,
+                confined: bool = True) -> bytes:
+        root = self.root if confined else "/"
+        argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, root,
+                self.resolve(path)]
         with self._sandbox() as sandbox:
             result = sandbox.run(argv, input=data, timeout=self.timeout(None), cwd=self.root)
         if result.exit_code == 0 and not result.stdout_truncated:

@@ -12,6 +12,7 @@ guest agent; commands of one Sandbox share one trust domain (see docs/sessions.m
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import sys
@@ -33,11 +34,12 @@ from stockade.policy import Policy, resolve_policy
 from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
 from stockade.session.exchange import Ending, Exchange, Output
-from stockade.session.protocol import Message
+from stockade.session.protocol import MAX_FRAME, Message
 
 T = TypeVar("T")
 BACKEND = "linux-session"
 CLOSE_GRACE = 1.0  # seconds an idle agent may take to exit after `shutdown`
+MAX_COMMAND = MAX_FRAME - (4 << 10)  # encoded bytes of one command (its frame's envelope aside)
 
 
 class Sandbox:
@@ -107,14 +109,17 @@ class Sandbox:
         request = self._command(argv, cwd, env, timeout)
         limit = request.limits.output
         limit = DEFAULT_OUTPUT_LIMIT if limit is None else limit
+        body = {"argv": list(request.argv), "cwd": request.cwd, "env": dict(request.env),
+                "timeout": request.limits.timeout}
+        if len(json.dumps(body)) > MAX_COMMAND:  # (refused here: the agent would end the session)
+            raise UsageError(f"the command, its directory and environment take more than "
+                             f"{MAX_COMMAND >> 10} KiB: pass large data through input or a file")
         with self._turn():
             self._number += 1
             exchange = Exchange(self._session.channel, self._number, input, limit,
                                 request.limits.timeout, cancel)
             began = time.monotonic()
             seen = len(self._network_records())
-            body = {"argv": list(request.argv), "cwd": request.cwd, "env": dict(request.env),
-                    "timeout": request.limits.timeout}
             try:
                 ending = yield from exchange.run(body)
             except GeneratorExit:

@@ -1,0 +1,132 @@
+"""An Inspect AI sandbox environment in Stockade (`pip install 'stockade[inspect]'`): import
+this module and give a task `sandbox=("stockade", CONFIG)`, CONFIG being a preset name or a
+policy file (default: "workspace-write").
+
+What Inspect gets: each sample runs in a fresh temporary directory (its working directory,
+removed with everything in it at the sample's cleanup) with a warm Stockade sandbox over it.
+`exec` runs there with the shell's exit codes; a missing program is a failed result (127), a
+file that cannot be executed raises `PermissionError`, `timeout` raises `TimeoutError` (it
+never lengthens the policy's `limits.timeout`), and output past `limits.output` raises
+`OutputLimitExceededError`. `read_file` and `write_file` run inside the sandbox and never
+follow a symbolic link: relative paths are in the sample's directory, absolute ones reach
+what the sandbox can (a read root is read-only, the sandbox's own `/tmp` is its own);
+`FileNotFoundError`, `IsADirectoryError`, `PermissionError`, `UnicodeDecodeError` and
+`OutputLimitExceededError` as Inspect's contract asks.
+
+What it cannot ask for: another user (`SandboxUserUnsupportedError`: a sandbox runs as its
+caller), a connection or a service (no `connection()`), a network beyond the policy, or any
+path the policy does not grant. Escape benchmarks can run their tasks in it: what they find
+is what the policy and `stockade report` say."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Literal, overload
+
+import anyio
+from inspect_ai.util import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxEnvironmentLimits,
+    SandboxUserUnsupportedError,
+    sandboxenv,
+)
+
+from stockade.integrations.workspace import NOT_EXECUTABLE, FileError, Workspace
+from stockade.policy import PRESETS, Policy, load_policy, preset
+
+DEFAULT_PRESET = "workspace-write"
+_FILE_ERRORS: dict[str, type[OSError]] = {
+    "not_found": FileNotFoundError, "not_a_directory": NotADirectoryError,
+    "is_a_directory": IsADirectoryError, "permission_denied": PermissionError,
+    "outside_workspace": PermissionError, "symlink_refused": PermissionError,
+    "not_a_regular_file": PermissionError}
+
+
+@sandboxenv(name="stockade")
+class StockadeSandboxEnvironment(SandboxEnvironment):
+    """One sample's sandbox: a Workspace over a fresh temporary directory."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.directory = os.path.realpath(tempfile.mkdtemp(prefix="stockade-inspect-"))
+        self.workspace = Workspace(policy, workspace=self.directory)
+
+    @classmethod
+    async def sample_init(cls, task_name: str, config: Any,
+                          metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+        return {"default": cls(_policy(config))}
+
+    @classmethod
+    async def sample_cleanup(cls, task_name: str, config: Any,
+                             environments: dict[str, SandboxEnvironment],
+                             interrupted: bool) -> None:
+        for environment in environments.values():
+            if isinstance(environment, StockadeSandboxEnvironment):
+                await anyio.to_thread.run_sync(environment.close)
+
+    def close(self) -> None:
+        """Kill everything in the sandbox and remove the sample's directory."""
+        self.workspace.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def exec(self, cmd: list[str], input: str | bytes | None = None,
+                   cwd: str | None = None, env: dict[str, str] | None = None,
+                   user: str | None = None, timeout: int | None = None,
+                   timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
+        if user is not None:
+            raise SandboxUserUnsupportedError(f"a Stockade sandbox runs as its caller, not "
+                                              f"as {user!r}")
+        outcome = await anyio.to_thread.run_sync(lambda: self.workspace.exec(
+            cmd, input=input, cwd=cwd, env=env, timeout=timeout))
+        if outcome.timed_out:
+            raise TimeoutError(f"{cmd[0]}: timed out")
+        if outcome.exit_code == NOT_EXECUTABLE and not outcome.stdout:
+            raise PermissionError(outcome.stderr.strip())
+        if outcome.truncated:
+            raise OutputLimitExceededError(limit_str=f"{self.workspace.limits.output} bytes",
+                                           truncated_output=outcome.stdout)
+        return ExecResult(success=outcome.exit_code == 0, returncode=outcome.exit_code,
+                          stdout=outcome.stdout, stderr=outcome.stderr)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        data = contents.encode() if isinstance(contents, str) else contents
+        await self._file(lambda: self.workspace.write_file(file, data, confined=False), file)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        data = await self._file(lambda: self.workspace.read_file(file, confined=False), file)
+        if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
+            raise OutputLimitExceededError(
+                limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, truncated_output=None)
+        # (newlines as they are: Inspect asks for `newline=""` semantics)
+        return data.decode("utf-8") if text else data
+
+    async def _file(self, operation: Any, file: str) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(operation)
+        except FileError as exc:
+            if exc.code == "too_large":
+                raise OutputLimitExceededError(limit_str=f"{self.workspace.limits.output} "
+                                               "bytes", truncated_output=None) from None
+            raise _FILE_ERRORS.get(exc.code, OSError)(f"{file}: {exc.message}") from None
+
+
+def _policy(config: Any) -> Policy:
+    """The policy a task's sandbox CONFIG names: a preset, or a policy file."""
+    if config is None:
+        return preset(DEFAULT_PRESET)
+    # (Inspect makes a string config a path beside the task file: a preset name comes back
+    # as one whose file does not exist)
+    if isinstance(config, str) and not os.path.exists(config) and \
+            os.path.basename(config) in PRESETS:
+        return preset(os.path.basename(config))
+    return load_policy(config)
