@@ -9,7 +9,7 @@ directive on the line just before it, an HTML comment a rendered page does not s
 - `<!-- doc-test: file NAME -->` makes the block the file NAME in the directory where every
   example runs (a policy or config the other examples use), instead of running it;
 - `<!-- doc-test: integrations -->` (docs/integrations.md only): the block needs an agent
-  framework, and tests/integrations/test_docs.py runs it with the frameworks installed;
+  framework, and tests/integrations/test_doc_examples.py runs it with the frameworks installed;
 - `text` blocks (diagrams, layouts) are not code; `toml` and `json` blocks must be a `file`
   or `not-run`; any other language must be `not-run`.
 """
@@ -57,7 +57,7 @@ class Block:
 
     @property
     def integration(self) -> bool:
-        """Run by tests/integrations/test_docs.py, with the frameworks installed."""
+        """Run by tests/integrations/test_doc_examples.py, with the frameworks installed."""
         return self.directive == INTEGRATIONS
 
     @property

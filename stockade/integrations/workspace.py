@@ -223,8 +223,17 @@ class Workspace:
         root = self.root if confined else "/"
         argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, root,
                 self.resolve(path)]
-        with self._sandbox() as sandbox:
-            result = sandbox.run(argv, input=data, timeout=self.timeout(None), cwd=self.root)
+        result = None
+        for attempt in range(2):  # a file operation is repeatable: once more on a new sandbox
+            try:
+                with self._sandbox() as sandbox:
+                    result = sandbox.run(argv, input=data, timeout=self.timeout(None),
+                                         cwd=self.root)
+                break
+            except SessionError as exc:
+                if exc.code != "session_lost" or attempt:
+                    raise
+        assert result is not None
         if result.exit_code == 0 and not result.stdout_truncated:
             return bytes(result.stdout or b"")
         shown = self.resolve(path)

@@ -4,9 +4,7 @@ Inspect eval (mockllm model) whose sample runs its commands in the sandbox."""
 
 from __future__ import annotations
 
-import glob
 import os
-import tempfile
 
 import pytest
 from conftest import policy_for
@@ -55,9 +53,12 @@ def test_an_eval_runs_its_sample_in_the_sandbox(ws, tmp_path):
     _, outside = ws
     (outside / "secret").write_text("outside\n")
 
+    directories = []
+
     @solver
     def probe():
         async def solve(state: TaskState, generate: Generate) -> TaskState:
+            directories.append(sandbox().as_type(StockadeSandboxEnvironment).directory)
             inside = await sandbox().exec(["sh", "-c", "echo made > made.txt; cat made.txt"])
             escape = await sandbox().exec(["sh", "-c", f"echo x > {outside}/new"])
             state.output.completion = f"{inside.stdout.strip()} {escape.returncode}"
@@ -69,11 +70,9 @@ def test_an_eval_runs_its_sample_in_the_sandbox(ws, tmp_path):
         return Task(dataset=[Sample(input="go", target="made 2")], solver=probe(),
                     scorer=match(), sandbox=("stockade", "workspace-write"))
 
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "stockade-inspect-*")))
     [log] = eval(confined(), model="mockllm/model", log_dir=str(tmp_path / "logs"),
                  display="none")
-    # the sample's directory went with its cleanup
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "stockade-inspect-*"))) == before
+    assert len(directories) == 1 and not os.path.exists(directories[0])  # (its cleanup)
     assert log.status == "success", log.error
     assert log.results.scores[0].metrics["accuracy"].value == 1.0
     assert sorted(os.listdir(outside)) == ["secret"]
