@@ -30,7 +30,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# What the suite asks for that Stockade refuses by design.
+# What the suite asks for that Stockade refuses by design. (Not run: the check waits its full
+# 60 s for a process that is gone; it was run and failed so when this list was made.)
 REFUSED = {
     "test_a_backend_attached_by_ref_reaches_a_detached_process":
         "a warm Stockade sandbox kills what a command leaves behind when it exits (its "
@@ -43,7 +44,7 @@ REFUSED = {
 def refused_by_design(request):
     reason = REFUSED.get(request.node.name)
     if reason is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        request.applymarker(pytest.mark.xfail(strict=True, run=False, reason=reason))
 
 
 class TestStockadeWorkspaceConformance(WorkspaceBackendSuite):
