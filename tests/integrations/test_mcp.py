@@ -6,6 +6,7 @@ file) come back as typed tool errors, and nothing changes on the host."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 
 import pytest
+from conftest import PYTHON
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -139,6 +141,14 @@ def test_streamable_http_on_loopback(ws):
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 ran = await client.call_tool("run", {"argv": ["echo", "over http"]})
                 assert ran.structured_content["stdout"] == "over http\n"
+                # the server is a helper of Stockade's: a command it runs cannot reach it
+                reach = await client.call_tool("run", {"argv": [
+                    PYTHON, "-c", "import socket, sys; socket.create_connection(('127.0.0.1', "
+                    "int(sys.argv[1])), timeout=5)", str(port)]})
+                assert reach.structured_content["exit_code"] == 1
+                stderr = reach.structured_content["stderr"]
+                assert any(f"Error: [Errno {code}]" in stderr for code in (
+                    errno.EACCES, errno.ENETUNREACH, errno.ECONNREFUSED)), stderr
         asyncio.run(session())
     finally:
         served.terminate()
