@@ -155,3 +155,23 @@ def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
             ("network.denied", "network.allow denied.example:80")]
         second = workspace.exec([PYTHON, "-c", fetch, "http://other.example:8080/"])
         assert [d.grant for d in second.denials] == ["network.allow other.example:8080"]
+
+
+def test_a_racing_link_swap_never_leads_a_file_operation_out(workspace, ws):
+    """The command swaps a directory and a link to outside as fast as it can while file
+    operations write through the name: each lands in the directory or is refused."""
+    _, outside = ws
+    swapper = threading.Thread(target=lambda: workspace.exec(
+        ["sh", "-c", f"while :; do mkdir d 2>/dev/null; rm -rf d; ln -s {outside} d; rm -f d; "
+                     "done"], timeout=4))
+    swapper.start()
+    try:
+        while swapper.is_alive():
+            try:
+                workspace.write_file("d/x", "raced")
+            except FileError as refused:
+                assert refused.code in ("symlink_refused", "not_found", "not_a_directory"), \
+                    refused
+    finally:
+        swapper.join()
+    assert os.listdir(outside) == []
