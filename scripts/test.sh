@@ -11,7 +11,7 @@
 # fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
 # Then the integrations (tests/integrations): Stockade's wheel is built (scripts/build_wheel.sh)
 # and installed with every framework it adapts, binaries only and with no compiler on PATH, into
-# .venv-integrations (made while the suite runs); their tests run against that install.
+# .venv-integrations; their tests run against that install, beside the suites.
 #
 # The test venv is .venv-test, never the README's step-1 .venv, which may have been made by
 # another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes
@@ -91,8 +91,22 @@ chmod -R a+rX "$copy"
 chown -R "$test_user" "$copy"
 # A setuid binary owned by another user: the rootless run checks it grants nothing.
 install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
-integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 &
-made=$!
+# The integrations (their set-up, then their tests, root and rootless) run beside the suites.
+(
+    integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 \
+        || { cat "$copy/integrations-setup.log"; exit 1; }
+    integrations "$copy" "$copy" runuser -u "$test_user" -- env \
+        HOME="$(getent passwd "$test_user" | cut -d: -f6)" 2>&1 \
+        | sed -u 's/^/[integrations rootless] /' &
+    rootless=$!
+    root_status=0
+    integrations "$here" "$copy" 2>&1 | sed -u 's/^/[integrations root] /' || root_status=$?
+    rootless_status=0
+    wait "$rootless" || rootless_status=$?
+    echo "== integrations, from the wheel: root exit $root_status; rootless exit $rootless_status"
+    [ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]
+) &
+integrations_run=$!
 echo "== tests as root [root] and as $test_user, rootless [rootless], at once"
 suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
     STOCKADE_TEST_SUID="$copy/.setuid-id" 2>&1 | sed -u 's/^/[rootless] /' &
@@ -101,16 +115,8 @@ root_status=0
 suite "$here" 2>&1 | sed -u 's/^/[root] /' || root_status=$?
 rootless_status=0
 wait "$rootless" || rootless_status=$?
-echo "== root: exit $root_status; rootless: exit $rootless_status"
-[ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]
-wait "$made" || { cat "$copy/integrations-setup.log"; exit 1; }
-echo "== integration tests, from the wheel, as root and as $test_user, at once"
-integrations "$copy" "$copy" runuser -u "$test_user" -- env \
-    HOME="$(getent passwd "$test_user" | cut -d: -f6)" 2>&1 | sed -u 's/^/[rootless] /' &
-rootless=$!
-root_status=0
-integrations "$here" "$copy" 2>&1 | sed -u 's/^/[root] /' || root_status=$?
-rootless_status=0
-wait "$rootless" || rootless_status=$?
-echo "== integrations root: exit $root_status; rootless: exit $rootless_status"
-[ "$root_status" = 0 ] && [ "$rootless_status" = 0 ]
+integrations_status=0
+wait "$integrations_run" || integrations_status=$?
+echo "== root: exit $root_status; rootless: exit $rootless_status; integrations: exit" \
+    "$integrations_status"
+[ "$root_status" = 0 ] && [ "$rootless_status" = 0 ] && [ "$integrations_status" = 0 ]

@@ -435,6 +435,9 @@ class _GuestHandle:
         except subprocess.TimeoutExpired:
             return None
 
+    def network_records(self) -> list[dict]:
+        return []  # (no egress proxy here)
+
 
 def _guest(rendezvous, secret: bytes | None = SECRET) -> subprocess.Popen:
     """The guest entry as the bootstrap starts it, with loopback as the host."""

@@ -89,7 +89,7 @@ def test_the_guard_is_armed():
 
 def test_every_module_on_the_windows_path_imports():
     modules = _modules()
-    on_path = [name for name in modules if windows_ci.on_the_windows_path(name)]
+    on_path = [name for name in modules if windows_ci.imported_by_the_smoke(name)]
     # the modules named POSIX-only one by one (not the Linux package) do need POSIX: the list
     # is no longer than it must be
     named = [name for name in windows_ci.POSIX_ONLY if name in modules

@@ -281,6 +281,9 @@ class WindowsSandbox(Sandbox):
         return boot_wsb(boot.agent_request(policy, ctx), attempts=self._attempts,
                         timeout=self._timeout)
 
+    def _network_records(self) -> list[dict]:
+        return []  # (no egress proxy: the plan refuses `allowlist` until one is wired)
+
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
                 records: list[dict]) -> Result:
         return replace(super()._result(request, ending, duration, records), backend=BACKEND)
