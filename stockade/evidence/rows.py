@@ -413,11 +413,11 @@ ROWS: tuple[Row, ...] = (
         policy={"filesystem": {"read": ["{home}"]}}),
     # --- resources -------------------------------------------------------------------------
     row("res.fork-bomb", "resources", f"fork without end (pids = {FORK_LIMIT})",
-        "res_fork.py", "2000",
+        "res_fork.py", "600",
         expect=Bounded((by("rlimits", "EAGAIN"), by("pid_max", "EAGAIN")), note="processes",
                        limit=_fork_bound),
         proven=(off("rlimits", when=ROOTLESS), off("pid_max", when=AS_ROOT)),
-        setup=setups.heartbeat(), policy=_limits(pids=FORK_LIMIT, timeout="20s"),
+        setup=setups.heartbeat(), policy=_limits(pids=FORK_LIMIT, timeout="30s"),
         control=without("rlimits", "pid_max")),
     row("res.memory-bomb", "resources",
         f"allocate without end (memory = {MEMORY_LIMIT >> 20} MiB)", "res_memory.py",
