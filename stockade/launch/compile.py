@@ -88,6 +88,7 @@ def compile_policy(
             mode=policy.network.mode,
             allow=tuple(sorted(set(policy.network.allow))),
             deny=tuple(sorted(set(policy.network.deny))),
+            reach=tuple(sorted(set(policy.network.reach))),
             unix_sockets=policy.network.unix_sockets,
         ),
         limits=LimitSpec(**vars(policy.limits)),

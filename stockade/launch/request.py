@@ -34,6 +34,7 @@ class NetworkSpec:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    reach: tuple[str, ...] = ()
     unix_sockets: str = "own"  # (see stockade.policy.model.UNIX_SOCKET_MODES)
 
 

@@ -33,7 +33,16 @@ from stockade.launch.backend import (
 )
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import landlock, landlock_tier, limits, mnt, seccomp, supervisor, zygote
+from stockade.linux import (
+    landlock,
+    landlock_tier,
+    limits,
+    mnt,
+    seccomp,
+    supervisor,
+    usernet,
+    zygote,
+)
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.frame import WEAKENINGS, encode_frame, encode_launch, view_frame
 from stockade.linux.hints import hint
@@ -99,11 +108,7 @@ class LinuxBackend(Backend):
     def check(self, request: LaunchRequest) -> None:
         refuse_other_containment(request, self.name, "native")
         if request.network.mode == "any":
-            raise UnenforceableError(
-                f"network.{request.network.mode}",
-                "network mode 'any' is not implemented by the Linux backend yet; "
-                "use 'allowlist' (through Stockade's proxy) or 'none'",
-            )
+            usernet.check(request)
         if request.limits.cpu is not None:
             raise UnenforceableError(
                 "limits.cpu", "a CPU rate needs a delegated cgroup v2 cpu controller, "
@@ -190,7 +195,7 @@ class LinuxBackend(Backend):
                        "empty network namespace; the owner's proxy listens on the sandbox's "
                        "loopback; Landlock allows TCP connect to that port only",
                        "TCP only (HTTP CONNECT, plain HTTP, SOCKS5); no UDP"),
-            Capability("network.any", False, "not implemented yet"),
+            usernet.capability(),
             Capability("limits.memory", True, "RLIMIT_AS",
                        "per process, not per tree" + (
                            "; mmap/mremap requests refused at the limit are reported "
@@ -327,6 +332,8 @@ class LinuxHandle(Handle):
         self.network_log: list[dict] = []
         self._proxy = _start_proxy(request, control, resolver, dialer, weaken) \
             if request.network.mode == "allowlist" else None
+        self._way_out = usernet.WayOut.open(request, control, weaken) \
+            if request.network.mode == "any" and "network" not in weaken else None
         control.close()
 
     def wait(self, timeout: float | None = None) -> Exit | None:
@@ -381,6 +388,8 @@ class LinuxHandle(Handle):
         self._close_lifeline()
 
     def network_records(self) -> list[dict]:
+        if self._way_out is not None:
+            return self._way_out.denials()
         return self._proxy.denials() if self._proxy is not None else []
 
     def _close_lifeline(self) -> None:
@@ -403,6 +412,10 @@ class LinuxHandle(Handle):
         if self._proxy is not None:
             self._proxy.stop()
             self.network_log = self._proxy.denials()
+            self.violations += network_denials(self.network_log)
+        if self._way_out is not None:
+            self._way_out.close()
+            self.network_log = self._way_out.denials()
             self.violations += network_denials(self.network_log)
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
@@ -472,8 +485,10 @@ def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
           spawner: zygote.Zygote | zygote.ForkSpawner) -> tuple[bytes, bytes] | None:
     """The launch's view frame and, when a spare may be prepared for it, the identity of the
     host's state it would be built from now (a prepared spare is used only if both match)."""
-    if not spawner.prepares or request.isolation != "namespaces" or "mount_view" in weaken:
-        # (a view template makes its view; the landlock tier has none)
+    if not spawner.prepares or request.isolation != "namespaces" or "mount_view" in weaken \
+            or request.network.mode == "any":
+        # (a view template makes its view; the landlock tier has none; the way out of
+        # network "any" is made with its launch, see net.open_out)
         return None
     view = view_frame(request, bpf, weaken)
     return view, mnt.identity_now(request, weaken) if spawner.may_fit(view) else b""

@@ -44,6 +44,9 @@ LAYERS = {
     "output_cap": "the owner captures at most limits.output",
     "proxy_rules": "the allowlist proxy's name and port patterns",
     "proxy_addresses": "the allowlist proxy's checks of the addresses a name resolves to",
+    "address_guard": "network any's destination guard (nftables in the sandbox's namespace)",
+    "usernet_isolation": "network any's user-mode networking kept from the host's loopback "
+                         "(pasta's port forwarding and gateway mapping off)",
     # Not the sandbox's own, but its helpers' (the evidence rows that attack Stockade's servers
     # and the caller's streams read them).
     "peer_check": "the daemon's and the CLI server's refusal of peers in another context",

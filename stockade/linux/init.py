@@ -81,7 +81,7 @@ def serve(handoff: socket.socket, program: int | None) -> NoReturn:
     stage(status_fd, "request")
     try:
         plan, listener, _ = _make(request, bpf, weaken, launch, status_fd=status_fd,
-                                  mounted=lambda: _tell_mounted(handoff))
+                                  mounted=lambda: _tell_mounted(handoff), control=fds[5])
         supervisor.become(program, plan, listener, launch_fds=fds)
     except StockadeError as exc:
         _fail(status_fd, "setup", exc.code, exc.message, getattr(exc, "stage", ""))
@@ -120,13 +120,21 @@ def _prepare(view: bytes, handoff: socket.socket, program: int) -> NoReturn:
 
 
 def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: bytes,
-          view: bytes = b"", status_fd: int = -1, mounted: Callable[[], None] = lambda: None
-          ) -> tuple[int, int | None, bytes]:
+          view: bytes = b"", status_fd: int = -1, mounted: Callable[[], None] = lambda: None,
+          control: int = -1) -> tuple[int, int | None, bytes]:
     """The proxy's listener, pid_max and memfd_noexec, the mounts, the supervisor's plan, then
     pid 1 confined (Landlock, capability drop, seccomp): (plan, listener, identity). Nothing
     here depends on a launch's own argv, environment or working directory. `view` is the view
     frame it is made for, if made ahead: only then is the survey's identity (see mnt.build)
-    not empty."""
+    not empty. `control` is the owner's control socket (network "any" needs it: never made
+    ahead)."""
+    if request.network.mode == "any" and "network" not in weaken:
+        if control < 0:
+            raise SetupError("network_setup_failed", 'network "any" is not made ahead',
+                             stage="network")
+        net.open_out(control)
+        if status_fd >= 0:
+            stage(status_fd, "network")
     listener = listener_for(request)
     knobs = limits.pid_knobs(request, weaken)
     limits.set_pid_knobs(knobs)

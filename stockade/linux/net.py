@@ -1,4 +1,5 @@
-"""The sandbox's network namespace: loopback up, and the proxy's listener for `allowlist`.
+"""The sandbox's network namespace: loopback up, the proxy's listener for `allowlist`, and the
+way out for `any` (open_out).
 
 In `allowlist` mode the only way out is Stockade's proxy. Its listener is a TCP socket on the
 sandbox's own loopback, created here by the sandbox's pid 1 (so it belongs to the sandbox's
@@ -10,8 +11,12 @@ it.
 from __future__ import annotations
 
 import fcntl
+import json
+import os
+import select
 import socket
 import struct
+import time
 
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
@@ -32,3 +37,76 @@ def proxy_listener(port: int) -> socket.socket:
     sock.bind(("127.0.0.1", port))
     sock.listen(128)
     return sock
+
+
+GUARD_MESSAGE_MAX = 1 << 20
+SETUP_TIMEOUT = 15.0  # seconds pid 1 waits for the owner's guard and for its route out
+
+
+def open_out(control: int) -> None:
+    """network "any", in pid 1 before anything else of the sandbox is made: install the
+    destination guard the owner sends (guard.py), pass the owner the guard's log and this
+    namespace's descriptors (for pasta, usernet.py), and wait until the route out exists —
+    or the owner says why it will not. SetupError on every failure, within SETUP_TIMEOUT."""
+    from stockade.errors import SetupError
+    from stockade.linux import fdpass, guard
+
+    sock = socket.socket(fileno=os.dup(control))
+    deadline = time.monotonic() + SETUP_TIMEOUT
+    try:
+        spec = json.loads(_receive(sock, deadline) or b"null")
+        if not isinstance(spec, dict):
+            raise SetupError("network_setup_failed", "the owner sent no destination guard",
+                             stage="network")
+        guard.install(spec["nft"], spec["ruleset"])
+        log = guard.log_socket()
+        own = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+               for kind in ("user", "net")]
+        try:
+            fdpass.send_fds(sock, b"N", [log.fileno(), *own])
+        finally:
+            log.close()
+            for fd in own:
+                os.close(fd)
+        families = set(spec["families"])
+        while not families <= routed_families():
+            if time.monotonic() >= deadline:
+                raise SetupError("network_setup_failed", "the sandbox's network was not "
+                                 f"configured within {SETUP_TIMEOUT:.0f} s", stage="network")
+            if select.select([sock], [], [], 0.02)[0]:
+                why = sock.recv(4096).decode(errors="replace")
+                raise SetupError("network_setup_failed", why or "the owner went away",
+                                 stage="network")
+        sock.send(b"U")
+    except OSError as exc:
+        raise SetupError("network_setup_failed", exc.strerror or str(exc),
+                         stage="network") from None
+    finally:
+        sock.close()
+
+
+def _receive(sock: socket.socket, deadline: float) -> bytes:
+    """One message (a JSON document, length-prefixed)."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from("<I", data)[0]:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            return b""
+        chunk = sock.recv(GUARD_MESSAGE_MAX)
+        if not chunk:
+            return b""
+        data += chunk
+    return data[4:]
+
+
+def routed_families() -> set[int]:
+    """The address families (4, 6) this namespace has a default route for."""
+    found = set()
+    with open("/proc/self/net/route") as routes:
+        if any(line.split()[1:2] == ["00000000"] for line in list(routes)[1:]):
+            found.add(4)
+    with open("/proc/self/net/ipv6_route") as routes:
+        if any(line.startswith("0" * 32 + " 00 ") and line.split()[9] != "lo"
+               for line in routes):
+            found.add(6)
+    return found

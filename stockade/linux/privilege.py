@@ -22,6 +22,7 @@ _PR_CAPBSET_DROP = 24
 _PR_SET_SECUREBITS = 28
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_RAISE = 2
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
@@ -98,6 +99,18 @@ def close_fds(keep: Iterable[int]) -> None:
                 _close_range(first, fd - 1)
             first = fd + 1
     _close_range(first, _UINT_MAX)
+
+
+def keep_across_exec(cap: int) -> None:
+    """Keep capability `cap` (held now) across the next exec, as an ambient capability: a
+    program pid 1 runs (nft, guard.py) is not uid 0 in a rootless sandbox's user namespace,
+    and would lose it. For a child about to exec, never for the command."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    syscall(number("capget"), ctypes.byref(header), ctypes.byref(data))
+    data[cap // 32].inheritable |= 1 << (cap % 32)
+    syscall(number("capset"), ctypes.byref(header), ctypes.byref(data))
+    prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap)
 
 
 def capabilities_now() -> dict[str, int]:

@@ -86,6 +86,35 @@ _DESCRIPTIONS = {
 }
 
 
+# Documentation ranges: the proxy refuses them (no real service lives there), but the
+# destination guard of network "any" lets them through, so a test can build its own small
+# internet on them without lifting the guard.
+DOCUMENTATION = frozenset(ipaddress.ip_network(net) for net in (
+    "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32", "3fff::/20"))
+
+
+def guarded_networks() -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]]:
+    """What the destination guard of network "any" keeps the sandbox from: every range the
+    proxy refuses but the documentation ranges, the metadata endpoints, and the IPv6 forms
+    that carry a guarded IPv4 address (IPv4-mapped and -compatible whole; NAT64 and 6to4 for
+    each guarded IPv4 range). IPv6 outside 2000::/3 is left to the explicit ranges, so that
+    NAT64 to a public address still works."""
+    v4 = [(net, kind) for net, kind in _V4 if net not in DOCUMENTATION]
+    v4 += [(ipaddress.ip_network(a), "metadata") for a in METADATA if a.version == 4]
+    v6: list[tuple[ipaddress.IPv6Network, str]] = [
+        (net, kind) for net, kind in _V6 if net not in DOCUMENTATION]
+    v6 += [(ipaddress.ip_network(a), "metadata") for a in METADATA if a.version == 6]
+    v6 += [(ipaddress.IPv6Network("::ffff:0:0/96"), "reserved"),
+           (_COMPATIBLE, "reserved")]
+    for net, kind in v4:
+        inner = int(net.network_address)
+        v6.append((ipaddress.IPv6Network((int(_NAT64.network_address) | inner,
+                                          96 + net.prefixlen)), kind))
+        v6.append((ipaddress.IPv6Network(((0x2002 << 112) | (inner << 80),
+                                          16 + net.prefixlen)), kind))
+    return [*v4, *v6]
+
+
 def unmap(address: IPAddress) -> IPAddress:
     """`::ffff:a.b.c.d` is the IPv4 address a.b.c.d on the wire; everything else is itself."""
     if address.version == 6 and address.ipv4_mapped:

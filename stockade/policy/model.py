@@ -56,6 +56,7 @@ class NetworkPolicy:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    reach: tuple[str, ...] = ()  # past the destination guard of mode "any"
     unix_sockets: str = "own"
 
 

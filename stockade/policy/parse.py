@@ -124,6 +124,7 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "mode": net.mode,
         "allow": list(sorted_unique(net.allow)),
         "deny": list(sorted_unique(net.deny)),
+        "reach": list(sorted_unique(net.reach)),
         "unix_sockets": net.unix_sockets,
     }
     document["env"] = {"pass": list(sorted_unique(env.passthrough)), "set": dict(sorted(env.set))}
@@ -199,7 +200,8 @@ def _canonical(policy: Policy) -> Policy:
         policy,
         filesystem=replace(fs, read=sorted_unique(fs.read), write=sorted_unique(fs.write),
                            deny=sorted_unique(fs.deny), protected=sorted_unique(fs.protected)),
-        network=replace(net, allow=sorted_unique(net.allow), deny=sorted_unique(net.deny)),
+        network=replace(net, allow=sorted_unique(net.allow), deny=sorted_unique(net.deny),
+                        reach=sorted_unique(net.reach)),
         env=replace(env, set=sorted_unique(env.set),
                     passthrough=sorted_unique(n for n in env.passthrough if n not in assigned)),
     )
@@ -237,6 +239,12 @@ def _check_network(net: NetworkPolicy) -> None:
     if net.mode != "allowlist" and net.allow:
         raise Invalid(f'allow patterns need mode "allowlist" (mode is {show(net.mode)}); '
                       "set allow = [] or change the mode", "network.allow")
+    if net.mode == "any" and net.deny:
+        raise Invalid('mode "any" guards destinations by address and cannot deny a name; '
+                      'deny patterns need mode "allowlist"', "network.deny")
+    if net.mode != "any" and net.reach:
+        raise Invalid(f'reach entries lift the destination guard of mode "any" (mode is '
+                      f'{show(net.mode)}); set reach = [] or change the mode', "network.reach")
 
 
 def _plain(value: float | int) -> float | int:

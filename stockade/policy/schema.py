@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
-from stockade.policy import domains, paths, units
+from stockade.policy import domains, paths, reach, units
 from stockade.policy.model import (
     CONTAINMENTS,
     GIT_MODES,
@@ -205,6 +205,7 @@ ISOLATE = _scalar(_choice(ISOLATIONS))  # the top-level `isolation` key
 SIZE_LIMITS = ("memory", "output", "file_size")  # in bytes, written with a unit
 _fs_path = _list_of(partial(paths.tidy_path, optional_allowed=True))
 _domains = _list_of(domains.normalise_pattern)
+_reach = _list_of(reach.normalise_reach)
 
 # section -> document key -> (model attribute, converter, combine with the base's value; None:
 # the document's value replaces it). Denials only add: a preset's are never dropped by accident.
@@ -221,6 +222,7 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
         "mode": ("mode", _scalar(_choice(NETWORK_MODES)), None),
         "allow": ("allow", _domains, None),
         "deny": ("deny", _domains, _add),
+        "reach": ("reach", _reach, None),
         "unix_sockets": ("unix_sockets", _scalar(_choice(UNIX_SOCKET_MODES)), None),
     },
     "env": {

@@ -1,0 +1,226 @@
+"""The destination guard of `network.mode = "any"`: nftables rules in the sandbox's own network
+namespace, and the log of what they refused.
+
+The sandbox's traffic leaves its namespace through user-mode networking (usernet.py), which
+dials from the host as the host user: anything the host can reach, the sandbox could. The
+guard refuses, in the namespace's output hook, every packet to a guarded destination
+(addresses.guarded_networks: loopback, link-local, cloud metadata, private and reserved
+ranges, and the host's own addresses) but what the policy lists in `network.reach` and the
+host's DNS resolvers on port 53. The sandbox's own loopback stays open (it is not the host's).
+
+pid 1 installs the rules while it still holds CAP_NET_ADMIN over the namespace, before any
+route out exists; the command gets no capability, so it can neither change nor remove them.
+Each refusal is logged to an NFLOG group, whose netlink socket pid 1 binds and passes out: the
+owner reads the records (`records`) as the proxy's denials are read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import socket
+import struct
+import subprocess
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from stockade.errors import SetupError
+from stockade.net import addresses
+from stockade.policy.reach import parse_reach
+
+TABLE = "stockade_guard"
+GROUP = 7           # the NFLOG group (per network namespace)
+LOG_RATE = "50/second"  # a command looping on refused connections cannot flood the log
+TOOL_DIRS = "/usr/sbin:/sbin:/usr/bin:/bin"
+INSTALL_TIMEOUT = 10.0
+CAP_NET_ADMIN = 12
+
+NETLINK_NETFILTER = 12
+_NFNL_SUBSYS_ULOG = 4
+_MSG_PACKET, _MSG_CONFIG = 0, 1
+_CFG_CMD, _CFG_MODE, _CFG_TIMEOUT, _CFG_QTHRESH = 1, 2, 4, 5
+_CMD_BIND = 1
+_COPY_PACKET = 2
+_PAYLOAD, _PREFIX = 9, 10
+_NLM_F_REQUEST, _NLM_F_ACK = 1, 4
+_NLMSG_ERROR = 2
+_HEADER = struct.Struct("=IHHII")
+_PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 132: "sctp"}
+
+
+def nft_path() -> str | None:
+    """The nft program, looked up in the system's tool directories only."""
+    return shutil.which("nft", path=TOOL_DIRS)
+
+
+def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
+            guarded: bool = True) -> str:
+    """The guard's nftables ruleset. `host`: the host's own addresses; `resolvers`: the DNS
+    servers the sandbox may ask (port 53); `reach`: network.reach entries. Not `guarded`
+    (tests only): the table exists but refuses nothing."""
+    nets = {4: [], 6: []}
+    for net, _ in addresses.guarded_networks():
+        nets[net.version].append(str(net))
+    for text in host:
+        address = ipaddress.ip_address(text)
+        nets[address.version].append(str(address))
+    lines = [f"table inet {TABLE} {{"]
+    for version in (4, 6):
+        kind = "ipv4_addr" if version == 4 else "ipv6_addr"
+        elements = ", ".join(sorted(set(nets[version])))
+        lines += [f"  set guarded{version} {{ type {kind}; flags interval; auto-merge;",
+                  f"    elements = {{ {elements} }} }}"]
+    lines += ["  chain output {",
+              "    type filter hook output priority 0; policy accept;",
+              '    oifname "lo" accept',
+              # (the kernel's own neighbour discovery: without it IPv6 has no next hop)
+              "    ip6 daddr { fe80::/10, ff02::/16 } icmpv6 type { nd-neighbor-solicit, "
+              "nd-neighbor-advert, nd-router-solicit, mld-listener-report, "
+              "mld2-listener-report } accept"]
+    for text in resolvers:
+        family = _family(ipaddress.ip_address(text).version)
+        lines += [f"    {family} daddr {text} udp dport 53 accept",
+                  f"    {family} daddr {text} tcp dport 53 accept"]
+    for entry in map(parse_reach, reach):
+        family = _family(entry.network.version)
+        if entry.port is None:
+            lines.append(f"    {family} daddr {entry.network} accept")
+        else:
+            lines += [f"    {family} daddr {entry.network} {proto} dport {entry.port} accept"
+                      for proto in ("tcp", "udp")]
+    if guarded:
+        for version in (4, 6):
+            family = _family(version)
+            lines += [f"    {family} daddr @guarded{version} limit rate {LOG_RATE} "
+                      f"log group {GROUP}",
+                      f"    {family} daddr @guarded{version} reject with icmpx type "
+                      "admin-prohibited"]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _family(version: int) -> str:
+    return "ip" if version == 4 else "ip6"
+
+
+def install(nft: str, text: str) -> None:
+    """Load `text` into this process's network namespace; SetupError if nft refuses."""
+    try:
+        done = subprocess.run([nft, "-f", "-"], input=text.encode(), capture_output=True,
+                              timeout=INSTALL_TIMEOUT, env={"PATH": TOOL_DIRS}, check=False,
+                              preexec_fn=_with_net_admin)  # noqa: PLW1509 - pid 1: one thread
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError("network_guard_failed", f"nft could not run: {exc}",
+                         stage="network") from None
+    if done.returncode:
+        message = done.stderr.decode(errors="replace").strip().splitlines()[:3]
+        raise SetupError("network_guard_failed", "nft refused the destination guard: "
+                         + " / ".join(message), stage="network")
+
+
+def _with_net_admin() -> None:
+    from stockade.linux.privilege import keep_across_exec
+
+    keep_across_exec(CAP_NET_ADMIN)
+
+
+def log_socket() -> socket.socket:
+    """A netlink socket bound to the guard's NFLOG group in this network namespace (needs
+    CAP_NET_ADMIN over it), copying enough of each refused packet for its destination."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    try:
+        sock.bind((0, 0))
+        _configure(sock, 1, _attribute(_CFG_CMD, struct.pack("B3x", _CMD_BIND)))
+        _configure(sock, 2, _attribute(_CFG_MODE, struct.pack(">IBx", 64, _COPY_PACKET)))
+        # each record at once, not batched for up to a second
+        _configure(sock, 3, _attribute(_CFG_QTHRESH, struct.pack(">I", 1))
+                   + _attribute(_CFG_TIMEOUT, struct.pack(">I", 0)))
+    except OSError as exc:
+        sock.close()
+        raise SetupError("network_guard_failed", f"the guard's log could not be bound: "
+                         f"{exc.strerror or exc}", stage="network") from None
+    return sock
+
+
+def _configure(sock: socket.socket, sequence: int, attribute: bytes) -> None:
+    body = struct.pack(">BBH", socket.AF_UNSPEC, 0, GROUP) + attribute
+    kind = (_NFNL_SUBSYS_ULOG << 8) | _MSG_CONFIG
+    sock.send(_HEADER.pack(_HEADER.size + len(body), kind, _NLM_F_REQUEST | _NLM_F_ACK,
+                           sequence, 0) + body)
+    reply = sock.recv(4096)
+    length, kind, _, _, _ = _HEADER.unpack_from(reply)
+    if kind == _NLMSG_ERROR:
+        (error,) = struct.unpack_from("=i", reply, _HEADER.size)
+        if error:
+            raise OSError(-error, f"NFLOG configuration refused ({-error})")
+
+
+def _attribute(kind: int, value: bytes) -> bytes:
+    size = 4 + len(value)
+    return struct.pack("=HH", size, kind) + value + b"\0" * (-size % 4)
+
+
+def records(sock: socket.socket, request_id: str) -> list[dict]:
+    """Every refusal logged since the last call (without blocking), as the proxy's decision
+    log writes its denials (net/log.py)."""
+    found: list[dict] = []
+    while True:
+        try:
+            data = sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return found
+        except OSError:  # (ENOBUFS: records were lost; the ones still queued follow)
+            continue
+        if not data:
+            return found
+        found += [_record(packet, request_id) for packet in _packets(data)]
+
+
+def _packets(data: bytes) -> list[bytes]:
+    """The payloads (the refused packets' first bytes) of the NFLOG messages in `data`."""
+    packets, offset = [], 0
+    while offset + _HEADER.size <= len(data):
+        length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
+        if length < _HEADER.size:
+            break
+        if kind == (_NFNL_SUBSYS_ULOG << 8) | _MSG_PACKET:
+            at, end = offset + _HEADER.size + 4, offset + length
+            while at + 4 <= end:
+                size, attribute = struct.unpack_from("=HH", data, at)
+                if size < 4:
+                    break
+                if attribute & 0x3FFF == _PAYLOAD:
+                    packets.append(data[at + 4:at + size])
+                at += size + (-size % 4)
+        offset += length + (-length % 4)
+    return packets
+
+
+def _record(packet: bytes, request_id: str) -> dict:
+    destination, protocol, port = _destination(packet)
+    forbidden = addresses.classify(ipaddress.ip_address(destination)) if destination else None
+    kind = forbidden.kind if forbidden else "host_address"
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "request_id": request_id, "protocol": protocol, "host": destination, "port": port,
+        "decision": "deny", "rule": None, "reason": f"address_{kind}",
+        "message": f"{destination} is {forbidden.describe() if forbidden else 'guarded'}; "
+                   "only what network.reach lists may be reached past the destination guard",
+        "address": destination,
+    }
+
+
+def _destination(packet: bytes) -> tuple[str, str, int]:
+    """(destination address, protocol, destination port or 0) of an IP packet's header."""
+    if len(packet) >= 20 and packet[0] >> 4 == 4:
+        header, number = (packet[0] & 0xF) * 4, packet[9]
+        address = str(ipaddress.IPv4Address(packet[16:20]))
+    elif len(packet) >= 40 and packet[0] >> 4 == 6:
+        header, number = 40, packet[6]
+        address = str(ipaddress.IPv6Address(packet[24:40]))
+    else:
+        return "", "ip", 0
+    port = 0
+    if number in (6, 17, 132) and len(packet) >= header + 4:
+        port = struct.unpack_from(">H", packet, header + 2)[0]
+    return address, _PROTOCOLS.get(number, str(number)), port
