@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what the tests need and run the whole suite. As root (on a Debian-like machine) it
 # first installs the system packages: Python's venv, git and a C compiler (tools the sandbox must
-# not break), libseccomp, bubblewrap (benchmarks), QEMU, a kernel with 9p and a static
-# busybox (VM containment), and mingw-w64 (the Windows backend's ABI checked against the SDK's
+# not break), libseccomp, pasta and nftables (network "any"), bubblewrap (benchmarks), QEMU, a
+# kernel with 9p and a static busybox (VM containment), and mingw-w64 (the Windows backend's ABI checked against the SDK's
 # headers). Then a virtual environment with Stockade and its test tools, ruff,
 # and the suite. As root, the suite also runs as an unprivileged user (created if missing),
 # from a world-readable copy, at the same time, because most users are not root: both must pass.
@@ -63,7 +63,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends python3-venv git gcc libc6-dev libseccomp2 \
-        bubblewrap qemu-system-x86 linux-image-amd64 busybox-static mingw-w64 >/dev/null
+        bubblewrap qemu-system-x86 linux-image-amd64 busybox-static mingw-w64 passt nftables \
+        iproute2 >/dev/null
 fi
 
 setup "$here"

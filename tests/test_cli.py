@@ -127,9 +127,10 @@ def test_allow_domain_goes_through_the_proxy_and_denials_are_summarised(workspac
 
 
 @sandboxed
-def test_network_any_is_refused_as_unenforceable(workspace, capfd):
+def test_network_any_in_the_landlock_tier_is_refused_as_unenforceable(workspace, capfd):
     policy = workspace / "any.toml"
-    policy.write_text('version = 1\npreset = "read-only"\n[network]\nmode = "any"\n')
+    policy.write_text('version = 1\npreset = "read-only"\nisolation = "landlock"\n'
+                      '[network]\nmode = "any"\n')
     assert main(["run", "--policy", str(policy), "--", "true"]) == 70
     one_error_line(capfd.readouterr().err, "unenforceable:network.any")
 
@@ -378,7 +379,8 @@ def test_json_result_of_a_timeout(workspace, capsys):
 @sandboxed
 def test_json_refusal(workspace, capsys):
     policy = workspace / "any.toml"
-    policy.write_text('version = 1\npreset = "read-only"\n[network]\nmode = "any"\n')
+    policy.write_text('version = 1\npreset = "read-only"\nisolation = "landlock"\n'
+                      '[network]\nmode = "any"\n')
     assert main(["run", "--json", "--policy", str(policy), "--", "true"]) == 70
     out = capsys.readouterr().out
     error = json.loads(out)["error"]
@@ -518,6 +520,8 @@ def test_report(capsys):
     assert linux["name"] == "linux" and linux["ready"]
     names = {row["name"]: row["enforced"] for row in linux["capabilities"]}
     assert names["network.none"] and names["network.allowlist"] and not names["network.any"]
+    (any_row,) = (row for row in linux["capabilities"] if row["name"] == "network.any")
+    assert "pasta" in any_row["mechanism"] and any_row["status"] == "partial", any_row
     assert main(["report"]) == 0
     assert "network.allowlist" in capsys.readouterr().out
 

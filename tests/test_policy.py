@@ -295,7 +295,7 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
     (doc(filesystem={"reed": []}), "filesystem",
      'unknown key "reed" (known: read, write, deny, protected, git, exec_from_write)'),
     (doc(network={"modes": "none"}), "network",
-     'unknown key "modes" (known: mode, allow, deny, unix_sockets)'),
+     'unknown key "modes" (known: mode, allow, deny, reach, unix_sockets)'),
     (doc(env={"passthrough": []}), "env", 'unknown key "passthrough" (known: pass, set)'),
     (doc(limits={"mem": 1}), "limits",
      'unknown key "mem" (known: timeout, memory, cpu, pids, output, file_size)'),
@@ -496,13 +496,30 @@ def test_values_are_converted() -> None:
                 "file_size": "1GB"},
         process={"cwd": "./src/", "stdin": "inherit"},
         filesystem={"exec_from_write": True},
-        network={"mode": "any", "deny": ["*.evil.example"]},
+        network={"mode": "any", "reach": ["10.0.0.5:05432", "192.168.1.7/24"]},
     ))
     assert policy.limits == Limits(timeout=90.0, memory=512 << 20, cpu=2.0, pids=64, output=1000,
                                    file_size=10**9)
     assert (policy.process.cwd, policy.process.stdin) == ("src", "inherit")
     assert policy.filesystem.exec_from_write is True
-    assert policy.network.deny == ("*.evil.example",)
+    assert policy.network.reach == ("10.0.0.5:5432", "192.168.1.0/24")
+
+
+@pytest.mark.parametrize(("network", "key", "message"), [
+    ({"mode": "any", "deny": ["evil.example"]}, "network.deny",
+     'mode "any" guards destinations by address and cannot deny a name; deny patterns need '
+     'mode "allowlist"'),
+    ({"mode": "none", "reach": ["10.0.0.5"]}, "network.reach",
+     'reach entries lift the destination guard of mode "any" (mode is "none"); set reach = [] '
+     "or change the mode"),
+    ({"mode": "any", "reach": ["db.internal"]}, "network.reach[0]", "not by name"),
+    ({"mode": "any", "reach": ["10.0.0.5:0"]}, "network.reach[0]",
+     "expected a port from 1 to 65535"),
+    ({"mode": "any", "reach": ["[fd00::1"]}, "network.reach[0]", 'expected "[IPv6]"'),
+])
+def test_reach_is_for_network_any_and_by_address(network: dict, key: str, message: str) -> None:
+    error = refused(doc(network=network))
+    assert error.key == key and message in error.message, error.message
 
 
 # -- presets ---------------------------------------------------------------------------------

@@ -236,6 +236,8 @@ class LandlockTier(LinuxBackend):
         _tier_seccomp_program(self.weaken)
 
     def check(self, request: LaunchRequest) -> None:
+        if request.network.mode == "any":  # (before the namespaces' own checks of it)
+            landlock_tier.check(request)
         super().check(request)
         landlock_tier.check(request)
 

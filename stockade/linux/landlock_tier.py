@@ -84,6 +84,11 @@ def check(request: LaunchRequest) -> None:
             "network.allowlist", "the landlock tier does not run Stockade's proxy yet: with no "
             "network namespace its port would be the host's; use network none, or isolation "
             "namespaces")
+    if request.network.mode == "any":
+        raise UnenforceableError(
+            "network.any", "the landlock tier has no network namespace of its own, so nothing "
+            "could keep the command from the host's loopback and addresses: use isolation "
+            "namespaces for network any")
     if request.network.unix_sockets == "any":
         raise UnenforceableError(
             "network.unix_sockets", "the landlock tier cannot let a command reach unix sockets "

@@ -21,6 +21,10 @@ from stockade.lifecycle.report import (
 from stockade.linux.probe import tier_verified, verified
 
 
+USERNET = ("own network namespace; pasta carries it out, an nftables guard inside refuses "
+           "loopback, link-local, metadata, private and the host's own addresses")
+
+
 def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
     facts = attestation.facts
     row = row_maker(attestation, verified)
@@ -113,7 +117,7 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                      "way out (HTTP CONNECT, plain HTTP, SOCKS5; no UDP)",
                      {"namespace": isolated},
                      "domain rules are applied by the proxy; the probe verifies the isolation")),
-        accepted(backend, "network.any", NetworkSpec("any"), "host network"),
+        accepted(backend, "network.any", NetworkSpec("any"), USERNET),
         row("env", "a closed environment: only passed or set names; loader-injection and "
             "credential-looking names are refused", {"environment": ("environment",)}),
         row("limits.memory", limit_how.get("memory", "RLIMIT_AS"), {"rlimits": ("rlimit_as",)},
@@ -216,7 +220,7 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("network.inherited_sockets", "every descriptor but stdin, stdout and stderr is "
             "closed before exec", {"descriptors": ("inherited_fds",)}),
         accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)), ""),
-        accepted(backend, "network.any", NetworkSpec("any"), "host network"),
+        accepted(backend, "network.any", NetworkSpec("any"), USERNET),
         row("env", "a closed environment", {"environment": ("environment",)}),
         row("limits.memory", "RLIMIT_AS", {"rlimits": ("rlimit_as",)},
             partial="an address-space bound per process, not per tree; refusals not reported"),

@@ -1,0 +1,256 @@
+"""A small internet of the test's own, and a `stockade run` inside it (tests/test_network_any.py).
+
+Run as a program: `python networld.py SPEC` (SPEC: JSON). It moves into network and mount
+namespaces of its own (rootless: a user namespace first, where it is root), so nothing it does
+reaches this machine's network, and builds:
+
+- the "host": this process's namespace, with 198.51.100.2/24 on a veth (its own address), a
+  default route via 198.51.100.1, servers on its loopback and its own address (what the
+  sandbox must not reach), and /etc/resolv.conf naming the internet's resolver;
+- the "internet", a namespace behind the veth: the router 198.51.100.1, a public host
+  203.0.113.10, a resolver 203.0.113.53 (public.test, metadata.test), a fake metadata service
+  169.254.169.254 and a private host 10.9.9.9 — every address served by the same servers,
+  which record the address each connection or datagram reached.
+
+Then it runs the spec's `stockade run` (rootless: as the caller's uid, in a user namespace
+nested in the first, so Stockade has no privilege at all) and prints JSON: its exit code and
+output, and what each server saw.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+HOST, ROUTER = "198.51.100.2", "198.51.100.1"
+PUBLIC, RESOLVER, METADATA, PRIVATE = "203.0.113.10", "203.0.113.53", "169.254.169.254", \
+    "10.9.9.9"
+PORT = 80  # every TCP server; UDP echo on 7, DNS on 53
+NAMES = {"public.test": PUBLIC, "metadata.test": METADATA}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare: {os.strerror(errno)}")
+
+
+def ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class Seen:
+    """What the servers saw: (server, the address reached, protocol)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+
+    def add(self, server: str, reached: str, protocol: str) -> None:
+        with self.lock, open(self.path, "a") as f:
+            f.write(json.dumps([server, reached, protocol]) + "\n")
+
+    def read(self) -> list:
+        try:
+            with open(self.path) as f:
+                return [json.loads(line) for line in f]
+        except FileNotFoundError:
+            return []
+
+
+def tcp_server(name: str, address: str, seen: Seen) -> None:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, PORT))
+    listener.listen(64)
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            reached = conn.getsockname()[0]
+            seen.add(name, reached, "tcp")
+            conn.sendall(f"{name} {reached}\n".encode())
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def udp_servers(seen: Seen) -> None:
+    """An echo on port 7 of each of the internet's addresses, and the resolver."""
+    def serve_echo(echo: socket.socket, address: str) -> None:
+        while True:
+            data, peer = echo.recvfrom(2048)
+            seen.add("internet", address, "udp")
+            echo.sendto(data, peer)
+
+    def serve_dns(dns: socket.socket) -> None:
+        while True:
+            query, peer = dns.recvfrom(2048)
+            seen.add("resolver", RESOLVER, "dns")
+            dns.sendto(dns_answer(query), peer)
+    for address in (ROUTER, PUBLIC, METADATA, PRIVATE):
+        echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        echo.bind((address, 7))
+        threading.Thread(target=serve_echo, args=(echo, address), daemon=True).start()
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind((RESOLVER, 53))
+    threading.Thread(target=serve_dns, args=(dns,), daemon=True).start()
+
+
+def dns_answer(query: bytes) -> bytes:
+    """The answer to an A query for a name in NAMES (NXDOMAIN otherwise)."""
+    labels, at = [], 12
+    while query[at]:
+        labels.append(query[at + 1:at + 1 + query[at]].decode())
+        at += 1 + query[at]
+    question = query[12:at + 5]
+    address = NAMES.get(".".join(labels).lower())
+    qtype = int.from_bytes(query[at + 1:at + 3], "big")
+    flags = 0x8180 if address else 0x8183
+    answers = 1 if address and qtype == 1 else 0
+    head = query[:2] + flags.to_bytes(2, "big") + b"\0\1" + answers.to_bytes(2, "big") + \
+        b"\0\0\0\0"
+    body = question
+    if answers:
+        body += b"\xc0\x0c\0\1\0\1\0\0\0\x3c\0\4" + socket.inet_aton(address)
+    return head + body
+
+
+def internet(ready_w: int, linked_r: int, seen: Seen) -> None:
+    """The internet's process: its own namespace, configured once the veth is in it."""
+    unshare(CLONE_NEWNET)
+    os.write(ready_w, b"1")
+    os.read(linked_r, 1)
+    ip("link", "set", "lo", "up")
+    ip("addr", "add", f"{ROUTER}/24", "dev", "inet")
+    ip("link", "set", "inet", "up")
+    for address in (PUBLIC, RESOLVER, METADATA, PRIVATE):
+        ip("addr", "add", f"{address}/32", "dev", "lo")
+    tcp_server("internet", "0.0.0.0", seen)
+    udp_servers(seen)
+    os.write(ready_w, b"2")
+    while True:
+        time.sleep(3600)
+
+
+def enter(uid: int, gid: int) -> None:
+    """This process into namespaces of its own: rootless, a user namespace where it is root."""
+    if uid == 0:
+        unshare(CLONE_NEWNET | CLONE_NEWNS)
+    else:
+        unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS)
+        write("/proc/self/setgroups", "deny")
+        write("/proc/self/uid_map", f"0 {uid} 1")
+        write("/proc/self/gid_map", f"0 {gid} 1")
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+
+
+def build(seen: Seen, workdir: str) -> int:
+    """The world around this process; the internet's pid."""
+    ready_r, ready_w = os.pipe()
+    linked_r, linked_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            internet(ready_w, linked_r, seen)
+        except BaseException:  # noqa: BLE001 - reported, and the parent sees the pipe close
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    os.close(linked_r)
+    if os.read(ready_r, 1) != b"1":
+        raise OSError("the internet did not start")
+    ip("link", "set", "lo", "up")
+    ip("link", "add", "wan", "type", "veth", "peer", "name", "inet", "netns", str(child))
+    ip("addr", "add", f"{HOST}/24", "dev", "wan")
+    ip("link", "set", "wan", "up")
+    os.write(linked_w, b"1")
+    if os.read(ready_r, 1) != b"2":
+        raise OSError("the internet could not be configured")
+    ip("route", "add", "default", "via", ROUTER)
+    tcp_server("host-loopback", "127.0.0.1", seen)
+    tcp_server("host-address", HOST, seen)
+    resolv = os.path.join(workdir, "resolv.conf")
+    write(resolv, f"nameserver {RESOLVER}\n")
+    os.chmod(resolv, 0o644)
+    subprocess.run(["mount", "--bind", resolv, "/etc/resolv.conf"], check=True)
+    return child
+
+
+def run_as(uid: int, gid: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`argv` as `uid` in a user namespace nested in this one (rootless), or as is (root)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def nested() -> None:  # (in the child, before exec: a user namespace, mapped by us)
+        unshare(CLONE_NEWUSER)
+        os.write(ready_w, str(os.getpid()).encode())
+        os.read(go_r, 1)
+
+    def map_child() -> None:  # (a thread: Popen returns only once the child has exec'd)
+        try:
+            pid = int(os.read(ready_r, 32) or b"0")
+            if pid:
+                write(f"/proc/{pid}/uid_map", f"{uid} 0 1")
+                write(f"/proc/{pid}/gid_map", f"{gid} 0 1")
+        finally:
+            os.write(go_w, b"1")
+    mapper = threading.Thread(target=map_child, daemon=True)
+    if uid != 0:
+        mapper.start()
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, preexec_fn=None if uid == 0 else nested)  # noqa: PLW1509
+    finally:
+        for fd in (ready_w, go_r):
+            os.close(fd)
+    if uid != 0:
+        mapper.join()
+    for fd in (ready_r, go_w):
+        os.close(fd)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    uid, gid = os.getuid(), os.getgid()
+    workdir = tempfile.mkdtemp(prefix="networld-")
+    os.chmod(workdir, 0o755)
+    enter(uid, gid)
+    seen = Seen(os.path.join(workdir, "seen"))
+    child = build(seen, workdir)
+    try:
+        done = run_as(uid, gid, spec["argv"], spec.get("timeout", 60))
+        print(json.dumps({"returncode": done.returncode, "stdout": done.stdout,
+                          "stderr": done.stderr, "seen": seen.read()}))
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
