@@ -1,0 +1,163 @@
+"""network.mode = "any": real sandboxed children in a small internet of the test's own
+(tests/networld.py), as root and rootless (the suite runs both ways; rootless, Stockade runs
+as the caller's uid in a user namespace nested in the world's, with no privilege at all).
+
+Nothing leaves this machine: the world is network namespaces the test makes, with a public
+host on a documentation range, a resolver, a fake metadata service on 169.254.169.254 and a
+private host; the "host" around the sandbox has services on its loopback and its own address.
+Each test asserts what the child saw and what every server saw: a guarded destination that
+was reached would show in the servers' records, whatever the child printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stockade.linux import usernet
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+WORLD = Path(__file__).with_name("networld.py")
+PUBLIC, RESOLVER, METADATA, PRIVATE = "203.0.113.10", "203.0.113.53", "169.254.169.254", \
+    "10.9.9.9"
+HOST, ROUTER = "198.51.100.2", "198.51.100.1"
+SYSTEM_PYTHON = "/usr/bin/python3"  # the child's: inside the read-only preset's roots
+
+# The child: each attempt is printed as one JSON line [what, target, outcome].
+PROBE = r"""
+import json, socket, sys
+def say(*line):
+    print(json.dumps(line), flush=True)
+for target in sys.argv[1:]:
+    kind, _, where = target.partition(":")
+    host, _, port = where.rpartition(":")
+    try:
+        if kind == "tcp":
+            with socket.create_connection((host, int(port)), timeout=3) as c:
+                say(kind, where, c.recv(100).decode().strip())
+        elif kind == "udp":
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                u.settimeout(3)
+                u.sendto(b"ping", (host, int(port)))
+                say(kind, where, u.recv(100).decode())
+        elif kind == "dns":
+            say(kind, where, socket.gethostbyname(where))
+    except OSError as exc:
+        say(kind, where, f"error {exc.errno}")
+"""
+
+GUARDED = [f"tcp:{METADATA}:80", f"tcp:{PRIVATE}:80", f"udp:{METADATA}:7",
+           f"udp:{PRIVATE}:7", f"tcp:127.0.0.1:80", f"tcp:{HOST}:80"]
+OPEN = [f"tcp:{PUBLIC}:80", f"udp:{PUBLIC}:7", "dns:public.test", f"tcp:{ROUTER}:80"]
+
+
+def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
+             weaken: tuple[str, ...] = ()) -> dict:
+    """Run the probe with `targets` in a sandbox of `policy` (network any unless it says
+    otherwise), inside a fresh world; what networld.py reports, and the attempts parsed."""
+    policy = {"version": 1, "preset": "read-only", "network": {"mode": "any"}} | (policy or {})
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER)
+    (tmp_path / "policy.json").write_text(json.dumps(policy))
+    tmp_path.chmod(0o755)
+    for path in tmp_path.iterdir():
+        path.chmod(0o644)
+    spec = {"argv": [sys.executable, str(runner), str(tmp_path / "policy.json"),
+                     json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", PROBE, *targets],
+            "timeout": 90}
+    done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout, done.stderr
+    report = json.loads(done.stdout)
+    lines = [json.loads(line) for line in report["stdout"].splitlines() if line.startswith("[")]
+    report["attempts"] = {f"{kind}:{where}": outcome for kind, where, outcome in lines}
+    report["result"] = next((json.loads(line) for line in report["stdout"].splitlines()
+                             if line.startswith("{")), {})
+    return report
+
+
+# Runs in the world: the policy through the API, on a Linux backend with `weaken` switched
+# off (tests only), the probe's lines passed through, then the Result's summary as JSON.
+RUNNER = r"""
+import json, os, sys
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
+from stockade.policy.parse import load_policy
+policy_file, weaken, argv = sys.argv[1], frozenset(json.loads(sys.argv[2])), sys.argv[3:]
+request = compile_policy(load_policy(policy_file), argv, CompileContext.current())
+backend = LinuxBackend(weaken=weaken)
+backend.check(request)
+result = execute(backend, request)
+sys.stdout.write(result.stdout.decode())
+print(json.dumps({"exit": result.exit_code, "uid": os.geteuid(),
+                  "violations": [[v.kind, v.detail] for v in result.violations],
+                  "stderr": result.stderr.decode()[-2000:]}))
+"""
+
+
+def reached(report: dict) -> set[str]:
+    """The addresses the world's servers saw a connection or datagram reach."""
+    return {f"{server}:{address}:{protocol}" for server, address, protocol in report["seen"]}
+
+
+def test_the_runner_is_as_the_suite_runs(tmp_path: Path) -> None:
+    report = in_world(tmp_path, None, [])
+    assert report["result"]["uid"] == os.geteuid(), report  # (rootless in the world too)
+    assert report["result"]["exit"] == 0, report
+
+
+def test_any_reaches_the_public_host_and_none_of_the_guarded(tmp_path: Path) -> None:
+    report = in_world(tmp_path, None, OPEN + GUARDED)
+    attempts = report["attempts"]
+    assert attempts[f"tcp:{PUBLIC}:80"] == f"internet {PUBLIC}", report
+    assert attempts[f"udp:{PUBLIC}:7"] == "ping", report
+    assert attempts["dns:public.test"] == PUBLIC, report
+    # the gateway is the world's router, not mapped to the host's loopback
+    assert attempts[f"tcp:{ROUTER}:80"] == f"internet {ROUTER}", report
+    for target in GUARDED:
+        assert attempts[target].startswith("error"), (target, report)
+    assert reached(report) == {f"internet:{PUBLIC}:tcp", f"internet:{PUBLIC}:udp",
+                               f"internet:{ROUTER}:tcp", f"resolver:{RESOLVER}:dns"}, report
+    denied = {detail for kind, detail in report["result"]["violations"]
+              if kind == "network.denied"}
+    for expected in (f"tcp {METADATA}:80: address_metadata", f"tcp {PRIVATE}:80: "
+                     "address_private", f"udp {METADATA}:7: address_metadata"):
+        assert expected in denied, report
+
+
+def test_reach_lifts_the_guard_for_what_it_names_only(tmp_path: Path) -> None:
+    report = in_world(tmp_path, {"network": {"mode": "any", "reach": [f"{PRIVATE}:80"]}},
+                      [f"tcp:{PRIVATE}:80", f"udp:{PRIVATE}:7", f"tcp:{METADATA}:80"])
+    attempts = report["attempts"]
+    assert attempts[f"tcp:{PRIVATE}:80"] == f"internet {PRIVATE}", report
+    assert attempts[f"udp:{PRIVATE}:7"].startswith("error"), report
+    assert attempts[f"tcp:{METADATA}:80"].startswith("error"), report
+    assert reached(report) == {f"internet:{PRIVATE}:tcp"}, report
+
+
+@pytest.mark.parametrize(("weaken", "now_reached"), [
+    (("address_guard",), {f"internet:{METADATA}:tcp", f"internet:{PRIVATE}:tcp"}),
+    (("usernet_isolation",), {"host-loopback:127.0.0.1:tcp"}),
+])
+def test_each_layer_is_what_keeps_its_destinations_out(tmp_path: Path, weaken: tuple[str, ...],
+                                                       now_reached: set[str]) -> None:
+    """The mutation proof, in the same world: with the guard off the metadata service and the
+    private host answer; with pasta's defaults (its port forwarding of the host's loopback and
+    its gateway mapping), the host's loopback does, through the gateway's address."""
+    targets = [f"tcp:{METADATA}:80", f"tcp:{PRIVATE}:80", f"tcp:{ROUTER}:80"]
+    report = in_world(tmp_path, None, targets, weaken)
+    assert now_reached <= reached(report), report
+
+
+def test_a_missing_tool_is_a_typed_refusal_naming_what_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(usernet, "pasta_path", lambda: None)
+    why = usernet.missing()
+    assert why is not None and "pasta" in why and "apt install passt nftables" in why
+    assert usernet.capability().enforced is False
