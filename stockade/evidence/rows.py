@@ -77,6 +77,7 @@ PROTECTED = by("protected", "EROFS", "EBUSY")
 READ_ONLY = (by("read_only", "EROFS"), by("landlock", "EACCES"))
 DENY = by("deny", "EACCES", "EBUSY", "EROFS")
 VIEW_AND_LANDLOCK = off("mount_view", "landlock")
+ANY = {"network": {"mode": "any"}}
 STAND_INS = {"network": {"mode": "allowlist",
                          "allow": [f"{setups.REBIND_NAME}:{{scene:tcp4}}",
                                    setups.METADATA_NAME, "localhost:{scene:tcp4}"]}}
@@ -292,6 +293,21 @@ ROWS: tuple[Row, ...] = (
         expect=ProxyRefused((by("proxy_addresses", "HTTP_403"),), reasons=("address_metadata",)),
         proven=off("proxy_addresses"), setup=setups.stand_in_network, policy=STAND_INS,
         launch=launches.through_stand_ins, control=without("proxy_addresses")),
+    row("net.any-loopback", "network",
+        "network any: TCP to servers on the host's loopback (IPv4, IPv6)", "net_connect.py",
+        "tcp:127.0.0.1:{tcp4}", "tcp:[::1]:{tcp6}",
+        expect=denied(by("usernet_isolation", "ECONNREFUSED")),
+        proven=(off("usernet_isolation"), off("network")), setup=setups.loopback_tcp,
+        policy=ANY),
+    row("net.any-guarded", "network",
+        "network any: TCP, UDP and DNS to a test host at a guarded address (as root in a "
+        "namespace of its own on 198.18/15; rootless the host's own address)",
+        "net_connect.py", "tcp:{test_host}:{test_tcp}", "udp:{test_host}:{test_udp}",
+        "dns-udp:{test_host}:{test_udp}",
+        expect=denied(by("address_guard", "EHOSTUNREACH", "EPERM"),
+                      by("network", "ECONNREFUSED", "NO_REPLY")),
+        proven=(off("address_guard", when=AS_ROOT), off("network")), setup=setups.test_host,
+        policy=ANY),
     row("net.address-families", "network",
         "create AF_VSOCK (reaches the hypervisor from any namespace), AF_ALG, AF_PACKET, "
         "Bluetooth and AF_KEY sockets (created only, never connected)", "net_family.py",

@@ -143,6 +143,8 @@ def _specs() -> dict[str, Tier]:
                                        proven_by=off("unix_sockets")),
         "net.inherited-socket": tier("network.inherited_sockets", proven_by=(),
                                      unproven=KEEPER_CLOSES),
+        **{row_id: gap("network.any", refused="unenforceable:network.any")
+           for row_id in ("net.any-loopback", "net.any-guarded")},
         **{row_id: gap("network.allowlist", refused="unenforceable:network.allowlist")
            for row_id in ("net.allowlist-direct", "net.allowlist-rebind",
                           "net.allowlist-ip-literal", "net.allowlist-metadata")},
