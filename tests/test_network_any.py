@@ -15,11 +15,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import policy_for
 
-from stockade.linux import usernet
+import stockade
+from stockade.linux import doctor, usernet
+from stockade.policy.model import NetworkPolicy
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -53,7 +57,7 @@ for target in sys.argv[1:]:
 """
 
 GUARDED = [f"tcp:{METADATA}:80", f"tcp:{PRIVATE}:80", f"udp:{METADATA}:7",
-           f"udp:{PRIVATE}:7", f"tcp:127.0.0.1:80", f"tcp:{HOST}:80"]
+           f"udp:{PRIVATE}:7", "tcp:127.0.0.1:80", f"tcp:{HOST}:80"]
 OPEN = [f"tcp:{PUBLIC}:80", f"udp:{PUBLIC}:7", "dns:public.test", f"tcp:{ROUTER}:80"]
 
 
@@ -156,8 +160,26 @@ def test_each_layer_is_what_keeps_its_destinations_out(tmp_path: Path, weaken: t
     assert now_reached <= reached(report), report
 
 
-def test_a_missing_tool_is_a_typed_refusal_naming_what_to_install(monkeypatch) -> None:
+def test_a_missing_tool_is_a_typed_refusal_naming_what_to_install(monkeypatch, tmp_path
+                                                                   ) -> None:
     monkeypatch.setattr(usernet, "pasta_path", lambda: None)
     why = usernet.missing()
     assert why is not None and "pasta" in why and "apt install passt nftables" in why
     assert usernet.capability().enforced is False
+    with pytest.raises(stockade.UnenforceableError) as info:
+        stockade.run(["true"], policy=replace(policy_for("read-only"),
+                                              network=NetworkPolicy(mode="any")),
+                     workspace=tmp_path, cwd="/usr")
+    assert info.value.code == "unenforceable:network.any" and "passt" in info.value.message
+    causes = {cause.code: cause for cause in doctor.diagnose(probe=False).causes}
+    assert causes["usernet_tools_missing"].blocks == "network.any"
+    assert any("apt-get install passt nftables" in line
+               for line in causes["usernet_tools_missing"].remedy)
+
+
+def test_a_resolver_on_the_hosts_loopback_is_refused_with_its_remedy(tmp_path) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# systemd-resolved's stub\nnameserver 127.0.0.53\noptions edns0\n")
+    assert usernet.loopback_resolvers(usernet.resolvers(str(conf))) == ["127.0.0.53"]
+    conf.write_text("nameserver 10.0.0.2\nnameserver fe80::1%eth0\n")
+    assert usernet.resolvers(str(conf)) == ["10.0.0.2", "fe80::1"]

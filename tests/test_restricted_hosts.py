@@ -273,7 +273,8 @@ def test_landlock_tier_refuses_what_it_cannot_enforce(ws):
             ({"network": replace(policy_for().network, mode="allowlist",
                                  allow=("example.com",))}, "network.allowlist"),
             ({"network": replace(policy_for().network, unix_sockets="any")},
-             "network.unix_sockets")):
+             "network.unix_sockets"),
+            ({"network": replace(policy_for().network, mode="any")}, "network.any")):
         with pytest.raises(stockade.UnenforceableError) as info:
             stockade.run(["true"], replace(tier_policy(), **changes), workspace=ws[0])
         assert info.value.code == f"unenforceable:{capability}"

@@ -31,7 +31,8 @@ _FSOPEN = {"x86_64": 430, "aarch64": 430}
 @dataclass(frozen=True)
 class Cause:
     code: str
-    blocks: str  # "namespaces", "landlock", "both" (isolations it keeps from running), "weakens"
+    blocks: str  # "namespaces", "landlock", "both" (isolations it keeps from running), "weakens",
+    # or a capability it keeps from this host ("network.any")
     summary: str
     remedy: tuple[str, ...]
 
@@ -125,7 +126,18 @@ def _causes(host: dict) -> list[Cause]:
                             ("apt-get install libseccomp2   # Fedora: dnf install libseccomp",)))
     causes += _landlock_causes(host)
     causes += _userns_causes(host)
+    causes += _network_any_causes()
     return causes
+
+
+def _network_any_causes() -> list[Cause]:
+    from stockade.linux import usernet
+
+    found = usernet.diagnosis()
+    if found is None:
+        return []
+    code, summary, remedy = found
+    return [Cause(code, "network.any", summary, remedy)]
 
 
 def _landlock_causes(host: dict) -> list[Cause]:

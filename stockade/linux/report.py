@@ -20,7 +20,6 @@ from stockade.lifecycle.report import (
 )
 from stockade.linux.probe import tier_verified, verified
 
-
 USERNET = ("own network namespace; pasta carries it out, an nftables guard inside refuses "
            "loopback, link-local, metadata, private and the host's own addresses")
 

@@ -188,20 +188,32 @@ def wait_ready(ready: Callable[[float], bool], pasta: Pasta,
     return f"pasta did not configure the sandbox's network within {timeout:.0f} s"
 
 
-def missing() -> str | None:
-    """Why this host cannot make network "any" (a tool, a resolver, a route), or None."""
+def diagnosis() -> tuple[str, str, tuple[str, ...]] | None:
+    """Why this host cannot make network "any" — (cause code, summary, remedy) — or None."""
     tools = [name for name, path in (("pasta", pasta_path()), ("nft", guard.nft_path()))
              if path is None]
     if tools:
-        return f"{' and '.join(tools)} not found: {INSTALL}"
+        return ("usernet_tools_missing", f"{' and '.join(tools)} not found: {INSTALL}",
+                ("apt-get install passt nftables   # Debian, Ubuntu (Fedora: dnf install "
+                 "passt nftables)",))
     if not routed_families():
-        return "this host has no default route: there is nowhere to go"
+        return ("no_default_route", "this host has no default route: there is nowhere to go",
+                ("give the host a default route, or use network.mode = \"none\"",))
     local = loopback_resolvers(resolvers())
     if local:
-        return (f"the host's DNS resolver is on its loopback ({local[0]}, /etc/resolv.conf), "
-                "which no sandbox with a network of its own can reach; name a resolver "
-                'outside the host there, or use network.mode = "allowlist"')
+        return ("resolver_on_loopback", f"the host's DNS resolver is on its loopback "
+                f"({local[0]}, /etc/resolv.conf), which no sandbox with a network of its own "
+                'can reach; name a resolver outside the host there, or use network.mode = '
+                '"allowlist"',
+                ("systemd-resolved: ln -sf /run/systemd/resolve/resolv.conf /etc/resolv.conf"
+                 "   # its upstream servers instead of the stub",))
     return None
+
+
+def missing() -> str | None:
+    """Why this host cannot make network "any" (a tool, a route, a resolver), or None."""
+    found = diagnosis()
+    return None if found is None else found[1]
 
 
 def check(request: LaunchRequest) -> None:
