@@ -34,7 +34,8 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 HOST, ROUTER = "198.51.100.2", "198.51.100.1"
 PUBLIC, RESOLVER, METADATA, PRIVATE = "203.0.113.10", "203.0.113.53", "169.254.169.254", \
     "10.9.9.9"
-PORT = 80  # every TCP server; UDP echo on 7, DNS on 53
+PORT = 80  # every TCP server; UDP echo on 7, DNS on 53, bulk transfers on BULK
+BULK = 19
 NAMES = {"public.test": PUBLIC, "metadata.test": METADATA}
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -91,6 +92,24 @@ def tcp_server(name: str, address: str, seen: Seen) -> None:
     threading.Thread(target=serve, daemon=True).start()
 
 
+def bulk_server() -> None:
+    """On port BULK: read a size (8 bytes), send that many bytes, close (bench/usernet.py)."""
+    listener = socket.create_server(("0.0.0.0", BULK), backlog=64)
+    chunk = b"x" * (1 << 20)
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            left = int.from_bytes(conn.recv(8), "big")
+            while left > 0:
+                left -= conn.send(chunk[:min(left, len(chunk))])
+
+    def accept() -> None:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+
+
 def udp_servers(seen: Seen) -> None:
     """An echo on port 7 of each of the internet's addresses, and the resolver."""
     def serve_echo(echo: socket.socket, address: str) -> None:
@@ -143,6 +162,7 @@ def internet(ready_w: int, linked_r: int, seen: Seen) -> None:
     for address in (PUBLIC, RESOLVER, METADATA, PRIVATE):
         ip("addr", "add", f"{address}/32", "dev", "lo")
     tcp_server("internet", "0.0.0.0", seen)
+    bulk_server()
     udp_servers(seen)
     os.write(ready_w, b"2")
     while True:
