@@ -175,3 +175,15 @@ def test_a_racing_link_swap_never_leads_a_file_operation_out(workspace, ws):
     finally:
         swapper.join()
     assert os.listdir(outside) == []
+
+
+def test_a_guard_refusal_names_the_reach_that_would_allow_it():
+    from stockade.integrations.workspace import denial
+    from stockade.launch.result import Violation
+
+    assert denial(Violation("network.denied", "tcp 10.9.9.9:80: address_private")).grant \
+        == "network.reach 10.9.9.9:80"
+    assert denial(Violation("network.denied", "udp fd00::1:53: address_private")).grant \
+        == "network.reach [fd00::1]:53"
+    assert denial(Violation("network.denied", "connect a.example:443: not_allowed")).grant \
+        == "network.allow a.example:443"

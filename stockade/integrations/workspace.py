@@ -266,11 +266,17 @@ def outcome(result: Result) -> Outcome:
 def denial(violation: Violation) -> Denial:
     """`violation` with the grant that would have allowed it."""
     if violation.kind == "network.denied":
-        # detail: "<protocol> <host>:<port>: <rule or reason>"
-        _, _, rest = violation.detail.partition(" ")
+        # detail: "<protocol> <host>:<port>: <rule or reason>"; the proxy's protocols are
+        # connect, http and socks5, the destination guard's (network "any") tcp, udp, ...
+        protocol, _, rest = violation.detail.partition(" ")
         destination = rest.partition(": ")[0]
-        return Denial(violation.kind, violation.detail,
-                      f"network.allow {destination}" if destination else None)
+        if not destination:
+            return Denial(violation.kind, violation.detail, None)
+        if protocol in ("connect", "http", "socks5"):
+            return Denial(violation.kind, violation.detail, f"network.allow {destination}")
+        host, _, port = destination.rpartition(":")
+        shown = f"[{host}]:{port}" if ":" in host else destination
+        return Denial(violation.kind, violation.detail, f"network.reach {shown}")
     return Denial(violation.kind, violation.detail, _GRANTS.get(violation.kind))
 
 
