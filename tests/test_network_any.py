@@ -183,3 +183,25 @@ def test_a_resolver_on_the_hosts_loopback_is_refused_with_its_remedy(tmp_path) -
     assert usernet.loopback_resolvers(usernet.resolvers(str(conf))) == ["127.0.0.53"]
     conf.write_text("nameserver 10.0.0.2\nnameserver fe80::1%eth0\n")
     assert usernet.resolvers(str(conf)) == ["10.0.0.2", "fe80::1"]
+
+
+def test_the_cli_runs_it_and_logs_each_refusal(tmp_path: Path) -> None:
+    """`stockade run` as a user runs it: the guard's refusals in --network-log (one JSON line
+    each, as the proxy's) and summarised on stderr; the exit status passes through."""
+    (tmp_path / "policy.json").write_text(json.dumps(
+        {"version": 1, "preset": "read-only", "network": {"mode": "any"}}))
+    log = tmp_path / "network.log"
+    tmp_path.chmod(0o777)
+    spec = {"argv": [sys.executable, "-m", "stockade", "run", "--policy",
+                     str(tmp_path / "policy.json"), "--network-log", str(log), "--",
+                     SYSTEM_PYTHON, "-c", PROBE + "\nraise SystemExit(3)\n",
+                     f"tcp:{METADATA}:80", f"tcp:{PUBLIC}:80"], "timeout": 60}
+    done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    report = json.loads(done.stdout)
+    assert report["returncode"] == 3, report
+    assert f"network.denied (tcp {METADATA}:80: address_metadata)" in report["stderr"], report
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (entry["protocol"], entry["host"], entry["port"], entry["decision"],
+            entry["reason"]) == ("tcp", METADATA, 80, "deny", "address_metadata"), entry
+    assert reached(report) == {f"internet:{PUBLIC}:tcp"}, report
