@@ -43,7 +43,7 @@ for target in sys.argv[1:]:
     host, _, port = where.rpartition(":")
     try:
         if kind == "tcp":
-            with socket.create_connection((host, int(port)), timeout=3) as c:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=3) as c:
                 say(kind, where, c.recv(100).decode().strip())
         elif kind == "udp":
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
