@@ -249,3 +249,20 @@ def test_workspace_values_are_checked():
         merge(preset("workspace-write"), {"filesystem": {"workspace": "copy"}}, file="t")
     assert bad.value.code == "policy_invalid"
     assert '"direct", "overlay"' in str(bad.value)
+
+
+def test_a_warm_sandbox_checkpoints_and_rolls_back(project):
+    root, _ = project
+    before = tree(root)
+    with stockade.Sandbox(policy_for(workspace="overlay"), workspace=root) as sb:
+        assert sb.run(["sh", "-c", "echo first > a.txt"]).returncode == 0
+        mark = sb.checkpoint()
+        assert sb.run(["sh", "-c", "echo second > b.txt; rm keep.txt"]).returncode == 0
+        sb.rollback(mark)
+        seen = sb.run(["sh", "-c", "cat a.txt; ls"], ).stdout.decode()
+        assert seen.startswith("first\n") and "b.txt" not in seen and "keep.txt" in seen
+        pending = sb.changes
+    assert tree(root) == before  # the host saw none of it
+    assert pending.added == (str(root / "a.txt"),) and not pending.deleted
+    pending.apply()
+    assert (root / "a.txt").read_text() == "first\n"
