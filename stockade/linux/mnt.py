@@ -190,9 +190,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
 
 def overlaid(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> dict[str, int]:
     """The write roots mounted as overlays (filesystem.workspace = "overlay"), each with its
-    index in the request (which names its layers in the change set). Without the mount view
-    (a test's weakening) there are none."""
-    if request.workspace != "overlay" or "mount_view" in weaken:
+    index in the request (which names its layers in the change set). The "overlay" weakening
+    (tests only) mounts them directly: the command then writes the real workspace; without
+    the mount view there is no mount at all."""
+    if request.workspace != "overlay" or weaken & {"overlay", "mount_view"}:
         return {}
     return {g.path: index for index, g in enumerate(request.write)}
 
