@@ -5,6 +5,7 @@ protected names, denied paths and noexec hold inside the overlay."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -242,6 +243,54 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert mine[0].added == (str(root / "p.txt"),)
     assert not (root / "p.txt").exists()
     mine[0].discard()
+
+
+def test_reconcile_removes_half_built_change_sets_and_lists_pending_ones(project):
+    """A change set a crash left half-made (its temporary name, older than the grace) never
+    held a run's writes: `stockade reconcile` removes it; a complete one is listed, kept."""
+    root, _ = project
+    result = overlay(root, "echo kept > kept.txt")
+    assert result.returncode == 0
+    half = os.path.join(changes_store.store(), ".new-crashed")
+    os.makedirs(os.path.join(half, "layers", "0", "upper"))
+    long_ago = result.changes.meta["created"] - 3600
+    os.utime(half, (long_ago, long_ago))
+    done = subprocess.run([sys.executable, "-m", "stockade", "reconcile", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["changes_removed"] == [half] and not os.path.lexists(half)
+    listed = {entry["id"]: entry for entry in summary["changes_pending"]}
+    assert listed[result.changes.id]["status"] == "finished"
+    assert listed[result.changes.id]["roots"] == [str(root)]
+    text = subprocess.run([sys.executable, "-m", "stockade", "reconcile"],
+                          capture_output=True, text=True, timeout=120)
+    assert result.changes.id in text.stdout and "stockade apply" in text.stdout
+    assert not (root / "kept.txt").exists() and os.path.isdir(result.changes.path)
+    result.changes.discard()
+
+
+def test_a_file_write_root_is_refused_not_written(ws):
+    """Only a directory can be an overlay's lower layer: a file granted for writing would be
+    the host's own file in the sandbox, so such a policy is refused before anything runs."""
+    root, _ = ws
+    granted = root / "granted.txt"
+    granted.write_text("host\n")
+    known = {s.id for s in changes_store.pending()}
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        overlay(root, f"echo sandbox > {granted}", write=(str(root), str(granted)))
+    assert refused.value.code == "unenforceable:filesystem.workspace"
+    assert str(granted) in str(refused.value)
+    assert granted.read_text() == "host\n"
+    assert {s.id for s in changes_store.pending()} == known  # (nothing made, nothing kept)
+
+
+def test_doctor_names_a_kernel_too_old_for_the_overlay():
+    from stockade.linux.doctor import _overlay_causes
+
+    assert [c.code for c in _overlay_causes({"kernel": "6.12.9-1-amd64"})] == \
+        ["overlay_kernel_old"]
+    assert _overlay_causes({"kernel": "6.13.0"}) == _overlay_causes({"kernel": "7.0"}) == []
 
 
 def test_workspace_values_are_checked():

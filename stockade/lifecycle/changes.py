@@ -202,10 +202,17 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
     statedir.ensure(os.path.dirname(parent))
     os.makedirs(parent, mode=0o700, exist_ok=True)
     roots = [grant.path for grant in request.write]
-    for root in roots:
-        if _inside(parent, root):
-            from stockade.errors import UnenforceableError
+    from stockade.errors import UnenforceableError
 
+    for root in roots:
+        if not os.path.isdir(root):
+            # Only a directory can be an overlay's lower layer: a file granted for writing
+            # would be mounted as itself, and the command would write the host's file.
+            raise UnenforceableError(
+                overlay.CAPABILITY, f"the write root {root} is not a directory, which an "
+                "overlaid workspace cannot hold back: grant the directory holding it, or use "
+                'filesystem.workspace = "direct"')
+        if _inside(parent, root):
             raise UnenforceableError(
                 overlay.CAPABILITY, f"Stockade's state directory {parent} lies inside the write "
                 f"root {root}, which an overlay cannot have its upper layer in: choose a state "
