@@ -63,6 +63,7 @@ def run(
     shell: bool = False,
     backend: str | None = None,
     cancel: threading.Event | None = None,
+    overlay: bool = False,
 ) -> Result:
     """Run `args` in a fresh sandbox and return its Result, as subprocess.run returns a
     CompletedProcess (`returncode`, `args`, `stdout`, `stderr`, `check_returncode()`).
@@ -108,6 +109,12 @@ def run(
     UnavailableError / UnenforceableError (cannot sandbox here: nothing ran), SetupError,
     StartError (the command could not be started).
 
+    `overlay=True` (or `filesystem.workspace = "overlay"` in the policy) gives the command a
+    copy-on-write workspace: its writes to its write roots are kept aside, and the Result's
+    `changes` lists them (`added`, `modified`, `deleted`, `diff()`) until `apply()` lands them
+    in the real workspace (refused, listing each, if the host changed meanwhile) or
+    `discard()` drops them.
+
         >>> stockade.run(["python3", "-c", "print(1)"], preset="workspace-write").stdout
         b'1\\n'
     """
@@ -119,6 +126,8 @@ def run(
     data = _input(input, encoding, errors)
     if env:
         chosen = merge(chosen, {"env": {"set": _variables(env)}}, file="env=")
+    if overlay:
+        chosen = merge(chosen, {"filesystem": {"workspace": "overlay"}}, file="overlay=")
     request = compile_policy(chosen, argv, CompileContext.current(workspace), cwd=cwd)
     if seconds is not None:
         request = replace(request, limits=replace(request.limits, timeout=seconds))

@@ -78,3 +78,16 @@ class StartError(StockadeError):
     """The sandbox was ready but the command could not be started."""
 
     exit_code = EXIT_START
+
+
+class ChangesError(StockadeError):
+    """A copy-on-write workspace's changes cannot be shown, applied or discarded as asked
+    (`changes_not_found`, `changes_busy`: its run is still going, `changes_conflict`: the
+    workspace changed on the host since the run started, `changes_refused`: a change the
+    policy never lets land, such as one under a protected name)."""
+
+    exit_code = 1
+
+    def __init__(self, code: str, message: str, conflicts: tuple[str, ...] = ()) -> None:
+        super().__init__(code, message)
+        self.conflicts = conflicts

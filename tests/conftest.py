@@ -132,7 +132,8 @@ def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
     read = fs.read if PYTHON_ROOT.startswith("/usr") else fs.read + (PYTHON_ROOT,)
     fs_changes = {k: v for k, v in changes.items() if k in ("read", "write", "deny",
                                                              "protected", "git",
-                                                             "exec_from_write")}
+                                                             "exec_from_write",
+                                                             "workspace")}
     if "read" in fs_changes:
         fs_changes["read"] = read + tuple(fs_changes["read"])
     else:

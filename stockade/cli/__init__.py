@@ -10,6 +10,8 @@
     stockade report [--json | --markdown]
     stockade doctor [--json]
     stockade reconcile [--json]
+    stockade changes [RUN] [--list] [--stat] [--json]   (a copy-on-write run's changes)
+    stockade apply [RUN]; stockade discard [RUN]
     stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
     stockade proxy --allow PATTERN [--deny PATTERN] [--listen HOST:PORT] [--log FILE]
     stockade daemon [--socket PATH] [--idle SECONDS]
@@ -29,6 +31,8 @@ Exit codes:
 | 128+N    | the command was killed by signal N (137 = SIGKILL, also after a timeout)        |
 | 1        | `demo`: a forbidden attempt was not denied (or a permitted one was refused)     |
 | 1        | `reconcile`: a record was quarantined, or a resource could not be removed yet   |
+| 1        | `apply`: a change conflicts or may never land (each listed); `changes`, `apply`, |
+|          | `discard`: no such pending run, or its run still goes on                        |
 | 1        | `doctor`: something Stockade can use is unavailable here (it says why and how)  |
 | 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
 | 1        | `session stop`: there was no session of that name                               |
@@ -65,7 +69,7 @@ from collections.abc import Collection, Sequence
 from typing import NoReturn
 
 from stockade import __version__
-from stockade.cli import execconfig, host, mcp, policy, run, session, tools
+from stockade.cli import changes, execconfig, host, mcp, policy, run, session, tools
 from stockade.cli.common import CommandLine, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
@@ -165,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     host.add_report(commands)
     host.add_doctor(commands)
     host.add_reconcile(commands)
+    changes.add_changes(commands)
     tools.add_evidence(commands)
     tools.add_proxy(commands)
     tools.add_agent(commands)

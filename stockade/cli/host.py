@@ -111,7 +111,8 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
 
 def add_reconcile(commands: Any) -> None:
     reconcile = subcommand(commands, "reconcile", _reconcile,
-                           "remove what crashed launches left behind, as recorded in the ledger",
+                           "remove what crashed launches left behind, as recorded in the "
+                           "ledger, and half-built change sets; list the pending ones",
                            "stockade reconcile", "stockade --state-dir /srv/stockade reconcile")
     reconcile.add_argument("--json", action="store_true", help="print a JSON summary")
 
@@ -125,15 +126,30 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
     ledger = Ledger()  # (its reconcile knows the kinds of this host's backends: registry.py)
     done = ledger.reconcile()
     quarantined = ledger.quarantined()
+    # Copy-on-write runs: a change set a crash left half-made never held a run's writes and
+    # goes; a complete one is the owner's to review, apply or discard, never removed here.
+    from stockade.lifecycle import changes
+
+    half_built = changes.abandoned()
+    kept = [{"id": s.id, "status": s.status, "roots": list(s.roots),
+             "argv": list(s.meta.get("argv", []))} for s in changes.pending()]
     if args.json:
         print(json.dumps({**asdict(done), "quarantine": quarantined,
-                          "quarantine_dir": ledger.quarantine_dir}))
+                          "quarantine_dir": ledger.quarantine_dir,
+                          "changes_removed": half_built, "changes_pending": kept}))
     else:
         print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
               f"{done.live} live, {done.failed} to retry")
         for kind, name in done.removed:
             print(f"  removed {kind} {name}")
+        for path in half_built:
+            print(f"  removed half-built change set {path}")
         if quarantined:
             print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
                   f"inspected and deleted: {ledger.quarantine_dir}")
+        if kept:
+            print(f"{len(kept)} pending change set(s) of copy-on-write runs (review with "
+                  "`stockade changes RUN`, then `stockade apply RUN` or `stockade discard RUN`):")
+            for entry in kept:
+                print(f"  {entry['id']}  {entry['status']:<11}  {' '.join(entry['roots'])}")
     return 1 if quarantined or done.failed else 0

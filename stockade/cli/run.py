@@ -52,6 +52,10 @@ def add_run(commands: Any) -> None:
                           "sandbox's own stages")
     run.add_argument("--json", action="store_true",
                      help="capture output and print one JSON result (or error) object")
+    run.add_argument("--overlay", action="store_true",
+                     help="a copy-on-write workspace (filesystem.workspace = \"overlay\"): "
+                          "the command's writes to its write roots are kept aside, for "
+                          "`stockade changes`, then `stockade apply` or `stockade discard`")
     run.add_argument("--unsandboxed", action="store_true",
                      help="run on the host WITHOUT a sandbox, with a warning; refused (70) "
                           "unless the policy restricts nothing at all")
@@ -111,6 +115,8 @@ def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
         sections["network"] = {"mode": "allowlist", "allow": [*args.allow_domain, *net.allow]}
     if args.timeout is not None:
         sections["limits"] = {"timeout": args.timeout}
+    if args.overlay:
+        sections.setdefault("filesystem", {})["workspace"] = "overlay"
     return merge(policy, sections, file="command line") if sections else policy
 
 
@@ -191,6 +197,8 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
             print(f"stockade: output_failed: the JSON result could not be written to stdout "
                   f"({exc.strerror})", file=sys.stderr)
     print_violations(result)
+    if result.changes is not None and not as_json:
+        print_pending(result)
     return result.exit_status
 
 
@@ -228,6 +236,22 @@ def _layers(enforced: dict) -> str:
             f"landlock ABI {landlock.get('abi', 0)}; "
             f"seccomp {seccomp.get('mode', 'off')} ({seccomp.get('denied_syscalls', 0)} denied); "
             f"limits {limits or 'none'}")
+
+
+def print_pending(result: Result) -> None:
+    """One stderr line: where a copy-on-write run's changes are, and what to do with them."""
+    assert result.changes is not None
+    found = result.changes.changes()
+    if not found:
+        result.changes.discard()  # (nothing to review: nothing is kept)
+        print("stockade: overlay: no changes", file=sys.stderr)
+        return
+    counts = ", ".join(f"{sum(c.kind == kind for c in found)} {kind}"
+                       for kind in ("added", "modified", "deleted"))
+    run = result.changes.id
+    print(f"stockade: overlay: {counts}, kept as run {run}; review with `stockade changes "
+          f"{run[:8]}`, then `stockade apply {run[:8]}` or `stockade discard {run[:8]}`",
+          file=sys.stderr)
 
 
 def print_violations(result: Result) -> None:

@@ -142,11 +142,16 @@ def run_once(backend: Backend, request: LaunchRequest, scene: Scene) -> Launch:
     that cannot enforce it raises (the row is not run); other errors are the row's to judge."""
     try:
         backend.check(request)
-        return Launch(execute(backend, request, cancel=scene.cancel))
+        result = execute(backend, request, cancel=scene.cancel)
     except (UnavailableError, UnenforceableError):
         raise
     except StockadeError as exc:
         return Launch(error=exc)
+    if result.changes is not None:
+        # An overlaid run's change set holds only what the attack wrote: the row judges the
+        # host's workspace, and nothing of it may stay pending in the user's state directory.
+        result.changes.discard()
+    return Launch(result)
 
 
 def attack(row: Row, scene: Scene, backend: Backend | None) -> Launch:

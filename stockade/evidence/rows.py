@@ -81,6 +81,8 @@ ANY = {"network": {"mode": "any"}}
 STAND_INS = {"network": {"mode": "allowlist",
                          "allow": [f"{setups.REBIND_NAME}:{{scene:tcp4}}",
                                    setups.METADATA_NAME, "localhost:{scene:tcp4}"]}}
+# The copy-on-write workspace: the write roots are overlays whose writes stay in a change set.
+OVERLAY = {"filesystem": {"workspace": "overlay"}}
 ALLOWLIST = {"network": {"mode": "allowlist", "allow": ["localhost", "evidence.test"]}}
 GIT = "{ws}/a/b/.git"
 # A protected name, and what of a repository stays read-only, two levels down (the rest of
@@ -236,6 +238,41 @@ ROWS: tuple[Row, ...] = (
         expect=RefusedBefore("unenforceable:filesystem.symlink"), unproven=COMPILER,
         setup=setups.planted_root_link,
         policy={"filesystem": {"write": ["{workspace}", "{workspace}/build"]}}),
+    # --- filesystem: the copy-on-write workspace (filesystem.workspace = "overlay") ---------
+    row("fs.overlay-writes", "filesystem",
+        "in an overlaid workspace: overwrite, append to, truncate, rename, delete and chmod "
+        "files, remove a directory, create files and links (each must work in the sandbox)",
+        "fs_overlay.py", "{ws}",
+        expect=Completed("changed", "the host's workspace unchanged (every write in the "
+                                    "overlay's upper layer)"),
+        proven=off("overlay"), setup=setups.overlay_workspace, policy=OVERLAY,
+        control=without("overlay")),
+    row("fs.overlay-protected", "filesystem", "in an overlaid workspace: " + NESTED_ATTEMPT,
+        "tamper.py", *NESTED_TARGETS, expect=denied(PROTECTED), proven=off("protected"),
+        setup=setups.nested_repository, policy=OVERLAY),
+    row("fs.overlay-deny", "filesystem",
+        "in an overlaid workspace: read, list, write, rename and delete denied paths",
+        "tamper.py", "--read", "{ws}/keys/id", "{ws}/keys", "{ws}/token",
+        expect=denied(DENY), proven=off("deny"), setup=setups.denied_paths,
+        policy={"filesystem": {"workspace": "overlay",
+                               "deny": ["{workspace}/keys", "{workspace}/token"]}}),
+    row("fs.overlay-exec", "filesystem",
+        "in an overlaid workspace: run a program copied into it", "fs_exec.py", "direct",
+        "{ws}", expect=denied(by("noexec", "EACCES"), by("landlock", "EACCES")),
+        proven=off("noexec", "landlock"), preset="workspace-write-no-exec", policy=OVERLAY,
+        control=without("noexec", "landlock")),
+    row("fs.overlay-exec-via-loader", "filesystem",
+        "in an overlaid workspace: run a program copied into it through ld.so", "fs_exec.py",
+        "loader", "{ws}",
+        expect=denied(by("exec_watch", "LOADER_MAP_REFUSED"), by("noexec", "LOADER_MAP_REFUSED")),
+        proven=off("noexec", "exec_watch"), preset="workspace-write-no-exec", policy=OVERLAY,
+        control=without("noexec", "exec_watch")),
+    row("fs.overlay-exec-via-mmap", "filesystem",
+        "in an overlaid workspace: map a program copied into it executable (mmap PROT_EXEC, "
+        "mprotect PROT_EXEC)", "fs_exec.py", "mmap", "{ws}",
+        expect=denied(by("exec_watch", "EACCES"), by("noexec", "EPERM")),
+        proven=off("noexec", "exec_watch"), preset="workspace-write-no-exec", policy=OVERLAY,
+        control=without("noexec", "exec_watch")),
     # --- network ---------------------------------------------------------------------------
     row("net.tcp-loopback", "network", "TCP to a server on the host's loopback (IPv4, IPv6)",
         "net_connect.py", "tcp:127.0.0.1:{tcp4}", "tcp:[::1]:{tcp6}",

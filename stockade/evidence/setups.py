@@ -59,6 +59,14 @@ def workspace_files(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+def overlay_workspace(scene: Scene) -> None:
+    """Files and a directory in the workspace for the attack to change in every way
+    (attacks/fs_overlay.py); the host's workspace must stay exactly as it was."""
+    for name in ("file", "append", "truncate", "rename", "remove", "mode", "dir/inner"):
+        scene.plant(f"ws/{name}", f"original content of {name}\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
 def read_only_file(scene: Scene) -> None:
     """One file in the workspace, which the row's preset makes read-only."""
     scene.plant("ws/file", "keep me exactly as I am\n")

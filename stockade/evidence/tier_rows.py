@@ -89,6 +89,9 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
              "helpers.state-dir": "stockade_state"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
+# The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
+OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
+                "fs.overlay-exec", "fs.overlay-exec-via-loader", "fs.overlay-exec-via-mmap")
 
 
 def _specs() -> dict[str, Tier]:
@@ -106,6 +109,8 @@ def _specs() -> dict[str, Tier]:
         specs[row_id] = tier(capability)
     for row_id, capability in UNCHANGED.items():
         specs[row_id] = tier(capability)
+    for row_id in OVERLAY_ROWS:
+        specs[row_id] = gap("filesystem.workspace", refused="unenforceable:filesystem.workspace")
     specs.update({
         "fs.metadata": gap("filesystem.metadata"),
         "fs.hardlink": tier("filesystem.write", expect=denied(

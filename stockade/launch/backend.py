@@ -71,6 +71,9 @@ class Handle(abc.ABC):
 
 class Backend(abc.ABC):
     name: str = ""
+    # Whether it mounts write roots as overlays (filesystem.workspace = "overlay"); one that
+    # does not refuses such a request, typed (SandboxManager, stockade/lifecycle/changes.py).
+    overlay_workspace: bool = False
 
     @abc.abstractmethod
     def probe(self) -> None:

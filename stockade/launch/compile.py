@@ -84,6 +84,7 @@ def compile_policy(
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
         exec_from_write=fs.exec_from_write,
+        workspace=fs.workspace,
         network=NetworkSpec(
             mode=policy.network.mode,
             allow=tuple(sorted(set(policy.network.allow))),

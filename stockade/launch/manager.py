@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
 from stockade.launch import registry
@@ -16,6 +17,9 @@ from stockade.launch.pump import DISCARD, KEEP, Sink, drive
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.policy.model import Policy
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.changes import ChangeSet
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -59,6 +63,9 @@ class SandboxManager:
                 backend = isolated(registry.create(candidate), request.isolation)
                 backend.probe()
                 backend.check(request)
+                if request.workspace == "overlay" and not backend.overlay_workspace:
+                    raise UnenforceableError("filesystem.workspace", f"the {backend.name} "
+                                             "backend cannot give a copy-on-write workspace")
                 if candidate.containment == registry.NATIVE:
                     require_ready(backend)
                 return backend
@@ -119,10 +126,16 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         if stdio_inherit:
             out = err = None
     started = time.monotonic()
-    handle = backend.spawn(request, Stdio(stdin, out, err))
-    timeout = None if "timeout" in weaken else request.limits.timeout
-    done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
-                 outputs=(stdout, DISCARD if stderr == MERGE else stderr), pass_stdin=passed)
+    request, changes = _overlaid(backend, request)
+    try:
+        handle = backend.spawn(request, Stdio(stdin, out, err))
+        timeout = None if "timeout" in weaken else request.limits.timeout
+        done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
+                     outputs=(stdout, DISCARD if stderr == MERGE else stderr), pass_stdin=passed)
+    except BaseException:
+        _settled(changes, None, ran=False)
+        raise
+    _settled(changes, done.end.exit_code, ran=done.end.failure is None)
     if done.end.failure is not None:
         raise done.end.failure
     violations = []
@@ -145,8 +158,34 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         violations=tuple(violations), enforced=handle.enforced,
         network_log=tuple(handle.network_log),
         timings=stage_timings(handle.stages),
-        args=list(request.argv), timeout=timeout,
+        args=list(request.argv), timeout=timeout, changes=changes,
     )
+
+
+def _overlaid(backend: Backend, request: LaunchRequest) -> tuple[LaunchRequest, ChangeSet | None]:
+    """`request` with its change set (filesystem.workspace = "overlay"), made now, before the
+    sandbox starts; a backend that cannot overlay a workspace refuses it."""
+    if request.workspace != "overlay":
+        return request, None
+    if not backend.overlay_workspace:
+        raise UnenforceableError("filesystem.workspace", f"the {backend.name} backend cannot "
+                                 'give a copy-on-write workspace (filesystem.workspace = '
+                                 '"overlay"); the Linux backend with namespaces can')
+    if request.changes_dir:  # (a warm sandbox's: its session owns the change set)
+        return request, None
+    from stockade.lifecycle import changes
+
+    return changes.begin(request)
+
+
+def _settled(changes: ChangeSet | None, exit_code: int | None, *, ran: bool) -> None:
+    """The run is over: its change set records so. One whose command never ran holds
+    nothing and is dropped."""
+    if changes is None:
+        return
+    changes.finish(exit_code)
+    if not ran and not changes.changes():
+        changes.discard()
 
 
 def stage_timings(stages: list[tuple[str, float]]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stockade.errors import RequestError
-from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS
+from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS, WORKSPACE_MODES
 
 REQUEST_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
@@ -61,18 +61,25 @@ class LaunchRequest:
     protected: tuple[str, ...] = ()  # names read-only whole (a `.git` among them too)
     git: str = "guarded"  # how every other `.git` is protected (policy.model.GIT_MODES)
     exec_from_write: bool = False
+    # "overlay": each write root is an overlay whose upper layer lies in `changes_dir`, the
+    # launch's change set in the state directory (stockade/lifecycle/changes.py).
+    workspace: str = "direct"
     network: NetworkSpec = field(default_factory=NetworkSpec)
     limits: LimitSpec = field(default_factory=LimitSpec)
     stdin: str = "null"
     containment: str = "native"  # what holds the sandbox (policy.model.CONTAINMENTS)
     isolation: str = "namespaces"  # (see stockade.policy.model.ISOLATIONS)
     request_id: str = field(default_factory=lambda: os.urandom(16).hex())
+    # Where this launch's overlay layers are (one launch's own, like its id: not digested).
+    changes_dir: str = ""
     version: int = REQUEST_VERSION
 
     def canonical(self) -> bytes:
-        """The canonical encoding of what runs (everything but the request id)."""
+        """The canonical encoding of what runs (everything but the request id and where
+        an overlay launch keeps its layers, which are each launch's own)."""
         body = dict(self._body)
         del body["request_id"]
+        del body["changes_dir"]
         return _dumps(body)
 
     @functools.cached_property
@@ -193,6 +200,10 @@ def _check_types(request: LaunchRequest) -> None:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}")
     if request.git not in GIT_MODES:
         raise ValueError(f"git must be one of {', '.join(GIT_MODES)}")
+    if request.workspace not in WORKSPACE_MODES:
+        raise ValueError(f"workspace must be one of {', '.join(WORKSPACE_MODES)}")
+    if not isinstance(request.changes_dir, str):
+        raise ValueError("changes_dir must be a string")
     if request.containment not in CONTAINMENTS:
         raise ValueError(f"containment must be one of {', '.join(CONTAINMENTS)}")
     if list(request.env) != sorted(request.env):

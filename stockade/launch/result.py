@@ -6,7 +6,11 @@ from __future__ import annotations
 import signal as _signal
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.changes import ChangeSet
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,9 @@ class Result:
     network_log: tuple[dict, ...] = ()
     args: Sequence[str] | str = ()  # the command as the caller gave it (a string: shell=True)
     timeout: float | None = None    # seconds: the wall-clock limit it ran under
+    # filesystem.workspace = "overlay": what the run changed, pending until applied or
+    # discarded (`added`, `modified`, `deleted`, `diff()`, `apply()`, `discard()`)
+    changes: ChangeSet | None = None
 
     @property
     def returncode(self) -> int:
@@ -77,7 +84,9 @@ class Result:
 
     def to_json(self) -> dict:
         """A JSON-ready summary (output as text, undecodable bytes replaced)."""
-        body = asdict(self)
+        body = asdict(replace(self, changes=None))
+        if self.changes is not None:
+            body["changes"] = summary(self.changes)
         for name in ("stdout", "stderr"):
             value = getattr(self, name)
             body[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -85,6 +94,14 @@ class Result:
         body["returncode"] = self.returncode
         body["exit_status"] = self.exit_status
         return body
+
+
+def summary(changes: ChangeSet) -> dict:
+    """A change set, JSON-ready: its run id, status and the paths each kind of change names."""
+    found = changes.changes()
+    return {"id": changes.id, "status": changes.status,
+            **{kind: [c.path for c in found if c.kind == kind]
+               for kind in ("added", "modified", "deleted")}}
 
 
 class CommandFailed(subprocess.CalledProcessError):

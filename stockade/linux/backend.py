@@ -71,6 +71,7 @@ class LinuxBackend(Backend):
     reach)."""
 
     name = "linux"
+    overlay_workspace = True  # filesystem.workspace = "overlay" (stockade/linux/overlay.py)
 
     def __init__(self, weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None,
@@ -228,6 +229,7 @@ class LandlockTier(LinuxBackend):
 
     name = "linux-landlock"
     isolation = "landlock"
+    overlay_workspace = False  # no mount namespace: no overlay
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -488,9 +490,10 @@ def _view(request: LaunchRequest, bpf: bytes, weaken: frozenset[str],
     """The launch's view frame and, when a spare may be prepared for it, the identity of the
     host's state it would be built from now (a prepared spare is used only if both match)."""
     if not spawner.prepares or request.isolation != "namespaces" or "mount_view" in weaken \
-            or request.network.mode == "any":
+            or request.network.mode == "any" or request.workspace == "overlay":
         # (a view template makes its view; the landlock tier has none; the way out of
-        # network "any" is made with its launch, see net.open_out)
+        # network "any" is made with its launch, see net.open_out; an overlay's upper layer
+        # is one launch's own, never to be mounted ahead by a spare)
         return None
     view = view_frame(request, bpf, weaken)
     return view, mnt.identity_now(request, weaken) if spawner.may_fit(view) else b""

@@ -127,6 +127,7 @@ def _causes(host: dict) -> list[Cause]:
     causes += _landlock_causes(host)
     causes += _userns_causes(host)
     causes += _network_any_causes()
+    causes += _overlay_causes(host)
     return causes
 
 
@@ -138,6 +139,28 @@ def _network_any_causes() -> list[Cause]:
         return []
     code, summary, remedy = found
     return [Cause(code, "network.any", summary, remedy)]
+
+
+OVERLAY_KERNEL = (6, 13)  # overlayfs takes its layers as descriptors (stockade/linux/overlay.py)
+
+
+def _overlay_causes(host: dict) -> list[Cause]:
+    """The copy-on-write workspace is built from descriptors only (no layer looked up by
+    name): an older kernel refuses every run that asks for it."""
+    release = str(host["kernel"])
+    try:
+        version = tuple(int(part) for part in release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return []  # (a release string of another shape: the launch says what fails)
+    if version >= OVERLAY_KERNEL:
+        return []
+    return [Cause("overlay_kernel_old", "weakens", f"this kernel ({release}) cannot take "
+                  "overlay layers as descriptors (Linux 6.13): the copy-on-write workspace "
+                  '(filesystem.workspace = "overlay", stockade run --overlay) is refused', (
+                      "upgrade to Linux 6.13 or later",
+                      'or keep filesystem.workspace = "direct" (the default): the command '
+                      "then writes the real workspace",
+                  ))]
 
 
 def _landlock_causes(host: dict) -> list[Cause]:

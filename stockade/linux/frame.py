@@ -25,6 +25,9 @@ LAYERS = {
     "noexec": "write roots, /tmp and /dev/shm mounted noexec",
     "nosuid": "roots, /tmp and /dev/shm mounted nosuid",
     "stockade_state": "Stockade's state directories masked",
+    "overlay": "write roots mounted as overlays (filesystem.workspace = \"overlay\"): "
+               "without it they are mounted directly, and the command writes the real "
+               "workspace",
     "unix_sockets": "unix socket files in write roots masked",
     "landlock": "the Landlock ruleset",
     "seccomp": "the seccomp filters (Stockade's deny list, and the command's watches)",
@@ -58,7 +61,7 @@ WEAKENINGS = frozenset(LAYERS)
 # of its own, the sandbox has none of its knobs.
 WITH = {
     "mount_view": frozenset({"read_only", "protected", "deny", "noexec", "nosuid",
-                             "stockade_state", "unix_sockets", "exec_watch"}),
+                             "stockade_state", "unix_sockets", "exec_watch", "overlay"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
 

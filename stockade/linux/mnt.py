@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stockade.errors import SetupError, StockadeError, UnenforceableError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import protect
+from stockade.linux import overlay, protect
 from stockade.linux.mountapi import (
     MOUNT_ATTR_NODEV,
     MOUNT_ATTR_NOEXEC,
@@ -148,10 +148,11 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
 
     make_rprivate("/")
+    layered = overlaid(request, weaken)
     # Every root is cloned before the new root is mounted on `stage`: a root that contains
     # the stage (`/`, or `/tmp` itself) would otherwise carry the view inside it.
     for m in roots:
-        m.tree = clone_tree(m.source_fd)
+        m.tree = _tree(m, request, layered, weaken)
     root_fs = new_fs("tmpfs", {"mode": "0755", "size": "1m"}, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     stage_fd = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     attach(root_fs, stage_fd)
@@ -173,10 +174,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
                 os.close(top)
                 top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     for m in guarded:
-        _mount_over(top, m)
-    _honour_grants_inside_protected(top, own_devs, roots, guarded, request.exec_from_write,
+        _mount_over(top, m, layered=layered)
+    _honour_grants_inside_protected(top, own_devs, roots, guarded, request, layered,
                                     weaken - {"read_only"})
-    _mask(top, denied)
+    _mask(top, denied, layered)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
     set_attrs(base, MOUNT_ATTR_RDONLY, recursive=False)
@@ -185,6 +186,30 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     pivot_into(stage)
     found.close()
     return [m.path for m in guarded if m.kind == "protected"], identity
+
+
+def overlaid(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> dict[str, int]:
+    """The write roots mounted as overlays (filesystem.workspace = "overlay"), each with its
+    index in the request (which names its layers in the change set). The "overlay" weakening
+    (tests only) mounts them directly: the command then writes the real workspace; without
+    the mount view there is no mount at all."""
+    if request.workspace != "overlay" or weaken & {"overlay", "mount_view"}:
+        return {}
+    return {g.path: index for index, g in enumerate(request.write)}
+
+
+def _tree(m: _Mount, request: LaunchRequest, layered: dict[str, int],
+          weaken: frozenset[str]) -> int:
+    """A detached copy of root `m`: the real tree, or an overlay over it."""
+    if m.kind == "write" and m.path in layered and m.is_dir:
+        return overlay.mount(m.source_fd, request.changes_dir, layered[m.path],
+                             weakened(_write_attrs(request.exec_from_write), weaken))
+    return clone_tree(m.source_fd)
+
+
+def in_overlay(path: str, layered: dict[str, int]) -> bool:
+    """Whether `path` appears inside one of the overlaid write roots."""
+    return any(protect_inside(path, root) for root in layered)
 
 
 def _is_dir(fd: int) -> bool:
@@ -274,19 +299,29 @@ def weakened(attrs: int, weaken: frozenset[str]) -> int:
 
 
 def _honour_grants_inside_protected(top: int, own_devs: set[int], roots: list[_Mount],
-                                    guarded: list[_Mount], exec_from_write: bool,
-                                    weaken: frozenset[str]) -> None:
+                                    guarded: list[_Mount], request: LaunchRequest,
+                                    layered: dict[str, int], weaken: frozenset[str]) -> None:
     """A write root granted inside a protected name (`home/.codex/x` with `home` a write root)
     is an exact grant, which wins: it is mounted again over the read-only re-mount."""
     protected = [g.path for g in guarded if g.kind == "protected"]
     for m in roots:
         if m.kind == "write" and any(protect_inside(m.path, p) for p in protected):
+            if m.path in layered:  # (one overlay per upper layer: the first is unmounted)
+                raise UnenforceableError(
+                    overlay.CAPABILITY, f"the write root {m.path} lies inside a protected "
+                    "name of another write root, which an overlaid workspace cannot honour")
             m.tree = clone_tree(m.source_fd)
-            _mount_root(top, own_devs, m, exec_from_write, weaken)
+            _mount_root(top, own_devs, m, request.exec_from_write, weaken)
 
 
-def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
-    """Re-mount a protected object read-only on itself, or cover a denied one with a mask."""
+def _mount_over(top: int, m: _Mount, mask: int | None = None,
+                layered: dict[str, int] | None = None) -> None:
+    """Re-mount a protected object read-only on itself, or cover a denied one with a mask.
+
+    Inside an overlaid write root the object seen there is the overlay's, another inode than
+    the real one surveyed: a protected object is covered by the real one, read-only (what the
+    survey opened, so nothing written in the upper layer can stand in for it); a directory
+    kept in place is pinned as the overlay shows it; a denied one is masked by its path."""
     try:
         target = openat2(top, m.path.lstrip("/"), os.O_PATH, _BENEATH)
     except FileNotFoundError:
@@ -294,14 +329,19 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
     try:
         same = os.fstat(target)
         orig = os.fstat(m.source_fd)
-        if (same.st_dev, same.st_ino) != (orig.st_dev, orig.st_ino):
+        overlaid_here = in_overlay(m.path, layered or {})
+        if overlaid_here and stat.S_ISDIR(same.st_mode) != stat.S_ISDIR(orig.st_mode):
+            raise SetupError("mount_target_changed",
+                             f"{m.path} changed while the sandbox was being built", stage="mount")
+        if not overlaid_here and (same.st_dev, same.st_ino) != (orig.st_dev, orig.st_ino):
             raise SetupError("mount_target_changed",
                              f"{m.path} changed while the sandbox was being built", stage="mount")
         if m.kind == "deny":
             tree = clone_tree(mask, recursive=False)
             set_attrs(tree, RO | MOUNT_ATTR_NOEXEC, recursive=False)
         else:
-            tree = clone_tree(target)
+            source = m.source_fd if overlaid_here and m.kind == "protected" else target
+            tree = clone_tree(source)
             set_attrs(tree, RO if m.kind == "protected" else 0)
         attach(tree, target)
         os.close(tree)
@@ -309,7 +349,7 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None) -> None:
         os.close(target)
 
 
-def _mask(top: int, denied: list[_Mount]) -> None:
+def _mask(top: int, denied: list[_Mount], layered: dict[str, int]) -> None:
     """Cover each denied path with an inaccessible (mode 000) empty directory or file, made on
     a detached tmpfs of their own, which is never in the view itself."""
     if not denied:
@@ -321,7 +361,7 @@ def _mask(top: int, denied: list[_Mount]) -> None:
     masks = {True: openat2(holder, "d", os.O_PATH, _BENEATH),
              False: openat2(holder, "f", os.O_PATH, _BENEATH)}
     for m in denied:
-        _mount_over(top, m, mask=masks[m.is_dir])
+        _mount_over(top, m, mask=masks[m.is_dir], layered=layered)
     for fd in (*masks.values(), holder):
         os.close(fd)
 

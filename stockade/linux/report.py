@@ -12,6 +12,7 @@ from stockade.launch.request import LimitSpec, NetworkSpec
 from stockade.lifecycle.probe import Attestation
 from stockade.lifecycle.report import (
     ENFORCED,
+    PARTIAL,
     UNAVAILABLE,
     Row,
     accepted,
@@ -83,6 +84,7 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "open or mknod (openat2 answers ENOSYS); no CAP_SETFCAP for file capabilities",
             {"seccomp": ("privilege_bits",)}, "nothing made in a write root is setuid on the "
                                               "host"),
+        _workspace_row(root),
         row("stockade_state", "Stockade's state directories (ledger, attestations, daemon and "
             "CLI server sockets) masked in every view; its servers serve no peer in another "
             "context", {"mounts": ("stockade_state",)},
@@ -196,6 +198,9 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "a memfd the command writes can be executed"),
         row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit",
             {"seccomp": ("privilege_bits",)}),
+        Row("filesystem.workspace", UNAVAILABLE, "none: no mount namespace to overlay the "
+            "workspace in", 'filesystem.workspace = "overlay" is refused: the command writes '
+            "the real workspace (\"direct\")"),
         row("stockade_state", "Stockade's state directories carved out of every root; no "
             "AF_UNIX socket, so no Stockade socket is reachable; its servers refuse a peer with "
             "this seccomp filter and no_new_privs", {"landlock": ("stockade_state",)}),
@@ -253,6 +258,19 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("tty_injection", "seccomp denies TIOCSTI and TIOCLINUX; a new session",
             {"seccomp": ("seccomp_tiocsti",)}),
     )
+
+
+def _workspace_row(root: bool) -> Row:
+    """The copy-on-write workspace: made at launch when a policy asks for it (the readiness
+    probe does not), so never more than partial; its limits are SECURITY.md's."""
+    return Row("filesystem.workspace", PARTIAL, 'workspace = "overlay": each write root an '
+               "overlayfs made in the sandbox's user namespace (nosuid, nodev, noexec as the "
+               "root), its upper layer a change set in the state directory until `stockade "
+               "apply`; protected names, deny masks and the exec rules hold inside it",
+               "not verified by the readiness probe (a kernel that cannot make it refuses the "
+               "launch, typed); mounts below a write root do not show through it"
+               + ("" if root else "; rootless, files owned by ids not mapped in the sandbox "
+                  "cannot be changed (EOVERFLOW)"))
 
 
 def _memfd_row(facts: dict) -> Row:

@@ -31,6 +31,10 @@ DEFAULT_PROTECTED = (".agents", ".codex", ".stockade")
 # find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
 # every `.git` and the gitdirs `.git` files name), "writable" (not at all).
 GIT_MODES = ("guarded", "read-only", "writable")
+# Where the command's writes to its write roots go (`filesystem.workspace`): "direct" (into
+# them), or "overlay" (into an upper layer in Stockade's state directory, reviewed with
+# `stockade changes` and applied or discarded after the run: stockade/lifecycle/changes.py).
+WORKSPACE_MODES = ("direct", "overlay")
 
 
 def protected_whole(names: Iterable[str], git: str, *, guards_git: bool) -> frozenset[str]:
@@ -49,6 +53,7 @@ class FilesystemPolicy:
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     git: str = "guarded"
     exec_from_write: bool = False
+    workspace: str = "direct"
 
 
 @dataclass(frozen=True)

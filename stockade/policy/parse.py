@@ -120,6 +120,8 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "git": fs.git,
         "exec_from_write": fs.exec_from_write,
     }
+    if fs.workspace != "direct":  # (said only when it is not the default)
+        document["filesystem"]["workspace"] = fs.workspace
     document["network"] = {
         "mode": net.mode,
         "allow": list(sorted_unique(net.allow)),

@@ -20,6 +20,7 @@ from stockade.policy.model import (
     NETWORK_MODES,
     STDIN_MODES,
     UNIX_SOCKET_MODES,
+    WORKSPACE_MODES,
 )
 from stockade.policy.render import kind, show
 
@@ -217,6 +218,7 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
         "protected": ("protected", _list_of(_protected_entry), _add_or_remove),
         "git": ("git", _scalar(_choice(GIT_MODES)), None),
         "exec_from_write": ("exec_from_write", _scalar(_bool), None),
+        "workspace": ("workspace", _scalar(_choice(WORKSPACE_MODES)), None),
     },
     "network": {
         "mode": ("mode", _scalar(_choice(NETWORK_MODES)), None),

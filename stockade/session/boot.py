@@ -79,14 +79,14 @@ def _agent_argv() -> list[str]:
 
 
 def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
-         timeout: float = BOOT_TIMEOUT) -> Session:
+         timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None) -> Session:
     """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
     unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
     in all, then `session_boot_failed`."""
     if policy.containment != "native":
         raise UsageError(f'containment = "{policy.containment}" does not boot in namespaces '
                          "(stockade.Sandbox picks the VM driver for it)")
-    request = agent_request(policy, ctx)
+    request = request or agent_request(policy, ctx)  # (given: an overlaid one's, see Sandbox)
     backend = SandboxManager("linux", "require").select(request)
     failures = []
     for _ in range(attempts):

@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from stockade.errors import UnavailableError, UsageError
 from stockade.launch import registry
@@ -35,6 +35,9 @@ from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
 from stockade.session.exchange import Ending, Exchange, Output
 from stockade.session.protocol import MAX_FRAME, Message
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.changes import ChangeSet
 
 T = TypeVar("T")
 BACKEND = "linux-session"
@@ -60,6 +63,9 @@ class Sandbox:
         self._policy = resolve_policy(policy, preset)
         self._ctx = CompileContext.current(workspace)
         self._default = compile_policy(self._policy, ["true"], self._ctx)  # cwd, env, limits
+        # filesystem.workspace = "overlay": one change set for the session's life, pending
+        # after it (`changes`); `checkpoint` and `rollback` copy its upper layers.
+        self.changes: ChangeSet | None = None
         self._session = self._boot(self._policy, self._ctx)
         weakref.finalize(self, self._session.handle.kill)
         self._lock = threading.Lock()  # held by the command that uses the channel
@@ -75,8 +81,47 @@ class Sandbox:
     containment = "linux"  # what holds the agent (a subclass boots something else)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
-        """Start the agent in its sandbox and greet it."""
-        return boot.boot(policy, ctx)
+        """Start the agent in its sandbox and greet it (an overlaid workspace's layers made
+        first, in a change set of the session's own)."""
+        if policy.filesystem.workspace != "overlay":
+            return boot.boot(policy, ctx)
+        from stockade.lifecycle import changes
+
+        request, self.changes = changes.begin(boot.agent_request(policy, ctx))
+        try:
+            return boot.boot(policy, ctx, request=request)
+        except BaseException:
+            self.changes.finish(None)
+            self.changes.discard()
+            raise
+
+    def checkpoint(self) -> str:
+        """Copy what the commands have changed so far (filesystem.workspace = "overlay"), for
+        `rollback`; returns the checkpoint's name. Taken between commands: what a command
+        left running in the background may still be writing."""
+        changes = self._overlaid()
+        with self._turn():
+            return changes.checkpoint()
+
+    def rollback(self, checkpoint: str) -> None:
+        """Return the workspace, as the sandbox sees it, to `checkpoint`: the sandbox is
+        restarted (everything running in it ends) over the changes as they were then."""
+        changes = self._overlaid()
+        with self._turn():
+            with contextlib.suppress(OSError):
+                self._session.channel.send(Message("shutdown"))
+            self._end(CLOSE_GRACE)
+            self._session.channel.close()
+            changes.rollback(checkpoint)
+            request = replace(self._session.request, request_id=secrets.token_hex(16))
+            self._session = boot.boot(self._policy, self._ctx, request=request)
+            self._ended = False
+            weakref.finalize(self, self._session.handle.kill)
+
+    def _overlaid(self) -> ChangeSet:
+        if self.changes is None:
+            raise UsageError('checkpoint and rollback need filesystem.workspace = "overlay"')
+        return self.changes
 
     def __enter__(self) -> Sandbox:
         return self
@@ -174,6 +219,8 @@ class Sandbox:
                 self._lock.release()
         else:  # a command holds the channel: it sees the session end and closes the channel
             self._end()
+        if self.changes is not None:  # (kept pending: stockade changes, apply, discard)
+            self.changes.finish(None)
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""`stockade changes`, `apply` and `discard`: the pending changes of copy-on-write runs
+(`filesystem.workspace = "overlay"`, `stockade run --overlay`), reviewed, then applied to the
+real workspace or dropped (stockade/lifecycle/changes.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from stockade.cli.common import no_command, subcommand
+from stockade.errors import ChangesError
+
+
+def add_changes(commands: Any) -> None:
+    changes = subcommand(commands, "changes", _changes,
+                         "list what a copy-on-write run changed, with a diff of text files",
+                         "stockade changes", "stockade changes 3f9a --stat",
+                         "stockade changes --list")
+    changes.add_argument("run", nargs="?", metavar="RUN",
+                         help="the run's id or a unique prefix of it (default: the newest)")
+    changes.add_argument("--list", action="store_true", help="list every pending run instead")
+    changes.add_argument("--stat", action="store_true", help="the changed paths, no diff")
+    changes.add_argument("--json", action="store_true", help="print one JSON object")
+    apply = subcommand(commands, "apply", _apply,
+                       "apply a copy-on-write run's changes to the real workspace (refused "
+                       "whole, exit 1, if the workspace changed on the host meanwhile)",
+                       "stockade apply", "stockade apply 3f9a")
+    apply.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest)")
+    discard = subcommand(commands, "discard", _discard,
+                         "drop a copy-on-write run's changes", "stockade discard 3f9a")
+    discard.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest)")
+
+
+def _changes(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.launch.result import summary
+    from stockade.lifecycle import changes
+
+    if args.list:
+        sets = changes.pending()
+        if args.json:
+            print(json.dumps([summary(s) for s in sets]))
+        for s in [] if args.json else sets:
+            found = s.changes()
+            print(f"{s.id}  {s.status:<11}  {_counts(found)}  {' '.join(s.meta['argv'])}")
+        return 0
+    chosen = changes.load(args.run)
+    if args.json:
+        print(json.dumps(summary(chosen) | {"diff": chosen.diff()}))
+        return 0
+    found = chosen.changes()
+    print(f"run {chosen.id} ({chosen.status}): {_counts(found)}")
+    for change in found:
+        print(f"  {change.kind[0].upper()} {change.path}{'/' if change.type == 'dir' else ''}")
+    if not args.stat:
+        sys.stdout.write(chosen.diff())
+    return 0
+
+
+def _counts(found: list) -> str:
+    return ", ".join(f"{sum(c.kind == kind for c in found)} {kind}"
+                     for kind in ("added", "modified", "deleted"))
+
+
+def _apply(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.lifecycle import changes
+
+    chosen = changes.load(args.run)
+    try:
+        applied = chosen.apply()
+    except ChangesError as exc:
+        print(f"stockade: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"applied run {chosen.id}: {_counts(applied)}")
+    return 0
+
+
+def _discard(args: argparse.Namespace, command: list[str] | None) -> int:
+    no_command(command)
+    from stockade.lifecycle import changes
+
+    chosen = changes.load(args.run)
+    chosen.discard()
+    print(f"discarded run {chosen.id}")
+    return 0

@@ -1,0 +1,244 @@
+"""Applying an overlaid run's changes to the real workspace: all or nothing refused first.
+
+A change is refused when the policy never lets it land (under a protected name or a denied
+path, what of a repository is guarded, a device or other special file): the sandbox's mounts
+kept the command from making it, and this holds again should an upper layer say otherwise.
+A change conflicts when the host's entry is no longer what it was when the run started
+(changescan.fingerprint), unless it already is what the run left (so applying again after a
+crash part-way finishes the job). Every operation on the workspace goes through directory
+descriptors opened without following symbolic links, beneath the write root: a link the run
+left is applied as a link, never followed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterable
+
+from stockade.errors import ChangesError
+from stockade.lifecycle.changescan import Change, Fingerprint, fingerprint, same_as_host
+from stockade.linux.mountapi import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    openat2,
+)
+
+_BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+# What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
+GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
+
+
+def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable[str],
+             git: str) -> list[str]:
+    """The changes the policy never lets land, each as one line."""
+    names = {name.casefold() for name in protected}
+    if git == "read-only":
+        names.add(".git")
+    found = []
+    for change in changes:
+        parts = change.rel.split("/")
+        folded = [p.casefold() for p in parts]
+        why = ""
+        if names & set(folded):
+            why = "under a protected name"
+        elif any(change.path == d or change.path.startswith(d.rstrip("/") + "/") for d in deny):
+            why = "under a denied path"
+        elif git == "guarded" and _guarded_git(folded, change.type):
+            why = "a repository's guarded configuration, hooks or pointer"
+        elif change.kind != "deleted" and change.type == "other":
+            why = "a device, fifo or socket"
+        if why:
+            found.append(f"{change.kind} {change.path}: {why}")
+    return found
+
+
+def _guarded_git(parts: list[str], kind: str) -> bool:
+    if parts[-1] == ".git" and kind != "dir":
+        return True  # a .git file: which gitdir git uses
+    for index, part in enumerate(parts[:-1]):
+        if part == ".git" and parts[index + 1] in GUARDED_GIT:
+            return True
+    return False
+
+
+def conflicts(changes: list[Change], base: dict[str, dict[str, Fingerprint]]) -> list[str]:
+    """The changes whose host entry changed since the run started, each as one line."""
+    found = []
+    adding = {(c.root, c.rel) for c in changes if c.kind != "deleted" and c.type == "dir"}
+    for change in changes:
+        was = base[change.root]
+        host = change.path
+        now = _lstat(host)
+        if change.kind == "deleted":
+            if now is None:
+                continue
+            if fingerprint(now)[0] == "dir":
+                moved = _moved_below(change.root, change.rel, was)
+                if moved:
+                    found.append(f"{host}: changed on the host since the run started "
+                                 f"({moved})")
+                continue
+            if fingerprint(now) != was.get(change.rel):
+                found.append(f"{host}: changed on the host since the run started")
+            continue
+        parent = os.path.dirname(change.rel)
+        if parent and (change.root, parent) not in adding and \
+                not _is_dir(_lstat(os.path.join(change.root, parent))):
+            found.append(f"{host}: its directory is gone from the host")
+            continue
+        if now is None:
+            if change.kind == "modified":
+                found.append(f"{host}: deleted on the host since the run started")
+            continue
+        if change.kind == "added" and change.type == "dir" and _is_dir(now):
+            continue  # made on both sides: its contents are checked one by one
+        if change.kind == "added" or fingerprint(now) != was.get(change.rel):
+            if not same_as_host(change.upper, host):
+                what = "created" if change.kind == "added" else "changed"
+                found.append(f"{host}: {what} on the host since the run started")
+    return found
+
+
+def _moved_below(root: str, rel: str, was: dict[str, Fingerprint]) -> str:
+    """What changed on the host below the directory `rel` since the baseline, if anything."""
+    top = os.path.join(root, rel)
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(top, follow_symlinks=False):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            sub = os.path.relpath(path, root)
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if was.get(sub) != fingerprint(info):
+                return f"{os.path.relpath(path, top)} is new or changed"
+    return ""
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _is_dir(info: os.stat_result | None) -> bool:
+    return info is not None and stat.S_ISDIR(info.st_mode)
+
+
+def apply(changes: list[Change]) -> None:
+    """Make each change in its write root: deletions (deepest first), then the rest
+    (parents first, as scanned)."""
+    roots: dict[str, int] = {}
+    try:
+        for change in sorted((c for c in changes if c.kind == "deleted"),
+                             key=lambda c: -c.rel.count("/")):
+            _delete(_root_fd(roots, change.root), change.rel)
+        for change in changes:
+            if change.kind != "deleted":
+                _put(_root_fd(roots, change.root), change)
+    finally:
+        for fd in roots.values():
+            os.close(fd)
+
+
+def _root_fd(roots: dict[str, int], root: str) -> int:
+    if root not in roots:
+        roots[root] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return roots[root]
+
+
+def _parent(root_fd: int, rel: str) -> tuple[int, str]:
+    """A descriptor of the directory holding `rel` beneath the root, and its last name."""
+    parent, name = os.path.split(rel)
+    fd = openat2(root_fd, parent or ".", os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
+    return fd, name
+
+
+def _delete(root_fd: int, rel: str) -> None:
+    fd, name = _parent(root_fd, rel)
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(name, dir_fd=fd)  # (symlink-safe: it never follows one)
+        else:
+            os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass  # gone already (applied before a crash, or deleted on the host too)
+    finally:
+        os.close(fd)
+
+
+def _put(root_fd: int, change: Change) -> None:
+    fd, name = _parent(root_fd, change.rel)
+    try:
+        info = os.lstat(change.upper)
+        # No set-user-id, set-group-id bit ever lands (the sandbox cannot set one either).
+        mode = stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
+        owner = _owner_for(fd, name)
+        if change.type == "dir":
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            target = openat2(fd, name, os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
+            try:
+                os.fchmod(target, mode)
+                if owner is not None:
+                    os.fchown(target, *owner)
+            finally:
+                os.close(target)
+            return
+        temporary = f".{name}.stockade-apply"
+        _remove_quietly(fd, temporary)
+        if change.type == "symlink":
+            os.symlink(os.readlink(change.upper), temporary, dir_fd=fd)
+        else:
+            _copy_file(change.upper, fd, temporary, mode, info)
+        if owner is not None:
+            os.chown(temporary, *owner, dir_fd=fd, follow_symlinks=False)
+        os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_file(source: str, dir_fd: int, name: str, mode: int, info: os.stat_result) -> None:
+    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600, dir_fd=dir_fd)
+    try:
+        src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                os.write(out, chunk)
+        finally:
+            os.close(src)
+        os.fchmod(out, mode)
+        os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+        os.fsync(out)
+    finally:
+        os.close(out)
+
+
+def _owner_for(dir_fd: int, name: str) -> tuple[int, int] | None:
+    """As root: the owner the entry has now, else its directory's (what root applies into a
+    user's workspace stays the user's). Otherwise None: what this user makes is theirs."""
+    if os.getuid() != 0:
+        return None
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        info = os.fstat(dir_fd)
+    return info.st_uid, info.st_gid
+
+
+def _remove_quietly(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def refuse(kind: str, lines: list[str], what: str) -> ChangesError:
+    listed = "".join(f"\n  {line}" for line in lines)
+    return ChangesError(kind, f"{what} ({len(lines)}); nothing was applied:{listed}",
+                        tuple(lines))

@@ -1,0 +1,387 @@
+"""The change sets of copy-on-write runs (`filesystem.workspace = "overlay"`), kept in the
+state directory until they are applied or discarded.
+
+    <state>/changes/<run id>/meta.json       what ran, over which write roots, under which
+                                             protections; its status
+    <state>/changes/<run id>/base-<i>.json   write root i as it was when the run started
+    <state>/changes/<run id>/layers/<i>/     its overlay's upper and work directories
+    <state>/changes/<run id>/lock            locked while the run goes on
+
+A change set is made whole under a temporary name (`.new-<id>`), every file fsync'd, then
+renamed into place before the sandbox starts: one is either complete and listed, or not there
+at all (a temporary one is abandoned work, removed by `stockade reconcile`). Its status says
+"running" until the run ends; one that says so while its lock is free belongs to a run that
+crashed, and is listed as "interrupted", its changes kept: nothing is ever lost silently.
+Applying or discarding is refused while its lock is held.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import stat
+import time
+from dataclasses import dataclass, field
+
+from stockade.errors import ChangesError
+from stockade.launch.request import LaunchRequest
+from stockade.lifecycle import changeapply, changescan, statedir
+from stockade.lifecycle.changescan import Change, Fingerprint
+from stockade.linux import overlay
+from stockade.policy.model import protected_whole
+
+FORMAT = "stockade-changes"
+VERSION = 1
+DIRECTORY = "changes"
+_TEMPORARY = ".new-"
+
+
+def store(state: str | None = None) -> str:
+    """Where change sets are kept."""
+    return os.path.join(state or statedir.state_dir(), DIRECTORY)
+
+
+@dataclass
+class ChangeSet:
+    """One overlaid run's pending changes: `added`, `modified` and `deleted` (paths on the
+    host), `changes()`, `diff()`, `apply()`, `discard()`."""
+
+    path: str
+    meta: dict = field(repr=False)
+    _lock: int = field(default=-1, repr=False)
+    _base: dict[str, dict[str, Fingerprint]] | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.meta["id"]
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return tuple(self.meta["roots"])
+
+    @property
+    def status(self) -> str:
+        """"running", "interrupted" (its run crashed: the changes are kept) or "finished"."""
+        if self.meta["status"] != "running":
+            return self.meta["status"]
+        return "running" if self.busy() else "interrupted"
+
+    def busy(self) -> bool:
+        """Whether its run still goes on (it holds the lock)."""
+        if self._lock >= 0:
+            return True
+        try:
+            fd = os.open(os.path.join(self.path, "lock"), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def upper(self, index: int) -> str:
+        return os.path.join(overlay.layer_dir(self.path, index), overlay.UPPER)
+
+    def base(self) -> dict[str, dict[str, Fingerprint]]:
+        if self._base is None:
+            self._base = {}
+            for index, root in enumerate(self.roots):
+                with open(os.path.join(self.path, f"base-{index}.json"), encoding="utf-8") as f:
+                    self._base[root] = {rel: tuple(v) for rel, v in json.load(f).items()}
+        return self._base
+
+    def changes(self) -> list[Change]:
+        """Every change, root by root, parents first."""
+        base = self.base()
+        return [change for index, root in enumerate(self.roots)
+                for change in changescan.scan(root, self.upper(index), base[root])]
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        return tuple(c.path for c in self.changes() if c.kind == "added")
+
+    @property
+    def modified(self) -> tuple[str, ...]:
+        return tuple(c.path for c in self.changes() if c.kind == "modified")
+
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        return tuple(c.path for c in self.changes() if c.kind == "deleted")
+
+    def diff(self) -> str:
+        """A unified diff of every change (text files; a line for the others)."""
+        return "".join(changescan.diff(change) for change in self.changes())
+
+    def apply(self) -> list[Change]:
+        """Apply every change to the real workspace, then drop the change set. Refused whole
+        (ChangesError, `changes_conflict` or `changes_refused`, listing each) if any change
+        conflicts with the host or may never land."""
+        self._not_busy("applied")
+        changes = self.changes()
+        refused = changeapply.refusals(changes, self.meta["protected"], self.meta["deny"],
+                                       self.meta["git"])
+        if refused:
+            raise changeapply.refuse("changes_refused", refused,
+                                     "changes the policy never lets land")
+        conflicting = changeapply.conflicts(changes, self.base())
+        if conflicting:
+            raise changeapply.refuse("changes_conflict", conflicting,
+                                     "the workspace changed on the host since the run started")
+        changeapply.apply(changes)
+        self.discard()
+        return changes
+
+    def discard(self) -> None:
+        """Drop every change: nothing of the change set is left."""
+        self._not_busy("discarded")
+        remove_tree(self.path)
+        _remove_if_empty(os.path.dirname(self.path))
+
+    def _not_busy(self, what: str) -> None:
+        if self.busy():
+            raise ChangesError("changes_busy", f"the run {self.id} is still going: its "
+                               f"changes can be {what} once it has ended")
+
+    # --- the owner's side of a run ----------------------------------------------------------
+
+    def finish(self, exit_code: int | None) -> None:
+        """The run has ended: record it, and let go of the lock."""
+        self.meta |= {"status": "finished", "exit_code": exit_code, "ended": time.time()}
+        _write_json(os.path.join(self.path, "meta.json"), self.meta, replace=True)
+        self.release()
+
+    def release(self) -> None:
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+    def checkpoint(self) -> str:
+        """A copy of the upper layers as they are now (the sandbox must be idle); returns its
+        name, for `rollback`."""
+        name = f"{len(self._snapshots()) + 1}"
+        target = os.path.join(self.path, "snapshots", name)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        scratch = target + ".new"
+        remove_tree(scratch)
+        os.mkdir(scratch, 0o700)
+        for index in range(len(self.roots)):
+            copy_layer(self.upper(index), os.path.join(scratch, str(index)))
+        os.rename(scratch, target)
+        return name
+
+    def rollback(self, name: str) -> None:
+        """The upper layers as `checkpoint` `name` copied them (the overlay must not be
+        mounted: a warm sandbox is restarted around it)."""
+        source = os.path.join(self.path, "snapshots", name)
+        if not os.path.isdir(source):
+            raise ChangesError("changes_not_found", f"no checkpoint {name!r} in run {self.id}")
+        for index in range(len(self.roots)):
+            layer = overlay.layer_dir(self.path, index)
+            remove_tree(os.path.join(layer, overlay.WORK))
+            os.mkdir(os.path.join(layer, overlay.WORK), 0o700)
+            remove_tree(self.upper(index))
+            copy_layer(os.path.join(source, str(index)), self.upper(index))
+
+    def _snapshots(self) -> list[str]:
+        try:
+            return [n for n in os.listdir(os.path.join(self.path, "snapshots"))
+                    if not n.endswith(".new")]
+        except FileNotFoundError:
+            return []
+
+
+def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchRequest, ChangeSet]:
+    """A new change set for `request` (before its sandbox starts: the baseline of each write
+    root, empty layers), locked for the run; and the request pointing at it."""
+    parent = store(state)
+    statedir.ensure(os.path.dirname(parent))
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    roots = [grant.path for grant in request.write]
+    from stockade.errors import UnenforceableError
+
+    for root in roots:
+        if not os.path.isdir(root):
+            # Only a directory can be an overlay's lower layer: a file granted for writing
+            # would be mounted as itself, and the command would write the host's file.
+            raise UnenforceableError(
+                overlay.CAPABILITY, f"the write root {root} is not a directory, which an "
+                "overlaid workspace cannot hold back: grant the directory holding it, or use "
+                'filesystem.workspace = "direct"')
+        if _inside(parent, root):
+            raise UnenforceableError(
+                overlay.CAPABILITY, f"Stockade's state directory {parent} lies inside the write "
+                f"root {root}, which an overlay cannot have its upper layer in: choose a state "
+                "directory outside the workspace (--state-dir, STOCKADE_STATE_DIR)")
+    run = request.request_id
+    scratch = os.path.join(parent, _TEMPORARY + run)
+    final = os.path.join(parent, run)
+    os.mkdir(scratch, 0o700)
+    try:
+        meta = {"format": FORMAT, "version": VERSION, "id": run, "created": time.time(),
+                "argv": list(request.argv), "roots": roots,
+                "protected": sorted(protected_whole(request.protected, request.git,
+                                                    guards_git=True)),
+                "deny": [grant.path for grant in request.deny], "git": request.git,
+                "status": "running", "exit_code": None}
+        _write_json(os.path.join(scratch, "meta.json"), meta)
+        for index, root in enumerate(roots):
+            _write_json(os.path.join(scratch, f"base-{index}.json"), changescan.baseline(root))
+            layer = overlay.layer_dir(scratch, index)
+            os.makedirs(layer, mode=0o700)
+            # The overlay's root shows its upper directory's mode and owner: the root's own.
+            info = os.stat(root)
+            os.mkdir(os.path.join(layer, overlay.UPPER), 0o700)
+            os.chmod(os.path.join(layer, overlay.UPPER), stat.S_IMODE(info.st_mode))
+            if os.getuid() == 0:
+                os.chown(os.path.join(layer, overlay.UPPER), info.st_uid, info.st_gid)
+            os.mkdir(os.path.join(layer, overlay.WORK), 0o700)
+        lock = os.open(os.path.join(scratch, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                       0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _fsync_dir(scratch)
+        os.rename(scratch, final)
+        _fsync_dir(parent)
+    except BaseException:
+        remove_tree(scratch)
+        raise
+    changes = ChangeSet(final, meta, lock)
+    return _pointing(request, final), changes
+
+
+def _pointing(request: LaunchRequest, changes_dir: str) -> LaunchRequest:
+    from dataclasses import replace
+
+    return replace(request, changes_dir=changes_dir)
+
+
+def load(run: str | None = None, state: str | None = None) -> ChangeSet:
+    """The change set of run `run` (its id, or a unique prefix of it), or the newest one."""
+    sets = pending(state)
+    if not sets:
+        raise ChangesError("changes_not_found", "no pending changes (runs with "
+                           "filesystem.workspace = \"overlay\" keep theirs until applied or "
+                           "discarded)")
+    if run is None:
+        return sets[-1]
+    chosen = [s for s in sets if s.id.startswith(run)] if run else []
+    if len(chosen) != 1:
+        why = "no pending run" if not chosen else "more than one pending run"
+        raise ChangesError("changes_not_found", f"{why} has an id starting {run!r} (see "
+                           "`stockade changes --list`)")
+    return chosen[0]
+
+
+def pending(state: str | None = None) -> list[ChangeSet]:
+    """Every change set kept, oldest first."""
+    parent = store(state)
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    sets = []
+    for name in names:
+        if name.startswith("."):
+            continue
+        try:
+            with open(os.path.join(parent, name, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue  # (not one of ours: never acted on)
+        if meta.get("format") == FORMAT and meta.get("version") == VERSION \
+                and meta.get("id") == name:
+            sets.append(ChangeSet(os.path.join(parent, name), meta))
+    return sorted(sets, key=lambda s: s.meta["created"])
+
+
+def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
+    """Remove change sets that were never complete (a crash while one was being made: its
+    run never started), older than `grace` seconds; returns their paths."""
+    parent = store(state)
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(parent, name)
+        if name.startswith(_TEMPORARY) and time.time() - os.lstat(path).st_mtime > grace:
+            remove_tree(path)
+            removed.append(path)
+    return removed
+
+
+def copy_layer(source: str, target: str) -> None:
+    """An upper layer copied: files, links, whiteouts (hard-linked: they never change) and
+    the opaque marks of directories."""
+    info = os.lstat(source)
+    os.mkdir(target, stat.S_IMODE(info.st_mode))
+    _copy_marks(source, target)
+    for name in os.listdir(source):
+        src, dst = os.path.join(source, name), os.path.join(target, name)
+        entry = os.lstat(src)
+        if stat.S_ISDIR(entry.st_mode):
+            copy_layer(src, dst)
+        elif stat.S_ISLNK(entry.st_mode):
+            os.symlink(os.readlink(src), dst)
+        elif changescan.is_whiteout(entry):
+            os.link(src, dst, follow_symlinks=False)
+        elif stat.S_ISREG(entry.st_mode):
+            shutil.copy2(src, dst, follow_symlinks=False)
+            _copy_marks(src, dst)
+    os.chmod(target, stat.S_IMODE(info.st_mode))
+
+
+def _copy_marks(source: str, target: str) -> None:
+    for name in os.listxattr(source, follow_symlinks=False):
+        if name.startswith("user.overlay."):
+            os.setxattr(target, name, os.getxattr(source, name, follow_symlinks=False),
+                        follow_symlinks=False)
+
+
+def remove_tree(path: str) -> None:
+    """Remove `path` whole; the overlay leaves mode-000 directories in its work directory."""
+    if not os.path.lexists(path):
+        return
+    for dirpath, dirnames, _ in os.walk(path):
+        for name in dirnames:
+            full = os.path.join(dirpath, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path)
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _write_json(path: str, data: object, *, replace: bool = False) -> None:
+    target = path + ".tmp" if replace else path
+    if replace and os.path.lexists(target):
+        os.unlink(target)  # (left by a crash while it was being written)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    if replace:
+        os.replace(target, path)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,317 @@
+"""The copy-on-write workspace (`filesystem.workspace = "overlay"`), with real children, root
+and rootless: the host workspace is untouched until `apply`, which is exact (added, modified,
+deleted, modes) and refuses conflicts, listing them; `discard` leaves nothing behind; and
+protected names, denied paths and noexec hold inside the overlay."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+from stockade.errors import ChangesError, PolicyError
+from stockade.lifecycle import changes as changes_store
+from stockade.policy import merge, preset
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+
+def overlay(workspace, script: str, **policy) -> stockade.Result:
+    return stockade.run(["sh", "-c", script], policy_for(workspace="overlay", **policy),
+                        workspace=workspace, text=True)
+
+
+def tree(root) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry below `root`: its type, mode and content (a link's target)."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                body = os.readlink(path).encode()
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as f:
+                    body = f.read()
+            else:
+                body = b""
+            found[os.path.relpath(path, root)] = (stat.filemode(info.st_mode),
+                                                  info.st_mtime_ns if stat.S_ISREG(info.st_mode)
+                                                  else 0, body)
+    return found
+
+
+@pytest.fixture
+def project(ws):
+    root, outside = ws
+    (root / "keep.txt").write_text("same\n")
+    (root / "edit.txt").write_text("one\ntwo\n")
+    (root / "gone.txt").write_text("bye\n")
+    (root / "mode.sh").write_text("echo hi\n")
+    (root / "old").mkdir()
+    (root / "old" / "inside.txt").write_text("x\n")
+    (root / "swap").mkdir()
+    (root / "swap" / "a").write_text("a\n")
+    (root / "swap" / "b").write_text("b\n")
+    return root, outside
+
+
+SCRIPT = """
+set -e
+echo three >> edit.txt
+rm gone.txt
+rm -r old
+chmod 755 mode.sh
+mkdir -p new/deep && printf 'fresh\\n' > new/deep/file.txt
+ln -s keep.txt link
+rm -r swap && mkdir swap && echo c > swap/c
+printf 'bin\\000ary' > blob
+"""
+
+
+def test_the_host_is_untouched_until_apply_and_apply_is_exact(project):
+    root, _ = project
+    before = tree(root)
+    result = overlay(root, SCRIPT)
+    assert result.returncode == 0, result.stderr
+    assert tree(root) == before  # nothing reached the real workspace
+    pending = result.changes
+    assert pending is not None and pending.status == "finished"
+    assert sorted(pending.added) == sorted(str(root / p) for p in (
+        "new", "new/deep", "new/deep/file.txt", "link", "blob", "swap/c"))
+    assert sorted(pending.modified) == sorted(str(root / p) for p in ("edit.txt", "mode.sh"))
+    assert sorted(pending.deleted) == sorted(str(root / p) for p in (
+        "gone.txt", "old", "swap/a", "swap/b"))
+    diff = pending.diff()
+    assert "--- a/edit.txt\n+++ b/edit.txt\n" in diff and "+three\n" in diff
+    assert "old mode 644\nnew mode 755\n" in diff
+    assert "--- a/gone.txt\n+++ /dev/null\n" in diff and "-bye\n" in diff
+    assert "+++ b/new/deep/file.txt\n" in diff and "+fresh\n" in diff
+    assert "Binary files /dev/null and b/blob differ\n" in diff
+    # What the sandbox saw is what the host gets.
+    seen = overlay(root, "true")  # (a fresh run sees the host: still unchanged)
+    seen.changes.discard()
+    applied = pending.apply()
+    assert {c.kind for c in applied} == {"added", "modified", "deleted"}
+    after = tree(root)
+    assert after["edit.txt"][2] == b"one\ntwo\nthree\n"
+    assert after["mode.sh"][0] == "-rwxr-xr-x"
+    assert after["new/deep/file.txt"][2] == b"fresh\n"
+    assert after["link"][0].startswith("l") and after["link"][2] == b"keep.txt"
+    assert after["blob"][2] == b"bin\0ary"
+    assert after["keep.txt"] == before["keep.txt"]
+    assert sorted(os.listdir(root / "swap")) == ["c"]
+    for gone in ("gone.txt", "old", "old/inside.txt", "swap/a"):
+        assert gone not in after
+    assert not os.path.exists(pending.path)  # applied: nothing kept
+
+
+def test_apply_refuses_conflicts_and_lists_them(project):
+    root, _ = project
+    result = overlay(root, "echo mine >> edit.txt; rm gone.txt; echo a > added.txt; "
+                           "echo z > old/inside.txt")
+    assert result.returncode == 0, result.stderr
+    (root / "edit.txt").write_text("theirs\n")      # changed on the host meanwhile
+    (root / "gone.txt").write_text("rewritten\n")
+    (root / "added.txt").write_text("also made on the host\n")
+    before = tree(root)
+    with pytest.raises(ChangesError) as refused:
+        result.changes.apply()
+    assert refused.value.code == "changes_conflict"
+    listed = "\n".join(refused.value.conflicts)
+    for name in ("edit.txt", "gone.txt", "added.txt"):
+        assert str(root / name) in listed
+    assert str(root / "old" / "inside.txt") not in listed  # that one did not conflict
+    assert tree(root) == before  # refused whole: nothing applied
+    assert os.path.isdir(result.changes.path)  # still pending, for another look
+    # The CLI says the same, exit 1.
+    cli = subprocess.run([sys.executable, "-m", "stockade", "apply", result.changes.id[:10]],
+                         capture_output=True, text=True)
+    assert cli.returncode == 1 and "changes_conflict" in cli.stderr
+    assert str(root / "edit.txt") in cli.stderr
+    result.changes.discard()
+
+
+def test_discard_leaves_nothing_behind(project, state_dir):
+    root, _ = project
+    before = tree(root)
+    kept = set(os.listdir(state_dir))
+    result = overlay(root, SCRIPT)
+    assert result.returncode == 0
+    assert os.path.isdir(result.changes.path)
+    listed = subprocess.run([sys.executable, "-m", "stockade", "changes", "--list"],
+                            capture_output=True, text=True)
+    assert result.changes.id in listed.stdout
+    cli = subprocess.run([sys.executable, "-m", "stockade", "discard", result.changes.id[:12]],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert not os.path.lexists(result.changes.path)
+    assert set(os.listdir(state_dir)) <= kept | {"records"}
+    assert not os.path.lexists(os.path.join(state_dir, "changes"))
+    assert tree(root) == before
+
+
+def test_protected_denied_and_noexec_hold_inside_the_overlay(ws):
+    root, outside = ws
+    (root / ".agents").mkdir()
+    (root / ".agents" / "rules").write_text("rules\n")
+    (root / "secret").mkdir()
+    (root / "secret" / "key").write_text("k\n")
+    (root / "tool.sh").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(root / "tool.sh", 0o755)
+    before = tree(root)
+    probe = """
+import os, subprocess
+def attempt(what, call):
+    try:
+        call()
+        print(what, "WORKED")
+    except OSError as exc:
+        print(what, "refused", exc.errno)
+attempt("protected", lambda: open(".agents/rules", "a").write("x"))
+attempt("protected-new", lambda: open(".agents/planted", "w").write("x"))
+attempt("protected-rename", lambda: os.rename(".agents", "moved"))
+attempt("deny-read", lambda: open("secret/key").read())
+attempt("deny-list", lambda: os.listdir("secret"))
+open("written.sh", "w").write("#!/bin/sh\\necho ran\\n")
+os.chmod("written.sh", 0o755)
+attempt("exec-written", lambda: subprocess.run(["./written.sh"]))
+attempt("exec-lower", lambda: subprocess.run(["./tool.sh"]))
+"""
+    result = stockade.run([PYTHON, "-c", probe],
+                          policy_for("workspace-write-no-exec", workspace="overlay",
+                                     deny=(str(root / "secret"),)),
+                          workspace=root, text=True)
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert result.returncode == 0, result.stderr
+    for what in ("protected", "protected-new", "protected-rename", "deny-read", "deny-list",
+                 "exec-written", "exec-lower"):
+        assert lines[what].startswith("refused"), (what, result.stdout)
+    assert tree(root) == before  # nothing changed outside
+    found = result.changes
+    assert [os.path.relpath(p, root) for p in found.added] == ["written.sh"]
+    assert not found.modified and not found.deleted
+    found.discard()
+
+
+def test_apply_refuses_what_the_policy_never_lets_land(ws):
+    """Were an upper layer to hold a change under a protected name (the mounts keep the
+    command from making one), apply refuses it rather than write it to the host."""
+    root, _ = ws
+    (root / ".agents").mkdir()
+    result = overlay(root, "echo x > fine.txt")
+    pending = result.changes
+    os.makedirs(os.path.join(pending.upper(0), ".agents"))
+    with open(os.path.join(pending.upper(0), ".agents", "planted"), "w") as f:
+        f.write("x")
+    with pytest.raises(ChangesError) as refused:
+        pending.apply()
+    assert refused.value.code == "changes_refused"
+    assert not (root / "fine.txt").exists() and not (root / ".agents" / "planted").exists()
+    pending.discard()
+
+
+def test_a_crashed_run_is_listed_and_its_changes_kept(project):
+    """A run whose owner dies mid-run (SIGKILL): its change set is listed as interrupted, its
+    changes kept, never lost."""
+    root, _ = project
+    code = f"""
+import glob, os, signal, sys, threading, time
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import stockade
+from conftest import policy_for
+threading.Thread(target=stockade.run, daemon=True, args=(
+    ["sh", "-c", "echo partial > p.txt; sleep 60"],), kwargs=dict(
+    policy=policy_for(workspace="overlay"), workspace={str(root)!r})).start()
+state = os.environ["STOCKADE_STATE_DIR"]
+while not glob.glob(os.path.join(state, "changes", "*", "layers", "0", "upper", "p.txt")):
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    known = {s.id for s in changes_store.pending()}
+    owner = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert owner.returncode == -9
+    mine = [s for s in changes_store.pending() if s.id not in known]
+    assert len(mine) == 1
+    assert mine[0].status == "interrupted"
+    assert mine[0].added == (str(root / "p.txt"),)
+    assert not (root / "p.txt").exists()
+    mine[0].discard()
+
+
+def test_reconcile_removes_half_built_change_sets_and_lists_pending_ones(project):
+    """A change set a crash left half-made (its temporary name, older than the grace) never
+    held a run's writes: `stockade reconcile` removes it; a complete one is listed, kept."""
+    root, _ = project
+    result = overlay(root, "echo kept > kept.txt")
+    assert result.returncode == 0
+    half = os.path.join(changes_store.store(), ".new-crashed")
+    os.makedirs(os.path.join(half, "layers", "0", "upper"))
+    long_ago = result.changes.meta["created"] - 3600
+    os.utime(half, (long_ago, long_ago))
+    done = subprocess.run([sys.executable, "-m", "stockade", "reconcile", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["changes_removed"] == [half] and not os.path.lexists(half)
+    listed = {entry["id"]: entry for entry in summary["changes_pending"]}
+    assert listed[result.changes.id]["status"] == "finished"
+    assert listed[result.changes.id]["roots"] == [str(root)]
+    text = subprocess.run([sys.executable, "-m", "stockade", "reconcile"],
+                          capture_output=True, text=True, timeout=120)
+    assert result.changes.id in text.stdout and "stockade apply" in text.stdout
+    assert not (root / "kept.txt").exists() and os.path.isdir(result.changes.path)
+    result.changes.discard()
+
+
+def test_a_file_write_root_is_refused_not_written(ws):
+    """Only a directory can be an overlay's lower layer: a file granted for writing would be
+    the host's own file in the sandbox, so such a policy is refused before anything runs."""
+    root, _ = ws
+    granted = root / "granted.txt"
+    granted.write_text("host\n")
+    known = {s.id for s in changes_store.pending()}
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        overlay(root, f"echo sandbox > {granted}", write=(str(root), str(granted)))
+    assert refused.value.code == "unenforceable:filesystem.workspace"
+    assert str(granted) in str(refused.value)
+    assert granted.read_text() == "host\n"
+    assert {s.id for s in changes_store.pending()} == known  # (nothing made, nothing kept)
+
+
+def test_doctor_names_a_kernel_too_old_for_the_overlay():
+    from stockade.linux.doctor import _overlay_causes
+
+    assert [c.code for c in _overlay_causes({"kernel": "6.12.9-1-amd64"})] == \
+        ["overlay_kernel_old"]
+    assert _overlay_causes({"kernel": "6.13.0"}) == _overlay_causes({"kernel": "7.0"}) == []
+
+
+def test_workspace_values_are_checked():
+    with pytest.raises(PolicyError) as bad:
+        merge(preset("workspace-write"), {"filesystem": {"workspace": "copy"}}, file="t")
+    assert bad.value.code == "policy_invalid"
+    assert '"direct", "overlay"' in str(bad.value)
+
+
+def test_a_warm_sandbox_checkpoints_and_rolls_back(project):
+    root, _ = project
+    before = tree(root)
+    with stockade.Sandbox(policy_for(workspace="overlay"), workspace=root) as sb:
+        assert sb.run(["sh", "-c", "echo first > a.txt"]).returncode == 0
+        mark = sb.checkpoint()
+        assert sb.run(["sh", "-c", "echo second > b.txt; rm keep.txt"]).returncode == 0
+        sb.rollback(mark)
+        seen = sb.run(["sh", "-c", "cat a.txt; ls"], ).stdout.decode()
+        assert seen.startswith("first\n") and "b.txt" not in seen and "keep.txt" in seen
+        pending = sb.changes
+    assert tree(root) == before  # the host saw none of it
+    assert pending.added == (str(root / "a.txt"),) and not pending.deleted
+    pending.apply()
+    assert (root / "a.txt").read_text() == "first\n"
