@@ -132,7 +132,7 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: by
         if control < 0:
             raise SetupError("network_setup_failed", 'network "any" is not made ahead',
                              stage="network")
-        net.open_out(control)
+        net.open_out(control, forwarded="usernet_isolation" in weaken)
         if status_fd >= 0:
             stage(status_fd, "network")
     listener = listener_for(request)

@@ -43,11 +43,14 @@ GUARD_MESSAGE_MAX = 1 << 20
 SETUP_TIMEOUT = 15.0  # seconds pid 1 waits for the owner's guard and for its route out
 
 
-def open_out(control: int) -> None:
+def open_out(control: int, forwarded: bool = False) -> None:
     """network "any", in pid 1 before anything else of the sandbox is made: install the
     destination guard the owner sends (guard.py), pass the owner the guard's log and this
     namespace's descriptors (for pasta, usernet.py), and wait until the route out exists —
-    or the owner says why it will not. SetupError on every failure, within SETUP_TIMEOUT."""
+    or the owner says why it will not. SetupError on every failure, within SETUP_TIMEOUT.
+    `forwarded` (tests only: pasta with its port forwarding on, the "usernet_isolation"
+    weakening): wait also until pasta's listeners for the host's ports stop appearing, so the
+    evidence that it must not forward them does not depend on a race with its start."""
     from stockade.errors import SetupError
     from stockade.linux import fdpass, guard
 
@@ -77,12 +80,27 @@ def open_out(control: int) -> None:
                 why = sock.recv(4096).decode(errors="replace")
                 raise SetupError("network_setup_failed", why or "the owner went away",
                                  stage="network")
+        if forwarded:
+            _wait_for_forwards(deadline)
         sock.send(b"U")
     except OSError as exc:
         raise SetupError("network_setup_failed", exc.strerror or str(exc),
                          stage="network") from None
     finally:
         sock.close()
+
+
+def _wait_for_forwards(deadline: float) -> None:
+    """Until this namespace has listening TCP sockets and their number held for 0.3 s."""
+    last, steady = -1, 0
+    while time.monotonic() < deadline and steady < 6:
+        count = 0
+        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+            with open(table) as sockets:
+                count += sum(line.split()[3:4] == ["0A"] for line in list(sockets)[1:])
+        steady = steady + 1 if count and count == last else 0
+        last = count
+        time.sleep(0.05)
 
 
 def _receive(sock: socket.socket, deadline: float) -> bytes:
