@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from stockade.errors import ChangesError
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import changeapply, changescan, statedir
+from stockade.lifecycle import changeapply, changescan, lease, statedir
 from stockade.lifecycle.changescan import Change, Fingerprint
 from stockade.linux import overlay
 from stockade.policy.model import protected_whole
@@ -243,9 +243,9 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
         lock = os.open(os.path.join(scratch, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                        0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _fsync_dir(scratch)
+        lease.sync_dir(scratch)
         os.rename(scratch, final)
-        _fsync_dir(parent)
+        lease.sync_dir(parent)
     except BaseException:
         remove_tree(scratch)
         raise
@@ -377,11 +377,3 @@ def _write_json(path: str, data: object, *, replace: bool = False) -> None:
         os.fsync(f.fileno())
     if replace:
         os.replace(target, path)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
