@@ -19,14 +19,7 @@ from collections.abc import Iterable
 
 from stockade.errors import ChangesError
 from stockade.lifecycle.changescan import Change, Fingerprint, fingerprint, same_as_host
-from stockade.linux.mountapi import (
-    RESOLVE_BENEATH,
-    RESOLVE_NO_MAGICLINKS,
-    RESOLVE_NO_SYMLINKS,
-    openat2,
-)
 
-_BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 # What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
 
@@ -151,8 +144,31 @@ def _root_fd(roots: dict[str, int], root: str) -> int:
 def _parent(root_fd: int, rel: str) -> tuple[int, str]:
     """A descriptor of the directory holding `rel` beneath the root, and its last name."""
     parent, name = os.path.split(rel)
-    fd = openat2(root_fd, parent or ".", os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
-    return fd, name
+    return beneath(root_fd, parent), name
+
+
+def _open_directory(name: str, dir_fd: int) -> int:
+    """The directory `name` in `dir_fd`, never through a symbolic link."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=dir_fd)
+
+
+def beneath(root_fd: int, rel: str) -> int:
+    """A descriptor of the directory `rel` beneath the one open at `root_fd`, walked one name
+    at a time without following a symbolic link (or magic link) or leaving by "..": what a
+    host process may have put in the workspace during the run cannot lead a write out."""
+    fd = os.dup(root_fd)
+    try:
+        for part in rel.split("/") if rel else ():
+            if part in ("", ".", ".."):
+                raise ChangesError("changes_refused", f"{rel!r}: not a plain relative path")
+            inner = _open_directory(part, fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _delete(root_fd: int, rel: str) -> None:
@@ -181,7 +197,7 @@ def _put(root_fd: int, change: Change) -> None:
                 os.mkdir(name, 0o700, dir_fd=fd)
             except FileExistsError:
                 pass
-            target = openat2(fd, name, os.O_RDONLY | os.O_DIRECTORY, _BENEATH)
+            target = _open_directory(name, fd)
             try:
                 os.fchmod(target, mode)
                 if owner is not None:

@@ -17,7 +17,6 @@ Applying or discarding is refused while its lock is held.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -29,8 +28,15 @@ from stockade.errors import ChangesError
 from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import changeapply, changescan, lease, statedir
 from stockade.lifecycle.changescan import Change, Fingerprint
-from stockade.linux import overlay
 from stockade.policy.model import protected_whole
+
+CAPABILITY = "filesystem.workspace"
+UPPER, WORK = "upper", "work"  # each write root's layers (stockade/linux/overlay.py mounts them)
+
+
+def layer_dir(changes_dir: str, index: int) -> str:
+    """Where the layers of the `index`th write root (in the request's order) lie."""
+    return os.path.join(changes_dir, "layers", str(index))
 
 FORMAT = "stockade-changes"
 VERSION = 1
@@ -77,6 +83,8 @@ class ChangeSet:
         except FileNotFoundError:
             return False
         try:
+            import fcntl  # (POSIX: the overlay is Linux's alone)
+
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return False
         except BlockingIOError:
@@ -85,7 +93,7 @@ class ChangeSet:
             os.close(fd)
 
     def upper(self, index: int) -> str:
-        return os.path.join(overlay.layer_dir(self.path, index), overlay.UPPER)
+        return os.path.join(layer_dir(self.path, index), UPPER)
 
     def base(self) -> dict[str, dict[str, Fingerprint]]:
         if self._base is None:
@@ -181,9 +189,9 @@ class ChangeSet:
         if not os.path.isdir(source):
             raise ChangesError("changes_not_found", f"no checkpoint {name!r} in run {self.id}")
         for index in range(len(self.roots)):
-            layer = overlay.layer_dir(self.path, index)
-            remove_tree(os.path.join(layer, overlay.WORK))
-            os.mkdir(os.path.join(layer, overlay.WORK), 0o700)
+            layer = layer_dir(self.path, index)
+            remove_tree(os.path.join(layer, WORK))
+            os.mkdir(os.path.join(layer, WORK), 0o700)
             remove_tree(self.upper(index))
             copy_layer(os.path.join(source, str(index)), self.upper(index))
 
@@ -209,12 +217,12 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
             # Only a directory can be an overlay's lower layer: a file granted for writing
             # would be mounted as itself, and the command would write the host's file.
             raise UnenforceableError(
-                overlay.CAPABILITY, f"the write root {root} is not a directory, which an "
+                CAPABILITY, f"the write root {root} is not a directory, which an "
                 "overlaid workspace cannot hold back: grant the directory holding it, or use "
                 'filesystem.workspace = "direct"')
         if _inside(parent, root):
             raise UnenforceableError(
-                overlay.CAPABILITY, f"Stockade's state directory {parent} lies inside the write "
+                CAPABILITY, f"Stockade's state directory {parent} lies inside the write "
                 f"root {root}, which an overlay cannot have its upper layer in: choose a state "
                 "directory outside the workspace (--state-dir, STOCKADE_STATE_DIR)")
     run = request.request_id
@@ -231,17 +239,19 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
         _write_json(os.path.join(scratch, "meta.json"), meta)
         for index, root in enumerate(roots):
             _write_json(os.path.join(scratch, f"base-{index}.json"), changescan.baseline(root))
-            layer = overlay.layer_dir(scratch, index)
+            layer = layer_dir(scratch, index)
             os.makedirs(layer, mode=0o700)
             # The overlay's root shows its upper directory's mode and owner: the root's own.
             info = os.stat(root)
-            os.mkdir(os.path.join(layer, overlay.UPPER), 0o700)
-            os.chmod(os.path.join(layer, overlay.UPPER), stat.S_IMODE(info.st_mode))
+            os.mkdir(os.path.join(layer, UPPER), 0o700)
+            os.chmod(os.path.join(layer, UPPER), stat.S_IMODE(info.st_mode))
             if os.getuid() == 0:
-                os.chown(os.path.join(layer, overlay.UPPER), info.st_uid, info.st_gid)
-            os.mkdir(os.path.join(layer, overlay.WORK), 0o700)
+                os.chown(os.path.join(layer, UPPER), info.st_uid, info.st_gid)
+            os.mkdir(os.path.join(layer, WORK), 0o700)
         lock = os.open(os.path.join(scratch, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                        0o600)
+        import fcntl  # (POSIX: the overlay is Linux's alone)
+
         fcntl.flock(lock, fcntl.LOCK_EX)
         lease.sync_dir(scratch)
         os.rename(scratch, final)

@@ -18,20 +18,13 @@ import errno
 import os
 
 from stockade.errors import SetupError, UnenforceableError
+from stockade.lifecycle.changes import CAPABILITY, UPPER, WORK, layer_dir
 from stockade.linux.mountapi import open_path_nofollow
 from stockade.linux.syscalls import number, syscall
 
 FSCONFIG_SET_FLAG = 0
 FSCONFIG_SET_FD = 5
 FSCONFIG_CMD_CREATE = 6
-CAPABILITY = "filesystem.workspace"
-UPPER, WORK = "upper", "work"
-
-
-def layer_dir(changes_dir: str, index: int) -> str:
-    """Where the layers of the `index`th write root (in the request's order) lie."""
-    return os.path.join(changes_dir, "layers", str(index))
-
 
 def mount(lower_fd: int, changes_dir: str, index: int, attrs: int) -> int:
     """A detached overlay of the directory open at `lower_fd` (an O_PATH descriptor), its
