@@ -76,7 +76,7 @@ def open_out(control: int, forwarded: bool = False) -> None:
             if time.monotonic() >= deadline:
                 raise SetupError("network_setup_failed", "the sandbox's network was not "
                                  f"configured within {SETUP_TIMEOUT:.0f} s", stage="network")
-            if select.select([sock], [], [], 0.02)[0]:
+            if select.select([sock], [], [], 0.002)[0]:
                 why = sock.recv(4096).decode(errors="replace")
                 raise SetupError("network_setup_failed", why or "the owner went away",
                                  stage="network")

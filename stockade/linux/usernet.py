@@ -126,11 +126,18 @@ class Pasta:
         return "; ".join(lines[-3:]) or f"pasta exited with status {self.process.returncode}"
 
     def stop(self) -> None:
+        """Kill pasta; a thread of its own reaps it (its exit waits for the kernel to take
+        the tap device down, tens of milliseconds the sandbox's settling need not wait)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-        if self.process.stderr:
-            self.process.stderr.close()
+        threading.Thread(target=_reap, args=(self.process,), daemon=True,
+                         name="stockade-pasta-reaper").start()
+
+
+def _reap(process: subprocess.Popen) -> None:
+    process.wait()
+    if process.stderr:
+        process.stderr.close()
 
 
 class _Starter:
