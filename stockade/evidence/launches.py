@@ -386,10 +386,10 @@ def owner_killed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     caller = start_caller(row, scene, backend, {"stdin": subprocess.DEVNULL,
                                                 "stdout": subprocess.DEVNULL,
                                                 "stderr": subprocess.DEVNULL})
-    owner = caller.proc.pid
+    program = str(ATTACKS / row.attack)
 
-    def sandboxed() -> int:  # the caller's own command line carries the marker too
-        return len(set(processes_with(scene.marker)) - {owner})
+    def sandboxed() -> int:  # (the caller's forks carry the marker too, not as a word)
+        return len(processes_with(scene.marker, word=program))
 
     deadline = time.monotonic() + 30  # (a bound, not a wait: a loaded host starts slowly)
     while sandboxed() < 2 and time.monotonic() < deadline:

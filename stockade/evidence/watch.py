@@ -75,18 +75,20 @@ class Unchanged(Watch):
         return Finding(True, f"{self.label} unchanged")
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids of the host's processes whose command line contains `marker`."""
+def processes_with(marker: str, word: str | None = None) -> list[int]:
+    """Pids of the host's processes whose command line contains `marker` (and, if given,
+    `word` as one whole argument)."""
     found = []
     needle = marker.encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if needle in f.read():
-                        found.append(int(entry))
+                    line = f.read()
             except OSError:
                 continue
+            if needle in line and (word is None or word.encode() in line.split(b"\0")):
+                found.append(int(entry))
     return found
 
 

@@ -130,8 +130,11 @@ def start(fds: list[int]) -> int:
         try:
             privilege.close_fds(set(fds))
             _keep(fds)
-        finally:
-            os._exit(70)
+        finally:  # (the owner gone mid-launch: its status pipe refuses a write)
+            try:
+                kill_descendants()
+            finally:
+                os._exit(70)
     return pidfd
 
 
