@@ -6,10 +6,15 @@ reaches this machine's network, and builds:
 
 - the "host": this process's namespace, with 198.51.100.2/24 on a veth (its own address), a
   default route via 198.51.100.1, servers on its loopback and its own address (what the
-  sandbox must not reach), and /etc/resolv.conf naming the internet's resolver;
+  sandbox must not reach), a resolver on its loopback (127.0.0.53, as systemd-resolved's
+  stub), and /etc/resolv.conf naming the internet's resolver (or the spec's `resolv`, with
+  `resolv_link` a symbolic link into a directory no sandbox sees, as systemd-resolved makes
+  it: /etc is then a copy of the host's);
 - the "internet", a namespace behind the veth: the router 198.51.100.1, a public host
   203.0.113.10, a resolver 203.0.113.53 (public.test, metadata.test), a fake metadata service
-  169.254.169.254 and a private host 10.9.9.9 — every address served by the same servers,
+  169.254.169.254, a link-local host on pasta's DNS forward address (169.254.1.1: what
+  leaves for it is not pasta's relay) and a private host 10.9.9.9 — every address served by
+  the same servers,
   which record the address each connection or datagram reached.
 
 Then it runs the spec's `stockade run` (rootless: as the caller's uid, in a user namespace
@@ -34,6 +39,8 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 HOST, ROUTER = "198.51.100.2", "198.51.100.1"
 PUBLIC, RESOLVER, METADATA, PRIVATE = "203.0.113.10", "203.0.113.53", "169.254.169.254", \
     "10.9.9.9"
+STUB = "127.0.0.53"
+FORWARD = "169.254.1.1"
 PORT = 80  # every TCP server; UDP echo on 7, DNS on 53, bulk transfers on BULK
 BULK = 19
 NAMES = {"public.test": PUBLIC, "metadata.test": METADATA}
@@ -76,10 +83,10 @@ class Seen:
             return []
 
 
-def tcp_server(name: str, address: str, seen: Seen) -> None:
+def tcp_server(name: str, address: str, seen: Seen, port: int = PORT) -> None:
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((address, PORT))
+    listener.bind((address, port))
     listener.listen(64)
 
     def serve() -> None:
@@ -110,6 +117,18 @@ def bulk_server() -> None:
     threading.Thread(target=accept, daemon=True).start()
 
 
+def dns_server(name: str, address: str, seen: Seen) -> None:
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind((address, 53))
+
+    def serve() -> None:
+        while True:
+            query, peer = dns.recvfrom(2048)
+            seen.add(name, address, "dns")
+            dns.sendto(dns_answer(query), peer)
+    threading.Thread(target=serve, daemon=True).start()
+
+
 def udp_servers(seen: Seen) -> None:
     """An echo on port 7 of each of the internet's addresses, and the resolver."""
     def serve_echo(echo: socket.socket, address: str) -> None:
@@ -118,18 +137,11 @@ def udp_servers(seen: Seen) -> None:
             seen.add("internet", address, "udp")
             echo.sendto(data, peer)
 
-    def serve_dns(dns: socket.socket) -> None:
-        while True:
-            query, peer = dns.recvfrom(2048)
-            seen.add("resolver", RESOLVER, "dns")
-            dns.sendto(dns_answer(query), peer)
     for address in (ROUTER, PUBLIC, METADATA, PRIVATE):
         echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         echo.bind((address, 7))
         threading.Thread(target=serve_echo, args=(echo, address), daemon=True).start()
-    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    dns.bind((RESOLVER, 53))
-    threading.Thread(target=serve_dns, args=(dns,), daemon=True).start()
+    dns_server("resolver", RESOLVER, seen)
 
 
 def dns_answer(query: bytes) -> bytes:
@@ -159,7 +171,7 @@ def internet(ready_w: int, linked_r: int, seen: Seen) -> None:
     ip("link", "set", "lo", "up")
     ip("addr", "add", f"{ROUTER}/24", "dev", "inet")
     ip("link", "set", "inet", "up")
-    for address in (PUBLIC, RESOLVER, METADATA, PRIVATE):
+    for address in (PUBLIC, RESOLVER, METADATA, PRIVATE, FORWARD):
         ip("addr", "add", f"{address}/32", "dev", "lo")
     tcp_server("internet", "0.0.0.0", seen)
     bulk_server()
@@ -181,7 +193,7 @@ def enter(uid: int, gid: int) -> None:
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)
 
 
-def build(seen: Seen, workdir: str) -> int:
+def build(seen: Seen, workdir: str, spec: dict) -> int:
     """The world around this process; the internet's pid."""
     ready_r, ready_w = os.pipe()
     linked_r, linked_w = os.pipe()
@@ -208,11 +220,31 @@ def build(seen: Seen, workdir: str) -> int:
     ip("route", "add", "default", "via", ROUTER)
     tcp_server("host-loopback", "127.0.0.1", seen)
     tcp_server("host-address", HOST, seen)
+    dns_server("host-resolver", STUB, seen)
+    tcp_server("host-resolver", STUB, seen, port=53)
     resolv = os.path.join(workdir, "resolv.conf")
-    write(resolv, f"nameserver {RESOLVER}\n")
+    write(resolv, spec.get("resolv", f"nameserver {RESOLVER}\n"))
     os.chmod(resolv, 0o644)
-    subprocess.run(["mount", "--bind", resolv, "/etc/resolv.conf"], check=True)
+    if spec.get("resolv_link"):
+        etc = os.path.join(workdir, "etc")
+        try:
+            shutil.copytree("/etc", etc, symlinks=True, copy_function=_copy_readable)
+        except shutil.Error:
+            pass  # (directories the caller may not list: the copy leaves them out)
+        if os.path.lexists(os.path.join(etc, "resolv.conf")):
+            os.unlink(os.path.join(etc, "resolv.conf"))
+        os.symlink(resolv, os.path.join(etc, "resolv.conf"))
+        subprocess.run(["mount", "--bind", etc, "/etc"], check=True)
+    else:
+        subprocess.run(["mount", "--bind", resolv, "/etc/resolv.conf"], check=True)
     return child
+
+
+def _copy_readable(source: str, target: str) -> None:
+    try:
+        shutil.copy2(source, target)
+    except OSError:
+        pass  # (what the caller may not read: the copy leaves it out)
 
 
 def run_as(uid: int, gid: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -261,7 +293,7 @@ def main() -> None:
     os.chmod(workdir, 0o755)
     enter(uid, gid)
     seen = Seen(os.path.join(workdir, "seen"))
-    child = build(seen, workdir)
+    child = build(seen, workdir, spec)
     try:
         done = run_as(uid, gid, spec["argv"], spec.get("timeout", 60))
         print(json.dumps({"returncode": done.returncode, "stdout": done.stdout,

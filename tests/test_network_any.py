@@ -22,7 +22,7 @@ import pytest
 from conftest import policy_for
 
 import stockade
-from stockade.linux import doctor, usernet
+from stockade.linux import dns, doctor, usernet
 from stockade.policy.model import NetworkPolicy
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -52,6 +52,9 @@ for target in sys.argv[1:]:
                 say(kind, where, u.recv(100).decode())
         elif kind == "dns":
             say(kind, where, socket.gethostbyname(where))
+        elif kind == "read":
+            with open(where) as f:
+                say(kind, where, f.read())
     except OSError as exc:
         say(kind, where, f"error {exc.errno}")
 """
@@ -62,9 +65,10 @@ OPEN = [f"tcp:{PUBLIC}:80", f"udp:{PUBLIC}:7", "dns:public.test", f"tcp:{ROUTER}
 
 
 def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
-             weaken: tuple[str, ...] = ()) -> dict:
+             weaken: tuple[str, ...] = (), **world: object) -> dict:
     """Run the probe with `targets` in a sandbox of `policy` (network any unless it says
-    otherwise), inside a fresh world; what networld.py reports, and the attempts parsed."""
+    otherwise), inside a fresh world (`world`: more of networld.py's spec); what networld.py
+    reports, and the attempts parsed."""
     policy = {"version": 1, "preset": "read-only", "network": {"mode": "any"}} | (policy or {})
     runner = tmp_path / "runner.py"
     runner.write_text(RUNNER)
@@ -74,7 +78,7 @@ def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
         path.chmod(0o644)
     spec = {"argv": [sys.executable, str(runner), str(tmp_path / "policy.json"),
                      json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", PROBE, *targets],
-            "timeout": 90}
+            "timeout": 90} | world
     done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout, done.stderr
@@ -147,15 +151,18 @@ def test_reach_lifts_the_guard_for_what_it_names_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("weaken", "now_reached"), [
-    (("address_guard",), {f"internet:{METADATA}:tcp", f"internet:{PRIVATE}:tcp"}),
+    (("address_guard",), {f"internet:{METADATA}:tcp", f"internet:{PRIVATE}:tcp",
+                          f"internet:{dns.FORWARD}:tcp"}),
     (("usernet_isolation",), {"host-loopback:127.0.0.1:tcp"}),
 ])
 def test_each_layer_is_what_keeps_its_destinations_out(tmp_path: Path, weaken: tuple[str, ...],
                                                        now_reached: set[str]) -> None:
-    """The mutation proof, in the same world: with the guard off the metadata service and the
-    private host answer; with pasta's defaults (its port forwarding of the host's loopback and
-    its gateway mapping), the host's loopback does, through the gateway's address."""
-    targets = [f"tcp:{METADATA}:80", f"tcp:{PRIVATE}:80", f"tcp:{ROUTER}:80"]
+    """The mutation proof, in the same world: with the guard off the metadata service, the
+    private host and a link-local host on pasta's DNS forward address answer; with pasta's
+    defaults (its port forwarding of the host's loopback and its gateway mapping), the host's
+    loopback does, through the gateway's address."""
+    targets = [f"tcp:{METADATA}:80", f"tcp:{PRIVATE}:80", f"tcp:{ROUTER}:80",
+               f"tcp:{dns.FORWARD}:80"]
     report = in_world(tmp_path, None, targets, weaken)
     assert now_reached <= reached(report), report
 
@@ -177,12 +184,55 @@ def test_a_missing_tool_is_a_typed_refusal_naming_what_to_install(monkeypatch, t
                for line in causes["usernet_tools_missing"].remedy)
 
 
-def test_a_resolver_on_the_hosts_loopback_is_refused_with_its_remedy(tmp_path) -> None:
-    conf = tmp_path / "resolv.conf"
-    conf.write_text("# systemd-resolved's stub\nnameserver 127.0.0.53\noptions edns0\n")
-    assert usernet.loopback_resolvers(usernet.resolvers(str(conf))) == ["127.0.0.53"]
-    conf.write_text("nameserver 10.0.0.2\nnameserver fe80::1%eth0\n")
-    assert usernet.resolvers(str(conf)) == ["10.0.0.2", "fe80::1"]
+STUB_CONF = "# systemd-resolved's stub\nnameserver 127.0.0.53\noptions edns0 trust-ad\n" \
+    "search corp.test\n"
+
+
+@pytest.mark.parametrize("link", [True, False], ids=["symlink-into-run", "file"])
+def test_a_resolver_on_the_hosts_loopback_answers_through_pastas_forward(tmp_path: Path,
+                                                                          link: bool) -> None:
+    """systemd-resolved's way (Ubuntu's, Fedora's): /etc/resolv.conf a symbolic link into
+    /run naming the stub on the host's loopback. The sandbox has its own file naming pasta's
+    forward, which relays its UDP queries to the stub; nothing else of the host's loopback,
+    and nothing else on the forward's address (TCP included: this pasta does not relay it,
+    it would leave for that address), is reached."""
+    targets = ["dns:public.test", "read:/etc/resolv.conf", f"tcp:{dns.FORWARD}:53",
+               f"tcp:{dns.FORWARD}:80", "tcp:127.0.0.53:53", "tcp:127.0.0.1:80"]
+    report = in_world(tmp_path, None, targets, resolv=STUB_CONF, resolv_link=link)
+    attempts = report["attempts"]
+    assert attempts["dns:public.test"] == PUBLIC, report
+    own = attempts["read:/etc/resolv.conf"].splitlines()
+    assert [line for line in own if not line.startswith("#")] == [
+        f"nameserver {dns.FORWARD}", "options edns0 trust-ad", "search corp.test"]
+    for target in targets[2:]:
+        assert attempts[target].startswith("error"), (target, report)
+    assert reached(report) == {"host-resolver:127.0.0.53:dns"}, report
+    denied = {detail for kind, detail in report["result"]["violations"]
+              if kind == "network.denied"}
+    assert f"tcp {dns.FORWARD}:53: address_link_local" in denied, report
+
+
+@pytest.mark.parametrize(("conf", "servers", "lost"), [
+    (STUB_CONF, [dns.FORWARD], []),
+    ("nameserver 127.0.0.53\nnameserver 10.0.0.2\n", [dns.FORWARD, "10.0.0.2"], []),
+    ("nameserver 10.0.0.2\nnameserver fe80::1%eth0\nnameserver 127.0.0.1\n",
+     [dns.FORWARD, "fe80::1"], []),
+    ("nameserver ::1\n", [], ["::1"]),
+    ("# none\n", [], []),
+])
+def test_the_sandboxs_resolvers_follow_the_hosts(conf: str, servers: list[str],
+                                                 lost: list[str]) -> None:
+    """Pure logic (dns.py): the forward stands for the host's first IPv4 resolver (pasta
+    relays to it); an IPv6-only loopback resolver is lost, and refused."""
+    assert dns.sandbox_servers(conf) == servers
+    assert dns.lost(conf) == lost
+
+
+def test_an_ipv6_only_loopback_resolver_is_refused_with_its_remedy(monkeypatch) -> None:
+    monkeypatch.setattr(usernet.dns, "read_host", lambda: "nameserver ::1\n")
+    causes = {cause.code: cause for cause in doctor.diagnose(probe=False).causes}
+    assert causes["resolver_on_loopback"].blocks == "network.any"
+    assert "::1" in (usernet.missing() or "")
 
 
 def test_the_cli_runs_it_and_logs_each_refusal(tmp_path: Path) -> None:

@@ -54,10 +54,11 @@ def nft_path() -> str | None:
 
 
 def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
-            guarded: bool = True) -> str:
+            guarded: bool = True, relay: str | None = None) -> str:
     """The guard's nftables ruleset. `host`: the host's own addresses; `resolvers`: the DNS
-    servers the sandbox may ask (port 53); `reach`: network.reach entries. Not `guarded`
-    (tests only): the table exists but refuses nothing."""
+    servers the sandbox may ask (port 53); `relay`: pasta's DNS forward (UDP port 53 only:
+    pasta relays no TCP there, which would leave for that address itself); `reach`:
+    network.reach entries. Not `guarded` (tests only): the table exists but refuses nothing."""
     nets = {4: [], 6: []}
     for net, _ in addresses.guarded_networks():
         nets[net.version].append(str(net))
@@ -77,6 +78,9 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
               "    ip6 daddr { fe80::/10, ff02::/16 } icmpv6 type { nd-neighbor-solicit, "
               "nd-neighbor-advert, nd-router-solicit, mld-listener-report, "
               "mld2-listener-report } accept"]
+    if relay is not None:
+        lines.append(f"    {_family(ipaddress.ip_address(relay).version)} daddr {relay} "
+                     "udp dport 53 accept")
     for text in resolvers:
         family = _family(ipaddress.ip_address(text).version)
         lines += [f"    {family} daddr {text} udp dport 53 accept",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stockade.errors import SetupError, StockadeError, UnenforceableError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import overlay, protect
+from stockade.linux import dns, overlay, protect
 from stockade.linux.mountapi import (
     MOUNT_ATTR_NODEV,
     MOUNT_ATTR_NOEXEC,
@@ -65,6 +65,7 @@ class Survey:
     roots: list[_Mount]
     guarded: list[_Mount]
     denied: list[_Mount]
+    resolv_conf: str | None = None  # the sandbox's own /etc/resolv.conf (network any)
 
     def identity(self) -> bytes:
         """A digest of what was opened (kind, path, the inode with its change time, and the
@@ -77,6 +78,8 @@ class Survey:
             info = os.fstat(m.source_fd)
             parts.append(f"{m.kind}\0{m.path}\0{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:"
                          f"{file_handle(m.source_fd).hex()}")
+        if self.resolv_conf is not None:
+            parts.append(f"resolv.conf\0{self.resolv_conf}")
         return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).digest()
 
     def close(self) -> None:
@@ -114,6 +117,8 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
             except OSError as exc:
                 raise _fail("filesystem.deny", grant.path, exc) from None
             found.denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
+        if request.network.mode == "any":
+            found.resolv_conf = dns.sandbox_conf(dns.read_host())
     except BaseException:
         found.close()
         raise
@@ -178,6 +183,8 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     _honour_grants_inside_protected(top, own_devs, roots, guarded, request, layered,
                                     weaken - {"read_only"})
     _mask(top, denied, layered)
+    if found.resolv_conf is not None:
+        _own_resolv_conf(top, found.resolv_conf)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
     set_attrs(base, MOUNT_ATTR_RDONLY, recursive=False)
@@ -364,6 +371,38 @@ def _mask(top: int, denied: list[_Mount], layered: dict[str, int]) -> None:
         _mount_over(top, m, mask=masks[m.is_dir], layered=layered)
     for fd in (*masks.values(), holder):
         os.close(fd)
+
+
+def _own_resolv_conf(top: int, text: str) -> None:
+    """Cover /etc/resolv.conf (a file, or a symbolic link, which is covered itself, not
+    followed) with a read-only file of the sandbox's own holding `text` (dns.py). Nothing is
+    done where the view has no /etc/resolv.conf (no /etc granted)."""
+    try:
+        target = openat2(top, dns.HOST_CONF.lstrip("/"), os.O_PATH | os.O_NOFOLLOW, _BENEATH)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EXDEV, errno.ELOOP):
+            return  # (not in the view, or not plainly beneath its root)
+        raise
+    holder = new_fs("tmpfs", {"mode": "0755", "size": "16k"},
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+    try:
+        if stat.S_ISDIR(os.fstat(target).st_mode):
+            return
+        fd = os.open("resolv.conf", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644,
+                     dir_fd=holder)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        source = openat2(holder, "resolv.conf", os.O_PATH, _BENEATH)
+        tree = clone_tree(source, recursive=False)
+        os.close(source)
+        set_attrs(tree, RO | MOUNT_ATTR_NOEXEC, recursive=False)
+        attach(tree, target)
+        os.close(tree)
+    finally:
+        os.close(holder)
+        os.close(target)
 
 
 def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:

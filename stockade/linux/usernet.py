@@ -34,7 +34,7 @@ from collections.abc import Callable
 from stockade.errors import UnenforceableError
 from stockade.launch.backend import Capability
 from stockade.launch.request import LaunchRequest
-from stockade.linux import guard
+from stockade.linux import dns, guard
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.guard import TOOL_DIRS
 from stockade.linux.net import routed_families
@@ -58,6 +58,7 @@ def arguments(pasta: str, userns: int, netns: int, isolated: bool = True) -> lis
     if isolated:
         argv += ["--no-map-gw", "--tcp-ports", "none", "--udp-ports", "none",
                  "--tcp-ns", "none", "--udp-ns", "none"]
+    argv += ["--dns-forward", dns.FORWARD]
     if os.geteuid() == 0:  # (pasta would switch to nobody, who may not enter root's namespace)
         argv += ["--runas", "0"]
     return argv
@@ -86,28 +87,6 @@ def host_addresses() -> list[str]:
     except (OSError, ValueError):
         pass
     return sorted(found)
-
-
-def resolvers(path: str = "/etc/resolv.conf") -> list[str]:
-    """The DNS servers the host's resolver configuration names (the sandbox reads the same
-    file), as addresses."""
-    found = []
-    try:
-        with open(path) as conf:
-            for line in conf:
-                words = line.split()
-                if len(words) >= 2 and words[0] == "nameserver":
-                    try:
-                        found.append(str(ipaddress.ip_address(words[1].partition("%")[0])))
-                    except ValueError:
-                        continue
-    except OSError:
-        pass
-    return found
-
-
-def loopback_resolvers(found: list[str]) -> list[str]:
-    return [a for a in found if ipaddress.ip_address(a).is_loopback]
 
 
 class Pasta:
@@ -206,14 +185,13 @@ def diagnosis() -> tuple[str, str, tuple[str, ...]] | None:
     if not routed_families():
         return ("no_default_route", "this host has no default route: there is nowhere to go",
                 ("give the host a default route, or use network.mode = \"none\"",))
-    local = loopback_resolvers(resolvers())
-    if local:
-        return ("resolver_on_loopback", f"the host's DNS resolver is on its loopback "
-                f"({local[0]}, /etc/resolv.conf), which no sandbox with a network of its own "
-                'can reach; name a resolver outside the host there, or use network.mode = '
-                '"allowlist"',
-                ("systemd-resolved: ln -sf /run/systemd/resolve/resolv.conf /etc/resolv.conf"
-                 "   # its upstream servers instead of the stub",))
+    lost = dns.lost(dns.read_host())
+    if lost:
+        return ("resolver_on_loopback", f"the host's only DNS resolvers are IPv6 ones on its "
+                f"loopback ({lost[0]}, /etc/resolv.conf), which pasta cannot relay to: name "
+                'an IPv4 or outside resolver there, or use network.mode = "allowlist"',
+                ("add a line `nameserver 127.0.0.1` (or your network's resolver) to "
+                 "/etc/resolv.conf, with the local resolver listening on it",))
     return None
 
 
@@ -255,8 +233,10 @@ class WayOut:
         """Send pid 1 the guard (net.open_out), start pasta on the namespaces it passes out,
         and wait until its route out exists. None when pid 1 failed first (its error event
         says why); when pasta fails, pid 1 is told why and fails with it."""
-        text = guard.ruleset(host_addresses(), resolvers(), request.network.reach,
-                             guarded="address_guard" not in weaken)
+        servers = dns.sandbox_servers(dns.read_host())
+        text = guard.ruleset(host_addresses(), [a for a in servers if a != dns.FORWARD],
+                             request.network.reach, guarded="address_guard" not in weaken,
+                             relay=dns.FORWARD if dns.FORWARD in servers else None)
         spec = json.dumps({"nft": guard.nft_path(), "ruleset": text,
                            "families": sorted(routed_families())}).encode()
         try:
