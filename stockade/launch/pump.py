@@ -17,6 +17,7 @@ only one touching the handle. The semantics are the same."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import selectors
@@ -165,14 +166,14 @@ def _sink(where: Sink, limit: int) -> Capture:
 
 # --- the poll loop --------------------------------------------------------------------------
 
-class _Ready:
+class _Ready(abc.ABC):
     """What to do when a registered descriptor is ready. `output`: the loop lasts while any
     handler of the command's output is registered."""
 
     output = False
 
-    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None: ...
 
 
 class _Read(_Ready):

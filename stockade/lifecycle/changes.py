@@ -289,12 +289,8 @@ def load(run: str | None = None, state: str | None = None) -> ChangeSet:
 def pending(state: str | None = None) -> list[ChangeSet]:
     """Every change set kept, oldest first."""
     parent = store(state)
-    try:
-        names = os.listdir(parent)
-    except FileNotFoundError:
-        return []
     sets = []
-    for name in names:
+    for name in _names(parent):
         if name.startswith("."):
             continue
         try:
@@ -312,17 +308,27 @@ def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
     """Remove change sets that were never complete (a crash while one was being made: its
     run never started), older than `grace` seconds; returns their paths."""
     parent = store(state)
-    try:
-        names = os.listdir(parent)
-    except FileNotFoundError:
-        return []
     removed = []
-    for name in names:
+    for name in _names(parent):
         path = os.path.join(parent, name)
-        if name.startswith(_TEMPORARY) and time.time() - os.lstat(path).st_mtime > grace:
+        if not name.startswith(_TEMPORARY):
+            continue
+        try:
+            old = time.time() - os.lstat(path).st_mtime > grace
+        except FileNotFoundError:
+            continue  # (removed meanwhile by another reconcile)
+        if old:
             remove_tree(path)
             removed.append(path)
     return removed
+
+
+def _names(parent: str) -> list[str]:
+    """The entries of the change sets' directory (none if it was never made)."""
+    try:
+        return os.listdir(parent)
+    except FileNotFoundError:
+        return []
 
 
 def copy_layer(source: str, target: str) -> None:

@@ -238,10 +238,8 @@ class LandlockTier(LinuxBackend):
         _tier_seccomp_program(self.weaken)
 
     def check(self, request: LaunchRequest) -> None:
-        if request.network.mode == "any":  # (before the namespaces' own checks of it)
-            landlock_tier.check(request)
+        landlock_tier.check(request)  # (first: network any is refused before it is looked at)
         super().check(request)
-        landlock_tier.check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
         request = self._tested(request)
