@@ -127,6 +127,22 @@ def test_allow_domain_goes_through_the_proxy_and_denials_are_summarised(workspac
 
 
 @sandboxed
+@pytest.mark.parametrize(("flags", "interfaces"), [
+    (["--network", "any"], "lo+1"),
+    (["--reach", "10.0.0.5:5432"], "lo+1"),
+    (["--preset", "networked-build", "--network", "none"], "lo"),
+])
+def test_network_flags_set_the_mode(workspace, capfd, flags, interfaces):
+    """--network and --reach switch the mode (the child counts its interfaces: mode any has
+    pasta's besides its own loopback), over the policy's own network section."""
+    from conftest import PYTHON, PYTHON_ROOT
+    count = ("names = [line.split(':')[0].strip() for line in open('/proc/net/dev')][2:]\n"
+             "print('+'.join(['lo'] + [str(len(names) - 1)] * (len(names) > 1)))")
+    assert main(["run", *flags, "--read", PYTHON_ROOT, "--", PYTHON, "-c", count]) == 0
+    assert capfd.readouterr().out.strip() == interfaces
+
+
+@sandboxed
 def test_network_any_in_the_landlock_tier_is_refused_as_unenforceable(workspace, capfd):
     policy = workspace / "any.toml"
     policy.write_text('version = 1\npreset = "read-only"\nisolation = "landlock"\n'
@@ -204,6 +220,10 @@ def test_run_help_says_what_stdin_is_by_default(capsys):
     ["run", "--timeout", "-1s", "--", "true"],
     ["run", "--read", "{nowhere}/x", "--", "true"],
     ["run", "--allow-domain", "http://bad", "--", "true"],
+    ["run", "--network", "allowlist", "--", "true"],
+    ["run", "--network", "none", "--reach", "10.0.0.5", "--", "true"],
+    ["run", "--network", "any", "--allow-domain", "example.org", "--", "true"],
+    ["run", "--reach", "example.org", "--", "true"],
     ["run", "--policy", "a.toml", "--preset", "read-only", "--", "true"],
     ["sandbox-exec", "--", "true"],
     ["policy", "show", "--", "x"],

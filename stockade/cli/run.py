@@ -17,7 +17,7 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
-from stockade.policy.model import STDIN_MODES
+from stockade.policy.model import STDIN_MODES, NetworkPolicy
 from stockade.policy.paths import lexical_key, tidy_path
 
 
@@ -26,6 +26,7 @@ def add_run(commands: Any) -> None:
                      "stockade run -- sh -c 'echo hi'",
                      "stockade run --preset workspace-write --timeout 90s -- make",
                      "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
+                     "stockade run --network any --reach 10.0.0.5:5432 -- ./migrate.sh",
                      "stockade run --json -- python3 -c 'print(1)'")
     add_policy_source(run)
     run.add_argument("--read", metavar="PATH", action="append", default=[],
@@ -34,6 +35,13 @@ def add_run(commands: Any) -> None:
                      help="also grant write access to PATH (relative: to the workspace)")
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
+    run.add_argument("--network", choices=("none", "any"),
+                     help='override the policy\'s network mode: none, or any (the internet '
+                          "through user-mode networking, with loopback, link-local, metadata, "
+                          "private and the host's own addresses refused; Linux)")
+    run.add_argument("--reach", metavar="ADDR[:PORT]", action="append", default=[],
+                     help="let mode any reach ADDR (an address or range, optionally one port) "
+                          "past its guard (switches to mode any)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
     run.add_argument("--stdin", choices=STDIN_MODES,
                      help="the command's stdin: inherit (this process's stdin, copied through "
@@ -99,7 +107,8 @@ def _sandbox_exec(args: argparse.Namespace, command: list[str] | None) -> int:
 
 
 def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
-    """`policy` plus the --read/--write/--allow-domain/--timeout flags, validated as policy.
+    """`policy` plus the --read/--write/--allow-domain/--network/--reach/--timeout flags,
+    validated as policy.
 
     The flags' values go first in each list, so an error's `[index]` counts that flag's uses.
     """
@@ -113,11 +122,27 @@ def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
                                   "write": [*args.write, *fs.write]}
     if args.allow_domain:
         sections["network"] = {"mode": "allowlist", "allow": [*args.allow_domain, *net.allow]}
+    if args.network or args.reach:
+        sections["network"] = _network_flags(args, net)
     if args.timeout is not None:
         sections["limits"] = {"timeout": args.timeout}
     if args.overlay:
         sections.setdefault("filesystem", {})["workspace"] = "overlay"
     return merge(policy, sections, file="command line") if sections else policy
+
+
+def _network_flags(args: argparse.Namespace, net: NetworkPolicy) -> dict[str, Any]:
+    """The network section --network and --reach make (the policy's allow list goes: it is
+    the allowlist mode's; its reach list stays with mode any)."""
+    mode = args.network or "any"
+    if args.allow_domain:
+        raise UsageError(f"--allow-domain switches to mode allowlist: it cannot be combined "
+                         f"with {'--network' if args.network else '--reach'}")
+    if args.reach and mode != "any":
+        raise UsageError("--reach lifts the guard of mode any: it cannot be combined with "
+                         "--network none")
+    return {"mode": mode, "allow": [],
+            "reach": [*args.reach, *net.reach] if mode == "any" else []}
 
 
 def _lexical(path: str) -> tuple[str, ...] | str:
