@@ -96,7 +96,14 @@ def test_the_attestation_field_by_field(ledger):
     assert f["daemon_started"] is True and f["leftover_processes"] == 0
     assert f["ledger_settled"] is True
     assert ledger.records() == []  # (ledger_settled: its directory in the temp dir is gone)
-    expected = {fact for checks in linux_probe.EXPECTATIONS.values() for fact in checks}
+    # network any (this host has pasta, nft and a route): pasta's interface besides lo; the
+    # host's loopback is the sandbox's own, and so is the host's address (pasta gives the
+    # sandbox's interface the host's outbound address; the guard refuses its others)
+    assert f["any_interfaces"] == 2
+    assert f["any_host_loopback"] == f["any_host_address"] == "ECONNREFUSED"
+    assert f["any_listeners_untouched"] is True
+    expected = {fact for checks in (linux_probe.EXPECTATIONS | linux_probe.ANY_EXPECTATIONS
+                                    ).values() for fact in checks}
     # (memfd_exec is "EACCES" only as root: the report says what it is, readiness needs neither)
     assert expected <= set(f) and set(f) - expected == {"udp_loopback", "memfd_exec"}
 
@@ -133,6 +140,7 @@ def test_probe_cli(tmp_path):
     ("rlimits", "limits_not_enforced", "limits", "rlimit_as"),
     ("stockade_state", "helpers_not_enforced", "helpers", "stockade_state"),
     ("unix_sockets", "network_not_enforced", "network", "host_listeners_untouched"),
+    ("usernet_isolation", "network_any_not_enforced", "network_any", "any_host_loopback"),
 ])
 def test_a_weakened_layer_fails_readiness_at_its_stage(ledger, weaken, reason, stage, fact):
     a = stockade.probe(LinuxBackend(weaken=frozenset({weaken})), ledger)

@@ -10,7 +10,14 @@ stockade/lifecycle/probe.py's): what its launch does and what each fact it obser
   privileges, descriptors, network, environment, limits, helpers), each failing as
   `<stage>_not_enforced` (EXPECTATIONS);
 - `lifetime`: the daemon the child left behind is gone, and so are the probe directory and
-  its ledger record.
+  its ledger record;
+- `network_any`, where this host can make network "any" (usernet.py): a second child, in a
+  sandbox of that mode, finds pasta's interface and tries the host's listeners on its loopback
+  and on its own address, which must stay out of reach (pasta forwards no port and gives the
+  sandbox the host's outbound address as its own). The guard's ranges beyond the host are not
+  tried: with the guard gone, the attempt would leave the host (the evidence rows prove them).
+  A host that cannot make the mode, or a launch of it refused, leaves these facts out: the
+  report then says the mode is accepted but not verified.
 
 A passing attestation is stored for later processes of this user on this boot (`storage`).
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import json
 import os
 import socket
@@ -28,13 +36,14 @@ import time
 from dataclasses import replace
 
 from stockade import __version__
+from stockade.errors import StockadeError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
 from stockade.lifecycle import facts, statedir
 from stockade.lifecycle.ledger import Ledger
 from stockade.lifecycle.probe import Refused, Run
-from stockade.linux import probe_child
+from stockade.linux import probe_child, usernet
 from stockade.linux.hints import hint
 from stockade.linux.landlock_tier import SCOPE_ABI
 from stockade.linux.limits import INIT_TASKS, PID_MAX_FLOOR, RESERVED_PIDS
@@ -69,9 +78,12 @@ class LinuxProbe:
 
     def launch(self, run: Run, ledger: Ledger) -> None:
         _launch(run, ledger)
+        _launch_network_any(run, ledger)
 
     def judge(self, observed: dict[str, object]) -> None:
         facts.judge(observed, EXPECTATIONS)
+        if ANY_FACTS[0] in observed:
+            facts.judge(observed, ANY_EXPECTATIONS)
 
     def storage(self) -> tuple[dict[str, object], float]:
         return _host_key(), time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -135,6 +147,75 @@ def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS) -> No
             run.facts["leftover_processes"] = _processes_with(marker)
         run.facts["ledger_settled"] = (not os.path.lexists(top)
                                        and os.path.basename(record.path) not in ledger.records())
+
+
+# The network-any child: pasta's interface there, and the host's listeners out of reach.
+ANY_CHILD = """
+import errno, json, socket, sys
+params = json.loads(sys.argv[1])
+def attempt(host, port):
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return "ok"
+    except socket.timeout:
+        return "timeout"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+with open("/proc/net/dev") as dev:
+    interfaces = len(dev.readlines()) - 2
+print(json.dumps({"any_host_address": attempt(params["address"], params["address_port"]),
+                  "any_host_loopback": attempt("127.0.0.1", params["loopback_port"]),
+                  "any_interfaces": interfaces}))
+"""
+ANY_FACTS = ("any_host_address", "any_host_loopback", "any_interfaces",
+             "any_listeners_untouched")
+
+
+def _launch_network_any(run: Run, ledger: Ledger) -> None:
+    """The `network_any` facts (see the module docstring), where this host can make it."""
+    from stockade.launch.manager import execute
+
+    address = _own_address()
+    if address is None or usernet.missing() is not None:
+        return
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    request_id = os.urandom(16).hex()
+    with contextlib.ExitStack() as stack:
+        loopback = stack.enter_context(_listener(socket.AF_INET, socket.SOCK_STREAM,
+                                                 ("127.0.0.1", 0)))
+        own = stack.enter_context(_listener(family, socket.SOCK_STREAM, (str(address), 0)))
+        params = {"address": str(address), "address_port": own.getsockname()[1],
+                  "loopback_port": loopback.getsockname()[1]}
+        with ledger.launch(request_id) as record:
+            top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
+            record.add("dir", top)
+            workspace = os.path.join(top, "ws")
+            os.mkdir(top, 0o700)
+            os.mkdir(workspace, 0o700)
+            policy = model.Policy(
+                filesystem=model.FilesystemPolicy(read=(*_interpreter_roots(), "{workspace}")),
+                network=model.NetworkPolicy("any"), env=model.EnvPolicy(set=PROBE_ENV),
+                limits=PROBE_LIMITS, process=model.ProcessPolicy(cwd="{workspace}",
+                                                                 stdin="null"))
+            argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", ANY_CHILD,
+                    json.dumps(params)]
+            context = CompileContext(workspace=workspace, home=top, tmp=top, host_env={})
+            request = replace(compile_policy(policy, argv, context), request_id=request_id)
+            try:
+                result = execute(run.backend, request)
+            except StockadeError:
+                return  # (refused here: the report says so, from the backend's own check)
+            run.facts |= _observations(result, namespaces=False)
+            run.facts["any_listeners_untouched"] = all(_untouched(sock)
+                                                       for sock in (loopback, own))
+
+
+def _own_address() -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """One of this host's own addresses that is not loopback or link-local (the guard's
+    "host's own address" case), IPv4 first; None if it has none."""
+    found = [ipaddress.ip_address(a) for a in usernet.host_addresses()]
+    usable = [a for a in found if not (a.is_loopback or a.is_link_local)]
+    return min(usable, key=lambda a: a.version, default=None)
 
 
 def _request(top: str, request_id: str, limits: model.Limits) -> LaunchRequest:
@@ -201,13 +282,15 @@ def _untouched(sock: socket.socket) -> bool:
     return False
 
 
-def _observations(result: Result) -> dict[str, object]:
+def _observations(result: Result, namespaces: bool = True) -> dict[str, object]:
     if result.exit_code != 0:
         raise Refused("probe_child_failed", MESSAGES["probe_child_failed"])
     try:
         seen = json.loads(result.stdout)
     except ValueError:
         raise Refused("probe_child_failed", MESSAGES["probe_child_failed"]) from None
+    if not namespaces:
+        return seen
     host = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
     seen["new_namespaces"] = sorted(name for name, inode in seen.pop("namespaces").items()
                                     if inode != host[name])
@@ -277,9 +360,16 @@ EXPECTATIONS: facts.Table = {
 }
 
 
+ANY_EXPECTATIONS: facts.Table = {"network_any": {
+    "any_host_address": _denied, "any_host_loopback": _denied,
+    "any_interfaces": (lambda v: isinstance(v, int) and v >= 2, "lo and pasta's"),
+    "any_listeners_untouched": _equal(True),
+}}
+
+
 def verified(observed: dict[str, object], *names: str) -> bool:
     """Whether each named fact was observed and holds (for the report's rows)."""
-    return facts.verified(observed, *names, table=EXPECTATIONS)
+    return facts.verified(observed, *names, table=EXPECTATIONS | ANY_EXPECTATIONS)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from stockade.lifecycle.report import (
     containment_row,
     row_maker,
 )
-from stockade.linux.probe import tier_verified, verified
+from stockade.linux.probe import ANY_FACTS, tier_verified, verified
 
 USERNET = ("own network namespace; pasta carries it out, an nftables guard inside refuses "
            "loopback, link-local, metadata, private and the host's own addresses")
@@ -118,7 +118,12 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                      "way out (HTTP CONNECT, plain HTTP, SOCKS5; no UDP)",
                      {"namespace": isolated},
                      "domain rules are applied by the proxy; the probe verifies the isolation")),
-        accepted(backend, "network.any", NetworkSpec("any"), USERNET),
+        accepted(backend, "network.any", NetworkSpec("any"), USERNET,
+                 Row("network.any", ENFORCED, USERNET, "the readiness probe verifies the "
+                     "host's loopback and own address out of reach; the guard's ranges beyond "
+                     "the host, which a probe could only test by leaving it, are proven by "
+                     "`stockade evidence` (net.any-guarded)")
+                 if verified(facts, *ANY_FACTS) else None),
         row("env", "a closed environment: only passed or set names; loader-injection and "
             "credential-looking names are refused", {"environment": ("environment",)}),
         row("limits.memory", limit_how.get("memory", "RLIMIT_AS"), {"rlimits": ("rlimit_as",)},
