@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -381,25 +382,49 @@ def in_a_guest(row: Row, scene: Scene, backend: Backend | None) -> Launch:
 
 
 def owner_killed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
-    """A caller of its own (as `stockade run`), killed with SIGKILL once the attack's daemon
-    runs."""
+    """A caller of its own (as `stockade run`), killed with SIGKILL once the attack has said
+    its daemon started and both run. (Its output is read until then: killed before the
+    attack's last write, the attack would die of SIGPIPE, and its keeper would end the tree
+    whatever the lifeline did.)"""
     caller = start_caller(row, scene, backend, {"stdin": subprocess.DEVNULL,
-                                                "stdout": subprocess.DEVNULL,
+                                                "stdout": subprocess.PIPE,
                                                 "stderr": subprocess.DEVNULL})
     program = str(ATTACKS / row.attack)
 
     def sandboxed() -> int:  # (the caller's forks carry the marker too, not as a word)
         return len(processes_with(scene.marker, word=program))
 
-    deadline = time.monotonic() + 30  # (a bound, not a wait: a loaded host starts slowly)
-    while sandboxed() < 2 and time.monotonic() < deadline:
+    started = time.monotonic()
+    deadline = started + 60  # (a bound, not a wait: a loaded host starts slowly)
+    assert caller.proc.stdout is not None
+    said = _said(caller.proc.stdout.fileno(), b"daemon: note started", deadline)
+    # (the sample that ends the wait is the one kept: /proc read again a moment later can
+    # miss the daemon, forked that instant, while its parent is already gone)
+    while (running := sandboxed()) < 2 and time.monotonic() < deadline \
+            and caller.proc.poll() is None:
         time.sleep(0.02)
-    running = sandboxed()
+    waited = time.monotonic() - started
     caller.proc.send_signal(signal.SIGKILL)
     caller.proc.wait()
+    caller.proc.stdout.close()
     if caller.reply >= 0:
         os.close(caller.reply)
-    return Launch(facts={"running": running, "owner_status": caller.proc.returncode})
+    return Launch(facts={"running": running, "owner_status": caller.proc.returncode,
+                         "waited": waited, "said": said})
+
+
+def _said(fd: int, line: bytes, deadline: float) -> bool:
+    """Whether `line` came out of `fd` before its end or `deadline`."""
+    seen = b""
+    while line not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return False
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return False
+        seen += chunk
+    return True
 
 
 @dataclass(frozen=True)
@@ -411,8 +436,9 @@ class OwnerKilled(Expect):
         running, status = launch.facts["running"], launch.facts["owner_status"]
         text = (f"{running} sandboxed processes running (attack and daemon) when the owner "
                 f"was killed (owner status {status})")
-        if running < 2 or status != -signal.SIGKILL:
-            return error(text)
+        if running < 2 or status != -signal.SIGKILL or not launch.facts["said"]:
+            said = "" if launch.facts["said"] else ", the attack never said its daemon started"
+            return error(f"{text}, after {launch.facts['waited']:.1f} s{said}")
         return Finding(True, text)
 
     def describe(self) -> str:
