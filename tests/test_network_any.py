@@ -212,6 +212,13 @@ def test_a_resolver_on_the_hosts_loopback_answers_through_pastas_forward(tmp_pat
     assert f"tcp {dns.FORWARD}:53: address_link_local" in denied, report
 
 
+def test_a_denied_resolv_conf_stays_denied(tmp_path: Path) -> None:
+    """The sandbox's own file does not cover a mask the policy asked for."""
+    report = in_world(tmp_path, {"filesystem": {"deny": ["/etc/resolv.conf"]}},
+                      ["read:/etc/resolv.conf"])
+    assert report["attempts"]["read:/etc/resolv.conf"] == "error 13", report
+
+
 @pytest.mark.parametrize(("conf", "servers", "lost"), [
     (STUB_CONF, [dns.FORWARD], []),
     ("nameserver 127.0.0.53\nnameserver 10.0.0.2\n", [dns.FORWARD, "10.0.0.2"], []),

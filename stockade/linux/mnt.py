@@ -183,8 +183,8 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     _honour_grants_inside_protected(top, own_devs, roots, guarded, request, layered,
                                     weaken - {"read_only"})
     _mask(top, denied, layered)
-    if found.resolv_conf is not None:
-        _own_resolv_conf(top, found.resolv_conf)
+    if found.resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
+        _own_resolv_conf(top, found.resolv_conf)  # (a denied one stays masked)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
     set_attrs(base, MOUNT_ATTR_RDONLY, recursive=False)
