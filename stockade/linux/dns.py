@@ -24,7 +24,7 @@ _KEPT = ("search", "domain", "options", "sortlist")
 
 def read_host() -> str:
     """The host's resolver configuration (its text; empty if there is none, or it is not a
-    regular file: a FIFO planted there would hang the read)."""
+    regular file: a FIFO planted there would hang the launch)."""
     try:
         fd = os.open(HOST_CONF, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:

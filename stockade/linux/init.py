@@ -132,13 +132,16 @@ def _make(request: LaunchRequest, bpf: bytes, weaken: frozenset[str], launch: by
         if control < 0:
             raise SetupError("network_setup_failed", 'network "any" is not made ahead',
                              stage="network")
-        net.open_out(control, forwarded="usernet_isolation" in weaken)
+        resolv_conf = net.open_out(control, forwarded="usernet_isolation" in weaken)
         if status_fd >= 0:
             stage(status_fd, "network")
+    else:
+        resolv_conf = None
     listener = listener_for(request)
     knobs = limits.pid_knobs(request, weaken)
     limits.set_pid_knobs(knobs)
-    protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view))
+    protected, identity = mnt.build(request, STAGE, weaken, identify=bool(view),
+                                    resolv_conf=resolv_conf)
     if status_fd >= 0:
         stage(status_fd, "mounts")
     mounted()

@@ -65,7 +65,6 @@ class Survey:
     roots: list[_Mount]
     guarded: list[_Mount]
     denied: list[_Mount]
-    resolv_conf: str | None = None  # the sandbox's own /etc/resolv.conf (network any)
 
     def identity(self) -> bytes:
         """A digest of what was opened (kind, path, the inode with its change time, and the
@@ -78,8 +77,6 @@ class Survey:
             info = os.fstat(m.source_fd)
             parts.append(f"{m.kind}\0{m.path}\0{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:"
                          f"{file_handle(m.source_fd).hex()}")
-        if self.resolv_conf is not None:
-            parts.append(f"resolv.conf\0{self.resolv_conf}")
         return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).digest()
 
     def close(self) -> None:
@@ -117,8 +114,6 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
             except OSError as exc:
                 raise _fail("filesystem.deny", grant.path, exc) from None
             found.denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
-        if request.network.mode == "any":
-            found.resolv_conf = dns.sandbox_conf(dns.read_host())
     except BaseException:
         found.close()
         raise
@@ -139,10 +134,12 @@ def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -
 
 
 def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset(),
-          *, identify: bool = False, proc: int | None = None) -> tuple[list[str], bytes]:
+          *, identify: bool = False, proc: int | None = None, resolv_conf: str | None = None
+          ) -> tuple[list[str], bytes]:
     """Build the view on `stage` and pivot into it. Returns the protected paths mounted and,
     if `identify` (a view prepared ahead), the survey's identity; else b"". `proc` is the
-    detached proc to mount at /proc (default: a fresh one). `weaken` (tests only) skips
+    detached proc to mount at /proc (default: a fresh one). `resolv_conf`: the sandbox's own
+    /etc/resolv.conf (network "any", which is never prepared ahead). `weaken` (tests only) skips
     layers (frame.LAYERS): "mount_view" (then nothing is built: the sandbox keeps its copy
     of the host's mounts), "read_only", "protected", "deny", "noexec", "nosuid"."""
     if "mount_view" in weaken:
@@ -183,8 +180,8 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     _honour_grants_inside_protected(top, own_devs, roots, guarded, request, layered,
                                     weaken - {"read_only"})
     _mask(top, denied, layered)
-    if found.resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
-        _own_resolv_conf(top, found.resolv_conf)  # (a denied one stays masked)
+    if resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
+        _own_resolv_conf(top, resolv_conf)  # (a denied one stays masked)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
     _aliases(top, own_devs, request)
     set_attrs(base, MOUNT_ATTR_RDONLY, recursive=False)

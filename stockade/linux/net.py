@@ -43,11 +43,13 @@ GUARD_MESSAGE_MAX = 1 << 20
 SETUP_TIMEOUT = 15.0  # seconds pid 1 waits for the owner's guard and for its route out
 
 
-def open_out(control: int, forwarded: bool = False) -> None:
+def open_out(control: int, forwarded: bool = False) -> str:
     """network "any", in pid 1 before anything else of the sandbox is made: install the
     destination guard the owner sends (guard.py), pass the owner the guard's log and this
     namespace's descriptors (for pasta, usernet.py), and wait until the route out exists —
-    or the owner says why it will not. SetupError on every failure, within SETUP_TIMEOUT.
+    or the owner says why it will not. Returns the sandbox's own /etc/resolv.conf, which the
+    owner sends with the guard (dns.py: one reading of the host's serves both). SetupError
+    on every failure, within SETUP_TIMEOUT.
     `forwarded` (tests only: pasta with its port forwarding on, the "usernet_isolation"
     weakening): wait also until pasta's listeners for the host's ports stop appearing, so the
     evidence that it must not forward them does not depend on a race with its start."""
@@ -83,6 +85,7 @@ def open_out(control: int, forwarded: bool = False) -> None:
         if forwarded:
             _wait_for_forwards(deadline)
         sock.send(b"U")
+        return str(spec["resolv_conf"])
     except OSError as exc:
         raise SetupError("network_setup_failed", exc.strerror or str(exc),
                          stage="network") from None

@@ -233,12 +233,14 @@ class WayOut:
         """Send pid 1 the guard (net.open_out), start pasta on the namespaces it passes out,
         and wait until its route out exists. None when pid 1 failed first (its error event
         says why); when pasta fails, pid 1 is told why and fails with it."""
-        servers = dns.sandbox_servers(dns.read_host())
+        host = dns.read_host()
+        servers = dns.sandbox_servers(host)
         text = guard.ruleset(host_addresses(), [a for a in servers if a != dns.FORWARD],
                              request.network.reach, guarded="address_guard" not in weaken,
                              relay=dns.FORWARD if dns.FORWARD in servers else None)
         spec = json.dumps({"nft": guard.nft_path(), "ruleset": text,
-                           "families": sorted(routed_families())}).encode()
+                           "families": sorted(routed_families()),
+                           "resolv_conf": dns.sandbox_conf(host)}).encode()
         try:
             control.sendall(struct.pack("<I", len(spec)) + spec)
             _, fds = recv_fds(control, 3)
