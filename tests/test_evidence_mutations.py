@@ -12,7 +12,10 @@ their own scene's processes and files), so each isolation's test takes about a m
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -88,6 +91,34 @@ def test_every_switch_proves_a_row_or_says_why_not() -> None:
 PARALLEL = 4  # mutations run at once (most of their time is waiting for a deadline)
 
 
+# The one host-wide name these tests must own (the proxy's 127.0.0.1:3128 on the host's network)
+# is taken under this lock, so another run of the suite (rootless beside root, another user) waits.
+HOST_PORT_LOCK = "/tmp/stockade-tests-host-proxy-port.lock"
+
+
+@contextlib.contextmanager
+def host_port_lock() -> Iterator[None]:
+    """Hold the lock on the host's proxy port, whoever made the lock file (read-only is enough
+    for flock; it is made readable by every user)."""
+    while True:
+        try:
+            fd = os.open(HOST_PORT_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            break
+        except FileNotFoundError:
+            try:
+                fd = os.open(HOST_PORT_LOCK, os.O_CREAT | os.O_EXCL | os.O_RDONLY | os.O_CLOEXEC,
+                             0o444)
+                os.fchmod(fd, 0o444)  # (whatever the umask)
+                break
+            except FileExistsError:
+                continue
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def on_the_hosts_network(case: tuple[str, frozenset[str]]) -> bool:
     """Whether the mutation's sandboxes share the host's network namespace: their proxies
     then all listen on the host's 127.0.0.1:3128, so no two such mutations run at once."""
@@ -105,7 +136,8 @@ def mutated(linux: None) -> dict[tuple[str, frozenset[str]], Matrix]:
         return run_matrix(backend, touched(isolation, layers), controls=False)
 
     def in_turn(cases: list[tuple[str, frozenset[str]]]) -> list[Matrix]:
-        return [run(case) for case in cases]
+        with host_port_lock():
+            return [run(case) for case in cases]
     shared = [case for case in MUTATIONS if on_the_hosts_network(case)]
     alone = [case for case in MUTATIONS if not on_the_hosts_network(case)]
     with ThreadPoolExecutor(PARALLEL) as pool:
