@@ -187,6 +187,20 @@ def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, 
     assert info.value.code == "unenforceable:filesystem.protected"
 
 
+def test_the_guest_pins_the_directories_above_a_hidden_path(root):
+    """A 9p mask moves with a renamed parent as a Linux one would: the directories between the
+    write root and a denied path that exists are kept (mount points), before it is hidden."""
+    os.makedirs(f"{root}/conf/gh")
+    secret = f"{root}/conf/gh/hosts.yml"
+    with open(secret, "w") as f:
+        f.write("x")
+    guest = machine.plan(_request(root, deny=(PathGrant(secret, secret),)))
+    assert set(guest.kept) == {f"{root}/conf", f"{root}/conf/gh"}
+    script = machine.init_script(guest, ["/bin/true"])
+    assert (script.index(f"--rbind {shlex.quote(f'/newroot{root}/conf/gh')} ")
+            < script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
+
+
 def test_cpio_newc_entries_are_aligned_and_terminated():
     archive = cpio.Archive()
     archive.directory("d")

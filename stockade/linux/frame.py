@@ -22,6 +22,8 @@ LAYERS = {
     "read_only": "read roots mounted read-only",
     "protected": "protected names and repositories re-mounted read-only",
     "deny": "denied paths masked",
+    "pins": "every directory between a write root and what the view re-mounts or masks in it "
+            "pinned (a mount point: no rename or rmdir carries a mask away)",
     "noexec": "write roots, /tmp and /dev/shm mounted noexec",
     "nosuid": "roots, /tmp and /dev/shm mounted nosuid",
     "stockade_state": "Stockade's state directories masked",
@@ -60,7 +62,7 @@ WEAKENINGS = frozenset(LAYERS)
 # write roots are no mounts of their own for the exec watch to tell); without a pid namespace
 # of its own, the sandbox has none of its knobs.
 WITH = {
-    "mount_view": frozenset({"read_only", "protected", "deny", "noexec", "nosuid",
+    "mount_view": frozenset({"read_only", "protected", "deny", "pins", "noexec", "nosuid",
                              "stockade_state", "unix_sockets", "exec_watch", "overlay"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
