@@ -11,6 +11,7 @@ import os
 import struct
 
 from stockade.launch.request import LaunchRequest
+from stockade.linux.mnt import hidden_cwd
 
 # Layers a test can switch off to prove that the evidence matrix notices (never set in
 # production: only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
@@ -136,7 +137,9 @@ def encode_launch(request: LaunchRequest, umask: int, view: bytes | None) -> byt
 def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> bytes:
     """The frame of what shapes the sandbox itself (roots, protected names, network, limits,
     seccomp, weakenings) without what is one launch's own (argv, environment, working
-    directory, umask, id). A spare whose mounts and confinement were made from a view frame
+    directory, umask, id); the working directory is in it when the view mounts it (see
+    mnt.hidden_cwd). A spare whose mounts and confinement were made from a view frame
     is used only by a launch whose own view frame is the same bytes."""
-    view = request.encode(argv=["-"], cwd="/", env=[], stdin="null", request_id="")
+    cwd = request.cwd if hidden_cwd(request) else "/"
+    view = request.encode(argv=["-"], cwd=cwd, env=[], stdin="null", request_id="")
     return encode_frame(view, bpf, weaken, b"")

@@ -90,7 +90,9 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
     """Open every source of the view (no symlinks followed) and find the protected names.
     `weaken` (tests only) skips layers: "protected", "deny"."""
     found = Survey([_Mount(g.path, "read") for g in request.read]
-                   + [_Mount(g.path, "write") for g in request.write], [], [])
+                   + [_Mount(g.path, "write") for g in request.write]
+                   + [_Mount(request.cwd, kind) for kind in [hidden_cwd(request)] if kind],
+                   [], [])
     try:
         for m in found.roots:
             m.source_fd = open_source(m.path, "filesystem." + m.kind)
@@ -118,6 +120,23 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
         found.close()
         raise
     return found
+
+
+def hidden_cwd(request: LaunchRequest) -> str | None:
+    """The kind ("read" or "write") of the root granting the working directory, when only a
+    root above one of the sandbox's own system directories grants it (`read = ["/"]` run from
+    /tmp/x: the sandbox's own /tmp covers the host's, and the command could not start there);
+    the view then mounts the working directory itself, as that root would. Else None."""
+    cwd = request.cwd
+    grants = [(g.path, "read") for g in request.read] + [(g.path, "write") for g in request.write]
+    holders = [(path, kind) for path, kind in grants if path == cwd or protect_inside(cwd, path)]
+    if not holders:
+        return None
+    path, kind = max(holders, key=lambda holder: (len(holder[0]), holder[1] == "write"))
+    for system in SYSTEM_DIRS:
+        if protect_inside(cwd, system) and protect_inside(system, path):
+            return kind
+    return None
 
 
 def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bytes:
