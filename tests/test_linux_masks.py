@@ -6,6 +6,8 @@ check of what happened is made on the host."""
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import replace
 
 import pytest
 from conftest import PYTHON, policy_for
@@ -132,3 +134,36 @@ def test_a_denied_path_stays_denied_after_its_parents_are_renamed(ws, workspace_
     assert open(secret).read() == "oauth_token: HOSTSSECRET\n"
     if second.changes is not None:
         second.changes.discard()
+
+
+def test_the_landlock_tier_refuses_to_rename_the_parents_of_a_denied_path(ws):
+    """No mounts in the tier: its carve-out grants the rights on each sibling of what it denies,
+    never on the directories above it, so Landlock refuses their rename (EACCES)."""
+    workspace, _ = ws
+    secret, deny = _secret_below_a_directory(workspace)
+    policy = replace(policy_for(deny=deny, pids=None), isolation="landlock")  # (root: no NPROC)
+    r = stockade.run([PYTHON, "-c", RENAME_CONF], policy, workspace=workspace)
+    assert r.exit_code == 0, r.stderr
+    assert b"MOVED" not in r.stdout and r.stdout.count(b"EACCES") == 2, r.stdout
+    assert sorted(os.listdir(workspace / "conf")) == ["gh"]
+    assert open(secret).read() == "oauth_token: HOSTSSECRET\n"
+
+
+def test_a_masked_socket_file_cannot_be_carried_away(ws):
+    """A host process listening in a write root: its socket file is masked (unix_sockets =
+    "own"), and the directories above it are pinned, so the sandbox cannot move the mask off
+    and put a listener of its own where host clients connect."""
+    workspace, _ = ws
+    (workspace / "run" / "agent").mkdir(parents=True)
+    path = workspace / "run" / "agent" / "agent.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        listener.listen()
+        before = identity(workspace / "run" / "agent")
+        r = move_and_plant(workspace, [(str(workspace / "run" / "agent"),
+                                        str(workspace / "run" / "agent")),
+                                       (str(workspace / "run"), str(workspace / "run" / "agent"))])
+        assert r.exit_code == 0, r.stderr
+        assert b"MOVED" not in r.stdout and r.stdout.count(b"EBUSY") == 2, r.stdout
+        assert identity(workspace / "run" / "agent") == before
+        assert sorted(os.listdir(workspace)) == ["run"]
