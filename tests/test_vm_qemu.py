@@ -726,6 +726,25 @@ def test_a_nested_repository_a_git_file_and_its_gitdir_are_guarded(planted):
     assert (r.exit_code, r.stdout) == (0, b"fine\n"), r  # beside a protected name: writable
 
 
+def test_a_denied_path_and_its_9p_mask_cannot_be_renamed_away(vm_ready, tmp_path):
+    """The guest pins the directories above a hidden path as the Linux backend does: without
+    it, `mv conf x` took the mask along and a later guest read x/gh/hosts.yml in the clear."""
+    secret = tmp_path / "conf" / "gh" / "hosts.yml"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("HOSTSSECRET\n")
+    policy = merge(stockade.preset("workspace-write"),
+                   {"filesystem": {"deny": [str(secret)]}})
+    before = _snapshot(tmp_path)
+    with qemu.VmSandbox(policy, workspace=tmp_path) as sb:
+        failed = _attempts(sb, tmp_path, ["mv conf/gh conf/moved", "mv conf moved",
+                                          "rmdir conf/gh"])
+        r = sb.run(["sh", "-c", "mv conf moved; cat moved/gh/hosts.yml conf/gh/hosts.yml"],
+                   cwd=tmp_path)  # (a hidden file reads as /dev/null)
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert b"HOSTSSECRET" not in r.stdout + r.stderr and b"busy" in r.stderr, r
+    assert _snapshot(tmp_path) == before
+
+
 def test_git_works_in_a_guest_and_what_makes_it_run_code_stays_read_only(vm_ready, tmp_path):
     """A repository made on the host, with a linked worktree, a file its config includes and
     a denied file in `.git`: in the guest, git commits, branches, stashes and adds a worktree
