@@ -111,8 +111,9 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
         guarded, sockets = _walk_write_roots(request, found.roots, protecting, mask_sockets,
                                              tuple(m.path for m in found.denied))
         found.guarded = [m for m in guarded if "pins" not in weaken or m.kind != "keep"]
-        for m in found.guarded:
-            m.source_fd = open_source(m.path, "filesystem.protected")
+        for m in found.guarded:  # (a pin that cannot be opened fails the launch, named)
+            m.source_fd = open_source(m.path, "filesystem.protected" if m.kind == "protected"
+                                      else "filesystem.pin")
         for m in sockets if mask_sockets else []:
             m.source_fd = open_source(m.path, "network.unix_sockets")
             found.denied.append(m)
