@@ -125,8 +125,8 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
 
 def hidden_cwd(request: LaunchRequest) -> str | None:
     """The kind ("read" or "write") of the root granting the working directory, when only a
-    root above one of the sandbox's own system directories grants it (`read = ["/"]` run from
-    /tmp/x: the sandbox's own /tmp covers the host's, and the command could not start there);
+    root above /tmp grants it (`read = ["/"]` run from /tmp/x: the sandbox's own /tmp covers
+    the host's, and the command could not start there);
     the view then mounts the working directory itself, as that root would. Else None."""
     cwd = request.cwd
     grants = [(g.path, "read") for g in request.read] + [(g.path, "write") for g in request.write]
@@ -134,9 +134,10 @@ def hidden_cwd(request: LaunchRequest) -> str | None:
     if not holders:
         return None
     path, kind = max(holders, key=lambda holder: (len(holder[0]), holder[1] == "write"))
-    for system in SYSTEM_DIRS:
-        if protect_inside(cwd, system) and protect_inside(system, path):
-            return kind
+    # (/tmp only: /proc and /dev are no place for a workspace, and their own instances in
+    # the view are read-only)
+    if protect_inside(cwd, "/tmp") and protect_inside("/tmp", path):
+        return kind
     return None
 
 
