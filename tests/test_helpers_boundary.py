@@ -411,9 +411,13 @@ def test_deny_holds_when_a_read_root_is_the_whole_tree(ws):
 def test_default_denies_cover_credential_backups_and_private_keys(ws):
     workspace, _ = ws
     deny = stockade.preset("workspace-write").filesystem.deny
-    assert {"/etc/shadow-", "/etc/gshadow-", "/etc/ssl/private"} <= set(deny)
+    assert {"/etc/shadow-", "/etc/gshadow-", "/etc/ssl/private",
+            "/etc/security/opasswd"} <= set(deny)
     r = sandbox(["sh", "-c", "cat /etc/shadow- /etc/gshadow-; ls /etc/ssl/private"], workspace)
     assert r.exit_code != 0 and b"root:" not in r.stdout
+    if os.path.exists("/etc/security/opasswd"):  # (old passwords' hashes: as root, readable)
+        r = sandbox(["cat", "/etc/security/opasswd"], workspace)
+        assert r.exit_code != 0 and b"Permission denied" in r.stderr and not r.stdout
 
 
 def test_an_absent_denied_path_inside_a_write_root_is_refused(ws):

@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,25 @@ def test_a_root_containing_the_build_stage_is_the_hosts_tree(ws):
     listing = r.stdout.decode().split()
     assert name in listing and "proc" not in listing, listing
     assert listing[-1] == "refused" and not os.path.exists(f"/tmp/{name}-new")
+
+
+def test_the_whole_tree_as_read_root_starts_in_a_workspace_below_tmp_with_denies_masked(ws):
+    """`read = ["/"]` alone, run from a workspace below /tmp (which the sandbox has of its
+    own): the launch failed with privilege_failed (no such working directory). The workspace is
+    seen, read-only, as "/" grants it; the policy's and the default denies stay masked."""
+    workspace, _ = ws
+    (workspace / "keys").mkdir()
+    (workspace / "keys" / "id").write_text("PRIVATE")
+    (workspace / "notes").write_text("readable")
+    base = stockade.preset("read-only")
+    policy = replace(base, filesystem=replace(
+        base.filesystem, read=("/",), write=(),
+        deny=base.filesystem.deny + (str(workspace / "keys"),)))
+    r = stockade.run(["sh", "-c", "pwd; cat notes; echo; cat keys/id; ls keys; "
+                                  "cat /etc/shadow /etc/security/opasswd; echo x > new"],
+                     policy, workspace=workspace)
+    assert r.stdout.startswith(f"{workspace}\nreadable\n".encode()), (r.stdout, r.stderr)
+    assert b"PRIVATE" not in r.stdout and b"root:" not in r.stdout
+    assert b"keys/id: Permission denied" in r.stderr
+    assert b"new: Read-only file system" in r.stderr
+    assert sorted(os.listdir(workspace)) == ["keys", "notes"]

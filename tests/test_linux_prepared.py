@@ -371,3 +371,30 @@ def test_a_layer_weakened_for_a_test_is_weakened_alike_in_a_prepared_sandbox(ws,
     status = spared.stdout.decode().splitlines()[0]
     assert ("Seccomp=2" in status) == (weaken != "seccomp")
     assert ("CapBnd=0000000000000000" in status) == (weaken != "privileges")
+
+
+def test_a_prepared_sandbox_pins_the_directories_above_a_denied_path(ws):
+    """The pins (protect.py) are mounts of the view: a spare cloned from its template has them
+    too, and renaming the parents of a denied file fails there as in a fresh sandbox."""
+    workspace, _ = ws
+    (workspace / "conf" / "gh").mkdir(parents=True)
+    (workspace / "conf" / "gh" / "hosts.yml").write_text("HOSTSSECRET")
+    r = prepared(workspace, ["sh", "-c", "mv conf/gh conf/gh2; mv conf conf2; ls"],
+                 deny=(str(workspace / "conf" / "gh" / "hosts.yml"),))
+    assert r.stderr.count(b"Device or resource busy") == 2, r.stderr
+    assert sorted(os.listdir(workspace)) == ["conf"]
+    assert (workspace / "conf" / "gh" / "hosts.yml").read_text() == "HOSTSSECRET"
+
+
+def test_a_prepared_sandbox_starts_in_its_own_launchs_hidden_working_directory(ws, tmp_path):
+    """`read = ["/"]` from a directory below /tmp: the view mounts that directory (mnt.hidden_cwd),
+    so a spare prepared from another one's launch is never given to this one."""
+    workspace, _ = ws
+    other = tmp_path / "other"
+    other.mkdir()
+    base = stockade.preset("read-only")
+    policy = dataclasses.replace(base, filesystem=dataclasses.replace(
+        base.filesystem, read=("/",), write=()))
+    in_a_prepared_spare(lambda: stockade.run(["true"], policy, workspace=other))
+    r = stockade.run(["pwd"], policy, workspace=workspace)
+    assert r.exit_code == 0 and r.stdout == f"{workspace}\n".encode(), r.stderr

@@ -187,6 +187,20 @@ def test_the_guest_protects_what_the_linux_backend_does_and_refuses_alike(root, 
     assert info.value.code == "unenforceable:filesystem.protected"
 
 
+def test_the_guest_pins_the_directories_above_a_hidden_path(root):
+    """A 9p mask moves with a renamed parent as a Linux one would: the directories between the
+    write root and a denied path that exists are kept (mount points), before it is hidden."""
+    os.makedirs(f"{root}/conf/gh")
+    secret = f"{root}/conf/gh/hosts.yml"
+    with open(secret, "w") as f:
+        f.write("x")
+    guest = machine.plan(_request(root, deny=(PathGrant(secret, secret),)))
+    assert set(guest.kept) == {f"{root}/conf", f"{root}/conf/gh"}
+    script = machine.init_script(guest, ["/bin/true"])
+    assert (script.index(f"--rbind {shlex.quote(f'/newroot{root}/conf/gh')} ")
+            < script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
+
+
 def test_cpio_newc_entries_are_aligned_and_terminated():
     archive = cpio.Archive()
     archive.directory("d")
@@ -710,6 +724,25 @@ def test_a_nested_repository_a_git_file_and_its_gitdir_are_guarded(planted):
     assert _snapshot(*protected) == before
     r = sb.run(["sh", "-c", "echo fine > a/b/ordinary && cat a/b/ordinary"], cwd=workspace)
     assert (r.exit_code, r.stdout) == (0, b"fine\n"), r  # beside a protected name: writable
+
+
+def test_a_denied_path_and_its_9p_mask_cannot_be_renamed_away(vm_ready, tmp_path):
+    """The guest pins the directories above a hidden path as the Linux backend does: without
+    it, `mv conf x` took the mask along and a later guest read x/gh/hosts.yml in the clear."""
+    secret = tmp_path / "conf" / "gh" / "hosts.yml"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("HOSTSSECRET\n")
+    policy = merge(stockade.preset("workspace-write"),
+                   {"filesystem": {"deny": [str(secret)]}})
+    before = _snapshot(tmp_path)
+    with qemu.VmSandbox(policy, workspace=tmp_path) as sb:
+        failed = _attempts(sb, tmp_path, ["mv conf/gh conf/moved", "mv conf moved",
+                                          "rmdir conf/gh"])
+        r = sb.run(["sh", "-c", "mv conf moved; cat moved/gh/hosts.yml conf/gh/hosts.yml"],
+                   cwd=tmp_path)  # (a hidden file reads as /dev/null)
+    assert [a for a, status in failed.items() if status == 0] == [], failed
+    assert b"HOSTSSECRET" not in r.stdout + r.stderr and b"busy" in r.stderr, r
+    assert _snapshot(tmp_path) == before
 
 
 def test_git_works_in_a_guest_and_what_makes_it_run_code_stays_read_only(vm_ready, tmp_path):

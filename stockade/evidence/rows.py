@@ -119,7 +119,8 @@ ROWS: tuple[Row, ...] = (
     row("fs.protected-rename", "filesystem",
         "rename a repository's hooks or config or any directory above them, then plant a "
         "replacement", "fs_rename.py", "{ws}", f"{GIT}/hooks", f"{GIT}/config",
-        expect=denied(PROTECTED), proven=off("protected"), setup=setups.nested_repository),
+        expect=denied(PROTECTED), proven=(off("protected"), off("pins")),
+        setup=setups.nested_repository),
     row("fs.git-pointers", "filesystem",
         "tamper with what leads git to other configuration: a file the config includes, a "
         "linked worktree's .git file, commondir and gitdir, a submodule's .git file, config "
@@ -146,6 +147,13 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", "--read", "{ws}/keys/id", "{ws}/keys", "{ws}/token",
         expect=denied(DENY), proven=off("deny"), setup=setups.denied_paths,
         policy={"filesystem": {"deny": ["{workspace}/keys", "{workspace}/token"]}}),
+    row("fs.mask-rename", "filesystem",
+        "rename denied paths inside a write root or any directory above them, then plant a "
+        "replacement (the mask would move with its parent, the secret be in the clear at the "
+        "new path for the next run)", "fs_rename.py", "{ws}", "{ws}/a/b/token", "{ws}/c/d/keys",
+        expect=denied(by("pins", "EBUSY"), DENY), proven=off("pins"),
+        setup=setups.denied_below_directories,
+        policy={"filesystem": {"deny": ["{workspace}/a/b/token", "{workspace}/c/d/keys"]}}),
     row("fs.symlink-planted", "filesystem",
         "follow links planted before launch: absolute, relative, to a directory, through ..",
         "fs_symlink.py", "follow", "{ws}/abs-link", "{ws}/rel-link", "{ws}/dir-link/secret",

@@ -127,6 +127,14 @@ def denied_paths(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+def denied_below_directories(scene: Scene) -> None:
+    """Secrets two directories down in the workspace, at paths the row's policy denies (a file
+    and a directory), each below directories a command may otherwise rename."""
+    scene.plant_secret("ws/a/b/token")
+    scene.plant_secret("ws/c/d/keys/id")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
 def case_folding_workspace(scene: Scene) -> None:
     """What the case-folding stand-in will serve at the workspace (see casefold.py, which
     launches this row): a .git directory, a .git file, denied paths, and a directory stored as

@@ -111,6 +111,10 @@ def _specs() -> dict[str, Tier]:
     for row_id, capability in CARVED_ROWS.items():
         specs[row_id] = tier(capability, expect=denied(CARVED_PROTECTED),
                              proven_by=(off("protected"), off("landlock")))
+    # (the carve-out grants the rights on each sibling, never on the directories above a
+    # denied path: Landlock refuses their rename, as the pins do in a view)
+    specs["fs.mask-rename"] = tier("filesystem.deny", expect=denied(CARVED_DENY),
+                                   proven_by=(off("deny"), off("landlock")))
     for row_id, capability in SECCOMP_ROWS.items():
         specs[row_id] = tier(capability)
     for row_id, capability in UNCHANGED.items():

@@ -11,6 +11,7 @@ import os
 import struct
 
 from stockade.launch.request import LaunchRequest
+from stockade.linux.mnt import hidden_cwd
 
 # Layers a test can switch off to prove that the evidence matrix notices (never set in
 # production: only the owner's Python code can pass them, through LinuxBackend(weaken=...)).
@@ -22,6 +23,8 @@ LAYERS = {
     "read_only": "read roots mounted read-only",
     "protected": "protected names and repositories re-mounted read-only",
     "deny": "denied paths masked",
+    "pins": "every directory between a write root and what the view re-mounts or masks in it "
+            "pinned (a mount point: no rename or rmdir carries a mask away)",
     "noexec": "write roots, /tmp and /dev/shm mounted noexec",
     "nosuid": "roots, /tmp and /dev/shm mounted nosuid",
     "stockade_state": "Stockade's state directories masked",
@@ -60,7 +63,7 @@ WEAKENINGS = frozenset(LAYERS)
 # write roots are no mounts of their own for the exec watch to tell); without a pid namespace
 # of its own, the sandbox has none of its knobs.
 WITH = {
-    "mount_view": frozenset({"read_only", "protected", "deny", "noexec", "nosuid",
+    "mount_view": frozenset({"read_only", "protected", "deny", "pins", "noexec", "nosuid",
                              "stockade_state", "unix_sockets", "exec_watch", "overlay"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
@@ -134,7 +137,9 @@ def encode_launch(request: LaunchRequest, umask: int, view: bytes | None) -> byt
 def view_frame(request: LaunchRequest, bpf: bytes, weaken: frozenset[str]) -> bytes:
     """The frame of what shapes the sandbox itself (roots, protected names, network, limits,
     seccomp, weakenings) without what is one launch's own (argv, environment, working
-    directory, umask, id). A spare whose mounts and confinement were made from a view frame
+    directory, umask, id); the working directory is in it when the view mounts it (see
+    mnt.hidden_cwd). A spare whose mounts and confinement were made from a view frame
     is used only by a launch whose own view frame is the same bytes."""
-    view = request.encode(argv=["-"], cwd="/", env=[], stdin="null", request_id="")
+    cwd = request.cwd if hidden_cwd(request) else "/"
+    view = request.encode(argv=["-"], cwd=cwd, env=[], stdin="null", request_id="")
     return encode_frame(view, bpf, weaken, b"")

@@ -90,22 +90,13 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
     """Open every source of the view (no symlinks followed) and find the protected names.
     `weaken` (tests only) skips layers: "protected", "deny"."""
     found = Survey([_Mount(g.path, "read") for g in request.read]
-                   + [_Mount(g.path, "write") for g in request.write], [], [])
+                   + [_Mount(g.path, "write") for g in request.write]
+                   + [_Mount(request.cwd, kind) for kind in [hidden_cwd(request)] if kind],
+                   [], [])
     try:
         for m in found.roots:
             m.source_fd = open_source(m.path, "filesystem." + m.kind)
             m.is_dir = _is_dir(m.source_fd)
-        mask_sockets = (request.network.unix_sockets == "own"
-                        and "unix_sockets" not in weaken)
-        protecting = "protected" not in weaken
-        if protecting or mask_sockets:
-            guarded, sockets = _walk_write_roots(request, found.roots, protecting)
-            found.guarded = guarded if protecting else []
-            for m in found.guarded:
-                m.source_fd = open_source(m.path, "filesystem.protected")
-            for m in sockets if mask_sockets else []:
-                m.source_fd = open_source(m.path, "network.unix_sockets")
-                found.denied.append(m)
         for grant in () if "deny" in weaken else request.deny:
             try:
                 fd = open_path_nofollow(grant.path)
@@ -114,10 +105,40 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
             except OSError as exc:
                 raise _fail("filesystem.deny", grant.path, exc) from None
             found.denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
+        mask_sockets = (request.network.unix_sockets == "own"
+                        and "unix_sockets" not in weaken)
+        protecting = "protected" not in weaken
+        guarded, sockets = _walk_write_roots(request, found.roots, protecting, mask_sockets,
+                                             tuple(m.path for m in found.denied))
+        found.guarded = [m for m in guarded if "pins" not in weaken or m.kind != "keep"]
+        for m in found.guarded:  # (a pin that cannot be opened fails the launch, named)
+            m.source_fd = open_source(m.path, "filesystem.protected" if m.kind == "protected"
+                                      else "filesystem.pin")
+        for m in sockets if mask_sockets else []:
+            m.source_fd = open_source(m.path, "network.unix_sockets")
+            found.denied.append(m)
     except BaseException:
         found.close()
         raise
     return found
+
+
+def hidden_cwd(request: LaunchRequest) -> str | None:
+    """The kind ("read" or "write") of the root granting the working directory, when only a
+    root above /tmp grants it (`read = ["/"]` run from /tmp/x: the sandbox's own /tmp covers
+    the host's, and the command could not start there);
+    the view then mounts the working directory itself, as that root would. Else None."""
+    cwd = request.cwd
+    grants = [(g.path, "read") for g in request.read] + [(g.path, "write") for g in request.write]
+    holders = [(path, kind) for path, kind in grants if path == cwd or protect_inside(cwd, path)]
+    if not holders:
+        return None
+    path, kind = max(holders, key=lambda holder: (len(holder[0]), holder[1] == "write"))
+    # (/tmp only: /proc and /dev are no place for a workspace, and their own instances in
+    # the view are read-only)
+    if protect_inside(cwd, "/tmp") and protect_inside("/tmp", path):
+        return kind
+    return None
 
 
 def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bytes:
@@ -233,15 +254,17 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
     return SetupError("mount_source_invalid", f"{key}: cannot open {path}: {why}", stage="mount")
 
 
-def _walk_write_roots(request: LaunchRequest, roots: list[_Mount],
-                      protecting: bool) -> tuple[list[_Mount], list[_Mount]]:
-    """Re-mounts for protected names and repositories in write roots (protect.guards), and
-    masks for the unix socket files in them; not yet opened. Not `protecting` (a test's
-    weakening), the walk looks for sockets only: no name or `.git` is protected, nothing made."""
+def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: bool,
+                      mask_sockets: bool, masked: tuple[str, ...]
+                      ) -> tuple[list[_Mount], list[_Mount]]:
+    """Re-mounts for protected names and repositories in write roots (protect.guards), pins
+    of the directories above them and above the `masked` paths (and, `mask_sockets`, above the
+    unix socket files, which are masked), and masks for those socket files; not yet opened.
+    Not `protecting` (a test's weakening), no name or `.git` is protected, nothing made."""
     writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
     names, git = (frozenset(request.protected), request.git) if protecting \
         else (frozenset(), "writable")
-    guards, sockets = protect.walk(writes, names, git)
+    guards, sockets = protect.walk(writes, names, git, masked, pin_sockets=mask_sockets)
     return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in guards],
             [_Mount(path, "deny", is_dir=False) for path in sockets])
 

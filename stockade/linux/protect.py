@@ -14,6 +14,13 @@ outside every root, so they are mounted read-only as well (`linked`); and unix s
 (`socket`), which a process outside the sandbox may be listening on, so the Linux backend can
 mask them (a VM guest reaches no host socket through its shares).
 
+A mount covers a name, and moves with it: renaming any directory above a re-mounted or masked
+object carries the mount away and frees the path for a replacement (which a later run, or the
+host, then trusts). So every directory from a write root down to each object a view covers in
+it (protected names, what of a repository is guarded, the socket masks, and the `masked` paths
+the caller gives: denied paths and Stockade's state directories) is pinned: "keep" guards,
+each re-mounted on itself, which makes it a mount point that rename and rmdir refuse (EBUSY).
+
 `guards` turns what the walk found into what a view re-mounts (the Linux backend's mounts,
 stockade/linux/mnt.py, and a VM guest's init, stockade/vm/machine.py); `walk` also says which
 socket files it met.
@@ -60,16 +67,19 @@ class Guard:
 
 
 def guards(roots: list[tuple[str, int]], names: frozenset[str],
-           git: str = "guarded") -> list[Guard]:
+           git: str = "guarded", masked: tuple[str, ...] = ()) -> list[Guard]:
     """What to re-mount in the write roots `roots` (each a directory's path and a descriptor on
-    it) for the protected `names` and `.git` protected as `git` says (policy.model.GIT_MODES):
-    the kept directories, ancestors first, then the protected objects, ancestors first."""
-    return walk(roots, names, git)[0]
+    it) for the protected `names` and `.git` protected as `git` says (policy.model.GIT_MODES),
+    and to pin above the `masked` paths (each existing): the kept directories, ancestors first,
+    then the protected objects, ancestors first."""
+    return walk(roots, names, git, masked)[0]
 
 
 def walk(roots: list[tuple[str, int]], names: frozenset[str],
-         git: str = "guarded") -> tuple[list[Guard], list[str]]:
-    """`guards`, and the paths of the unix socket files in the roots."""
+         git: str = "guarded", masked: tuple[str, ...] = (), *,
+         pin_sockets: bool = False) -> tuple[list[Guard], list[str]]:
+    """`guards`, and the paths of the unix socket files in the roots (whose directories are
+    pinned too when `pin_sockets`: the Linux backend masks them)."""
     whole = protected_whole(names, git, guards_git=True)
     guard_git = git == "guarded" and ".git" not in {name.casefold() for name in whole}
     repositories = gitdirs.Repositories([root for root, _ in roots])
@@ -81,6 +91,8 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
             path = os.path.join(root, occ.rel)
             if occ.socket:
                 sockets.append(path)
+                if pin_sockets:
+                    _pin_everywhere(keep, roots, path)
             elif occ.linked:
                 items[path] = Guard(path, "protected", False)
             elif occ.repository:
@@ -93,6 +105,8 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
                         _add_everywhere(items, keep, roots, target, True)
     for path, is_dir in repositories.guarded():
         _add_everywhere(items, keep, roots, path, is_dir)
+    for path in masked:
+        _pin_everywhere(keep, roots, path)
     return (sorted(keep.values(), key=lambda g: g.depth)
             + sorted(items.values(), key=lambda g: g.depth), sockets)
 
@@ -103,18 +117,20 @@ def _add_everywhere(items: dict[str, Guard], keep: dict[str, Guard],
     itself is an exact grant, which stays writable)."""
     for root, _ in roots:
         if path.startswith(root.rstrip("/") + "/"):
-            _add(items, keep, root, os.path.relpath(path, root), is_dir)
+            items[path] = Guard(path, "protected", is_dir)
+    _pin_everywhere(keep, roots, path)
 
 
-def _add(items: dict[str, Guard], keep: dict[str, Guard], root: str, rel: str,
-         is_dir: bool) -> None:
-    path = os.path.join(root, rel)
-    items[path] = Guard(path, "protected", is_dir)
-    parent = os.path.dirname(rel)
-    while parent:
-        keep.setdefault(os.path.join(root, parent),
-                        Guard(os.path.join(root, parent), "keep", True))
-        parent = os.path.dirname(parent)
+def _pin_everywhere(keep: dict[str, Guard], roots: list[tuple[str, int]], path: str) -> None:
+    """Keep every directory between each root `path` lies below and `path` (the root itself
+    is a mount already; `path` is covered by its own)."""
+    for root, _ in roots:
+        if path.startswith(root.rstrip("/") + "/"):
+            parent = os.path.dirname(os.path.relpath(path, root))
+            while parent:
+                keep.setdefault(os.path.join(root, parent),
+                                Guard(os.path.join(root, parent), "keep", True))
+                parent = os.path.dirname(parent)
 
 
 def find(root: str, root_fd: int, names: frozenset[str],

@@ -58,7 +58,8 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "outside the roots is absent (mounts) and denied (Landlock)"),
         row("filesystem.write", "write roots bind-mounted nosuid, nodev; Landlock write rights "
             "beneath them only", {"mounts": ("write_root", "outside_path"), "landlock": landlock}),
-        row("filesystem.deny", "an inaccessible (mode 000) read-only mask mounted over the path",
+        row("filesystem.deny", "an inaccessible (mode 000) read-only mask mounted over the path, "
+            "the directories above it in a write root pinned (no rename carries it away)",
             {"mounts": ("denied_path",)},
             "mount layer only: Landlock cannot carve an exception out of a granted root"),
         row("filesystem.protected", "each occurrence inside a write root re-mounted read-only, "
@@ -86,8 +87,9 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                                               "host"),
         _workspace_row(root),
         row("stockade_state", "Stockade's state directories (ledger, attestations, daemon and "
-            "CLI server sockets) masked in every view; its servers serve no peer in another "
-            "context", {"mounts": ("stockade_state",)},
+            "CLI server sockets) masked in every view, the directories above them in a write "
+            "root pinned; its servers serve no peer in another context",
+            {"mounts": ("stockade_state",)},
             "servers know a peer by SO_PEERPIDFD and its own /proc, never by what it says"),
         row("network.none", "a network namespace of its own, holding only its own loopback",
             {"namespace": isolated}),

@@ -43,7 +43,7 @@ DENY_DEFAULTS = (
     "{home}/.config/gh", "{home}/.docker", "{home}/.kube", "{home}/.netrc",
     "{home}/.git-credentials", "{home}/.pypirc",
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
-    "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private",
+    "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
 WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")

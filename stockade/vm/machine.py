@@ -61,7 +61,8 @@ class Guest:
     and what they name, what of each repository there is guarded, and files there with more
     than one hard link, see protect.guards)
     and pinned as mount points (`kept`: the directories between a write root and a protected
-    name), each list ancestors first."""
+    name or a hidden path, which a rename would otherwise carry away), each list ancestors
+    first."""
 
     shares: tuple[Share, ...]
     links: tuple[tuple[str, str], ...]
@@ -93,7 +94,7 @@ def plan(request: LaunchRequest) -> Guest:
     if len(shares) > MAX_SHARES:
         raise UnenforceableError("filesystem", f"{len(shares)} roots: the VM driver shares at "
                                  f"most {MAX_SHARES}")
-    guards = _guards(request)
+    guards = _guards(request, tuple(g.path for g in request.deny if os.path.lexists(g.path)))
     return Guest(tuple(sorted(shares, key=lambda s: s.path.count("/"))),
                  tuple(sorted(links.items())), tuple(g.path for g in request.deny),
                  tuple(g.path for g in guards if g.kind == "protected"),
@@ -102,8 +103,9 @@ def plan(request: LaunchRequest) -> Guest:
                  limits.pid_max_for(request.limits))
 
 
-def _guards(request: LaunchRequest) -> list[protect.Guard]:
-    """What the Linux backend re-mounts in the write roots, found the same way (protect.py)."""
+def _guards(request: LaunchRequest, hidden: tuple[str, ...]) -> list[protect.Guard]:
+    """What the Linux backend re-mounts and pins in the write roots, found the same way
+    (protect.py): the `hidden` paths are pinned too."""
     roots: list[tuple[str, int]] = []
     try:
         for grant in request.write:
@@ -111,7 +113,7 @@ def _guards(request: LaunchRequest) -> list[protect.Guard]:
             roots.append((grant.path, fd))
         return protect.guards([(path, fd) for path, fd in roots
                                if stat.S_ISDIR(os.fstat(fd).st_mode)],
-                              frozenset(request.protected), request.git)
+                              frozenset(request.protected), request.git, hidden)
     finally:
         for _, fd in roots:
             os.close(fd)
