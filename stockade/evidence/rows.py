@@ -533,6 +533,12 @@ ROWS: tuple[Row, ...] = (
         "{outside}", "daemon:{ws}/daemon.sock", "cli:{ws}/cli.sock",
         expect=denied(by("peer_check", "PEER_REFUSED", "NOT_SERVED")), proven=off("peer_check"),
         preset="read-only", launch=launches.against_servers),
+    row("helpers.planted-servers", "helpers",
+        "plant cli.sock and daemon.sock where the host's clients look for the state directory, "
+        "and hear what a host `stockade run` and `stockade session list` send",
+        "helper_planted.py", "{ws}/state", "{ws}/done",
+        expect=denied(by("server_check", "NOTHING_SENT")), proven=off("server_check"),
+        launch=launches.planted_servers),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

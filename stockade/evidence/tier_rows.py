@@ -33,7 +33,7 @@ ISOLATION = "landlock"
 TIER_LAYERS = frozenset({
     "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
     "unix_sockets", "stockade_state", "environment", "lifeline", "tree_kill", "timeout",
-    "output_cap", "stdio_relay", "peer_check",
+    "output_cap", "stdio_relay", "peer_check", "server_check",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
 CARVED_PROTECTED = refused_by("protected", "EACCES")  # a Landlock rule carved around it
@@ -206,6 +206,12 @@ def _specs() -> dict[str, Tier]:
             # (the servers tell a tier process by its seccomp filter, no_new_privs and
             # capabilities: with all of them off, it is a host process like any other)
             proven_by=(off("unix_sockets", "peer_check"),
+                       off("seccomp", "privileges", "landlock"))),
+        "helpers.planted-servers": tier("stockade_state", expect=denied(NO_UNIX, refused_by(
+            "server_check", "NOTHING_SENT")),
+            # (the clients tell a tier process by its seccomp filter, no_new_privs and
+            # capabilities, as the servers do)
+            proven_by=(off("unix_sockets", "server_check"),
                        off("seccomp", "privileges", "landlock"))),
     })
     return specs

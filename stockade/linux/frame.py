@@ -53,6 +53,8 @@ LAYERS = {
     # Not the sandbox's own, but its helpers' (the evidence rows that attack Stockade's servers
     # and the caller's streams read them).
     "peer_check": "the daemon's and the CLI server's refusal of peers in another context",
+    "server_check": "the CLI's and the session clients' check of who listens on a server's "
+                    "socket before they send anything",
     "stdio_relay": "the caller's streams relayed through pipes",
 }
 WEAKENINGS = frozenset(LAYERS)
