@@ -5,7 +5,7 @@
 (stockade/cli/server.py; the wire is stockade/cliwire.py): this process then imports almost
 nothing, passes its argv, working directory, environment and standard streams, and exits with
 the status the server reports. Everything else, and every run when no server answers (or where
-there can be none: no unix sockets, as on Windows), is the ordinary command line in this
+there can be none: any system but Linux), is the ordinary command line in this
 process (stockade/cli).
 
 Nothing is sent before the server is known for what it is: a sandbox may have planted a socket
