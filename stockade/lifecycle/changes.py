@@ -359,7 +359,8 @@ def _private(path: str, what: str) -> None:
 def _private_dirs(path: str) -> None:
     """Make `path` and any missing parent, each mode 0700 (a umask only removes bits: never
     one others can write, unlike os.makedirs' parents)."""
-    if os.path.isdir(path):
+    path = os.path.abspath(path)
+    if os.path.isdir(path) or os.path.dirname(path) == path:
         return
     _private_dirs(os.path.dirname(path))
     try:

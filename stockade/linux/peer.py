@@ -26,10 +26,6 @@ import signal
 import struct
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import socket
 
 SO_PEERPIDFD = 77
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
@@ -84,7 +80,7 @@ def context_of(proc: int, parts: Iterable[str] = ()) -> dict[str, str]:
     return found
 
 
-def check_peer(conn: socket.socket, own: dict[str, str], *, accepted: float) -> None:
+def check_peer(conn: _socket.socket, own: dict[str, str], *, accepted: float) -> None:
     """Return if the process at the other end of `conn` (a server's: the one that connected;
     a client's: the one that listens) has context `own` (built with the same `parts`); raise
     PeerRefused otherwise. `accepted` is CLOCK_BOOTTIME (seconds) when the connection was
@@ -125,7 +121,7 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _peer_pidfd(conn: socket.socket) -> tuple[int, bool]:
+def _peer_pidfd(conn: _socket.socket) -> tuple[int, bool]:
     try:
         return struct.unpack("i", conn.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0], True
     except OSError as exc:
@@ -134,7 +130,7 @@ def _peer_pidfd(conn: socket.socket) -> tuple[int, bool]:
     return os.pidfd_open(_peercred(conn)[0]), False
 
 
-def _peercred(conn: socket.socket) -> tuple[int, int]:
+def _peercred(conn: _socket.socket) -> tuple[int, int]:
     """The peer's pid and uid as SO_PEERCRED has them (as of its connect or listen)."""
     pid, uid, _ = struct.unpack("3i", conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED,
                                                       12))

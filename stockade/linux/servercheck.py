@@ -22,14 +22,11 @@ The server checks its client the same way (peer.py); neither trusts what the oth
 
 from __future__ import annotations
 
+import _socket
 import os
 import stat
-from typing import TYPE_CHECKING
 
 from stockade.linux import peer
-
-if TYPE_CHECKING:
-    import socket
 
 
 class ServerUntrusted(Exception):
@@ -41,7 +38,7 @@ class ServerUntrusted(Exception):
         self.why = why
 
 
-def connect(conn: socket.socket, path: str) -> None:
+def connect(conn: _socket.socket, path: str) -> None:
     """Connect `conn` (an unconnected AF_UNIX stream socket) to the server listening at `path`,
     and check it (see the module docstring). OSError when nothing listens there (or it cannot
     be reached); ServerUntrusted when something does but is not to be talked to."""
