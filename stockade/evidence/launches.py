@@ -251,6 +251,39 @@ def _host_clients(state: Path, check: bool) -> None:
         DaemonClient(str(state / "daemon.sock"), check_server=check).sessions()
 
 
+def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack plants a change set in `{ws}/state` whose root is `{outside}`; meanwhile
+    the host applies the newest change set of that state directory and writes its answer
+    ("applied", or the refusal's code) to `{ws}/answer`. The store check is what the row
+    tests; the `change_store_check` weakening (tests only) switches it off."""
+    from stockade.lifecycle import changes
+
+    check = "change_store_check" not in weakenings(backend)
+    meta = scene.ws / "state" / "changes" / ("0" * 32) / "meta.json"
+    launched: list[Launch] = []
+    answer = "error"  # (the host never got to apply)
+    planting = threading.Thread(target=lambda: launched.append(attack(row, scene, backend)))
+    planting.start()
+    try:
+        deadline = time.monotonic() + 60
+        while planting.is_alive() and not meta.exists():
+            if time.monotonic() > deadline:
+                raise NotRunnable("the planted change set did not appear")
+            time.sleep(0.05)
+        time.sleep(0.2)  # (its last file written)
+        try:
+            changes.load(state=str(scene.ws / "state"), check_store=check).apply()
+            answer = "applied"
+        except StockadeError as exc:
+            answer = exc.code
+    finally:
+        (scene.ws / "answer").write_text(answer)
+        planting.join(HOST_TIMEOUT)
+    if not launched:
+        raise NotRunnable("the planting attack did not end")
+    return launched[0]
+
+
 def _answers(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:

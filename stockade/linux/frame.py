@@ -55,6 +55,8 @@ LAYERS = {
     "peer_check": "the daemon's and the CLI server's refusal of peers in another context",
     "server_check": "the CLI's and the session clients' check of who listens on a server's "
                     "socket before they send anything",
+    "change_store_check": "the change sets' store trusted only when it is the user's alone and "
+                          "a set's `created` is not in the future",
     "stdio_relay": "the caller's streams relayed through pipes",
 }
 WEAKENINGS = frozenset(LAYERS)
