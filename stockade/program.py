@@ -5,8 +5,13 @@
 (stockade/cli/server.py; the wire is stockade/cliwire.py): this process then imports almost
 nothing, passes its argv, working directory, environment and standard streams, and exits with
 the status the server reports. Everything else, and every run when no server answers (or where
-there can be none: no unix sockets, as on Windows), is the ordinary command line in this
+there can be none: any system but Linux), is the ordinary command line in this
 process (stockade/cli).
+
+Nothing is sent before the server is known for what it is: a sandbox may have planted a socket
+where the state directory is expected (stockade/linux/servercheck.py checks the directory and,
+through the kernel, the process that listens). A server that fails that check is not used: the
+command line runs here, and says so on stderr (`server_untrusted`, naming the socket).
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ EXIT_SETUP = 70
 EXIT_INTERRUPTED = 130
 
 
-def main() -> int:
+def main(*, check_server: bool = True) -> int:
+    """`check_server` False (tests only, never set by the program: it proves the evidence row
+    that plants a server can fail) talks to whatever listens on the socket."""
     words = sys.argv[1:]
     if words and words[0] in SERVED and os.environ.get("STOCKADE_NO_SERVER") != "1":
-        status = _through_server(words)
+        status = _through_server(words, check_server=check_server)
         if status is not None:
             return status
     from stockade.cli import console_main
@@ -37,9 +44,10 @@ def main() -> int:
     return console_main()
 
 
-def _through_server(words: list[str]) -> int | None:
-    """The command's exit status from the CLI server; None when none answers (nothing ran)."""
-    if not hasattr(_socket, "AF_UNIX"):  # (Windows: no CLI server can listen)
+def _through_server(words: list[str], *, check_server: bool = True) -> int | None:
+    """The command's exit status from the CLI server; None when none answers, or none to be
+    trusted (nothing ran)."""
+    if not sys.platform.startswith("linux"):  # (the CLI server is Linux's alone)
         return None
     try:
         path = socket_path()
@@ -48,9 +56,18 @@ def _through_server(words: list[str]) -> int | None:
         return None
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
+        from stockade.linux.servercheck import ServerUntrusted, connect
+
         try:
-            conn.connect(path)
+            if check_server:
+                connect(conn, path)
+            else:
+                conn.connect(path)
         except OSError:  # no server answers: run here
+            return None
+        except ServerUntrusted as exc:
+            print(f"stockade: server_untrusted: not using {path} ({exc.why}): nothing was "
+                  "sent to it; the command runs here", file=sys.stderr)
             return None
         umask = os.umask(0o077)
         os.umask(umask)

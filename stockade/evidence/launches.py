@@ -205,6 +205,85 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         serving.join(30)
 
 
+def planted_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack plants cli.sock and daemon.sock in `{ws}/state` and listens; meanwhile the
+    host's clients take that directory for their state directory: `stockade run` (a process
+    of its own, with a secret in its environment) and a session list. The clients' server
+    check is what the row tests; the `server_check` weakening (tests only) switches it off.
+    The attack stops listening once `{ws}/done` appears."""
+    check = "server_check" not in weakenings(backend)
+    state = scene.ws / "state"
+    launched: list[Launch] = []
+    planting = threading.Thread(target=lambda: launched.append(attack(row, scene, backend)))
+    planting.start()
+    try:
+        deadline = time.monotonic() + 60
+        # (seen, not connected to: a connection of ours would count as a client's)
+        while planting.is_alive() and not all(
+                (state / name).exists() for name in ("cli.sock", "daemon.sock")):
+            if time.monotonic() > deadline:
+                raise NotRunnable("the planted servers did not start listening")
+            time.sleep(0.05)
+        if planting.is_alive():
+            _host_clients(state, check)
+    finally:
+        (scene.ws / "done").touch()
+        planting.join(HOST_TIMEOUT)
+    if not launched:
+        raise NotRunnable("the planting attack did not end")
+    return launched[0]
+
+
+def _host_clients(state: Path, check: bool) -> None:
+    """`stockade run` and `stockade session list` on the host, their state directory `state`
+    (a run refused as soon as it runs here: only what it would send matters)."""
+    from stockade.session.client import DaemonClient
+
+    env = {**os.environ, "PYTHONPATH": PACKAGE_PARENT, "STOCKADE_STATE_DIR": str(state),
+           "STOCKADE_EVIDENCE_SECRET": secrets.token_hex(8)}
+    env.pop("STOCKADE_NO_SERVER", None)
+    subprocess.run([sys.executable, "-c", "import sys; from stockade import program; "
+                    f"sys.exit(program.main(check_server={check}))", "run", "--preset",
+                    "no-such-preset", "--", "true"], env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=HOST_TIMEOUT,
+                   check=False)
+    with contextlib.suppress(StockadeError):
+        DaemonClient(str(state / "daemon.sock"), check_server=check).sessions()
+
+
+def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack plants a change set in `{ws}/state` whose root is `{outside}`; meanwhile
+    the host applies the newest change set of that state directory and writes its answer
+    ("applied", or the refusal's code) to `{ws}/answer`. The store check is what the row
+    tests; the `change_store_check` weakening (tests only) switches it off."""
+    from stockade.lifecycle import changes
+
+    check = "change_store_check" not in weakenings(backend)
+    meta = scene.ws / "state" / "changes" / ("0" * 32) / "meta.json"
+    launched: list[Launch] = []
+    answer = "error"  # (the host never got to apply)
+    planting = threading.Thread(target=lambda: launched.append(attack(row, scene, backend)))
+    planting.start()
+    try:
+        deadline = time.monotonic() + 60
+        while planting.is_alive() and not meta.exists():
+            if time.monotonic() > deadline:
+                raise NotRunnable("the planted change set did not appear")
+            time.sleep(0.05)
+        time.sleep(0.2)  # (its last file written)
+        try:
+            changes.load(state=str(scene.ws / "state"), check_store=check).apply()
+            answer = "applied"
+        except StockadeError as exc:
+            answer = exc.code
+    finally:
+        (scene.ws / "answer").write_text(answer)
+        planting.join(HOST_TIMEOUT)
+    if not launched:
+        raise NotRunnable("the planting attack did not end")
+    return launched[0]
+
+
 def _answers(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:

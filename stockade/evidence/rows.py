@@ -541,6 +541,20 @@ ROWS: tuple[Row, ...] = (
         "{outside}", "daemon:{ws}/daemon.sock", "cli:{ws}/cli.sock",
         expect=denied(by("peer_check", "PEER_REFUSED", "NOT_SERVED")), proven=off("peer_check"),
         preset="read-only", launch=launches.against_servers),
+    row("helpers.planted-servers", "helpers",
+        "plant cli.sock and daemon.sock where the host's clients look for the state directory, "
+        "and hear what a host `stockade run` and `stockade session list` send",
+        "helper_planted.py", "{ws}/state", "{ws}/done",
+        expect=denied(by("server_check", "NOTHING_SENT")), proven=off("server_check"),
+        launch=launches.planted_servers),
+    row("helpers.planted-changes", "helpers",
+        "plant a change set whose root is outside and whose `created` lies in the future where "
+        "the host's `stockade apply` looks for its state directory", "helper_planted_changes.py",
+        "{ws}/state", "{outside}", "{ws}/answer",
+        expect=denied(by("change_store_check", "changes_untrusted")),
+        proven=off("change_store_check"), launch=launches.planted_changes,
+        # (on the host the apply refuses just the same: the check is the host's own)
+        control=without("change_store_check")),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

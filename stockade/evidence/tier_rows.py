@@ -33,7 +33,8 @@ ISOLATION = "landlock"
 TIER_LAYERS = frozenset({
     "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
     "unix_sockets", "stockade_state", "environment", "lifeline", "tree_kill", "timeout",
-    "output_cap", "stdio_relay", "peer_check",
+    "output_cap", "stdio_relay", "peer_check", "server_check",
+    "change_store_check",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
 CARVED_PROTECTED = refused_by("protected", "EACCES")  # a Landlock rule carved around it
@@ -93,7 +94,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "env.refused-loader": "env", "env.refused-credential": "env",
              "env.home-credentials": "filesystem.deny", "res.memory-bomb": "limits.memory",
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
-             "helpers.state-dir": "stockade_state"}
+             "helpers.state-dir": "stockade_state",
+             "helpers.planted-changes": "stockade_state"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
@@ -210,6 +212,12 @@ def _specs() -> dict[str, Tier]:
             # (the servers tell a tier process by its seccomp filter, no_new_privs and
             # capabilities: with all of them off, it is a host process like any other)
             proven_by=(off("unix_sockets", "peer_check"),
+                       off("seccomp", "privileges", "landlock"))),
+        "helpers.planted-servers": tier("stockade_state", expect=denied(NO_UNIX, refused_by(
+            "server_check", "NOTHING_SENT")),
+            # (the clients tell a tier process by its seccomp filter, no_new_privs and
+            # capabilities, as the servers do)
+            proven_by=(off("unix_sockets", "server_check"),
                        off("seccomp", "privileges", "landlock"))),
     })
     return specs

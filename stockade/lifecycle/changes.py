@@ -13,6 +13,13 @@ at all (a temporary one is abandoned work, removed by `stockade reconcile`). Its
 "running" until the run ends; one that says so while its lock is free belongs to a run that
 crashed, and is listed as "interrupted", its changes kept: nothing is ever lost silently.
 Applying or discarding is refused while its lock is held.
+
+Every directory of the store is made mode 0700, one by one, whatever the umask (issue 30). A
+change set is acted on only while its store is the user's alone all the way down (`trusted`):
+the state directory, `changes/`, the set's directory, its meta.json and baseline files and its
+layer directories are real directories and files (no links), owned by the user and writable
+by no group or other user; and its `created` is not in the future (a set planted to be the
+newest). Anything else is `changes_untrusted`, naming the path.
 """
 
 from __future__ import annotations
@@ -173,7 +180,7 @@ class ChangeSet:
         name, for `rollback`."""
         name = f"{len(self._snapshots()) + 1}"
         target = os.path.join(self.path, "snapshots", name)
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        _private_dirs(os.path.dirname(target))
         scratch = target + ".new"
         remove_tree(scratch)
         os.mkdir(scratch, 0o700)
@@ -208,7 +215,7 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
     root, empty layers), locked for the run; and the request pointing at it."""
     parent = store(state)
     statedir.ensure(os.path.dirname(parent))
-    os.makedirs(parent, mode=0o700, exist_ok=True)
+    _private_dirs(parent)
     roots = [grant.path for grant in request.write]
     from stockade.errors import UnenforceableError
 
@@ -240,7 +247,7 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
         for index, root in enumerate(roots):
             _write_json(os.path.join(scratch, f"base-{index}.json"), changescan.baseline(root))
             layer = layer_dir(scratch, index)
-            os.makedirs(layer, mode=0o700)
+            _private_dirs(layer)
             # The overlay's root shows its upper directory's mode and owner: the root's own.
             info = os.stat(root)
             os.mkdir(os.path.join(layer, UPPER), 0o700)
@@ -269,9 +276,12 @@ def _pointing(request: LaunchRequest, changes_dir: str) -> LaunchRequest:
     return replace(request, changes_dir=changes_dir)
 
 
-def load(run: str | None = None, state: str | None = None) -> ChangeSet:
-    """The change set of run `run` (its id, or a unique prefix of it), or the newest one."""
-    sets = pending(state)
+def load(run: str | None = None, state: str | None = None, *,
+         check_store: bool = True) -> ChangeSet:
+    """The change set of run `run` (its id, or a unique prefix of it), or the newest one.
+    `check_store` False (tests only: it proves the evidence row that plants a change set can
+    fail) skips `trusted`."""
+    sets = pending(state, check_store=check_store)
     if not sets:
         raise ChangesError("changes_not_found", "no pending changes (runs with "
                            "filesystem.workspace = \"overlay\" keep theirs until applied or "
@@ -286,9 +296,13 @@ def load(run: str | None = None, state: str | None = None) -> ChangeSet:
     return chosen[0]
 
 
-def pending(state: str | None = None) -> list[ChangeSet]:
-    """Every change set kept, oldest first."""
+def pending(state: str | None = None, *, check_store: bool = True) -> list[ChangeSet]:
+    """Every change set kept, oldest first (ChangesError `changes_untrusted` if the store or
+    any set in it is not the user's alone: see `trusted`)."""
     parent = store(state)
+    if check_store and os.path.lexists(parent):
+        _private(os.path.dirname(parent), "the state directory")
+        _private(parent, "the change sets' directory")
     sets = []
     for name in _names(parent):
         if name.startswith("."):
@@ -300,8 +314,63 @@ def pending(state: str | None = None) -> list[ChangeSet]:
             continue  # (not one of ours: never acted on)
         if meta.get("format") == FORMAT and meta.get("version") == VERSION \
                 and meta.get("id") == name:
+            if check_store:
+                trusted(os.path.join(parent, name), meta)
             sets.append(ChangeSet(os.path.join(parent, name), meta))
     return sorted(sets, key=lambda s: s.meta["created"])
+
+
+CLOCK_SLACK = 60.0  # seconds a set's `created` may lie ahead of now (clock adjustments)
+
+
+def trusted(path: str, meta: dict) -> None:
+    """Return if the change set at `path` (its meta.json read as `meta`) is the user's alone
+    (see the module docstring); raise ChangesError `changes_untrusted` otherwise."""
+    _private(path, "the change set")
+    for name in _names(path):
+        if name == "meta.json" or name.startswith("base-"):
+            _private(os.path.join(path, name), "the change set's file")
+    layers = os.path.join(path, "layers")
+    _private(layers, "the change set's layers")
+    for name in _names(layers):
+        _private(os.path.join(layers, name), "the change set's layer")
+    created = meta.get("created")
+    if not isinstance(created, int | float) or created > time.time() + CLOCK_SLACK:
+        raise ChangesError("changes_untrusted", f"the change set {path} says it was made in "
+                           "the future: not made by Stockade, never acted on")
+
+
+def _private(path: str, what: str) -> None:
+    """ChangesError `changes_untrusted` unless `path` is no link, is owned by this user, and
+    no group or other user may write it."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise ChangesError("changes_untrusted", f"{what} {path} cannot be read "
+                           f"({exc.strerror})") from None
+    if stat.S_ISLNK(info.st_mode):
+        why = "is a symbolic link"
+    elif not lease.owned(info):
+        why = "is owned by another user"
+    elif not lease.private(info):
+        why = "is writable by other users"
+    else:
+        return
+    raise ChangesError("changes_untrusted", f"{what} {path} {why}: someone else could have "
+                       "planted or changed it; never acted on")
+
+
+def _private_dirs(path: str) -> None:
+    """Make `path` and any missing parent, each mode 0700 (a umask only removes bits: never
+    one others can write, unlike os.makedirs' parents)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path) or os.path.dirname(path) == path:
+        return
+    _private_dirs(os.path.dirname(path))
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
 
 
 def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:

@@ -56,6 +56,10 @@ LAYERS = {
     # Not the sandbox's own, but its helpers' (the evidence rows that attack Stockade's servers
     # and the caller's streams read them).
     "peer_check": "the daemon's and the CLI server's refusal of peers in another context",
+    "server_check": "the CLI's and the session clients' check of who listens on a server's "
+                    "socket before they send anything",
+    "change_store_check": "the change sets' store trusted only when it is the user's alone and "
+                          "a set's `created` is not in the future",
     "stdio_relay": "the caller's streams relayed through pipes",
 }
 WEAKENINGS = frozenset(LAYERS)

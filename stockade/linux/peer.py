@@ -1,7 +1,8 @@
 """Who is at the other end of a unix socket, as the kernel tells it: the peer's process read
 through a pidfd and its own `/proc` directory, never what the peer says about itself.
 
-Stockade's servers (the daemon, the CLI server) serve only a peer whose *context* is their own:
+Stockade's servers (the daemon, the CLI server) serve only a peer whose *context* is their own
+(and their clients talk only to a server whose context is theirs: stockade/linux/servercheck.py):
 the same user, the same namespaces and root, the same capabilities, `no_new_privs`, seccomp
 state and LSM label (and, for the CLI server, whose runs take its place, the same groups and
 resource limits). Every Stockade sandbox has namespaces of its own, so no process inside one
@@ -16,15 +17,15 @@ have started before the connection was accepted.
 
 from __future__ import annotations
 
+# _socket and no ctypes: `stockade run`'s fast path checks its server through this module.
+import _socket
 import contextlib
 import errno
 import os
-import socket
+import signal
 import struct
 import time
 from collections.abc import Iterable
-
-from stockade.linux.syscalls import number, syscall
 
 SO_PEERPIDFD = 77
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
@@ -32,7 +33,6 @@ CONFINEMENT = ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "
                "Seccomp", "Seccomp_filters")
 # What a served run takes from its server rather than from its client: they must agree too.
 RUN_CONTEXT = ("Groups", "limits")
-_PIDFD_SEND_SIGNAL = 424
 
 
 class PeerRefused(Exception):
@@ -80,11 +80,12 @@ def context_of(proc: int, parts: Iterable[str] = ()) -> dict[str, str]:
     return found
 
 
-def check_peer(conn: socket.socket, own: dict[str, str], *, accepted: float) -> None:
-    """Return if the process that connected `conn` has context `own` (built with the same
-    `parts`); raise PeerRefused otherwise. `accepted` is CLOCK_BOOTTIME (seconds) when the
-    connection was accepted (for kernels without SO_PEERPIDFD)."""
-    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+def check_peer(conn: _socket.socket, own: dict[str, str], *, accepted: float) -> None:
+    """Return if the process at the other end of `conn` (a server's: the one that connected;
+    a client's: the one that listens) has context `own` (built with the same `parts`); raise
+    PeerRefused otherwise. `accepted` is CLOCK_BOOTTIME (seconds) when the connection was
+    accepted or made (for kernels without SO_PEERPIDFD)."""
+    _, uid = _peercred(conn)
     if uid != os.geteuid():
         raise PeerRefused("another user")
     parts = [part for part in RUN_CONTEXT if part in own]
@@ -120,14 +121,20 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _peer_pidfd(conn: socket.socket) -> tuple[int, bool]:
+def _peer_pidfd(conn: _socket.socket) -> tuple[int, bool]:
     try:
-        return struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0], True
+        return struct.unpack("i", conn.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0], True
     except OSError as exc:
         if exc.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
             raise
-    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return syscall(number("pidfd_open"), pid, 0), False
+    return os.pidfd_open(_peercred(conn)[0]), False
+
+
+def _peercred(conn: _socket.socket) -> tuple[int, int]:
+    """The peer's pid and uid as SO_PEERCRED has them (as of its connect or listen)."""
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED,
+                                                      12))
+    return pid, uid
 
 
 def _pid_of(pidfd: int) -> int:
@@ -143,7 +150,7 @@ def _pid_of(pidfd: int) -> int:
 
 
 def _still_alive(pidfd: int) -> None:
-    syscall(_PIDFD_SEND_SIGNAL, pidfd, 0, None, 0)
+    signal.pidfd_send_signal(pidfd, 0)
 
 
 def _started(proc: int) -> float:

@@ -8,6 +8,11 @@ Each call is one connection carrying one JSON request line; the daemon answers w
 "result"}` (a Result's fields, output base64) — or `{"event": "error", "code", "message"}`.
 A client cancels a command by ending its side of the connection (shutdown for writing, or
 closing it): the daemon kills the command and still sends what remains, its Result last.
+
+Nothing is sent before the daemon is known for what it is (stockade/linux/servercheck.py: the
+socket's directory is this user's alone, and the process that listens has this process's own
+context, as the kernel tells it): a socket planted by a sandbox is refused, SessionError
+`server_untrusted`, having heard nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from stockade.errors import StartError
 from stockade.launch.pump import CANCEL_POLL
 from stockade.launch.result import Result, Violation
+from stockade.linux import servercheck
 from stockade.policy import Policy, policy_to_document
 from stockade.session import daemon
 from stockade.session.errors import SessionError
@@ -33,8 +39,11 @@ CANCEL_WAIT = GRACE + 5.0  # seconds a cancelled command's end may take (the dae
 
 
 class DaemonClient:
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, check_server: bool = True) -> None:
+        """`check_server` False (tests only: it proves the evidence row that plants a daemon
+        can fail) talks to whatever listens on the socket."""
         self.path = path or daemon.default_socket()
+        self._check_server = check_server
 
     def stream(self, session: str, argv: Sequence[str], *, policy: Policy | None = None,
                preset: str | None = None, workspace: str | os.PathLike | None = None,
@@ -80,10 +89,16 @@ class DaemonClient:
     def _exchange(self, request: dict, cancel: threading.Event | None = None) -> Iterator[dict]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
-                conn.connect(self.path)
+                if self._check_server:
+                    servercheck.connect(conn, self.path)
+                else:
+                    conn.connect(self.path)
             except OSError as exc:
                 raise SessionError("daemon_unavailable",
                                    f"no daemon at {self.path} ({exc.strerror})") from None
+            except servercheck.ServerUntrusted as exc:
+                raise SessionError("server_untrusted", f"not using {self.path} ({exc.why}): "
+                                   "nothing was sent to it") from None
             conn.sendall(json.dumps(request).encode() + b"\n")
             lines = _lines(conn) if cancel is None else _cancellable_lines(conn, cancel)
             for line in lines:

@@ -1,0 +1,46 @@
+"""Plant a change set for the host's `stockade apply` (G1): make the directory STATE (argv:
+STATE VICTIM ANSWER) where the host looks for its state directory, with a change set in it as
+Stockade writes one, whose root is VICTIM (never granted) and whose `created` lies in the
+future (so that it is the newest), adding a file there. Then wait for the host's apply: the
+host writes what it answered to ANSWER. Being applied is an escape (the file lands outside)."""
+
+import json
+import os
+import time
+
+from _common import ARGS, CannotTry, Refused, attempt
+
+STATE, VICTIM, ANSWER = ARGS
+RUN = "0" * 32
+
+
+def plant():
+    path = os.path.join(STATE, "changes", RUN)
+    os.makedirs(os.path.join(path, "layers", "0", "upper"), mode=0o700)
+    os.mkdir(os.path.join(path, "layers", "0", "work"), 0o700)
+    with open(os.path.join(path, "layers", "0", "upper", "planted-by-a-sandbox"), "w") as f:
+        f.write("written outside by a planted change set\n")
+    meta = {"format": "stockade-changes", "version": 1, "id": RUN,
+            "created": time.time() + 86400, "argv": ["true"], "roots": [VICTIM],
+            "protected": [], "deny": [], "git": "read-write", "status": "finished",
+            "exit_code": 0}
+    for name, data in (("meta.json", meta), ("base-0.json", {})):
+        with open(os.path.join(path, name), "w") as f:
+            json.dump(data, f)
+
+
+def applied():
+    plant()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(ANSWER):
+        if time.monotonic() > deadline:
+            raise CannotTry("the host never applied")
+        time.sleep(0.05)
+    with open(ANSWER) as f:
+        answer = f.read().strip()
+    if answer != "applied":
+        raise Refused(answer or "REFUSED", "the host's apply refused the planted set")
+    return "the host applied it"
+
+
+attempt("have the host apply a planted change set writing outside", applied)
