@@ -167,10 +167,11 @@ def _step(change: Change, act: Callable[..., None], *args: object) -> None:
         raise
     except OSError as exc:
         raise ChangesError(
-            "changes_conflict", f"{visible(change.path)}: the workspace changed on the host "
-            f"while the changes were applied ({exc.strerror}: a directory on its path is "
-            "gone or no longer a directory, never followed); what was applied before stays, "
-            "the rest is kept pending", (visible(change.path),)) from None
+            "changes_conflict", f"{visible(change.path)}: cannot be applied ({exc.strerror}):"
+            " the workspace changed on the host while the changes were applied (a directory "
+            "on its path gone, or swapped for a link, which is never followed) or refuses "
+            "the write; what was applied before stays, the rest is kept pending",
+            (visible(change.path),)) from None
 
 
 def _root_fd(roots: dict[str, int], root: str) -> int:
