@@ -24,10 +24,11 @@ DIFF_LIMIT = 1 << 20  # bytes: a larger file's diff is not shown, only that it c
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
-def visible(text: str, *, tabs: bool = False) -> str:
+def visible(text: str, *, tabs: bool = False, escaped: bool = True) -> str:
     """`text` with every character that is not plainly visible escaped (see above); tabs
-    kept when `tabs`."""
-    if text.isprintable() and (tabs or "\t" not in text):
+    kept when `tabs`; as it is when not `escaped` (the `review_escape` weakening of the
+    evidence matrix's tests, never in production)."""
+    if not escaped or text.isprintable() and (tabs or "\t" not in text):
         return text
     return "".join(_escaped(c) if unicodedata.category(c) in _HIDDEN
                    and not (tabs and c == "\t") else c for c in text)
@@ -42,11 +43,11 @@ def _escaped(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def line(change: Change) -> str:
+def line(change: Change, *, escaped: bool = True) -> str:
     """One line for `change`: its kind, its path, and what else it is."""
     slash = "/" if change.type == "dir" else ""
     kind = {"unshown": "?"}.get(change.kind, change.kind[0].upper())
-    return f"{kind} {visible(change.path)}{slash}{_details(change)}"
+    return f"{kind} {visible(change.path, escaped=escaped)}{slash}{_details(change)}"
 
 
 def _details(change: Change) -> str:
@@ -60,14 +61,14 @@ def _details(change: Change) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
-def diff(change: Change) -> str:
+def diff(change: Change, *, escaped: bool = True) -> str:
     """A unified diff of `change` (text), or one line saying how it changed."""
     old = None if change.kind == "added" else change.path
     new = None if change.kind == "deleted" else change.upper
-    rel = visible(change.rel or ".")
+    rel = visible(change.rel or ".", escaped=escaped)
     a, b = f"a/{rel}", f"b/{rel}"
     if change.kind == "unshown" or change.type not in ("file", "symlink"):
-        return f"{line(change)}\n"
+        return f"{line(change, escaped=escaped)}\n"
     header = ""
     if change.kind == "modified" and change.was_mode != change.mode:
         header = f"old mode {change.was_mode:o}\nnew mode {change.mode:o}\n"
@@ -76,7 +77,7 @@ def diff(change: Change) -> str:
         lines += [f"-> {visible(_link(old))}\n"] if old and os.path.islink(old) else []
         lines += [f"+> {visible(_link(new))}\n"] if new else []
         return header + "".join(lines)
-    old_text, new_text = _text(old), _text(new)
+    old_text, new_text = _text(old, escaped), _text(new, escaped)
     if old_text is None or new_text is None:
         return (f"{header}Binary files {a if old else '/dev/null'} and "
                 f"{b if new else '/dev/null'} differ\n")
@@ -92,7 +93,7 @@ def _link(path: str) -> str:
         return ""
 
 
-def _text(path: str | None) -> list[str] | None:
+def _text(path: str | None, escaped: bool) -> list[str] | None:
     """The lines of the regular file at `path` ([] for none), escaped, or None when it is
     not text or cannot be read (never a fifo or device opened: changescan.read_regular)."""
     if path is None:
@@ -112,7 +113,7 @@ def _text(path: str | None) -> list[str] | None:
         return None
     # Lines end at a newline only (str.splitlines would also end one at a CR, a form feed or
     # U+2028, which the escaping must show instead).
-    lines = [visible(part, tabs=True) + "\n" for part in text.split("\n")]
+    lines = [visible(part, tabs=True, escaped=escaped) + "\n" for part in text.split("\n")]
     if text.endswith("\n") or not text:
         lines.pop()
     else:

@@ -54,6 +54,8 @@ LAYERS = {
     # and the caller's streams read them).
     "peer_check": "the daemon's and the CLI server's refusal of peers in another context",
     "stdio_relay": "the caller's streams relayed through pipes",
+    "review_escape": "the copy-on-write review (`stockade changes`, diff()) escapes the "
+                     "control characters of names and contents",
 }
 WEAKENINGS = frozenset(LAYERS)
 # Layers that go with another: without the fresh root nothing of the view is made (and the
