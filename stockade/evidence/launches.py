@@ -168,6 +168,40 @@ def attack(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     return run_once(backend, request, scene)
 
 
+def reviewed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack in an overlaid workspace, then its change set reviewed on the host as
+    `stockade changes` shows it (every change's line and diff, from one scan): one attempt,
+    `review`, denied `ESCAPED` when no control character of what the attack planted reached
+    the screen raw. The `review_escape` weakening (tests only) shows them as they are."""
+    if backend is None:
+        return Launch(error=StockadeError("no_review", "on the host there is no change set"))
+    try:
+        request = request_for(row, scene, argv_for(row, scene))
+        backend.check(request)
+        result = execute(backend, request, cancel=scene.cancel)
+    except (UnavailableError, UnenforceableError):
+        raise
+    except StockadeError as exc:
+        return Launch(error=exc)
+    if result.changes is None:
+        return Launch(result)  # (no overlay: the judge finds no attempt)
+    from dataclasses import replace
+
+    from stockade.lifecycle import changeview
+
+    escaped = "review_escape" not in weakenings(backend)
+    try:
+        found = result.changes.changes()
+        shown = "".join(f"{changeview.line(c, escaped=escaped)}\n" for c in found)
+        shown += "".join(changeview.diff(c, escaped=escaped) for c in found)
+    finally:
+        result.changes.discard()
+    raw = sorted({f"{ord(c):#04x}" for c in shown if ord(c) < 0x20 and c not in "\n\t"})
+    line = (f"review: ALLOWED raw control characters on screen: {' '.join(raw)}" if raw else
+            "review: denied ESCAPED")
+    return Launch(replace(result, stdout=result.stdout + f"{line}\n".encode()))
+
+
 def weakenings(backend: Backend | None) -> frozenset[str]:
     return frozenset(getattr(backend, "weaken", frozenset()))
 

@@ -281,6 +281,12 @@ ROWS: tuple[Row, ...] = (
         expect=denied(by("exec_watch", "EACCES"), by("noexec", "EPERM")),
         proven=off("noexec", "exec_watch"), preset="workspace-write-no-exec", policy=OVERLAY,
         control=without("noexec", "exec_watch")),
+    row("fs.overlay-review", "filesystem",
+        "in an overlaid workspace: plant a script whose line a CR and an escape sequence erase "
+        "on screen, a name that hides itself the same way and a fifo, for the owner's review",
+        "fs_review.py", "{ws}", expect=denied(by("review_escape", "ESCAPED")),
+        proven=off("review_escape"), setup=setups.overlay_review, policy=OVERLAY,
+        launch=launches.reviewed, control=without("review_escape")),
     # --- network ---------------------------------------------------------------------------
     row("net.tcp-loopback", "network", "TCP to a server on the host's loopback (IPv4, IPv6)",
         "net_connect.py", "tcp:127.0.0.1:{tcp4}", "tcp:[::1]:{tcp6}",

@@ -67,6 +67,13 @@ def overlay_workspace(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+def overlay_review(scene: Scene) -> None:
+    """A file in an overlaid workspace, which must stay as it was: what the attack plants
+    stays in the change set (attacks/fs_review.py)."""
+    scene.plant("ws/file", "original content\n")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
 def read_only_file(scene: Scene) -> None:
     """One file in the workspace, which the row's preset makes read-only."""
     scene.plant("ws/file", "keep me exactly as I am\n")

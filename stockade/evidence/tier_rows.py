@@ -99,7 +99,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
-                "fs.overlay-exec", "fs.overlay-exec-via-loader", "fs.overlay-exec-via-mmap")
+                "fs.overlay-exec", "fs.overlay-exec-via-loader", "fs.overlay-exec-via-mmap",
+                "fs.overlay-review")
 
 
 def _specs() -> dict[str, Tier]:

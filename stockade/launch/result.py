@@ -96,12 +96,14 @@ class Result:
         return body
 
 
-def summary(changes: ChangeSet) -> dict:
-    """A change set, JSON-ready: its run id, status and the paths each kind of change names."""
-    found = changes.changes()
+def summary(changes: ChangeSet, found: list | None = None) -> dict:
+    """A change set, JSON-ready: its run id, status and the paths each kind of change names
+    ("unshown": what the review cannot show, which apply refuses); of `found`, from
+    `changes.changes()`, if given."""
+    found = changes.changes() if found is None else found
     return {"id": changes.id, "status": changes.status,
             **{kind: [c.path for c in found if c.kind == kind]
-               for kind in ("added", "modified", "deleted")}}
+               for kind in ("added", "modified", "deleted", "unshown")}}
 
 
 class CommandFailed(subprocess.CalledProcessError):

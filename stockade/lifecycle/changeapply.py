@@ -5,9 +5,12 @@ path, what of a repository is guarded, a device or other special file): the sand
 kept the command from making it, and this holds again should an upper layer say otherwise.
 A change conflicts when the host's entry is no longer what it was when the run started
 (changescan.fingerprint), unless it already is what the run left (so applying again after a
-crash part-way finishes the job). Every operation on the workspace goes through directory
-descriptors opened without following symbolic links, beneath the write root: a link the run
-left is applied as a link, never followed.
+crash part-way finishes the job). What the review could not show (changescan: an unreadable
+entry, a tree too deep) is refused too: nothing lands that was not shown. Every operation on
+the workspace goes through directory descriptors opened without following symbolic links,
+beneath the write root: a link the run left is applied as a link, never followed, and a
+directory the host swaps for a link meanwhile stops the apply (`changes_conflict`) rather
+than lead it anywhere.
 """
 
 from __future__ import annotations
@@ -15,10 +18,18 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from stockade.errors import ChangesError
-from stockade.lifecycle.changescan import Change, Fingerprint, fingerprint, same_as_host
+from stockade.lifecycle import treewalk
+from stockade.lifecycle.changescan import (
+    Change,
+    Fingerprint,
+    fingerprint,
+    read_regular,
+    same_as_host,
+)
+from stockade.lifecycle.changeview import visible
 
 # What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
@@ -35,7 +46,9 @@ def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable
         parts = change.rel.split("/")
         folded = [p.casefold() for p in parts]
         why = ""
-        if names & set(folded):
+        if change.kind == "unshown":
+            why = f"the review cannot show it ({change.note})"
+        elif names & set(folded):
             why = "under a protected name"
         elif any(change.path == d or change.path.startswith(d.rstrip("/") + "/") for d in deny):
             why = "under a denied path"
@@ -44,7 +57,7 @@ def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable
         elif change.kind != "deleted" and change.type == "other":
             why = "a device, fifo or socket"
         if why:
-            found.append(f"{change.kind} {change.path}: {why}")
+            found.append(f"{change.kind} {visible(change.path)}: {why}")
     return found
 
 
@@ -65,46 +78,48 @@ def conflicts(changes: list[Change], base: dict[str, dict[str, Fingerprint]]) ->
         was = base[change.root]
         host = change.path
         now = _lstat(host)
+        shown = visible(host)
         if change.kind == "deleted":
             if now is None:
                 continue
             if fingerprint(now)[0] == "dir":
                 moved = _moved_below(change.root, change.rel, was)
                 if moved:
-                    found.append(f"{host}: changed on the host since the run started "
+                    found.append(f"{shown}: changed on the host since the run started "
                                  f"({moved})")
                 continue
             if fingerprint(now) != was.get(change.rel):
-                found.append(f"{host}: changed on the host since the run started")
+                found.append(f"{shown}: changed on the host since the run started")
             continue
         parent = os.path.dirname(change.rel)
         if parent and (change.root, parent) not in adding and \
                 not _is_dir(_lstat(os.path.join(change.root, parent))):
-            found.append(f"{host}: its directory is gone from the host")
+            found.append(f"{shown}: its directory is gone from the host")
             continue
         if now is None:
             if change.kind == "modified":
-                found.append(f"{host}: deleted on the host since the run started")
+                found.append(f"{shown}: deleted on the host since the run started")
             continue
         if change.kind == "added" and change.type == "dir" and _is_dir(now):
             continue  # made on both sides: its contents are checked one by one
         if change.kind == "added" or fingerprint(now) != was.get(change.rel):
             if not same_as_host(change.upper, host):
                 what = "created" if change.kind == "added" else "changed"
-                found.append(f"{host}: {what} on the host since the run started")
+                found.append(f"{shown}: {what} on the host since the run started")
     return found
 
 
 def _moved_below(root: str, rel: str, was: dict[str, Fingerprint]) -> str:
-    """What changed on the host below the directory `rel` since the baseline, if anything."""
+    """What changed on the host below the directory `rel` since the baseline, if anything
+    (what cannot be listed counts as changed: it would be deleted unseen)."""
     top = os.path.join(root, rel)
-    for dirpath, dirnames, filenames, dir_fd in os.fwalk(top, follow_symlinks=False):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            sub = os.path.relpath(path, root)
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            if was.get(sub) != fingerprint(info):
-                return f"{os.path.relpath(path, top)} is new or changed"
+    for listing in treewalk.walk(top):
+        if listing.problem:
+            return f"{visible(listing.rel)}: {listing.problem}"
+        for name, info in listing.entries:
+            sub = os.path.join(listing.rel, name)
+            if was.get(os.path.join(rel, sub)) != fingerprint(info):
+                return f"{visible(sub)} is new or changed"
     return ""
 
 
@@ -113,6 +128,9 @@ def _lstat(path: str) -> os.stat_result | None:
         return os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # (a path the host made too long, a directory it made unsearchable)
+        raise ChangesError("changes_conflict", f"{visible(path)}: cannot be looked at on the "
+                           f"host ({exc.strerror}); nothing was applied") from None
 
 
 def _is_dir(info: os.stat_result | None) -> bool:
@@ -121,18 +139,39 @@ def _is_dir(info: os.stat_result | None) -> bool:
 
 def apply(changes: list[Change]) -> None:
     """Make each change in its write root: deletions (deepest first), then the rest
-    (parents first, as scanned)."""
+    (parents first, as scanned), then the modes of directories (deepest first: one the run
+    made read-only is filled before). A workspace the host changes meanwhile so that a
+    path no longer leads where it did (a directory swapped for a link) stops it, typed,
+    naming the path; what was applied before stays (`stockade apply` again shows the rest as
+    conflicts)."""
     roots: dict[str, int] = {}
     try:
         for change in sorted((c for c in changes if c.kind == "deleted"),
                              key=lambda c: -c.rel.count("/")):
-            _delete(_root_fd(roots, change.root), change.rel)
+            _step(change, _delete, _root_fd(roots, change.root), change.rel)
         for change in changes:
-            if change.kind != "deleted":
-                _put(_root_fd(roots, change.root), change)
+            if change.kind in ("added", "modified"):
+                _step(change, _put, _root_fd(roots, change.root), change)
+        for change in sorted((c for c in changes if c.kind in ("added", "modified")
+                              and c.type == "dir"), key=lambda c: -c.rel.count("/")):
+            _step(change, _set_mode, _root_fd(roots, change.root), change)
     finally:
         for fd in roots.values():
             os.close(fd)
+
+
+def _step(change: Change, act: Callable[..., None], *args: object) -> None:
+    try:
+        act(*args)
+    except ChangesError:
+        raise
+    except OSError as exc:
+        raise ChangesError(
+            "changes_conflict", f"{visible(change.path)}: cannot be applied ({exc.strerror}):"
+            " the workspace changed on the host while the changes were applied (a directory "
+            "on its path gone, or swapped for a link, which is never followed) or refuses "
+            "the write; what was applied before stays, the rest is kept pending",
+            (visible(change.path),)) from None
 
 
 def _root_fd(roots: dict[str, int], root: str) -> int:
@@ -186,11 +225,10 @@ def _delete(root_fd: int, rel: str) -> None:
 
 
 def _put(root_fd: int, change: Change) -> None:
+    if not change.rel:
+        return  # (the root itself: only its mode changes, set last)
     fd, name = _parent(root_fd, change.rel)
     try:
-        info = os.lstat(change.upper)
-        # No set-user-id, set-group-id bit ever lands (the sandbox cannot set one either).
-        mode = stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
         owner = _owner_for(fd, name)
         if change.type == "dir":
             try:
@@ -199,7 +237,7 @@ def _put(root_fd: int, change: Change) -> None:
                 pass
             target = _open_directory(name, fd)
             try:
-                os.fchmod(target, mode)
+                os.fchmod(target, stat.S_IMODE(os.fstat(target).st_mode) | stat.S_IRWXU)
                 if owner is not None:
                     os.fchown(target, *owner)
             finally:
@@ -210,24 +248,36 @@ def _put(root_fd: int, change: Change) -> None:
         if change.type == "symlink":
             os.symlink(os.readlink(change.upper), temporary, dir_fd=fd)
         else:
-            _copy_file(change.upper, fd, temporary, mode, info)
+            _copy_file(change.upper, fd, temporary, change.mode)
         if owner is not None:
             os.chown(temporary, *owner, dir_fd=fd, follow_symlinks=False)
+            if change.type == "file":
+                # (chown may clear bits of the mode: it is set again, setuid/setgid never)
+                os.chmod(temporary, change.mode, dir_fd=fd)
         os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
     finally:
         os.close(fd)
 
 
-def _copy_file(source: str, dir_fd: int, name: str, mode: int, info: os.stat_result) -> None:
+def _set_mode(root_fd: int, change: Change) -> None:
+    """A directory's mode as the run left it (changescan.landed: never setuid or setgid)."""
+    target = beneath(root_fd, change.rel)
+    try:
+        os.fchmod(target, change.mode)
+    finally:
+        os.close(target)
+
+
+def _copy_file(source: str, dir_fd: int, name: str, mode: int) -> None:
+    """The regular file `source` (never a fifo or device: changescan.read_regular) copied to
+    `name` in `dir_fd`, with `mode` and its modification time."""
     out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                   0o600, dir_fd=dir_fd)
     try:
-        src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            while chunk := os.read(src, 1 << 20):
+        with read_regular(source) as src:
+            while chunk := src.read(1 << 20):
                 os.write(out, chunk)
-        finally:
-            os.close(src)
+            info = os.fstat(src.fileno())
         os.fchmod(out, mode)
         os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
         os.fsync(out)

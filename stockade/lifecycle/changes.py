@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from stockade.errors import ChangesError
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import changeapply, changescan, lease, statedir
+from stockade.lifecycle import changeapply, changescan, changeview, lease, statedir, treewalk
 from stockade.lifecycle.changescan import Change, Fingerprint
 from stockade.policy.model import protected_whole
 
@@ -59,7 +59,7 @@ def store(state: str | None = None) -> str:
 @dataclass
 class ChangeSet:
     """One overlaid run's pending changes: `added`, `modified` and `deleted` (paths on the
-    host), `changes()`, `diff()`, `apply()`, `discard()`."""
+    host), `unshown`, `changes()`, `diff()`, `apply()`, `discard()`."""
 
     path: str
     meta: dict = field(repr=False)
@@ -128,14 +128,23 @@ class ChangeSet:
     def deleted(self) -> tuple[str, ...]:
         return tuple(c.path for c in self.changes() if c.kind == "deleted")
 
-    def diff(self) -> str:
-        """A unified diff of every change (text files; a line for the others)."""
-        return "".join(changescan.diff(change) for change in self.changes())
+    @property
+    def unshown(self) -> tuple[str, ...]:
+        """What the review cannot show (an unreadable entry, a tree too deep), each as
+        `path: why`; `apply()` refuses a set that has any."""
+        return tuple(f"{c.path}: {c.note}" for c in self.changes() if c.kind == "unshown")
+
+    def diff(self, changes: list[Change] | None = None) -> str:
+        """A unified diff of every change (text files; a line for the others), every
+        character that is not plainly visible escaped (changeview); of `changes`, from
+        `changes()`, if given."""
+        found = self.changes() if changes is None else changes
+        return "".join(changeview.diff(change) for change in found)
 
     def apply(self) -> list[Change]:
         """Apply every change to the real workspace, then drop the change set. Refused whole
         (ChangesError, `changes_conflict` or `changes_refused`, listing each) if any change
-        conflicts with the host or may never land."""
+        conflicts with the host, may never land, or cannot be shown by the review."""
         self._not_busy("applied")
         changes = self.changes()
         refused = changeapply.refusals(changes, self.meta["protected"], self.meta["deny"],
@@ -429,15 +438,8 @@ def _copy_marks(source: str, target: str) -> None:
 
 
 def remove_tree(path: str) -> None:
-    """Remove `path` whole; the overlay leaves mode-000 directories in its work directory."""
-    if not os.path.lexists(path):
-        return
-    for dirpath, dirnames, _ in os.walk(path):
-        for name in dirnames:
-            full = os.path.join(dirpath, name)
-            if not os.path.islink(full):
-                os.chmod(full, 0o700)
-    shutil.rmtree(path)
+    """Remove `path` whole, however deep, mode-000 directories too (treewalk.remove)."""
+    treewalk.remove(path)
 
 
 def _remove_if_empty(path: str) -> None:

@@ -61,6 +61,8 @@ LAYERS = {
     "change_store_check": "the change sets' store trusted only when it is the user's alone and "
                           "a set's `created` is not in the future",
     "stdio_relay": "the caller's streams relayed through pipes",
+    "review_escape": "the copy-on-write review (`stockade changes`, diff()) escapes the "
+                     "control characters of names and contents",
 }
 WEAKENINGS = frozenset(LAYERS)
 # Layers that go with another: without the fresh root nothing of the view is made (and the
