@@ -19,6 +19,7 @@ from stockade.lifecycle.report import (
     containment_row,
     row_maker,
 )
+from stockade.linux.limits import MEMFD_WATCH, may_set_memfd_noexec
 from stockade.linux.probe import ANY_FACTS, tier_verified, verified
 
 USERNET = ("own network namespace; pasta carries it out, an nftables guard inside refuses "
@@ -279,13 +280,15 @@ def _workspace_row(root: bool) -> Row:
 
 
 def _memfd_row(facts: dict) -> Row:
-    """Executing written memory: only host root may set vm.memfd_noexec."""
-    mechanism = "vm.memfd_noexec = 2 in the sandbox's pid namespace"
+    """Executing written memory: pid 1's memfd seal and exec watch (memwatch.c), and as
+    host root vm.memfd_noexec."""
+    mechanism = MEMFD_WATCH + (" + vm.memfd_noexec = 2 in the sandbox's pid namespace"
+                               if may_set_memfd_noexec() else "")
     if facts.get("memfd_exec") == "EACCES":
         return Row("filesystem.memfd_exec", ENFORCED, mechanism)
     return Row("filesystem.memfd_exec", UNAVAILABLE, mechanism,
-               "only host root may set vm.memfd_noexec: a memfd the command writes can be "
-               "executed" if facts.get("memfd_exec") == "ok" else "not verified")
+               "a memfd the command writes can be executed" if facts.get("memfd_exec") == "ok"
+               else "not verified")
 
 
 def _landlock_rights(enforced: dict) -> str:
