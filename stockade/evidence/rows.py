@@ -358,6 +358,11 @@ ROWS: tuple[Row, ...] = (
         "net_unix.py", "{ws}/host.sock",
         expect=denied(by("unix_sockets", "ECONNREFUSED", "EACCES")), proven=off("unix_sockets"),
         setup=setups.socket_in_workspace),
+    row("net.unix-in-read-root", "network",
+        "connect to a unix socket a host server listens on inside a read root",
+        "net_unix.py", "{outside}/host.sock",
+        expect=denied(by("unix_sockets", "ECONNREFUSED", "EACCES")), proven=off("unix_sockets"),
+        setup=setups.path_socket, policy={"filesystem": {"read": ["{scene:outside}"]}}),
     # --- process ---------------------------------------------------------------------------
     row("proc.ptrace", "process",
         "ptrace and process_vm_readv: the sandbox's init, a host process, an own child",
@@ -533,8 +538,10 @@ ROWS: tuple[Row, ...] = (
         "reach the daemon and the CLI server (sockets in the workspace): a session and a run "
         "that write outside, the session list", "helper_servers.py",
         "{outside}", "daemon:{ws}/daemon.sock", "cli:{ws}/cli.sock",
-        expect=denied(by("peer_check", "PEER_REFUSED", "NOT_SERVED")), proven=off("peer_check"),
-        preset="read-only", launch=launches.against_servers),
+        expect=denied(by("peer_check", "PEER_REFUSED", "NOT_SERVED"),
+                      by("unix_sockets", "EACCES", "ECONNREFUSED")),
+        proven=off("peer_check", "unix_sockets"), preset="read-only",
+        launch=launches.against_servers),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

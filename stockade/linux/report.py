@@ -105,10 +105,12 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "addresses", {"namespace": isolated + ("link_local",)}),
         row("network.unix_sockets", "abstract sockets are per network namespace"
             + (", Landlock scopes them (ABI 6+)" if (abi or 0) >= 6 else "")
-            + "; socket files in write roots at launch masked (unix_sockets = own)",
+            + "; socket files in write roots, and host sockets listening in any root, at "
+            "launch masked (unix_sockets = own)",
             {"namespace": isolated + ("unix_abstract",), "mounts": ("unix_socket_file",)},
-            partial="a socket file in a read root, or made by the host during the run, stays "
-                    "connectable: neither mounts nor Landlock (ABI 7) govern connect() on it"),
+            partial="a socket the host binds during the run, or one its network namespace "
+                    "does not list, stays connectable: neither mounts nor Landlock (ABI 7) "
+                    "govern connect() on it"),
         row("network.address_families", "seccomp: sockets of unix, inet, inet6 and netlink "
             "only (AF_VSOCK, AF_ALG, AF_PACKET, ... EAFNOSUPPORT)",
             {"seccomp": ("socket_vsock",)}, "what a network namespace does not isolate"),
