@@ -38,7 +38,8 @@
  * procfs's magic links followed by the kernel) and answers EACCES unless it is a regular file
  * with a name (a memfd or a deleted file has none) on a mount the command cannot write.
  * What it does not see, said in SECURITY.md: a path another thread rewrites between pid 1's
- * read and the kernel's, and an interpreter the kernel itself opens (a script's #! line).
+ * read and the kernel's, an interpreter the kernel itself opens (a script's #! line), and the
+ * executions of a process that made itself non-dumpable (its memory is closed to pid 1).
  *
  * memfds made non-executable (seal): the filter hands pid 1 each memfd_create, and pid 1 makes
  * the memfd itself with MFD_NOEXEC_SEAL (a memfd nobody can make executable: what the
@@ -409,8 +410,9 @@ static int exec_target(const struct seccomp_data *call, uint32_t tid) {
 static int exec_of_written_file(const struct memwatch *watch, const struct seccomp_data *call,
                                 uint32_t tid) {
     int fd = exec_target(call, tid);
-    if (fd < 0)  /* (not there: the kernel's own lookup fails too) */
-        return errno != ENOENT && errno != ENOTDIR && errno != EFAULT;
+    if (fd < 0)  /* not there (the kernel's own lookup fails too), or a caller that made itself
+                  * non-dumpable (a session's agent), which pid 1 cannot read: not judged */
+        return errno != ENOENT && errno != ENOTDIR && errno != EFAULT && errno != EACCES;
     struct statx info;
     int bad = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
                     STATX_TYPE | STATX_NLINK | STATX_MNT_ID, &info) != 0
@@ -427,8 +429,11 @@ static int seal_memfd(const struct memwatch *watch, const struct seccomp_notif *
     if (flags & MFD_EXEC)
         return EACCES;  /* (as the kernel does where vm.memfd_noexec = 2) */
     char name[MFD_NAME_MAX + 1];
-    if (read_string(call->pid, call->data.args[0], name, sizeof name) != 0)
-        return errno == ENAMETOOLONG ? EINVAL : errno;
+    if (read_string(call->pid, call->data.args[0], name, sizeof name) != 0) {
+        if (errno != EACCES)
+            return errno == ENAMETOOLONG ? EINVAL : errno;
+        strcpy(name, "memfd");  /* (a non-dumpable caller's name cannot be read) */
+    }
     int fd = memfd_create(name, flags | MFD_NOEXEC_SEAL);
     if (fd < 0)
         return errno;
