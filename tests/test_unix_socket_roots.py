@@ -97,3 +97,29 @@ def test_the_attempt_is_real(ws, listener):
             break
         threading.Event().wait(0.1)
     assert received == [b"from the sandbox"] * 2
+
+
+def test_read_everything_leaves_no_host_socket_reachable(ws):
+    """read = ["/"]: a host listener under /var/tmp (the host's, not the sandbox's own /tmp)
+    is masked too; nothing reaches it."""
+    import shutil
+    import tempfile
+
+    workspace, _ = ws
+    shared = tempfile.mkdtemp(dir="/var/tmp", prefix="stockade-test-")
+    try:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(f"{shared}/daemon.sock")
+        server.listen()
+        server.setblocking(False)
+        argv = [PYTHON, "-c", CONNECT, f"{shared}/daemon.sock", str(workspace)]
+        request = compile_policy(policy_for(read=["/"]), argv, CompileContext.current(workspace))
+        r = execute(LinuxBackend(), request)
+        assert r.exit_code == 0, r.stderr
+        seen = dict(line.split(" ", 1) for line in r.stdout.decode().splitlines())
+        assert seen["host"] != "connected" and seen["own"] == "connected", seen
+        with pytest.raises(BlockingIOError):
+            server.accept()  # the host's own look: nobody connected
+        server.close()
+    finally:
+        shutil.rmtree(shared)
