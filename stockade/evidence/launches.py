@@ -210,7 +210,8 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack, with Stockade's own servers listening inside the workspace, where it can
     reach them: a daemon on `daemon.sock` (in this process) and a CLI server on `cli.sock`
     (a process of its own, as `stockade daemon` forks it). Their peer check is what the row
-    tests; the `peer_check` weakening (tests only) switches it off."""
+    tests, behind the mask of host sockets in a root (unix_sockets); the `peer_check`
+    weakening (tests only) switches it off."""
     from stockade.session.daemon import Daemon
 
     check = "peer_check" not in weakenings(backend)

@@ -159,6 +159,8 @@ def _specs() -> dict[str, Tier]:
                               proven_by=off("unix_sockets")),
         "net.unix-in-write-root": tier("network.unix_sockets", expect=denied(NO_UNIX),
                                        proven_by=off("unix_sockets")),
+        "net.unix-in-read-root": tier("network.unix_sockets", expect=denied(NO_UNIX),
+                                      proven_by=off("unix_sockets")),
         "net.inherited-socket": tier("network.inherited_sockets", proven_by=(),
                                      unproven=KEEPER_CLOSES),
         **{row_id: gap("network.any", refused="unenforceable:network.any")

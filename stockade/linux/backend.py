@@ -156,7 +156,9 @@ class LinuxBackend(Backend):
     def report(self) -> list[Capability]:
         abi = landlock.abi_version()
         uid = os.getuid()
-        memfd = limits.may_set_memfd_noexec()
+        noexec = limits.may_set_memfd_noexec()
+        watched = seccomp.user_notification_available()
+        memfd = noexec or watched
         return [
             Capability("namespaces", True, "user, mnt, pid, ipc, uts, net, cgroup",
                        "rootless" if uid else "as root: uid 0 mapped to itself, no capabilities"),
@@ -172,11 +174,13 @@ class LinuxBackend(Backend):
                        "noexec mounts + Landlock EXECUTE"
                        + (" + pid 1 refuses executable mappings of written files"
                           if seccomp.user_notification_available() else "")),
-            Capability("filesystem.memfd_exec", memfd,
-                       "vm.memfd_noexec = 2 in the sandbox's pid namespace" if memfd else
-                       "not prevented",
-                       "" if memfd else "only host root may set vm.memfd_noexec: a memfd "
-                       "the command writes can be executed"),
+            Capability("filesystem.memfd_exec", memfd, " + ".join(
+                           (["vm.memfd_noexec = 2 in the sandbox's pid namespace"] if noexec
+                            else [])
+                           + ([limits.MEMFD_WATCH] if watched else [])) or "not prevented",
+                       "" if memfd else "only host root may set vm.memfd_noexec, and this "
+                       "kernel has no seccomp user notification: a memfd the command writes "
+                       "can be executed"),
             Capability("filesystem.metadata", True, "read-only mounts: files outside the "
                        "write roots keep their mode and times"),
             Capability("host_processes", True, "a pid namespace of its own"),

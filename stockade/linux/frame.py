@@ -34,8 +34,11 @@ LAYERS = {
     "unix_sockets": "unix socket files in write roots masked",
     "landlock": "the Landlock ruleset",
     "seccomp": "the seccomp filters (Stockade's deny list, and the command's watches)",
-    "exec_watch": "pid 1 refuses the command's executable mappings of written files "
-                  "(seccomp user notification, where exec_from_write = false)",
+    "exec_watch": "pid 1 refuses the command's executable mappings and executions of "
+                  "written files, memfds and deleted files (seccomp user notification, where "
+                  "exec_from_write = false)",
+    "memfd_seal": "pid 1 makes the command's memfds itself, sealed non-executable (seccomp "
+                  "user notification, where exec_from_write = false)",
     "privileges": "securebits, capabilities dropped, no_new_privs",
     "network": "the network namespace",
     "pid_namespace": "the pid namespace (and with it the kernel's kill of the whole tree)",

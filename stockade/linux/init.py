@@ -182,17 +182,26 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
                            bound="lifeline" not in weaken,
                            close_fds="descriptors" not in weaken,
                            written=written_paths(request) if exec_watched(request, weaken)
-                           else None)
+                           else None, seal_memfd=memfd_sealed(request, weaken))
 
 
 def exec_watched(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:
-    """Whether pid 1 refuses the command's executable mappings of written files (memwatch.c):
-    where exec_from_write = false, beside the noexec mounts, where seccomp user notification
-    is. The "exec_watch", "seccomp" and "mount_view" weakenings (tests only) take it away
-    (without the view, the write roots are no mounts of their own)."""
+    """Whether pid 1 refuses the command's executable mappings and executions of written files
+    (memwatch.c): where exec_from_write = false, beside the noexec mounts, where seccomp user
+    notification is. The "exec_watch", "seccomp" and "mount_view" weakenings (tests only)
+    take it away (without the view, the write roots are no mounts of their own)."""
     return (not request.exec_from_write
             and not weaken & {"exec_watch", "seccomp", "mount_view"}
             and seccomp.user_notification_available())
+
+
+def memfd_sealed(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:
+    """Whether pid 1 makes the command's memfds itself, sealed non-executable (memwatch.c):
+    where exec_from_write = false, seccomp user notification is and the kernel has
+    MFD_NOEXEC_SEAL (6.3). The "memfd_seal" and "seccomp" weakenings (tests only) take it
+    away."""
+    return (not request.exec_from_write and not weaken & {"memfd_seal", "seccomp"}
+            and seccomp.user_notification_available() and limits.memfd_noexec_seal())
 
 
 def written_paths(request: LaunchRequest) -> tuple[str, ...]:
@@ -213,6 +222,7 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
         "pid_max": knobs.pid_max,
         "memfd_noexec": knobs.memfd_noexec,
         "exec_watch": exec_watched(request, weaken),
+        "memfd_seal": memfd_sealed(request, weaken),
         "limits": limits.describe(request.limits, weaken),
         "prepared_ahead": prepared_ahead,
     }

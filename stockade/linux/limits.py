@@ -1,10 +1,12 @@
 """Resource limits without a delegated cgroup: rlimits, and pid_max of the sandbox's own pid
 namespace as a process-count backstop that also holds for root (RLIMIT_NPROC does not bind a
-process whose real uid is host root). Also the pid namespace's other knob, vm.memfd_noexec.
+process whose real uid is host root). Also the pid namespace's other knob, vm.memfd_noexec, and
+whether the kernel seals memfds non-executable on request (its rootless stand-in).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 from dataclasses import dataclass
@@ -72,6 +74,23 @@ def may_set_memfd_noexec() -> bool:
     """Whether this process may write vm.memfd_noexec: only if its real uid is host root
     (the sysctl checks the uid, whatever namespace the process is in)."""
     return os.access(MEMFD_NOEXEC, os.W_OK)
+
+
+MEMFD_WATCH = ("pid 1 makes the command's memfds sealed non-executable and refuses executions "
+               "of memfds, deleted and written files (seccomp user notification)")
+MFD_NOEXEC_SEAL = 0x0008  # memfd_create's flag (Linux 6.3): no one can make it executable
+
+
+@functools.cache
+def memfd_noexec_seal() -> bool:
+    """Whether the kernel makes memfds sealed non-executable on request (MFD_NOEXEC_SEAL):
+    what the sandbox's pid 1 does for every memfd of the command (memwatch.c) where
+    vm.memfd_noexec is not the sandbox's to set."""
+    try:
+        os.close(os.memfd_create("stockade-probe", os.MFD_CLOEXEC | MFD_NOEXEC_SEAL))
+    except OSError:
+        return False
+    return True
 
 
 def pid_max_for(limits: LimitSpec) -> int | None:

@@ -28,12 +28,32 @@
  * file from running where a noexec mount is missing. What it does not see, said in
  * SECURITY.md: a descriptor another thread replaces (dup2) between pid 1's look and the
  * kernel's mapping: the noexec mount still refuses that one.
+ *
+ * Executions of written files, refused: the same filter hands pid 1 each execve and execveat.
+ * The kernel maps the program it executes itself, unseen by the mmap watch, and a memfd (or a
+ * deleted file) lies on no noexec mount: rootless nothing else stops fexecve of a memfd or an
+ * execve of /proc/self/fd/N. pid 1 reads the path from the caller's memory, opens it as the
+ * caller names it (from its working directory or descriptor, component by component:
+ * /proc/self and /proc/thread-self, and links naming them, read as the caller's /proc/<tid>;
+ * procfs's magic links followed by the kernel) and answers EACCES unless it is a regular file
+ * with a name (a memfd or a deleted file has none) on a mount the command cannot write.
+ * What it does not see, said in SECURITY.md: a path another thread rewrites between pid 1's
+ * read and the kernel's, an interpreter the kernel itself opens (a script's #! line), and the
+ * executions of a process that made itself non-dumpable (its memory is closed to pid 1).
+ *
+ * memfds made non-executable (seal): the filter hands pid 1 each memfd_create, and pid 1 makes
+ * the memfd itself with MFD_NOEXEC_SEAL (a memfd nobody can make executable: what the
+ * kernel does where vm.memfd_noexec = 2, a knob only host root may set) and puts it among the
+ * caller's descriptors as the call's answer (SECCOMP_ADDFD_FLAG_SEND); MFD_EXEC is refused
+ * EACCES, as the kernel does there. A kernel without MFD_NOEXEC_SEAL (before 6.3) lets the call
+ * continue: the exec watch alone remains.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/audit.h>
+#include <linux/magic.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -45,6 +65,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "supervisor.h"
@@ -54,6 +75,14 @@
 #elif defined(__aarch64__)
 #define NATIVE_ARCH AUDIT_ARCH_AARCH64
 #endif
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+#define MFD_NAME_MAX 249  /* (the kernel's MFD_NAME_MAX_LEN) */
 
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
@@ -84,14 +113,18 @@ static void here(struct assembly *a, enum label label) {
     a->at[label] = a->n;
 }
 
-int memwatch_install(int memory, int exec) {
+int memwatch_install(int memory, int exec, int seal) {
 #ifdef NATIVE_ARCH
     struct assembly a = {0};
     emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch), 0, 0);
     emit(&a, BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, LABEL_NEXT, L_ALLOW);  /* (pid 1's own
                                                                    * filter kills the others) */
     emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+    if (seal)
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_memfd_create, L_NOTIFY, LABEL_NEXT);
     if (exec) {
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_execve, L_NOTIFY, LABEL_NEXT);
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_execveat, L_NOTIFY, LABEL_NEXT);
         emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mprotect, L_MPROTECT, LABEL_NEXT);
         emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, L_MMAP_EXEC, L_MEMORY);
         here(&a, L_MPROTECT);
@@ -133,7 +166,7 @@ int memwatch_install(int memory, int exec) {
     return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
                         &program);
 #else
-    (void)memory, (void)exec;
+    (void)memory, (void)exec, (void)seal;
     return -1;  /* no watch on this architecture: RLIMIT_AS alone, the noexec mounts alone */
 #endif
 }
@@ -147,7 +180,7 @@ static int mount_id(int dir, const char *path, int flags, uint64_t *id) {
     return 0;
 }
 
-int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
+int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec, int seal,
                   const char *written, uint32_t written_size) {
     memset(watch, 0, sizeof *watch);
     watch->listener = -1;
@@ -168,6 +201,10 @@ int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
     watch->memory = limit >= 0;
     watch->limit_pages = watch->memory ? (uint64_t)limit / watch->page : 0;
     watch->exec = exec;
+    int probe = seal ? memfd_create("stockade-probe", MFD_NOEXEC_SEAL | MFD_CLOEXEC) : -1;
+    watch->seal = probe >= 0;  /* (before 6.3 the kernel has no MFD_NOEXEC_SEAL: calls go on) */
+    if (probe >= 0)
+        close(probe);
     for (const char *path = written; exec && path < written + written_size;
          path += strlen(path) + 1) {
         if (watch->written_count == WRITTEN_MAX)
@@ -256,6 +293,159 @@ static int exec_of_written(const struct memwatch *watch, const struct seccomp_da
     return descriptor_mount(tid, call->args[4], &id) == 0 && written(watch, id);
 }
 
+/* The NUL-ended string at `address` of task `tid`'s memory, in `text` (`room` bytes); 0, or
+ * -1 with errno: EACCES when the task's memory cannot be read at all, EFAULT when the string
+ * is not there, ENAMETOOLONG when it does not end within `room`. */
+static int read_string(uint32_t tid, uint64_t address, char *text, size_t room) {
+    char path[48];
+    snprintf(path, sizeof path, "/proc/%u/mem", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        errno = EACCES;
+        return -1;
+    }
+    ssize_t got = pread(fd, text, room, (off_t)address);  /* (short at an unmapped page) */
+    close(fd);
+    if (got <= 0) {
+        errno = EFAULT;
+        return -1;
+    }
+    if (!memchr(text, 0, (size_t)got)) {
+        errno = (size_t)got == room ? ENAMETOOLONG : EFAULT;
+        return -1;
+    }
+    return 0;
+}
+
+/* Follow `path` from `dir` (consumed) as task `tid` would: component by component, no symlink
+ * followed by the kernel but procfs's own (magic) links; "self" and "thread-self" in /proc,
+ * and symlinks naming them, read as /proc/<tid>. An O_PATH descriptor, or -1 with errno. */
+static int resolve(uint32_t tid, int dir, const char *path) {
+    char rest[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX], own[16];
+    snprintf(own, sizeof own, "%u", tid);
+    if (strlen(path) >= sizeof rest / 2) {
+        close(dir);
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(rest, path);
+    for (int links = 0, start = 1; rest[0];) {
+        if (start && rest[0] == '/') {  /* (the path's, or a link's, first component) */
+            close(dir);
+            if ((dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+                return -1;
+        }
+        start = 0;
+        char *at = rest + strspn(rest, "/");
+        size_t length = strcspn(at, "/");
+        if (length > NAME_MAX) {
+            close(dir);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(name, at, length);
+        name[length] = 0;
+        memmove(rest, at + length, strlen(at + length) + 1);
+        if (!name[0] || strcmp(name, ".") == 0)
+            continue;
+        struct statfs where;
+        int proc = fstatfs(dir, &where) == 0 && where.f_type == PROC_SUPER_MAGIC;
+        if (proc && (strcmp(name, "self") == 0 || strcmp(name, "thread-self") == 0))
+            strcpy(name, own);  /* (only /proc itself has these names) */
+        int next = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat info;
+        if (next >= 0 && fstat(next, &info) == 0 && S_ISLNK(info.st_mode)) {
+            ssize_t size = readlinkat(dir, name, target, sizeof target - 1);
+            int textual = size > 0 && (!proc || strncmp(target, "self", 4) == 0
+                                       || strncmp(target, "thread-self", 11) == 0);
+            close(next);
+            next = -1;
+            if (++links > 40)
+                errno = ELOOP;
+            else if (size <= 0 || (size_t)size + strlen(rest) + 2 > sizeof rest)
+                errno = ENAMETOOLONG;
+            else if (textual) {  /* go on along the link's text, then the rest */
+                target[size] = 0;
+                memmove(rest + size + 1, rest, strlen(rest) + 1);
+                memcpy(rest, target, (size_t)size);
+                rest[size] = '/';
+                start = 1;
+                continue;
+            } else  /* a magic link of the caller's own /proc/<tid>: the kernel's is right */
+                next = openat(dir, name, O_PATH | O_CLOEXEC);
+        }
+        int error = errno;
+        close(dir);
+        if (next < 0) {
+            errno = error;
+            return -1;
+        }
+        dir = next;
+    }
+    return dir;
+}
+
+/* An O_PATH descriptor on the file the execve/execveat `call` of task `tid` names, found as
+ * the caller would find it (resolve); -1 with errno. */
+static int exec_target(const struct seccomp_data *call, uint32_t tid) {
+    int execveat = call->nr == __NR_execveat;
+    int dir = execveat ? (int)call->args[0] : AT_FDCWD;
+    char name[PATH_MAX], where[64];
+    if (read_string(tid, call->args[execveat], name, sizeof name) != 0)
+        return -1;
+    if (dir == AT_FDCWD)
+        snprintf(where, sizeof where, "/proc/%u/cwd", tid);
+    else
+        snprintf(where, sizeof where, "/proc/%u/fd/%d", tid, dir);
+    int base = open(where, O_PATH | O_CLOEXEC);  /* (the caller's own: the kernel follows) */
+    if (base < 0)
+        return -1;
+    if (name[0] == 0 && execveat && (call->args[4] & AT_EMPTY_PATH))
+        return base;  /* fexecve */
+    return resolve(tid, base, name);
+}
+
+/* Whether the execve/execveat `call` of task `tid` runs a file the command wrote: one with no
+ * name left (a memfd, a deleted file) or on a written mount; or one pid 1 cannot tell. */
+static int exec_of_written_file(const struct memwatch *watch, const struct seccomp_data *call,
+                                uint32_t tid) {
+    int fd = exec_target(call, tid);
+    if (fd < 0)  /* not there (the kernel's own lookup fails too), or a caller that made itself
+                  * non-dumpable (a session's agent), which pid 1 cannot read: not judged */
+        return errno != ENOENT && errno != ENOTDIR && errno != EFAULT && errno != EACCES;
+    struct statx info;
+    int bad = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+                    STATX_TYPE | STATX_NLINK | STATX_MNT_ID, &info) != 0
+        || !(info.stx_mask & STATX_MNT_ID);
+    close(fd);  /* (only a regular file can be executed: anything else is refused anyway) */
+    return bad || !S_ISREG(info.stx_mode) || info.stx_nlink == 0
+        || written(watch, info.stx_mnt_id);
+}
+
+/* Answer the memfd_create `call` with a memfd pid 1 made sealed non-executable: 0 when
+ * answered, else the error to answer. */
+static int seal_memfd(const struct memwatch *watch, const struct seccomp_notif *call) {
+    unsigned int flags = (unsigned int)call->data.args[1];
+    if (flags & MFD_EXEC)
+        return EACCES;  /* (as the kernel does where vm.memfd_noexec = 2) */
+    char name[MFD_NAME_MAX + 1];
+    if (read_string(call->pid, call->data.args[0], name, sizeof name) != 0) {
+        if (errno != EACCES)
+            return errno == ENAMETOOLONG ? EINVAL : errno;
+        strcpy(name, "memfd");  /* (a non-dumpable caller's name cannot be read) */
+    }
+    int fd = memfd_create(name, flags | MFD_NOEXEC_SEAL);
+    if (fd < 0)
+        return errno;
+    struct seccomp_notif_addfd add = {.id = call->id, .flags = SECCOMP_ADDFD_FLAG_SEND,
+                                      .srcfd = (uint32_t)fd,
+                                      .newfd_flags = flags & MFD_CLOEXEC ? O_CLOEXEC : 0};
+    int done = ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add);
+    int error = errno;
+    close(fd);
+    return done >= 0 || error == ENOENT ? 0 : error;  /* (ENOENT: the caller is gone) */
+}
+
 /* total_vm of the task `tid` in pages (the first field of its statm); -1 if unknown. */
 static int64_t pages_in_use(uint32_t tid) {
     char text[128];
@@ -277,38 +467,50 @@ static uint64_t growth(const struct seccomp_data *call, uint64_t page) {
     return size / page + (size % page != 0);
 }
 
+/* Answer the pending call `id`: with -`error`, or (0) let the kernel carry it out. */
+static void answer_call(struct memwatch *watch, uint64_t id, int error) {
+    struct seccomp_notif_resp *answer = watch->response;
+    memset(answer, 0, sizeof *answer);
+    answer->id = id;
+    answer->error = -error;
+    answer->flags = error ? 0 : SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    while (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_SEND, answer) != 0 && errno == EINTR) {
+    }
+}
+
 void memwatch_answer(struct memwatch *watch) {
     struct seccomp_notif *call = watch->request;
     memset(call, 0, watch->request_size);
     if (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_RECV, call) != 0)
         return;  /* (ENOENT: the caller died meanwhile; EINTR: it comes again) */
-    int exec = exec_of_written(watch, &call->data, call->pid);
-    int memory = watch->memory && !exec && (call->data.nr == __NR_mremap
-        || (call->data.nr == __NR_mmap && !(call->data.args[3] & MAP_FIXED)));
+    int nr = call->data.nr;
+    if (nr == __NR_memfd_create) {
+        int error = watch->seal ? seal_memfd(watch, call) : 0;
+        if (error || !watch->seal)
+            answer_call(watch, call->id, error);
+        return;  /* (else answered with the descriptor) */
+    }
+    int exec = nr == __NR_execve || nr == __NR_execveat
+        ? exec_of_written_file(watch, &call->data, call->pid)
+        : exec_of_written(watch, &call->data, call->pid);
+    int memory = watch->memory && !exec && (nr == __NR_mremap
+        || (nr == __NR_mmap && !(call->data.args[3] & MAP_FIXED)));
     uint64_t pages = memory ? growth(&call->data, watch->page) : 0;
     int64_t used = pages > 0 ? pages_in_use(call->pid) : -1;
     int refuse = used >= 0 && (uint64_t)used + pages > watch->limit_pages;
     /* the task that read as `tid` is still the caller, waiting for this answer */
     if (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &call->id) != 0)
         return;
-    struct seccomp_notif_resp *answer = watch->response;
-    memset(answer, 0, sizeof *answer);
-    answer->id = call->id;
     if (exec) {
-        answer->error = -EACCES;
         watch->exec_refused++;
     } else if (refuse) {
-        answer->error = -ENOMEM;
         watch->refused++;
         if (pages * watch->page > watch->largest) {
             watch->largest = pages * watch->page;
             watch->in_use = (uint64_t)used * watch->page;
         }
-    } else {
-        answer->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
     }
-    while (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_SEND, answer) != 0 && errno == EINTR) {
-    }
+    answer_call(watch, call->id, exec ? EACCES : refuse ? ENOMEM : 0);
 }
 
 int memwatch_summary(const struct memwatch *watch, char *out, size_t room) {

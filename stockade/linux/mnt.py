@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stockade.errors import SetupError, StockadeError, UnenforceableError
 from stockade.launch.request import LaunchRequest
-from stockade.linux import dns, overlay, protect
+from stockade.linux import dns, hostsockets, overlay, protect
 from stockade.linux.mountapi import (
     MOUNT_ATTR_NODEV,
     MOUNT_ATTR_NOEXEC,
@@ -86,9 +86,11 @@ class Survey:
                 m.source_fd = -1
 
 
-def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Survey:
-    """Open every source of the view (no symlinks followed) and find the protected names.
-    `weaken` (tests only) skips layers: "protected", "deny"."""
+def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
+           listing: str = hostsockets.OWN) -> Survey:
+    """Open every source of the view (no symlinks followed) and find the protected names and
+    the host's sockets in the roots (`listing`: the host's /proc/net/unix, hostsockets.py).
+    `weaken` (tests only) skips layers: "protected", "deny", "unix_sockets"."""
     found = Survey([_Mount(g.path, "read") for g in request.read]
                    + [_Mount(g.path, "write") for g in request.write]
                    + [_Mount(request.cwd, kind) for kind in [hidden_cwd(request)] if kind],
@@ -117,6 +119,8 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> Surv
         for m in sockets if mask_sockets else []:
             m.source_fd = open_source(m.path, "network.unix_sockets")
             found.denied.append(m)
+        if mask_sockets:
+            _mask_host_sockets(request, found, listing)
     except BaseException:
         found.close()
         raise
@@ -139,6 +143,21 @@ def hidden_cwd(request: LaunchRequest) -> str | None:
     if protect_inside(cwd, "/tmp") and protect_inside("/tmp", path):
         return kind
     return None
+
+
+def _mask_host_sockets(request: LaunchRequest, found: Survey, listing: str) -> None:
+    """Masks for the host's listening sockets in any root, read roots too (hostsockets.py)."""
+    masked = {m.path for m in found.denied}
+    own = [p for p in OWN_FILESYSTEMS + SYSTEM_DIRS if all(r.path != p for r in found.roots)]
+    for path in hostsockets.in_roots(listing, [m.path for m in found.roots], own):
+        if path not in masked:
+            try:
+                fd = open_path_nofollow(path)
+            except FileNotFoundError:
+                continue  # (gone since it was listed)
+            except OSError as exc:
+                raise _fail("network.unix_sockets", path, exc) from None
+            found.denied.append(_Mount(path, "deny", fd, is_dir=False))
 
 
 def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bytes:
@@ -165,7 +184,7 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     of the host's mounts), "read_only", "protected", "deny", "noexec", "nosuid"."""
     if "mount_view" in weaken:
         return [], b""
-    found = survey(request, weaken)
+    found = survey(request, weaken, hostsockets.parents_listing())
     roots, guarded, denied = found.roots, found.guarded, found.denied
     identity = found.identity() if identify else b""
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}

@@ -19,6 +19,7 @@ from stockade.lifecycle.report import (
     containment_row,
     row_maker,
 )
+from stockade.linux.limits import MEMFD_WATCH, may_set_memfd_noexec
 from stockade.linux.probe import ANY_FACTS, tier_verified, verified
 
 USERNET = ("own network namespace; pasta carries it out, an nftables guard inside refuses "
@@ -106,10 +107,12 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "addresses", {"namespace": isolated + ("link_local",)}),
         row("network.unix_sockets", "abstract sockets are per network namespace"
             + (", Landlock scopes them (ABI 6+)" if (abi or 0) >= 6 else "")
-            + "; socket files in write roots at launch masked (unix_sockets = own)",
+            + "; socket files in write roots, and host sockets listening in any root, at "
+            "launch masked (unix_sockets = own)",
             {"namespace": isolated + ("unix_abstract",), "mounts": ("unix_socket_file",)},
-            partial="a socket file in a read root, or made by the host during the run, stays "
-                    "connectable: neither mounts nor Landlock (ABI 7) govern connect() on it"),
+            partial="a socket the host binds during the run, or one its network namespace "
+                    "does not list, stays connectable: neither mounts nor Landlock (ABI 7) "
+                    "govern connect() on it"),
         row("network.address_families", "seccomp: sockets of unix, inet, inet6 and netlink "
             "only (AF_VSOCK, AF_ALG, AF_PACKET, ... EAFNOSUPPORT)",
             {"seccomp": ("socket_vsock",)}, "what a network namespace does not isolate"),
@@ -281,13 +284,15 @@ def _workspace_row(root: bool) -> Row:
 
 
 def _memfd_row(facts: dict) -> Row:
-    """Executing written memory: only host root may set vm.memfd_noexec."""
-    mechanism = "vm.memfd_noexec = 2 in the sandbox's pid namespace"
+    """Executing written memory: pid 1's memfd seal and exec watch (memwatch.c), and as
+    host root vm.memfd_noexec."""
+    mechanism = MEMFD_WATCH + (" + vm.memfd_noexec = 2 in the sandbox's pid namespace"
+                               if may_set_memfd_noexec() else "")
     if facts.get("memfd_exec") == "EACCES":
         return Row("filesystem.memfd_exec", ENFORCED, mechanism)
     return Row("filesystem.memfd_exec", UNAVAILABLE, mechanism,
-               "only host root may set vm.memfd_noexec: a memfd the command writes can be "
-               "executed" if facts.get("memfd_exec") == "ok" else "not verified")
+               "a memfd the command writes can be executed" if facts.get("memfd_exec") == "ok"
+               else "not verified")
 
 
 def _landlock_rights(enforced: dict) -> str:

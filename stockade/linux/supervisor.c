@@ -48,7 +48,7 @@
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
 /* plan flags; UNBOUND and KEEP_FDS only for tests that weaken those layers */
 enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8,
-       PLAN_WATCH_EXEC = 16 };
+       PLAN_WATCH_EXEC = 16, PLAN_SEAL_MEMFD = 32 };
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -292,7 +292,7 @@ int send_fds(int sock, char byte, const int *fds, int count) {
 /* ---- starting the command ---- */
 
 struct limits {
-    int apply, watch_memory, watch_exec, keep_fds;
+    int apply, watch_memory, watch_exec, seal_memfd, keep_fds;
     int64_t memory, processes, file_size;  /* -1: none */
 };
 
@@ -371,6 +371,22 @@ static int nest(const struct nested *domain) {
     return done;
 }
 
+/* Until `fd` is readable: answer the watch's requests (the starter's own exec is one). */
+static void answer_until_readable(int fd, struct memwatch *watch) {
+    struct pollfd watched[2] = {{fd, POLLIN, 0}, {watch->listener, POLLIN, 0}};
+    while (!watched[0].revents) {
+        if (poll(watched, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(SETUP_FAILED);
+        }
+        if (watched[1].revents & POLLIN)
+            memwatch_answer(watch);
+        else if (watched[1].revents)
+            watched[1].fd = -1;  /* (the starter died) */
+    }
+}
+
 /* One message from the command's starter: its listener ('L', one byte and the descriptor,
  * put in *listener), a struct report, or 0 at the end (it exec'd, or died). */
 static ssize_t receive_report(int sock, struct report *r, int *listener) {
@@ -391,8 +407,11 @@ static ssize_t receive_report(int sock, struct report *r, int *listener) {
     return got;
 }
 
+/* Start the command; with its listener (if it is watched) open `watch` on it, for the
+ * `written` paths (`written_size` bytes), and answer its requests while it execs. */
 static pid_t start(struct launch *launch, const int stdio[3], const struct limits *limits,
-                   const struct nested *domain, int *listener) {
+                   const struct nested *domain, struct memwatch *watch, const char *written,
+                   uint32_t written_size) {
     int reports[2];  /* a socket, so the starter can hand its listener over too */
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, reports) != 0)
         fail(0, "exec_failed", NULL, strerror(errno), "exec");
@@ -423,9 +442,14 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
         /* nothing of pid 1's but stdio reaches the command */
         if (!limits->keep_fds && close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
             report_and_exit(reports[1], STEP_PRIVILEGE);
-        if (limits->watch_memory || limits->watch_exec) {  /* last: then no allocation */
-            /* (-1: unwatched, and the exit event says so) */
-            int watch = memwatch_install(limits->watch_memory, limits->watch_exec);
+        /* pid 1 reads the path of this starter's exec (the command's are dumpable anyway);
+         * nothing else runs in the sandbox yet, and the exec replaces pid 1's memory */
+        if (limits->watch_exec && prctl(PR_SET_DUMPABLE, 1) != 0)
+            report_and_exit(reports[1], STEP_PRIVILEGE);
+        if (limits->watch_memory || limits->watch_exec || limits->seal_memfd) {
+            /* last: then no allocation (-1: unwatched, and the exit event says so) */
+            int watch = memwatch_install(limits->watch_memory, limits->watch_exec,
+                                         limits->seal_memfd);
             if (watch >= 0 && (send_fds(reports[1], 'L', &watch, 1) != 0 || close(watch)))
                 report_and_exit(reports[1], STEP_PRIVILEGE);
         }
@@ -435,8 +459,17 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
     close(reports[1]);
     struct report r;
     ssize_t got;
-    while ((got = receive_report(reports[0], &r, listener)) == 1) {
-    }  /* (its listener came first: then the exec, or a failure) */
+    int listener = -1;
+    while ((got = receive_report(reports[0], &r, &listener)) == 1) {
+        /* its listener came first: then the exec, or a failure */
+        if (memwatch_open(watch, listener, limits->watch_memory ? limits->memory : -1,
+                          limits->watch_exec, limits->seal_memfd, written, written_size) != 0) {
+            close(listener);  /* (the filter's calls then fail ENOSYS: it cannot go on) */
+            kill(child, SIGKILL);
+            fail(0, "memory_watch_failed", NULL, strerror(errno), "exec");
+        }
+        answer_until_readable(reports[0], watch);
+    }
     close(reports[0]);
     if (got == 0)
         return child;  /* the report pipe closed on exec */
@@ -530,6 +563,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.watch_memory = limits.apply && (flags & PLAN_WATCH_MEMORY);
     limits.keep_fds = (flags & PLAN_KEEP_FDS) != 0;
     limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
+    limits.seal_memfd = (flags & PLAN_SEAL_MEMFD) != 0;
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -582,15 +616,8 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
         close(listener);
     close(fds[5]);
 
-    int requests = -1;  /* the memory watch's listener, if the command is watched */
-    pid_t command = start(&launch, fds, &limits, &domain, &requests);
-    struct memwatch memory;
-    if (memwatch_open(&memory, requests, limits.watch_memory ? limits.memory : -1,
-                      limits.watch_exec, written, written_size) != 0 && requests >= 0) {
-        close(requests);  /* (the filter's calls then fail ENOSYS: the command cannot go on) */
-        kill(command, SIGKILL);
-        fail(0, "memory_watch_failed", NULL, strerror(errno), "exec");
-    }
+    struct memwatch memory = {.listener = -1};  /* (opened once the command is watched) */
+    pid_t command = start(&launch, fds, &limits, &domain, &memory, written, written_size);
     for (int i = 0; i < 3; i++)
         close(fds[i]);  /* the command's readers see the end when it (and its tree) ends */
     stage("exec");

@@ -102,18 +102,19 @@ struct spec {
 
 /* ---- the command's address-space requests, seen at limits.memory (memwatch.c) ---- */
 
-/* ... and, where exec_from_write = false, its executable mappings of written files: the
- * second layer beside noexec mounts (memwatch.c) */
+/* ... and, where exec_from_write = false, its executable mappings and executions of written
+ * files: the second layer beside noexec mounts; its memfds made sealed non-executable
+ * (memwatch.c) */
 
 enum { WRITTEN_MAX = 64 };              /* mounts the command may write */
 
 struct memwatch {
     int listener;                       /* the filter's notifications; -1: not watching */
-    int memory, exec;                   /* what it watches */
+    int memory, exec, seal;             /* what it watches */
     uint64_t page, limit_pages;
     uint64_t refused;                   /* requests answered ENOMEM */
     uint64_t largest, in_use;           /* bytes: the largest refused, and in use then */
-    uint64_t exec_refused;              /* mappings answered EACCES */
+    uint64_t exec_refused;              /* mappings and executions answered EACCES */
     uint64_t written[WRITTEN_MAX];      /* the mount ids of the written mounts */
     int written_count;
     struct seccomp_notif *request;
@@ -122,9 +123,9 @@ struct memwatch {
 };
 
 /* in the command, before exec: the listener, or -1 */
-int memwatch_install(int memory, int exec);
+int memwatch_install(int memory, int exec, int seal);
 /* 0: watching. `written` holds `written_size` bytes of NUL-ended paths, for the exec watch */
-int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
+int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec, int seal,
                   const char *written, uint32_t written_size);
 void memwatch_answer(struct memwatch *watch);  /* one pending request */
 int memwatch_summary(const struct memwatch *watch, char *out, size_t room);  /* JSON part */

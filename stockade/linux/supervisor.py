@@ -36,7 +36,8 @@ _RLIMITS = 1  # plan flag: apply the rlimits
 _WATCH_MEMORY = 2  # plan flag: show the command's address-space requests to pid 1 (memwatch.c)
 _UNBOUND = 4  # plan flag (tests only): pid 1 ignores its owner's lifeline
 _KEEP_FDS = 8  # plan flag (tests only): the command inherits pid 1's other descriptors
-_WATCH_EXEC = 16  # plan flag: refuse executable mappings of written files (memwatch.c)
+_WATCH_EXEC = 16  # plan flag: refuse executable mappings and executions of written files
+_SEAL_MEMFD = 32  # plan flag: pid 1 makes the command's memfds sealed non-executable (memwatch.c)
 # flags; RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE; the nested Landlock domain's handled rights and
 # scopes; the size of the enforced record
 _HEAD = struct.Struct("<IqqqQQI")
@@ -76,7 +77,8 @@ def descriptor() -> int | None:
 
 def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, int],
          enforced: dict, view_digest: bytes | None, launch: bytes, *, bound: bool = True,
-         close_fds: bool = True, written: Sequence[str] | None = None) -> int:
+         close_fds: bool = True, written: Sequence[str] | None = None,
+         seal_memfd: bool = False) -> int:
     """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`),
     whether its address-space requests are shown to pid 1 (`watch_memory`, memwatch.c), its
     nested Landlock domain (landlock.nested_domain; (0, 0): none), the `enforced` record of
@@ -84,11 +86,13 @@ def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, 
     spare) and the launch part of the frame (empty for a spare, which reads its own). Not
     `bound` or not `close_fds` (tests only): pid 1 ignores its owner's lifeline, or the
     command inherits pid 1's descriptors. With `written` (the paths the command may write, as
-    it sees them), pid 1 refuses executable mappings of files on their mounts (memwatch.c)."""
+    it sees them), pid 1 refuses executable mappings and executions of files on their mounts,
+    and of memfds and deleted files; with `seal_memfd` it makes every memfd of the command
+    itself, sealed non-executable (memwatch.c)."""
     memory, processes, file_size = limits.rlimit_values(spec)
     flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0) \
         | (0 if bound else _UNBOUND) | (0 if close_fds else _KEEP_FDS) \
-        | (0 if written is None else _WATCH_EXEC)
+        | (0 if written is None else _WATCH_EXEC) | (_SEAL_MEMFD if seal_memfd else 0)
     paths = b"".join(os.fsencode(path) + b"\0" for path in written or ())
     body = json.dumps(enforced).encode()
     data = b"".join((

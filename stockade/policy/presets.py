@@ -11,7 +11,7 @@
 The interactive presets (10m) cap output at 16MiB and files at 1GiB, the build presets (30m) at
 64MiB and 4GiB. `workspace-write` runs what the job builds in the workspace (a venv's scripts,
 compiled extensions, `make && ./prog`); `workspace-write-no-exec` is the same without that:
-nothing written there can be executed (noexec mounts, Landlock, memfd_noexec as root).
+nothing written there can be executed (noexec mounts, Landlock, pid 1's exec and memfd watches).
 
 "ws" is `{workspace}`; "exec" is `exec_from_write`; "time" is `timeout`;
 "registries" is allowlist mode with `REGISTRIES` (package registries and source hosts; which
