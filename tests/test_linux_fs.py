@@ -107,6 +107,28 @@ def test_renaming_a_protected_directorys_parent_fails(ws):
     assert snapshot(workspace) == before
 
 
+def test_what_is_protected_inside_a_grant_inside_a_protected_name_stays_protected(ws):
+    """The honoured grant `.codex/v/t` is a write root like any: its own protected names and
+    its repository's hooks stay read-only (the grant was mounted over them: they were
+    writable), and so does the rest of `.codex`. A protected name granted itself is writable."""
+    workspace, _ = ws
+    nested = workspace / ".codex" / "v" / "t"
+    (nested / ".agents").mkdir(parents=True)
+    (nested / "r" / ".git" / "hooks").mkdir(parents=True)
+    (nested / "r" / ".git" / "config").write_text("[core]\n")
+    (workspace / ".agents").mkdir()
+    before = snapshot(workspace)
+    r = sandbox(["sh", "-c", "echo ok > .codex/v/t/made; for p in .codex/v/t/.agents/x "
+                 ".codex/v/t/r/.git/hooks/pre-commit .codex/v/t/r/.git/config .codex/y; do "
+                 "echo pwned > $p && echo WROTE $p; done; echo ok > .agents/made"], workspace,
+                write=(str(workspace), str(nested), str(workspace / ".agents")))
+    assert b"WROTE" not in r.stdout, r
+    after = snapshot(workspace)
+    assert after.pop(".codex/v/t/made")[2] == b"ok\n", r.stderr
+    assert after.pop(".agents/made")[2] == b"ok\n", r.stderr
+    assert after == before
+
+
 def test_git_works_when_dot_git_is_created_inside_the_run(ws):
     workspace, _ = ws
     if not shutil.which("git"):
