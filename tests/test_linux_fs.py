@@ -108,6 +108,63 @@ def test_renaming_a_protected_directorys_parent_fails(ws):
     assert snapshot(workspace) == before
 
 
+def test_what_is_protected_inside_a_grant_inside_a_protected_name_stays_protected(ws):
+    """The honoured grant `.codex/v/t` is a write root like any: its own protected names and
+    its repository's hooks stay read-only (the grant was mounted over them: they were
+    writable), and so does the rest of `.codex`. A protected name granted itself is writable."""
+    workspace, _ = ws
+    nested = workspace / ".codex" / "v" / "t"
+    (nested / ".agents").mkdir(parents=True)
+    (nested / "r" / ".git" / "hooks").mkdir(parents=True)
+    (nested / "r" / ".git" / "config").write_text("[core]\n")
+    (workspace / ".agents").mkdir()
+    before = snapshot(workspace)
+    r = sandbox(["sh", "-c", "echo ok > .codex/v/t/made; for p in .codex/v/t/.agents/x "
+                 ".codex/v/t/r/.git/hooks/pre-commit .codex/v/t/r/.git/config .codex/y; do "
+                 "echo pwned > $p && echo WROTE $p; done; echo ok > .agents/made"], workspace,
+                write=(str(workspace), str(nested), str(workspace / ".agents")))
+    assert b"WROTE" not in r.stdout, r
+    after = snapshot(workspace)
+    assert after.pop(".codex/v/t/made")[2] == b"ok\n", r.stderr
+    assert after.pop(".agents/made")[2] == b"ok\n", r.stderr
+    assert after == before
+
+
+CODE_RUNNING_FILES = (".mcp.json", ".gitmodules", ".ripgreprc", ".envrc", ".bashrc",
+                      ".bash_profile", ".profile", ".zshrc", ".zprofile", ".gitconfig")
+CODE_RUNNING_DIRS = (".vscode", ".idea", ".devcontainer", ".claude")
+
+
+def test_files_that_make_host_tools_run_code_are_read_only_by_default(ws):
+    """What a host tool runs code from later (an MCP server list, editor tasks, agents'
+    commands and hooks, submodule URLs, direnv, shell start-up files, git's configuration) is
+    read-only at every depth of a workspace under the default policy (all were writable);
+    "!NAME" makes one writable again."""
+    workspace, _ = ws
+    for top in (workspace, workspace / "pkg" / "sub"):
+        for name in CODE_RUNNING_DIRS:
+            (top / name / "inner").mkdir(parents=True)
+            (top / name / "inner" / "tasks.json").write_text("{}\n")
+        for name in CODE_RUNNING_FILES:
+            (top / name).write_text("original\n")
+    before = snapshot(workspace)
+    targets = [f"{top}{name}" for top in ("", "pkg/sub/") for name in CODE_RUNNING_FILES]
+    targets += [f"{top}{name}/{leaf}" for top in ("", "pkg/sub/") for name in CODE_RUNNING_DIRS
+                for leaf in ("inner/tasks.json", "new.json")]
+    script = "".join(f"echo pwned > {p} && echo WROTE {p}; " for p in targets)
+    r = sandbox(["sh", "-c", script + "echo ok > written"], workspace)
+    assert b"WROTE" not in r.stdout, r.stdout
+    after = snapshot(workspace)
+    assert after.pop("written")[2] == b"ok\n", r.stderr
+    assert after == before
+    r = sandbox(["sh", "-c", "echo mine > .vscode/inner/tasks.json && echo mine > .envrc"],
+                workspace, protected=tuple(n for n in stockade.preset("workspace-write")
+                                           .filesystem.protected if n != ".vscode"))
+    assert r.exit_code != 0 and b".envrc" in r.stderr, r  # only .vscode was released
+    assert (workspace / ".vscode" / "inner" / "tasks.json").read_text() == "mine\n"
+    assert (workspace / ".envrc").read_text() == "original\n"
+
+
 def test_git_works_when_dot_git_is_created_inside_the_run(ws):
     workspace, _ = ws
     if not shutil.which("git"):

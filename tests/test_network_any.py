@@ -140,6 +140,25 @@ def test_any_reaches_the_public_host_and_none_of_the_guarded(tmp_path: Path) -> 
         assert expected in denied, report
 
 
+def test_refusals_the_log_drops_are_counted_and_said(tmp_path: Path) -> None:
+    """A burst of 120 refused connections: the log's rate limit keeps a record of some; the
+    result says how many more were refused without one (they were dropped silently before),
+    and the records and that number add up to every refused packet. A few drop nothing."""
+    burst = [f"tcp:{PRIVATE}:{port}" for port in range(1000, 1120)]
+    report = in_world(tmp_path, None, burst)
+    assert all(report["attempts"][t].startswith("error") for t in burst), report
+    violations = report["result"]["violations"]
+    records = [d for kind, d in violations if kind == "network.denied"]
+    unrecorded = [d for kind, d in violations if kind == "network.denied_unrecorded"]
+    assert len(unrecorded) == 1 and len(records) < len(burst), report
+    # (every refused packet is counted: the sandbox's kernel may send one of its own)
+    assert len(burst) <= len(records) + int(unrecorded[0].split()[0]) <= len(burst) + 4, report
+    few = in_world(tmp_path, None, burst[:3])["result"]["violations"]
+    assert "network.denied_unrecorded" not in {kind for kind, _ in few}, few
+    assert {f"tcp {PRIVATE}:{port}: address_private" for port in (1000, 1001, 1002)} <= \
+        {detail for _, detail in few}, few
+
+
 def test_reach_lifts_the_guard_for_what_it_names_only(tmp_path: Path) -> None:
     report = in_world(tmp_path, {"network": {"mode": "any", "reach": [f"{PRIVATE}:80"]}},
                       [f"tcp:{PRIVATE}:80", f"udp:{PRIVATE}:7", f"tcp:{METADATA}:80"])

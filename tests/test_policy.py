@@ -330,8 +330,8 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
     (doc(filesystem={"protected": ["!.git"]}), "filesystem.protected[0]",
      GIT_IS_NOT_A_NAME.format('"!.git"')),
     (doc(preset="read-only", filesystem={"protected": ["!.hg"]}), "filesystem.protected[0]",
-     '"!.hg" removes a name the base does not protect (it protects: .agents, .codex, '
-     ".stockade)"),
+     '"!.hg" removes a name the base does not protect (it protects: '
+     + ", ".join(DEFAULT_PROTECTED) + ")"),
     (doc(filesystem={"protected": [".codex", "!.CODEX"]}), "filesystem.protected[1]",
      '".CODEX" is both added and removed'),
     (doc(filesystem={"git": "rw"}), "filesystem.git",
@@ -650,13 +650,15 @@ def test_a_protected_name_is_added_or_removed_and_git_replaced() -> None:
     and parses back to the same policy; `git` replaces the base's mode."""
     policy = parse_policy(doc(preset="workspace-write", filesystem={
         "protected": ["!.CODEX", ".hg"], "git": "read-only"}))
-    assert policy.filesystem.protected == (".agents", ".hg", ".stockade")
+    kept = sorted({*DEFAULT_PROTECTED, ".hg"} - {".codex"})
+    assert policy.filesystem.protected == tuple(kept)
     assert policy.filesystem.git == "read-only"
     document = policy_to_document(policy)
-    assert document["filesystem"]["protected"] == [".agents", ".hg", ".stockade", "!.codex"]
+    assert document["filesystem"]["protected"] == [*kept, "!.codex"]
     assert parse_policy(document) == policy
     assert parse_policy(doc()).filesystem.git == "guarded"
-    emptied = merge(Policy(), {"filesystem": {"protected": ["!.agents", "!.codex", "!.stockade"]}})
+    emptied = merge(Policy(), {"filesystem": {"protected": [
+        "!" + name for name in DEFAULT_PROTECTED]}})
     assert emptied.filesystem.protected == ()
     with pytest.raises(PolicyError, match="removes a name the base does not protect"):
         merge(emptied, {"filesystem": {"protected": ["!.agents"]}})

@@ -820,3 +820,27 @@ def test_a_killed_owner_leaves_no_qemu_and_its_directory_is_reconciled(
         assert sb.run(["true"]).exit_code == 0
         left = set(os.listdir(temp)) - {os.path.basename(sb._session.handle.workdir)}
     assert left == set() and os.listdir(temp) == [], left
+
+
+def test_a_write_root_granted_inside_a_protected_name_is_honoured_in_the_guest(vm_ready,
+                                                                           tmp_path):
+    """`home` writable, its `.codex` protected, `home/.codex/v/t` granted write: the exact
+    grant wins, as on the Linux backend (the protected name's read-only bind hid its share:
+    the write failed), and what is protected inside it stays so, as does the rest of
+    `.codex`."""
+    home = tmp_path / "home"
+    (home / ".codex" / "v" / "t" / ".agents").mkdir(parents=True)
+    (home / ".codex" / "config.toml").write_text("original\n")
+    before = _snapshot(home)
+    policy = merge(_vm_policy("workspace-write"),
+                   {"filesystem": {"write": ["{workspace}", "{workspace}/.codex/v/t"]}})
+    with qemu.VmSandbox(policy, workspace=home) as sb:
+        status = _attempts(sb, home, ["echo granted > .codex/v/t/made",
+                                      "echo pwned > .codex/config.toml",
+                                      "echo pwned > .codex/new",
+                                      "echo pwned > .codex/v/t/.agents/new"])
+    assert status.pop("echo granted > .codex/v/t/made") == 0, status
+    assert 0 not in status.values(), status
+    assert (home / ".codex" / "v" / "t" / "made").read_text() == "granted\n"
+    (home / ".codex" / "v" / "t" / "made").unlink()
+    assert _snapshot(home) == before

@@ -111,6 +111,12 @@ ROWS: tuple[Row, ...] = (
         proven=off("read_only", "landlock"), preset="read-only", setup=setups.workspace_files),
     row("fs.protected-dir", "filesystem", NESTED_ATTEMPT, "tamper.py", *NESTED_TARGETS,
         expect=denied(PROTECTED), proven=off("protected"), setup=setups.nested_repository),
+    row("fs.protected-code-running", "filesystem",
+        "tamper with files a host tool runs code from later (.mcp.json, .vscode, .claude "
+        "commands, .gitmodules, .envrc, .bashrc, ...) two levels down in a write root",
+        "tamper.py", *(f"{{ws}}/a/b/{rel}" for rel in setups.CODE_RUNNING),
+        "{ws}/a/b/.vscode", "{ws}/a/b/.claude/commands", expect=denied(PROTECTED),
+        proven=off("protected"), setup=setups.code_running_files),
     row("fs.protected-file", "filesystem",
         "tamper with a .git file (worktree pointer) and the config and hooks of the gitdir it "
         "points to", "tamper.py", "{ws}/sub/.git", "{ws}/.repo-git/config",

@@ -97,6 +97,18 @@ def nested_repository(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.git and a/b/.agents)"))
 
 
+CODE_RUNNING = (".mcp.json", ".vscode/tasks.json", ".claude/commands/review.md", ".gitmodules",
+                ".envrc", ".bashrc", ".idea/workspace.xml", ".devcontainer/devcontainer.json")
+
+
+def code_running_files(scene: Scene) -> None:
+    """Files a host tool runs code from later (an MCP server list, editor tasks, an agent's
+    commands, submodule URLs, direnv, a shell's start-up file), two levels down."""
+    for rel in CODE_RUNNING:
+        scene.plant(f"ws/a/b/{rel}", "original\n")
+    scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.mcp.json, .vscode, ...)"))
+
+
 def git_file(scene: Scene) -> None:
     """A `.git` file (a worktree pointer) and the gitdir it points to, both in the workspace."""
     scene.plant("ws/sub/.git", "gitdir: ../.repo-git\n")

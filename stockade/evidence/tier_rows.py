@@ -80,7 +80,9 @@ LANDLOCK_ROWS = ("fs.read-outside", "fs.write-outside", "fs.symlink-planted",
                  "fs.symlink-runtime", "fs.proc-root", "fs.proc-fd-reopen",
                  "fs.truncate-read-only", "env.home")
 WRITE_ROWS = {"fs.write-outside"}
-CARVED_ROWS = {"fs.protected-dir": "filesystem.protected", "fs.protected-file": "filesystem.git",
+CARVED_ROWS = {"fs.protected-dir": "filesystem.protected",
+               "fs.protected-code-running": "filesystem.protected",
+               "fs.protected-file": "filesystem.git",
                "fs.protected-rename": "filesystem.git", "fs.git-pointers": "filesystem.git"}
 SECCOMP_ROWS = {"fs.privilege-bits": "filesystem.privilege_bits",
                 "net.address-families": "network.address_families",

@@ -34,6 +34,7 @@ from stockade.launch.backend import (
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
 from stockade.linux import (
+    guard,
     landlock,
     landlock_tier,
     limits,
@@ -423,6 +424,11 @@ class LinuxHandle(Handle):
             self._way_out.close()
             self.network_log = self._way_out.denials()
             self.violations += network_denials(self.network_log)
+            if self._way_out.dropped:
+                self.violations.append(Violation(
+                    "network.denied_unrecorded", f"{self._way_out.dropped} more refusals of "
+                    "the destination guard have no record: its log keeps at most "
+                    f"{guard.LOG_RATE}"))
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
         for event in events:

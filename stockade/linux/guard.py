@@ -11,11 +11,15 @@ host's DNS resolvers on port 53. The sandbox's own loopback stays open (it is no
 pid 1 installs the rules while it still holds CAP_NET_ADMIN over the namespace, before any
 route out exists; the command gets no capability, so it can neither change nor remove them.
 Each refusal is logged to an NFLOG group, whose netlink socket pid 1 binds and passes out: the
-owner reads the records (`records`) as the proxy's denials are read.
+owner reads the records (`records`) as the proxy's denials are read. The log is limited
+(LOG_RATE), so every refusal is also counted (the table's counter `refused`), which the owner
+reads through the same socket once the run is over (`refused`): what the count exceeds the
+records by was dropped, and the result says so.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import shutil
 import socket
@@ -29,6 +33,7 @@ from stockade.net import addresses
 from stockade.policy.reach import parse_reach
 
 TABLE = "stockade_guard"
+COUNTER = "refused"
 GROUP = 7           # the NFLOG group (per network namespace)
 LOG_RATE = "50/second"  # a command looping on refused connections cannot flood the log
 TOOL_DIRS = "/usr/sbin:/sbin:/usr/bin:/bin"
@@ -43,6 +48,11 @@ _CMD_BIND = 1
 _COPY_PACKET = 2
 _PAYLOAD, _PREFIX = 9, 10
 _NLM_F_REQUEST, _NLM_F_ACK = 1, 4
+_NFNL_SUBSYS_NFTABLES, _NFT_MSG_NEWOBJ, _NFT_MSG_GETOBJ = 10, 18, 19
+_NFTA_OBJ_TABLE, _NFTA_OBJ_NAME, _NFTA_OBJ_TYPE, _NFTA_OBJ_DATA = 1, 2, 3, 4
+_NFT_OBJECT_COUNTER, _NFTA_COUNTER_PACKETS = 1, 2
+_NFPROTO_INET = 1
+QUERY_TIMEOUT = 2.0
 _NLMSG_ERROR = 2
 _HEADER = struct.Struct("=IHHII")
 _PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 132: "sctp"}
@@ -65,7 +75,7 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
     for text in host:
         address = ipaddress.ip_address(text)
         nets[address.version].append(str(address))
-    lines = [f"table inet {TABLE} {{"]
+    lines = [f"table inet {TABLE} {{", f"  counter {COUNTER} {{ }}"]
     for version in (4, 6):
         kind = "ipv4_addr" if version == 4 else "ipv6_addr"
         elements = ", ".join(sorted(set(nets[version])))
@@ -97,8 +107,8 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
             family = _family(version)
             lines += [f"    {family} daddr @guarded{version} limit rate {LOG_RATE} "
                       f"log group {GROUP}",
-                      f"    {family} daddr @guarded{version} reject with icmpx type "
-                      "admin-prohibited"]
+                      f'    {family} daddr @guarded{version} counter name "{COUNTER}" '
+                      "reject with icmpx type admin-prohibited"]
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -178,6 +188,72 @@ def records(sock: socket.socket, request_id: str) -> list[dict]:
         if not data:
             return found
         found += [_record(packet, request_id) for packet in _packets(data)]
+
+
+def refused(sock: socket.socket, request_id: str) -> tuple[int | None, list[dict]]:
+    """The guard's count of refused packets, asked through the log socket (pid 1 opened it
+    with CAP_NET_ADMIN over the sandbox's network namespace, which the owner holds too), and
+    the records read on the way; None when the count could not be read."""
+    body = struct.pack(">BBH", _NFPROTO_INET, 0, 0)
+    body += _attribute(_NFTA_OBJ_TABLE, TABLE.encode() + b"\0")
+    body += _attribute(_NFTA_OBJ_NAME, COUNTER.encode() + b"\0")
+    body += _attribute(_NFTA_OBJ_TYPE, struct.pack(">I", _NFT_OBJECT_COUNTER))
+    kind = (_NFNL_SUBSYS_NFTABLES << 8) | _NFT_MSG_GETOBJ
+    found: list[dict] = []
+    try:
+        sock.send(_HEADER.pack(_HEADER.size + len(body), kind, _NLM_F_REQUEST, 0, 0) + body)
+    except OSError:
+        return None, found
+    sock.settimeout(QUERY_TIMEOUT)
+    try:
+        while True:
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                return None, found
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:  # (log records lost: the count has them)
+                    continue
+                return None, found
+            found += [_record(packet, request_id) for packet in _packets(data)]
+            answer = _counted(data)
+            if answer is not False:
+                return answer, found
+    finally:
+        sock.settimeout(None)
+
+
+def _counted(data: bytes) -> int | None | bool:
+    """The counter's packets in a reply among `data`'s messages; None for an error reply;
+    False when `data` holds no reply."""
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
+        if length < _HEADER.size:
+            break
+        if kind == _NLMSG_ERROR:
+            return None
+        if kind == (_NFNL_SUBSYS_NFTABLES << 8) | _NFT_MSG_NEWOBJ:
+            for attribute, value in _attributes(data, offset + _HEADER.size + 4,
+                                                offset + length):
+                if attribute == _NFTA_OBJ_DATA:
+                    for inner, number in _attributes(value, 0, len(value)):
+                        if inner == _NFTA_COUNTER_PACKETS:
+                            return struct.unpack(">Q", number[:8])[0]
+            return None
+        offset += length + (-length % 4)
+    return False
+
+
+def _attributes(data: bytes, at: int, end: int) -> list[tuple[int, bytes]]:
+    found = []
+    while at + 4 <= end:
+        size, attribute = struct.unpack_from("=HH", data, at)
+        if size < 4:
+            break
+        found.append((attribute & 0x3FFF, data[at + 4:at + size]))
+        at += size + (-size % 4)
+    return found
 
 
 def _packets(data: bytes) -> list[bytes]:

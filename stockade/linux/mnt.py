@@ -215,10 +215,15 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
                 # The root now covers the tmpfs: every later lookup must start on top of it.
                 os.close(top)
                 top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    nested = _grants_inside_protected(roots, guarded, layered)
     for m in guarded:
-        _mount_over(top, m, layered=layered)
-    _honour_grants_inside_protected(top, own_devs, roots, guarded, request, layered,
-                                    weaken - {"read_only"})
+        if not _below_any(m.path, nested):
+            _mount_over(top, m, layered=layered)
+    for m in nested:
+        _mount_root(top, own_devs, m, request.exec_from_write, weaken - {"read_only"})
+    for m in guarded:  # and what is protected below them, over them
+        if _below_any(m.path, nested):
+            _mount_over(top, m, layered=layered)
     _mask(top, denied, layered)
     if resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
         _own_resolv_conf(top, resolv_conf)  # (a denied one stays masked)
@@ -344,20 +349,26 @@ def weakened(attrs: int, weaken: frozenset[str]) -> int:
     return attrs
 
 
-def _honour_grants_inside_protected(top: int, own_devs: set[int], roots: list[_Mount],
-                                    guarded: list[_Mount], request: LaunchRequest,
-                                    layered: dict[str, int], weaken: frozenset[str]) -> None:
-    """A write root granted inside a protected name (`home/.codex/x` with `home` a write root)
-    is an exact grant, which wins: it is mounted again over the read-only re-mount."""
+def _grants_inside_protected(roots: list[_Mount], guarded: list[_Mount],
+                             layered: dict[str, int]) -> list[_Mount]:
+    """The write roots granted inside a protected object of another write root
+    (`home/.codex/x` with `home` a write root), each with a fresh clone to mount. Such a root
+    is an exact grant, which wins: it is mounted again over the read-only re-mount, and then
+    what is protected inside it is re-mounted over it, as in any write root."""
     protected = [g.path for g in guarded if g.kind == "protected"]
-    for m in roots:
-        if m.kind == "write" and any(protect_inside(m.path, p) for p in protected):
-            if m.path in layered:  # (one overlay per upper layer: the first is unmounted)
-                raise UnenforceableError(
-                    overlay.CAPABILITY, f"the write root {m.path} lies inside a protected "
-                    "name of another write root, which an overlaid workspace cannot honour")
-            m.tree = clone_tree(m.source_fd)
-            _mount_root(top, own_devs, m, request.exec_from_write, weaken)
+    nested = [m for m in roots if m.kind == "write"
+              and any(m.path == p or protect_inside(m.path, p) for p in protected)]
+    for m in nested:
+        if m.path in layered:  # (one overlay per upper layer: the first is unmounted)
+            raise UnenforceableError(
+                overlay.CAPABILITY, f"the write root {m.path} lies inside a protected "
+                "name of another write root, which an overlaid workspace cannot honour")
+        m.tree = clone_tree(m.source_fd)
+    return nested
+
+
+def _below_any(path: str, roots: list[_Mount]) -> bool:
+    return any(protect_inside(path, m.path) for m in roots)
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None,

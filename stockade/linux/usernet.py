@@ -226,6 +226,7 @@ class WayOut:
         self.log = log
         self.pasta = pasta
         self._denials: list[dict] = []
+        self.dropped = 0  # refusals the guard counted but logged no record of
 
     @classmethod
     def open(cls, request: LaunchRequest, control: socket.socket,
@@ -277,8 +278,17 @@ class WayOut:
         return list(self._denials)
 
     def close(self) -> None:
+        """Stop pasta, read the last records, and count the refusals the log dropped (the
+        rate limit, a full socket buffer): the guard counted each. A count that cannot be
+        read drops nothing said."""
         self.pasta.stop()
         self.denials()
+        if self.log.fileno() >= 0:
+            count, more = guard.refused(self.log, self.request_id)
+            self._denials += more
+            self._denials += guard.records(self.log, self.request_id)
+            if count is not None:
+                self.dropped = max(0, count - len(self._denials))
         self.log.close()
 
 

@@ -25,8 +25,21 @@ CONTAINMENTS = ("native", "vm")
 # rlimits on the host's own view (stockade/linux/landlock_tier.py; it enforces less: see
 # SECURITY.md).
 ISOLATIONS = ("namespaces", "landlock")
-# Names read-only whole at every nested occurrence in write roots (`filesystem.protected`).
-DEFAULT_PROTECTED = (".agents", ".codex", ".stockade")
+# Names read-only whole at every nested occurrence in write roots (`filesystem.protected`):
+# agents' own, and what makes a host tool run code later, found in a workspace or (the shell's
+# and git's files) in a home directory used as one: MCP servers (`.mcp.json`), editor tasks
+# and run configurations (`.vscode`, `.idea`, `.devcontainer`), agents' commands, sub-agents
+# and hooks (`.claude`, `.cursor`, `.gemini`), submodule URLs and paths (`.gitmodules`),
+# ripgrep's preprocessor (`.ripgreprc`), direnv (`.envrc`), shell start-up files, git's
+# configuration. Each is removed by "!NAME" in a policy.
+AGENT_PROTECTED = (".agents", ".codex", ".stockade")
+CODE_RUNNING_PROTECTED = (
+    ".mcp.json", ".vscode", ".idea", ".devcontainer", ".claude", ".cursor", ".gemini",
+    ".gitmodules", ".ripgreprc", ".envrc",
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile",
+    ".gitconfig",
+)
+DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
 # How `.git` is protected (`filesystem.git`): "guarded" (git works; what makes git run code or
 # find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
 # every `.git` and the gitdirs `.git` files name), "writable" (not at all).

@@ -153,23 +153,31 @@ def init_script(guest: Guest, argv: list[str]) -> str:
     if guest.egress:  # no route: only the user-mode network's own /24, where the proxy is
         lines += [f"busybox ip addr add {egress.GUEST_ADDRESS}/24 dev eth0",
                   "busybox ip link set eth0 up"]
-    for share in guest.shares:
-        target = q("/newroot" + share.path)
-        mode = f"rw,{writable}" if share.writable else "ro,nosuid,nodev"
-        lines += [f"busybox mkdir -p {target}",
-                  f"busybox mount -t 9p -o {_9P},{mode} {share.tag} {target}"]
+    # A share inside a frozen path (a root granted inside a protected name: an exact grant,
+    # which wins) is mounted after the frozen binds, which would hide it, and what is kept or
+    # frozen inside it after it.
+    later = [s for s in guest.shares if any(_inside(s.path, f) for f in guest.frozen)]
+    for share in [s for s in guest.shares if s not in later]:
+        lines += _mount_share(share, writable)
     for link, target in guest.links:
         lines.append(f"[ -e {q('/newroot' + link)} ] || busybox ln -s {q(target)} "
                      f"{q('/newroot' + link)}")
     # As the Linux backend orders them: kept directories (recursively, so that the shares
     # inside stay as they are), then frozen paths (a read-only bind of that one mount: a kept
     # directory inside it is read-only with it), then what is hidden, which nothing covers.
-    for path in guest.kept:
-        target = q("/newroot" + path)
-        lines.append(f"busybox mount --rbind {target} {target}")
-    for path in guest.frozen:
-        target = q("/newroot" + path)
-        lines += [f"busybox mount --bind {target} {target}", _read_only(target, writable)]
+    inside = {path for path in guest.kept + guest.frozen
+              if any(path != s.path and _inside(path, s.path) for s in later)}
+    for phase, shares in ((False, []), (True, later)):
+        lines += [line for share in shares for line in _mount_share(share, writable)]
+        for path in guest.kept:
+            if (path in inside) == phase:
+                target = q("/newroot" + path)
+                lines.append(f"busybox mount --rbind {target} {target}")
+        for path in guest.frozen:
+            if (path in inside) == phase:
+                target = q("/newroot" + path)
+                lines += [f"busybox mount --bind {target} {target}",
+                          _read_only(target, writable)]
     for path in guest.hidden:
         target = q("/newroot" + path)
         lines.append(f"if [ -d {target} ]; then busybox mount -t tmpfs -o ro,size=0 deny {target}; "
@@ -199,6 +207,13 @@ def kernel_settings(guest: Guest) -> list[tuple[str, str]]:
     if guest.pid_max is not None:
         settings.append(("kernel/pid_max", str(guest.pid_max)))
     return settings
+
+
+def _mount_share(share: Share, writable: str) -> list[str]:
+    target = shlex.quote("/newroot" + share.path)
+    mode = f"rw,{writable}" if share.writable else "ro,nosuid,nodev"
+    return [f"busybox mkdir -p {target}",
+            f"busybox mount -t 9p -o {_9P},{mode} {share.tag} {target}"]
 
 
 def _read_only(target: str, options: str) -> str:
