@@ -173,7 +173,9 @@ def test_only_replies_reach_the_sandbox_and_no_host_port_opens_for_it(tmp_path: 
     # what pasta holds for the child's flows: ports as the host's kernel gives any client,
     # each knocked at above (from the loopback, the host's address, another machine)
     low, high = usernet.ephemeral_ports()
-    assert all(low <= number <= high for _, _, number in opened), report
+    held = {number for table, _, number in opened if table.startswith("udp")}
+    assert held and all(low <= number <= high for _, _, number in opened), report
+    assert {f"other:{number}" for number in held} <= set(report["driver"]["knocks"]), report
     assert not [outcome for where, outcome in report["driver"]["knocks"].items()
                 if where.startswith("tcp") and not outcome.startswith("error")], report
     assert not [knock for where, knock in report["driver"]["knocks"].items()
