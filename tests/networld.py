@@ -15,7 +15,10 @@ reaches this machine's network, and builds:
   169.254.169.254, a link-local host on pasta's DNS forward address (169.254.1.1: what
   leaves for it is not pasta's relay) and a private host 10.9.9.9 — every address served by
   the same servers,
-  which record the address each connection or datagram reached.
+  which record the address each connection or datagram reached — and "another machine",
+  203.0.113.66, which on request (a line `ADDRESS PORT` to its TCP port KNOCK) knocks
+  unsolicited at ADDRESS:PORT: a UDP datagram from itself and one from the public host (port
+  9, not its echo's), and a TCP connection, and answers what each did.
 
 Then it runs the spec's `stockade run` (rootless: as the caller's uid, in a user namespace
 nested in the first, so Stockade has no privilege at all) and prints JSON: its exit code and
@@ -41,8 +44,11 @@ PUBLIC, RESOLVER, METADATA, PRIVATE = "203.0.113.10", "203.0.113.53", "169.254.1
     "10.9.9.9"
 STUB = "127.0.0.53"
 FORWARD = "169.254.1.1"
+OTHER = "203.0.113.66"
 PORT = 80  # every TCP server; UDP echo on 7, DNS on 53, bulk transfers on BULK
 BULK = 19
+KNOCK = 99
+REFLECT = 3478
 NAMES = {"public.test": PUBLIC, "metadata.test": METADATA}
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -130,18 +136,57 @@ def dns_server(name: str, address: str, seen: Seen) -> None:
 
 
 def udp_servers(seen: Seen) -> None:
-    """An echo on port 7 of each of the internet's addresses, and the resolver."""
+    """An echo on port 7 of each of the internet's addresses, the resolver, and on the
+    public host's port REFLECT a reflector that answers the address and port a datagram came
+    from (as a STUN server does; unrecorded)."""
     def serve_echo(echo: socket.socket, address: str) -> None:
         while True:
             data, peer = echo.recvfrom(2048)
             seen.add("internet", address, "udp")
             echo.sendto(data, peer)
 
+    def serve_reflector(reflector: socket.socket) -> None:
+        while True:
+            _, peer = reflector.recvfrom(2048)
+            reflector.sendto(f"{peer[0]}:{peer[1]}".encode(), peer)
+
     for address in (ROUTER, PUBLIC, METADATA, PRIVATE):
         echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         echo.bind((address, 7))
         threading.Thread(target=serve_echo, args=(echo, address), daemon=True).start()
+    reflector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    reflector.bind((PUBLIC, REFLECT))
+    threading.Thread(target=serve_reflector, args=(reflector,), daemon=True).start()
     dns_server("resolver", RESOLVER, seen)
+
+
+def knocker() -> None:
+    """Another machine's knocks at whatever address and port it is asked (see the docstring)."""
+    listener = socket.create_server((OTHER, KNOCK), backlog=8)
+
+    def knock(line: str) -> dict:
+        address, port = line.split()
+        target = (address, int(port))
+        done = {}
+        for source in ((OTHER, 0), (PUBLIC, 9)):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.bind(source)
+                udp.sendto(f"unsolicited from {source[0]}:{source[1]}".encode(), target)
+            done[f"udp from {source[0]}:{source[1]}"] = "sent"
+        try:
+            with socket.create_connection(target, timeout=2, source_address=(OTHER, 0)):
+                done["tcp"] = "connected"
+        except OSError as exc:
+            done["tcp"] = f"error {exc.errno}"
+        return done
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                line = conn.makefile().readline()
+                conn.sendall(json.dumps(knock(line)).encode() + b"\n")
+    threading.Thread(target=serve, daemon=True).start()
 
 
 def dns_answer(query: bytes) -> bytes:
@@ -171,8 +216,9 @@ def internet(ready_w: int, linked_r: int, seen: Seen) -> None:
     ip("link", "set", "lo", "up")
     ip("addr", "add", f"{ROUTER}/24", "dev", "inet")
     ip("link", "set", "inet", "up")
-    for address in (PUBLIC, RESOLVER, METADATA, PRIVATE, FORWARD):
+    for address in (PUBLIC, RESOLVER, METADATA, PRIVATE, FORWARD, OTHER):
         ip("addr", "add", f"{address}/32", "dev", "lo")
+    knocker()
     tcp_server("internet", "0.0.0.0", seen)
     bulk_server()
     udp_servers(seen)
@@ -294,6 +340,7 @@ def main() -> None:
     enter(uid, gid)
     seen = Seen(os.path.join(workdir, "seen"))
     child = build(seen, workdir, spec)
+    os.environ["NETWORLD_SEEN"] = seen.path  # (a spec's argv may wait on what servers saw)
     try:
         done = run_as(uid, gid, spec["argv"], spec.get("timeout", 60))
         print(json.dumps({"returncode": done.returncode, "stdout": done.stdout,

@@ -367,6 +367,19 @@ ROWS: tuple[Row, ...] = (
                       by("network", "ECONNREFUSED", "NO_REPLY")),
         proven=(off("address_guard", when=AS_ROOT), off("network")), setup=setups.test_host,
         policy=ANY),
+    row("net.any-inbound", "network",
+        "network any: send one UDP datagram from a port of the sandbox's choice, learn the "
+        "host port it left from, and be reached there by senders never contacted (another "
+        "machine, the host's loopback and own address)", "net_inbound.py", "{peer}",
+        "{peer_port}", "{chosen}", "4",
+        expect=denied(by("source_ports", "REMAPPED", attempts="take host UDP port"),
+                      by("inbound_guard", "NO_DATAGRAM", attempts="receive")),
+        proven=(off("inbound_guard"), off("source_ports")), setup=setups.knocking_peer,
+        policy={"network": {"mode": "any", "reach": ["{scene:peer}"]}},
+        control=without("inbound_guard", "source_ports"),
+        root_only="rootless there is no other machine on this host for the sandbox to contact "
+                  "(the host's addresses are its own too); tests/test_network_any_inbound.py "
+                  "shows it rootless in a small internet of its own"),
     row("net.address-families", "network",
         "create AF_VSOCK (reaches the hypervisor from any namespace), AF_ALG, AF_PACKET, "
         "Bluetooth and AF_KEY sockets (created only, never connected)", "net_family.py",

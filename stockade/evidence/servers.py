@@ -143,6 +143,19 @@ class Prober(Watch):
         self.thread.join()
 
 
+def udp_port_bound(port: int) -> bool:
+    """Whether a UDP socket of this network namespace is bound to `port` (any address)."""
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                rows = list(f)[1:]
+        except OSError:
+            continue
+        if any(int(row.split()[1].rpartition(":")[2], 16) == port for row in rows):
+            return True
+    return False
+
+
 class InheritedSocket(Watch):
     """A connected socket pair whose one end is left inheritable in this process: nothing may
     arrive at the other end."""

@@ -24,10 +24,11 @@ from stockade.evidence.servers import (
     StockadeDaemon,
     port_of,
     tcp_server,
+    udp_port_bound,
     udp_server,
     unix_server,
 )
-from stockade.evidence.testhost import TestHost
+from stockade.evidence.testhost import KnockingHost, TestHost
 from stockade.evidence.watch import (
     AppendedFile,
     AtMost,
@@ -304,6 +305,23 @@ def test_host(scene: Scene) -> None:
     host = scene.watch(TestHost())
     scene.values.update(test_host=host.address, test_tcp=str(host.tcp_port),
                         test_udp=str(host.udp_port))
+
+
+def knocking_peer(scene: Scene) -> None:
+    """A test host that tells the sandbox the host port its datagram came from and then knocks
+    there (testhost.KnockingHost), and a port for the attack to choose: free on the host,
+    below the ephemeral range (where services listen)."""
+    from stockade.linux.usernet import ephemeral_ports  # (POSIX-only: its rows run on Linux)
+
+    ports = ephemeral_ports()
+    for _ in range(50):
+        chosen = secrets.randbelow(ports[0] - 20000) + 20000
+        if not udp_port_bound(chosen):
+            break
+    else:
+        raise NotRunnable("no free UDP port below the ephemeral range")
+    peer = scene.watch(KnockingHost(chosen, ports))
+    scene.values.update(peer=peer.address, peer_port=str(peer.port), chosen=str(chosen))
 
 
 REBIND_NAME = "rebind.evidence.test"

@@ -11,11 +11,12 @@ import os
 import random
 import secrets
 import shutil
+import socket
 import subprocess
 import threading
 
 from stockade.evidence.scene import NotRunnable
-from stockade.evidence.servers import port_of, tcp_server, udp_server
+from stockade.evidence.servers import port_of, tcp_server, udp_port_bound, udp_server
 from stockade.evidence.watch import Finding, Watch
 
 CLONE_NEWNET = 0x40000000
@@ -30,7 +31,7 @@ class TestHost(Watch):
         if os.geteuid() == 0:
             self.address, self.label = self._namespace(), "test host in its own network namespace"
         else:
-            self.address, self.label = _global_address(), "the host's own non-loopback address"
+            self.address, self.label = global_address(), "the host's own non-loopback address"
             self._serve()
         self.tcp_port, self.udp_port = port_of(self.tcp), port_of(self.udp)
 
@@ -100,13 +101,97 @@ class TestHost(Watch):
             self.link = ""
 
 
+class KnockingHost(TestHost):
+    """A test host in a namespace of its own (rootless, where none can be made, the host's own
+    address, which a sandbox in network any cannot reach: its rows are root-only) that
+    answers each UDP datagram with the address and port it came from (as a STUN server does:
+    for a sandbox in network any, the host port pasta sent it from), then knocks there
+    unsolicited from the host's loopback, the host's own address and its own address
+    (another port), while the attack listens. The host's side: the port the attack chose
+    (`chosen`) must not be bound on the host, and every port pasta used lies in `ports` (the
+    host's ephemeral range)."""
+
+    ROUNDS, PAUSE = 10, 0.3  # knocks at each port, and the pause between them
+
+    def __init__(self, chosen: int, ports: tuple[int, int]) -> None:
+        self.link, self.chosen, self.ports = "", chosen, ports
+        self.seen: list[int] = []
+        self.chosen_bound, self.knocks = False, 0
+        self.stopped = threading.Event()
+        self.knockers = [_udp(("127.0.0.1", 0)), _udp((global_address(), 0))]
+        if os.geteuid() == 0:
+            self.address, self.label = self._namespace(), "knocking test host"
+        else:
+            self.address, self.label = global_address(), "knocking host address"
+            self._serve()
+        self.port = self.reflector.getsockname()[1]
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:  # (in the namespace: its sockets are the test host's)
+        self.reflector = _udp((self.address, 0))
+        self.reflector.settimeout(0.1)
+        self.knockers.append(_udp((self.address, 0)))
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                _, peer = self.reflector.recvfrom(512)
+            except OSError:
+                continue
+            self.chosen_bound |= udp_port_bound(self.chosen)
+            self.seen.append(peer[1])
+            self.reflector.sendto(f"{peer[0]}:{peer[1]}".encode(), peer)
+            threading.Thread(target=self._knock, args=(peer,), daemon=True).start()
+
+    def _knock(self, peer: tuple[str, int]) -> None:
+        for _ in range(self.ROUNDS):
+            if self.stopped.wait(self.PAUSE):
+                return
+            for knocker in self.knockers:
+                source = knocker.getsockname()[0]
+                target = (peer[0] if source == self.address else source, peer[1])
+                try:
+                    knocker.sendto(f"unsolicited from {source}".encode(), target)
+                    self.knocks += 1
+                except OSError:
+                    pass
+
+    def finish(self) -> Finding:
+        self.close()
+        outside = [port for port in self.seen if not self.ports[0] <= port <= self.ports[1]]
+        if self.chosen_bound:
+            return Finding(False, f"the attack's own port {self.chosen} was BOUND on the host")
+        if outside:
+            return Finding(False, f"datagrams came from host ports {outside}, OUTSIDE the "
+                                  f"ephemeral range {self.ports[0]}-{self.ports[1]}")
+        return Finding(True, f"{self.label} {self.address}: {self.knocks} unsolicited "
+                             f"datagrams sent to host ports {sorted(set(self.seen))}; port "
+                             f"{self.chosen} not bound on the host")
+
+    def close(self) -> None:
+        self.stopped.set()
+        if getattr(self, "thread", None) is not None:
+            self.thread.join()
+        for sock in [*self.knockers, getattr(self, "reflector", None)]:
+            if sock is not None:
+                sock.close()
+        super().close()
+
+
+def _udp(address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(address)
+    return sock
+
+
 def _ip(command: str) -> None:
     done = subprocess.run(["ip", *command.split()], capture_output=True, text=True, check=False)
     if done.returncode:
         raise OSError(f"ip {command}: {done.stderr.strip()}")
 
 
-def _global_address() -> str:
+def global_address() -> str:
     """The first global IPv4 address of this host."""
     done = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
                           capture_output=True, text=True, check=False)

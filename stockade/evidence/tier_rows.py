@@ -166,7 +166,7 @@ def _specs() -> dict[str, Tier]:
         "net.inherited-socket": tier("network.inherited_sockets", proven_by=(),
                                      unproven=KEEPER_CLOSES),
         **{row_id: gap("network.any", refused="unenforceable:network.any")
-           for row_id in ("net.any-loopback", "net.any-guarded")},
+           for row_id in ("net.any-loopback", "net.any-guarded", "net.any-inbound")},
         **{row_id: gap("network.allowlist", refused="unenforceable:network.allowlist")
            for row_id in ("net.allowlist-direct", "net.allowlist-rebind",
                           "net.allowlist-ip-literal", "net.allowlist-metadata")},

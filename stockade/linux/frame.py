@@ -54,6 +54,10 @@ LAYERS = {
     "proxy_rules": "the allowlist proxy's name and port patterns",
     "proxy_addresses": "the allowlist proxy's checks of the addresses a name resolves to",
     "address_guard": "network any's destination guard (nftables in the sandbox's namespace)",
+    "inbound_guard": "network any's input filter: only replies to what the sandbox sent (the "
+                     "connection tracking of its namespace) get in",
+    "source_ports": "network any's UDP source ports remapped into the host's ephemeral range "
+                    "(so the sandbox cannot choose the host port pasta binds for it)",
     "usernet_isolation": "network any's user-mode networking kept from the host's loopback "
                          "(pasta's port forwarding and gateway mapping off)",
     # Not the sandbox's own, but its helpers' (the evidence rows that attack Stockade's servers

@@ -8,6 +8,15 @@ guard refuses, in the namespace's output hook, every packet to a guarded destina
 ranges, and the host's own addresses) but what the policy lists in `network.reach` and the
 host's DNS resolvers on port 53. The sandbox's own loopback stays open (it is not the host's).
 
+In the input hook it lets in only what the namespace's connection tracking knows as a reply to
+(or an error about) what the sandbox sent, and the neighbour discovery IPv6 needs: pasta keeps
+a host UDP socket open for each source port the sandbox used and relays whatever arrives there,
+from any sender, so without this rule anyone who can reach the host could reach the sandbox.
+That socket is bound to the very port the sandbox sent from, on all the host's addresses; so
+the guard's postrouting hook gives every UDP datagram leaving the namespace a source port from
+the host's ephemeral range (`ports`), as the host's kernel gives any client: the sandbox cannot
+choose which host port pasta takes (a service's port, before the service binds it).
+
 pid 1 installs the rules while it still holds CAP_NET_ADMIN over the namespace, before any
 route out exists; the command gets no capability, so it can neither change nor remove them.
 Each refusal is logged to an NFLOG group, whose netlink socket pid 1 binds and passes out: the
@@ -64,11 +73,14 @@ def nft_path() -> str | None:
 
 
 def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
-            guarded: bool = True, relay: str | None = None) -> str:
+            guarded: bool = True, relay: str | None = None, inbound: bool = True,
+            ports: tuple[int, int] | None = None) -> str:
     """The guard's nftables ruleset. `host`: the host's own addresses; `resolvers`: the DNS
     servers the sandbox may ask (port 53); `relay`: pasta's DNS forward (UDP port 53 only:
     pasta relays no TCP there, which would leave for that address itself); `reach`:
-    network.reach entries. Not `guarded` (tests only): the table exists but refuses nothing."""
+    network.reach entries. Not `guarded` (tests only): the output chain refuses nothing; not
+    `inbound` (tests only): there is no input chain, and whatever pasta relays gets in;
+    `ports`: the range UDP source ports are remapped into (None, tests only: kept as sent)."""
     nets = {4: [], 6: []}
     for net, _ in addresses.guarded_networks():
         nets[net.version].append(str(net))
@@ -109,7 +121,22 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
                       f"log group {GROUP}",
                       f'    {family} daddr @guarded{version} counter name "{COUNTER}" '
                       "reject with icmpx type admin-prohibited"]
-    lines += ["  }", "}"]
+    lines.append("  }")
+    if inbound:
+        lines += ["  chain input {",
+                  "    type filter hook input priority 0; policy drop;",
+                  '    iifname "lo" accept',
+                  "    ct state established,related accept",
+                  "    ip6 saddr fe80::/10 icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, "
+                  "nd-router-advert } accept",
+                  "  }"]
+    if ports is not None:
+        lines += ["  chain postrouting {",
+                  "    type nat hook postrouting priority srcnat; policy accept;",
+                  f'    oifname != "lo" meta l4proto udp masquerade to :{ports[0]}-{ports[1]} '
+                  "random",
+                  "  }"]
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 

@@ -41,6 +41,7 @@ from stockade.linux.net import routed_families
 from stockade.linux.syscalls import prctl
 
 PR_SET_PDEATHSIG = 1
+EPHEMERAL = (32768, 60999)  # the kernel's default ip_local_port_range
 READY_TIMEOUT = 10.0  # seconds for pasta to configure the sandbox's interface
 INSTALL = "install pasta and nftables (Debian and Ubuntu: apt install passt nftables)"
 
@@ -87,6 +88,16 @@ def host_addresses() -> list[str]:
     except (OSError, ValueError):
         pass
     return sorted(found)
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range this host's kernel picks client ports from (IPv4 and IPv6 alike)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+    except (OSError, ValueError):
+        return EPHEMERAL
+    return (low, high) if 1024 <= low <= high <= 65535 else EPHEMERAL
 
 
 class Pasta:
@@ -238,7 +249,9 @@ class WayOut:
         servers = dns.sandbox_servers(host)
         text = guard.ruleset(host_addresses(), [a for a in servers if a != dns.FORWARD],
                              request.network.reach, guarded="address_guard" not in weaken,
-                             relay=dns.FORWARD if dns.FORWARD in servers else None)
+                             relay=dns.FORWARD if dns.FORWARD in servers else None,
+                             inbound="inbound_guard" not in weaken,
+                             ports=None if "source_ports" in weaken else ephemeral_ports())
         spec = json.dumps({"nft": guard.nft_path(), "ruleset": text,
                            "families": sorted(routed_families()),
                            "resolv_conf": dns.sandbox_conf(host)}).encode()
