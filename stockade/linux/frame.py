@@ -43,10 +43,6 @@ LAYERS = {
     "memfd_noexec": "vm.memfd_noexec = 2 in the sandbox's pid namespace",
     "lifeline": "pid 1 (the landlock tier's keeper) ends when its owner goes away or kills it",
     "tree_kill": "the landlock tier's keeper kills every descendant once the command exits",
-    "other_processes": "the landlock tier's seccomp rules that keep the command's limits, "
-                       "priority, affinity and scheduling calls to its own process",
-    "xattrs": "the landlock tier's seccomp rule against setting or removing extended "
-              "attributes",
     "timeout": "the owner ends the sandbox at limits.timeout",
     "output_cap": "the owner captures at most limits.output",
     "proxy_rules": "the allowlist proxy's name and port patterns",
@@ -70,9 +66,8 @@ WITH = {
 }
 
 
-# In the landlock tier, the rules that refuse sockets, other processes and extended attributes
-# are part of its seccomp filter.
-TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets", "other_processes", "xattrs"})}
+# In the landlock tier, the rules that refuse sockets are part of its seccomp filter.
+TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets"})}
 
 
 def switched_off(weaken: frozenset[str], isolation: str = "namespaces") -> frozenset[str]:
