@@ -116,8 +116,11 @@ def require_landlock() -> int:
 
 def seccomp_program(weaken: frozenset[str]) -> bytes:
     """The command's filter: the backend's, without unix or internet sockets (the "unix_sockets"
-    and "network" weakenings, tests only, leave them)."""
-    return seccomp.compile_filter("unix_sockets" in weaken, "network" in weaken)
+    and "network" weakenings, tests only, leave them), without acting on any other process by
+    pid, without setting extended attributes (only "seccomp" leaves those: no evidence row
+    proves a switch of their own yet)."""
+    return seccomp.compile_filter("unix_sockets" in weaken, "network" in weaken,
+                                  other_processes=False, xattrs=False)
 
 
 def start(fds: list[int]) -> int:

@@ -53,6 +53,23 @@ _MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod
 _CREATE_ARGUMENTS = {"open": (1, 2), "openat": (2, 3), "creat": (None, 1)}
 _O_CREAT = 0o100
 _O_TMPFILE = 0o20000000
+# Calls that act on another process named by its pid (or thread id), 0 naming the caller:
+# the call and the argument that names it. Where there is no pid namespace (the landlock
+# tier), every other target is refused (`compile_filter(other_processes=False)`), the
+# command's own children and threads included: a filter cannot tell them from the host's.
+_PID_ARGUMENT = {"prlimit64": 0, "sched_setaffinity": 0, "sched_setscheduler": 0,
+                 "sched_setparam": 0, "sched_setattr": 0, "move_pages": 0, "migrate_pages": 0,
+                 "get_robust_list": 0}
+# Calls that take (which, who): who 0 is the caller, or its own process group; the `user`
+# form acts on every process of a user (who 0: the caller's), the host's too.
+_WHO_ARGUMENTS = {"setpriority": 2, "ioprio_set": 3}  # -> the `which` of a user
+# Calls that only ever name another process.
+_OTHER_PROCESS_CALLS = ("kcmp", "process_mrelease")
+# Calls that set or remove an extended attribute: Landlock does not govern them, so without
+# a mount view they reach every file of the user's, user.overlay.* of a change set's layers
+# in Stockade's state directory among them. EOPNOTSUPP, as a filesystem without them says.
+XATTR_WRITES = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr",
+                "lremovexattr", "fremovexattr", "removexattrat")
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _LOW_32_BITS = 0xFFFFFFFF
@@ -62,15 +79,29 @@ _ACT_KILL_PROCESS = 0x80000000
 _ACT_USER_NOTIF = 0x7FC00000
 _ACT_ERRNO = 0x00050000
 _ATTR_ACT_BADARCH = 2
+_CMP_NE = 1
 _CMP_MASKED_EQ = 7
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_GET_ACTION_AVAIL = 2
 _BPF_INSN_SIZE = 8
 _BPF_MAXINSNS = 4096
 
-# One rule: syscall name, errno, and masked comparisons (arg, mask, value) that must all hold.
-# Several rules for one syscall match if any of them does.
-Rule = tuple[str, int, tuple[tuple[int, int, int], ...]]
+# One comparison of a call's argument, as libseccomp's struct scmp_arg_cmp: (arg, op, a, b).
+Comparison = tuple[int, int, int, int]
+# One rule: syscall name, errno, and comparisons that must all hold. Several rules for one
+# syscall match if any of them does.
+Rule = tuple[str, int, tuple[Comparison, ...]]
+
+
+def masked(arg: int, mask: int, value: int) -> Comparison:
+    """Argument `arg` & `mask` == `value`."""
+    return (arg, _CMP_MASKED_EQ, mask, value)
+
+
+def nonzero(arg: int) -> Comparison:
+    """Argument `arg` != 0 (all 64 bits: a value whose low 32 bits are 0 but not its high ones
+    matches too, which only ever refuses more)."""
+    return (arg, _CMP_NE, 0, 0)
 
 
 class _ArgCmp(ctypes.Structure):
@@ -86,16 +117,35 @@ class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
-def compile_filter(unix_sockets: bool = True, internet: bool = True) -> bytes:
+def compile_filter(unix_sockets: bool = True, internet: bool = True,
+                   other_processes: bool = True, xattrs: bool = True) -> bytes:
     """The classic BPF program for Stockade's policy on this architecture; without
     `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
-    nothing but itself); without `internet`, no socket of AF_INET, AF_INET6 or AF_NETLINK
-    (for a sandbox that shares the host's network namespace: stockade/linux/landlock_tier.py)."""
+    nothing but itself). For a sandbox that shares the host's network and pid namespaces and
+    its mounts (stockade/linux/landlock_tier.py): without `internet`, no socket of AF_INET,
+    AF_INET6 or AF_NETLINK; without `other_processes`, no resource limit, priority, affinity,
+    scheduling or memory placement of any process but the caller's own (`process_rules`);
+    without `xattrs`, no extended attribute set or removed."""
     rules = _rules(unix_sockets)
     if not internet:
-        rules += [("socket", errno.EACCES, ((0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
+        rules += [("socket", errno.EACCES, (masked(0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
                   for name in ("AF_INET", "AF_INET6", "AF_NETLINK")]
+    if not other_processes:
+        rules += process_rules()
+    if not xattrs:
+        rules += [(call, errno.EOPNOTSUPP, ()) for call in XATTR_WRITES]
     return compile_rules(rules)
+
+
+def process_rules() -> list[Rule]:
+    """EPERM for each call that would act on a process other than the caller (a nonzero pid),
+    on a process group other than its own, or on every process of a user."""
+    rules: list[Rule] = [(call, errno.EPERM, (nonzero(arg),))
+                         for call, arg in _PID_ARGUMENT.items()]
+    for call, user in _WHO_ARGUMENTS.items():
+        rules.append((call, errno.EPERM, (nonzero(1),)))
+        rules.append((call, errno.EPERM, (masked(0, _LOW_32_BITS, user),)))
+    return rules + [(call, errno.EPERM, ()) for call in _OTHER_PROCESS_CALLS]
 
 
 def compile_rules(rules: list[Rule]) -> bytes:
@@ -112,8 +162,7 @@ def compile_rules(rules: list[Rule]) -> bytes:
             nr = _resolve(lib, name)
             if nr is None:
                 continue
-            array = (_ArgCmp * len(comparisons))(
-                *(_ArgCmp(arg, _CMP_MASKED_EQ, mask, value) for arg, mask, value in comparisons))
+            array = (_ArgCmp * len(comparisons))(*(_ArgCmp(*c) for c in comparisons))
             _check(lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | err, nr, len(comparisons), array),
                    f"seccomp_rule_add_array({name})")
         fd = os.memfd_create("stockade-seccomp", os.MFD_CLOEXEC)
@@ -168,25 +217,25 @@ def _rules(unix_sockets: bool = True) -> list[Rule]:
     rules: list[Rule] = [(name, errno.EPERM, ()) for name in DENIED_SYSCALLS]
     if not unix_sockets:
         rules.append(("socket", errno.EACCES,
-                      ((0, _LOW_32_BITS, ALLOWED_FAMILIES["AF_UNIX"]),)))
+                      (masked(0, _LOW_32_BITS, ALLOWED_FAMILIES["AF_UNIX"]),)))
     rules.append(("clone3", errno.ENOSYS, ()))
     rules.append(("openat2", errno.ENOSYS, ()))
-    rules += [(call, errno.EAFNOSUPPORT, ((0, _LOW_32_BITS, family),))
+    rules += [(call, errno.EAFNOSUPPORT, (masked(0, _LOW_32_BITS, family),))
               for call in ("socket", "socketpair") for family in range(_AF_MAX)
               if family not in ALLOWED_FAMILIES.values()]
-    rules += [(call, errno.EPERM, ((arg, bit, bit),))
+    rules += [(call, errno.EPERM, (masked(arg, bit, bit),))
               for call, arg in _MODE_ARGUMENT.items() for bit in _PRIVILEGE_BITS]
     for call, (flags, mode) in _CREATE_ARGUMENTS.items():
         for bit in _PRIVILEGE_BITS:
             if flags is None:
-                rules.append((call, errno.EPERM, ((mode, bit, bit),)))
+                rules.append((call, errno.EPERM, (masked(mode, bit, bit),)))
             else:
-                rules += [(call, errno.EPERM, ((flags, kind, kind), (mode, bit, bit)))
+                rules += [(call, errno.EPERM, (masked(flags, kind, kind), masked(mode, bit, bit)))
                           for kind in (_O_CREAT, _O_TMPFILE)]
-    rules += [("clone", errno.EPERM, ((0, flag, flag),)) for flag in _CLONE_NEW_FLAGS]
-    rules += [("ioctl", errno.EPERM, ((1, _LOW_32_BITS, request),))
+    rules += [("clone", errno.EPERM, (masked(0, flag, flag),)) for flag in _CLONE_NEW_FLAGS]
+    rules += [("ioctl", errno.EPERM, (masked(1, _LOW_32_BITS, request),))
               for request in (_TIOCSTI, _TIOCLINUX)]
-    rules += [("personality", errno.EPERM, ((0, mask, value),))
+    rules += [("personality", errno.EPERM, (masked(0, mask, value),))
               for mask, value in _personality_denials()]
     return rules
 

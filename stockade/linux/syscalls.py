@@ -30,7 +30,8 @@ _COMMON: dict[str, int] = {
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
     "fspick": 433, "pidfd_open": 434, "clone3": 435, "close_range": 436, "openat2": 437,
     "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
-    "landlock_restrict_self": 446, "fchmodat2": 452, "open_tree_attr": 467,
+    "landlock_restrict_self": 446, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
+    "open_tree_attr": 467,
 }
 
 
