@@ -17,7 +17,8 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
 - the roots are Landlock rules; a protected object or denied path inside a root is carved out
   (`grants`): the root's rule is replaced by rules for each of its other entries, so the
   directories on the way to it accept no new entry and lose none (Landlock cannot grant a
-  right beneath a directory and withhold it beneath one of its children);
+  right beneath a directory and withhold it beneath one of its children); a root that holds
+  a place of Stockade's state is refused (`refuse_state_in_roots`);
 - the host's /proc is readable (other processes are visible, but Landlock keeps their memory,
   environment and descriptors out of reach and scopes signals: Landlock ABI 6 is required),
   /dev holds only null, zero, full, random and urandom, and /tmp and /dev/shm are the host's,
@@ -25,7 +26,8 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
 - seccomp: the Linux backend's hardening, plus no socket of AF_UNIX (pathname sockets, the
   daemon's among them, are not governed by Landlock up to ABI 7), AF_INET, AF_INET6 or
   AF_NETLINK (the host's network namespace is shared); Landlock also denies TCP bind and
-  connect;
+  connect; no other process's limits, priority, affinity or scheduling by pid, no extended
+  attribute set, no mode that lets other users write (Landlock governs none of these);
 - limits.pids is RLIMIT_NPROC, which counts every process of the user: it is set to the user's
   current count plus `pids` (and refused as root, whom it does not bind).
 """
