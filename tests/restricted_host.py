@@ -43,7 +43,7 @@ def no_mounts_filter() -> bytes:
 def container_filter() -> bytes:
     rules: list[seccomp.Rule] = [(name, errno.EPERM, ()) for name in CONTAINER_DENIED]
     rules.append(("clone3", errno.ENOSYS, ()))
-    rules += [("clone", errno.EPERM, ((0, 1 << bit, 1 << bit),))
+    rules += [("clone", errno.EPERM, (seccomp.masked(0, 1 << bit, 1 << bit),))
               for bit in range(32) if ns.SANDBOX_NAMESPACES & (1 << bit)]
     return seccomp.compile_rules(rules)
 

@@ -6,15 +6,21 @@ Every test runs a real command in the real tier and checks the host side."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
+import sys
 import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, gone, policy_for
 
 import stockade
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.usefixtures("linux")
 ROOT = os.geteuid() == 0
@@ -154,3 +160,117 @@ def test_extended_attributes_cannot_be_set(ws, tmp_path):
                     for kind in ("setxattr", "removexattr", "fd setxattr")}, said
     for target in targets:
         assert os.listxattr(target) == ["user.kept"]
+
+
+STATE_PLACE = {"STOCKADE_STATE_DIR": "state", "XDG_STATE_HOME": "xdg/stockade",
+               "HOME": ".local/state/stockade"}
+
+
+@pytest.mark.parametrize("source", sorted(STATE_PLACE))
+@pytest.mark.parametrize("preset", ["workspace-write", "read-only"])
+def test_a_root_holding_the_state_directory_is_refused(ws, monkeypatch, source, preset):
+    """A write or read root that holds Stockade's state directory (from any of its sources,
+    there or not yet) is refused, typed, before anything runs: Landlock rules only add rights,
+    so carving it out of the root could not keep out one made later. Failed before: the
+    command ran (the workspace was granted with the state directory carved out)."""
+    workspace, _ = ws
+    if source != "STOCKADE_STATE_DIR":
+        monkeypatch.delenv("STOCKADE_STATE_DIR")
+    monkeypatch.setenv(source, str(workspace / ("xdg" if source == "XDG_STATE_HOME" else ""))
+                       if source != "STOCKADE_STATE_DIR" else str(workspace / "state"))
+    state = workspace / STATE_PLACE[source]
+    # (no deny list: with HOME there, the presets' denied credentials would be missing from a
+    # write root, refused first)
+    policy = replace(policy_for(preset, deny=()), isolation="landlock")
+    if ROOT:
+        policy = replace(policy, limits=replace(policy.limits, pids=None))
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        stockade.run(["/bin/sh", "-c", "echo ran > ran"], policy, workspace=workspace)
+    assert refused.value.code == "unenforceable:filesystem.stockade_state"
+    knob = "filesystem.write" if preset == "workspace-write" else "filesystem.read"
+    assert f"the {knob} root {workspace} holds Stockade's state directory {state}," \
+        in refused.value.message
+    assert "isolation namespaces" in refused.value.message
+    assert not (workspace / "ran").exists()
+
+
+def test_the_cli_refuses_a_workspace_holding_the_state_directory(ws, tmp_path):
+    """The same through `stockade run`: its exit status and reason code, no traceback."""
+    workspace, _ = ws
+    policy = tmp_path / "policy.toml"
+    policy.write_text('version = 1\npreset = "workspace-write"\nisolation = "landlock"\n'
+                      '[limits]\npids = "unlimited"\n')  # (the tier refuses pids as root)
+    done = subprocess.run(
+        [sys.executable, "-m", "stockade", "--state-dir", str(workspace / "state"), "run",
+         "--policy", str(policy), "--workspace", str(workspace), "--", "/bin/sh", "-c",
+         "echo ran > ran"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(stockade.__file__).parent.parent)})
+    assert done.returncode != 0 and not (workspace / "ran").exists()
+    assert "unenforceable:filesystem.stockade_state" in done.stderr, done.stderr
+    assert str(workspace / "state") in done.stderr and "Traceback" not in done.stderr
+
+
+LIST_STATE = textwrap.dedent("""
+    import os, sys
+    try:
+        print("listed:", sorted(os.listdir(sys.argv[1])))
+    except OSError as exc:
+        print("refused:", exc.strerror)
+""")
+
+
+def test_without_the_refusal_the_state_directory_is_not_hidden(ws, monkeypatch):
+    """Control: with the refusal switched off (`stockade_state`, tests only) the same launch
+    runs, and the command lists the state directory the root holds."""
+    workspace, _ = ws
+    state = workspace / "state"
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    (state / "records").mkdir(parents=True, mode=0o700)
+    request = compile_policy(tier_policy(), [PYTHON, "-c", LIST_STATE, str(state)],
+                             CompileContext.current(workspace))
+    backend = LinuxBackend(weaken=frozenset({"stockade_state"})).tier("landlock")
+    result = execute(backend, request)
+    assert result.stdout.decode().strip() == "listed: ['records']", result.stderr
+
+
+CHMOD = TRY + textwrap.dedent("""
+    state = sys.argv[1]
+    fd = os.open(state, os.O_PATH)
+    attempt("chmod 0777", lambda: os.chmod(state, 0o777))
+    attempt("chmod o+w", lambda: os.chmod(state, 0o702))
+    attempt("fchmodat via O_PATH", lambda: os.chmod(f"/proc/self/fd/{fd}", 0o777))
+    attempt("chmod own 0755", lambda: os.chmod("mine", 0o755))
+    attempt("chmod own 0777", lambda: os.chmod("mine", 0o777))
+""")
+
+
+def test_the_state_directory_cannot_be_opened_to_other_users(ws, monkeypatch, tmp_path):
+    """G4: with no mount view, chmod reaches every file of the user's (Landlock does not
+    govern modes): the command made Stockade's state directory 0777. A mode that lets other
+    users write is now refused to every chmod (EPERM); an ordinary one works in the
+    workspace. Failed before: chmod 0777 worked and the host saw the state directory 0777."""
+    workspace, _ = ws
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    (workspace / "mine").write_text("#!/bin/sh\n")
+    result = stockade.run([PYTHON, "-c", CHMOD, str(state)], tier_policy(), workspace=workspace)
+    said = outcomes(result.stdout)
+    assert result.returncode == 0, result.stderr
+    assert said == {"chmod 0777": "EPERM", "chmod o+w": "EPERM", "fchmodat via O_PATH": "EPERM",
+                    "chmod own 0755": "ALLOWED", "chmod own 0777": "EPERM"}, said
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((workspace / "mine").stat().st_mode) == 0o755
+
+
+def test_a_workspace_below_home_with_the_state_elsewhere_works(tmp_path, monkeypatch):
+    """The everyday job: $HOME holds the default state directory, the workspace is a project
+    below it: the launch runs, writes and makes a script executable."""
+    home = tmp_path / "home"
+    project = home / "project"
+    project.mkdir(parents=True)
+    (home / ".local" / "state" / "stockade").mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    result = stockade.run(["/bin/sh", "-c", "echo 'echo hi' > run.sh && chmod +x run.sh && "
+                           "./run.sh"], tier_policy(), workspace=project)
+    assert (result.returncode, result.stdout) == (0, b"hi\n"), result.stderr

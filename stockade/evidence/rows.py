@@ -411,6 +411,11 @@ ROWS: tuple[Row, ...] = (
         "proc_signal.py", "{victim}", "{victim_tag}",
         expect=denied(by("pid_namespace", "ESRCH"), by("landlock", "EPERM")),
         proven=off("pid_namespace", "landlock"), setup=setups.victim),
+    row("proc.control-host", "process",
+        "take control of a host process by pid: lower its limits (a 1 s CPU limit), renice it, "
+        "pin it to one CPU, make it SCHED_IDLE, give it the idle I/O class", "proc_control.py",
+        "{victim}", "{victim_tag}", expect=denied(by("pid_namespace", "ESRCH")),
+        proven=off("pid_namespace"), setup=setups.victim),
     row("proc.tty-injection", "process",
         "TIOCSTI/TIOCLINUX on an own pty and on the host's terminal as stdin, made controlling",
         "proc_tty.py", expect=denied(by("seccomp", "EPERM"), by("kernel", "ENXIO", "EIO")),
@@ -544,6 +549,14 @@ ROWS: tuple[Row, ...] = (
     row("life.daemon", "lifecycle", "double-fork a setsid daemon and exit", "life_daemon.py",
         expect=Completed("daemon", "the daemon dies with the sandbox (pid namespace)"),
         proven=off("pid_namespace"), control=without("pid_namespace")),
+    row("life.keeper", "lifecycle",
+        "disarm what reaps the tree (its parent): its RLIMIT_NOFILE 0 and RLIMIT_NPROC 1; then "
+        "double-fork a setsid daemon and exit",
+        "life_keeper.py",
+        expect=Completed("daemon", "the daemon dies with the sandbox (pid namespace), "
+                                   "whatever its pid 1 was made to bear"),
+        proven=off("pid_namespace"), policy=_limits(timeout="4s"),
+        control=without("pid_namespace", deadline=6.0)),
     row("life.owner-killed", "lifecycle",
         "the process that launched the sandbox is killed with SIGKILL while a daemon runs",
         "life_daemon.py", "stay", expect=launches.OwnerKilled(), proven=off("lifeline"),
@@ -589,6 +602,12 @@ ROWS: tuple[Row, ...] = (
         proven=off("change_store_check"), launch=launches.planted_changes,
         # (on the host the apply refuses just the same: the check is the host's own)
         control=without("change_store_check")),
+    row("helpers.change-set-store", "helpers",
+        "tamper with a pending change set in Stockade's state directory: user.overlay.opaque "
+        "on its upper layer (apply would delete host files), other extended attributes, "
+        "chmod 0777 of the state directory", "helper_xattr.py", "{state}", "{upper}",
+        expect=denied(by("mount_view", "ENOENT")), proven=off("mount_view"),
+        setup=setups.change_set_store),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

@@ -32,6 +32,7 @@ from stockade.evidence.testhost import KnockingHost, TestHost
 from stockade.evidence.watch import (
     AppendedFile,
     AtMost,
+    Attributes,
     CallerTerminal,
     Heartbeat,
     HostTerminal,
@@ -379,6 +380,29 @@ def state_in_workspace(scene: Scene) -> None:
     scene.host_env["STOCKADE_STATE_DIR"] = str(state)
     scene.watch(StockadeDaemon(str(state), str(Path(stockade.__file__).resolve().parent.parent)))
     scene.values["state"] = str(state)
+
+
+CHANGE_SET = "0" * 32
+
+
+def change_set_store(scene: Scene) -> None:
+    """Stockade's state directory outside every root (`{state}`), holding a pending change
+    set whose upper layer (`{upper}`) has a directory and a file with an extended attribute:
+    their modes and attributes, and the state directory's, must stay as they are."""
+    state = scene.root / "state"
+    upper = state / "changes" / CHANGE_SET / "upper"
+    (upper / "dir").mkdir(parents=True)
+    for directory in (state, state / "changes", upper.parent, upper, upper / "dir"):
+        os.chmod(directory, 0o700)
+    kept = scene.plant(f"state/changes/{CHANGE_SET}/upper/dir/file", "a change\n")
+    try:
+        os.setxattr(kept, "user.kept", b"1")
+    except OSError as exc:
+        raise NotRunnable(f"no user extended attributes where scenes live ({exc.strerror})"
+                          ) from None
+    scene.host_env["STOCKADE_STATE_DIR"] = str(state)
+    scene.values.update(state=str(state), upper=str(upper))
+    scene.watch(Attributes(state, "state directory"))
 
 
 def caller_terminal(scene: Scene) -> None:

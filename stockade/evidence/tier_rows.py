@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from stockade.evidence.judges import Bounded, NotEnforced, refused_by
+from stockade.evidence.judges import Bounded, NotEnforced, RefusedBefore, refused_by
 from stockade.evidence.launches import Soak
 from stockade.evidence.row import Mutation, Row, off, without
 from stockade.evidence.rows import FORK_LIMIT, ROWS, denied, knob
@@ -34,15 +34,20 @@ TIER_LAYERS = frozenset({
     "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
     "unix_sockets", "stockade_state", "environment", "lifeline", "tree_kill", "timeout",
     "output_cap", "stdio_relay", "peer_check", "server_check",
-    "change_store_check",
+    "change_store_check", "pid_scope", "xattr", "world_write",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
 CARVED_PROTECTED = refused_by("protected", "EACCES")  # a Landlock rule carved around it
 CARVED_DENY = refused_by("deny", "EACCES")
 NO_INET = refused_by("network", "EACCES")  # seccomp: no inet, inet6 or netlink socket
 NO_UNIX = refused_by("unix_sockets", "EACCES")  # seccomp: no AF_UNIX socket
+PID_SCOPE = refused_by("pid_scope", "EPERM")  # seccomp: no other process by pid
 SHARED_MOUNTS = ("the tier shares the host's mount namespace: switched off, its layers would "
                  "let the attack mount on the host itself")
+STATE_REFUSED = "unenforceable:filesystem.stockade_state"
+HOLDS_STATE = ("the root (/, the home directory) holds Stockade's state directory, so the tier "
+               "refuses it first; with that refusal off, the denied paths' carve-out holds "
+               "(fs.deny-in-root proves it)")
 KEEPER_CLOSES = ("the keeper closes every descriptor but its own before it reads the launch "
                  "(and with it the switches), and the command closes them again: no switch of "
                  "the tier's reaches both")
@@ -84,19 +89,17 @@ CARVED_ROWS = {"fs.protected-dir": "filesystem.protected",
                "fs.protected-code-running": "filesystem.protected",
                "fs.protected-file": "filesystem.git",
                "fs.protected-rename": "filesystem.git", "fs.git-pointers": "filesystem.git"}
-SECCOMP_ROWS = {"fs.privilege-bits": "filesystem.privilege_bits",
-                "net.address-families": "network.address_families",
+SECCOMP_ROWS = {"net.address-families": "network.address_families",
                 "proc.user-namespace": "nested_namespaces", "proc.clone3": "nested_namespaces",
                 "proc.keyctl": "seccomp", "proc.bpf": "seccomp", "proc.perf-event": "seccomp",
                 "proc.io-uring": "seccomp"}
 UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.deny",
-             "fs.deny-whole-tree": "filesystem.deny", "fs.deny-absent": "filesystem.deny",
+             "fs.deny-absent": "filesystem.deny",
              "fs.planted-root-link": "filesystem.write",
              "env.parent-secrets": "env", "env.loader-variables": "env",
              "env.refused-loader": "env", "env.refused-credential": "env",
-             "env.home-credentials": "filesystem.deny", "res.memory-bomb": "limits.memory",
+             "res.memory-bomb": "limits.memory",
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
-             "helpers.state-dir": "stockade_state",
              "helpers.planted-changes": "stockade_state"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
@@ -128,6 +131,12 @@ def _specs() -> dict[str, Tier]:
         specs[row_id] = gap("filesystem.workspace", refused="unenforceable:filesystem.workspace")
     specs.update({
         "fs.metadata": gap("filesystem.metadata"),
+        # (a file capability is an extended attribute: refused with every other one)
+        "fs.privilege-bits": tier("filesystem.privilege_bits", expect=denied(
+            refused_by("seccomp", "EPERM"), refused_by("xattr", "ENOTSUP", attempts="setxattr"))),
+        **{row_id: tier("filesystem.deny", expect=RefusedBefore(STATE_REFUSED), proven_by=(),
+                        unproven=HOLDS_STATE)
+           for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),
@@ -174,6 +183,8 @@ def _specs() -> dict[str, Tier]:
                                                     refused_by("landlock", "EPERM")),
                             proven_by=off("seccomp")),
         "proc.host-visible": gap("host_processes"),
+        "proc.control-host": tier("process_control", expect=denied(PID_SCOPE),
+                                  proven_by=off("pid_scope")),
         "proc.signal-host": tier("signals", expect=denied(refused_by("landlock", "EPERM")),
                                  proven_by=off("landlock")),
         "proc.tty-injection": tier("tty_injection", expect=denied(
@@ -209,9 +220,21 @@ def _specs() -> dict[str, Tier]:
         "life.soak": tier("filesystem.read", expect=Soak((LANDLOCK,)), proven_by=off("landlock")),
         "life.daemon": tier("kill_on_close", proven_by=off("tree_kill"),
                             control=without("tree_kill")),
+        # (on the host, the attack would disarm the evidence runner itself: its control runs
+        # in the tier without the rules that keep the keeper out of reach, until the timeout)
+        "life.keeper": tier("process_control", expect=denied(PID_SCOPE),
+                            proven_by=off("pid_scope"),
+                            control=without("pid_scope", deadline=6.0)),
         "life.owner-killed": tier("kill_on_close"),
         "life.timeout": tier("limits.timeout", proven_by=(off("timeout"), off("lifeline"))),
         "life.cancel": tier("kill_on_close", proven_by=off("lifeline")),
+        # (a root that holds a state directory is refused: Landlock rules only add rights, so
+        # nothing could hide it, nor one made there later)
+        "helpers.state-dir": tier("stockade_state", expect=RefusedBefore(STATE_REFUSED),
+                                  proven_by=off("stockade_state")),
+        "helpers.change-set-store": tier("stockade_state", expect=denied(
+            refused_by("xattr", "ENOTSUP"), refused_by("world_write", "EPERM")),
+            proven_by=(off("xattr"), off("world_write"))),
         "helpers.servers": tier("stockade_state", expect=denied(NO_UNIX, refused_by(
             "peer_check", "PEER_REFUSED", "NOT_SERVED")),
             # (the servers tell a tier process by its seccomp filter, no_new_privs and

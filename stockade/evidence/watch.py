@@ -6,7 +6,9 @@ terminal, a host that stopped responding). The network ones are in servers.py.
 from __future__ import annotations
 
 import abc
+import ctypes
 import os
+import platform
 import signal
 import stat
 import subprocess
@@ -137,7 +139,8 @@ time.sleep(120)
 
 
 class Victim(Watch):
-    """A host process that must stay alive, unsignalled and untraced. Its command line holds
+    """A host process that must stay alive, unsignalled, untraced and as it was controlled
+    (its limits, priority, affinity, scheduling and I/O priority). Its command line holds
     `tag`, by which an attack that can see its pid tells it from a process of its own."""
 
     def __init__(self, tag: str) -> None:
@@ -146,22 +149,69 @@ class Victim(Watch):
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # "ready": handlers installed
         self.pid = self.proc.pid
+        self.controls = controls_of(self.pid)
 
     def finish(self) -> Finding:
         alive = self.proc.poll() is None
         tracer = _status_field(self.pid, "TracerPid") if alive else "?"
+        changed = [name for name, value in controls_of(self.pid).items()
+                   if value != self.controls[name]] if alive else []
         self.close()
         assert self.proc.stdout is not None
         received = self.proc.stdout.read().split()
-        if not alive or received or tracer != "0":
+        if not alive or received or tracer != "0" or changed:
             return Finding(False, f"host process {self.pid} HIT: alive={alive}, "
-                                  f"signals={received}, tracer={tracer}")
-        return Finding(True, f"host process {self.pid} alive, no signal, not traced")
+                                  f"signals={received}, tracer={tracer}, changed={changed}")
+        return Finding(True, f"host process {self.pid} alive, no signal, not traced, its "
+                             "limits, priority, affinity and scheduling unchanged")
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+_IOPRIO_WHO_PROCESS = 1
+
+
+def controls_of(pid: int) -> dict[str, object]:
+    """What another process of the same user could change of `pid`: its resource limits,
+    nice value, CPU affinity, scheduling policy and I/O priority."""
+    with open(f"/proc/{pid}/limits") as f:
+        limits = f.read()
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = _IOPRIO_GET.get(platform.machine())
+    ioprio = libc.syscall(number, _IOPRIO_WHO_PROCESS, pid) if number else None
+    return {"limits": limits, "nice": os.getpriority(os.PRIO_PROCESS, pid),
+            "affinity": os.sched_getaffinity(pid), "scheduler": os.sched_getscheduler(pid),
+            "ioprio": ioprio}
+
+
+class Attributes(Watch):
+    """A tree whose modes and extended attributes must stay as they were."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path, self.label = path, label
+        self.before = self._now()
+
+    def _now(self) -> dict[str, tuple]:
+        out: dict[str, tuple] = {}
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            for full in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                attributes = {name: os.getxattr(full, name, follow_symlinks=False)
+                              for name in os.listxattr(full, follow_symlinks=False)}
+                out[os.path.relpath(full, self.path)] = (os.lstat(full).st_mode, attributes)
+        return out
+
+    def finish(self) -> Finding:
+        after = self._now()
+        changed = sorted(name for name in set(self.before) | set(after)
+                         if self.before.get(name) != after.get(name))
+        if changed:
+            return Finding(False, f"{self.label} CHANGED (modes, attributes): "
+                                  f"{', '.join(changed[:5])}")
+        return Finding(True, f"{self.label}: modes and attributes unchanged")
 
 
 def _status_field(pid: int, name: str) -> str:

@@ -68,7 +68,7 @@ def compile_policy(
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
     _refuse_planted_links(read_links, write_links, read, write)
-    state = _stockade_state(ctx, read, write)
+    state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
     _check_overlaps(read, write, deny)
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
@@ -80,7 +80,7 @@ def compile_policy(
         read=read,
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
-        stockade_state=tuple(sorted({g.path for g in state})),
+        stockade_state=places,
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
         exec_from_write=fs.exec_from_write,
@@ -253,15 +253,20 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
-                    write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
+                    write: tuple[PathGrant, ...]
+                    ) -> tuple[tuple[PathGrant, ...], tuple[str, ...]]:
     """Stockade's own state directories (every place this user's may be: the ledger, the
-    daemon's and the CLI server's sockets, attestations), masked whatever the roots say. One
-    that does not exist yet inside a write root is made now, so it can be masked."""
+    daemon's and the CLI server's sockets, attestations), masked whatever the roots say, and
+    every such place resolved, whether it exists or not (a sandbox without a mount view
+    refuses a root that holds one: landlock_tier.py). One that does not exist yet inside a
+    write root is made now, so it can be masked."""
     from stockade.lifecycle import statedir
 
     grants = []
+    places = []
     for place in statedir.candidates(ctx.host_env, ctx.home):
         resolved = os.path.realpath(place)
+        places.append(resolved)
         _refuse_inside_state(read + write, resolved)
         if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
             try:
@@ -273,7 +278,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
                     f"cannot be made to be masked ({exc.message})") from None
         if os.path.lexists(resolved):
             grants.append(PathGrant(path=resolved, alias=place))
-    return tuple(grants)
+    return tuple(grants), tuple(sorted(set(places)))
 
 
 def _refuse_inside_state(roots: tuple[PathGrant, ...], state: str) -> None:

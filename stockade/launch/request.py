@@ -56,7 +56,8 @@ class LaunchRequest:
     read: tuple[PathGrant, ...] = ()
     write: tuple[PathGrant, ...] = ()
     deny: tuple[PathGrant, ...] = ()
-    # Which of the denied paths are Stockade's own state (masked whatever the policy says)
+    # Every place Stockade's own state may be, resolved; those that exist are among the denied
+    # paths (masked whatever the policy says)
     stockade_state: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()  # names read-only whole (a `.git` among them too)
     git: str = "guarded"  # how every other `.git` is protected (policy.model.GIT_MODES)

@@ -47,6 +47,12 @@ LAYERS = {
     "rlimits": "the rlimits",
     "pid_max": "pid_max of the sandbox's pid namespace",
     "memfd_noexec": "vm.memfd_noexec = 2 in the sandbox's pid namespace",
+    "pid_scope": "the landlock tier's refusal of every call that acts on another process by "
+                 "pid (limits, priority, affinity, scheduling, I/O priority, kcmp): the "
+                 "keeper and the host's processes among them",
+    "xattr": "the landlock tier's refusal of every extended attribute set or removed",
+    "world_write": "the landlock tier's refusal of a mode that lets other users write (chmod "
+                   "and its kin)",
     "lifeline": "pid 1 (the landlock tier's keeper) ends when its owner goes away or kills it",
     "tree_kill": "the landlock tier's keeper kills every descendant once the command exits",
     "timeout": "the owner ends the sandbox at limits.timeout",
@@ -82,8 +88,10 @@ WITH = {
 }
 
 
-# In the landlock tier, the rules that refuse sockets are part of its seccomp filter.
-TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets"})}
+# In the landlock tier, the rules that refuse sockets, acts on other processes, extended
+# attributes and world-writable modes are part of its seccomp filter.
+TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets", "pid_scope", "xattr",
+                                   "world_write"})}
 
 
 def switched_off(weaken: frozenset[str], isolation: str = "namespaces") -> frozenset[str]:

@@ -17,7 +17,8 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
 - the roots are Landlock rules; a protected object or denied path inside a root is carved out
   (`grants`): the root's rule is replaced by rules for each of its other entries, so the
   directories on the way to it accept no new entry and lose none (Landlock cannot grant a
-  right beneath a directory and withhold it beneath one of its children);
+  right beneath a directory and withhold it beneath one of its children); a root that holds
+  a place of Stockade's state is refused (`refuse_state_in_roots`);
 - the host's /proc is readable (other processes are visible, but Landlock keeps their memory,
   environment and descriptors out of reach and scopes signals: Landlock ABI 6 is required),
   /dev holds only null, zero, full, random and urandom, and /tmp and /dev/shm are the host's,
@@ -25,7 +26,8 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
 - seccomp: the Linux backend's hardening, plus no socket of AF_UNIX (pathname sockets, the
   daemon's among them, are not governed by Landlock up to ABI 7), AF_INET, AF_INET6 or
   AF_NETLINK (the host's network namespace is shared); Landlock also denies TCP bind and
-  connect;
+  connect; no other process's limits, priority, affinity or scheduling by pid, no extended
+  attribute set, no mode that lets other users write (Landlock governs none of these);
 - limits.pids is RLIMIT_NPROC, which counts every process of the user: it is set to the user's
   current count plus `pids` (and refused as root, whom it does not bind).
 """
@@ -60,8 +62,9 @@ NOT_ENFORCED = (
     "host processes are visible in /proc (their command lines and status; Landlock keeps "
     "their memory, environment and descriptors out of reach and scopes signals)",
     "/tmp and /dev/shm are the host's: unreachable unless granted, and shared when granted",
-    "no mount view: protected names, repositories' guarded files, denied paths and Stockade's "
-    "state directory are Landlock rules; a directory on the way to one accepts no new entry",
+    "no mount view: protected names, repositories' guarded files and denied paths are "
+    "Landlock rules; a directory on the way to one accepts no new entry; a root that holds "
+    "Stockade's state directory is refused",
     "no unix sockets at all (AF_UNIX is refused; socketpair works), whatever "
     "network.unix_sockets says",
     "limits.pids is RLIMIT_NPROC, which counts every process of the user (set to the user's "
@@ -70,7 +73,10 @@ NOT_ENFORCED = (
     "exec_from_write = false withholds execve only: a written file can still be run through "
     "ld.so or mapped executable (no exec watch in this tier)",
     "file metadata is not governed: chmod and utime work on any file the user owns, outside "
-    "the roots too (set-user-id and set-group-id bits stay refused)",
+    "the roots too (set-user-id and set-group-id bits, a mode that lets other users write and "
+    "every extended attribute stay refused)",
+    "the command's own children and threads cannot be reniced, limited or pinned by pid "
+    "either (only pid 0, the caller itself): a filter cannot tell them from the host's",
     "the keeper is a host process: killed by another host process, it leaves the command's "
     "grandchildren running",
     "the host's hostname, IPC objects and cgroup are shared",
@@ -101,6 +107,23 @@ def check(request: LaunchRequest) -> None:
             "in the policy; every preset sets one)")
 
 
+def refuse_state_in_roots(request: LaunchRequest) -> None:
+    """Refuse, typed, a root that holds a place of Stockade's state (the ledger, the servers'
+    sockets, change sets; request.stockade_state, existing or not): Landlock rules only add
+    rights, and with no mount view nothing could hide it from a command granted a root
+    above it, nor keep out a state directory made there while the command runs."""
+    for roots, knob in ((request.write, "filesystem.write"), (request.read, "filesystem.read")):
+        for root in roots:
+            for state in request.stockade_state:
+                if state == root.path or state.startswith(root.path.rstrip("/") + "/"):
+                    raise UnenforceableError("filesystem.stockade_state", (
+                        f"the {knob} root {root.path} holds Stockade's state directory "
+                        f"{state}, which the landlock tier cannot hide (Landlock rules only "
+                        f"add rights): grant a directory that does not hold it (a workspace "
+                        f"below {root.path}), set STOCKADE_STATE_DIR (or --state-dir) outside "
+                        f"every root if it is that one, or use isolation namespaces"))
+
+
 def require_landlock() -> int:
     """This kernel's Landlock ABI; UnavailableError if the tier cannot run on it."""
     abi = landlock.abi_version()
@@ -115,12 +138,13 @@ def require_landlock() -> int:
 
 
 def seccomp_program(weaken: frozenset[str]) -> bytes:
-    """The command's filter: the backend's, without unix or internet sockets (the "unix_sockets"
-    and "network" weakenings, tests only, leave them), without acting on any other process by
-    pid, without setting extended attributes (only "seccomp" leaves those: no evidence row
-    proves a switch of their own yet)."""
+    """The command's filter: the backend's, without unix or internet sockets, without acting
+    on any other process by pid, setting extended attributes or giving other users write
+    through a mode. Each goes with a weakening of its own, tests only ("unix_sockets",
+    "network", "pid_scope", "xattr", "world_write"), and all with "seccomp"."""
     return seccomp.compile_filter("unix_sockets" in weaken, "network" in weaken,
-                                  other_processes=False, xattrs=False)
+                                  other_processes="pid_scope" in weaken,
+                                  xattrs="xattr" in weaken, world_write="world_write" in weaken)
 
 
 def start(fds: list[int]) -> int:
@@ -500,9 +524,13 @@ def capabilities() -> list[Capability]:
                    "executable"),
         Capability("filesystem.memfd_exec", False, "not prevented"),
         Capability("filesystem.metadata", False, "not governed: chmod and utime work on any "
-                   "file the user owns"),
+                   "file the user owns", "but no mode that lets other users write, and no "
+                   "extended attribute"),
         Capability("host_processes", False, "no pid namespace: host processes are visible"),
-        Capability("stockade_state", True, "carved out of every root; no AF_UNIX socket"),
+        Capability("process_control", True, "seccomp: no other process's limits, priority, "
+                   "affinity or scheduling by pid (the keeper's and the host's included)"),
+        Capability("stockade_state", True, "a root that holds it is refused; carved out of "
+                   "every root; no AF_UNIX socket"),
         Capability("landlock", abi >= SCOPE_ABI, f"ABI {abi}"),
         Capability("seccomp", True, "libseccomp filter", "no unix, inet, inet6 or netlink "
                    "socket"),

@@ -96,7 +96,7 @@ class LandlockTierProbe(LinuxProbe):
     """The landlock tier's half: the same child and launch, judged by the tier's table."""
 
     def launch(self, run: Run, ledger: Ledger) -> None:
-        _launch(run, ledger, tier_limits())
+        _launch(run, ledger, tier_limits(), state_in_workspace=False)
 
     def judge(self, observed: dict[str, object]) -> None:
         facts.judge(observed, tier_expectations())
@@ -110,8 +110,11 @@ def _host_key() -> dict[str, object]:
 
 
 
-def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS) -> None:
-    """Run the probe child in a sandbox, recording what it and the host saw into `run`."""
+def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS, *,
+            state_in_workspace: bool = True) -> None:
+    """Run the probe child in a sandbox, recording what it and the host saw into `run`. A
+    state directory of Stockade's lies inside the workspace (the view must mask it), or, for
+    the landlock tier, which refuses a root that holds one, beside it (outside every root)."""
     from stockade.launch.manager import execute
 
     marker = os.urandom(16).hex()
@@ -126,7 +129,8 @@ def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS) -> No
             # In the temp dir, not the state directory, which every sandbox's view masks.
             top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
             record.add("dir", top)
-            request = _request(top, request_id, limits)
+            state = os.path.join(top, "ws" if state_in_workspace else "", "state")
+            request = _request(top, request_id, limits, state)
             # A socket file in the workspace, made before the launch: the view masks it. (By
             # the workspace's descriptor: its full path may be longer than a socket address.)
             workspace_fd = os.open(request.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -136,7 +140,7 @@ def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS) -> No
             params = {"workspace": request.cwd, "read_root": request.read[0].path,
                       "outside": os.path.join(top, "outside", "file"), "marker": marker,
                       "tcp_port": tcp.getsockname()[1], "udp_port": udp.getsockname()[1],
-                      "abstract": abstract_name, "state": os.path.join(request.cwd, "state"),
+                      "abstract": abstract_name, "state": state,
                       "socket_file": "host.sock"}  # (relative to the child's cwd, the workspace)
             result = execute(run.backend,
                              replace(request, argv=(*request.argv, json.dumps(params))))
@@ -218,8 +222,10 @@ def _own_address() -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return min(usable, key=lambda a: a.version, default=None)
 
 
-def _request(top: str, request_id: str, limits: model.Limits) -> LaunchRequest:
-    """The probe's minimal policy, compiled: the interpreter read-only, a workspace."""
+def _request(top: str, request_id: str, limits: model.Limits, state: str) -> LaunchRequest:
+    """The probe's minimal policy, compiled: the interpreter read-only, a workspace, and
+    Stockade's state directory at `state` (made, if not in the workspace: there the compiler
+    makes it)."""
     workspace = os.path.join(top, "ws")
     os.mkdir(top, 0o700)
     for directory in (workspace, os.path.join(workspace, "work"),
@@ -243,9 +249,10 @@ def _request(top: str, request_id: str, limits: model.Limits) -> LaunchRequest:
     with open(probe_child.__file__) as f:
         source = f.read()
     argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", source]
-    # A state directory of Stockade's inside the workspace: the view must mask it.
+    if not state.startswith(workspace + "/"):
+        os.mkdir(state, 0o700)
     context = CompileContext(workspace=workspace, home=top, tmp=top,
-                             host_env={statedir.ENV: os.path.join(workspace, "state")})
+                             host_env={statedir.ENV: state})
     return replace(compile_policy(policy, argv, context), request_id=request_id)
 
 

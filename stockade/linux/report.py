@@ -203,7 +203,8 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "(mmap, mprotect)"),
         Row("filesystem.metadata", UNAVAILABLE, "none: Landlock does not govern chmod or "
             "utime", "the mode and times of any file the user owns can be changed, outside "
-            "the roots too (set-user-id and set-group-id bits stay refused by seccomp)"),
+            "the roots too (seccomp refuses set-user-id and set-group-id bits, a mode that "
+            "lets other users write, and every extended attribute set or removed)"),
         Row("filesystem.memfd_exec", UNAVAILABLE, "vm.memfd_noexec is the host's",
             "a memfd the command writes can be executed"),
         row("filesystem.privilege_bits", "seccomp: no setuid or setgid mode bit",
@@ -211,9 +212,11 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         Row("filesystem.workspace", UNAVAILABLE, "none: no mount namespace to overlay the "
             "workspace in", 'filesystem.workspace = "overlay" is refused: the command writes '
             "the real workspace (\"direct\")"),
-        row("stockade_state", "Stockade's state directories carved out of every root; no "
-            "AF_UNIX socket, so no Stockade socket is reachable; its servers refuse a peer with "
-            "this seccomp filter and no_new_privs", {"landlock": ("stockade_state",)}),
+        row("stockade_state", "a root that holds a state directory of Stockade's is refused "
+            "(and each is carved out of every root); no AF_UNIX socket, so no Stockade socket "
+            "is reachable; its servers refuse a peer with this seccomp filter and no_new_privs; "
+            "no extended attribute can be set and no mode can let other users write",
+            {"landlock": ("stockade_state",)}),
         row("network.none", "seccomp: no inet, inet6 or netlink socket; Landlock TCP rules",
             {"seccomp": sockets}, "the host's network namespace is shared, unreachable"),
         row("network.tcp", "seccomp (no inet sockets) and Landlock TCP bind/connect",
@@ -254,6 +257,11 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                                             "leaves the command's grandchildren running"),
         row("nested_namespaces", "seccomp: unshare, setns and clone with namespace flags fail",
             {"seccomp": ("seccomp_unshare",)}),
+        row("process_control", "seccomp: no resource limit, priority, affinity, scheduling, "
+            "I/O priority or memory placement of any process but the caller's own (pid 0), "
+            "the keeper's and the host's included; kcmp and process_mrelease refused",
+            {"seccomp": ("seccomp_mode",)}, "the command's own children are refused too: "
+            "a filter cannot tell them from the host's"),
         Row("host_processes", UNAVAILABLE, "no pid namespace: the host's /proc",
             "host processes are visible (command lines, status, descriptor numbers) and a "
             "pidfd can be taken on them; Landlock keeps their memory, environment and "

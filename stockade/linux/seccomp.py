@@ -70,6 +70,11 @@ _OTHER_PROCESS_CALLS = ("kcmp", "process_mrelease")
 # in Stockade's state directory among them. EOPNOTSUPP, as a filesystem without them says.
 XATTR_WRITES = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr",
                 "lremovexattr", "fremovexattr", "removexattrat")
+# Calls that change a mode, by where the mode is. Landlock does not govern them either: without
+# a mount view, a command could make any file of the user's writable by every other user
+# (Stockade's state directory, a shell's startup file). World write is refused to them.
+_CHMOD_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+_WORLD_WRITE = 0o002
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _LOW_32_BITS = 0xFFFFFFFF
@@ -118,14 +123,16 @@ class _Version(ctypes.Structure):
 
 
 def compile_filter(unix_sockets: bool = True, internet: bool = True,
-                   other_processes: bool = True, xattrs: bool = True) -> bytes:
+                   other_processes: bool = True, xattrs: bool = True,
+                   world_write: bool = True) -> bytes:
     """The classic BPF program for Stockade's policy on this architecture; without
     `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
     nothing but itself). For a sandbox that shares the host's network and pid namespaces and
     its mounts (stockade/linux/landlock_tier.py): without `internet`, no socket of AF_INET,
     AF_INET6 or AF_NETLINK; without `other_processes`, no resource limit, priority, affinity,
     scheduling or memory placement of any process but the caller's own (`process_rules`);
-    without `xattrs`, no extended attribute set or removed."""
+    without `xattrs`, no extended attribute set or removed; without `world_write`, no mode
+    that lets other users write (chmod and its kin: EPERM)."""
     rules = _rules(unix_sockets)
     if not internet:
         rules += [("socket", errno.EACCES, (masked(0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
@@ -134,6 +141,9 @@ def compile_filter(unix_sockets: bool = True, internet: bool = True,
         rules += process_rules()
     if not xattrs:
         rules += [(call, errno.EOPNOTSUPP, ()) for call in XATTR_WRITES]
+    if not world_write:
+        rules += [(call, errno.EPERM, (masked(arg, _WORLD_WRITE, _WORLD_WRITE),))
+                  for call, arg in _CHMOD_ARGUMENT.items()]
     return compile_rules(rules)
 
 
