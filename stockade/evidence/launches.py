@@ -289,11 +289,13 @@ def _host_clients(state: Path, check: bool) -> None:
 def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack plants a change set in `{ws}/state` whose root is `{outside}`; meanwhile
     the host applies the newest change set of that state directory and writes its answer
-    ("applied", or the refusal's code) to `{ws}/answer`. The store check is what the row
-    tests; the `change_store_check` weakening (tests only) switches it off."""
+    ("applied", or the refusal's code) to `{ws}/answer`. The store check and the seal are
+    what the rows test; the `change_store_check` and `change_seal` weakenings (tests only)
+    switch them off."""
     from stockade.lifecycle import changes
 
     check = "change_store_check" not in weakenings(backend)
+    check_seal = "change_seal" not in weakenings(backend)
     meta = scene.ws / "state" / "changes" / ("0" * 32) / "meta.json"
     launched: list[Launch] = []
     answer = "error"  # (the host never got to apply)
@@ -307,7 +309,8 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
             time.sleep(0.05)
         time.sleep(0.2)  # (its last file written)
         try:
-            changes.load(state=str(scene.ws / "state"), check_store=check).apply()
+            changes.load(state=str(scene.ws / "state"), check_store=check).apply(
+                check_seal=check_seal)
             answer = "applied"
         except StockadeError as exc:
             answer = exc.code
