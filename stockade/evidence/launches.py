@@ -14,7 +14,6 @@ import re
 import secrets
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -228,7 +227,9 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not _answers(cli_path):
+        from stockade.linux import servercheck  # (POSIX-only: its rows run on Linux)
+
+        while not servercheck.answers(str(cli_path)):
             if cli.poll() is not None or time.monotonic() > deadline:
                 raise NotRunnable("the CLI server did not start here")
             time.sleep(0.05)
@@ -320,15 +321,6 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     if not launched:
         raise NotRunnable("the planting attack did not end")
     return launched[0]
-
-
-def _answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-            return True
-        except OSError:
-            return False
 
 
 # A caller of its own: a process that compiles nothing (it gets the request, encoded) and runs
