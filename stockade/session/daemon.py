@@ -129,7 +129,9 @@ class Daemon:
     def stop(self) -> None:
         self._stopping.set()
         if self._listener is not None:
-            self._listener.shutdown(socket.SHUT_RDWR)
+            # (serve() may have seen the flag after an accept and closed it already: EBADF)
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
 
     # --- one client --------------------------------------------------------------------------
 
