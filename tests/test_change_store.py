@@ -110,3 +110,133 @@ def test_a_store_others_could_write_is_refused(tmp_path, spoil):
             (path / "meta.json").unlink()
             (path / "meta.real").rename(path / "meta.json")
         result.changes.discard()
+
+
+# --- the seal: apply trusts a set's roots only on a record its store's key vouches for ------
+
+PLANT = r"""
+import json, os, sys, time
+state, victim = sys.argv[1], sys.argv[2]
+run = "1" * 32
+path = os.path.join(state, "changes", run)
+os.makedirs(os.path.join(path, "layers", "0", "upper"), mode=0o700)
+os.chmod(state, 0o700)
+os.chmod(os.path.join(state, "changes"), 0o700)
+os.mkdir(os.path.join(path, "layers", "0", "work"), 0o700)
+with open(os.path.join(path, "layers", "0", "upper", "planted"), "w") as f:
+    f.write("written outside by a planted change set\n")
+meta = {"format": "stockade-changes", "version": 1, "id": run, "created": time.time() - 5,
+        "argv": ["true"], "roots": [victim], "protected": [], "deny": [],
+        "git": "read-write", "status": "finished", "exit_code": 0, "seal": "0" * 64}
+for name, data in (("meta.json", meta), ("base-0.json", {})):
+    with open(os.path.join(path, name), "w") as f:
+        json.dump(data, f)
+    os.chmod(os.path.join(path, name), 0o600)
+print("planted")
+"""
+
+
+def test_a_change_set_a_sandbox_planted_is_refused(tmp_path):
+    """G1's plant as a sandbox makes it: a real command inside a sandbox makes a state
+    directory in its workspace with a set whose root is a directory it was never granted,
+    made as Stockade makes one (modes 0700/0600, no links, `created` in the past); the host's
+    `stockade apply` with that state directory refuses it (no key of this store vouches for
+    it) and nothing lands in the victim directory (failed before: applied)."""
+    workspace, victim = tmp_path / "ws", tmp_path / "victim"
+    workspace.mkdir()
+    victim.mkdir()
+    planted = stockade.run(["python3", "-c", PLANT, str(workspace / "state"),
+                            str(victim)], policy_for(), workspace=workspace, text=True)
+    assert planted.stdout.strip() == "planted", planted.stderr
+    assert list(victim.iterdir()) == []  # (the sandbox itself could not write there)
+    done = stockade_apply(str(workspace / "state"))
+    assert done.returncode == 1 and "changes_untrusted" in done.stderr, done.stderr
+    assert "stockade discard" in done.stderr and "Traceback" not in done.stderr
+    assert list(victim.iterdir()) == []
+
+
+@pytest.mark.parametrize("edit", ["roots", "protected", "baseline"])
+def test_a_set_whose_grant_was_edited_is_refused(tmp_path, edit):
+    """meta.json's roots (or protections, or the baseline beside it) rewritten after the run,
+    `created` untouched, so that the store's checks all pass: the seal refuses it (failed
+    before for roots: `made` landed in the victim directory)."""
+    workspace, victim = tmp_path / "ws", tmp_path / "victim"
+    workspace.mkdir()
+    victim.mkdir()
+    result = overlaid(workspace)
+    path = Path(result.changes.path)
+    meta = json.loads((path / "meta.json").read_text())
+    if edit == "roots":
+        meta["roots"] = [str(victim)]
+    elif edit == "protected":
+        meta["protected"] = []
+    else:
+        (path / "base-0.json").write_text(json.dumps({"made": ["f", 0o644, 4, "x"]}))
+    (path / "meta.json").write_text(json.dumps(meta))
+    try:
+        done = stockade_apply(os.environ["STOCKADE_STATE_DIR"])
+        assert done.returncode == 1 and "seal does not verify" in done.stderr, done.stderr
+        assert list(victim.iterdir()) == [] and not (workspace / "made").exists()
+    finally:
+        result.changes.discard()
+
+
+def test_a_set_copied_into_another_store_is_refused(tmp_path):
+    """A real set copied whole into another store, which has a key of its own: refused."""
+    workspace, other = tmp_path / "ws", tmp_path / "other-state"
+    workspace.mkdir()
+    result = overlaid(workspace)
+    other.mkdir(mode=0o700)
+    (other / "changes").mkdir(mode=0o700)
+    changes_store.changeseal.make_key(str(other))
+    try:
+        source, copy = Path(result.changes.path), other / "changes" / result.changes.id
+        (copy / "layers" / "0").mkdir(mode=0o700, parents=True)
+        for name in ("meta.json", "base-0.json"):
+            (copy / name).write_bytes((source / name).read_bytes())
+            (copy / name).chmod(0o600)
+        changes_store.copy_layer(result.changes.upper(0), str(copy / "layers/0/upper"))
+        (copy / "layers/0/work").mkdir(mode=0o700)
+        done = stockade_apply(str(other))
+        assert done.returncode == 1 and "seal does not verify" in done.stderr, done.stderr
+        assert not (workspace / "made").exists()
+    finally:
+        result.changes.discard()
+
+
+def test_a_set_of_an_older_stockade_is_refused_and_says_to_discard_it(tmp_path):
+    """A set with no seal (as every version before wrote them) is never applied unverified;
+    the refusal says how to proceed, and the discard it names works."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    result = overlaid(workspace)
+    path = Path(result.changes.path)
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["seal"]
+    (path / "meta.json").write_text(json.dumps(meta))
+    state = os.environ["STOCKADE_STATE_DIR"]
+    done = stockade_apply(state)
+    assert done.returncode == 1 and "changes_untrusted" in done.stderr, done.stderr
+    assert f"stockade discard {result.changes.id}" in done.stderr
+    assert not (workspace / "made").exists()
+    dropped = subprocess.run([sys.executable, "-m", "stockade", "discard", result.changes.id],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": state})
+    assert dropped.returncode == 0 and not path.exists(), dropped.stderr
+
+
+def test_the_key_is_the_users_alone_and_a_sealed_set_applies(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    result = overlaid(workspace)
+    key = Path(os.environ["STOCKADE_STATE_DIR"], changes_store.changeseal.KEY_NAME)
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    key.chmod(0o644)
+    try:
+        with pytest.raises(ChangesError) as refused:
+            changes_store.load(result.changes.id).apply()
+        assert refused.value.code == "changes_untrusted" and str(key) in str(refused.value)
+    finally:
+        key.chmod(0o600)
+    changes_store.load(result.changes.id).apply()
+    assert (workspace / "made").read_text() == "new\n"

@@ -6,7 +6,9 @@ inside a real sandbox, and say what they heard (evidence/attacks/helper_planted.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from conftest import PYTHON, policy_for
 
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
+from stockade.linux import servercheck
 from stockade.linux.backend import LinuxBackend
 
 pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
@@ -135,3 +138,47 @@ def test_a_server_in_a_directory_others_can_write_is_not_used(tmp_path, mode):
     assert listed.returncode != 0 and "writable by other users" in listed.stderr
     assert listed.stderr.startswith("stockade: server_untrusted: "), listed.stderr
     assert bytes(heard) == b""
+
+
+def test_a_planted_socket_neither_stops_the_daemon_nor_hears_it(tmp_path):
+    """A sandbox plants cli.sock and daemon.sock in a directory that becomes the state
+    directory of a real `stockade daemon` (the directory is the user's alone: a sandbox of
+    the user made it). The daemon's start used to take the planted daemon.sock for a live
+    daemon (`daemon_running`: failed before) after connecting to it unchecked; now it checks
+    who listens, replaces both sockets and says so, and serves: a session list and a run go
+    to the real servers, and the planted listeners heard nothing."""
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    ws.mkdir()
+    host.mkdir()
+    planted = Planted(ws)
+    env = {**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": str(planted.state)}
+    daemon = None
+    try:
+        daemon = subprocess.run([sys.executable, "-m", "stockade", "daemon", "--background"],
+                                env=env, capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+        assert daemon.returncode == 0, daemon.stderr
+        assert "replaced a socket at" in daemon.stderr and "sent nothing" in daemon.stderr
+        listed = stockade("session", "list", state=planted.state, cwd=host)
+        _until_served(planted.state / "cli.sock")  # (the CLI server binds after its attestation)
+        done = stockade("run", "--preset", "workspace-write", "--workspace", ".", "--", "sh",
+                        "-c", "echo ran > made; exit 3", state=planted.state, cwd=host)
+    finally:
+        heard = planted.heard()
+        if daemon is not None and daemon.returncode == 0:
+            os.kill(int(daemon.stdout), signal.SIGTERM)
+    assert listed.returncode == 0 and "server_untrusted" not in listed.stderr, listed.stderr
+    assert done.returncode == 3 and (host / "made").read_text() == "ran\n", done.stderr
+    assert "server_untrusted" not in done.stderr, done.stderr
+    for name in ("cli.sock", "daemon.sock"):
+        assert f"on a planted {name}: denied NOTHING_SENT" in heard, heard
+
+
+def _until_served(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(servercheck.ServerUntrusted):
+            if servercheck.answers(str(path)):
+                return
+        assert time.monotonic() < deadline, f"no server of ours on {path}"
+        time.sleep(0.05)

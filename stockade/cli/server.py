@@ -45,12 +45,11 @@ from typing import NoReturn
 from stockade.cli.common import CommandLine
 from stockade.cliwire import NOT_SERVED, SERVED, socket_path
 from stockade.errors import StockadeError
-from stockade.linux import peer
+from stockade.linux import peer, servercheck
 from stockade.linux.fdpass import close_all, recv_fds
 from stockade.linux.privilege import close_fds
 from stockade.linux.syscalls import prctl
 from stockade.linux.zygote import ForkSpawner, fork_directly
-from stockade.session.daemon import answers
 
 MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
 EXIT_LOST = 130  # the client went away: as if interrupted
@@ -69,11 +68,12 @@ class Request:
 
 def start(command_line: CommandLine) -> int | None:
     """Fork the server of `command_line` from a single-threaded process (the daemon, before its
-    threads); its pid, or None when another server already answers on the socket. It ends
-    with its parent."""
+    threads); its pid, or None when another server (of this user's own context) already
+    answers on the socket; one that is not is replaced (`_bind`). It ends with its parent."""
     path = socket_path()
-    if answers(path):
-        return None
+    with contextlib.suppress(servercheck.ServerUntrusted):
+        if servercheck.answers(path):
+            return None
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -218,7 +218,7 @@ def _bind(path: str) -> socket.socket:
 
     statedir.ensure(os.path.dirname(path))
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a dead server's (`start` found nobody answering)
+        os.unlink(path)  # a dead server's, or a planted one (`start` found no server of ours)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:

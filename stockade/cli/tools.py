@@ -132,6 +132,9 @@ def _daemon(args: argparse.Namespace, command: list[str] | None) -> int:
     cli = None if args.no_cli_server else cli_server.start(args.command_line)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     said = f"stockade: daemon listening on {server.path}\n"
+    if server.replaced:
+        said += (f"stockade: replaced a socket at {server.path} whose listener was no "
+                 f"Stockade server of this user ({server.replaced}); it was sent nothing\n")
     if server.reclaimed:
         said += f"stockade: reclaimed {server.reclaimed} sandbox(es) of an earlier daemon\n"
     if ready is None:

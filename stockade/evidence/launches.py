@@ -14,7 +14,6 @@ import re
 import secrets
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -228,7 +227,9 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not _answers(cli_path):
+        from stockade.linux import servercheck  # (POSIX-only: its rows run on Linux)
+
+        while not servercheck.answers(str(cli_path)):
             if cli.poll() is not None or time.monotonic() > deadline:
                 raise NotRunnable("the CLI server did not start here")
             time.sleep(0.05)
@@ -289,11 +290,13 @@ def _host_clients(state: Path, check: bool) -> None:
 def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack plants a change set in `{ws}/state` whose root is `{outside}`; meanwhile
     the host applies the newest change set of that state directory and writes its answer
-    ("applied", or the refusal's code) to `{ws}/answer`. The store check is what the row
-    tests; the `change_store_check` weakening (tests only) switches it off."""
+    ("applied", or the refusal's code) to `{ws}/answer`. The store check and the seal are
+    what the rows test; the `change_store_check` and `change_seal` weakenings (tests only)
+    switch them off."""
     from stockade.lifecycle import changes
 
     check = "change_store_check" not in weakenings(backend)
+    check_seal = "change_seal" not in weakenings(backend)
     meta = scene.ws / "state" / "changes" / ("0" * 32) / "meta.json"
     launched: list[Launch] = []
     answer = "error"  # (the host never got to apply)
@@ -307,7 +310,8 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
             time.sleep(0.05)
         time.sleep(0.2)  # (its last file written)
         try:
-            changes.load(state=str(scene.ws / "state"), check_store=check).apply()
+            changes.load(state=str(scene.ws / "state"), check_store=check).apply(
+                check_seal=check_seal)
             answer = "applied"
         except StockadeError as exc:
             answer = exc.code
@@ -317,15 +321,6 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     if not launched:
         raise NotRunnable("the planting attack did not end")
     return launched[0]
-
-
-def _answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-            return True
-        except OSError:
-            return False
 
 
 # A caller of its own: a process that compiles nothing (it gets the request, encoded) and runs

@@ -597,17 +597,26 @@ ROWS: tuple[Row, ...] = (
     row("helpers.planted-changes", "helpers",
         "plant a change set whose root is outside and whose `created` lies in the future where "
         "the host's `stockade apply` looks for its state directory", "helper_planted_changes.py",
-        "{ws}/state", "{outside}", "{ws}/answer",
+        "{ws}/state", "{outside}", "{ws}/answer", "future",
         expect=denied(by("change_store_check", "changes_untrusted")),
-        proven=off("change_store_check"), launch=launches.planted_changes,
+        # (the seal refuses it too: the two are off together)
+        proven=off("change_store_check", "change_seal"), launch=launches.planted_changes,
         # (on the host the apply refuses just the same: the check is the host's own)
-        control=without("change_store_check")),
+        control=without("change_store_check", "change_seal")),
     row("helpers.change-set-store", "helpers",
         "tamper with a pending change set in Stockade's state directory: user.overlay.opaque "
         "on its upper layer (apply would delete host files), other extended attributes, "
         "chmod 0777 of the state directory", "helper_xattr.py", "{state}", "{upper}",
         expect=denied(by("mount_view", "ENOENT")), proven=off("mount_view"),
         setup=setups.change_set_store),
+    row("helpers.forged-changes", "helpers",
+        "plant a change set whose root is outside, made to pass every check of the store "
+        "(modes, no links, `created` a moment ago) with a seal of its own making, where the "
+        "host's `stockade apply` looks for its state directory", "helper_planted_changes.py",
+        "{ws}/state", "{outside}", "{ws}/answer", "past",
+        expect=denied(by("change_seal", "changes_untrusted")),
+        proven=off("change_seal"), launch=launches.planted_changes,
+        control=without("change_seal")),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

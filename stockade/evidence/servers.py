@@ -192,7 +192,9 @@ class StockadeDaemon(Watch):
                                         stderr=subprocess.DEVNULL)
         self.sockets = [os.path.join(state, name) for name in ("cli.sock", "daemon.sock")]
         deadline = time.monotonic() + 60
-        while not all(_answers(path) for path in self.sockets):
+        from stockade.linux import servercheck  # (POSIX-only: its rows run on Linux)
+
+        while not all(servercheck.answers(path) for path in self.sockets):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise NotRunnable("stockade daemon did not start here")
@@ -211,15 +213,6 @@ class StockadeDaemon(Watch):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def _answers(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-            return True
-        except OSError:
-            return False
 
 
 class StandInDialer:

@@ -14,6 +14,10 @@ at all (a temporary one is abandoned work, removed by `stockade reconcile`). Its
 crashed, and is listed as "interrupted", its changes kept: nothing is ever lost silently.
 Applying or discarding is refused while its lock is held.
 
+Each set is sealed when its run starts (stockade/lifecycle/changeseal.py: an HMAC, under a
+per-user key in the state directory, of the roots, protections and baseline its run was
+granted); `apply` refuses a set whose seal does not verify, `changes_untrusted`.
+
 Every directory of the store is made mode 0700, one by one, whatever the umask (issue 30). A
 change set is acted on only while its store is the user's alone all the way down (`trusted`):
 the state directory, `changes/`, the set's directory, its meta.json and baseline files and its
@@ -33,7 +37,15 @@ from dataclasses import dataclass, field
 
 from stockade.errors import ChangesError
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import changeapply, changescan, changeview, lease, statedir, treewalk
+from stockade.lifecycle import (
+    changeapply,
+    changescan,
+    changeseal,
+    changeview,
+    lease,
+    statedir,
+    treewalk,
+)
 from stockade.lifecycle.changescan import Change, Fingerprint
 from stockade.policy.model import protected_whole
 
@@ -104,11 +116,13 @@ class ChangeSet:
 
     def base(self) -> dict[str, dict[str, Fingerprint]]:
         if self._base is None:
-            self._base = {}
-            for index, root in enumerate(self.roots):
-                with open(os.path.join(self.path, f"base-{index}.json"), encoding="utf-8") as f:
-                    self._base[root] = {rel: tuple(v) for rel, v in json.load(f).items()}
+            self._keep_base(_bases(self.path, len(self.roots)))
+        assert self._base is not None
         return self._base
+
+    def _keep_base(self, bases: list[bytes]) -> None:
+        self._base = {root: {rel: tuple(v) for rel, v in json.loads(data).items()}
+                      for root, data in zip(self.roots, bases, strict=True)}
 
     def changes(self) -> list[Change]:
         """Every change, root by root, parents first."""
@@ -141,11 +155,18 @@ class ChangeSet:
         found = self.changes() if changes is None else changes
         return "".join(changeview.diff(change) for change in found)
 
-    def apply(self) -> list[Change]:
+    def apply(self, *, check_seal: bool = True) -> list[Change]:
         """Apply every change to the real workspace, then drop the change set. Refused whole
         (ChangesError, `changes_conflict` or `changes_refused`, listing each) if any change
-        conflicts with the host, may never land, or cannot be shown by the review."""
+        conflicts with the host, may never land, or cannot be shown by the review; and
+        (`changes_untrusted`) unless its seal verifies: the roots, protections and baseline
+        are the ones its run was granted (changeseal). `check_seal` False (tests only: it
+        proves the evidence row that plants a sealless set can fail) skips that."""
         self._not_busy("applied")
+        bases = _bases(self.path, len(self.roots))
+        if check_seal:
+            changeseal.verify(os.path.dirname(os.path.dirname(self.path)), self.meta, bases)
+        self._keep_base(bases)  # (the baseline verified is the one applied against)
         changes = self.changes()
         refused = changeapply.refusals(changes, self.meta["protected"], self.meta["deny"],
                                        self.meta["git"])
@@ -252,7 +273,6 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
                                                     guards_git=True)),
                 "deny": [grant.path for grant in request.deny], "git": request.git,
                 "status": "running", "exit_code": None}
-        _write_json(os.path.join(scratch, "meta.json"), meta)
         for index, root in enumerate(roots):
             _write_json(os.path.join(scratch, f"base-{index}.json"), changescan.baseline(root))
             layer = layer_dir(scratch, index)
@@ -264,6 +284,9 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
             if os.getuid() == 0:
                 os.chown(os.path.join(layer, UPPER), info.st_uid, info.st_gid)
             os.mkdir(os.path.join(layer, WORK), 0o700)
+        meta["seal"] = changeseal.seal(changeseal.make_key(os.path.dirname(parent)), meta,
+                                       _bases(scratch, len(roots)))
+        _write_json(os.path.join(scratch, "meta.json"), meta)
         lock = os.open(os.path.join(scratch, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                        0o600)
         import fcntl  # (POSIX: the overlay is Linux's alone)
@@ -277,6 +300,15 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
         raise
     changes = ChangeSet(final, meta, lock)
     return _pointing(request, final), changes
+
+
+def _bases(path: str, count: int) -> list[bytes]:
+    """The baseline files of the change set at `path`, as written (what its seal covers)."""
+    found = []
+    for index in range(count):
+        with open(os.path.join(path, f"base-{index}.json"), "rb") as f:
+            found.append(f.read())
+    return found
 
 
 def _pointing(request: LaunchRequest, changes_dir: str) -> LaunchRequest:

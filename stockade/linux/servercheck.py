@@ -18,6 +18,9 @@ through `connect`:
   no_new_privs and seccomp filter).
 
 The server checks its client the same way (peer.py); neither trusts what the other says.
+Every connection a Stockade client makes to a Stockade socket goes through here, the servers'
+own "is one already listening?" at start (`answers`) included: a planted socket there is
+neither taken for a live server (it kept the real daemon from starting) nor sent anything.
 """
 
 from __future__ import annotations
@@ -36,6 +39,20 @@ class ServerUntrusted(Exception):
     def __init__(self, why: str) -> None:
         super().__init__(why)
         self.why = why
+
+
+def answers(path: str) -> bool:
+    """Whether a server of this user's own context listens at `path` (connected to, checked,
+    and sent nothing); False when nothing listens there; ServerUntrusted when something else
+    does."""
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        connect(probe, path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def connect(conn: _socket.socket, path: str) -> None:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from stockade.errors import StockadeError
 from stockade.lifecycle import removers, statedir
 from stockade.lifecycle.ledger import Ledger
-from stockade.linux import peer
+from stockade.linux import peer, servercheck
 from stockade.policy import parse_policy, policy_to_document, preset
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
@@ -80,16 +80,23 @@ class Daemon:
         self._ledger = Ledger()
         self._context = peer.own_context()  # what a client must share with the daemon
         self.reclaimed = 0  # sandboxes of an earlier daemon whose records bind() settled
+        self.replaced = ""  # why the socket bind() found and replaced was untrusted, if it was
 
     def bind(self) -> None:
         """Create the socket (0600, in a directory only this user can write), after settling
         the ledger records of sandboxes an earlier daemon left (see the module docstring)."""
         directory = os.path.dirname(os.path.abspath(self.path))
         statedir.ensure(directory)
-        if os.path.exists(self.path):
-            if answers(self.path):
-                raise SessionError("daemon_running", f"a daemon already listens on {self.path}")
-            os.unlink(self.path)  # a stale socket of a dead daemon (the directory is ours)
+        if os.path.lexists(self.path):
+            try:
+                if servercheck.answers(self.path):
+                    raise SessionError("daemon_running",
+                                       f"a daemon already listens on {self.path}")
+            except servercheck.ServerUntrusted as exc:
+                # Planted (the directory is this user's alone: statedir.ensure): its listener
+                # is not ours to end, but once unlinked no client reaches it by this path.
+                self.replaced = exc.why
+            os.unlink(self.path)  # a stale socket of a dead daemon, or a planted one
         done = self._ledger.reconcile()
         self.reclaimed = sum(1 for kind, name in done.removed
                              if (kind, name) == ("process", RECORD_LABEL))
@@ -122,7 +129,9 @@ class Daemon:
     def stop(self) -> None:
         self._stopping.set()
         if self._listener is not None:
-            self._listener.shutdown(socket.SHUT_RDWR)
+            # (serve() may have seen the flag after an accept and closed it already: EBADF)
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
 
     # --- one client --------------------------------------------------------------------------
 
@@ -279,16 +288,6 @@ def _settle(entry: _Entry) -> None:
     """Drop the entry's record (its sandbox has ended; a failure leaves it to a reconcile)."""
     with contextlib.suppress(StockadeError):
         entry.record.close()
-
-
-def answers(path: str) -> bool:
-    """Whether a server is listening on the unix socket at `path`."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-        except OSError:
-            return False
-        return True
 
 
 def _sender(conn: socket.socket) -> Callable[..., None]:

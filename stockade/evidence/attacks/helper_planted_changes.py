@@ -1,8 +1,11 @@
 """Plant a change set for the host's `stockade apply` (G1): make the directory STATE (argv:
-STATE VICTIM ANSWER) where the host looks for its state directory, with a change set in it as
-Stockade writes one, whose root is VICTIM (never granted) and whose `created` lies in the
-future (so that it is the newest), adding a file there. Then wait for the host's apply: the
-host writes what it answered to ANSWER. Being applied is an escape (the file lands outside)."""
+STATE VICTIM ANSWER WHEN) where the host looks for its state directory, with a change set in it
+as Stockade writes one, whose root is VICTIM (never granted), adding a file there. WHEN
+"future": its `created` lies in the future (so that it is the newest); "past": it is made to
+pass every check of the store (`created` a moment ago, modes 0700 and 0600, no links) and
+carries a seal of its own making (it cannot read this user's key). Then wait for the host's
+apply: the host writes what it answered to ANSWER. Being applied is an escape (the file lands
+outside)."""
 
 import json
 import os
@@ -10,13 +13,19 @@ import time
 
 from _common import ARGS, CannotTry, Refused, attempt
 
-STATE, VICTIM, ANSWER = ARGS
+STATE, VICTIM, ANSWER, WHEN = ARGS
 RUN = "0" * 32
 
 
 def plant():
     path = os.path.join(STATE, "changes", RUN)
     os.makedirs(os.path.join(path, "layers", "0", "upper"), mode=0o700)
+    for made in (STATE, os.path.join(STATE, "changes"), path, os.path.join(path, "layers"),
+                 os.path.join(path, "layers", "0")):
+        os.chmod(made, 0o700)  # (whatever the umask: as Stockade makes them)
+    # The upper directory shows the root's own mode: the usual one, so that no mode change of
+    # the root (which its empty baseline cannot vouch for) conflicts.
+    os.chmod(os.path.join(path, "layers", "0", "upper"), 0o755)
     os.mkdir(os.path.join(path, "layers", "0", "work"), 0o700)
     # (the upper layer's top has the mode the root most likely has, a directory made under
     # this umask, as a real run's has: else the review would list a mode change of the root
@@ -27,12 +36,13 @@ def plant():
     with open(os.path.join(path, "layers", "0", "upper", "planted-by-a-sandbox"), "w") as f:
         f.write("written outside by a planted change set\n")
     meta = {"format": "stockade-changes", "version": 1, "id": RUN,
-            "created": time.time() + 86400, "argv": ["true"], "roots": [VICTIM],
-            "protected": [], "deny": [], "git": "read-write", "status": "finished",
-            "exit_code": 0}
+            "created": time.time() + (86400 if WHEN == "future" else -5), "argv": ["true"],
+            "roots": [VICTIM], "protected": [], "deny": [], "git": "read-write",
+            "status": "finished", "exit_code": 0, "seal": os.urandom(32).hex()}
     for name, data in (("meta.json", meta), ("base-0.json", {})):
         with open(os.path.join(path, name), "w") as f:
             json.dump(data, f)
+        os.chmod(os.path.join(path, name), 0o600)
 
 
 def applied():
