@@ -128,6 +128,7 @@ def _specs() -> dict[str, Tier]:
         specs[row_id] = gap("filesystem.workspace", refused="unenforceable:filesystem.workspace")
     specs.update({
         "fs.metadata": gap("filesystem.metadata"),
+        "fs.protected-create": gap("filesystem.protected"),
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),
