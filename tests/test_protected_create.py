@@ -109,6 +109,18 @@ stop = True
 print(made)
 """
 
+# What pid 1 opens for the caller must be the caller's: pid 1's own descriptors (its status
+# pipe, its seccomp listener) are not reached through /proc/1.
+PROC_OF_PID_1 = r"""
+import errno, os
+for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/3", "/proc/1/fd/4", "/proc/1/cwd/x"):
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        print("OPENED", path, os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError as exc:
+        print("REFUSED", path, errno.errorcode[exc.errno])
+"""
+
 
 def run(argv, where, **policy) -> stockade.Result:
     return stockade.run(list(argv), policy_for(**policy), workspace=where)
@@ -150,6 +162,16 @@ def test_flipping_the_path_buffer_makes_no_protected_name(ws):
     assert r.exit_code == 0, r.stderr
     assert not os.path.lexists(workspace / ".codex")
     assert b"'mkdir': 0" not in r.stdout, r.stdout  # (the harmless name was made meanwhile)
+
+
+def test_pid_1s_own_descriptors_are_not_reached_through_proc(ws):
+    """An open with O_CREAT of /proc/1/fd/N (pid 1's status pipe, its listener) is refused:
+    pid 1 opens the caller's paths, and follows no other process's /proc links for it."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", PROC_OF_PID_1], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert b"OPENED" not in r.stdout, r.stdout
+    assert r.stdout.count(b"REFUSED") == 5, r.stdout
 
 
 def test_a_released_name_and_git_stay_creatable(ws):

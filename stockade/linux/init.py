@@ -32,7 +32,7 @@ from typing import NoReturn
 from stockade.errors import SetupError, StockadeError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp, supervisor
-from stockade.linux.frame import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame
+from stockade.linux.frame import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame, switched_off
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT
 from stockade.policy.model import protected_whole
@@ -211,9 +211,10 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
                   ) -> tuple[str, ...]:
     """The protected names pid 1 keeps the command from making (namewatch.c), lower case: every
     name protected whole but `.git` (git init makes one; the git guard covers it at the next
-    launch); none where the "names_watch", "protected" or "seccomp" weakenings (tests only)
-    take the watch away, where there is no write root or no seccomp user notification."""
-    if weaken & {"names_watch", "protected", "seccomp"} or not request.write \
+    launch); none where the "names_watch", "protected" (or "mount_view", which takes it) or
+    "seccomp" weakenings (tests only) take the watch away, where there is no write root or no
+    seccomp user notification."""
+    if switched_off(weaken) & {"names_watch", "protected", "seccomp"} or not request.write \
             or not seccomp.user_notification_available():
         return ()
     whole = protected_whole(request.protected, request.git, guards_git=True)

@@ -334,6 +334,24 @@ int caller_string(uint32_t tid, uint64_t address, char *text, size_t room) {
     return 0;
 }
 
+/* Whether `name` in procfs directory `dir` is the /proc/<pid> of a process other than task
+ * `tid`'s: pid 1 follows no path through one for the caller. Its magic links would be
+ * followed with pid 1's access, not the caller's, and lead to what is pid 1's own (its
+ * /proc/1/fd: its status pipe, its seccomp listener). */
+static int another_process(uint32_t tid, int dir, const char *name) {
+    struct stat info;
+    if (name[strspn(name, "0123456789")] != 0 || fstat(dir, &info) != 0 || info.st_ino != 1)
+        return 0;  /* (procfs's root is inode 1) */
+    char text[2048];
+    unsigned tgid = 0;
+    const char *at = proc_text(tid, "status", text, sizeof text) > 0
+        ? strstr(text, "\nTgid:") : NULL;
+    if (!at || sscanf(at, "\nTgid: %u", &tgid) != 1)
+        return 1;
+    unsigned long pid = strtoul(name, NULL, 10);
+    return pid != tid && pid != tgid;
+}
+
 int caller_resolve(uint32_t tid, int dir, const char *path) {
     char rest[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX], own[16];
     snprintf(own, sizeof own, "%u", tid);
@@ -366,6 +384,11 @@ int caller_resolve(uint32_t tid, int dir, const char *path) {
         int proc = fstatfs(dir, &where) == 0 && where.f_type == PROC_SUPER_MAGIC;
         if (proc && (strcmp(name, "self") == 0 || strcmp(name, "thread-self") == 0))
             strcpy(name, own);  /* (only /proc itself has these names) */
+        if (proc && another_process(tid, dir, name)) {
+            close(dir);
+            errno = EACCES;
+            return -1;
+        }
         int next = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct stat info;
         if (next >= 0 && fstat(next, &info) == 0 && S_ISLNK(info.st_mode)) {
@@ -376,8 +399,10 @@ int caller_resolve(uint32_t tid, int dir, const char *path) {
             next = -1;
             if (++links > 40)
                 errno = ELOOP;
-            else if (size <= 0 || (size_t)size + strlen(rest) + 2 > sizeof rest)
+            else if (size > 0 && (size_t)size + strlen(rest) + 2 > sizeof rest)
                 errno = ENAMETOOLONG;
+            else if (size <= 0 && !proc)
+                errno = size == 0 ? ENOENT : errno;  /* (readlinkat's own answer) */
             else if (textual) {  /* go on along the link's text, then the rest */
                 target[size] = 0;
                 memmove(rest + size + 1, rest, strlen(rest) + 1);
@@ -385,7 +410,8 @@ int caller_resolve(uint32_t tid, int dir, const char *path) {
                 rest[size] = '/';
                 start = 1;
                 continue;
-            } else  /* a magic link of the caller's own /proc/<tid>: the kernel's is right */
+            } else  /* a magic link (one pid 1 may not read: another process's), whose
+                     * lookup the kernel answers as for the caller */
                 next = openat(dir, name, O_PATH | O_CLOEXEC);
         }
         int error = errno;
