@@ -65,13 +65,13 @@ os.chdir("..")
 open("moved/file", "w").close()
 attempt("linkat", os.link, "file", ".bashrc", src_dir_fd=fd, dst_dir_fd=fd)
 attempt("symlinkat", os.symlink, "file", ".zshrc", dir_fd=fd)
-attempt("renameat2", os.rename, "file", ".gitmodules", src_dir_fd=fd, dst_dir_fd=fd)
+attempt("renameat2", os.rename, "file", ".cursor", src_dir_fd=fd, dst_dir_fd=fd)
 attempt("O_EXCL", os.open, "MOVED/.CODEX".lower(), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
 attempt("upper case", os.mkdir, "moved/.CoDeX")
 attempt("trailing slash", os.mkdir, "moved/.devcontainer/")
 """
 PYTHON_CREATED = (".codex", "a/b/.agents", "a/.codex", ".envrc", "moved/.vscode", "moved/.idea",
-                  "moved/.claude", "moved/.bashrc", "moved/.zshrc", "moved/.gitmodules",
+                  "moved/.claude", "moved/.bashrc", "moved/.zshrc", "moved/.cursor",
                   "moved/.codex", "moved/.CoDeX", "moved/.devcontainer")
 
 # A second thread flips the path buffer between a harmless name and a protected one while the

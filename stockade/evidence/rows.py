@@ -118,7 +118,7 @@ ROWS: tuple[Row, ...] = (
         "{ws}/a/b/.vscode", "{ws}/a/b/.claude/commands", expect=denied(PROTECTED),
         proven=off("protected"), setup=setups.code_running_files),
     row("fs.protected-create", "filesystem",
-        "make protected names (.codex, .mcp.json, .envrc, .claude, .bashrc, .gitmodules, "
+        "make protected names (.codex, .mcp.json, .envrc, .claude, .bashrc, .gemini, "
         ".vscode) at run time in a write root and two levels down: mkdir, open with O_CREAT "
         "(also through a dangling symlink), mknod, symlink, link, rename",
         "fs_protected_create.py", "{ws}", "{ws}/a/b", expect=denied(by("names_watch", "EACCES")),

@@ -207,18 +207,22 @@ def memfd_sealed(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -
             and seccomp.user_notification_available() and limits.memfd_noexec_seal())
 
 
+GIT_MAKES = frozenset({".git", ".gitmodules"})  # protected names git itself makes, not watched
+
+
 def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
                   ) -> tuple[str, ...]:
     """The protected names pid 1 keeps the command from making (namewatch.c), lower case: every
-    name protected whole but `.git` (git init makes one; the git guard covers it at the next
-    launch); none where the "names_watch", "protected" (or "mount_view", which takes it) or
-    "seccomp" weakenings (tests only) take the watch away, where there is no write root or no
-    seccomp user notification."""
+    name protected whole but those git makes in its work (`.git`: git init; the git guard
+    covers it at the next launch; `.gitmodules`: a checkout of a tree holding one, as `git
+    worktree add` or `git clone` of a repository with submodules makes); none where the
+    "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
+    only) take the watch away, where there is no write root or no seccomp user notification."""
     if switched_off(weaken) & {"names_watch", "protected", "seccomp"} or not request.write \
             or not seccomp.user_notification_available():
         return ()
     whole = protected_whole(request.protected, request.git, guards_git=True)
-    return tuple(sorted({name.lower() for name in whole} - {".git"}))
+    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES))
 
 
 def scratch_paths(request: LaunchRequest) -> tuple[str, ...]:

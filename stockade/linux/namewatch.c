@@ -1,5 +1,6 @@
 /* Protected names, not made: the command cannot create `.codex`, `.mcp.json`, `.envrc`, … (the
- * policy's filesystem.protected, less `.git`, which `git init` makes) in a write root during
+ * policy's filesystem.protected, less `.git` and `.gitmodules`, which git makes: init.py's
+ * GIT_MAKES) in a write root during
  * its run, at any depth, by any call that makes a name.
  *
  * Threat. A name present at launch is re-mounted read-only (protect.py), but one made during

@@ -9,7 +9,7 @@ import os
 from _common import ARGS, attempt
 
 NAMES = {"mkdir": ".codex", "open": ".mcp.json", "open through a dangling link": ".envrc",
-         "mknod": ".claude", "symlink": ".bashrc", "link": ".gitmodules", "rename": ".vscode"}
+         "mknod": ".claude", "symlink": ".bashrc", "link": ".gemini", "rename": ".vscode"}
 
 
 def made(path, call):
