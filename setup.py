@@ -55,7 +55,8 @@ class PlatformWheel(bdist_wheel):
 
 
 programs = [Extension(SUPERVISOR, [f"stockade/linux/{part}.c" for part in
-                                   ("supervisor", "template", "refresh", "confine", "memwatch")],
+                                   ("supervisor", "template", "refresh", "confine", "memwatch",
+                                    "namewatch")],
                       depends=["stockade/linux/supervisor.h"], optional=True),
             Extension(RELAY, ["stockade/linux/relay.c"], optional=True)]
 setup(ext_modules=programs if sys.platform.startswith("linux") else [],

@@ -117,6 +117,12 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", *(f"{{ws}}/a/b/{rel}" for rel in setups.CODE_RUNNING),
         "{ws}/a/b/.vscode", "{ws}/a/b/.claude/commands", expect=denied(PROTECTED),
         proven=off("protected"), setup=setups.code_running_files),
+    row("fs.protected-create", "filesystem",
+        "make protected names (.codex, .mcp.json, .envrc, .claude, .bashrc, .gemini, "
+        ".vscode) at run time in a write root and two levels down: mkdir, open with O_CREAT "
+        "(also through a dangling symlink), mknod, symlink, link, rename",
+        "fs_protected_create.py", "{ws}", "{ws}/a/b", expect=denied(by("names_watch", "EACCES")),
+        proven=off("names_watch"), setup=setups.protected_create_places),
     row("fs.protected-file", "filesystem",
         "tamper with a .git file (worktree pointer) and the config and hooks of the gitdir it "
         "points to", "tamper.py", "{ws}/sub/.git", "{ws}/.repo-git/config",

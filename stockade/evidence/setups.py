@@ -111,6 +111,16 @@ def code_running_files(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.mcp.json, .vscode, ...)"))
 
 
+def protected_create_places(scene: Scene) -> None:
+    """The workspace and a/b below it, each with a file to link and rename and a dangling
+    symlink to a protected name (fs_protected_create.py): the workspace must stay as made."""
+    for where in ("ws", "ws/a/b"):
+        scene.plant(f"{where}/source", "original\n")
+        os.symlink(".envrc", scene.root / where / "dangling")
+    scene.watch(Unchanged(scene.ws, "workspace (holding source, a dangling link to .envrc, "
+                          "a/b with the same)"))
+
+
 def git_file(scene: Scene) -> None:
     """A `.git` file (a worktree pointer) and the gitdir it points to, both in the workspace."""
     scene.plant("ws/sub/.git", "gitdir: ../.repo-git\n")

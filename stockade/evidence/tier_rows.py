@@ -138,6 +138,7 @@ def _specs() -> dict[str, Tier]:
         **{row_id: tier("filesystem.deny", expect=RefusedBefore(STATE_REFUSED), proven_by=(),
                         unproven=HOLDS_STATE)
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
+        "fs.protected-create": gap("filesystem.protected"),
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),

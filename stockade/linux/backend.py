@@ -433,6 +433,8 @@ class LinuxHandle(Handle):
                     f"{guard.LOG_RATE}"))
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
+        self.violations += [protected_refusal(e) for e in events
+                            if e["event"] == "protected_name"]
         for event in events:
             if event["event"] == "started":
                 self.enforced = event["enforced"]
@@ -456,6 +458,17 @@ class LinuxHandle(Handle):
         if watch["refused"]:
             self.violations.append(Violation("limits.memory", memory_refusal(
                 watch["refused"], watch["largest"], watch["in_use"], limit)))
+
+
+def protected_refusal(event: dict) -> Violation:
+    """What pid 1's refusal to make a protected name says (namewatch.c)."""
+    if event.get("more"):
+        return Violation("filesystem.protected", "more protected names were refused than are "
+                         "recorded")
+    where = event["directory"].rstrip("/") or ""
+    return Violation("filesystem.protected", f"{where}/{event['name']}: not made "
+                     f"({event['call']}): {event['protected']} is a protected name in write "
+                     f"roots; \"!{event['protected']}\" in filesystem.protected releases it")
 
 
 def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:

@@ -39,6 +39,8 @@ LAYERS = {
                   "exec_from_write = false)",
     "memfd_seal": "pid 1 makes the command's memfds itself, sealed non-executable (seccomp "
                   "user notification, where exec_from_write = false)",
+    "names_watch": "pid 1 makes the names the command makes, and refuses protected ones in "
+                   "write roots (seccomp user notification)",
     "privileges": "securebits, capabilities dropped, no_new_privs",
     "network": "the network namespace",
     "pid_namespace": "the pid namespace (and with it the kernel's kill of the whole tree)",

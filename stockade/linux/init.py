@@ -32,9 +32,10 @@ from typing import NoReturn
 from stockade.errors import SetupError, StockadeError
 from stockade.launch.request import LaunchRequest
 from stockade.linux import fdpass, landlock, limits, mnt, net, privilege, seccomp, supervisor
-from stockade.linux.frame import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame
+from stockade.linux.frame import LAUNCH_FDS, VIEW_MAX, parse_frame, read_frame, switched_off
 from stockade.linux.syscalls import prctl
 from stockade.net.env import SANDBOX_PORT
+from stockade.policy.model import protected_whole
 
 PR_SET_DUMPABLE = 4
 STAGE = "/tmp"          # any existing directory: the new root is mounted over it privately
@@ -182,7 +183,9 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
                            bound="lifeline" not in weaken,
                            close_fds="descriptors" not in weaken,
                            written=written_paths(request) if exec_watched(request, weaken)
-                           else None, seal_memfd=memfd_sealed(request, weaken))
+                           else None, seal_memfd=memfd_sealed(request, weaken),
+                           names=watched_names(request, weaken) or None,
+                           free=scratch_paths(request))
 
 
 def exec_watched(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:
@@ -204,6 +207,31 @@ def memfd_sealed(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -
             and seccomp.user_notification_available() and limits.memfd_noexec_seal())
 
 
+GIT_MAKES = frozenset({".git", ".gitmodules"})  # protected names git itself makes, not watched
+
+
+def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
+                  ) -> tuple[str, ...]:
+    """The protected names pid 1 keeps the command from making (namewatch.c), lower case: every
+    name protected whole but those git makes in its work (`.git`: git init; the git guard
+    covers it at the next launch; `.gitmodules`: a checkout of a tree holding one, as `git
+    worktree add` or `git clone` of a repository with submodules makes); none where the
+    "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
+    only) take the watch away, where there is no write root or no seccomp user notification."""
+    if switched_off(weaken) & {"names_watch", "protected", "seccomp"} or not request.write \
+            or not seccomp.user_notification_available():
+        return ()
+    whole = protected_whole(request.protected, request.git, guards_git=True)
+    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES))
+
+
+def scratch_paths(request: LaunchRequest) -> tuple[str, ...]:
+    """The sandbox's own scratch mounts, where a protected name may be made: /tmp and /dev/shm,
+    unless a write root is one of them."""
+    return tuple(path for path in ("/tmp", "/dev/shm")
+                 if path not in {grant.path for grant in request.write})
+
+
 def written_paths(request: LaunchRequest) -> tuple[str, ...]:
     """What the command may write, as it sees it: its write roots, /tmp and /dev/shm."""
     return (*(g.path for g in request.write), "/tmp", "/dev/shm")
@@ -223,6 +251,7 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
         "memfd_noexec": knobs.memfd_noexec,
         "exec_watch": exec_watched(request, weaken),
         "memfd_seal": memfd_sealed(request, weaken),
+        "protected_names_watched": bool(watched_names(request, weaken)),
         "limits": limits.describe(request.limits, weaken),
         "prepared_ahead": prepared_ahead,
     }

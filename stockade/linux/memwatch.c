@@ -70,12 +70,6 @@
 
 #include "supervisor.h"
 
-#if defined(__x86_64__)
-#define NATIVE_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_ARCH AUDIT_ARCH_AARCH64
-#endif
-
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U
 #endif
@@ -83,6 +77,10 @@
 #define MFD_EXEC 0x0010U
 #endif
 #define MFD_NAME_MAX 249  /* (the kernel's MFD_NAME_MAX_LEN) */
+
+#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+#define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
 
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
@@ -94,11 +92,11 @@
 /* A classic BPF program assembled with labels: each jump names its targets. */
 enum { LABEL_NEXT = -1 };
 enum label { L_ALLOW = 1, L_NOTIFY, L_MEMORY, L_MEMORY_MMAP, L_MMAP_EXEC, L_MMAP_FILE,
-             L_MPROTECT, L_LABELS };
+             L_MPROTECT, L_OPEN, L_OPENAT, L_REST, L_LABELS };
 
 struct assembly {
-    struct sock_filter code[40];
-    int jt[40], jf[40];
+    struct sock_filter code[64];
+    int jt[64], jf[64];
     int at[L_LABELS];
     int n;
 };
@@ -113,13 +111,29 @@ static void here(struct assembly *a, enum label label) {
     a->at[label] = a->n;
 }
 
-int memwatch_install(int memory, int exec, int seal) {
+int memwatch_install(int memory, int exec, int seal, int names) {
 #ifdef NATIVE_ARCH
     struct assembly a = {0};
     emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch), 0, 0);
     emit(&a, BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, LABEL_NEXT, L_ALLOW);  /* (pid 1's own
                                                                    * filter kills the others) */
     emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+    for (int i = 0; names && i < NAMEWATCH_CALL_COUNT; i++)  /* calls that make a name */
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)NAMEWATCH_CALLS[i], L_NOTIFY, LABEL_NEXT);
+    if (names) {  /* open and openat only with O_CREAT */
+#ifdef __NR_open
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_open, L_OPEN, LABEL_NEXT);
+#endif
+        emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, L_OPENAT, L_REST);
+        here(&a, L_OPEN);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(1), 0, 0);
+        emit(&a, BPF_JMP | BPF_JSET | BPF_K, O_CREAT, L_NOTIFY, L_ALLOW);
+        here(&a, L_OPENAT);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, ARGUMENT_LOW(2), 0, 0);
+        emit(&a, BPF_JMP | BPF_JSET | BPF_K, O_CREAT, L_NOTIFY, L_ALLOW);
+        here(&a, L_REST);
+        emit(&a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+    }
     if (seal)
         emit(&a, BPF_JMP | BPF_JEQ | BPF_K, __NR_memfd_create, L_NOTIFY, LABEL_NEXT);
     if (exec) {
@@ -163,10 +177,17 @@ int memwatch_install(int memory, int exec, int seal) {
         a.code[i].jf = (uint8_t)(jf - i - 1);
     }
     struct sock_fprog program = {(unsigned short)a.n, a.code};
-    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                        &program);
+    /* (a signal then cannot make the kernel restart a call pid 1 has carried out: a name
+     * namewatch.c made would fail EEXIST; before 5.19 the flag is unknown) */
+    int listener = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                                SECCOMP_FILTER_FLAG_NEW_LISTENER
+                                | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, &program);
+    if (listener < 0 && errno == EINVAL)
+        listener = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                                SECCOMP_FILTER_FLAG_NEW_LISTENER, &program);
+    return listener;
 #else
-    (void)memory, (void)exec, (void)seal;
+    (void)memory, (void)exec, (void)seal, (void)names;
     return -1;  /* no watch on this architecture: RLIMIT_AS alone, the noexec mounts alone */
 #endif
 }
@@ -216,8 +237,7 @@ int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec,
     return 0;
 }
 
-/* Up to `room` - 1 bytes of /proc/<tid>/<what>, NUL-ended; the count read (<= 0: none). */
-static ssize_t read_proc(uint32_t tid, const char *what, char *text, size_t room) {
+ssize_t proc_text(uint32_t tid, const char *what, char *text, size_t room) {
     char path[96];
     snprintf(path, sizeof path, "/proc/%u/%s", tid, what);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -241,7 +261,7 @@ static int written(const struct memwatch *watch, uint64_t id) {
 static int descriptor_mount(uint32_t tid, uint64_t fd, uint64_t *id) {
     char what[48], text[512];
     snprintf(what, sizeof what, "fdinfo/%llu", (unsigned long long)fd);
-    if (read_proc(tid, what, text, sizeof text) <= 0)
+    if (proc_text(tid, what, text, sizeof text) <= 0)
         return -1;
     char *at = strstr(text, "mnt_id:");
     return at && sscanf(at, "mnt_id: %llu", (unsigned long long *)id) == 1 ? 0 : -1;
@@ -293,10 +313,7 @@ static int exec_of_written(const struct memwatch *watch, const struct seccomp_da
     return descriptor_mount(tid, call->args[4], &id) == 0 && written(watch, id);
 }
 
-/* The NUL-ended string at `address` of task `tid`'s memory, in `text` (`room` bytes); 0, or
- * -1 with errno: EACCES when the task's memory cannot be read at all, EFAULT when the string
- * is not there, ENAMETOOLONG when it does not end within `room`. */
-static int read_string(uint32_t tid, uint64_t address, char *text, size_t room) {
+int caller_string(uint32_t tid, uint64_t address, char *text, size_t room) {
     char path[48];
     snprintf(path, sizeof path, "/proc/%u/mem", tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -317,10 +334,25 @@ static int read_string(uint32_t tid, uint64_t address, char *text, size_t room) 
     return 0;
 }
 
-/* Follow `path` from `dir` (consumed) as task `tid` would: component by component, no symlink
- * followed by the kernel but procfs's own (magic) links; "self" and "thread-self" in /proc,
- * and symlinks naming them, read as /proc/<tid>. An O_PATH descriptor, or -1 with errno. */
-static int resolve(uint32_t tid, int dir, const char *path) {
+/* Whether `name` in procfs directory `dir` is the /proc/<pid> of a process other than task
+ * `tid`'s: pid 1 follows no path through one for the caller. Its magic links would be
+ * followed with pid 1's access, not the caller's, and lead to what is pid 1's own (its
+ * /proc/1/fd: its status pipe, its seccomp listener). */
+static int another_process(uint32_t tid, int dir, const char *name) {
+    struct stat info;
+    if (name[strspn(name, "0123456789")] != 0 || fstat(dir, &info) != 0 || info.st_ino != 1)
+        return 0;  /* (procfs's root is inode 1) */
+    char text[2048];
+    unsigned tgid = 0;
+    const char *at = proc_text(tid, "status", text, sizeof text) > 0
+        ? strstr(text, "\nTgid:") : NULL;
+    if (!at || sscanf(at, "\nTgid: %u", &tgid) != 1)
+        return 1;
+    unsigned long pid = strtoul(name, NULL, 10);
+    return pid != tid && pid != tgid;
+}
+
+int caller_resolve(uint32_t tid, int dir, const char *path) {
     char rest[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX], own[16];
     snprintf(own, sizeof own, "%u", tid);
     if (strlen(path) >= sizeof rest / 2) {
@@ -352,6 +384,11 @@ static int resolve(uint32_t tid, int dir, const char *path) {
         int proc = fstatfs(dir, &where) == 0 && where.f_type == PROC_SUPER_MAGIC;
         if (proc && (strcmp(name, "self") == 0 || strcmp(name, "thread-self") == 0))
             strcpy(name, own);  /* (only /proc itself has these names) */
+        if (proc && another_process(tid, dir, name)) {
+            close(dir);
+            errno = EACCES;
+            return -1;
+        }
         int next = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct stat info;
         if (next >= 0 && fstat(next, &info) == 0 && S_ISLNK(info.st_mode)) {
@@ -362,8 +399,10 @@ static int resolve(uint32_t tid, int dir, const char *path) {
             next = -1;
             if (++links > 40)
                 errno = ELOOP;
-            else if (size <= 0 || (size_t)size + strlen(rest) + 2 > sizeof rest)
+            else if (size > 0 && (size_t)size + strlen(rest) + 2 > sizeof rest)
                 errno = ENAMETOOLONG;
+            else if (size <= 0 && !proc)
+                errno = size == 0 ? ENOENT : errno;  /* (readlinkat's own answer) */
             else if (textual) {  /* go on along the link's text, then the rest */
                 target[size] = 0;
                 memmove(rest + size + 1, rest, strlen(rest) + 1);
@@ -371,7 +410,8 @@ static int resolve(uint32_t tid, int dir, const char *path) {
                 rest[size] = '/';
                 start = 1;
                 continue;
-            } else  /* a magic link of the caller's own /proc/<tid>: the kernel's is right */
+            } else  /* a magic link (one pid 1 may not read: another process's), whose
+                     * lookup the kernel answers as for the caller */
                 next = openat(dir, name, O_PATH | O_CLOEXEC);
         }
         int error = errno;
@@ -385,24 +425,29 @@ static int resolve(uint32_t tid, int dir, const char *path) {
     return dir;
 }
 
+int caller_dir(uint32_t tid, int dir) {
+    char where[64];
+    if (dir == AT_FDCWD)
+        snprintf(where, sizeof where, "/proc/%u/cwd", tid);
+    else
+        snprintf(where, sizeof where, "/proc/%u/fd/%d", tid, dir);
+    return open(where, O_PATH | O_CLOEXEC);  /* (the caller's own: the kernel follows) */
+}
+
 /* An O_PATH descriptor on the file the execve/execveat `call` of task `tid` names, found as
  * the caller would find it (resolve); -1 with errno. */
 static int exec_target(const struct seccomp_data *call, uint32_t tid) {
     int execveat = call->nr == __NR_execveat;
     int dir = execveat ? (int)call->args[0] : AT_FDCWD;
-    char name[PATH_MAX], where[64];
-    if (read_string(tid, call->args[execveat], name, sizeof name) != 0)
+    char name[PATH_MAX];
+    if (caller_string(tid, call->args[execveat], name, sizeof name) != 0)
         return -1;
-    if (dir == AT_FDCWD)
-        snprintf(where, sizeof where, "/proc/%u/cwd", tid);
-    else
-        snprintf(where, sizeof where, "/proc/%u/fd/%d", tid, dir);
-    int base = open(where, O_PATH | O_CLOEXEC);  /* (the caller's own: the kernel follows) */
+    int base = caller_dir(tid, dir);
     if (base < 0)
         return -1;
     if (name[0] == 0 && execveat && (call->args[4] & AT_EMPTY_PATH))
         return base;  /* fexecve */
-    return resolve(tid, base, name);
+    return caller_resolve(tid, base, name);
 }
 
 /* Whether the execve/execveat `call` of task `tid` runs a file the command wrote: one with no
@@ -429,7 +474,7 @@ static int seal_memfd(const struct memwatch *watch, const struct seccomp_notif *
     if (flags & MFD_EXEC)
         return EACCES;  /* (as the kernel does where vm.memfd_noexec = 2) */
     char name[MFD_NAME_MAX + 1];
-    if (read_string(call->pid, call->data.args[0], name, sizeof name) != 0) {
+    if (caller_string(call->pid, call->data.args[0], name, sizeof name) != 0) {
         if (errno != EACCES)
             return errno == ENAMETOOLONG ? EINVAL : errno;
         strcpy(name, "memfd");  /* (a non-dumpable caller's name cannot be read) */
@@ -449,7 +494,7 @@ static int seal_memfd(const struct memwatch *watch, const struct seccomp_notif *
 /* total_vm of the task `tid` in pages (the first field of its statm); -1 if unknown. */
 static int64_t pages_in_use(uint32_t tid) {
     char text[128];
-    if (read_proc(tid, "statm", text, sizeof text) <= 0)
+    if (proc_text(tid, "statm", text, sizeof text) <= 0)
         return -1;
     char *end;
     long long pages = strtoll(text, &end, 10);
@@ -484,6 +529,10 @@ void memwatch_answer(struct memwatch *watch) {
     if (ioctl(watch->listener, SECCOMP_IOCTL_NOTIF_RECV, call) != 0)
         return;  /* (ENOENT: the caller died meanwhile; EINTR: it comes again) */
     int nr = call->data.nr;
+    if (watch->names && namewatch_traps(nr)) {
+        namewatch_answer(watch->names, call);
+        return;
+    }
     if (nr == __NR_memfd_create) {
         int error = watch->seal ? seal_memfd(watch, call) : 0;
         if (error || !watch->seal)

@@ -64,9 +64,11 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             {"mounts": ("denied_path",)},
             "mount layer only: Landlock cannot carve an exception out of a granted root"),
         row("filesystem.protected", "each occurrence inside a write root re-mounted read-only, "
-            "the directories above it pinned", {"mounts": ("protected_name",)},
-            partial="only occurrences present at launch; a name created during the run is "
-                    "writable"),
+            "the directories above it pinned; a new one refused: pid 1 makes every name the "
+            "command makes (seccomp user notification) and none protected",
+            {"mounts": ("protected_name",)},
+            partial="a unix socket bound at a protected name is made; without seccomp user "
+                    "notification a name created during the run is writable"),
         row("filesystem.git", "in each repository in a write root, its config and what that "
             "includes, its hooks and its gitdir pointers re-mounted read-only (made empty in "
             "the gitdir where missing), the directories above them pinned; the rest of .git "
@@ -192,7 +194,8 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("filesystem.deny", "carved out of every root: no right beneath the path",
             {"landlock": ("denied_path",)}, partial=carved),
         row("filesystem.protected", "carved out of the write roots: read rights only",
-            {"landlock": ("protected_name",)}, partial=carved),
+            {"landlock": ("protected_name",)},
+            partial=carved + "; a name created during the run is not refused"),
         row("filesystem.git", "each repository's guarded files carved out of the write roots: "
             "read rights only", {"landlock": ("git_hooks",)},
             partial=carved + "; so git cannot make files at the top of a guarded .git "

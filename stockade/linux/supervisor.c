@@ -48,7 +48,7 @@
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
 /* plan flags; UNBOUND and KEEP_FDS only for tests that weaken those layers */
 enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8,
-       PLAN_WATCH_EXEC = 16, PLAN_SEAL_MEMFD = 32 };
+       PLAN_WATCH_EXEC = 16, PLAN_SEAL_MEMFD = 32, PLAN_WATCH_NAMES = 64 };
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -67,12 +67,7 @@ static void write_all(int fd, const char *text, size_t size) {
     }
 }
 
-struct text {
-    char *data;
-    size_t size, room;
-};
-
-static void put(struct text *t, const char *bytes, size_t size) {
+void put(struct text *t, const char *bytes, size_t size) {
     if (t->size + size + 1 > t->room) {
         t->room = (t->size + size + 1) * 2;
         t->data = realloc(t->data, t->room);
@@ -102,7 +97,7 @@ static size_t utf8_length(const unsigned char *s, size_t left) {
 
 /* A JSON string of `s`; a byte that is not UTF-8 becomes U+DC80..U+DCFF, as Python's
  * surrogateescape decodes it, so the owner reads back the very bytes of a path or argv[0]. */
-static void put_string(struct text *t, const char *s) {
+void put_string(struct text *t, const char *s) {
     const unsigned char *u = (const unsigned char *)s;
     char escape[8];
     put(t, "\"", 1);
@@ -124,7 +119,7 @@ static void put_string(struct text *t, const char *s) {
     put(t, "\"", 1);
 }
 
-static void emit(struct text *event) {
+void emit_event(struct text *event) {
     put(event, "\n", 1);
     write_all(status_fd, event->data, event->size);
     free(event->data);
@@ -158,7 +153,7 @@ static void fail(int start, const char *code, const char *subject, const char *m
     puts_(&event, ", \"stage\": ");
     put_string(&event, where);
     puts_(&event, "}");
-    emit(&event);
+    emit_event(&event);
     _exit(start ? START_FAILED : SETUP_FAILED);
 }
 
@@ -292,8 +287,14 @@ int send_fds(int sock, char byte, const int *fds, int count) {
 /* ---- starting the command ---- */
 
 struct limits {
-    int apply, watch_memory, watch_exec, seal_memfd, keep_fds;
+    int apply, watch_memory, watch_exec, seal_memfd, keep_fds, watch_names;
     int64_t memory, processes, file_size;  /* -1: none */
+};
+
+/* The protected names the command may not make, and where it may (namewatch.c). */
+struct names {
+    const char *names, *free;
+    uint32_t names_size, free_size;
 };
 
 /* The command's own Landlock domain, nested in pid 1's (0, 0: none). It handles rights pid 1's
@@ -408,10 +409,11 @@ static ssize_t receive_report(int sock, struct report *r, int *listener) {
 }
 
 /* Start the command; with its listener (if it is watched) open `watch` on it, for the
- * `written` paths (`written_size` bytes), and answer its requests while it execs. */
+ * `written` paths (`written_size` bytes), and answer its requests while it execs; with the
+ * `names` protected, its creating calls too (namewatch.c). */
 static pid_t start(struct launch *launch, const int stdio[3], const struct limits *limits,
                    const struct nested *domain, struct memwatch *watch, const char *written,
-                   uint32_t written_size) {
+                   uint32_t written_size, const struct names *names) {
     int reports[2];  /* a socket, so the starter can hand its listener over too */
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, reports) != 0)
         fail(0, "exec_failed", NULL, strerror(errno), "exec");
@@ -446,10 +448,14 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
          * nothing else runs in the sandbox yet, and the exec replaces pid 1's memory */
         if (limits->watch_exec && prctl(PR_SET_DUMPABLE, 1) != 0)
             report_and_exit(reports[1], STEP_PRIVILEGE);
-        if (limits->watch_memory || limits->watch_exec || limits->seal_memfd) {
-            /* last: then no allocation (-1: unwatched, and the exit event says so) */
+        if (limits->watch_memory || limits->watch_exec || limits->seal_memfd
+            || limits->watch_names) {
+            /* last: then no allocation (-1: unwatched, and the exit event says so; the
+             * protected names are never left unwatched) */
             int watch = memwatch_install(limits->watch_memory, limits->watch_exec,
-                                         limits->seal_memfd);
+                                         limits->seal_memfd, limits->watch_names);
+            if (watch < 0 && limits->watch_names)
+                report_and_exit(reports[1], STEP_PRIVILEGE);
             if (watch >= 0 && (send_fds(reports[1], 'L', &watch, 1) != 0 || close(watch)))
                 report_and_exit(reports[1], STEP_PRIVILEGE);
         }
@@ -463,7 +469,10 @@ static pid_t start(struct launch *launch, const int stdio[3], const struct limit
     while ((got = receive_report(reports[0], &r, &listener)) == 1) {
         /* its listener came first: then the exec, or a failure */
         if (memwatch_open(watch, listener, limits->watch_memory ? limits->memory : -1,
-                          limits->watch_exec, limits->seal_memfd, written, written_size) != 0) {
+                          limits->watch_exec, limits->seal_memfd, written, written_size) != 0
+            || (limits->watch_names
+                && !(watch->names = namewatch_open(listener, names->names, names->names_size,
+                                                   names->free, names->free_size)))) {
             close(listener);  /* (the filter's calls then fail ENOSYS: it cannot go on) */
             kill(child, SIGKILL);
             fail(0, "memory_watch_failed", NULL, strerror(errno), "exec");
@@ -554,7 +563,8 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
         _exit(SETUP_FAILED);
     close(plan_fd);
     /* flags, three rlimits, the nested domain's handled rights and scopes, the "started"
-     * event's enforced JSON, the view digest, the written paths, the launch */
+     * event's enforced JSON, the view digest, the written paths, the protected names and
+     * the paths where they may be made, the launch */
     struct reader r = {plan, plan + info.st_size};
     int bad = 0;
     struct limits limits;
@@ -564,6 +574,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.keep_fds = (flags & PLAN_KEEP_FDS) != 0;
     limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
     limits.seal_memfd = (flags & PLAN_SEAL_MEMFD) != 0;
+    limits.watch_names = (flags & PLAN_WATCH_NAMES) != 0;
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -578,6 +589,17 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     bad |= (size_t)(r.end - r.at) < written_size
         || (written_size > 0 && written[written_size - 1] != 0);
     r.at += bad ? 0 : written_size;
+    struct names names;
+    names.names_size = u32(&r, &bad);  /* NUL-ended, as the written paths */
+    names.names = r.at;
+    bad |= (size_t)(r.end - r.at) < names.names_size
+        || (names.names_size > 0 && names.names[names.names_size - 1] != 0);
+    r.at += bad ? 0 : names.names_size;
+    names.free_size = u32(&r, &bad);
+    names.free = r.at;
+    bad |= (size_t)(r.end - r.at) < names.free_size
+        || (names.free_size > 0 && names.free[names.free_size - 1] != 0);
+    r.at += bad ? 0 : names.free_size;
     uint32_t launch_size = u32(&r, &bad);
     bad |= (size_t)(r.end - r.at) != launch_size;
     if (bad)
@@ -617,7 +639,8 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     close(fds[5]);
 
     struct memwatch memory = {.listener = -1};  /* (opened once the command is watched) */
-    pid_t command = start(&launch, fds, &limits, &domain, &memory, written, written_size);
+    pid_t command = start(&launch, fds, &limits, &domain, &memory, written, written_size,
+                          &names);
     for (int i = 0; i < 3; i++)
         close(fds[i]);  /* the command's readers see the end when it (and its tree) ends */
     stage("exec");
@@ -625,7 +648,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     puts_(&event, "{\"event\": \"started\", \"enforced\": ");
     put(&event, enforced, enforced_size);
     puts_(&event, "}");
-    emit(&event);
+    emit_event(&event);
 
     int status = wait_for(command, signals, flags & PLAN_UNBOUND ? -1 : fds[3], &memory);
     stage("run");

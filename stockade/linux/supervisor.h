@@ -5,10 +5,17 @@
 #define STOCKADE_SUPERVISOR_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <string.h>
 
 enum { SETUP_FAILED = 70, START_FAILED = 71 };
+
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64   /* (linux/audit.h) the calling convention the watches read */
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#endif
 
 /* ---- reading records: every read checks the bounds and sets *bad instead of failing ---- */
 
@@ -120,15 +127,57 @@ struct memwatch {
     struct seccomp_notif *request;
     struct seccomp_notif_resp *response;
     size_t request_size;
+    struct namewatch *names;            /* the creating calls' (namewatch.c); NULL: none */
 };
 
-/* in the command, before exec: the listener, or -1 */
-int memwatch_install(int memory, int exec, int seal);
+/* in the command, before exec: the listener, or -1 (one filter, one listener: the kernel
+ * allows a process no second); `names`: its creating calls too (namewatch.c) */
+int memwatch_install(int memory, int exec, int seal, int names);
 /* 0: watching. `written` holds `written_size` bytes of NUL-ended paths, for the exec watch */
 int memwatch_open(struct memwatch *watch, int listener, int64_t limit, int exec, int seal,
                   const char *written, uint32_t written_size);
 void memwatch_answer(struct memwatch *watch);  /* one pending request */
 int memwatch_summary(const struct memwatch *watch, char *out, size_t room);  /* JSON part */
+
+/* ---- the command's tasks, as pid 1 sees them (memwatch.c) ---- */
+
+/* Up to `room` - 1 bytes of /proc/<tid>/<what>, NUL-ended; the count read (<= 0: none). */
+ssize_t proc_text(uint32_t tid, const char *what, char *text, size_t room);
+/* The NUL-ended string at `address` of task `tid`'s memory, in `text` (`room` bytes); 0, or
+ * -1 with errno: EACCES when the task's memory cannot be read at all, EFAULT when the string
+ * is not there, ENAMETOOLONG when it does not end within `room`. */
+int caller_string(uint32_t tid, uint64_t address, char *text, size_t room);
+/* An O_PATH descriptor on task `tid`'s working directory (`dir` AT_FDCWD) or on its
+ * descriptor `dir`; -1 with errno. */
+int caller_dir(uint32_t tid, int dir);
+/* Follow `path` from `dir` (consumed) as task `tid` would: component by component, no symlink
+ * followed by the kernel but procfs's own (magic) links; "self" and "thread-self" in /proc,
+ * and symlinks naming them, read as /proc/<tid>. An O_PATH descriptor, or -1 with errno. */
+int caller_resolve(uint32_t tid, int dir, const char *path);
+
+/* ---- protected names the command may not make (namewatch.c) ---- */
+
+struct namewatch;
+extern const int NAMEWATCH_CALLS[];     /* the calls that make a name; open/openat with O_CREAT */
+extern const int NAMEWATCH_CALL_COUNT;
+/* In pid 1, on the watch's `listener`: `names` (`names_size` bytes of NUL-ended names, lower
+ * case) may not be made but on the mounts of the `free` paths (`free_size` bytes); NULL on
+ * failure. */
+struct namewatch *namewatch_open(int listener, const char *names, uint32_t names_size,
+                                 const char *free, uint32_t free_size);
+int namewatch_traps(int nr);            /* whether call `nr` is one of them (or open/openat) */
+void namewatch_answer(struct namewatch *w, const struct seccomp_notif *call);
+
+/* ---- events on STATUS (supervisor.c) ---- */
+
+struct text {
+    char *data;
+    size_t size, room;
+};
+
+void put(struct text *t, const char *bytes, size_t size);
+void put_string(struct text *t, const char *s);  /* a JSON string, as Python decodes it */
+void emit_event(struct text *event);              /* one line on STATUS; frees the text */
 
 int template_main(int spec_fd, int plan_fd, int handoff, int host_proc);  /* template.c */
 int refresh(const struct spec *spec);                                      /* refresh.c */

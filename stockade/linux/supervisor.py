@@ -38,6 +38,7 @@ _UNBOUND = 4  # plan flag (tests only): pid 1 ignores its owner's lifeline
 _KEEP_FDS = 8  # plan flag (tests only): the command inherits pid 1's other descriptors
 _WATCH_EXEC = 16  # plan flag: refuse executable mappings and executions of written files
 _SEAL_MEMFD = 32  # plan flag: pid 1 makes the command's memfds sealed non-executable (memwatch.c)
+_WATCH_NAMES = 64  # plan flag: pid 1 makes the command's new names, none protected (namewatch.c)
 # flags; RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE; the nested Landlock domain's handled rights and
 # scopes; the size of the enforced record
 _HEAD = struct.Struct("<IqqqQQI")
@@ -78,7 +79,8 @@ def descriptor() -> int | None:
 def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, int],
          enforced: dict, view_digest: bytes | None, launch: bytes, *, bound: bool = True,
          close_fds: bool = True, written: Sequence[str] | None = None,
-         seal_memfd: bool = False) -> int:
+         seal_memfd: bool = False, names: Sequence[str] | None = None,
+         free: Sequence[str] = ()) -> int:
     """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`),
     whether its address-space requests are shown to pid 1 (`watch_memory`, memwatch.c), its
     nested Landlock domain (landlock.nested_domain; (0, 0): none), the `enforced` record of
@@ -88,16 +90,21 @@ def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, 
     command inherits pid 1's descriptors. With `written` (the paths the command may write, as
     it sees them), pid 1 refuses executable mappings and executions of files on their mounts,
     and of memfds and deleted files; with `seal_memfd` it makes every memfd of the command
-    itself, sealed non-executable (memwatch.c)."""
+    itself, sealed non-executable (memwatch.c). With `names` (lower case), pid 1 makes every
+    name the command makes itself, and none of those but on the mounts of the `free` paths
+    (namewatch.c)."""
     memory, processes, file_size = limits.rlimit_values(spec)
     flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0) \
         | (0 if bound else _UNBOUND) | (0 if close_fds else _KEEP_FDS) \
-        | (0 if written is None else _WATCH_EXEC) | (_SEAL_MEMFD if seal_memfd else 0)
-    paths = b"".join(os.fsencode(path) + b"\0" for path in written or ())
+        | (0 if written is None else _WATCH_EXEC) | (_SEAL_MEMFD if seal_memfd else 0) \
+        | (0 if names is None else _WATCH_NAMES)
+    paths, protected, where = (b"".join(os.fsencode(path) + b"\0" for path in part or ())
+                               for part in (written, names, free if names is not None else ()))
     body = json.dumps(enforced).encode()
     data = b"".join((
         _HEAD.pack(flags, memory, processes, file_size, *nested, len(body)), body,
         view_digest or _NO_VIEW, struct.pack("<I", len(paths)), paths,
+        struct.pack("<I", len(protected)), protected, struct.pack("<I", len(where)), where,
         struct.pack("<I", len(launch)), launch))
     return memfd("stockade-plan", data)
 

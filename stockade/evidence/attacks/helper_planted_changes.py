@@ -27,12 +27,6 @@ def plant():
     # the root (which its empty baseline cannot vouch for) conflicts.
     os.chmod(os.path.join(path, "layers", "0", "upper"), 0o755)
     os.mkdir(os.path.join(path, "layers", "0", "work"), 0o700)
-    # (the upper layer's top has the mode the root most likely has, a directory made under
-    # this umask, as a real run's has: else the review would list a mode change of the root
-    # itself, and the set would not be applied with or without the store check)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(os.path.join(path, "layers", "0", "upper"), 0o777 & ~umask)
     with open(os.path.join(path, "layers", "0", "upper", "planted-by-a-sandbox"), "w") as f:
         f.write("written outside by a planted change set\n")
     meta = {"format": "stockade-changes", "version": 1, "id": RUN,

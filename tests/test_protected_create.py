@@ -1,0 +1,236 @@
+"""Protected names cannot be created inside write roots during a run, at any depth and by any
+call that makes a name (mkdir, open with O_CREAT, rename, link, symlink, mknod): the sandbox's
+pid 1 makes each such name itself, on its own copy of the path (stockade/linux/namewatch.c).
+Real children; every check of what happened is made on the host, after the run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+# Every way coreutils and the shell make a name, at the root of the workspace and nested.
+SHELL_ATTEMPTS = """
+mkdir -p a/b
+for dir in . a/b; do
+  touch $dir/src1 $dir/src2
+  mkdir $dir/.codex
+  touch $dir/.mcp.json
+  mv $dir/src1 $dir/.vscode
+  ln -s src2 $dir/.envrc
+  ln $dir/src2 $dir/.bashrc
+  mkfifo $dir/.claude
+  echo hi > $dir/.agents
+  cp $dir/src2 $dir/.gitconfig
+  mkdir -p $dir/deep/.stockade/inner
+done
+echo done
+"""
+CREATED = (".codex", ".mcp.json", ".vscode", ".envrc", ".bashrc", ".claude", ".agents",
+           ".gitconfig", "deep/.stockade")
+
+# Through a link or a moved directory: a dangling symlink to a protected name, written through;
+# a symlinked parent directory; a working directory and a directory descriptor whose
+# directory was renamed; mknod, link and rename with descriptors (within one directory: the
+# Landlock ruleset grants no rename or link across directories, EXDEV).
+PYTHON_ATTEMPTS = r"""
+import errno, os, sys
+def attempt(what, call, *args, **keywords):
+    try:
+        call(*args, **keywords)
+        print("MADE", what)
+    except OSError as exc:
+        print("REFUSED", what, errno.errorcode[exc.errno])
+os.symlink(".codex", "dangling")
+attempt("open dangling", lambda: open("dangling", "w").write("x"))
+os.makedirs("a/b", exist_ok=True)
+os.symlink("a/b", "linked")
+attempt("mkdir via a linked parent", os.mkdir, "linked/.agents")
+os.symlink("/proc/self/cwd/a/.codex", "proc-dangling")
+attempt("open a dangling link through /proc/self", lambda: open("proc-dangling", "w"))
+attempt("open through /proc/self/cwd", lambda: open("/proc/self/cwd/.envrc", "w"))
+os.mkdir("moving")
+fd = os.open("moving", os.O_RDONLY | os.O_DIRECTORY)
+os.chdir("moving")
+os.rename("../moving", "../moved")
+attempt("mkdir in a renamed cwd", os.mkdir, ".vscode")
+attempt("mkdirat a renamed dirfd", os.mkdir, ".idea", dir_fd=fd)
+attempt("mknodat", os.mknod, ".claude", 0o10644, dir_fd=fd)
+os.chdir("..")
+open("moved/file", "w").close()
+attempt("linkat", os.link, "file", ".bashrc", src_dir_fd=fd, dst_dir_fd=fd)
+attempt("symlinkat", os.symlink, "file", ".zshrc", dir_fd=fd)
+attempt("renameat2", os.rename, "file", ".cursor", src_dir_fd=fd, dst_dir_fd=fd)
+attempt("O_EXCL", os.open, "MOVED/.CODEX".lower(), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+attempt("upper case", os.mkdir, "moved/.CoDeX")
+attempt("trailing slash", os.mkdir, "moved/.devcontainer/")
+"""
+PYTHON_CREATED = (".codex", "a/b/.agents", "a/.codex", ".envrc", "moved/.vscode", "moved/.idea",
+                  "moved/.claude", "moved/.bashrc", "moved/.zshrc", "moved/.cursor",
+                  "moved/.codex", "moved/.CoDeX", "moved/.devcontainer")
+
+# A second thread flips the path buffer between a harmless name and a protected one while the
+# first makes it again and again: pid 1 must decide on the path it uses, not on one the
+# kernel reads again later.
+FLIP = r"""
+import ctypes, errno, os, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+harmless, protected = b"plain-x", b".codex\0"
+buffer = ctypes.create_string_buffer(harmless, 16)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buffer, protected, len(protected))
+        ctypes.memmove(buffer, harmless + b"\0", len(harmless) + 1)
+threading.Thread(target=flip, daemon=True).start()
+made = {"mkdir": 0, "open": 0, "symlink": 0}
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    if libc.mkdir(buffer, 0o755) == 0:
+        made["mkdir"] += 1
+    fd = libc.open(buffer, os.O_CREAT | os.O_WRONLY, 0o644)
+    if fd >= 0:
+        made["open"] += 1
+        os.close(fd)
+    if libc.symlink(b"target", buffer) == 0:
+        made["symlink"] += 1
+    for name in ("plain-x", ".codex"):
+        for undo in (os.rmdir, os.unlink):
+            try:
+                undo(name)
+            except OSError:
+                pass
+stop = True
+print(made)
+"""
+
+# What pid 1 opens for the caller must be the caller's: pid 1's own descriptors (its status
+# pipe, its seccomp listener) are not reached through /proc/1.
+PROC_OF_PID_1 = r"""
+import errno, os
+for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/3", "/proc/1/fd/4", "/proc/1/cwd/x"):
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        print("OPENED", path, os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError as exc:
+        print("REFUSED", path, errno.errorcode[exc.errno])
+"""
+
+
+def run(argv, where, **policy) -> stockade.Result:
+    return stockade.run(list(argv), policy_for(**policy), workspace=where)
+
+
+def existing(workspace, names) -> list[str]:
+    return [name for name in names if os.path.lexists(workspace / name)
+            or os.path.lexists(workspace / "a" / "b" / name)]
+
+
+@pytest.mark.parametrize("workspace_mode", ["direct", "overlay"])
+def test_the_shell_and_coreutils_cannot_make_a_protected_name(ws, workspace_mode):
+    workspace, _ = ws
+    r = run(["/bin/sh", "-c", SHELL_ATTEMPTS], workspace, workspace=workspace_mode)
+    assert r.exit_code == 0, r.stderr
+    assert b"done" in r.stdout
+    assert existing(workspace, CREATED) == []
+    if workspace_mode == "direct":  # (an overlay's changes are the change set's)
+        assert sorted(os.listdir(workspace)) == ["a", "deep", "src1", "src2"]
+        assert sorted(os.listdir(workspace / "a" / "b")) == ["deep", "src1", "src2"]
+    refused = [v for v in r.violations if v.kind == "filesystem.protected"]
+    assert refused, r.violations
+    assert any(".codex" in v.detail and '"!.codex"' in v.detail for v in refused), refused
+
+
+def test_no_link_descriptor_or_moved_directory_makes_a_protected_name(ws):
+    workspace, _ = ws
+    r = run([PYTHON, "-c", PYTHON_ATTEMPTS], workspace)
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout.decode()
+    assert "MADE" not in out, out
+    assert out.count("REFUSED") == 13, out
+    assert [name for name in PYTHON_CREATED if os.path.lexists(workspace / name)] == []
+
+
+def test_flipping_the_path_buffer_makes_no_protected_name(ws):
+    workspace, _ = ws
+    r = run([PYTHON, "-c", FLIP, "3"], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert not os.path.lexists(workspace / ".codex")
+    assert b"'mkdir': 0" not in r.stdout, r.stdout  # (the harmless name was made meanwhile)
+
+
+def test_pid_1s_own_descriptors_are_not_reached_through_proc(ws):
+    """An open with O_CREAT of /proc/1/fd/N (pid 1's status pipe, its listener) is refused:
+    pid 1 opens the caller's paths, and follows no other process's /proc links for it."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", PROC_OF_PID_1], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert b"OPENED" not in r.stdout, r.stdout
+    assert r.stdout.count(b"REFUSED") == 5, r.stdout
+
+
+def test_a_released_name_and_git_stay_creatable(ws):
+    """`"!NAME"` releases a name; `.git` is not protected whole (git init works, guarded)."""
+    workspace, _ = ws
+    protected = tuple(n for n in stockade.preset("workspace-write").filesystem.protected
+                      if n != ".vscode")
+    script = "mkdir .vscode && touch .vscode/tasks.json && git init -q . && echo ok"
+    r = run(["/bin/sh", "-c", script], workspace, protected=protected)
+    assert r.exit_code == 0, r.stderr
+    assert (workspace / ".vscode" / "tasks.json").is_file()
+    assert (workspace / ".git" / "HEAD").is_file()
+
+
+def test_everyday_creation_still_works(ws):
+    """Redirections (to the caller's streams through /dev/stdout and /proc/self/fd too),
+    fifos read by another process (opened before and after the writer), here-documents,
+    temporary files, make, and names in /tmp."""
+    workspace, _ = ws
+    script = """
+set -e
+echo out > /dev/stdout
+echo err > /dev/stderr
+echo fd > /proc/self/fd/1
+echo devfd > /dev/fd/1
+echo file > plain.txt
+cat <<EOF > here.txt
+doc
+EOF
+mkfifo pipe
+cat pipe > from-pipe.txt &
+echo through > pipe
+wait
+mkfifo waiting
+cat waiting > from-waiting.txt &
+sleep 0.3
+echo again > waiting
+wait
+mkdir -p /tmp/scratch/.codex && touch /tmp/scratch/.envrc
+printf 'all:\\n\\techo built > made.txt\\n' > Makefile
+make -s
+mktemp -p . > /dev/null
+umask 077 && touch private
+echo ok
+"""
+    r = run(["/bin/sh", "-c", script], workspace)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [b"out", b"fd", b"devfd", b"ok"]
+    assert r.stderr == b"err\n"
+    assert (workspace / "from-pipe.txt").read_text() == "through\n"
+    assert (workspace / "from-waiting.txt").read_text() == "again\n"
+    assert (workspace / "here.txt").read_text() == "doc\n"
+    assert (workspace / "made.txt").read_text() == "built\n"
+    assert os.stat(workspace / "private").st_mode & 0o777 == 0o600
+    assert os.stat(workspace / "plain.txt").st_mode & 0o777 == 0o666 & ~_umask()
+    assert not [v for v in r.violations if v.kind == "filesystem.protected"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
