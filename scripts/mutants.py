@@ -37,11 +37,28 @@ BUILT = ("stockade/linux/supervisor", "stockade/linux/librelay.so")
 TIMEOUT = 300  # seconds for one mutant's tests: a hang is reported as missed, never waited out
 
 
+SKIPPED = (".git", ".venv", "__pycache__", "dist", "build")  # outside a checkout: not copied
+
+
 def tracked_files(root: Path) -> list[str]:
+    """The files git lists (every file but SKIPPED's in a copy that is no checkout, as the
+    rootless copy scripts/test.sh makes), and what the build made."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=root, capture_output=True, check=True)
-    return [name for name in listed.stdout.decode().split("\0")
+                             "--exclude-standard"], cwd=root, capture_output=True)
+    if listed.returncode == 0:
+        names = listed.stdout.decode().split("\0")
+    else:
+        names = walked_files(root)
+    return [name for name in names
             if name and os.path.isfile(root / name)] + [b for b in BUILT if (root / b).exists()]
+
+
+def walked_files(root: Path) -> list[str]:
+    names = []
+    for where, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(SKIPPED) and not d.endswith(".egg-info")]
+        names += [str(Path(where, name).relative_to(root)) for name in files]
+    return names
 
 
 def copy_tree(names: list[str], source: Path, target: Path) -> None:
