@@ -104,6 +104,20 @@ def test_output_destinations(ws, tmp_path, capfd):
     assert (captured.stdout, captured.stderr) == (b"out\n", b"err\n")
 
 
+def test_relayed_output_is_cut_at_the_output_limit(ws, tmp_path):
+    """Issue 30: output relayed into a file (or this process's stdout) is cut at
+    limits.output like captured output, and the Result says so for each stream."""
+    workspace, _ = ws
+    log, errors = tmp_path / "log", tmp_path / "errors"
+    with open(log, "wb") as out, open(errors, "wb") as err:
+        r = stockade.run(["sh", "-c", "head -c 100000 /dev/zero; head -c 5000 /dev/zero >&2"],
+                         policy_for(output=1000), workspace=workspace, stdout=out, stderr=err)
+    assert r.exit_code == 0 and (r.stdout, r.stderr) == (None, None)
+    assert log.read_bytes() == b"\0" * 1000 and errors.read_bytes() == b"\0" * 1000
+    assert [v.detail for v in r.violations if v.kind == "limits.output"] == [
+        "stdout cut at 1000 bytes", "stderr cut at 1000 bytes"]
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"capture_output": True, "stdout": subprocess.DEVNULL}, "may not be given with"),
     ({"stdout": subprocess.STDOUT}, "STDOUT is for stderr"),

@@ -66,6 +66,19 @@ def test_run_passes_output_and_exit_status_through(workspace, capfd):
 
 
 @sandboxed
+def test_relayed_output_is_cut_at_the_output_limit(workspace):
+    """Issue 30: `stockade run` relays the command's output through its own pipes, and
+    limits.output holds on the way through: the rest is dropped, and said on stderr."""
+    policy = workspace / "small.toml"
+    policy.write_text('version = 1\npreset = "workspace-write"\n[limits]\noutput = "1KiB"\n')
+    done = cli("run", "--policy", str(policy), "--", "sh", "-c", "yes | head -c 100000",
+               cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "y\n" * 512
+    assert "limits.output (stdout cut at 1024 bytes)" in done.stderr
+
+
+@sandboxed
 def test_an_empty_argument_reaches_the_command(workspace, capfd):
     """`ssh-keygen -N ''`: an empty string is an argument like any other."""
     assert main(["run", "--", "sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"]) == 0

@@ -167,3 +167,61 @@ def test_a_masked_socket_file_cannot_be_carried_away(ws):
         assert b"MOVED" not in r.stdout and r.stdout.count(b"EBUSY") == 2, r.stdout
         assert identity(workspace / "run" / "agent") == before
         assert sorted(os.listdir(workspace)) == ["run"]
+
+
+# Each state directory's listing, its secret's content, and a file made in it: what the
+# sandbox got of each (an errno name, or what it read or made).
+PEEK = """
+import errno, os, sys
+for state in sys.argv[1:]:
+    for what, attempt in (("list", lambda: os.listdir(state)),
+                          ("read", lambda: open(os.path.join(state, "secret")).read()),
+                          ("plant", lambda: open(os.path.join(state, "planted"), "x").close())):
+        try:
+            print(state, what, attempt())
+        except OSError as exc:
+            print(state, what, errno.errorcode[exc.errno])
+"""
+
+
+@pytest.mark.parametrize("where", ["write", "read"])
+def test_every_state_directory_source_is_masked(ws, tmp_path, monkeypatch, where):
+    """Issue 30: every place this user's Stockade may keep state ($STOCKADE_STATE_DIR,
+    $XDG_STATE_HOME/stockade, ~/.local/state/stockade; /var/lib/stockade for root, below) is
+    masked in the sandbox, in a write root and in a read root: none can be listed, read or
+    written, and the host's copies are unchanged."""
+    workspace, _ = ws
+    top = workspace if where == "write" else tmp_path / "readable"
+    places = {"explicit": top / "explicit" / "stockade", "xdg": top / "xdg" / "stockade",
+              "home": top / "home" / ".local" / "state" / "stockade"}
+    for name, state in places.items():
+        state.mkdir(parents=True, mode=0o700)
+        (state / "secret").write_text(f"{name}-SECRET\n")
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(places["explicit"]))
+    monkeypatch.setenv("XDG_STATE_HOME", str(top / "xdg"))
+    monkeypatch.setenv("HOME", str(top / "home"))
+    # (no denies: the preset's, below a home in the workspace, would need making first)
+    policy = policy_for(deny=(), **({"read": (str(top),)} if where == "read" else {}))
+    r = stockade.run([PYTHON, "-c", PEEK, *map(str, places.values())], policy,
+                     workspace=workspace)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert len(lines) == 9, lines
+    for line in lines:
+        assert line.split()[-1] == "EACCES", line
+    for name, state in places.items():
+        assert not (state / "planted").exists(), name  # (the ledger writes its own here)
+        assert (state / "secret").read_text() == f"{name}-SECRET\n"
+
+
+def test_root_state_directory_is_a_candidate_for_root_only(monkeypatch):
+    """The fourth source, /var/lib/stockade, is root's (a test cannot make it as a user, and
+    root's real one is the host's): it is masked for root whatever the environment says."""
+    from stockade.lifecycle import lease, statedir
+
+    env = {"STOCKADE_STATE_DIR": "/x/explicit", "XDG_STATE_HOME": "/x/xdg"}
+    monkeypatch.setattr(lease, "superuser", lambda: True)
+    assert statedir.candidates(env, "/x/home") == [
+        "/x/explicit", "/x/xdg/stockade", statedir.ROOT_STATE_DIR, "/x/home/.local/state/stockade"]
+    monkeypatch.setattr(lease, "superuser", lambda: False)
+    assert statedir.candidates({}, "/x/home") == ["/x/home/.local/state/stockade"]

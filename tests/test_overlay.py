@@ -519,3 +519,31 @@ def test_apply_never_walks_through_a_link_swapped_in_after_the_check(ws, monkeyp
     assert os.listdir(outside) == []
     assert os.path.isdir(result.changes.path)  # kept pending
     result.changes.discard()
+
+
+def test_apply_never_writes_through_a_write_root_swapped_for_a_link(ws, monkeypatch):
+    """Issue 30: the write root itself swapped for a link to outside between the conflict
+    check and the writes: apply stops, typed, naming the root; nothing lands outside."""
+    from stockade.lifecycle import changeapply
+
+    root, outside = ws
+    result = overlay(root, "echo planted > new.txt && mkdir sub && echo x > sub/f")
+    assert result.returncode == 0, result.stderr
+    checked = changeapply.conflicts
+
+    def then_swapped(*args):
+        found = checked(*args)
+        os.rename(root, f"{root}-away")
+        os.symlink(outside, root)
+        return found
+
+    monkeypatch.setattr(changeapply, "conflicts", then_swapped)
+    with pytest.raises(ChangesError) as stopped:
+        result.changes.apply()
+    assert stopped.value.code == "changes_conflict"
+    assert str(root) in str(stopped.value)
+    assert os.listdir(outside) == []
+    assert os.listdir(f"{root}-away") == []
+    os.unlink(root)
+    os.rename(f"{root}-away", root)
+    result.changes.discard()

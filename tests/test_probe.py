@@ -129,8 +129,9 @@ def test_probe_cli(tmp_path):
 # --- failures: stable reason and stage ---------------------------------------------------------
 
 
-@linux
-@pytest.mark.parametrize("weaken, reason, stage, fact", [
+# Each stage of the probe, the weakening that fails it first and the fact that says so; the
+# stages another weakening reaches only behind an earlier stage are in LATER_STAGES.
+FIRST_STAGES = [
     ("landlock", "landlock_not_enforced", "landlock", "landlock_ungranted_dir"),
     ("seccomp", "seccomp_not_enforced", "seccomp", "seccomp_mode"),
     ("network", "namespaces_not_enforced", "namespaces", "new_namespaces"),
@@ -141,11 +142,43 @@ def test_probe_cli(tmp_path):
     ("stockade_state", "helpers_not_enforced", "helpers", "stockade_state"),
     ("unix_sockets", "network_not_enforced", "network", "host_listeners_untouched"),
     ("usernet_isolation", "network_any_not_enforced", "network_any", "any_host_loopback"),
-])
+    ("descriptors", "descriptors_not_enforced", "descriptors", "inherited_fds"),
+    ("environment", "environment_not_enforced", "environment", "environment"),
+]
+# (stage, weakening, fact): the weakening fails an earlier stage first (privileges: root reads
+# the denied path; pid_namespace: the namespaces), but this stage's fact fails too.
+LATER_STAGES = [
+    ("privileges", "privileges", "securebits"),
+    ("lifetime", "pid_namespace", "leftover_processes"),
+]
+
+
+def test_every_stage_of_the_probe_has_a_weakening_that_fails_it():
+    """Issue 30 part 3: a stage added to the probe without a weakening in the tests below
+    fails here (a stage whose check always passed would go unnoticed)."""
+    stages = set(linux_probe.EXPECTATIONS) | set(linux_probe.ANY_EXPECTATIONS)
+    covered = [stage for _, _, stage, _ in FIRST_STAGES] + [s for s, _, _ in LATER_STAGES]
+    assert sorted(set(covered)) == sorted(stages)
+    for stage, _, fact in LATER_STAGES:
+        assert fact in linux_probe.EXPECTATIONS[stage]
+    for _, _, stage, fact in FIRST_STAGES:
+        assert fact in (linux_probe.EXPECTATIONS | linux_probe.ANY_EXPECTATIONS)[stage]
+
+
+@linux
+@pytest.mark.parametrize("weaken, reason, stage, fact", FIRST_STAGES)
 def test_a_weakened_layer_fails_readiness_at_its_stage(ledger, weaken, reason, stage, fact):
     a = stockade.probe(LinuxBackend(weaken=frozenset({weaken})), ledger)
     assert (a.ready, a.reason, a.stage) == (False, reason, stage)
     assert a.message.startswith(f"{fact}: observed ")
+
+
+@linux
+@pytest.mark.parametrize("stage, weaken, fact", LATER_STAGES)
+def test_a_weakened_layer_fails_its_later_stage_too(ledger, stage, weaken, fact):
+    a = stockade.probe(LinuxBackend(weaken=frozenset({weaken})), ledger)
+    assert not a.ready
+    assert fact in a.facts and not linux_probe.verified(a.facts, fact), a.facts.get(fact)
 
 
 @linux

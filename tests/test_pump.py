@@ -79,3 +79,16 @@ def test_cancel_kills_the_child(threaded):
     handle = Plain("import time; time.sleep(60)")
     done = drive(handle, input=None, limit=100, timeout=None, cancel=cancel, threaded=threaded)
     assert done.cancelled and not done.timed_out and done.end == Exit(None, signal.SIGKILL)
+
+
+def test_relayed_output_is_cut_at_the_limit(threaded, tmp_path):
+    """Issue 30: what is relayed to a descriptor (the CLI's stdout, a file the API was given)
+    counts against the same limit as what is captured: the rest is drained and flagged."""
+    code = "import os; [os.write(1, b'x' * 4096) for _ in range(64)]; os.write(2, b'e' * 9000)"
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        done = drive(Plain(code), input=None, limit=1000, timeout=30, cancel=None,
+                     threaded=threaded, outputs=(out.fileno(), err.fileno()))
+    assert done.end.exit_code == 0
+    assert (tmp_path / "out").read_bytes() == b"x" * 1000
+    assert (tmp_path / "err").read_bytes() == b"e" * 1000
+    assert done.stdout.truncated and done.stderr.truncated

@@ -148,21 +148,24 @@ def apply(changes: list[Change]) -> None:
     try:
         for change in sorted((c for c in changes if c.kind == "deleted"),
                              key=lambda c: -c.rel.count("/")):
-            _step(change, _delete, _root_fd(roots, change.root), change.rel)
+            _step(change, _delete, roots, change.rel)
         for change in changes:
             if change.kind in ("added", "modified"):
-                _step(change, _put, _root_fd(roots, change.root), change)
+                _step(change, _put, roots, change)
         for change in sorted((c for c in changes if c.kind in ("added", "modified")
                               and c.type == "dir"), key=lambda c: -c.rel.count("/")):
-            _step(change, _set_mode, _root_fd(roots, change.root), change)
+            _step(change, _set_mode, roots, change)
     finally:
         for fd in roots.values():
             os.close(fd)
 
 
-def _step(change: Change, act: Callable[..., None], *args: object) -> None:
+def _step(change: Change, act: Callable[..., None], roots: dict[str, int],
+          *args: object) -> None:
+    """`act(root_fd, *args)` for `change`; the root is opened here too, so a root the host
+    swapped for a link stops the apply as any other path does (typed, never a traceback)."""
     try:
-        act(*args)
+        act(_root_fd(roots, change.root), *args)
     except ChangesError:
         raise
     except OSError as exc:

@@ -1,0 +1,207 @@
+"""The mutation suite's table (issue 30 part 1): for security properties SECURITY.md claims, the
+smallest careless change that removes one (a line a refactor could drop or bend), and the
+tests that must then fail. scripts/mutants.py applies each alone to a private copy of the tree
+and runs its tests there; tests/test_mutants.py keeps the table in step with the code (each
+old text is found exactly once, each test exists). docs/testing.md says how to run it.
+
+Not collected by pytest (no test_ prefix): it is data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str                # the file mutated, relative to the repository
+    old: str                 # text found exactly once in it
+    new: str                 # what replaces it
+    tests: tuple[str, ...]   # pytest node ids: at least one must fail
+    owner: str = ""          # someone else's to run (said, not run), or "" for ours
+
+
+OVERLAY = "tests/test_overlay.py::"
+STORE = "tests/test_change_store.py::"
+MASKS = "tests/test_linux_masks.py::"
+ENV = "tests/test_env_refusal.py::"
+PUMP, API, CLI = "tests/test_pump.py::", "tests/test_api.py::", "tests/test_cli.py::"
+PROBE_WEAK = "tests/test_probe.py::test_a_weakened_layer_fails_readiness_at_its_stage"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- the audit's nine (issue 30) -------------------------------------------------------
+    Mutant("apply-follows-swapped-dir", "stockade/lifecycle/changeapply.py",
+           "    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,",
+           "    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,",
+           (OVERLAY + "test_apply_never_walks_through_a_link_swapped_in_after_the_check",)),
+    Mutant("apply-follows-swapped-root", "stockade/lifecycle/changeapply.py",
+           "roots[root] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | "
+           "os.O_CLOEXEC)",
+           "roots[root] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)",
+           (OVERLAY + "test_apply_never_writes_through_a_write_root_swapped_for_a_link",)),
+    Mutant("ipv6-guard-ranges", "stockade/linux/guard.py", "", "",
+           ("tests/test_network_any.py",), owner="the IPv6 engineer (tests/networld.py)"),
+    Mutant("credential-token", "stockade/launch/env.py",
+           'r"(^|_)(TOKEN|SECRET|', 'r"(^|_)(SECRET|',
+           (ENV + "test_every_credential_pattern_is_refused_by_name",
+            ENV + "test_a_credential_passed_to_a_real_run_never_reaches_the_child")),
+    Mutant("credential-api-key", "stockade/launch/env.py",
+           "|PASSPHRASE|APIKEY|API_KEY|ACCESS_KEY|", "|PASSPHRASE|APIKEY|ACCESS_KEY|",
+           (ENV + "test_every_credential_pattern_is_refused_by_name",)),
+    Mutant("credential-cookie", "stockade/launch/env.py",
+           '|CREDENTIALS?|AUTH|COOKIE)(_|$)"', '|CREDENTIALS?|AUTH)(_|$)"',
+           (ENV + "test_every_credential_pattern_is_refused_by_name",)),
+    Mutant("credential-vendor-prefix", "stockade/launch/env.py",
+           '|^(AWS|AZURE|GOOGLE_APPLICATION|GCP|OPENAI|ANTHROPIC|',
+           '|^(AWS|AZURE|GOOGLE_APPLICATION|GCP|OPENAI|',
+           (ENV + "test_every_credential_pattern_is_refused_by_name",)),
+    Mutant("state-dir-ignores-xdg", "stockade/lifecycle/statedir.py",
+           "    if os.path.isabs(xdg):\n        found.append(os.path.join(xdg, \"stockade\"))\n",
+           "",
+           (MASKS + "test_every_state_directory_source_is_masked",)),
+    Mutant("state-dir-ignores-home-default", "stockade/lifecycle/statedir.py",
+           '    found.append(os.path.join(home, ".local", "state", "stockade"))\n', "",
+           (MASKS + "test_every_state_directory_source_is_masked",)),
+    Mutant("state-dir-ignores-explicit", "stockade/lifecycle/statedir.py",
+           "    if explicit:\n        found.append(os.path.abspath(explicit))\n", "",
+           (MASKS + "test_every_state_directory_source_is_masked",)),
+    Mutant("change-set-dir-world-writable", "stockade/lifecycle/changes.py",
+           "    os.mkdir(scratch, 0o700)\n    try:\n        meta = ",
+           "    os.mkdir(scratch, 0o777)\n    try:\n        meta = ",
+           (STORE + "test_a_change_set_is_private_whatever_the_umask",)),
+    Mutant("change-store-parents-makedirs", "stockade/lifecycle/changes.py",
+           "        os.mkdir(path, 0o700)\n    except FileExistsError:\n        pass\n",
+           "        os.makedirs(path, exist_ok=True)\n    except FileExistsError:\n        pass\n",
+           (STORE + "test_a_change_set_is_private_whatever_the_umask",)),
+    Mutant("change-set-work-dir-group-writable", "stockade/lifecycle/changes.py",
+           "            os.mkdir(os.path.join(layer, WORK), 0o700)\n        lock = ",
+           "            os.mkdir(os.path.join(layer, WORK), 0o770)\n        lock = ",
+           (STORE + "test_a_change_set_is_private_whatever_the_umask",)),
+    Mutant("probe-descriptors-always-pass", "stockade/linux/probe.py",
+           '"descriptors": {"inherited_fds": _equal([0, 1, 2])},',
+           '"descriptors": {"inherited_fds": (lambda v: True, "anything")},',
+           (PROBE_WEAK + "[descriptors-descriptors_not_enforced-descriptors-inherited_fds]",)),
+    Mutant("probe-environment-always-pass", "stockade/linux/probe.py",
+           '"environment": {"environment": _equal(sorted(name for name, _ in PROBE_ENV))},',
+           '"environment": {"environment": (lambda v: True, "anything")},',
+           (PROBE_WEAK + "[environment-environment_not_enforced-environment-environment]",)),
+    Mutant("apply-keeps-setuid", "stockade/lifecycle/changescan.py",
+           "    return stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID)",
+           "    return stat.S_IMODE(mode)",
+           (OVERLAY + "test_apply_never_lands_setuid_or_setgid_bits",)),
+    Mutant("apply-keeps-setgid", "stockade/lifecycle/changescan.py",
+           "    return stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID)",
+           "    return stat.S_IMODE(mode) & ~stat.S_ISUID",
+           (OVERLAY + "test_apply_never_lands_setuid_or_setgid_bits",)),
+    *(Mutant(f"relayed-output-uncapped-{where}", "stockade/launch/pump.py",
+             "    return Forward(limit, fd=where)", "    return Forward(sys.maxsize, fd=where)",
+             (test,))
+      for where, test in (("pump", PUMP + "test_relayed_output_is_cut_at_the_limit"),
+                          ("api", API + "test_relayed_output_is_cut_at_the_output_limit"),
+                          ("cli", CLI + "test_relayed_output_is_cut_at_the_output_limit"))),
+    # --- more of SECURITY.md's claims ------------------------------------------------------
+    Mutant("loader-prefix-ld", "stockade/launch/env.py",
+           'LOADER_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")',
+           'LOADER_PREFIXES = ("DYLD_", "BASH_FUNC_")',
+           ("tests/test_linux_process.py::test_loader_injection_is_refused",)),
+    Mutant("seccomp-ptrace-allowed", "stockade/linux/seccomp.py",
+           '    "ptrace", "process_vm_readv",', '    "process_vm_readv",',
+           ("tests/test_linux_layers.py::test_seccomp_denies_ptrace",)),
+    Mutant("seccomp-setuid-chmod-allowed", "stockade/linux/seccomp.py",
+           "for call, arg in _MODE_ARGUMENT.items() for bit in _PRIVILEGE_BITS]",
+           "for call, arg in _MODE_ARGUMENT.items() for bit in ()]",
+           ("tests/test_helpers_boundary.py::test_no_privilege_bit_can_be_set_in_a_write_root",)),
+    Mutant("seccomp-any-socket-family", "stockade/linux/seccomp.py",
+           "              if family not in ALLOWED_FAMILIES.values()]",
+           "              if family not in ALLOWED_FAMILIES.values() and family != 17]",
+           ("tests/test_helpers_boundary.py::"
+            "test_sockets_of_families_a_network_namespace_does_not_isolate_fail[none]",)),
+    Mutant("pins-forget-masked-paths", "stockade/linux/protect.py",
+           "    for path in masked:\n        _pin_everywhere(keep, roots, path)\n",
+           "",
+           (MASKS + "test_a_denied_path_stays_denied_after_its_parents_are_renamed",)),
+    Mutant("hard-link-left-writable", "stockade/linux/protect.py",
+           "if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:",
+           "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
+           ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
+    Mutant("denied-paths-unmasked", "stockade/linux/mnt.py",
+           "    _mask(top, denied, layered)\n", "    _mask(top, [], layered)\n",
+           ("tests/test_linux_fs.py::test_denied_path_inside_a_granted_root_is_masked",)),
+    Mutant("git-hooks-writable", "stockade/linux/gitdirs.py",
+           '                self._require(os.path.join(gitdir, "hooks"), True, made=True)\n',
+           "",
+           ("tests/test_linux_git.py::test_a_gitdir_without_hooks_gets_empty_read_only_ones",)),
+    Mutant("server-dir-others-writable-trusted", "stockade/linux/servercheck.py",
+           "        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):",
+           "        if info.st_mode & stat.S_IWOTH:",
+           ("tests/test_server_clients.py::test_a_server_in_a_directory_others_can_write_is_not_used",)),
+    Mutant("change-set-future-created-trusted", "stockade/lifecycle/changes.py",
+           "    if not isinstance(created, int | float) or created > time.time() + CLOCK_SLACK:",
+           "    if not isinstance(created, int | float):",
+           (STORE + "test_a_planted_change_set_is_refused",)),
+    Mutant("review-shows-control-characters", "stockade/lifecycle/changeview.py",
+           "    if not escaped or text.isprintable() and (tabs or \"\\t\" not in text):",
+           "    if not escaped or True:",
+           (OVERLAY + "test_the_review_escapes_what_would_fool_a_terminal",)),
+    Mutant("proxy-private-range-forgotten", "stockade/net/addresses.py",
+           '    ("10.0.0.0/8", "private"),\n', "",
+           ("tests/test_proxy_rules.py::test_forbidden_addresses",)),
+    Mutant("proxy-loopback-forgotten", "stockade/net/addresses.py",
+           '    ("127.0.0.0/8", "loopback"),\n', "",
+           ("tests/test_proxy_rules.py::test_forbidden_addresses",
+            "tests/test_proxy_rules.py::test_embedded_ipv4_forms_are_judged_by_their_ipv4")),
+    Mutant("environment-inherits-host", "stockade/launch/env.py",
+           "    env: dict[str, str] = {}", "    env: dict[str, str] = dict(host)",
+           ("tests/test_linux_process.py::test_parent_environment_secrets_do_not_reach_the_child",)),
+    Mutant("read-roots-mounted-writable", "stockade/linux/mnt.py",
+           "RO = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV",
+           "RO = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV",
+           ("tests/test_linux_fs.py::test_write_to_read_root_fails",
+            "tests/test_probe.py::test_the_attestation_field_by_field")),
+    Mutant("write-roots-not-nosuid", "stockade/linux/mnt.py",
+           "    return MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (0 if exec_from_write",
+           "    return MOUNT_ATTR_NODEV | (0 if exec_from_write",
+           ("tests/test_helpers_boundary.py::test_every_mount_of_the_view_is_nosuid_and_nodev",)),
+    Mutant("seccomp-tiocsti-allowed", "stockade/linux/seccomp.py",
+           "              for request in (_TIOCSTI, _TIOCLINUX)]",
+           "              for request in (_TIOCLINUX,)]",
+           ("tests/test_linux_process.py::test_tiocsti_is_denied",
+            "tests/test_linux_layers.py::test_seccomp_denies_terminal_injection")),
+    Mutant("seccomp-clone-namespaces-allowed", "stockade/linux/seccomp.py",
+           "    rules += [(\"clone\", errno.EPERM, (masked(0, flag, flag),)) for flag in "
+           "_CLONE_NEW_FLAGS]\n", "",
+           ("tests/test_linux_layers.py::test_seccomp_blocks_new_namespaces",)),
+    Mutant("host-sockets-under-slash-unmasked", "stockade/linux/hostsockets.py",
+           '    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")',
+           '    return path == root or path.startswith(root + "/")',
+           ("tests/test_unix_socket_roots.py::test_read_everything_leaves_no_host_socket_reachable",)),
+    Mutant("captured-output-uncapped", "stockade/launch/manager.py",
+           "    limit = request.limits.output if request.limits.output is not None else "
+           "DEFAULT_OUTPUT_LIMIT",
+           "    limit = DEFAULT_OUTPUT_LIMIT",
+           ("tests/test_linux_process.py::test_output_is_bounded_and_flagged",)),
+    Mutant("deny-default-opasswd-dropped", "stockade/policy/presets.py",
+           '"/etc/ssl/private", "/etc/security/opasswd",', '"/etc/ssl/private",',
+           ("tests/test_helpers_boundary.py::"
+            "test_default_denies_cover_credential_backups_and_private_keys",)),
+    Mutant("protected-mcp-json-dropped", "stockade/policy/model.py",
+           '    ".mcp.json", ".vscode",', '    ".vscode",',
+           ("tests/test_linux_fs.py::"
+            "test_files_that_make_host_tools_run_code_are_read_only_by_default",)),
+    Mutant("planted-link-to-write-root-followed", "stockade/launch/compile.py",
+           "            holder = _holder(link, roots)\n            if holder is not None:",
+           "            holder = _holder(link, roots)\n            if holder is None:",
+           ("tests/test_helpers_boundary.py::"
+            "test_a_write_root_reached_through_a_planted_link_is_refused",)),
+    Mutant("proxy-portless-deny-narrowed", "stockade/net/rules.py",
+           "            if rule.matches_host(host) and rule.port in (None, port):",
+           "            if rule.matches_host(host) and rule.port == port:",
+           ("tests/test_proxy_rules.py::test_deny_is_checked_before_allow_and_covers_every_port",)),
+    Mutant("change-store-follows-links", "stockade/lifecycle/changes.py",
+           "        info = os.lstat(path)\n    except OSError as exc:\n        raise ChangesError("
+           "\"changes_untrusted\"",
+           "        info = os.stat(path)\n    except OSError as exc:\n        raise ChangesError("
+           "\"changes_untrusted\"",
+           (STORE + "test_a_store_others_could_write_is_refused[link]",)),
+)
