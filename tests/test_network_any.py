@@ -46,12 +46,16 @@ for target in sys.argv[1:]:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=3) as c:
                 say(kind, where, c.recv(100).decode().strip())
         elif kind == "udp":
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            host = host.strip("[]")
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_DGRAM) as u:
                 u.settimeout(3)
                 u.sendto(b"ping", (host, int(port)))
                 say(kind, where, u.recv(100).decode())
         elif kind == "dns":
             say(kind, where, socket.gethostbyname(where))
+        elif kind == "dns6":
+            say(kind, where, socket.getaddrinfo(where, None, socket.AF_INET6)[0][4][0])
         elif kind == "read":
             with open(where) as f:
                 say(kind, where, f.read())
