@@ -18,7 +18,8 @@ reaches this machine's network, and builds:
   which record the address each connection or datagram reached — and "another machine",
   203.0.113.66, which on request (a line `ADDRESS PORT` to its TCP port KNOCK) knocks
   unsolicited at ADDRESS:PORT: a UDP datagram from itself and one from the public host (port
-  9, not its echo's), and a TCP connection, and answers what each did;
+  9, not its echo's), and a TCP connection, and answers what each did (from OTHER6 and
+  PUBLIC6 when ADDRESS is IPv6);
 - and the same in IPv6 (the `*6` names): the host has HOST6/64 on the veth with a default route
   via ROUTER6 (so pasta gives the sandbox IPv6 too), a second address of its own (HOST_LO6, on
   its loopback: off the veth, reached only by routing) and servers on ::1, HOST6 and HOST_LO6;
@@ -168,7 +169,7 @@ def dns_server(name: str, address: str, seen: Seen) -> None:
 
 def udp_servers(seen: Seen) -> None:
     """An echo on port 7 of each of the internet's addresses, the resolver, and on the
-    public host's port REFLECT a reflector that answers the address and port a datagram came
+    public hosts' port REFLECT a reflector that answers the address and port a datagram came
     from (as a STUN server does; unrecorded)."""
     def serve_echo(echo: socket.socket, address: str) -> None:
         while True:
@@ -191,9 +192,10 @@ def udp_servers(seen: Seen) -> None:
     link = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     bind(link, (ROUTER_LINK6, 7, 0, socket.if_nametoindex("inet")))
     threading.Thread(target=serve_echo, args=(link, ROUTER_LINK6), daemon=True).start()
-    reflector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    reflector.bind((PUBLIC, REFLECT))
-    threading.Thread(target=serve_reflector, args=(reflector,), daemon=True).start()
+    for address in (PUBLIC, PUBLIC6):
+        reflector = socket.socket(family(address), socket.SOCK_DGRAM)
+        bind(reflector, (address, REFLECT))
+        threading.Thread(target=serve_reflector, args=(reflector,), daemon=True).start()
     dns_server("resolver", RESOLVER, seen)
 
 
@@ -212,7 +214,6 @@ def bind(sock: socket.socket, address: tuple) -> None:
 
 def knocker() -> None:
     """Another machine's knocks at whatever address and port it is asked (see the docstring)."""
-    listener = socket.create_server((OTHER, KNOCK), backlog=8)
 
     def knock(line: str) -> dict:
         address, port = line.split()
@@ -231,13 +232,17 @@ def knocker() -> None:
             done["tcp"] = f"error {exc.errno}"
         return done
 
-    def serve() -> None:
+    def serve(listener: socket.socket) -> None:
         while True:
             conn, _ = listener.accept()
             with conn:
                 line = conn.makefile().readline()
                 conn.sendall(json.dumps(knock(line)).encode() + b"\n")
-    threading.Thread(target=serve, daemon=True).start()
+    for address in (OTHER, OTHER6):
+        listener = socket.socket(family(address))
+        bind(listener, (address, KNOCK))
+        listener.listen(8)
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
 
 
 def dns_answer(query: bytes) -> bytes:
