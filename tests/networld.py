@@ -74,8 +74,8 @@ COMPATIBLE_PRIVATE, TRANSLATED_PRIVATE = "::a09:909", "::ffff:0:a09:909"
 INTERNET6 = (PUBLIC6, GLOBAL6, ULA6, METADATA6, SITE6, NAT64_PRIVATE, NAT64_PUBLIC,
              LOCAL_NAT64_PRIVATE, SIX_TO_FOUR_PRIVATE, SIX_TO_FOUR_PUBLIC, COMPATIBLE_PRIVATE,
              TRANSLATED_PRIVATE)
-NAMES6 = {"public6.test": PUBLIC6, "ula.test": ULA6, "metadata6.test": METADATA6,
-          "nat64.test": NAT64_PRIVATE}
+NAMES6 = {"public6.test": PUBLIC6, "global6.test": GLOBAL6, "ula.test": ULA6,
+          "metadata6.test": METADATA6, "nat64.test": NAT64_PRIVATE}
 _libc = ctypes.CDLL(None, use_errno=True)
 
 

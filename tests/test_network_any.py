@@ -69,9 +69,9 @@ OPEN = [f"tcp:{PUBLIC}:80", f"udp:{PUBLIC}:7", "dns:public.test", f"tcp:{ROUTER}
 
 
 def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
-             weaken: tuple[str, ...] = (), **world: object) -> dict:
-    """Run the probe with `targets` in a sandbox of `policy` (network any unless it says
-    otherwise), inside a fresh world (`world`: more of networld.py's spec); what networld.py
+             weaken: tuple[str, ...] = (), program: str = PROBE, **world: object) -> dict:
+    """Run the probe (or `program`) with `targets` in a sandbox of `policy` (network any unless
+    it says otherwise), inside a fresh world (`world`: more of networld.py's spec); what networld.py
     reports, and the attempts parsed."""
     policy = {"version": 1, "preset": "read-only", "network": {"mode": "any"}} | (policy or {})
     runner = tmp_path / "runner.py"
@@ -81,7 +81,7 @@ def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
     for path in tmp_path.iterdir():
         path.chmod(0o644)
     spec = {"argv": [sys.executable, str(runner), str(tmp_path / "policy.json"),
-                     json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", PROBE, *targets],
+                     json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", program, *targets],
             "timeout": 90} | world
     done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
                           text=True, timeout=120, check=False)

@@ -150,3 +150,39 @@ def test_the_guard_refuses_every_ipv6_address_the_proxy_refuses() -> None:
             continue
         assert (forbidden is not None) == any(address in net for net in guarded), \
             (str(address), forbidden)
+
+
+# The child in allowlist mode: a CONNECT through the proxy for each target, its status line and
+# what the world's server sent through the tunnel.
+CONNECT = r"""
+import json, os, socket, sys
+proxy = os.environ["HTTP_PROXY"].rpartition("/")[2].rpartition(":")
+for target in sys.argv[1:]:
+    with socket.create_connection((proxy[0], int(proxy[2])), timeout=10) as c:
+        c.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = c.makefile("rb").read().decode(errors="replace")
+    print(json.dumps(["connect", target, answer.splitlines()[0] + " | " +
+                      answer.rpartition("\r\n\r\n")[2].strip()]), flush=True)
+"""
+
+
+def test_the_allowlist_proxy_refuses_guarded_ipv6_literals_and_names(tmp_path) -> None:
+    """allowlist mode in the same world: names allowed by the policy whose AAAA answers are a
+    ULA host, the metadata address, a NAT64 form of the private host or a documentation
+    address are refused (the proxy dials nothing there), as is an unlisted IPv6 literal; a
+    name answering a global IPv6 host is reached."""
+    allowed = ["global6.test:80", "ula.test:80", "metadata6.test:80", "nat64.test:80",
+               "public6.test:80"]
+    policy = {"network": {"mode": "allowlist", "allow": allowed}}
+    targets = [*allowed, f"[{SITE6}]:80"]
+    report = in_world(tmp_path, policy, targets, program=CONNECT)
+    attempts = report["attempts"]
+    assert attempts["connect:global6.test:80"].startswith("HTTP/1.1 200"), report
+    assert attempts["connect:global6.test:80"].endswith(f"internet {GLOBAL6}"), report
+    for target in targets[1:]:
+        assert attempts[f"connect:{target}"].startswith("HTTP/1.1 403"), (target, report)
+    assert reached(report) == {f"internet:{GLOBAL6}:tcp", "resolver:203.0.113.53:dns"}, report
+    denied = " ".join(detail for kind, detail in report["result"]["violations"]
+                      if kind == "network.denied")
+    for reason in ("address_private", "address_metadata", "address_reserved", "not_allowed"):
+        assert reason in denied, (reason, report)
