@@ -18,7 +18,17 @@ reaches this machine's network, and builds:
   which record the address each connection or datagram reached — and "another machine",
   203.0.113.66, which on request (a line `ADDRESS PORT` to its TCP port KNOCK) knocks
   unsolicited at ADDRESS:PORT: a UDP datagram from itself and one from the public host (port
-  9, not its echo's), and a TCP connection, and answers what each did.
+  9, not its echo's), and a TCP connection, and answers what each did (from OTHER6 and
+  PUBLIC6 when ADDRESS is IPv6);
+- and the same in IPv6 (the `*6` names): the host has HOST6/64 on the veth with a default route
+  via ROUTER6 (so pasta gives the sandbox IPv6 too), a second address of its own (HOST_LO6, on
+  its loopback: off the veth, reached only by routing) and servers on ::1, HOST6 and HOST_LO6;
+  the internet answers on a documentation host, a global-looking one, a ULA host, the AWS
+  metadata address, a site-local one, NAT64 (64:ff9b::/96, and the local-use 64:ff9b:1::/48)
+  and 6to4 forms of the private and the public IPv4 hosts, an IPv4-compatible and an
+  IPv4-translated form of the private host, a multicast group and the router's link-local
+  fe80::1 (the sandbox reaches it with its interface as scope); OTHER6 knocks as OTHER does.
+  The resolver answers AAAA queries for NAMES6.
 
 Then it runs the spec's `stockade run` (rootless: as the caller's uid, in a user namespace
 nested in the first, so Stockade has no privilege at all) and prints JSON: its exit code and
@@ -28,6 +38,8 @@ output, and what each server saw.
 from __future__ import annotations
 
 import ctypes
+import errno
+import ipaddress
 import json
 import os
 import shutil
@@ -50,6 +62,20 @@ BULK = 19
 KNOCK = 99
 REFLECT = 3478
 NAMES = {"public.test": PUBLIC, "metadata.test": METADATA}
+HOST6, ROUTER6, HOST_LO6 = "2001:db8:100::2", "2001:db8:100::1", "2001:db8:7::2"
+ROUTER_LINK6 = "fe80::1"
+PUBLIC6, GLOBAL6, OTHER6 = "2001:db8:203::10", "2a00:f00::10", "2001:db8:203::66"
+ULA6, METADATA6, SITE6 = "fd00:9::9", "fd00:ec2::254", "fec0::9"
+GROUP6 = "ff0e::7"  # a global-scope multicast group the internet's echo joins
+NAT64_PRIVATE, NAT64_PUBLIC = "64:ff9b::a09:909", "64:ff9b::cb00:710a"
+LOCAL_NAT64_PRIVATE = "64:ff9b:1::a09:909"  # RFC 8215's local-use prefix
+SIX_TO_FOUR_PRIVATE, SIX_TO_FOUR_PUBLIC = "2002:a09:909::1", "2002:cb00:710a::1"
+COMPATIBLE_PRIVATE, TRANSLATED_PRIVATE = "::a09:909", "::ffff:0:a09:909"
+INTERNET6 = (PUBLIC6, GLOBAL6, ULA6, METADATA6, SITE6, NAT64_PRIVATE, NAT64_PUBLIC,
+             LOCAL_NAT64_PRIVATE, SIX_TO_FOUR_PRIVATE, SIX_TO_FOUR_PUBLIC, COMPATIBLE_PRIVATE,
+             TRANSLATED_PRIVATE)
+NAMES6 = {"public6.test": PUBLIC6, "global6.test": GLOBAL6, "ula.test": ULA6,
+          "metadata6.test": METADATA6, "nat64.test": NAT64_PRIVATE}
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -90,19 +116,25 @@ class Seen:
 
 
 def tcp_server(name: str, address: str, seen: Seen, port: int = PORT) -> None:
-    listener = socket.socket()
+    listener = socket.socket(family(address))
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((address, port))
+    if ":" in address:  # (IPv6 alone: the IPv4 listener on the same port is another)
+        listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    bind(listener, (address, port))
     listener.listen(64)
 
     def serve() -> None:
         while True:
             conn, _ = listener.accept()
-            reached = conn.getsockname()[0]
+            reached = str(ipaddress.ip_address(conn.getsockname()[0]))  # (::a09:909 as such)
             seen.add(name, reached, "tcp")
             conn.sendall(f"{name} {reached}\n".encode())
             conn.close()
     threading.Thread(target=serve, daemon=True).start()
+
+
+def family(address: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
 def bulk_server() -> None:
@@ -137,7 +169,7 @@ def dns_server(name: str, address: str, seen: Seen) -> None:
 
 def udp_servers(seen: Seen) -> None:
     """An echo on port 7 of each of the internet's addresses, the resolver, and on the
-    public host's port REFLECT a reflector that answers the address and port a datagram came
+    public hosts' port REFLECT a reflector that answers the address and port a datagram came
     from (as a STUN server does; unrecorded)."""
     def serve_echo(echo: socket.socket, address: str) -> None:
         while True:
@@ -150,81 +182,123 @@ def udp_servers(seen: Seen) -> None:
             _, peer = reflector.recvfrom(2048)
             reflector.sendto(f"{peer[0]}:{peer[1]}".encode(), peer)
 
-    for address in (ROUTER, PUBLIC, METADATA, PRIVATE):
-        echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        echo.bind((address, 7))
+    for address in (ROUTER, PUBLIC, METADATA, PRIVATE, ROUTER6, *INTERNET6, GROUP6):
+        echo = socket.socket(family(address), socket.SOCK_DGRAM)
+        bind(echo, (address, 7))
+        if address == GROUP6:
+            echo.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, socket.inet_pton(
+                socket.AF_INET6, GROUP6) + socket.if_nametoindex("inet").to_bytes(4, "little"))
         threading.Thread(target=serve_echo, args=(echo, address), daemon=True).start()
-    reflector = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    reflector.bind((PUBLIC, REFLECT))
-    threading.Thread(target=serve_reflector, args=(reflector,), daemon=True).start()
+    link = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    bind(link, (ROUTER_LINK6, 7, 0, socket.if_nametoindex("inet")))
+    threading.Thread(target=serve_echo, args=(link, ROUTER_LINK6), daemon=True).start()
+    for address in (PUBLIC, PUBLIC6):
+        reflector = socket.socket(family(address), socket.SOCK_DGRAM)
+        bind(reflector, (address, REFLECT))
+        threading.Thread(target=serve_reflector, args=(reflector,), daemon=True).start()
     dns_server("resolver", RESOLVER, seen)
+
+
+def bind(sock: socket.socket, address: tuple) -> None:
+    """`sock` bound to `address`, once the kernel lets it (an IPv6 address on a link that has
+    just come up is unusable for a moment)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return sock.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def knocker() -> None:
     """Another machine's knocks at whatever address and port it is asked (see the docstring)."""
-    listener = socket.create_server((OTHER, KNOCK), backlog=8)
 
     def knock(line: str) -> dict:
         address, port = line.split()
         target = (address, int(port))
         done = {}
-        for source in ((OTHER, 0), (PUBLIC, 9)):
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        other, public = (OTHER6, PUBLIC6) if ":" in address else (OTHER, PUBLIC)
+        for source in ((other, 0), (public, 9)):
+            with socket.socket(family(address), socket.SOCK_DGRAM) as udp:
                 udp.bind(source)
                 udp.sendto(f"unsolicited from {source[0]}:{source[1]}".encode(), target)
             done[f"udp from {source[0]}:{source[1]}"] = "sent"
         try:
-            with socket.create_connection(target, timeout=2, source_address=(OTHER, 0)):
+            with socket.create_connection(target, timeout=2, source_address=(other, 0)):
                 done["tcp"] = "connected"
         except OSError as exc:
             done["tcp"] = f"error {exc.errno}"
         return done
 
-    def serve() -> None:
+    def serve(listener: socket.socket) -> None:
         while True:
             conn, _ = listener.accept()
             with conn:
                 line = conn.makefile().readline()
                 conn.sendall(json.dumps(knock(line)).encode() + b"\n")
-    threading.Thread(target=serve, daemon=True).start()
+    for address in (OTHER, OTHER6):
+        listener = socket.socket(family(address))
+        bind(listener, (address, KNOCK))
+        listener.listen(8)
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
 
 
 def dns_answer(query: bytes) -> bytes:
-    """The answer to an A query for a name in NAMES (NXDOMAIN otherwise)."""
+    """The answer to an A query for a name in NAMES, or an AAAA query for one in NAMES6
+    (no answer for the other type; NXDOMAIN for a name in neither)."""
     labels, at = [], 12
     while query[at]:
         labels.append(query[at + 1:at + 1 + query[at]].decode())
         at += 1 + query[at]
     question = query[12:at + 5]
-    address = NAMES.get(".".join(labels).lower())
+    name = ".".join(labels).lower()
     qtype = int.from_bytes(query[at + 1:at + 3], "big")
-    flags = 0x8180 if address else 0x8183
-    answers = 1 if address and qtype == 1 else 0
+    known = name in NAMES or name in NAMES6
+    address = NAMES.get(name) if qtype == 1 else NAMES6.get(name) if qtype == 28 else None
+    flags = 0x8180 if known else 0x8183
+    answers = 1 if address else 0
     head = query[:2] + flags.to_bytes(2, "big") + b"\0\1" + answers.to_bytes(2, "big") + \
         b"\0\0\0\0"
     body = question
     if answers:
-        body += b"\xc0\x0c\0\1\0\1\0\0\0\x3c\0\4" + socket.inet_aton(address)
+        packed = socket.inet_pton(family(address), address)
+        body += b"\xc0\x0c" + qtype.to_bytes(2, "big") + b"\0\1\0\0\0\x3c" + \
+            len(packed).to_bytes(2, "big") + packed
     return head + body
 
 
 def internet(ready_w: int, linked_r: int, seen: Seen) -> None:
     """The internet's process: its own namespace, configured once the veth is in it."""
     unshare(CLONE_NEWNET)
+    no_dad()
     os.write(ready_w, b"1")
     os.read(linked_r, 1)
     ip("link", "set", "lo", "up")
     ip("addr", "add", f"{ROUTER}/24", "dev", "inet")
+    ip("addr", "add", f"{ROUTER6}/64", "dev", "inet", "nodad")
+    ip("addr", "add", f"{ROUTER_LINK6}/64", "dev", "inet", "nodad")
     ip("link", "set", "inet", "up")
     for address in (PUBLIC, RESOLVER, METADATA, PRIVATE, FORWARD, OTHER):
         ip("addr", "add", f"{address}/32", "dev", "lo")
+    for address in (*INTERNET6, OTHER6):
+        ip("addr", "add", f"{address}/128", "dev", "lo")
+    ip("route", "add", f"{HOST_LO6}/128", "via", HOST6)  # (the host's second address)
     knocker()
     tcp_server("internet", "0.0.0.0", seen)
+    tcp_server("internet", "::", seen)
     bulk_server()
     udp_servers(seen)
     os.write(ready_w, b"2")
     while True:
         time.sleep(3600)
+
+
+def no_dad() -> None:
+    """IPv6 addresses usable at once (no duplicate detection: nothing else is on these links)."""
+    for scope in ("all", "default"):
+        write(f"/proc/sys/net/ipv6/conf/{scope}/accept_dad", "0")
 
 
 def enter(uid: int, gid: int) -> None:
@@ -256,16 +330,23 @@ def build(seen: Seen, workdir: str, spec: dict) -> int:
     os.close(linked_r)
     if os.read(ready_r, 1) != b"1":
         raise OSError("the internet did not start")
+    no_dad()
     ip("link", "set", "lo", "up")
     ip("link", "add", "wan", "type", "veth", "peer", "name", "inet", "netns", str(child))
     ip("addr", "add", f"{HOST}/24", "dev", "wan")
+    ip("addr", "add", f"{HOST6}/64", "dev", "wan", "nodad")
+    ip("addr", "add", f"{HOST_LO6}/128", "dev", "lo")
     ip("link", "set", "wan", "up")
     os.write(linked_w, b"1")
     if os.read(ready_r, 1) != b"2":
         raise OSError("the internet could not be configured")
     ip("route", "add", "default", "via", ROUTER)
+    ip("-6", "route", "add", "default", "via", ROUTER6, "dev", "wan")
     tcp_server("host-loopback", "127.0.0.1", seen)
     tcp_server("host-address", HOST, seen)
+    tcp_server("host-loopback", "::1", seen)
+    tcp_server("host-address", HOST6, seen)
+    tcp_server("host-address", HOST_LO6, seen)
     dns_server("host-resolver", STUB, seen)
     tcp_server("host-resolver", STUB, seen, port=53)
     resolv = os.path.join(workdir, "resolv.conf")

@@ -46,12 +46,16 @@ for target in sys.argv[1:]:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=3) as c:
                 say(kind, where, c.recv(100).decode().strip())
         elif kind == "udp":
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            host = host.strip("[]")
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_DGRAM) as u:
                 u.settimeout(3)
                 u.sendto(b"ping", (host, int(port)))
                 say(kind, where, u.recv(100).decode())
         elif kind == "dns":
             say(kind, where, socket.gethostbyname(where))
+        elif kind == "dns6":
+            say(kind, where, socket.getaddrinfo(where, None, socket.AF_INET6)[0][4][0])
         elif kind == "read":
             with open(where) as f:
                 say(kind, where, f.read())
@@ -65,9 +69,9 @@ OPEN = [f"tcp:{PUBLIC}:80", f"udp:{PUBLIC}:7", "dns:public.test", f"tcp:{ROUTER}
 
 
 def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
-             weaken: tuple[str, ...] = (), **world: object) -> dict:
-    """Run the probe with `targets` in a sandbox of `policy` (network any unless it says
-    otherwise), inside a fresh world (`world`: more of networld.py's spec); what networld.py
+             weaken: tuple[str, ...] = (), program: str = PROBE, **world: object) -> dict:
+    """Run the probe (or `program`) with `targets` in a sandbox of `policy` (network any unless
+    it says otherwise), inside a fresh world (`world`: more of networld.py's spec); what networld.py
     reports, and the attempts parsed."""
     policy = {"version": 1, "preset": "read-only", "network": {"mode": "any"}} | (policy or {})
     runner = tmp_path / "runner.py"
@@ -77,7 +81,7 @@ def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
     for path in tmp_path.iterdir():
         path.chmod(0o644)
     spec = {"argv": [sys.executable, str(runner), str(tmp_path / "policy.json"),
-                     json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", PROBE, *targets],
+                     json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", program, *targets],
             "timeout": 90} | world
     done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
                           text=True, timeout=120, check=False)

@@ -96,16 +96,17 @@ DOCUMENTATION = frozenset(ipaddress.ip_network(net) for net in (
 def guarded_networks() -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]]:
     """What the destination guard of network "any" keeps the sandbox from: every range the
     proxy refuses but the documentation ranges, the metadata endpoints, and the IPv6 forms
-    that carry a guarded IPv4 address (IPv4-mapped and -compatible whole; NAT64 and 6to4 for
-    each guarded IPv4 range). IPv6 outside 2000::/3 is left to the explicit ranges, so that
-    NAT64 to a public address still works."""
+    that carry a guarded IPv4 address. As the proxy does, it refuses all of IPv6 outside
+    global unicast 2000::/3 (IPv4-mapped and -compatible forms, a translator's local-use
+    NAT64 prefix 64:ff9b:1::/48 or IPv4-translated ::ffff:0:0:0/96, which may carry a
+    private address in a layout no table can read) but NAT64's well-known prefix, where
+    each guarded IPv4 range is refused, as it is in 6to4: NAT64 to a public address works."""
     v4 = [(net, kind) for net, kind in _V4 if net not in DOCUMENTATION]
     v4 += [(ipaddress.ip_network(a), "metadata") for a in METADATA if a.version == 4]
     v6: list[tuple[ipaddress.IPv6Network, str]] = [
         (net, kind) for net, kind in _V6 if net not in DOCUMENTATION]
     v6 += [(ipaddress.ip_network(a), "metadata") for a in METADATA if a.version == 6]
-    v6 += [(ipaddress.IPv6Network("::ffff:0:0/96"), "reserved"),
-           (_COMPATIBLE, "reserved")]
+    v6 += [(net, "reserved") for net in _outside_global_unicast()]
     for net, kind in v4:
         inner = int(net.network_address)
         v6.append((ipaddress.IPv6Network((int(_NAT64.network_address) | inner,
@@ -113,6 +114,13 @@ def guarded_networks() -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Netwo
         v6.append((ipaddress.IPv6Network(((0x2002 << 112) | (inner << 80),
                                           16 + net.prefixlen)), kind))
     return [*v4, *v6]
+
+
+def _outside_global_unicast() -> list[ipaddress.IPv6Network]:
+    """IPv6 outside 2000::/3, NAT64's well-known prefix excepted."""
+    outside = list(ipaddress.IPv6Network("::/0").address_exclude(_GLOBAL_UNICAST))
+    low = ipaddress.IPv6Network("::/3")
+    return [net for net in outside if net != low] + list(low.address_exclude(_NAT64))
 
 
 def unmap(address: IPAddress) -> IPAddress:
