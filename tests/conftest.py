@@ -6,7 +6,8 @@ Linux, the Linux tests are not run at all: the two modules that load Linux syste
 imported are not collected, and every test that uses the `linux` fixture or mark is
 deselected (the summary counts them, the header says why). Likewise off Windows for the tests
 marked `windows` (real children in the Windows backend), and rootless for those marked
-`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them).
+`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them,
+and its rootless pass those whose `unless_env` fixture, made by root, it is given).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # its root pass, and the summary lists each with its reason.
         for item in items:
             marker = item.get_closest_marker("root_only")
-            if marker is not None and item not in elsewhere:
+            given = marker is not None and os.environ.get(marker.kwargs.get("unless_env", ""))
+            if marker is not None and not given and item not in elsewhere:
                 elsewhere.append(item)
                 ROOT_ONLY.append((item.nodeid, marker.args[0] if marker.args else "needs root"))
     if elsewhere:
