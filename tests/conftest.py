@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import NoReturn
 
+import leftovers
 import pytest
 
 import stockade
@@ -31,9 +32,27 @@ PYTHON = os.path.realpath(sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 
 
+RUN_TOKEN = leftovers.mark_run()  # (before any test starts a process: see tests/leftovers.py)
+LEFT_RUNNING: dict[int, str] = {}  # what outlived the run: found, ended, and reported
+BASETEMP: list[str] = []  # the run's base temporary directory, once made
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing outlives the run: its processes are ended (a run that left any fails) and its
+    temporary files removed, unless they were put in a --basetemp given to keep them."""
+    LEFT_RUNNING.update(leftovers.carrying(RUN_TOKEN))
+    if LEFT_RUNNING:
+        leftovers.end(list(LEFT_RUNNING))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.config.option.basetemp is None and BASETEMP:
+        leftovers.remove_tree(BASETEMP[0])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def state_dir(tmp_path_factory):
     """Launch records and attestations of this test run stay in its own state directory."""
+    BASETEMP.append(str(tmp_path_factory.getbasetemp()))
     path = tmp_path_factory.mktemp("stockade-state")
     os.chmod(path, 0o700)
     previous = os.environ.get("STOCKADE_STATE_DIR")
@@ -78,6 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
+    if LEFT_RUNNING:
+        terminalreporter.section(f"FAILED: {len(LEFT_RUNNING)} process(es) this run started "
+                                 "outlived it (now killed)", red=True)
+        for pid, line in LEFT_RUNNING.items():
+            terminalreporter.write_line(f"{pid}: {line[:300]}")
     if ROOT_ONLY:
         terminalreporter.section(f"{len(ROOT_ONLY)} root-only tests not run here (rootless)")
         for nodeid, why in ROOT_ONLY:
