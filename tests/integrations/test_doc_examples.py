@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from doc_blocks import TREE, blocks  # noqa: E402
+from doc_blocks import TREE, asserts, blocks  # noqa: E402
 from test_docs import PYTHON_RUNNER  # noqa: E402
 
 EXAMPLES = [block for block in blocks(TREE / "docs" / "integrations.md") if block.integration]
@@ -24,8 +24,10 @@ def test_every_integration_has_an_example() -> None:
 
 
 @pytest.mark.parametrize("block", EXAMPLES, ids=lambda block: block.name)
-def test_the_example_runs_as_written(block, tmp_path) -> None:
+def test_the_example_runs_as_written_and_holds_what_it_says(block, tmp_path) -> None:
+    """Each example asserts what it shows (its claims are `assert`s, not comments beside a
+    print): it passes only if they hold."""
+    assert asserts(block), f"{block.name} asserts nothing of what it shows"
     done = subprocess.run([sys.executable, "-c", PYTHON_RUNNER, block.name], input=block.text,
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip(), "an example shows what it did"
