@@ -3,6 +3,7 @@ written with the frameworks installed, each in a scratch directory of its own.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ def test_the_example_runs_as_written_and_holds_what_it_says(block, tmp_path) -> 
     """Each example asserts what it shows (its claims are `assert`s, not comments beside a
     print): it passes only if they hold."""
     assert asserts(block), f"{block.name} asserts nothing of what it shows"
+    # A home of its own: the MCP example's server (the SDK passes it HOME, not the run's
+    # STOCKADE_STATE_DIR) would keep its records in the user's own state directory.
+    home = tmp_path / "home"
+    home.mkdir()
     done = subprocess.run([sys.executable, "-c", PYTHON_RUNNER, block.name], input=block.text,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env={**os.environ, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
