@@ -37,10 +37,11 @@ LEFT_RUNNING: dict[int, str] = {}  # what outlived the run: found, ended, and re
 BASETEMP: list[str] = []  # the run's base temporary directory, once made
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Nothing outlives the run: its processes are ended (a run that left any fails) and its
-    temporary files removed, unless they were put in a --basetemp given to keep them."""
+    temporary files removed, unless they were put in a --basetemp given to keep them. (Last:
+    the fixtures of the last module and of the session are torn down before.)"""
     LEFT_RUNNING.update(leftovers.carrying(RUN_TOKEN))
     if LEFT_RUNNING:
         leftovers.end(list(LEFT_RUNNING))
