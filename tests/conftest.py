@@ -6,7 +6,8 @@ Linux, the Linux tests are not run at all: the two modules that load Linux syste
 imported are not collected, and every test that uses the `linux` fixture or mark is
 deselected (the summary counts them, the header says why). Likewise off Windows for the tests
 marked `windows` (real children in the Windows backend), and rootless for those marked
-`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them).
+`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them,
+and its rootless pass those whose `unless_env` fixture, made by root, it is given).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import NoReturn
 
+import leftovers
 import pytest
 
 import stockade
@@ -30,9 +32,28 @@ PYTHON = os.path.realpath(sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 
 
+RUN_TOKEN = leftovers.mark_run()  # (before any test starts a process: see tests/leftovers.py)
+LEFT_RUNNING: dict[int, str] = {}  # what outlived the run: found, ended, and reported
+BASETEMP: list[str] = []  # the run's base temporary directory, once made
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing outlives the run: its processes are ended (a run that left any fails) and its
+    temporary files removed, unless they were put in a --basetemp given to keep them. (Last:
+    the fixtures of the last module and of the session are torn down before.)"""
+    LEFT_RUNNING.update(leftovers.carrying(RUN_TOKEN))
+    if LEFT_RUNNING:
+        leftovers.end(list(LEFT_RUNNING))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.config.option.basetemp is None and BASETEMP:
+        leftovers.remove_tree(BASETEMP[0])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def state_dir(tmp_path_factory):
     """Launch records and attestations of this test run stay in its own state directory."""
+    BASETEMP.append(str(tmp_path_factory.getbasetemp()))
     path = tmp_path_factory.mktemp("stockade-state")
     os.chmod(path, 0o700)
     previous = os.environ.get("STOCKADE_STATE_DIR")
@@ -67,7 +88,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # its root pass, and the summary lists each with its reason.
         for item in items:
             marker = item.get_closest_marker("root_only")
-            if marker is not None and item not in elsewhere:
+            given = marker is not None and os.environ.get(marker.kwargs.get("unless_env", ""))
+            if marker is not None and not given and item not in elsewhere:
                 elsewhere.append(item)
                 ROOT_ONLY.append((item.nodeid, marker.args[0] if marker.args else "needs root"))
     if elsewhere:
@@ -76,6 +98,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
+    if LEFT_RUNNING:
+        terminalreporter.section(f"FAILED: {len(LEFT_RUNNING)} process(es) this run started "
+                                 "outlived it (now killed)", red=True)
+        for pid, line in LEFT_RUNNING.items():
+            terminalreporter.write_line(f"{pid}: {line[:300]}")
     if ROOT_ONLY:
         terminalreporter.section(f"{len(ROOT_ONLY)} root-only tests not run here (rootless)")
         for nodeid, why in ROOT_ONLY:

@@ -16,6 +16,7 @@ directive on the line just before it, an HTML comment a rendered page does not s
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,3 +108,10 @@ def set_up_commands() -> list[str]:
     [block] = [b for b in blocks(readme) if start < b.line < end]
     return [line for line in block.text.splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
+
+
+def asserts(block: Block) -> int:
+    """How many `assert` statements a Python block holds (an example's claims, checked)."""
+    tree = compile(block.text, block.name, "exec",
+                   flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return sum(isinstance(node, ast.Assert) for node in ast.walk(tree))

@@ -309,3 +309,37 @@ def test_another_user_is_not_served(served, workspace, tmp_path):
     # Not served: told to run it itself, as itself (the server ran nothing).
     assert (done.returncode, done.stdout) == (0, f"{NOT_SERVED!r}\n"), done.stderr
     assert not (workspace / "made").exists()
+
+
+SPARE_OF_A_GONE_SERVER = """
+import os, socket, sys, time
+from stockade.cli import COMMAND_LINE, server
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+parent = os.getpid()
+if os.fork() == 0:
+    while os.getppid() == parent:  # its server ends before it has set its death signal
+        time.sleep(0.01)
+    _, taken_w = os.pipe()
+    server._spare(listener, taken_w, COMMAND_LINE.main, server.fork_directly(), None, True,
+                  parent)
+os._exit(0)
+"""
+
+
+@pytest.mark.usefixtures("linux")
+def test_a_spare_whose_server_ended_as_it_was_forked_ends_too(tmp_path):
+    """A spare the server forks just before it dies sets its death signal too late to get
+    it; it must see its server is gone and end, never wait on the listener for ever (how a
+    `stockade daemon` was once left running, orphaned, after a run of the suite)."""
+    path = str(tmp_path / f"cli-{os.getpid()}-{time.monotonic_ns()}.sock")
+    subprocess.run([sys.executable, "-c", SPARE_OF_A_GONE_SERVER, path], check=True,
+                   env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    deadline = time.monotonic() + 10
+    while marked(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = marked(path)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], "the spare outlived its server"

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from stockade.evidence.judges import NotEnforced
 from stockade.evidence.rows import ROWS
 from stockade.evidence.runner import Matrix, Verdict, run_matrix, select
 from stockade.evidence.tier_rows import rows_for
+from stockade.evidence.watch import HelperGroup, group_processes
 from stockade.linux.backend import LinuxBackend
 from stockade.policy.model import ISOLATIONS
 
@@ -188,3 +190,26 @@ def test_the_command_refuses_an_unknown_category() -> None:
     done = evidence_cli("--only", "nonsense")
     assert done.returncode == 2
     assert "nonsense" in done.stderr
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_a_helper_a_row_ended_leaves_nothing_or_is_a_survivor(stubborn: bool) -> None:
+    """A host helper of a row (evidence/watch.py HelperGroup: helpers.servers' CLI server)
+    ends with its whole group; a process of the group that outlives the end (a child that
+    ignores SIGTERM, as a served request's child outlives a terminated server) is reported
+    SURVIVED, and killed: a row no longer says "no survivors" while its helper runs on."""
+    child = "(trap '' TERM; exec sleep 300)" if stubborn else "sleep 300"
+    helper = HelperGroup(subprocess.Popen(["sh", "-c", f"{child} & exec sleep 300"],
+                                          start_new_session=True), "the helper")
+    try:
+        deadline = time.monotonic() + 10
+        while len(group_processes(helper.process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(group_processes(helper.process.pid)) == 2
+        helper.end()
+        found = helper.finish()
+        assert found.ok is not stubborn, found.text
+        assert ("SURVIVED" in found.text) is stubborn
+        assert group_processes(helper.process.pid) == []
+    finally:
+        helper.close()

@@ -15,6 +15,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -285,3 +287,15 @@ def test_the_cli_runs_it_and_logs_each_refusal(tmp_path: Path) -> None:
     assert (entry["protocol"], entry["host"], entry["port"], entry["decision"],
             entry["reason"]) == ("tcp", METADATA, 80, "deny", "address_metadata"), entry
     assert reached(report) == {f"internet:{PUBLIC}:tcp"}, report
+
+
+def test_a_run_returns_with_its_pasta_ended_and_nothing_of_it_held(tmp_path: Path) -> None:
+    """Once `run` returns, the owner holds nothing more than before it: no descriptor of the
+    pasta that served the sandbox, no thread but the long-lived ones (a count taken between two
+    runs is then exact, whatever ran before: tests/test_ledger.py's soak relies on it)."""
+    policy = replace(policy_for(), network=NetworkPolicy(mode="any"))
+    assert stockade.run(["true"], policy, workspace=tmp_path).exit_code == 0
+    time.sleep(1)  # (whatever the first run left to end by itself has ended: the baseline)
+    before = len(os.listdir("/proc/self/fd")), sorted(map(str, threading.enumerate()))
+    assert stockade.run(["true"], policy, workspace=tmp_path).exit_code == 0
+    assert (len(os.listdir("/proc/self/fd")), sorted(map(str, threading.enumerate()))) == before

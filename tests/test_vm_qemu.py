@@ -314,7 +314,13 @@ def test_read_roots_are_read_only_and_the_workspace_is_writable(guest):
     assert r.exit_code != 0 and r.stderr.count(b"Read-only file system") == 2
     assert sb.run(["sh", "-c", "echo hello > made-in-vm"]).exit_code == 0
     assert (workspace / "made-in-vm").read_text() == "hello\n"
-    assert sb.run(["ls", "/home"]).exit_code != 0  # not a root of the policy: not in the guest
+    # A host directory beside the workspace, no root of the policy, is not in the guest. (Not
+    # /home: the package the guest's agent loads is shared, and a checkout may lie under it.)
+    beside = workspace.parent / f"{workspace.name}-beside"
+    beside.mkdir(exist_ok=True)
+    (beside / "host-only").write_text("host\n")
+    r = sb.run(["ls", str(beside)])
+    assert r.exit_code != 0 and b"No such file or directory" in r.stderr, r.stderr
 
 
 def test_a_setuid_file_made_in_the_guest_is_not_setuid_on_the_host(guest):

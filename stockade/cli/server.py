@@ -76,12 +76,14 @@ def start(command_line: CommandLine) -> int | None:
             return None
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-            close_fds({0, 1, 2})  # e.g. the daemon's own listener
-            serve(path, command_line)
+            if os.getppid() == parent:  # (else it died before the signal was set: end now)
+                close_fds({0, 1, 2})  # e.g. the daemon's own listener
+                serve(path, command_line)
         finally:
             os._exit(70)
     return pid
@@ -120,6 +122,7 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     last_view: bytes | None = None  # the view frame of the last request that launched
     telling: dict[int, bytearray] = {}  # serving children's pipes -> what they said so far
+    server = os.getpid()
     while True:
         taken_r, taken_w = os.pipe()
         sys.stdout.flush()
@@ -128,7 +131,7 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
             for fd in (taken_r, *telling):
                 os.close(fd)
             _spare(listener, taken_w, command_line.main, fork_directly(), last_view,
-                   check_peers)
+                   check_peers, server)
         os.close(taken_w)
         while True:  # until the spare takes a request; meanwhile, hear the views
             readable = select.select([taken_r, *telling], [], [])[0]
@@ -157,7 +160,8 @@ def _hear(fd: int, telling: dict[int, bytearray]) -> bytes | None:
 
 
 def _spare(listener: socket.socket, taken_w: int, main: object,
-           spawner: ForkSpawner, view: bytes | None, check_peers: bool) -> NoReturn:
+           spawner: ForkSpawner, view: bytes | None, check_peers: bool,
+           server: int) -> NoReturn:
     """A child waiting for one request, with its sandbox's skeleton already made (namespaces
     entered, pid 1 waiting; with the last request's view, its mounts built and its command
     process confined too): it accepts, tells the server to fork the next spare, serves, and
@@ -165,6 +169,8 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
+        if os.getppid() != server:  # it died before the signal was set: no one would end us
+            os._exit(70)
         with contextlib.suppress(Exception):
             spawner.prepare(view)  # if this fails, the launch makes one and reports why
         own = peer.own_context(peer.RUN_CONTEXT)  # (read while waiting, not on a request's time)

@@ -30,7 +30,13 @@ from stockade.errors import StockadeError, UnavailableError, UnenforceableError
 from stockade.evidence.judges import Denied, Expect, attempts, error, notes, worked_everywhere
 from stockade.evidence.row import Launch, Launcher, Row
 from stockade.evidence.scene import ATTACKS, NotRunnable, Scene
-from stockade.evidence.watch import AppendedFile, CallerTerminal, Finding, processes_with
+from stockade.evidence.watch import (
+    AppendedFile,
+    CallerTerminal,
+    Finding,
+    HelperGroup,
+    processes_with,
+)
 from stockade.launch.backend import Backend
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
@@ -219,24 +225,24 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     serving = threading.Thread(target=daemon.serve, daemon=True)
     serving.start()
     cli_path = scene.ws / "cli.sock"
-    cli = subprocess.Popen(
+    cli = scene.watch(HelperGroup(subprocess.Popen(
         [sys.executable, "-c", "import sys; from stockade.cli import COMMAND_LINE, server; "
          "server.serve(sys.argv[1], COMMAND_LINE, check_peers=sys.argv[2] == 'check')",
          str(cli_path),
          "check" if check else "trust"], env={**os.environ, "PYTHONPATH": PACKAGE_PARENT},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True), "the CLI server"))  # (its group: it and what it forks)
     try:
         deadline = time.monotonic() + 60
         from stockade.linux import servercheck  # (POSIX-only: its rows run on Linux)
 
         while not servercheck.answers(str(cli_path)):
-            if cli.poll() is not None or time.monotonic() > deadline:
+            if cli.process.poll() is not None or time.monotonic() > deadline:
                 raise NotRunnable("the CLI server did not start here")
             time.sleep(0.05)
         return attack(row, scene, backend)
     finally:
-        cli.terminate()
-        cli.wait(30)
+        cli.end()
         daemon.stop()
         serving.join(30)
 

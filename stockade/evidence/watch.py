@@ -6,6 +6,7 @@ terminal, a host that stopped responding). The network ones are in servers.py.
 from __future__ import annotations
 
 import abc
+import contextlib
 import ctypes
 import os
 import platform
@@ -112,6 +113,56 @@ class Survivors(Watch):
         if left:
             return Finding(False, f"{len(left)} process(es) SURVIVED the sandbox: {left[:5]}")
         return Finding(True, "no survivors")
+
+
+class HelperGroup(Watch):
+    """A helper a row starts on the host (a server, and whatever it forks) in a process group
+    of its own. The row ends the group when its launch is done (`end`); none of it may remain
+    then. What does is a survivor too: reported, and killed, so that no row leaves a helper
+    running (a served request's child outlives a server that is only terminated)."""
+
+    def __init__(self, process: subprocess.Popen, label: str) -> None:
+        self.process, self.label = process, label
+
+    def end(self) -> None:
+        """SIGTERM the group, and reap its leader (SIGKILLed if it lingers)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(Survivors.GRACE)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def finish(self) -> Finding:
+        deadline = time.monotonic() + Survivors.GRACE
+        while (left := group_processes(self.process.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if left:
+            end_processes(left)
+            return Finding(False, f"{len(left)} process(es) of {self.label} SURVIVED its end "
+                                  f"(now killed): {left[:5]}")
+        return Finding(True, f"{self.label} ended")
+
+    def close(self) -> None:
+        if self.process.returncode is None:
+            self.end()
+        end_processes(group_processes(self.process.pid))
+
+
+def group_processes(group: int) -> list[int]:
+    """Pids of the host's live (not zombie) processes in process group `group`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    state, _, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue
+            if int(pgrp) == group and state != b"Z":
+                found.append(int(entry))
+    return found
 
 
 def end_processes(pids: list[int]) -> None:

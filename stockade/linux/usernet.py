@@ -116,18 +116,36 @@ class Pasta:
         return "; ".join(lines[-3:]) or f"pasta exited with status {self.process.returncode}"
 
     def stop(self) -> None:
-        """Kill pasta; a thread of its own reaps it (its exit waits for the kernel to take
-        the tap device down, tens of milliseconds the sandbox's settling need not wait)."""
+        """Kill pasta and close its pipe now; the one reaper thread reaps it (its exit waits
+        for the kernel to take the tap device down, tens of milliseconds the sandbox's
+        settling need not wait). Once stopped, nothing of it is held: a thread or descriptor
+        per stopped pasta, ending later, would make the owner's resources vary with timing."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
-        threading.Thread(target=_reap, args=(self.process,), daemon=True,
-                         name="stockade-pasta-reaper").start()
+        if self.process.stderr:
+            self.process.stderr.close()
+        _REAPER.reap(self.process)
 
 
-def _reap(process: subprocess.Popen) -> None:
-    process.wait()
-    if process.stderr:
-        process.stderr.close()
+class _Reaper:
+    """The one long-lived thread that waits for every stopped pasta."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped: queue.SimpleQueue | None = None
+
+    def reap(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = queue.SimpleQueue()
+                threading.Thread(target=self._serve, args=(self._stopped,), daemon=True,
+                                 name="stockade-pasta-reaper").start()
+            self._stopped.put(process)
+
+    @staticmethod
+    def _serve(stopped: queue.SimpleQueue) -> None:
+        while True:
+            stopped.get().wait()
 
 
 class _Starter:
@@ -169,6 +187,7 @@ def _die_with_parent() -> None:
 
 
 _STARTER = _Starter()
+_REAPER = _Reaper()
 
 
 def wait_ready(ready: Callable[[float], bool], pasta: Pasta,

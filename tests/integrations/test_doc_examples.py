@@ -3,6 +3,7 @@ written with the frameworks installed, each in a scratch directory of its own.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from doc_blocks import TREE, blocks  # noqa: E402
+from doc_blocks import TREE, asserts, blocks  # noqa: E402
 from test_docs import PYTHON_RUNNER  # noqa: E402
 
 EXAMPLES = [block for block in blocks(TREE / "docs" / "integrations.md") if block.integration]
@@ -24,8 +25,15 @@ def test_every_integration_has_an_example() -> None:
 
 
 @pytest.mark.parametrize("block", EXAMPLES, ids=lambda block: block.name)
-def test_the_example_runs_as_written(block, tmp_path) -> None:
+def test_the_example_runs_as_written_and_holds_what_it_says(block, tmp_path) -> None:
+    """Each example asserts what it shows (its claims are `assert`s, not comments beside a
+    print): it passes only if they hold."""
+    assert asserts(block), f"{block.name} asserts nothing of what it shows"
+    # A home of its own: the MCP example's server (the SDK passes it HOME, not the run's
+    # STOCKADE_STATE_DIR) would keep its records in the user's own state directory.
+    home = tmp_path / "home"
+    home.mkdir()
     done = subprocess.run([sys.executable, "-c", PYTHON_RUNNER, block.name], input=block.text,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env={**os.environ, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip(), "an example shows what it did"

@@ -1,7 +1,9 @@
 """`stockade mcp` end to end: the official SDK's own client talks to the server over stdio (and
 once over streamable HTTP on loopback), and every tool call runs in the real sandbox. Hostile
 calls (a shell string without `shell`, a path outside, a link the command planted, a protected
-file) come back as typed tool errors, and nothing changes on the host."""
+file) come back as typed tool errors, and nothing changes on the host. Every server starts in its
+workspace, never in the checkout: `python -m` and `-c` put the working directory first on the
+module path, and the checkout's `stockade` is not the installed one the tests are of."""
 
 from __future__ import annotations
 
@@ -129,7 +131,7 @@ def test_streamable_http_on_loopback(ws):
         port = probe.getsockname()[1]
     served = subprocess.Popen([sys.executable, "-m", "stockade", "mcp", "--preset",
                                "workspace-write", "--workspace", str(root), "--http", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
@@ -158,8 +160,8 @@ def test_streamable_http_on_loopback(ws):
 def test_the_http_transport_binds_to_loopback_only(ws):
     root, _ = ws
     done = subprocess.run([sys.executable, "-m", "stockade", "mcp", "--workspace", str(root),
-                           "--http", "8765", "--host", "0.0.0.0"], capture_output=True,
-                          text=True, timeout=60)
+                           "--http", "8765", "--host", "0.0.0.0"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("stockade: usage: --host 0.0.0.0: the HTTP transport binds "
                                   "to loopback only"), done.stderr
@@ -169,8 +171,8 @@ def test_without_the_sdk_a_typed_error_names_the_extra(ws):
     root, _ = ws
     blocked = ("import sys; sys.modules['mcp'] = None; from stockade.cli import main; "
                "sys.exit(main(['mcp', '--workspace', sys.argv[1]]))")
-    done = subprocess.run([sys.executable, "-c", blocked, str(root)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", blocked, str(root)], cwd=root,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 70
     assert done.stderr == ("stockade: extra_missing: the MCP server needs the `mcp` package: "
                            "pip install 'stockade[mcp]'\n")

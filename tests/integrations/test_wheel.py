@@ -12,13 +12,20 @@ import subprocess
 import sys
 import sysconfig
 
+from leftovers import TOKEN_VARIABLE
+
 import stockade
 
 BIN = os.path.dirname(sys.executable)
-# The system's programs first: the demo's children run the system's python3 (the venv's is in
-# no read root), then the venv's `stockade`.
-SYSTEM = {"PATH": f"/usr/bin:/bin:{BIN}", "HOME": os.environ.get("HOME", "/"),
-          "LANG": "C.UTF-8"}
+
+
+def system() -> dict[str, str]:
+    """The system's programs first: the demo's children run the system's python3 (the venv's
+    is in no read root), then the venv's `stockade`; this run's state directory and token
+    (tests/conftest.py), never the user's own state directory, which another run may share."""
+    return {"PATH": f"/usr/bin:/bin:{BIN}", "HOME": os.environ.get("HOME", "/"),
+            "LANG": "C.UTF-8", "STOCKADE_STATE_DIR": os.environ["STOCKADE_STATE_DIR"],
+            TOKEN_VARIABLE: os.environ[TOKEN_VARIABLE]}
 
 
 def test_stockade_comes_from_the_installed_wheel() -> None:
@@ -48,14 +55,14 @@ def test_the_install_built_nothing() -> None:
 
 def test_demo_and_evidence_run_from_the_wheel() -> None:
     stockade_program = os.path.join(BIN, "stockade")
-    demo = subprocess.run([stockade_program, "demo"], env=SYSTEM, capture_output=True,
+    demo = subprocess.run([stockade_program, "demo"], env=system(), capture_output=True,
                           text=True, timeout=300)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "the sandbox held" in demo.stdout
     # rootless, a few rows cannot run (each says why): allowed there, never a failure
     rootless = os.getuid() != 0
     evidence = subprocess.run([stockade_program, "evidence", "--json"]
-                              + ["--allow-not-run"] * rootless, env=SYSTEM,
+                              + ["--allow-not-run"] * rootless, env=system(),
                               capture_output=True, text=True, timeout=900)
     matrix = json.loads(evidence.stdout)
     wrong = {row["id"]: f"{row['status']}: {row['observed']}" for row in matrix["rows"]

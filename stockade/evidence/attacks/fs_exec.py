@@ -7,6 +7,7 @@ import errno
 import glob
 import mmap
 import os
+import secrets
 import shutil
 import subprocess
 
@@ -55,8 +56,9 @@ def protect_exec(path):
 how, directories = ARGS[0], ARGS[1:]
 loaders = sorted(glob.glob("/lib64/ld-linux*.so*") + glob.glob("/lib/ld-linux*.so*"))
 for directory in directories:
-    # (a name of this run's: where a test switched the mount view off, /tmp is the host's)
-    program = os.path.join(directory, f"copied-true-{os.getpid()}")
+    # (a name of this run's alone: where a test switched the mount view off, /tmp and /dev/shm
+    # are the host's, shared with every other run; a pid is not unique in a pid namespace)
+    program = os.path.join(directory, f"copied-true-{secrets.token_hex(8)}")
     name = os.path.join(directory, "copied-true")
     shutil.copy("/usr/bin/true", program)
     os.chmod(program, 0o755)
