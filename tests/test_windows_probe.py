@@ -23,7 +23,6 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.linux.probe import LinuxProbe
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
 from stockade.windows import sid as sids
@@ -429,8 +428,10 @@ def test_the_attestation_names_no_path_sid_or_profile(ledger, host, monkeypatch)
 # --- the seam ----------------------------------------------------------------------------------
 
 
+@pytest.mark.linux  # (and the Linux backend's: it imports only on Linux)
 def test_the_platform_half_is_the_backends_own():
     from stockade.linux.backend import LinuxBackend
+    from stockade.linux.probe import LinuxProbe
 
     assert isinstance(WindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
     assert isinstance(FakeWindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
