@@ -75,7 +75,8 @@ def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer
                                       or structs.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION()))},
         "mitigations": {"extension_points": raw(policies[0].to_bytes(4, "little")),
                         "image_load": raw(policies[1].to_bytes(4, "little"))},
-        "desktop": {"name": DESKTOP, "default_desktop": "denied"},
+        # (in an interactive session an AppContainer most likely opens Default: issue 31, D3)
+        "desktop": {"name": DESKTOP, "default_desktop": "ok"},
         "environment": ["PATH", "SYSTEMROOT"],
         "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
                   "outside_path": "denied"},
@@ -202,7 +203,8 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     assert set(a.timings) == {"backend", "ledger", "launch", "checks"}
     expected = {fact for checks in windows_probe.EXPECTATIONS.values() for fact in checks}
     assert expected <= set(a.facts)
-    assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer"}
+    assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer",
+                                       "default_desktop"}  # (for information)
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
     assert a.facts["job_memory"] == facts.PROBE_MEMORY
     # The request it checked and launched: the probe child, network none, the minimal roots.
@@ -282,8 +284,6 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "child_sees_the_job"),
     (enforced_for, reported(_set("desktop", "name", value="Default")), "desktop_not_enforced",
      "desktop", "private_desktop"),
-    (enforced_for, reported(_set("desktop", "default_desktop", value="ok")),
-     "desktop_not_enforced", "desktop", "default_desktop"),
     (weakened(_set("desktop", "every_appcontainer_rights", value=1)), _as_is,
      "desktop_not_enforced", "desktop", "desktop_rights"),
     (weakened(_set("desktop", "station_rights", value=0x37F)), _as_is,
@@ -486,8 +486,10 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     for name in ("identity", "filesystem.write", "filesystem.deny", "filesystem.links",
                  "network.none", "network.loopback", "network.link_local",
                  "network.inherited_handles", "limits.memory", "limits.pids", "limits.timeout",
-                 "limits.output", "kill_on_close", "desktop", "ui_restrictions", "settlement"):
+                 "limits.output", "kill_on_close", "ui_restrictions", "settlement"):
         assert status[name] == "enforced", name
+    # The user's Default desktop opened from inside (an interactive session): partial.
+    assert status["desktop"] == "partial" and "Default" in rows["desktop"].reason
     # Enforced, with what it does not cover.
     assert "interpreter" in rows["filesystem.exec_from_write"].reason
     assert status["filesystem.exec_from_write"] == "enforced"
@@ -504,6 +506,17 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert "link-local" in rows["network.any"].reason
     assert "`any` is refused" in rows["network.link_local"].reason
     assert "per-file size" in rows["limits.file_size"].reason
+
+
+def test_a_child_that_opens_the_users_desktop_is_ready_and_the_report_says_so(ledger, host):
+    # (issue 31, D3: required before, every interactive Windows 11 session failed readiness)
+    for opens, status in (("ok", "partial"), ("denied", "enforced")):
+        backend = FakeWindowsBackend(report=reported(_set("desktop", "default_desktop",
+                                                          value=opens)))
+        a = probed(backend, ledger, host)
+        assert a.ready and a.facts["default_desktop"] == opens, a.message
+        row = {row.name: row for row in report.build(a, backend).rows}["desktop"]
+        assert row.status == status
 
 
 def test_the_report_renders_the_windows_heading(ready_report):

@@ -24,6 +24,12 @@ Then, once the launch has settled: the AppContainer profile is gone (asked witho
 effects, identity.profile_exists), every DACL and the window station's entries are exactly as
 before, and the launch's ledger record is gone.
 
+Whether the child can open the user's `Default` desktop is reported (`default_desktop`), not
+required: in an interactive session an AppContainer most likely can (the window station is the
+user's, and its desktops' DACLs are not the launch's to change), so requiring it would fail
+every Windows desktop; the report's `desktop` row is partial when it opened. Only a window
+station of the sandbox's own or a process without Win32k would close that.
+
 Facts are booleans, counts and names; the attestation never holds a path, a SID or the
 profile's name.
 """
@@ -82,8 +88,8 @@ EXPECTATIONS: facts.Table = {
     "job": {"in_job": _is(True), "job_kill_on_close": _is(True), "job_breakaway": _is(False),
             "job_die_on_unhandled_exception": _is(True), "job_ui_restrictions": _is("all"),
             "child_in_job": _is(True), "child_sees_the_job": _is(True)},
-    "desktop": {"private_desktop": _is(True), "default_desktop": _denied,
-                "desktop_rights": _is(True), "station_rights": _is(True)},
+    "desktop": {"private_desktop": _is(True), "desktop_rights": _is(True),
+                "station_rights": _is(True)},
     "handles": {"inherited_standard": _is(3), "inherited_outside_list": _is(0)},
     # The workspace granted; `.git` made read-only and `secret` denied, each an override.
     "filesystem": {"acl_grants": _at_least(1), "acl_overrides": _at_least(2),
@@ -252,7 +258,7 @@ def probe_request(top: str, request_id: str, tcp_port: int) -> LaunchRequest:
 def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, object]:
     """The facts of EXPECTATIONS from a launch's `enforced` (read back from outside) and its
     child's `report` (from inside), `package_sid` being the launch's; a missing one is None.
-    Also `roots_open_to_every_appcontainer`, for information."""
+    Also, for information, `roots_open_to_every_appcontainer` and `default_desktop`."""
     verified = enforced.get("verified", {})
     job_seen = enforced.get("job", {})
     done = enforced.get("filesystem", {})

@@ -30,7 +30,11 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
     overrides = ("acl_overrides", "acl_restored")
     images = ("no_low_label_images", "extension_points_disabled", "no_remote_images",
               "child_mitigations_as_read_back")
-    desktop = ("private_desktop", "default_desktop", "desktop_rights", "station_rights")
+    desktop = ("private_desktop", "desktop_rights", "station_rights")
+    default_desktop = "" if attestation.facts.get("default_desktop") == "denied" else (
+        "the user's own desktop (Default) opens from inside: the window station is the user's; "
+        "the Job's UI restrictions still keep other processes' windows, the clipboard and "
+        "input switching out of reach")
     no_network = "an AppContainer token without capabilities: no network capability at all"
     return (
         row("identity", "a fresh AppContainer profile per launch, no capabilities; the child's "
@@ -96,7 +100,8 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             {"job": job}, "the owner holds the only handle: its death ends the tree"),
         row("desktop", "a private desktop per launch (bounded heap), Low integrity label, the "
             "AppContainer allowed only to attach and create windows, and only to read the "
-            "window station's attributes and atoms", {"desktop": desktop}),
+            "window station's attributes and atoms", {"desktop": desktop},
+            partial=default_desktop),
         row("ui_restrictions", "Job UI restrictions: other processes' windows, clipboard, "
             "system parameters, display settings, global atoms, desktops, logging off",
             {"job": ("job_ui_restrictions",)}),
