@@ -5,7 +5,8 @@ A test that cannot run fails with the reason: a missing guarantee is never a gre
 Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
 imported are not collected, and every test that uses the `linux` fixture or mark is
 deselected (the summary counts them, the header says why). Likewise off Windows for the tests
-marked `windows` (real children in the Windows backend), and rootless for those marked
+marked `windows` (real children in the Windows backend), on Windows for those marked
+`not_windows`, and rootless for those marked
 `root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them).
 """
 
@@ -109,10 +110,13 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
 
 
 def _runs_here(item: pytest.Item) -> bool:
-    """Off Linux, nothing needing the Linux backend; off Windows, nothing marked `windows`."""
+    """Off Linux, nothing needing the Linux backend; off Windows, nothing marked `windows`; on
+    Windows, nothing marked `not_windows`."""
     if not LINUX and ("linux" in item.fixturenames or item.get_closest_marker("linux")):
         return False
-    return WINDOWS or not item.get_closest_marker("windows")
+    if WINDOWS:
+        return not item.get_closest_marker("not_windows")
+    return not item.get_closest_marker("windows")
 
 
 def only_backends(monkeypatch: pytest.MonkeyPatch, *backends: object) -> None:

@@ -21,7 +21,7 @@ from stockade.windows import desktop, job, process, rules, tokens
 from stockade.windows.backend import REPORT, WindowsBackend
 
 BREAKAWAY_OK, SILENT_BREAKAWAY_OK = 0x800, 0x1000
-not_windows = pytest.mark.skipif(sys.platform == "win32", reason="checks the non-Windows side")
+not_windows = pytest.mark.not_windows  # (checks the non-Windows side)
 
 
 def base(**changes) -> LaunchRequest:
