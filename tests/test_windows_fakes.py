@@ -305,7 +305,9 @@ class FakeWin32:
     - tokens: GetTokenInformation writes a structure followed by the SID it points to into the
       caller's buffer; ConvertSidToStringSidW reads a SID only from memory that is still
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
-    - Jobs: QueryInformationJobObject answers what SetInformationJobObject set, and the basic
+    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
+      for this process, as under Git Bash or some CI runners; a launched child always is);
+      QueryInformationJobObject answers what SetInformationJobObject set, and the basic
       accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
       process gone per query), as termination is asynchronous.
     """
@@ -321,6 +323,7 @@ class FakeWin32:
         self._allocated: dict[int, ctypes.Array] = {}
         self._names: dict[str, str] = {}  # derived SID -> profile name
         self.jobs: dict[int, dict] = {}
+        self.owner_in_job = False
 
     # memory
     def _sid_buffer(self, sid: str) -> int:
@@ -409,7 +412,8 @@ class FakeWin32:
         return 1
 
     def IsProcessInJob(self, process, job, ref):  # noqa: N802
-        out(ref, 1)
+        out(ref, int(self.owner_in_job) if process == self.GetCurrentProcess() and job is None
+            else 1)
         return 1
 
     def GetTokenInformation(self, token, info_class, buffer, size, returned):  # noqa: N802

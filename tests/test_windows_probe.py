@@ -508,6 +508,25 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert "per-file size" in rows["limits.file_size"].reason
 
 
+def test_an_owner_in_a_job_is_ready_without_ui_limits_and_the_report_says_so(ledger, host):
+    # (issue 31, D4) nested: the Job sets no UI limits, read back and seen from inside so
+    nested = job.job_plan(windows_probe.PROBE_LIMITS, cpus=4, nested=True)
+
+    def enforce(request: LaunchRequest) -> dict:
+        return enforced_for(request, plan=nested) | {"owner_in_job": True}
+
+    backend = FakeWindowsBackend(enforce, report=reported(lambda r: None, plan=nested))
+    a = probed(backend, ledger, host)
+    assert a.ready and a.facts["job_ui_restrictions"] == windows_probe.NESTED_UI, a.message
+    row = {row.name: row for row in report.build(a, backend).rows}["ui_restrictions"]
+    assert row.status == "partial" and "in a Job" in row.reason
+    # the same Job without the owner in one: UI limits missing, not ready
+    backend = FakeWindowsBackend(lambda r: enforced_for(r, plan=nested),
+                                 report=reported(lambda r: None, plan=nested))
+    a = probed(backend, ledger, host)
+    assert (a.ready, a.stage, a.reason) == (False, "job", "job_not_enforced")
+
+
 def test_a_child_that_opens_the_users_desktop_is_ready_and_the_report_says_so(ledger, host):
     # (issue 31, D3: required before, every interactive Windows 11 session failed readiness)
     for opens, status in (("ok", "partial"), ("denied", "enforced")):

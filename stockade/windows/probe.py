@@ -68,6 +68,7 @@ PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PRO
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
 PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+NESTED_UI = "none: the owner is in a Job"  # (job.py: Jobs with UI limits do not nest)
 _STRUCTURES = {"extended": JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
                "ui": JOBOBJECT_BASIC_UI_RESTRICTIONS,
                "cpu_rate": JOBOBJECT_CPU_RATE_CONTROL_INFORMATION}
@@ -86,7 +87,8 @@ EXPECTATIONS: facts.Table = {
                  "capabilities": _is(0), "child_appcontainer_token": _is(True),
                  "child_launch_package_sid": _is(True), "child_capabilities": _is(0)},
     "job": {"in_job": _is(True), "job_kill_on_close": _is(True), "job_breakaway": _is(False),
-            "job_die_on_unhandled_exception": _is(True), "job_ui_restrictions": _is("all"),
+            "job_die_on_unhandled_exception": _is(True),
+            "job_ui_restrictions": ((lambda v: v in ("all", NESTED_UI)), f"'all' or {NESTED_UI!r}"),
             "child_in_job": _is(True), "child_sees_the_job": _is(True)},
     "desktop": {"private_desktop": _is(True), "desktop_rights": _is(True),
                 "station_rights": _is(True)},
@@ -273,7 +275,9 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "child_launch_package_sid": child["package_sid"].upper() == package_sid.upper(),
         "child_capabilities": child["capabilities"],
         **{f"job_{name}": job_seen.get(name) for name in
-           ("kill_on_close", "breakaway", "die_on_unhandled_exception", "ui_restrictions")},
+           ("kill_on_close", "breakaway", "die_on_unhandled_exception")},
+        "job_ui_restrictions": NESTED_UI if enforced.get("owner_in_job") and
+        job_seen.get("ui_restrictions") == "none" else job_seen.get("ui_restrictions"),
         "child_in_job": child["in_job"], "child_sees_the_job": child["job"] == job_seen,
         "private_desktop": child["desktop"] == desk.get("name"),
         "default_desktop": report["desktop"]["default_desktop"],

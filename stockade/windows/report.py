@@ -15,7 +15,7 @@ from stockade.launch.backend import Backend
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.lifecycle.probe import Attestation
 from stockade.lifecycle.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
-from stockade.windows.probe import verified
+from stockade.windows.probe import NESTED_UI, verified
 
 # What rules.check accepts, on any platform: a drive path for the root and working directory.
 _PLAIN = LaunchRequest(argv=("cmd.exe",), cwd="C:\\", env=(), read=(PathGrant("C:\\", "C:\\"),))
@@ -104,7 +104,11 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             partial=default_desktop),
         row("ui_restrictions", "Job UI restrictions: other processes' windows, clipboard, "
             "system parameters, display settings, global atoms, desktops, logging off",
-            {"job": ("job_ui_restrictions",)}),
+            {"job": ("job_ui_restrictions",)},
+            partial="not in force here: this process is in a Job, and Windows nests a Job "
+                    "only if neither sets UI limits (the private desktop and the AppContainer "
+                    "remain)" if attestation.facts.get("job_ui_restrictions") == NESTED_UI
+            else ""),
         row("settlement", "the Job terminated and drained, the desktop closed, every "
             "access-control change (files, window station) reverted, the profile deleted, the "
             "ledger record removed",
