@@ -2,6 +2,8 @@
 non-zero when what it checks does not hold (the workflow gates on them):
 
     python scripts/windows_ci.py imports       each module on the Windows path imports, fresh
+    python scripts/windows_ci.py open-interpreter  (as an administrator) every AppContainer may
+                                               read this interpreter, as under C:\\Program Files
     python scripts/windows_ci.py exit-codes    sandbox-exec: the command's status, 2, 70 and 71
     python scripts/windows_ci.py probe FILE    `stockade probe --json`, the attestation kept
     python scripts/windows_ci.py evidence FILE the W1 matrix: each row's real-child test, kept
@@ -205,8 +207,17 @@ def evidence(path: str) -> int:
     return status or (1 if failed or not rows else 0)
 
 
-STEPS = {"imports": imports, "exit-codes": exit_codes, "probe": probe, "evidence": evidence,
-         "tests": tests}
+def open_interpreter() -> int:
+    """The runner's interpreter (C:\\hostedtoolcache, made by an administrator) readable by every
+    AppContainer, as the python.org installer's C:\\Program Files location is: a standard
+    user may not change its DACL, which a grant would need (issue 31, D5)."""
+    root = os.path.realpath(sys.base_prefix)
+    return subprocess.run(["icacls", root, "/grant", "*S-1-15-2-1:(OI)(CI)(RX)", "/Q"],
+                          timeout=1800).returncode
+
+
+STEPS = {"imports": imports, "open-interpreter": open_interpreter, "exit-codes": exit_codes,
+         "probe": probe, "evidence": evidence, "tests": tests}
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 import windows_dacls
-from test_windows_fakes import BOTH, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
+from test_windows_fakes import BOTH, ELEVATED, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
 
 from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest, PathGrant
@@ -59,8 +59,8 @@ def workspace(edition: str = "windows11") -> FakeTree:
     # Explicit entries of the user's own, in a non-canonical order, on one file.
     tree.nodes["c:\\users\\u\\ws\\readme"].explicit = (
         Ace.allow(USERS, RX), Ace(acl.DENY, 0, Ace.allow(USERS, 0x2).body))
-    tree.add("C:\\py")
-    tree.file("C:\\py\\python.exe")
+    tree.add("C:\\py", owner=USER)  # (installed by the user, for the user)
+    tree.file("C:\\py\\python.exe", owner=USER)
     return tree
 
 
@@ -326,6 +326,44 @@ def test_a_launch_reading_the_stock_system_directories_leaves_them_alone(edition
     # and every AppContainer can read and run what is there, the launch's included
     for path in ("C:\\Windows\\System32\\cmd.exe", "C:\\Program Files\\Python313\\python.exe"):
         assert tree.access(path, sids.ALL_APP_PACKAGES) & RX == RX
+
+
+@pytest.mark.parametrize("edition", windows_dacls.EDITIONS)
+def test_a_root_whose_dacl_this_user_may_not_change_is_refused_before_anything(edition):
+    # (issue 31, D5) the CI runner's interpreter, made by an administrator below C:\, in a
+    # standard user's launch: no WRITE_DAC there; refused typed, naming it, nothing changed
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    root = PathGrant("C:\\hostedtoolcache\\windows", "C:\\hostedtoolcache\\windows")
+    original = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request(read=request().read + (root,)))
+    assert refused.value.capability == "filesystem.read"
+    assert "C:\\hostedtoolcache\\windows" in refused.value.message
+    assert "WRITE_DAC" in refused.value.message
+    assert tree.snapshot() == original and not tree.writes
+    # one file below a root the user owns, owned and locked by someone else: refused too
+    tree = workspace(edition)
+    tree.file("C:\\Users\\u\\ws\\src\\theirs.c")
+    tree.nodes["c:\\users\\u\\ws\\src\\theirs.c"].protected = True
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request())
+    assert refused.value.capability == "filesystem.write" and "theirs.c" in refused.value.message
+    assert not tree.writes
+    # elevated, the administrator may: the launch goes ahead
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    tree.caller = ELEVATED
+    prepare(tree, request(read=request().read + (root,)))
+    assert tree.access("C:\\hostedtoolcache\\windows\\python.exe", PACKAGE) == RX
+    # and once every AppContainer may read it (the workflow's unelevated job does that), no
+    # change is needed at all
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    opened = tree.nodes["c:\\hostedtoolcache\\windows"]
+    opened.explicit = (Ace.allow(sids.ALL_APP_PACKAGES, RX, BOTH),)
+    prepare(tree, request(read=request().read + (root,)))
+    assert not [p for p in tree.writes if p.startswith("C:\\hostedtoolcache")]
 
 
 def test_generic_rights_in_an_entry_count_as_the_file_rights_they_stand_for():

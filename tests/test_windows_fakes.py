@@ -54,10 +54,16 @@ class Node:
     owner: str = ADMINS  # (made by an administrator, unless said otherwise)
 
 
+AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
+STANDARD_USER = (USER, USERS, AUTHENTICATED_USERS, EVERYONE)  # a standard user's token
+ELEVATED = (*STANDARD_USER, ADMINS)  # an administrator's, elevated
+
+
 @dataclass
 class FakeTree:
     nodes: dict[str, Node] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
+    caller: tuple[str, ...] = STANDARD_USER  # the SIDs of the process asking
 
     @classmethod
     def volume(cls, edition: str = "windows11") -> FakeTree:
@@ -143,6 +149,13 @@ class FakeTree:
 
     def filesystem(self, path: str) -> str:
         return "NTFS"
+
+    def dacl_writable(self, path: str) -> bool:
+        """Windows' answer for the caller: WRITE_DAC allowed by an entry for one of its SIDs,
+        or implied by owning the object (no OWNER RIGHTS entry in these models)."""
+        node = self._node(path)
+        return node.owner in self.caller or any(
+            self.access(path, sid) & c.WRITE_DAC for sid in self.caller)
 
     # for the tests
     def access(self, path: str, sid: str) -> int:
