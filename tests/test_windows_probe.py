@@ -306,6 +306,8 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "network", "tcp_loopback"),
     (enforced_for, reported(_set("environment", value=["PATH", "SECRET", "SYSTEMROOT"])),
      "environment_not_enforced", "environment", "environment"),
+    (enforced_for, reported(_set("environment", value=["PATH", "TEMP", "USERPROFILE"])),
+     "environment_not_enforced", "environment", "environment"),
     (weakened(_set("job", "memory", value=0)), _as_is, "job_not_enforced", "job",
      "child_sees_the_job"),
     (weakened(_set("limits", value={})), _as_is, "limits_not_enforced", "limits", "timeout"),
@@ -525,6 +527,14 @@ def test_an_owner_in_a_job_is_ready_without_ui_limits_and_the_report_says_so(led
                                  report=reported(lambda r: None, plan=nested))
     a = probed(backend, ledger, host)
     assert (a.ready, a.stage, a.reason) == (False, "job", "job_not_enforced")
+
+
+def test_the_profiles_own_temp_and_localappdata_are_not_a_leak(ledger, host):
+    # (issue 31, D12) an AppContainer child may be given its profile's LOCALAPPDATA, TEMP, TMP
+    names = ["LOCALAPPDATA", "PATH", "SYSTEMROOT", "TEMP", "TMP"]
+    a = probed(FakeWindowsBackend(report=reported(_set("environment", value=names))),
+               ledger, host)
+    assert a.ready and a.facts["environment"] == names, a.message
 
 
 def test_a_child_that_opens_the_users_desktop_is_ready_and_the_report_says_so(ledger, host):

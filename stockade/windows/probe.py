@@ -68,6 +68,10 @@ PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PRO
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
 PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+# What Windows itself may add to an AppContainer child's environment: the profile's own storage
+# (its LOCALAPPDATA, TEMP and TMP, redirected to the AppContainer's folder) — never a value of
+# the owner's (issue 31, D12).
+PROFILE_ENVIRONMENT = ("LOCALAPPDATA", "TEMP", "TMP")
 NESTED_UI = "none: the owner is in a Job"  # (job.py: Jobs with UI limits do not nest)
 _STRUCTURES = {"extended": JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
                "ui": JOBOBJECT_BASIC_UI_RESTRICTIONS,
@@ -100,7 +104,10 @@ EXPECTATIONS: facts.Table = {
                    "extension_points_disabled": _is(True), "no_remote_images": _is(True),
                    "child_mitigations_as_read_back": _is(True)},
     "network": {"tcp_loopback": ((lambda v: isinstance(v, str) and v != "ok"), "an error")},
-    "environment": {"environment": _is([name.upper() for name in PROBE_ENVIRONMENT])},
+    "environment": {"environment": (
+        (lambda names: isinstance(names, list) and {n.upper() for n in PROBE_ENVIRONMENT}
+         <= set(names) <= {n.upper() for n in PROBE_ENVIRONMENT + PROFILE_ENVIRONMENT}),
+        f"{sorted(PROBE_ENVIRONMENT)}, and no more than {sorted(PROFILE_ENVIRONMENT)}")},
     "limits": {"job_memory": _is(facts.PROBE_MEMORY), "job_active_processes": _is(facts.PROBE_PIDS),
                "timeout": _is(True)},
     "lifetime": {"profile_deleted": _is(True), "acl_restored": _is(True),
