@@ -407,6 +407,10 @@ class FakeWin32:
     def is_dir(self, path: str) -> bool:
         return path in self.storage
 
+    def mapped(self, sid: str) -> bool:
+        """Whether the registry still maps `sid` to a profile (its Mappings key)."""
+        return self._names.get(sid) in self.profiles
+
     # tokens
     def token_answers(self, is_appcontainer: int, package: str, capabilities: int) -> None:
         self._token = {c.TOKEN_IS_APP_CONTAINER: is_appcontainer,
