@@ -2,10 +2,16 @@
 non-zero when what it checks does not hold (the workflow gates on them):
 
     python scripts/windows_ci.py imports       each module on the Windows path imports, fresh
+    python scripts/windows_ci.py open-interpreter  (as an administrator) every AppContainer may
+                                               read this interpreter, as under C:\\Program Files
     python scripts/windows_ci.py exit-codes    sandbox-exec: the command's status, 2, 70 and 71
     python scripts/windows_ci.py probe FILE    `stockade probe --json`, the attestation kept
-    python scripts/windows_ci.py evidence FILE `stockade evidence`, the matrix kept
+    python scripts/windows_ci.py evidence FILE the W1 matrix: each row's real-child test, kept
     python scripts/windows_ci.py tests         the whole suite, Windows required (no skip passes)
+
+None of them can pass vacuously: `tests` fails when pytest ran no test, passed none, skipped one
+or ran none of the W1 real-child tests; `evidence` fails unless every W1 row's test ran and
+passed (a row whose test was skipped, deselected or not collected is a failure, not a pass).
 
 Run from the checkout, with Stockade installed (`pip install .[test]`). Standard library only.
 """
@@ -18,6 +24,7 @@ import pkgutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ElementTree
 
 STOCKADE = [sys.executable, "-m", "stockade"]
 EXIT_USAGE, EXIT_SETUP, EXIT_START = 2, 70, 71
@@ -118,21 +125,99 @@ def probe(path: str) -> int:
     return code
 
 
-def evidence(path: str) -> int:
-    # No Windows evidence row exists yet (the W1 matrix is tests/test_windows_enforcement.py):
-    # rows that cannot run here are accepted as such, a FAILed row is not.
-    return _kept([*STOCKADE, "evidence", "--backend", "windows", "--json", "--allow-not-run"],
-                 path)
+W1_MODULE = "test_windows_enforcement"
+
+
+def outcomes(junit: str) -> dict[str, str]:
+    """Each test case's outcome in a pytest JUnit XML report: "passed", "failed", "error" or
+    "skipped", by `module::name` (the module without its directories and `.py`)."""
+    seen = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").rpartition(".")[2]
+        outcome = "passed"
+        for kind in ("failure", "error", "skipped"):
+            if case.find(kind) is not None:
+                outcome = {"failure": "failed"}.get(kind, kind)
+        seen[f"{module}::{case.get('name', '')}"] = outcome
+    return seen
+
+
+def judged(seen: dict[str, str]) -> list[str]:
+    """Why a suite run with these outcomes is not a pass (empty when it is): nothing may fail
+    or be skipped, something must pass, and the W1 real-child tests must have run."""
+    why = []
+    counts = {kind: sum(1 for o in seen.values() if o == kind)
+              for kind in ("passed", "failed", "error", "skipped")}
+    if not seen or not counts["passed"]:
+        why.append(f"{len(seen)} tests ran, {counts['passed']} passed: a run of nothing")
+    for kind in ("failed", "error", "skipped"):
+        if counts[kind]:
+            why.append(f"{counts[kind]} {kind}")
+    if not [name for name, o in seen.items() if name.startswith(W1_MODULE + "::")
+            and o == "passed"]:
+        why.append(f"no W1 real-child test ({W1_MODULE}) passed")
+    return why
+
+
+def _pytest(junit: str, *targets: str) -> int:
+    env = dict(os.environ, STOCKADE_REQUIRE_WINDOWS="1")
+    return subprocess.run([sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
+                           f"--junitxml={junit}", *targets], env=env).returncode
 
 
 def tests() -> int:
-    env = dict(os.environ, STOCKADE_REQUIRE_WINDOWS="1")
-    return subprocess.run([sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
-                           "tests"], env=env).returncode
+    with tempfile.TemporaryDirectory() as top:
+        junit = os.path.join(top, "tests.xml")
+        status = _pytest(junit, "tests")
+        why = judged(outcomes(junit)) if os.path.exists(junit) else ["pytest wrote no report"]
+    for reason in why:
+        print(f"FAIL tests: {reason}", flush=True)
+    return status or (1 if why else 0)
 
 
-STEPS = {"imports": imports, "exit-codes": exit_codes, "probe": probe, "evidence": evidence,
-         "tests": tests}
+def w1_matrix(seen: dict[str, str]) -> list[dict[str, str]]:
+    """One row per W1 row: its test and what became of it ("not run" when it never ran)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from test_windows_enforcement import W1
+
+    rows = []
+    for row, test in W1.items():
+        ran = [o for name, o in seen.items()
+               if name.split("[")[0] == f"{W1_MODULE}::{test}"]
+        outcome = "not run" if not ran else ("passed" if set(ran) == {"passed"} else
+                                             next(o for o in ran if o != "passed"))
+        rows.append({"row": row, "test": test, "outcome": outcome})
+    return rows
+
+
+def evidence(path: str) -> int:
+    """The W1 matrix (tests/test_windows_enforcement.py): real children in the real sandbox,
+    one row each; kept in `path`; a pass only when every row's test ran and passed."""
+    with tempfile.TemporaryDirectory() as top:
+        junit = os.path.join(top, "w1.xml")
+        status = _pytest(junit, os.path.join("tests", W1_MODULE + ".py"))
+        seen = outcomes(junit) if os.path.exists(junit) else {}
+    rows = w1_matrix(seen)
+    with open(path, "w") as f:
+        json.dump({"matrix": "W1", "rows": rows}, f, indent=2)
+    for row in rows:
+        print(f"{'ok  ' if row['outcome'] == 'passed' else 'FAIL'} {row['row']}: "
+              f"{row['outcome']}", flush=True)
+    failed = [row for row in rows if row["outcome"] != "passed"]
+    return status or (1 if failed or not rows else 0)
+
+
+def open_interpreter() -> int:
+    """The runner's interpreter (C:\\hostedtoolcache, made by an administrator) readable by every
+    AppContainer, as the python.org installer's C:\\Program Files location is: a standard
+    user may not change its DACL, which a grant would need (issue 31, D5)."""
+    root = os.path.realpath(sys.base_prefix)
+    return subprocess.run(["icacls", root, "/grant", "*S-1-15-2-1:(OI)(CI)(RX)", "/Q"],
+                          timeout=1800).returncode
+
+
+STEPS = {"imports": imports, "open-interpreter": open_interpreter, "exit-codes": exit_codes,
+         "probe": probe, "evidence": evidence, "tests": tests}
 
 
 def main(argv: list[str]) -> int:

@@ -5,9 +5,10 @@ A test that cannot run fails with the reason: a missing guarantee is never a gre
 Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
 imported are not collected, and every test that uses the `linux` fixture or mark is
 deselected (the summary counts them, the header says why). Likewise off Windows for the tests
-marked `windows` (real children in the Windows backend), and rootless for those marked
-`root_only` (the summary lists each with its reason; the root pass of scripts/test.sh runs them,
-and its rootless pass those whose `unless_env` fixture, made by root, it is given).
+marked `windows` (real children in the Windows backend), on Windows for those marked
+`not_windows`, and rootless for those marked `root_only` (the summary lists each with its
+reason; the root pass of scripts/test.sh runs them, and its rootless pass those whose
+`unless_env` fixture, made by root, it is given).
 """
 
 from __future__ import annotations
@@ -67,7 +68,33 @@ def state_dir(tmp_path_factory):
 
 LINUX = sys.platform.startswith("linux")
 WINDOWS = sys.platform == "win32"
-collect_ignore = [] if LINUX else ["test_evidence.py", "test_linux_layers.py"]
+# Not collected off Linux: each module tests what exists on POSIX hosts only and loads it when
+# imported. Every other module loads on Windows too (tests/test_windows_suite.py checks both, in
+# an interpreter made to look like Windows: a module that no longer needs to be here fails it).
+POSIX_ONLY_MODULES = {
+    "test_evidence.py": "the Linux evidence matrix",
+    "test_evidence_mutations.py": "the Linux layers' switches",
+    "test_linux_layers.py": "the Linux backend",
+    "test_linux_memory.py": "the Linux backend",
+    "test_linux_notfound.py": "the Linux backend",
+    "test_linux_prepared.py": "the Linux backend",
+    "test_linux_supervisor.py": "the Linux backend",
+    "test_linux_unavailable.py": "the Linux backend",
+    "test_landlock_tier_reach.py": "the Linux backend's landlock tier",
+    "test_memfd_exec.py": "the Linux backend",
+    "test_network_any.py": "the Linux backend's network any",
+    "test_network_any_inbound.py": "the Linux backend's network any",
+    "test_restricted_hosts.py": "the Linux backend's landlock tier",
+    "test_unix_socket_roots.py": "unix sockets in the Linux backend",
+    "test_probe.py": "the Linux backend's probe (Windows': test_windows_probe.py)",
+    "test_report.py": "the Linux backend's report (Windows': test_windows_probe.py)",
+    "test_helpers_boundary.py": "Stockade's unix-socket helpers attacked from a Linux sandbox",
+    "test_cli_server.py": "the CLI server (unix sockets)",
+    "test_server_clients.py": "the clients of the unix-socket servers",
+    "test_proxy.py": "the allowlist proxy on its unix socket (refused on Windows)",
+    "test_vm_qemu.py": "the QEMU driver",
+}
+collect_ignore = [] if LINUX else sorted(POSIX_ONLY_MODULES)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -83,7 +110,7 @@ ROOT_ONLY: list[tuple[str, str]] = []  # (test id, why) deselected in a rootless
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     elsewhere = [item for item in items if not _runs_here(item)]
-    if os.getuid() != 0:
+    if hasattr(os, "getuid") and os.getuid() != 0:  # (no uid on Windows: nothing is root_only)
         # A separate, reported selection (never a green skip): scripts/test.sh runs these in
         # its root pass, and the summary lists each with its reason.
         for item in items:
@@ -110,10 +137,13 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
 
 
 def _runs_here(item: pytest.Item) -> bool:
-    """Off Linux, nothing needing the Linux backend; off Windows, nothing marked `windows`."""
+    """Off Linux, nothing needing the Linux backend; off Windows, nothing marked `windows`; on
+    Windows, nothing marked `not_windows`."""
     if not LINUX and ("linux" in item.fixturenames or item.get_closest_marker("linux")):
         return False
-    return WINDOWS or not item.get_closest_marker("windows")
+    if WINDOWS:
+        return not item.get_closest_marker("not_windows")
+    return not item.get_closest_marker("windows")
 
 
 def only_backends(monkeypatch: pytest.MonkeyPatch, *backends: object) -> None:

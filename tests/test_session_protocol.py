@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from stockade.launch.backend import Stdio
 from stockade.launch.compile import CompileContext
-from stockade.linux.backend import LinuxBackend
 from stockade.session import protocol
 from stockade.session.boot import agent_request
 from stockade.session.errors import ProtocolError
@@ -150,6 +149,8 @@ def test_arbitrary_headers_only_ever_raise_protocol_error(version, kind, command
 
 def raw_agent(workspace):
     """A real agent in a real sandbox, driven by hand: (handle, send bytes, read to the end)."""
+    from stockade.linux.backend import LinuxBackend  # (the real agent: Linux only)
+
     ctx = CompileContext.current(workspace)
     request = agent_request(policy_for("workspace-write"), ctx)
     handle = LinuxBackend().spawn(request, Stdio(subprocess.PIPE, subprocess.PIPE,

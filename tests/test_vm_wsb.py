@@ -409,7 +409,7 @@ def test_the_lease_is_exclusive_within_a_process_too(tmp_path):
 
 # --- the non-Windows refusal ----------------------------------------------------------------------
 
-@pytest.mark.skipif(sys.platform == "win32", reason="the refusal is for other hosts")
+@pytest.mark.not_windows  # (the refusal is for other hosts)
 def test_windows_sandbox_refuses_off_windows_before_anything(tmp_path):
     with pytest.raises(UnavailableError) as info:
         wsb.WindowsSandbox(tmp_path / "no-such-policy.toml")  # not even read

@@ -8,7 +8,8 @@ import contextlib
 from dataclasses import replace
 
 import pytest
-from test_windows_fakes import BOTH, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
+import windows_dacls
+from test_windows_fakes import BOTH, ELEVATED, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
 
 from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest, PathGrant
@@ -42,30 +43,24 @@ def no_lock(path: str):
     return contextlib.nullcontext()
 
 
-def workspace() -> FakeTree:
-    """C:\\Users\\u\\ws is the workspace (the user's own, modify for the user), with a
-    repository, a nested repository, a secret and a source tree; C:\\py a private
-    interpreter; C:\\Windows open to every AppContainer."""
-    tree = FakeTree.volume()
-    tree.add("C:\\Users")
-    tree.add("C:\\Users\\u", protected=True,
-             explicit=(Ace.allow(SYSTEM, FULL, BOTH), Ace.allow(USER, FULL, BOTH)))
+def workspace(edition: str = "windows11") -> FakeTree:
+    """A stock `edition`'s volume (C:\\Windows and C:\\Program Files open to every
+    AppContainer, as their split entries say) where C:\\Users\\u\\ws is the workspace (the
+    user's own, full control for the user), with a repository, a nested repository, a secret
+    and a source tree; and C:\\py a private interpreter."""
+    tree = FakeTree.stock(edition)
     for path in ("ws", "ws\\.git", "ws\\.git\\hooks", "ws\\sub", "ws\\sub\\deep",
                  "ws\\sub\\deep\\.GIT", "ws\\src", "ws\\secret", "ws\\vendor", "outside"):
-        tree.add("C:\\Users\\u\\" + path)
+        tree.add("C:\\Users\\u\\" + path, owner=USER)
     for path in ("ws\\README", "ws\\.git\\config", "ws\\.git\\hooks\\pre-commit",
                  "ws\\sub\\deep\\.GIT\\HEAD", "ws\\src\\main.c", "ws\\secret\\key",
                  "ws\\vendor\\lib.dll", "outside\\notes"):
-        tree.file("C:\\Users\\u\\" + path)
+        tree.file("C:\\Users\\u\\" + path, owner=USER)
     # Explicit entries of the user's own, in a non-canonical order, on one file.
     tree.nodes["c:\\users\\u\\ws\\readme"].explicit = (
         Ace.allow(USERS, RX), Ace(acl.DENY, 0, Ace.allow(USERS, 0x2).body))
-    tree.add("C:\\py")
-    tree.file("C:\\py\\python.exe")
-    tree.add("C:\\Windows", protected=True, explicit=(
-        Ace.allow(SYSTEM, FULL, BOTH), Ace.allow(USERS, RX, BOTH),
-        Ace.allow(sids.ALL_APP_PACKAGES, RX, BOTH)))
-    tree.file("C:\\Windows\\cmd.exe")
+    tree.add("C:\\py", owner=USER)  # (installed by the user, for the user)
+    tree.file("C:\\py\\python.exe", owner=USER)
     return tree
 
 
@@ -98,7 +93,7 @@ def test_the_launch_gets_exactly_its_roots_and_nothing_else():
         ws + "sub\\deep\\.GIT": RX, ws + "sub\\deep\\.GIT\\HEAD": R,
         ws + "secret": 0, ws + "secret\\key": 0,
         "C:\\py": RX, "C:\\py\\python.exe": RX,
-        "C:\\Windows\\cmd.exe": 0, "C:\\Users\\u\\outside\\notes": 0, "C:\\Users\\u": 0,
+        "C:\\Windows\\System32\\cmd.exe": 0, "C:\\Users\\u\\outside\\notes": 0, "C:\\Users\\u": 0,
     }
     assert {path: tree.access(path, PACKAGE) for path in expected} == expected
 
@@ -299,6 +294,93 @@ def test_other_filesystems_are_refused_before_anything_else():
     with pytest.raises(UnavailableError) as refused:
         prepare(tree, request())
     assert refused.value.code == "unsupported_filesystem" and not tree.writes
+
+
+@pytest.mark.parametrize("edition", windows_dacls.EDITIONS)
+def test_the_stock_split_dacl_of_windows_and_program_files_is_covered(edition):
+    # (issue 31, D1) ALL APPLICATION PACKAGES: (RX) on the directory, without inheritance, and
+    # (OI)(CI)(IO)(GR,GE) for its contents — the real DACL, and what a directory below inherits
+    tree = FakeTree.stock(edition)
+    for path in ("C:\\Windows", "C:\\Program Files", "C:\\Windows\\System32",
+                 "C:\\Program Files\\Python313"):
+        assert aceplan.covered(tree.read(path)), path
+    for path in ("C:\\", "C:\\Users", "C:\\Users\\u", "C:\\hostedtoolcache\\windows"):
+        assert not aceplan.covered(tree.read(path)), path
+    protected, sddl = windows_dacls.STOCK[edition]["C:\\Windows"]
+    assert aceplan.covered(acl.Dacl(windows_dacls.aces(sddl), protected))
+
+
+@pytest.mark.parametrize("edition", windows_dacls.EDITIONS)
+def test_a_launch_reading_the_stock_system_directories_leaves_them_alone(edition):
+    tree = workspace(edition)
+    tree.add("C:\\Program Files\\Python313\\junction", reparse_tag=0xA0000003)
+    system = (PathGrant("C:\\Windows", "C:\\Windows"),
+              PathGrant("C:\\Program Files", "C:\\Program Files"),
+              PathGrant("C:\\Program Files\\Python313", "C:\\Program Files\\Python313"))
+    held: list[str] = []
+    recorder = Recorder(tree)
+    done = filesystem.prepare(request(read=system), PACKAGE, recorder, tree, tree, no_lock,
+                              held.append)
+    assert done["roots_open_to_every_appcontainer"] == 3
+    assert not [name for _, name, _ in recorder.added if not name.startswith("C:\\Users")]
+    # and every AppContainer can read and run what is there, the launch's included
+    for path in ("C:\\Windows\\System32\\cmd.exe", "C:\\Program Files\\Python313\\python.exe"):
+        assert tree.access(path, sids.ALL_APP_PACKAGES) & RX == RX
+
+
+@pytest.mark.parametrize("edition", windows_dacls.EDITIONS)
+def test_a_root_whose_dacl_this_user_may_not_change_is_refused_before_anything(edition):
+    # (issue 31, D5) the CI runner's interpreter, made by an administrator below C:\, in a
+    # standard user's launch: no WRITE_DAC there; refused typed, naming it, nothing changed
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    root = PathGrant("C:\\hostedtoolcache\\windows", "C:\\hostedtoolcache\\windows")
+    original = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request(read=request().read + (root,)))
+    assert refused.value.capability == "filesystem.read"
+    assert "C:\\hostedtoolcache\\windows" in refused.value.message
+    assert "WRITE_DAC" in refused.value.message
+    assert tree.snapshot() == original and not tree.writes
+    # one file below a root the user owns, owned and locked by someone else: refused too
+    tree = workspace(edition)
+    tree.file("C:\\Users\\u\\ws\\src\\theirs.c")
+    tree.nodes["c:\\users\\u\\ws\\src\\theirs.c"].protected = True
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request())
+    assert refused.value.capability == "filesystem.write" and "theirs.c" in refused.value.message
+    assert not tree.writes
+    # elevated, the administrator may: the launch goes ahead
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    tree.caller = ELEVATED
+    prepare(tree, request(read=request().read + (root,)))
+    assert tree.access("C:\\hostedtoolcache\\windows\\python.exe", PACKAGE) == RX
+    # and once every AppContainer may read it (the workflow's unelevated job does that), no
+    # change is needed at all
+    tree = workspace(edition)
+    tree.file("C:\\hostedtoolcache\\windows\\python.exe")
+    opened = tree.nodes["c:\\hostedtoolcache\\windows"]
+    opened.explicit = (Ace.allow(sids.ALL_APP_PACKAGES, RX, BOTH),)
+    prepare(tree, request(read=request().read + (root,)))
+    assert not [p for p in tree.writes if p.startswith("C:\\hostedtoolcache")]
+
+
+def test_generic_rights_in_an_entry_count_as_the_file_rights_they_stand_for():
+    every = sids.ALL_APP_PACKAGES
+    generic_rx = c.GENERIC_READ | c.GENERIC_EXECUTE
+    assert aceplan.covered(acl.Dacl((Ace.allow(every, generic_rx, BOTH),)))
+    assert aceplan.covered(acl.Dacl((Ace.allow(every, c.GENERIC_ALL, BOTH),)))
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, c.GENERIC_READ, BOTH),)))
+    # a split pair must cover all three: the directory, its files and its directories
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, RX),)))
+    assert not aceplan.covered(acl.Dacl((Ace.allow(every, generic_rx, BOTH | acl.INHERIT_ONLY),)))
+    assert not aceplan.covered(acl.Dacl((
+        Ace.allow(every, RX), Ace.allow(every, generic_rx, acl.OBJECT_INHERIT | acl.INHERIT_ONLY))))
+    assert not aceplan.covered(acl.Dacl((
+        Ace.allow(every, RX), Ace.allow(every, generic_rx, BOTH | acl.INHERIT_ONLY
+                                        | acl.NO_PROPAGATE))))
+    assert aceplan.exposed(acl.Dacl((Ace.allow(every, c.GENERIC_READ),)))
 
 
 def test_covered_and_exposed_read_all_application_packages_entries():

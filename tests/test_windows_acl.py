@@ -145,3 +145,24 @@ def test_allowed_sums_effective_allow_entries_of_one_sid_and_ignores_denials():
             Ace(acl.DENY, 0, Ace.allow(PACKAGE, 0x1).body), Ace.allow(PACKAGE, 0x4, INH),
             Ace.allow(USERS, 0x8, 0))
     assert acl.allowed(aces, PACKAGE) == 0x5
+
+
+def test_generic_information_is_mapped_where_effective_and_kept_where_passed_on():
+    # "ACE inheritance rules": an effective inherited entry has its generic rights mapped and
+    # CREATOR OWNER replaced; a container that must pass the entry on gets two — the mapped
+    # effective one, then an inherit-only copy keeping the generic form.
+    generic = 0x80000000 | 0x20000000  # GENERIC_READ | GENERIC_EXECUTE
+    creator = "S-1-3-0"
+    parent = (Ace.allow(USERS, generic, OI | CI | IO), Ace.allow(creator, 0x10000000, OI | CI | IO),
+              Ace.allow(SYSTEM, 0x1200A9, OI | CI))
+    assert [(a.sid, a.mask, a.flags) for a in acl.inherit(parent, True, owner=PACKAGE)] == [
+        (USERS, 0x1200A9, INH), (USERS, generic, OI | CI | IO | INH),
+        (PACKAGE, 0x1F01FF, INH), (creator, 0x10000000, OI | CI | IO | INH),
+        (SYSTEM, 0x1200A9, OI | CI | INH)]
+    assert [(a.sid, a.mask, a.flags) for a in acl.inherit(parent, False, owner=PACKAGE)] == [
+        (USERS, 0x1200A9, INH), (PACKAGE, 0x1F01FF, INH), (SYSTEM, 0x1200A9, INH)]
+    # not passed on (NO_PROPAGATE): only the mapped effective entry
+    assert [(a.mask, a.flags) for a in acl.inherit((Ace.allow(USERS, generic, CI | NP),),
+                                                   True)] == [(0x1200A9, INH)]
+    assert acl.allowed((Ace.allow(USERS, generic),), USERS) == 0x1200A9
+    assert acl.mapped(0x10000000 | 0x1) == 0x1F01FF

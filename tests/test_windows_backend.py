@@ -11,17 +11,17 @@ import sys
 from dataclasses import replace
 
 import pytest
-from test_windows_fakes import PACKAGE, USER
+from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32, win32_error
 
 import stockade.windows
-from stockade.errors import UnavailableError, UnenforceableError
+from stockade.errors import SetupError, StartError, UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.windows import constants as c
-from stockade.windows import desktop, job, process, rules, tokens
+from stockade.windows import desktop, handle, job, process, rules, tokens
 from stockade.windows.backend import REPORT, WindowsBackend
 
 BREAKAWAY_OK, SILENT_BREAKAWAY_OK = 0x800, 0x1000
-not_windows = pytest.mark.skipif(sys.platform == "win32", reason="checks the non-Windows side")
+not_windows = pytest.mark.not_windows  # (checks the non-Windows side)
 
 
 def base(**changes) -> LaunchRequest:
@@ -118,6 +118,32 @@ def test_the_report_agrees_with_check():
         with pytest.raises(UnenforceableError):
             rules.check(request)
         assert not {row.name: row for row in REPORT}[name].enforced
+
+
+def test_an_owner_in_a_job_gets_a_nested_job_without_ui_limits_and_it_is_seen(monkeypatch):
+    # (issue 31, D4: "nested by default if ... neither job sets UI limits"; before, the Job
+    # always set them and CreateProcessW's refusal read as 71 command_not_started)
+    fake = FakeWin32()
+    bind_win32(monkeypatch, fake, job)
+    assert job.owner_in_job() is False
+    fake.owner_in_job = True
+    assert job.owner_in_job() is True
+    nested = job.job_plan(LimitSpec(memory=1 << 20), cpus=8, nested=True)
+    assert nested.ui_restrictions == 0 and job.applied(nested)["ui_restrictions"] == "none"
+    assert nested.limit_flags & c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+    assert job.applied(job.job_plan(LimitSpec(), cpus=8))["ui_restrictions"] == "all"
+
+
+def test_a_start_refused_inside_the_owners_job_is_a_typed_refusal_of_the_launch():
+    denied = win32_error(5, "CreateProcessW")
+    refusal = handle.start_failure(denied, "cmd.exe", nested=True)
+    assert isinstance(refusal, SetupError) and refusal.code == "owner_job_not_nestable"
+    assert refusal.exit_code == 70 and "Job" in refusal.message
+    outside = handle.start_failure(denied, "cmd.exe", nested=False)
+    assert isinstance(outside, StartError) and outside.exit_code == 71
+    missing = handle.start_failure(win32_error(2, "CreateProcessW"), "x.exe", nested=True)
+    assert isinstance(missing, StartError) and missing.code == "command_not_started"
+    assert handle.start_failure(win32_error(8, "CreateProcessW"), "x.exe", nested=True) is None
 
 
 def test_every_job_kills_on_close_never_allows_breakaway_and_restricts_the_ui():

@@ -1,7 +1,8 @@
 """A model of an NTFS volume for the Windows backend's pure logic: a tree of files and
 directories, each with explicit ACEs, a protected flag, a file id, a link count and reparse
 attributes. Reading a DACL gives the explicit entries followed by the inherited ones, derived from
-the parent as Windows propagates them (acl.inherit) unless the DACL is protected — which is what
+the parent as Windows propagates them (acl.inherit: generic rights mapped where effective,
+split entries, CREATOR OWNER as the node's owner) unless the DACL is protected — which is what
 SetNamedSecurityInfoW leaves on disk after propagating a change. It serves as grants.AclStore and
 filesystem.Filesystem; `PersistentTree` keeps itself in a JSON file so a crashed process's
 changes survive it.
@@ -20,6 +21,8 @@ import ntpath
 import os
 import weakref
 from dataclasses import dataclass, field
+
+import windows_dacls
 
 from stockade.lifecycle import removers
 from stockade.windows import acl, desktop, grants, records
@@ -48,27 +51,58 @@ class Node:
     file_id: str = ""
     links: int = 1
     reparse_tag: int = 0
+    owner: str = ADMINS  # (made by an administrator, unless said otherwise)
+
+
+AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
+STANDARD_USER = (USER, USERS, AUTHENTICATED_USERS, EVERYONE)  # a standard user's token
+ELEVATED = (*STANDARD_USER, ADMINS)  # an administrator's, elevated
 
 
 @dataclass
 class FakeTree:
     nodes: dict[str, Node] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
+    caller: tuple[str, ...] = STANDARD_USER  # the SIDs of the process asking
 
     @classmethod
-    def volume(cls) -> FakeTree:
-        """A drive root with a typical system DACL."""
+    def volume(cls, edition: str = "windows11") -> FakeTree:
+        """A drive root with the DACL it has on a stock `edition` (windows_dacls.py)."""
         tree = cls()
-        tree.add("C:\\", explicit=(Ace.allow(SYSTEM, FULL, BOTH), Ace.allow(ADMINS, FULL, BOTH),
-                                   Ace.allow(USERS, c.FILE_GENERIC_READ_EXECUTE, BOTH)))
+        protected, sddl = windows_dacls.STOCK[edition]["C:\\"]
+        tree.add("C:\\", explicit=windows_dacls.aces(sddl), protected=protected)
+        return tree
+
+    @classmethod
+    def stock(cls, edition: str = "windows11", user: str = USER) -> FakeTree:
+        """A stock `edition`'s system volume as the backend meets it: C:\\Windows (with
+        System32), C:\\Program Files, C:\\Users and the profile of `user`, C:\\Users\\u,
+        each with its real DACL; and C:\\hostedtoolcache, as the runner image makes it."""
+        tree = cls.volume(edition)
+        for path, (protected, sddl) in windows_dacls.STOCK[edition].items():
+            if path != "C:\\":
+                tree.add(path, explicit=windows_dacls.aces(sddl), protected=protected)
+        protected, sddl = windows_dacls.profile(user)
+        tree.add("C:\\Users\\u", explicit=windows_dacls.aces(sddl), protected=protected,
+                 owner=user)
+        for path in ("C:\\Windows\\System32", "C:\\Program Files\\Python313",
+                     "C:\\hostedtoolcache", "C:\\hostedtoolcache\\windows"):
+            tree.add(path)
+        for path in ("AppData", "AppData\\Local", "AppData\\Local\\Temp"):
+            tree.add("C:\\Users\\u\\" + path, owner=user)
+        for path in ("C:\\Windows\\System32\\cmd.exe",
+                     "C:\\Program Files\\Python313\\python.exe"):
+            tree.file(path)
         return tree
 
     def add(self, path: str, *, is_dir: bool = True, explicit: tuple[Ace, ...] = (),
-            protected: bool = False, links: int = 1, reparse_tag: int = 0) -> str:
+            protected: bool = False, links: int = 1, reparse_tag: int = 0,
+            owner: str = ADMINS) -> str:
         parent = ntpath.dirname(path)
         assert path == "C:\\" or parent.casefold() in self.nodes, f"no parent for {path}"
         self.nodes[path.casefold()] = Node(path, is_dir, tuple(explicit), protected,
-                                           f"1:{len(self.nodes) + 1:x}", links, reparse_tag)
+                                           f"1:{len(self.nodes) + 1:x}", links, reparse_tag,
+                                           owner)
         return path
 
     def file(self, path: str, **changes) -> str:
@@ -89,7 +123,7 @@ class FakeTree:
         if node.protected or node.path == "C:\\":
             return ()
         parent = self.read(ntpath.dirname(node.path))
-        return acl.inherit(parent.aces, node.is_dir)
+        return acl.inherit(parent.aces, node.is_dir, node.owner)
 
     def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
@@ -116,6 +150,13 @@ class FakeTree:
     def filesystem(self, path: str) -> str:
         return "NTFS"
 
+    def dacl_writable(self, path: str) -> bool:
+        """Windows' answer for the caller: WRITE_DAC allowed by an entry for one of its SIDs,
+        or implied by owning the object (no OWNER RIGHTS entry in these models)."""
+        node = self._node(path)
+        return node.owner in self.caller or any(
+            self.access(path, sid) & c.WRITE_DAC for sid in self.caller)
+
     # for the tests
     def access(self, path: str, sid: str) -> int:
         return acl.allowed(self.read(path).aces, sid)
@@ -126,15 +167,16 @@ class FakeTree:
 
     def to_json(self) -> str:
         return json.dumps([[n.path, n.is_dir, [a.hex() for a in n.explicit], n.protected,
-                            n.file_id, n.links, n.reparse_tag] for n in self.nodes.values()])
+                            n.file_id, n.links, n.reparse_tag, n.owner]
+                           for n in self.nodes.values()])
 
     @classmethod
     def from_json(cls, text: str) -> FakeTree:
         tree = cls()
-        for path, is_dir, explicit, protected, file_id, links, tag in json.loads(text):
+        for path, is_dir, explicit, protected, file_id, links, tag, owner in json.loads(text):
             tree.nodes[path.casefold()] = Node(path, is_dir,
                                                tuple(Ace.from_hex(h) for h in explicit),
-                                               protected, file_id, links, tag)
+                                               protected, file_id, links, tag, owner)
         return tree
 
 
@@ -184,6 +226,67 @@ def test_inheritance_stops_at_a_protected_dacl_and_resumes_below_it():
     assert tree.access("C:\\a\\b\\f", SYSTEM) == 0  # protected: the volume's entries stop too
 
 
+CREATOR = "S-1-5-21-1004336348-1177238915-682003330-500"  # an owner no stock entry names
+
+
+def listing(tree: FakeTree, path: str) -> list[str]:
+    """`path`'s DACL as icacls lists it (the trustees and rights used here), without the entry
+    CREATOR OWNER becomes for the object's owner when that is CREATOR: whether Windows lists it
+    beside an identical entry of the same trustee is not documented, so no test here says."""
+    names = {CREATOR: "", windows_dacls.TRUSTED_INSTALLER: "TrustedInstaller", SYSTEM: "SYSTEM",
+             ADMINS: "Administrators", USERS: "Users", "S-1-5-11": "Authenticated Users",
+             "S-1-3-0": "CREATOR OWNER", sids.ALL_APP_PACKAGES: "ALL APPLICATION PACKAGES",
+             sids.ALL_RESTRICTED_APP_PACKAGES: "ALL RESTRICTED APPLICATION PACKAGES"}
+    rights = {0x1F01FF: "F", c.GENERIC_ALL: "F", c.FILE_MODIFY: "M", 0x1200A9: "RX",
+              c.GENERIC_READ | c.GENERIC_EXECUTE: "GR,GE", 0x4: "AD", 0x2: "WD",
+              c.DELETE | c.GENERIC_READ | c.GENERIC_WRITE | c.GENERIC_EXECUTE: "M"}
+    flags = ((acl.INHERITED, "(I)"), (acl.OBJECT_INHERIT, "(OI)"),
+             (acl.CONTAINER_INHERIT, "(CI)"), (acl.NO_PROPAGATE, "(NP)"),
+             (acl.INHERIT_ONLY, "(IO)"))
+    return [names[a.sid] + ":" + "".join(t for bit, t in flags if a.flags & bit)
+            + f"({rights[a.mask]})" for a in tree.read(path).aces if a.sid != CREATOR]
+
+
+def test_a_directory_below_program_files_inherits_what_icacls_shows_there():
+    # A folder an installer made in C:\Program Files (as icacls lists one on Windows 11 and
+    # Server 2022): each split pair of the parent becomes a mapped effective entry followed by
+    # the inherit-only copy with the generic rights; CREATOR OWNER becomes the owner.
+    for edition in windows_dacls.EDITIONS:
+        tree = FakeTree.stock(edition)
+        for path in ("C:\\Program Files\\Python313", "C:\\Program Files\\Python313\\python.exe"):
+            tree.nodes[path.casefold()].owner = CREATOR
+        assert listing(tree, "C:\\Program Files\\Python313") == [
+            "TrustedInstaller:(I)(F)", "TrustedInstaller:(I)(CI)(IO)(F)",
+            "SYSTEM:(I)(F)", "SYSTEM:(I)(OI)(CI)(IO)(F)",
+            "Administrators:(I)(F)", "Administrators:(I)(OI)(CI)(IO)(F)",
+            "Users:(I)(RX)", "Users:(I)(OI)(CI)(IO)(GR,GE)", "CREATOR OWNER:(I)(OI)(CI)(IO)(F)",
+            "ALL APPLICATION PACKAGES:(I)(RX)",
+            "ALL APPLICATION PACKAGES:(I)(OI)(CI)(IO)(GR,GE)",
+            "ALL RESTRICTED APPLICATION PACKAGES:(I)(RX)",
+            "ALL RESTRICTED APPLICATION PACKAGES:(I)(OI)(CI)(IO)(GR,GE)"]
+        # a file there: every entry effective, generic rights mapped
+        assert listing(tree, "C:\\Program Files\\Python313\\python.exe") == [
+            "SYSTEM:(I)(F)", "Administrators:(I)(F)", "Users:(I)(RX)",
+            "ALL APPLICATION PACKAGES:(I)(RX)",
+            "ALL RESTRICTED APPLICATION PACKAGES:(I)(RX)"]
+
+
+def test_a_directory_made_below_the_drives_root_inherits_what_icacls_shows_there():
+    windows11, server = FakeTree.stock("windows11"), FakeTree.stock("server2022")
+    server.nodes["c:\\hostedtoolcache"].owner = CREATOR
+    assert listing(windows11, "C:\\hostedtoolcache") == [
+        "Administrators:(I)(OI)(CI)(F)", "SYSTEM:(I)(OI)(CI)(F)", "Users:(I)(OI)(CI)(RX)",
+        "Authenticated Users:(I)(M)", "Authenticated Users:(I)(OI)(CI)(IO)(M)"]
+    assert listing(server, "C:\\hostedtoolcache") == [
+        "SYSTEM:(I)(OI)(CI)(F)", "Administrators:(I)(OI)(CI)(F)", "Users:(I)(OI)(CI)(RX)",
+        "Users:(I)(CI)(AD)", "Users:(I)(CI)(WD)", "CREATOR OWNER:(I)(OI)(CI)(IO)(F)"]
+    assert server.access("C:\\hostedtoolcache", CREATOR) == FULL  # (CREATOR OWNER's, mapped)
+    # No stock directory gives a standard user WRITE_DAC there (issue 31, D5).
+    for tree in (windows11, server):
+        for trustee in (USERS, "S-1-5-11"):
+            assert not tree.access("C:\\hostedtoolcache\\windows", trustee) & c.WRITE_DAC
+
+
 def test_scan_lists_direct_children_only_and_entries_carry_links_and_reparse_tags():
     tree = FakeTree.volume()
     tree.add("C:\\a")
@@ -215,7 +318,9 @@ class FakeWin32:
     - tokens: GetTokenInformation writes a structure followed by the SID it points to into the
       caller's buffer; ConvertSidToStringSidW reads a SID only from memory that is still
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
-    - Jobs: QueryInformationJobObject answers what SetInformationJobObject set, and the basic
+    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
+      for this process, as under Git Bash or some CI runners; a launched child always is);
+      QueryInformationJobObject answers what SetInformationJobObject set, and the basic
       accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
       process gone per query), as termination is asynchronous.
     """
@@ -231,6 +336,7 @@ class FakeWin32:
         self._allocated: dict[int, ctypes.Array] = {}
         self._names: dict[str, str] = {}  # derived SID -> profile name
         self.jobs: dict[int, dict] = {}
+        self.owner_in_job = False
 
     # memory
     def _sid_buffer(self, sid: str) -> int:
@@ -301,6 +407,10 @@ class FakeWin32:
     def is_dir(self, path: str) -> bool:
         return path in self.storage
 
+    def mapped(self, sid: str) -> bool:
+        """Whether the registry still maps `sid` to a profile (its Mappings key)."""
+        return self._names.get(sid) in self.profiles
+
     # tokens
     def token_answers(self, is_appcontainer: int, package: str, capabilities: int) -> None:
         self._token = {c.TOKEN_IS_APP_CONTAINER: is_appcontainer,
@@ -319,7 +429,8 @@ class FakeWin32:
         return 1
 
     def IsProcessInJob(self, process, job, ref):  # noqa: N802
-        out(ref, 1)
+        out(ref, int(self.owner_in_job) if process == self.GetCurrentProcess() and job is None
+            else 1)
         return 1
 
     def GetTokenInformation(self, token, info_class, buffer, size, returned):  # noqa: N802

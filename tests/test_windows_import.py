@@ -56,7 +56,9 @@ def policies(tmp_path: Path) -> dict[str, str]:
     base = {"version": 1, "filesystem": {"read": [str(tmp_path)], "write": [str(workspace)]},
             "network": {"mode": "none"}, "process": {"cwd": str(workspace)}}
     files = {"good": base, "vm": base | {"containment": "vm"},
-             "invalid": base | {"no_such_section": {}}}
+             "invalid": base | {"no_such_section": {}},
+             "exec": {"version": 1, "containment": "processcontainer",
+                      "process": {"commandLine": "cmd /d /c exit 0"}}}
     for name, body in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
     return {name: str(tmp_path / f"{name}.json") for name in files}
@@ -162,6 +164,11 @@ def test_the_api_chooses_a_windows_backend_and_refuses_typed_never_trying_linux(
      "no_such_section"),
     (["run", "--policy", "{good}", "--", "cmd", "/d", "/c", "exit", "0"], EXIT_SETUP,
      "backend_unavailable"),
+    (["run", "--json", "--policy", "{good}", "--", "cmd", "/d", "/c", "exit", "0"], EXIT_SETUP,
+     '"backend_unavailable"'),
+    (["exec", "{exec}"], EXIT_SETUP, "unenforceable:exec.commandLine"),
+    (["exec", "--json", "{exec}"], EXIT_SETUP, '"code": "unenforceable:exec.commandLine"'),
+    (["exec", "{invalid}"], EXIT_USAGE, "policy_invalid"),
     (["run", "--policy", "{vm}", "--", "cmd"], EXIT_SETUP, "windows_sandbox_unavailable"),
     (["run", "--policy", "{good}", "--isolation", "landlock", "--", "cmd"], EXIT_SETUP,
      "isolation"),

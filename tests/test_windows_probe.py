@@ -23,7 +23,6 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.linux.probe import LinuxProbe
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
 from stockade.windows import sid as sids
@@ -76,7 +75,8 @@ def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer
                                       or structs.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION()))},
         "mitigations": {"extension_points": raw(policies[0].to_bytes(4, "little")),
                         "image_load": raw(policies[1].to_bytes(4, "little"))},
-        "desktop": {"name": DESKTOP, "default_desktop": "denied"},
+        # (in an interactive session an AppContainer most likely opens Default: issue 31, D3)
+        "desktop": {"name": DESKTOP, "default_desktop": "ok"},
         "environment": ["PATH", "SYSTEMROOT"],
         "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
                   "outside_path": "denied"},
@@ -203,7 +203,8 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     assert set(a.timings) == {"backend", "ledger", "launch", "checks"}
     expected = {fact for checks in windows_probe.EXPECTATIONS.values() for fact in checks}
     assert expected <= set(a.facts)
-    assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer"}
+    assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer",
+                                       "default_desktop"}  # (for information)
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
     assert a.facts["job_memory"] == facts.PROBE_MEMORY
     # The request it checked and launched: the probe child, network none, the minimal roots.
@@ -283,8 +284,6 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "child_sees_the_job"),
     (enforced_for, reported(_set("desktop", "name", value="Default")), "desktop_not_enforced",
      "desktop", "private_desktop"),
-    (enforced_for, reported(_set("desktop", "default_desktop", value="ok")),
-     "desktop_not_enforced", "desktop", "default_desktop"),
     (weakened(_set("desktop", "every_appcontainer_rights", value=1)), _as_is,
      "desktop_not_enforced", "desktop", "desktop_rights"),
     (weakened(_set("desktop", "station_rights", value=0x37F)), _as_is,
@@ -306,6 +305,8 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
     (enforced_for, reported(_set("tcp_loopback", value="ok")), "network_not_enforced",
      "network", "tcp_loopback"),
     (enforced_for, reported(_set("environment", value=["PATH", "SECRET", "SYSTEMROOT"])),
+     "environment_not_enforced", "environment", "environment"),
+    (enforced_for, reported(_set("environment", value=["PATH", "TEMP", "USERPROFILE"])),
      "environment_not_enforced", "environment", "environment"),
     (weakened(_set("job", "memory", value=0)), _as_is, "job_not_enforced", "job",
      "child_sees_the_job"),
@@ -429,8 +430,10 @@ def test_the_attestation_names_no_path_sid_or_profile(ledger, host, monkeypatch)
 # --- the seam ----------------------------------------------------------------------------------
 
 
+@pytest.mark.linux  # (and the Linux backend's: it imports only on Linux)
 def test_the_platform_half_is_the_backends_own():
     from stockade.linux.backend import LinuxBackend
+    from stockade.linux.probe import LinuxProbe
 
     assert isinstance(WindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
     assert isinstance(FakeWindowsBackend().readiness_probe(), windows_probe.WindowsProbe)
@@ -485,8 +488,10 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     for name in ("identity", "filesystem.write", "filesystem.deny", "filesystem.links",
                  "network.none", "network.loopback", "network.link_local",
                  "network.inherited_handles", "limits.memory", "limits.pids", "limits.timeout",
-                 "limits.output", "kill_on_close", "desktop", "ui_restrictions", "settlement"):
+                 "limits.output", "kill_on_close", "ui_restrictions", "settlement"):
         assert status[name] == "enforced", name
+    # The user's Default desktop opened from inside (an interactive session): partial.
+    assert status["desktop"] == "partial" and "Default" in rows["desktop"].reason
     # Enforced, with what it does not cover.
     assert "interpreter" in rows["filesystem.exec_from_write"].reason
     assert status["filesystem.exec_from_write"] == "enforced"
@@ -503,6 +508,44 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert "link-local" in rows["network.any"].reason
     assert "`any` is refused" in rows["network.link_local"].reason
     assert "per-file size" in rows["limits.file_size"].reason
+
+
+def test_an_owner_in_a_job_is_ready_without_ui_limits_and_the_report_says_so(ledger, host):
+    # (issue 31, D4) nested: the Job sets no UI limits, read back and seen from inside so
+    nested = job.job_plan(windows_probe.PROBE_LIMITS, cpus=4, nested=True)
+
+    def enforce(request: LaunchRequest) -> dict:
+        return enforced_for(request, plan=nested) | {"owner_in_job": True}
+
+    backend = FakeWindowsBackend(enforce, report=reported(lambda r: None, plan=nested))
+    a = probed(backend, ledger, host)
+    assert a.ready and a.facts["job_ui_restrictions"] == windows_probe.NESTED_UI, a.message
+    row = {row.name: row for row in report.build(a, backend).rows}["ui_restrictions"]
+    assert row.status == "partial" and "in a Job" in row.reason
+    # the same Job without the owner in one: UI limits missing, not ready
+    backend = FakeWindowsBackend(lambda r: enforced_for(r, plan=nested),
+                                 report=reported(lambda r: None, plan=nested))
+    a = probed(backend, ledger, host)
+    assert (a.ready, a.stage, a.reason) == (False, "job", "job_not_enforced")
+
+
+def test_the_profiles_own_temp_and_localappdata_are_not_a_leak(ledger, host):
+    # (issue 31, D12) an AppContainer child may be given its profile's LOCALAPPDATA, TEMP, TMP
+    names = ["LOCALAPPDATA", "PATH", "SYSTEMROOT", "TEMP", "TMP"]
+    a = probed(FakeWindowsBackend(report=reported(_set("environment", value=names))),
+               ledger, host)
+    assert a.ready and a.facts["environment"] == names, a.message
+
+
+def test_a_child_that_opens_the_users_desktop_is_ready_and_the_report_says_so(ledger, host):
+    # (issue 31, D3: required before, every interactive Windows 11 session failed readiness)
+    for opens, status in (("ok", "partial"), ("denied", "enforced")):
+        backend = FakeWindowsBackend(report=reported(_set("desktop", "default_desktop",
+                                                          value=opens)))
+        a = probed(backend, ledger, host)
+        assert a.ready and a.facts["default_desktop"] == opens, a.message
+        row = {row.name: row for row in report.build(a, backend).rows}["desktop"]
+        assert row.status == status
 
 
 def test_the_report_renders_the_windows_heading(ready_report):

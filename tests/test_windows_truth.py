@@ -84,11 +84,29 @@ def test_a_profile_whose_storage_stays_is_not_counted_deleted(fake):
     assert not identity.profile_exists(PROFILE, fake.is_dir)
 
 
-def test_an_unexplained_folder_path_failure_proves_nothing(fake, monkeypatch):
+def test_an_unexplained_folder_path_failure_proves_nothing_while_windows_maps_the_sid(
+        fake, monkeypatch):
+    sid = ctypes.c_void_p()
+    fake.CreateAppContainerProfile(PROFILE, "", "", None, 0, ctypes.byref(sid))
     monkeypatch.setattr(fake, "GetAppContainerFolderPath",
                         lambda sid, ref: 0x80070005 - (1 << 32))  # E_ACCESSDENIED
     with pytest.raises(OSError, match="0x80070005"):
-        identity.profile_exists(PROFILE, fake.is_dir)
+        identity.profile_exists(PROFILE, fake.is_dir, fake.mapped)
+
+
+def test_a_deleted_profiles_undocumented_answer_is_absent_when_windows_maps_it_no_more(
+        fake, monkeypatch, caplog):
+    # (issue 31, D9: E_INVALIDARG for a deleted profile raised in settlement, exit 70 after
+    # the command had run)
+    sid = ctypes.c_void_p()
+    fake.CreateAppContainerProfile(PROFILE, "", "", None, 0, ctypes.byref(sid))
+    monkeypatch.setattr(fake, "GetAppContainerFolderPath",
+                        lambda sid, ref: 0x80070057 - (1 << 32))  # E_INVALIDARG
+    fake.DeleteAppContainerProfile(PROFILE)
+    with caplog.at_level("INFO", logger=identity.__name__):
+        assert identity.profile_exists(PROFILE, fake.is_dir, fake.mapped) is False
+        identity.delete_profile(PROFILE, fake.is_dir, fake.mapped)  # settles
+    assert "0x80070057" in caplog.text
 
 
 # --- tokens ------------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ def test_it_runs_on_both_windows_images_elevated_and_not(workflow):
     assert wrapped and all(argv[1] == "scripts/windows-unelevated.ps1" for argv in wrapped)
     assert not [argv for argv in unelevated
                 if argv[:2] == ["python", "scripts/windows_ci.py"]
+                and argv[2:] != ["open-interpreter"]  # (the administrator's preparation)
                 and ["pwsh", "scripts/windows-unelevated.ps1", shlex.join(argv)] not in wrapped]
 
 
@@ -93,12 +94,65 @@ def steps_run(job: dict) -> list[str]:
 def test_it_runs_what_the_issue_asks_for(workflow):
     elevated, unelevated = workflow["jobs"]["elevated"], workflow["jobs"]["unelevated"]
     assert steps_run(elevated) == ["imports", "probe", "exit-codes", "tests", "evidence"]
-    assert steps_run(unelevated) == ["imports", "probe", "exit-codes", "tests"]
+    assert steps_run(unelevated) == ["imports", "open-interpreter", "probe", "exit-codes",
+                                     "tests", "evidence"]
     for job in (elevated, unelevated):
-        uploads = [step["with"]["path"] for step in job["steps"]
-                   if step.get("uses", "").startswith("actions/upload-artifact@")]
-        assert "attestation.json" in uploads
-    assert "evidence.json" in [step.get("with", {}).get("path") for step in elevated["steps"]]
+        uploads = {step["with"]["path"]: step["with"] for step in job["steps"]
+                   if step.get("uses", "").startswith("actions/upload-artifact@")}
+        assert set(uploads) == {"attestation.json", "evidence.json"}
+        assert all(kept.get("retention-days") == 90 for kept in uploads.values())
+
+
+def test_no_step_can_pass_having_run_nothing():
+    # (issue 31, D7: the evidence step passed with --allow-not-run and no Windows row)
+    for path in (WORKFLOW, windows_ci.__file__):
+        with open(path) as f:
+            assert "allow-not-run" not in f.read(), path
+    assert windows_ci.judged({}) != []
+    assert windows_ci.judged({"test_cli::test_x": "passed"}) == [
+        f"no W1 real-child test ({windows_ci.W1_MODULE}) passed"]
+    w1 = f"{windows_ci.W1_MODULE}::test_a"
+    assert windows_ci.judged({w1: "passed"}) == []
+    assert windows_ci.judged({w1: "passed", "test_cli::test_y": "skipped"}) == ["1 skipped"]
+    assert windows_ci.judged({w1: "skipped"}) == [
+        "1 tests ran, 0 passed: a run of nothing", "1 skipped",
+        f"no W1 real-child test ({windows_ci.W1_MODULE}) passed"]
+
+
+def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_path):
+    import windows_first_run
+
+    checklist = windows_first_run.stages(str(tmp_path))
+    steps = [argv[2] for _, argv, _ in checklist
+             if argv and argv[:2] == windows_first_run.CI]
+    assert sorted(steps) == sorted(set(windows_ci.STEPS) - {"open-interpreter"})  # (changes no ACL)
+    assert [name for name, _, _ in checklist][:1] == ["host"]
+    kept = {os.path.basename(arg) for _, argv, _ in checklist for arg in argv or ()}
+    assert {"attestation.json", "evidence.json"} <= kept
+    # off Windows it refuses, typed, with no traceback
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "windows_first_run.py")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "for a Windows host" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_w1_matrix_counts_a_row_that_did_not_run_as_a_failure(tmp_path):
+    import test_windows_enforcement as w1
+
+    rows = windows_ci.w1_matrix({})
+    assert [row["row"] for row in rows] == list(w1.W1)
+    assert {row["outcome"] for row in rows} == {"not run"}
+    first, second = list(w1.W1.values())[:2]
+    junit = tmp_path / "w1.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        f'<testcase classname="tests.{windows_ci.W1_MODULE}" name="{first}"/>'
+        f'<testcase classname="tests.{windows_ci.W1_MODULE}" name="{second}">'
+        '<skipped message="the Windows backend cannot run here"/></testcase>'
+        '</testsuite></testsuites>')
+    seen = windows_ci.outcomes(str(junit))
+    assert [row["outcome"] for row in windows_ci.w1_matrix(seen)][:3] == [
+        "passed", "skipped", "not run"]
 
 
 def test_every_command_it_runs_exists_here(workflow):

@@ -4,6 +4,9 @@ in on Windows: importing its modules, parsing a command line, choosing a backend
 This is a guard, not an emulator. Before the code under test runs, `look_like_windows()`:
 
 - sets `sys.platform` to "win32" and gives `sys` a `getwindowsversion()` (a recent build);
+  `platform.machine()` answers "AMD64" and `platform.system()` "Windows", as on x64 Windows;
+  `io._WindowsConsoleIO` exists (a class nothing here is an instance of), and
+  `tempfile.TemporaryFile` is `NamedTemporaryFile`, as tempfile chooses on Windows;
 - makes the POSIX-only modules (fcntl, pwd, grp, resource, termios, tty, pty, posix,
   _posixsubprocess, ...) unimportable, and removes the POSIX-only attributes of os, signal,
   socket, select and time that Stockade could reach (os.fork, os.getuid, os.O_CLOEXEC,
@@ -32,6 +35,7 @@ import textwrap
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 WINDOWS_BUILD = 20348  # Windows Server 2022, as the workflow's windows-2022 runner
+WINDOWS_MACHINE = "AMD64"  # platform.machine() on x64 Windows (not "x86_64")
 
 POSIX_ONLY_MODULES = frozenset({
     "fcntl", "grp", "pwd", "resource", "termios", "tty", "pty", "posix", "_posixsubprocess",
@@ -108,6 +112,9 @@ class _Absent:
 
 
 def _stub(name: str):
+    if name.startswith("__"):  # (a module's own attributes, __file__ and such: absent)
+        raise AttributeError(name)
+
     def stub(*args: object, **kwargs: object) -> object:
         raise OSError(f"{name}: a stub (this interpreter only looks like Windows)")
     return stub
@@ -179,6 +186,18 @@ def look_like_windows() -> None:
 
     ctypes.set_last_error = set_last_error  # type: ignore[attr-defined]
     ctypes.GetLastError = ctypes.get_last_error  # type: ignore[attr-defined]
+    import io
+    import platform
+
+    class WindowsConsoleIO(io.RawIOBase):
+        """io's console class on Windows (what pytest's capture looks for); never a console
+        here."""
+
+    io._WindowsConsoleIO = WindowsConsoleIO  # type: ignore[attr-defined]
+    import tempfile
+    tempfile.TemporaryFile = tempfile.NamedTemporaryFile  # (its shape on Windows)
+    platform.machine = lambda: WINDOWS_MACHINE
+    platform.system = lambda: "Windows"
     sys.platform = "win32"
     sys.getwindowsversion = _WindowsVersion  # type: ignore[attr-defined]
     sys.winver = f"{sys.version_info.major}.{sys.version_info.minor}"  # type: ignore

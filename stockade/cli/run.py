@@ -239,14 +239,22 @@ def _open_for_appending(path: str, flag: str) -> TextIO:
 
 def _check_stdout() -> None:
     """With --json the result goes to stdout: a closed or read-only stdout is refused before
-    anything runs (there would be nowhere to say how the command ended)."""
+    anything runs (there would be nowhere to say how the command ended). Windows has no way to
+    ask a descriptor's access mode: there only a closed stdout is refused here."""
+    closed = UsageError("--json: stdout is closed, so the result could not be printed; "
+                        "redirect it to a file")
+    try:
+        os.fstat(1)
+    except OSError:
+        raise closed from None
+    if not hasattr(os, "O_ACCMODE"):  # (Windows: no fcntl)
+        return
     import fcntl
 
     try:
         mode = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE
     except OSError:
-        raise UsageError("--json: stdout is closed, so the result could not be printed; "
-                         "redirect it to a file") from None
+        raise closed from None
     if mode == os.O_RDONLY:
         raise UsageError("--json: stdout is open only for reading, so the result could not "
                          "be printed; redirect it to a file")

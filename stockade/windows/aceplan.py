@@ -66,12 +66,24 @@ def root_aces(sid: str, write: bool, exec_from_write: bool) -> tuple[Ace, ...]:
 
 
 def covered(dacl: Dacl) -> bool:
-    """Whether every AppContainer may already read and execute the tree at this DACL."""
-    both = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
-    return any(a.type == acl.ALLOW and a.effective and a.sid == sids.ALL_APP_PACKAGES
-               and a.flags & both == both and not a.flags & acl.NO_PROPAGATE
-               and a.mask & c.FILE_GENERIC_READ_EXECUTE == c.FILE_GENERIC_READ_EXECUTE
-               for a in dacl.aces)
+    """Whether every AppContainer may already read and execute the tree at this DACL: ALL
+    APPLICATION PACKAGES holds read+execute on the object itself, and passes it on to every
+    file and directory below. The entries may be split, as stock Windows writes them for
+    C:\\Windows and C:\\Program Files — `(RX)` effective without inheritance, and
+    `(OI)(CI)(IO)(GR,GE)` inherit-only with generic rights — so the rights are summed per use,
+    generic rights mapped to file rights."""
+    here = files = directories = 0
+    for a in dacl.aces:
+        if a.type != acl.ALLOW or a.sid != sids.ALL_APP_PACKAGES:
+            continue
+        mask = acl.mapped(a.mask)
+        if a.effective:
+            here |= mask
+        if not a.flags & acl.NO_PROPAGATE:
+            files |= mask if a.flags & acl.OBJECT_INHERIT else 0
+            directories |= mask if a.flags & acl.CONTAINER_INHERIT else 0
+    rx = c.FILE_GENERIC_READ_EXECUTE
+    return all(mask & rx == rx for mask in (here, files, directories))
 
 
 def exposed(dacl: Dacl) -> bool:

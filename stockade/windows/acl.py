@@ -12,11 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stockade.windows import constants as c
 from stockade.windows import sid as sids
 
 ALLOW, DENY = 0x0, 0x1
 OBJECT_INHERIT, CONTAINER_INHERIT, NO_PROPAGATE, INHERIT_ONLY, INHERITED = 0x1, 0x2, 0x4, 0x8, 0x10
 _INHERITANCE = OBJECT_INHERIT | CONTAINER_INHERIT | NO_PROPAGATE | INHERIT_ONLY
+CREATOR_OWNER, CREATOR_GROUP = "S-1-3-0", "S-1-3-1"
+# The file objects' generic mapping: what GENERIC_* in an access mask means on a file.
+_GENERIC = ((c.GENERIC_READ, c.FILE_GENERIC_READ), (c.GENERIC_WRITE, c.FILE_GENERIC_WRITE),
+            (c.GENERIC_EXECUTE, c.FILE_GENERIC_EXECUTE), (c.GENERIC_ALL, c.FILE_ALL_ACCESS))
+_GENERIC_BITS = c.GENERIC_READ | c.GENERIC_WRITE | c.GENERIC_EXECUTE | c.GENERIC_ALL
 _SID_TYPES = {0x0, 0x1, 0x9, 0xA}  # allowed, denied, and their callback forms: mask, then SID
 _OBJECT_TYPES = {0x5, 0x6, 0x7, 0x8, 0xB, 0xC, 0xF, 0x10}  # need ACL_REVISION_DS
 ACL_REVISION, ACL_REVISION_DS = 2, 4
@@ -119,9 +125,25 @@ def decode_aces(data: bytes, count: int) -> tuple[Ace, ...]:
     return tuple(aces)
 
 
-def inherit(parent: tuple[Ace, ...], is_dir: bool) -> tuple[Ace, ...]:
-    """The ACEs an object inherits from its parent's DACL (Windows' rules for OBJECT_INHERIT,
-    CONTAINER_INHERIT, NO_PROPAGATE_INHERIT and INHERIT_ONLY), marked INHERITED."""
+def mapped(mask: int) -> int:
+    """`mask` with its generic rights replaced by the file rights they stand for."""
+    out = mask & ~_GENERIC_BITS
+    for generic, specific in _GENERIC:
+        if mask & generic:
+            out |= specific
+    return out
+
+
+def inherit(parent: tuple[Ace, ...], is_dir: bool, owner: str = "",
+            group: str = "") -> tuple[Ace, ...]:
+    """The ACEs an object inherits from its parent's DACL, marked INHERITED: Windows' rules for
+    OBJECT_INHERIT, CONTAINER_INHERIT, NO_PROPAGATE_INHERIT and INHERIT_ONLY ("ACE inheritance
+    rules"), and what it does with generic information: an inherited entry that is effective on
+    the object has its generic rights mapped to file rights and CREATOR OWNER / CREATOR GROUP
+    replaced by the object's `owner` / `group` (left as they are when not given); one that must
+    also pass generic information on is split in two — the mapped effective entry, then an
+    inherit-only copy keeping the generic form (as icacls shows `(I)(RX)` followed by
+    `(I)(OI)(CI)(IO)(GR,GE)` below C:\\Program Files)."""
     out = []
     for ace in parent:
         flags = ace.flags & _INHERITANCE
@@ -133,15 +155,35 @@ def inherit(parent: tuple[Ace, ...], is_dir: bool) -> tuple[Ace, ...]:
             new = 0
         else:
             continue
-        out.append(ace.with_flags(new | INHERITED))
+        if new & INHERIT_ONLY:
+            out.append(ace.with_flags(new | INHERITED))
+            continue
+        effective = _specific(ace, owner, group)
+        if effective == ace or not new & (OBJECT_INHERIT | CONTAINER_INHERIT):
+            out.append(effective.with_flags(new | INHERITED))
+        else:
+            out.append(effective.with_flags(INHERITED))
+            out.append(ace.with_flags(new | INHERIT_ONLY | INHERITED))
     return tuple(out)
 
 
+def _specific(ace: Ace, owner: str, group: str) -> Ace:
+    """`ace` as it is effective on an object: generic rights mapped, creator SIDs replaced."""
+    if ace.type not in _SID_TYPES:
+        return ace
+    out = ace.with_mask(mapped(ace.mask))
+    creator = {CREATOR_OWNER: owner, CREATOR_GROUP: group}.get(ace.sid)
+    if creator:
+        out = Ace(ace.type, ace.flags, out.body[:4] + sids.to_bytes(creator))
+    return out
+
+
 def allowed(aces: tuple[Ace, ...], sid: str) -> int:
-    """The rights `aces` allow `sid` on the object they are on. Denials are not subtracted: an
-    AppContainer's package SID is matched by allow entries only (see docs/windows.md)."""
+    """The rights `aces` allow `sid` on the object they are on (generic rights as the file
+    rights they stand for). Denials are not subtracted: an AppContainer's package SID is
+    matched by allow entries only (see docs/windows.md)."""
     mask = 0
     for ace in aces:
         if ace.type == ALLOW and ace.effective and ace.sid == sid:
-            mask |= ace.mask
+            mask |= mapped(ace.mask)
     return mask

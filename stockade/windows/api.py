@@ -44,6 +44,16 @@ def _true(result, func, args):
     return result
 
 
+def _handle(result, func, args):
+    """Functions returning INVALID_HANDLE_VALUE on failure."""
+    if result is None or result == _INVALID_HANDLE:
+        raise _fail(ctypes.get_last_error(), func.__name__)
+    return result
+
+
+_INVALID_HANDLE = ctypes.c_void_p(-1).value
+
+
 def _status(result, func, args):
     """Functions returning a Win32 error code (ERROR_SUCCESS is 0)."""
     if result:
@@ -126,6 +136,8 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "CompareObjectHandles": ("kernelbase", BOOL, [HANDLE, HANDLE], None),
     "LocalFree": ("kernel32", PVOID, [PVOID], None),
     "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
+    "CreateFileW": ("kernel32", HANDLE, [LPCWSTR, DWORD, DWORD, _P(SECURITY_ATTRIBUTES), DWORD,
+                                         DWORD, HANDLE], _handle),
     "GetVolumePathNameW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "GetVolumeInformationW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD, _P(DWORD),
                                                  _P(DWORD), _P(DWORD), ctypes.c_wchar_p, DWORD],

@@ -6,6 +6,9 @@
 3. read roots every AppContainer can read already are left alone;
 4. every other root is walked without following reparse points, and any reparse point or file
    with several hard links refuses the launch — before any access control has changed;
+   so does any path of it whose DACL this process may not change (a grant is written into
+   every file below its root): an interpreter the user does not own, say
+   (`unenforceable:filesystem.read` / `.write`, naming the path and what would do instead);
 5. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
    and its revert must not interleave with another launch's on the same path);
 6. the steps are applied, each recorded in the ledger before it is applied (grants.py).
@@ -33,6 +36,8 @@ class Filesystem(Protocol):
 
     def filesystem(self, path: str) -> str: ...
 
+    def dacl_writable(self, path: str) -> bool: ...
+
 
 def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
             fs: Filesystem, lock: Lock, hold: Callable[[str], None]) -> dict[str, int]:
@@ -52,6 +57,9 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     covered = frozenset(g.path for g in request.read
                         if g.path not in writes and aceplan.covered(store.read(g.path)))
     tree = {root: _admitted(root, fs) for root in roots if root not in covered}
+    for root, entries in tree.items():
+        _check_writable(root, entries, fs, "filesystem.write" if root in writes
+                        else "filesystem.read")
     steps = aceplan.plan(request, sid, tree, covered)
     for step in steps:
         if step.mode == aceplan.OVERRIDE:
@@ -60,6 +68,18 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
     return {"grants": len(steps) - overrides, "overrides": overrides,
             "roots_open_to_every_appcontainer": len(covered)}
+
+
+def _check_writable(root: str, entries: list[Entry], fs: Filesystem, capability: str) -> None:
+    for entry in entries:
+        if not fs.dacl_writable(entry.path):
+            where = "" if entry.path == root else f" (below the root {root})"
+            raise UnenforceableError(
+                capability, f"{entry.path}{where}: this user may not change its access control "
+                "(WRITE_DAC), which giving the sandbox this root needs. Use a copy this user "
+                "owns, or have an administrator give every AppContainer read access to it once "
+                "(icacls ROOT /grant *S-1-15-2-1:(OI)(CI)(RX), as C:\\Program Files has): a "
+                "root open to every AppContainer needs no change")
 
 
 def _admitted(root: str, fs: Filesystem) -> list[Entry]:

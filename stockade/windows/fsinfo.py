@@ -1,6 +1,7 @@
 """Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path
 (from `os.lstat`, which never follows a reparse point and reports attributes, reparse tag and
-link count there), the filesystem a path is on, and a path's long form."""
+link count there), the filesystem a path is on, a path's long form, and whether this process
+may change a path's DACL."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ctypes
 import os
 import stat
 
+from stockade.windows import constants as c
 from stockade.windows.admission import Entry
 from stockade.windows.api import win32
 
@@ -29,6 +31,26 @@ def identity(path: str) -> str:
     """Volume serial and file index: which file a name denotes now."""
     info = os.lstat(path)
     return f"{info.st_dev:x}:{info.st_ino:x}"
+
+
+def dacl_writable(path: str) -> bool:
+    """Whether this process may change `path`'s DACL: asked by opening it for WRITE_DAC alone
+    (the reparse point itself, never what it points to), which is Windows' own access check."""
+    api = win32()
+    try:
+        handle = api.CreateFileW(
+            path, c.WRITE_DAC, c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE,
+            None, c.OPEN_EXISTING,
+            c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
+    except OSError as exc:
+        if exc.winerror == _ACCESS_DENIED:
+            return False
+        raise
+    api.CloseHandle(handle)
+    return True
+
+
+_ACCESS_DENIED = 5
 
 
 def filesystem(path: str) -> str:

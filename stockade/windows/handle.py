@@ -64,6 +64,23 @@ _WAIT_SLICE_MS = 100
 # CreateProcessW failures that are the command's, not the sandbox's: file or path not found,
 # access denied (the image is outside what the AppContainer may execute), not a valid image.
 _NOT_STARTABLE = {2, 3, 5, 193, 216}
+_ACCESS_DENIED = 5
+
+
+def start_failure(exc: OSError, program: str, nested: bool) -> StockadeError | None:
+    """What a failed CreateProcessW says, typed; None for a failure of the sandbox's own. With
+    the owner in a Job, access denied is most likely Windows refusing to nest the sandbox's Job
+    in the owner's (the program's path was checked against the roots before): a refusal of the
+    launch (70), not a command that could not start (71)."""
+    if nested and exc.winerror == _ACCESS_DENIED:
+        return SetupError("owner_job_not_nestable", "this process is in a Job that the "
+                          "sandbox's Job cannot be nested in (Windows refused to start the "
+                          "command in it: one that sets UI limits does that); run Stockade "
+                          "from a process outside a Job, e.g. not from Git Bash's own shell",
+                          stage="start")
+    if exc.winerror in _NOT_STARTABLE:
+        return StartError("command_not_started", f"{program}: {exc.strerror}")
+    return None
 
 
 class WindowsHandle(Handle):
@@ -120,7 +137,8 @@ class WindowsHandle(Handle):
             lambda path: leases.hold(user, path, held))
         self.stages.append(("filesystem", time.monotonic()))
         self._stage = "job_desktop"
-        plan = job.job_plan(request.limits, os.cpu_count() or 1)
+        nested = job.owner_in_job()
+        plan = job.job_plan(request.limits, os.cpu_count() or 1, nested)
         self._job = job.create_job(plan)
         self._stack.callback(api.CloseHandle, self._job)
         station = desktop.window_station()
@@ -151,9 +169,9 @@ class WindowsHandle(Handle):
                     desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
                     stdio=tuple(pipes.handles), mitigations=wanted_mitigations))
             except OSError as exc:
-                if exc.winerror in _NOT_STARTABLE:
-                    raise StartError("command_not_started",
-                                     f"{request.argv[0]}: {exc.strerror}") from None
+                typed = start_failure(exc, request.argv[0], nested)
+                if typed is not None:
+                    raise typed from None
                 raise
             self._process = created.process
             self._stack.callback(api.CloseHandle, created.process)
@@ -172,7 +190,7 @@ class WindowsHandle(Handle):
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done, seen, package)
+        self.enforced = _enforced(request, plan, done, seen, package) | {"owner_in_job": nested}
         self.stages.append(("start", time.monotonic()))
 
     def _drain(self, job_handle: int, record: LaunchRecord, held: contextlib.ExitStack) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import ntpath
 import os
 import re
@@ -23,6 +24,10 @@ from stockade.windows.structs import PSID, PVOID
 
 PROFILE_NAME = re.compile(r"stockade-ac-[0-9a-f]{24}")
 _NOT_FOUND = (c.HRESULT_FILE_NOT_FOUND, c.HRESULT_PATH_NOT_FOUND, c.HRESULT_NOT_FOUND)
+# Where Windows maps a package SID to its profile, under HKEY_CURRENT_USER.
+MAPPINGS = ("Software\\Classes\\Local Settings\\Software\\Microsoft\\Windows\\CurrentVersion"
+            "\\AppContainer\\Mappings")
+_log = logging.getLogger(__name__)
 
 
 def profile_name(request_id: str, retired: set[str]) -> str:
@@ -66,7 +71,8 @@ def create_profile(name: str) -> str:
         api.FreeSid(psid)
 
 
-def delete_profile(name: str, is_dir: Callable[[str], bool] | None = None) -> None:
+def delete_profile(name: str, is_dir: Callable[[str], bool] | None = None,
+                   mapped: Callable[[str], bool] | None = None) -> None:
     """Delete the profile, and fail (OSError) unless it is gone afterwards.
 
     DeleteAppContainerProfile returns success for a profile that does not exist, and may leave
@@ -75,29 +81,49 @@ def delete_profile(name: str, is_dir: Callable[[str], bool] | None = None) -> No
     result = win32().DeleteAppContainerProfile(name) & 0xFFFFFFFF
     if result:
         raise OSError(None, f"DeleteAppContainerProfile failed (HRESULT 0x{result:08X})")
-    if profile_exists(name, is_dir):
+    if profile_exists(name, is_dir, mapped):
         raise OSError(None, "the AppContainer profile's storage is still there after "
                             "DeleteAppContainerProfile")
 
 
-def profile_exists(name: str, is_dir: Callable[[str], bool] | None = None) -> bool:
+def profile_exists(name: str, is_dir: Callable[[str], bool] | None = None,
+                   mapped: Callable[[str], bool] | None = None) -> bool:
     """Whether the profile `name` (still) has its storage, asked without changing anything:
     its package SID is derived from the name, GetAppContainerFolderPath gives that
     AppContainer's local folder (`...\\Packages\\<name>\\AC`), and the profile exists while
-    that folder's parent does. "Not found" instead of a path counts as no profile; any other
-    failure is an OSError (it proves nothing either way)."""
+    that folder's parent does. "Not found" instead of a path counts as no profile. What it
+    answers for a deleted profile is not documented beyond that (E_INVALIDARG has been seen),
+    so any other failure is asked of the registry (`mapped`: Windows' own mapping of the package
+    SID to a profile, MAPPINGS): no mapping is no profile (the code logged); with a mapping it
+    proves nothing either way, an OSError."""
     api = win32()
     path = PVOID()
-    result = api.GetAppContainerFolderPath(derive_sid(name), ctypes.byref(path)) & 0xFFFFFFFF
+    sid = derive_sid(name)
+    result = api.GetAppContainerFolderPath(sid, ctypes.byref(path)) & 0xFFFFFFFF
     if result in _NOT_FOUND:
         return False
     if result:
+        if not (mapped or mapping_exists)(sid):
+            _log.info("GetAppContainerFolderPath: HRESULT 0x%08X for a profile Windows no "
+                      "longer maps; counted as absent", result)
+            return False
         raise OSError(None, f"GetAppContainerFolderPath failed (HRESULT 0x{result:08X})")
     try:
         folder = ctypes.wstring_at(path.value) if path.value else ""
     finally:
         api.CoTaskMemFree(path)
     return profile_folder_present(folder, name, is_dir or os.path.isdir)
+
+
+def mapping_exists(sid: str) -> bool:
+    """Whether Windows maps package SID `sid` to a profile of this user (its Mappings key)."""
+    import winreg  # (Windows only, like every caller)
+
+    try:
+        winreg.CloseKey(winreg.OpenKey(winreg.HKEY_CURRENT_USER, f"{MAPPINGS}\\{sid}"))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def profile_folder_present(folder: str, name: str, is_dir: Callable[[str], bool]) -> bool:

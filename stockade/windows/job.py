@@ -7,6 +7,13 @@ exception instead of waiting on an error dialog, and every UI restriction (handl
 processes' windows, clipboard, system parameters, display settings, global atoms, desktop
 switching, logging off). `memory` is a limit on the whole tree's committed memory, `pids` on the
 number of live processes, `cpu` (in cores) a hard cap on the tree's share of all processors.
+
+Except when the owner is itself in a Job (Git Bash and other msys shells, some CI runners):
+Windows nests a Job inside another only if neither sets UI limits ("Nested Jobs"), so then the
+sandbox's Job sets none (`nested`), the launch records it (`owner_in_job`) and the report's
+`ui_restrictions` row says they are not in force; the AppContainer, the private desktop and the
+window station's entries are unchanged. An owner's Job that cannot hold a nested one at all
+refuses the launch, typed (handle.py).
 """
 
 from __future__ import annotations
@@ -43,9 +50,10 @@ class JobPlan:
     ui_restrictions: int = c.JOB_OBJECT_UILIMIT_ALL
 
 
-def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
-    """The Job for `limits` on a host with `cpus` processors; UnenforceableError for a limit
-    a Job cannot express."""
+def job_plan(limits: LimitSpec, cpus: int, nested: bool = False) -> JobPlan:
+    """The Job for `limits` on a host with `cpus` processors, inside the owner's Job when
+    `nested` (no UI restrictions then: see the module docstring); UnenforceableError for a
+    limit a Job cannot express."""
     flags, memory, processes, rate = ALWAYS, 0, 0, None
     if limits.memory is not None:
         if not 0 < limits.memory <= MAX_SIZE:
@@ -62,7 +70,15 @@ def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
             raise UnenforceableError("limits.cpu", f"{limits.cpu} cores is out of range")
         if limits.cpu < cpus:
             rate = max(1, math.ceil(limits.cpu / cpus * 10000))
-    return JobPlan(flags, memory, processes, rate)
+    return JobPlan(flags, memory, processes, rate, 0 if nested else c.JOB_OBJECT_UILIMIT_ALL)
+
+
+def owner_in_job() -> bool:
+    """Whether this process is in a Job already (IsProcessInJob with no Job: any Job)."""
+    api = win32()
+    inside = ctypes.c_int()
+    api.IsProcessInJob(api.GetCurrentProcess(), None, ctypes.byref(inside))
+    return bool(inside.value)
 
 
 # Never set, only tested for.
@@ -82,8 +98,8 @@ def settings(extended: JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
             "breakaway": bool(flags & _BREAKAWAY),
             "die_on_unhandled_exception": bool(
                 flags & c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION),
-            "ui_restrictions": "all" if ui.UIRestrictionsClass == c.JOB_OBJECT_UILIMIT_ALL
-            else f"0x{ui.UIRestrictionsClass:X}",
+            "ui_restrictions": {c.JOB_OBJECT_UILIMIT_ALL: "all", 0: "none"}.get(
+                ui.UIRestrictionsClass, f"0x{ui.UIRestrictionsClass:X}"),
             "memory": extended.JobMemoryLimit if flags & c.JOB_OBJECT_LIMIT_JOB_MEMORY else 0,
             "active_processes": extended.BasicLimitInformation.ActiveProcessLimit
             if flags & c.JOB_OBJECT_LIMIT_ACTIVE_PROCESS else 0,

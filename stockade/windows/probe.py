@@ -24,6 +24,12 @@ Then, once the launch has settled: the AppContainer profile is gone (asked witho
 effects, identity.profile_exists), every DACL and the window station's entries are exactly as
 before, and the launch's ledger record is gone.
 
+Whether the child can open the user's `Default` desktop is reported (`default_desktop`), not
+required: in an interactive session an AppContainer most likely can (the window station is the
+user's, and its desktops' DACLs are not the launch's to change), so requiring it would fail
+every Windows desktop; the report's `desktop` row is partial when it opened. Only a window
+station of the sandbox's own or a process without Win32k would close that.
+
 Facts are booleans, counts and names; the attestation never holds a path, a SID or the
 profile's name.
 """
@@ -62,6 +68,11 @@ PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PRO
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
 PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+# What Windows itself may add to an AppContainer child's environment: the profile's own storage
+# (its LOCALAPPDATA, TEMP and TMP, redirected to the AppContainer's folder) — never a value of
+# the owner's (issue 31, D12).
+PROFILE_ENVIRONMENT = ("LOCALAPPDATA", "TEMP", "TMP")
+NESTED_UI = "none: the owner is in a Job"  # (job.py: Jobs with UI limits do not nest)
 _STRUCTURES = {"extended": JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
                "ui": JOBOBJECT_BASIC_UI_RESTRICTIONS,
                "cpu_rate": JOBOBJECT_CPU_RATE_CONTROL_INFORMATION}
@@ -80,10 +91,11 @@ EXPECTATIONS: facts.Table = {
                  "capabilities": _is(0), "child_appcontainer_token": _is(True),
                  "child_launch_package_sid": _is(True), "child_capabilities": _is(0)},
     "job": {"in_job": _is(True), "job_kill_on_close": _is(True), "job_breakaway": _is(False),
-            "job_die_on_unhandled_exception": _is(True), "job_ui_restrictions": _is("all"),
+            "job_die_on_unhandled_exception": _is(True),
+            "job_ui_restrictions": ((lambda v: v in ("all", NESTED_UI)), f"'all' or {NESTED_UI!r}"),
             "child_in_job": _is(True), "child_sees_the_job": _is(True)},
-    "desktop": {"private_desktop": _is(True), "default_desktop": _denied,
-                "desktop_rights": _is(True), "station_rights": _is(True)},
+    "desktop": {"private_desktop": _is(True), "desktop_rights": _is(True),
+                "station_rights": _is(True)},
     "handles": {"inherited_standard": _is(3), "inherited_outside_list": _is(0)},
     # The workspace granted; `.git` made read-only and `secret` denied, each an override.
     "filesystem": {"acl_grants": _at_least(1), "acl_overrides": _at_least(2),
@@ -92,7 +104,10 @@ EXPECTATIONS: facts.Table = {
                    "extension_points_disabled": _is(True), "no_remote_images": _is(True),
                    "child_mitigations_as_read_back": _is(True)},
     "network": {"tcp_loopback": ((lambda v: isinstance(v, str) and v != "ok"), "an error")},
-    "environment": {"environment": _is([name.upper() for name in PROBE_ENVIRONMENT])},
+    "environment": {"environment": (
+        (lambda names: isinstance(names, list) and {n.upper() for n in PROBE_ENVIRONMENT}
+         <= set(names) <= {n.upper() for n in PROBE_ENVIRONMENT + PROFILE_ENVIRONMENT}),
+        f"{sorted(PROBE_ENVIRONMENT)}, and no more than {sorted(PROFILE_ENVIRONMENT)}")},
     "limits": {"job_memory": _is(facts.PROBE_MEMORY), "job_active_processes": _is(facts.PROBE_PIDS),
                "timeout": _is(True)},
     "lifetime": {"profile_deleted": _is(True), "acl_restored": _is(True),
@@ -252,7 +267,7 @@ def probe_request(top: str, request_id: str, tcp_port: int) -> LaunchRequest:
 def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, object]:
     """The facts of EXPECTATIONS from a launch's `enforced` (read back from outside) and its
     child's `report` (from inside), `package_sid` being the launch's; a missing one is None.
-    Also `roots_open_to_every_appcontainer`, for information."""
+    Also, for information, `roots_open_to_every_appcontainer` and `default_desktop`."""
     verified = enforced.get("verified", {})
     job_seen = enforced.get("job", {})
     done = enforced.get("filesystem", {})
@@ -267,7 +282,9 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "child_launch_package_sid": child["package_sid"].upper() == package_sid.upper(),
         "child_capabilities": child["capabilities"],
         **{f"job_{name}": job_seen.get(name) for name in
-           ("kill_on_close", "breakaway", "die_on_unhandled_exception", "ui_restrictions")},
+           ("kill_on_close", "breakaway", "die_on_unhandled_exception")},
+        "job_ui_restrictions": NESTED_UI if enforced.get("owner_in_job") and
+        job_seen.get("ui_restrictions") == "none" else job_seen.get("ui_restrictions"),
         "child_in_job": child["in_job"], "child_sees_the_job": child["job"] == job_seen,
         "private_desktop": child["desktop"] == desk.get("name"),
         "default_desktop": report["desktop"]["default_desktop"],

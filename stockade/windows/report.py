@@ -15,7 +15,7 @@ from stockade.launch.backend import Backend
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.lifecycle.probe import Attestation
 from stockade.lifecycle.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
-from stockade.windows.probe import verified
+from stockade.windows.probe import NESTED_UI, verified
 
 # What rules.check accepts, on any platform: a drive path for the root and working directory.
 _PLAIN = LaunchRequest(argv=("cmd.exe",), cwd="C:\\", env=(), read=(PathGrant("C:\\", "C:\\"),))
@@ -30,7 +30,11 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
     overrides = ("acl_overrides", "acl_restored")
     images = ("no_low_label_images", "extension_points_disabled", "no_remote_images",
               "child_mitigations_as_read_back")
-    desktop = ("private_desktop", "default_desktop", "desktop_rights", "station_rights")
+    desktop = ("private_desktop", "desktop_rights", "station_rights")
+    default_desktop = "" if attestation.facts.get("default_desktop") == "denied" else (
+        "the user's own desktop (Default) opens from inside: the window station is the user's; "
+        "the Job's UI restrictions still keep other processes' windows, the clipboard and "
+        "input switching out of reach")
     no_network = "an AppContainer token without capabilities: no network capability at all"
     return (
         row("identity", "a fresh AppContainer profile per launch, no capabilities; the child's "
@@ -96,10 +100,15 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             {"job": job}, "the owner holds the only handle: its death ends the tree"),
         row("desktop", "a private desktop per launch (bounded heap), Low integrity label, the "
             "AppContainer allowed only to attach and create windows, and only to read the "
-            "window station's attributes and atoms", {"desktop": desktop}),
+            "window station's attributes and atoms", {"desktop": desktop},
+            partial=default_desktop),
         row("ui_restrictions", "Job UI restrictions: other processes' windows, clipboard, "
             "system parameters, display settings, global atoms, desktops, logging off",
-            {"job": ("job_ui_restrictions",)}),
+            {"job": ("job_ui_restrictions",)},
+            partial="not in force here: this process is in a Job, and Windows nests a Job "
+                    "only if neither sets UI limits (the private desktop and the AppContainer "
+                    "remain)" if attestation.facts.get("job_ui_restrictions") == NESTED_UI
+            else ""),
         row("settlement", "the Job terminated and drained, the desktop closed, every "
             "access-control change (files, window station) reverted, the profile deleted, the "
             "ledger record removed",
