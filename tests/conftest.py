@@ -84,6 +84,7 @@ POSIX_ONLY_MODULES = {
     "test_memfd_exec.py": "the Linux backend",
     "test_network_any.py": "the Linux backend's network any",
     "test_network_any_inbound.py": "the Linux backend's network any",
+    "test_network_any_ipv6.py": "the Linux backend's network any",
     "test_restricted_hosts.py": "the Linux backend's landlock tier",
     "test_unix_socket_roots.py": "unix sockets in the Linux backend",
     "test_probe.py": "the Linux backend's probe (Windows': test_windows_probe.py)",
