@@ -40,8 +40,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "os.O_CLOEXEC)",
            "roots[root] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)",
            (OVERLAY + "test_apply_never_writes_through_a_write_root_swapped_for_a_link",)),
-    Mutant("ipv6-guard-ranges", "stockade/linux/guard.py", "", "",
-           ("tests/test_network_any.py",), owner="the IPv6 engineer (tests/networld.py)"),
+    Mutant("ipv6-guard-outside-global-unicast", "stockade/net/addresses.py",
+           '    v6 += [(net, "reserved") for net in _outside_global_unicast()]\n',
+           "\n",
+           ("tests/test_network_any_ipv6.py::"
+            "test_the_guard_refuses_every_ipv6_address_the_proxy_refuses",)),
+    Mutant("guard-host-translated-forms", "stockade/linux/guard.py",
+           "            nets[6] += map(str, addresses.carried_forms("
+           "ipaddress.IPv4Network(address)))",
+           "            pass",
+           ("tests/test_network_any_ipv6.py::"
+            "test_the_guard_refuses_the_translated_forms_of_the_hosts_own_ipv4_addresses",)),
     Mutant("credential-token", "stockade/launch/env.py",
            'r"(^|_)(TOKEN|SECRET|', 'r"(^|_)(SECRET|',
            (ENV + "test_every_credential_pattern_is_refused_by_name",

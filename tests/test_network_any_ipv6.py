@@ -152,6 +152,17 @@ def test_the_guard_refuses_every_ipv6_address_the_proxy_refuses() -> None:
             (str(address), forbidden)
 
 
+def test_the_guard_refuses_the_translated_forms_of_the_hosts_own_ipv4_addresses() -> None:
+    """Pure logic: a translator on the way (NAT64's well-known prefix, 6to4) would lead the
+    IPv6 form of one of the host's own IPv4 addresses back to the host; the guard's table
+    holds both forms of each (independent attack N1: they were missing)."""
+    from stockade.linux import guard
+
+    text = guard.ruleset(["198.51.100.7", "2001:db8::7"], [], [])
+    table = text.split("set guarded6", 1)[1].split("}", 1)[0]
+    assert "64:ff9b::c633:6407" in table and "2002:c633:6407::/48" in table, table
+
+
 # The child in allowlist mode: a CONNECT through the proxy for each target, its status line and
 # what the world's server sent through the tunnel.
 CONNECT = r"""

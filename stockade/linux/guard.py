@@ -87,6 +87,8 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
     for text in host:
         address = ipaddress.ip_address(text)
         nets[address.version].append(str(address))
+        if address.version == 4:
+            nets[6] += map(str, addresses.carried_forms(ipaddress.IPv4Network(address)))
     lines = [f"table inet {TABLE} {{", f"  counter {COUNTER} {{ }}"]
     for version in (4, 6):
         kind = "ipv4_addr" if version == 4 else "ipv6_addr"

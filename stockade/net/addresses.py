@@ -108,12 +108,17 @@ def guarded_networks() -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Netwo
     v6 += [(ipaddress.ip_network(a), "metadata") for a in METADATA if a.version == 6]
     v6 += [(net, "reserved") for net in _outside_global_unicast()]
     for net, kind in v4:
-        inner = int(net.network_address)
-        v6.append((ipaddress.IPv6Network((int(_NAT64.network_address) | inner,
-                                          96 + net.prefixlen)), kind))
-        v6.append((ipaddress.IPv6Network(((0x2002 << 112) | (inner << 80),
-                                          16 + net.prefixlen)), kind))
+        v6 += [(form, kind) for form in carried_forms(net)]
     return [*v4, *v6]
+
+
+def carried_forms(net: ipaddress.IPv4Network) -> list[ipaddress.IPv6Network]:
+    """The IPv6 ranges that carry the addresses of `net` to a translator: NAT64's well-known
+    prefix and 6to4 (the guard refuses them with the range itself, and with each of the host's
+    own addresses, which a translator on the way would otherwise lead back to)."""
+    inner = int(net.network_address)
+    return [ipaddress.IPv6Network((int(_NAT64.network_address) | inner, 96 + net.prefixlen)),
+            ipaddress.IPv6Network(((0x2002 << 112) | (inner << 80), 16 + net.prefixlen))]
 
 
 def _outside_global_unicast() -> list[ipaddress.IPv6Network]:
