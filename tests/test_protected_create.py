@@ -234,3 +234,13 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_file_just_written_runs_at_once(ws):
+    """What the job writes and closes it can run the next instant (`cc -o prog && ./prog`):
+    the descriptor pid 1 opened for the caller is closed before the caller goes on, or the
+    exec would fail ETXTBSY (it did, now and then, when pid 1's copy was still open)."""
+    workspace, _ = ws
+    script = "for i in $(seq 60); do cp /bin/true ./t$i && ./t$i || exit 1; done; echo ran"
+    r = run(["/bin/sh", "-c", script], workspace)
+    assert r.exit_code == 0 and r.stdout == b"ran\n", r.stderr

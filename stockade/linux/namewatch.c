@@ -25,7 +25,7 @@
  * pid 1 from the link's text, so the name finally made is judged too; procfs's magic links
  * (/dev/stdout, /proc/self/fd/N) are followed by the kernel, as the caller's: they lead to an
  * existing file, never to a new name. A made file's descriptor goes to the caller as the
- * call's answer (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND).
+ * call's answer (SECCOMP_IOCTL_NOTIF_ADDFD, then the answer once pid 1's copy is closed).
  *
  * Rights. pid 1 holds no capability, has the command's uid and gids, and its Landlock domain
  * is the command's (the command's own nested domain handles nothing pid 1's does not deny
@@ -249,26 +249,35 @@ static int judge(struct namewatch *w, const struct place *p, const char *call) {
 
 /* ---- answering ---- */
 
-static void reply(struct namewatch *w, uint64_t id, int result) {
+static void reply_value(struct namewatch *w, uint64_t id, int result, int64_t value) {
     struct seccomp_notif_resp *answer = w->response;
     memset(answer, 0, w->response_size);
     answer->id = id;
     answer->error = result < 0 ? result : 0;
+    answer->val = result < 0 ? 0 : value;
     while (ioctl(w->listener, SECCOMP_IOCTL_NOTIF_SEND, answer) != 0 && errno == EINTR) {
     }
 }
 
-/* Hand `fd` (consumed) to the caller as its call's answer. */
+static void reply(struct namewatch *w, uint64_t id, int result) {
+    reply_value(w, id, result, 0);
+}
+
+/* Hand `fd` (consumed) to the caller as its call's answer. The descriptor is added first and
+ * pid 1's copy closed before the answer lets the caller go on (not SECCOMP_ADDFD_FLAG_SEND):
+ * a copy of pid 1's still open for writing when the caller runs the file it has just written
+ * and closed (`cc -o prog && ./prog`) would make that exec fail with ETXTBSY. */
 static void reply_fd(struct namewatch *w, uint64_t id, int fd, int flags) {
-    struct seccomp_notif_addfd add = {.id = id, .flags = SECCOMP_ADDFD_FLAG_SEND,
-                                      .srcfd = (uint32_t)fd,
+    struct seccomp_notif_addfd add = {.id = id, .flags = 0, .srcfd = (uint32_t)fd,
                                       .newfd_flags = (uint32_t)(flags & O_CLOEXEC)};
-    int done;
-    while ((done = ioctl(w->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add)) < 0 && errno == EINTR) {
+    int added;
+    while ((added = ioctl(w->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add)) < 0 && errno == EINTR) {
     }
     int error = errno;
     close(fd);
-    if (done < 0 && error != ENOENT)  /* (ENOENT: the caller is gone) */
+    if (added >= 0)
+        reply_value(w, id, 0, added);
+    else if (error != ENOENT)  /* (ENOENT: the caller is gone) */
         reply(w, id, -error);
 }
 
