@@ -235,3 +235,33 @@ def test_without_the_supervisor_the_backend_refuses_typed(ws, tmp_path):
                 "STOCKADE_STATE_DIR": str(tmp_path / "state")},
         capture_output=True, text=True, timeout=60)
     assert owner.stdout.split()[-1] == "supervisor_not_built", owner.stdout + owner.stderr
+
+
+def test_the_command_cannot_limit_or_renice_pid_1(ws):
+    """pid 1 answers the command's watched calls: the command setting its RLIMIT_NOFILE to 0
+    (it made the launch fail), its priority or its I/O priority is refused, and the run ends
+    as the command says."""
+    workspace, _ = ws
+    code = textwrap.dedent("""
+        import ctypes, errno, os, resource
+        libc = ctypes.CDLL(None, use_errno=True)
+        said = []
+        try:
+            resource.prlimit(1, resource.RLIMIT_NOFILE, (0, 0))
+            said.append("prlimit worked")
+        except OSError as exc:
+            said.append(errno.errorcode[exc.errno])
+        try:
+            os.setpriority(os.PRIO_PROCESS, 1, 19)
+            said.append("setpriority worked")
+        except OSError as exc:
+            said.append(errno.errorcode[exc.errno])
+        done = libc.syscall(251, 1, 1, (3 << 13) | 7)  # ioprio_set(WHO_PROCESS, 1, IDLE)
+        said.append("ioprio worked" if done == 0 else errno.errorcode[ctypes.get_errno()])
+        open("made", "w").close()
+        print(" ".join(said))
+    """)
+    r = py(code, workspace)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == [b"EPERM", b"EPERM", b"EPERM"], r.stdout
+    assert (workspace / "made").exists()

@@ -65,6 +65,7 @@ _PID_ARGUMENT = {"prlimit64": 0, "sched_setaffinity": 0, "sched_setscheduler": 0
 _WHO_ARGUMENTS = {"setpriority": 2, "ioprio_set": 3}  # -> the `which` of a user
 # Calls that only ever name another process.
 _OTHER_PROCESS_CALLS = ("kcmp", "process_mrelease")
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 # Calls that set or remove an extended attribute: Landlock does not govern them, so without
 # a mount view they reach every file of the user's, user.overlay.* of a change set's layers
 # in Stockade's state directory among them. EOPNOTSUPP, as a filesystem without them says.
@@ -247,6 +248,14 @@ def _rules(unix_sockets: bool = True) -> list[Rule]:
               for request in (_TIOCSTI, _TIOCLINUX)]
     rules += [("personality", errno.EPERM, (masked(0, mask, value),))
               for mask, value in _personality_denials()]
+    # pid 1 (the sandbox's own, whose watches answer the command's calls; the host's init in
+    # the landlock tier) bears no limit, priority or placement the command chooses: its
+    # RLIMIT_NOFILE set to 0 stopped it answering, and the launch failed.
+    rules += [(call, errno.EPERM, (masked(arg, _LOW_32_BITS, 1),))
+              for call, arg in _PID_ARGUMENT.items()]
+    rules += [(call, errno.EPERM, (masked(0, _LOW_32_BITS, which), masked(1, _LOW_32_BITS, 1)))
+              for call, which in (("setpriority", _PRIO_PROCESS),
+                                  ("ioprio_set", _IOPRIO_WHO_PROCESS))]
     return rules
 
 
