@@ -203,7 +203,9 @@ def test_a_helper_a_row_ended_leaves_nothing_or_is_a_survivor(stubborn: bool) ->
                                           start_new_session=True), "the helper")
     try:
         deadline = time.monotonic() + 10
-        while len(group_processes(helper.process.pid)) < 2 and time.monotonic() < deadline:
+        # (both have become `sleep`: the stubborn one has set its signal disposition first)
+        while [_comm(pid) for pid in group_processes(helper.process.pid)] != \
+                ["sleep", "sleep"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(group_processes(helper.process.pid)) == 2
         helper.end()
@@ -213,3 +215,11 @@ def test_a_helper_a_row_ended_leaves_nothing_or_is_a_survivor(stubborn: bool) ->
         assert group_processes(helper.process.pid) == []
     finally:
         helper.close()
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

@@ -112,7 +112,10 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         protecting = "protected" not in weaken
         guarded, sockets = _walk_write_roots(request, found.roots, protecting, mask_sockets,
                                              tuple(m.path for m in found.denied))
-        found.guarded = [m for m in guarded if "pins" not in weaken or m.kind != "keep"]
+        # (not `protecting`, a test's weakening: nothing re-mounted read-only, multiply-linked
+        # files included; the pins stay, unless weakened apart)
+        found.guarded = [m for m in guarded if (protecting or m.kind != "protected")
+                         and ("pins" not in weaken or m.kind != "keep")]
         for m in found.guarded:  # (a pin that cannot be opened fails the launch, named)
             m.source_fd = open_source(m.path, "filesystem.protected" if m.kind == "protected"
                                       else "filesystem.pin")
