@@ -97,6 +97,11 @@ def remove_tree(path: str) -> None:
                 for sub in _empty(fd):
                     moved += 1
                     flat = f".removing-{moved}-{secrets.token_hex(4)}"
+                    # (moving a directory rewrites its `..`: it must be writable, which an
+                    # overlay's work/work, mode 000, is not)
+                    mode = stat.S_IMODE(os.stat(sub, dir_fd=fd, follow_symlinks=False).st_mode)
+                    if mode & 0o700 != 0o700:
+                        os.chmod(sub, 0o700, dir_fd=fd)
                     os.rename(sub, flat, src_dir_fd=fd, dst_dir_fd=top)
                     pending.append(flat)
             finally:
