@@ -218,8 +218,11 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
     worktree add` or `git clone` of a repository with submodules makes); none where the
     "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
     only) take the watch away, where there is no write root or no seccomp user notification."""
-    if switched_off(weaken) & {"names_watch", "protected", "seccomp"} or not request.write \
-            or not seccomp.user_notification_available():
+    off = switched_off(weaken)
+    # (with both "landlock" and "privileges" off, pid 1 cannot take the command's place
+    # rootless: that test-only sandbox runs without the watch)
+    if off & {"names_watch", "protected", "seccomp"} or {"landlock", "privileges"} <= off \
+            or not request.write or not seccomp.user_notification_available():
         return ()
     whole = protected_whole(request.protected, request.git, guards_git=True)
     return tuple(sorted({name.lower() for name in whole} - GIT_MAKES))
