@@ -45,7 +45,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     the fixtures of the last module and of the session are torn down before.)"""
     LEFT_RUNNING.update(leftovers.carrying(RUN_TOKEN))
     if LEFT_RUNNING:
-        leftovers.end(list(LEFT_RUNNING))
+        from stockade.evidence import watch  # (here: conftest also loads on Windows)
+        watch.end_processes(list(LEFT_RUNNING))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if session.config.option.basetemp is None and BASETEMP:
         leftovers.remove_tree(BASETEMP[0])

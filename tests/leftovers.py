@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import stat
-import time
 
 TOKEN_VARIABLE = "STOCKADE_TEST_RUN"
-GRACE = 5.0  # seconds for killed processes to go
 
 
 def mark_run() -> str:
@@ -49,26 +46,6 @@ def carrying(token: str) -> dict[int, str]:
         if line:  # (a zombie has none: it has ended, its parent has yet to reap it)
             found[int(entry)] = line
     return found
-
-
-def end(pids: list[int]) -> None:
-    """SIGKILL each of `pids`, and wait a moment for them to go."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    deadline = time.monotonic() + GRACE
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def remove_tree(path: str) -> None:

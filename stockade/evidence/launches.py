@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,31 +146,39 @@ def on_host(row: Row, scene: Scene, argv: list[str], workspace: Path | None = No
 def run_once(backend: Backend, request: LaunchRequest, scene: Scene) -> Launch:
     """Launch as the SandboxManager does: the backend must accept the request first. A host
     that cannot enforce it raises (the row is not run); other errors are the row's to judge."""
-    try:
-        backend.check(request)
-        result = execute(backend, request, cancel=scene.cancel)
-    except (UnavailableError, UnenforceableError):
-        raise
-    except StockadeError as exc:
-        return Launch(error=exc)
-    if result.changes is not None:
-        # An overlaid run's change set holds only what the attack wrote: the row judges the
-        # host's workspace, and nothing of it may stay pending in the user's state directory.
-        result.changes.discard()
-    return Launch(result)
+    return _settled(_executed(backend, scene, lambda: request))
 
 
 def attack(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The default: the attack, once, under the row's policy (or on the host)."""
     if backend is None:
         return on_host(row, scene, argv_for(row, scene))
+    return _settled(_executed(backend, scene, lambda: request_for(row, scene,
+                                                                  argv_for(row, scene))))
+
+
+def _executed(backend: Backend, scene: Scene,
+              request: Callable[[], LaunchRequest]) -> Result | Launch:
+    """The Result of the request `request()` makes, or the Launch of a refusal the row judges
+    (a host that cannot enforce it raises)."""
     try:
-        request = request_for(row, scene, argv_for(row, scene))
+        made = request()
+        backend.check(made)
+        return execute(backend, made, cancel=scene.cancel)
     except (UnavailableError, UnenforceableError):
         raise
     except StockadeError as exc:
         return Launch(error=exc)
-    return run_once(backend, request, scene)
+
+
+def _settled(result: Result | Launch) -> Launch:
+    if isinstance(result, Launch):
+        return result
+    if result.changes is not None:
+        # An overlaid run's change set holds only what the attack wrote: the row judges the
+        # host's workspace, and nothing of it may stay pending in the user's state directory.
+        result.changes.discard()
+    return Launch(result)
 
 
 def reviewed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
@@ -180,14 +188,9 @@ def reviewed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     the screen raw. The `review_escape` weakening (tests only) shows them as they are."""
     if backend is None:
         return Launch(error=StockadeError("no_review", "on the host there is no change set"))
-    try:
-        request = request_for(row, scene, argv_for(row, scene))
-        backend.check(request)
-        result = execute(backend, request, cancel=scene.cancel)
-    except (UnavailableError, UnenforceableError):
-        raise
-    except StockadeError as exc:
-        return Launch(error=exc)
+    result = _executed(backend, scene, lambda: request_for(row, scene, argv_for(row, scene)))
+    if isinstance(result, Launch):
+        return result
     if result.changes is None:
         return Launch(result)  # (no overlay: the judge finds no attempt)
     from dataclasses import replace

@@ -389,13 +389,8 @@ def _private(path: str, what: str) -> None:
     except OSError as exc:
         raise ChangesError("changes_untrusted", f"{what} {path} cannot be read "
                            f"({exc.strerror})") from None
-    if stat.S_ISLNK(info.st_mode):
-        why = "is a symbolic link"
-    elif not lease.owned(info):
-        why = "is owned by another user"
-    elif not lease.private(info):
-        why = "is writable by other users"
-    else:
+    why = lease.distrust(info)
+    if why is None:
         return
     raise ChangesError("changes_untrusted", f"{what} {path} {why}: someone else could have "
                        "planted or changed it; never acted on")

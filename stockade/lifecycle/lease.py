@@ -111,3 +111,15 @@ else:
 
     def superuser() -> bool:
         return os.geteuid() == 0
+
+
+def distrust(info: os.stat_result) -> str | None:
+    """Why the file `info` (from lstat) describes could have been planted or changed by someone
+    else — a symbolic link, another owner, writable by others — or None if it could not."""
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not owned(info):
+        return "is owned by another user"
+    if not private(info):
+        return "is writable by other users"
+    return None

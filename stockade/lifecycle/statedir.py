@@ -80,14 +80,9 @@ def check(path: str) -> None:
     except OSError as exc:
         raise UnavailableError("ledger_unusable", f"the state directory {path} cannot be "
                                f"read ({exc.strerror}); {ELSEWHERE}") from None
-    if stat.S_ISLNK(info.st_mode):
-        why = "is a symbolic link (refused: where it leads could change)"
-    elif not stat.S_ISDIR(info.st_mode):
+    why = lease.distrust(info)
+    if why is None and not stat.S_ISDIR(info.st_mode):
         why = "is not a directory"
-    elif not lease.owned(info):
-        why = "is owned by another user"
-    elif not lease.private(info):
-        why = "is writable by other users"
-    else:
+    if why is None:
         return
     raise UnavailableError("ledger_unusable", f"the state directory {path} {why}; {ELSEWHERE}")

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import _socket
 import os
-import stat
 
+from stockade.lifecycle import lease
 from stockade.linux import peer
 
 
@@ -66,10 +66,9 @@ def connect(conn: _socket.socket, path: str) -> None:
         conn.connect(f"/proc/self/fd/{pinned}/{name}")
         connected = peer.boottime()
         info = os.fstat(pinned)
-        if info.st_uid != os.geteuid():
-            raise ServerUntrusted(f"its directory {directory} is owned by another user")
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ServerUntrusted(f"its directory {directory} is writable by other users")
+        why = lease.distrust(info)
+        if why is not None:
+            raise ServerUntrusted(f"its directory {directory} {why}")
         try:
             peer.check_peer(conn, own, accepted=connected)
         except peer.PeerRefused as exc:

@@ -7,21 +7,12 @@ rules: tests/test_landlock_tier_reach.py tries them.)"""
 
 import os
 import resource
-import time
 
-from _common import attempt, note
+from _common import attempt, daemonize
 
 keeper = os.getppid()
 attempt("prlimit(keeper, RLIMIT_NOFILE 0)",
         lambda: resource.prlimit(keeper, resource.RLIMIT_NOFILE, (0, 0)))
 attempt("prlimit(keeper, RLIMIT_NPROC 1)",
         lambda: resource.prlimit(keeper, resource.RLIMIT_NPROC, (1, 1)))
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        time.sleep(30)
-    os._exit(0)
-note("daemon", "started")
+daemonize()
