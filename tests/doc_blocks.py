@@ -5,7 +5,9 @@ A block is run according to its language (the word after the opening fence) and 
 directive on the line just before it, an HTML comment a rendered page does not show:
 
 - `sh` and `python` blocks run; `<!-- doc-test: not-run: REASON -->` says why one does not
-  (it needs Windows, the network, ...; REASON is required);
+  (it needs Windows, the network, ...; REASON is required). A block that runs checks what it
+  shows: a Python block with `assert`s, a shell block with comments that end `prints: TEXT`,
+  each TEXT to be found in what the block prints (stdout and stderr), in the order written;
 - `<!-- doc-test: file NAME -->` makes the block the file NAME in the directory where every
   example runs (a policy or config the other examples use), instead of running it;
 - `<!-- doc-test: integrations -->` (docs/integrations.md only): the block needs an agent
@@ -30,6 +32,7 @@ INTEGRATIONS = "integrations"
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->$")
+_PRINTS = re.compile(r"#.*?\bprints:\s*(.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,14 @@ class Block:
     def integration(self) -> bool:
         """Run by tests/integrations/test_doc_examples.py, with the frameworks installed."""
         return self.directive == INTEGRATIONS
+
+    @property
+    def prints(self) -> list[str]:
+        """What a shell block says it prints (its `# prints: TEXT` comments), in order."""
+        if self.language != "sh":
+            return []
+        return [found.group(1) for line in self.text.splitlines()
+                if (found := _PRINTS.search(line))]
 
     @property
     def runs(self) -> bool:

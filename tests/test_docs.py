@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from doc_blocks import DATA, RUN, TEXT, all_blocks, set_up_commands
+from doc_blocks import DATA, RUN, TEXT, all_blocks, asserts, set_up_commands
 
 BLOCKS = all_blocks()
 BLOCK_TIMEOUT = 300  # seconds (one example boots a VM: ~10 s here)
@@ -92,12 +92,24 @@ def test_the_example_runs_as_written(block, readme_checkout, tmp_path) -> None:
         argv, given = [str(readme_checkout.bin / "python"), "-c", PYTHON_RUNNER, block.name], \
             block.text
     try:
-        done = subprocess.run(argv, cwd=scratch, env=env, input=given, capture_output=True,
-                              text=True, timeout=BLOCK_TIMEOUT)
+        done = subprocess.run(argv, cwd=scratch, env=env, input=given, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=BLOCK_TIMEOUT)
     finally:
         _stop_daemon(state / "daemon.sock")  # one the example started and did not end
     assert done.returncode == 0, \
-        f"{block.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        f"{block.name} exited {done.returncode}:\n{done.stdout}"
+    shown, at = done.stdout, 0
+    for text in block.prints:
+        found = shown.find(text, at)
+        assert found >= 0, f"{block.name} does not print {text!r} (after offset {at}):\n{shown}"
+        at = found + len(text)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.name)
+def test_the_example_checks_what_it_shows(block) -> None:
+    """An example that only exits 0 proves little: each says what it shows, and is held to it."""
+    claims = asserts(block) if block.language == "python" else len(block.prints)
+    assert claims, f"{block.name} checks nothing it shows: add asserts or `# prints:` comments"
 
 
 def _stop_daemon(path: Path) -> None:
