@@ -219,8 +219,10 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
     "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
     only) take the watch away, where there is no write root or no seccomp user notification."""
     off = switched_off(weaken)
-    # (with both "landlock" and "privileges" off, pid 1 cannot take the command's place
-    # rootless: that test-only sandbox runs without the watch)
+    # (with both "landlock" and "privileges" off, rootless, the starter holds neither
+    # no_new_privs nor CAP_SYS_ADMIN, which installing the watch's filter needs: EACCES. Setting
+    # no_new_privs for it would do those layers' work and hide what the switches must show (the
+    # proc.capabilities row then held with both off), so that test-only sandbox has no watch)
     if off & {"names_watch", "protected", "seccomp"} or {"landlock", "privileges"} <= off \
             or not request.write or not seccomp.user_notification_available():
         return ()
