@@ -131,7 +131,9 @@ def test_what_is_protected_inside_a_grant_inside_a_protected_name_stays_protecte
 
 
 CODE_RUNNING_FILES = (".mcp.json", ".gitmodules", ".ripgreprc", ".envrc", ".bashrc",
-                      ".bash_profile", ".profile", ".zshrc", ".zprofile", ".gitconfig")
+                      ".bash_profile", ".profile", ".zshrc", ".zprofile", ".gitconfig",
+                      "mise.toml", ".mise.toml", ".npmrc", ".yarnrc", ".yarnrc.yml",
+                      ".pre-commit-config.yaml")
 CODE_RUNNING_DIRS = (".vscode", ".idea", ".devcontainer", ".claude")
 
 

@@ -28,11 +28,15 @@ for dir in . a/b; do
   echo hi > $dir/.agents
   cp $dir/src2 $dir/.gitconfig
   mkdir -p $dir/deep/.stockade/inner
+  echo 'yarnPath: x.cjs' > $dir/.yarnrc.yml
+  echo 'script-shell=./x' > $dir/.npmrc
+  touch $dir/mise.toml $dir/.pre-commit-config.yaml
 done
 echo done
 """
 CREATED = (".codex", ".mcp.json", ".vscode", ".envrc", ".bashrc", ".claude", ".agents",
-           ".gitconfig", "deep/.stockade")
+           ".gitconfig", "deep/.stockade", ".yarnrc.yml", ".npmrc", "mise.toml",
+           ".pre-commit-config.yaml")
 
 # Through a link or a moved directory: a dangling symlink to a protected name, written through;
 # a symlinked parent directory; a working directory and a directory descriptor whose

@@ -30,12 +30,16 @@ ISOLATIONS = ("namespaces", "landlock")
 # and git's files) in a home directory used as one: MCP servers (`.mcp.json`), editor tasks
 # and run configurations (`.vscode`, `.idea`, `.devcontainer`), agents' commands, sub-agents
 # and hooks (`.claude`, `.cursor`, `.gemini`), submodule URLs and paths (`.gitmodules`),
-# ripgrep's preprocessor (`.ripgreprc`), direnv (`.envrc`), shell start-up files, git's
-# configuration. Each is removed by "!NAME" in a policy.
+# ripgrep's preprocessor (`.ripgreprc`), direnv (`.envrc`) and mise (`mise.toml`,
+# `.mise.toml`: hooks and sourced env on `cd`), npm's and yarn's configuration (`.npmrc`:
+# script-shell, node-options; `.yarnrc`, `.yarnrc.yml`: yarnPath, a program any yarn command
+# there runs), pre-commit's hooks (`.pre-commit-config.yaml`: run by `git commit`), shell
+# start-up files, git's configuration. Each is removed by "!NAME" in a policy.
 AGENT_PROTECTED = (".agents", ".codex", ".stockade")
 CODE_RUNNING_PROTECTED = (
     ".mcp.json", ".vscode", ".idea", ".devcontainer", ".claude", ".cursor", ".gemini",
-    ".gitmodules", ".ripgreprc", ".envrc",
+    ".gitmodules", ".ripgreprc", ".envrc", "mise.toml", ".mise.toml", ".npmrc", ".yarnrc",
+    ".yarnrc.yml", ".pre-commit-config.yaml",
     ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile",
     ".gitconfig",
 )
