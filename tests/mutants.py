@@ -141,9 +141,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '                self._require(os.path.join(gitdir, "hooks"), True, made=True)\n',
            "",
            ("tests/test_linux_git.py::test_a_gitdir_without_hooks_gets_empty_read_only_ones",)),
-    Mutant("server-dir-others-writable-trusted", "stockade/linux/servercheck.py",
-           "        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):",
-           "        if info.st_mode & stat.S_IWOTH:",
+    Mutant("server-dir-others-writable-trusted", "stockade/lifecycle/lease.py",
+           "        return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)",
+           "        return not info.st_mode & stat.S_IWOTH",
            ("tests/test_server_clients.py::test_a_server_in_a_directory_others_can_write_is_not_used",)),
     Mutant("change-set-future-created-trusted", "stockade/lifecycle/changes.py",
            "    if not isinstance(created, int | float) or created > time.time() + CLOCK_SLACK:",
@@ -213,4 +213,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        info = os.stat(path)\n    except OSError as exc:\n        raise ChangesError("
            "\"changes_untrusted\"",
            (STORE + "test_a_store_others_could_write_is_refused[link]",)),
+    Mutant("vm-guest-memfds-allowed", "stockade/vm/machine.py",
+           '    memfds = b"" if exec_from_write else seccomp.compile_rules(',
+           '    memfds = b"" if True else seccomp.compile_rules(',
+           ("tests/test_vm_qemu.py::"
+            "test_written_memory_is_not_executed_without_exec_from_write",)),
 )

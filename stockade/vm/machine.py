@@ -4,6 +4,7 @@ command line. Pure: nothing here starts a process."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec
-from stockade.linux import limits, mnt, protect
+from stockade.linux import limits, mnt, protect, seccomp
 from stockade.vm import egress
 from stockade.vm.initramfs import Kernel
 
@@ -44,6 +45,8 @@ GUEST_BOOT = ("import os, sys, json, importlib.util as u; p = sys.argv[1]; "
               "os.setgroups([]); os.setresgid(gid, gid, gid); "
               "os.setresuid(uid, uid, uid) if uid else (prepare(), drop_all()); "
               "from stockade.linux.syscalls import prctl; prctl(38, 1); "
+              "from stockade.linux import seccomp; f = bytes.fromhex(sys.argv[5]); "
+              "f and seccomp.install(f); "
               "from stockade.session.agent import main; sys.exit(main())")
 
 
@@ -223,12 +226,18 @@ def _read_only(target: str, options: str) -> str:
 
 
 def agent_argv(python: str, package_dir: str, uid: int, gid: int,
-               limits: LimitSpec) -> list[str]:
+               limits: LimitSpec, exec_from_write: bool) -> list[str]:
     """The agent's command line in the guest (see GUEST_BOOT). The timeout and output bounds
-    are the agent's own, per command; the others hold for the guest's processes."""
+    are the agent's own, per command; the others hold for the guest's processes. Without
+    `exec_from_write`, a seccomp filter (compiled here: the guest has no libseccomp) refuses
+    memfd_create to the agent and every command: a memfd is written memory that the guest's
+    kernel (which may predate vm.memfd_noexec, 6.3) would execute, and the guest has no exec
+    watch (the Linux backend's pid 1 seals each memfd instead)."""
     held = {"memory": limits.memory, "pids": limits.pids, "file_size": limits.file_size}
+    memfds = b"" if exec_from_write else seccomp.compile_rules(
+        [("memfd_create", errno.EPERM, ())])
     return [python, "-I", "-S", "-B", "-c", GUEST_BOOT, package_dir, str(uid), str(gid),
-            json.dumps(held)]
+            json.dumps(held), memfds.hex()]
 
 
 def qemu_argv(kernel: Kernel, initrd: str, socket_path: str, log: str,

@@ -112,7 +112,7 @@ def host_kernel() -> initramfs.Kernel:
 def _in_the_guest(agent: LaunchRequest) -> LaunchRequest:
     """The agent's launch (session/boot.py) as the guest's init starts it."""
     argv = machine.agent_argv(agent.argv[0], boot.PACKAGE_DIR, os.getuid(), os.getgid(),
-                              agent.limits)
+                              agent.limits, agent.exec_from_write)
     return replace(agent, argv=tuple(argv))
 
 
