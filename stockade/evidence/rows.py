@@ -378,7 +378,7 @@ ROWS: tuple[Row, ...] = (
         expect=Logged((by("address_guard", "EHOSTUNREACH", "EPERM", "EACCES"),
                        by("address_guard", "TimeoutError", attempts="tcp [fe80"),
                        by("network", "ECONNREFUSED", "NO_REPLY")), silent=("TimeoutError",)),
-        proven=(off("address_guard", when=AS_ROOT), off("network")), setup=setups.test_host,
+        proven=(off("address_guard", when=AS_ROOT), off("network")), setup=setups.test_host6,
         policy=ANY),
     row("net.any-inbound", "network",
         "network any: send one UDP datagram from a port of the sandbox's choice, learn the "

@@ -1,7 +1,7 @@
 """A test host for network rows: as root, a network namespace of its own joined to this one by a
 veth pair, with a TCP and a UDP server; rootless (no way to make one), servers on the host's own
-non-loopback address instead. Either way, nothing it serves is reachable from outside this
-machine, and it disappears with its servers.
+non-loopback address instead (which answer `pong` to anyone, for the row's seconds). It
+disappears with its servers.
 
 Where the sandbox can have IPv6 (this host has an IPv6 default route, so pasta gives it some),
 the test host serves the IPv6 forms of a guarded destination too: as root, a random ULA /64
@@ -23,9 +23,17 @@ import shutil
 import socket
 import subprocess
 import threading
+from typing import TypeVar
 
 from stockade.evidence.scene import NotRunnable
-from stockade.evidence.servers import port_of, tcp_server, udp_port_bound, udp_server
+from stockade.evidence.servers import (
+    DatagramServer,
+    StreamServer,
+    port_of,
+    tcp_server,
+    udp_port_bound,
+    udp_server,
+)
 from stockade.evidence.watch import Finding, Watch
 
 CLONE_NEWNET = 0x40000000
@@ -35,22 +43,25 @@ NAT64 = 0x64FF9B << 96  # RFC 6052's well-known prefix 64:ff9b::/96: IPv4 in the
 SIX_TO_FOUR = 0x2002 << 112  # RFC 3056's 2002::/16: IPv4 in the next 32 bits
 SCOPE_GLOBAL, SCOPE_LINK = 0x00, 0x20  # /proc/net/if_inet6's scopes
 UNUSABLE = 0x08 | 0x20 | 0x40  # its flags: duplicate detection failed, deprecated, tentative
+S = TypeVar("S", StreamServer, DatagramServer)
 
 
 class TestHost(Watch):
     """Servers answering on `address`: `tcp_port` (TCP, DNS over TCP), `udp_port` (UDP, DNS);
-    and on the IPv6 forms this host can serve: the attack's `targets6` (templates over the
-    names in `values6`), `skipped6` saying which forms it cannot serve, and why."""
+    with `forms6`, on the IPv6 forms this host can serve too: the attack's `targets6`
+    (templates over the names in `values6`), `skipped6` saying which it cannot serve, and why."""
 
-    def __init__(self) -> None:
+    def __init__(self, forms6: bool = False) -> None:
         self.link = ""
-        self.servers: list = []
+        self.servers: list[StreamServer | DatagramServer] = []
         self.values6: dict[str, str] = {}
         self.targets6: list[str] = []
         self.skipped6: list[str] = []
         from stockade.linux.net import default_links  # (POSIX-only: its rows run on Linux)
 
         ipv4, ipv6 = next(iter(default_links(4)), None), next(iter(default_links(6)), None)
+        if not forms6:
+            ipv6 = None
         if os.geteuid() == 0:
             self.address, self.label = self._namespace(ipv6), \
                 "test host in its own network namespace"
@@ -61,15 +72,16 @@ class TestHost(Watch):
             if own6:
                 self._serve6(own6, "test_own6")
             elif ipv6:
-                self.skipped6.append("the host's own IPv6 address: it has no global or ULA one")
+                self.skipped6.append("the host's own IPv6 address (it has no global or ULA one)")
         self.tcp_port, self.udp_port = port_of(self.tcp), port_of(self.udp)
-        self._more6(ipv4, ipv6)
+        if forms6:
+            self._more6(ipv4, ipv6)
 
     def _serve(self) -> None:
         self.tcp = self._add(tcp_server(self.address, f"{self.address} TCP server"))
         self.udp = self._add(udp_server(self.address, f"{self.address} UDP server"))
 
-    def _add(self, server):
+    def _add(self, server: S) -> S:
         self.servers.append(server)
         return server
 
@@ -91,16 +103,16 @@ class TestHost(Watch):
         self.values6["test_mapped"] = f"::ffff:{self.address}"
         self.targets6.append("tcp:[{test_mapped}]:{test_tcp}")
         if not ipv6:
-            self.skipped6.append("IPv6 (but the IPv4-mapped form): this host has no IPv6 "
-                                 "default route, so pasta gives the sandbox no IPv6")
+            self.skipped6.append("IPv6 but the IPv4-mapped form (this host has no IPv6 "
+                                 "default route: pasta gives the sandbox no IPv6)")
             return
         local = link_local(ipv6)
         if ipv4 not in (None, ipv6):  # (the target names the sandbox's interface as scope)
-            self.skipped6.append(f"a link-local address: pasta names the sandbox's interface "
-                                 f"after {ipv4}, but sends its IPv6 out of {ipv6}")
+            self.skipped6.append(f"a link-local address (pasta names the sandbox's interface "
+                                 f"after {ipv4}, but sends its IPv6 out of {ipv6})")
             return
         if local is None:
-            self.skipped6.append(f"a link-local address: {ipv6} has none")
+            self.skipped6.append(f"a link-local address ({ipv6} has none)")
             return
         server = self._add(tcp_server(f"{local}%{ipv6}", f"[{local}%{ipv6}] TCP server"))
         self.values6.update(test_link_local=f"{local}%{ipv6}", test_link_tcp=str(port_of(server)))
@@ -156,29 +168,25 @@ class TestHost(Watch):
                 if ipv6:
                     _ip(f"addr add {net6[1]}/64 dev {self.link} nodad")
                 _ip(f"link set {self.link} up")
+                for name in ("test_nat64", "test_6to4") if ipv6 else ():  # (gone with the veth)
+                    _ip(f"-6 route add {forms6[name]}/128 via {net6[2]} dev {self.link}")
         except OSError as exc:
             failure.append(exc)
         finally:
             linked.set()
             done.wait(10)
-        try:
-            if ipv6 and not failure and tid:  # (the routes go with the veth)
-                for name in ("test_nat64", "test_6to4"):
-                    _ip(f"-6 route add {forms6[name]}/128 via {net6[2]} dev {self.link}")
-                self.values6.update(forms6)
-                self.targets6 += ["tcp:[{test_nat64}]:{test_tcp6}",
-                                  "tcp:[{test_6to4}]:{test_tcp6}"]
-        except OSError as exc:
-            failure.append(exc)
         if failure or not tid:
             self.close()
             raise NotRunnable(f"cannot create a test network namespace: {failure[:1]}")
+        if ipv6:
+            self.values6.update(forms6)
+            self.targets6 += ["tcp:[{test_nat64}]:{test_tcp6}", "tcp:[{test_6to4}]:{test_tcp6}"]
         return address
 
     def finish(self) -> Finding:
         findings = [server.finish() for server in self.servers]
         self.close()
-        skipped = f"; IPv6 not run for {'; '.join(self.skipped6)}" if self.skipped6 else ""
+        skipped = f"; not tried: {'; '.join(self.skipped6)}" if self.skipped6 else ""
         return Finding(all(f.ok for f in findings),
                        f"{self.label}: " + "; ".join(f.text for f in findings) + skipped)
 
@@ -287,7 +295,6 @@ def global_address() -> str:
     for line in done.stdout.splitlines():
         return line.split()[3].split("/")[0]
     raise NotRunnable("this host has no global IPv4 address to stand in for a test host")
-
 
 
 def global_address6() -> str | None:
