@@ -6,7 +6,13 @@ ERROR; and a positive control must show the attack working where nothing refuses
 from __future__ import annotations
 
 from stockade.evidence.command import EXIT_ERROR, EXIT_FAILED, exit_status
-from stockade.evidence.judges import Denied, ProxyRefused, refused_by, worked_everywhere
+from stockade.evidence.judges import (
+    Denied,
+    Logged,
+    ProxyRefused,
+    refused_by,
+    worked_everywhere,
+)
 from stockade.evidence.runner import Matrix, Verdict
 from stockade.launch.result import Result
 
@@ -62,6 +68,21 @@ def test_a_proxy_refusal_must_be_logged_with_the_rule_the_row_tests() -> None:
     assert expect.check(result(line, log=by_address)).ok
     assert expect.check(result(line, log=by_port)).error
     assert expect.check(result(line)).error
+
+
+def test_a_time_out_is_a_refusal_only_with_the_denial_of_its_destination_logged() -> None:
+    expect = Logged((refused_by("address_guard", "EACCES"),
+                     refused_by("address_guard", "TimeoutError", attempts="tcp [fe80")),
+                    silent=("TimeoutError",))
+    line = "tcp [fe80::1%eth0]:4000: denied TimeoutError"
+    denial = {"protocol": "tcp", "host": "fe80::1", "port": 4000, "decision": "deny"}
+    assert expect.check(result(line, "udp [fd00::2]:53: denied EACCES", log=(denial,))).ok
+    assert expect.check(result(line)).error
+    assert expect.check(result(line, log=({**denial, "port": 4001},))).error
+    assert expect.check(result(line, log=({**denial, "protocol": "udp"},))).error
+    # (another attempt's time-out is no refusal at all)
+    assert expect.check(result("tcp [fd00::2]:80: denied TimeoutError", log=(
+        {**denial, "host": "fd00::2", "port": 80},))).error
 
 
 def test_a_control_must_show_an_attempt_working_and_none_failing_as_in_the_sandbox() -> None:

@@ -15,18 +15,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+from conftest import unavailable
 
-from stockade.evidence.judges import NotEnforced
+from stockade.evidence.judges import NotEnforced, attempts
 from stockade.evidence.row import Row
-from stockade.evidence.runner import Matrix, run_matrix
+from stockade.evidence.rows import ROWS
+from stockade.evidence.runner import Matrix, run_attack, run_matrix, scene_base
+from stockade.evidence.testhost import global_address6
 from stockade.evidence.tier_rows import TIER_LAYERS, rows_for
 from stockade.launch.manager import isolated
 from stockade.linux.backend import LinuxBackend
 from stockade.linux.frame import WEAKENINGS, switched_off
+from stockade.linux.net import routed_families
 from stockade.policy.model import ISOLATIONS
 
 ROOT = os.getuid() == 0
@@ -161,3 +168,29 @@ def test_a_switched_off_layer_fails_exactly_its_rows(
              if (v.id in expected) != (v.status == "FAIL") or v.status not in ("pass", "FAIL")}
     assert not wrong, wrong
     assert failed == expected
+
+
+def test_each_form_of_the_guarded_destination_gets_through_with_the_guard_s_switch_off(
+        linux: None) -> None:
+    """net.any-guarded fails with its switch off for every attempt, not for one: each IPv6 form
+    of the test host (as root its ULA, NAT64 and 6to4 forms; rootless the host's own IPv6
+    address), the IPv4-mapped form and the host's link-local address reach their servers
+    once it is off, so none of them is kept out by something the row does not name (no
+    route, pasta)."""
+    if 6 not in routed_families():
+        unavailable("this host has no IPv6 default route: pasta gives the sandbox no IPv6")
+    row = next(row for row in ROWS if row.id == "net.any-guarded")
+    forms = {"{test_mapped}", "{test_link_local}"} | (
+        {"{test_ula}", "{test_nat64}", "{test_6to4}"} if ROOT
+        else {"{test_own6}"} if global_address6() else set())
+    with tempfile.TemporaryDirectory(dir=scene_base()) as base:
+        for mutation in row.mutations():
+            seen, _ = run_attack(row, LinuxBackend(weaken=mutation.layers), Path(base),
+                                 secrets.token_hex(4))
+            assert seen.launch.result is not None, seen.launch.error
+            made = {seen.name(line.name): line for line in attempts(seen.launch.result)}
+            assert {form for form in forms if any(form in name for name in made)} == forms, \
+                made
+            refused = {name: line.detail for name, line in made.items()
+                       if line.outcome != "ALLOWED"}
+            assert not refused, (mutation.describe(), refused)

@@ -255,6 +255,42 @@ class ProxyRefused(Denied):
 
 
 @dataclass(frozen=True)
+class Logged(Denied):
+    """Denied, and each attempt refused with one of `silent` (a time-out: nothing answered,
+    which alone shows no refusal) has a denial of its destination in the network log: the
+    mechanism says it refused it. Attempts name their destination `PROTO HOST:PORT`, as
+    attacks/net_connect.py does."""
+
+    silent: tuple[str, ...] = ()
+
+    def check(self, result: Result) -> Finding:
+        base = super().check(result)
+        if not base.ok:
+            return base
+        logged = {(d.get("protocol"), d.get("host"), d.get("port")) for d in result.network_log
+                  if d.get("decision") == "deny"}
+        silent = [line.name for line in lines(result)
+                  if line.outcome == "denied" and line.detail in self.silent]
+        unlogged = [name for name in silent if destination(name) not in logged]
+        if unlogged:
+            return error("no answer, and no denial logged: " + "; ".join(unlogged))
+        return Finding(True, base.text + (f"; {len(silent)} unanswered, each denial logged"
+                                          if silent else ""))
+
+    def describe(self) -> str:
+        return f"{super().describe()}; {'/'.join(self.silent)} only with the denial logged"
+
+
+def destination(name: str) -> tuple[str, str, int | None]:
+    """(protocol, address, port) of an attempt named `PROTO HOST:PORT` (dns-udp is udp; an
+    IPv6 HOST in brackets, its zone dropped), as the network log records a destination."""
+    proto, _, where = name.partition(" ")
+    host, _, port = where.rpartition(":")
+    return (proto.rpartition("-")[2], host.strip("[]").partition("%")[0],
+            int(port) if port.isdigit() else None)
+
+
+@dataclass(frozen=True)
 class EndedBy(Expect):
     """The sandbox ended by Stockade (`kind`: limits.timeout, cancelled), killed with SIGKILL
     within `within` seconds."""

@@ -91,15 +91,22 @@ def tcp_server(host: str, label: str) -> StreamServer:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind(socket_address(host, 0))
     return StreamServer(sock, label)
 
 
 def udp_server(host: str, label: str, port: int = 0) -> DatagramServer:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
-    sock.bind((host, port))
+    sock.bind(socket_address(host, port))
     return DatagramServer(sock, label)
+
+
+def socket_address(host: str, port: int) -> tuple:
+    """(host, port); for an IPv6 address with a zone (fe80::1%eth0), the scope id the kernel
+    needs, which Python does not take from the text."""
+    address, _, zone = host.partition("%")
+    return (address, port, 0, socket.if_nametoindex(zone)) if zone else (host, port)
 
 
 def unix_server(address: str, label: str) -> StreamServer:

@@ -311,11 +311,18 @@ def _has_loopback6() -> bool:
         return False
 
 
-def test_host(scene: Scene) -> None:
+def test_host(scene: Scene, forms6: bool = False) -> None:
     """A test host outside the sandbox (see testhost.py) with TCP and UDP servers."""
-    host = scene.watch(TestHost())
+    host = scene.watch(TestHost(forms6))
     scene.values.update(test_host=host.address, test_tcp=str(host.tcp_port),
-                        test_udp=str(host.udp_port))
+                        test_udp=str(host.udp_port), **host.values6)
+    scene.values["test_ipv6"] = " ".join(scene.expand(target) for target in host.targets6)
+
+
+def test_host6(scene: Scene) -> None:
+    """test_host, serving the IPv6 forms this host can serve too (`test_ipv6`: their targets;
+    each address and port a placeholder of its own, so that the control's attempts compare)."""
+    test_host(scene, forms6=True)
 
 
 def knocking_peer(scene: Scene) -> None:

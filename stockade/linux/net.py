@@ -122,12 +122,16 @@ def _receive(sock: socket.socket, deadline: float) -> bytes:
 
 def routed_families() -> set[int]:
     """The address families (4, 6) this namespace has a default route for."""
-    found = set()
-    with open("/proc/self/net/route") as routes:
-        if any(line.split()[1:2] == ["00000000"] for line in list(routes)[1:]):
-            found.add(4)
+    return {family for family in (4, 6) if default_links(family)}
+
+
+def default_links(family: int) -> list[str]:
+    """The interfaces of this namespace's default routes for `family` (4, 6), in the kernel's
+    order (the first is where pasta takes the sandbox's addresses and interface name from)."""
+    if family == 4:
+        with open("/proc/self/net/route") as routes:
+            return [words[0] for words in map(str.split, list(routes)[1:])
+                    if words[1:2] == ["00000000"]]
     with open("/proc/self/net/ipv6_route") as routes:
-        if any(line.startswith("0" * 32 + " 00 ") and line.split()[9] != "lo"
-               for line in routes):
-            found.add(6)
-    return found
+        return [line.split()[9] for line in routes
+                if line.startswith("0" * 32 + " 00 ") and line.split()[9] != "lo"]
