@@ -30,7 +30,10 @@ from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
-from stockade.windows.structs import JOBOBJECT_BASIC_ACCOUNTING_INFORMATION
+from stockade.windows.structs import (
+    JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+)
 
 PACKAGE = "S-1-15-2-2067022373-1386325468-3431155434-2426632640-3089004462-2553425549-105248742"
 OTHER_PACKAGE = "S-1-15-2-9-8-7-6-5-4-3"
@@ -39,6 +42,7 @@ ADMINS = "S-1-5-32-544"
 USERS = "S-1-5-32-545"
 SYSTEM = "S-1-5-18"
 FULL = 0x1F01FF
+PAGE_SIZE = 4096  # x64 and ARM64 Windows
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 
 
@@ -320,9 +324,9 @@ class FakeWin32:
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
     - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
       for this process, as under Git Bash or some CI runners; a launched child always is);
-      QueryInformationJobObject answers what SetInformationJobObject set, and the basic
-      accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
-      process gone per query), as termination is asynchronous.
+      QueryInformationJobObject answers what SetInformationJobObject set (memory limits kept
+      in whole pages), and the basic accounting's ActiveProcesses, which TerminateJobObject
+      only starts bringing down (one process gone per query), as termination is asynchronous.
     """
 
     def __init__(self, package: str = PACKAGE) -> None:
@@ -470,6 +474,14 @@ class FakeWin32:
             if state["terminating"] and state["active"]:
                 state["active"] -= 1
             info = JOBOBJECT_BASIC_ACCOUNTING_INFORMATION(ActiveProcesses=state["active"])
+            data = bytes(info)
+        elif info_class == c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION:
+            info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(
+                state["set"].get(info_class, bytes(size)))
+            # Bytes in and out, but kept in whole pages (commitment's granularity,
+            # SYSTEM_INFO.dwPageSize): what is off a page boundary comes back without its tail.
+            info.JobMemoryLimit -= info.JobMemoryLimit % PAGE_SIZE
+            info.ProcessMemoryLimit -= info.ProcessMemoryLimit % PAGE_SIZE
             data = bytes(info)
         else:
             data = state["set"].get(info_class, bytes(size))

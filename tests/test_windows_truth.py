@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
 
-from stockade.errors import SetupError
+from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
 from stockade.lifecycle import removers
 from stockade.lifecycle.ledger import Ledger
@@ -155,6 +155,18 @@ def test_the_jobs_settings_are_read_back_not_copied_from_the_plan(fake):
     fake.jobs[handle_]["set"][c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION] = bytes(leaky)
     assert job.observed(handle_)["breakaway"] is True
     assert job.observed(handle_) != job.applied(plan)
+
+
+def test_a_memory_limit_off_a_page_boundary_reads_back_as_set(fake):
+    """Issue 31, D13: a Job keeps its memory limit in whole pages, so one asked for off a page
+    boundary read back otherwise than set, and every such launch was refused
+    (confinement_unverified). The plan sets whole pages, never more than asked."""
+    plan = job.job_plan(LimitSpec(memory=100_000_001), cpus=1)
+    assert plan.job_memory % job.PAGE == 0 and 100_000_001 - job.PAGE < plan.job_memory \
+        <= 100_000_001
+    assert job.observed(job.create_job(plan)) == job.applied(plan)
+    with pytest.raises(UnenforceableError):
+        job.job_plan(LimitSpec(memory=job.PAGE - 1), cpus=1)
 
 
 def test_a_terminated_job_is_waited_for_until_it_holds_no_process(fake):
