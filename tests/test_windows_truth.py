@@ -323,6 +323,19 @@ def seen_ok(plan: job.JobPlan) -> dict:
                         "station_rights": desktop.STATION_RIGHTS}}
 
 
+def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
+    """Issue 31, D14: Exploit Protection may switch on more mitigations for the image than the
+    launch asked for (here: Low-labelled images blocked although exec_from_write allows them);
+    the child is confined at least as asked, so it is not refused. One asked for and missing
+    still is."""
+    plan = job.job_plan(LimitSpec(), cpus=2)
+    seen = seen_ok(plan) | {"mitigations": process.mitigations(False)}
+    assert handle.confinement_refusal(PACKAGE, plan, process.mitigations(True), seen) is None
+    seen["mitigations"] &= ~c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON
+    assert "mitigation" in handle.confinement_refusal(PACKAGE, plan, process.mitigations(True),
+                                                      seen)
+
+
 @pytest.mark.parametrize(("change", "words"), [
     (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, 0)), "Job"),
     (lambda s: s.update(handles=(True, True, True, True)), "handle list"),

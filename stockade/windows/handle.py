@@ -272,8 +272,11 @@ def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
     return (token.refusal(package) or process.handles_refusal(seen["handles"])
             or (None if seen["job"] == job.applied(plan)
                 else "the Job does not hold the settings it was given")
-            or (None if seen["mitigations"] == mitigations
-                else "the child's mitigation policies are not the ones asked for")
+            # At least those asked for: Exploit Protection's system and per-program settings
+            # (Set-ProcessMitigation) may switch on more, e.g. BlockLowLabelImageLoads for
+            # python.exe, which only confines the child further.
+            or (None if seen["mitigations"] & mitigations == mitigations
+                else "the child's mitigation policies lack some of the ones asked for")
             or (None if (desk["appcontainer_rights"], desk["every_appcontainer_rights"],
                          desk["station_rights"]) == (desktop.APPCONTAINER_RIGHTS, 0,
                                                      desktop.STATION_RIGHTS)
