@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
 
+from stockade import program
 from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
 from stockade.lifecycle import removers
@@ -351,3 +352,25 @@ def test_a_child_found_otherwise_than_launched_is_refused(change, words):
     assert handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen) is None
     change(seen)
     assert words in handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen)
+
+
+# --- exit codes ----------------------------------------------------------------------------------
+
+
+def windows_exit(value: int) -> int:
+    """What a Windows process exits with after sys.exit(value) in CPython before 3.12.8 and
+    3.13.1: _Py_HandleSystemExit takes (int)PyLong_AsLong(value), a C long is 32 bits on
+    Windows (LLP64), and an overflow leaves -1; ExitProcess takes the UINT."""
+    return value & 0xFFFFFFFF if -(1 << 31) <= value < 1 << 31 else 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("code", [0, 7, 255, 0x7FFFFFFF, 0x80000000, 0xC0000005, 0xC0000142,
+                                  0xFFFFFFFF])
+def test_the_commands_exit_code_is_the_programs_whole_32_bits(monkeypatch, code):
+    """Issue 31, D15: a command that crashed exits with an NTSTATUS (0xC0000005), which
+    `stockade run` passed to sys.exit as is: Windows saw 0xFFFFFFFF."""
+    import stockade.cli
+
+    monkeypatch.setattr(stockade.cli, "console_main", lambda: code)
+    monkeypatch.setattr(program.sys, "argv", ["stockade"])
+    assert windows_exit(program.main()) == code
