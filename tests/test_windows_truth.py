@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import subprocess
+import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -353,6 +357,62 @@ def test_a_child_found_otherwise_than_launched_is_refused(change, words):
     change(seen)
     assert words in handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen)
 
+
+# --- the child's standard handles --------------------------------------------------------------
+
+
+class Duplicates:
+    """DuplicateHandle and CloseHandle over a count of open handles; msvcrt.get_osfhandle,
+    which raises OSError for a descriptor that is not open (as documented)."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+    def GetCurrentProcess(self):  # noqa: N802
+        return -1
+
+    def DuplicateHandle(self, source, value, target, ref, access, inherit, options):  # noqa: N802
+        ref._obj.value = 0x1000 + 4 * len(self.open)
+        self.open.add(ref._obj.value)
+        return 1
+
+    def CloseHandle(self, value):  # noqa: N802
+        self.open.remove(value)
+        return 1
+
+    @staticmethod
+    def get_osfhandle(fd: int) -> int:
+        os.fstat(fd)
+        return fd
+
+
+def test_a_failing_stdio_spec_leaves_nothing_of_the_earlier_ones(monkeypatch, tmp_path):
+    """Issue 31, D16: when stderr's spec fails (a closed file), the pipes already made for
+    stdin (PIPE) and stdout (None: relayed to the owner's stdout) were left open and the relay
+    started, for a child that never comes."""
+    from stockade.launch.backend import Stdio
+    from stockade.windows import stdio
+
+    fake = Duplicates()
+    monkeypatch.setattr(stdio, "win32", lambda: fake)
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    made: list[int] = []
+
+    def pipe() -> tuple[int, int]:
+        made.extend(pair := real_pipe())
+        return pair
+
+    real_pipe = os.pipe
+    monkeypatch.setattr(stdio.os, "pipe", pipe)
+    closed = open(tmp_path / "err", "wb")  # noqa: SIM115
+    closed.close()
+    with pytest.raises(ValueError):
+        stdio.ChildStdio(Stdio(stdin=subprocess.PIPE, stdout=None, stderr=closed))
+    assert len(made) == 4 and fake.open == set()
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert not [t for t in threading.enumerate() if t.name.startswith("stockade-relay")]
 
 # --- exit codes ----------------------------------------------------------------------------------
 

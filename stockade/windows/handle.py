@@ -105,9 +105,8 @@ class WindowsHandle(Handle):
             self._launch(request, stdio, ledger)
         except BaseException as exc:
             self._close()
-            for file in self._pipes.files if self._pipes is not None else ():
-                if file is not None:
-                    file.close()
+            if self._pipes is not None:
+                self._pipes.close()
             if isinstance(exc, OSError):  # a Win32 call failed: typed, naming no path or SID
                 raise SetupError("windows_setup_failed", f"the {self._stage} stage failed: "
                                  f"{exc.strerror or exc.__class__.__name__}",
@@ -189,6 +188,7 @@ class WindowsHandle(Handle):
             raise SetupError("confinement_unverified", refusal, stage="verify")
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
+        pipes.start_relays()
         self.stdin, self.stdout, self.stderr = pipes.files
         self.enforced = _enforced(request, plan, done, seen, package) | {"owner_in_job": nested}
         self.stages.append(("start", time.monotonic()))
