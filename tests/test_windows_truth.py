@@ -17,7 +17,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
+from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32, win32_error
 
 from stockade import program
 from stockade.errors import SetupError, UnenforceableError
@@ -235,6 +235,57 @@ def test_a_job_that_does_not_drain_leaves_its_record_for_the_next_reconcile(
     assert (done.reconciled, done.failed) == (1, 0)
     assert [kind for kind, _ in order] == ["acl", "profile"]
 
+
+def test_two_callers_waiting_at_once_share_one_settlement(monkeypatch):
+    """Issue 31, D17: while one wait() settled the launch (which closes the process handle
+    first), a second caller waited on the closed handle value (WAIT_FAILED, or another
+    object's wait once the value is reused) and could settle again, its Exit without the
+    first one's failure. Now it waits its turn (or times out: not over yet) and gets the one
+    Exit."""
+    process_ = 0x40
+    closed: set[int] = set()
+
+    class Api:
+        def WaitForSingleObject(self, value, ms):  # noqa: N802
+            if value in closed:  # WAIT_FAILED, ERROR_INVALID_HANDLE (api._wait raises it)
+                raise win32_error(c.ERROR_INVALID_HANDLE, "WaitForSingleObject")
+            return c.WAIT_OBJECT_0
+
+        def GetExitCodeProcess(self, value, ref):  # noqa: N802
+            ref._obj.value = 3
+            return 1
+
+        def CloseHandle(self, value):  # noqa: N802
+            closed.add(value)
+            return 1
+
+    api = Api()
+    monkeypatch.setattr(handle, "win32", lambda: api)
+    settling, release, settled = threading.Event(), threading.Event(), []
+    h = handle.WindowsHandle.__new__(handle.WindowsHandle)
+    h._lock, h._waiting, h._killed, h._pipes = threading.Lock(), threading.Lock(), False, None
+    h._job, h._exit, h._process, h.stages = None, None, process_, []
+    h._stack = contextlib.ExitStack()
+
+    def undo() -> None:  # the rest of settlement, held until the second caller has come
+        settling.set()
+        release.wait(10)
+        settled.append(1)
+
+    h._stack.callback(undo)
+    h._stack.callback(api.CloseHandle, process_)  # (closed first, as _launch stacks it)
+    ends: dict[str, object] = {}
+    first = threading.Thread(target=lambda: ends.update(first=h.wait()))
+    first.start()
+    assert settling.wait(10)
+    assert h.wait(0.05) is None  # still settling: not over yet
+    second = threading.Thread(target=lambda: ends.update(second=h.wait()))
+    second.start()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert ends["first"] is ends["second"] and ends["first"].exit_code == 3
+    assert settled == [1]
 
 # --- desktop and window station ----------------------------------------------------------------
 

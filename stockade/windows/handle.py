@@ -93,6 +93,7 @@ class WindowsHandle(Handle):
         self.violations: list = []
         self.network_log: list = []
         self._lock = threading.Lock()
+        self._waiting = threading.Lock()  # held by the one wait() asking or settling
         self._killed = False
         self._exit: Exit | None = None
         self._job: int | None = None
@@ -210,19 +211,28 @@ class WindowsHandle(Handle):
                          "left to the next reconcile", stage="settle")
 
     def wait(self, timeout: float | None = None) -> Exit | None:
-        if self._exit is not None:
-            return self._exit
-        api = win32()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = _WAIT_SLICE_MS if deadline is None else \
-                min(_WAIT_SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
-            if api.WaitForSingleObject(self._process, left) == c.WAIT_OBJECT_0:
-                break
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # One waiter at a time: the process handle is waited on, and closed by settlement,
+            # under this lock, so a second caller never waits on a closed (or reused) handle
+            # value, never settles twice, and gets the one Exit that settlement made.
+            if not self._waiting.acquire(timeout=-1 if left is None else left):
+                return None  # another caller is settling the launch: not over yet
+            try:
+                if self._exit is not None:
+                    return self._exit
+                step = _WAIT_SLICE_MS if left is None else min(_WAIT_SLICE_MS, int(left * 1000))
+                if win32().WaitForSingleObject(self._process, step) == c.WAIT_OBJECT_0:
+                    return self._settle()
+            finally:
+                self._waiting.release()
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _settle(self) -> Exit:
         code = DWORD()
-        api.GetExitCodeProcess(self._process, ctypes.byref(code))
+        win32().GetExitCodeProcess(self._process, ctypes.byref(code))
         failure = self._close()
         self.stages.append(("settle", time.monotonic()))
         self._exit = Exit(None, KILLED_SIGNAL, failure) if self._killed \
