@@ -14,12 +14,14 @@ bound to a model volume, registered with the ledger as records.py does on Window
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
 import ntpath
 import os
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import windows_dacls
@@ -120,7 +122,9 @@ class FakeTree:
 
     # grants.AclStore
     def read(self, path: str) -> Dacl:
-        node = self._node(path)
+        return self.read_node(self._node(path))
+
+    def read_node(self, node: Node) -> Dacl:
         return Dacl(node.explicit + self._inherited(node), node.protected)
 
     def _inherited(self, node: Node) -> tuple[Ace, ...]:
@@ -129,11 +133,20 @@ class FakeTree:
         parent = self.read(ntpath.dirname(node.path))
         return acl.inherit(parent.aces, node.is_dir, node.owner)
 
+    @contextlib.contextmanager
+    def opened(self, path: str) -> Iterator[Opened]:
+        """The node `path` names now, opened: a handle stays on its file whatever the name
+        names later (CreateFileW; with FILE_FLAG_OPEN_REPARSE_POINT, a reparse point is
+        opened itself, not followed)."""
+        yield Opened(self, self._node(path))
+
     def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+        self.write_node(self._node(path), explicit, protected)
+
+    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
-        node = self._node(path)
         node.explicit, node.protected = tuple(explicit), protected
-        self.writes.append(path)
+        self.writes.append(node.path)
 
     def identity(self, path: str) -> str:
         return self._node(path).file_id
@@ -143,7 +156,8 @@ class FakeTree:
         node = self._node(path)
         attributes = (0x10 if node.is_dir else 0) | (  # FILE_ATTRIBUTE_DIRECTORY
             c.FILE_ATTRIBUTE_REPARSE_POINT if node.reparse_tag else 0)
-        return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links)
+        return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links,
+                     node.file_id)
 
     def scan(self, directory: str) -> list[Entry]:
         prefix = directory.casefold().rstrip("\\") + "\\"
@@ -184,6 +198,23 @@ class FakeTree:
         return tree
 
 
+@dataclass
+class Opened:
+    """grants.Opened over one node of a FakeTree."""
+
+    tree: FakeTree
+    node: Node
+
+    def read(self) -> Dacl:
+        return self.tree.read_node(self.node)
+
+    def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
+        self.tree.write_node(self.node, explicit, protected)
+
+    def identity(self) -> str:
+        return self.node.file_id
+
+
 class PersistentTree(FakeTree):
     """A FakeTree saved to `path` after every write; with `crash_after`, the process exits
     (no cleanup at all) instead of making write number `crash_after + 1`."""
@@ -194,10 +225,10 @@ class PersistentTree(FakeTree):
         self.path = path
         self.crash_after = crash_after
 
-    def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         if self.crash_after is not None and len(self.writes) >= self.crash_after:
             os._exit(17)
-        super().write(path, explicit, protected)
+        super().write_node(node, explicit, protected)
         with open(self.path, "w") as f:
             f.write(self.to_json())
 
