@@ -97,6 +97,8 @@ def exit_codes() -> int:
         invalid = _policy(top, "invalid.json", base | {"no_such_section": {}})
         cases = [(good, ["cmd", "/d", "/c", "exit", "0"], 0),
                  (good, ["cmd", "/d", "/c", "exit", "7"], 7),
+                 # an NTSTATUS (a crash's 0xC0000005): all 32 bits through sys.exit
+                 (good, ["cmd", "/d", "/c", "exit", "-1073741819"], 0xC0000005),
                  (invalid, ["cmd", "/d", "/c", "exit", "0"], EXIT_USAGE),
                  (refused, ["cmd", "/d", "/c", "exit", "0"], EXIT_SETUP),
                  (good, ["stockade-no-such-program"], EXIT_START)]

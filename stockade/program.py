@@ -41,7 +41,16 @@ def main(*, check_server: bool = True) -> int:
             return status
     from stockade.cli import console_main
 
-    return console_main()
+    return _exit_word(console_main())
+
+
+def _exit_word(status: int) -> int:
+    """`status` in the form sys.exit passes on whole. A Windows exit code is an unsigned 32-bit
+    word (a crash's NTSTATUS, 0xC0000005, is one), but CPython before 3.12.8 and 3.13.1 reads
+    sys.exit's int as a C long, 32 bits on Windows, and exits 0xFFFFFFFF for one that does not
+    fit; the same 32 bits as a negative number reach ExitProcess unchanged (and elsewhere the
+    low byte, which is all a POSIX status keeps, is the same)."""
+    return status - (1 << 32) if status >= 1 << 31 else status
 
 
 def _through_server(words: list[str], *, check_server: bool = True) -> int | None:

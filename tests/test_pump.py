@@ -4,13 +4,17 @@ unsandboxed child: bounded capture, stdin fed, the deadline and cancel kill the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
+from stockade.launch import pump
 from stockade.launch.backend import Exit, Handle
 from stockade.launch.pump import drive
 
@@ -34,6 +38,28 @@ class Plain(Handle):
 
     def kill(self) -> None:
         self.process.kill()
+
+
+class JobLike(Plain):
+    """A child whose wait() ends its whole tree once the child itself has exited, as the
+    Windows backend's does (the Job is terminated): a process it left behind goes then."""
+
+    def __init__(self, code: str, *, ends_tree: bool = True) -> None:
+        self.ends_tree = ends_tree
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True)
+        self.stdin, self.stdout, self.stderr = None, self.process.stdout, self.process.stderr
+
+    def wait(self, timeout: float | None = None) -> Exit | None:
+        end = super().wait(timeout)
+        if end is not None and self.ends_tree:
+            self.end_tree()
+        return end
+
+    def end_tree(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 @pytest.fixture(params=[False, True], ids=["selector", "threads"])
@@ -92,3 +118,32 @@ def test_relayed_output_is_cut_at_the_limit(threaded, tmp_path):
     assert (tmp_path / "out").read_bytes() == b"x" * 1000
     assert (tmp_path / "err").read_bytes() == b"e" * 1000
     assert done.stdout.truncated and done.stderr.truncated
+
+
+BACKGROUND = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+              "'import time; time.sleep(60)']); print('done', flush=True); sys.exit(4)")
+
+
+def test_a_background_process_holding_stdout_ends_with_the_command_on_windows():
+    """Issue 31, D8: the threads waited for the streams to end before asking wait(), which is
+    what ends the rest of the tree on Windows, so a background process holding stdout kept the
+    run until its deadline. Now the command's exit ends it, and what it wrote is kept."""
+    code = BACKGROUND
+    started = time.monotonic()
+    done = drive(JobLike(code), input=None, limit=100, timeout=20, cancel=None, threaded=True)
+    assert not done.timed_out and time.monotonic() - started < 10
+    assert done.end == Exit(4, None) and bytes(done.stdout.data) == b"done\n"
+    assert not done.stdout.truncated
+
+
+def test_a_stream_still_open_after_the_tree_is_gone_is_cut_after_a_bounded_drain(monkeypatch):
+    """If a stream outlives wait() (a tree the Job could not end), the threads drain it for
+    DRAIN seconds at most; then it is cut and flagged, and nothing more is taken in."""
+    monkeypatch.setattr(pump, "DRAIN", 0.3)
+    handle = JobLike(BACKGROUND, ends_tree=False)
+    try:
+        done = drive(handle, input=None, limit=100, timeout=20, cancel=None, threaded=True)
+    finally:
+        handle.end_tree()
+    assert not done.timed_out and done.end == Exit(4, None)
+    assert bytes(done.stdout.data) == b"done\n" and done.stdout.truncated

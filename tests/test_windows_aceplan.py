@@ -11,7 +11,7 @@ import pytest
 import windows_dacls
 from test_windows_fakes import BOTH, ELEVATED, FULL, PACKAGE, SYSTEM, USER, USERS, FakeTree
 
-from stockade.errors import UnavailableError, UnenforceableError
+from stockade.errors import SetupError, UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest, PathGrant
 from stockade.windows import aceplan, acl, filesystem, grants
 from stockade.windows import constants as c
@@ -41,6 +41,11 @@ class Recorder:
 
 def no_lock(path: str):
     return contextlib.nullcontext()
+
+
+def walked(tree: FakeTree) -> dict[str, str]:
+    """The file ids a walk of the whole tree would have seen, by casefolded path."""
+    return {key: node.file_id for key, node in tree.nodes.items()}
 
 
 def workspace(edition: str = "windows11") -> FakeTree:
@@ -140,18 +145,18 @@ def test_every_record_is_added_before_its_path_is_written():
     tree = workspace()
     seen: list[str] = []
     recorder = Recorder(tree)
-    original_add, original_write = recorder.add, tree.write
+    original_add, original_write = recorder.add, tree.write_node
 
     def add(kind, name, detail=None):
         seen.append("add " + name)
         original_add(kind, name, detail)
 
-    def write(path, explicit, protected):
-        assert seen[-1] == "add " + path
-        seen.append("write " + path)
-        original_write(path, explicit, protected)
+    def write_node(node, explicit, protected):
+        assert seen[-1] == "add " + node.path
+        seen.append("write " + node.path)
+        original_write(node, explicit, protected)
 
-    recorder.add, tree.write = add, write
+    recorder.add, tree.write_node = add, write_node
     filesystem.prepare(request(), PACKAGE, recorder, tree, tree, no_lock, lambda p: None)
     assert len(seen) == 2 * len(recorder.added) > 0
 
@@ -175,7 +180,7 @@ def test_grant_revert_keeps_changes_others_made_meanwhile_and_puts_back_the_sids
     tree.nodes[path.casefold()].explicit = (Ace.allow(USERS, RX), own, Ace.allow(SYSTEM, 4))
     step = aceplan.Step(path, aceplan.GRANT, (Ace.allow(PACKAGE, M),))
     recorder = Recorder(tree)
-    grants.apply([step], PACKAGE, tree, recorder, no_lock)
+    grants.apply([step], PACKAGE, tree, recorder, no_lock, walked(tree))
     assert tree.read(path).explicit == (Ace.allow(USERS, RX), Ace.allow(SYSTEM, 4),
                                         Ace.allow(PACKAGE, M))
     meanwhile = Ace.allow(USER, 0x10)
@@ -193,11 +198,38 @@ def test_an_override_keeps_every_other_trustee_in_the_same_evaluation_order():
     tree.nodes[path.casefold()].explicit = (Ace.allow(USER, FULL, BOTH),)
     before = tree.read(path)
     grants.apply([aceplan.Step(path, aceplan.OVERRIDE, ())], PACKAGE, tree, Recorder(tree),
-                 no_lock)
+                 no_lock, walked(tree))
     after = tree.read(path)
     assert after.protected and not any(a.inherited for a in after.aces)
     assert [(a.type, a.sid, a.mask) for a in after.aces] == \
         [(a.type, a.sid, a.mask) for a in before.aces]
+
+
+def test_a_root_replaced_after_the_walk_is_refused_and_the_replacement_left_alone():
+    """Issue 31, D11: the DACL was read, the file id taken and the grant written each by name,
+    so a directory renamed into a root's place after the walk (by anyone who may write its
+    parent) received the grant. Now the grant goes through one handle, to the file the walk
+    admitted or to none."""
+    tree = workspace()
+    ws = "c:\\users\\u\\ws"
+    intruder = tree.nodes["c:\\users\\u\\outside"]
+    before = intruder.explicit
+    swapped: list[str] = []
+
+    def rename_over(path: str):  # (taken just before each step: after the walk)
+        if path.casefold() == ws and not swapped:
+            swapped.append(path)
+            tree.nodes[ws] = tree.nodes.pop("c:\\users\\u\\outside")
+            intruder.path = "C:\\Users\\u\\ws"
+        return contextlib.nullcontext()
+
+    recorder = Recorder(tree)
+    with pytest.raises(SetupError) as refused:
+        filesystem.prepare(request(), PACKAGE, recorder, tree, tree, rename_over,
+                           lambda path: None)
+    assert refused.value.code == "path_replaced" and swapped
+    assert intruder.explicit == before and not tree.access(intruder.path, PACKAGE)
+    assert ws not in [name.casefold() for _, name, _ in recorder.added]
 
 
 def test_revert_refuses_when_the_path_now_names_another_file():

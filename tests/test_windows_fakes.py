@@ -14,12 +14,14 @@ bound to a model volume, registered with the ledger as records.py does on Window
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
 import ntpath
 import os
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import windows_dacls
@@ -30,7 +32,10 @@ from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
-from stockade.windows.structs import JOBOBJECT_BASIC_ACCOUNTING_INFORMATION
+from stockade.windows.structs import (
+    JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+)
 
 PACKAGE = "S-1-15-2-2067022373-1386325468-3431155434-2426632640-3089004462-2553425549-105248742"
 OTHER_PACKAGE = "S-1-15-2-9-8-7-6-5-4-3"
@@ -39,6 +44,7 @@ ADMINS = "S-1-5-32-544"
 USERS = "S-1-5-32-545"
 SYSTEM = "S-1-5-18"
 FULL = 0x1F01FF
+PAGE_SIZE = 4096  # x64 and ARM64 Windows
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 
 
@@ -116,7 +122,9 @@ class FakeTree:
 
     # grants.AclStore
     def read(self, path: str) -> Dacl:
-        node = self._node(path)
+        return self.read_node(self._node(path))
+
+    def read_node(self, node: Node) -> Dacl:
         return Dacl(node.explicit + self._inherited(node), node.protected)
 
     def _inherited(self, node: Node) -> tuple[Ace, ...]:
@@ -125,11 +133,20 @@ class FakeTree:
         parent = self.read(ntpath.dirname(node.path))
         return acl.inherit(parent.aces, node.is_dir, node.owner)
 
+    @contextlib.contextmanager
+    def opened(self, path: str) -> Iterator[Opened]:
+        """The node `path` names now, opened: a handle stays on its file whatever the name
+        names later (CreateFileW; with FILE_FLAG_OPEN_REPARSE_POINT, a reparse point is
+        opened itself, not followed)."""
+        yield Opened(self, self._node(path))
+
     def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+        self.write_node(self._node(path), explicit, protected)
+
+    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
-        node = self._node(path)
         node.explicit, node.protected = tuple(explicit), protected
-        self.writes.append(path)
+        self.writes.append(node.path)
 
     def identity(self, path: str) -> str:
         return self._node(path).file_id
@@ -139,7 +156,8 @@ class FakeTree:
         node = self._node(path)
         attributes = (0x10 if node.is_dir else 0) | (  # FILE_ATTRIBUTE_DIRECTORY
             c.FILE_ATTRIBUTE_REPARSE_POINT if node.reparse_tag else 0)
-        return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links)
+        return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links,
+                     node.file_id)
 
     def scan(self, directory: str) -> list[Entry]:
         prefix = directory.casefold().rstrip("\\") + "\\"
@@ -180,6 +198,23 @@ class FakeTree:
         return tree
 
 
+@dataclass
+class Opened:
+    """grants.Opened over one node of a FakeTree."""
+
+    tree: FakeTree
+    node: Node
+
+    def read(self) -> Dacl:
+        return self.tree.read_node(self.node)
+
+    def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
+        self.tree.write_node(self.node, explicit, protected)
+
+    def identity(self) -> str:
+        return self.node.file_id
+
+
 class PersistentTree(FakeTree):
     """A FakeTree saved to `path` after every write; with `crash_after`, the process exits
     (no cleanup at all) instead of making write number `crash_after + 1`."""
@@ -190,10 +225,10 @@ class PersistentTree(FakeTree):
         self.path = path
         self.crash_after = crash_after
 
-    def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         if self.crash_after is not None and len(self.writes) >= self.crash_after:
             os._exit(17)
-        super().write(path, explicit, protected)
+        super().write_node(node, explicit, protected)
         with open(self.path, "w") as f:
             f.write(self.to_json())
 
@@ -320,9 +355,9 @@ class FakeWin32:
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
     - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
       for this process, as under Git Bash or some CI runners; a launched child always is);
-      QueryInformationJobObject answers what SetInformationJobObject set, and the basic
-      accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
-      process gone per query), as termination is asynchronous.
+      QueryInformationJobObject answers what SetInformationJobObject set (memory limits kept
+      in whole pages), and the basic accounting's ActiveProcesses, which TerminateJobObject
+      only starts bringing down (one process gone per query), as termination is asynchronous.
     """
 
     def __init__(self, package: str = PACKAGE) -> None:
@@ -470,6 +505,14 @@ class FakeWin32:
             if state["terminating"] and state["active"]:
                 state["active"] -= 1
             info = JOBOBJECT_BASIC_ACCOUNTING_INFORMATION(ActiveProcesses=state["active"])
+            data = bytes(info)
+        elif info_class == c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION:
+            info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(
+                state["set"].get(info_class, bytes(size)))
+            # Bytes in and out, but kept in whole pages (commitment's granularity,
+            # SYSTEM_INFO.dwPageSize): what is off a page boundary comes back without its tail.
+            info.JobMemoryLimit -= info.JobMemoryLimit % PAGE_SIZE
+            info.ProcessMemoryLimit -= info.ProcessMemoryLimit % PAGE_SIZE
             data = bytes(info)
         else:
             data = state["set"].get(info_class, bytes(size))

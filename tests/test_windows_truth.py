@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import subprocess
+import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
-from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
+from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32, win32_error
 
-from stockade.errors import SetupError
+from stockade import program
+from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
 from stockade.lifecycle import removers
 from stockade.lifecycle.ledger import Ledger
@@ -157,6 +162,18 @@ def test_the_jobs_settings_are_read_back_not_copied_from_the_plan(fake):
     assert job.observed(handle_) != job.applied(plan)
 
 
+def test_a_memory_limit_off_a_page_boundary_reads_back_as_set(fake):
+    """Issue 31, D13: a Job keeps its memory limit in whole pages, so one asked for off a page
+    boundary read back otherwise than set, and every such launch was refused
+    (confinement_unverified). The plan sets whole pages, never more than asked."""
+    plan = job.job_plan(LimitSpec(memory=100_000_001), cpus=1)
+    assert plan.job_memory % job.PAGE == 0 and 100_000_001 - job.PAGE < plan.job_memory \
+        <= 100_000_001
+    assert job.observed(job.create_job(plan)) == job.applied(plan)
+    with pytest.raises(UnenforceableError):
+        job.job_plan(LimitSpec(memory=job.PAGE - 1), cpus=1)
+
+
 def test_a_terminated_job_is_waited_for_until_it_holds_no_process(fake):
     handle_ = job.create_job(job.job_plan(LimitSpec(), cpus=1))
     fake.jobs[handle_]["active"] = 3
@@ -218,6 +235,57 @@ def test_a_job_that_does_not_drain_leaves_its_record_for_the_next_reconcile(
     assert (done.reconciled, done.failed) == (1, 0)
     assert [kind for kind, _ in order] == ["acl", "profile"]
 
+
+def test_two_callers_waiting_at_once_share_one_settlement(monkeypatch):
+    """Issue 31, D17: while one wait() settled the launch (which closes the process handle
+    first), a second caller waited on the closed handle value (WAIT_FAILED, or another
+    object's wait once the value is reused) and could settle again, its Exit without the
+    first one's failure. Now it waits its turn (or times out: not over yet) and gets the one
+    Exit."""
+    process_ = 0x40
+    closed: set[int] = set()
+
+    class Api:
+        def WaitForSingleObject(self, value, ms):  # noqa: N802
+            if value in closed:  # WAIT_FAILED, ERROR_INVALID_HANDLE (api._wait raises it)
+                raise win32_error(c.ERROR_INVALID_HANDLE, "WaitForSingleObject")
+            return c.WAIT_OBJECT_0
+
+        def GetExitCodeProcess(self, value, ref):  # noqa: N802
+            ref._obj.value = 3
+            return 1
+
+        def CloseHandle(self, value):  # noqa: N802
+            closed.add(value)
+            return 1
+
+    api = Api()
+    monkeypatch.setattr(handle, "win32", lambda: api)
+    settling, release, settled = threading.Event(), threading.Event(), []
+    h = handle.WindowsHandle.__new__(handle.WindowsHandle)
+    h._lock, h._waiting, h._killed, h._pipes = threading.Lock(), threading.Lock(), False, None
+    h._job, h._exit, h._process, h.stages = None, None, process_, []
+    h._stack = contextlib.ExitStack()
+
+    def undo() -> None:  # the rest of settlement, held until the second caller has come
+        settling.set()
+        release.wait(10)
+        settled.append(1)
+
+    h._stack.callback(undo)
+    h._stack.callback(api.CloseHandle, process_)  # (closed first, as _launch stacks it)
+    ends: dict[str, object] = {}
+    first = threading.Thread(target=lambda: ends.update(first=h.wait()))
+    first.start()
+    assert settling.wait(10)
+    assert h.wait(0.05) is None  # still settling: not over yet
+    second = threading.Thread(target=lambda: ends.update(second=h.wait()))
+    second.start()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert ends["first"] is ends["second"] and ends["first"].exit_code == 3
+    assert settled == [1]
 
 # --- desktop and window station ----------------------------------------------------------------
 
@@ -311,6 +379,19 @@ def seen_ok(plan: job.JobPlan) -> dict:
                         "station_rights": desktop.STATION_RIGHTS}}
 
 
+def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
+    """Issue 31, D14: Exploit Protection may switch on more mitigations for the image than the
+    launch asked for (here: Low-labelled images blocked although exec_from_write allows them);
+    the child is confined at least as asked, so it is not refused. One asked for and missing
+    still is."""
+    plan = job.job_plan(LimitSpec(), cpus=2)
+    seen = seen_ok(plan) | {"mitigations": process.mitigations(False)}
+    assert handle.confinement_refusal(PACKAGE, plan, process.mitigations(True), seen) is None
+    seen["mitigations"] &= ~c.MITIGATION_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON
+    assert "mitigation" in handle.confinement_refusal(PACKAGE, plan, process.mitigations(True),
+                                                      seen)
+
+
 @pytest.mark.parametrize(("change", "words"), [
     (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, 0)), "Job"),
     (lambda s: s.update(handles=(True, True, True, True)), "handle list"),
@@ -326,3 +407,81 @@ def test_a_child_found_otherwise_than_launched_is_refused(change, words):
     assert handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen) is None
     change(seen)
     assert words in handle.confinement_refusal(PACKAGE, plan, process.mitigations(False), seen)
+
+
+# --- the child's standard handles --------------------------------------------------------------
+
+
+class Duplicates:
+    """DuplicateHandle and CloseHandle over a count of open handles; msvcrt.get_osfhandle,
+    which raises OSError for a descriptor that is not open (as documented)."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+    def GetCurrentProcess(self):  # noqa: N802
+        return -1
+
+    def DuplicateHandle(self, source, value, target, ref, access, inherit, options):  # noqa: N802
+        ref._obj.value = 0x1000 + 4 * len(self.open)
+        self.open.add(ref._obj.value)
+        return 1
+
+    def CloseHandle(self, value):  # noqa: N802
+        self.open.remove(value)
+        return 1
+
+    @staticmethod
+    def get_osfhandle(fd: int) -> int:
+        os.fstat(fd)
+        return fd
+
+
+def test_a_failing_stdio_spec_leaves_nothing_of_the_earlier_ones(monkeypatch, tmp_path):
+    """Issue 31, D16: when stderr's spec fails (a closed file), the pipes already made for
+    stdin (PIPE) and stdout (None: relayed to the owner's stdout) were left open and the relay
+    started, for a child that never comes."""
+    from stockade.launch.backend import Stdio
+    from stockade.windows import stdio
+
+    fake = Duplicates()
+    monkeypatch.setattr(stdio, "win32", lambda: fake)
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    made: list[int] = []
+
+    def pipe() -> tuple[int, int]:
+        made.extend(pair := real_pipe())
+        return pair
+
+    real_pipe = os.pipe
+    monkeypatch.setattr(stdio.os, "pipe", pipe)
+    closed = open(tmp_path / "err", "wb")  # noqa: SIM115
+    closed.close()
+    with pytest.raises(ValueError):
+        stdio.ChildStdio(Stdio(stdin=subprocess.PIPE, stdout=None, stderr=closed))
+    assert len(made) == 4 and fake.open == set()
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert not [t for t in threading.enumerate() if t.name.startswith("stockade-relay")]
+
+# --- exit codes ----------------------------------------------------------------------------------
+
+
+def windows_exit(value: int) -> int:
+    """What a Windows process exits with after sys.exit(value) in CPython before 3.12.8 and
+    3.13.1: _Py_HandleSystemExit takes (int)PyLong_AsLong(value), a C long is 32 bits on
+    Windows (LLP64), and an overflow leaves -1; ExitProcess takes the UINT."""
+    return value & 0xFFFFFFFF if -(1 << 31) <= value < 1 << 31 else 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("code", [0, 7, 255, 0x7FFFFFFF, 0x80000000, 0xC0000005, 0xC0000142,
+                                  0xFFFFFFFF])
+def test_the_commands_exit_code_is_the_programs_whole_32_bits(monkeypatch, code):
+    """Issue 31, D15: a command that crashed exits with an NTSTATUS (0xC0000005), which
+    `stockade run` passed to sys.exit as is: Windows saw 0xFFFFFFFF."""
+    import stockade.cli
+
+    monkeypatch.setattr(stockade.cli, "console_main", lambda: code)
+    monkeypatch.setattr(program.sys, "argv", ["stockade"])
+    assert windows_exit(program.main()) == code

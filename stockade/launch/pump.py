@@ -12,8 +12,13 @@ destination polled writable, at most PIPE_BUF bytes at a time, and reads no more
 command's output meanwhile, which the command feels as a full pipe.
 
 Windows cannot poll pipes, so there (`threaded`) a thread per stream reads or feeds it with
-blocking calls, while the caller's thread waits for them, watches the clock, and is still the
-only one touching the handle. The semantics are the same."""
+blocking calls, while the caller's thread waits for the command, watches the clock, and is still
+the only one touching the handle. It waits for the command's own exit, not for the streams' end:
+there, what ends the rest of the tree is wait() itself (the Job is terminated once its first
+process exits), so a background process still holding stdout would otherwise keep the streams,
+and the run, open until the deadline. Then what is left in the streams is drained, for at most
+DRAIN seconds; a stream still open after that is cut and flagged. The semantics are otherwise the
+same as the poll loop's, where the tree's end (the sandbox's pid 1 exiting) ends the streams."""
 
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from typing import IO
 from stockade.launch.backend import Exit, Handle
 
 CANCEL_POLL = 0.05  # seconds between checks of a cancel event
+DRAIN = 5.0  # seconds for the threads to take what is left once the command's tree is gone
 CHUNK = 65536
 PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
 
@@ -309,28 +315,38 @@ def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _
 
 def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
                   clock: _Clock, source: int | None) -> None:
-    workers = [threading.Thread(target=_drain, args=(stream, capture), daemon=True)
+    cut = threading.Lock()  # taken to take a chunk in, and to end the taking
+    readers = [(threading.Thread(target=_drain, args=(stream, capture, cut), daemon=True),
+                capture)
                for stream, capture in ((handle.stdout, out), (handle.stderr, err))
                if stream is not None]
+    workers = [reader for reader, _ in readers]
     if handle.stdin is not None and source is not None:  # not waited for: it may never end
         threading.Thread(target=_copy, args=(source, handle.stdin), daemon=True).start()
     elif handle.stdin is not None:
         workers.append(threading.Thread(target=_feed, args=(handle.stdin, data), daemon=True))
     for worker in workers:
         worker.start()
+    while handle.wait(clock.step()) is None:
+        if clock.fired():
+            handle.kill()
+    drained_by = time.monotonic() + DRAIN
     for worker in workers:
-        while worker.is_alive():
-            worker.join(clock.step())
-            if clock.fired():
-                handle.kill()  # the streams end when the tree is gone
+        worker.join(max(drained_by - time.monotonic(), 0))
+    with cut:  # what a reader still takes after this is not the caller's any more
+        for reader, capture in readers:
+            if reader.is_alive():
+                capture.truncated = True
+                capture.limit = capture.taken  # (and it keeps nothing more)
 
 
-def _drain(stream: IO[bytes], capture: Capture) -> None:
+def _drain(stream: IO[bytes], capture: Capture, cut: threading.Lock) -> None:
     with stream:
         while chunk := os.read(stream.fileno(), CHUNK):
-            capture.take(chunk)
-            while isinstance(capture, Forward) and capture.pending:
-                capture.flush_some(len(capture.pending))
+            with cut:
+                capture.take(chunk)
+                while isinstance(capture, Forward) and capture.pending:
+                    capture.flush_some(len(capture.pending))
 
 
 def _feed(stream: IO[bytes], data: bytes) -> None:

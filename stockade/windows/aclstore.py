@@ -1,14 +1,25 @@
-"""DACLs on the Windows filesystem, read and written by path (GetNamedSecurityInfoW /
-SetNamedSecurityInfoW), as grants.py's AclStore.
+"""DACLs on the Windows filesystem, as grants.py's AclStore.
 
-Only explicit entries are ever written: SetNamedSecurityInfoW derives the inherited ones from
-the parent (unless the DACL is protected) and propagates the change to everything below a
-directory, which is what makes an inheritable grant reach a whole root.
+A DACL is changed only through a handle (`opened`): the file is opened once, never through a
+reparse point (FILE_FLAG_OPEN_REPARSE_POINT; FILE_FLAG_BACKUP_SEMANTICS, which a directory
+needs), and its DACL read (GetSecurityInfo), its identity taken (the volume serial and file index
+of that same handle) and its DACL written (SetSecurityInfo) all through that handle, so whatever
+the name denotes meanwhile, all three concern one file. By name, a file replaced (or a junction
+put in its place) between reading its identity and writing would have received the change.
+`read(path)` (GetNamedSecurityInfoW) is for judging a path only, never for a change.
+
+Only explicit entries are ever written: SetSecurityInfo, like SetNamedSecurityInfoW, derives the
+inherited ones from the parent (unless the DACL is protected) and propagates the change to
+everything below a directory ("Automatic Propagation of Inheritable ACEs"), which is what makes
+an inheritable grant reach a whole root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+from collections.abc import Iterator
 
 from stockade.windows import acl, fsinfo
 from stockade.windows import constants as c
@@ -19,30 +30,73 @@ from stockade.windows.structs import DWORD, PVOID, WORD
 
 class WindowsAclStore:
     def read(self, path: str) -> Dacl:
-        api = win32()
         dacl, descriptor = PVOID(), PVOID()
-        api.GetNamedSecurityInfoW(path, c.SE_FILE_OBJECT, c.DACL_SECURITY_INFORMATION,
-                                  None, None, ctypes.byref(dacl), None,
-                                  ctypes.byref(descriptor))
-        try:
-            if not dacl.value:
-                raise OSError(None, f"{path} has no DACL (everyone has full access); "
-                                    "Stockade will not change it")
-            control, revision = WORD(), DWORD()
-            api.GetSecurityDescriptorControl(descriptor, ctypes.byref(control),
-                                             ctypes.byref(revision))
-            return Dacl(aces_at(dacl.value), bool(control.value & c.SE_DACL_PROTECTED))
-        finally:
-            api.LocalFree(descriptor)
+        win32().GetNamedSecurityInfoW(path, c.SE_FILE_OBJECT, c.DACL_SECURITY_INFORMATION,
+                                      None, None, ctypes.byref(dacl), None,
+                                      ctypes.byref(descriptor))
+        return _dacl(path, dacl, descriptor)
 
-    def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
+    @contextlib.contextmanager
+    def opened(self, path: str) -> Iterator[OpenedFile]:
+        import msvcrt  # Windows only
+
+        handle = win32().CreateFileW(
+            path, c.READ_CONTROL | c.WRITE_DAC,
+            c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None,
+            c.OPEN_EXISTING, c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT,
+            None)
+        try:
+            fd = msvcrt.open_osfhandle(handle, os.O_RDONLY)  # the descriptor owns the handle
+        except BaseException:
+            win32().CloseHandle(handle)
+            raise
+        try:
+            yield OpenedFile(path, fd)
+        finally:
+            os.close(fd)
+
+
+class OpenedFile:
+    """One file, opened once: its DACL and identity through that handle."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self._fd = path, fd
+
+    def _handle(self) -> int:
+        import msvcrt  # Windows only
+
+        return msvcrt.get_osfhandle(self._fd)
+
+    def read(self) -> Dacl:
+        dacl, descriptor = PVOID(), PVOID()
+        win32().GetSecurityInfo(self._handle(), c.SE_FILE_OBJECT, c.DACL_SECURITY_INFORMATION,
+                                None, None, ctypes.byref(dacl), None, ctypes.byref(descriptor))
+        return _dacl(self.path, dacl, descriptor)
+
+    def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
         data = ctypes.create_string_buffer(acl.encode(explicit))
         flags = c.DACL_SECURITY_INFORMATION | (c.PROTECTED_DACL_SECURITY_INFORMATION if protected
                                                else c.UNPROTECTED_DACL_SECURITY_INFORMATION)
-        win32().SetNamedSecurityInfoW(path, c.SE_FILE_OBJECT, flags, None, None, data, None)
+        win32().SetSecurityInfo(self._handle(), c.SE_FILE_OBJECT, flags, None, None, data, None)
 
-    def identity(self, path: str) -> str:
-        return fsinfo.identity(path)
+    def identity(self) -> str:
+        """Volume serial and file index of the opened file, in the form the walk's entries
+        carry (CPython's fstat and lstat read both from the file alike)."""
+        return fsinfo.file_id(os.fstat(self._fd))
+
+
+def _dacl(path: str, dacl: PVOID, descriptor: PVOID) -> Dacl:
+    api = win32()
+    try:
+        if not dacl.value:
+            raise OSError(None, f"{path} has no DACL (everyone has full access); "
+                                "Stockade will not change it")
+        control, revision = WORD(), DWORD()
+        api.GetSecurityDescriptorControl(descriptor, ctypes.byref(control),
+                                         ctypes.byref(revision))
+        return Dacl(aces_at(dacl.value), bool(control.value & c.SE_DACL_PROTECTED))
+    finally:
+        api.LocalFree(descriptor)
 
 
 def aces_at(address: int) -> tuple[Ace, ...]:

@@ -43,6 +43,7 @@ class Entry:
     attributes: int
     reparse_tag: int = 0
     links: int = 1
+    file_id: str = ""  # volume serial and file index (fsinfo.file_id); "" where not known
 
     @property
     def name(self) -> str:

@@ -11,7 +11,9 @@
    (`unenforceable:filesystem.read` / `.write`, naming the path and what would do instead);
 5. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
    and its revert must not interleave with another launch's on the same path);
-6. the steps are applied, each recorded in the ledger before it is applied (grants.py).
+6. the steps are applied, each to the file the walk admitted (opened once, refused as
+   `path_replaced` if the name now denotes another) and recorded in the ledger before it is
+   applied (grants.py).
 
 The filesystem, the DACL store and the locks are arguments: fsinfo.py, aclstore.py and
 leases.py on Windows, models in the tests.
@@ -64,7 +66,8 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     for step in steps:
         if step.mode == aceplan.OVERRIDE:
             hold(step.path)
-    grants.apply(steps, sid, store, record, lock)
+    walked = {e.path.casefold(): e.file_id for entries in tree.values() for e in entries}
+    grants.apply(steps, sid, store, record, lock, walked)
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
     return {"grants": len(steps) - overrides, "overrides": overrides,
             "roots_open_to_every_appcontainer": len(covered)}

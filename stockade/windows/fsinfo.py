@@ -1,6 +1,6 @@
 """Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path
-(from `os.lstat`, which never follows a reparse point and reports attributes, reparse tag and
-link count there), the filesystem a path is on, a path's long form, and whether this process
+(from `os.lstat`, which never follows a reparse point and reports attributes, reparse tag, link
+count and file id there), the filesystem a path is on, a path's long form, and whether this process
 may change a path's DACL."""
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ def entry(path: str) -> Entry:
     info = os.lstat(path)
     return Entry(path=path, is_dir=stat.S_ISDIR(info.st_mode),
                  attributes=info.st_file_attributes, reparse_tag=info.st_reparse_tag,
-                 links=info.st_nlink)
+                 links=info.st_nlink, file_id=file_id(info))
 
 
 def scan(directory: str) -> list[Entry]:
     return [entry(os.path.join(directory, name)) for name in sorted(os.listdir(directory))]
 
 
-def identity(path: str) -> str:
-    """Volume serial and file index: which file a name denotes now."""
-    info = os.lstat(path)
+def file_id(info: os.stat_result) -> str:
+    """Volume serial and file index: which file a name denoted when `info` was taken."""
     return f"{info.st_dev:x}:{info.st_ino:x}"
 
 

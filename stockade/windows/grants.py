@@ -1,9 +1,11 @@
 """Applying the ACE plan's steps and reverting them exactly, with the ledger in between.
 
-For each step, under a per-path lock: read the path's DACL, write a ledger record holding the
-launch SID, the mode, every explicit entry as it was (`prior`), whether the DACL was protected,
-and which file the path denotes (`file_id`); only then change the DACL. Entries are handled as
-bytes, so what is restored is what was there, byte for byte.
+For each step, under a per-path lock, the path is opened once (never through a reparse point)
+and everything below concerns that one file, whatever its name denotes meanwhile: it must be the
+file the walk admitted (`path_replaced` otherwise, before anything changes on it); its DACL is
+read; a ledger record is written holding the launch SID, the mode, every explicit entry as it
+was (`prior`), whether the DACL was protected, and which file it is (`file_id`); only then is its
+DACL changed. Entries are handled as bytes, so what is restored is what was there, byte for byte.
 
 Reverting (`revert`, the ledger's remover for these records, also after a crash):
 
@@ -12,16 +14,18 @@ Reverting (`revert`, the ledger's remover for these records, also after a crash)
 - an override: the explicit entries and the protection flag become exactly what they were.
 
 Either is idempotent, and refused (the record is kept for an operator) when the path now denotes
-another file than the one changed.
+another file than the one changed; the file compared is the one opened, and changed through that
+handle.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from stockade.errors import SetupError
 from stockade.lifecycle.removers import RemovalError
 from stockade.windows.aceplan import GRANT, OVERRIDE, Step
 from stockade.windows.acl import INHERITED, Ace, Dacl
@@ -30,15 +34,26 @@ KIND = "winacl"  # the ledger kind of these records
 DETAIL_KEYS = frozenset({"sid", "mode", "prior", "protected", "file_id"})
 
 
+class Opened(Protocol):
+    """One file, opened once: what is read, identified and written is that file."""
+
+    def read(self) -> Dacl: ...
+
+    def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
+        """Set the explicit entries and protection; the store derives the inherited ones."""
+
+    def identity(self) -> str: ...
+
+
 class AclStore(Protocol):
     """Where DACLs live: the filesystem on Windows (aclstore.py), a model in tests."""
 
-    def read(self, path: str) -> Dacl: ...
+    def read(self, path: str) -> Dacl:
+        """The DACL `path` denotes now: for judging it, never for changing it."""
 
-    def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
-        """Set the explicit entries and protection; the store derives the inherited ones."""
-
-    def identity(self, path: str) -> str: ...
+    def opened(self, path: str) -> AbstractContextManager[Opened]:
+        """The file `path` denotes, opened (not through a reparse point); FileNotFoundError
+        when there is none."""
 
 
 class Record(Protocol):
@@ -71,27 +86,33 @@ def reverted(dacl: Dacl, detail: dict) -> tuple[tuple[Ace, ...], bool]:
     return tuple(kept), dacl.protected
 
 
-def apply(steps: Iterable[Step], sid: str, store: AclStore, record: Record,
-          lock: Lock) -> None:
+def apply(steps: Iterable[Step], sid: str, store: AclStore, record: Record, lock: Lock,
+          walked: Mapping[str, str]) -> None:
+    """Apply `steps`; `walked` holds the file id the walk saw at each path (casefolded)."""
     for step in steps:
-        with lock(step.path):
-            dacl = store.read(step.path)
+        with lock(step.path), store.opened(step.path) as target:
+            found = target.identity()
+            if found != walked.get(step.path.casefold()):
+                raise SetupError("path_replaced", f"{step.path}: it is no longer the file that "
+                                 "was admitted (replaced while the launch was being set up); "
+                                 "nothing was changed on it", stage="filesystem")
+            dacl = target.read()
             record.add(KIND, step.path, {
                 "sid": sid, "mode": step.mode, "prior": [a.hex() for a in dacl.explicit],
-                "protected": dacl.protected, "file_id": store.identity(step.path)})
-            store.write(step.path, *applied(dacl, sid, step))
+                "protected": dacl.protected, "file_id": found})
+            target.write(*applied(dacl, sid, step))
 
 
 def revert(path: str, detail: dict, store: AclStore,
            lock: Lock = lambda path: contextlib.nullcontext()) -> None:
-    with lock(path):
+    with lock(path), contextlib.ExitStack() as stack:
         try:
-            now = store.identity(path)
+            target = stack.enter_context(store.opened(path))
         except FileNotFoundError:
             return  # gone, and its DACL with it
-        if now != detail["file_id"]:
+        if target.identity() != detail["file_id"]:
             raise RemovalError("the path names another file than the one whose DACL changed")
-        dacl = store.read(path)
+        dacl = target.read()
         explicit, protected = reverted(dacl, detail)
         if (explicit, protected) != (dacl.explicit, dacl.protected):
-            store.write(path, explicit, protected)
+            target.write(explicit, protected)

@@ -93,6 +93,7 @@ class WindowsHandle(Handle):
         self.violations: list = []
         self.network_log: list = []
         self._lock = threading.Lock()
+        self._waiting = threading.Lock()  # held by the one wait() asking or settling
         self._killed = False
         self._exit: Exit | None = None
         self._job: int | None = None
@@ -105,9 +106,8 @@ class WindowsHandle(Handle):
             self._launch(request, stdio, ledger)
         except BaseException as exc:
             self._close()
-            for file in self._pipes.files if self._pipes is not None else ():
-                if file is not None:
-                    file.close()
+            if self._pipes is not None:
+                self._pipes.close()
             if isinstance(exc, OSError):  # a Win32 call failed: typed, naming no path or SID
                 raise SetupError("windows_setup_failed", f"the {self._stage} stage failed: "
                                  f"{exc.strerror or exc.__class__.__name__}",
@@ -189,6 +189,7 @@ class WindowsHandle(Handle):
             raise SetupError("confinement_unverified", refusal, stage="verify")
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
+        pipes.start_relays()
         self.stdin, self.stdout, self.stderr = pipes.files
         self.enforced = _enforced(request, plan, done, seen, package) | {"owner_in_job": nested}
         self.stages.append(("start", time.monotonic()))
@@ -210,19 +211,28 @@ class WindowsHandle(Handle):
                          "left to the next reconcile", stage="settle")
 
     def wait(self, timeout: float | None = None) -> Exit | None:
-        if self._exit is not None:
-            return self._exit
-        api = win32()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = _WAIT_SLICE_MS if deadline is None else \
-                min(_WAIT_SLICE_MS, max(0, int((deadline - time.monotonic()) * 1000)))
-            if api.WaitForSingleObject(self._process, left) == c.WAIT_OBJECT_0:
-                break
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # One waiter at a time: the process handle is waited on, and closed by settlement,
+            # under this lock, so a second caller never waits on a closed (or reused) handle
+            # value, never settles twice, and gets the one Exit that settlement made.
+            if not self._waiting.acquire(timeout=-1 if left is None else left):
+                return None  # another caller is settling the launch: not over yet
+            try:
+                if self._exit is not None:
+                    return self._exit
+                step = _WAIT_SLICE_MS if left is None else min(_WAIT_SLICE_MS, int(left * 1000))
+                if win32().WaitForSingleObject(self._process, step) == c.WAIT_OBJECT_0:
+                    return self._settle()
+            finally:
+                self._waiting.release()
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _settle(self) -> Exit:
         code = DWORD()
-        api.GetExitCodeProcess(self._process, ctypes.byref(code))
+        win32().GetExitCodeProcess(self._process, ctypes.byref(code))
         failure = self._close()
         self.stages.append(("settle", time.monotonic()))
         self._exit = Exit(None, KILLED_SIGNAL, failure) if self._killed \
@@ -272,8 +282,11 @@ def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
     return (token.refusal(package) or process.handles_refusal(seen["handles"])
             or (None if seen["job"] == job.applied(plan)
                 else "the Job does not hold the settings it was given")
-            or (None if seen["mitigations"] == mitigations
-                else "the child's mitigation policies are not the ones asked for")
+            # At least those asked for: Exploit Protection's system and per-program settings
+            # (Set-ProcessMitigation) may switch on more, e.g. BlockLowLabelImageLoads for
+            # python.exe, which only confines the child further.
+            or (None if seen["mitigations"] & mitigations == mitigations
+                else "the child's mitigation policies lack some of the ones asked for")
             or (None if (desk["appcontainer_rights"], desk["every_appcontainer_rights"],
                          desk["station_rights"]) == (desktop.APPCONTAINER_RIGHTS, 0,
                                                      desktop.STATION_RIGHTS)

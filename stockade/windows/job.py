@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,12 @@ from stockade.windows.structs import (
 ALWAYS = (c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | c.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION)
 MAX_SIZE = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 MAX_PROCESSES = 0xFFFFFFFF
+# JobMemoryLimit is in bytes (JOBOBJECT_EXTENDED_LIMIT_INFORMATION), but commitment is granted in
+# pages (SYSTEM_INFO.dwPageSize: "the granularity of page protection and commitment", which is
+# what mmap.PAGESIZE reads on Windows) and a Job keeps its limit in whole pages, so a limit off a
+# page boundary reads back changed. The plan sets whole pages, rounded down (never more than
+# asked), so what is read back is what was set whichever way Windows rounds.
+PAGE = mmap.PAGESIZE
 
 
 @dataclass(frozen=True)
@@ -56,10 +63,11 @@ def job_plan(limits: LimitSpec, cpus: int, nested: bool = False) -> JobPlan:
     limit a Job cannot express."""
     flags, memory, processes, rate = ALWAYS, 0, 0, None
     if limits.memory is not None:
-        if not 0 < limits.memory <= MAX_SIZE:
-            raise UnenforceableError("limits.memory", f"{limits.memory} bytes is out of range")
+        if not PAGE <= limits.memory <= MAX_SIZE:
+            raise UnenforceableError("limits.memory", f"{limits.memory} bytes is out of range "
+                                     f"(a Job's limit is whole pages of {PAGE} bytes)")
         flags |= c.JOB_OBJECT_LIMIT_JOB_MEMORY
-        memory = limits.memory
+        memory = limits.memory - limits.memory % PAGE
     if limits.pids is not None:
         if not 0 < limits.pids <= MAX_PROCESSES:
             raise UnenforceableError("limits.pids", f"{limits.pids} processes is out of range")

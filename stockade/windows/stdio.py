@@ -4,7 +4,9 @@ that is closed once the child has its copy.
 
 None (inherit) is never the owner's own handle: it may be a console, and a console handle lets
 its holder read the screen or inject input into it. Instead the child gets a pipe, and a relay
-thread copies between that pipe and the owner's descriptor 0, 1 or 2.
+thread copies between that pipe and the owner's descriptor 0, 1 or 2. The relays start only once
+the child exists (`start_relays`): before, a stdin relay would take the owner's input for a child
+that never comes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class ChildStdio:
         self.files: list[IO[bytes] | None] = [None, None, None]
         self.handles: list[int] = []  # the inheritable duplicates the child gets
         self._close: list[int] = []  # descriptors only the child needed, ours to close
+        self._relays: list[tuple[int, int]] = []  # (index, our end) for relays not yet started
         self._outputs: list[threading.Thread] = []  # relays to the owner's stdout/stderr
         ends: list[int] = []
         try:
@@ -37,8 +40,9 @@ class ChildStdio:
                 merged = index == 2 and spec == subprocess.STDOUT  # stderr is stdout's end
                 ends.append(ends[1] if merged else self._child_end(index, spec))
                 self.handles.append(_inheritable(ends[index]))
-        except BaseException:
+        except BaseException:  # (a later spec failed: nothing made for the earlier ones stays)
             self.close_child_ends()
+            self.close()
             raise
 
     def _child_end(self, index: int, spec: int | IO | None) -> int:
@@ -47,7 +51,7 @@ class ChildStdio:
             ours, theirs = (write, read) if index == 0 else (read, write)
             self._close.append(theirs)
             if spec is None:
-                self._relay(index, ours)
+                self._relays.append((index, ours))
             else:
                 self.files[index] = open(ours, "wb" if index == 0 else "rb")  # noqa: SIM115
             return theirs
@@ -56,6 +60,23 @@ class ChildStdio:
             self._close.append(fd)
             return fd
         return spec if isinstance(spec, int) else spec.fileno()
+
+    def start_relays(self) -> None:
+        """Start relaying between the child's pipes and the owner's descriptors (once the
+        child exists)."""
+        relays, self._relays = self._relays, []
+        for index, ours in relays:
+            self._relay(index, ours)
+
+    def close(self) -> None:
+        """Close our ends: the files, and the pipes of relays that never started (for a
+        launch that failed)."""
+        for file in self.files:
+            if file is not None:
+                file.close()
+        relays, self._relays = self._relays, []
+        for _, ours in relays:
+            os.close(ours)
 
     def _relay(self, index: int, ours: int) -> None:
         source, target = (index, ours) if index == 0 else (ours, index)
