@@ -72,7 +72,7 @@ except StockadeError as exc:
     print(json.dumps({"refused": exc.code, "message": exc.message}))
 else:
     print(json.dumps({"exit": result.exit_code, "stdout": result.stdout.decode(),
-                      "stderr": result.stderr.decode()}))
+                      "stderr": result.stderr.decode(), "enforced": result.enforced}))
 """
 
 
@@ -131,7 +131,10 @@ def test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox(p
     (or the directory above it) aside to put its own in its place; the rest of the workspace
     stays the command's."""
     before = snapshot(project / "a")
-    got = attempts(host(project, *targets(project)))
+    result = host(project, *targets(project))
+    got = attempts(result)
+    # (the result names what is read-only, and why a write there failed)
+    assert result["enforced"]["host_code_read_only"] == [str(project / "a" / ".venv")]
     assert got.pop("everyday") == "DONE"
     assert (project / "made-by-the-command").exists()
     assert got and all(outcome in ("EROFS", "EBUSY") for outcome in got.values()), got
