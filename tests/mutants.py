@@ -26,6 +26,7 @@ OVERLAY = "tests/test_overlay.py::"
 STORE = "tests/test_change_store.py::"
 MASKS = "tests/test_linux_masks.py::"
 ENV = "tests/test_env_refusal.py::"
+HOST = "tests/test_host_code.py::"
 PUMP, API, CLI = "tests/test_pump.py::", "tests/test_api.py::", "tests/test_cli.py::"
 PROBE_WEAK = "tests/test_probe.py::test_a_weakened_layer_fails_readiness_at_its_stage"
 
@@ -218,4 +219,18 @@ MUTANTS: tuple[Mutant, ...] = (
            '    memfds = b"" if True else seccomp.compile_rules(',
            ("tests/test_vm_qemu.py::"
             "test_written_memory_is_not_executed_without_exec_from_write",)),
+    Mutant("host-code-not-found", "stockade/launch/compile.py",
+           "    host_code = _host_code(ctx, write)\n", "    host_code = ()\n",
+           (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
+            HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
+    Mutant("host-code-not-mounted", "stockade/linux/mnt.py",
+           "pin_sockets=mask_sockets,\n                                   "
+           "readonly=request.host_code)",
+           "pin_sockets=mask_sockets)",
+           (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",)),
+    Mutant("host-code-link-followed", "stockade/launch/compile.py",
+           "            if _below(link, write) and not covered(link):",
+           "            if _below(link, write) and covered(link):",
+           (HOST + "test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused",
+            )),
 )

@@ -76,6 +76,8 @@ OUTSIDE = (by("mount_view", "ENOENT", "EROFS"), by("landlock", "EACCES"))
 # Protected names and repositories: read-only re-mounts (EROFS), mount points (EBUSY).
 PROTECTED = by("protected", "EROFS", "EBUSY")
 READ_ONLY = (by("read_only", "EROFS"), by("landlock", "EACCES"))
+# The code the host runs next: read-only re-mounts (EROFS), mount points (EBUSY).
+HOST_CODE = by("host_code", "EROFS", "EBUSY")
 DENY = by("deny", "EACCES", "EBUSY", "EROFS")
 VIEW_AND_LANDLOCK = off("mount_view", "landlock")
 ANY = {"network": {"mode": "any"}}
@@ -118,6 +120,15 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", *(f"{{ws}}/a/b/{rel}" for rel in setups.CODE_RUNNING),
         "{ws}/a/b/.vscode", "{ws}/a/b/.claude/commands", expect=denied(PROTECTED),
         proven=off("protected"), setup=setups.code_running_files),
+    row("fs.host-code", "filesystem",
+        "plant a .pth file, change a module, move aside a directory on the host's import path "
+        "(code the next host call runs) two levels down in a write root",
+        "tamper.py", "{ws}/a/lib/site", "{ws}/a/lib/site/mod.py", "{ws}/a/lib/site/evil.pth",
+        expect=denied(HOST_CODE), proven=off("host_code"), setup=setups.host_code_in_workspace),
+    row("fs.host-code-rename", "filesystem",
+        "rename each directory above a directory on the host's import path, then plant a "
+        "replacement", "fs_rename.py", "{ws}", "{ws}/a/lib/site", expect=denied(HOST_CODE),
+        proven=(off("host_code"), off("pins")), setup=setups.host_code_in_workspace),
     row("fs.protected-create", "filesystem",
         "make protected names (.codex, .mcp.json, .envrc, .claude, .bashrc, .gemini, "
         ".vscode) at run time in a write root and two levels down: mkdir, open with O_CREAT "

@@ -111,6 +111,17 @@ def code_running_files(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/b/.mcp.json, .vscode, ...)"))
 
 
+def host_code_in_workspace(scene: Scene) -> None:
+    """A directory on the host's import path (the PYTHONPATH the launch's compile sees, as a
+    CLI's would), two levels down in the workspace, holding a module and a .pth file: the
+    next host call imports from there."""
+    site = scene.plant("ws/a/lib/site/mod.py", "VALUE = 1\n").parent
+    scene.plant("ws/a/lib/site/host.pth", "# the host's own\n")
+    scene.host_env["PYTHONPATH"] = str(site)
+    scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/lib/site, on the host's "
+                          "import path)"))
+
+
 def protected_create_places(scene: Scene) -> None:
     """The workspace and a/b below it, each with a file to link and rename and a dangling
     symlink to a protected name (fs_protected_create.py): the workspace must stay as made."""

@@ -32,8 +32,8 @@ ISOLATION = "landlock"
 # The switches of frame.LAYERS the tier honours (LinuxBackend(weaken=...).tier("landlock")).
 TIER_LAYERS = frozenset({
     "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
-    "unix_sockets", "stockade_state", "environment", "lifeline", "tree_kill", "timeout",
-    "output_cap", "stdio_relay", "peer_check", "server_check",
+    "unix_sockets", "stockade_state", "host_code", "environment", "lifeline", "tree_kill",
+    "timeout", "output_cap", "stdio_relay", "peer_check", "server_check",
     "change_store_check", "change_seal", "pid_scope", "xattr", "world_write",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
@@ -45,6 +45,7 @@ PID_SCOPE = refused_by("pid_scope", "EPERM")  # seccomp: no other process by pid
 SHARED_MOUNTS = ("the tier shares the host's mount namespace: switched off, its layers would "
                  "let the attack mount on the host itself")
 STATE_REFUSED = "unenforceable:filesystem.stockade_state"
+HOST_CODE_REFUSED = "unenforceable:filesystem.host_code"
 HOLDS_STATE = ("the root (/, the home directory) holds Stockade's state directory, so the tier "
                "refuses it first; with that refusal off, the denied paths' carve-out holds "
                "(fs.deny-in-root proves it)")
@@ -139,6 +140,9 @@ def _specs() -> dict[str, Tier]:
                         unproven=HOLDS_STATE)
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.protected-create": gap("filesystem.protected"),
+        **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
+                        proven_by=off("host_code"))
+           for row_id in ("fs.host-code", "fs.host-code-rename")},
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
+from stockade.launch import hostcode
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
@@ -70,6 +71,7 @@ def compile_policy(
     _refuse_planted_links(read_links, write_links, read, write)
     state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
+    host_code = _host_code(ctx, write)
     _check_overlaps(read, write, deny)
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
@@ -81,6 +83,7 @@ def compile_policy(
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
         stockade_state=places,
+        host_code=host_code,
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
         exec_from_write=fs.exec_from_write,
@@ -286,6 +289,79 @@ def _refuse_inside_state(roots: tuple[PathGrant, ...], state: str) -> None:
         if _inside(root.path, state):
             raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
                               f"{state}, which no sandbox may see", key="filesystem")
+
+
+def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, ...]:
+    """The places of the code the host runs next (hostcode.py) that lie inside a write root,
+    resolved, the outermost of each nest: the view makes each read-only and pins every
+    directory above it (a rename would carry the mount away). Refused, typed, what no mount
+    can keep: a write root that is such a place or lies inside one, a place reached through
+    a symbolic link the command could replace, one missing there (the command could make
+    it; a missing user site-packages is made now instead, empty)."""
+    if not write:
+        return ()
+    found = [(place, _resolved(place.path)) for place in hostcode.places(ctx.host_env)]
+    for place, resolved in found:
+        if place.kind == "user_site" and not os.path.lexists(resolved) \
+                and _below(resolved, write):
+            try:
+                os.makedirs(resolved, mode=0o700)
+            except OSError as exc:
+                raise _host_code_refused(place, resolved, f"lies inside a write root and "
+                                         f"cannot be made to be kept ({exc.strerror})") from None
+    kept = {resolved for _, resolved in found
+            if _below(resolved, write) and os.path.lexists(resolved)}
+    kept = {path for path in kept if not any(_strictly_inside(path, other) for other in kept)}
+    for place, resolved in found:
+        _check_host_place(place, resolved, write, kept)
+    return tuple(sorted(kept))
+
+
+def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGrant, ...],
+                      kept: set[str]) -> None:
+    def covered(path: str) -> bool:
+        return any(_inside(path, other) for other in kept)
+
+    for root in write:
+        if not _inside(root.path, resolved) or place.kind == "start" \
+                or (place.kind == "prefix" and root.path != resolved):
+            continue  # (a prefix holds more than code: its code directories are places too)
+        raise _host_code_refused(place, resolved, f"is the write root {root.path}" if
+                                 root.path == resolved else f"holds the write root {root.path}")
+    if _below(resolved, write) and not covered(resolved):
+        raise _host_code_refused(place, resolved, "does not exist inside a write root, so the "
+                                 "command could create it; create it first, or take it off the "
+                                 "import path (PYTHONPATH)")
+    if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
+        for link in _links_to(place.path, resolved, "filesystem.host_code"):
+            if _below(link, write) and not covered(link):
+                raise _host_code_refused(place, resolved, f"is reached through the symbolic "
+                                         f"link {link}, inside a write root, which the command "
+                                         f"could point elsewhere")
+
+
+def _host_code_refused(place: hostcode.Place, resolved: str, why: str) -> UnenforceableError:
+    return UnenforceableError(
+        "filesystem.host_code",
+        f"{resolved} ({hostcode.KINDS[place.kind]}, code this host runs outside the sandbox) "
+        f"{why}; install Stockade outside the write roots (pipx install stockade, or a venv "
+        f"elsewhere) and run it from there, or choose a workspace that does not hold it")
+
+
+def _resolved(path: str) -> str:
+    try:
+        return canonical_path(path)
+    except OSError:  # (missing: resolved as far as it exists)
+        return os.path.realpath(path)
+
+
+def _below(path: str, roots: tuple[PathGrant, ...]) -> bool:
+    """Whether `path` lies strictly below one of `roots`."""
+    return any(_strictly_inside(path, root.path) for root in roots)
+
+
+def _strictly_inside(path: str, root: str) -> bool:
+    return path != root and _inside(path, root)
 
 
 def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchRequest:

@@ -59,6 +59,9 @@ class LaunchRequest:
     # Every place Stockade's own state may be, resolved; those that exist are among the denied
     # paths (masked whatever the policy says)
     stockade_state: tuple[str, ...] = ()
+    # The code the host runs next (Stockade's install, the interpreter, its import path) that
+    # lies in a write root, resolved: read-only in the view (launch/hostcode.py)
+    host_code: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()  # names read-only whole (a `.git` among them too)
     git: str = "guarded"  # how every other `.git` is protected (policy.model.GIT_MODES)
     exec_from_write: bool = False
@@ -151,7 +154,7 @@ def _build(cls: type, body: dict) -> LaunchRequest:
             values[name] = tuple(_build_flat(PathGrant, item, name) for item in _list(value, name))
         elif name == "env":
             values[name] = tuple(_pair(item) for item in _list(value, name))
-        elif name in ("argv", "protected", "stockade_state"):
+        elif name in ("argv", "protected", "stockade_state", "host_code"):
             values[name] = tuple(_string(item, name) for item in _list(value, name))
         elif name in ("allow", "deny"):
             values[name] = tuple(value)

@@ -23,6 +23,7 @@ from stockade.errors import (
     UnavailableError,
     UnenforceableError,
 )
+from stockade.launch import hostcode
 from stockade.launch.backend import (
     Backend,
     Capability,
@@ -134,6 +135,8 @@ class LinuxBackend(Backend):
         """`request` as the test-only weakenings that act on it leave it."""
         if "stockade_state" in self.weaken:  # (Stockade's own state left visible)
             request = _without_stockade_state(request)
+        if "host_code" in self.weaken:  # (the host's code left writable)
+            request = replace(request, host_code=())
         if "environment" in self.weaken:  # (the launching process's environment)
             request = replace(request, env=tuple(sorted(os.environ.items())))
         return request
@@ -187,6 +190,9 @@ class LinuxBackend(Backend):
             Capability("host_processes", True, "a pid namespace of its own"),
             Capability("filesystem.privilege_bits", True, "seccomp: no setuid/setgid mode bit "
                        "by chmod, open, mknod (openat2 -> ENOSYS); no CAP_SETFCAP"),
+            Capability("filesystem.host_code", True, "the code the host runs next (Stockade's "
+                       "install, the interpreter, its import path) re-mounted read-only where "
+                       "it lies in a write root; ancestors pinned"),
             Capability("stockade_state", True, "Stockade's state directories masked in every "
                        "view; the daemon and CLI server serve no peer in another context",
                        "peers known by SO_PEERPIDFD and their own /proc"),
@@ -246,6 +252,9 @@ class LandlockTier(LinuxBackend):
         landlock_tier.check(request)  # (first: network any is refused before it is looked at)
         if "stockade_state" not in self.weaken:  # (tests only: a root may hold it)
             landlock_tier.refuse_state_in_roots(request)
+        if "host_code" not in self.weaken:  # (tests only: the host's code left writable)
+            hostcode.refuse_unkept(request, "the landlock tier (no mount view)",
+                                   "or use isolation namespaces")
         super().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:

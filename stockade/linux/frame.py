@@ -28,6 +28,9 @@ LAYERS = {
     "noexec": "write roots, /tmp and /dev/shm mounted noexec",
     "nosuid": "roots, /tmp and /dev/shm mounted nosuid",
     "stockade_state": "Stockade's state directories masked",
+    "host_code": "the code the host runs next (Stockade's install, the interpreter, its import "
+                 "path) made read-only where it lies in a write root (the landlock tier: a "
+                 "launch with such a root refused)",
     "overlay": "write roots mounted as overlays (filesystem.workspace = \"overlay\"): "
                "without it they are mounted directly, and the command writes the real "
                "workspace",
@@ -88,7 +91,8 @@ WEAKENINGS = frozenset(LAYERS)
 # of its own, the sandbox has none of its knobs.
 WITH = {
     "mount_view": frozenset({"read_only", "protected", "deny", "pins", "noexec", "nosuid",
-                             "stockade_state", "unix_sockets", "exec_watch", "overlay"}),
+                             "stockade_state", "host_code", "unix_sockets", "exec_watch",
+                             "overlay"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
 

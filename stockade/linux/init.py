@@ -246,6 +246,8 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
               knobs: limits.PidKnobs, *, prepared_ahead: bool) -> dict[str, object]:
     """What the result reports as enforced (the "started" event)."""
     enforced: dict[str, object] = {"weakened_for_testing": sorted(weaken)} if weaken else {}
+    if request.host_code:  # (what a write there meets EROFS for: the result says why)
+        enforced["host_code_read_only"] = list(request.host_code)
     return enforced | {
         "namespaces": ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"],
         "landlock": landlock.describe(),

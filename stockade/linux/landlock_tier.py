@@ -529,6 +529,8 @@ def capabilities() -> list[Capability]:
         Capability("host_processes", False, "no pid namespace: host processes are visible"),
         Capability("process_control", True, "seccomp: no other process's limits, priority, "
                    "affinity or scheduling by pid (the keeper's and the host's included)"),
+        Capability("filesystem.host_code", True, "a write root that holds code the host runs "
+                   "next (Stockade's install, the interpreter, its import path) is refused"),
         Capability("stockade_state", True, "a root that holds it is refused; carved out of "
                    "every root; no AF_UNIX socket"),
         Capability("landlock", abi >= SCOPE_ABI, f"ABI {abi}"),

@@ -18,7 +18,8 @@ A mount covers a name, and moves with it: renaming any directory above a re-moun
 object carries the mount away and frees the path for a replacement (which a later run, or the
 host, then trusts). So every directory from a write root down to each object a view covers in
 it (protected names, what of a repository is guarded, the socket masks, and the `masked` paths
-the caller gives: denied paths and Stockade's state directories) is pinned: "keep" guards,
+the caller gives: denied paths and Stockade's state directories; the `readonly` paths: the
+code the host runs next, launch/hostcode.py) is pinned: "keep" guards,
 each re-mounted on itself, which makes it a mount point that rename and rmdir refuse (EBUSY).
 
 `guards` turns what the walk found into what a view re-mounts (the Linux backend's mounts,
@@ -67,17 +68,20 @@ class Guard:
 
 
 def guards(roots: list[tuple[str, int]], names: frozenset[str],
-           git: str = "guarded", masked: tuple[str, ...] = ()) -> list[Guard]:
+           git: str = "guarded", masked: tuple[str, ...] = (),
+           readonly: tuple[str, ...] = ()) -> list[Guard]:
     """What to re-mount in the write roots `roots` (each a directory's path and a descriptor on
     it) for the protected `names` and `.git` protected as `git` says (policy.model.GIT_MODES),
-    and to pin above the `masked` paths (each existing): the kept directories, ancestors first,
-    then the protected objects, ancestors first."""
-    return walk(roots, names, git, masked)[0]
+    and the `readonly` paths (each existing, inside a root), and to pin above the `masked`
+    paths (each existing): the kept directories, ancestors first, then the protected objects,
+    ancestors first."""
+    return walk(roots, names, git, masked, readonly=readonly)[0]
 
 
 def walk(roots: list[tuple[str, int]], names: frozenset[str],
          git: str = "guarded", masked: tuple[str, ...] = (), *,
-         pin_sockets: bool = False) -> tuple[list[Guard], list[str]]:
+         pin_sockets: bool = False, readonly: tuple[str, ...] = ()
+         ) -> tuple[list[Guard], list[str]]:
     """`guards`, and the paths of the unix socket files in the roots (whose directories are
     pinned too when `pin_sockets`: the Linux backend masks them)."""
     whole = protected_whole(names, git, guards_git=True)
@@ -107,6 +111,8 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
         _add_everywhere(items, keep, roots, path, is_dir)
     for path in masked:
         _pin_everywhere(keep, roots, path)
+    for path in readonly:
+        _add_everywhere(items, keep, roots, path, os.path.isdir(path))
     return (sorted(keep.values(), key=lambda g: g.depth)
             + sorted(items.values(), key=lambda g: g.depth), sockets)
 

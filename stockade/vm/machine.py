@@ -116,7 +116,8 @@ def _guards(request: LaunchRequest, hidden: tuple[str, ...]) -> list[protect.Gua
             roots.append((grant.path, fd))
         return protect.guards([(path, fd) for path, fd in roots
                                if stat.S_ISDIR(os.fstat(fd).st_mode)],
-                              frozenset(request.protected), request.git, hidden)
+                              frozenset(request.protected), request.git, hidden,
+                              request.host_code)
     finally:
         for _, fd in roots:
             os.close(fd)

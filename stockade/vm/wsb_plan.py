@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
+from stockade.launch import hostcode
 from stockade.launch.hostpaths import inside_windows as inside
 from stockade.launch.hostpaths import lexical_refusal
 from stockade.launch.request import LaunchRequest
@@ -80,6 +81,7 @@ def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id:
          view: HostView, proxy_port: int | None = None) -> Plan:
     """The guest for `request` (the agent's request: the policy's roots plus the interpreter
     and Stockade's package); refuses, typed, what Windows Sandbox cannot enforce."""
+    hostcode.refuse_unkept(request, "a Windows Sandbox guest")
     network = _network(request.network.mode, proxy_port)
     memory_mb = _memory(request)
     _limits(request)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stockade.errors import UnenforceableError
+from stockade.launch import hostcode
 from stockade.launch.request import LaunchRequest
 from stockade.windows import cmdline, envblock
 from stockade.windows.admission import inside, lexical_refusal
@@ -42,6 +43,7 @@ def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None)
         raise UnenforceableError("limits.file_size",
                                  "Windows has no per-file size limit for a process tree")
     job_plan(request.limits, cpus=1)
+    hostcode.refuse_unkept(request, "the Windows backend")
     for grant in request.read + request.write + request.deny:
         _admit(grant.path, long_path)
     _admit(request.cwd, long_path)
@@ -66,3 +68,4 @@ def _admit(path: str, long_path: Callable[[str], str] | None) -> None:
     why = lexical_refusal(path, long_path)
     if why:
         raise UnenforceableError("filesystem.path", f"{path}: {why}")
+

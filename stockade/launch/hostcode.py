@@ -1,0 +1,89 @@
+"""The code the host runs next, outside any sandbox: Stockade's own package, the script that
+started this process, the interpreter (its prefixes and executable) and every place on its
+import path (sys.path, the PYTHONPATH the next call inherits, the user's site-packages).
+
+A command that may write there plants code the next `stockade ...` (or the program that calls
+Stockade) runs on the host: a `.pth` file or a sitecustomize in site-packages, a changed
+stockade/__init__.py, a pyvenv.cfg, an entry script. compile.py makes what of it lies inside a
+write root read-only in the sandbox's view (`request.host_code`), and refuses what it cannot
+keep so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from stockade.errors import UnenforceableError
+
+if TYPE_CHECKING:
+    from stockade.launch.request import LaunchRequest
+
+# What a place is, for what compile.py may do with it (see `Place.kind`).
+KINDS = {
+    "package": "Stockade's own package",
+    "script": "the script this process runs",
+    "prefix": "the interpreter's prefix",
+    "interpreter": "the interpreter",
+    "import_path": "a directory on the interpreter's import path",
+    "user_site": "the user's site-packages",
+    "start": "the program's starting directory (first on its import path)",
+}
+
+
+@dataclass(frozen=True)
+class Place:
+    """One place of host code: `path` absolute as the host names it (not resolved); `kind`
+    one of KINDS. A "prefix" holds more than code (a write root below /usr is no write to
+    the interpreter: its code directories are places of their own); a "start" directory, the
+    program's own, is protected only below a write root (a workspace that is the program's
+    directory stays writable); a missing "user_site" is made when it lies in a write root."""
+
+    path: str
+    kind: str
+
+
+def places(host_env: Mapping[str, str]) -> list[Place]:
+    """This process's host code, and the PYTHONPATH entries of `host_env` (the environment
+    the next call on this host inherits)."""
+    import stockade
+
+    found = [Place(os.path.dirname(os.path.abspath(stockade.__file__)), "package")]
+    if sys.argv and sys.argv[0] and os.path.isfile(sys.argv[0]):
+        found.append(Place(os.path.abspath(sys.argv[0]), "script"))
+    found += [Place(os.path.abspath(prefix), "prefix") for prefix in
+              {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}]
+    if sys.executable:
+        found.append(Place(os.path.abspath(sys.executable), "interpreter"))
+    entries = list(sys.path)
+    if entries and not sys.flags.safe_path:  # (python -P puts no starting directory first)
+        found.append(Place(os.path.abspath(entries.pop(0)), "start"))
+    entries += [entry for entry in host_env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    found += [Place(os.path.abspath(entry), "import_path") for entry in entries]
+    user_site = _user_site()
+    if user_site:
+        found.append(Place(os.path.abspath(user_site), "user_site"))
+    return list(dict.fromkeys(found))
+
+
+def _user_site() -> str | None:
+    """The user's site-packages when the interpreter reads it (which it does once it
+    exists: a command that makes it plants code in the next run)."""
+    import site
+
+    return site.getusersitepackages() if site.ENABLE_USER_SITE else None
+
+
+def refuse_unkept(request: LaunchRequest, where: str, remedy: str = "") -> None:
+    """Refuse, typed, a launch whose write roots hold code the host runs next
+    (request.host_code) in a sandbox that cannot make it read-only (`where`)."""
+    if request.host_code:
+        raise UnenforceableError("filesystem.host_code", (
+            f"{request.host_code[0]} is code this host runs outside the sandbox (Stockade's "
+            f"install, the interpreter or its import path) and lies in a write root, which "
+            f"{where} cannot keep read-only: install Stockade outside the write roots (pipx "
+            f"install stockade, or a venv elsewhere), choose a workspace that does not hold "
+            f"it{', ' + remedy if remedy else ''}"))

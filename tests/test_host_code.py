@@ -1,0 +1,206 @@
+"""The code the host runs next is never the command's to change (issue 29): a workspace that
+holds the venv Stockade runs from (project/.venv, run from project/), or a directory on the
+host's import path, is read-only in the sandbox's view and cannot be moved; the landlock tier,
+which has no view, refuses such a launch, typed. The host here is a real process whose
+interpreter is a venv inside the workspace; real children attack it; every check of what
+happened is made on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+from stockade.launch.compile import CompileContext, compile_policy
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+REPO = str(Path(stockade.__file__).resolve().parent.parent)
+
+# Each given path: a write into it (a file is appended to, a directory gets a .pth file),
+# then a rename of it (only the rename, prefixed `rename:`); one line per attempt, `name:
+# errno` or `name: DONE`; then an everyday write in the workspace.
+ATTACK = """
+import errno, os, sys
+def attempt(name, action):
+    try:
+        action()
+        print(name + ": DONE")
+    except OSError as exc:
+        print(name + ": " + errno.errorcode[exc.errno])
+def plant(path):
+    if os.path.isdir(path):
+        path = os.path.join(path, "evil.pth")
+    with open(path, "a") as f:
+        f.write("import os; os.system('touch /tmp/escaped')\\n")
+for path in sys.argv[1:]:
+    renamed_only = path.startswith("rename:")
+    path = path.removeprefix("rename:")
+    if not renamed_only:
+        attempt("write " + path, lambda: plant(path))
+    attempt("rename " + path, lambda: os.rename(path, path + ".moved"))
+attempt("everyday", lambda: open("made-by-the-command", "w").close())
+"""
+
+# The host: a program started by the venv's interpreter, which runs the attack with
+# Stockade (from this checkout, on PYTHONPATH) and prints the result as JSON.
+HOST = """
+import json, sys
+from dataclasses import replace
+from stockade.errors import StockadeError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
+from stockade.policy import preset
+workspace, isolation, weaken, *argv = sys.argv[1:]
+backend = LinuxBackend(frozenset(filter(None, weaken.split(",")))).tier(isolation)
+policy = preset("workspace-write")
+# (no pids limit: the landlock tier refuses one as root, before it looks at the roots)
+policy = replace(policy, isolation=isolation, limits=replace(policy.limits, pids=None))
+try:
+    request = compile_policy(policy, argv, CompileContext.current(workspace))
+    backend.check(request)
+    result = execute(backend, request)
+except StockadeError as exc:
+    print(json.dumps({"refused": exc.code, "message": exc.message}))
+else:
+    print(json.dumps({"exit": result.exit_code, "stdout": result.stdout.decode(),
+                      "stderr": result.stderr.decode(), "enforced": result.enforced}))
+"""
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A project whose .venv (two levels down, so the pins count) is the host's interpreter,
+    with a site-packages holding a module and a .pth of the host's."""
+    project = tmp_path / "project"
+    env = project / "a" / ".venv"
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(env)
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "mod.py").write_text("VALUE = 1\n")
+    (site / "host.pth").write_text("# the host's own\n")
+    return project
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, bytes | str]]:
+    """Every entry below `root`: its inode and, for a file, its contents (a link: its target)."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            info = path.lstat()
+            content = os.readlink(path) if path.is_symlink() else \
+                path.read_bytes() if path.is_file() else b""
+            found[str(path.relative_to(root))] = (info.st_dev, info.st_ino, content)
+    return found
+
+
+def host(project: Path, *targets: str, isolation: str = "namespaces",
+         weaken: str = "") -> dict:
+    python = project / "a" / ".venv" / "bin" / "python"
+    done = subprocess.run(
+        [str(python), "-c", HOST, str(project), isolation, weaken, PYTHON, "-c", ATTACK,
+         *targets], cwd=project, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def attempts(result: dict) -> dict[str, str]:
+    assert result.get("exit") == 0, result
+    return dict(line.split(": ", 1) for line in result["stdout"].splitlines())
+
+
+def targets(project: Path) -> list[str]:
+    env = project / "a" / ".venv"
+    site = next(env.glob("lib/python3*/site-packages"))
+    return [*map(str, (site / "mod.py", site, env / "pyvenv.cfg", env)),
+            f"rename:{project / 'a'}"]
+
+
+def test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox(project):
+    """The host runs Stockade with project/a/.venv's interpreter: the command can neither
+    plant a .pth in its site-packages, nor change a module or pyvenv.cfg, nor move the venv
+    (or the directory above it) aside to put its own in its place; the rest of the workspace
+    stays the command's."""
+    before = snapshot(project / "a")
+    result = host(project, *targets(project))
+    got = attempts(result)
+    # (the result names what is read-only, and why a write there failed)
+    assert result["enforced"]["host_code_read_only"] == [str(project / "a" / ".venv")]
+    assert got.pop("everyday") == "DONE"
+    assert (project / "made-by-the-command").exists()
+    assert got and all(outcome in ("EROFS", "EBUSY") for outcome in got.values()), got
+    assert snapshot(project / "a") == before
+    assert not list(project.glob("a*.moved")) and not (project / "a" / ".venv.moved").exists()
+
+
+def test_with_the_layer_off_the_same_attack_changes_the_host_code(project):
+    """Control: with the layer switched off (`host_code`, tests only) the same attack plants
+    the .pth and moves the venv: the test above sees the layer, not the weather."""
+    site = Path(targets(project)[1])
+    got = attempts(host(project, *targets(project), weaken="host_code"))
+    assert got[f"write {site}"] == got[f"rename {project / 'a'}"] == "DONE", got
+    moved = Path(str(site).replace("/a/.venv/", "/a.moved/.venv.moved/") + ".moved")
+    assert (moved / "evil.pth").exists()
+
+
+def test_the_landlock_tier_refuses_a_workspace_holding_the_host_code(project):
+    """With no mount view nothing keeps the venv read-only: the launch is refused, typed,
+    naming the place and the remedy, and nothing runs."""
+    got = host(project, *targets(project), isolation="landlock")
+    assert got.get("refused") == "unenforceable:filesystem.host_code", got
+    assert str(project / "a" / ".venv") in got["message"] and "pipx" in got["message"]
+    assert not (project / "made-by-the-command").exists()
+
+
+def test_a_workspace_that_is_the_host_code_is_refused(tmp_path):
+    """A write root that is a directory on the host's import path (or lies inside one) cannot
+    be made read-only without taking the grant away: refused, typed."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    ctx = CompileContext(str(lib), "/nonexistent-home", str(tmp_path),
+                         {"PYTHONPATH": str(lib)})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert refused.value.code == "unenforceable:filesystem.host_code"
+    assert f"is the write root {lib}" in refused.value.message
+
+
+def test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused(tmp_path):
+    """PYTHONPATH names ws/lib, a symbolic link to a directory outside: the command could
+    point the link at its own code, which the next host call imports."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (ws / "lib").symlink_to(outside)
+    ctx = CompileContext(str(ws), "/nonexistent-home", str(tmp_path),
+                         {"PYTHONPATH": str(ws / "lib")})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert f"symbolic link {ws / 'lib'}" in refused.value.message
+
+
+def test_a_missing_import_path_entry_in_the_workspace_is_refused(tmp_path):
+    """PYTHONPATH names ws/lib, which does not exist: the command could make it."""
+    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path),
+                         {"PYTHONPATH": str(tmp_path / "lib")})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert "does not exist inside a write root" in refused.value.message
+
+
+def test_an_ordinary_project_venv_stays_writable(tmp_path):
+    """The everyday job: a venv in the workspace that is not the host's own is the command's
+    (pip install into it works); nothing of the host's code lies in the workspace."""
+    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path), {})
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+    assert sys.prefix not in str(tmp_path)
