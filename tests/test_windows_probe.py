@@ -9,6 +9,7 @@ import ctypes
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,10 +24,12 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
+from stockade.windows import constants as c
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
+from stockade.windows.admission import Entry
 from stockade.windows.backend import WindowsBackend
 from stockade.windows.structs import PVOID
 
@@ -174,6 +177,9 @@ class FakeHost:
 
     def profile_exists(self, name: str) -> bool:
         return self.real.profile_exists(name)
+
+    def interpreter(self) -> str:
+        return os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 
 
 @pytest.fixture
@@ -595,3 +601,20 @@ def test_the_real_probe_on_windows():
     rows = {row.name: row.status for row in report.build(a, backend).rows}
     assert rows["identity"] == rows["kill_on_close"] == rows["settlement"] == "enforced"
     assert rows["network.any"] == "unavailable"
+
+
+def test_the_probe_reads_and_runs_the_store_pythons_program_not_its_alias(monkeypatch):
+    # The Store's Python is an app execution alias in %LOCALAPPDATA%\Microsoft\WindowsApps, a
+    # folder of aliases that no root may hold (issue 31, L11).
+    aliases = "C:\\Users\\u\\AppData\\Local\\Microsoft\\WindowsApps"
+    program = "C:\\Program Files\\WindowsApps\\PythonSoftwareFoundation.Python.3.12\\python.exe"
+    monkeypatch.setattr(sys, "_base_executable", aliases + "\\python.exe", raising=False)
+    monkeypatch.setattr(windows_probe.os.path, "realpath", lambda path: path)
+    kinds = {aliases + "\\python.exe": (c.FILE_ATTRIBUTE_REPARSE_POINT,
+                                        c.IO_REPARSE_TAG_APPEXECLINK)}
+    monkeypatch.setattr(windows_probe.fsinfo, "entry", lambda path: Entry(
+        path, False, *kinds.get(path, (0x20, 0))))
+    monkeypatch.setattr(windows_probe.fsinfo, "app_link_target", lambda path: program)
+    assert windows_probe.Win32Host().interpreter() == program
+    kinds.clear()
+    assert windows_probe.Win32Host().interpreter() == aliases + "\\python.exe"

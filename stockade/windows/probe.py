@@ -52,7 +52,7 @@ from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.lifecycle.probe import Refused, Run
-from stockade.windows import admission, desktop, identity, probe_child, process, tokens
+from stockade.windows import admission, desktop, fsinfo, identity, probe_child, process, tokens
 from stockade.windows import constants as c
 from stockade.windows import job as jobs
 from stockade.windows.acl import Ace, Dacl
@@ -131,6 +131,9 @@ class Host(Protocol):
     def profile_exists(self, name: str) -> bool:
         """Whether the AppContainer profile `name` exists (asked without side effects)."""
 
+    def interpreter(self) -> str:
+        """The program that runs the probe child: this Python's."""
+
 
 class Win32Host:
     def elevated(self) -> bool:
@@ -150,6 +153,14 @@ class Win32Host:
 
     def profile_exists(self, name: str) -> bool:
         return identity.profile_exists(name)
+
+    def interpreter(self) -> str:
+        python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+        # The Store's Python runs as an app execution alias in a folder of aliases, which no
+        # root may hold (admission.py): the probe reads and runs the program it names.
+        if admission.app_alias(fsinfo.entry(python)):
+            return fsinfo.app_link_target(python) or python
+        return python
 
 
 class WindowsProbe:
@@ -208,7 +219,8 @@ class WindowsProbe:
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
-            request = probe_request(top, secrets.token_hex(16), listener.getsockname()[1])
+            request = probe_request(top, secrets.token_hex(16), listener.getsockname()[1],
+                                    self.host.interpreter())
             paths = (request.cwd, *(os.path.join(request.cwd, n) for n in (PROTECTED, DENIED)))
             before = [self.host.dacl(path) for path in paths]
             station = self.host.station_aces()
@@ -234,12 +246,11 @@ class WindowsProbe:
         }
 
 
-def probe_request(top: str, request_id: str, tcp_port: int) -> LaunchRequest:
-    """The probe's minimal request, in `top`: the system root and this interpreter readable, a
-    workspace writable with a protected and a denied name in it, an outside file, network
-    none, Job limits; the child told where to knock."""
+def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> LaunchRequest:
+    """The probe's minimal request, in `top`: the system root and the interpreter `python`
+    readable, a workspace writable with a protected and a denied name in it, an outside file,
+    network none, Job limits; the child told where to knock."""
     system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
-    python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
     workspace = os.path.join(top, "ws")
     outside = os.path.join(top, OUTSIDE, "file")
     for path in (workspace, *(os.path.join(workspace, n) for n in (PROTECTED, DENIED)),
