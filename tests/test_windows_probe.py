@@ -80,7 +80,8 @@ def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer
                         "image_load": raw(policies[1].to_bytes(4, "little"))},
         # (in an interactive session an AppContainer most likely opens Default: issue 31, D3)
         "desktop": {"name": DESKTOP, "default_desktop": "ok"},
-        "environment": ["PATH", "SYSTEMROOT"],
+        # the launch's own TEMP and TMP, which the backend adds (issue 31, L12)
+        "environment": ["PATH", "SYSTEMROOT", "TEMP", "TMP"], "temp": "ok",
         "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
                   "outside_path": "denied"},
         "tcp_loopback": "denied"}
@@ -314,6 +315,12 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "environment_not_enforced", "environment", "environment"),
     (enforced_for, reported(_set("environment", value=["PATH", "TEMP", "USERPROFILE"])),
      "environment_not_enforced", "environment", "environment"),
+    (enforced_for, reported(_set("environment", value=["PATH", "SYSTEMROOT"])),
+     "environment_not_enforced", "environment", "environment"),  # no TEMP, TMP (L12)
+    (enforced_for, reported(_set("temp", value="denied")), "environment_not_enforced",
+     "environment", "temp_writable"),
+    (enforced_for, reported(_set("temp", value="unset")), "environment_not_enforced",
+     "environment", "temp_writable"),
     (weakened(_set("job", "memory", value=0)), _as_is, "job_not_enforced", "job",
      "child_sees_the_job"),
     (weakened(_set("limits", value={})), _as_is, "limits_not_enforced", "limits", "timeout"),

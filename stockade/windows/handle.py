@@ -129,6 +129,8 @@ class WindowsHandle(Handle):
         if identity.create_profile(name).upper() != package.upper():
             raise SetupError("appcontainer_mismatch", "the new profile's SID is not the one "
                              "derived from its name", stage="identity")
+        temp = os.path.join(identity.folder(package), "Temp")  # removed with the profile
+        os.makedirs(temp, exist_ok=True)
         self.stages.append(("identity", time.monotonic()))
         self._stage = "filesystem"
         user = tokens.current_user_sid()
@@ -166,7 +168,8 @@ class WindowsHandle(Handle):
             try:
                 created = process.create(process.Launch(
                     application=application, command_line=cmdline.command_line(request.argv),
-                    environment=envblock.environment_block(request.env), cwd=request.cwd,
+                    environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
+                    cwd=request.cwd,
                     desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
                     stdio=tuple(pipes.handles), mitigations=wanted_mitigations))
             except OSError as exc:

@@ -68,6 +68,9 @@ PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PRO
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
 PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+# What the backend adds to every launch that does not name them: TEMP and TMP, the launch's own
+# temp folder in its AppContainer's profile (envblock.with_temp; issue 31, L12).
+LAUNCH_ENVIRONMENT = ("TEMP", "TMP")
 # What Windows itself may add to an AppContainer child's environment: the profile's own storage
 # (its LOCALAPPDATA, TEMP and TMP, redirected to the AppContainer's folder) — never a value of
 # the owner's (issue 31, D12).
@@ -105,9 +108,12 @@ EXPECTATIONS: facts.Table = {
                    "child_mitigations_as_read_back": _is(True)},
     "network": {"tcp_loopback": ((lambda v: isinstance(v, str) and v != "ok"), "an error")},
     "environment": {"environment": (
-        (lambda names: isinstance(names, list) and {n.upper() for n in PROBE_ENVIRONMENT}
-         <= set(names) <= {n.upper() for n in PROBE_ENVIRONMENT + PROFILE_ENVIRONMENT}),
-        f"{sorted(PROBE_ENVIRONMENT)}, and no more than {sorted(PROFILE_ENVIRONMENT)}")},
+        (lambda names: isinstance(names, list)
+         and {n.upper() for n in PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT} <= set(names)
+         <= {n.upper() for n in PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT + PROFILE_ENVIRONMENT}),
+        f"{sorted(PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT)}, and no more than "
+        f"{sorted(PROFILE_ENVIRONMENT)}"),
+        "temp_writable": _is("ok")},
     "limits": {"job_memory": _is(facts.PROBE_MEMORY), "job_active_processes": _is(facts.PROBE_PIDS),
                "timeout": _is(True)},
     "lifetime": {"profile_deleted": _is(True), "acl_restored": _is(True),
@@ -318,6 +324,7 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "child_mitigations_as_read_back": child["mitigations"] == mitigations,
         "tcp_loopback": report["tcp_loopback"],
         "environment": sorted(name.upper() for name in report["environment"]),
+        "temp_writable": report["temp"],
         "job_memory": job_seen.get("memory"),
         "job_active_processes": job_seen.get("active_processes"),
         "timeout": "timeout" in enforced.get("limits", {}),
