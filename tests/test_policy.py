@@ -558,7 +558,10 @@ def test_the_presets_here_are_the_linux_ones_and_windows_gets_its_own() -> None:
         assert not any(path.startswith(("/", "?/")) for path in policy.filesystem.read)
         assert not any(path.startswith("/") for path in policy.filesystem.deny)
         assert "{home}/.ssh" in policy.filesystem.deny
-        assert {"SystemRoot", "PATHEXT"} <= set(policy.env.passthrough)
+        assert {"SystemRoot", "PATHEXT", "ComSpec", "USERPROFILE", "SystemDrive"} <= set(
+            policy.env.passthrough)
+        # the owner's temp folder is not the sandbox's: the backend sets TEMP and TMP
+        assert not {"TEMP", "TMP"} & {name.upper() for name in policy.env.passthrough}
         assert policy.limits.file_size is None  # Windows has none; its backend refuses one
         assert policy.limits == dataclasses.replace(linux.limits, file_size=None)
         assert (policy.network, policy.filesystem.exec_from_write, policy.filesystem.write) == (

@@ -300,6 +300,8 @@ def test_a_single_file_root_gets_file_rights_without_inheritance_flags():
     (lambda t: t.add("C:\\py\\mount", reparse_tag=0xA0000003), "filesystem.reparse_point"),
     (lambda t: t.file("C:\\Users\\u\\ws\\src\\linked", links=2), "filesystem.hard_link"),
     (lambda t: t.file("C:\\py\\python3.exe", links=3), "filesystem.hard_link"),
+    (lambda t: t.file("C:\\py\\python3.12.exe", reparse_tag=c.IO_REPARSE_TAG_APPEXECLINK),
+     "filesystem.reparse_point"),
 ])
 def test_reparse_points_and_hard_links_refuse_before_any_dacl_changes(setup, capability):
     tree = workspace()
@@ -309,6 +311,20 @@ def test_reparse_points_and_hard_links_refuse_before_any_dacl_changes(setup, cap
         prepare(tree, request())
     assert refused.value.capability == capability
     assert tree.snapshot() == original and not tree.writes
+
+
+def test_a_workspace_in_onedrive_is_granted_like_any_other():
+    # OneDrive's Files On-Demand makes every file and folder below it a cloud placeholder
+    # (IO_REPARSE_TAG_CLOUD_n); they are the files themselves, so the launch goes ahead.
+    tree = workspace()
+    for key, node in tree.nodes.items():
+        if key.startswith("c:\\users\\u\\ws"):
+            node.reparse_tag = c.IO_REPARSE_TAG_CLOUD | 0x1000
+    recorder = prepare(tree, request())
+    assert tree.access("C:\\Users\\u\\ws\\src\\main.c", PACKAGE) == M & ~c.FILE_EXECUTE
+    assert tree.access("C:\\Users\\u\\ws\\secret\\key", PACKAGE) == 0
+    recorder.revert_all()
+    assert all(tree.access(path, PACKAGE) == 0 for path in tree.nodes)
 
 
 def test_a_denied_path_open_to_every_appcontainer_is_refused():

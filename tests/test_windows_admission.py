@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import ntpath
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
 import pytest
 from test_windows_fakes import FakeTree
 
-from stockade.windows import admission
+from stockade.errors import StartError
+from stockade.launch.request import LaunchRequest, PathGrant
+from stockade.windows import admission, fsinfo, handle
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
 
@@ -122,3 +129,175 @@ def test_inside_compares_components_without_regard_to_case():
     assert admission.inside("C:\\anything", "C:\\")
     assert not admission.inside("C:\\ws2", "C:\\ws")
     assert not admission.inside("D:\\ws", "C:\\ws")
+
+
+# --- reparse points told apart by tag (issue 31, L11) ------------------------------------------
+
+CLOUD_TAGS = [c.IO_REPARSE_TAG_CLOUD | variant << 12 for variant in range(16)]  # CLOUD, _1.._F
+REPARSE = c.FILE_ATTRIBUTE_REPARSE_POINT
+STORE_PYTHON = ("C:\\Program Files\\WindowsApps\\PythonSoftwareFoundation.Python.3.12_"
+                "3.12.2800.0_x64__qbz5n2kfra8p0\\python3.12.exe")
+ALIASES = "C:\\Users\\u\\AppData\\Local\\Microsoft\\WindowsApps"
+
+
+@pytest.mark.parametrize("tag", CLOUD_TAGS)
+def test_onedrive_placeholders_are_admitted_like_any_file_or_directory(tag):
+    # winnt.h: IO_REPARSE_TAG_CLOUD 0x9000001A, CLOUD_1 ... CLOUD_F 0x9000101A ... 0x9000F01A
+    # (no name-surrogate bit; the directory bit set, as a placeholder folder has children).
+    assert admission.entry_refusal(Entry("C:\\Users\\u\\OneDrive\\ws", True,
+                                         REPARSE | 0x10, tag)) is None
+    assert admission.entry_refusal(Entry("C:\\Users\\u\\OneDrive\\ws\\f.py", False,
+                                         REPARSE | 0x20, tag)) is None
+    refusal = admission.entry_refusal(Entry("C:\\x\\f", False, REPARSE, tag, 2))
+    assert refusal is not None and refusal[0] == "filesystem.hard_link"
+
+
+@pytest.mark.parametrize("tag", [
+    c.IO_REPARSE_TAG_MOUNT_POINT, c.IO_REPARSE_TAG_SYMLINK,
+    0x80000017, 0x80000013, 0x9000001C, 0x80000023,  # WOF, dedup, ProjFS, AF_UNIX
+    0xA000001A, 0xB000001A, 0x9001001A, 0x1A, 0,  # look-alikes of the cloud tag; no tag read
+])
+def test_every_other_reparse_point_is_still_refused(tag):
+    refusal = admission.entry_refusal(Entry("C:\\ws\\x", True, REPARSE | 0x10, tag))
+    assert refusal is not None and refusal[0] == "filesystem.reparse_point"
+
+
+def test_an_app_execution_alias_in_a_root_is_refused_with_a_remedy():
+    alias = Entry(ALIASES + "\\python.exe", False, REPARSE | 0x20, c.IO_REPARSE_TAG_APPEXECLINK)
+    capability, reason = admission.entry_refusal(alias)
+    assert capability == "filesystem.reparse_point"
+    assert "app execution alias" in reason and "name the program it opens" in reason
+
+
+def test_the_walk_enters_a_onedrive_folder_but_no_other_reparse_point():
+    tree = FakeTree.volume()
+    tree.add("C:\\od", reparse_tag=c.IO_REPARSE_TAG_CLOUD)
+    tree.add("C:\\od\\docs", reparse_tag=c.IO_REPARSE_TAG_CLOUD | 0x3000)
+    tree.file("C:\\od\\docs\\a.txt", reparse_tag=c.IO_REPARSE_TAG_CLOUD | 0x3000)
+    tree.add("C:\\od\\junction", reparse_tag=c.IO_REPARSE_TAG_MOUNT_POINT)
+    tree.file("C:\\od\\junction\\beyond")
+    walked = [e.path for e in admission.walk("C:\\od", tree.scan, tree.entry)]
+    assert walked == ["C:\\od", "C:\\od\\docs", "C:\\od\\docs\\a.txt", "C:\\od\\junction"]
+
+
+def alias_data(*strings: str, count: int | None = None, tag: int = 0x8000001B) -> bytes:
+    """FSCTL_GET_REPARSE_POINT's answer for an app execution alias: the REPARSE_DATA_BUFFER
+    header (tag, data length, reserved) and the alias's data, a ULONG string count and the
+    NUL-terminated UTF-16 strings (the layout libuv and CPython's launcher read)."""
+    body = (len(strings) if count is None else count).to_bytes(4, "little") + b"".join(
+        (s + "\0").encode("utf-16-le") for s in strings)
+    return tag.to_bytes(4, "little") + len(body).to_bytes(2, "little") + bytes(2) + body
+
+
+STORE_ALIAS = ("PythonSoftwareFoundation.Python.3.12_qbz5n2kfra8p0",
+               "PythonSoftwareFoundation.Python.3.12_qbz5n2kfra8p0!Python", STORE_PYTHON, "0")
+
+
+def test_an_app_execution_alias_names_its_program():
+    assert admission.app_link_target(alias_data(*STORE_ALIAS)) == STORE_PYTHON
+    assert admission.app_link_target(alias_data(*STORE_ALIAS) + bytes(64)) == STORE_PYTHON
+
+
+@pytest.mark.parametrize("data", [
+    alias_data(*STORE_ALIAS, tag=c.IO_REPARSE_TAG_SYMLINK),  # not an alias
+    alias_data(*STORE_ALIAS[:2]),  # no program
+    alias_data(*STORE_ALIAS, count=2),
+    alias_data(*STORE_ALIAS)[:40],  # cut short
+    alias_data("p", "a", "python3.12.exe", "0"),  # relative
+    alias_data("p", "a", "\\\\server\\share\\python.exe", "0"),  # UNC
+    alias_data("p", "a", "C:\\PROGRA~1\\WindowsApps\\python.exe", "0"),  # a short name
+    b"",
+])
+def test_anything_else_in_an_alias_is_not_trusted(data):
+    assert admission.app_link_target(data) is None
+
+
+class WindowsOs:
+    """`os.scandir` and `os.lstat` as CPython on Windows answers them, over `nodes` (path ->
+    attributes, reparse tag, link count). A listing is FindFirstFileW's data: attributes and
+    the tag (dwReserved0), st_nlink 0 (as Python documents for DirEntry on Windows). `lstat`
+    opens name surrogates (bit 29) as themselves, and resolves every other reparse point "as
+    for stat()" (Python's os.lstat: "Changed in version 3.8"): a cloud placeholder opens as
+    itself through the cloud filter and reports its attributes with tag 0 (the traversing
+    open never asks for the tag); an alias cannot be opened that way (ERROR_CANT_ACCESS_FILE)
+    and is opened as itself, its tag reported."""
+
+    def __init__(self, nodes: dict[str, tuple[int, int, int]]) -> None:
+        self.nodes = nodes
+
+    def scandir(self, directory: str):
+        entries = [_Listed(path, *self.nodes[path]) for path in self.nodes
+                   if ntpath.dirname(path) == directory and path != directory]
+        return contextlib.nullcontext(entries)
+
+    def lstat(self, path: str) -> SimpleNamespace:
+        attributes, tag, links = self.nodes[path]
+        surrogate, alias = tag & 0x20000000, tag == c.IO_REPARSE_TAG_APPEXECLINK
+        shown = tag if attributes & REPARSE and (surrogate or alias) else 0
+        return SimpleNamespace(st_file_attributes=attributes, st_reparse_tag=shown,
+                               st_nlink=links, st_mode=0o40777 if attributes & 0x10 else 0o100666)
+
+
+@dataclass
+class _Listed:
+    path: str
+    attributes: int
+    tag: int
+    links: int
+
+    @property
+    def name(self) -> str:
+        return ntpath.basename(self.path)
+
+    def stat(self, *, follow_symlinks: bool = True) -> SimpleNamespace:
+        assert not follow_symlinks
+        return SimpleNamespace(st_file_attributes=self.attributes, st_reparse_tag=self.tag,
+                               st_nlink=0, st_mode=0)
+
+
+def test_fsinfo_reads_each_entrys_own_tag_without_following_it(monkeypatch):
+    od = "C:\\Users\\u\\OneDrive"
+    cloud = c.IO_REPARSE_TAG_CLOUD | 0x2000
+    windows = WindowsOs({
+        "C:\\": (0x10, 0, 1), od: (REPARSE | 0x10, cloud, 1),
+        od + "\\notes.txt": (REPARSE | 0x20, cloud, 1), od + "\\plain": (0x20, 0, 2),
+        od + "\\link": (REPARSE | 0x20, c.IO_REPARSE_TAG_SYMLINK, 1),
+        od + "\\python.exe": (REPARSE | 0x20, c.IO_REPARSE_TAG_APPEXECLINK, 1)})
+    monkeypatch.setattr(fsinfo, "os", windows)
+    root = fsinfo.entry(od)
+    assert (root.is_dir, root.reparse_tag) == (True, cloud)
+    assert admission.entry_refusal(root) is None
+    listed = {e.name: e for e in fsinfo.scan(od)}
+    assert listed["notes.txt"].reparse_tag == cloud and listed["notes.txt"].links == 1
+    assert admission.entry_refusal(listed["notes.txt"]) is None
+    assert listed["plain"].links == 2  # (from lstat: a listing holds no link count)
+    assert listed["link"].reparse_tag == c.IO_REPARSE_TAG_SYMLINK
+    assert admission.app_alias(listed["python.exe"])
+    assert fsinfo.entry("C:\\").is_dir
+
+
+def test_a_program_that_is_an_app_execution_alias_runs_as_its_program():
+    req = LaunchRequest(
+        argv=("python", "-V"), cwd="C:\\ws", env=(("PATH", ALIASES),),
+        read=(PathGrant("C:\\Program Files", "C:\\Program Files"),),
+        write=(PathGrant("C:\\ws", "C:\\ws"),))
+    alias = ALIASES + "\\python.exe"
+
+    def entry(path):
+        assert path.casefold() == alias.casefold()
+        return Entry(path, False, REPARSE | 0x20, c.IO_REPARSE_TAG_APPEXECLINK)
+
+    def is_file(path):  # (PATHEXT's extensions are upper case: Windows names ignore case)
+        return path.casefold() == alias.casefold()
+
+    assert handle.executable(req, is_file, entry, lambda path: STORE_PYTHON) == STORE_PYTHON
+    with pytest.raises(StartError) as refused:
+        handle.executable(req, is_file, entry, lambda path: None)
+    assert refused.value.code == "command_not_found" and "alias" in str(refused.value)
+    with pytest.raises(StartError) as refused:
+        handle.executable(replace(req, read=()), is_file, entry, lambda path: STORE_PYTHON)
+    assert refused.value.code == "command_not_found" and STORE_PYTHON in str(refused.value)
+    plain = Entry(alias, False, 0x20)
+    assert handle.executable(replace(req, read=(PathGrant(ALIASES, ALIASES),)), is_file,
+                             lambda path: plain, lambda path: STORE_PYTHON).casefold() \
+        == alias.casefold()

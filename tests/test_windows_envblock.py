@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stockade.windows.envblock import environment_block
+from stockade.windows.envblock import environment_block, with_temp
 
 
 def names(block: str) -> list[str]:
@@ -78,3 +78,15 @@ def test_ascii_names_come_in_the_order_of_their_upper_case_forms(variables):
     folded = {name.upper(): name for name in variables}
     block = environment_block(tuple((name, "v") for name in folded.values()))
     assert names(block) == sorted(folded.values(), key=str.upper)
+
+
+def test_the_launch_gets_its_own_temp_unless_the_policy_names_one():
+    # (issue 31, L12) the owner's TEMP is outside every root; without one, Python's tempfile
+    # falls back to the working directory, the workspace
+    temp = "C:\\Users\\u\\AppData\\Local\\Packages\\stockade-ac-0\\AC\\Temp"
+    env = (("PATH", "C:\\Windows\\System32"),)
+    assert names(environment_block(with_temp(env, temp))) == ["PATH", "TEMP", "TMP"]
+    assert dict(with_temp(env, temp)) == {"PATH": "C:\\Windows\\System32", "TEMP": temp,
+                                          "TMP": temp}
+    mine = (("Temp", "C:\\ws\\tmp"),)  # a policy's own, in any case
+    assert with_temp(mine, temp) == (("Temp", "C:\\ws\\tmp"), ("TMP", temp))

@@ -9,6 +9,7 @@ import ctypes
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,10 +24,12 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts, report
 from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
+from stockade.windows import constants as c
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens
 from stockade.windows import probe as windows_probe
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
+from stockade.windows.admission import Entry
 from stockade.windows.backend import WindowsBackend
 from stockade.windows.structs import PVOID
 
@@ -77,7 +80,8 @@ def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer
                         "image_load": raw(policies[1].to_bytes(4, "little"))},
         # (in an interactive session an AppContainer most likely opens Default: issue 31, D3)
         "desktop": {"name": DESKTOP, "default_desktop": "ok"},
-        "environment": ["PATH", "SYSTEMROOT"],
+        # the launch's own TEMP and TMP, which the backend adds (issue 31, L12)
+        "environment": ["PATH", "SYSTEMROOT", "TEMP", "TMP"], "temp": "ok",
         "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
                   "outside_path": "denied"},
         "tcp_loopback": "denied"}
@@ -174,6 +178,9 @@ class FakeHost:
 
     def profile_exists(self, name: str) -> bool:
         return self.real.profile_exists(name)
+
+    def interpreter(self) -> str:
+        return os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 
 
 @pytest.fixture
@@ -308,6 +315,12 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "environment_not_enforced", "environment", "environment"),
     (enforced_for, reported(_set("environment", value=["PATH", "TEMP", "USERPROFILE"])),
      "environment_not_enforced", "environment", "environment"),
+    (enforced_for, reported(_set("environment", value=["PATH", "SYSTEMROOT"])),
+     "environment_not_enforced", "environment", "environment"),  # no TEMP, TMP (L12)
+    (enforced_for, reported(_set("temp", value="denied")), "environment_not_enforced",
+     "environment", "temp_writable"),
+    (enforced_for, reported(_set("temp", value="unset")), "environment_not_enforced",
+     "environment", "temp_writable"),
     (weakened(_set("job", "memory", value=0)), _as_is, "job_not_enforced", "job",
      "child_sees_the_job"),
     (weakened(_set("limits", value={})), _as_is, "limits_not_enforced", "limits", "timeout"),
@@ -595,3 +608,20 @@ def test_the_real_probe_on_windows():
     rows = {row.name: row.status for row in report.build(a, backend).rows}
     assert rows["identity"] == rows["kill_on_close"] == rows["settlement"] == "enforced"
     assert rows["network.any"] == "unavailable"
+
+
+def test_the_probe_reads_and_runs_the_store_pythons_program_not_its_alias(monkeypatch):
+    # The Store's Python is an app execution alias in %LOCALAPPDATA%\Microsoft\WindowsApps, a
+    # folder of aliases that no root may hold (issue 31, L11).
+    aliases = "C:\\Users\\u\\AppData\\Local\\Microsoft\\WindowsApps"
+    program = "C:\\Program Files\\WindowsApps\\PythonSoftwareFoundation.Python.3.12\\python.exe"
+    monkeypatch.setattr(sys, "_base_executable", aliases + "\\python.exe", raising=False)
+    monkeypatch.setattr(windows_probe.os.path, "realpath", lambda path: path)
+    kinds = {aliases + "\\python.exe": (c.FILE_ATTRIBUTE_REPARSE_POINT,
+                                        c.IO_REPARSE_TAG_APPEXECLINK)}
+    monkeypatch.setattr(windows_probe.fsinfo, "entry", lambda path: Entry(
+        path, False, *kinds.get(path, (0x20, 0))))
+    monkeypatch.setattr(windows_probe.fsinfo, "app_link_target", lambda path: program)
+    assert windows_probe.Win32Host().interpreter() == program
+    kinds.clear()
+    assert windows_probe.Win32Host().interpreter() == aliases + "\\python.exe"

@@ -24,8 +24,9 @@ and leaves stdin to the caller (`process.stdin` unset: see model.STDIN_MODES).
 
 On Windows (`preset_documents("win32")`, what `PRESET_DOCUMENTS` holds there) the presets are
 the same but for what names Linux: "system" is `WINDOWS_SYSTEM_READ`; the denied credential
-stores are `WINDOWS_DENY_DEFAULTS` (the home directory's, without `/etc`); `SystemRoot` and
-`PATHEXT` are passed too, without which most Windows programs fail; and no `file_size` is set,
+stores are `WINDOWS_DENY_DEFAULTS` (the home directory's, without `/etc`); what most Windows
+programs fail without is passed too (`WINDOWS_ENV_PASS_DEFAULTS`: `SystemRoot`, `PATHEXT`,
+`ComSpec`, `USERPROFILE`, ...; `TEMP` and `TMP` are the backend's); and no `file_size` is set,
 since Windows has no per-file size limit (the backend refuses one). `networked-build` keeps its
 allowlist, which the Windows backend refuses (`unenforceable:network.allowlist`) until it has
 a network helper. Everything every AppContainer may read (`C:\\Windows`, `C:\\Program Files`) is
@@ -51,7 +52,13 @@ WINDOWS_DENY_DEFAULTS = (
     *(path for path in DENY_DEFAULTS if path.startswith("{home}/")),
     "{home}/_netrc", "{home}/AppData/Roaming/gcloud", "{home}/AppData/Roaming/GitHub CLI",
 )
-WINDOWS_ENV_PASS_DEFAULTS = (*ENV_PASS_DEFAULTS, "PATHEXT", "SystemRoot")
+# What most Windows programs need and none of which is a secret: the program search, the system's
+# own places (cmd.exe is ComSpec), the user's profile folder (as HOME is passed on Linux; the
+# sandbox reads it only where a root grants it), the processor. TEMP and TMP are not the user's:
+# the backend gives each launch its AppContainer's own temp folder (docs/windows.md).
+WINDOWS_ENV_PASS_DEFAULTS = (*ENV_PASS_DEFAULTS, "PATHEXT", "SystemRoot", "SystemDrive",
+                             "windir", "ComSpec", "USERPROFILE", "PROCESSOR_ARCHITECTURE",
+                             "NUMBER_OF_PROCESSORS")
 REGISTRIES = (
     "pypi.org", "files.pythonhosted.org",
     "registry.npmjs.org", "registry.yarnpkg.com",

@@ -12,10 +12,16 @@ Two kinds of evidence, both judged by pure functions here:
   by name.
 - what is on disk (`entry_refusal`): a grant on a directory is inherited by everything below it,
   and Windows writes that inheritance into each file's own security descriptor. A reparse point
-  (junction, symbolic link, mount point, or any other) could carry it elsewhere, and a file with
-  several hard links shares one descriptor with names outside the root, so either refuses the
-  launch. `walk` visits a root without following any reparse point; it takes the directory
-  lister and `stat` as arguments, which on Windows are `fsinfo.scan` and `fsinfo.entry`.
+  that stands for another name could carry it elsewhere, and a file with several hard links
+  shares one descriptor with names outside the root, so either refuses the launch. Reparse
+  points are told apart by tag: cloud-file placeholders (OneDrive's Files On-Demand,
+  `IO_REPARSE_TAG_CLOUD` and its variants) are the file or directory itself, whose data a sync
+  provider fills in place, so they are admitted like any file; an app execution alias
+  (`IO_REPARSE_TAG_APPEXECLINK`, the Store's `WindowsApps\\python.exe`) inside a root is
+  refused with a remedy (a program that is one is run as its target: `app_link_target`); junctions,
+  mount points, symbolic links and every other tag are refused. `walk` visits a root without
+  entering any reparse point but a cloud directory; it takes the directory lister and `stat` as
+  arguments, which on Windows are `fsinfo.scan` and `fsinfo.entry`.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from dataclasses import dataclass
 
 from stockade.launch.hostpaths import inside_windows as inside
 from stockade.launch.hostpaths import lexical_refusal
+from stockade.windows import constants as c
 from stockade.windows.constants import FILE_ATTRIBUTE_REPARSE_POINT
 
-__all__ = ["FILESYSTEMS", "Entry", "entry_refusal", "filesystem_refusal", "inside",
-           "lexical_refusal", "walk"]
+__all__ = ["FILESYSTEMS", "Entry", "app_alias", "app_link_target", "entry_refusal",
+           "filesystem_refusal", "in_place", "inside", "lexical_refusal", "opaque", "walk"]
 
 FILESYSTEMS = ("NTFS", "ReFS")  # the filesystems whose ACLs the backend relies on
 
@@ -56,9 +63,37 @@ def filesystem_refusal(name: str) -> str | None:
     return None
 
 
+def in_place(tag: int) -> bool:
+    """Whether a reparse point of `tag` is the file or directory itself rather than a stand-in
+    for another name: a cloud-files placeholder, any of the sixteen cloud tags (winnt.h:
+    IO_REPARSE_TAG_CLOUD, CLOUD_1 ... CLOUD_F, which differ only in IO_REPARSE_TAG_CLOUD_MASK).
+    Their tags carry no name-surrogate bit ("the file or directory represents another named
+    entity", MS-FSCC 2.1.2.1), and a placeholder's missing data is fetched from the sync
+    provider and "stored on disk in the placeholder" (learn.microsoft.com,
+    CfHydratePlaceholder): no other name is ever opened, so a grant stays on the file."""
+    return tag & ~c.IO_REPARSE_TAG_CLOUD_MASK == c.IO_REPARSE_TAG_CLOUD
+
+
+def opaque(entry: Entry) -> bool:
+    """Whether `entry` is a reparse point the backend neither enters nor grants over."""
+    return bool(entry.attributes & FILE_ATTRIBUTE_REPARSE_POINT) and not in_place(
+        entry.reparse_tag)
+
+
+def app_alias(entry: Entry) -> bool:
+    """Whether `entry` is an app execution alias (IO_REPARSE_TAG_APPEXECLINK)."""
+    return opaque(entry) and entry.reparse_tag == c.IO_REPARSE_TAG_APPEXECLINK
+
+
 def entry_refusal(entry: Entry) -> tuple[str, str] | None:
     """(capability, reason) if access control must not be changed over `entry`, else None."""
-    if entry.attributes & FILE_ATTRIBUTE_REPARSE_POINT:
+    if app_alias(entry):
+        return ("filesystem.reparse_point",
+                f"{entry.path} is an app execution alias (a Store app's stand-in for its "
+                "program, which Windows opens only through app activation): name the program "
+                "it opens instead (`where.exe` lists the alias; the program lies in the app's "
+                "package folder), or keep the alias's folder out of the roots")
+    if opaque(entry):
         return ("filesystem.reparse_point",
                 f"{entry.path} is a reparse point (tag 0x{entry.reparse_tag:08X}): a junction, "
                 "symbolic link or mount point could carry a grant outside the root")
@@ -77,5 +112,23 @@ def walk(root: str, scan: Callable[[str], list[Entry]],
     while pending:
         entry = pending.pop()
         yield entry
-        if entry.is_dir and not entry.attributes & FILE_ATTRIBUTE_REPARSE_POINT:
+        if entry.is_dir and not opaque(entry):
             pending.extend(reversed(scan(entry.path)))
+
+
+def app_link_target(data: bytes) -> str | None:
+    """The program an app execution alias opens, from its reparse data (FSCTL_GET_REPARSE_POINT's
+    REPARSE_DATA_BUFFER: tag, data length, reserved, then the alias's own data); None unless
+    it is an alias naming a canonical drive path. The alias's data is not documented by
+    Microsoft: a ULONG count of NUL-terminated UTF-16 strings — package, app user model ID,
+    the program's path, the app's type — as libuv (src/win/fs.c) and CPython's launcher read
+    it; anything else is not trusted."""
+    if len(data) < 12 or int.from_bytes(data[:4], "little") != c.IO_REPARSE_TAG_APPEXECLINK:
+        return None
+    length = int.from_bytes(data[4:6], "little")
+    count = int.from_bytes(data[8:12], "little")
+    strings = data[12:8 + length].decode("utf-16-le", "replace").split("\0")
+    if count < 3 or len(strings) < 4:  # three strings at least, each NUL-terminated
+        return None
+    target = strings[2]
+    return target if lexical_refusal(target) is None else None

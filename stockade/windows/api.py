@@ -138,6 +138,8 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "CreateFileW": ("kernel32", HANDLE, [LPCWSTR, DWORD, DWORD, _P(SECURITY_ATTRIBUTES), DWORD,
                                          DWORD, HANDLE], _handle),
+    "DeviceIoControl": ("kernel32", BOOL, [HANDLE, DWORD, PVOID, DWORD, PVOID, DWORD, _P(DWORD),
+                                           PVOID], _true),
     "GetVolumePathNameW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "GetVolumeInformationW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD, _P(DWORD),
                                                  _P(DWORD), _P(DWORD), ctypes.c_wchar_p, DWORD],

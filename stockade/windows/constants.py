@@ -93,6 +93,15 @@ FILE_SHARE_DELETE = 0x00000004
 OPEN_EXISTING = 3
 FILE_FLAG_BACKUP_SEMANTICS = 0x02000000  # (what opening a directory needs)
 FILE_FLAG_OPEN_REPARSE_POINT = 0x00200000
+FILE_READ_ATTRIBUTES = 0x0080
+FSCTL_GET_REPARSE_POINT = 0x000900A8
+MAXIMUM_REPARSE_DATA_BUFFER_SIZE = 16 * 1024
+# Reparse tags (winnt.h). Bit 29 is the name-surrogate bit (IsReparseTagNameSurrogate).
+IO_REPARSE_TAG_MOUNT_POINT = 0xA0000003  # junctions and mounted folders
+IO_REPARSE_TAG_SYMLINK = 0xA000000C
+IO_REPARSE_TAG_APPEXECLINK = 0x8000001B  # an app execution alias (WindowsApps\python.exe)
+IO_REPARSE_TAG_CLOUD = 0x9000001A  # a cloud-files placeholder (OneDrive Files On-Demand)
+IO_REPARSE_TAG_CLOUD_MASK = 0x0000F000  # where CLOUD_1 ... CLOUD_F differ from CLOUD
 
 # Misc.
 DUPLICATE_SAME_ACCESS = 0x00000002

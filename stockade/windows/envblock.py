@@ -22,6 +22,15 @@ def _key(name: str) -> tuple[int, ...]:
     return tuple(key)
 
 
+def with_temp(env: tuple[tuple[str, str], ...], temp: str) -> tuple[tuple[str, str], ...]:
+    """`env` with TEMP and TMP set to `temp` (the launch's AppContainer's own temp folder)
+    where it does not name them: the owner's are outside every root, and without either a
+    program falls back to a place of its own choosing (Python's tempfile: the working
+    directory, the workspace)."""
+    named = {name.upper() for name, _ in env}
+    return (*env, *((name, temp) for name in ("TEMP", "TMP") if name not in named))
+
+
 def environment_block(env: tuple[tuple[str, str], ...]) -> str:
     """The block for `env` (name, value) pairs; ValueError naming the first bad variable."""
     seen: dict[tuple[int, ...], str] = {}

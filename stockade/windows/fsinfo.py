@@ -1,30 +1,62 @@
-"""Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path
-(from `os.lstat`, which never follows a reparse point and reports attributes, reparse tag, link
-count and file id there), the filesystem a path is on, a path's long form, and whether this process
-may change a path's DACL."""
+"""Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path,
+the filesystem a path is on, a path's long form, whether this process may change a path's DACL,
+and the program an app execution alias opens.
+
+An entry's attributes and reparse tag are read from its directory's listing (FindFirstFileW's
+data, through `os.scandir`: Microsoft's documented way to read a tag is that data's
+`dwReserved0`), which never opens the entry. `os.lstat` does not do for them: CPython opens
+only name surrogates (symbolic links, junctions) as themselves and resolves every other reparse
+point "as for stat()", reporting tag 0 there — so a OneDrive placeholder would show the
+reparse-point attribute with no tag, and a tag that redirected would not show at all. The link
+count and the file id, which listings do not hold, are `os.lstat`'s (the file itself for the
+entries admitted).
+"""
 
 from __future__ import annotations
 
 import ctypes
+import ntpath
 import os
-import stat
 
+from stockade.windows import admission
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
 from stockade.windows.api import win32
+from stockade.windows.structs import DWORD
 
 _MAX_PATH = 32768
+_DIRECTORY = 0x10  # FILE_ATTRIBUTE_DIRECTORY
 
 
 def entry(path: str) -> Entry:
-    info = os.lstat(path)
-    return Entry(path=path, is_dir=stat.S_ISDIR(info.st_mode),
-                 attributes=info.st_file_attributes, reparse_tag=info.st_reparse_tag,
-                 links=info.st_nlink, file_id=file_id(info))
+    parent, name = ntpath.split(path)
+    if not name:  # a drive's root, which no directory lists (and which is no reparse point)
+        info = os.lstat(path)
+        return Entry(path=path, is_dir=True, attributes=info.st_file_attributes,
+                     file_id=file_id(info))
+    with os.scandir(parent) as listing:
+        for found in listing:
+            if found.name.casefold() == name.casefold():
+                return _entry(path, found.stat(follow_symlinks=False))
+    raise FileNotFoundError(path)
 
 
 def scan(directory: str) -> list[Entry]:
-    return [entry(os.path.join(directory, name)) for name in sorted(os.listdir(directory))]
+    with os.scandir(directory) as listing:
+        found = sorted((e.path, e.stat(follow_symlinks=False)) for e in listing)
+    return [_entry(path, info) for path, info in found]
+
+
+def _entry(path: str, listed: os.stat_result) -> Entry:
+    attributes = listed.st_file_attributes
+    tag = listed.st_reparse_tag if attributes & c.FILE_ATTRIBUTE_REPARSE_POINT else 0
+    is_dir = bool(attributes & _DIRECTORY)
+    found = Entry(path=path, is_dir=is_dir, attributes=attributes, reparse_tag=tag)
+    if admission.opaque(found):
+        return found  # (refused anyway: never opened)
+    info = os.lstat(path)
+    return Entry(path=path, is_dir=is_dir, attributes=attributes, reparse_tag=tag,
+                 links=1 if is_dir else info.st_nlink, file_id=file_id(info))
 
 
 def file_id(info: os.stat_result) -> str:
@@ -70,3 +102,20 @@ def long_path(path: str) -> str:
     except OSError:
         return ""
     return buffer.value if length < _MAX_PATH else ""
+
+
+def app_link_target(path: str) -> str | None:
+    """The program the app execution alias at `path` opens (admission.app_link_target), read
+    from its reparse data without following it; None if it is none."""
+    api = win32()
+    handle = api.CreateFileW(
+        path, c.FILE_READ_ATTRIBUTES, c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE,
+        None, c.OPEN_EXISTING, c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
+    try:
+        data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
+        size = DWORD()
+        api.DeviceIoControl(handle, c.FSCTL_GET_REPARSE_POINT, None, 0, data, len(data),
+                            ctypes.byref(size), None)
+    finally:
+        api.CloseHandle(handle)
+    return admission.app_link_target(data.raw[:size.value])

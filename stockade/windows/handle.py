@@ -29,6 +29,7 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stockade.errors import SetupError, StartError, StockadeError
@@ -118,7 +119,7 @@ class WindowsHandle(Handle):
         from stockade.lifecycle.ledger import Ledger
 
         api = win32()
-        application = _executable(request)
+        application = executable(request)
         ledger = ledger or Ledger()
         held = self._stack.enter_context(contextlib.ExitStack())  # released after the ledger
         record = self._stack.enter_context(ledger.launch(request.request_id))
@@ -128,6 +129,8 @@ class WindowsHandle(Handle):
         if identity.create_profile(name).upper() != package.upper():
             raise SetupError("appcontainer_mismatch", "the new profile's SID is not the one "
                              "derived from its name", stage="identity")
+        temp = os.path.join(identity.folder(package), "Temp")  # removed with the profile
+        os.makedirs(temp, exist_ok=True)
         self.stages.append(("identity", time.monotonic()))
         self._stage = "filesystem"
         user = tokens.current_user_sid()
@@ -165,7 +168,8 @@ class WindowsHandle(Handle):
             try:
                 created = process.create(process.Launch(
                     application=application, command_line=cmdline.command_line(request.argv),
-                    environment=envblock.environment_block(request.env), cwd=request.cwd,
+                    environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
+                    cwd=request.cwd,
                     desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
                     stdio=tuple(pipes.handles), mitigations=wanted_mitigations))
             except OSError as exc:
@@ -262,9 +266,22 @@ class WindowsHandle(Handle):
             return None
 
 
-def _executable(request: LaunchRequest) -> str:
-    """The program to run, which must lie in a root the sandbox may execute from."""
-    path = cmdline.resolve_program(request.argv[0], request.cwd, request.env, os.path.isfile)
+def executable(request: LaunchRequest, is_file: Callable[[str], bool] = os.path.isfile,
+               entry: Callable[[str], admission.Entry] = fsinfo.entry,
+               link_target: Callable[[str], str | None] = fsinfo.app_link_target) -> str:
+    """The program to run, which must lie in a root the sandbox may execute from. An app
+    execution alias (the Store's `WindowsApps\\python.exe`) is run as the program it names:
+    what CreateProcessW does with an alias (activating the app under its package's identity)
+    is not documented for a child created in an AppContainer and a Job, so an alias is never
+    the image itself, and its target must lie in a root like any program."""
+    path = cmdline.resolve_program(request.argv[0], request.cwd, request.env, is_file)
+    if admission.app_alias(entry(path)):
+        target = link_target(path)
+        if target is None:
+            raise StartError("command_not_found", f"{request.argv[0]}: {path} is an app "
+                             "execution alias whose program could not be read; name the "
+                             "program itself")
+        path = target
     roots = request.read + (request.write if request.exec_from_write else ())
     if not any(admission.inside(path, g.path) for g in roots):
         raise StartError("command_not_found", f"{request.argv[0]}: {path} is outside every "

@@ -115,6 +115,20 @@ def profile_exists(name: str, is_dir: Callable[[str], bool] | None = None,
     return profile_folder_present(folder, name, is_dir or os.path.isdir)
 
 
+def folder(sid: str) -> str:
+    """The local folder of the AppContainer of package SID `sid` (`...\\Packages\\<name>\\AC`),
+    which Windows makes for the profile and grants to that AppContainer; OSError if none."""
+    api = win32()
+    path = PVOID()
+    result = api.GetAppContainerFolderPath(sid, ctypes.byref(path)) & 0xFFFFFFFF
+    if result or not path.value:
+        raise OSError(None, f"GetAppContainerFolderPath failed (HRESULT 0x{result:08X})")
+    try:
+        return ctypes.wstring_at(path.value)
+    finally:
+        api.CoTaskMemFree(path)
+
+
 def mapping_exists(sid: str) -> bool:
     """Whether Windows maps package SID `sid` to a profile of this user (its Mappings key)."""
     import winreg  # (Windows only, like every caller)

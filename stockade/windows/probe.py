@@ -52,7 +52,7 @@ from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.lifecycle.probe import Refused, Run
-from stockade.windows import admission, desktop, identity, probe_child, process, tokens
+from stockade.windows import admission, desktop, fsinfo, identity, probe_child, process, tokens
 from stockade.windows import constants as c
 from stockade.windows import job as jobs
 from stockade.windows.acl import Ace, Dacl
@@ -68,6 +68,9 @@ PROBE_LIMITS = LimitSpec(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PRO
                          output=1 << 20)
 PROTECTED, DENIED, OUTSIDE = ".git", "secret", "outside"
 PROBE_ENVIRONMENT = ("PATH", "SystemRoot")
+# What the backend adds to every launch that does not name them: TEMP and TMP, the launch's own
+# temp folder in its AppContainer's profile (envblock.with_temp; issue 31, L12).
+LAUNCH_ENVIRONMENT = ("TEMP", "TMP")
 # What Windows itself may add to an AppContainer child's environment: the profile's own storage
 # (its LOCALAPPDATA, TEMP and TMP, redirected to the AppContainer's folder) — never a value of
 # the owner's (issue 31, D12).
@@ -105,9 +108,12 @@ EXPECTATIONS: facts.Table = {
                    "child_mitigations_as_read_back": _is(True)},
     "network": {"tcp_loopback": ((lambda v: isinstance(v, str) and v != "ok"), "an error")},
     "environment": {"environment": (
-        (lambda names: isinstance(names, list) and {n.upper() for n in PROBE_ENVIRONMENT}
-         <= set(names) <= {n.upper() for n in PROBE_ENVIRONMENT + PROFILE_ENVIRONMENT}),
-        f"{sorted(PROBE_ENVIRONMENT)}, and no more than {sorted(PROFILE_ENVIRONMENT)}")},
+        (lambda names: isinstance(names, list)
+         and {n.upper() for n in PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT} <= set(names)
+         <= {n.upper() for n in PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT + PROFILE_ENVIRONMENT}),
+        f"{sorted(PROBE_ENVIRONMENT + LAUNCH_ENVIRONMENT)}, and no more than "
+        f"{sorted(PROFILE_ENVIRONMENT)}"),
+        "temp_writable": _is("ok")},
     "limits": {"job_memory": _is(facts.PROBE_MEMORY), "job_active_processes": _is(facts.PROBE_PIDS),
                "timeout": _is(True)},
     "lifetime": {"profile_deleted": _is(True), "acl_restored": _is(True),
@@ -131,6 +137,9 @@ class Host(Protocol):
     def profile_exists(self, name: str) -> bool:
         """Whether the AppContainer profile `name` exists (asked without side effects)."""
 
+    def interpreter(self) -> str:
+        """The program that runs the probe child: this Python's."""
+
 
 class Win32Host:
     def elevated(self) -> bool:
@@ -150,6 +159,14 @@ class Win32Host:
 
     def profile_exists(self, name: str) -> bool:
         return identity.profile_exists(name)
+
+    def interpreter(self) -> str:
+        python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+        # The Store's Python runs as an app execution alias in a folder of aliases, which no
+        # root may hold (admission.py): the probe reads and runs the program it names.
+        if admission.app_alias(fsinfo.entry(python)):
+            return fsinfo.app_link_target(python) or python
+        return python
 
 
 class WindowsProbe:
@@ -208,7 +225,8 @@ class WindowsProbe:
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
-            request = probe_request(top, secrets.token_hex(16), listener.getsockname()[1])
+            request = probe_request(top, secrets.token_hex(16), listener.getsockname()[1],
+                                    self.host.interpreter())
             paths = (request.cwd, *(os.path.join(request.cwd, n) for n in (PROTECTED, DENIED)))
             before = [self.host.dacl(path) for path in paths]
             station = self.host.station_aces()
@@ -234,12 +252,11 @@ class WindowsProbe:
         }
 
 
-def probe_request(top: str, request_id: str, tcp_port: int) -> LaunchRequest:
-    """The probe's minimal request, in `top`: the system root and this interpreter readable, a
-    workspace writable with a protected and a denied name in it, an outside file, network
-    none, Job limits; the child told where to knock."""
+def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> LaunchRequest:
+    """The probe's minimal request, in `top`: the system root and the interpreter `python`
+    readable, a workspace writable with a protected and a denied name in it, an outside file,
+    network none, Job limits; the child told where to knock."""
     system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
-    python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
     workspace = os.path.join(top, "ws")
     outside = os.path.join(top, OUTSIDE, "file")
     for path in (workspace, *(os.path.join(workspace, n) for n in (PROTECTED, DENIED)),
@@ -307,6 +324,7 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "child_mitigations_as_read_back": child["mitigations"] == mitigations,
         "tcp_loopback": report["tcp_loopback"],
         "environment": sorted(name.upper() for name in report["environment"]),
+        "temp_writable": report["temp"],
         "job_memory": job_seen.get("memory"),
         "job_active_processes": job_seen.get("active_processes"),
         "timeout": "timeout" in enforced.get("limits", {}),

@@ -2,7 +2,8 @@
 PARAMS`, it reports, as one JSON object on stdout, what it finds from inside: its token, its Job
 (membership, and the Job's settings as QueryInformationJobObject gives them to the process
 itself), its mitigation policies, the desktop its thread is on and whether it can open the
-user's default desktop, its environment's names, and what its file and loopback attempts did.
+user's default desktop, its environment's names, and what its file (its workspace, its TEMP, a
+protected, a denied and an outside path) and loopback attempts did.
 
 Standard library and ctypes only, and nothing of Stockade's (it is not readable in there).
 Structures are sent back as raw bytes (hex, with the buffer's address where a pointer may point
@@ -116,12 +117,21 @@ def read(path):
         f.read(1)
 
 
+def temp():
+    """Whether a file can be made in TEMP (the launch's own temp folder), without ever writing
+    elsewhere when TEMP is unset."""
+    folder = os.environ.get("TEMP")
+    if not folder:
+        return "unset"
+    return outcome(lambda: write(os.path.join(folder, "probe-temp")))
+
+
 def main():
     params = json.loads(sys.argv[1])
     api = Win32()
     report = {"token": token(api), "job": job(api, params["sizes"]),
               "mitigations": mitigations(api), "desktop": desktop(api),
-              "environment": sorted(os.environ),
+              "environment": sorted(os.environ), "temp": temp(),
               "files": {"write_root": outcome(lambda: write("probe-write")),
                         "protected_name": outcome(lambda: write(params["protected"])),
                         "denied_path": outcome(lambda: os.listdir(params["denied"])),
