@@ -235,7 +235,8 @@ class WindowsOs:
         surrogate, alias = tag & 0x20000000, tag == c.IO_REPARSE_TAG_APPEXECLINK
         shown = tag if attributes & REPARSE and (surrogate or alias) else 0
         return SimpleNamespace(st_file_attributes=attributes, st_reparse_tag=shown,
-                               st_nlink=links, st_mode=0o40777 if attributes & 0x10 else 0o100666)
+                               st_nlink=links, st_mode=0o40777 if attributes & 0x10 else 0o100666,
+                               st_dev=0x5EED, st_ino=sorted(self.nodes).index(path) + 1)
 
 
 @dataclass
