@@ -113,7 +113,7 @@ def test_a_store_others_could_write_is_refused(tmp_path, spoil):
         result.changes.discard()
 
 
-# --- the seal: apply trusts a set's roots only on a record its store's key vouches for ------
+# --- the seal: apply trusts a set's roots only on a record the user's key vouches for --------
 
 PLANT = r"""
 import json, os, sys, time
@@ -141,7 +141,7 @@ def test_a_change_set_a_sandbox_planted_is_refused(tmp_path):
     """G1's plant as a sandbox makes it: a real command inside a sandbox makes a state
     directory in its workspace with a set whose root is a directory it was never granted,
     made as Stockade makes one (modes 0700/0600, no links, `created` in the past); the host's
-    `stockade apply` with that state directory refuses it (no key of this store vouches for
+    `stockade apply` with that state directory refuses it (the user's key never vouched for
     it) and nothing lands in the victim directory (failed before: applied)."""
     workspace, victim = tmp_path / "ws", tmp_path / "victim"
     workspace.mkdir()
