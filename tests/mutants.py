@@ -233,4 +233,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if _below(link, write) and covered(link):",
            (HOST + "test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused",
             )),
+    # --- C1: the seal's key where no environment moves it, masked in every launch ------------
+    Mutant("seal-key-beside-the-sets", "stockade/lifecycle/changes.py",
+           "changeseal.verify(key_dir or changeseal.key_dir(), self.meta, bases)",
+           "changeseal.verify(key_dir or os.path.dirname(os.path.dirname(self.path)), "
+           "self.meta, bases)",
+           (STORE + "test_a_state_directory_a_sandbox_built_whole_is_refused",
+            STORE + "test_a_set_sealed_with_its_own_stores_key_is_refused")),
+    Mutant("seal-key-place-unmasked", "stockade/lifecycle/statedir.py",
+           "    if keys:\n        found.append(keys)\n", "",
+           (MASKS + "test_the_seal_keys_place_is_masked_whatever_the_environment_says",)),
+    Mutant("apply-writes-credential-stores", "stockade/lifecycle/changeapply.py",
+           "        elif any(_at_or_below(change.path, n) for n in never):",
+           "        elif False:",
+           (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
 )

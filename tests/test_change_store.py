@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import policy_for
+from conftest import PYTHON, policy_for
 
 import stockade
 from stockade.errors import ChangesError
 from stockade.lifecycle import changes as changes_store
+from stockade.lifecycle import statedir
 
 pytestmark = pytest.mark.usefixtures("linux")
 REPO = str(Path(__file__).resolve().parent.parent)
@@ -112,7 +113,7 @@ def test_a_store_others_could_write_is_refused(tmp_path, spoil):
         result.changes.discard()
 
 
-# --- the seal: apply trusts a set's roots only on a record its store's key vouches for ------
+# --- the seal: apply trusts a set's roots only on a record the user's key vouches for --------
 
 PLANT = r"""
 import json, os, sys, time
@@ -140,7 +141,7 @@ def test_a_change_set_a_sandbox_planted_is_refused(tmp_path):
     """G1's plant as a sandbox makes it: a real command inside a sandbox makes a state
     directory in its workspace with a set whose root is a directory it was never granted,
     made as Stockade makes one (modes 0700/0600, no links, `created` in the past); the host's
-    `stockade apply` with that state directory refuses it (no key of this store vouches for
+    `stockade apply` with that state directory refuses it (the user's key never vouched for
     it) and nothing lands in the victim directory (failed before: applied)."""
     workspace, victim = tmp_path / "ws", tmp_path / "victim"
     workspace.mkdir()
@@ -181,38 +182,54 @@ def test_a_set_whose_grant_was_edited_is_refused(tmp_path, edit):
         result.changes.discard()
 
 
-def test_a_set_copied_into_another_store_is_refused(tmp_path):
-    """A real set copied whole into another store, which has a key of its own: refused."""
-    workspace, other = tmp_path / "ws", tmp_path / "other-state"
+def test_a_set_sealed_with_its_own_stores_key_is_refused(tmp_path):
+    """A real set copied into another store, its roots turned to a directory never granted
+    and sealed again under a key of that store's own (where an older Stockade kept it, and
+    under the name this one uses): refused, the store's key vouches for nothing (C1; failed
+    before: the copy's key verified it, `made` landed in the victim directory)."""
+    workspace, victim, other = tmp_path / "ws", tmp_path / "victim", tmp_path / "other-state"
     workspace.mkdir()
+    victim.mkdir()
     result = overlaid(workspace)
     other.mkdir(mode=0o700)
     (other / "changes").mkdir(mode=0o700)
-    changes_store.changeseal.make_key(str(other))
+    key = changes_store.changeseal.make_key(str(other))
+    (other / "changes.key").write_bytes(key)
+    (other / "changes.key").chmod(0o600)
     try:
         source, copy = Path(result.changes.path), other / "changes" / result.changes.id
         (copy / "layers" / "0").mkdir(mode=0o700, parents=True)
+        base = (source / "base-0.json").read_bytes()
+        meta = json.loads((source / "meta.json").read_text())
+        meta["roots"] = [str(victim)]
+        meta["seal"] = changes_store.changeseal.seal(key, meta, [base])
+        (copy / "meta.json").write_text(json.dumps(meta))
+        (copy / "base-0.json").write_bytes(base)
         for name in ("meta.json", "base-0.json"):
-            (copy / name).write_bytes((source / name).read_bytes())
             (copy / name).chmod(0o600)
         changes_store.copy_layer(result.changes.upper(0), str(copy / "layers/0/upper"))
         (copy / "layers/0/work").mkdir(mode=0o700)
         done = stockade_apply(str(other))
         assert done.returncode == 1 and "seal does not verify" in done.stderr, done.stderr
-        assert not (workspace / "made").exists()
+        assert list(victim.iterdir()) == [] and not (workspace / "made").exists()
     finally:
         result.changes.discard()
 
 
-def test_a_set_of_an_older_stockade_is_refused_and_says_to_discard_it(tmp_path):
-    """A set with no seal (as every version before wrote them) is never applied unverified;
-    the refusal says how to proceed, and the discard it names works."""
+@pytest.mark.parametrize("older", ["unsealed", "sealed beside its set"])
+def test_a_set_of_an_older_stockade_is_refused_and_says_to_discard_it(tmp_path, older):
+    """A set with no seal (as versions before the seal wrote them), or with one made under a
+    key beside the sets (as versions before C1 did: an HMAC with no scheme), is never applied
+    unverified; the refusal says how to proceed, and the discard it names works."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     result = overlaid(workspace)
     path = Path(result.changes.path)
     meta = json.loads((path / "meta.json").read_text())
-    del meta["seal"]
+    if older == "unsealed":
+        del meta["seal"]
+    else:
+        meta["seal"] = meta["seal"].removeprefix(changes_store.changeseal.SCHEME)
     (path / "meta.json").write_text(json.dumps(meta))
     state = os.environ["STOCKADE_STATE_DIR"]
     done = stockade_apply(state)
@@ -225,11 +242,13 @@ def test_a_set_of_an_older_stockade_is_refused_and_says_to_discard_it(tmp_path):
     assert dropped.returncode == 0 and not path.exists(), dropped.stderr
 
 
-def test_the_key_is_the_users_alone_and_a_sealed_set_applies(tmp_path):
+def test_the_key_is_the_users_alone_and_a_sealed_set_applies(tmp_path, monkeypatch):
+    # (a key of this test's own: the user's real one is shared with every other run)
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(tmp_path / "keys"))
     workspace = tmp_path / "ws"
     workspace.mkdir()
     result = overlaid(workspace)
-    key = Path(os.environ["STOCKADE_STATE_DIR"], changes_store.changeseal.KEY_NAME)
+    key = tmp_path / "keys" / changes_store.changeseal.KEY_NAME
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     key.chmod(0o644)
     try:
@@ -240,3 +259,104 @@ def test_the_key_is_the_users_alone_and_a_sealed_set_applies(tmp_path):
         key.chmod(0o600)
     changes_store.load(result.changes.id).apply()
     assert (workspace / "made").read_text() == "new\n"
+
+
+# --- C1: the key is where the password database says, never beside the sets ------------------
+
+def test_the_key_is_kept_where_no_environment_moves_it(monkeypatch, tmp_path):
+    """The key's place is the same whatever HOME, XDG_STATE_HOME and STOCKADE_STATE_DIR say
+    (the agent's and the user's shell differ), and every launch masks it."""
+    import pwd
+
+    expected = statedir.key_dir()
+    home = pwd.getpwuid(os.geteuid()).pw_dir
+    assert expected == (statedir.ROOT_STATE_DIR if os.geteuid() == 0
+                        else os.path.join(home, ".local", "state", "stockade"))
+    for name in ("HOME", "XDG_STATE_HOME", "STOCKADE_STATE_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name))
+    assert statedir.key_dir() == expected
+    assert expected in statedir.candidates(os.environ, str(tmp_path / "HOME"))
+
+
+# A sandbox's forgery: every entry of a state directory, as Stockade makes one (modes 0700 and
+# 0600, no links), written where the agent's environment does not look for one.
+FORGE = r"""
+import json, os, sys
+for rel, mode, data in json.loads(sys.argv[1]):
+    path = os.path.join(sys.argv[2], rel)
+    if data is None:
+        os.mkdir(path, mode)
+    else:
+        with open(path, "wb") as f:
+            f.write(bytes.fromhex(data))
+    os.chmod(path, mode)
+print("forged")
+"""
+
+
+def test_a_state_directory_a_sandbox_built_whole_is_refused(tmp_path, monkeypatch):
+    """C1: the agent's environment has no XDG_STATE_HOME, the user's shell has one. With the
+    (fake) home as its workspace, a real sandboxed command cannot see the agent's state
+    directory but builds the shell's whole: its own key (where an older Stockade read it and
+    under this one's name) and a set sealed with it by Stockade's own seal code, whose root is
+    ~/.ssh (denied in the run) and whose upper layer adds authorized_keys. The host's
+    `stockade apply` in the shell's environment refuses it, typed, and ~/.ssh is untouched
+    (failed before: applied, authorized_keys written)."""
+    home = tmp_path / "home"
+    ssh = home / ".ssh"
+    ssh.mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    run, key, base = os.urandom(16).hex(), os.urandom(32), b"{}"
+    meta = {"format": "stockade-changes", "version": 1, "id": run, "created": time.time() - 5,
+            "argv": ["true"], "roots": [str(ssh)], "protected": [], "deny": [],
+            "git": "writable", "status": "finished", "exit_code": 0}
+    meta["seal"] = changes_store.changeseal.seal(key, meta, [base])
+    state, dirs = ".xdgstate/stockade", f".xdgstate/stockade/changes/{run}"
+    spec = [[".xdgstate", 0o700, None], [state, 0o700, None],
+            [f"{state}/changes.key", 0o600, key.hex()],
+            [f"{state}/{changes_store.changeseal.KEY_NAME}", 0o600, key.hex()],
+            [f"{state}/changes", 0o700, None], [dirs, 0o700, None],
+            [f"{dirs}/meta.json", 0o600, json.dumps(meta).encode().hex()],
+            [f"{dirs}/base-0.json", 0o600, base.hex()],
+            [f"{dirs}/layers", 0o700, None], [f"{dirs}/layers/0", 0o700, None],
+            [f"{dirs}/layers/0/upper", 0o700, None], [f"{dirs}/layers/0/work", 0o700, None],
+            [f"{dirs}/layers/0/upper/authorized_keys", 0o644, b"ssh-ed25519 FORGED\n".hex()]]
+    forged = stockade.run([PYTHON, "-c", FORGE, json.dumps(spec), str(home)],
+                          policy_for(deny=(str(ssh),)), workspace=home, text=True)
+    assert forged.stdout.strip() == "forged", forged.stderr
+    assert (home / state / "changes.key").read_bytes() == key  # (the forgery is on the host)
+    shell = {name: value for name, value in os.environ.items() if name != "STOCKADE_STATE_DIR"}
+    done = subprocess.run([sys.executable, "-m", "stockade", "apply"], capture_output=True,
+                          text=True, timeout=60,
+                          env={**shell, "PYTHONPATH": REPO, "HOME": str(home),
+                               "XDG_STATE_HOME": str(home / ".xdgstate")})
+    assert done.returncode == 1 and "changes_untrusted" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and f"stockade discard {run}" in done.stderr
+    assert list(ssh.iterdir()) == []
+
+
+def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monkeypatch):
+    """Defence in depth (C1): a real run's set, sealed with this user's key, whose policy left
+    ~/.ssh and ~/.bashrc writable (no deny, no protected names) is refused, typed, listing
+    each: no change set writes a credential store or the home's start-up files, whatever its
+    run was granted; nothing lands (failed before: both written)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    result = stockade.run(
+        ["sh", "-c", "mkdir -p .ssh && echo key > .ssh/authorized_keys && echo x > .bashrc "
+         "&& echo fine > notes"],
+        policy_for(workspace="overlay", deny=(), protected=()), workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    try:
+        with pytest.raises(ChangesError) as refused:
+            changes_store.load(result.changes.id).apply()
+        assert refused.value.code == "changes_refused", refused.value
+        text = str(refused.value)
+        assert str(home / ".ssh") in text and str(home / ".bashrc") in text, text
+        assert str(home / "notes") not in text, text
+        assert sorted(os.listdir(home)) == [".local"], os.listdir(home)
+    finally:
+        result.changes.discard()

@@ -214,6 +214,33 @@ def test_every_state_directory_source_is_masked(ws, tmp_path, monkeypatch, where
         assert (state / "secret").read_text() == f"{name}-SECRET\n"
 
 
+def test_the_seal_keys_place_is_masked_whatever_the_environment_says(ws, tmp_path,
+                                                                     monkeypatch):
+    """C1: the seal key's place (statedir.key_dir: from the password database, here one in the
+    workspace) is masked though HOME, XDG_STATE_HOME and STOCKADE_STATE_DIR all name other
+    places: a sandbox can neither read the key there nor make one before the first overlaid
+    run does (the launch makes the directory, to mask it)."""
+    from stockade.lifecycle import changeseal, statedir
+
+    workspace, _ = ws
+    keys = workspace / "pw-home" / ".local" / "state" / "stockade"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(keys))
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(tmp_path / "explicit"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    r = stockade.run([PYTHON, "-c", PEEK, str(keys)], policy_for(deny=()), workspace=workspace)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert [line.split()[-1] for line in lines] == ["EACCES"] * 3, lines
+    assert keys.is_dir() and os.listdir(keys) == []
+    (keys / "secret").write_text("KEY-SECRET\n")
+    changeseal.make_key(str(keys))
+    r = stockade.run([PYTHON, "-c", PEEK, str(keys)], policy_for(deny=()), workspace=workspace)
+    assert [line.split()[-1] for line in r.stdout.decode().splitlines()] == ["EACCES"] * 3, \
+        r.stdout
+    assert sorted(os.listdir(keys)) == [changeseal.KEY_NAME, "secret"]
+
+
 def test_root_state_directory_is_a_candidate_for_root_only(monkeypatch):
     """The fourth source, /var/lib/stockade, is root's (a test cannot make it as a user, and
     root's real one is the host's): it is masked for root whatever the environment says."""
@@ -224,4 +251,7 @@ def test_root_state_directory_is_a_candidate_for_root_only(monkeypatch):
     assert statedir.candidates(env, "/x/home") == [
         "/x/explicit", "/x/xdg/stockade", statedir.ROOT_STATE_DIR, "/x/home/.local/state/stockade"]
     monkeypatch.setattr(lease, "superuser", lambda: False)
-    assert statedir.candidates({}, "/x/home") == ["/x/home/.local/state/stockade"]
+    # (and the seal key's place, which the password database names: C1)
+    assert statedir.candidates({}, "/x/home") == ["/x/home/.local/state/stockade",
+                                                  statedir.key_dir()]
+    assert statedir.key_dir() != statedir.ROOT_STATE_DIR

@@ -297,15 +297,17 @@ def _host_clients(state: Path, check: bool) -> None:
 
 
 def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
-    """The attack plants a change set in `{ws}/state` whose root is `{outside}`; meanwhile
-    the host applies the newest change set of that state directory and writes its answer
-    ("applied", or the refusal's code) to `{ws}/answer`. The store check and the seal are
-    what the rows test; the `change_store_check` and `change_seal` weakenings (tests only)
-    switch them off."""
+    """The attack plants a change set in `{ws}/state` whose root is `{outside}` (with a key
+    of its own there, sealing it: "keyed"); meanwhile the host applies the newest change set
+    of that state directory and writes its answer ("applied", or the refusal's code) to
+    `{ws}/answer`. The store check, the seal and the seal key's place are what the rows test;
+    the `change_store_check`, `change_seal` and `change_seal_key` weakenings (tests only)
+    switch them off (the last verifies under the key in `{ws}/state`)."""
     from stockade.lifecycle import changes
 
     check = "change_store_check" not in weakenings(backend)
     check_seal = "change_seal" not in weakenings(backend)
+    key_dir = str(scene.ws / "state") if "change_seal_key" in weakenings(backend) else None
     meta = scene.ws / "state" / "changes" / ("0" * 32) / "meta.json"
     launched: list[Launch] = []
     answer = "error"  # (the host never got to apply)
@@ -318,9 +320,11 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
                 raise NotRunnable("the planted change set did not appear")
             time.sleep(0.05)
         time.sleep(0.2)  # (its last file written)
+        if "keyed" in row.args:
+            _sealed_as_stockade_seals(scene.ws / "state", meta)
         try:
             changes.load(state=str(scene.ws / "state"), check_store=check).apply(
-                check_seal=check_seal)
+                check_seal=check_seal, key_dir=key_dir)
             answer = "applied"
         except StockadeError as exc:
             answer = exc.code
@@ -330,6 +334,18 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     if not launched:
         raise NotRunnable("the planting attack did not end")
     return launched[0]
+
+
+def _sealed_as_stockade_seals(state: Path, meta: Path) -> None:
+    """NotRunnable unless the planted set's seal verifies under the key planted beside it:
+    a forgery Stockade would not make under that key proves nothing of where apply looks."""
+    from stockade.lifecycle import changeseal
+
+    try:
+        changeseal.verify(str(state), json.loads(meta.read_text()),
+                          [(meta.parent / "base-0.json").read_bytes()])
+    except (StockadeError, OSError, ValueError) as exc:
+        raise NotRunnable(f"the planted set's seal is not one Stockade makes ({exc})") from None
 
 
 # A caller of its own: a process that compiles nothing (it gets the request, encoded) and runs

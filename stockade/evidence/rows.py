@@ -641,6 +641,14 @@ ROWS: tuple[Row, ...] = (
         expect=denied(by("change_seal", "changes_untrusted")),
         proven=off("change_seal"), launch=launches.planted_changes,
         control=without("change_seal")),
+    row("helpers.forged-state-dir", "helpers",
+        "build a whole state directory where the host's `stockade apply` looks for one (C1: "
+        "its environment is not the agent's): a key of its own, where an older Stockade read "
+        "it and under this one's name, and a change set whose root is outside, sealed with it",
+        "helper_planted_changes.py", "{ws}/state", "{outside}", "{ws}/answer", "keyed",
+        expect=denied(by("change_seal_key", "changes_untrusted")),
+        proven=(off("change_seal_key"), off("change_seal")), launch=launches.planted_changes,
+        control=without("change_seal_key")),
     # --- VM containment (a QEMU guest per row) -----------------------------------------------
     row("vm.guest-kernel", "vm",
         "in a guest: set the kernel's core-dump, modprobe, hotplug and uevent helpers, trigger "

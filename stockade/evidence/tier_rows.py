@@ -34,7 +34,7 @@ TIER_LAYERS = frozenset({
     "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
     "unix_sockets", "stockade_state", "host_code", "environment", "lifeline", "tree_kill",
     "timeout", "output_cap", "stdio_relay", "peer_check", "server_check",
-    "change_store_check", "change_seal", "pid_scope", "xattr", "world_write",
+    "change_store_check", "change_seal", "change_seal_key", "pid_scope", "xattr", "world_write",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
 CARVED_PROTECTED = refused_by("protected", "EACCES")  # a Landlock rule carved around it
@@ -102,7 +102,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "res.memory-bomb": "limits.memory",
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
              "helpers.planted-changes": "stockade_state",
-             "helpers.forged-changes": "stockade_state"}
+             "helpers.forged-changes": "stockade_state",
+             "helpers.forged-state-dir": "stockade_state"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",

@@ -21,7 +21,7 @@ import stat
 from collections.abc import Callable, Iterable
 
 from stockade.errors import ChangesError
-from stockade.lifecycle import treewalk
+from stockade.lifecycle import statedir, treewalk
 from stockade.lifecycle.changescan import (
     Change,
     Fingerprint,
@@ -30,14 +30,28 @@ from stockade.lifecycle.changescan import (
     same_as_host,
 )
 from stockade.lifecycle.changeview import visible
+from stockade.policy.model import DEFAULT_PROTECTED
+from stockade.policy.presets import DENY_DEFAULTS
 
 # What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
 
 
+def never_applied() -> tuple[str, ...]:
+    """What no change set ever writes, whatever its run's policy says (defence in depth: a set
+    that names a policy of its own is only as good as its seal): the credential stores every
+    preset denies and the home directory's own protected names (shell start-up files, git's
+    and agents' configuration), in the home the password database names and in $HOME."""
+    homes = {os.path.expanduser("~"), statedir.passwd_home()} - {""}
+    found = {path.replace("{home}", home) for path in DENY_DEFAULTS for home in homes}
+    found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED for home in homes}
+    return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
+
+
 def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable[str],
-             git: str) -> list[str]:
-    """The changes the policy never lets land, each as one line."""
+             git: str, never: Iterable[str]) -> list[str]:
+    """The changes the policy never lets land, and those at or below a path of `never`
+    (never_applied), each as one line."""
     names = {name.casefold() for name in protected}
     if git == "read-only":
         names.add(".git")
@@ -50,8 +64,12 @@ def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable
             why = f"the review cannot show it ({change.note})"
         elif names & set(folded):
             why = "under a protected name"
-        elif any(change.path == d or change.path.startswith(d.rstrip("/") + "/") for d in deny):
+        elif any(_at_or_below(change.path, d) for d in deny):
             why = "under a denied path"
+        elif any(_at_or_below(change.path, n) for n in never):
+            why = ("a credential store or a start-up file of the home directory, never "
+                   "written from a change set whatever its run's policy (make the change "
+                   "yourself if you meant it)")
         elif git == "guarded" and _guarded_git(folded, change.type):
             why = "a repository's guarded configuration, hooks or pointer"
         elif change.kind != "deleted" and change.type == "other":
@@ -59,6 +77,10 @@ def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable
         if why:
             found.append(f"{change.kind} {visible(change.path)}: {why}")
     return found
+
+
+def _at_or_below(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def _guarded_git(parts: list[str], kind: str) -> bool:

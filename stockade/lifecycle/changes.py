@@ -15,8 +15,9 @@ crashed, and is listed as "interrupted", its changes kept: nothing is ever lost 
 Applying or discarding is refused while its lock is held.
 
 Each set is sealed when its run starts (stockade/lifecycle/changeseal.py: an HMAC, under a
-per-user key in the state directory, of the roots, protections and baseline its run was
-granted); `apply` refuses a set whose seal does not verify, `changes_untrusted`.
+per-user key kept where the password database says, never in the state directory, of the
+roots, protections and baseline its run was granted); `apply` refuses a set whose seal does
+not verify, `changes_untrusted`.
 
 Every directory of the store is made mode 0700, one by one, whatever the umask (issue 30). A
 change set is acted on only while its store is the user's alone all the way down (`trusted`):
@@ -155,21 +156,23 @@ class ChangeSet:
         found = self.changes() if changes is None else changes
         return "".join(changeview.diff(change) for change in found)
 
-    def apply(self, *, check_seal: bool = True) -> list[Change]:
+    def apply(self, *, check_seal: bool = True, key_dir: str | None = None) -> list[Change]:
         """Apply every change to the real workspace, then drop the change set. Refused whole
         (ChangesError, `changes_conflict` or `changes_refused`, listing each) if any change
-        conflicts with the host, may never land, or cannot be shown by the review; and
-        (`changes_untrusted`) unless its seal verifies: the roots, protections and baseline
-        are the ones its run was granted (changeseal). `check_seal` False (tests only: it
-        proves the evidence row that plants a sealless set can fail) skips that."""
+        conflicts with the host, may never land (by the run's policy, or the credential
+        stores and start-up files no set ever writes: changeapply.never_applied), or cannot
+        be shown by the review; and (`changes_untrusted`) unless its seal verifies under this
+        user's key: the roots, protections and baseline are the ones its run was granted
+        (changeseal). Tests only, to prove the evidence rows that plant sets can fail:
+        `check_seal` False skips that; `key_dir` verifies under the key in that directory."""
         self._not_busy("applied")
         bases = _bases(self.path, len(self.roots))
         if check_seal:
-            changeseal.verify(os.path.dirname(os.path.dirname(self.path)), self.meta, bases)
+            changeseal.verify(key_dir or changeseal.key_dir(), self.meta, bases)
         self._keep_base(bases)  # (the baseline verified is the one applied against)
         changes = self.changes()
         refused = changeapply.refusals(changes, self.meta["protected"], self.meta["deny"],
-                                       self.meta["git"])
+                                       self.meta["git"], changeapply.never_applied())
         if refused:
             raise changeapply.refuse("changes_refused", refused,
                                      "changes the policy never lets land")
@@ -284,7 +287,7 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
             if os.getuid() == 0:
                 os.chown(os.path.join(layer, UPPER), info.st_uid, info.st_gid)
             os.mkdir(os.path.join(layer, WORK), 0o700)
-        meta["seal"] = changeseal.seal(changeseal.make_key(os.path.dirname(parent)), meta,
+        meta["seal"] = changeseal.seal(changeseal.make_key(changeseal.key_dir()), meta,
                                        _bases(scratch, len(roots)))
         _write_json(os.path.join(scratch, "meta.json"), meta)
         lock = os.open(os.path.join(scratch, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,

@@ -11,6 +11,9 @@ First match wins:
 Reconciliation deletes what the records in this directory name, so a directory that someone
 else could write to is refused: it must be a real directory (not a symbolic link), owned by
 this user, and writable by no one else. It is created mode 0700 on first use, never earlier.
+
+The change sets' seal key is kept apart from all of this, in `key_dir()`: a place chosen from
+the password database, never from the environment (see there).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ def state_dir() -> str:
 
 def candidates(env: Mapping[str, str], home: str) -> list[str]:
     """Every place this user's Stockade keeps state under some environment, the one `env`
-    chooses first: what no sandbox may see (stockade/launch/compile.py masks them all), since
-    a sandbox that reaches the daemon's sockets or plants ledger records acts outside it."""
+    chooses first, and the seal key's (`key_dir`): what no sandbox may see
+    (stockade/launch/compile.py masks them all), since a sandbox that reaches the daemon's
+    sockets, plants ledger records or makes the key acts outside it."""
     found = []
     explicit = env.get(ENV)
     if explicit:
@@ -46,7 +50,37 @@ def candidates(env: Mapping[str, str], home: str) -> list[str]:
     if lease.superuser():
         found.append(ROOT_STATE_DIR)
     found.append(os.path.join(home, ".local", "state", "stockade"))
+    keys = key_dir()
+    if keys:
+        found.append(keys)
     return list(dict.fromkeys(os.path.normpath(path) for path in found))
+
+
+def key_dir() -> str:
+    """Where the change sets' seal key is kept (changeseal.py): /var/lib/stockade for root,
+    else `.local/state/stockade` in this user's home as the password database names it; ""
+    if there is none (Windows, a uid with no entry or no absolute home). Never chosen from the
+    environment: a launch masks only the state directories its own environment names, so a
+    sandbox may build a whole state directory, key and all, where a shell with another
+    environment (another HOME, XDG_STATE_HOME or STOCKADE_STATE_DIR) later looks for one;
+    this place is the same for every process of the user, and every launch masks it
+    (`candidates`)."""
+    if lease.superuser():
+        return ROOT_STATE_DIR
+    home = passwd_home()
+    return os.path.join(home, ".local", "state", "stockade") if home else ""
+
+
+def passwd_home() -> str:
+    """This user's home as the password database names it (whatever HOME says); "" if it
+    names none (Windows, a uid with no entry, a home that is not an absolute path)."""
+    try:
+        import pwd  # (POSIX only)
+
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except (ImportError, KeyError):
+        return ""
+    return os.path.normpath(home) if os.path.isabs(home) else ""
 
 
 def ensure(path: str) -> None:

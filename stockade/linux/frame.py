@@ -78,9 +78,11 @@ LAYERS = {
                     "socket before they send anything",
     "change_store_check": "the change sets' store trusted only when it is the user's alone and "
                           "a set's `created` is not in the future",
-    "change_seal": "`apply` acts on a change set only when its seal (an HMAC under the state "
-                   "directory's key of the roots, protections and baseline its run was granted) "
-                   "verifies",
+    "change_seal": "`apply` acts on a change set only when its seal (an HMAC under the user's "
+                   "key of the roots, protections and baseline its run was granted) verifies",
+    "change_seal_key": "`apply` verifies a seal only under the key where the password database "
+                       "says (never one in the state directory beside the sets, which a sandbox "
+                       "may have built whole where another environment looks for it)",
     "stdio_relay": "the caller's streams relayed through pipes",
     "review_escape": "the copy-on-write review (`stockade changes`, diff()) escapes the "
                      "control characters of names and contents",

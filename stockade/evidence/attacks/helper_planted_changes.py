@@ -3,10 +3,14 @@ STATE VICTIM ANSWER WHEN) where the host looks for its state directory, with a c
 as Stockade writes one, whose root is VICTIM (never granted), adding a file there. WHEN
 "future": its `created` lies in the future (so that it is the newest); "past": it is made to
 pass every check of the store (`created` a moment ago, modes 0700 and 0600, no links) and
-carries a seal of its own making (it cannot read this user's key). Then wait for the host's
-apply: the host writes what it answered to ANSWER. Being applied is an escape (the file lands
+carries a seal of its own making (it cannot read this user's key); "keyed": the same, and the
+state directory has a key of the set's own (changes.key, where an older Stockade read it, and
+seal.key), the seal made with it as Stockade makes one. Then wait for the host's apply: the
+host writes what it answered to ANSWER. Being applied is an escape (the file lands
 outside)."""
 
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -33,10 +37,28 @@ def plant():
             "created": time.time() + (86400 if WHEN == "future" else -5), "argv": ["true"],
             "roots": [VICTIM], "protected": [], "deny": [], "git": "read-write",
             "status": "finished", "exit_code": 0, "seal": os.urandom(32).hex()}
+    if WHEN == "keyed":
+        key = os.urandom(32)
+        for name in ("changes.key", "seal.key"):
+            with open(os.path.join(STATE, name), "wb") as f:
+                f.write(key)
+            os.chmod(os.path.join(STATE, name), 0o600)
+        meta["seal"] = seal(key, meta, [b"{}"])
     for name, data in (("meta.json", meta), ("base-0.json", {})):
         with open(os.path.join(path, name), "w") as f:
             json.dump(data, f)
         os.chmod(os.path.join(path, name), 0o600)
+
+
+def seal(key, meta, bases):
+    """As stockade/lifecycle/changeseal.py seals a set (the host checks that it verifies under
+    this key: a seal that does not would prove nothing)."""
+    scheme = b"home-key-1:"
+    fields = ("id", "created", "argv", "roots", "protected", "deny", "git")
+    granted = json.dumps([meta.get(name) for name in fields], sort_keys=True,
+                         separators=(",", ":")).encode()
+    digests = b"".join(hashlib.sha256(base).digest() for base in bases)
+    return scheme.decode() + hmac.new(key, scheme + granted + digests, "sha256").hexdigest()
 
 
 def applied():
