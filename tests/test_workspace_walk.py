@@ -8,6 +8,8 @@ children; what happened is checked on the host."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -70,3 +72,43 @@ def test_a_path_longer_than_the_kernel_takes_is_refused_typed(ws):
     assert refused.value.code == "unenforceable:filesystem.write", refused.value
     assert "4095" in str(refused.value)
     assert not (outside / "ran").exists()
+
+
+@pytest.mark.parametrize("overlay", [False, True], ids=["direct", "overlay"])
+def test_more_hard_links_than_descriptors_break_no_launch_and_stay_read_only(ws, overlay):
+    """Each multiply-linked file is re-mounted read-only (its other name may lie outside every
+    root). An owner that may hold 256 descriptors, with 300 links in its workspace to a file
+    outside: the launch failed with EMFILE (a descriptor held per linked file); now it runs,
+    and no link writes the outside file (in an overlaid workspace too, where each is covered by
+    the real file, found again below the real directory)."""
+    workspace, outside = ws
+    target = outside / "target"
+    target.write_text("outside\n")
+    for index in range(300):
+        os.link(target, workspace / f"link{index}")
+    owner = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import resource, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        from conftest import PYTHON, policy_for
+        import stockade
+        code = '''
+        import os
+        for name in sorted(os.listdir(".")):
+            try:
+                open(name, "a").write("sandbox")
+                print("written", name)
+            except OSError:
+                pass
+        print("done")
+        '''
+        r = stockade.run([PYTHON, "-c", code], policy_for(), workspace={str(workspace)!r},
+                         overlay={overlay!r})
+        sys.stdout.write(r.stdout.decode())
+        sys.exit(r.exit_code)
+    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, timeout=120)
+    assert owner.returncode == 0, owner.stderr.decode()[-2000:]
+    assert owner.stdout.decode().split() == ["done"], owner.stdout
+    assert target.read_text() == "outside\n"
