@@ -135,7 +135,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
            ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
     Mutant("denied-paths-unmasked", "stockade/linux/mnt.py",
-           "    _mask(top, denied, layered)\n", "    _mask(top, [], layered)\n",
+           "    _mask(top, denied, lower)\n", "    _mask(top, [], lower)\n",
            ("tests/test_linux_fs.py::test_denied_path_inside_a_granted_root_is_masked",)),
     Mutant("git-hooks-writable", "stockade/linux/gitdirs.py",
            '                self._require(os.path.join(gitdir, "hooks"), True, made=True)\n',
