@@ -185,6 +185,14 @@ MUTANTS: tuple[Mutant, ...] = (
            '    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")',
            '    return path == root or path.startswith(root + "/")',
            ("tests/test_unix_socket_roots.py::test_read_everything_leaves_no_host_socket_reachable",)),
+    Mutant("host-socket-masked-by-its-listed-name", "stockade/linux/hostsockets.py",
+           "        path = real(listed)\n", "        path = listed if real(listed) else None\n",
+           ("tests/test_unix_socket_roots.py::"
+            "test_a_host_socket_bound_through_a_symbolic_link_is_masked_where_it_lies",)),
+    Mutant("write-root-walk-recursive", "stockade/linux/protect.py",
+           "in _walk(root, root_fd):", 'in os.fwalk(".", dir_fd=root_fd):',
+           ("tests/test_workspace_walk.py::"
+            "test_a_tree_1500_deep_breaks_no_later_launch_and_its_depths_stay_protected",)),
     Mutant("captured-output-uncapped", "stockade/launch/manager.py",
            "    limit = request.limits.output if request.limits.output is not None else "
            "DEFAULT_OUTPUT_LIMIT",
