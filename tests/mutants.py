@@ -136,7 +136,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
            ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
     Mutant("denied-paths-unmasked", "stockade/linux/mnt.py",
-           "    _mask(top, denied, layered)\n", "    _mask(top, [], layered)\n",
+           "    _mask(top, denied, lower)\n", "    _mask(top, [], lower)\n",
            ("tests/test_linux_fs.py::test_denied_path_inside_a_granted_root_is_masked",)),
     Mutant("git-hooks-writable", "stockade/linux/gitdirs.py",
            '                self._require(os.path.join(gitdir, "hooks"), True, made=True)\n',
@@ -186,6 +186,14 @@ MUTANTS: tuple[Mutant, ...] = (
            '    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")',
            '    return path == root or path.startswith(root + "/")',
            ("tests/test_unix_socket_roots.py::test_read_everything_leaves_no_host_socket_reachable",)),
+    Mutant("host-socket-masked-by-its-listed-name", "stockade/linux/hostsockets.py",
+           "        path = real(listed)\n", "        path = listed if real(listed) else None\n",
+           ("tests/test_unix_socket_roots.py::"
+            "test_a_host_socket_bound_through_a_symbolic_link_is_masked_where_it_lies",)),
+    Mutant("write-root-walk-recursive", "stockade/linux/protect.py",
+           "in _walk(root, root_fd):", 'in os.fwalk(".", dir_fd=root_fd):',
+           ("tests/test_workspace_walk.py::"
+            "test_a_tree_1500_deep_breaks_no_later_launch_and_its_depths_stay_protected",)),
     Mutant("captured-output-uncapped", "stockade/launch/manager.py",
            "    limit = request.limits.output if request.limits.output is not None else "
            "DEFAULT_OUTPUT_LIMIT",

@@ -6,11 +6,14 @@ like a denied path. Walking every read root (`/` itself) for socket files at eac
 be slow; the kernel already lists every bound pathname socket of a network namespace in its
 /proc/net/unix. The owner's namespace is the one the host's daemons listen in: the sandbox's
 init reads its parent's list (its own namespace is empty), the owner its own, so both surveys
-of a view (mnt.identity_now and mnt.build) find the same sockets.
+of a view (mnt.identity_now and mnt.build) find the same sockets. A listed path may pass
+through symbolic links (bound as /var/run/x.sock, /var/run a link to /run): the mask goes on
+the socket's real place (`real`).
 
 What this does not see, said in SECURITY.md: a socket bound after the launch, one bound in
-another network namespace (a container's), and one bound by a path that names another file
-here (a relative path, another mount namespace's view).
+another network namespace (a container's), one bound by a path that names another file here
+(a relative path, another mount namespace's view), and one renamed or linked to another name
+since its bind (the list keeps the bind-time name; no list has the current one).
 """
 
 from __future__ import annotations
@@ -43,20 +46,37 @@ def bound(listing: str) -> set[str]:
 
 
 def in_roots(listing: str, roots: Iterable[str], own: Iterable[str]) -> list[str]:
-    """The socket files listed in `listing` that lie in one of `roots`, but not below `own`
-    (the sandbox's own filesystems, which cover the host's), in sorted order."""
+    """The socket files listed in `listing` whose real place (`real`) lies in one of `roots`,
+    but not below `own` (the sandbox's own filesystems, which cover the host's), in sorted
+    order, each by that real path."""
     roots, own = list(roots), list(own)
-    found = []
-    for path in sorted(bound(listing)):
+    found = set()
+    for listed in bound(listing):
+        path = real(listed)
+        if path is None:
+            continue
         covering = max((r for r in roots if _below(path, r)), key=len, default=None)
         if covering is None or any(_below(path, o) and len(o) > len(covering) for o in own):
             continue
-        try:
-            if stat.S_ISSOCK(os.stat(path, follow_symlinks=False).st_mode):
-                found.append(path)
-        except OSError:
-            continue  # (gone, or not reachable by this name: nothing to mask)
-    return found
+        found.add(path)
+    return sorted(found)
+
+
+def real(path: str) -> str | None:
+    """The path of the socket file `path` names with no symbolic link on the way (a socket
+    bound as /var/run/x.sock, /var/run a link to /run, is /run/x.sock): where a mask can go,
+    and all it takes: the view holds the same links, so every name of it there leads to that
+    place (the bind-time name's links are resolved here, as the sandbox would). None if it
+    names no socket file the launching user can reach: gone, a loop, a directory it may not
+    search (nor then may the command)."""
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return None
+        resolved = os.path.realpath(path, strict=True)
+        return resolved if stat.S_ISSOCK(os.stat(resolved, follow_symlinks=False).st_mode) \
+            else None
+    except OSError:
+        return None
 
 
 def _below(path: str, root: str) -> bool:

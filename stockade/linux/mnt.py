@@ -1,9 +1,10 @@
 """The sandbox's filesystem view, built in a fresh mount namespace and entered by pivot_root.
 
-Order: every source is opened first (no symlinks followed), then a private tmpfs becomes the new
-root and is populated: roots and the sandbox's own /dev, /proc and /tmp by depth, then protected
-names re-mounted read-only, then denied paths masked. Targets that lie inside host trees are
-opened without following symlinks and checked to be the very inode that was opened as source.
+Order: every source is opened first (no symlinks followed; a root's descriptor is held, every
+other's inode recorded), then a private tmpfs becomes the new root and is populated: roots and
+the sandbox's own /dev, /proc and /tmp by depth, then protected names re-mounted read-only, then
+denied paths masked. Targets that lie inside host trees are opened without following symlinks
+and checked to be the very inode that was surveyed.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ _BENEATH = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 class _Mount:
     path: str                     # where it appears inside the sandbox
     kind: str                     # read | write | system | protected | keep | deny
-    source_fd: int = -1
+    source_fd: int = -1           # held for roots only (see _opened)
     is_dir: bool = True
     tree: int = -1                # a root's clone, taken before the new root exists
+    inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino) of what the survey opened
+    seen: str = ""                # its part of the survey's identity
 
     @property
     def depth(self) -> int:
@@ -60,7 +63,8 @@ class _Mount:
 
 @dataclass
 class Survey:
-    """Everything the view is built from, opened: roots, protected objects, denied paths."""
+    """Everything the view is built from, surveyed: roots (held open), protected objects and
+    denied paths (each recorded, see _opened)."""
 
     roots: list[_Mount]
     guarded: list[_Mount]
@@ -72,11 +76,7 @@ class Survey:
         prepared view is only used when a fresh survey at launch gives its identity (see
         zygote.py). The handle's generation and the change time tell a directory re-made
         under a reused inode number from the one that was bound."""
-        parts = []
-        for m in self.roots + self.guarded + self.denied:
-            info = os.fstat(m.source_fd)
-            parts.append(f"{m.kind}\0{m.path}\0{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:"
-                         f"{file_handle(m.source_fd).hex()}")
+        parts = [f"{m.kind}\0{m.path}\0{m.seen}" for m in self.roots + self.guarded + self.denied]
         return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).digest()
 
     def close(self) -> None:
@@ -97,8 +97,7 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
                    [], [])
     try:
         for m in found.roots:
-            m.source_fd = open_source(m.path, "filesystem." + m.kind)
-            m.is_dir = _is_dir(m.source_fd)
+            m.source_fd = _opened(m, open_source(m.path, "filesystem." + m.kind), hold=True)
         for grant in () if "deny" in weaken else request.deny:
             try:
                 fd = open_path_nofollow(grant.path)
@@ -106,7 +105,8 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
                 continue  # nothing there to hide
             except OSError as exc:
                 raise _fail("filesystem.deny", grant.path, exc) from None
-            found.denied.append(_Mount(grant.path, "deny", fd, _is_dir(fd)))
+            found.denied.append(_Mount(grant.path, "deny"))
+            _opened(found.denied[-1], fd)
         mask_sockets = (request.network.unix_sockets == "own"
                         and "unix_sockets" not in weaken)
         protecting = "protected" not in weaken
@@ -117,10 +117,10 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         found.guarded = [m for m in guarded if (protecting or m.kind != "protected")
                          and ("pins" not in weaken or m.kind != "keep")]
         for m in found.guarded:  # (a pin that cannot be opened fails the launch, named)
-            m.source_fd = open_source(m.path, "filesystem.protected" if m.kind == "protected"
-                                      else "filesystem.pin")
+            _opened(m, open_source(m.path, "filesystem.protected" if m.kind == "protected"
+                                   else "filesystem.pin"))
         for m in sockets if mask_sockets else []:
-            m.source_fd = open_source(m.path, "network.unix_sockets")
+            _opened(m, open_source(m.path, "network.unix_sockets"))
             found.denied.append(m)
         if mask_sockets:
             _mask_host_sockets(request, found, listing)
@@ -128,6 +128,25 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         found.close()
         raise
     return found
+
+
+def _opened(m: _Mount, fd: int, *, hold: bool = False) -> int:
+    """Record what the survey opened at `fd` in `m`; close `fd` unless `hold` (a root's,
+    cloned later). A descriptor held per protected, pinned or masked object ran a workspace
+    with a thousand hard links out of descriptors (EMFILE): each is found again by its path
+    when it is mounted on, and must then be the inode recorded here."""
+    try:
+        info = os.fstat(fd)
+        m.is_dir = stat.S_ISDIR(info.st_mode)
+        m.inode = (info.st_dev, info.st_ino)
+        m.seen = f"{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:{file_handle(fd).hex()}"
+    except BaseException:
+        os.close(fd)
+        raise
+    if hold:
+        return fd
+    os.close(fd)
+    return -1
 
 
 def hidden_cwd(request: LaunchRequest) -> str | None:
@@ -160,7 +179,8 @@ def _mask_host_sockets(request: LaunchRequest, found: Survey, listing: str) -> N
                 continue  # (gone since it was listed)
             except OSError as exc:
                 raise _fail("network.unix_sockets", path, exc) from None
-            found.denied.append(_Mount(path, "deny", fd, is_dir=False))
+            found.denied.append(_Mount(path, "deny"))
+            _opened(found.denied[-1], fd)
 
 
 def identity_now(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bytes:
@@ -219,15 +239,17 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
                 os.close(top)
                 top = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     nested = _grants_inside_protected(roots, guarded, layered)
+    # (the real directory of each overlaid root: the host's path to it may be covered by now)
+    lower = {m.path: m.source_fd for m in roots if m.path in layered}
     for m in guarded:
         if not _below_any(m.path, nested):
-            _mount_over(top, m, layered=layered)
+            _mount_over(top, m, lower=lower)
     for m in nested:
         _mount_root(top, own_devs, m, request.exec_from_write, weaken - {"read_only"})
     for m in guarded:  # and what is protected below them, over them
         if _below_any(m.path, nested):
-            _mount_over(top, m, layered=layered)
-    _mask(top, denied, layered)
+            _mount_over(top, m, lower=lower)
+    _mask(top, denied, lower)
     if resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
         _own_resolv_conf(top, resolv_conf)  # (a denied one stays masked)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
@@ -262,10 +284,6 @@ def _tree(m: _Mount, request: LaunchRequest, layered: dict[str, int],
 def in_overlay(path: str, layered: dict[str, int]) -> bool:
     """Whether `path` appears inside one of the overlaid write roots."""
     return any(protect_inside(path, root) for root in layered)
-
-
-def _is_dir(fd: int) -> bool:
-    return stat.S_ISDIR(os.fstat(fd).st_mode)
 
 
 def open_source(path: str, key: str) -> int:
@@ -376,12 +394,12 @@ def _below_any(path: str, roots: list[_Mount]) -> bool:
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None,
-                layered: dict[str, int] | None = None) -> None:
+                lower: dict[str, int] | None = None) -> None:
     """Re-mount a protected object read-only on itself, or cover a denied one with a mask.
 
     Inside an overlaid write root the object seen there is the overlay's, another inode than
-    the real one surveyed: a protected object is covered by the real one, read-only (what the
-    survey opened, so nothing written in the upper layer can stand in for it); a directory
+    the real one surveyed: a protected object is covered by the real one, read-only (the one
+    the survey recorded, so nothing written in the upper layer can stand in for it); a directory
     kept in place is pinned as the overlay shows it; a denied one is masked by its path."""
     try:
         target = openat2(top, m.path.lstrip("/"), os.O_PATH, _BENEATH)
@@ -389,20 +407,19 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None,
         return  # not visible inside the sandbox at all
     try:
         same = os.fstat(target)
-        orig = os.fstat(m.source_fd)
-        overlaid_here = in_overlay(m.path, layered or {})
-        if overlaid_here and stat.S_ISDIR(same.st_mode) != stat.S_ISDIR(orig.st_mode):
-            raise SetupError("mount_target_changed",
-                             f"{m.path} changed while the sandbox was being built", stage="mount")
-        if not overlaid_here and (same.st_dev, same.st_ino) != (orig.st_dev, orig.st_ino):
-            raise SetupError("mount_target_changed",
-                             f"{m.path} changed while the sandbox was being built", stage="mount")
+        overlaid_here = in_overlay(m.path, lower or {})
+        if overlaid_here and stat.S_ISDIR(same.st_mode) != m.is_dir:
+            raise _changed(m)
+        if not overlaid_here and (same.st_dev, same.st_ino) != m.inode:
+            raise _changed(m)
         if m.kind == "deny":
             tree = clone_tree(mask, recursive=False)
             set_attrs(tree, RO | MOUNT_ATTR_NOEXEC, recursive=False)
+        elif overlaid_here and m.kind == "protected":
+            tree = _real_tree(m, lower or {})
+            set_attrs(tree, RO)
         else:
-            source = m.source_fd if overlaid_here and m.kind == "protected" else target
-            tree = clone_tree(source)
+            tree = clone_tree(target)
             set_attrs(tree, RO if m.kind == "protected" else 0)
         attach(tree, target)
         os.close(tree)
@@ -410,7 +427,29 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None,
         os.close(target)
 
 
-def _mask(top: int, denied: list[_Mount], layered: dict[str, int]) -> None:
+def _real_tree(m: _Mount, lower: dict[str, int]) -> int:
+    """A clone of the real object at `m.path`, found below the real directory of the overlaid
+    root holding it (`lower`), which must be the one the survey recorded."""
+    root = max((r for r in lower if protect_inside(m.path, r)), key=len)
+    try:
+        source = openat2(lower[root], os.path.relpath(m.path, root), os.O_PATH, _BENEATH)
+    except OSError as exc:
+        raise _fail("filesystem.protected", m.path, exc) from None
+    try:
+        info = os.fstat(source)
+        if (info.st_dev, info.st_ino) != m.inode:
+            raise _changed(m)
+        return clone_tree(source)
+    finally:
+        os.close(source)
+
+
+def _changed(m: _Mount) -> SetupError:
+    return SetupError("mount_target_changed",
+                      f"{m.path} changed while the sandbox was being built", stage="mount")
+
+
+def _mask(top: int, denied: list[_Mount], lower: dict[str, int]) -> None:
     """Cover each denied path with an inaccessible (mode 000) empty directory or file, made on
     a detached tmpfs of their own, which is never in the view itself."""
     if not denied:
@@ -422,7 +461,7 @@ def _mask(top: int, denied: list[_Mount], layered: dict[str, int]) -> None:
     masks = {True: openat2(holder, "d", os.O_PATH, _BENEATH),
              False: openat2(holder, "f", os.O_PATH, _BENEATH)}
     for m in denied:
-        _mount_over(top, m, mask=masks[m.is_dir], layered=layered)
+        _mount_over(top, m, mask=masks[m.is_dir], lower=lower)
     for fd in (*masks.values(), holder):
         os.close(fd)
 
@@ -474,8 +513,8 @@ def _refuse_case_aliases(top: int, files: list[_Mount]) -> None:
         except OSError:
             continue  # no such spelling: the filesystem does not fold case
         try:
-            reached, source = os.fstat(fd), os.fstat(m.source_fd)
-            same_file = (reached.st_dev, reached.st_ino) == (source.st_dev, source.st_ino)
+            reached = os.fstat(fd)
+            same_file = (reached.st_dev, reached.st_ino) == m.inode
             covered = m.kind == "protected" and os.fstatvfs(fd).f_flag & os.ST_RDONLY
         finally:
             os.close(fd)

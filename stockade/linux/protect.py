@@ -31,11 +31,22 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
 from stockade.linux import gitdirs
+from stockade.linux.mountapi import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    openat2,
+)
 from stockade.policy.model import protected_whole
+
+# The kernel takes a path of at most PATH_MAX bytes, its NUL included: an object at a longer
+# path can be neither walked to nor re-mounted or masked by its path.
+PATH_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,7 @@ def find(root: str, root_fd: int, names: frozenset[str],
     filesystem `.GIT` is `.git`."""
     folded = {name.casefold() for name in names}
     found: list[Occurrence] = []
-    for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd):
+    for dirpath, dirnames, filenames, dir_fd in _walk(root, root_fd):
         for name in filenames:
             if name.casefold() not in folded:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -180,3 +191,47 @@ def find(root: str, root_fd: int, names: frozenset[str],
             elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
                 found.append(Occurrence(root, rel, stat.S_ISDIR(mode), repository=not whole))
     return found
+
+
+def _walk(root: str, root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """What os.fwalk(".", dir_fd=root_fd) yields, top-down (a caller may prune `dirnames`),
+    but without recursion and with one directory open at a time: each is opened from the root
+    by its path, no symbolic link followed on the way. (os.fwalk recurses and holds a descriptor
+    per level: a tree a sandbox made 1500 deep failed every later launch.) A directory that
+    vanished or became a link since it was listed is skipped, as os.fwalk skips it. An entry
+    whose path reaches PATH_MAX is refused: nothing below it could be covered."""
+    prefix = len(os.fsencode(root.rstrip("/") + "/"))
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        try:
+            fd = openat2(root_fd, rel or ".", os.O_RDONLY | os.O_DIRECTORY,
+                         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError:
+            continue
+        try:
+            dirnames: list[str] = []
+            filenames: list[str] = []
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if prefix + len(os.fsencode(os.path.join(rel, entry.name))) >= PATH_MAX:
+                        raise _too_long(root, os.path.join(rel, entry.name))
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue  # (gone since it was listed)
+                    (dirnames if is_dir else filenames).append(entry.name)
+            yield rel or ".", dirnames, filenames, fd
+        finally:
+            os.close(fd)
+        pending.extend(os.path.join(rel, name) for name in reversed(dirnames))
+
+
+def _too_long(root: str, rel: str) -> UnenforceableError:
+    path = os.path.join(root, rel)
+    return UnenforceableError(
+        "filesystem.write",
+        f"the write root {root} holds a path of {len(os.fsencode(path))} bytes "
+        f"({path[:len(root) + 60]}...), longer than the kernel's limit of {PATH_MAX - 1}: "
+        "what lies there could be neither protected nor masked; remove that tree or make it "
+        "shallower")
