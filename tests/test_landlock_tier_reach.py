@@ -1,7 +1,8 @@
 """The landlock tier cannot touch what is not its own (issue 29, G2-G4): a host process's
 limits, priority, affinity and scheduling, its keeper, extended attributes of the user's files
 (a change set's user.overlay.* among them), and Stockade's state directory inside a root.
-Every test runs a real command in the real tier and checks the host side."""
+Nor can it watch the host's files (inotify). Every test runs a real command in the real tier
+and checks the host side."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -274,3 +276,80 @@ def test_a_workspace_below_home_with_the_state_elsewhere_works(tmp_path, monkeyp
     result = stockade.run(["/bin/sh", "-c", "echo 'echo hi' > run.sh && chmod +x run.sh && "
                            "./run.sh"], tier_policy(), workspace=project)
     assert (result.returncode, result.stdout) == (0, b"hi\n"), result.stderr
+
+
+WATCH = TRY + textwrap.dedent("""
+    import select
+    IN_ALL_EVENTS, IN_CLOEXEC = 0xFFF, 0o2000000
+    fd = libc.inotify_init1(IN_CLOEXEC)
+    print(f"inotify_init1: {errno.errorcode[ctypes.get_errno()] if fd < 0 else 'ALLOWED'}",
+          flush=True)
+    def watch(path):
+        if libc.inotify_add_watch(fd, path.encode(), IN_ALL_EVENTS) == -1:
+            raise OSError(ctypes.get_errno(), "")
+    for path in sys.argv[1:]:
+        attempt(f"watch {path}", lambda: watch(path))
+    open("ready", "w").close()  # (the host's activity outside starts now)
+    seen = select.select([fd], [], [], 10)[0] if fd >= 0 else []
+    print(f"events: {len(os.read(fd, 4096)) if seen else 0}", flush=True)
+""")
+
+
+def watched(ws, backend=None) -> dict[str, str]:
+    """What a command watching `outside` (a directory and a file in it) and its own workspace
+    said, while the host wrote a file outside once it was ready."""
+    workspace, outside = ws
+    (outside / "notes").write_text("host\n")
+    targets = [str(outside), str(outside / "notes"), str(workspace)]
+    command = [PYTHON, "-c", WATCH, *targets]
+
+    def host_activity() -> None:
+        deadline = time.monotonic() + 30
+        while not (workspace / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (outside / "notes").write_text("written by the host meanwhile\n")
+
+    writer = threading.Thread(target=host_activity)
+    writer.start()
+    try:
+        if backend is None:
+            result = stockade.run(command, tier_policy(), workspace=workspace)
+        else:
+            request = compile_policy(tier_policy(), command, CompileContext.current(workspace))
+            result = execute(backend, request)
+    finally:
+        writer.join()
+    assert result.returncode == 0, result.stderr
+    return outcomes(result.stdout)
+
+
+def test_no_watch_tells_the_command_of_the_hosts_activity(ws):
+    """Issue 29 (T1): a watch needs no right to open what it watches, and Landlock does not
+    govern it: the command watched a directory and a file outside every root and learned of
+    each write there. inotify is now ENOSYS in the tier (as on a kernel without it: callers
+    fall back to polling), in the workspace too (a filter cannot tell paths apart). Failed
+    before: every watch was ALLOWED and the host's write came through as events."""
+    workspace, outside = ws
+    said = watched(ws)
+    assert said == {"inotify_init1": "ENOSYS", "events": "0",
+                    **{f"watch {path}": "ENOSYS"
+                       for path in (outside, outside / "notes", workspace)}}, said
+
+
+def test_without_the_refusal_a_watch_outside_sees_the_host_write(ws):
+    """Control: with the refusal switched off (`inotify`, tests only), the same watches are
+    made and the host's write outside every root reaches the command as events."""
+    workspace, outside = ws
+    said = watched(ws, LinuxBackend(weaken=frozenset({"inotify"})).tier("landlock"))
+    assert said["inotify_init1"] == "ALLOWED" and said[f"watch {outside}"] == "ALLOWED", said
+    assert int(said["events"]) > 0, said
+
+
+def test_tail_follows_a_file_by_polling(ws):
+    """The everyday job: `tail -f` finds no inotify, says so and polls instead."""
+    result = stockade.run(["/bin/sh", "-c", "echo one > log; tail -s 0.1 -f log & sleep 1; "
+                           "echo two >> log; sleep 1; kill $!"], tier_policy(),
+                          workspace=ws[0], text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "one\ntwo\n", (result.stdout, result.stderr)
+    assert "reverting to polling" in result.stderr, result.stderr

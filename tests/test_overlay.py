@@ -365,6 +365,59 @@ def test_the_review_escapes_what_would_fool_a_terminal(ws):
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o750
 
 
+def test_the_review_shows_the_notable_modes_of_what_the_run_added(ws):
+    """Issue 29: a directory anyone may write, a new executable and a file the group may
+    write land with their modes, so the review shows them (line, diff and JSON); a plain new
+    file's and directory's mode is not shown."""
+    root, _ = ws
+    result = overlay(root, "umask 022; mkdir pub plain && chmod 777 pub && "
+                           "printf '#!/bin/sh\\nrm -rf ~\\n' > pub/tool.sh && chmod 755 pub/tool.sh"
+                           " && echo n > plain/notes.txt && echo s > shared && chmod 664 shared")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.decode().splitlines()
+    for expected in (f"A {root}/pub/ (mode 777)", f"A {root}/pub/tool.sh (mode 755)",
+                     f"A {root}/shared (mode 664)", f"A {root}/plain/",
+                     f"A {root}/plain/notes.txt"):
+        assert f"  {expected}" in lines, shown.stdout
+    diff = pending.diff()
+    assert "new file mode 755\n--- /dev/null\n+++ b/pub/tool.sh\n" in diff
+    assert "new file mode 664\n--- /dev/null\n+++ b/shared\n" in diff
+    assert f"A {root}/pub/ (mode 777)\n" in diff and "mode 644" not in diff
+    before_plain = diff[:diff.index("--- /dev/null\n+++ b/plain/notes.txt\n")]
+    assert not before_plain.splitlines()[-1].startswith("new file mode"), diff
+    data = json.loads(review(pending.id, "--json").stdout)
+    assert data["modes"] == {f"{root}/pub": "777", f"{root}/pub/tool.sh": "755",
+                             f"{root}/shared": "664"}
+    assert "new file mode 755" in data["diff"]
+    pending.apply()
+    assert stat.S_IMODE(os.stat(root / "pub").st_mode) == 0o777
+    assert stat.S_IMODE(os.stat(root / "pub" / "tool.sh").st_mode) == 0o755
+
+
+def test_the_review_escapes_characters_that_render_blank(ws):
+    """Issue 29: a name or line holding a character that renders as nothing or as blank
+    (Hangul fillers, the combining grapheme joiner, variation selectors, a zero-width space,
+    bidi controls, a no-break space) looks like one without it: each is shown escaped, in
+    names and in contents, and apply lands the exact bytes."""
+    root, _ = ws
+    blank = "\u3164\u115f\u1160\uffa0\u034f\ufe0f\U000e0100\u200b\u202a\u2066\u00a0"
+    escaped = "\\u3164\\u115f\\u1160\\uffa0\\u034f\\ufe0f\\U000e0100\\u200b\\u202a\\u2066\\xa0"
+    octal = "".join(f"\\{b:03o}" for b in blank.encode())
+    result = overlay(root, f"printf 'rm -rf{octal} ~\\n' > \"notes$(printf '{octal}').txt\"")
+    assert result.returncode == 0, result.stderr
+    pending = result.changes
+    shown = review(pending.id).stdout.decode()
+    assert f"A {root}/notes{escaped}.txt\n" in shown, shown
+    assert f"+rm -rf{escaped} ~\n" in shown, shown
+    assert not set(blank) & set(shown), shown
+    assert not set(blank) & set(pending.diff())
+    pending.apply()
+    assert (root / f"notes{blank}.txt").read_text() == f"rm -rf{blank} ~\n"
+
+
 def test_a_fifo_in_the_overlay_neither_hangs_the_review_nor_lands(ws):
     """G6: a fifo the run left is listed as one (never opened: the review and diff() end),
     and apply refuses it, typed, naming it."""

@@ -161,6 +161,10 @@ ROWS: tuple[Row, ...] = (
         expect=denied(by("mount_view", "ENOENT"), by("read_only", "EROFS"), PROTECTED),
         proven=(off("mount_view"), off("read_only"), off("protected")),
         setup=setups.metadata_targets),
+    row("fs.watch-outside", "filesystem",
+        "watch a directory and a file outside every root for the host's activity there "
+        "(inotify)", "fs_watch.py", "{outside}", "{secret_file}",
+        expect=denied(by("mount_view", "ENOENT")), proven=off("mount_view")),
     row("fs.git-absent", "filesystem",
         "create the file a repository's config includes, absent at launch, in the work tree",
         "tamper.py", "{ws}/local.gitconfig",

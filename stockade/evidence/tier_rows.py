@@ -35,6 +35,7 @@ TIER_LAYERS = frozenset({
     "unix_sockets", "stockade_state", "host_code", "environment", "lifeline", "tree_kill",
     "timeout", "output_cap", "stdio_relay", "peer_check", "server_check",
     "change_store_check", "change_seal", "change_seal_key", "pid_scope", "xattr", "world_write",
+    "inotify",
 })
 LANDLOCK = refused_by("landlock", "EACCES")
 CARVED_PROTECTED = refused_by("protected", "EACCES")  # a Landlock rule carved around it
@@ -134,6 +135,9 @@ def _specs() -> dict[str, Tier]:
         specs[row_id] = gap("filesystem.workspace", refused="unenforceable:filesystem.workspace")
     specs.update({
         "fs.metadata": gap("filesystem.metadata"),
+        # (Landlock does not govern a watch: it needs no right to open what it watches)
+        "fs.watch-outside": tier("filesystem.read", expect=denied(refused_by("inotify", "ENOSYS")),
+                                 proven_by=off("inotify")),
         # (a file capability is an extended attribute: refused with every other one)
         "fs.privilege-bits": tier("filesystem.privilege_bits", expect=denied(
             refused_by("seccomp", "EPERM"), refused_by("xattr", "ENOTSUP", attempts="setxattr"))),

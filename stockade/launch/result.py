@@ -98,12 +98,16 @@ class Result:
 
 def summary(changes: ChangeSet, found: list | None = None) -> dict:
     """A change set, JSON-ready: its run id, status and the paths each kind of change names
-    ("unshown": what the review cannot show, which apply refuses); of `found`, from
-    `changes.changes()`, if given."""
+    ("unshown": what the review cannot show, which apply refuses), and `modes`: the octal
+    mode of each added path whose mode the review shows (changeview.notable_mode); of
+    `found`, from `changes.changes()`, if given."""
+    from stockade.lifecycle.changeview import notable_mode
+
     found = changes.changes() if found is None else found
     return {"id": changes.id, "status": changes.status,
             **{kind: [c.path for c in found if c.kind == kind]
-               for kind in ("added", "modified", "deleted", "unshown")}}
+               for kind in ("added", "modified", "deleted", "unshown")},
+            "modes": {c.path: f"{c.mode:o}" for c in found if notable_mode(c)}}
 
 
 class CommandFailed(subprocess.CalledProcessError):

@@ -6,32 +6,47 @@ Everything shown came from the sandboxed command, names and contents alike, and 
 acts on control characters: a carriage return or an escape sequence could erase a line on
 screen that `apply` would still land. So every character that is not plainly visible is
 shown escaped: the C0 controls, DEL and the C1 controls as `\\xNN` (ESC is `\\x1b`, CR
-`\\x0d`), a byte of a name or text that is not UTF-8 as `\\xNN` too, and the invisible or
-reordering Unicode characters (format characters such as U+202E, line and paragraph
-separators) as `\\uNNNN`. Only the newline that ends a line, and a tab inside a text line,
-are left as they are.
+`\\x0d`), a byte of a name or text that is not UTF-8 as `\\xNN` too, and the invisible,
+blank or reordering Unicode characters as `\\uNNNN` (`\\xNN` below U+0100): format
+characters (zero-width ones, bidi controls such as U+202E and U+2066), line and paragraph
+separators, every space but U+0020, and the letters and marks that render as nothing (the
+Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, U+034F, the variation selectors) — a
+name holding one looks like a name without it. Only the newline that ends a line, and a
+tab inside a text line, are left as they are.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import unicodedata
 
 from stockade.lifecycle.changescan import Change, read_regular
 
 DIFF_LIMIT = 1 << 20  # bytes: a larger file's diff is not shown, only that it changed
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})  # (Zs: but U+0020)
+# Letters and marks that render as nothing or as blank: Unicode's Default_Ignorable_Code_Point
+# outside the categories above (the combining grapheme joiner, the Hangul fillers, Khmer's
+# inherent vowels, the Mongolian and other variation selectors), and the blank Braille
+# pattern.
+_BLANK = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f"
+                    "\uffa0\U000e0100-\U000e01ef]")
 
 
 def visible(text: str, *, tabs: bool = False, escaped: bool = True) -> str:
     """`text` with every character that is not plainly visible escaped (see above); tabs
     kept when `tabs`; as it is when not `escaped` (the `review_escape` weakening of the
     evidence matrix's tests, never in production)."""
-    if not escaped or text.isprintable() and (tabs or "\t" not in text):
+    if not escaped or text.isprintable() and (tabs or "\t" not in text) and \
+            not _BLANK.search(text):
         return text
-    return "".join(_escaped(c) if unicodedata.category(c) in _HIDDEN
-                   and not (tabs and c == "\t") else c for c in text)
+    return "".join(_escaped(c) if _hidden(c) and not (tabs and c == "\t") else c
+                   for c in text)
+
+
+def _hidden(char: str) -> bool:
+    return char != " " and (unicodedata.category(char) in _HIDDEN or bool(_BLANK.match(char)))
 
 
 def _escaped(char: str) -> str:
@@ -41,6 +56,16 @@ def _escaped(char: str) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def notable_mode(change: Change) -> bool:
+    """Whether `change` adds a file or directory whose mode deserves a look, and so is shown:
+    a file that can be executed, or either that the group or other users may write (a
+    set-user-id or set-group-id bit never lands: changescan.landed). Any other added entry's
+    mode is not shown, as git shows none for an ordinary new file."""
+    if change.kind != "added" or change.mode < 0:
+        return False
+    return bool(change.mode & {"file": 0o111 | 0o022, "dir": 0o022}.get(change.type, 0))
 
 
 def line(change: Change, *, escaped: bool = True) -> str:
@@ -55,6 +80,8 @@ def _details(change: Change) -> str:
     if change.kind == "modified" and change.mode >= 0 and change.was_mode >= 0 and \
             change.mode != change.was_mode:
         said.append(f"mode {change.was_mode:o} -> {change.mode:o}")
+    if notable_mode(change):
+        said.append(f"mode {change.mode:o}")
     if change.note:
         said.append(change.note if change.kind != "unshown"
                     else f"not shown: {change.note}; apply refuses it")
@@ -72,6 +99,8 @@ def diff(change: Change, *, escaped: bool = True) -> str:
     header = ""
     if change.kind == "modified" and change.was_mode != change.mode:
         header = f"old mode {change.was_mode:o}\nnew mode {change.mode:o}\n"
+    elif notable_mode(change):
+        header = f"new file mode {change.mode:o}\n"
     if change.type == "symlink":
         lines = [f"--- {a if old else '/dev/null'}\n", f"+++ {b if new else '/dev/null'}\n"]
         lines += [f"-> {visible(_link(old))}\n"] if old and os.path.islink(old) else []

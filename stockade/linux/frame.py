@@ -58,6 +58,8 @@ LAYERS = {
     "xattr": "the landlock tier's refusal of every extended attribute set or removed",
     "world_write": "the landlock tier's refusal of a mode that lets other users write (chmod "
                    "and its kin)",
+    "inotify": "the landlock tier's refusal of inotify (a watch outside the roots would tell "
+               "of the host's activity there)",
     "lifeline": "pid 1 (the landlock tier's keeper) ends when its owner goes away or kills it",
     "tree_kill": "the landlock tier's keeper kills every descendant once the command exits",
     "timeout": "the owner ends the sandbox at limits.timeout",
@@ -100,9 +102,9 @@ WITH = {
 
 
 # In the landlock tier, the rules that refuse sockets, acts on other processes, extended
-# attributes and world-writable modes are part of its seccomp filter.
+# attributes, world-writable modes and inotify are part of its seccomp filter.
 TIER_WITH = {"seccomp": frozenset({"network", "unix_sockets", "pid_scope", "xattr",
-                                   "world_write"})}
+                                   "world_write", "inotify"})}
 
 
 def switched_off(weaken: frozenset[str], isolation: str = "namespaces") -> frozenset[str]:

@@ -27,7 +27,9 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
   daemon's among them, are not governed by Landlock up to ABI 7), AF_INET, AF_INET6 or
   AF_NETLINK (the host's network namespace is shared); Landlock also denies TCP bind and
   connect; no other process's limits, priority, affinity or scheduling by pid, no extended
-  attribute set, no mode that lets other users write (Landlock governs none of these);
+  attribute set, no mode that lets other users write, no inotify (ENOSYS: a watch outside the
+  roots would tell of the host's activity there; callers poll instead) (Landlock governs none
+  of these);
 - limits.pids is RLIMIT_NPROC, which counts every process of the user: it is set to the user's
   current count plus `pids` (and refused as root, whom it does not bind).
 """
@@ -139,12 +141,14 @@ def require_landlock() -> int:
 
 def seccomp_program(weaken: frozenset[str]) -> bytes:
     """The command's filter: the backend's, without unix or internet sockets, without acting
-    on any other process by pid, setting extended attributes or giving other users write
-    through a mode. Each goes with a weakening of its own, tests only ("unix_sockets",
-    "network", "pid_scope", "xattr", "world_write"), and all with "seccomp"."""
+    on any other process by pid, setting extended attributes, giving other users write
+    through a mode or watching files (inotify). Each goes with a weakening of its own, tests
+    only ("unix_sockets", "network", "pid_scope", "xattr", "world_write", "inotify"), and all
+    with "seccomp"."""
     return seccomp.compile_filter("unix_sockets" in weaken, "network" in weaken,
                                   other_processes="pid_scope" in weaken,
-                                  xattrs="xattr" in weaken, world_write="world_write" in weaken)
+                                  xattrs="xattr" in weaken, world_write="world_write" in weaken,
+                                  inotify="inotify" in weaken)
 
 
 def start(fds: list[int]) -> int:
@@ -284,7 +288,8 @@ def enforced(request: LaunchRequest, weaken: frozenset[str], made: landlock.Rule
         "namespaces": [],
         "landlock": landlock.describe() | {"rules": len(made.grants)},
         "seccomp": {"mode": "filter", "denied_syscalls": len(seccomp.DENIED_SYSCALLS),
-                    "clone3": "ENOSYS", "ioctl": "TIOCSTI/TIOCLINUX denied",
+                    "clone3": "ENOSYS", "inotify": "ENOSYS",
+                    "ioctl": "TIOCSTI/TIOCLINUX denied",
                     "sockets": "socketpair only: no unix, inet, inet6 or netlink socket"},
         "tree": "child subreaper; every descendant killed (pinned by a pidfd) when the command "
                 "exits or the owner goes",
@@ -535,7 +540,7 @@ def capabilities() -> list[Capability]:
                    "every root; no AF_UNIX socket"),
         Capability("landlock", abi >= SCOPE_ABI, f"ABI {abi}"),
         Capability("seccomp", True, "libseccomp filter", "no unix, inet, inet6 or netlink "
-                   "socket"),
+                   "socket; no inotify"),
         Capability("network.none", True, "seccomp: no inet sockets; Landlock TCP"),
         Capability("network.allowlist", False, "not in this tier yet"),
         Capability("network.any", False, "not implemented yet"),

@@ -188,7 +188,8 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("filesystem.read", "Landlock read rights beneath the read roots",
             {"landlock": landlock + ("outside_read",)},
             partial="one layer: no mount view, so a path outside the roots can be looked up "
-                    "(stat), though not opened"),
+                    "(stat), though not opened nor watched (inotify is ENOSYS, in the roots "
+                    "too)"),
         row("filesystem.write", "Landlock write rights beneath the write roots",
             {"landlock": ("write_root", "outside_read")}, "one layer (Landlock)"),
         row("filesystem.deny", "carved out of every root: no right beneath the path",

@@ -76,6 +76,11 @@ XATTR_WRITES = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr
 # (Stockade's state directory, a shell's startup file). World write is refused to them.
 _CHMOD_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
 _WORLD_WRITE = 0o002
+# inotify: a watch needs only a path lookup and read permission, which Landlock does not
+# govern, so without a mount view a watch outside the roots tells the command of the host's
+# activity there. ENOSYS, as a kernel without inotify says: callers fall back to polling
+# (`tail -f`, GLib), as they do for clone3 and openat2. (fanotify_init is refused everywhere.)
+INOTIFY_CALLS = ("inotify_init", "inotify_init1", "inotify_add_watch")
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _LOW_32_BITS = 0xFFFFFFFF
@@ -125,7 +130,7 @@ class _Version(ctypes.Structure):
 
 def compile_filter(unix_sockets: bool = True, internet: bool = True,
                    other_processes: bool = True, xattrs: bool = True,
-                   world_write: bool = True) -> bytes:
+                   world_write: bool = True, inotify: bool = True) -> bytes:
     """The classic BPF program for Stockade's policy on this architecture; without
     `unix_sockets`, no AF_UNIX socket can be made either (socketpair still can: it reaches
     nothing but itself). For a sandbox that shares the host's network and pid namespaces and
@@ -133,7 +138,8 @@ def compile_filter(unix_sockets: bool = True, internet: bool = True,
     AF_INET6 or AF_NETLINK; without `other_processes`, no resource limit, priority, affinity,
     scheduling or memory placement of any process but the caller's own (`process_rules`);
     without `xattrs`, no extended attribute set or removed; without `world_write`, no mode
-    that lets other users write (chmod and its kin: EPERM)."""
+    that lets other users write (chmod and its kin: EPERM); without `inotify`, no inotify
+    instance or watch (ENOSYS)."""
     rules = _rules(unix_sockets)
     if not internet:
         rules += [("socket", errno.EACCES, (masked(0, _LOW_32_BITS, ALLOWED_FAMILIES[name]),))
@@ -145,6 +151,8 @@ def compile_filter(unix_sockets: bool = True, internet: bool = True,
     if not world_write:
         rules += [(call, errno.EPERM, (masked(arg, _WORLD_WRITE, _WORLD_WRITE),))
                   for call, arg in _CHMOD_ARGUMENT.items()]
+    if not inotify:
+        rules += [(call, errno.ENOSYS, ()) for call in INOTIFY_CALLS]
     return compile_rules(rules)
 
 
