@@ -14,6 +14,7 @@ their owner made unreadable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -65,11 +66,14 @@ def remove_tree(path: str) -> None:
         pending = _empty(top)
         while pending:
             name = pending.pop()
-            info = os.stat(name, dir_fd=top, follow_symlinks=False)
-            if stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
-                os.chmod(name, 0o700, dir_fd=top)  # (a directory: chmod follows no link here)
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=top)
+            try:
+                info = os.stat(name, dir_fd=top, follow_symlinks=False)
+                if stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+                    os.chmod(name, 0o700, dir_fd=top)  # (a directory: chmod follows no link)
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=top)
+            except FileNotFoundError:  # (removed meanwhile by whoever else removes it)
+                continue
             try:
                 for sub in _empty(fd):
                     moved += 1
@@ -97,5 +101,6 @@ def _empty(fd: int) -> list[str]:
             if entry.is_dir(follow_symlinks=False):
                 subdirectories.append(entry.name)
             else:
-                os.unlink(entry.name, dir_fd=fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
     return subdirectories
