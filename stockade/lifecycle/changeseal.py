@@ -110,7 +110,9 @@ def read_key(directory: str, run: str = "") -> bytes:
     else:
         return key
     raise ChangesError("changes_untrusted", f"the change sets' key {path} {why}: change sets "
-                       "cannot be verified, so none is applied")
+                       "cannot be verified, so none is applied; if you did not make it so, "
+                       f"remove it (rm {path}: the next overlaid run makes a new one) and "
+                       "discard the sets it sealed")
 
 
 def seal(key: bytes, meta: dict, bases: list[bytes]) -> str:
