@@ -8,8 +8,9 @@ name. Nothing later re-resolves a path by its name.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
@@ -18,6 +19,7 @@ from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
+from stockade.policy.presets import DENY_FILES
 from stockade.policy.render import kind as value_kind
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
@@ -233,8 +235,10 @@ def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
 def _denied(paths: tuple[str, ...], ctx: CompileContext,
             write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
     """The denied paths that exist. One that does not exist inside a write root could be
-    created by the command, and no mount can cover a name that is not there: refused."""
+    created by the command, and no mount can cover a name that is not there: refused, once,
+    naming every such path and one command that makes them all."""
     grants = []
+    missing = []
     for raw in map(os.fspath, paths):
         alias = expand(raw.removeprefix("?"), ctx)
         try:
@@ -244,12 +248,29 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
             pass
         holder = _holder(os.path.realpath(alias), write)
         if holder is not None:
-            raise UnenforceableError(
-                "filesystem.deny",
-                f"denied path {alias} does not exist inside the write root {holder}, so the "
-                f"command could create it; create it first (mkdir -m 700 {alias}, or touch "
-                f"it for a file), or choose a workspace that does not contain it")
+            missing.append((alias, holder))
+    if missing:
+        holders = dict.fromkeys(holder for _, holder in missing)
+        listed = "; ".join(f"in the write root {holder}: "
+                           + ", ".join(alias for alias, held in missing if held == holder)
+                           for holder in holders)
+        raise UnenforceableError(
+            "filesystem.deny",
+            f"the command could create these denied paths, which do not exist ({listed}); "
+            f"make them first, with {_make_all(alias for alias, _ in missing)}, or choose a "
+            f"workspace that holds none of them")
     return tuple(grants)
+
+
+def _make_all(aliases: Iterable[str]) -> str:
+    """One shell command that makes every path of `aliases`, private to this user: a known
+    credential file (DENY_FILES) empty, anything else a directory."""
+    aliases = list(aliases)
+    files = [a for a in aliases if os.path.basename(a) in DENY_FILES]
+    dirs = [a for a in aliases if a not in files]
+    steps = [f"{verb} {' '.join(map(shlex.quote, names))}"
+             for verb, names in (("mkdir -p", dirs), ("touch", files)) if names]
+    return f"(umask 077 && {' && '.join(steps)})"
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],

@@ -45,6 +45,9 @@ DENY_DEFAULTS = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
     "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )
+# The denied defaults that are files (the rest are directories): what a refusal of a missing
+# one tells the user to make empty (stockade/launch/compile.py).
+DENY_FILES = (".netrc", "_netrc", ".git-credentials", ".pypirc")
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
 WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")
 WINDOWS_DENY_DEFAULTS = (
