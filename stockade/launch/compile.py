@@ -69,7 +69,12 @@ def compile_policy(
     fs = policy.filesystem
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
-    _refuse_planted_links(read_links, write_links, read, write)
+    # (not with an overlaid workspace, where every write root is a layer to review: the home
+    # would be one too, its caches in every change set)
+    home, home_links = _private_home(ctx) if fs.home == "private" \
+        and fs.workspace == "direct" else ((), [])
+    write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
+    _refuse_planted_links(read_links, write_links + home_links, read, write)
     state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
     _check_overlaps(read, write, deny)
@@ -77,8 +82,8 @@ def compile_policy(
     return LaunchRequest(
         argv=tuple(argv),
         cwd=workdir,
-        env=_with_proxy(policy, close_environment(policy.env.passthrough,
-                                                  _expand_env(policy, ctx), ctx.host_env)),
+        env=_with_proxy(policy, _with_home(home, policy, close_environment(
+            policy.env.passthrough, _expand_env(policy, ctx), ctx.host_env))),
         read=read,
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
@@ -271,6 +276,37 @@ def _make_all(aliases: Iterable[str]) -> str:
     steps = [f"{verb} {' '.join(map(shlex.quote, names))}"
              for verb, names in (("mkdir -p", dirs), ("touch", files)) if names]
     return f"(umask 077 && {' && '.join(steps)})"
+
+
+def _private_home(ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tuple[str, str]]]:
+    """`filesystem.home = "private"`: the workspace's own home, made if need be, as a write
+    grant (stockade/lifecycle/homes.py)."""
+    from stockade.lifecycle import homes, statedir
+
+    state = statedir.candidates(ctx.host_env, ctx.home)[0]
+    try:
+        workspace = canonical_path(ctx.workspace)
+    except OSError:
+        raise PolicyError(f"workspace {ctx.workspace} does not exist", key="filesystem.home"
+                          ) from None
+    home = homes.home_for(workspace, state)
+    homes.ensure(home)
+    return _grants((home,), "filesystem.home", ctx)
+
+
+def _with_home(home: tuple[PathGrant, ...], policy: Policy,
+               env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The environment with HOME the private home, if there is one, and git's global
+    configuration in it (~/.gitconfig is a protected name); what the policy sets wins."""
+    if not home:
+        return env
+    from stockade.lifecycle.homes import GIT_CONFIG
+
+    path = home[0].alias
+    own = {"HOME": path, "GIT_CONFIG_GLOBAL": os.path.join(path, GIT_CONFIG)}
+    assigned = {name for name, _ in policy.env.set}
+    return tuple(sorted((dict(env) | {k: v for k, v in own.items() if k not in assigned}
+                         ).items()))
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
