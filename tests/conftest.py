@@ -190,7 +190,7 @@ def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
     fs = base.filesystem
     read = fs.read if PYTHON_ROOT.startswith("/usr") else fs.read + (PYTHON_ROOT,)
     fs_changes = {k: v for k, v in changes.items() if k in ("read", "write", "deny",
-                                                             "protected", "git",
+                                                             "protected", "git", "home",
                                                              "exec_from_write",
                                                              "workspace")}
     if "read" in fs_changes:

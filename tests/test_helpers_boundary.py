@@ -435,6 +435,32 @@ def test_an_absent_denied_path_inside_a_write_root_is_refused(ws):
     assert r.exit_code != 0 and list((workspace / ".aws").iterdir()) == []
 
 
+def test_every_absent_denied_path_is_named_in_one_refusal_with_one_command(ws):
+    """Issue 32: the preset run from a home directory used as the workspace was refused once
+    per absent denied path (11 runs to find them all). One refusal names every one, with one
+    command that makes them all; once it has run, the preset runs, and the denied paths it
+    made (a directory, a credential file) stay out of reach."""
+    workspace, _ = ws
+    deny = tuple(path.replace("{home}", str(workspace))
+                 for path in stockade.preset("workspace-write").filesystem.deny
+                 if path.startswith("{home}/"))
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        sandbox(["true"], workspace, deny=deny)
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    message = refused.value.message
+    assert all(path in message for path in deny) and len(deny) == 11
+    command = message.split(", with ", 1)[1].split("), or choose", 1)[0] + ")"
+    assert list(workspace.iterdir()) == []  # the refusal made nothing
+    subprocess.run(["sh", "-c", command], check=True)
+    assert (workspace / ".ssh").is_dir() and (workspace / ".netrc").is_file()
+    assert oct((workspace / ".config" / "gh").stat().st_mode & 0o777) == "0o700"
+    r = sandbox(["sh", "-c", "cat .netrc; ls .ssh; echo planted > .ssh/id_rsa; echo ran"],
+                workspace, deny=deny)
+    assert r.stdout.strip() == b"ran", r.stderr
+    assert b"Permission denied" in r.stderr
+    assert list((workspace / ".ssh").iterdir()) == [] and (workspace / ".netrc").stat().st_size == 0
+
+
 # --- links a sandbox could have planted -----------------------------------------------------------
 
 def test_a_write_root_reached_through_a_planted_link_is_refused(ws):

@@ -251,3 +251,37 @@ def test_an_inherited_protected_name_can_be_removed(ws):
     assert (workspace / ".codex" / "made").read_text() == "ok\n"
     assert not (workspace / ".agents" / "made").exists()
 
+
+
+def test_every_git_refusal_of_the_guard_names_filesystem_git_and_the_way_out(ws):
+    """Issue 32: `git config`, `git remote add`, `git submodule add` and a second `git init`
+    fail in the sandbox with git's own "Device or resource busy" alone (`submodule add` even
+    exits 0). Each write the guard refused is now a `filesystem.git` violation naming the
+    path, the git command to run on the host instead and the setting that allows it; the
+    configuration is unchanged. With `git = "writable"` the same commands work and nothing
+    is reported."""
+    workspace, outside = ws
+    git(outside, "init", "-q", "upstream")
+    git(outside / "upstream", "commit", "-q", "--allow-empty", "-m", "upstream")
+    for repository in ("guarded", "writable"):
+        (workspace / repository).mkdir()
+        git(workspace / repository, "init", "-q")
+        git(workspace / repository, "commit", "-q", "--allow-empty", "-m", "one")
+    config = (workspace / "guarded" / ".git" / "config").read_bytes()
+    commands = ["git config user.name someone", "git remote add origin https://example.invalid",
+                f"git -c protocol.file.allow=always submodule add -q {outside / 'upstream'} sub",
+                "git init -q", "echo evil > .git/hooks/pre-commit"]
+    for command in commands:
+        r = sandbox(["sh", "-c", f"cd guarded && {command}"], workspace, read=(str(outside),))
+        assert b"Device or resource busy" in r.stderr or b"Read-only" in r.stderr, r.stderr
+        guard = [v.detail for v in r.violations if v.kind == "filesystem.git"]
+        assert len(guard) == 1, (command, r.violations)
+        assert str(workspace / "guarded" / ".git") in guard[0]
+        assert f"git -C {workspace / 'guarded'} config" in guard[0], guard[0]
+        assert 'filesystem.git = "writable"' in guard[0] and '"guarded"' in guard[0]
+        assert (workspace / "guarded" / ".git" / "config").read_bytes() == config
+    r = sandbox(["sh", "-c", "cd writable && " + " && ".join(commands)], workspace,
+                read=(str(outside),), git="writable")
+    assert r.exit_code == 0 and r.violations == (), r.stderr
+    assert git(workspace / "writable", "remote", "get-url", "origin").strip() \
+        == "https://example.invalid"

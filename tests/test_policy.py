@@ -293,7 +293,8 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
     (doc(netwrk={}), "", 'unknown key "netwrk" (known: version, preset, containment, '
                          "isolation, filesystem, network, env, limits, process)"),
     (doc(filesystem={"reed": []}), "filesystem",
-     'unknown key "reed" (known: read, write, deny, protected, git, exec_from_write, workspace)'),
+     'unknown key "reed" (known: read, write, deny, protected, git, home, exec_from_write, '
+     'workspace)'),
     (doc(network={"modes": "none"}), "network",
      'unknown key "modes" (known: mode, allow, deny, reach, unix_sockets)'),
     (doc(env={"passthrough": []}), "env", 'unknown key "passthrough" (known: pass, set)'),

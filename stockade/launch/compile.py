@@ -8,8 +8,9 @@ name. Nothing later re-resolves a path by its name.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
@@ -19,6 +20,7 @@ from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
+from stockade.policy.presets import DENY_FILES
 from stockade.policy.render import kind as value_kind
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
@@ -68,7 +70,12 @@ def compile_policy(
     fs = policy.filesystem
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
-    _refuse_planted_links(read_links, write_links, read, write)
+    # (not with an overlaid workspace, where every write root is a layer to review: the home
+    # would be one too, its caches in every change set)
+    home, home_links = _private_home(ctx) if fs.home == "private" \
+        and fs.workspace == "direct" else ((), [])
+    write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
+    _refuse_planted_links(read_links, write_links + home_links, read, write)
     state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
     host_code = _host_code(ctx, write)
@@ -77,8 +84,8 @@ def compile_policy(
     return LaunchRequest(
         argv=tuple(argv),
         cwd=workdir,
-        env=_with_proxy(policy, close_environment(policy.env.passthrough,
-                                                  _expand_env(policy, ctx), ctx.host_env)),
+        env=_with_proxy(policy, _with_home(home, policy, close_environment(
+            policy.env.passthrough, _expand_env(policy, ctx), ctx.host_env))),
         read=read,
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
@@ -236,8 +243,10 @@ def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
 def _denied(paths: tuple[str, ...], ctx: CompileContext,
             write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
     """The denied paths that exist. One that does not exist inside a write root could be
-    created by the command, and no mount can cover a name that is not there: refused."""
+    created by the command, and no mount can cover a name that is not there: refused, once,
+    naming every such path and one command that makes them all."""
     grants = []
+    missing = []
     for raw in map(os.fspath, paths):
         alias = expand(raw.removeprefix("?"), ctx)
         try:
@@ -247,12 +256,60 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
             pass
         holder = _holder(os.path.realpath(alias), write)
         if holder is not None:
-            raise UnenforceableError(
-                "filesystem.deny",
-                f"denied path {alias} does not exist inside the write root {holder}, so the "
-                f"command could create it; create it first (mkdir -m 700 {alias}, or touch "
-                f"it for a file), or choose a workspace that does not contain it")
+            missing.append((alias, holder))
+    if missing:
+        holders = dict.fromkeys(holder for _, holder in missing)
+        listed = "; ".join(f"in the write root {holder}: "
+                           + ", ".join(alias for alias, held in missing if held == holder)
+                           for holder in holders)
+        raise UnenforceableError(
+            "filesystem.deny",
+            f"the command could create these denied paths, which do not exist ({listed}); "
+            f"make them first, with {_make_all(alias for alias, _ in missing)}, or choose a "
+            f"workspace that holds none of them")
     return tuple(grants)
+
+
+def _make_all(aliases: Iterable[str]) -> str:
+    """One shell command that makes every path of `aliases`, private to this user: a known
+    credential file (DENY_FILES) empty, anything else a directory."""
+    aliases = list(aliases)
+    files = [a for a in aliases if os.path.basename(a) in DENY_FILES]
+    dirs = [a for a in aliases if a not in files]
+    steps = [f"{verb} {' '.join(map(shlex.quote, names))}"
+             for verb, names in (("mkdir -p", dirs), ("touch", files)) if names]
+    return f"(umask 077 && {' && '.join(steps)})"
+
+
+def _private_home(ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tuple[str, str]]]:
+    """`filesystem.home = "private"`: the workspace's own home, made if need be, as a write
+    grant (stockade/lifecycle/homes.py)."""
+    from stockade.lifecycle import homes, statedir
+
+    state = statedir.candidates(ctx.host_env, ctx.home)[0]
+    try:
+        workspace = canonical_path(ctx.workspace)
+    except OSError:
+        raise PolicyError(f"workspace {ctx.workspace} does not exist", key="filesystem.home"
+                          ) from None
+    home = homes.home_for(workspace, state)
+    homes.ensure(home)
+    return _grants((home,), "filesystem.home", ctx)
+
+
+def _with_home(home: tuple[PathGrant, ...], policy: Policy,
+               env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The environment with HOME the private home, if there is one, and git's global
+    configuration in it (~/.gitconfig is a protected name); what the policy sets wins."""
+    if not home:
+        return env
+    from stockade.lifecycle.homes import GIT_CONFIG
+
+    path = home[0].alias
+    own = {"HOME": path, "GIT_CONFIG_GLOBAL": os.path.join(path, GIT_CONFIG)}
+    assigned = {name for name, _ in policy.env.set}
+    return tuple(sorted((dict(env) | {k: v for k, v in own.items() if k not in assigned}
+                         ).items()))
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -444,6 +445,8 @@ class LinuxHandle(Handle):
         self.stages.append(("settle", time.monotonic()))
         self.violations += [protected_refusal(e) for e in events
                             if e["event"] == "protected_name"]
+        self.violations += git_refusals([e for e in events if e["event"] == "git_guarded"],
+                                        self._request.git)
         for event in events:
             if event["event"] == "started":
                 self.enforced = event["enforced"]
@@ -478,6 +481,26 @@ def protected_refusal(event: dict) -> Violation:
     return Violation("filesystem.protected", f"{where}/{event['name']}: not made "
                      f"({event['call']}): {event['protected']} is a protected name in write "
                      f"roots; \"!{event['protected']}\" in filesystem.protected releases it")
+
+
+def git_refusals(events: list[dict], mode: str) -> list[Violation]:
+    """What pid 1's records of writes refused in a `.git` say (namewatch.c), once per path:
+    git itself says only "Device or resource busy" or "Read-only file system". The way out is
+    named, never the command's own words: a hostile command would have the host run them."""
+    paths = list(dict.fromkeys(f"{e['directory'].rstrip('/')}/{e['name']}"
+                               for e in events if not e.get("more")))
+    if not paths:
+        return [Violation("filesystem.git", "more writes in .git were refused than are "
+                          "recorded")] if events else []
+    repositories = dict.fromkeys(path.partition("/.git")[0] or "/" for path in paths)
+    why = ("every .git is read-only in the sandbox" if mode == "read-only" else
+           "a repository's config, hooks and gitdir pointers, what makes git run code, are "
+           "read-only in the sandbox")
+    host = " or ".join(f"git -C {shlex.quote(top)} config ..." for top in repositories)
+    return [Violation("filesystem.git", f"{', '.join(paths)}: not written: filesystem.git is "
+                      f'"{mode}": {why}; make that change with git on the host ({host}, '
+                      "remote add, submodule init, ...), or set filesystem.git = \"writable\" "
+                      "in the policy")]
 
 
 def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:

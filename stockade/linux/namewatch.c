@@ -91,7 +91,7 @@ struct namewatch {
     uint32_t names_size;
     uint64_t free[FREE_MAX];            /* mount ids where protected names may be made */
     int free_count;
-    unsigned recorded;
+    unsigned recorded, git_recorded;
     struct seccomp_notif_resp *response;
     size_t response_size;
 };
@@ -210,32 +210,69 @@ static const char *protected_name(const struct namewatch *w, const struct place 
     return found;
 }
 
+/* One event line: `kind`, then (key, string value) pairs, `count` strings in all. */
+static void emit_fields(const char *kind, const char *const *fields, size_t count) {
+    struct text event = {0};
+    put(&event, "{\"event\": ", strlen("{\"event\": "));
+    put_string(&event, kind);
+    for (size_t i = 0; i + 1 < count; i += 2) {
+        put(&event, ", ", 2);
+        put_string(&event, fields[i]);
+        put(&event, ": ", 2);
+        put_string(&event, fields[i + 1]);
+    }
+    put(&event, "}", 1);
+    emit_event(&event);
+}
+
+/* The directory `p`'s last component is in, as the sandbox names it (`where`: 1024 bytes, so
+ * that one event line stays within PIPE_BUF: a single write). */
+static void directory_of(const struct place *p, char *where) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", p->parent);
+    ssize_t size = readlink(link, where, 1023);
+    where[size > 0 ? size : 0] = 0;
+}
+
 /* A `filesystem.protected` violation: `call` did not make `name` in `p`'s directory. */
 static void record(struct namewatch *w, const struct place *p, const char *name,
                    const char *call) {
     if (w->recorded > RECORDED_MAX)
         return;
-    struct text event = {0};
     if (w->recorded++ == RECORDED_MAX) {
-        put(&event, "{\"event\": \"protected_name\", \"more\": true}",
-            strlen("{\"event\": \"protected_name\", \"more\": true}"));
-        emit_event(&event);
+        emit_fields("protected_name", (const char *[]){"more", "true"}, 2);
         return;
     }
-    char link[64], where[1024];  /* (one line stays within PIPE_BUF: a single write) */
-    snprintf(link, sizeof link, "/proc/self/fd/%d", p->parent);
-    ssize_t size = readlink(link, where, sizeof where - 1);
-    where[size > 0 ? size : 0] = 0;
-    const char *parts[] = {"{\"event\": \"protected_name\", \"call\": ", call,
-                           ", \"directory\": ", where, ", \"name\": ", p->last,
-                           ", \"protected\": ", name, "}"};
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        if (i % 2)
-            put_string(&event, parts[i]);
-        else
-            put(&event, parts[i], strlen(parts[i]));
-    }
-    emit_event(&event);
+    char where[1024];
+    directory_of(p, where);
+    emit_fields("protected_name", (const char *[]){"call", call, "directory", where, "name",
+                                                   p->last, "protected", name}, 8);
+}
+
+/* Whether `where`/`last` is git's: a `.git` itself, or inside one. */
+static int in_git(const char *where, const char *last) {
+    size_t size = strlen(where);
+    return strcmp(last, ".git") == 0 || strstr(where, "/.git/") != NULL
+        || (size >= 5 && strcmp(where + size - 5, "/.git") == 0);
+}
+
+/* What `call` answered (`result`) when it wrote `p`: a read-only mount's EROFS, or a mount
+ * point's EBUSY (rename onto it), in a `.git` is the git guard's (gitdirs.py), recorded so the
+ * result can name filesystem.git: git itself says only "Device or resource busy". */
+static int noted(struct namewatch *w, const struct place *p, const char *call, int result) {
+    if ((result != -EBUSY && result != -EROFS) || w->git_recorded > RECORDED_MAX)
+        return result;
+    char where[1024];
+    directory_of(p, where);
+    if (!in_git(where, p->last))
+        return result;
+    if (w->git_recorded++ == RECORDED_MAX)
+        emit_fields("git_guarded", (const char *[]){"more", "true"}, 2);
+    else
+        emit_fields("git_guarded", (const char *[]){"call", call, "directory", where, "name",
+                                                    p->last, "error", result == -EBUSY
+                                                    ? "EBUSY" : "EROFS"}, 8);
+    return result;
 }
 
 /* Refuse making a protected name (EACCES, recorded), or 0 when `p` may be made. */
@@ -371,7 +408,7 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
         } else if (fd < 0 && errno == ENXIO && blocking) {
             open_in_child(w, call->id, &p, asked, mode);  /* (a fifo made meanwhile, no reader) */
         } else if (fd < 0) {
-            reply(w, call->id, -errno);
+            reply(w, call->id, noted(w, &p, "open", -errno));
         } else {  /* (closing a fifo made meanwhile would end its reader's wait: it goes over) */
             if (blocking)
                 fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -403,6 +440,8 @@ static int make(struct namewatch *w, const struct seccomp_notif *call, int nr, i
                            : nr == __NR_mknodat ? mknodat(p.parent, p.name, (mode_t)mode,
                                                           (dev_t)device)
                            : symlinkat(target, p.parent, p.name));
+    if (p.parent >= 0)
+        result = noted(w, &p, what, result);
     leave(&p);
     return result;
 }
@@ -439,6 +478,8 @@ static int move(struct namewatch *w, const struct seccomp_notif *call, int nr, i
         result = result_of(linking ? linkat(from.parent, from.name, to.parent, to.name, 0)
                            : renameat2(from.parent, from.name, to.parent, to.name, flags));
     }
+    if (to.parent >= 0)
+        result = noted(w, &to, linking ? "link" : "rename", result);
     if (source >= 0)
         close(source);
     leave(&from);

@@ -48,6 +48,11 @@ DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
 # find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
 # every `.git` and the gitdirs `.git` files name), "writable" (not at all).
 GIT_MODES = ("guarded", "read-only", "writable")
+# The command's home directory (`filesystem.home`): "host" (HOME is the host's, writable only
+# where a root says so), or "private" (HOME is a directory of the sandbox's own, one per
+# workspace, kept between runs for caches and configuration; the host never reads it:
+# stockade/launch/home.py).
+HOME_MODES = ("host", "private")
 # Where the command's writes to its write roots go (`filesystem.workspace`): "direct" (into
 # them), or "overlay" (into an upper layer in Stockade's state directory, reviewed with
 # `stockade changes` and applied or discarded after the run: stockade/lifecycle/changes.py).
@@ -69,6 +74,7 @@ class FilesystemPolicy:
     deny: tuple[str, ...] = ()
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     git: str = "guarded"
+    home: str = "host"
     exec_from_write: bool = False
     workspace: str = "direct"
 

@@ -118,6 +118,7 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "deny": list(sorted_unique(fs.deny)),
         "protected": _protected_entries(policy),
         "git": fs.git,
+        "home": fs.home,
         "exec_from_write": fs.exec_from_write,
     }
     if fs.workspace != "direct":  # (said only when it is not the default)

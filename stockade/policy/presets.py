@@ -1,19 +1,20 @@
 """Named starting points for policies, as policy documents (parsed like any other).
 
-| preset                  | read      | write | exec | net        | time | memory | pids |
-| ----------------------- | --------- | ----- | ---- | ---------- | ---- | ------ | ---- |
-| read-only               | system,ws | -     | no   | none       | 10m  | 2GiB   | 512  |
-| workspace-write         | system    | ws    | yes  | none       | 10m  | 2GiB   | 512  |
-| workspace-write-no-exec | system    | ws    | no   | none       | 10m  | 2GiB   | 512  |
-| offline-build           | system    | ws    | yes  | none       | 30m  | 4GiB   | 1024 |
-| networked-build         | system    | ws    | yes  | registries | 30m  | 4GiB   | 1024 |
+| preset                  | read      | write | home    | exec | net        | time | memory | pids |
+| ----------------------- | --------- | ----- | ------- | ---- | ---------- | ---- | ------ | ---- |
+| read-only               | system,ws | -     | host    | no   | none       | 10m  | 2GiB   | 512  |
+| workspace-write         | system    | ws    | private | yes  | none       | 10m  | 2GiB   | 512  |
+| workspace-write-no-exec | system    | ws    | private | no   | none       | 10m  | 2GiB   | 512  |
+| offline-build           | system    | ws    | private | yes  | none       | 30m  | 4GiB   | 1024 |
+| networked-build         | system    | ws    | private | yes  | registries | 30m  | 4GiB   | 1024 |
 
 The interactive presets (10m) cap output at 16MiB and files at 1GiB, the build presets (30m) at
 64MiB and 4GiB. `workspace-write` runs what the job builds in the workspace (a venv's scripts,
 compiled extensions, `make && ./prog`); `workspace-write-no-exec` is the same without that:
 nothing written there can be executed (noexec mounts, Landlock, pid 1's exec and memfd watches).
 
-"ws" is `{workspace}`; "exec" is `exec_from_write`; "time" is `timeout`;
+"ws" is `{workspace}`; "home" is `filesystem.home` (on Windows "host" in every preset); "exec" is
+`exec_from_write`; "time" is `timeout`;
 "registries" is allowlist mode with `REGISTRIES` (package registries and source hosts; which
 ports a port-less pattern admits is the proxy's rule).
 
@@ -46,6 +47,9 @@ DENY_DEFAULTS = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
     "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )
+# The denied defaults that are files (the rest are directories): what a refusal of a missing
+# one tells the user to make empty (stockade/launch/compile.py).
+DENY_FILES = (".netrc", "_netrc", ".git-credentials", ".pypirc")
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
 WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")
 WINDOWS_DENY_DEFAULTS = (
@@ -92,6 +96,9 @@ def preset_documents(platform: str) -> dict[str, dict[str, Any]]:
                 "write": list(write),
                 "deny": list(WINDOWS_DENY_DEFAULTS if windows else DENY_DEFAULTS),
                 "exec_from_write": exec_from_write,
+                # (a writable preset's command gets a home of its own for caches and
+                # configuration; not on Windows, whose tools read USERPROFILE and APPDATA)
+                "home": "private" if write and not windows else "host",
             },
             "network": {"mode": "allowlist" if allow else "none", "allow": list(allow)},
             "env": {"pass": list(WINDOWS_ENV_PASS_DEFAULTS if windows else ENV_PASS_DEFAULTS)},

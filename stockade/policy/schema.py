@@ -16,6 +16,7 @@ from stockade.policy import domains, paths, reach, units
 from stockade.policy.model import (
     CONTAINMENTS,
     GIT_MODES,
+    HOME_MODES,
     ISOLATIONS,
     NETWORK_MODES,
     STDIN_MODES,
@@ -217,6 +218,7 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
         "deny": ("deny", _fs_path, _add),
         "protected": ("protected", _list_of(_protected_entry), _add_or_remove),
         "git": ("git", _scalar(_choice(GIT_MODES)), None),
+        "home": ("home", _scalar(_choice(HOME_MODES)), None),
         "exec_from_write": ("exec_from_write", _scalar(_bool), None),
         "workspace": ("workspace", _scalar(_choice(WORKSPACE_MODES)), None),
     },

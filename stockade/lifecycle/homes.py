@@ -1,0 +1,70 @@
+"""The sandbox's own home directories (`filesystem.home = "private"`): one per workspace, kept
+between runs, so that tools with a cache or configuration in `$HOME` (npm, pip, cargo, go,
+git's global configuration, ...) work and reuse what they downloaded.
+
+Where. `<state directory>-homes/<workspace's name>-<hash of its path>`, beside Stockade's
+state directory, never inside it (every place that may be is masked from every sandbox), and
+never the host's home: `HOME` points there in the sandbox. Made mode 0700 on first use, with
+`.config/git/` in it, where `GIT_CONFIG_GLOBAL` points (`~/.gitconfig` is a protected name,
+which the command cannot make), and checked at every launch as the state directory is: a real
+directory, owned by this user, writable by no one else. Nothing inside it is ever opened by the
+host after it was made: a previous run could have put a link anywhere in it.
+
+Not with `filesystem.workspace = "overlay"` (stockade/launch/compile.py): every write root there
+is a layer to review, and the home's caches would be in every change set.
+
+Trust. What one run leaves there, the next run of the same workspace reads: a hostile command
+can plant a configuration (a registry, an npm script shell, a git alias) for the next sandboxed
+run, which is as confined as the first. No host tool reads it; do not point one at it (nor put
+it on a PATH). Delete the directory to start afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+
+from stockade.errors import UnenforceableError
+from stockade.lifecycle import lease
+
+SUFFIX = "-homes"
+GIT_CONFIG = os.path.join(".config", "git", "config")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def home_for(workspace: str, state: str) -> str:
+    """The private home of `workspace` (a canonical path), beside the state directory `state`
+    (it may not exist yet)."""
+    name = _UNSAFE.sub("_", os.path.basename(workspace)).lstrip(".") or "root"
+    key = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
+    return os.path.join(state + SUFFIX, f"{name[:40]}-{key}")
+
+
+def ensure(home: str) -> None:
+    """Make `home` (and `.config/git` in it) if it does not exist, then check that it is
+    this user's alone; UnenforceableError("filesystem.home") if it cannot be used."""
+    try:
+        os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+        os.mkdir(home, 0o700)
+    except FileExistsError:
+        pass  # (what is inside is the sandbox's: never touched from here)
+    except OSError as exc:
+        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
+    else:
+        os.makedirs(os.path.join(home, os.path.dirname(GIT_CONFIG)), mode=0o700)
+    try:
+        info = os.lstat(home)
+    except OSError as exc:
+        raise _unusable(home, f"cannot be read ({exc.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _unusable(home, "is not a directory (a symbolic link is refused)")
+    if not lease.owned(info) or not lease.private(info):
+        raise _unusable(home, "is owned or writable by another user")
+
+
+def _unusable(home: str, why: str) -> UnenforceableError:
+    return UnenforceableError(
+        "filesystem.home", f"the sandbox's private home {home} {why}; remove it, choose "
+        f'another state directory (--state-dir), or set filesystem.home = "host"')
