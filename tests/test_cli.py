@@ -448,7 +448,8 @@ def test_sandbox_exec_bad_policy(tmp_path, bad_policy):
 # --- policy check / show -----------------------------------------------------------------------
 
 
-def test_policy_check_ok(tmp_path, capsys):
+def test_policy_check_ok(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (the workspace: not this checkout, which is host code here)
     path = tmp_path / "p.toml"
     path.write_text('version = 1\npreset = "workspace-write"\n[limits]\ntimeout = "90s"\n')
     assert main(["policy", "check", str(path)]) == 0

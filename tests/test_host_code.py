@@ -197,6 +197,17 @@ def test_a_missing_import_path_entry_in_the_workspace_is_refused(tmp_path):
     assert "does not exist inside a write root" in refused.value.message
 
 
+def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypatch):
+    """setuptools' editable install puts a path hook's key, a relative name, on sys.path: it
+    names no directory, in the workspace or anywhere (every CLI run from a workspace with an
+    editable install was refused, `does not exist inside a write root`)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, "__editable__.x-1.0.finder.__path_hook__"])
+    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path),
+                         {"PYTHONPATH": "relative/lib"})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
 def test_an_ordinary_project_venv_stays_writable(tmp_path):
     """The everyday job: a venv in the workspace that is not the host's own is the command's
     (pip install into it works); nothing of the host's code lies in the workspace."""

@@ -61,8 +61,13 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     entries = list(sys.path)
     if entries and not sys.flags.safe_path:  # (python -P puts no starting directory first)
         found.append(Place(os.path.abspath(entries.pop(0)), "start"))
-    entries += [entry for entry in host_env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    found += [Place(os.path.abspath(entry), "import_path") for entry in entries]
+    entries += host_env.get("PYTHONPATH", "").split(os.pathsep)
+    # (only absolute entries name a directory: site makes sys.path absolute at start-up, and
+    # what is relative then is a path hook's key — setuptools' editable finder adds
+    # "__editable__.NAME.finder.__path_hook__" — or a PYTHONPATH entry the next call resolves
+    # from a working directory not known here)
+    found += [Place(os.path.normpath(entry), "import_path") for entry in entries
+              if os.path.isabs(entry)]
     user_site = _user_site()
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
