@@ -46,16 +46,9 @@ from stockade.lifecycle import (
     statedir,
     treewalk,
 )
+from stockade.lifecycle.changelayout import CAPABILITY, UPPER, WORK, layer_dir
 from stockade.lifecycle.changescan import Change, Fingerprint
 from stockade.policy.model import protected_whole
-
-CAPABILITY = "filesystem.workspace"
-UPPER, WORK = "upper", "work"  # each write root's layers (stockade/linux/overlay.py mounts them)
-
-
-def layer_dir(changes_dir: str, index: int) -> str:
-    """Where the layers of the `index`th write root (in the request's order) lie."""
-    return os.path.join(changes_dir, "layers", str(index))
 
 FORMAT = "stockade-changes"
 VERSION = 1
