@@ -41,8 +41,8 @@ from stockade.linux.hints import hint
 from stockade.linux.launcher import Shape
 
 if TYPE_CHECKING:
-    from stockade.lifecycle.probe import Attestation
-    from stockade.lifecycle.report import Row
+    from stockade.launch.probe import Attestation
+    from stockade.launch.report import Row
     from stockade.linux.probe import LinuxProbe
     from stockade.net.gate import Dialer
     from stockade.net.proxy import Proxy

@@ -1,5 +1,5 @@
 """The Linux backend's half of the readiness probe (the shared stages are
-stockade/lifecycle/probe.py's): what its launch does and what each fact it observes must be.
+stockade/launch/probe.py's): what its launch does and what each fact it observes must be.
 
 - `launch`: a fresh probe directory under the temp directory, recorded in the ledger, holding a
   workspace (write root, with a protected `.agents`, a repository's `.git` and a denied
@@ -38,11 +38,11 @@ from types import ModuleType
 from stockade import __version__
 from stockade.errors import StockadeError
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.probe import Refused, Run
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
 from stockade.lifecycle import facts, statedir
 from stockade.lifecycle.ledger import Ledger
-from stockade.lifecycle.probe import Refused, Run
 from stockade.linux import probe_child
 from stockade.linux.hints import hint
 from stockade.linux.limits import INIT_TASKS, PID_MAX_FLOOR, RESERVED_PIDS
