@@ -28,13 +28,17 @@ ELSEWHERE = (
     "tempfile",                        # a full readiness probe's workspace
 )
 
+# (What the interpreter had imported before the program, its site hooks' included, is not
+# counted.)
 PROGRAM = """
-import json, sys
+import sys
+before = set(sys.modules)
 from stockade.program import main
 sys.argv = ["stockade", *sys.argv[1:]]
 status = main()
+import json
 sys.stdout.flush()
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
 sys.exit(status)
 """
 
