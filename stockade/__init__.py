@@ -19,10 +19,10 @@ __version__ = "0.1.0"
 # Public names and the module defining each. Loaded on first use, so that the sandbox's own
 # launcher, which imports a few `stockade.linux` modules, does not pay for the whole API.
 _EXPORTS = {
-    "run": "stockade.api", "arun": "stockade.api", "probe": "stockade.lifecycle.probe",
+    "run": "stockade.api", "arun": "stockade.api", "probe": "stockade.launch.probe",
     "PIPE": "stockade.api", "DEVNULL": "stockade.api", "STDOUT": "stockade.api",
     "CommandFailed": "stockade.launch.result", "CommandTimedOut": "stockade.launch.result",
-    "Attestation": "stockade.lifecycle.probe",
+    "Attestation": "stockade.launch.probe",
     "PolicyError": "stockade.errors", "SetupError": "stockade.errors",
     "StartError": "stockade.errors", "StockadeError": "stockade.errors",
     "UnavailableError": "stockade.errors", "UnenforceableError": "stockade.errors",
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
         UnenforceableError,
         UsageError,
     )
+    from stockade.launch.probe import Attestation, probe
     from stockade.launch.result import CommandFailed, CommandTimedOut, Result, Violation
-    from stockade.lifecycle.probe import Attestation, probe
     from stockade.policy import Policy, load_policy, preset
     from stockade.session.aio import AsyncSandbox
     from stockade.session.sandbox import Sandbox

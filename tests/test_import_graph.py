@@ -1,5 +1,6 @@
 """Stockade's import graph, read statically (with `ast`) from the source tree: no import cycle
-between its modules, and nothing below the platform packages imports one of them.
+between its modules, none between its packages, and nothing below the platform packages imports
+one of them.
 
 What counts as an import of module B by module A:
 
@@ -13,6 +14,15 @@ What counts as an import of module B by module A:
   already when A runs);
 - imports under `if TYPE_CHECKING:` never run, so they are not edges for the cycle check; they
   still count for the layer rule, since a lower layer has no business naming a platform's types.
+
+The packages are stockade.<name>, a subpackage or a module of the top level; the top package
+itself, the public façade (it names what every package offers, and any may read its
+`__version__`), is none. Between packages every import counts, TYPE_CHECKING ones too: a
+package that names another's types depends on it as much as one that runs its code. So the
+packages form layers, each importing only those below it: errors, policy, then lifecycle (the
+state directory, the ledger, change sets) and net, then launch (requests, the backend contract
+and registry, the readiness probe and the report, the manager), then the platforms and
+everything above them.
 
 The layer rule: the lower layers (LOWER: errors, policy, launch, lifecycle, net) import no
 platform package (PLATFORMS: linux, windows, vm, macos), in any of the ways above. Platforms
@@ -185,6 +195,23 @@ def _path(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start}")
 
 
+def package_graph(graph: Graph) -> dict[str, set[str]]:
+    """Which package imports which (see the module's docstring), every import counted."""
+    out: dict[str, set[str]] = {}
+    for a, b in graph.edges:
+        first, second = _package(a), _package(b)
+        if first and second and first != second:
+            out.setdefault(first, set()).add(second)
+            out.setdefault(second, set())
+    return out
+
+
+def _package(module: str) -> str | None:
+    """stockade.<name> for a module of it; None for the top package, the façade."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else None
+
+
 def _in(name: str, layers: tuple[str, ...]) -> bool:
     return any(name == layer or name.startswith(layer + ".") for layer in layers)
 
@@ -205,8 +232,8 @@ def test_the_reader_sees_the_imports_it_must(graph):
     # (so that an empty or misread graph cannot pass the tests below)
     assert len(graph.modules) > 150 and len(graph.edges) > 500
     assert RUNS in graph.edges[("stockade.api", "stockade.launch.manager")]
-    assert LAZY in graph.edges[("stockade.lifecycle.ledger", "stockade.launch.registry")]
-    assert graph.edges[("stockade.launch.backend", "stockade.lifecycle.probe")] == {TYPING}
+    assert LAZY in graph.edges[("stockade.launch.manager", "stockade.launch.probe")]
+    assert graph.edges[("stockade.launch.backend", "stockade.launch.probe")] == {TYPING}
     assert LAZY in graph.edges[("stockade.cli.server", "stockade.cli.run")]  # (from P import m)
     assert ("stockade.cli.server", "stockade.cli") not in graph.edges  # (its own package)
     assert RUNS in graph.edges[("stockade.program", "stockade.cliwire")]
@@ -215,6 +242,12 @@ def test_the_reader_sees_the_imports_it_must(graph):
 
 def test_no_module_imports_another_that_imports_it_back(graph):
     assert cycles(graph.runtime()) == []
+
+
+def test_no_package_imports_another_that_imports_it_back(graph):
+    between = package_graph(graph)
+    assert {"stockade.launch", "stockade.lifecycle", "stockade.errors"} <= between.keys()
+    assert cycles(between) == []
 
 
 def test_no_lower_layer_imports_a_platform_package(graph):
@@ -273,6 +306,30 @@ def test_a_lazy_cycle_and_a_cycle_through_a_package_init_are_cycles(tmp_path):
     assert found == [["stockade.cli", "stockade.cli.tools", "stockade.program", "stockade.cli"],
                      ["stockade.launch.manager", "stockade.lifecycle.probe",
                       "stockade.launch.manager"]]
+
+
+def test_packages_that_import_each_other_are_a_cycle_even_when_their_modules_are_not(tmp_path):
+    # launch's backend contract names a lifecycle type; lifecycle's probe imports launch's
+    # registry: no module imports one that imports it back, but the packages do. The façade
+    # (the top package), which names everything and whose version anyone reads, closes none.
+    top = _tree(tmp_path, {
+        "__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from stockade.launch import backend\n__version__ = '0'\n",
+        "errors.py": "from stockade import __version__\n",
+        "launch/backend.py": "from typing import TYPE_CHECKING\nimport stockade.errors\n"
+                             "if TYPE_CHECKING:\n    from stockade.lifecycle.report import Row\n",
+        "launch/registry.py": "from stockade.launch import backend\n",
+        "lifecycle/__init__.py": "",
+        "lifecycle/report.py": "from stockade import __version__\n",
+        "lifecycle/probe.py": "from stockade.launch import registry\n",
+    })
+    graph = read_graph(top)
+    assert cycles(graph.runtime()) == []
+    assert cycles(package_graph(graph)) == [["stockade.launch", "stockade.lifecycle",
+                                             "stockade.launch"]]
+    del graph.edges[("stockade.launch.backend", "stockade.lifecycle.report")]
+    del graph.edges[("stockade.launch.backend", "stockade.lifecycle")]
+    assert cycles(package_graph(graph)) == []
 
 
 def test_a_lower_layer_naming_a_platform_is_a_crossing_even_lazily_or_typed(tmp_path):

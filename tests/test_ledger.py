@@ -353,7 +353,8 @@ import os, sys, time
 from conftest import PYTHON, policy_for
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
-from stockade.lifecycle import ledger as ledger_module, probe
+from stockade.launch import probe
+from stockade.lifecycle import ledger as ledger_module
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import probe as linux_probe
 from stockade.linux.backend import LinuxBackend

@@ -17,8 +17,8 @@ from conftest import only_backends
 
 import stockade
 from stockade.launch import manager
+from stockade.launch import probe as probe_module
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import probe as probe_module
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import landlock, privilege
 from stockade.linux import probe as linux_probe

@@ -12,7 +12,7 @@ import pytest
 
 import stockade
 from stockade.cli import main
-from stockade.lifecycle import report
+from stockade.launch import report
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux.backend import LinuxBackend
 

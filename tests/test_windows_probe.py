@@ -19,10 +19,11 @@ from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
 
 import stockade
 from stockade.errors import UnenforceableError
+from stockade.launch import probe as probe_module
+from stockade.launch import report
 from stockade.launch.backend import Backend, Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
-from stockade.lifecycle import facts, report
-from stockade.lifecycle import probe as probe_module
+from stockade.lifecycle import facts
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.windows import constants as c
 from stockade.windows import desktop, handle, identity, job, process, structs, tokens

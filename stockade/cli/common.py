@@ -20,7 +20,7 @@ class CommandLine(NamedTuple):
     importing the package that imports its handler."""
 
     main: Callable[..., int]
-    build_parser: Callable[[], argparse.ArgumentParser]
+    build_parser: Callable[..., argparse.ArgumentParser]  # (named: str | None = None)
 
 
 def subcommand(commands: Any, name: str, handler: Handler | None, summary: str,

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stockade.cli import run
 from stockade.cli.common import no_command, subcommand
 from stockade.errors import PolicyError, UnenforceableError, UsageError
-from stockade.launch.execconfig import ExecConfig, load_exec_config, located
+
+if TYPE_CHECKING:
+    from stockade.launch.execconfig import ExecConfig
 
 
 def add_exec(commands: Any) -> None:
@@ -34,6 +36,9 @@ def add_exec(commands: Any) -> None:
 
 def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
+    # (here, not at the top: every other command, `stockade run` first, starts without it)
+    from stockade.launch.execconfig import load_exec_config, located
+
     config = load_exec_config(args.config)
     if sys.platform == "win32":  # the command line would go to CreateProcessW verbatim
         raise UnenforceableError("exec.commandLine", "passing process.commandLine verbatim on "

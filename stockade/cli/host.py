@@ -35,7 +35,7 @@ def add_probe(commands: Any) -> None:
 
 def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
-    from stockade.lifecycle.probe import probe
+    from stockade.launch.probe import probe
 
     attestation = probe()
     if args.json:
@@ -87,8 +87,8 @@ def add_report(commands: Any) -> None:
 def _report(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
     from stockade.launch.manager import isolated
-    from stockade.lifecycle.probe import probe
-    from stockade.lifecycle.report import build
+    from stockade.launch.probe import probe
+    from stockade.launch.report import build
 
     reports = []
     native = registry.native()
@@ -121,9 +121,11 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
     from dataclasses import asdict
 
+    from stockade.launch import registry
     from stockade.lifecycle.ledger import Ledger
 
-    ledger = Ledger()  # (its reconcile knows the kinds of this host's backends: registry.py)
+    ledger = Ledger()
+    registry.load_record_kinds()  # (the kinds of this host's backends, before any is read)
     done = ledger.reconcile()
     quarantined = ledger.quarantined()
     # Copy-on-write runs: a change set a crash left half-made never held a run's writes and

@@ -116,7 +116,8 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
     with contextlib.suppress(StockadeError):
         SandboxManager().select(compile_policy(preset("read-only"), ["true"],
                                                CompileContext.current("/")))
-    command_line.build_parser()  # cached: every child finds it built
+    for name in SERVED:  # cached: every child finds the parser of its command built
+        command_line.build_parser(name)
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel

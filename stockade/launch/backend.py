@@ -10,8 +10,8 @@ from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest
 
 if TYPE_CHECKING:
-    from stockade.lifecycle.probe import Attestation, PlatformProbe
-    from stockade.lifecycle.report import Row
+    from stockade.launch.probe import Attestation, PlatformProbe
+    from stockade.launch.report import Row
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,13 @@ class Backend(abc.ABC):
         """What this backend enforces on this host, capability by capability."""
 
     def readiness_probe(self) -> PlatformProbe:
-        """The platform half of this backend's readiness probe (stockade/lifecycle/probe.py);
+        """The platform half of this backend's readiness probe (stockade/launch/probe.py);
         a backend without one is never ready."""
         raise UnavailableError("probe_unavailable",
                                f"the {self.name} backend has no readiness probe")
 
     def report_rows(self, attestation: Attestation) -> tuple[Row, ...]:
-        """The enforcement report's rows for this backend (stockade/lifecycle/report.py),
+        """The enforcement report's rows for this backend (stockade/launch/report.py),
         computed from its attestation."""
         raise UnavailableError("report_unavailable",
                                f"the {self.name} backend has no enforcement report")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
@@ -46,7 +47,7 @@ class SandboxManager:
         the best backend, when several refuse). A native backend must also pass its readiness
         probe (a real launch that also reconciles the ledger), cached per process; a guest's
         readiness is its own boot, once per launch (the agent answers from inside it)."""
-        from stockade.lifecycle.probe import require_ready
+        from stockade.launch.probe import require_ready
 
         if self.wanted:
             wanted = registry.entry(self.wanted)
@@ -173,9 +174,18 @@ def _overlaid(backend: Backend, request: LaunchRequest) -> tuple[LaunchRequest, 
                                  '"overlay"); the Linux backend with namespaces can')
     if request.changes_dir:  # (a warm sandbox's: its session owns the change set)
         return request, None
+    return with_changes(request)
+
+
+def with_changes(request: LaunchRequest) -> tuple[LaunchRequest, ChangeSet]:
+    """A new change set for `request` (stockade/lifecycle/changes.py), and the request
+    pointing at it, for its overlay layers."""
     from stockade.lifecycle import changes
 
-    return changes.begin(request)
+    made = changes.begin(request.request_id, request.argv,
+                         [grant.path for grant in request.write], protected=request.protected,
+                         git=request.git, deny=[grant.path for grant in request.deny])
+    return replace(request, changes_dir=made.path), made
 
 
 def _settled(changes: ChangeSet | None, exit_code: int | None, *, ran: bool) -> None:

@@ -1,8 +1,9 @@
-"""Lifecycle: what makes Stockade trustworthy over time, not just per launch.
+"""Lifecycle: the durable state that makes Stockade trustworthy over time, not just per launch.
 
 `statedir` (where durable state lives), `ledger` (write-ahead records of durable launch
 resources, crash reconciliation), `removers` (how each kind of resource is named and removed),
-`probe` (the readiness probe and its attestation; `probe_child` runs inside its sandbox,
-`facts` says what each observation must be), `report` (the enforcement report, computed from
-the probe).
+`facts` (what each observation of the readiness probe must be), `changes` (the change sets of
+copy-on-write runs). A layer below `stockade.launch`, which it never imports
+(tests/test_import_graph.py): the readiness probe and the enforcement report, which launch
+through a backend, are stockade/launch/probe.py and report.py.
 """

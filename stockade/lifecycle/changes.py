@@ -34,10 +34,10 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from stockade.errors import ChangesError
-from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import (
     changeapply,
     changescan,
@@ -47,16 +47,9 @@ from stockade.lifecycle import (
     statedir,
     treewalk,
 )
+from stockade.lifecycle.changelayout import CAPABILITY, UPPER, WORK, layer_dir
 from stockade.lifecycle.changescan import Change, Fingerprint
 from stockade.policy.model import protected_whole
-
-CAPABILITY = "filesystem.workspace"
-UPPER, WORK = "upper", "work"  # each write root's layers (stockade/linux/overlay.py mounts them)
-
-
-def layer_dir(changes_dir: str, index: int) -> str:
-    """Where the layers of the `index`th write root (in the request's order) lie."""
-    return os.path.join(changes_dir, "layers", str(index))
 
 FORMAT = "stockade-changes"
 VERSION = 1
@@ -243,13 +236,15 @@ class ChangeSet:
             return []
 
 
-def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchRequest, ChangeSet]:
-    """A new change set for `request` (before its sandbox starts: the baseline of each write
-    root, empty layers), locked for the run; and the request pointing at it."""
+def begin(run: str, argv: Sequence[str], roots: Sequence[str], *, protected: Iterable[str],
+          git: str, deny: Sequence[str], state: str | None = None) -> ChangeSet:
+    """A new change set for the run `run` of `argv` over the write roots `roots`, made before
+    its sandbox starts (the baseline of each root, empty layers) and locked for the run.
+    `protected`, `git` and `deny` are its launch request's (what `apply` must never land)."""
     parent = store(state)
     statedir.ensure(os.path.dirname(parent))
     _private_dirs(parent)
-    roots = [grant.path for grant in request.write]
+    roots = list(roots)
     from stockade.errors import UnenforceableError
 
     for root in roots:
@@ -265,16 +260,14 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
                 CAPABILITY, f"Stockade's state directory {parent} lies inside the write "
                 f"root {root}, which an overlay cannot have its upper layer in: choose a state "
                 "directory outside the workspace (--state-dir, STOCKADE_STATE_DIR)")
-    run = request.request_id
     scratch = os.path.join(parent, _TEMPORARY + run)
     final = os.path.join(parent, run)
     os.mkdir(scratch, 0o700)
     try:
         meta = {"format": FORMAT, "version": VERSION, "id": run, "created": time.time(),
-                "argv": list(request.argv), "roots": roots,
-                "protected": sorted(protected_whole(request.protected, request.git,
-                                                    guards_git=True)),
-                "deny": [grant.path for grant in request.deny], "git": request.git,
+                "argv": list(argv), "roots": roots,
+                "protected": sorted(protected_whole(protected, git, guards_git=True)),
+                "deny": list(deny), "git": git,
                 "status": "running", "exit_code": None}
         for index, root in enumerate(roots):
             _write_json(os.path.join(scratch, f"base-{index}.json"), changescan.baseline(root))
@@ -301,8 +294,7 @@ def begin(request: LaunchRequest, state: str | None = None) -> tuple[LaunchReque
     except BaseException:
         remove_tree(scratch)
         raise
-    changes = ChangeSet(final, meta, lock)
-    return _pointing(request, final), changes
+    return ChangeSet(final, meta, lock)
 
 
 def _bases(path: str, count: int) -> list[bytes]:
@@ -312,12 +304,6 @@ def _bases(path: str, count: int) -> list[bytes]:
         with open(os.path.join(path, f"base-{index}.json"), "rb") as f:
             found.append(f.read())
     return found
-
-
-def _pointing(request: LaunchRequest, changes_dir: str) -> LaunchRequest:
-    from dataclasses import replace
-
-    return replace(request, changes_dir=changes_dir)
 
 
 def load(run: str | None = None, state: str | None = None, *,

@@ -101,7 +101,10 @@ class Ledger:
                 "for inspection; see `stockade reconcile`")
 
     def reconcile(self) -> Reconciliation:
-        """Settle every record whose owner is gone; quarantine those that cannot be trusted."""
+        """Settle every record whose owner is gone; quarantine those that cannot be trusted.
+        The kinds a backend defines (removers.register) must be registered before, or its
+        records are foreign here: callers first call stockade.launch.registry's
+        `load_record_kinds`."""
         done = Reconciliation()
         if os.path.lexists(self.root):  # (a file or a link there: refused, naming it)
             statedir.check(self.root)
@@ -110,12 +113,7 @@ class Ledger:
         if not os.path.isdir(self.records_dir):
             return done
         statedir.check(self.records_dir)
-        names = sorted(os.listdir(self.records_dir))
-        if names:
-            from stockade.launch import registry  # (its platforms are loaded only when needed)
-
-            registry.load_record_kinds()  # so that no record of theirs is taken as foreign
-        for name in names:
+        for name in sorted(os.listdir(self.records_dir)):
             self._reconcile_one(name, done)
         return done
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from stockade.errors import (
@@ -35,25 +36,15 @@ from stockade.launch.backend import (
 )
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Violation, network_denials
-from stockade.linux import (
-    guard,
-    landlock,
-    landlock_tier,
-    limits,
-    mnt,
-    seccomp,
-    supervisor,
-    usernet,
-    zygote,
-)
+from stockade.linux import landlock, limits, mnt, seccomp, supervisor, zygote
 from stockade.linux.fdpass import recv_fds
 from stockade.linux.frame import WEAKENINGS, encode_frame, encode_launch, view_frame
 from stockade.linux.hints import hint
 from stockade.linux.launcher import Shape
 
 if TYPE_CHECKING:
-    from stockade.lifecycle.probe import Attestation
-    from stockade.lifecycle.report import Row
+    from stockade.launch.probe import Attestation
+    from stockade.launch.report import Row
     from stockade.linux.probe import LinuxProbe
     from stockade.net.gate import Dialer
     from stockade.net.proxy import Proxy
@@ -61,8 +52,14 @@ if TYPE_CHECKING:
 _SYSTEM_PREFIXES = ("/proc", "/dev")
 
 
-@functools.cache
 def _seccomp_program(unix_sockets: bool = True) -> bytes:
+    return _compiled_filter(unix_sockets)
+
+
+@functools.cache
+def _compiled_filter(unix_sockets: bool) -> bytes:
+    """(Cached by value: the probe's `_seccomp_program()` and a launch's
+    `_seccomp_program(True)` are one compilation, not two.)"""
     return seccomp.compile_filter(unix_sockets)
 
 
@@ -112,7 +109,7 @@ class LinuxBackend(Backend):
     def check(self, request: LaunchRequest) -> None:
         refuse_other_containment(request, self.name, "native")
         if request.network.mode == "any":
-            usernet.check(request)
+            _usernet().check(request)
         if request.limits.cpu is not None:
             raise UnenforceableError(
                 "limits.cpu", "a CPU rate needs a delegated cgroup v2 cpu controller, "
@@ -208,7 +205,7 @@ class LinuxBackend(Backend):
                        "empty network namespace; the owner's proxy listens on the sandbox's "
                        "loopback; Landlock allows TCP connect to that port only",
                        "TCP only (HTTP CONNECT, plain HTTP, SOCKS5); no UDP"),
-            usernet.capability(),
+            _usernet().capability(),
             Capability("limits.memory", True, "RLIMIT_AS",
                        "per process, not per tree" + (
                            "; mmap/mremap requests refused at the limit are reported "
@@ -246,10 +243,11 @@ class LandlockTier(LinuxBackend):
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
             raise UnavailableError("backend_unavailable", "the Linux backend runs only on Linux")
-        landlock_tier.require_landlock()
+        _landlock_tier().require_landlock()
         _tier_seccomp_program(self.weaken)
 
     def check(self, request: LaunchRequest) -> None:
+        landlock_tier = _landlock_tier()
         landlock_tier.check(request)  # (first: network any is refused before it is looked at)
         if "stockade_state" not in self.weaken:  # (tests only: a root may hold it)
             landlock_tier.refuse_state_in_roots(request)
@@ -269,7 +267,7 @@ class LandlockTier(LinuxBackend):
         return LinuxBackend(self.weaken, self.resolver, self.dialer)
 
     def report(self) -> list[Capability]:
-        return landlock_tier.capabilities()
+        return _landlock_tier().capabilities()
 
     def readiness_probe(self) -> LinuxProbe:
         from stockade.linux.probe import LandlockTierProbe
@@ -284,7 +282,21 @@ class LandlockTier(LinuxBackend):
 
 @functools.cache
 def _tier_seccomp_program(weaken: frozenset[str]) -> bytes:
-    return landlock_tier.seccomp_program(weaken)
+    return _landlock_tier().seccomp_program(weaken)
+
+
+# The landlock tier, network "any" and its guard are imported only where they are used:
+# `stockade run` starts faster without them.
+def _landlock_tier() -> ModuleType:
+    from stockade.linux import landlock_tier
+
+    return landlock_tier
+
+
+def _usernet() -> ModuleType:
+    from stockade.linux import usernet
+
+    return usernet
 
 
 def _read(path: str) -> str | None:
@@ -351,7 +363,7 @@ class LinuxHandle(Handle):
         self.network_log: list[dict] = []
         self._proxy = _start_proxy(request, control, resolver, dialer, weaken) \
             if request.network.mode == "allowlist" else None
-        self._way_out = usernet.WayOut.open(request, control, weaken) \
+        self._way_out = _usernet().WayOut.open(request, control, weaken) \
             if request.network.mode == "any" and "network" not in weaken else None
         control.close()
 
@@ -437,10 +449,12 @@ class LinuxHandle(Handle):
             self.network_log = self._way_out.denials()
             self.violations += network_denials(self.network_log)
             if self._way_out.dropped:
+                from stockade.linux.guard import LOG_RATE
+
                 self.violations.append(Violation(
                     "network.denied_unrecorded", f"{self._way_out.dropped} more refusals of "
                     "the destination guard have no record: its log keeps at most "
-                    f"{guard.LOG_RATE}"))
+                    f"{LOG_RATE}"))
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
         self.violations += [protected_refusal(e) for e in events

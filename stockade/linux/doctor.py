@@ -4,7 +4,7 @@ exact remedy for each cause.
 It reads the host (kernel, LSM list, Landlock ABI, the user-namespace sysctls, this process's
 own seccomp filter, container markers), tries in a throwaway child what a sandbox needs (a
 user namespace, its id map, a mount in it), and runs the readiness probe of each isolation
-(a real launch, stockade/lifecycle/probe.py). Each cause found has a stable code, what it
+(a real launch, stockade/launch/probe.py). Each cause found has a stable code, what it
 blocks, and the remedy as commands and settings. Every refusal of the Linux backend points
 here (hints.py).
 """
@@ -95,7 +95,7 @@ def diagnose(probe: bool = True) -> Diagnosis:
 
 
 def _isolations() -> dict[str, dict[str, object]]:
-    from stockade.lifecycle.probe import probe
+    from stockade.launch.probe import probe
     from stockade.linux import landlock_tier
     from stockade.linux.backend import LandlockTier, LinuxBackend
 

@@ -18,7 +18,7 @@ import errno
 import os
 
 from stockade.errors import SetupError, UnenforceableError
-from stockade.lifecycle.changes import CAPABILITY, UPPER, WORK, layer_dir
+from stockade.lifecycle.changelayout import CAPABILITY, UPPER, WORK, layer_dir
 from stockade.linux.mountapi import open_path_nofollow
 from stockade.linux.syscalls import number, syscall
 

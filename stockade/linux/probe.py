@@ -1,5 +1,5 @@
 """The Linux backend's half of the readiness probe (the shared stages are
-stockade/lifecycle/probe.py's): what its launch does and what each fact it observes must be.
+stockade/launch/probe.py's): what its launch does and what each fact it observes must be.
 
 - `launch`: a fresh probe directory under the temp directory, recorded in the ledger, holding a
   workspace (write root, with a protected `.agents`, a repository's `.git` and a denied
@@ -31,21 +31,20 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import replace
+from types import ModuleType
 
 from stockade import __version__
 from stockade.errors import StockadeError
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.probe import Refused, Run
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
 from stockade.lifecycle import facts, statedir
 from stockade.lifecycle.ledger import Ledger
-from stockade.lifecycle.probe import Refused, Run
-from stockade.linux import probe_child, usernet
+from stockade.linux import probe_child
 from stockade.linux.hints import hint
-from stockade.linux.landlock_tier import SCOPE_ABI
 from stockade.linux.limits import INIT_TASKS, PID_MAX_FLOOR, RESERVED_PIDS
 from stockade.linux.privilege import SECUREBITS
 from stockade.linux.probe_child import NAMESPACES
@@ -127,7 +126,7 @@ def _launch(run: Run, ledger: Ledger, limits: model.Limits = PROBE_LIMITS, *,
                                                  "\0" + abstract_name))
         with ledger.launch(request_id) as record:
             # In the temp dir, not the state directory, which every sandbox's view masks.
-            top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
+            top = os.path.join(_tempdir(), record.fresh_name("probe"))
             record.add("dir", top)
             state = os.path.join(top, "ws" if state_in_workspace else "", "state")
             request = _request(top, request_id, limits, state)
@@ -180,7 +179,7 @@ def _launch_network_any(run: Run, ledger: Ledger) -> None:
     from stockade.launch.manager import execute
 
     address = _own_address()
-    if address is None or usernet.missing() is not None:
+    if address is None or _usernet().missing() is not None:
         return
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     request_id = os.urandom(16).hex()
@@ -191,7 +190,7 @@ def _launch_network_any(run: Run, ledger: Ledger) -> None:
         params = {"address": str(address), "address_port": own.getsockname()[1],
                   "loopback_port": loopback.getsockname()[1]}
         with ledger.launch(request_id) as record:
-            top = os.path.join(tempfile.gettempdir(), record.fresh_name("probe"))
+            top = os.path.join(_tempdir(), record.fresh_name("probe"))
             record.add("dir", top)
             workspace = os.path.join(top, "ws")
             os.mkdir(top, 0o700)
@@ -214,10 +213,22 @@ def _launch_network_any(run: Run, ledger: Ledger) -> None:
                                                        for sock in (loopback, own))
 
 
+def _usernet() -> ModuleType:
+    from stockade.linux import usernet  # (only a full probe needs it, not a stored one)
+
+    return usernet
+
+
+def _tempdir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
 def _own_address() -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """One of this host's own addresses that is not loopback or link-local (the guard's
     "host's own address" case), IPv4 first; None if it has none."""
-    found = [ipaddress.ip_address(a) for a in usernet.host_addresses()]
+    found = [ipaddress.ip_address(a) for a in _usernet().host_addresses()]
     usable = [a for a in found if not (a.is_loopback or a.is_link_local)]
     return min(usable, key=lambda a: a.version, default=None)
 
@@ -388,6 +399,8 @@ def tier_expectations() -> facts.Table:
     # (no mount view: a path outside the roots can be looked up, only not opened)
     for fact in ("write_root_noexec", "read_root_read_only", "git_metadata", "outside_path"):
         del table["filesystem"][fact]
+    from stockade.linux.landlock_tier import SCOPE_ABI
+
     table["landlock"]["landlock_abi"] = (lambda v: isinstance(v, int) and v >= SCOPE_ABI,
                                          f"at least {SCOPE_ABI}")
     if os.geteuid() != 0:  # (only root may lock securebits or shrink the bounding set there)

@@ -1,4 +1,4 @@
-"""The Linux backend's rows of the enforcement report (stockade/lifecycle/report.py), computed
+"""The Linux backend's rows of the enforcement report (stockade/launch/report.py), computed
 from the facts the Linux readiness probe verified (probe.py), from what `check` refuses and from
 what the probe sandbox's pid 1 reported applying (docs/enforcement-linux.md shows them).
 """
@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 
 from stockade.launch.backend import Backend
-from stockade.launch.request import LimitSpec, NetworkSpec
-from stockade.lifecycle.probe import Attestation
-from stockade.lifecycle.report import (
+from stockade.launch.probe import Attestation
+from stockade.launch.report import (
     ENFORCED,
     PARTIAL,
     UNAVAILABLE,
@@ -19,6 +18,7 @@ from stockade.lifecycle.report import (
     containment_row,
     row_maker,
 )
+from stockade.launch.request import LimitSpec, NetworkSpec
 from stockade.linux.limits import MEMFD_WATCH, may_set_memfd_noexec
 from stockade.linux.probe import ANY_FACTS, tier_verified, verified
 

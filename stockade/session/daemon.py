@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from stockade.errors import StockadeError
+from stockade.launch import registry
 from stockade.lifecycle import removers, statedir
 from stockade.lifecycle.ledger import Ledger
 from stockade.linux import peer, servercheck
@@ -97,6 +98,7 @@ class Daemon:
                 # is not ours to end, but once unlinked no client reaches it by this path.
                 self.replaced = exc.why
             os.unlink(self.path)  # a stale socket of a dead daemon, or a planted one
+        registry.load_record_kinds()  # (the kinds of this host's backends, before any is read)
         done = self._ledger.reconcile()
         self.reclaimed = sum(1 for kind, name in done.removed
                              if (kind, name) == ("process", RECORD_LABEL))

@@ -85,9 +85,9 @@ class Sandbox:
         first, in a change set of the session's own)."""
         if policy.filesystem.workspace != "overlay":
             return boot.boot(policy, ctx)
-        from stockade.lifecycle import changes
+        from stockade.launch.manager import with_changes
 
-        request, self.changes = changes.begin(boot.agent_request(policy, ctx))
+        request, self.changes = with_changes(boot.agent_request(policy, ctx))
         try:
             return boot.boot(policy, ctx, request=request)
         except BaseException:

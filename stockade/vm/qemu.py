@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from stockade.errors import StockadeError, UnavailableError
+from stockade.launch import registry
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
@@ -127,6 +128,7 @@ def boot_vm(agent: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
     kernel = host_kernel()
     image = initramfs.build(kernel, machine.init_script(guest, list(request.argv)))
     ledger = Ledger()
+    registry.load_record_kinds()  # (the kinds of this host's backends, before any is read)
     ledger.reconcile()  # what owners that died left: their directories, their QEMU
     ledger.check()
     failures = []

@@ -13,8 +13,8 @@ from stockade.windows.api import win32
 from stockade.windows.handle import WindowsHandle
 
 if TYPE_CHECKING:
-    from stockade.lifecycle.probe import Attestation
-    from stockade.lifecycle.report import Row
+    from stockade.launch.probe import Attestation
+    from stockade.launch.report import Row
     from stockade.windows.probe import WindowsProbe
 
 # Windows 10 1809 / Server 2019: an AppContainer created with the mitigation-policy attribute

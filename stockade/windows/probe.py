@@ -1,4 +1,4 @@
-"""The Windows half of the readiness probe (the shared stages are stockade/lifecycle/probe.py's).
+"""The Windows half of the readiness probe (the shared stages are stockade/launch/probe.py's).
 
 The `launch` stage makes a fresh probe directory under the state directory — a workspace (write
 root) holding a protected `.git` and a denied `secret`, and an `outside` file no root grants —
@@ -48,10 +48,10 @@ from typing import Protocol
 
 from stockade import __version__
 from stockade.errors import StockadeError
+from stockade.launch.probe import Refused, Run
 from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.lifecycle.probe import Refused, Run
 from stockade.windows import admission, desktop, fsinfo, identity, probe_child, process, tokens
 from stockade.windows import constants as c
 from stockade.windows import job as jobs

@@ -1,4 +1,4 @@
-"""The Windows backend's rows of the enforcement report (stockade/lifecycle/report.py), computed
+"""The Windows backend's rows of the enforcement report (stockade/launch/report.py), computed
 from the facts the Windows readiness probe verified (probe.py) and from what `check` refuses.
 
 A row rests on the facts the probe observed about its launch: from outside, what the backend
@@ -12,9 +12,9 @@ listening socket, DNS, named pipes, the registry) is said in the reason, not cla
 from __future__ import annotations
 
 from stockade.launch.backend import Backend
+from stockade.launch.probe import Attestation
+from stockade.launch.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
-from stockade.lifecycle.probe import Attestation
-from stockade.lifecycle.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
 from stockade.windows.probe import NESTED_UI, verified
 
 # What rules.check accepts, on any platform: a drive path for the root and working directory.

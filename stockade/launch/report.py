@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from stockade.errors import StockadeError
 from stockade.launch import registry
 from stockade.launch.backend import Backend
+from stockade.launch.probe import Attestation
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec
-from stockade.lifecycle.probe import Attestation
 
 ENFORCED, PARTIAL, UNAVAILABLE = "enforced", "partial", "unavailable"
 # How each `Attestation.run_as` reads in a heading.

@@ -137,6 +137,7 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
             backend.probe()
         with run.timed("ledger"):
             ledger = ledger or Ledger()
+            registry.load_record_kinds()  # (so that no record of theirs is taken as foreign)
             ledger.reconcile()
             ledger.check()
         with run.timed("launch"):
@@ -214,6 +215,7 @@ def _stored_or_probe(backend: Backend) -> Attestation:
         try:
             backend.probe()
             ledger = Ledger()
+            registry.load_record_kinds()
             ledger.reconcile()
             ledger.check()
             return stored
