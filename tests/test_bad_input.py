@@ -20,6 +20,8 @@ import stockade
 from stockade.cli import main
 from stockade.errors import CommandNotFound, StockadeError, UsageError
 
+REPO = Path(__file__).resolve().parent.parent
+
 pytestmark = pytest.mark.usefixtures("linux")
 
 # One mistake per class: (its name, the keyword arguments, words its message must say).
@@ -253,3 +255,17 @@ def test_a_stdout_that_would_lose_the_output_is_refused_before_the_run(ws, tmp_p
     with pytest.raises(UsageError, match="stdout must be PIPE"):
         stockade.run(["touch", str(marker)], workspace=workspace, stdout=sink)
     assert not marker.exists() and sys.stdout is not None
+
+
+# --- the small defects (issue 32, item 5) ----------------------------------------------------
+
+def test_a_policy_file_that_is_a_fifo_is_refused_not_waited_on(ws, tmp_path):
+    workspace, _ = ws
+    fifo = tmp_path / "policy.toml"
+    os.mkfifo(fifo)  # no writer will ever come: opening it for reading would block for ever
+    done = subprocess.run([sys.executable, "-m", "stockade", "run", "--policy", str(fifo),
+                           "--", "true"], capture_output=True, text=True, timeout=60,
+                          cwd=workspace, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"stockade: policy_invalid: {fifo}: cannot read policy file (it is "
+                           "a FIFO, not a regular file)\n")
