@@ -269,3 +269,19 @@ def test_a_policy_file_that_is_a_fifo_is_refused_not_waited_on(ws, tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"stockade: policy_invalid: {fifo}: cannot read policy file (it is "
                            "a FIFO, not a regular file)\n")
+
+
+def test_a_relative_state_directory_is_refused(ws, tmp_path):
+    workspace, _ = ws
+    env = {**os.environ, "PYTHONPATH": str(REPO), "STOCKADE_STATE_DIR": "relative"}
+    done = subprocess.run([sys.executable, "-m", "stockade", "run", "--", "true"],
+                          capture_output=True, text=True, timeout=60, cwd=workspace, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("stockade: usage: STOCKADE_STATE_DIR='relative' is a relative path, "
+                           "which each process would find under its own working directory: "
+                           "give an absolute one\n")
+    assert not (workspace / "relative").exists()
+    done = subprocess.run([sys.executable, "-m", "stockade", "--state-dir", "own", "run", "--",
+                           "true"], capture_output=True, text=True, timeout=60, cwd=workspace,
+                          env=env)  # (the flag is made absolute, and wins)
+    assert done.returncode == 0, done.stderr
