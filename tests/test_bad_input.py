@@ -285,3 +285,14 @@ def test_a_relative_state_directory_is_refused(ws, tmp_path):
                            "true"], capture_output=True, text=True, timeout=60, cwd=workspace,
                           env=env)  # (the flag is made absolute, and wins)
     assert done.returncode == 0, done.stderr
+
+
+def test_writing_the_whole_host_is_refused_saying_so(ws, capsys):
+    workspace, _ = ws
+    for words in (["run", "--write", "/", "--", "true"],
+                  ["run", "--preset", "read-only", "--write", "/", "--", "true"]):
+        assert main(words) == 70
+        err = capsys.readouterr().err
+        assert err.startswith('stockade: unenforceable:filesystem.write: filesystem.write '
+                              'includes "/": the whole host writable'), err
+        assert "/bin" not in err and "filesystem.read" not in err  # (not a consequence)

@@ -78,6 +78,12 @@ def compile_policy(
     fs = policy.filesystem
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
+    if any(grant.path == "/" for grant in write):  # (said before what follows from it)
+        raise UnenforceableError("filesystem.write", 'filesystem.write includes "/": the '
+                                 "whole host writable, which no sandbox holds (its command "
+                                 "could rewrite what runs outside it); grant the directories "
+                                 "the command writes, or, for a policy that restricts nothing "
+                                 "at all, run with --unsandboxed")
     _refuse_planted_links(read_links, write_links, read, write)
     state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
