@@ -22,7 +22,7 @@ _EXPORTS = {
     "run": "stockade.api", "arun": "stockade.api", "probe": "stockade.launch.probe",
     "PIPE": "stockade.api", "DEVNULL": "stockade.api", "STDOUT": "stockade.api",
     "CommandFailed": "stockade.launch.result", "CommandTimedOut": "stockade.launch.result",
-    "Attestation": "stockade.launch.probe",
+    "Attestation": "stockade.launch.probe", "CommandNotFound": "stockade.errors",
     "PolicyError": "stockade.errors", "SetupError": "stockade.errors",
     "StartError": "stockade.errors", "StockadeError": "stockade.errors",
     "UnavailableError": "stockade.errors", "UnenforceableError": "stockade.errors",
@@ -34,14 +34,15 @@ _EXPORTS = {
 }
 __all__ = [
     "DEVNULL", "PIPE", "STDOUT", "AsyncSandbox", "Attestation", "CommandFailed",
-    "CommandTimedOut", "Policy", "PolicyError", "Result", "Sandbox", "SetupError", "StartError",
-    "StockadeError", "UnavailableError", "UnenforceableError", "UsageError", "Violation",
-    "VmSandbox", "arun", "load_policy", "preset", "probe", "run",
+    "CommandNotFound", "CommandTimedOut", "Policy", "PolicyError", "Result", "Sandbox",
+    "SetupError", "StartError", "StockadeError", "UnavailableError", "UnenforceableError",
+    "UsageError", "Violation", "VmSandbox", "arun", "load_policy", "preset", "probe", "run",
 ]
 
 if TYPE_CHECKING:
     from stockade.api import DEVNULL, PIPE, STDOUT, arun, run
     from stockade.errors import (
+        CommandNotFound,
         PolicyError,
         SetupError,
         StartError,

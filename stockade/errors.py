@@ -6,6 +6,8 @@ value or a SID (a mistyped policy value is shown, cut short, so the user can fin
 
 from __future__ import annotations
 
+import errno
+
 EXIT_USAGE = 2
 EXIT_SETUP = 70
 EXIT_START = 71
@@ -75,9 +77,24 @@ class SetupError(StockadeError):
 
 
 class StartError(StockadeError):
-    """The sandbox was ready but the command could not be started."""
+    """The sandbox was ready but the command could not be started. A `command_not_found` one
+    is a CommandNotFound, whichever backend raises it."""
 
     exit_code = EXIT_START
+
+    def __new__(cls, code: str, message: str) -> StartError:
+        if cls is StartError and code == "command_not_found":
+            cls = CommandNotFound
+        return super().__new__(cls, code, message)
+
+
+class CommandNotFound(StartError, FileNotFoundError):
+    """The command's program does not exist in the sandbox: also a FileNotFoundError, as
+    subprocess raises for a missing program (`except FileNotFoundError` catches both)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.errno, self.strerror = errno.ENOENT, message
 
 
 class ChangesError(StockadeError):

@@ -24,6 +24,7 @@ import struct
 import sys
 
 from stockade.cliwire import NOT_SERVED, SERVED, SOCKET_NAME, encode_request, socket_path
+from stockade.errors import UsageError
 
 __all__ = ["NOT_SERVED", "SERVED", "SOCKET_NAME", "encode_request", "main", "socket_path"]
 
@@ -61,8 +62,8 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
     try:
         path = socket_path()
         cwd = os.getcwd()
-    except (OSError, RuntimeError):  # no working directory, or no home: run here
-        return None
+    except (OSError, RuntimeError, UsageError):  # no working directory, no home, or a
+        return None  # mistaken STOCKADE_STATE_DIR: run here (which says so)
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         from stockade.linux.servercheck import ServerUntrusted, connect

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from conftest import policy_for
 
-from stockade.errors import SetupError, UnavailableError
+from stockade.errors import SetupError, UnavailableError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager
 from stockade.lifecycle import ledger as ledger_module
@@ -326,8 +326,11 @@ def test_state_dir_resolution(monkeypatch, tmp_path):
     assert statedir.state_dir() == "/var/lib/stockade"
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     assert statedir.state_dir() == str(tmp_path / "xdg/stockade")
-    monkeypatch.setenv(statedir.ENV, "rel")
-    assert statedir.state_dir() == os.path.abspath("rel")
+    monkeypatch.setenv(statedir.ENV, str(tmp_path / "own"))
+    assert statedir.state_dir() == str(tmp_path / "own")
+    monkeypatch.setenv(statedir.ENV, "rel")  # (each process would find its own: refused)
+    with pytest.raises(UsageError, match="STOCKADE_STATE_DIR='rel' is a relative path"):
+        statedir.state_dir()
 
 
 @pytest.mark.parametrize("spoil", ["group_writable", "symlink"])

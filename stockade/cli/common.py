@@ -51,6 +51,17 @@ def no_command(command: list[str] | None) -> None:
                          "'session exec'")
 
 
+def env_flags(pairs: list[str]) -> dict[str, str]:
+    """The variables of --env NAME=VALUE flags (the policy's rules check them after)."""
+    env = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not name or not equals:
+            raise UsageError(f"--env {pair.split('=')[0][:40]!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
 def add_policy_source(parser: argparse.ArgumentParser) -> None:
     """--policy FILE | --preset NAME, --containment, and --workspace DIR."""
     source = parser.add_mutually_exclusive_group()

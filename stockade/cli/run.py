@@ -10,7 +10,13 @@ import sys
 import time
 from typing import Any, TextIO
 
-from stockade.cli.common import add_policy_source, chosen_policy, need_command, subcommand
+from stockade.cli.common import (
+    add_policy_source,
+    chosen_policy,
+    env_flags,
+    need_command,
+    subcommand,
+)
 from stockade.errors import UsageError
 from stockade.launch import registry
 from stockade.launch.compile import CompileContext, compile_policy
@@ -27,6 +33,7 @@ def add_run(commands: Any) -> None:
                      "stockade run --preset workspace-write --timeout 90s -- make",
                      "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
                      "stockade run --network any --reach 10.0.0.5:5432 -- ./migrate.sh",
+                     "stockade run --env CI=1 -- make test",
                      "stockade run --json -- python3 -c 'print(1)'")
     add_policy_source(run)
     run.add_argument("--read", metavar="PATH", action="append", default=[],
@@ -43,6 +50,9 @@ def add_run(commands: Any) -> None:
                      help="let mode any reach ADDR (an address or range, optionally one port) "
                           "past its guard (switches to mode any)")
     run.add_argument("--timeout", metavar="T", help='wall-clock limit such as "90s" or "5m"')
+    run.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                     help="add a variable to the policy's closed environment (repeatable; "
+                          "names the policy refuses are refused here too)")
     run.add_argument("--stdin", choices=STDIN_MODES,
                      help="the command's stdin: inherit (this process's stdin, copied through "
                           "a pipe: a terminal itself never enters the sandbox) or null "
@@ -107,8 +117,8 @@ def _sandbox_exec(args: argparse.Namespace, command: list[str] | None) -> int:
 
 
 def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
-    """`policy` plus the --read/--write/--allow-domain/--network/--reach/--timeout flags,
-    validated as policy.
+    """`policy` plus the --read/--write/--allow-domain/--network/--reach/--timeout/--env
+    flags, validated as policy.
 
     The flags' values go first in each list, so an error's `[index]` counts that flag's uses.
     """
@@ -128,6 +138,8 @@ def _with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
         sections["limits"] = {"timeout": args.timeout}
     if args.overlay:
         sections.setdefault("filesystem", {})["workspace"] = "overlay"
+    if args.env:
+        sections["env"] = {"set": env_flags(args.env)}
     return merge(policy, sections, file="command line") if sections else policy
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from stockade.cli.common import (
     add_policy_source,
     chosen_policy,
+    env_flags,
     need_command,
     no_command,
     subcommand,
@@ -211,12 +212,7 @@ def _source(args: argparse.Namespace, argv: list[str], *,
 
 
 def _environment(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, equals, value = pair.partition("=")
-        if not name or not equals:
-            raise UsageError(f"--env {pair.split('=')[0][:40]!r}: expected NAME=VALUE")
-        env[name] = value
+    env = env_flags(pairs)
     close_environment((), tuple(env.items()), {})  # refused names fail here, as in a Sandbox
     return env
 

@@ -37,6 +37,7 @@ class CompileContext:
 
     @classmethod
     def current(cls, workspace: str | os.PathLike | None = None) -> CompileContext:
+        _check_path(workspace, "workspace")
         if workspace is not None and not os.path.isdir(workspace):
             raise UsageError(f"workspace {os.fspath(workspace) or '(empty)'}: not a directory")
         return cls(
@@ -45,6 +46,16 @@ class CompileContext:
             tmp=None,
             host_env=dict(os.environ),
         )
+
+
+def _check_path(path: object, name: str) -> None:
+    """UsageError unless `path` is None, a str or an os.PathLike naming a str (an int would
+    name a descriptor to os.path, bytes a path Stockade never holds)."""
+    if path is None or isinstance(path, str):
+        return
+    if not isinstance(path, os.PathLike) or not isinstance(os.fspath(path), str):
+        raise UsageError(f"{name} must be a path (str or os.PathLike), got "
+                         f"{type(path).__name__}")
 
 
 def _current() -> str:
@@ -70,6 +81,12 @@ def compile_policy(
     fs = policy.filesystem
     read, read_links = _grants(fs.read, "filesystem.read", ctx)
     write, write_links = _grants(fs.write, "filesystem.write", ctx)
+    if any(grant.path == "/" for grant in write):  # (said before what follows from it)
+        raise UnenforceableError("filesystem.write", 'filesystem.write includes "/": the '
+                                 "whole host writable, which no sandbox holds (its command "
+                                 "could rewrite what runs outside it); grant the directories "
+                                 "the command writes, or, for a policy that restricts nothing "
+                                 "at all, run with --unsandboxed")
     # (not with an overlaid workspace, where every write root is a layer to review: the home
     # would be one too, its caches in every change set)
     home, home_links = _private_home(ctx) if fs.home == "private" \
@@ -456,6 +473,9 @@ def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
 
 def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileContext,
                  roots: tuple[PathGrant, ...]) -> str:
+    _check_path(cwd, "cwd")
+    if cwd is not None and not os.fspath(cwd):
+        raise UsageError("cwd is an empty path: name a directory (or leave cwd out)")
     raw = os.fspath(cwd) if cwd is not None else policy.process.cwd or "{workspace}"
     try:
         resolved = canonical_path(expand(raw, ctx))

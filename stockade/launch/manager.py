@@ -79,12 +79,12 @@ class SandboxManager:
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None,
-            stdout: Sink = KEEP, stderr: Sink = KEEP) -> Result:
+            stdout: Sink = KEEP, stderr: Sink = KEEP, stdin_from: int = 0) -> Result:
         """Run `request` to completion, capturing output within `limits.output` (see
-        `execute` for the output's other destinations)."""
+        `execute` for the output's other destinations, and stdin's source)."""
         backend = self.select(request)
         return execute(backend, request, input=input, stdio_inherit=stdio_inherit,
-                       cancel=cancel, stdout=stdout, stderr=stderr)
+                       cancel=cancel, stdout=stdout, stderr=stderr, stdin_from=stdin_from)
 
 
 def isolated(backend: Backend, isolation: str) -> Backend:
@@ -101,13 +101,13 @@ def isolated(backend: Backend, isolation: str) -> Backend:
 
 def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None,
-            stdout: Sink = KEEP, stderr: Sink = KEEP) -> Result:
-    """Spawn in `backend`, feed `input` (or relay this process's stdin, if the request
-    inherits it), capture bounded output (or relay it to this process's stdout and stderr,
-    `stdio_inherit`; or send each where `stdout` and `stderr` say: pump.KEEP, pump.DISCARD, a
-    descriptor of this process, and for stderr MERGE, into the command's stdout), enforce the
-    timeout; setting `cancel` kills the whole sandbox tree. Output not kept is None in the
-    Result."""
+            stdout: Sink = KEEP, stderr: Sink = KEEP, stdin_from: int = 0) -> Result:
+    """Spawn in `backend`, feed `input` (or relay this process's descriptor `stdin_from`, its
+    stdin by default, if the request inherits it), capture bounded output (or relay it to
+    this process's stdout and stderr, `stdio_inherit`; or send each where `stdout` and
+    `stderr` say: pump.KEEP, pump.DISCARD, a descriptor of this process, and for stderr
+    MERGE, into the command's stdout), enforce the timeout; setting `cancel` kills the whole
+    sandbox tree. Output not kept is None in the Result."""
     weaken = getattr(backend, "weaken", frozenset())  # (tests only: see frame.LAYERS)
     limit = request.limits.output if request.limits.output is not None else DEFAULT_OUTPUT_LIMIT
     if "output_cap" in weaken:
@@ -132,7 +132,8 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         handle = backend.spawn(request, Stdio(stdin, out, err))
         timeout = None if "timeout" in weaken else request.limits.timeout
         done = drive(handle, input=input, limit=limit, timeout=timeout, cancel=cancel,
-                     outputs=(stdout, DISCARD if stderr == MERGE else stderr), pass_stdin=passed)
+                     outputs=(stdout, DISCARD if stderr == MERGE else stderr),
+                     stdin_from=stdin_from if passed else None)
     except BaseException:
         _settled(changes, None, ran=False)
         raise

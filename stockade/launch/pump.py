@@ -138,20 +138,20 @@ class _Clock:
 
 def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | None,
           cancel: threading.Event | None, threaded: bool = sys.platform == "win32",
-          outputs: tuple[Sink, Sink] = (KEEP, KEEP), pass_stdin: bool = False) -> Outcome:
+          outputs: tuple[Sink, Sink] = (KEEP, KEEP), stdin_from: int | None = None) -> Outcome:
     """Run the launch to its end. `outputs`: where its stdout and stderr go (kept, dropped,
-    or relayed to a descriptor of this process: (1, 2) for ours); `pass_stdin`: this
-    process's descriptor 0 comes in on the handle's stdin pipe (instead of `input`)."""
+    or relayed to a descriptor of this process: (1, 2) for ours); `stdin_from`: a descriptor
+    of this process (0: ours) whose data comes in on the handle's stdin pipe (instead of
+    `input`)."""
     clock = _Clock(timeout, cancel)
     # Both relayed to one descriptor: the second through a duplicate, so the loop can wait on
     # each (a descriptor is registered once).
     shared = outputs[0] == outputs[1] and isinstance(outputs[0], int)
-    out = _sink(outputs[0], limit)
-    err = _sink(os.dup(outputs[1]) if shared else outputs[1], limit)
-    source = 0 if pass_stdin else None
+    out = capture_for(outputs[0], limit)
+    err = capture_for(os.dup(outputs[1]) if shared else outputs[1], limit)
     try:
         (_pump_threads if threaded else _pump_poll)(handle, input or b"", out, err, clock,
-                                                    source)
+                                                    stdin_from)
     finally:
         if shared:
             os.close(err.fd)  # type: ignore[attr-defined]
@@ -161,7 +161,8 @@ def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | N
     return Outcome(end, out, err, clock.timed_out, clock.cancelled)
 
 
-def _sink(where: Sink, limit: int) -> Capture:
+def capture_for(where: Sink, limit: int) -> Capture:
+    """What takes a stream bound for `where` (KEEP, DISCARD or a descriptor)."""
     if where == KEEP:
         return Capture(limit)
     if where == DISCARD:
@@ -242,8 +243,9 @@ class _Feed(_Ready):
 
 
 class _Pass(_Ready):
-    """The caller's descriptor 0, into the command's stdin: read while nothing is pending,
-    written while something is; the command's stdin closes when the caller's ends."""
+    """A descriptor of the caller's (0: its stdin), into the command's stdin: read while
+    nothing is pending, written while something is; the command's stdin closes when the
+    caller's ends."""
 
     def __init__(self, source: int, stream: IO[bytes]) -> None:
         self.source, self.stream, self.pending = source, stream, b""

@@ -2,7 +2,8 @@
 
 First match wins:
 
-1. `STOCKADE_STATE_DIR` (the CLI's `--state-dir` sets it for its process and children);
+1. `STOCKADE_STATE_DIR`, an absolute path (the CLI's `--state-dir` sets it for its process
+   and children);
 2. `$XDG_STATE_HOME/stockade`, when `XDG_STATE_HOME` is an absolute path;
 3. `/var/lib/stockade` for root, so that `sudo` with a preserved `HOME` never leaves root-owned
    state in a user's home (and root's state is where system state belongs);
@@ -22,7 +23,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from stockade.errors import UnavailableError
+from stockade.errors import UnavailableError, UsageError
 from stockade.lifecycle import lease
 
 ENV = "STOCKADE_STATE_DIR"
@@ -42,8 +43,11 @@ def candidates(env: Mapping[str, str], home: str) -> list[str]:
     sockets, plants ledger records or makes the key acts outside it."""
     found = []
     explicit = env.get(ENV)
+    if explicit and not os.path.isabs(explicit):  # (--state-dir makes its own absolute)
+        raise UsageError(f"{ENV}={explicit[:80]!r} is a relative path, which each process "
+                         "would find under its own working directory: give an absolute one")
     if explicit:
-        found.append(os.path.abspath(explicit))
+        found.append(explicit)
     xdg = env.get("XDG_STATE_HOME", "")
     if os.path.isabs(xdg):
         found.append(os.path.join(xdg, "stockade"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 from stockade.errors import PolicyError
@@ -26,7 +27,15 @@ def load_document(name: str) -> Any:
 
 def _read_text(name: str) -> str:
     try:
-        with open(name, "rb") as handle:
+        # Opened without blocking and read only if regular: a FIFO would wait for a writer
+        # for ever, a device give endless data.
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        with open(os.open(name, flags), "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device"  # (a directory: EISDIR)
+                raise PolicyError(f"cannot read policy file (it is {kind}, not a regular "
+                                  "file)", file=name)
             data = handle.read(MAX_FILE_BYTES + 1)
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "invalid path"

@@ -98,8 +98,13 @@ def resolve_policy(policy: Policy | str | os.PathLike[str] | None, preset_name: 
     if isinstance(policy, Policy):
         return policy
     if policy is not None:
+        if not isinstance(policy, str | os.PathLike):
+            raise UsageError(f"policy must be a Policy or a policy file's path, got "
+                             f"{type(policy).__name__}")
         return load_policy(policy)
-    return preset(preset_name or DEFAULT_PRESET)
+    if preset_name == "":  # (not the default: an empty name is a mistake, said as one)
+        raise UsageError(f"preset: an empty name (known: {', '.join(PRESETS)})")
+    return preset(DEFAULT_PRESET if preset_name is None else preset_name)
 
 
 def policy_to_document(policy: Policy) -> dict[str, Any]:

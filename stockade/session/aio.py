@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from stockade.errors import UsageError
@@ -47,24 +47,32 @@ class AsyncSandbox:
         if self._sandbox is not None:
             await asyncio.to_thread(self._sandbox.close)
 
-    async def run(self, argv: Sequence[str], **kwargs: Any) -> Result:
-        """Sandbox.run, awaited (same keyword arguments, except `cancel`)."""
-        result = None
-        async for event in self.stream(argv, **kwargs):
-            result = event
-        assert isinstance(result, Result)
-        return result
+    async def run(self, args: Any, **kwargs: Any) -> Result:
+        """Sandbox.run, awaited (same arguments): cancelling the awaiting task cancels the
+        command, as setting `cancel` does."""
+        sandbox = self._started()
+        cancel = kwargs.pop("cancel", None) or threading.Event()
+        task = asyncio.ensure_future(asyncio.to_thread(sandbox.run, args, cancel=cancel,
+                                                       **kwargs))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancel.set()
+            await asyncio.wait([task])  # the command is over before the cancellation goes on
+            raise
 
-    async def stream(self, argv: Sequence[str], **kwargs: Any) -> AsyncIterator[Output | Result]:
-        """Sandbox.stream, as an async iterator (same keyword arguments, except `cancel`)."""
+    async def stream(self, args: Any, **kwargs: Any) -> AsyncIterator[Output | Result]:
+        """Sandbox.stream, as an async iterator (same arguments): leaving the loop early
+        cancels the command, as setting `cancel` does."""
         sandbox = self._started()
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
+        cancel = kwargs.pop("cancel", None) or threading.Event()
+        stream = sandbox.stream(args, cancel=cancel, **kwargs)  # (a mistake raises here)
 
         def pump() -> None:
             try:
-                for event in sandbox.stream(argv, cancel=cancel, **kwargs):
+                for event in stream:
                     loop.call_soon_threadsafe(events.put_nowait, event)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
                 loop.call_soon_threadsafe(events.put_nowait, exc)

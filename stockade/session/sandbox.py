@@ -24,13 +24,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from stockade.errors import UnavailableError, UsageError
-from stockade.launch import registry
+from stockade.launch import calls, registry
 from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
-from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
+from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT, MERGE
+from stockade.launch.pump import KEEP, Capture, Forward, Sink, capture_for
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation, network_denials
-from stockade.policy import Policy, resolve_policy
+from stockade.policy import Policy, merge, resolve_policy
 from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
 from stockade.session.exchange import Ending, Exchange, Output
@@ -129,36 +130,77 @@ class Sandbox:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def run(self, argv: Sequence[str], *, input: bytes | None = None,
-            timeout: float | None = None, cwd: str | os.PathLike | None = None,
-            env: Mapping[str, str] | None = None,
+    def run(self, args: calls.Args, *, input: bytes | str | None = None,
+            stdin: calls.Destination = None, capture_output: bool | None = None,
+            stdout: calls.Destination = calls.PIPE, stderr: calls.Destination = calls.PIPE,
+            check: bool = False, text: bool | None = None, encoding: str | None = None,
+            errors: str | None = None, universal_newlines: bool | None = None,
+            env: Mapping[str, str | os.PathLike[str]] | None = None,
+            timeout: float | str | None = None, shell: bool = False,
+            cwd: str | os.PathLike | None = None,
             cancel: threading.Event | None = None) -> Result:
-        """Run `argv` in this sandbox and return its Result (output captured within
-        `limits.output`). `timeout` (seconds) overrides `limits.timeout`; `env` adds variables
-        to the policy's closed environment (refused names are refused here too); setting
-        `cancel` kills the command's process tree."""
-        result = None
-        for event in self.stream(argv, input=input, timeout=timeout, cwd=cwd, env=env,
-                                 cancel=cancel):
-            result = event
-        assert isinstance(result, Result)
+        """Run `args` in this sandbox and return its Result: the arguments of `stockade.run`
+        that concern one command, meaning the same (output captured within `limits.output`,
+        or sent where `stdout` and `stderr` say; `timeout` overrides `limits.timeout`; `env`
+        adds variables to the policy's closed environment, refused names refused here too;
+        setting `cancel` kills the command's process tree). `stdin` takes None, DEVNULL or
+        PIPE, not a descriptor: the agent is sent `input` whole."""
+        sinks = calls.sinks(capture_output, stdout, stderr)
+        shape = calls.encoding(text, encoding, errors, universal_newlines)
+        events = self._events(args, calls.stdin(stdin, input, shape, errors, relay=False),
+                              env, timeout, shell, cwd, cancel)
+        limit = self._output_limit()
+        out = capture_for(sinks[0], limit)
+        err = out if sinks[1] == MERGE else capture_for(sinks[1], limit)
+        with contextlib.closing(events):
+            for event in events:
+                if isinstance(event, Result):
+                    result = _delivered(event, sinks, out)
+                else:
+                    taker = out if event.stream == "stdout" else err
+                    taker.take(event.data)
+                    if isinstance(taker, Forward):
+                        _written(taker)
+        result = calls.shaped(result, args, shape, errors)
+        if check:
+            result.check_returncode()
         return result
 
-    def stream(self, argv: Sequence[str], *, input: bytes | None = None,
-               timeout: float | None = None, cwd: str | os.PathLike | None = None,
-               env: Mapping[str, str] | None = None,
+    def stream(self, args: calls.Args, *, input: bytes | str | None = None,
+               stdin: calls.Destination = None, text: bool | None = None,
+               encoding: str | None = None, errors: str | None = None,
+               universal_newlines: bool | None = None,
+               env: Mapping[str, str | os.PathLike[str]] | None = None,
+               timeout: float | str | None = None, shell: bool = False,
+               cwd: str | os.PathLike | None = None,
                cancel: threading.Event | None = None) -> Iterator[Output | Result]:
-        """Like `run`, but yields every Output chunk as it arrives, then the Result (whose
-        stdout/stderr are the same bytes, captured within `limits.output`). Leaving the loop
-        early cancels the command."""
-        request = self._command(argv, cwd, env, timeout)
-        limit = request.limits.output
-        limit = DEFAULT_OUTPUT_LIMIT if limit is None else limit
+        """Like `run`, but yields every Output chunk as it arrives (str in text mode, decoded
+        as the Result's output is), then the Result (whose stdout/stderr are the same
+        output, captured within `limits.output`). Leaving the loop early cancels the
+        command. A mistake in the arguments raises at the call, before any iteration."""
+        shape = calls.encoding(text, encoding, errors, universal_newlines)
+        events = self._events(args, calls.stdin(stdin, input, shape, errors, relay=False),
+                              env, timeout, shell, cwd, cancel)
+        return _decoded(events, args, shape, errors)
+
+    def _events(self, args: calls.Args, given: calls.Stdin,
+                env: Mapping[str, str | os.PathLike[str]] | None, timeout: float | str | None,
+                shell: bool, cwd: str | os.PathLike | None,
+                cancel: threading.Event | None) -> Iterator[Output | Result]:
+        """The command's output chunks as they arrive (bytes), then its Result. Every argument
+        is checked before the generator is returned: a mistake raises at the call."""
+        request = self._command(calls.argv(args, shell), cwd, calls.variables(env),
+                                calls.seconds(timeout))
+        cancel = calls.cancel_event(cancel)
         body = {"argv": list(request.argv), "cwd": request.cwd, "env": dict(request.env),
                 "timeout": request.limits.timeout}
         if len(json.dumps(body)) > MAX_COMMAND:  # (refused here: the agent would end the session)
             raise UsageError(f"the command, its directory and environment take more than "
                              f"{MAX_COMMAND >> 10} KiB: pass large data through input or a file")
+        return self._exchange(request, body, given.data, self._output_limit(), cancel)
+
+    def _exchange(self, request: LaunchRequest, body: dict, input: bytes | None, limit: int,
+                  cancel: threading.Event | None) -> Iterator[Output | Result]:
         with self._turn():
             self._number += 1
             exchange = Exchange(self._session.channel, self._number, input, limit,
@@ -176,6 +218,10 @@ class Sandbox:
             # (commands take turns: the proxy's records since this one began are its own)
             records = self._network_records()[seen:]
         yield self._result(request, ending, time.monotonic() - began, records)
+
+    def _output_limit(self) -> int:
+        limit = self._session.request.limits.output  # (every command's: see _command)
+        return DEFAULT_OUTPUT_LIMIT if limit is None else limit
 
     def ping(self, timeout: float = 5.0) -> float:
         """Seconds for a round trip to the agent (SessionError if it does not answer)."""
@@ -225,18 +271,17 @@ class Sandbox:
     # --- internals ---------------------------------------------------------------------------
 
     def _command(self, argv: Sequence[str], cwd: str | os.PathLike | None,
-                 env: Mapping[str, str] | None, timeout: float | None) -> LaunchRequest:
+                 env: Mapping[str, str], timeout: float | None) -> LaunchRequest:
         """The LaunchRequest this command amounts to: the session's roots, network and limits
         with the command's own argv, cwd, environment and timeout (hence its own digest)."""
-        if timeout is not None and timeout <= 0:
-            raise UsageError("timeout must be positive")
         if cwd is None:  # the common case skips resolving every root again
             check_argv(argv)
             own = replace(self._default, argv=tuple(argv))
         else:
             own = compile_policy(self._policy, list(argv), self._ctx, cwd=cwd)
         variables = dict(own.env)
-        if env:
+        if env:  # names and values checked as the policy's env.set (the agent takes no other)
+            merge(self._policy, {"env": {"set": env}}, file="env=")
             variables |= dict(close_environment((), tuple(env.items()), {}))
         session = self._session.request
         return replace(session, argv=own.argv, cwd=own.cwd, env=tuple(sorted(variables.items())),
@@ -315,6 +360,64 @@ class Sandbox:
                      "session": round(max(duration * 1000 - start - wall, 0), 3)},
             args=list(request.argv), timeout=request.limits.timeout,
         )
+
+
+def _decoded(events: Iterator[Output | Result], args: calls.Args, shape: str | None,
+             errors: str | None) -> Iterator[Output | Result]:
+    """`events` with the output decoded in text mode (`shape`: its encoding) and the Result
+    shaped as the caller asked."""
+    decoders = {name: _decoder(shape, errors) for name in ("stdout", "stderr")}
+    with contextlib.closing(events):  # (left early: the command is cancelled now)
+        for event in events:
+            if isinstance(event, Result):
+                for name, decode in decoders.items():  # (what a decoder held back)
+                    if tail := decode(b"", final=True):
+                        yield Output(name, tail)  # type: ignore[arg-type]
+                yield calls.shaped(event, args, shape, errors)
+            elif shape is None:
+                yield event
+            elif chunk := decoders[event.stream](event.data):
+                yield Output(event.stream, chunk)  # type: ignore[arg-type]
+
+
+def _delivered(result: Result, sinks: tuple[Sink, Sink], out: Capture) -> Result:
+    """`result` with only the output that was to be captured (stderr=STDOUT: both streams,
+    in the order they arrived, as stdout)."""
+    merged = sinks[1] == MERGE
+    stdout = result.stdout if sinks[0] == KEEP else None
+    if merged and sinks[0] == KEEP:
+        return replace(result, stdout=bytes(out.data), stdout_truncated=out.truncated,
+                       stderr=None)
+    return replace(result, stdout=stdout,
+                   stderr=result.stderr if sinks[1] == KEEP else None)
+
+
+def _written(forward: Forward) -> None:
+    """What `forward` holds, written to its descriptor now (it may block while the
+    descriptor's reader catches up)."""
+    while forward.pending and not forward.closed:
+        forward.flush_some(len(forward.pending))
+
+
+def _decoder(encoding: str | None, errors: str | None) -> Callable[..., str]:
+    """Decodes one stream's chunks as they come, as the Result's output is decoded (universal
+    newlines, a character or a CRLF split between chunks included)."""
+    if encoding is None:
+        return lambda data, final=False: ""
+    import codecs
+    import io
+
+    decoder = io.IncrementalNewlineDecoder(
+        codecs.getincrementaldecoder(encoding)(errors or "strict"), translate=True)
+
+    def decode(data: bytes, final: bool = False) -> str:
+        try:
+            return decoder.decode(data, final=final)
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"output is not {encoding} text ({exc.reason}): pass "
+                             "errors='replace', or read bytes (no text=)") from None
+
+    return decode
 
 
 def _vm_driver() -> type[Sandbox]:
