@@ -125,6 +125,37 @@ for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/3", "/proc/1/fd/4", "/p
         print("REFUSED", path, errno.errorcode[exc.errno])
 """
 
+# A caller opens, with O_CREAT, a procfs magic link to a fifo nobody writes to (/proc/self/fd/N,
+# N an O_PATH descriptor of it): its open waits for a writer, as it should. pid 1, which
+# carries the open out, must not wait with it (issue 29, W1): meanwhile it answers another
+# process's mkdir (and watches the lifeline). The script releases a wedged pid 1 itself after
+# 5 s, so the test ends either way.
+PROC_FIFO = r"""
+import os, time
+os.mkfifo("/tmp/f")
+fd = os.open("/tmp/f", os.O_PATH)
+reader = os.fork()
+if reader == 0:
+    got = os.open(f"/proc/self/fd/{fd}", os.O_CREAT | os.O_RDONLY)
+    os._exit(0 if os.read(got, 16) == b"through" else 3)
+time.sleep(0.5)
+probe = os.fork()
+if probe == 0:
+    os.mkdir("probe")
+    os._exit(0)
+for _ in range(50):
+    if os.waitpid(probe, os.WNOHANG)[0]:
+        print("ANSWERED", flush=True)
+        break
+    time.sleep(0.1)
+else:
+    print("HUNG", flush=True)
+writer = os.open("/tmp/f", os.O_WRONLY)  # (not trapped) the reader's open returns
+os.write(writer, b"through")
+os.close(writer)
+print("READER", os.waitstatus_to_exitcode(os.waitpid(reader, 0)[1]))
+"""
+
 
 def run(argv, where, **policy) -> stockade.Result:
     return stockade.run(list(argv), policy_for(**policy), workspace=where)
@@ -177,6 +208,15 @@ def test_pid_1s_own_descriptors_are_not_reached_through_proc(ws):
     assert b"OPENED" not in r.stdout, r.stdout
     assert r.stdout.count(b"REFUSED") == 5, r.stdout
 
+
+def test_a_procfs_link_to_a_fifo_does_not_wedge_pid_1(ws):
+    """pid 1 opens /proc/self/fd/N of a fifo for the caller in a child: the caller waits for
+    the fifo's writer and then reads it, and every other call is answered meanwhile."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", PROC_FIFO], workspace, timeout=30.0)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.decode().split() == ["ANSWERED", "READER", "0"], r.stdout
+    assert (workspace / "probe").is_dir()
 
 def test_a_released_name_and_git_stay_creatable(ws):
     """`"!NAME"` releases a name; `.git` is not protected whole (git init works, guarded)."""

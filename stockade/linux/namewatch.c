@@ -45,10 +45,13 @@
  * without O_CREAT: only a new name is refused. Names match without regard to ASCII case (a
  * case-folding filesystem's `.CODEX` is `.codex`).
  *
- * Blocking. A fifo opened without O_NONBLOCK waits for its other end: one is opened by a
- * child of pid 1, which answers the call when the open returns; everything else is opened
- * non-blocking (then made blocking again), and what answers ENXIO (a fifo made meanwhile with
- * no reader) goes to a child too.
+ * Blocking. pid 1 never waits on what the command controls: while it waits it answers no
+ * call and watches no lifeline. A fifo opened without O_NONBLOCK waits for its other end: one
+ * is opened by a child of pid 1, which answers the call when the open returns; everything
+ * else is opened non-blocking (then made blocking again), and what answers ENXIO (a fifo made
+ * or swapped in meanwhile with no reader) or EWOULDBLOCK (a file under another's lease) goes
+ * to a child too. So are the opens the kernel decides (procfs's magic links, which may lead
+ * to a fifo or a device, ".", "..", O_TMPFILE); an O_PATH open waits for nothing.
  *
  * Cost. Only creating calls are trapped (an openat without O_CREAT is not: the filter tests
  * the flag); each costs a round trip to pid 1 and a walk of its path, tens of microseconds,
@@ -315,6 +318,33 @@ static void open_in_child(struct namewatch *w, uint64_t id, const struct place *
     }
 }
 
+/* Open `p` as `flags` ask and answer with it, never waiting in pid 1's only thread, which
+ * the lifeline and every other caller wait on: what a blocking open may wait for goes to a
+ * child (a fifo, found by fstatat with `at`, or made or swapped in meanwhile: ENXIO; a file
+ * under another's lease: EWOULDBLOCK); all else is opened non-blocking, then made blocking
+ * again. 0 when answered, else -1 with errno and nothing answered. */
+static int open_unwaiting(struct namewatch *w, uint64_t id, const struct place *p, int flags,
+                          mode_t mode, int at) {
+    int blocking = !(flags & (O_NONBLOCK | O_PATH));  /* (an O_PATH open waits for nothing) */
+    struct stat info;
+    if (blocking && fstatat(p->parent, p->last, &info, at) == 0 && S_ISFIFO(info.st_mode)) {
+        open_in_child(w, id, p, flags, mode);
+        return 0;
+    }
+    int fd = openat(p->parent, p->name, flags | O_NONBLOCK, mode);
+    if (fd < 0 && blocking && (errno == ENXIO || errno == EWOULDBLOCK)) {
+        open_in_child(w, id, p, flags, mode);
+        return 0;
+    }
+    if (fd < 0)
+        return -1;
+    /* (closing a fifo made meanwhile would end its reader's wait: it goes over) */
+    if (blocking)
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    reply_fd(w, id, fd, flags);
+    return 0;
+}
+
 /* open/openat/creat with O_CREAT of `path` from the caller's `dir`. */
 static void open_for(struct namewatch *w, const struct seccomp_notif *call, int dir,
                      char *path, int flags, mode_t mode) {
@@ -334,11 +364,10 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
         }
         if ((flags & (O_PATH | __O_TMPFILE)) || on_proc(p.parent) || strcmp(p.last, ".") == 0
             || strcmp(p.last, "..") == 0) {  /* (no name can be made: the kernel decides) */
-            int fd = openat(p.parent, p.name, flags, mode);
-            if (fd < 0)
+            /* a procfs magic link may lead to a fifo or a device: followed, never waited on */
+            if (open_unwaiting(w, call->id, &p, flags, mode,
+                               flags & O_NOFOLLOW ? AT_SYMLINK_NOFOLLOW : 0) != 0)
                 reply(w, call->id, -errno);
-            else
-                reply_fd(w, call->id, fd, flags);
             break;
         }
         const char *name = protected_name(w, &p);
@@ -348,15 +377,9 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
         }
         /* the last component itself: a symlink there is followed here, from its text */
         int asked = (name ? flags & ~O_CREAT : flags) | (flags & O_EXCL ? 0 : O_NOFOLLOW);
-        int blocking = !(flags & O_NONBLOCK);
-        struct stat info;
-        if (blocking && fstatat(p.parent, p.last, &info, AT_SYMLINK_NOFOLLOW) == 0
-            && S_ISFIFO(info.st_mode)) {  /* (an open of it may wait: not in this thread) */
-            open_in_child(w, call->id, &p, asked, mode);
+        if (open_unwaiting(w, call->id, &p, asked, mode, AT_SYMLINK_NOFOLLOW) == 0)
             break;
-        }
-        int fd = openat(p.parent, p.name, asked | O_NONBLOCK, mode);
-        if (fd < 0 && errno == ELOOP && !(flags & (O_NOFOLLOW | O_EXCL))) {
+        if (errno == ELOOP && !(flags & (O_NOFOLLOW | O_EXCL))) {
             ssize_t size = readlinkat(p.parent, p.last, path, PATH_MAX - 1);
             if (links == LINKS_MAX || size <= 0) {
                 reply(w, call->id, links == LINKS_MAX ? -ELOOP : size == 0 ? -ENOENT : -errno);
@@ -366,17 +389,7 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
             base = p.parent;  /* (a relative link is read from its own directory) */
             continue;
         }
-        if (fd < 0 && name && errno == ENOENT) {
-            reply(w, call->id, judge(w, &p, "open"));
-        } else if (fd < 0 && errno == ENXIO && blocking) {
-            open_in_child(w, call->id, &p, asked, mode);  /* (a fifo made meanwhile, no reader) */
-        } else if (fd < 0) {
-            reply(w, call->id, -errno);
-        } else {  /* (closing a fifo made meanwhile would end its reader's wait: it goes over) */
-            if (blocking)
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-            reply_fd(w, call->id, fd, flags);
-        }
+        reply(w, call->id, name && errno == ENOENT ? judge(w, &p, "open") : -errno);
         break;
     }
     leave(&p);
