@@ -61,7 +61,9 @@ class Handle(abc.ABC):
 
     @abc.abstractmethod
     def kill(self) -> None:
-        """Kill the whole sandbox tree now (idempotent)."""
+        """Kill the whole sandbox tree now (idempotent). Called again while the tree lingers
+        (the pump does, after a deadline or cancel), a backend whose first kill asks
+        something in the sandbox to end the tree forces it once that had its time."""
 
     def network_records(self) -> list[dict]:
         """The egress proxy's decision records so far, while the sandbox runs (a warm

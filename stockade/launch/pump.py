@@ -35,6 +35,7 @@ from typing import IO
 from stockade.launch.backend import Exit, Handle
 
 CANCEL_POLL = 0.05  # seconds between checks of a cancel event
+KILL_POLL = 0.1  # seconds between kills of a tree that outlives its deadline or cancel
 DRAIN = 5.0  # seconds for the threads to take what is left once the command's tree is gone
 CHUNK = 65536
 PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
@@ -116,8 +117,15 @@ class _Clock:
         self.cancel = cancel
         self.timed_out = self.cancelled = False
 
+    @property
+    def over(self) -> bool:
+        """Whether the deadline or the cancel has fired."""
+        return self.timed_out or self.cancelled
+
     def step(self) -> float | None:
-        """How long the next wait may block."""
+        """How long the next wait may block: once fired, KILL_POLL (the kill is repeated)."""
+        if self.over:
+            return KILL_POLL
         step = CANCEL_POLL if self.cancel is not None else None
         if self.deadline is not None:
             left = max(self.deadline - time.monotonic(), 0)
@@ -156,7 +164,7 @@ def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | N
         if shared:
             os.close(err.fd)  # type: ignore[attr-defined]
     while (end := handle.wait(clock.step())) is None:
-        if clock.fired():
+        if clock.fired() or clock.over:
             handle.kill()
     return Outcome(end, out, err, clock.timed_out, clock.cancelled)
 
@@ -302,8 +310,10 @@ def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _
         while any(key.data.output for key in loop.get_map().values()):
             for key, _ in loop.select(clock.step()):
                 key.data.ready(loop, key.fileobj)
-            if clock.fired():
-                handle.kill()  # the streams end when the tree is gone
+            if clock.fired() or clock.over:
+                # The streams end when the tree is gone. Again and again: the first kill may
+                # ask the tree's root to end it, the next ones force it (Handle.kill).
+                handle.kill()
         if passing is not None:
             passing.stop(loop)
     for capture in (out, err):  # what the caller's descriptor had no room for yet
@@ -328,7 +338,7 @@ def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
     for worker in workers:
         worker.start()
     while handle.wait(clock.step()) is None:
-        if clock.fired():
+        if clock.fired() or clock.over:
             handle.kill()
     drained_by = time.monotonic() + DRAIN
     for worker in workers:

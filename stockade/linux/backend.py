@@ -369,10 +369,7 @@ class LinuxHandle(Handle):
                 break
             if ready:
                 continue
-            if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_GRACE:
-                _signal_pidfd(self._pidfd, signal.SIGKILL)  # pid 1 is stuck in its setup
-                self._killed_at = None
-            elif deadline is not None and time.monotonic() >= deadline:
+            if not self._force() and deadline is not None and time.monotonic() >= deadline:
                 return None
         return self._settle()
 
@@ -400,10 +397,25 @@ class LinuxHandle(Handle):
         raise ProcessLookupError("the sandbox's pidfd names no process")
 
     def kill(self) -> None:
-        """Close the lifeline: the sandbox's init exits and the kernel kills the rest."""
-        if self._killed_at is None and self._lifeline >= 0 and self._bound:
-            self._killed_at = time.monotonic()
+        """Close the lifeline: the sandbox's init exits and the kernel kills the rest. Called
+        again once pid 1 has had KILL_GRACE to do so: SIGKILL (see _force)."""
+        with self._closing:
+            if self._killed_at is None and self._lifeline >= 0 and self._bound:
+                self._killed_at = time.monotonic()
+        self._force()
         self._close_lifeline()
+
+    def _force(self) -> bool:
+        """SIGKILL pid 1 through its pidfd, which ends its pid namespace, if it has not exited
+        KILL_GRACE after kill(): it acts on no lifeline while stuck in its setup, blocked or
+        stopped. Whether it was sent."""
+        with self._closing:  # (not after _settle closed the pidfd: its number may be reused)
+            due = self._killed_at is not None and self._pidfd >= 0 \
+                and time.monotonic() - self._killed_at > KILL_GRACE
+            if due:
+                _signal_pidfd(self._pidfd, signal.SIGKILL)
+                self._killed_at = None
+        return due
 
     def network_records(self) -> list[dict]:
         if self._way_out is not None:
@@ -424,7 +436,9 @@ class LinuxHandle(Handle):
         os.set_blocking(self._status, True)  # pid 1 is gone or has closed its end
         while self._events is None:
             self._read_status()
-        for fd in (self._status, self._pidfd):
+        with self._closing:
+            pidfd, self._pidfd = self._pidfd, -1
+        for fd in (self._status, pidfd):
             os.close(fd)
         events = self._events
         if self._proxy is not None:
