@@ -6,11 +6,15 @@ Real children; every check of what happened is made on the host, after the run."
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import time
 
 import pytest
 from conftest import PYTHON, policy_for
 
 import stockade
+from stockade.launch.compile import CompileContext, compile_policy
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -156,6 +160,24 @@ os.close(writer)
 print("READER", os.waitstatus_to_exitcode(os.waitpid(reader, 0)[1]))
 """
 
+# 101 refused protected names in a directory whose path (control bytes, escaped six bytes each
+# in an event) makes each refusal's event about 5 KiB: far more than a pipe holds, while the
+# owner reads the status pipe only once the output streams end (issue 29, W2).
+MANY_REFUSALS = r"""
+import os
+d = "/".join(["\x01" * 200] * 4)
+os.makedirs(d)
+os.chdir(d)
+for _ in range(101):
+    try:
+        os.mkdir(".codex")
+    except PermissionError:
+        pass
+os.chdir("/proc/self/cwd/" + "/".join([".."] * 4))
+os.mkdir("after")
+print("AFTER", flush=True)
+"""
+
 
 def run(argv, where, **policy) -> stockade.Result:
     return stockade.run(list(argv), policy_for(**policy), workspace=where)
@@ -217,6 +239,45 @@ def test_a_procfs_link_to_a_fifo_does_not_wedge_pid_1(ws):
     assert r.exit_code == 0, r.stderr
     assert r.stdout.decode().split() == ["ANSWERED", "READER", "0"], r.stdout
     assert (workspace / "probe").is_dir()
+
+def test_many_refusals_with_long_paths_do_not_wedge_pid_1(ws):
+    """pid 1 never waits for its owner to read its status pipe while the command runs, and
+    the owner reads it while the command runs: the run goes on (a mkdir after the refusals is
+    answered) and ends by itself, every refusal recorded (100, and that more came)."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", MANY_REFUSALS], workspace, timeout=20.0)
+    assert not r.timed_out and r.exit_code == 0, r.stderr
+    assert r.stdout == b"AFTER\n" and (workspace / "after").is_dir()
+    assert not [top for top, dirs, _ in os.walk(workspace) if ".codex" in dirs]
+    refused = [v.detail for v in r.violations if v.kind == "filesystem.protected"]
+    assert len(refused) == 101 and refused[-1].startswith("more protected names were")
+    assert all("/.codex: not made (mkdir)" in detail for detail in refused[:-1]), refused
+
+def test_pid_1_loses_events_rather_than_wait_for_its_owner(ws):
+    """An owner that reads the output to its end before it reads the status pipe (as the
+    pump did before it drained that pipe too): pid 1 does not wait for room in the full
+    pipe; what it could not write is counted, and said (issue 29, W2)."""
+    from stockade.launch.backend import Stdio
+    from stockade.linux.backend import LinuxBackend
+
+    workspace, _ = ws
+    request = compile_policy(policy_for(), [PYTHON, "-c", MANY_REFUSALS],
+                             CompileContext.current(workspace))
+    handle = LinuxBackend().spawn(request, Stdio(subprocess.DEVNULL, subprocess.PIPE,
+                                                 subprocess.DEVNULL))
+    out, ended, deadline = b"", False, time.monotonic() + 20
+    while not ended and select.select([handle.stdout], [], [],
+                                      max(deadline - time.monotonic(), 0))[0]:
+        chunk = os.read(handle.stdout.fileno(), 65536)
+        out += chunk
+        ended = not chunk
+    if not ended:
+        handle.kill()  # (a wedged run: forced after a grace)
+    end = handle.wait(10)
+    assert ended, f"the command's output did not end; so far: {out!r}"
+    assert out == b"AFTER\n" and end is not None and end.exit_code == 0, (out, end)
+    assert any("have no record: the status pipe was full" in v.detail
+               for v in handle.violations), handle.violations
 
 def test_a_released_name_and_git_stay_creatable(ws):
     """`"!NAME"` releases a name; `.git` is not protected whole (git init works, guarded)."""

@@ -29,6 +29,7 @@ import selectors
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -230,6 +231,17 @@ class _Flush(_Ready):
             loop.register(self.reader.stream, selectors.EVENT_READ, self.reader)
 
 
+class _Status(_Ready):
+    """The backend's own status descriptor (Handle.status_reader), read as it comes."""
+
+    def __init__(self, read: Callable[[], bool]) -> None:
+        self.read = read
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        if not self.read():
+            loop.unregister(fileobj)
+
+
 class _Feed(_Ready):
     """`input` bytes, into the command's stdin, which is closed after them."""
 
@@ -297,6 +309,9 @@ def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
                 loop.register(stream, selectors.EVENT_READ, _Read(stream, capture))
+        status = handle.status_reader()
+        if status is not None:
+            loop.register(status[0], selectors.EVENT_READ, _Status(status[1]))
         passing = None
         if handle.stdin is not None:
             os.set_blocking(handle.stdin.fileno(), False)

@@ -373,6 +373,15 @@ class LinuxHandle(Handle):
                 return None
         return self._settle()
 
+    def status_reader(self) -> tuple[int, Callable[[], bool]]:
+        """pid 1's status pipe, read while the streams are pumped: a full one would make
+        pid 1 lose its events (it does not wait: namewatch.c)."""
+        def read() -> bool:
+            self._read_status()
+            return self._events is None
+
+        return self._status, read
+
     def _read_status(self) -> None:
         try:
             chunk = os.read(self._status, 65536)
@@ -380,8 +389,8 @@ class LinuxHandle(Handle):
             return
         if chunk:
             self._status_data += chunk
-        else:
-            self._events = [json.loads(line) for line in self._status_data.splitlines()
+        else:  # (what follows the last newline is a line cut short: pid 1 was killed in it)
+            self._events = [json.loads(line) for line in self._status_data.split(b"\n")[:-1]
                             if line.strip()]
 
     def _drained(self) -> bool:
@@ -463,6 +472,8 @@ class LinuxHandle(Handle):
                 self.enforced = event["enforced"]
             elif event["event"] == "exit":
                 self._watched_memory(event.get("memory"), self._request.limits.memory)
+                if event.get("protected_unrecorded"):
+                    self.violations.append(unrecorded_refusals(event["protected_unrecorded"]))
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
                 return Exit(None, None, _with_hint(_error(event, self._request), self._request))
@@ -492,6 +503,13 @@ def protected_refusal(event: dict) -> Violation:
     return Violation("filesystem.protected", f"{where}/{event['name']}: not made "
                      f"({event['call']}): {event['protected']} is a protected name in write "
                      f"roots; \"!{event['protected']}\" in filesystem.protected releases it")
+
+
+def unrecorded_refusals(count: int) -> Violation:
+    """Refusals of protected names whose event pid 1 could not write: it does not wait for
+    a full status pipe (namewatch.c)."""
+    return Violation("filesystem.protected", f"{count} more refusals of protected names "
+                     "have no record: the status pipe was full when they came")
 
 
 def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:

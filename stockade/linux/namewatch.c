@@ -95,6 +95,7 @@ struct namewatch {
     uint64_t free[FREE_MAX];            /* mount ids where protected names may be made */
     int free_count;
     unsigned recorded;
+    unsigned unrecorded;                /* refusals whose event the status pipe had no room for */
     struct seccomp_notif_resp *response;
     size_t response_size;
 };
@@ -213,7 +214,10 @@ static const char *protected_name(const struct namewatch *w, const struct place 
     return found;
 }
 
-/* A `filesystem.protected` violation: `call` did not make `name` in `p`'s directory. */
+/* A `filesystem.protected` violation: `call` did not make `name` in `p`'s directory. The
+ * event is one line within PIPE_BUF, written only if the status pipe has room for it (pid 1
+ * does not wait for its owner; a lost one is counted in the exit event): a directory too
+ * long for that (a control byte is escaped in six) is cut to its end, after "...". */
 static void record(struct namewatch *w, const struct place *p, const char *name,
                    const char *call) {
     if (w->recorded > RECORDED_MAX)
@@ -222,23 +226,31 @@ static void record(struct namewatch *w, const struct place *p, const char *name,
     if (w->recorded++ == RECORDED_MAX) {
         put(&event, "{\"event\": \"protected_name\", \"more\": true}",
             strlen("{\"event\": \"protected_name\", \"more\": true}"));
-        emit_event(&event);
+        w->unrecorded += emit_event_unwaiting(&event) != 0;
         return;
     }
-    char link[64], where[1024];  /* (one line stays within PIPE_BUF: a single write) */
+    char link[64], where[1024], cut[sizeof where + 3];
     snprintf(link, sizeof link, "/proc/self/fd/%d", p->parent);
     ssize_t size = readlink(link, where, sizeof where - 1);
     where[size > 0 ? size : 0] = 0;
-    const char *parts[] = {"{\"event\": \"protected_name\", \"call\": ", call,
-                           ", \"directory\": ", where, ", \"name\": ", p->last,
-                           ", \"protected\": ", name, "}"};
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        if (i % 2)
-            put_string(&event, parts[i]);
-        else
-            put(&event, parts[i], strlen(parts[i]));
+    size_t length = strlen(where);
+    for (size_t kept = length;; kept /= 2) {
+        snprintf(cut, sizeof cut, "%s%s", kept < length ? "..." : "", where + length - kept);
+        const char *parts[] = {"{\"event\": \"protected_name\", \"call\": ", call,
+                               ", \"directory\": ", cut, ", \"name\": ", p->last,
+                               ", \"protected\": ", name, "}"};
+        for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+            if (i % 2)
+                put_string(&event, parts[i]);
+            else
+                put(&event, parts[i], strlen(parts[i]));
+        }
+        if (event.size < PIPE_BUF || kept == 0)  /* (< : and its newline) */
+            break;
+        free(event.data);
+        event = (struct text){0};
     }
-    emit_event(&event);
+    w->unrecorded += emit_event_unwaiting(&event) != 0;
 }
 
 /* Refuse making a protected name (EACCES, recorded), or 0 when `p` may be made. */
@@ -529,6 +541,10 @@ static void answer(struct namewatch *w, const struct seccomp_notif *call) {
 
 void namewatch_answer(struct namewatch *w, const struct seccomp_notif *call) {
     answer(w, call);
+}
+
+unsigned namewatch_unrecorded(const struct namewatch *w) {
+    return w->unrecorded;
 }
 
 struct namewatch *namewatch_open(int listener, const char *names, uint32_t names_size,
