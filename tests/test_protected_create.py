@@ -164,15 +164,17 @@ print("READER", os.waitstatus_to_exitcode(os.waitpid(reader, 0)[1]))
 # in an event) makes each refusal's event about 5 KiB: far more than a pipe holds, while the
 # owner reads the status pipe only once the output streams end (issue 29, W2).
 MANY_REFUSALS = r"""
-import os
+import os, sys, time
 d = "/".join(["\x01" * 200] * 4)
 os.makedirs(d)
 os.chdir(d)
-for _ in range(101):
+for i in range(101):
     try:
         os.mkdir(".codex")
     except PermissionError:
         pass
+    if i % 10 == 9:
+        time.sleep(float(sys.argv[1]))  # (time for an owner that reads as they come)
 os.chdir("/proc/self/cwd/" + "/".join([".."] * 4))
 os.mkdir("after")
 print("AFTER", flush=True)
@@ -243,15 +245,18 @@ def test_a_procfs_link_to_a_fifo_does_not_wedge_pid_1(ws):
 def test_many_refusals_with_long_paths_do_not_wedge_pid_1(ws):
     """pid 1 never waits for its owner to read its status pipe while the command runs, and
     the owner reads it while the command runs: the run goes on (a mkdir after the refusals is
-    answered) and ends by itself, every refusal recorded (100, and that more came)."""
+    answered) and ends by itself; every refusal is recorded or counted, and most are recorded
+    (a pipe holds 17 of these: as many as an owner that did not read it would get)."""
     workspace, _ = ws
-    r = run([PYTHON, "-c", MANY_REFUSALS], workspace, timeout=20.0)
+    r = run([PYTHON, "-c", MANY_REFUSALS, "0.1"], workspace, timeout=20.0)
     assert not r.timed_out and r.exit_code == 0, r.stderr
     assert r.stdout == b"AFTER\n" and (workspace / "after").is_dir()
     assert not [top for top, dirs, _ in os.walk(workspace) if ".codex" in dirs]
     refused = [v.detail for v in r.violations if v.kind == "filesystem.protected"]
-    assert len(refused) == 101 and refused[-1].startswith("more protected names were")
-    assert all("/.codex: not made (mkdir)" in detail for detail in refused[:-1]), refused
+    recorded = sum("/.codex: not made (mkdir)" in detail for detail in refused)
+    counted = sum(int(detail.split()[0]) for detail in refused if "have no record" in detail)
+    more = sum(detail.startswith("more protected names were") for detail in refused)
+    assert recorded + counted + more == 101 and recorded >= 50, refused
 
 def test_pid_1_loses_events_rather_than_wait_for_its_owner(ws):
     """An owner that reads the output to its end before it reads the status pipe (as the
@@ -261,7 +266,7 @@ def test_pid_1_loses_events_rather_than_wait_for_its_owner(ws):
     from stockade.linux.backend import LinuxBackend
 
     workspace, _ = ws
-    request = compile_policy(policy_for(), [PYTHON, "-c", MANY_REFUSALS],
+    request = compile_policy(policy_for(), [PYTHON, "-c", MANY_REFUSALS, "0"],
                              CompileContext.current(workspace))
     handle = LinuxBackend().spawn(request, Stdio(subprocess.DEVNULL, subprocess.PIPE,
                                                  subprocess.DEVNULL))

@@ -220,7 +220,9 @@ class LinuxBackend(Backend):
             Capability("limits.cpu", False, "needs a delegated cgroup v2 cpu controller"),
             Capability("limits.file_size", True, "RLIMIT_FSIZE"),
             Capability("limits.timeout", True, "wall clock; the pid namespace is torn down"),
-            Capability("kill_on_close", True, "pid-namespace init bound to the owner's lifeline"),
+            Capability("kill_on_close", True, "pid-namespace init bound to the owner's lifeline, "
+                       "killed by the kernel when its parent (the zygote or the CLI) goes, and "
+                       "by the owner through its pidfd when it does not end in time"),
         ]
 
 

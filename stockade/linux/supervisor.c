@@ -601,6 +601,9 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
     limits.seal_memfd = (flags & PLAN_SEAL_MEMFD) != 0;
     limits.watch_names = (flags & PLAN_WATCH_NAMES) != 0;
+    /* (tests only: then nothing but its command ends it, not its parent's death either) */
+    if ((flags & PLAN_UNBOUND) && prctl(PR_SET_PDEATHSIG, 0) != 0)
+        _exit(SETUP_FAILED);
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
