@@ -29,6 +29,7 @@ ENV = "tests/test_env_refusal.py::"
 HOST = "tests/test_host_code.py::"
 PUMP, API, CLI = "tests/test_pump.py::", "tests/test_api.py::", "tests/test_cli.py::"
 PROBE_WEAK = "tests/test_probe.py::test_a_weakened_layer_fails_readiness_at_its_stage"
+PROCESS = "tests/test_linux_process.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -266,4 +267,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        elif any(_at_or_below(change.path, n) for n in never):",
            "        elif False:",
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
+    # --- issue 29: the sandbox ends whatever its pid 1 does (the C side's changes are not
+    # rebuilt in a mutant's copy: their tests are said in their commits) ---------------
+    Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
+           "            _die_with_parent()\n", "",
+           (PROCESS + "test_the_sandbox_dies_with_its_owner_whatever_its_pid_1_does[api]",
+            PROCESS + "test_the_sandbox_dies_with_its_owner_whatever_its_pid_1_does[cli]")),
+    Mutant("pump-kills-once", "stockade/launch/pump.py",
+           "            if clock.fired() or clock.over:\n                # The streams end",
+           "            if clock.fired():\n                # The streams end",
+           (PUMP + "test_the_kill_is_repeated_until_the_tree_ends_without_spinning",
+            PROCESS + "test_the_timeout_and_cancel_end_a_sandbox_whose_pid_1_does_not_answer")),
 )

@@ -245,6 +245,115 @@ def test_sandbox_dies_with_its_owner_killed_by_sigkill(ws):
     kill_owner_once_running(api_owner(workspace, marker), marker)
 
 
+def stopped_pid_1(marker: str) -> int:
+    """Once the sandbox runs `marker`: its pid 1 (the `supervisor` above the command, as the
+    host sees it), stopped with SIGSTOP, as a pid 1 wedged by its command would stand: it acts
+    on no lifeline. Its host pid, for `end_pid_1`."""
+    def sleeping() -> list[int]:  # (the owner's command line holds the marker too)
+        return [pid for pid in marked(marker) if _cmdline(pid).startswith(b"sleep")]
+
+    deadline = time.monotonic() + 10
+    while not sleeping() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleeping(), "the sandbox never started"
+    pid = sleeping()[0]
+    while True:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        assert pid > 1, "no supervisor above the command"
+        if _cmdline(pid).startswith(b"supervisor"):
+            os.kill(pid, signal.SIGSTOP)
+            return pid
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except FileNotFoundError:
+        return b""
+
+
+def end_pid_1(pid: int) -> None:
+    """What a failing test left running ends here (its pid 1, whose pid namespace goes with
+    it); a pid that has ended was taken by nobody else meanwhile: its parent is this test's
+    owner or zygote, which has not reaped it yet, or it was reaped (then ESRCH, or a reused
+    pid that is no supervisor)."""
+    try:
+        if _cmdline(pid).startswith(b"supervisor"):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# An owner using the API whose last launch gets a spare its zygote prepared for the view of
+# those before (cloned by the view's template: zygote.py), once one of them did.
+SPARE_OWNER = """
+import sys, time, stockade
+sys.path.insert(0, {tests!r})
+from conftest import policy_for
+for _ in range(20):
+    if stockade.run(['true'], policy_for(), workspace={workspace!r}).enforced['prepared_ahead']:
+        break
+time.sleep(1)  # (the next spare makes itself ready meanwhile)
+stockade.run(['sh', '-c', 'setsid sleep {marker} & sleep {marker}'], policy_for(),
+             workspace={workspace!r})
+"""
+
+
+@pytest.mark.parametrize("owner", ["api", "api-spare", "cli"])
+def test_the_sandbox_dies_with_its_owner_whatever_its_pid_1_does(ws, owner):
+    """The owner killed with SIGKILL ends the sandbox even when its pid 1 cannot act on the
+    lifeline (issue 29, W1 b: a command had wedged it): the kernel kills pid 1 when what
+    started it goes (its parent-death signal), and its pid namespace with it."""
+    workspace, _ = ws
+    marker = f"987.{os.getpid()}7{len(owner)}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if owner == "api":
+        process = api_owner(workspace, marker)
+    elif owner == "api-spare":
+        process = subprocess.Popen([sys.executable, "-c", SPARE_OWNER.format(
+            tests=os.path.dirname(__file__), workspace=str(workspace), marker=marker)], env=env)
+    else:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "stockade", "run", "--workspace", str(workspace), "--",
+             "sh", "-c", f"setsid sleep {marker} & sleep {marker}"], env=env)
+    pid_1 = stopped_pid_1(marker)
+    try:
+        # (a spare's pid 1 is a clone of its template: it has the template's command line)
+        assert _cmdline(pid_1).startswith(b"supervisor\0template") == (owner == "api-spare")
+        process.kill()
+        process.wait()
+        assert gone(marker)
+    finally:
+        end_pid_1(pid_1)
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_the_timeout_and_cancel_end_a_sandbox_whose_pid_1_does_not_answer(ws, end):
+    """The deadline and cancel end the run even when pid 1 does not act on the closed
+    lifeline (issue 29, W1 c): after a grace the owner kills it through its pidfd."""
+    workspace, _ = ws
+    marker = f"987.{os.getpid()}8"
+    cancel = threading.Event()
+    results = []
+    changes = {"timeout": 3.0} if end == "timeout" else {}
+    runner = threading.Thread(target=lambda: results.append(stockade.run(
+        ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], policy_for(**changes),
+        workspace=workspace, cancel=cancel)), daemon=True)
+    runner.start()
+    pid_1 = stopped_pid_1(marker)
+    try:
+        cancel.set() if end == "cancel" else None
+        runner.join(15)
+        assert not runner.is_alive(), f"the {end} did not end the run"
+    finally:
+        end_pid_1(pid_1)
+        runner.join(15)
+    r = results[0]
+    assert r.signal == signal.SIGKILL and (r.timed_out if end == "timeout" else r.cancelled)
+    assert gone(marker)
+
 def test_fork_bomb_is_contained_and_host_stays_responsive(ws):
     workspace, _ = ws
     result = {}

@@ -6,11 +6,15 @@ Real children; every check of what happened is made on the host, after the run."
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import time
 
 import pytest
 from conftest import PYTHON, policy_for
 
 import stockade
+from stockade.launch.compile import CompileContext, compile_policy
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -125,6 +129,57 @@ for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/3", "/proc/1/fd/4", "/p
         print("REFUSED", path, errno.errorcode[exc.errno])
 """
 
+# A caller opens, with O_CREAT, a procfs magic link to a fifo nobody writes to (/proc/self/fd/N,
+# N an O_PATH descriptor of it): its open waits for a writer, as it should. pid 1, which
+# carries the open out, must not wait with it (issue 29, W1): meanwhile it answers another
+# process's mkdir (and watches the lifeline). The script releases a wedged pid 1 itself after
+# 5 s, so the test ends either way.
+PROC_FIFO = r"""
+import os, time
+os.mkfifo("/tmp/f")
+fd = os.open("/tmp/f", os.O_PATH)
+reader = os.fork()
+if reader == 0:
+    got = os.open(f"/proc/self/fd/{fd}", os.O_CREAT | os.O_RDONLY)
+    os._exit(0 if os.read(got, 16) == b"through" else 3)
+time.sleep(0.5)
+probe = os.fork()
+if probe == 0:
+    os.mkdir("probe")
+    os._exit(0)
+for _ in range(50):
+    if os.waitpid(probe, os.WNOHANG)[0]:
+        print("ANSWERED", flush=True)
+        break
+    time.sleep(0.1)
+else:
+    print("HUNG", flush=True)
+writer = os.open("/tmp/f", os.O_WRONLY)  # (not trapped) the reader's open returns
+os.write(writer, b"through")
+os.close(writer)
+print("READER", os.waitstatus_to_exitcode(os.waitpid(reader, 0)[1]))
+"""
+
+# 101 refused protected names in a directory whose path (control bytes, escaped six bytes each
+# in an event) makes each refusal's event about 5 KiB: far more than a pipe holds, while the
+# owner reads the status pipe only once the output streams end (issue 29, W2).
+MANY_REFUSALS = r"""
+import os, sys, time
+d = "/".join(["\x01" * 200] * 4)
+os.makedirs(d)
+os.chdir(d)
+for i in range(101):
+    try:
+        os.mkdir(".codex")
+    except PermissionError:
+        pass
+    if i % 10 == 9:
+        time.sleep(float(sys.argv[1]))  # (time for an owner that reads as they come)
+os.chdir("/proc/self/cwd/" + "/".join([".."] * 4))
+os.mkdir("after")
+print("AFTER", flush=True)
+"""
+
 
 def run(argv, where, **policy) -> stockade.Result:
     return stockade.run(list(argv), policy_for(**policy), workspace=where)
@@ -177,6 +232,57 @@ def test_pid_1s_own_descriptors_are_not_reached_through_proc(ws):
     assert b"OPENED" not in r.stdout, r.stdout
     assert r.stdout.count(b"REFUSED") == 5, r.stdout
 
+
+def test_a_procfs_link_to_a_fifo_does_not_wedge_pid_1(ws):
+    """pid 1 opens /proc/self/fd/N of a fifo for the caller in a child: the caller waits for
+    the fifo's writer and then reads it, and every other call is answered meanwhile."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", PROC_FIFO], workspace, timeout=30.0)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.decode().split() == ["ANSWERED", "READER", "0"], r.stdout
+    assert (workspace / "probe").is_dir()
+
+def test_many_refusals_with_long_paths_do_not_wedge_pid_1(ws):
+    """pid 1 never waits for its owner to read its status pipe while the command runs, and
+    the owner reads it while the command runs: the run goes on (a mkdir after the refusals is
+    answered) and ends by itself; every refusal is recorded or counted, and most are recorded
+    (a pipe holds 17 of these: as many as an owner that did not read it would get)."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", MANY_REFUSALS, "0.1"], workspace, timeout=20.0)
+    assert not r.timed_out and r.exit_code == 0, r.stderr
+    assert r.stdout == b"AFTER\n" and (workspace / "after").is_dir()
+    assert not [top for top, dirs, _ in os.walk(workspace) if ".codex" in dirs]
+    refused = [v.detail for v in r.violations if v.kind == "filesystem.protected"]
+    recorded = sum("/.codex: not made (mkdir)" in detail for detail in refused)
+    counted = sum(int(detail.split()[0]) for detail in refused if "have no record" in detail)
+    more = sum(detail.startswith("more protected names were") for detail in refused)
+    assert recorded + counted + more == 101 and recorded >= 50, refused
+
+def test_pid_1_loses_events_rather_than_wait_for_its_owner(ws):
+    """An owner that reads the output to its end before it reads the status pipe (as the
+    pump did before it drained that pipe too): pid 1 does not wait for room in the full
+    pipe; what it could not write is counted, and said (issue 29, W2)."""
+    from stockade.launch.backend import Stdio
+    from stockade.linux.backend import LinuxBackend
+
+    workspace, _ = ws
+    request = compile_policy(policy_for(), [PYTHON, "-c", MANY_REFUSALS, "0"],
+                             CompileContext.current(workspace))
+    handle = LinuxBackend().spawn(request, Stdio(subprocess.DEVNULL, subprocess.PIPE,
+                                                 subprocess.DEVNULL))
+    out, ended, deadline = b"", False, time.monotonic() + 20
+    while not ended and select.select([handle.stdout], [], [],
+                                      max(deadline - time.monotonic(), 0))[0]:
+        chunk = os.read(handle.stdout.fileno(), 65536)
+        out += chunk
+        ended = not chunk
+    if not ended:
+        handle.kill()  # (a wedged run: forced after a grace)
+    end = handle.wait(10)
+    assert ended, f"the command's output did not end; so far: {out!r}"
+    assert out == b"AFTER\n" and end is not None and end.exit_code == 0, (out, end)
+    assert any("have no record: the status pipe was full" in v.detail
+               for v in handle.violations), handle.violations
 
 def test_a_released_name_and_git_stay_creatable(ws):
     """`"!NAME"` releases a name; `.git` is not protected whole (git init works, guarded)."""

@@ -107,6 +107,34 @@ def test_cancel_kills_the_child(threaded):
     assert done.cancelled and not done.timed_out and done.end == Exit(None, signal.SIGKILL)
 
 
+class Stubborn(Plain):
+    """A child that a kill() ends only once repeated a second after the first: as a sandbox
+    whose first kill asks its pid 1 to end it, and pid 1 does not (issue 29, W1)."""
+
+    def __init__(self) -> None:
+        super().__init__("import time; time.sleep(60)")
+        self.kills: list[float] = []
+
+    def kill(self) -> None:
+        self.kills.append(time.monotonic())
+        if self.kills[-1] - self.kills[0] >= 1.0:
+            super().kill()
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_the_kill_is_repeated_until_the_tree_ends_without_spinning(threaded, end):
+    """After the deadline or cancel, kill() is called again and again (a backend forces the
+    end of a tree that outlives its first kill), every KILL_POLL: not in a busy loop."""
+    handle = Stubborn()
+    cancel = threading.Event()
+    if end == "cancel":
+        threading.Timer(0.2, cancel.set).start()
+    done = drive(handle, input=None, limit=100, timeout=0.2 if end == "timeout" else None,
+                 cancel=cancel, threaded=threaded)
+    assert done.end == Exit(None, signal.SIGKILL)
+    assert done.timed_out if end == "timeout" else done.cancelled
+    assert 2 <= len(handle.kills) <= 2 + 1.5 / pump.KILL_POLL, len(handle.kills)
+
 def test_relayed_output_is_cut_at_the_limit(threaded, tmp_path):
     """Issue 30: what is relayed to a descriptor (the CLI's stdout, a file the API was given)
     counts against the same limit as what is captured: the rest is drained and flagged."""

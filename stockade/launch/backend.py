@@ -10,6 +10,8 @@ from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stockade.launch.probe import Attestation, PlatformProbe
     from stockade.launch.report import Row
 
@@ -61,7 +63,15 @@ class Handle(abc.ABC):
 
     @abc.abstractmethod
     def kill(self) -> None:
-        """Kill the whole sandbox tree now (idempotent)."""
+        """Kill the whole sandbox tree now (idempotent). Called again while the tree lingers
+        (the pump does, after a deadline or cancel), a backend whose first kill asks
+        something in the sandbox to end the tree forces it once that had its time."""
+
+    def status_reader(self) -> tuple[int, Callable[[], bool]] | None:
+        """A descriptor of the backend's own to read while the streams are pumped, so that
+        what writes it never waits on it, and what reads it (False once it has ended);
+        None: there is none."""
+        return None
 
     def network_records(self) -> list[dict]:
         """The egress proxy's decision records so far, while the sandbox runs (a warm

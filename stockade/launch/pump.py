@@ -29,12 +29,14 @@ import selectors
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
 from stockade.launch.backend import Exit, Handle
 
 CANCEL_POLL = 0.05  # seconds between checks of a cancel event
+KILL_POLL = 0.1  # seconds between kills of a tree that outlives its deadline or cancel
 DRAIN = 5.0  # seconds for the threads to take what is left once the command's tree is gone
 CHUNK = 65536
 PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
@@ -116,8 +118,15 @@ class _Clock:
         self.cancel = cancel
         self.timed_out = self.cancelled = False
 
+    @property
+    def over(self) -> bool:
+        """Whether the deadline or the cancel has fired."""
+        return self.timed_out or self.cancelled
+
     def step(self) -> float | None:
-        """How long the next wait may block."""
+        """How long the next wait may block: once fired, KILL_POLL (the kill is repeated)."""
+        if self.over:
+            return KILL_POLL
         step = CANCEL_POLL if self.cancel is not None else None
         if self.deadline is not None:
             left = max(self.deadline - time.monotonic(), 0)
@@ -156,7 +165,7 @@ def drive(handle: Handle, *, input: bytes | None, limit: int, timeout: float | N
         if shared:
             os.close(err.fd)  # type: ignore[attr-defined]
     while (end := handle.wait(clock.step())) is None:
-        if clock.fired():
+        if clock.fired() or clock.over:
             handle.kill()
     return Outcome(end, out, err, clock.timed_out, clock.cancelled)
 
@@ -221,6 +230,17 @@ class _Flush(_Ready):
         if not forward.pending:
             loop.unregister(forward.fd)
             loop.register(self.reader.stream, selectors.EVENT_READ, self.reader)
+
+
+class _Status(_Ready):
+    """The backend's own status descriptor (Handle.status_reader), read as it comes."""
+
+    def __init__(self, read: Callable[[], bool]) -> None:
+        self.read = read
+
+    def ready(self, loop: selectors.BaseSelector, fileobj: object) -> None:
+        if not self.read():
+            loop.unregister(fileobj)
 
 
 class _Feed(_Ready):
@@ -291,6 +311,9 @@ def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
                 loop.register(stream, selectors.EVENT_READ, _Read(stream, capture))
+        status = handle.status_reader()
+        if status is not None:
+            loop.register(status[0], selectors.EVENT_READ, _Status(status[1]))
         passing = None
         if handle.stdin is not None:
             os.set_blocking(handle.stdin.fileno(), False)
@@ -304,8 +327,10 @@ def _pump_poll(handle: Handle, data: bytes, out: Capture, err: Capture, clock: _
         while any(key.data.output for key in loop.get_map().values()):
             for key, _ in loop.select(clock.step()):
                 key.data.ready(loop, key.fileobj)
-            if clock.fired():
-                handle.kill()  # the streams end when the tree is gone
+            if clock.fired() or clock.over:
+                # The streams end when the tree is gone. Again and again: the first kill may
+                # ask the tree's root to end it, the next ones force it (Handle.kill).
+                handle.kill()
         if passing is not None:
             passing.stop(loop)
     for capture in (out, err):  # what the caller's descriptor had no room for yet
@@ -330,7 +355,7 @@ def _pump_threads(handle: Handle, data: bytes, out: Capture, err: Capture,
     for worker in workers:
         worker.start()
     while handle.wait(clock.step()) is None:
-        if clock.fired():
+        if clock.fired() or clock.over:
             handle.kill()
     drained_by = time.monotonic() + DRAIN
     for worker in workers:

@@ -218,7 +218,9 @@ class LinuxBackend(Backend):
             Capability("limits.cpu", False, "needs a delegated cgroup v2 cpu controller"),
             Capability("limits.file_size", True, "RLIMIT_FSIZE"),
             Capability("limits.timeout", True, "wall clock; the pid namespace is torn down"),
-            Capability("kill_on_close", True, "pid-namespace init bound to the owner's lifeline"),
+            Capability("kill_on_close", True, "pid-namespace init bound to the owner's lifeline, "
+                       "killed by the kernel when its parent (the zygote or the CLI) goes, and "
+                       "by the owner through its pidfd when it does not end in time"),
         ]
 
 
@@ -382,12 +384,18 @@ class LinuxHandle(Handle):
                 break
             if ready:
                 continue
-            if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_GRACE:
-                _signal_pidfd(self._pidfd, signal.SIGKILL)  # pid 1 is stuck in its setup
-                self._killed_at = None
-            elif deadline is not None and time.monotonic() >= deadline:
+            if not self._force() and deadline is not None and time.monotonic() >= deadline:
                 return None
         return self._settle()
+
+    def status_reader(self) -> tuple[int, Callable[[], bool]]:
+        """pid 1's status pipe, read while the streams are pumped: a full one would make
+        pid 1 lose its events (it does not wait: namewatch.c)."""
+        def read() -> bool:
+            self._read_status()
+            return self._events is None
+
+        return self._status, read
 
     def _read_status(self) -> None:
         try:
@@ -396,8 +404,8 @@ class LinuxHandle(Handle):
             return
         if chunk:
             self._status_data += chunk
-        else:
-            self._events = [json.loads(line) for line in self._status_data.splitlines()
+        else:  # (what follows the last newline is a line cut short: pid 1 was killed in it)
+            self._events = [json.loads(line) for line in self._status_data.split(b"\n")[:-1]
                             if line.strip()]
 
     def _drained(self) -> bool:
@@ -413,10 +421,25 @@ class LinuxHandle(Handle):
         raise ProcessLookupError("the sandbox's pidfd names no process")
 
     def kill(self) -> None:
-        """Close the lifeline: the sandbox's init exits and the kernel kills the rest."""
-        if self._killed_at is None and self._lifeline >= 0 and self._bound:
-            self._killed_at = time.monotonic()
+        """Close the lifeline: the sandbox's init exits and the kernel kills the rest. Called
+        again once pid 1 has had KILL_GRACE to do so: SIGKILL (see _force)."""
+        with self._closing:
+            if self._killed_at is None and self._lifeline >= 0 and self._bound:
+                self._killed_at = time.monotonic()
+        self._force()
         self._close_lifeline()
+
+    def _force(self) -> bool:
+        """SIGKILL pid 1 through its pidfd, which ends its pid namespace, if it has not exited
+        KILL_GRACE after kill(): it acts on no lifeline while stuck in its setup, blocked or
+        stopped. Whether it was sent."""
+        with self._closing:  # (not after _settle closed the pidfd: its number may be reused)
+            due = self._killed_at is not None and self._pidfd >= 0 \
+                and time.monotonic() - self._killed_at > KILL_GRACE
+            if due:
+                _signal_pidfd(self._pidfd, signal.SIGKILL)
+                self._killed_at = None
+        return due
 
     def network_records(self) -> list[dict]:
         if self._way_out is not None:
@@ -437,7 +460,9 @@ class LinuxHandle(Handle):
         os.set_blocking(self._status, True)  # pid 1 is gone or has closed its end
         while self._events is None:
             self._read_status()
-        for fd in (self._status, self._pidfd):
+        with self._closing:
+            pidfd, self._pidfd = self._pidfd, -1
+        for fd in (self._status, pidfd):
             os.close(fd)
         events = self._events
         if self._proxy is not None:
@@ -466,6 +491,8 @@ class LinuxHandle(Handle):
                 self.enforced = event["enforced"]
             elif event["event"] == "exit":
                 self._watched_memory(event.get("memory"), self._request.limits.memory)
+                if event.get("protected_unrecorded"):
+                    self.violations.append(unrecorded_refusals(event["protected_unrecorded"]))
                 return Exit(event["exit_code"], event["signal"])
             elif event["event"] == "error":
                 return Exit(None, None, _with_hint(_error(event, self._request), self._request))
@@ -515,6 +542,13 @@ def git_refusals(events: list[dict], mode: str) -> list[Violation]:
                       f'"{mode}": {why}; make that change with git on the host ({host}, '
                       "remote add, submodule init, ...), or set filesystem.git = \"writable\" "
                       "in the policy")]
+
+
+def unrecorded_refusals(count: int) -> Violation:
+    """Refusals of protected names whose event pid 1 could not write: it does not wait for
+    a full status pipe (namewatch.c)."""
+    return Violation("filesystem.protected", f"{count} more refusals of protected names "
+                     "have no record: the status pipe was full when they came")
 
 
 def memory_refusal(refused: int, largest: int, in_use: int, limit: int) -> str:

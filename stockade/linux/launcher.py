@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from stockade.linux.frame import LAUNCH_FDS
+from stockade.linux.syscalls import prctl
+
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ def start(shape: Shape = PRODUCTION_SHAPE) -> Skeleton:
         refusal = ("setup_failed", exc.strerror or str(exc))
     else:
         if pid == 0:
+            _die_with_parent()
             if shape.close_fds:
                 privilege.close_fds({0, 1, 2, theirs.fileno(),
                                      -1 if program is None else program})
@@ -108,6 +112,17 @@ def start(shape: Shape = PRODUCTION_SHAPE) -> Skeleton:
         _refuse(theirs, *refusal)
     theirs.close()
     return Skeleton(ours, None, pid)
+
+
+def _die_with_parent() -> None:
+    """The kernel kills this pid 1, and so its pid namespace, when what cloned it (the zygote,
+    or the CLI) goes, whatever pid 1 is doing: one blocked, or stopped, acts on no lifeline.
+    (Were the parent gone already, so would be the other end of the handoff socket: no launch
+    could come.) The signal outlives the exec of the supervisor, which gains no privilege."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except BaseException:  # noqa: BLE001 - see start()
+        os._exit(70)
 
 
 def _pid1(handoff: socket.socket, uid: int, gid: int, program: int | None, *,

@@ -45,10 +45,13 @@
  * without O_CREAT: only a new name is refused. Names match without regard to ASCII case (a
  * case-folding filesystem's `.CODEX` is `.codex`).
  *
- * Blocking. A fifo opened without O_NONBLOCK waits for its other end: one is opened by a
- * child of pid 1, which answers the call when the open returns; everything else is opened
- * non-blocking (then made blocking again), and what answers ENXIO (a fifo made meanwhile with
- * no reader) goes to a child too.
+ * Blocking. pid 1 never waits on what the command controls: while it waits it answers no
+ * call and watches no lifeline. A fifo opened without O_NONBLOCK waits for its other end: one
+ * is opened by a child of pid 1, which answers the call when the open returns; everything
+ * else is opened non-blocking (then made blocking again), and what answers ENXIO (a fifo made
+ * or swapped in meanwhile with no reader) or EWOULDBLOCK (a file under another's lease) goes
+ * to a child too. So are the opens the kernel decides (procfs's magic links, which may lead
+ * to a fifo or a device, ".", "..", O_TMPFILE); an O_PATH open waits for nothing.
  *
  * Cost. Only creating calls are trapped (an openat without O_CREAT is not: the filter tests
  * the flag); each costs a round trip to pid 1 and a walk of its path, tens of microseconds,
@@ -92,6 +95,7 @@ struct namewatch {
     uint64_t free[FREE_MAX];            /* mount ids where protected names may be made */
     int free_count;
     unsigned recorded, git_recorded;
+    unsigned unrecorded;                /* refusals whose event the status pipe had no room for */
     struct seccomp_notif_resp *response;
     size_t response_size;
 };
@@ -210,23 +214,39 @@ static const char *protected_name(const struct namewatch *w, const struct place 
     return found;
 }
 
-/* One event line: `kind`, then (key, string value) pairs, `count` strings in all. */
-static void emit_fields(const char *kind, const char *const *fields, size_t count) {
+/* One event line: `kind`, then (key, string value) pairs, `count` strings in all; within
+ * PIPE_BUF, written only if the status pipe has room for it (pid 1 does not wait for its
+ * owner; a lost one is counted in the exit event): a "directory" too long for that (a control
+ * byte is escaped in six) is cut to its end, after "...". */
+static void emit_fields(struct namewatch *w, const char *kind, const char *const *fields,
+                        size_t count) {
+    const char *directory = "";
+    for (size_t i = 0; i + 1 < count; i += 2)
+        if (strcmp(fields[i], "directory") == 0)
+            directory = fields[i + 1];
+    size_t length = strlen(directory);
+    char cut[1024 + 3];
     struct text event = {0};
-    put(&event, "{\"event\": ", strlen("{\"event\": "));
-    put_string(&event, kind);
-    for (size_t i = 0; i + 1 < count; i += 2) {
-        put(&event, ", ", 2);
-        put_string(&event, fields[i]);
-        put(&event, ": ", 2);
-        put_string(&event, fields[i + 1]);
+    for (size_t kept = length;; kept /= 2) {
+        snprintf(cut, sizeof cut, "%s%s", kept < length ? "..." : "", directory + length - kept);
+        put(&event, "{\"event\": ", strlen("{\"event\": "));
+        put_string(&event, kind);
+        for (size_t i = 0; i + 1 < count; i += 2) {
+            put(&event, ", ", 2);
+            put_string(&event, fields[i]);
+            put(&event, ": ", 2);
+            put_string(&event, strcmp(fields[i], "directory") == 0 ? cut : fields[i + 1]);
+        }
+        put(&event, "}", 1);
+        if (event.size < PIPE_BUF || kept == 0)  /* (< : and its newline) */
+            break;
+        free(event.data);
+        event = (struct text){0};
     }
-    put(&event, "}", 1);
-    emit_event(&event);
+    w->unrecorded += emit_event_unwaiting(&event) != 0;
 }
 
-/* The directory `p`'s last component is in, as the sandbox names it (`where`: 1024 bytes, so
- * that one event line stays within PIPE_BUF: a single write). */
+/* The directory `p`'s last component is in, as the sandbox names it (`where`: 1024 bytes). */
 static void directory_of(const struct place *p, char *where) {
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", p->parent);
@@ -240,13 +260,13 @@ static void record(struct namewatch *w, const struct place *p, const char *name,
     if (w->recorded > RECORDED_MAX)
         return;
     if (w->recorded++ == RECORDED_MAX) {
-        emit_fields("protected_name", (const char *[]){"more", "true"}, 2);
+        emit_fields(w, "protected_name", (const char *[]){"more", "true"}, 2);
         return;
     }
     char where[1024];
     directory_of(p, where);
-    emit_fields("protected_name", (const char *[]){"call", call, "directory", where, "name",
-                                                   p->last, "protected", name}, 8);
+    emit_fields(w, "protected_name", (const char *[]){"call", call, "directory", where, "name",
+                                                      p->last, "protected", name}, 8);
 }
 
 /* Whether `where`/`last` is git's: a `.git` itself, or inside one. */
@@ -267,11 +287,11 @@ static int noted(struct namewatch *w, const struct place *p, const char *call, i
     if (!in_git(where, p->last))
         return result;
     if (w->git_recorded++ == RECORDED_MAX)
-        emit_fields("git_guarded", (const char *[]){"more", "true"}, 2);
+        emit_fields(w, "git_guarded", (const char *[]){"more", "true"}, 2);
     else
-        emit_fields("git_guarded", (const char *[]){"call", call, "directory", where, "name",
-                                                    p->last, "error", result == -EBUSY
-                                                    ? "EBUSY" : "EROFS"}, 8);
+        emit_fields(w, "git_guarded", (const char *[]){"call", call, "directory", where, "name",
+                                                       p->last, "error", result == -EBUSY
+                                                       ? "EBUSY" : "EROFS"}, 8);
     return result;
 }
 
@@ -352,6 +372,33 @@ static void open_in_child(struct namewatch *w, uint64_t id, const struct place *
     }
 }
 
+/* Open `p` as `flags` ask and answer with it, never waiting in pid 1's only thread, which
+ * the lifeline and every other caller wait on: what a blocking open may wait for goes to a
+ * child (a fifo, found by fstatat with `at`, or made or swapped in meanwhile: ENXIO; a file
+ * under another's lease: EWOULDBLOCK); all else is opened non-blocking, then made blocking
+ * again. 0 when answered, else -1 with errno and nothing answered. */
+static int open_unwaiting(struct namewatch *w, uint64_t id, const struct place *p, int flags,
+                          mode_t mode, int at) {
+    int blocking = !(flags & (O_NONBLOCK | O_PATH));  /* (an O_PATH open waits for nothing) */
+    struct stat info;
+    if (blocking && fstatat(p->parent, p->last, &info, at) == 0 && S_ISFIFO(info.st_mode)) {
+        open_in_child(w, id, p, flags, mode);
+        return 0;
+    }
+    int fd = openat(p->parent, p->name, flags | O_NONBLOCK, mode);
+    if (fd < 0 && blocking && (errno == ENXIO || errno == EWOULDBLOCK)) {
+        open_in_child(w, id, p, flags, mode);
+        return 0;
+    }
+    if (fd < 0)
+        return -1;
+    /* (closing a fifo made meanwhile would end its reader's wait: it goes over) */
+    if (blocking)
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    reply_fd(w, id, fd, flags);
+    return 0;
+}
+
 /* open/openat/creat with O_CREAT of `path` from the caller's `dir`. */
 static void open_for(struct namewatch *w, const struct seccomp_notif *call, int dir,
                      char *path, int flags, mode_t mode) {
@@ -371,11 +418,10 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
         }
         if ((flags & (O_PATH | __O_TMPFILE)) || on_proc(p.parent) || strcmp(p.last, ".") == 0
             || strcmp(p.last, "..") == 0) {  /* (no name can be made: the kernel decides) */
-            int fd = openat(p.parent, p.name, flags, mode);
-            if (fd < 0)
+            /* a procfs magic link may lead to a fifo or a device: followed, never waited on */
+            if (open_unwaiting(w, call->id, &p, flags, mode,
+                               flags & O_NOFOLLOW ? AT_SYMLINK_NOFOLLOW : 0) != 0)
                 reply(w, call->id, -errno);
-            else
-                reply_fd(w, call->id, fd, flags);
             break;
         }
         const char *name = protected_name(w, &p);
@@ -385,15 +431,9 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
         }
         /* the last component itself: a symlink there is followed here, from its text */
         int asked = (name ? flags & ~O_CREAT : flags) | (flags & O_EXCL ? 0 : O_NOFOLLOW);
-        int blocking = !(flags & O_NONBLOCK);
-        struct stat info;
-        if (blocking && fstatat(p.parent, p.last, &info, AT_SYMLINK_NOFOLLOW) == 0
-            && S_ISFIFO(info.st_mode)) {  /* (an open of it may wait: not in this thread) */
-            open_in_child(w, call->id, &p, asked, mode);
+        if (open_unwaiting(w, call->id, &p, asked, mode, AT_SYMLINK_NOFOLLOW) == 0)
             break;
-        }
-        int fd = openat(p.parent, p.name, asked | O_NONBLOCK, mode);
-        if (fd < 0 && errno == ELOOP && !(flags & (O_NOFOLLOW | O_EXCL))) {
+        if (errno == ELOOP && !(flags & (O_NOFOLLOW | O_EXCL))) {
             ssize_t size = readlinkat(p.parent, p.last, path, PATH_MAX - 1);
             if (links == LINKS_MAX || size <= 0) {
                 reply(w, call->id, links == LINKS_MAX ? -ELOOP : size == 0 ? -ENOENT : -errno);
@@ -403,17 +443,8 @@ static void open_for(struct namewatch *w, const struct seccomp_notif *call, int 
             base = p.parent;  /* (a relative link is read from its own directory) */
             continue;
         }
-        if (fd < 0 && name && errno == ENOENT) {
-            reply(w, call->id, judge(w, &p, "open"));
-        } else if (fd < 0 && errno == ENXIO && blocking) {
-            open_in_child(w, call->id, &p, asked, mode);  /* (a fifo made meanwhile, no reader) */
-        } else if (fd < 0) {
-            reply(w, call->id, noted(w, &p, "open", -errno));
-        } else {  /* (closing a fifo made meanwhile would end its reader's wait: it goes over) */
-            if (blocking)
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-            reply_fd(w, call->id, fd, flags);
-        }
+        reply(w, call->id, name && errno == ENOENT ? judge(w, &p, "open")
+                                                   : noted(w, &p, "open", -errno));
         break;
     }
     leave(&p);
@@ -557,6 +588,10 @@ static void answer(struct namewatch *w, const struct seccomp_notif *call) {
 
 void namewatch_answer(struct namewatch *w, const struct seccomp_notif *call) {
     answer(w, call);
+}
+
+unsigned namewatch_unrecorded(const struct namewatch *w) {
+    return w->unrecorded;
 }
 
 struct namewatch *namewatch_open(int listener, const char *names, uint32_t names_size,

@@ -125,13 +125,39 @@ void emit_event(struct text *event) {
     free(event->data);
 }
 
+/* One line of at most PIPE_BUF bytes, which a pipe takes whole or not at all, written only if
+ * the pipe has room for it now: while the command runs, pid 1 never waits for its owner to
+ * read (it would answer no call and watch no lifeline meanwhile). 0 if written, -1 if not. */
+static int write_unwaiting(const char *line, size_t size) {
+    int flags = fcntl(status_fd, F_GETFL);
+    if (size > PIPE_BUF || flags < 0 || fcntl(status_fd, F_SETFL, flags | O_NONBLOCK) != 0)
+        return -1;
+    ssize_t done;
+    while ((done = write(status_fd, line, size)) < 0 && errno == EINTR) {
+    }
+    int error = errno;
+    fcntl(status_fd, F_SETFL, flags);
+    if (done < 0 && error != EAGAIN)
+        _exit(SETUP_FAILED);  /* (the owner is gone, as write_all) */
+    return done == (ssize_t)size ? 0 : -1;
+}
+
+int emit_event_unwaiting(struct text *event) {
+    put(event, "\n", 1);
+    int written = write_unwaiting(event->data, event->size);
+    free(event->data);
+    return written;
+}
+
+/* (Lost, not waited for, were the pipe full: a stage is timing, and "run" comes while the
+ * command's tree may still run.) */
 static void stage(const char *name) {
     char line[128];
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int size = snprintf(line, sizeof line, "{\"event\": \"stage\", \"name\": \"%s\", "
                         "\"t\": %lld.%09ld}\n", name, (long long)now.tv_sec, now.tv_nsec);
-    write_all(status_fd, line, (size_t)size);
+    write_unwaiting(line, (size_t)size);
 }
 
 /* Report a failure as init.py's _fail does, and exit. `subject` (or NULL) prefixes the
@@ -575,6 +601,9 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
     limits.seal_memfd = (flags & PLAN_SEAL_MEMFD) != 0;
     limits.watch_names = (flags & PLAN_WATCH_NAMES) != 0;
+    /* (tests only: then nothing but its command ends it, not its parent's death either) */
+    if ((flags & PLAN_UNBOUND) && prctl(PR_SET_PDEATHSIG, 0) != 0)
+        _exit(SETUP_FAILED);
     limits.memory = i64(&r, &bad), limits.processes = i64(&r, &bad);
     limits.file_size = i64(&r, &bad);
     struct nested domain = {(uint64_t)i64(&r, &bad), 0, (uint64_t)i64(&r, &bad)};
@@ -666,6 +695,10 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
                    "\"signal\": null", WEXITSTATUS(status));
     if (limits.watch_memory || limits.watch_exec)
         size += memwatch_summary(&memory, line + size, sizeof line - (size_t)size);
+    unsigned unrecorded = memory.names ? namewatch_unrecorded(memory.names) : 0;
+    if (unrecorded)
+        size += snprintf(line + size, sizeof line - (size_t)size,
+                         ", \"protected_unrecorded\": %u", unrecorded);
     size += snprintf(line + size, sizeof line - (size_t)size, "}\n");
     write_all(status_fd, line, (size_t)size);
     _exit(0);

@@ -167,6 +167,7 @@ struct namewatch *namewatch_open(int listener, const char *names, uint32_t names
                                  const char *free, uint32_t free_size);
 int namewatch_traps(int nr);            /* whether call `nr` is one of them (or open/openat) */
 void namewatch_answer(struct namewatch *w, const struct seccomp_notif *call);
+unsigned namewatch_unrecorded(const struct namewatch *w);  /* refusals whose event was lost */
 
 /* ---- events on STATUS (supervisor.c) ---- */
 
@@ -178,6 +179,9 @@ struct text {
 void put(struct text *t, const char *bytes, size_t size);
 void put_string(struct text *t, const char *s);  /* a JSON string, as Python decodes it */
 void emit_event(struct text *event);              /* one line on STATUS; frees the text */
+/* The same while the command runs: at most PIPE_BUF bytes, and only if the pipe has room
+ * now (0), else lost (-1) */
+int emit_event_unwaiting(struct text *event);
 
 int template_main(int spec_fd, int plan_fd, int handoff, int host_proc);  /* template.c */
 int refresh(const struct spec *spec);                                      /* refresh.c */

@@ -239,9 +239,15 @@ int template_main(int spec_fd, int plan_fd, int handoff, int host_proc) {
          * below); unmapped and not dumpable, they would be its namespace's unmapped root's. */
         if (prctl(PR_SET_DUMPABLE, 1) != 0)
             return SETUP_FAILED;
-        pid_t pid = (pid_t)syscall(SYS_clone, SANDBOX_NAMESPACES | CLONE_PIDFD | SIGCHLD, 0,
-                                   &pidfd, 0, 0);
+        /* The spare is the zygote's child (CLONE_PARENT), not this template's, which may be
+         * thrown away while its spares run: the kernel kills it, and its pid namespace, when
+         * the zygote goes (the owner gone), whatever it is doing then (see launcher.py's
+         * _die_with_parent; the zygote reaps nothing: it ignores SIGCHLD, as we do). */
+        pid_t pid = (pid_t)syscall(SYS_clone, SANDBOX_NAMESPACES | CLONE_PARENT | CLONE_PIDFD
+                                   | SIGCHLD, 0, &pidfd, 0, 0);
         if (pid == 0) {
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+                _exit(0);
             close(pair[0]);
             close(go[1]);
             spare(&s, plan_fd, pair[1], host_proc, go[0]);
