@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from stockade.evidence.watch import Watch
+from stockade.lifecycle import homes, statedir
 
 if TYPE_CHECKING:
     from stockade.net.gate import Dialer
@@ -80,4 +81,11 @@ class Scene:
     def close(self) -> None:
         for watch in reversed(self.watches):
             watch.close()
+        # the private homes (filesystem.home) Stockade made for the scene's workspaces, which
+        # are kept beside the state directory, outside the scene: a matrix run made ~100
+        state = statedir.candidates(self.host_env, str(self.home))[0]
+        soak = self.root / "soak"
+        for workspace in [self.ws, self.outside, self.home,
+                          *(sorted(soak.iterdir()) if soak.is_dir() else [])]:
+            homes.discard(str(workspace), state)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -43,6 +43,8 @@ from stockade.evidence.watch import (
     Victim,
     processes_with,
 )
+from stockade.lifecycle import statedir
+from stockade.lifecycle.homes import SUFFIX
 
 Setup = Callable[[Scene], None]
 NOBODY = 65534
@@ -541,7 +543,11 @@ def fake_home(scene: Scene) -> None:
     """A home directory with keys, credentials and shell history (all of them secrets)."""
     for name in (*HOME_SECRETS, ".bash_history"):
         scene.plant_secret(f"home/{name}")
-    scene.watch(Unchanged(scene.home, "home"))
+    # (rootless, the state directory's default place is in this home: the private homes of
+    # filesystem.home = "private" are made beside it, by Stockade, not by the attack)
+    homes = statedir.candidates(scene.host_env, str(scene.home))[0] + SUFFIX
+    ignored = os.path.relpath(homes, scene.home)
+    scene.watch(Unchanged(scene.home, "home", () if ignored.startswith("..") else (ignored,)))
 
 
 def heartbeat(then: Setup = nothing) -> Setup:

@@ -63,16 +63,24 @@ def snapshot(path: Path) -> dict[str, tuple]:
 
 
 class Unchanged(Watch):
-    """A file tree (or one file) that must be exactly as it was."""
+    """A file tree (or one file) that must be exactly as it was, but for what lies under
+    `ignored` (relative names: what Stockade itself makes there, never the attack) and the
+    directories above it, which making it makes."""
 
-    def __init__(self, path: Path, label: str) -> None:
-        self.path, self.label = path, label
+    def __init__(self, path: Path, label: str, ignored: tuple[str, ...] = ()) -> None:
+        self.path, self.label, self.ignored = path, label, ignored
+        self.above = {os.path.dirname(top) for top in ignored}
+        while "" not in self.above and self.above:
+            self.above |= {os.path.dirname(name) for name in self.above}
         self.before = snapshot(path)
 
     def finish(self) -> Finding:
         after = snapshot(self.path)
         changed = sorted(name for name in set(self.before) | set(after)
-                         if self.before.get(name) != after.get(name))
+                         if self.before.get(name) != after.get(name)
+                         and name not in self.above
+                         and not any(name == top or name.startswith(top + "/")
+                                     for top in self.ignored))
         if changed:
             return Finding(False, f"{self.label} CHANGED: {', '.join(changed[:5])}")
         return Finding(True, f"{self.label} unchanged")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import stat
 
 from stockade.errors import UnenforceableError
@@ -68,3 +69,11 @@ def _unusable(home: str, why: str) -> UnenforceableError:
     return UnenforceableError(
         "filesystem.home", f"the sandbox's private home {home} {why}; remove it, choose "
         f'another state directory (--state-dir), or set filesystem.home = "host"')
+
+
+def discard(workspace: str, state: str) -> None:
+    """Remove the private home of `workspace` beside `state`, if there is one (a scratch
+    workspace's: nothing else would ever remove it). Links in it are removed, not followed."""
+    home = home_for(os.path.realpath(workspace), state)
+    if os.path.isdir(home) and not os.path.islink(home):
+        shutil.rmtree(home, ignore_errors=True)
