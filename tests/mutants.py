@@ -150,7 +150,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("change-set-future-created-trusted", "stockade/lifecycle/changes.py",
            "    if not isinstance(created, int | float) or created > time.time() + CLOCK_SLACK:",
            "    if not isinstance(created, int | float):",
-           (STORE + "test_a_planted_change_set_is_refused",)),
+           (STORE + "test_a_set_dated_in_the_future_is_refused_even_with_a_seal_that_verifies",)),
     Mutant("review-shows-control-characters", "stockade/lifecycle/changeview.py",
            "    if not escaped or text.isprintable()", "    if not escaped or True",
            (OVERLAY + "test_the_review_escapes_what_would_fool_a_terminal",)),

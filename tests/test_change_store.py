@@ -84,6 +84,29 @@ def test_a_planted_change_set_is_refused(tmp_path):
     result.changes.discard()
 
 
+def test_a_set_dated_in_the_future_is_refused_even_with_a_seal_that_verifies(tmp_path):
+    """The store's own check, apart from the seal: a set whose `created` lies in the future
+    (so that it is the newest) is never acted on, even sealed again under the user's own key
+    (which no sandbox reads): only the date decides here."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    result = overlaid(workspace)
+    path = Path(result.changes.path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["created"] = time.time() + 3600
+    key = changes_store.changeseal.read_key(changes_store.changeseal.key_dir())
+    meta["seal"] = changes_store.changeseal.seal(key, meta, [(path / "base-0.json").read_bytes()])
+    (path / "meta.json").write_text(json.dumps(meta))
+    try:
+        done = stockade_apply(os.environ["STOCKADE_STATE_DIR"])
+        assert done.returncode != 0 and "in the future" in done.stderr, done.stderr
+        assert not (workspace / "made").exists()
+    finally:
+        meta["created"] = time.time()
+        (path / "meta.json").write_text(json.dumps(meta))
+        result.changes.discard()
+
+
 @pytest.mark.parametrize("spoil", ["store", "set", "meta", "link"])
 def test_a_store_others_could_write_is_refused(tmp_path, spoil):
     workspace = tmp_path / "ws"

@@ -166,7 +166,7 @@ def test_a_workspace_that_is_the_host_code_is_refused(tmp_path):
     be made read-only without taking the grant away: refused, typed."""
     lib = tmp_path / "lib"
     lib.mkdir()
-    ctx = CompileContext(str(lib), "/nonexistent-home", str(tmp_path),
+    ctx = CompileContext(str(lib), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": str(lib)})
     with pytest.raises(stockade.UnenforceableError) as refused:
         compile_policy(policy_for(), ["true"], ctx)
@@ -181,7 +181,7 @@ def test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused
     ws.mkdir()
     outside.mkdir()
     (ws / "lib").symlink_to(outside)
-    ctx = CompileContext(str(ws), "/nonexistent-home", str(tmp_path),
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": str(ws / "lib")})
     with pytest.raises(stockade.UnenforceableError) as refused:
         compile_policy(policy_for(), ["true"], ctx)
@@ -190,7 +190,7 @@ def test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused
 
 def test_a_missing_import_path_entry_in_the_workspace_is_refused(tmp_path):
     """PYTHONPATH names ws/lib, which does not exist: the command could make it."""
-    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path),
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": str(tmp_path / "lib")})
     with pytest.raises(stockade.UnenforceableError) as refused:
         compile_policy(policy_for(), ["true"], ctx)
@@ -203,7 +203,7 @@ def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypat
     editable install was refused, `does not exist inside a write root`)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, "__editable__.x-1.0.finder.__path_hook__"])
-    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path),
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": "relative/lib"})
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
 
@@ -211,7 +211,7 @@ def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypat
 def test_an_ordinary_project_venv_stays_writable(tmp_path):
     """The everyday job: a venv in the workspace that is not the host's own is the command's
     (pip install into it works); nothing of the host's code lies in the workspace."""
-    ctx = CompileContext(str(tmp_path), "/nonexistent-home", str(tmp_path), {})
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     (tmp_path / ".venv" / "lib").mkdir(parents=True)
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
     assert sys.prefix not in str(tmp_path)

@@ -30,6 +30,10 @@ pytestmark = pytest.mark.usefixtures("linux")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPER = os.path.join(HERE, "restricted_host.py")
+# This process's import path for the hosts it starts: its directories only (a relative entry is
+# a path hook's key, such as setuptools' editable finder's, which a child would take for a
+# directory under its working directory: a workspace, then a missing import-path entry there).
+IMPORT_PATH = [entry for entry in sys.path if os.path.isabs(entry)]
 STOCKADE = os.path.join(os.path.dirname(sys.executable), "stockade")
 HOSTS = ("container", "no-userns", "no-mounts")
 REFUSAL = {"container": "userns_unavailable", "no-userns": "userns_unavailable",
@@ -42,7 +46,7 @@ ROOT = os.geteuid() == 0
 
 
 def on_host(host: str, argv: list[str], tmp_path, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(IMPORT_PATH),
            "STOCKADE_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run([sys.executable, HELPER, host, "--", *argv], capture_output=True,
                           text=True, timeout=BOUND, env=env, cwd=tmp_path, **kwargs)
@@ -238,7 +242,7 @@ def test_landlock_tier_kills_the_tree_with_its_owner(ws):
         from test_restricted_hosts import tier_policy
         stockade.run(['sh', '-c', '(setsid sleep {marker} &) ; sleep {marker}'],
                      tier_policy(), workspace={str(workspace)!r})
-    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    """)], env={**os.environ, "PYTHONPATH": os.pathsep.join(IMPORT_PATH)})
     try:
         deadline = time.monotonic() + 15
         while len(sleeping(marker)) < 2 and time.monotonic() < deadline:

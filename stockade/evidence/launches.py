@@ -319,7 +319,6 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
             if time.monotonic() > deadline:
                 raise NotRunnable("the planted change set did not appear")
             time.sleep(0.05)
-        time.sleep(0.2)  # (its last file written)
         if "keyed" in row.args:
             _sealed_as_stockade_seals(scene.ws / "state", meta)
         try:
@@ -329,7 +328,8 @@ def planted_changes(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         except StockadeError as exc:
             answer = exc.code
     finally:
-        (scene.ws / "answer").write_text(answer)
+        (scene.ws / "answer.part").write_text(answer)  # (whole, by a rename: the attack
+        (scene.ws / "answer.part").rename(scene.ws / "answer")  # reads it once it is there)
         planting.join(HOST_TIMEOUT)
     if not launched:
         raise NotRunnable("the planting attack did not end")

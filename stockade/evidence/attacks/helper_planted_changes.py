@@ -44,10 +44,12 @@ def plant():
                 f.write(key)
             os.chmod(os.path.join(STATE, name), 0o600)
         meta["seal"] = seal(key, meta, [b"{}"])
-    for name, data in (("meta.json", meta), ("base-0.json", {})):
-        with open(os.path.join(path, name), "w") as f:
+    # (meta.json last, whole, by a rename: the host starts once it is there)
+    for name, data in (("base-0.json", {}), ("meta.json", meta)):
+        with open(os.path.join(path, name + ".part"), "w") as f:
             json.dump(data, f)
-        os.chmod(os.path.join(path, name), 0o600)
+        os.chmod(os.path.join(path, name + ".part"), 0o600)
+        os.rename(os.path.join(path, name + ".part"), os.path.join(path, name))
 
 
 def seal(key, meta, bases):
