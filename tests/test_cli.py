@@ -568,6 +568,15 @@ def test_help_has_examples(args, capsys):
     assert "examples:" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("args", [["run"], ["sandbox-exec"], ["session", "exec"]])
+def test_the_usage_line_shows_the_command_after_the_cut(args, capsys):
+    """Issue 32: the command is split off before argparse parses, so its usage line must be
+    told that `-- COMMAND` follows."""
+    assert main([*args, "--help"]) == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.endswith(" -- COMMAND [ARG...]"), usage
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("stockade ")

@@ -23,11 +23,20 @@ class CommandLine(NamedTuple):
     build_parser: Callable[[], argparse.ArgumentParser]
 
 
+class _CommandUsage(argparse.RawDescriptionHelpFormatter):
+    """Help whose usage line ends with `-- COMMAND [ARG...]`: the command is split off before
+    argparse sees the words, so argparse alone would not show it."""
+
+    def _format_usage(self, *args: Any) -> str:
+        return super()._format_usage(*args).rstrip("\n") + " -- COMMAND [ARG...]\n\n"
+
+
 def subcommand(commands: Any, name: str, handler: Handler | None, summary: str,
-               *examples: str) -> argparse.ArgumentParser:
+               *examples: str, takes_command: bool = False) -> argparse.ArgumentParser:
+    """A subcommand's parser; `takes_command`: it runs the command after `--`."""
+    formatter = _CommandUsage if takes_command else argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(name, help=summary, description=summary,
-                                 epilog=epilog(*examples),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=epilog(*examples), formatter_class=formatter)
     if handler is not None:
         parser.set_defaults(handler=handler)
     return parser

@@ -34,7 +34,7 @@ def add_run(commands: Any) -> None:
                      "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
                      "stockade run --network any --reach 10.0.0.5:5432 -- ./migrate.sh",
                      "stockade run --env CI=1 -- make test",
-                     "stockade run --json -- python3 -c 'print(1)'")
+                     "stockade run --json -- python3 -c 'print(1)'", takes_command=True)
     add_policy_source(run)
     run.add_argument("--read", metavar="PATH", action="append", default=[],
                      help="also grant read access to PATH (relative: to the workspace)")
@@ -107,7 +107,8 @@ def stdin_by_default() -> str:
 def add_sandbox_exec(commands: Any) -> None:
     shim = subcommand(commands, "sandbox-exec", _sandbox_exec,
                       "run a command under a policy file (the module-runner shim)",
-                      "stockade sandbox-exec module-policy.json -- ./module --input data/")
+                      "stockade sandbox-exec module-policy.json -- ./module --input data/",
+                      takes_command=True)
     shim.add_argument("policy", metavar="POLICY", help="a JSON or TOML policy file")
 
 

@@ -58,7 +58,8 @@ def add_session(commands: Any) -> None:
                      "run a command in a named session (booted first if needed), output live",
                      "stockade session exec build -- make",
                      "stockade session exec build --cwd sub --env CI=1 --timeout 90s -- make test",
-                     "git diff | stockade session exec review --policy stdin.toml -- wc -l")
+                     "git diff | stockade session exec review --policy stdin.toml -- wc -l",
+                     takes_command=True)
     _add_source(run)
     run.add_argument("--cwd", metavar="DIR",
                      help="the command's working directory (default: the policy's, else the "
