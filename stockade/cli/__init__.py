@@ -6,7 +6,7 @@
     stockade policy check FILE
     stockade policy show [--preset NAME | FILE] [--toml]
     stockade demo
-    stockade probe [--json]
+    stockade probe [--json] [--explain]
     stockade report [--json | --markdown]
     stockade doctor [--json]
     stockade reconcile [--json]
