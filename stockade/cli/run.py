@@ -212,13 +212,15 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
                   file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
-    return finish(result, as_json=as_json, log=log)
+    return finish(result, as_json=as_json, log=log, overlay=request.workspace == "overlay")
 
 
-def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
+def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
+           overlay: bool = False) -> int:
     """After a run: its network log appended to `log`, its JSON printed (`as_json`), the
-    summary of its violations on stderr; returns its exit status. The command has run, so
-    a failure to write any of it is said in one line, and the status still returned."""
+    summary of its violations on stderr, and, for an `overlay` run, its pending changes;
+    returns its exit status. The command has run, so a failure to write any of it is said
+    in one line, and the status still returned."""
     if log is not None:
         try:
             log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
@@ -235,7 +237,7 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
             print(f"stockade: output_failed: the JSON result could not be written to stdout "
                   f"({exc.strerror})", file=sys.stderr)
     print_violations(result)
-    if result.changes is not None and not as_json:
+    if overlay and not as_json:
         print_pending(result)
     return result.exit_status
 
@@ -286,12 +288,10 @@ def _layers(enforced: dict) -> str:
 
 def print_pending(result: Result) -> None:
     """One stderr line: where a copy-on-write run's changes are, and what to do with them."""
-    assert result.changes is not None
-    found = result.changes.changes()
-    if not found:
-        result.changes.discard()  # (nothing to review: nothing is kept)
+    if result.changes is None:  # (nothing to review: nothing was kept)
         print("stockade: overlay: no changes", file=sys.stderr)
         return
+    found = result.changes.changes()
     counts = ", ".join(f"{sum(c.kind == kind for c in found)} {kind}"
                        for kind in ("added", "modified", "deleted"))
     run = result.changes.id

@@ -189,7 +189,7 @@ def reviewed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     except StockadeError as exc:
         return Launch(error=exc)
     if result.changes is None:
-        return Launch(result)  # (no overlay: the judge finds no attempt)
+        return Launch(result)  # (no overlay, or nothing written: the judge finds no attempt)
     from dataclasses import replace
 
     from stockade.lifecycle import changeview

@@ -55,7 +55,8 @@ class Result:
     args: Sequence[str] | str = ()  # the command as the caller gave it (a string: shell=True)
     timeout: float | None = None    # seconds: the wall-clock limit it ran under
     # filesystem.workspace = "overlay": what the run changed, pending until applied or
-    # discarded (`added`, `modified`, `deleted`, `diff()`, `apply()`, `discard()`)
+    # discarded (`added`, `modified`, `deleted`, `diff()`, `apply()`, `discard()`); None if
+    # it changed nothing (nothing is kept)
     changes: ChangeSet | None = None
 
     @property
