@@ -22,9 +22,19 @@ class Violation:
 
 
 def network_denials(records: list[dict]) -> list[Violation]:
-    """A `network.denied` Violation per denial record of the egress proxy."""
+    """A `network.denied` Violation per denial record of the egress proxy (or the guard). A
+    name refused for the address it resolved to is said with the record's message, which
+    names that address and how to allow it: the name alone does not say why."""
     return [Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
-                                        f"{d.get('reason') or d.get('rule')}") for d in records]
+                                        f"{d.get('reason') or d.get('rule')}"
+                                        + (f" ({d['message']})" if _resolved(d) else ""))
+            for d in records]
+
+
+def _resolved(record: dict) -> bool:
+    """Whether a denial record judged an address a name resolved to (not the host itself)."""
+    address = record.get("address")
+    return address is not None and address != record["host"].strip("[]")
 
 
 @dataclass(frozen=True)
