@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import interrupted_json_run
 
 from stockade import demo
 from stockade.cli import main, to_toml
@@ -211,6 +213,27 @@ def test_what_is_typed_on_a_terminal_reaches_the_command_only_when_asked(workspa
     finally:
         os.close(master)
         os.close(slave)
+
+
+@sandboxed
+def test_json_on_ctrl_c_prints_the_cancelled_result(workspace):
+    """Issue 32: `run --json` printed nothing on Ctrl-C; now the command is cancelled and its
+    Result printed (what it wrote so far, cancelled), exit 130."""
+    status, result = interrupted_json_run({**os.environ, "PYTHONPATH": str(REPO),
+                                           "STOCKADE_NO_SERVER": "1"}, workspace)
+    assert status == 130
+    assert result["cancelled"] is True and result["stdout"] == "started\n"
+    assert [v["kind"] for v in result["violations"]] == ["cancelled"]
+
+
+@sandboxed
+def test_json_gives_output_that_is_not_utf8_whole_in_base64(workspace, capfd):
+    """Issue 32: --json turned undecodable bytes into U+FFFD; they are now also given whole."""
+    assert main(["run", "--json", "--", "sh", "-c", r"printf '\377\376ok'; printf 'fine' >&2"]) == 0
+    result = json.loads(capfd.readouterr().out)
+    assert result["stdout"] == "\ufffd\ufffdok"
+    assert base64.b64decode(result["stdout_base64"]) == b"\xff\xfeok"
+    assert (result["stderr"], result["stderr_base64"]) == ("fine", None)
 
 
 def test_run_help_says_what_stdin_is_by_default(capsys):

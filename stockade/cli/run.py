@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from stockade.cli.common import (
     add_policy_source,
+    cancelled_by_signals,
     chosen_policy,
     env_flags,
     need_command,
@@ -69,7 +70,10 @@ def add_run(commands: Any) -> None:
                           "duration: compile, readiness (probe and ledger reconcile), then the "
                           "sandbox's own stages")
     run.add_argument("--json", action="store_true",
-                     help="capture output and print one JSON result (or error) object")
+                     help="capture output and print one JSON result (or error) object; "
+                          "Ctrl-C cancels the command and prints its result (cancelled: "
+                          "true); output that is not UTF-8 is also given whole as "
+                          "stdout_base64 / stderr_base64")
     run.add_argument("--overlay", action="store_true",
                      help="a copy-on-write workspace (filesystem.workspace = \"overlay\"): "
                           "the command's writes to its write roots are kept aside, for "
@@ -203,7 +207,12 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
     selected = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
-    result = execute(backend, request, stdio_inherit=not as_json)
+    stopped = None
+    if as_json:  # (Ctrl-C cancels the run, whose result is then printed, cancelled)
+        with cancelled_by_signals() as stopped:
+            result = execute(backend, request, cancel=stopped)
+    else:
+        result = execute(backend, request, stdio_inherit=True)
     if verbose:
         owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
         stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
@@ -212,7 +221,8 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
                   file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
-    return finish(result, as_json=as_json, log=log, overlay=request.workspace == "overlay")
+    status = finish(result, as_json=as_json, log=log, overlay=request.workspace == "overlay")
+    return status if stopped is None or stopped.signum is None else 128 + stopped.signum
 
 
 def finish(result: Result, *, as_json: bool, log: TextIO | None = None,

@@ -3,6 +3,7 @@ errors `check=True` raises, shaped like subprocess's."""
 
 from __future__ import annotations
 
+import base64
 import signal as _signal
 import subprocess
 from collections.abc import Sequence
@@ -94,13 +95,19 @@ class Result:
         raise CommandFailed(self)
 
     def to_json(self) -> dict:
-        """A JSON-ready summary (output as text, undecodable bytes replaced)."""
+        """A JSON-ready summary: output as text, and where it is not UTF-8 (undecodable bytes
+        replaced there) also whole, base64-encoded, as `stdout_base64` / `stderr_base64`
+        (else None)."""
         body = asdict(replace(self, changes=None))
         if self.changes is not None:
             body["changes"] = summary(self.changes)
         for name in ("stdout", "stderr"):
             value = getattr(self, name)
-            body[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            body[f"{name}_base64"] = None
+            if isinstance(value, bytes):
+                body[name] = value.decode("utf-8", "replace")
+                if body[name].encode() != value:
+                    body[f"{name}_base64"] = base64.b64encode(value).decode("ascii")
         body["signal_name"] = _signal_name(self.signal)
         body["returncode"] = self.returncode
         body["exit_status"] = self.exit_status
