@@ -236,6 +236,36 @@ def test_json_gives_output_that_is_not_utf8_whole_in_base64(workspace, capfd):
     assert (result["stderr"], result["stderr_base64"]) == ("fine", None)
 
 
+@sandboxed
+@pytest.mark.parametrize("script, flag, hinted", [
+    ("read -r line || exit 3", [], True),          # the prompt read EOF: say why
+    ("read -r line || exit 0", [], False),         # it did not fail: nothing to say
+    ("read -r line || exit 3", ["--stdin", "null"], False),  # asked for: nothing to say
+])
+def test_a_failed_command_with_a_terminal_left_out_is_given_a_hint(workspace, script, flag,
+                                                                   hinted):
+    """Issue 32: a program prompting on a terminal got EOF with no hint of --stdin inherit."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        done = cli("run", *flag, "--", "sh", "-c", script, cwd=workspace, stdin=slave,
+                   start_new_session=True)
+    finally:
+        os.close(master)
+        os.close(slave)
+    hint = ("stockade: hint: the command's stdin was /dev/null, not this terminal; if it "
+            "asked for input, run it with --stdin inherit")
+    assert (hint in done.stderr.splitlines()) is hinted, done.stderr
+
+
+def test_run_help_says_the_tmp_of_the_command_does_not_last(capsys):
+    """Issue 32: writes to /tmp vanished into the sandbox's own tmpfs unsaid."""
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "The command's /tmp is its own, empty, and gone when it ends" in text
+
+
 def test_run_help_says_what_stdin_is_by_default(capsys):
     assert main(["run", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -40,7 +40,9 @@ def add_run(commands: Any) -> None:
     run.add_argument("--read", metavar="PATH", action="append", default=[],
                      help="also grant read access to PATH (relative: to the workspace)")
     run.add_argument("--write", metavar="PATH", action="append", default=[],
-                     help="also grant write access to PATH (relative: to the workspace)")
+                     help="also grant write access to PATH (relative: to the workspace). The "
+                          "command's /tmp is its own, empty, and gone when it ends: what must "
+                          "stay belongs under a write root")
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--network", choices=("none", "any"),
@@ -93,8 +95,13 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     stdin = args.stdin or chosen.process.stdin
     if stdin is None and chosen.containment != "vm":
         stdin = stdin_by_default()
-    return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
-                         network_log=args.network_log, stdin=stdin)
+    status = run_sandboxed(chosen, argv, args.workspace, as_json=args.json,
+                           verbose=args.verbose, network_log=args.network_log, stdin=stdin)
+    if status != 0 and args.stdin is None and stdin in (None, "null") and os.isatty(0):
+        # (a prompt read EOF at once, and nothing said why: the terminal is not passed)
+        print("stockade: hint: the command's stdin was /dev/null, not this terminal; if it "
+              "asked for input, run it with --stdin inherit", file=sys.stderr)
+    return status
 
 
 def stdin_by_default() -> str:
