@@ -210,13 +210,13 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
     started = time.monotonic()
     request = compile_policy(policy, argv, CompileContext.current(workspace), stdin=stdin)
     compiled = time.monotonic()
-    if request.limits.pids is None and policy.limits.pids is not None:
+    backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
+    selected = time.monotonic()
+    if request.limits.pids is None and policy.limits.pids is not None:  # (once it will run)
         print(f"stockade: warning: limits.pids (the preset's {policy.limits.pids}) is not "
               "enforced: the landlock tier cannot limit root's processes (RLIMIT_NPROC does "
               "not bind uid 0); run as an ordinary user, or with isolation namespaces",
               file=sys.stderr)
-    backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
-    selected = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
     stopped = None
