@@ -13,6 +13,7 @@ import struct
 SERVED = ("run", "sandbox-exec", "exec")  # the command lines the CLI server runs
 SOCKET_NAME = "cli.sock"  # in the state directory
 NOT_SERVED = b"here\n"  # the server's answer to a caller whose context is not its own
+CANCEL = b"C"  # the client's one byte after its request: Ctrl-C was pressed there
 
 
 def socket_path() -> str:

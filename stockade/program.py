@@ -23,7 +23,14 @@ import os
 import struct
 import sys
 
-from stockade.cliwire import NOT_SERVED, SERVED, SOCKET_NAME, encode_request, socket_path
+from stockade.cliwire import (
+    CANCEL,
+    NOT_SERVED,
+    SERVED,
+    SOCKET_NAME,
+    encode_request,
+    socket_path,
+)
 from stockade.errors import UsageError
 
 __all__ = ["NOT_SERVED", "SERVED", "SOCKET_NAME", "encode_request", "main", "socket_path"]
@@ -92,14 +99,9 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
                 conn.sendall(message[sent:])
             except OSError:
                 return None  # it went before it had the whole request: nothing ran
-        answer = b""
-        try:
-            while not answer.endswith(b"\n") and (chunk := conn.recv(16)):
-                answer += chunk
-        except KeyboardInterrupt:
+        answer = _answer(conn)
+        if answer is None:
             return EXIT_INTERRUPTED  # closing the connection ends the command's sandbox
-        except OSError:
-            answer = b""
         if answer == NOT_SERVED:
             return None  # it ran nothing: this process's context is not the server's own
         if not answer.strip().isdigit():
@@ -109,3 +111,28 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
         return int(answer)
     finally:
         conn.close()
+
+
+def _answer(conn: _socket.socket) -> bytes | None:
+    """The server's answer (b"" if it went without one); None on a second Ctrl-C. The first
+    is passed on (CANCEL), for the command line there to take as Ctrl-C, as it would here:
+    `run --json` then prints its result, cancelled."""
+    answer, interrupted = b"", False
+    while not answer.endswith(b"\n"):
+        try:
+            chunk = conn.recv(16)
+        except KeyboardInterrupt:
+            if interrupted:
+                return None
+            interrupted = True
+            try:
+                conn.send(CANCEL)
+            except OSError:
+                return None
+            continue
+        except OSError:
+            return b""
+        if not chunk:
+            break
+        answer += chunk
+    return answer

@@ -13,7 +13,9 @@ reason; the root pass of scripts/test.sh runs them, and its rootless pass those 
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -271,6 +273,25 @@ def check_the_process_limit_is_exact(workspace) -> None:
         assert r.exit_code == 0, r.stderr
         if os.getuid() != 0:
             assert r.stdout == f"{pids}\n".encode()
+
+
+def interrupted_json_run(env: dict, cwd) -> tuple[int, dict]:
+    """`stockade run --json` of a command that prints, then sleeps until a Ctrl-C (SIGINT to
+    the `stockade` process) once it is running: (exit status, the JSON printed)."""
+    marker = f"4{time.monotonic_ns() % 10**9}"
+    client = subprocess.Popen([sys.executable, "-m", "stockade", "run", "--json", "--", "sh",
+                               "-c", f"echo started; exec sleep {marker}"],
+                              env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not marked(f"sleep\0{marker}"):  # (the sleep itself: its argv is NUL-separated)
+        assert time.monotonic() < deadline and client.poll() is None, "it never started"
+        time.sleep(0.05)
+    client.send_signal(signal.SIGINT)
+    out, err = client.communicate(timeout=30)
+    assert gone(marker)
+    assert out, err
+    return client.returncode, json.loads(out)
 
 
 def marked(marker: str) -> list[int]:

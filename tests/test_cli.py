@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import interrupted_json_run
 
 from stockade import demo
 from stockade.cli import main, to_toml
@@ -211,6 +213,57 @@ def test_what_is_typed_on_a_terminal_reaches_the_command_only_when_asked(workspa
     finally:
         os.close(master)
         os.close(slave)
+
+
+@sandboxed
+def test_json_on_ctrl_c_prints_the_cancelled_result(workspace):
+    """Issue 32: `run --json` printed nothing on Ctrl-C; now the command is cancelled and its
+    Result printed (what it wrote so far, cancelled), exit 130."""
+    status, result = interrupted_json_run({**os.environ, "PYTHONPATH": str(REPO),
+                                           "STOCKADE_NO_SERVER": "1"}, workspace)
+    assert status == 130
+    assert result["cancelled"] is True and result["stdout"] == "started\n"
+    assert [v["kind"] for v in result["violations"]] == ["cancelled"]
+
+
+@sandboxed
+def test_json_gives_output_that_is_not_utf8_whole_in_base64(workspace, capfd):
+    """Issue 32: --json turned undecodable bytes into U+FFFD; they are now also given whole."""
+    assert main(["run", "--json", "--", "sh", "-c", r"printf '\377\376ok'; printf 'fine' >&2"]) == 0
+    result = json.loads(capfd.readouterr().out)
+    assert result["stdout"] == "\ufffd\ufffdok"
+    assert base64.b64decode(result["stdout_base64"]) == b"\xff\xfeok"
+    assert (result["stderr"], result["stderr_base64"]) == ("fine", None)
+
+
+@sandboxed
+@pytest.mark.parametrize("script, flag, hinted", [
+    ("read -r line || exit 3", [], True),          # the prompt read EOF: say why
+    ("read -r line || exit 0", [], False),         # it did not fail: nothing to say
+    ("read -r line || exit 3", ["--stdin", "null"], False),  # asked for: nothing to say
+])
+def test_a_failed_command_with_a_terminal_left_out_is_given_a_hint(workspace, script, flag,
+                                                                   hinted):
+    """Issue 32: a program prompting on a terminal got EOF with no hint of --stdin inherit."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        done = cli("run", *flag, "--", "sh", "-c", script, cwd=workspace, stdin=slave,
+                   start_new_session=True)
+    finally:
+        os.close(master)
+        os.close(slave)
+    hint = ("stockade: hint: the command's stdin was /dev/null, not this terminal; if it "
+            "asked for input, run it with --stdin inherit")
+    assert (hint in done.stderr.splitlines()) is hinted, done.stderr
+
+
+def test_run_help_says_the_tmp_of_the_command_does_not_last(capsys):
+    """Issue 32: writes to /tmp vanished into the sandbox's own tmpfs unsaid."""
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "The command's /tmp is its own, empty, and gone when it ends" in text
 
 
 def test_run_help_says_what_stdin_is_by_default(capsys):
@@ -567,6 +620,15 @@ def test_report(capsys):
 def test_help_has_examples(args, capsys):
     assert main(args) == 0
     assert "examples:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["run"], ["sandbox-exec"], ["session", "exec"]])
+def test_the_usage_line_shows_the_command_after_the_cut(args, capsys):
+    """Issue 32: the command is split off before argparse parses, so its usage line must be
+    told that `-- COMMAND` follows."""
+    assert main([*args, "--help"]) == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.endswith(" -- COMMAND [ARG...]"), usage
 
 
 def test_version(capsys):

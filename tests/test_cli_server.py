@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import marked
+from conftest import interrupted_json_run, marked
 
 from stockade import program
 from stockade.program import NOT_SERVED, SOCKET_NAME, encode_request
@@ -128,6 +128,15 @@ def test_the_command_runs_under_the_server_and_ends_with_its_client(served, work
     while any(pid in marked(marker) for pid in sleeping):
         assert time.monotonic() < deadline, "the sandbox outlived its client"
         time.sleep(0.05)
+
+
+def test_a_served_json_run_on_ctrl_c_prints_the_cancelled_result(served, workspace):
+    """Issue 32: the client's Ctrl-C reaches the command line in the server (CANCEL), which
+    cancels the command and prints its Result, as it would run here."""
+    env, _ = served
+    status, result = interrupted_json_run(env, workspace)
+    assert status == 130
+    assert result["cancelled"] is True and result["stdout"] == "started\n"
 
 
 def test_a_client_with_other_resource_limits_runs_its_command_itself(served, workspace):

@@ -7,8 +7,10 @@ switched off in turn: tests/test_evidence_mutations.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -184,6 +186,33 @@ def test_the_command_prints_json_and_the_total_time() -> None:
     assert [row["mutations"] for row in document["rows"]] == [["seccomp"], ["landlock+mount_view"]]
     assert document["proven"] == document["controlled"] == 2
     assert "2 passed, 0 failed, 0 errors, 0 not run; 2 proven, 2 controlled" in done.stderr
+
+
+@pytest.mark.usefixtures("linux")
+def test_the_command_counts_rows_on_a_terminal_while_json_waits_for_the_end() -> None:
+    """Issue 32: a run takes minutes; with the rows printed only at the end (--json), a
+    terminal on stderr is told each one as it is done."""
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "stockade", "evidence", "--only",
+                               "proc.clone3", "--only", "env.home", "--json"],
+                              stdout=subprocess.PIPE, stderr=slave, text=True, cwd=TREE,
+                              env={**os.environ, "PYTHONPATH": str(TREE)}, timeout=300)
+        os.close(slave)
+        slave = -1
+        seen = b""
+        with contextlib.suppress(OSError):  # (EIO: every writer has gone)
+            while chunk := os.read(master, 4096):
+                seen += chunk
+    finally:
+        os.close(master)
+        if slave != -1:
+            os.close(slave)
+    assert done.returncode == 0, seen
+    lines = seen.decode().splitlines()
+    assert lines[:2] == ["stockade: evidence: 1/2 pass proc.clone3",
+                         "stockade: evidence: 2/2 pass env.home"], lines
+    assert json.loads(done.stdout)["passed"] == 2
 
 
 def test_the_command_refuses_an_unknown_category() -> None:

@@ -23,6 +23,8 @@ import stockade
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.linux.backend import LinuxBackend
+from stockade.linux.landlock_tier import ROOT_PIDS
+from stockade.policy import preset
 
 pytestmark = pytest.mark.usefixtures("linux")
 ROOT = os.geteuid() == 0
@@ -84,6 +86,34 @@ def state_of(pid: int) -> tuple[object, ...]:
         limits = f.read()
     return (limits, os.getpriority(os.PRIO_PROCESS, pid), os.sched_getaffinity(pid),
             os.sched_getscheduler(pid))
+
+
+def test_a_preset_runs_in_the_tier_as_root_with_its_pids_lifted_and_said(ws, tmp_path):
+    """Issue 32: as root the tier refused every preset (their limits.pids: RLIMIT_NPROC does
+    not bind uid 0). A preset's limit is now lifted there, and said; a policy's own pids is
+    still refused as root (and held by everyone else)."""
+    workspace, _ = ws
+    run = [sys.executable, "-m", "stockade", "run", "--workspace", str(workspace)]
+    env = {**os.environ, "STOCKADE_NO_SERVER": "1"}
+    done = subprocess.run([*run, "--isolation", "landlock", "--preset", "workspace-write", "--",
+                           "sh", "-c", "echo ran"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+    warned = "stockade: warning: limits.pids (the preset's 512) is not enforced" in done.stderr
+    assert warned is ROOT, done.stderr
+    result = stockade.run(["true"], replace(preset("workspace-write"), isolation="landlock"),
+                          workspace=workspace)
+    assert (ROOT_PIDS in result.enforced["not_enforced"]) is ROOT
+    own = tmp_path / "own.toml"
+    own.write_text('version = 1\npreset = "workspace-write"\nisolation = "landlock"\n'
+                   "[limits]\npids = 7\n")
+    done = subprocess.run([*run, "--policy", str(own), "--", "true"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    if ROOT:
+        assert done.returncode == 70
+        assert done.stderr.startswith("stockade: unenforceable:limits.pids: "), done.stderr
+    else:
+        assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_a_host_process_is_out_of_reach(ws):

@@ -218,6 +218,25 @@ def test_each_denial_is_in_the_result_log(ws, upstream):
     assert upstream.paths == []
 
 
+def test_a_name_refused_for_its_address_says_the_address_and_the_fix(ws):
+    """Issue 32: a registry name resolving to a reserved address was refused with a result
+    naming neither (only the network log did); the violation now names both."""
+    workspace, _ = ws
+    r = run_with_resolver("""
+        import urllib.request
+        try:
+            urllib.request.urlopen('http://registry.test/simple/', timeout=10)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """, allowlist("registry.test"), workspace, {"registry.test": "198.18.0.7"})
+    assert r.stdout.split() == [b"403"], r.stderr
+    (violation,) = r.violations
+    assert violation.kind == "network.denied"
+    assert violation.detail.startswith("http registry.test:80: address_reserved (resolves to "
+                                       "198.18.0.7, a reserved"), violation.detail
+    assert 'allow "198.18.0.7:80" (--allow-domain 198.18.0.7:80)' in violation.detail
+
+
 def test_the_cli_appends_the_network_log_as_json_lines(ws, tmp_path):
     workspace, _ = ws
     import json

@@ -95,8 +95,8 @@ def test_the_host_is_untouched_until_apply_and_apply_is_exact(project):
     assert "+++ b/new/deep/file.txt\n" in diff and "+fresh\n" in diff
     assert "Binary files /dev/null and b/blob differ\n" in diff
     # What the sandbox saw is what the host gets.
-    seen = overlay(root, "true")  # (a fresh run sees the host: still unchanged)
-    seen.changes.discard()
+    # (a fresh run sees the host, still unchanged: it changes nothing, so keeps nothing)
+    assert overlay(root, "true").changes is None
     applied = pending.apply()
     assert {c.kind for c in applied} == {"added", "modified", "deleted"}
     after = tree(root)
@@ -155,6 +155,20 @@ def test_discard_leaves_nothing_behind(project, state_dir):
     assert set(os.listdir(state_dir)) <= kept | {"records"}
     assert not os.path.lexists(os.path.join(state_dir, "changes"))
     assert tree(root) == before
+
+
+def test_a_run_that_changes_nothing_keeps_no_change_set(project, state_dir):
+    """Issue 32: through the API, an overlay run that wrote nothing left an empty change set
+    pending (only the CLI dropped it); now neither keeps one, and the CLI says so."""
+    root, _ = project
+    result = overlay(root, "cat keep.txt")
+    assert (result.returncode, result.stdout) == (0, "same\n")
+    assert result.changes is None and result.to_json()["changes"] is None
+    assert changes_store.pending() == []
+    cli = subprocess.run([sys.executable, "-m", "stockade", "run", "--preset", "workspace-write",
+                          "--overlay", "--", "true"], cwd=root, capture_output=True, text=True)
+    assert cli.returncode == 0 and "stockade: overlay: no changes" in cli.stderr, cli.stderr
+    assert changes_store.pending() == []
 
 
 def test_protected_denied_and_noexec_hold_inside_the_overlay(ws):

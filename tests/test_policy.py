@@ -517,6 +517,13 @@ def test_values_are_converted() -> None:
     ({"mode": "any", "reach": ["10.0.0.5:0"]}, "network.reach[0]",
      "expected a port from 1 to 65535"),
     ({"mode": "any", "reach": ["[fd00::1"]}, "network.reach[0]", 'expected "[IPv6]"'),
+    # Issue 32: loopback, which reach can never open, is refused saying why.
+    ({"mode": "any", "reach": ["10.0.0.5", "127.0.0.1:5432"]}, "network.reach[1]",
+     "is loopback: in the sandbox that is its own (always reachable), and the host's loopback "
+     "is never reachable from mode any"),
+    ({"mode": "any", "reach": ["127.1.0.0/16"]}, "network.reach[0]", "is loopback"),
+    ({"mode": "any", "reach": ["[::1]:80"]}, "network.reach[0]", "is loopback"),
+    ({"mode": "any", "reach": ["::ffff:127.0.0.1"]}, "network.reach[0]", "is loopback"),
 ])
 def test_reach_is_for_network_any_and_by_address(network: dict, key: str, message: str) -> None:
     error = refused(doc(network=network))

@@ -126,6 +126,27 @@ def test_probe_cli(tmp_path):
     assert "landlock_ungranted_dir: \"EACCES\"" in done.stdout
 
 
+@linux
+def test_probe_explain_says_what_every_fact_is(tmp_path):
+    """Issue 32: the probe's facts are raw keys; --explain gives each one line, --json with it
+    a legend of every fact observed (root and rootless observe different sets)."""
+    done = cli("probe", "--explain", state=tmp_path / "state")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()[1:]
+    assert lines and all(" -- " in line for line in lines), done.stdout
+    assert any(line.startswith("  tcp_loopback: ") and "host's loopback" in line
+               for line in lines)
+    attestation = json.loads(cli("probe", "--json", "--explain", state=tmp_path / "state").stdout)
+    assert set(attestation["facts"]) <= set(attestation["legend"])
+
+
+def test_every_fact_the_linux_tables_judge_has_a_line_of_legend():
+    tables = (linux_probe.EXPECTATIONS, linux_probe.ANY_EXPECTATIONS,
+              linux_probe.tier_expectations())
+    judged = {fact for table in tables for checks in table.values() for fact in checks}
+    assert judged <= set(linux_probe.LEGEND)
+
+
 # --- failures: stable reason and stage ---------------------------------------------------------
 
 

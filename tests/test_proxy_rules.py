@@ -190,6 +190,19 @@ def test_gate_refuses_a_name_resolving_to_a_forbidden_address(answer, reason):
     assert verdict.address in verdict.message and not verdict.addresses
 
 
+@pytest.mark.parametrize("answer, port, rule", [
+    ("198.18.0.7", 443, "198.18.0.7:443"), ("fd00::5", 8080, "[fd00::5]:8080"),
+    ("::ffff:10.0.0.5", 80, "10.0.0.5:80"),
+])
+def test_gate_refusing_an_answer_names_the_rule_that_would_allow_it(answer, port, rule):
+    """Issue 32: the refusal names the fix, and the fix works."""
+    g, _ = gate([f"registry.test:{port}"], {"registry.test": [answer]})
+    refused = g.decide("registry.test", port)
+    assert f'allow "{rule}" (--allow-domain {rule})' in refused.message, refused.message
+    g, _ = gate([f"registry.test:{port}", rule], {"registry.test": [answer]})
+    assert g.decide("registry.test", port).decision == "allow"
+
+
 def test_gate_exempts_only_a_literally_listed_address_and_port():
     g, _ = gate(["svc.test:8080", "127.0.0.1:8080"], {"svc.test": ["127.0.0.1"]})
     assert g.decide("svc.test", 8080).addresses == ("127.0.0.1",)

@@ -282,35 +282,42 @@ def test_landlock_tier_refuses_what_it_cannot_enforce(ws):
         with pytest.raises(stockade.UnenforceableError) as info:
             stockade.run(["true"], replace(tier_policy(), **changes), workspace=ws[0])
         assert info.value.code == f"unenforceable:{capability}"
-    if ROOT:
+    if ROOT:  # (a policy's own pids; a preset's is lifted, said: the test below)
         with pytest.raises(stockade.UnenforceableError) as info:
-            stockade.run(["true"], replace(policy_for(), isolation="landlock"),
+            stockade.run(["true"], replace(policy_for(pids=7), isolation="landlock"),
                          workspace=ws[0])
         assert info.value.code == "unenforceable:limits.pids"
 
 
 def test_landlock_tier_runs_a_preset_with_its_pids_limit_lifted(ws, tmp_path):
-    """Every preset sets limits.pids, which the tier cannot bind as root: there the refusal
-    names the knob that lifts it, and a policy that does runs (rootless, both run)."""
+    """Every preset sets limits.pids, which the tier cannot bind as root: there a preset's is
+    lifted, and said; a policy's own is refused, naming the knob that lifts it, and a policy
+    that does runs (rootless, all run)."""
     workspace, _ = ws
     lifted = tmp_path / "lifted.toml"
     lifted.write_text('version = 1\npreset = "workspace-write"\n[limits]\npids = "unlimited"\n')
     plain = tmp_path / "plain.toml"
     plain.write_text('version = 1\npreset = "workspace-write"\n')
+    own = tmp_path / "own.toml"
+    own.write_text('version = 1\npreset = "workspace-write"\n[limits]\npids = 64\n')
     runs = {}
-    for name, policy in (("lifted", lifted), ("plain", plain)):
+    for name, policy in (("lifted", lifted), ("plain", plain), ("own", own)):
         runs[name] = subprocess.run(
             [STOCKADE, "run", "--isolation", "landlock", "--policy", str(policy),
              "--workspace", str(workspace), "--", "sh", "-c", f"echo ok > {name}"],
             capture_output=True, text=True, timeout=BOUND)
     assert runs["lifted"].returncode == 0, runs["lifted"].stderr
     assert (workspace / "lifted").read_text() == "ok\n"
+    assert runs["plain"].returncode == 0, runs["plain"].stderr
+    assert (workspace / "plain").read_text() == "ok\n"
+    warned = "stockade: warning: limits.pids (the preset's 512) is not enforced"
+    assert (warned in runs["plain"].stderr) is ROOT, runs["plain"].stderr
     if ROOT:
-        assert runs["plain"].returncode == 70
-        assert 'limits.pids = "unlimited"' in runs["plain"].stderr
-        assert not (workspace / "plain").exists()
+        assert runs["own"].returncode == 70
+        assert 'limits.pids = "unlimited"' in runs["own"].stderr
+        assert not (workspace / "own").exists()
     else:
-        assert runs["plain"].returncode == 0, runs["plain"].stderr
+        assert runs["own"].returncode == 0, runs["own"].stderr
 
 
 def test_a_landlock_tier_process_is_not_served_by_stockade_servers(ws, tmp_path):

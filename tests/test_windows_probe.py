@@ -214,6 +214,7 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer",
                                        "default_desktop"}  # (for information)
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
+    assert set(a.facts) <= set(windows_probe.LEGEND)  # (`stockade probe --explain`)
     assert a.facts["job_memory"] == facts.PROBE_MEMORY
     # The request it checked and launched: the probe child, network none, the minimal roots.
     (request,) = backend.spawned

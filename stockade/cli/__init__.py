@@ -6,7 +6,7 @@
     stockade policy check FILE
     stockade policy show [--preset NAME | FILE] [--toml]
     stockade demo
-    stockade probe [--json]
+    stockade probe [--json] [--explain]
     stockade report [--json | --markdown]
     stockade doctor [--json]
     stockade reconcile [--json]
@@ -123,6 +123,10 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
     except StockadeError as exc:
         return _fail(exc, json_mode)
     except KeyboardInterrupt:
+        if json_mode:  # (before any result: a run's own Ctrl-C prints its cancelled result)
+            with contextlib.suppress(OSError):
+                print(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}),
+                      flush=True)
         print("stockade: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # our reader went away (`stockade report | head`)

@@ -4,7 +4,10 @@ flags that choose a policy."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from stockade.errors import UsageError
@@ -12,6 +15,7 @@ from stockade.policy import DEFAULT_PRESET, PRESETS, Policy, merge, resolve_poli
 from stockade.policy.model import CONTAINMENTS, ISOLATIONS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # cancel the command; exit 128 + the signal
 
 
 class CommandLine(NamedTuple):
@@ -23,11 +27,20 @@ class CommandLine(NamedTuple):
     build_parser: Callable[..., argparse.ArgumentParser]  # (named: str | None = None)
 
 
+class _CommandUsage(argparse.RawDescriptionHelpFormatter):
+    """Help whose usage line ends with `-- COMMAND [ARG...]`: the command is split off before
+    argparse sees the words, so argparse alone would not show it."""
+
+    def _format_usage(self, *args: Any) -> str:
+        return super()._format_usage(*args).rstrip("\n") + " -- COMMAND [ARG...]\n\n"
+
+
 def subcommand(commands: Any, name: str, handler: Handler | None, summary: str,
-               *examples: str) -> argparse.ArgumentParser:
+               *examples: str, takes_command: bool = False) -> argparse.ArgumentParser:
+    """A subcommand's parser; `takes_command`: it runs the command after `--`."""
+    formatter = _CommandUsage if takes_command else argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(name, help=summary, description=summary,
-                                 epilog=epilog(*examples),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=epilog(*examples), formatter_class=formatter)
     if handler is not None:
         parser.set_defaults(handler=handler)
     return parser
@@ -86,3 +99,34 @@ def chosen_policy(args: argparse.Namespace) -> Policy:
     chosen = {name: value for name in ("containment", "isolation")
               if (value := getattr(args, name, None)) is not None}
     return merge(policy, chosen, file="command line") if chosen else policy
+
+
+class Stopped(threading.Event):
+    """Set by the first SIGINT or SIGTERM; `signum` is its number."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def cancelled_by_signals() -> Iterator[Stopped]:
+    """While the command runs, the first SIGINT (Ctrl-C) or SIGTERM cancels it (set the
+    event; the command is killed and its end waited for, so that its result can still be
+    said) and a second one interrupts at once. Only the main thread can set handlers:
+    elsewhere the signals keep their own."""
+    stopped = Stopped()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def handler(number: int, frame: object) -> None:
+        if stopped.signum is not None:
+            raise KeyboardInterrupt
+        stopped.signum = number
+        stopped.set()
+
+    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    try:
+        yield stopped
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)

@@ -31,15 +31,20 @@ def add_probe(commands: Any) -> None:
                        "launch a throwaway sandbox, attest what it verified (exit 70: not ready)",
                        "stockade probe", "stockade probe --json")
     probe.add_argument("--json", action="store_true", help="print the attestation as JSON")
+    probe.add_argument("--explain", action="store_true",
+                       help="say what each fact is (with --json: a `legend` object, fact -> "
+                            "line)")
 
 
 def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
     no_command(command)
-    from stockade.launch.probe import probe
+    from stockade.launch.probe import legend, probe
 
     attestation = probe()
+    said = legend(attestation.backend) if args.explain and attestation.facts else {}
     if args.json:
-        print(json.dumps(attestation.to_json(), indent=2))
+        print(json.dumps(attestation.to_json() | ({"legend": said} if args.explain else {}),
+                         indent=2))
     else:
         state = "ready" if attestation.ready else (
             f"NOT READY: {attestation.reason} at stage {attestation.stage}: "
@@ -47,7 +52,8 @@ def _probe(args: argparse.Namespace, command: list[str] | None) -> int:
         print(f"{attestation.backend}: {state} (run as {attestation.run_as}, "
               f"{attestation.duration_ms:.0f} ms)")
         for fact, value in attestation.facts.items():
-            print(f"  {fact}: {json.dumps(value)}")
+            meaning = f"  -- {said[fact]}" if fact in said else ""
+            print(f"  {fact}: {json.dumps(value)}{meaning}")
     return 0 if attestation.ready else EXIT_SETUP
 
 

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from stockade.cli.common import (
     add_policy_source,
+    cancelled_by_signals,
     chosen_policy,
     env_flags,
     need_command,
@@ -34,12 +35,14 @@ def add_run(commands: Any) -> None:
                      "stockade run --policy agent.toml --read /opt/sdk -- ./build.sh",
                      "stockade run --network any --reach 10.0.0.5:5432 -- ./migrate.sh",
                      "stockade run --env CI=1 -- make test",
-                     "stockade run --json -- python3 -c 'print(1)'")
+                     "stockade run --json -- python3 -c 'print(1)'", takes_command=True)
     add_policy_source(run)
     run.add_argument("--read", metavar="PATH", action="append", default=[],
                      help="also grant read access to PATH (relative: to the workspace)")
     run.add_argument("--write", metavar="PATH", action="append", default=[],
-                     help="also grant write access to PATH (relative: to the workspace)")
+                     help="also grant write access to PATH (relative: to the workspace). The "
+                          "command's /tmp is its own, empty, and gone when it ends: what must "
+                          "stay belongs under a write root")
     run.add_argument("--allow-domain", metavar="D", action="append", default=[],
                      help="allow network access to domain D (switches to allowlist mode)")
     run.add_argument("--network", choices=("none", "any"),
@@ -69,7 +72,10 @@ def add_run(commands: Any) -> None:
                           "duration: compile, readiness (probe and ledger reconcile), then the "
                           "sandbox's own stages")
     run.add_argument("--json", action="store_true",
-                     help="capture output and print one JSON result (or error) object")
+                     help="capture output and print one JSON result (or error) object; "
+                          "Ctrl-C cancels the command and prints its result (cancelled: "
+                          "true); output that is not UTF-8 is also given whole as "
+                          "stdout_base64 / stderr_base64")
     run.add_argument("--overlay", action="store_true",
                      help="a copy-on-write workspace (filesystem.workspace = \"overlay\"): "
                           "the command's writes to its write roots are kept aside, for "
@@ -89,8 +95,13 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     stdin = args.stdin or chosen.process.stdin
     if stdin is None and chosen.containment != "vm":
         stdin = stdin_by_default()
-    return run_sandboxed(chosen, argv, args.workspace, as_json=args.json, verbose=args.verbose,
-                         network_log=args.network_log, stdin=stdin)
+    status = run_sandboxed(chosen, argv, args.workspace, as_json=args.json,
+                           verbose=args.verbose, network_log=args.network_log, stdin=stdin)
+    if status != 0 and args.stdin is None and stdin in (None, "null") and os.isatty(0):
+        # (a prompt read EOF at once, and nothing said why: the terminal is not passed)
+        print("stockade: hint: the command's stdin was /dev/null, not this terminal; if it "
+              "asked for input, run it with --stdin inherit", file=sys.stderr)
+    return status
 
 
 def stdin_by_default() -> str:
@@ -107,7 +118,8 @@ def stdin_by_default() -> str:
 def add_sandbox_exec(commands: Any) -> None:
     shim = subcommand(commands, "sandbox-exec", _sandbox_exec,
                       "run a command under a policy file (the module-runner shim)",
-                      "stockade sandbox-exec module-policy.json -- ./module --input data/")
+                      "stockade sandbox-exec module-policy.json -- ./module --input data/",
+                      takes_command=True)
     shim.add_argument("policy", metavar="POLICY", help="a JSON or TOML policy file")
 
 
@@ -200,9 +212,19 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
     compiled = time.monotonic()
     backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
     selected = time.monotonic()
+    if request.limits.pids is None and policy.limits.pids is not None:  # (once it will run)
+        print(f"stockade: warning: limits.pids (the preset's {policy.limits.pids}) is not "
+              "enforced: the landlock tier cannot limit root's processes (RLIMIT_NPROC does "
+              "not bind uid 0); run as an ordinary user, or with isolation namespaces",
+              file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    result = execute(backend, request, stdio_inherit=not as_json)
+    stopped = None
+    if as_json:  # (Ctrl-C cancels the run, whose result is then printed, cancelled)
+        with cancelled_by_signals() as stopped:
+            result = execute(backend, request, cancel=stopped)
+    else:
+        result = execute(backend, request, stdio_inherit=True)
     if verbose:
         owner = {"compile": (compiled - started) * 1000, "readiness": (selected - compiled) * 1000}
         stages = ", ".join(f"{name} {ms:.1f}" for name, ms in {**owner, **result.timings}.items())
@@ -211,13 +233,16 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
                   file=sys.stderr)
         print(f"stockade: {result.backend} launch stages (ms): {stages}; "
               f"digest {result.digest[:16]}", file=sys.stderr)
-    return finish(result, as_json=as_json, log=log)
+    status = finish(result, as_json=as_json, log=log, overlay=request.workspace == "overlay")
+    return status if stopped is None or stopped.signum is None else 128 + stopped.signum
 
 
-def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
+def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
+           overlay: bool = False) -> int:
     """After a run: its network log appended to `log`, its JSON printed (`as_json`), the
-    summary of its violations on stderr; returns its exit status. The command has run, so
-    a failure to write any of it is said in one line, and the status still returned."""
+    summary of its violations on stderr, and, for an `overlay` run, its pending changes;
+    returns its exit status. The command has run, so a failure to write any of it is said
+    in one line, and the status still returned."""
     if log is not None:
         try:
             log.writelines(json.dumps(entry) + "\n" for entry in result.network_log)
@@ -234,7 +259,7 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None) -> int:
             print(f"stockade: output_failed: the JSON result could not be written to stdout "
                   f"({exc.strerror})", file=sys.stderr)
     print_violations(result)
-    if result.changes is not None and not as_json:
+    if overlay and not as_json:
         print_pending(result)
     return result.exit_status
 
@@ -285,12 +310,10 @@ def _layers(enforced: dict) -> str:
 
 def print_pending(result: Result) -> None:
     """One stderr line: where a copy-on-write run's changes are, and what to do with them."""
-    assert result.changes is not None
-    found = result.changes.changes()
-    if not found:
-        result.changes.discard()  # (nothing to review: nothing is kept)
+    if result.changes is None:  # (nothing to review: nothing was kept)
         print("stockade: overlay: no changes", file=sys.stderr)
         return
+    found = result.changes.changes()
     counts = ", ".join(f"{sum(c.kind == kind for c in found)} {kind}"
                        for kind in ("added", "modified", "deleted"))
     run = result.changes.id

@@ -23,7 +23,7 @@ LSM label, supplementary groups, resource limits), read by the server from the p
 is — and only for the command lines in SERVED, checked here; any other request is answered
 NOT_SERVED before anything runs (a client then runs the command line itself). The child ends
 the moment the client's connection closes (SIGIO), and its sandbox with it, as a command line
-killed by Ctrl-C or SIGKILL would.
+killed by SIGKILL would; the client's first Ctrl-C is passed on (CANCEL) and taken as one here.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from stockade.cli.common import CommandLine
-from stockade.cliwire import NOT_SERVED, SERVED, socket_path
+from stockade.cliwire import CANCEL, NOT_SERVED, SERVED, socket_path
 from stockade.errors import StockadeError
 from stockade.linux import peer, servercheck
 from stockade.linux.fdpass import close_all, recv_fds
@@ -301,6 +301,8 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
             code = 2
         else:
             code = main(request.argv, only=SERVED)  # type: ignore[operator]
+    except KeyboardInterrupt:  # (the client's Ctrl-C, before the command line could take it)
+        code = EXIT_LOST
     except BaseException:  # noqa: BLE001 - the client gets a status, never a hang
         print("stockade: cli_server_failed: the command line failed in the CLI server",
               file=sys.stderr)
@@ -315,9 +317,23 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
 
 def _end_with_client(conn: socket.socket) -> None:
     """Exit (and so end the sandbox, whose lifeline this process holds) as soon as the client's
-    end closes: the socket signals SIGIO when it turns readable, and the client sends nothing
-    more."""
-    signal.signal(signal.SIGIO, lambda *_: os._exit(EXIT_LOST))
+    end closes: the socket signals SIGIO when it turns readable. What the client may send
+    more is CANCEL, Ctrl-C pressed there: here it is SIGINT, which the command line takes as
+    its own Ctrl-C (whatever the server's disposition of SIGINT was)."""
+
+    def readable(*_: object) -> None:
+        try:
+            sent = conn.recv(1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            os._exit(EXIT_LOST)
+        if sent != CANCEL:
+            os._exit(EXIT_LOST)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGIO, readable)
     fcntl.fcntl(conn.fileno(), fcntl.F_SETOWN, os.getpid())
     fcntl.fcntl(conn.fileno(), fcntl.F_SETFL, fcntl.fcntl(conn.fileno(), fcntl.F_GETFL)
                 | os.O_ASYNC)

@@ -9,17 +9,15 @@ the `exec`) that booted it, else `session_mismatch`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from stockade.cli.common import (
     add_policy_source,
+    cancelled_by_signals,
     chosen_policy,
     env_flags,
     need_command,
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 # Stdin travels in the one request line (at most the daemon's MAX_REQUEST, base64-encoded).
 MAX_INPUT = 4 << 20
 EXIT_NO_SESSION = 1
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # cancel the command; exit 128 + the signal
 
 
 def add_session(commands: Any) -> None:
@@ -58,7 +55,8 @@ def add_session(commands: Any) -> None:
                      "run a command in a named session (booted first if needed), output live",
                      "stockade session exec build -- make",
                      "stockade session exec build --cwd sub --env CI=1 --timeout 90s -- make test",
-                     "git diff | stockade session exec review --policy stdin.toml -- wc -l")
+                     "git diff | stockade session exec review --policy stdin.toml -- wc -l",
+                     takes_command=True)
     _add_source(run)
     run.add_argument("--cwd", metavar="DIR",
                      help="the command's working directory (default: the policy's, else the "
@@ -109,43 +107,12 @@ def _exec(args: argparse.Namespace, command: list[str] | None) -> int:
     env = _environment(args.env)
     timeout = _timeout(args.timeout)
     data = stdin_input(policy.process.stdin)
-    with _cancelled_by_signals() as stopped:
+    with cancelled_by_signals() as stopped:
         events = _client(args).stream(
             args.name, argv, policy=policy, workspace=workspace, cwd=cwd, env=env,
             timeout=timeout, input=data, cancel=stopped)
         status = relay(events, as_json=args.json)
     return status if stopped.signum is None else 128 + stopped.signum
-
-
-class _Stopped(threading.Event):
-    """Set by the first SIGINT or SIGTERM; `signum` is its number."""
-
-    signum: int | None = None
-
-
-@contextlib.contextmanager
-def _cancelled_by_signals() -> Iterator[_Stopped]:
-    """While the command runs, the first SIGINT (Ctrl-C) or SIGTERM cancels it in the session
-    (the daemon kills it; we wait for its end) and a second one interrupts at once (our
-    connection closing still cancels it). Only the main thread can set handlers: elsewhere
-    the signals keep their own."""
-    stopped = _Stopped()
-    if threading.current_thread() is not threading.main_thread():
-        yield stopped
-        return
-
-    def handler(number: int, frame: object) -> None:
-        if stopped.signum is not None:
-            raise KeyboardInterrupt
-        stopped.signum = number
-        stopped.set()
-
-    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
-    try:
-        yield stopped
-    finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
 
 
 def _stop(args: argparse.Namespace, command: list[str] | None) -> int:

@@ -44,7 +44,9 @@ def add_evidence(commands: Any) -> None:
                           "stockade evidence", "stockade evidence --only network --json",
                           "stockade evidence --markdown --allow-not-run")
     shape = evidence.add_mutually_exclusive_group()
-    shape.add_argument("--json", action="store_true", help="print one JSON document")
+    shape.add_argument("--json", action="store_true",
+                       help="print one JSON document (a terminal on stderr is shown a count "
+                            "of the rows meanwhile)")
     shape.add_argument("--markdown", action="store_true", help="print Markdown tables")
     evidence.add_argument("--only", metavar="CATEGORY", action="append", default=[],
                           help="only this category or row id (repeatable)")

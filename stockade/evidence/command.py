@@ -3,14 +3,15 @@ row ran and passed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stockade.errors import UsageError
 from stockade.evidence.report import markdown, summary, text_line
 from stockade.evidence.row import CATEGORIES
-from stockade.evidence.runner import Matrix, run_matrix, select
+from stockade.evidence.runner import Matrix, Verdict, run_matrix, select
 from stockade.evidence.tier_rows import rows_for
 from stockade.launch.backend import Backend
 from stockade.launch.manager import isolated
@@ -30,14 +31,39 @@ def main(backend: Backend, *, output: str = "text", only: Sequence[str] = (),
     if unknown:
         raise UsageError(f"--only {unknown[0]}: not a category ({', '.join(CATEGORIES)}) "
                          "or a row id")
-    on_verdict = (lambda v: print(text_line(v), flush=True)) if output == "text" else None
-    matrix = run_matrix(isolated(backend, isolation), select(only, rows), on_verdict)
+    chosen = select(only, rows)
+    sayers = [_printed] if output == "text" else []
+    if _watched(output):
+        sayers.append(_counter(len(chosen)))
+
+    def said(verdict: Verdict) -> None:
+        for say in sayers:
+            say(verdict)
+
+    matrix = run_matrix(isolated(backend, isolation), chosen, said)
     if output == "json":
         print(json.dumps(matrix.to_json(), indent=2))
     elif output == "markdown":
         print(markdown(matrix))
     print(summary(matrix), file=sys.stdout if output == "text" else sys.stderr)
     return exit_status(matrix, allow_not_run)
+
+
+def _printed(verdict: Verdict) -> None:
+    print(text_line(verdict), flush=True)
+
+
+def _watched(output: str) -> bool:
+    """Whether someone watches stderr (a terminal) but not the rows as they come: they go to
+    a file or a pipe, or are printed at the end (json, markdown). A run takes minutes."""
+    return sys.stderr.isatty() and not (output == "text" and sys.stdout.isatty())
+
+
+def _counter(total: int) -> Callable[[Verdict], None]:
+    """A progress line on stderr per verdict: how many of `total` rows are done."""
+    done = itertools.count(1)
+    return lambda verdict: print(f"stockade: evidence: {next(done)}/{total} {verdict.status} "
+                                 f"{verdict.id}", file=sys.stderr, flush=True)
 
 
 def exit_status(matrix: Matrix, allow_not_run: bool) -> int:

@@ -192,7 +192,7 @@ def reviewed(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     if isinstance(result, Launch):
         return result
     if result.changes is None:
-        return Launch(result)  # (no overlay: the judge finds no attempt)
+        return Launch(result)  # (no overlay, or nothing written: the judge finds no attempt)
     from dataclasses import replace
 
     from stockade.lifecycle import changeview

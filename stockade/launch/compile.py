@@ -119,11 +119,26 @@ def compile_policy(
             reach=tuple(sorted(set(policy.network.reach))),
             unix_sockets=policy.network.unix_sockets,
         ),
-        limits=LimitSpec(**vars(policy.limits)),
+        limits=LimitSpec(**vars(policy.limits) | ({"pids": None} if pids_lifted(policy)
+                                                   else {})),
         stdin=stdin or policy.process.stdin or "null",
         containment=policy.containment,
         isolation=policy.isolation,
     )
+
+
+def pids_lifted(policy: Policy) -> bool:
+    """Whether `policy`'s limits.pids is its preset's, which the landlock tier cannot hold as
+    root (RLIMIT_NPROC does not bind uid 0; the tier has no pid namespace): lifted, so that
+    a preset runs there, and said (`stockade run` warns; the result's not_enforced). A pids
+    of the policy's own (any other value) is refused by the tier instead."""
+    if policy.isolation != "landlock" or policy.preset is None or policy.limits.pids is None:
+        return False
+    if getattr(os, "geteuid", lambda: -1)() != 0:
+        return False
+    from stockade.policy import preset
+
+    return policy.limits.pids == preset(policy.preset).limits.pids
 
 
 def check_argv(argv: Sequence[str]) -> None:

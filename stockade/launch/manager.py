@@ -135,9 +135,9 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
                      outputs=(stdout, DISCARD if stderr == MERGE else stderr),
                      stdin_from=stdin_from if passed else None)
     except BaseException:
-        _settled(changes, None, ran=False)
+        _settled(changes, None)
         raise
-    _settled(changes, done.end.exit_code, ran=done.end.failure is None)
+    changes = _settled(changes, done.end.exit_code)
     if done.end.failure is not None:
         raise done.end.failure
     violations = []
@@ -189,14 +189,16 @@ def with_changes(request: LaunchRequest) -> tuple[LaunchRequest, ChangeSet]:
     return replace(request, changes_dir=made.path), made
 
 
-def _settled(changes: ChangeSet | None, exit_code: int | None, *, ran: bool) -> None:
-    """The run is over: its change set records so. One whose command never ran holds
-    nothing and is dropped."""
+def _settled(changes: ChangeSet | None, exit_code: int | None) -> ChangeSet | None:
+    """The run is over: its change set records so, and is returned pending; one that holds
+    no change (nothing written, or the command never ran) is dropped: None."""
     if changes is None:
-        return
+        return None
     changes.finish(exit_code)
-    if not ran and not changes.changes():
-        changes.discard()
+    if changes.changes():
+        return changes
+    changes.discard()
+    return None
 
 
 def stage_timings(stages: list[tuple[str, float]]) -> dict[str, float]:

@@ -98,6 +98,7 @@ class PlatformProbe(Protocol):
     """What the probe does differently per backend; the shared stages are `probe`'s."""
 
     messages: dict[str, str]  # a readable message per failure reason this platform adds
+    legend: dict[str, str]  # what each fact it observes is, in one line
 
     def run_as(self) -> str:
         """Whom the probe runs as (`Attestation.run_as`)."""
@@ -166,6 +167,12 @@ def probe(backend: Backend | None = None, ledger: Ledger | None = None, *,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
         reason=failure.reason if failure else None, stage=run.stage if failure else None,
         message=failure.message if failure else None)
+
+
+def legend(backend: str) -> dict[str, str]:
+    """What each fact of backend `backend`'s attestations is, in one line (the facts are
+    names and values only; `stockade probe --explain`)."""
+    return registry.create(registry.entry(backend)).readiness_probe().legend
 
 
 def _refused(backend: Backend | None, error: UnavailableError) -> Attestation:

@@ -3,6 +3,7 @@ errors `check=True` raises, shaped like subprocess's."""
 
 from __future__ import annotations
 
+import base64
 import signal as _signal
 import subprocess
 from collections.abc import Sequence
@@ -22,9 +23,19 @@ class Violation:
 
 
 def network_denials(records: list[dict]) -> list[Violation]:
-    """A `network.denied` Violation per denial record of the egress proxy."""
+    """A `network.denied` Violation per denial record of the egress proxy (or the guard). A
+    name refused for the address it resolved to is said with the record's message, which
+    names that address and how to allow it: the name alone does not say why."""
     return [Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
-                                        f"{d.get('reason') or d.get('rule')}") for d in records]
+                                        f"{d.get('reason') or d.get('rule')}"
+                                        + (f" ({d['message']})" if _resolved(d) else ""))
+            for d in records]
+
+
+def _resolved(record: dict) -> bool:
+    """Whether a denial record judged an address a name resolved to (not the host itself)."""
+    address = record.get("address")
+    return address is not None and address != record["host"].strip("[]")
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,8 @@ class Result:
     args: Sequence[str] | str = ()  # the command as the caller gave it (a string: shell=True)
     timeout: float | None = None    # seconds: the wall-clock limit it ran under
     # filesystem.workspace = "overlay": what the run changed, pending until applied or
-    # discarded (`added`, `modified`, `deleted`, `diff()`, `apply()`, `discard()`)
+    # discarded (`added`, `modified`, `deleted`, `diff()`, `apply()`, `discard()`); None if
+    # it changed nothing (nothing is kept)
     changes: ChangeSet | None = None
 
     @property
@@ -83,13 +95,19 @@ class Result:
         raise CommandFailed(self)
 
     def to_json(self) -> dict:
-        """A JSON-ready summary (output as text, undecodable bytes replaced)."""
+        """A JSON-ready summary: output as text, and where it is not UTF-8 (undecodable bytes
+        replaced there) also whole, base64-encoded, as `stdout_base64` / `stderr_base64`
+        (else None)."""
         body = asdict(replace(self, changes=None))
         if self.changes is not None:
             body["changes"] = summary(self.changes)
         for name in ("stdout", "stderr"):
             value = getattr(self, name)
-            body[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            body[f"{name}_base64"] = None
+            if isinstance(value, bytes):
+                body[name] = value.decode("utf-8", "replace")
+                if body[name].encode() != value:
+                    body[f"{name}_base64"] = base64.b64encode(value).decode("ascii")
         body["signal_name"] = _signal_name(self.signal)
         body["returncode"] = self.returncode
         body["exit_status"] = self.exit_status

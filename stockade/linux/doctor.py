@@ -105,9 +105,7 @@ def _isolations() -> dict[str, dict[str, object]]:
         out[name] = {"ready": attestation.ready, "reason": attestation.reason,
                      "stage": attestation.stage, "message": attestation.message}
         if name == "landlock":
-            out[name]["not_enforced"] = list(landlock_tier.NOT_ENFORCED) + (
-                ["as root, a policy with limits.pids is refused (RLIMIT_NPROC does not bind "
-                 "root; every preset sets it)"] if os.geteuid() == 0 else [])
+            out[name]["not_enforced"] = landlock_tier.not_enforced()
     return out
 
 

@@ -31,7 +31,8 @@ With no mount view, every boundary is a Landlock rule, a seccomp rule or a limit
   roots would tell of the host's activity there; callers poll instead) (Landlock governs none
   of these);
 - limits.pids is RLIMIT_NPROC, which counts every process of the user: it is set to the user's
-  current count plus `pids` (and refused as root, whom it does not bind).
+  current count plus `pids`. It does not bind root: as root a preset's limit is lifted at
+  compile (launch/compile.py `pids_lifted`, said), a policy's own refused.
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ NOT_ENFORCED = (
 )
 
 
+ROOT_PIDS = ("limits.pids, as root (RLIMIT_NPROC does not bind uid 0): a preset's limit is "
+             "lifted, a policy's own is refused")
+
+
+def not_enforced() -> list[str]:
+    """NOT_ENFORCED, and as root what it adds."""
+    return [*NOT_ENFORCED, *([ROOT_PIDS] if os.geteuid() == 0 else [])]
+
+
 def check(request: LaunchRequest) -> None:
     """Refuse, typed, what this tier cannot enforce (beyond the Linux backend's own checks)."""
     if request.network.mode == "allowlist":
@@ -106,7 +116,7 @@ def check(request: LaunchRequest) -> None:
         raise UnenforceableError(
             "limits.pids", "the landlock tier has no pid namespace, and RLIMIT_NPROC does not "
             'bind root: run as an ordinary user, or lift the limit (limits.pids = "unlimited" '
-            "in the policy; every preset sets one)")
+            "in the policy; a preset's own limit is lifted there, and said)")
 
 
 def refuse_state_in_roots(request: LaunchRequest) -> None:
@@ -294,7 +304,7 @@ def enforced(request: LaunchRequest, weaken: frozenset[str], made: landlock.Rule
         "tree": "child subreaper; every descendant killed (pinned by a pidfd) when the command "
                 "exits or the owner goes",
         "limits": _limits_described(request),
-        "not_enforced": list(NOT_ENFORCED),
+        "not_enforced": not_enforced(),
         "prepared_ahead": False,
     }
 
@@ -519,7 +529,7 @@ def capabilities() -> list[Capability]:
     abi = landlock.abi_version()
     return [
         Capability("isolation", abi >= SCOPE_ABI, "landlock tier: no namespace",
-                   "; ".join(NOT_ENFORCED)),
+                   "; ".join(not_enforced())),
         Capability("filesystem.read", True, "Landlock rules"),
         Capability("filesystem.write", True, "Landlock rules"),
         Capability("filesystem.deny", True, "carved out of the roots' Landlock rules"),

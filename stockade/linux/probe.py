@@ -63,11 +63,64 @@ PROBE_FILE_SIZE = 1 << 20
 PROBE_LIMITS = model.Limits(timeout=30.0, memory=facts.PROBE_MEMORY, pids=facts.PROBE_PIDS,
                             output=1 << 20, file_size=PROBE_FILE_SIZE)
 
+# What each fact is, in one line (`stockade probe --explain`): an attempt's outcome is "ok" or
+# the errno name it failed with, and must be a failure unless the line says otherwise.
+LEGEND = {
+    "inherited_fds": "descriptors open in the sandbox at start (only stdin, stdout, stderr)",
+    "write_root": "a file written in the workspace, a write root (must work: ok)",
+    "write_root_noexec": "the write root is mounted noexec",
+    "read_root_read_only": "a read root is mounted read-only",
+    "outside_path": "a host file outside every root, looked up (not in the sandbox's view)",
+    "outside_read": "that host file opened for reading",
+    "protected_name": "a file written under a protected name (.agents) in the workspace",
+    "git_hooks": "a file written in the repository's .git/hooks",
+    "git_metadata": "a file written in the repository's .git (git's own writes: must be ok)",
+    "denied_path": "a denied directory of the workspace listed",
+    "stockade_state": "Stockade's own state directory listed",
+    "privilege_bits": "a written file made setuid (chmod 4755)",
+    "socket_vsock": "a vsock socket made (a way to a hypervisor or its guests)",
+    "unix_socket_file": "a host unix socket file in the workspace connected to",
+    "memfd_exec": "a program copied into memory (memfd) and executed",
+    "landlock_abi": "the Landlock ABI version the kernel offers",
+    "landlock_ungranted_dir": "a directory no Landlock rule grants, listed",
+    "securebits": "the securebits set and locked (no privilege back through setuid)",
+    "seccomp_mode": "the seccomp mode (2: a filter)",
+    "no_new_privs": "no_new_privs (1: exec gains no privilege)",
+    "capabilities": "the capability sets (all empty)",
+    "seccomp_ptrace": "ptrace, tried (the seccomp filter's EPERM)",
+    "seccomp_unshare": "unshare of a new user namespace, tried (the seccomp filter's EPERM)",
+    "seccomp_tiocsti": "a keystroke pushed into the terminal (TIOCSTI), tried",
+    "network_interfaces": "the network interfaces seen (network none: only lo)",
+    "tcp_loopback": "a TCP connection to a listener on the host's loopback",
+    "udp_loopback": "a UDP datagram to the host's loopback (with namespaces: the sandbox's "
+                    "own lo takes it, which is not the host's)",
+    "unix_abstract": "a connection to a host abstract unix socket",
+    "link_local": "a connection to 169.254.169.254 (cloud metadata)",
+    "dns": "a name resolved (network none: no resolver reachable)",
+    "environment": "the names in the command's environment (only what the policy set)",
+    "rlimit_as": "RLIMIT_AS (soft, hard): the memory limit",
+    "rlimit_nproc": "RLIMIT_NPROC (soft, hard): the process limit, with the sandbox's own",
+    "rlimit_fsize": "RLIMIT_FSIZE (soft, hard): the largest file it may write",
+    "rlimit_core": "RLIMIT_CORE (soft, hard): no core dumps",
+    "pid_max": "pid_max of the sandbox's pid namespace",
+    "daemon_started": "a daemon (double fork, setsid) left behind by the probe child",
+    "new_namespaces": "the namespaces the sandbox has that are not the host's",
+    "host_listeners_untouched": "the host's listeners above accepted nothing (seen from "
+                                "outside)",
+    "leftover_processes": "processes of the launch left once it ended (the daemon: 0)",
+    "ledger_settled": "the launch's record and directory removed once it ended",
+    "any_host_address": "network any: a connection to a listener on the host's own address",
+    "any_host_loopback": "network any: a connection to a listener on the host's loopback",
+    "any_interfaces": "network any: the interfaces seen (lo and pasta's)",
+    "any_listeners_untouched": "network any: those listeners accepted nothing (from outside)",
+}
+
 
 class LinuxProbe:
     """The Linux backend's half: the probe child's observations (see the module docstring)."""
 
     messages = MESSAGES
+    legend = LEGEND
 
     def run_as(self) -> str:
         return "root" if os.geteuid() == 0 else "rootless"

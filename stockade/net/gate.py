@@ -121,8 +121,10 @@ class Gate:
         forbidden = addresses.classify(plain)
         if forbidden is None:
             return None
+        literal_rule = f"{host_form(plain)}:{port}"
         return (f"address_{forbidden.kind}", f"resolves to {address}, {forbidden.describe()}; "
-                "only an address listed literally in network.allow may be reached", None)
+                "only an address listed literally in network.allow may be reached: if it is "
+                f'meant, allow "{literal_rule}" (--allow-domain {literal_rule})', None)
 
 
 def dial(candidates: Sequence[str], port: int, timeout: float,

@@ -8,7 +8,8 @@ Accepted, and normalised (network address, compressed IPv6, port without leading
   (IPv6 in brackets when a port follows).
 
 Names are refused: the guard decides by address, before any name is resolved (an allowlist of
-names is `network.mode = "allowlist"`).
+names is `network.mode = "allowlist"`). So is loopback, which reach could never open: the
+sandbox's own is always open, the host's never reachable (pasta maps none of its ports).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import NamedTuple
 from stockade.policy.render import show
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+_LOOPBACK = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128",
+                                                        "::ffff:127.0.0.0/104"))
 _MAX_PORT = 65535
 
 
@@ -58,6 +61,11 @@ def parse_reach(value: object) -> Reach:
         raise ValueError(f"expected {example} (the guard decides by address, not by name: "
                          f'names are for network.mode = "allowlist"), got {show(value)}'
                          ) from None
+    if any(network.version == loop.version and network.subnet_of(loop) for loop in _LOOPBACK):
+        raise ValueError(f"{show(value)} is loopback: in the sandbox that is its own (always "
+                         "reachable), and the host's loopback is never reachable from mode any "
+                         "(pasta maps none of its ports); a host service is reached through "
+                         'the proxy: network.mode = "allowlist" with allow = ["127.0.0.1:PORT"]')
     return Reach(network, port)
 
 

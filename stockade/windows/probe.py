@@ -121,6 +121,53 @@ EXPECTATIONS: facts.Table = {
 }
 
 
+# What each fact is, in one line (`stockade probe --explain`); `child_` facts are the child's
+# own view, the others were read back from outside before it ran.
+LEGEND = {
+    "exit_code": "the probe child's exit status (0: it reported)",
+    "appcontainer_token": "the child's token is an AppContainer token",
+    "launch_package_sid": "its AppContainer is this launch's own",
+    "capabilities": "the capabilities its token holds (0)",
+    "child_appcontainer_token": "the child sees an AppContainer token",
+    "child_launch_package_sid": "the child sees this launch's AppContainer",
+    "child_capabilities": "the capabilities the child sees (0)",
+    "in_job": "the child is in the launch's Job",
+    "job_kill_on_close": "the Job kills its processes when its handle closes",
+    "job_breakaway": "a process may break away from the Job (must be false)",
+    "job_die_on_unhandled_exception": "a crash ends the process, no error dialog",
+    "job_ui_restrictions": "the Job's UI limits (all; none when the owner is itself in a Job)",
+    "child_in_job": "the child sees itself in a Job",
+    "child_sees_the_job": "the Job's settings the child reads are the launch's",
+    "private_desktop": "the child runs on the launch's own desktop",
+    "default_desktop": "whether the child could open the user's Default desktop (informative)",
+    "desktop_rights": "the desktop grants the launch's AppContainer only what it needs",
+    "station_rights": "the window station grants the AppContainer only what it needs",
+    "inherited_standard": "standard handles the child holds (3)",
+    "inherited_outside_list": "inheritable handles outside its list that it holds (0)",
+    "acl_grants": "access entries granted for the launch's roots",
+    "acl_overrides": "entries overriding them (.git read-only, the denied name)",
+    "roots_open_to_every_appcontainer": "roots already open to every AppContainer "
+                                        "(informative: left alone)",
+    "write_root": "a file written in the workspace, a write root (must work: ok)",
+    "protected_name": "a file written under the protected .git",
+    "denied_path": "the denied name of the workspace opened",
+    "outside_path": "a file outside every root opened",
+    "no_low_label_images": "the child may load no low-integrity image",
+    "extension_points_disabled": "legacy extension points (AppInit DLLs...) are off",
+    "no_remote_images": "the child may load no image from a remote share",
+    "child_mitigations_as_read_back": "the mitigations the child sees are those read back",
+    "tcp_loopback": "a TCP connection to a listener on the host's loopback",
+    "environment": "the names in the child's environment (the policy's, and the profile's)",
+    "job_memory": "the Job's memory limit, in bytes",
+    "job_active_processes": "the Job's limit on live processes",
+    "timeout": "the launch has a wall-clock limit",
+    "profile_deleted": "the launch's AppContainer profile removed once it ended",
+    "acl_restored": "every access list changed is as before once it ended",
+    "station_restored": "the window station's entries are as before once it ended",
+    "ledger_settled": "the launch's record removed once it ended",
+}
+
+
 class Host(Protocol):
     """What the probe asks Windows itself (a model in the tests)."""
 
@@ -183,6 +230,7 @@ class WindowsProbe:
                            "terminated",
         "windows_setup_failed": "a Win32 call failed while setting up the probe sandbox",
     }
+    legend = LEGEND
 
     def __init__(self, host: Host | None = None) -> None:
         self.host = host or Win32Host()
