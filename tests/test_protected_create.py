@@ -129,6 +129,61 @@ for path in ("/proc/1/fd/0", "/proc/1/fd/1", "/proc/1/fd/3", "/proc/1/fd/4", "/p
         print("REFUSED", path, errno.errorcode[exc.errno])
 """
 
+# The same from inside pid 1's /proc/1 (issue 29, P1): its working directory, a descriptor,
+# /proc/1/task/1, a magic link leading there: a lookup pid 1 makes in there finds pid 1's own
+# fd/ (its status pipe, its lifeline), maps and mem. With what it got, the command forges
+# its end: an exit event (it exits 3 after), a line that is not JSON, a violation in its own
+# words. Its own /proc/<pid> (self, thread-self, a sibling thread's) still works.
+INSIDE_PID_1 = r"""
+import errno, json, os, sys, threading
+opened = []
+def grab(where, dir_fd=None):
+    for name in [f"fd/{n}" for n in range(64)] + ["maps", "mem", "cwd", "status", "."]:
+        try:
+            opened.append((where, name, os.open(name, os.O_CREAT | os.O_WRONLY | os.O_NONBLOCK
+                                                  if name.startswith("fd/") else
+                                                  os.O_CREAT | os.O_RDONLY, dir_fd=dir_fd)))
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EISDIR):
+                print("UNEXPECTED", where, name, errno.errorcode[exc.errno])
+for where in ("/proc/1", "/proc/1/task/1", "/proc/self/cwd"):
+    os.chdir("/proc/1" if where.endswith("cwd") else where)
+    if where.endswith("cwd"):  # (a magic link of the caller's own, leading into /proc/1)
+        for name in ("/proc/self/cwd/fd/3", "/proc/self/cwd/maps", "/proc/self/cwd/../1/fd/3"):
+            try:
+                opened.append((where, name, os.open(name, os.O_CREAT | os.O_RDONLY)))
+            except OSError:
+                pass
+    else:
+        grab(where)
+    os.chdir("/")
+grab("a descriptor of /proc/1", os.open("/proc/1", os.O_PATH | os.O_DIRECTORY))
+for where, name, fd in opened:
+    print("OPENED", where, name, os.readlink(f"/proc/self/fd/{fd}"), flush=True)
+    try:  # forge the owner's events
+        for line in (b"not json\n", json.dumps({"event": "protected_name", "call": "open",
+                                                "directory": "/", "name": "x",
+                                                "protected": "FORGED WORDS"}).encode() + b"\n",
+                     b'{"event": "exit", "exit_code": 0, "signal": null}\n'):
+            os.write(fd, line)
+    except OSError:
+        pass
+def own(path):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY)
+    os.write(fd, f"OWN {path}\n".encode())
+    os.close(fd)
+own("/proc/self/fd/1")
+own("/proc/thread-self/fd/1")
+os.chdir("/proc/self")
+own("fd/1")
+os.chdir("/")
+sibling = threading.Thread(target=lambda: threading.Event().wait(30), daemon=True)
+sibling.start()
+own(f"/proc/{sibling.native_id}/fd/1")
+own(f"/proc/self/task/{sibling.native_id}/fd/1")
+sys.exit(3)
+"""
+
 # A caller opens, with O_CREAT, a procfs magic link to a fifo nobody writes to (/proc/self/fd/N,
 # N an O_PATH descriptor of it): its open waits for a writer, as it should. pid 1, which
 # carries the open out, must not wait with it (issue 29, W1): meanwhile it answers another
@@ -231,6 +286,23 @@ def test_pid_1s_own_descriptors_are_not_reached_through_proc(ws):
     assert r.exit_code == 0, r.stderr
     assert b"OPENED" not in r.stdout, r.stdout
     assert r.stdout.count(b"REFUSED") == 5, r.stdout
+
+
+def test_pid_1s_own_descriptors_are_not_reached_from_inside_proc_1(ws):
+    """An open with O_CREAT looked up from inside /proc/1 (the working directory, a
+    descriptor, /proc/1/task/1, a magic link leading there) is refused: pid 1 makes no lookup
+    in another process's /proc/<pid>, so the command gets none of its pipes, and cannot forge
+    its end (the run ends with the command's exit 3, and no violation in its words); its own
+    /proc/<pid> (self, thread-self, a sibling thread's) still opens (issue 29, P1)."""
+    workspace, _ = ws
+    r = run([PYTHON, "-c", INSIDE_PID_1], workspace, timeout=60.0)
+    out = r.stdout.decode()
+    assert "OPENED" not in out and "UNEXPECTED" not in out, out
+    assert r.exit_code == 3 and not r.timed_out, (r.exit_code, r.stderr)
+    lines = out.splitlines()
+    assert lines[:3] == ["OWN /proc/self/fd/1", "OWN /proc/thread-self/fd/1", "OWN fd/1"], out
+    assert len(lines) == 5 and lines[3].endswith("/fd/1") and "/task/" in lines[4], out
+    assert not [v for v in r.violations if "FORGED" in v.detail], r.violations
 
 
 def test_a_procfs_link_to_a_fifo_does_not_wedge_pid_1(ws):

@@ -334,22 +334,104 @@ int caller_string(uint32_t tid, uint64_t address, char *text, size_t room) {
     return 0;
 }
 
-/* Whether `name` in procfs directory `dir` is the /proc/<pid> of a process other than task
- * `tid`'s: pid 1 follows no path through one for the caller. Its magic links would be
- * followed with pid 1's access, not the caller's, and lead to what is pid 1's own (its
- * /proc/1/fd: its status pipe, its seccomp listener). */
-static int another_process(uint32_t tid, int dir, const char *name) {
-    struct stat info;
-    if (name[strspn(name, "0123456789")] != 0 || fstat(dir, &info) != 0 || info.st_ino != 1)
-        return 0;  /* (procfs's root is inode 1) */
+enum { PROC_ROOT_INO = 1, PROC_DEPTH_MAX = 16 };
+
+/* The Tgid in the status file of procfs directory `dir` (a /proc/<pid>, or the caller's own
+ * status when `dir` is -1 and `tid` given); 0 when there is none. */
+static unsigned tgid_of(int dir, uint32_t tid) {
     char text[2048];
     unsigned tgid = 0;
-    const char *at = proc_text(tid, "status", text, sizeof text) > 0
-        ? strstr(text, "\nTgid:") : NULL;
-    if (!at || sscanf(at, "\nTgid: %u", &tgid) != 1)
+    ssize_t got = -1;
+    if (dir < 0) {
+        got = proc_text(tid, "status", text, sizeof text);
+    } else {
+        int fd = openat(dir, "status", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            got = read(fd, text, sizeof text - 1);
+            close(fd);
+        }
+        if (got > 0)
+            text[got] = 0;
+    }
+    const char *at = got > 0 ? strstr(text, "\nTgid:") : NULL;
+    return at && sscanf(at, "\nTgid: %u", &tgid) == 1 ? tgid : 0;
+}
+
+/* The directory of procfs's root that procfs directory `dir` lies in (itself, or at any depth
+ * below it: /proc/1, /proc/1/fd, /proc/1/task/1/fd), as an O_PATH descriptor; -1 when `dir`
+ * is the root itself; -2 when that cannot be told. Found by going up ("..": pid 1's own
+ * lookups, never the caller's), so how `dir` was reached (a working directory, a descriptor,
+ * a magic link) does not matter. */
+static int top_directory(int dir) {
+    struct stat info;
+    int at = fcntl(dir, F_DUPFD_CLOEXEC, 0);
+    if (at < 0 || fstat(at, &info) != 0 || info.st_ino == PROC_ROOT_INO) {
+        if (at >= 0)
+            close(at);
+        return at < 0 ? -2 : info.st_ino == PROC_ROOT_INO ? -1 : -2;
+    }
+    for (int depth = 0; depth < PROC_DEPTH_MAX; depth++) {
+        int up = openat(at, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        struct statfs where;
+        if (up < 0 || fstat(up, &info) != 0 || fstatfs(up, &where) != 0
+            || where.f_type != PROC_SUPER_MAGIC) {  /* (a procfs mount on another: not told) */
+            if (up >= 0)
+                close(up);
+            break;
+        }
+        if (info.st_ino == PROC_ROOT_INO) {
+            close(up);
+            return at;
+        }
+        close(at);
+        at = up;
+    }
+    close(at);
+    return -2;
+}
+
+/* Whether the directory of procfs's root `top` is a process's (a /proc/<pid>: numbered) */
+static int numbered(int top) {
+    char link[64], path[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", top);
+    ssize_t size = readlink(link, path, sizeof path - 1);
+    if (size <= 0)
+        return 1;  /* (not told: taken as one) */
+    path[size] = 0;
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    return name[0] == 0 || name[strspn(name, "0123456789")] == 0;
+}
+
+/* (supervisor.h) pid 1 follows no path through one for the caller:
+ * inside it, what the kernel guards with the caller's access (fd/, maps, mem, cwd) is opened
+ * with pid 1's, and in /proc/1 leads to what is pid 1's own (its status pipe, its lifeline,
+ * its seccomp listener). A procfs of another mount, whose numbers pid 1 cannot compare,
+ * counts as another process's. */
+int another_process(uint32_t tid, int dir, const char *name) {
+    struct statfs where;
+    if (fstatfs(dir, &where) != 0 || where.f_type != PROC_SUPER_MAGIC)
+        return 0;
+    struct stat info, own;
+    unsigned tgid = tgid_of(-1, tid);
+    if (tgid == 0 || fstat(dir, &info) != 0 || stat("/proc", &own) != 0
+        || info.st_dev != own.st_dev)
         return 1;
-    unsigned long pid = strtoul(name, NULL, 10);
-    return pid != tid && pid != tgid;
+    int top = top_directory(dir);
+    if (top == -2)
+        return 1;
+    if (top == -1) {  /* the root: only a numbered name is a process's */
+        if (name[strspn(name, "0123456789")] != 0 || strtoul(name, NULL, 10) == tid
+            || strtoul(name, NULL, 10) == tgid)
+            return 0;
+        top = openat(dir, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (top < 0)
+            return 0;  /* (none such: the caller's lookup fails as well) */
+    }
+    unsigned owner = tgid_of(top, 0);
+    int another = owner ? owner != tgid : numbered(top);
+    close(top);
+    return another;
 }
 
 int caller_resolve(uint32_t tid, int dir, const char *path) {
@@ -384,7 +466,7 @@ int caller_resolve(uint32_t tid, int dir, const char *path) {
         int proc = fstatfs(dir, &where) == 0 && where.f_type == PROC_SUPER_MAGIC;
         if (proc && (strcmp(name, "self") == 0 || strcmp(name, "thread-self") == 0))
             strcpy(name, own);  /* (only /proc itself has these names) */
-        if (proc && another_process(tid, dir, name)) {
+        if (another_process(tid, dir, name)) {
             close(dir);
             errno = EACCES;
             return -1;

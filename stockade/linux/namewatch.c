@@ -178,7 +178,8 @@ static int find_place(uint32_t tid, int base, const char *path, struct place *ou
         snprintf(out->last, sizeof out->last, "%u", tid);
         snprintf(out->name, sizeof out->name, "%u", tid);
     }
-    return 0;
+    /* (the last component's lookup, which pid 1 makes itself: in /proc/1 its own) */
+    return another_process(tid, out->parent, out->last) ? -EACCES : 0;
 }
 
 static int place_from(uint32_t tid, int dir, const char *path, struct place *out) {

@@ -154,6 +154,11 @@ int caller_dir(uint32_t tid, int dir);
  * followed by the kernel but procfs's own (magic) links; "self" and "thread-self" in /proc,
  * and symlinks naming them, read as /proc/<tid>. An O_PATH descriptor, or -1 with errno. */
 int caller_resolve(uint32_t tid, int dir, const char *path);
+/* Whether looking `name` up in directory `dir` for task `tid` would reach into the /proc/<pid>
+ * of another thread group than the caller's: `dir` lies in one (at any depth, however it was
+ * reached: /proc/1 as the working directory, a descriptor, a magic link), or `dir` is
+ * procfs's root and `name` is one. */
+int another_process(uint32_t tid, int dir, const char *name);
 
 /* ---- protected names the command may not make (namewatch.c) ---- */
 
