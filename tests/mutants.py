@@ -30,6 +30,7 @@ HOST = "tests/test_host_code.py::"
 PUMP, API, CLI = "tests/test_pump.py::", "tests/test_api.py::", "tests/test_cli.py::"
 PROBE_WEAK = "tests/test_probe.py::test_a_weakened_layer_fails_readiness_at_its_stage"
 PROCESS = "tests/test_linux_process.py::"
+STATUS = "tests/test_linux_status.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -278,4 +279,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if clock.fired():\n                # The streams end",
            (PUMP + "test_the_kill_is_repeated_until_the_tree_ends_without_spinning",
             PROCESS + "test_the_timeout_and_cancel_end_a_sandbox_whose_pid_1_does_not_answer")),
+    # --- issue 29 P1: the owner's reading of pid 1's status pipe (the C side, pid 1's
+    # refusal to look inside /proc/1, is said in its commit) --------------------------------
+    Mutant("status-line-unchecked", "stockade/linux/backend.py",
+           "        event = _event(line)\n", "        event = json.loads(line)\n",
+           (STATUS + "test_lines_that_are_not_pid_1s_events_are_ignored_and_counted",)),
+    Mutant("status-line-unbounded", "stockade/linux/backend.py",
+           "            if len(self._tail) + len(line) > self.LINE_MAX:",
+           "            if False:",
+           (STATUS + "test_a_line_past_its_bound_is_dropped_whole_across_reads",)),
+    Mutant("status-events-unbounded", "stockade/linux/backend.py",
+           "        if event is None or not end and (len(self.events) >= self.EVENTS_MAX",
+           "        if event is None or not end and (False",
+           (STATUS + "test_a_flood_keeps_bounded_memory_and_time_and_the_end",)),
 )

@@ -309,6 +309,109 @@ def _read(path: str) -> str | None:
         return None
 
 
+# What each of pid 1's events holds (supervisor.c, namewatch.c, init.py): field -> types.
+# A record's "more" stands for all its other fields.
+_NUMBER, _OPTIONAL_INT = (int, float), (int, type(None))
+_EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "stage": {"name": (str,), "t": _NUMBER},
+    "started": {"enforced": (dict,)},
+    "exit": {"exit_code": _OPTIONAL_INT, "signal": _OPTIONAL_INT},
+    "error": {"kind": (str,), "code": (str,), "message": (str,)},
+    "protected_name": {"call": (str,), "directory": (str,), "name": (str,),
+                       "protected": (str,)},
+    "git_guarded": {"call": (str,), "directory": (str,), "name": (str,), "error": (str,)},
+}
+_EVENT_OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "exit": {"memory": (dict,), "protected_unrecorded": (int,)},
+    "error": {"stage": (str,)},
+}
+_WATCH_FIELDS = ("watched", "refused", "largest", "in_use")
+
+
+def _event(line: bytes) -> dict | None:
+    """`line` as one of pid 1's events, or None when it is not one (not JSON, of no known
+    kind, a field missing or of another type)."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    kind = event.get("event") if isinstance(event, dict) else None
+    fields = _EVENT_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None:
+        return None
+    options = _EVENT_OPTIONS.get(event["event"], {})
+    if event.get("more") in (True, "true") and event["event"] in ("protected_name",
+                                                                 "git_guarded"):
+        return event
+    if not all(isinstance(event.get(key), kinds) for key, kinds in fields.items()) or not all(
+            isinstance(event[key], kinds) for key, kinds in options.items() if key in event):
+        return None
+    memory = event.get("memory")
+    if memory is not None and not all(isinstance(memory.get(key), int) for key in _WATCH_FIELDS):
+        return None
+    return event
+
+
+class StatusLines:
+    """pid 1's status pipe, read as it comes: one JSON event a line. pid 1's own lines are
+    few and small (some 20 stages, at most 2 x 101 records, started, exit; started, the
+    largest, some KiB): what is not one of its events (a line that is not one, longer than
+    LINE_MAX, or past EVENTS_MAX events or KEPT_MAX bytes, but for a first end: exit or
+    error) is ignored and counted, never a traceback nor memory without bound. (Only pid 1
+    holds the pipe's write end: these bounds are a second layer.)"""
+
+    LINE_MAX = 1 << 20
+    EVENTS_MAX = 4096
+    KEPT_MAX = 8 << 20
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.ignored = 0
+        self._kept = 0  # bytes of the events kept
+        self._ended = False  # an exit or error kept
+        self._tail = b""  # the line begun, not yet ended
+        self._skipping = False  # within a line past LINE_MAX: dropped to its end
+
+    def feed(self, chunk: bytes) -> None:
+        lines = chunk.split(b"\n")
+        for i, line in enumerate(lines):
+            ended = i < len(lines) - 1
+            if self._skipping:
+                self._skipping = not ended
+                continue
+            if len(self._tail) + len(line) > self.LINE_MAX:
+                self.ignored += 1
+                self._tail, self._skipping = b"", not ended
+                continue
+            self._tail += line
+            if ended:
+                self._take(self._tail)
+                self._tail = b""
+
+    def _take(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        event = _event(line)
+        end = event is not None and event["event"] in ("exit", "error") and not self._ended
+        if event is None or not end and (len(self.events) >= self.EVENTS_MAX
+                                         or self._kept + len(line) > self.KEPT_MAX):
+            self.ignored += 1
+            return
+        self.events.append(event)
+        self._kept += len(line)
+        self._ended |= end
+
+    def ignored_violation(self) -> Violation | None:
+        """What the lines ignored say, if any (their count: never their words, which may be a
+        hostile command's)."""
+        if not self.ignored:
+            return None
+        return Violation("supervisor.status_ignored", f"{self.ignored} lines on the sandbox's "
+                         f"status pipe were not its events (not JSON, of no known kind or "
+                         f"shape, longer than {self.LINE_MAX} bytes, or past "
+                         f"{self.EVENTS_MAX} events or {self.KEPT_MAX} bytes): ignored")
+
+
 class LinuxHandle(Handle):
     """A launch in progress, in a skeleton from the zygote. The pidfd of the sandbox's pid 1
     tells when the whole sandbox has drained (pid 1 exits last)."""
@@ -352,7 +455,7 @@ class LinuxHandle(Handle):
         self.stdin, self.stdout, self.stderr = parent_files
         self._status = status_r
         os.set_blocking(status_r, False)
-        self._status_data = b""
+        self._status_lines = StatusLines()
         self._events: list[dict] | None = None  # pid 1's events, once its status pipe closed
         self.enforced: dict = {}
         self._killed_at: float | None = None
@@ -403,10 +506,9 @@ class LinuxHandle(Handle):
         except BlockingIOError:
             return
         if chunk:
-            self._status_data += chunk
+            self._status_lines.feed(chunk)
         else:  # (what follows the last newline is a line cut short: pid 1 was killed in it)
-            self._events = [json.loads(line) for line in self._status_data.split(b"\n")[:-1]
-                            if line.strip()]
+            self._events = self._status_lines.events
 
     def _drained(self) -> bool:
         return self._events is not None and any(e["event"] == "exit" for e in self._events)
@@ -486,6 +588,9 @@ class LinuxHandle(Handle):
                             if e["event"] == "protected_name"]
         self.violations += git_refusals([e for e in events if e["event"] == "git_guarded"],
                                         self._request.git)
+        ignored = self._status_lines.ignored_violation()
+        if ignored is not None:
+            self.violations.append(ignored)
         for event in events:
             if event["event"] == "started":
                 self.enforced = event["enforced"]
