@@ -430,6 +430,12 @@ ROWS: tuple[Row, ...] = (
         "proc_ptrace.py", "{victim}", "{victim_tag}",
         expect=denied(by("seccomp", "EPERM"), by("pid_namespace", "ESRCH")),
         proven=off("seccomp"), setup=setups.victim),
+    row("proc.pid1-descriptors", "process",
+        "have the sandbox's pid 1 open its own descriptors (status pipe, lifeline) and maps "
+        "for the command: an O_CREAT open it makes from inside /proc/1 (the working "
+        "directory, a descriptor, /proc/1/task/1, a magic link leading there)",
+        "proc_pid1_fds.py", expect=denied(by("proc_guard", "EACCES")), proven=off("proc_guard"),
+        control=without("proc_guard")),
     row("proc.host-visible", "process",
         "see a host process: read its command line and status, list its descriptors, take a "
         "pidfd on it", "proc_visible.py", "{victim}", "{victim_tag}",

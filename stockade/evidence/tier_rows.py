@@ -50,6 +50,9 @@ HOST_CODE_REFUSED = "unenforceable:filesystem.host_code"
 HOLDS_STATE = ("the root (/, the home directory) holds Stockade's state directory, so the tier "
                "refuses it first; with that refusal off, the denied paths' carve-out holds "
                "(fs.deny-in-root proves it)")
+KEEPER_UNDUMPABLE = ("the keeper is not dumpable and makes no name for the command: the "
+                     "kernel's own check of who may open its /proc/<pid> files refuses, which "
+                     "no switch of the tier's turns off")
 KEEPER_CLOSES = ("the keeper closes every descriptor but its own before it reads the launch "
                  "(and with it the switches), and the command closes them again: no switch of "
                  "the tier's reaches both")
@@ -193,6 +196,9 @@ def _specs() -> dict[str, Tier]:
         "proc.ptrace": tier("ptrace", expect=denied(refused_by("seccomp", "EPERM"),
                                                     refused_by("landlock", "EPERM")),
                             proven_by=off("seccomp")),
+        "proc.pid1-descriptors": tier("ptrace", expect=denied(refused_by("kernel", "EACCES")),
+                                      proven_by=(), unproven=KEEPER_UNDUMPABLE, control=None,
+                                      uncontrolled=KEEPER_UNDUMPABLE),
         "proc.host-visible": gap("host_processes"),
         "proc.control-host": tier("process_control", expect=denied(PID_SCOPE),
                                   proven_by=off("pid_scope")),

@@ -44,6 +44,8 @@ LAYERS = {
                   "user notification, where exec_from_write = false)",
     "names_watch": "pid 1 makes the names the command makes, and refuses protected ones in "
                    "write roots (seccomp user notification)",
+    "proc_guard": "pid 1 makes no lookup inside another process's /proc/<pid> for the "
+                  "command (its own /proc/1: its status pipe, its lifeline, its memory)",
     "privileges": "securebits, capabilities dropped, no_new_privs",
     "network": "the network namespace",
     "pid_namespace": "the pid namespace (and with it the kernel's kill of the whole tree)",

@@ -185,7 +185,8 @@ def plan_for(request: LaunchRequest, weaken: frozenset[str], protected: int,
                            written=written_paths(request) if exec_watched(request, weaken)
                            else None, seal_memfd=memfd_sealed(request, weaken),
                            names=watched_names(request, weaken) or None,
-                           free=scratch_paths(request))
+                           free=scratch_paths(request),
+                           proc_guard="proc_guard" not in weaken)
 
 
 def exec_watched(request: LaunchRequest, weaken: frozenset[str] = frozenset()) -> bool:

@@ -408,9 +408,11 @@ static int numbered(int top) {
  * with pid 1's, and in /proc/1 leads to what is pid 1's own (its status pipe, its lifeline,
  * its seccomp listener). A procfs of another mount, whose numbers pid 1 cannot compare,
  * counts as another process's. */
+int proc_unguarded;
+
 int another_process(uint32_t tid, int dir, const char *name) {
     struct statfs where;
-    if (fstatfs(dir, &where) != 0 || where.f_type != PROC_SUPER_MAGIC)
+    if (proc_unguarded || fstatfs(dir, &where) != 0 || where.f_type != PROC_SUPER_MAGIC)
         return 0;
     struct stat info, own;
     unsigned tgid = tgid_of(-1, tid);

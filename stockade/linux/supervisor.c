@@ -48,7 +48,8 @@
 enum { LAUNCH_FDS = 6, DIGEST = 32 };
 /* plan flags; UNBOUND and KEEP_FDS only for tests that weaken those layers */
 enum { PLAN_RLIMITS = 1, PLAN_WATCH_MEMORY = 2, PLAN_UNBOUND = 4, PLAN_KEEP_FDS = 8,
-       PLAN_WATCH_EXEC = 16, PLAN_SEAL_MEMFD = 32, PLAN_WATCH_NAMES = 64 };
+       PLAN_WATCH_EXEC = 16, PLAN_SEAL_MEMFD = 32, PLAN_WATCH_NAMES = 64,
+       PLAN_PROC_UNGUARDED = 128 };
 static const uint32_t MAX_PART = 256u << 20;  /* bytes: far above any launch the owner makes */
 
 static int status_fd = -1;
@@ -601,6 +602,7 @@ _Noreturn void supervise(int plan_fd, int listener, int handoff, const int *laun
     limits.watch_exec = (flags & PLAN_WATCH_EXEC) != 0;
     limits.seal_memfd = (flags & PLAN_SEAL_MEMFD) != 0;
     limits.watch_names = (flags & PLAN_WATCH_NAMES) != 0;
+    proc_unguarded = (flags & PLAN_PROC_UNGUARDED) != 0;  /* (tests only) */
     /* (tests only: then nothing but its command ends it, not its parent's death either) */
     if ((flags & PLAN_UNBOUND) && prctl(PR_SET_PDEATHSIG, 0) != 0)
         _exit(SETUP_FAILED);

@@ -159,6 +159,7 @@ int caller_resolve(uint32_t tid, int dir, const char *path);
  * reached: /proc/1 as the working directory, a descriptor, a magic link), or `dir` is
  * procfs's root and `name` is one. */
 int another_process(uint32_t tid, int dir, const char *name);
+extern int proc_unguarded;  /* (tests only: the evidence's "proc_guard" off) never another's */
 
 /* ---- protected names the command may not make (namewatch.c) ---- */
 

@@ -39,6 +39,7 @@ _KEEP_FDS = 8  # plan flag (tests only): the command inherits pid 1's other desc
 _WATCH_EXEC = 16  # plan flag: refuse executable mappings and executions of written files
 _SEAL_MEMFD = 32  # plan flag: pid 1 makes the command's memfds sealed non-executable (memwatch.c)
 _WATCH_NAMES = 64  # plan flag: pid 1 makes the command's new names, none protected (namewatch.c)
+_PROC_UNGUARDED = 128  # plan flag (tests only): pid 1 looks inside any /proc/<pid> for them
 # flags; RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE; the nested Landlock domain's handled rights and
 # scopes; the size of the enforced record
 _HEAD = struct.Struct("<IqqqQQI")
@@ -80,7 +81,7 @@ def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, 
          enforced: dict, view_digest: bytes | None, launch: bytes, *, bound: bool = True,
          close_fds: bool = True, written: Sequence[str] | None = None,
          seal_memfd: bool = False, names: Sequence[str] | None = None,
-         free: Sequence[str] = ()) -> int:
+         free: Sequence[str] = (), proc_guard: bool = True) -> int:
     """A memfd holding what the supervisor is told: the command's rlimits (if `rlimits`),
     whether its address-space requests are shown to pid 1 (`watch_memory`, memwatch.c), its
     nested Landlock domain (landlock.nested_domain; (0, 0): none), the `enforced` record of
@@ -92,12 +93,13 @@ def plan(spec: LimitSpec, rlimits: bool, watch_memory: bool, nested: tuple[int, 
     and of memfds and deleted files; with `seal_memfd` it makes every memfd of the command
     itself, sealed non-executable (memwatch.c). With `names` (lower case), pid 1 makes every
     name the command makes itself, and none of those but on the mounts of the `free` paths
-    (namewatch.c)."""
+    (namewatch.c). Not `proc_guard` (tests only): pid 1 makes those lookups inside another
+    process's /proc/<pid> too, its own /proc/1 among them (memwatch.c's another_process)."""
     memory, processes, file_size = limits.rlimit_values(spec)
     flags = (_RLIMITS if rlimits else 0) | (_WATCH_MEMORY if watch_memory else 0) \
         | (0 if bound else _UNBOUND) | (0 if close_fds else _KEEP_FDS) \
         | (0 if written is None else _WATCH_EXEC) | (_SEAL_MEMFD if seal_memfd else 0) \
-        | (0 if names is None else _WATCH_NAMES)
+        | (0 if names is None else _WATCH_NAMES) | (0 if proc_guard else _PROC_UNGUARDED)
     paths, protected, where = (b"".join(os.fsencode(path) + b"\0" for path in part or ())
                                for part in (written, names, free if names is not None else ()))
     body = json.dumps(enforced).encode()
