@@ -130,7 +130,9 @@ for target in sorted({port} | {number for table, _, number in opened if table.st
     for source in (loopback, host):
         with socket.socket(family, socket.SOCK_DGRAM) as u:
             u.bind((source, 0))
-            u.sendto(f"unsolicited from {source}".encode(), (source, target))
+            for _ in range(3):  # (pasta may lose a first IPv6 datagram, as above: thrice)
+                u.sendto(f"unsolicited from {source}".encode(), (source, target))
+                time.sleep(0.05)
         try:
             with socket.create_connection((source, target), timeout=2):
                 knocks[f"tcp {source}:{target}"] = "connected"
