@@ -33,7 +33,7 @@ from stockade.lifecycle.changeview import visible
 from stockade.policy.model import DEFAULT_PROTECTED
 from stockade.policy.presets import DENY_DEFAULTS
 
-# What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
+# What of a guarded repository stays read-only (docs/policy.md, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
 
 
