@@ -369,7 +369,8 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     result = stockade.run(
-        ["sh", "-c", "mkdir -p .ssh && echo key > .ssh/authorized_keys && echo x > .bashrc "
+        ["sh", "-c", "mkdir -p .ssh .config/git && echo key > .ssh/authorized_keys "
+         "&& echo x > .bashrc && echo '[core] fsmonitor = ./x' > .config/git/config "
          "&& echo fine > notes"],
         policy_for(workspace="overlay", deny=(), protected=()), workspace=home, text=True)
     assert result.returncode == 0, result.stderr
@@ -379,6 +380,7 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
         assert refused.value.code == "changes_refused", refused.value
         text = str(refused.value)
         assert str(home / ".ssh") in text and str(home / ".bashrc") in text, text
+        assert str(home / ".config" / "git") in text, text  # (attack G1: git's XDG config)
         assert str(home / "notes") not in text, text
         assert sorted(os.listdir(home)) == [".local"], os.listdir(home)
     finally:

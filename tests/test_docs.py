@@ -2,24 +2,31 @@
 here, as written, unless it says why not (tests/doc_blocks.py: the `doc-test` directives),
 with the `stockade` the README's set-up step 1 installed in a fresh checkout
 (tests/checkout.py), in a scratch directory holding EXAMPLE_FILES and every block marked as a
-file. And the README's two set-up steps, one after the other, with two interpreters."""
+file. And the README's two set-up steps, one after the other, with two interpreters; and the
+documentation as a site (mkdocs.yml), built without a warning: a broken link fails it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from doc_blocks import DATA, RUN, TEXT, all_blocks, asserts, set_up_commands
+from doc_blocks import DATA, RUN, TEXT, TREE, all_blocks, asserts, set_up_commands
 
 BLOCKS = all_blocks()
 BLOCK_TIMEOUT = 300  # seconds (one example boots a VM: ~10 s here)
 STEP_TWO = "bash scripts/test.sh"
+README_LINES = 200  # a newcomer reads it in five minutes; the reference is docs/
+# What `mkdocs build` reads: mkdocs.yml, the hooks it names, docs/ and the pages they add.
+SITE_SOURCES = ("mkdocs.yml", "scripts/mkdocs_hooks.py", "README.md", "SECURITY.md",
+                "CHANGELOG.md", "docs")
 
 # What the examples take for granted in the directory they run from ("./proj", "make", ...).
 MAKEFILE = "all:\n\t@echo built\ntest:\n\t@echo tests pass\n"
@@ -166,3 +173,49 @@ def test_the_readme_set_up_steps_work_one_after_the_other(readme_checkout) -> No
         for tool in (["python", "-m", "pytest", "--version"], ["ruff", "--version"]):
             subprocess.run([str(root / ".venv-test" / "bin" / tool[0]), *tool[1:]],
                            check=True, capture_output=True)
+
+
+def _build_site(tree: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` of `tree` (never quiet: strict counts the warnings it logs)."""
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                          cwd=tree, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_site_builds_without_a_warning(tmp_path) -> None:
+    """Every page is in the nav, and every link and anchor leads to a page of the site."""
+    done = _build_site(TREE, tmp_path / "site")
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stdout + done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()  # the README, as the home page
+
+
+@pytest.mark.parametrize("broken", [
+    ("README.md", "[a page](docs/no-such-page.md)", "no-such-page.md"),
+    ("docs/cli.md", "[a heading](windows.md#no-such-heading)", "no-such-heading"),
+    ("SECURITY.md", "[a file](stockade/no-such-file.py)", "no-such-file.py"),
+    ("docs/no-such-nav-entry.md", "# A page the nav leaves out", "no-such-nav-entry.md"),
+], ids=lambda broken: broken[0])
+def test_the_site_build_fails_on_a_broken_link(broken, tmp_path) -> None:
+    """The build is the check that the links work: a link that leads nowhere (a page, an
+    anchor, a file of the tree that is no page) or a page outside the nav fails it, naming it."""
+    document, line, named = broken
+    tree = tmp_path / "tree"
+    for name in SITE_SOURCES:
+        source = TREE / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name)
+        else:
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, tree / name)
+    with open(tree / document, "a") as page:
+        page.write(f"\n{line}\n")
+    done = _build_site(tree, tmp_path / "site")
+    assert done.returncode != 0 and named in done.stderr, done.stdout + done.stderr
+
+
+def test_the_readme_is_short_and_security_opens_with_its_summary() -> None:
+    readme = (TREE / "README.md").read_text().splitlines()
+    assert len(readme) < README_LINES, f"README.md has {len(readme)} lines"
+    security = (TREE / "SECURITY.md").read_text()
+    summary = security.index("| | namespaces | landlock tier | VM |")
+    assert summary < security.index("\n## Protected\n")

@@ -56,7 +56,7 @@ def places(tmp_path):
 
 
 def test_a_loader_outside_the_roots_is_named_with_the_root_to_add(ws):
-    """The README's trap on merged-/usr hosts: /usr and /etc readable, not /lib or /lib64."""
+    """docs/cli.md's trap on merged-/usr hosts: /usr and /etc readable, not /lib or /lib64."""
     workspace, _ = ws
     narrow = merge(policy_for(), {"filesystem": {"read": ["/usr", "/etc", str(workspace)]}})
     message = refusal(["/usr/bin/true"], narrow, workspace)

@@ -675,10 +675,10 @@ def test_a_protected_name_is_added_or_removed_and_git_replaced() -> None:
         merge(emptied, {"filesystem": {"protected": ["!.agents"]}})
 
 
-def test_readme_states_each_keys_merge_rule() -> None:
-    """README's policy section has a row per key saying how it is laid over the preset, and
-    it says what the schema does."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_policy_reference_states_each_keys_merge_rule() -> None:
+    """The policy reference (docs/policy.md) has a row per key saying how it is laid over the
+    preset, and it says what the schema does."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "policy.md").read_text()
     table = text.split("| key | over the base's value |\n", 1)[1].split("\n\n", 1)[0]
     rows = dict(re.findall(r"^\| `(\w+\.\w+)` \| ([^|]+?) \|$", table, re.MULTILINE))
     expected = {f"{section}.{key}": merge_rule(section, key)

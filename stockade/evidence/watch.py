@@ -42,13 +42,16 @@ class Watch(abc.ABC):
         """Release threads, sockets and processes (idempotent)."""
 
 
-def snapshot(path: Path) -> dict[str, tuple]:
-    """Every name below `path` (or `path` itself) with its type, mode, size and content;
-    symbolic links are recorded, never followed. A missing path is an empty snapshot."""
+def snapshot(path: Path, skipped: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """Every name below `path` (or `path` itself) with its type, mode, size and content, but
+    what lies under the relative names `skipped` (never read); symbolic links are recorded,
+    never followed. A missing path is an empty snapshot."""
     out: dict[str, tuple] = {}
     if not os.path.lexists(path):
         return out
     for dirpath, dirnames, filenames in os.walk(path) if path.is_dir() else [("", [], [path])]:
+        dirnames[:] = [name for name in dirnames
+                       if os.path.relpath(os.path.join(dirpath, name), path) not in skipped]
         for name in [*dirnames, *filenames]:
             full = os.path.join(dirpath, name)
             info = os.lstat(full)
@@ -72,10 +75,10 @@ class Unchanged(Watch):
         self.above = {os.path.dirname(top) for top in ignored}
         while "" not in self.above and self.above:
             self.above |= {os.path.dirname(name) for name in self.above}
-        self.before = snapshot(path)
+        self.before = snapshot(path, ignored)
 
     def finish(self) -> Finding:
-        after = snapshot(self.path)
+        after = snapshot(self.path, self.ignored)
         changed = sorted(name for name in set(self.before) | set(after)
                          if self.before.get(name) != after.get(name)
                          and name not in self.above

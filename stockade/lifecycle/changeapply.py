@@ -33,18 +33,32 @@ from stockade.lifecycle.changeview import visible
 from stockade.policy.model import DEFAULT_PROTECTED
 from stockade.policy.presets import DENY_DEFAULTS
 
-# What of a guarded repository stays read-only (README, "Git in a write root"): in a gitdir.
+# What of a guarded repository stays read-only (docs/policy.md, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
+
+
+# Below the home, besides its protected names: what makes a host program run code or change
+# its behaviour at its next start (git's second global configuration, with core.fsmonitor or
+# an alias; fish's start-up; login and logout scripts; autostart entries and user services;
+# programs on the user's PATH; pip's configuration; vim's).
+HOME_CODE = (".config/git", ".config/fish", ".zlogin", ".zlogout", ".bash_logout",
+             ".config/autostart", ".config/systemd/user", ".local/bin", ".config/pip",
+             ".pip", ".vimrc", ".config/nvim")
 
 
 def never_applied() -> tuple[str, ...]:
     """What no change set ever writes, whatever its run's policy says (defence in depth: a set
     that names a policy of its own is only as good as its seal): the credential stores every
-    preset denies and the home directory's own protected names (shell start-up files, git's
-    and agents' configuration), in the home the password database names and in $HOME."""
+    preset denies, the home directory's own protected names (shell start-up files, git's
+    and agents' configuration) and HOME_CODE, in the home the password database names and in
+    $HOME (and git's configuration below $XDG_CONFIG_HOME)."""
     homes = {os.path.expanduser("~"), statedir.passwd_home()} - {""}
     found = {path.replace("{home}", home) for path in DENY_DEFAULTS for home in homes}
-    found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED for home in homes}
+    found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED + HOME_CODE
+              for home in homes}
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    if os.path.isabs(config):
+        found |= {os.path.join(config, name) for name in ("git", "fish", "autostart", "pip")}
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
 
 

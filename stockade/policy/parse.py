@@ -2,7 +2,7 @@
 
 Merge rule: a document with `preset = "NAME"` starts from that preset (`merge(base, document)`
 from `base`; otherwise from the model's defaults) and its sections override the base key by key,
-as `schema.FIELDS` says (`schema.merge_rule` in words, README's policy section lists them):
+as `schema.FIELDS` says (`schema.merge_rule` in words, docs/policy.md lists them):
 scalars and lists replace the base's value, except the deny lists (`filesystem.deny`,
 `network.deny`), which add to the base's, so a preset's denials are never dropped;
 `filesystem.protected`, which adds to the base's names, and removes those written `"!NAME"`

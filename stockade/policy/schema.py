@@ -188,7 +188,7 @@ def _by_name(old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...],
     return tuple({**dict(old), **dict(new)}.items())
 
 
-# How a document's value is laid over the base's, in words (README's policy section shows it).
+# How a document's value is laid over the base's, in words (docs/policy.md shows it).
 MERGE_RULES: dict[Combine | None, str] = {
     None: "replaces the base's",
     _add: "adds to the base's",

@@ -128,6 +128,7 @@ LEGEND = {
     "appcontainer_token": "the child's token is an AppContainer token",
     "launch_package_sid": "its AppContainer is this launch's own",
     "capabilities": "the capabilities its token holds (0)",
+    "temp_writable": "the child can make a file in its own TEMP (the AppContainer's AC\\Temp)",
     "child_appcontainer_token": "the child sees an AppContainer token",
     "child_launch_package_sid": "the child sees this launch's AppContainer",
     "child_capabilities": "the capabilities the child sees (0)",
