@@ -14,6 +14,9 @@ SERVED = ("run", "sandbox-exec", "exec")  # the command lines the CLI server run
 SOCKET_NAME = "cli.sock"  # in the state directory
 NOT_SERVED = b"here\n"  # the server's answer to a caller whose context is not its own
 CANCEL = b"C"  # the client's one byte after its request: Ctrl-C was pressed there
+# ... or SIGINT reached a client that inherited it ignored (a script's background job): the
+# server's child takes it only where the command line takes SIGINT itself, as it would here
+CANCEL_IF_TAKEN = b"c"
 
 
 def socket_path() -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 # _socket is the C module, not socket.py: the wrapper's own imports (enum, selectors) would
 # cost about as much as the rest of this program's start.
+import _signal
 import _socket
 import os
 import struct
@@ -25,6 +26,7 @@ import sys
 
 from stockade.cliwire import (
     CANCEL,
+    CANCEL_IF_TAKEN,
     NOT_SERVED,
     SERVED,
     SOCKET_NAME,
@@ -99,7 +101,18 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
                 conn.sendall(message[sent:])
             except OSError:
                 return None  # it went before it had the whole request: nothing ran
-        answer = _answer(conn)
+        # A client that inherited SIGINT ignored (a script's background job) passes each on
+        # as CANCEL_IF_TAKEN, from the handler (no KeyboardInterrupt: it never leaves for one),
+        # for the command line there to ignore, as it would here, unless it takes SIGINT
+        # itself (`run --json` does).
+        ignoring = _signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN
+        if ignoring:
+            _signal.signal(_signal.SIGINT, lambda *_: _pass_on(conn))
+        try:
+            answer = _answer(conn)
+        finally:
+            if ignoring:  # (NOT_SERVED: the command line runs here, as it was started)
+                _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
         if answer is None:
             return EXIT_INTERRUPTED  # closing the connection ends the command's sandbox
         if answer == NOT_SERVED:
@@ -136,3 +149,10 @@ def _answer(conn: _socket.socket) -> bytes | None:
             break
         answer += chunk
     return answer
+
+
+def _pass_on(conn: _socket.socket) -> None:
+    try:
+        conn.send(CANCEL_IF_TAKEN)
+    except OSError:  # the server went: its answer (or none) ends the wait
+        pass

@@ -275,14 +275,17 @@ def check_the_process_limit_is_exact(workspace) -> None:
             assert r.stdout == f"{pids}\n".encode()
 
 
-def interrupted_json_run(env: dict, cwd) -> tuple[int, dict]:
+def interrupted_json_run(env: dict, cwd, sigint=signal.SIG_DFL) -> tuple[int, dict]:
     """`stockade run --json` of a command that prints, then sleeps until a Ctrl-C (SIGINT to
-    the `stockade` process) once it is running: (exit status, the JSON printed)."""
+    the `stockade` process, started with `sigint` its disposition of SIGINT: never the test
+    runner's, which a script's background job has ignored) once it is running: (exit status,
+    the JSON printed)."""
     marker = f"4{time.monotonic_ns() % 10**9}"
     client = subprocess.Popen([sys.executable, "-m", "stockade", "run", "--json", "--", "sh",
                                "-c", f"echo started; exec sleep {marker}"],
                               env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     deadline = time.monotonic() + 20
     while not marked(f"sleep\0{marker}"):  # (the sleep itself: its argv is NUL-separated)
         assert time.monotonic() < deadline and client.poll() is None, "it never started"

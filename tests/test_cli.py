@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -216,11 +217,13 @@ def test_what_is_typed_on_a_terminal_reaches_the_command_only_when_asked(workspa
 
 
 @sandboxed
-def test_json_on_ctrl_c_prints_the_cancelled_result(workspace):
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_json_on_ctrl_c_prints_the_cancelled_result(workspace, sigint):
     """Issue 32: `run --json` printed nothing on Ctrl-C; now the command is cancelled and its
-    Result printed (what it wrote so far, cancelled), exit 130."""
+    Result printed (what it wrote so far, cancelled), exit 130; also where SIGINT was ignored
+    when it started (its handler is its own)."""
     status, result = interrupted_json_run({**os.environ, "PYTHONPATH": str(REPO),
-                                           "STOCKADE_NO_SERVER": "1"}, workspace)
+                                           "STOCKADE_NO_SERVER": "1"}, workspace, sigint)
     assert status == 130
     assert result["cancelled"] is True and result["stdout"] == "started\n"
     assert [v["kind"] for v in result["violations"]] == ["cancelled"]

@@ -130,13 +130,38 @@ def test_the_command_runs_under_the_server_and_ends_with_its_client(served, work
         time.sleep(0.05)
 
 
-def test_a_served_json_run_on_ctrl_c_prints_the_cancelled_result(served, workspace):
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_a_served_json_run_on_ctrl_c_prints_the_cancelled_result(served, workspace, sigint):
     """Issue 32: the client's Ctrl-C reaches the command line in the server (CANCEL), which
-    cancels the command and prints its Result, as it would run here."""
+    cancels the command and prints its Result, as it would run here; also from a client that
+    inherited SIGINT ignored (as run here: `run --json` takes SIGINT itself)."""
     env, _ = served
-    status, result = interrupted_json_run(env, workspace)
+    status, result = interrupted_json_run(env, workspace, sigint)
     assert status == 130
     assert result["cancelled"] is True and result["stdout"] == "started\n"
+
+
+@pytest.mark.parametrize("served_here", [True, False], ids=["served", "here"])
+def test_a_run_that_inherited_sigint_ignored_goes_on_through_one(request, workspace,
+                                                                 served_here):
+    """A script's background job ignores SIGINT (the terminal's Ctrl-C is for the job in the
+    foreground): `stockade run` without --json then ends as if none came, served as here."""
+    env = (request.getfixturevalue("served")[0] if served_here
+           else {**os.environ, "PYTHONPATH": REPO, "STOCKADE_NO_SERVER": "1"})
+    marker = f"1.{time.monotonic_ns() % 10**9}"
+    client = subprocess.Popen([sys.executable, "-m", "stockade", "run", "--", "sh", "-c",
+                               f"sleep {marker}; echo ran-on"], env=env, cwd=workspace,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 20
+    while not marked(f"sleep\0{marker}"):
+        assert time.monotonic() < deadline and client.poll() is None, "it never started"
+        time.sleep(0.05)
+    client.send_signal(signal.SIGINT)
+    client.send_signal(signal.SIGINT)  # (a second too: the client left on one before)
+    out, err = client.communicate(timeout=30)
+    assert (client.returncode, out) == (0, b"ran-on\n"), err
 
 
 def test_a_client_with_other_resource_limits_runs_its_command_itself(served, workspace):

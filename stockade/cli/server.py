@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from stockade.cli.common import CommandLine
-from stockade.cliwire import CANCEL, NOT_SERVED, SERVED, socket_path
+from stockade.cliwire import CANCEL, CANCEL_IF_TAKEN, NOT_SERVED, SERVED, socket_path
 from stockade.errors import StockadeError
 from stockade.linux import peer, servercheck
 from stockade.linux.fdpass import close_all, recv_fds
@@ -319,7 +319,9 @@ def _end_with_client(conn: socket.socket) -> None:
     """Exit (and so end the sandbox, whose lifeline this process holds) as soon as the client's
     end closes: the socket signals SIGIO when it turns readable. What the client may send
     more is CANCEL, Ctrl-C pressed there: here it is SIGINT, which the command line takes as
-    its own Ctrl-C (whatever the server's disposition of SIGINT was)."""
+    its own Ctrl-C (whatever the server's disposition of SIGINT was). CANCEL_IF_TAKEN is one
+    that the client inherited ignored: SIGINT here only while the command line has a handler
+    of its own (run --json's), which overrides that; otherwise ignored, as it was there."""
 
     def readable(*_: object) -> None:
         try:
@@ -328,9 +330,10 @@ def _end_with_client(conn: socket.socket) -> None:
             return
         except OSError:
             os._exit(EXIT_LOST)
-        if sent != CANCEL:
+        if sent not in (CANCEL, CANCEL_IF_TAKEN):
             os._exit(EXIT_LOST)
-        os.kill(os.getpid(), signal.SIGINT)
+        if sent == CANCEL or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            os.kill(os.getpid(), signal.SIGINT)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGIO, readable)
