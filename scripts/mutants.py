@@ -12,7 +12,9 @@ catch would prove nothing.
 Run it with the interpreter of the test venv (it runs pytest with the same one). The copies
 import the package from themselves (the tests run with the copy as the current directory,
 which `python -m pytest` puts first on sys.path; the sandbox's own processes import from
-where the package lies). Exit status 0 only when every mutant run was caught.
+where the package lies). A mutant of a C source (the supervisor, the relay) has the programs
+rebuilt in its copy, and the control then too. Exit status 0 only when every mutant run was
+caught.
 See docs/testing.md.
 """
 
