@@ -12,7 +12,9 @@ catch would prove nothing.
 Run it with the interpreter of the test venv (it runs pytest with the same one). The copies
 import the package from themselves (the tests run with the copy as the current directory,
 which `python -m pytest` puts first on sys.path; the sandbox's own processes import from
-where the package lies). Exit status 0 only when every mutant run was caught.
+where the package lies). A mutant of a C source (the supervisor, the relay) has the programs
+rebuilt in its copy, and the control then too. Exit status 0 only when every mutant run was
+caught.
 See docs/testing.md.
 """
 
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -32,8 +35,10 @@ sys.path.insert(0, str(HERE / "tests"))
 
 from mutants import MUTANTS, Mutant  # noqa: E402  (the table lives beside the tests)
 
-# What a build made beside the sources and the tests need (git does not list it).
+# What a build made beside the sources and the tests need (git does not list it): copied into
+# each copy, but built afresh in a copy whose C sources a mutant changed (and in the control then).
 BUILT = ("stockade/linux/supervisor", "stockade/linux/librelay.so")
+C_SOURCES = (".c", ".h")
 TIMEOUT = 300  # seconds for one mutant's tests: a hang is reported as missed, never waited out
 
 
@@ -65,6 +70,42 @@ def copy_tree(names: list[str], source: Path, target: Path) -> None:
     for name in names:
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / name, target / name)
+
+
+def rebuilt(mutant: Mutant) -> bool:
+    return mutant.path.endswith(C_SOURCES)
+
+
+def build_programs(tree: Path) -> str:
+    """Builds BUILT from `tree`'s C sources as an install does (pip's build of setup.py, in
+    its own isolated build environment) and puts them in place of the copied ones: "" when
+    both were made, else why not. setup.py makes both optional (an install without a compiler
+    still succeeds), so a source that does not compile gives a wheel without its program: that
+    is what is checked, and reported as a broken mutant, never as a catch."""
+    wheels = tree.parent / f"{tree.name}.wheels"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps",
+                               "--disable-pip-version-check", "--wheel-dir", str(wheels),
+                               str(tree)], env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=TIMEOUT)
+        made = list(wheels.glob("stockade-*.whl"))
+        if done.returncode != 0 or len(made) != 1:
+            return f"pip wheel failed (status {done.returncode}): " + done.stdout[-500:]
+        with zipfile.ZipFile(made[0]) as wheel:
+            missing = [name for name in BUILT if name not in wheel.namelist()]
+            for name in BUILT if not missing else ():
+                (tree / name).write_bytes(wheel.read(name))
+                (tree / name).chmod(0o755)
+        errors = [line.strip() for line in done.stdout.splitlines() if " error: " in line]
+        return (f"the build made no {', '.join(missing)}" + (f": {errors[0]}" if errors else "")
+                if missing else "")
+    except subprocess.TimeoutExpired:
+        return f"the build took more than {TIMEOUT} s"
+    finally:
+        # (what the build left beside the sources: the copy stays as the others are)
+        for left in (wheels, tree / "build", tree / "stockade.egg-info"):
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def mutate(tree: Path, mutant: Mutant) -> None:
@@ -116,23 +157,31 @@ def main() -> int:
     if args.list:
         for m in chosen:
             owner = f"  [{m.owner}]" if m.owner else ""
+            owner += "  (programs rebuilt)" if rebuilt(m) else ""
             print(f"{m.name}{owner}\n  {m.path}: {m.old.strip()!r} -> {m.new.strip()!r}\n  "
                   + "\n  ".join(m.tests))
         return 0
     ours = [m for m in chosen if not m.owner]
+    build = any(rebuilt(m) for m in ours)
     names = tracked_files(HERE)
     work = Path(tempfile.mkdtemp(prefix="stockade-mutants-"))
-    missed = []
+    missed, broken = [], []
     try:
         if not args.no_control:
             control = work / "control"
             copy_tree(names, HERE, control)
             if not imports_itself(control):
                 raise SystemExit("the copy imports the checkout's package, not its own")
+            # (the programs a C mutant's catch is measured against: built the same way)
+            failed = build_programs(control) if build else ""
+            if failed:
+                print(f"control: {failed}")
+                return 2
             tests = tuple(dict.fromkeys(t for m in ours for t in m.tests))
             status, took, said = run_tests(control, tests)
-            print(f"control (unmutated, {len(tests)} test ids): status {status}, {took:.0f} s",
-                  flush=True)
+            print(f"control (unmutated, {len(tests)} test ids"
+                  + (", programs rebuilt" if build else "")
+                  + f"): status {status}, {took:.0f} s", flush=True)
             if status != 0:
                 print(said)
                 return 2
@@ -142,6 +191,13 @@ def main() -> int:
             tree = work / mutant.name
             copy_tree(names, HERE, tree)
             mutate(tree, mutant)
+            failed = build_programs(tree) if rebuilt(mutant) else ""
+            if failed:
+                broken.append(mutant.name)
+                print(f"BROKEN            {mutant.name}  ({failed})", flush=True)
+                if not args.keep:
+                    shutil.rmtree(tree)
+                continue
             status, took, said = run_tests(tree, mutant.tests)
             caught = status == 1  # (a test failed; 2-5 are pytest's own errors, not a catch)
             if not caught:
@@ -154,15 +210,16 @@ def main() -> int:
         for mutant in chosen:
             if mutant.owner:
                 print(f"not run         {mutant.name}  ({mutant.owner})")
-        print(f"{len(ours) - len(missed)} of {len(ours)} caught in "
-              f"{time.monotonic() - total:.0f} s" + (f"; missed: {' '.join(missed)}"
-                                                      if missed else ""))
+        print(f"{len(ours) - len(missed) - len(broken)} of {len(ours)} caught in "
+              f"{time.monotonic() - total:.0f} s"
+              + (f"; missed: {' '.join(missed)}" if missed else "")
+              + (f"; broken (the build failed): {' '.join(broken)}" if broken else ""))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"copies kept in {work}")
-    return 1 if missed else 0
+    return 1 if missed or broken else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The mutation suite's table (issue 30 part 1): for security properties SECURITY.md claims, the
 smallest careless change that removes one (a line a refactor could drop or bend), and the
 tests that must then fail. scripts/mutants.py applies each alone to a private copy of the tree
-and runs its tests there; tests/test_mutants.py keeps the table in step with the code (each
+(rebuilding the C programs there for a mutant of a .c or .h file) and runs its tests there;
+tests/test_mutants.py keeps the table in step with the code (each
 old text is found exactly once, each test exists). docs/testing.md says how to run it.
 
 Not collected by pytest (no test_ prefix): it is data.
@@ -31,6 +32,8 @@ PUMP, API, CLI = "tests/test_pump.py::", "tests/test_api.py::", "tests/test_cli.
 PROBE_WEAK = "tests/test_probe.py::test_a_weakened_layer_fails_readiness_at_its_stage"
 PROCESS = "tests/test_linux_process.py::"
 STATUS = "tests/test_linux_status.py::"
+CREATE = "tests/test_protected_create.py::"
+MEMFD = "tests/test_memfd_exec.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -268,8 +271,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        elif any(_at_or_below(change.path, n) for n in never):",
            "        elif False:",
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
-    # --- issue 29: the sandbox ends whatever its pid 1 does (the C side's changes are not
-    # rebuilt in a mutant's copy: their tests are said in their commits) ---------------
+    # --- issue 29: the sandbox ends whatever its pid 1 does ----------------------------------
     Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
            "            _die_with_parent()\n", "",
            (PROCESS + "test_the_sandbox_dies_with_its_owner_whatever_its_pid_1_does[api]",
@@ -279,8 +281,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if clock.fired():\n                # The streams end",
            (PUMP + "test_the_kill_is_repeated_until_the_tree_ends_without_spinning",
             PROCESS + "test_the_timeout_and_cancel_end_a_sandbox_whose_pid_1_does_not_answer")),
-    # --- issue 29 P1: the owner's reading of pid 1's status pipe (the C side, pid 1's
-    # refusal to look inside /proc/1, is said in its commit) --------------------------------
+    # --- issue 29 P1: the owner's reading of pid 1's status pipe ------------------------------
     Mutant("status-line-unchecked", "stockade/linux/backend.py",
            "        event = _event(line)\n", "        event = json.loads(line)\n",
            (STATUS + "test_lines_that_are_not_pid_1s_events_are_ignored_and_counted",)),
@@ -292,4 +293,46 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if event is None or not end and (len(self.events) >= self.EVENTS_MAX",
            "        if event is None or not end and (False",
            (STATUS + "test_a_flood_keeps_bounded_memory_and_time_and_the_end",)),
+    # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
+    # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
+    # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)
+    Mutant("proc-walk-unjudged", "stockade/linux/memwatch.c",
+           "        if (another_process(tid, dir, name)) {\n            close(dir);\n"
+           "            errno = EACCES;\n            return -1;\n        }\n", "",
+           (CREATE + "test_pid_1s_own_descriptors_are_not_reached_through_proc",)),
+    Mutant("proc-lookup-judged-at-the-root-only", "stockade/linux/memwatch.c",
+           "    int top = top_directory(dir);", "    int top = -1;",
+           (CREATE + "test_pid_1s_own_descriptors_are_not_reached_from_inside_proc_1",)),
+    # exec_from_write = false against written memory: the exec watch and the memfd seal, each
+    # the only layer left in its test
+    Mutant("exec-watch-runs-nameless-files", "stockade/linux/memwatch.c",
+           "    return bad || !S_ISREG(info.stx_mode) || info.stx_nlink == 0\n",
+           "    return bad || !S_ISREG(info.stx_mode)\n",
+           (MEMFD + "test_each_layer_holds_alone[exec_watch]",)),
+    Mutant("memfd-made-unsealed", "stockade/linux/memwatch.c",
+           "memfd_create(name, flags | MFD_NOEXEC_SEAL)", "memfd_create(name, flags)",
+           (MEMFD + "test_each_layer_holds_alone[memfd_seal]",)),
+    # protected names are not made in write roots: any case, not through a link pid 1 did not
+    # follow itself, by no call the filter forgot
+    Mutant("protected-names-case-sensitive", "stockade/linux/namewatch.c",
+           "strcasecmp(n, p->last)", "strcmp(n, p->last)",
+           (CREATE + "test_no_link_descriptor_or_moved_directory_makes_a_protected_name",)),
+    Mutant("protected-open-follows-the-last-link", "stockade/linux/namewatch.c",
+           "    int asked = (name ? flags & ~O_CREAT : flags) | (flags & O_EXCL ? 0 : O_NOFOLLOW);",
+           "    int asked = name ? flags & ~O_CREAT : flags;",
+           (CREATE + "test_no_link_descriptor_or_moved_directory_makes_a_protected_name",)),
+    Mutant("name-watch-misses-renameat2", "stockade/linux/namewatch.c",
+           "__NR_linkat, __NR_renameat2,", "__NR_linkat,",
+           (CREATE + "test_the_shell_and_coreutils_cannot_make_a_protected_name[direct]",)),
+    # pid 1 dies with what started it, whatever it does (the parent-death signal, kept)
+    Mutant("pid1-parent-death-signal-cleared", "stockade/linux/supervisor.c",
+           "    if ((flags & PLAN_UNBOUND) && prctl(PR_SET_PDEATHSIG, 0) != 0)",
+           "    if (prctl(PR_SET_PDEATHSIG, 0) != 0)",
+           (PROCESS + "test_the_sandbox_dies_with_its_owner_whatever_its_pid_1_does[api]",)),
+    # the C relay cuts a tunnel whose peer stopped reading, as the Python one does
+    Mutant("relay-stalled-peer-kept", "stockade/linux/relay.c",
+           "                if (w->progress + idle_ms < deadline)\n"
+           "                    deadline = w->progress + idle_ms;\n", "",
+           ("tests/test_proxy.py::"
+            "test_a_peer_that_stops_reading_is_cut_after_the_idle_timeout[compiled]",)),
 )
