@@ -138,7 +138,12 @@ def test_apply_refuses_conflicts_and_lists_them(project):
     result.changes.discard()
 
 
-def test_discard_leaves_nothing_behind(project, state_dir):
+def test_discard_leaves_nothing_behind(project, tmp_path, monkeypatch):
+    # (a state directory of its own: the session's holds what other tests' daemons and
+    # served runs are still tearing down, and an attestation the first probe stores)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state_dir))
     root, _ = project
     before = tree(root)
     kept = set(os.listdir(state_dir))
@@ -152,7 +157,8 @@ def test_discard_leaves_nothing_behind(project, state_dir):
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     assert not os.path.lexists(result.changes.path)
-    assert set(os.listdir(state_dir)) <= kept | {"records"}
+    assert {name for name in os.listdir(state_dir)
+            if not name.startswith("attestation-")} <= kept | {"records"}
     assert not os.path.lexists(os.path.join(state_dir, "changes"))
     assert tree(root) == before
 
@@ -613,4 +619,42 @@ def test_apply_never_writes_through_a_write_root_swapped_for_a_link(ws, monkeypa
     assert os.listdir(f"{root}-away") == []
     os.unlink(root)
     os.rename(f"{root}-away", root)
+    result.changes.discard()
+
+
+def _lock_held_for(changes, seconds: float) -> subprocess.Popen:
+    """A process that holds the change set's lock `seconds` (as a process forked while a run
+    of another thread had it open holds a copy), once it says so."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(float(sys.argv[2]))",
+         os.path.join(changes.path, "lock"), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_finished_runs_lock_held_a_moment_longer_is_waited_out(project):
+    """A run that recorded its end, whose lock a forked copy holds a moment longer, is
+    discarded (an evidence scene's discard once met `changes_busy` under load); one held
+    past the grace is still refused as busy, and left whole."""
+    from stockade.errors import ChangesError
+    from stockade.lifecycle.changes import RELEASE_GRACE
+
+    root, _ = project
+    result = overlay(root, SCRIPT)
+    holder = _lock_held_for(result.changes, RELEASE_GRACE / 4)
+    result.changes.discard()
+    assert not os.path.lexists(result.changes.path)
+    holder.wait(timeout=10)
+    result = overlay(root, SCRIPT)
+    holder = _lock_held_for(result.changes, RELEASE_GRACE * 3)
+    try:
+        with pytest.raises(ChangesError) as refused:
+            result.changes.discard()
+        assert refused.value.code == "changes_busy"
+        assert os.path.isdir(result.changes.path)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
     result.changes.discard()

@@ -55,6 +55,7 @@ FORMAT = "stockade-changes"
 VERSION = 1
 DIRECTORY = "changes"
 _TEMPORARY = ".new-"
+RELEASE_GRACE = 2.0  # seconds a finished run's lock may still be held by a forked copy
 
 
 def store(state: str | None = None) -> str:
@@ -184,9 +185,16 @@ class ChangeSet:
         _remove_if_empty(os.path.dirname(self.path))
 
     def _not_busy(self, what: str) -> None:
-        if self.busy():
-            raise ChangesError("changes_busy", f"the run {self.id} is still going: its "
-                               f"changes can be {what} once it has ended")
+        # A run that recorded its end let go of its lock; a process forked meanwhile (another
+        # thread's launch, until it closes what it inherited or execs) may hold a copy of the
+        # descriptor a moment longer: that is waited out, briefly.
+        ended = self._lock < 0 and self.meta["status"] == "finished"
+        deadline = time.monotonic() + (RELEASE_GRACE if ended else 0.0)
+        while self.busy():
+            if time.monotonic() >= deadline:
+                raise ChangesError("changes_busy", f"the run {self.id} is still going: its "
+                                   f"changes can be {what} once it has ended")
+            time.sleep(0.02)
 
     # --- the owner's side of a run ----------------------------------------------------------
 
