@@ -85,9 +85,12 @@ SANDBOX_MISTAKES = [
 ]
 
 
-def _options(options: dict, read_only: int) -> dict:
-    return {name: read_only if value == "READ_ONLY" else value
-            for name, value in options.items()}
+def _call(options: dict, read_only: int, workspace: Path) -> tuple[Path, dict, list[str]]:
+    """The marker the call would make, its keyword options and its argv."""
+    marker = workspace / "ran"
+    options = {name: read_only if value == "READ_ONLY" else value
+               for name, value in options.items()}
+    return marker, options, options.pop("args", ["touch", str(marker)])
 
 
 @pytest.fixture
@@ -115,9 +118,7 @@ def _refused(call, marker: Path, text: str) -> StockadeError:
                          ids=[m[0] for m in MISTAKES + RUN_MISTAKES])
 def test_a_mistake_in_run_is_a_stockade_error(ws, read_only, options, text):
     workspace, _ = ws
-    marker = workspace / "ran"
-    options = _options(options, read_only)
-    args = options.pop("args", ["touch", str(marker)])
+    marker, options, args = _call(options, read_only, workspace)
     options.setdefault("workspace", workspace) if "policy" not in options else None
     _refused(lambda: stockade.run(args, **options), marker, text)
 
@@ -133,9 +134,7 @@ def sandbox(tmp_path_factory):
                          ids=[m[0] for m in MISTAKES + SANDBOX_MISTAKES])
 def test_a_mistake_in_a_sandbox_is_a_stockade_error(sandbox, read_only, options, text):
     sb, workspace = sandbox
-    marker = workspace / "ran"
-    options = _options(options, read_only)
-    args = options.pop("args", ["touch", str(marker)])
+    marker, options, args = _call(options, read_only, workspace)
     _refused(lambda: sb.run(args, **options), marker, text)
     stream = {name: value for name, value in options.items()
               if name not in ("stdout", "stderr", "capture_output")}
