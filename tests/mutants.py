@@ -51,6 +51,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "\n",
            ("tests/test_network_any_ipv6.py::"
             "test_the_guard_refuses_every_ipv6_address_the_proxy_refuses",)),
+    Mutant("guard-own-address-stays-inside", "stockade/linux/guard.py",
+           "    for version in (4, 6) if guarded else ():\n        if own[version]:",
+           "    for version in (4, 6) if guarded else ():\n        if False:",
+           ("tests/test_network_any.py::"
+            "test_the_hosts_own_address_is_refused_and_said_within_a_reached_range",)),
     Mutant("guard-host-translated-forms", "stockade/linux/guard.py",
            "            nets[6] += map(str, addresses.carried_forms("
            "ipaddress.IPv4Network(address)))",

@@ -24,7 +24,7 @@ import pytest
 from conftest import policy_for
 
 import stockade
-from stockade.linux import dns, doctor, usernet
+from stockade.linux import dns, doctor, guard, usernet
 from stockade.policy.model import NetworkPolicy
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -85,8 +85,11 @@ def in_world(tmp_path: Path, policy: dict | None, targets: list[str],
     spec = {"argv": [sys.executable, str(runner), str(tmp_path / "policy.json"),
                      json.dumps(list(weaken)), SYSTEM_PYTHON, "-c", program, *targets],
             "timeout": 90} | world
+    # (the runner imports the package these tests import: a mutant's copy's, scripts/mutants.py)
+    package = os.path.dirname(os.path.dirname(stockade.__file__))
     done = subprocess.run([sys.executable, str(WORLD), json.dumps(spec)], capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": package})
     assert done.returncode == 0 and done.stdout, done.stderr
     report = json.loads(done.stdout)
     lines = [json.loads(line) for line in report["stdout"].splitlines() if line.startswith("[")]
@@ -142,8 +145,41 @@ def test_any_reaches_the_public_host_and_none_of_the_guarded(tmp_path: Path) -> 
     denied = {detail for kind, detail in report["result"]["violations"]
               if kind == "network.denied"}
     for expected in (f"tcp {METADATA}:80: address_metadata", f"tcp {PRIVATE}:80: "
-                     "address_private", f"udp {METADATA}:7: address_metadata"):
+                     "address_private", f"udp {METADATA}:7: address_metadata",
+                     f"tcp {HOST}:80: address_host_address"):
         assert expected in denied, report
+
+
+def test_the_hosts_own_address_is_refused_and_said_within_a_reached_range(tmp_path: Path
+                                                                          ) -> None:
+    """Issue 32: pasta gives the sandbox the host's address, so a connection to it stayed
+    inside, met a closed port and left no record; now the guard refuses it first, and says
+    so, even within a range network.reach lifts the guard for (the router in it is reached)."""
+    report = in_world(tmp_path, {"network": {"mode": "any", "reach": [f"{HOST}/24"]}},
+                      [f"tcp:{HOST}:80", f"tcp:{ROUTER}:80"])
+    assert report["attempts"][f"tcp:{HOST}:80"].startswith("error"), report
+    assert report["attempts"][f"tcp:{ROUTER}:80"] == f"internet {ROUTER}", report
+    assert f"host-address:{HOST}:tcp" not in reached(report), report
+    assert [f"tcp {HOST}:80: address_host_address"] == \
+        sorted({d for kind, d in report["result"]["violations"] if kind == "network.denied"}), \
+        report
+
+
+def test_reach_naming_the_hosts_own_address_alone_is_refused_at_launch(tmp_path: Path) -> None:
+    """It could never be reached (the address is the sandbox's own): refused, typed, with the
+    way that works; an address of another machine is accepted."""
+    own = guard.own_addresses(usernet.host_addresses())
+    if not own:
+        pytest.skip("this host has no address but loopback and link-local")
+    address = own[0]
+    entry = f"{address}:5432" if address.version == 4 else f"[{address}]:5432"
+    assert usernet.own_in_reach([entry], map(str, own)) == (entry, str(address))
+    assert usernet.own_in_reach([f"{PUBLIC}:80"], [str(address)]) is None
+    done = subprocess.run([sys.executable, "-m", "stockade", "run", "--network", "any",
+                           "--reach", entry, "--", "true"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 70, done
+    assert "unenforceable:network.reach" in done.stderr and "allowlist" in done.stderr, done
 
 
 def test_refusals_the_log_drops_are_counted_and_said(tmp_path: Path) -> None:

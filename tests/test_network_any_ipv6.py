@@ -61,13 +61,12 @@ GUARDED6 = [
     (f"tcp:[{ROUTER_LINK6}%{LINK}]:80", f"internet:{ROUTER_LINK6}%inet:tcp",
      "address_link_local"),
     (f"udp:[{ROUTER_LINK6}%{LINK}]:7", f"internet:{ROUTER_LINK6}:udp", "address_link_local"),
-    # (the host's second address: its record names the documentation range it lies in)
-    (f"tcp:[{HOST_LO6}]:80", f"host-address:{HOST_LO6}:tcp", "address_reserved"),
+    # (the host's own addresses: the guard refuses them first, and says so, issue 32)
+    (f"tcp:[{HOST_LO6}]:80", f"host-address:{HOST_LO6}:tcp", "address_host_address"),
+    (f"tcp:[{HOST6}]:80", f"host-address:{HOST6}:tcp", "address_host_address"),
 ]
-# the host's loopback and the address the sandbox shares with it (pasta gives it the host's):
-# the sandbox's own loopback answers for both, where nothing listens
-HOSTS6 = [("tcp:[::1]:80", "host-loopback:::1:tcp"), (f"tcp:[{HOST6}]:80",
-                                                     f"host-address:{HOST6}:tcp")]
+# the host's loopback: the sandbox's own loopback answers, where nothing listens
+HOSTS6 = [("tcp:[::1]:80", "host-loopback:::1:tcp")]
 # an IPv4-mapped address is IPv4 on the wire: the IPv4 guard's
 MAPPED = f"tcp:[::ffff:{PRIVATE}]:80"
 OPEN6 = {f"tcp:[{PUBLIC6}]:80": f"internet {PUBLIC6}", f"udp:[{PUBLIC6}]:7": "ping",

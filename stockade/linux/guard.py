@@ -95,9 +95,22 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
         elements = ", ".join(sorted(set(nets[version])))
         lines += [f"  set guarded{version} {{ type {kind}; flags interval; auto-merge;",
                   f"    elements = {{ {elements} }} }}"]
+    own = {4: [], 6: []}
+    for address in own_addresses(host):
+        own[address.version].append(str(address))
     lines += ["  chain output {",
-              "    type filter hook output priority 0; policy accept;",
-              '    oifname "lo" accept',
+              "    type filter hook output priority 0; policy accept;"]
+    # (pasta gives the sandbox the host's address, so a connection to it stays inside, over
+    # "lo": refused and logged here, first, whatever reach lists, rather than meet a closed port)
+    for version in (4, 6) if guarded else ():
+        if own[version]:
+            family, elements = _family(version), ", ".join(sorted(own[version]))
+            # (not ICMP: the reject's own error goes to that address too, and must arrive)
+            match = f"{family} daddr {{ {elements} }} meta l4proto != {{ icmp, ipv6-icmp }}"
+            lines += [f"    {match} limit rate {LOG_RATE} log group {GROUP}",
+                      f'    {match} counter name "{COUNTER}" '
+                      "reject with icmpx type admin-prohibited"]
+    lines += ['    oifname "lo" accept',
               # (the kernel's own neighbour discovery: without it IPv6 has no next hop)
               "    ip6 daddr { fe80::/10, ff02::/16 } icmpv6 type { nd-neighbor-solicit, "
               "nd-neighbor-advert, nd-router-solicit, mld-listener-report, "
@@ -140,6 +153,13 @@ def ruleset(host: Iterable[str], resolvers: Iterable[str], reach: Sequence[str],
                   "  }"]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def own_addresses(host: Iterable[str]) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The host's own addresses `host` the sandbox would hold too: not loopback or link-local
+    (those in the sandbox are its own), nor a multicast group the host joined."""
+    found = (ipaddress.ip_address(text) for text in host)
+    return [a for a in found if not (a.is_loopback or a.is_link_local or a.is_multicast)]
 
 
 def _family(version: int) -> str:
@@ -307,14 +327,22 @@ def _packets(data: bytes) -> list[bytes]:
 
 def _record(packet: bytes, request_id: str) -> dict:
     destination, protocol, port = _destination(packet)
-    forbidden = addresses.classify(ipaddress.ip_address(destination)) if destination else None
-    kind = forbidden.kind if forbidden else "host_address"
+    address = ipaddress.ip_address(destination) if destination else None
+    forbidden = addresses.classify(address) if address else None
+    if address and own_addresses([destination]) and addresses.is_host_address(address):
+        kind = "host_address"  # (refused first, reach or not: see ruleset)
+        message = (f"{destination} is this host's own address, which in the sandbox is its "
+                   "own (pasta gives it the host's address): a host service is reached "
+                   'through the proxy: network.mode = "allowlist" with allow = '
+                   f'["{destination}:PORT"]')
+    else:
+        kind = forbidden.kind if forbidden else "host_address"
+        message = (f"{destination} is {forbidden.describe() if forbidden else 'guarded'}; "
+                   "only what network.reach lists may be reached past the destination guard")
     return {
         "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "request_id": request_id, "protocol": protocol, "host": destination, "port": port,
-        "decision": "deny", "rule": None, "reason": f"address_{kind}",
-        "message": f"{destination} is {forbidden.describe() if forbidden else 'guarded'}; "
-                   "only what network.reach lists may be reached past the destination guard",
+        "decision": "deny", "rule": None, "reason": f"address_{kind}", "message": message,
         "address": destination,
     }
 

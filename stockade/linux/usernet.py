@@ -29,7 +29,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from stockade.errors import UnenforceableError
 from stockade.launch.backend import Capability
@@ -39,6 +39,7 @@ from stockade.linux.fdpass import recv_fds
 from stockade.linux.guard import TOOL_DIRS
 from stockade.linux.net import routed_families
 from stockade.linux.syscalls import prctl
+from stockade.policy.reach import parse_reach
 
 PR_SET_PDEATHSIG = 1
 EPHEMERAL = (32768, 60999)  # the kernel's default ip_local_port_range
@@ -236,6 +237,24 @@ def check(request: LaunchRequest) -> None:
     why = missing()
     if why is not None:
         raise UnenforceableError("network.any", why)
+    own = own_in_reach(request.network.reach, host_addresses())
+    if own:
+        raise UnenforceableError(
+            "network.reach", f"{own[0]} lists this host's own address {own[1]}, which in the "
+            "sandbox is its own (pasta gives it the host's address): a host service is reached "
+            'through the proxy: network.mode = "allowlist" with allow = ["ADDRESS:PORT"]')
+
+
+def own_in_reach(reach: Iterable[str], host: Iterable[str]) -> tuple[str, str] | None:
+    """The first `network.reach` entry that names one of the host's own addresses `host` alone,
+    and that address; None if none does. (A range holding one is accepted: the guard keeps
+    the host's own addresses refused within it, guard.ruleset.)"""
+    own = set(guard.own_addresses(host))
+    for entry in reach:
+        network = parse_reach(entry).network
+        if network.num_addresses == 1 and network.network_address in own:
+            return entry, str(network.network_address)
+    return None
 
 
 def capability() -> Capability:
