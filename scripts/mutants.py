@@ -125,6 +125,7 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, float, str]:
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p",
                                "no:cacheprovider", *tests], cwd=tree, env=env, text=True,
+                              errors="replace",  # (a failure may quote what is not UTF-8)
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT)
         status, output = done.returncode, done.stdout
     except subprocess.TimeoutExpired as exc:

@@ -28,6 +28,7 @@ import pytest
 
 import stockade
 from stockade.errors import UnavailableError
+from stockade.lifecycle import treewalk
 from stockade.policy import preset
 
 # The interpreter running the tests, visible inside the sandbox too.
@@ -51,7 +52,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         watch.end_processes(list(LEFT_RUNNING))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if session.config.option.basetemp is None and BASETEMP:
-        leftovers.remove_tree(BASETEMP[0])
+        treewalk.remove(BASETEMP[0])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -163,6 +163,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("review-shows-control-characters", "stockade/lifecycle/changeview.py",
            "    if not escaped or text.isprintable()", "    if not escaped or True",
            (OVERLAY + "test_the_review_escapes_what_would_fool_a_terminal",)),
+    Mutant("violation-names-raw", "stockade/launch/result.py",
+           '"detail", visible(self.detail))', '"detail", self.detail)',
+           ("tests/test_protected_create.py::"
+            "test_a_name_the_command_chose_reaches_the_violations_escaped",
+            CLI + "test_a_name_the_command_chose_is_escaped_in_stockades_own_lines")),
     Mutant("review-shows-blank-characters", "stockade/lifecycle/changeview.py",
            " or bool(_BLANK.match(char))", "",
            (OVERLAY + "test_the_review_escapes_characters_that_render_blank",)),

@@ -230,6 +230,28 @@ def test_json_on_ctrl_c_prints_the_cancelled_result(workspace, sigint):
 
 
 @sandboxed
+def test_a_name_the_command_chose_is_escaped_in_stockades_own_lines(workspace):
+    """Issue 29, T1: the command prints nothing, but names a directory that holds an escape
+    sequence, a forged "stockade: all clear ..." line and a byte that is not UTF-8; Stockade's
+    own "denied/limited" line names it escaped, one line, and so does --json."""
+    from conftest import PYTHON, PYTHON_ROOT
+    from test_protected_create import HOSTILE_NAMES
+    done = cli("run", "--preset", "workspace-write", "--read", PYTHON_ROOT, "--", PYTHON,
+               "-c", HOSTILE_NAMES, cwd=workspace)
+    assert done.returncode == 0 and done.stdout == "", done
+    assert not [p for p, dirs, _ in os.walk(workspace) if ".codex" in dirs]
+    assert done.stderr.isascii() and "\x1b" not in done.stderr and "\r" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("stockade: denied/limited: filesystem.protected ("), line
+    assert "x\\x1b[2K\\x0d\\x0astockade: all clear." in line, line
+    assert "\\x0a\\x1b[8m\\u200b\\xff/.codex: not made" in line, line
+    done = cli("run", "--json", "--preset", "workspace-write", "--read", PYTHON_ROOT, "--",
+               PYTHON, "-c", HOSTILE_NAMES, cwd=workspace)
+    [violation] = json.loads(done.stdout)["violations"]
+    assert violation["detail"].isprintable() and "\\xff/.codex" in violation["detail"]
+
+
+@sandboxed
 def test_json_gives_output_that_is_not_utf8_whole_in_base64(workspace, capfd):
     """Issue 32: --json turned undecodable bytes into U+FFFD; they are now also given whole."""
     assert main(["run", "--json", "--", "sh", "-c", r"printf '\377\376ok'; printf 'fine' >&2"]) == 0

@@ -112,3 +112,20 @@ def test_home_host_keeps_the_hosts_home_as_the_roots_say(ws, host_home):
     assert os.listdir(host_home) == []
     assert not os.path.exists(home_for(os.path.realpath(workspace),
                                        os.environ["STOCKADE_STATE_DIR"]))
+
+
+def test_discarding_a_home_removes_what_the_command_made_read_only(ws, host_home):
+    """A command leaves read-only directories holding files in its private home (issue 29,
+    C1): discarding the home removes them whole (rootless, `rmtree(ignore_errors=True)` left
+    them, and the home, behind)."""
+    from stockade.lifecycle import homes
+    workspace, _ = ws
+    r = sandbox(["sh", "-c", 'cd "$HOME" && mkdir -p ro/in && echo x > ro/in/f && '
+                 "chmod 555 ro/in ro && mkdir nox && echo y > nox/f && chmod 600 nox"],
+                workspace)
+    assert r.exit_code == 0, r.stderr
+    state = os.environ["STOCKADE_STATE_DIR"]
+    home = home_for(os.path.realpath(workspace), state)
+    assert os.path.isfile(os.path.join(home, "ro", "in", "f"))
+    homes.discard(str(workspace), state)
+    assert not os.path.lexists(home)

@@ -5,6 +5,7 @@ protected names, denied paths and noexec hold inside the overlay."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -515,6 +516,84 @@ def test_unreadable_entries_are_reviewed_or_refused_never_a_traceback(ws):
     assert os.listdir(root) == []
     pending.discard()
     assert not os.path.lexists(pending.path)
+
+
+def stockade_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stockade", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_set_with_read_only_directories_is_discarded_whole(ws, tmp_path):
+    """Issue 29, C1: the run leaves directories its owner may not unlink in (0555, 0500
+    nested) or search (0600), each holding a file. Rootless, `stockade discard` died with a
+    PermissionError traceback, the set half-removed, and every `stockade changes --list`
+    after it with FileNotFoundError. Now it is removed whole, and another set is still
+    listed, reviewed and applied."""
+    root, _ = ws
+    hostile = overlay(root, "mkdir -p ro/in && echo x > ro/in/f && chmod 500 ro/in && "
+                            "chmod 555 ro && mkdir nox && echo y > nox/f && chmod 600 nox")
+    assert hostile.returncode == 0, hostile.stderr
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    clean = overlay(other_root, "echo clean > clean.txt")
+    dropped = stockade_cli("discard", hostile.changes.id)
+    assert dropped.returncode == 0 and "Traceback" not in dropped.stderr, dropped.stderr
+    assert not os.path.lexists(hostile.changes.path)
+    assert os.listdir(changes_store.store()) == [clean.changes.id]
+    listed = stockade_cli("changes", "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [clean.changes.id]
+    assert stockade_cli("apply", clean.changes.id).returncode == 0
+    assert (other_root / "clean.txt").read_text() == "clean\n" and os.listdir(root) == []
+
+
+def test_a_set_left_half_removed_is_listed_as_such_and_discard_finishes_it(ws, tmp_path):
+    """A set an older Stockade's failed discard left half-removed (its baseline gone, its
+    meta.json kept): `stockade changes --list` says so in a typed line and lists the others,
+    `stockade changes` and `apply` of it refuse it typed, and `stockade discard` removes it."""
+    root, _ = ws
+    broken = overlay(root, "echo half > half.txt").changes
+    os.unlink(os.path.join(broken.path, "base-0.json"))
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    clean = overlay(other_root, "echo clean > clean.txt").changes
+    listed = stockade_cli("changes", "--list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
+    assert lines[broken.id].split()[1:3] == ["broken", "changes_broken:"], lines
+    assert "1 added" in lines[clean.id], lines
+    as_json = {s["id"]: s for s in json.loads(stockade_cli("changes", "--list", "--json").stdout)}
+    assert as_json[broken.id]["error"]["code"] == "changes_broken"
+    assert as_json[clean.id]["added"] == [str(other_root / "clean.txt")]
+    for refused in (stockade_cli("changes", broken.id), stockade_cli("apply", broken.id)):
+        assert refused.returncode == 1, refused
+        assert refused.stderr.startswith("stockade: changes_broken: "), refused.stderr
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert not (root / "half.txt").exists()
+    assert stockade_cli("discard", broken.id).returncode == 0
+    assert sorted(os.listdir(changes_store.store())) == [clean.id]
+    clean.discard()
+
+
+def test_a_discard_that_fails_leaves_no_set_listed_and_the_next_one_finishes_it(
+        ws, tmp_path, monkeypatch):
+    """Whatever stops a discard's removal, the set is renamed aside first: never listed
+    again, refused typed (`changes_not_removed`), and removed by the next discard."""
+    root, _ = ws
+    first = overlay(root, "echo one > one.txt").changes
+    second = overlay(root, "echo two > two.txt").changes
+
+    def failing(path: str) -> None:
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
+
+    monkeypatch.setattr(changes_store, "remove_tree", failing)
+    with pytest.raises(ChangesError) as stopped:
+        changes_store.load(first.id).discard()
+    assert stopped.value.code == "changes_not_removed"
+    assert [s.id for s in changes_store.pending()] == [second.id]
+    monkeypatch.undo()
+    changes_store.load(second.id).discard()
+    assert not os.path.lexists(changes_store.store())
 
 
 def test_deletions_under_a_replaced_directory_are_listed_and_applied(ws):

@@ -39,13 +39,23 @@ def _changes(args: argparse.Namespace, command: list[str] | None) -> int:
     from stockade.lifecycle import changes, changeview
 
     if args.list:
-        sets = changes.pending()
+        listed = []
+        for s in changes.pending():
+            try:
+                listed.append((s, s.changes()))
+            except ChangesError as exc:  # (changes_broken: said, and the others still listed)
+                listed.append((s, exc))
         if args.json:
-            print(json.dumps([summary(s) for s in sets]))
-        for s in [] if args.json else sets:
-            found = s.changes()
+            print(json.dumps([summary(s, found) if isinstance(found, list) else
+                              {"id": s.id, "status": "broken",
+                               "error": {"code": found.code, "message": found.message}}
+                              for s, found in listed]))
+        for s, found in [] if args.json else listed:
             argv = changeview.visible(" ".join(s.meta["argv"]))
-            print(f"{s.id}  {s.status:<11}  {_counts(found)}  {argv}")
+            if isinstance(found, ChangesError):
+                print(f"{s.id}  {'broken':<11}  {found.code}: {found.message}")
+            else:
+                print(f"{s.id}  {s.status:<11}  {_counts(found)}  {argv}")
         return 0
     chosen = changes.load(args.run)
     found = chosen.changes()  # (one scan: the list and the diff show the same changes)

@@ -151,7 +151,7 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
         for kind, name in done.removed:
             print(f"  removed {kind} {name}")
         for path in half_built:
-            print(f"  removed half-built change set {path}")
+            print(f"  removed unfinished change set {path}")
         if quarantined:
             print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
                   f"inspected and deleted: {ledger.quarantine_dir}")

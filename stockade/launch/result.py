@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from stockade.lifecycle.changeview import visible
+
 if TYPE_CHECKING:
     from stockade.lifecycle.changes import ChangeSet
 
@@ -20,6 +22,12 @@ class Violation:
 
     kind: str
     detail: str
+
+    def __post_init__(self) -> None:
+        # A detail may hold what the command named (a directory, a host): escaped as `stockade
+        # changes` shows names, so that printing it writes no control sequence or forged line
+        # to a terminal, and holds no byte that is not UTF-8 (which strict writers refuse).
+        object.__setattr__(self, "detail", visible(self.detail))
 
 
 def network_denials(records: list[dict]) -> list[Violation]:

@@ -9,7 +9,10 @@ state directory until they are applied or discarded.
 
 A change set is made whole under a temporary name (`.new-<id>`), every file fsync'd, then
 renamed into place before the sandbox starts: one is either complete and listed, or not there
-at all (a temporary one is abandoned work, removed by `stockade reconcile`). Its status says
+at all (a temporary one is abandoned work, removed by `stockade reconcile`). One is discarded
+by renaming it aside (`.discarding-<id>`) first, then removing it: whatever stops the removal
+(a crash, a tree that will not go), the set is never listed again half-removed, and what was
+left aside is removed by the next discard or `stockade reconcile`. Its status says
 "running" until the run ends; one that says so while its lock is free belongs to a run that
 crashed, and is listed as "interrupted", its changes kept: nothing is ever lost silently.
 Applying or discarding is refused while its lock is held.
@@ -55,6 +58,7 @@ FORMAT = "stockade-changes"
 VERSION = 1
 DIRECTORY = "changes"
 _TEMPORARY = ".new-"
+_DISCARDING = ".discarding-"
 RELEASE_GRACE = 2.0  # seconds a finished run's lock may still be held by a forked copy
 
 
@@ -179,10 +183,21 @@ class ChangeSet:
         return changes
 
     def discard(self) -> None:
-        """Drop every change: nothing of the change set is left."""
+        """Drop every change: nothing of the change set is left (ChangesError
+        `changes_not_removed` if something stops its removal: it is no longer listed, and the
+        next discard tries again)."""
         self._not_busy("discarded")
-        remove_tree(self.path)
-        _remove_if_empty(os.path.dirname(self.path))
+        parent = os.path.dirname(self.path)
+        os.rename(self.path, os.path.join(parent, _DISCARDING + self.id))
+        for path in _discarded(parent):
+            try:
+                remove_tree(path)
+            except OSError as exc:
+                raise ChangesError("changes_not_removed", f"{path} could not be removed whole "
+                                   f"({exc.strerror}); it is no longer listed, and the next "
+                                   "`stockade discard` or `stockade reconcile` tries again") \
+                    from None
+        _remove_if_empty(parent)
 
     def _not_busy(self, what: str) -> None:
         # A run that recorded its end let go of its lock; a process forked meanwhile (another
@@ -306,11 +321,19 @@ def begin(run: str, argv: Sequence[str], roots: Sequence[str], *, protected: Ite
 
 
 def _bases(path: str, count: int) -> list[bytes]:
-    """The baseline files of the change set at `path`, as written (what its seal covers)."""
+    """The baseline files of the change set at `path`, as written (what its seal covers);
+    ChangesError `changes_broken` if one cannot be read (a set an older Stockade left
+    half-removed: `discard` finishes it)."""
     found = []
     for index in range(count):
-        with open(os.path.join(path, f"base-{index}.json"), "rb") as f:
-            found.append(f.read())
+        name = os.path.join(path, f"base-{index}.json")
+        try:
+            with open(name, "rb") as f:
+                found.append(f.read())
+        except OSError as exc:
+            raise ChangesError("changes_broken", f"the change set {path} cannot be read: "
+                               f"{name}: {exc.strerror}; `stockade discard "
+                               f"{os.path.basename(path)}` removes it") from None
     return found
 
 
@@ -408,9 +431,16 @@ def _private_dirs(path: str) -> None:
 
 def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
     """Remove change sets that were never complete (a crash while one was being made: its
-    run never started), older than `grace` seconds; returns their paths."""
+    run never started), older than `grace` seconds, and what a discard left aside; returns
+    their paths."""
     parent = store(state)
     removed = []
+    for path in _discarded(parent):
+        try:
+            remove_tree(path)
+        except OSError:
+            continue  # (never listed: the next discard or reconcile tries again)
+        removed.append(path)
     for name in _names(parent):
         path = os.path.join(parent, name)
         if not name.startswith(_TEMPORARY):
@@ -423,6 +453,12 @@ def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
             remove_tree(path)
             removed.append(path)
     return removed
+
+
+def _discarded(parent: str) -> list[str]:
+    """What discards renamed aside in the change sets' directory `parent`."""
+    return [os.path.join(parent, name) for name in _names(parent)
+            if name.startswith(_DISCARDING)]
 
 
 def _names(parent: str) -> list[str]:

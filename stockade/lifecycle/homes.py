@@ -24,11 +24,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import stat
 
 from stockade.errors import UnenforceableError
-from stockade.lifecycle import lease
+from stockade.lifecycle import lease, treewalk
 
 SUFFIX = "-homes"
 GIT_CONFIG = os.path.join(".config", "git", "config")
@@ -73,7 +72,8 @@ def _unusable(home: str, why: str) -> UnenforceableError:
 
 def discard(workspace: str, state: str) -> None:
     """Remove the private home of `workspace` beside `state`, if there is one (a scratch
-    workspace's: nothing else would ever remove it). Links in it are removed, not followed."""
+    workspace's: nothing else would ever remove it). Links in it are removed, not followed;
+    directories the command made read-only are removed too (treewalk.remove)."""
     home = home_for(os.path.realpath(workspace), state)
     if os.path.isdir(home) and not os.path.islink(home):
-        shutil.rmtree(home, ignore_errors=True)
+        treewalk.remove(home)

@@ -73,9 +73,10 @@ def _list(top: str, rel: str) -> Listing | None:
 
 def remove(path: str) -> None:
     """Remove `path` whole, however deep (one directory open at a time, walking back up by
-    "..", each step checked against the directory it came from), making unreadable
-    directories of its own readable on the way (overlayfs leaves mode-000 directories in its
-    work directory; a command can leave them in an upper layer)."""
+    "..", each step checked against the directory it came from), making each directory of its
+    own that it cannot list, search or unlink in (mode 000, 0555) 0700 on the way (overlayfs
+    leaves mode-000 directories in its work directory; a command can leave any in an upper
+    layer, a private home, a workspace)."""
     try:
         top = os.lstat(path)
     except FileNotFoundError:
@@ -131,10 +132,17 @@ def _remove_tree(top_parent: int, top_name: str) -> None:
 def _open_for_removal(dir_fd: int, name: str) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(name, flags, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except PermissionError:
         _chmod_directory(dir_fd, name)
         return os.open(name, flags, dir_fd=dir_fd)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o700 != 0o700:
+            os.fchmod(fd, 0o700)  # (its entries are unlinked, and looked at, through it)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _chmod_directory(dir_fd: int, name: str) -> None:
