@@ -359,6 +359,17 @@ def test_a_state_directory_a_sandbox_built_whole_is_refused(tmp_path, monkeypatc
     assert list(ssh.iterdir()) == []
 
 
+def agent_run(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              argv: list[str], policy: stockade.Policy) -> stockade.Result:
+    """A run whose HOME (an agent's) is not `workspace`, the user's home as the shell that
+    applies names it (C1): what its view keeps of the home (homecode.py) is not kept there,
+    so its set holds what apply alone must refuse."""
+    monkeypatch.setenv("HOME", str(tmp_path / "agent-home"))
+    result = stockade.run(argv, policy, workspace=workspace, text=True)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monkeypatch):
     """Defence in depth (C1): a real run's set, sealed with this user's key, whose policy left
     ~/.ssh and ~/.bashrc writable (no deny, no protected names) is refused, typed, listing
@@ -366,14 +377,12 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
     run was granted; nothing lands (failed before: both written)."""
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    result = stockade.run(
-        ["sh", "-c", "mkdir -p .ssh .config/git && echo key > .ssh/authorized_keys "
-         "&& echo x > .bashrc && echo '[core] fsmonitor = ./x' > .config/git/config "
-         "&& echo fine > notes"],
-        policy_for(workspace="overlay", deny=(), protected=()), workspace=home, text=True)
-    assert result.returncode == 0, result.stderr
+    result = agent_run(home, tmp_path, monkeypatch, ["sh", "-c", "mkdir -p .ssh .config/git && "
+                       "echo key > .ssh/authorized_keys && echo x > .bashrc && echo '[core] "
+                       "fsmonitor = ./x' > .config/git/config && echo fine > notes"],
+                       policy_for(workspace="overlay", deny=(), protected=()))
+    monkeypatch.setenv("HOME", str(home))
     try:
         with pytest.raises(ChangesError) as refused:
             changes_store.load(result.changes.id).apply()
@@ -382,19 +391,20 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
         assert str(home / ".ssh") in text and str(home / ".bashrc") in text, text
         assert str(home / ".config" / "git") in text, text  # (attack G1: git's XDG config)
         assert str(home / "notes") not in text, text
-        assert sorted(os.listdir(home)) == [".local"], os.listdir(home)
+        assert os.listdir(home) == [], os.listdir(home)
     finally:
         result.changes.discard()
 
 
 
-def home_run(home: Path, made: list[str]) -> stockade.Result:
+def home_run(home: Path, made: list[str], monkeypatch: pytest.MonkeyPatch) -> stockade.Result:
     """An overlaid run with the home as its workspace that writes each of `made` (no
-    credential store denied: a fake home has none, and a missing one is refused)."""
+    credential store denied: a fake home has none, and a missing one is refused), its HOME
+    another (agent_run); HOME is then the home again."""
     script = " && ".join(f"mkdir -p $(dirname {p}) && echo x > {p}" for p in made)
-    result = stockade.run(["sh", "-c", script], policy_for(workspace="overlay", deny=()),
-                          workspace=home, text=True)
-    assert result.returncode == 0, result.stderr
+    result = agent_run(home, home.parent, monkeypatch, ["sh", "-c", script],
+                       policy_for(workspace="overlay", deny=()))
+    monkeypatch.setenv("HOME", str(home))
     return result
 
 
@@ -415,7 +425,7 @@ def test_a_home_workspace_lands_its_configuration_only_when_asked(tmp_path, monk
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     made = [".config/htop/htoprc", ".cache/tool/entry", "notes"]
-    result = home_run(home, [*made[:-1], "notes && chmod 750 ."])
+    result = home_run(home, [*made[:-1], "notes && chmod 750 ."], monkeypatch)
     before = sorted(os.listdir(home))
     plain = shell_apply(home)
     assert plain.returncode == 1 and "changes_home_config" in plain.stderr, plain.stderr
@@ -448,7 +458,7 @@ def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    result = home_run(home, [*HOME_CODE_MADE])
+    result = home_run(home, [*HOME_CODE_MADE], monkeypatch)
     before = sorted(os.listdir(home))
     try:
         for options in ((), ("--home-config",)):

@@ -156,7 +156,7 @@ class ChangeSet:
         conflicts with the host, may never land (by the run's policy, or the credential
         stores and start-up files no set ever writes: changeapply.never_applied), or cannot
         be shown by the review; (`changes_home_config`) if one is to the home directory
-        itself, its hidden entries, ~/bin or the user site-packages (changeapply.HomeConfig)
+        itself or its hidden entries (changeapply.HomeConfig)
         and `home_config` is not True; and (`changes_untrusted`) unless its seal verifies
         under this user's key: the roots, protections and baseline are the ones its run was
         granted (changeseal). Tests only, to prove the evidence rows that plant sets can fail:
