@@ -101,7 +101,8 @@ class ChangesError(StockadeError):
     """A copy-on-write workspace's changes cannot be shown, applied or discarded as asked
     (`changes_not_found`, `changes_busy`: its run is still going, `changes_conflict`: the
     workspace changed on the host since the run started, `changes_refused`: a change the
-    policy never lets land, such as one under a protected name)."""
+    policy never lets land, such as one under a protected name, `changes_home_config`: a
+    change to the home's configuration, landed only when asked)."""
 
     exit_code = 1
 

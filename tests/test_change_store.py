@@ -359,6 +359,17 @@ def test_a_state_directory_a_sandbox_built_whole_is_refused(tmp_path, monkeypatc
     assert list(ssh.iterdir()) == []
 
 
+def agent_run(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              argv: list[str], policy: stockade.Policy) -> stockade.Result:
+    """A run whose HOME (an agent's) is not `workspace`, the user's home as the shell that
+    applies names it (C1): what its view keeps of the home (homecode.py) is not kept there,
+    so its set holds what apply alone must refuse."""
+    monkeypatch.setenv("HOME", str(tmp_path / "agent-home"))
+    result = stockade.run(argv, policy, workspace=workspace, text=True)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monkeypatch):
     """Defence in depth (C1): a real run's set, sealed with this user's key, whose policy left
     ~/.ssh and ~/.bashrc writable (no deny, no protected names) is refused, typed, listing
@@ -366,14 +377,12 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
     run was granted; nothing lands (failed before: both written)."""
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    result = stockade.run(
-        ["sh", "-c", "mkdir -p .ssh .config/git && echo key > .ssh/authorized_keys "
-         "&& echo x > .bashrc && echo '[core] fsmonitor = ./x' > .config/git/config "
-         "&& echo fine > notes"],
-        policy_for(workspace="overlay", deny=(), protected=()), workspace=home, text=True)
-    assert result.returncode == 0, result.stderr
+    result = agent_run(home, tmp_path, monkeypatch, ["sh", "-c", "mkdir -p .ssh .config/git && "
+                       "echo key > .ssh/authorized_keys && echo x > .bashrc && echo '[core] "
+                       "fsmonitor = ./x' > .config/git/config && echo fine > notes"],
+                       policy_for(workspace="overlay", deny=(), protected=()))
+    monkeypatch.setenv("HOME", str(home))
     try:
         with pytest.raises(ChangesError) as refused:
             changes_store.load(result.changes.id).apply()
@@ -382,6 +391,96 @@ def test_a_sealed_set_never_writes_credentials_or_start_up_files(tmp_path, monke
         assert str(home / ".ssh") in text and str(home / ".bashrc") in text, text
         assert str(home / ".config" / "git") in text, text  # (attack G1: git's XDG config)
         assert str(home / "notes") not in text, text
-        assert sorted(os.listdir(home)) == [".local"], os.listdir(home)
+        assert os.listdir(home) == [], os.listdir(home)
     finally:
         result.changes.discard()
+
+
+
+def home_run(home: Path, made: list[str], monkeypatch: pytest.MonkeyPatch) -> stockade.Result:
+    """An overlaid run with the home as its workspace that writes each of `made` (no
+    credential store denied: a fake home has none, and a missing one is refused), its HOME
+    another (agent_run); HOME is then the home again."""
+    script = " && ".join(f"mkdir -p $(dirname {p}) && echo x > {p}" for p in made)
+    result = agent_run(home, home.parent, monkeypatch, ["sh", "-c", script],
+                       policy_for(workspace="overlay", deny=()))
+    monkeypatch.setenv("HOME", str(home))
+    return result
+
+
+def shell_apply(home: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stockade", "apply", *options],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": REPO, "HOME": str(home)})
+
+
+def test_a_home_workspace_lands_its_configuration_only_when_asked(tmp_path, monkeypatch):
+    """Issue 29 A1: an overlaid run with the (fake) home as its workspace writes, besides an
+    ordinary file, configuration host programs read later (htop's, a cache, the home's own
+    mode). `stockade apply` refuses the set, `changes_home_config`, naming each and the
+    option, and writes nothing; `stockade apply --home-config` lands it. Failed before: the
+    plain apply landed all of it."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    made = [".config/htop/htoprc", ".cache/tool/entry", "notes"]
+    result = home_run(home, [*made[:-1], "notes && chmod 750 ."], monkeypatch)
+    before = sorted(os.listdir(home))
+    plain = shell_apply(home)
+    assert plain.returncode == 1 and "changes_home_config" in plain.stderr, plain.stderr
+    assert "stockade apply --home-config" in plain.stderr and "Traceback" not in plain.stderr
+    for path in [".config", ".cache", ""]:
+        assert f" {home / path if path else home}:" in plain.stderr, (path, plain.stderr)
+    assert f"{home / 'notes'}:" not in plain.stderr, plain.stderr
+    assert sorted(os.listdir(home)) == before and stat.S_IMODE(home.stat().st_mode) == 0o700
+    asked = shell_apply(home, "--home-config")
+    assert asked.returncode == 0, asked.stderr
+    for path in made:
+        assert (home / path).read_text() == "x\n", path
+    assert stat.S_IMODE(home.stat().st_mode) == 0o750
+    assert result.changes.id not in [s.id for s in changes_store.pending()]
+
+
+HOME_CODE_MADE = (".config/git/config", ".bash_aliases", ".local/bin/git", "bin/git", ".tmux.conf",
+                  ".cargo/config.toml", ".config/systemd/user/x.service",
+                  ".local/lib/python3.99/site-packages/zz.pth", ".config/environment.d/x.conf",
+                  ".psqlrc", ".gdbinit", ".vim/plugin/x.vim")
+
+
+def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):
+    """Issue 29 A1: what makes a host program run code at its next start (changeapply.
+    HOME_CODE: git's XDG configuration, a .pth in the user site-packages of every Python,
+    ~/.local/bin, ~/bin, .bash_aliases, tmux, cargo, systemd --user, ...) is refused,
+    `changes_refused`, even with --home-config, and nothing lands. Failed before for all but
+    git's configuration and systemd --user (applied)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    result = home_run(home, [*HOME_CODE_MADE], monkeypatch)
+    before = sorted(os.listdir(home))
+    try:
+        for options in ((), ("--home-config",)):
+            done = shell_apply(home, *options)
+            assert done.returncode == 1 and "changes_refused" in done.stderr, done.stderr
+            for path in HOME_CODE_MADE:
+                assert f"{home / path}:" in done.stderr, (path, done.stderr)
+            assert sorted(os.listdir(home)) == before
+    finally:
+        result.changes.discard()
+
+
+def test_a_project_workspace_in_the_home_applies_as_before(tmp_path, monkeypatch):
+    """The everyday case is untouched: a project in the home, its own hidden files and bin/
+    too, applies without the option."""
+    home = tmp_path / "home"
+    project = home / "src" / "proj"
+    project.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    result = stockade.run(["sh", "-c", "mkdir -p .github bin && echo x > .github/ci.yml "
+                           "&& echo x > bin/tool && echo x > notes"],
+                          policy_for(workspace="overlay"), workspace=project, text=True)
+    assert result.returncode == 0, result.stderr
+    changes_store.load(result.changes.id).apply()
+    assert (project / ".github" / "ci.yml").exists() and (project / "bin" / "tool").exists()

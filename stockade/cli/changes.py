@@ -28,6 +28,10 @@ def add_changes(commands: Any) -> None:
                        "whole, exit 1, if the workspace changed on the host meanwhile)",
                        "stockade apply", "stockade apply 3f9a")
     apply.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest)")
+    apply.add_argument("--home-config", action="store_true",
+                       help="also land changes to the home directory itself, its hidden "
+                            "entries (start-up files, configuration, ~/.local), ~/bin and the "
+                            "user site-packages, refused otherwise: host programs run them")
     discard = subcommand(commands, "discard", _discard,
                          "drop a copy-on-write run's changes", "stockade discard 3f9a")
     discard.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest)")
@@ -83,7 +87,7 @@ def _apply(args: argparse.Namespace, command: list[str] | None) -> int:
 
     chosen = changes.load(args.run)
     try:
-        applied = chosen.apply()
+        applied = chosen.apply(home_config=args.home_config)
     except ChangesError as exc:
         print(f"stockade: {exc}", file=sys.stderr)
         return exc.exit_code

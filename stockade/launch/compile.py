@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
-from stockade.launch import hostcode
+from stockade.launch import homecode, hostcode
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
@@ -96,6 +96,7 @@ def compile_policy(
     state, places = _stockade_state(ctx, read, write)
     deny = _denied(fs.deny, ctx, write) + state
     host_code = _host_code(ctx, write)
+    home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write])
     _check_overlaps(read, write, deny)
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
@@ -108,6 +109,9 @@ def compile_policy(
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
         stockade_state=places,
         host_code=host_code,
+        home_code=tuple(sorted(path for path in home_code.readonly
+                               if not any(_inside(path, code) for code in host_code))),
+        home_unmade=tuple(sorted(home_code.watched)),
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
         exec_from_write=fs.exec_from_write,

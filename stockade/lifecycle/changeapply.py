@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from stockade.errors import ChangesError
 from stockade.lifecycle import statedir, treewalk
@@ -30,20 +31,11 @@ from stockade.lifecycle.changescan import (
     same_as_host,
 )
 from stockade.lifecycle.changeview import visible
-from stockade.policy.model import DEFAULT_PROTECTED
+from stockade.policy.model import DEFAULT_PROTECTED, HOME_CODE, XDG_CODE
 from stockade.policy.presets import DENY_DEFAULTS
 
 # What of a guarded repository stays read-only (docs/policy.md, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
-
-
-# Below the home, besides its protected names: what makes a host program run code or change
-# its behaviour at its next start (git's second global configuration, with core.fsmonitor or
-# an alias; fish's start-up; login and logout scripts; autostart entries and user services;
-# programs on the user's PATH; pip's configuration; vim's).
-HOME_CODE = (".config/git", ".config/fish", ".zlogin", ".zlogout", ".bash_logout",
-             ".config/autostart", ".config/systemd/user", ".local/bin", ".config/pip",
-             ".pip", ".vimrc", ".config/nvim")
 
 
 def never_applied() -> tuple[str, ...]:
@@ -58,8 +50,52 @@ def never_applied() -> tuple[str, ...]:
               for home in homes}
     config = os.environ.get("XDG_CONFIG_HOME", "")
     if os.path.isabs(config):
-        found |= {os.path.join(config, name) for name in ("git", "fish", "autostart", "pip")}
+        found |= {os.path.join(config, name) for name in XDG_CODE}
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
+
+
+@dataclass(frozen=True)
+class HomeConfig:
+    """What `apply` lands only when asked (`home_config=True`, `stockade apply --home-config`):
+    of each of `homes`, the home itself (its mode) and what lies at or below its top-level
+    hidden entries (`.*`: every program's configuration, caches, `.local`); and the `places`
+    (the user base of this Python, which PYTHONUSERBASE may put elsewhere). HOME_CODE, what
+    is known to run code, is never applied; it stays incomplete (issue 29 A1: 31 kinds of
+    file found in one round), so the rest waits for the user."""
+
+    homes: tuple[str, ...]
+    places: tuple[str, ...]
+
+    def covers(self, path: str) -> bool:
+        for home in self.homes:
+            if path == home:
+                return True
+            if _at_or_below(path, home):
+                top = path[len(home.rstrip("/")) + 1:].split("/")[0]
+                if top.startswith("."):
+                    return True
+        return any(_at_or_below(path, place) for place in self.places)
+
+
+HOME_CONFIG_OPTION = "stockade apply --home-config"
+
+
+def home_config() -> HomeConfig:
+    """This user's HomeConfig: the home the password database names and $HOME."""
+    import site
+
+    homes = {os.path.expanduser("~"), statedir.passwd_home()} - {""}
+    base = site.getuserbase()
+    return HomeConfig(tuple(sorted(os.path.normpath(h) for h in homes if os.path.isabs(h))),
+                      (os.path.normpath(base),) if os.path.isabs(base) else ())
+
+
+def home_refusals(changes: Iterable[Change], home: HomeConfig) -> list[str]:
+    """The changes `home` covers, each as one line naming the option that lands them."""
+    return [f"{change.kind} {visible(change.path)}: the home directory's start-up files, "
+            f"configuration or programs, which host programs run or read: land them, once "
+            f"reviewed, with `{HOME_CONFIG_OPTION}` (API: apply(home_config=True))"
+            for change in changes if home.covers(change.path)]
 
 
 def refusals(changes: Iterable[Change], protected: Iterable[str], deny: Iterable[str],

@@ -154,14 +154,17 @@ class ChangeSet:
         found = self.changes() if changes is None else changes
         return "".join(changeview.diff(change) for change in found)
 
-    def apply(self, *, check_seal: bool = True, key_dir: str | None = None) -> list[Change]:
+    def apply(self, *, home_config: bool = False, check_seal: bool = True,
+              key_dir: str | None = None) -> list[Change]:
         """Apply every change to the real workspace, then drop the change set. Refused whole
         (ChangesError, `changes_conflict` or `changes_refused`, listing each) if any change
         conflicts with the host, may never land (by the run's policy, or the credential
         stores and start-up files no set ever writes: changeapply.never_applied), or cannot
-        be shown by the review; and (`changes_untrusted`) unless its seal verifies under this
-        user's key: the roots, protections and baseline are the ones its run was granted
-        (changeseal). Tests only, to prove the evidence rows that plant sets can fail:
+        be shown by the review; (`changes_home_config`) if one is to the home directory
+        itself or its hidden entries (changeapply.HomeConfig)
+        and `home_config` is not True; and (`changes_untrusted`) unless its seal verifies
+        under this user's key: the roots, protections and baseline are the ones its run was
+        granted (changeseal). Tests only, to prove the evidence rows that plant sets can fail:
         `check_seal` False skips that; `key_dir` verifies under the key in that directory."""
         self._not_busy("applied")
         bases = _bases(self.path, len(self.roots))
@@ -174,6 +177,12 @@ class ChangeSet:
         if refused:
             raise changeapply.refuse("changes_refused", refused,
                                      "changes the policy never lets land")
+        home = [] if home_config else changeapply.home_refusals(changes,
+                                                                changeapply.home_config())
+        if home:
+            raise changeapply.refuse("changes_home_config", home,
+                                     "changes to the home directory's configuration, applied "
+                                     f"only with `{changeapply.HOME_CONFIG_OPTION}`")
         conflicting = changeapply.conflicts(changes, self.base())
         if conflicting:
             raise changeapply.refuse("changes_conflict", conflicting,

@@ -134,7 +134,7 @@ class LinuxBackend(Backend):
         if "stockade_state" in self.weaken:  # (Stockade's own state left visible)
             request = _without_stockade_state(request)
         if "host_code" in self.weaken:  # (the host's code left writable)
-            request = replace(request, host_code=())
+            request = replace(request, host_code=(), home_code=(), home_unmade=())
         if "environment" in self.weaken:  # (the launching process's environment)
             request = replace(request, env=tuple(sorted(os.environ.items())))
         return request
@@ -624,6 +624,11 @@ def protected_refusal(event: dict) -> Violation:
         return Violation("filesystem.protected", "more protected names were refused than are "
                          "recorded")
     where = event["directory"].rstrip("/") or ""
+    if "/" in event["protected"]:  # (the home's code: request.home_unmade)
+        return Violation("filesystem.host_code", f"{where}/{event['name']}: not made "
+                         f"({event['call']}): what of the home directory host programs run or "
+                         f"read as configuration is not made from a sandbox whose write roots "
+                         f"hold it")
     return Violation("filesystem.protected", f"{where}/{event['name']}: not made "
                      f"({event['call']}): {event['protected']} is a protected name in write "
                      f"roots; \"!{event['protected']}\" in filesystem.protected releases it")

@@ -218,7 +218,8 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
     covers it at the next launch; `.gitmodules`: a checkout of a tree holding one, as `git
     worktree add` or `git clone` of a repository with submodules makes); none where the
     "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
-    only) take the watch away, where there is no write root or no seccomp user notification."""
+    only) take the watch away, where there is no write root or no seccomp user notification;
+    and the home's names the command may not make (request.home_unmade, "directory/name")."""
     off = switched_off(weaken)
     # (with both "landlock" and "privileges" off, rootless, the starter holds neither
     # no_new_privs nor CAP_SYS_ADMIN, which installing the watch's filter needs: EACCES. Setting
@@ -228,7 +229,7 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
             or not request.write or not seccomp.user_notification_available():
         return ()
     whole = protected_whole(request.protected, request.git, guards_git=True)
-    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES))
+    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES)) + request.home_unmade
 
 
 def scratch_paths(request: LaunchRequest) -> tuple[str, ...]:
@@ -249,6 +250,8 @@ def _enforced(request: LaunchRequest, weaken: frozenset[str], protected: int,
     enforced: dict[str, object] = {"weakened_for_testing": sorted(weaken)} if weaken else {}
     if request.host_code:  # (what a write there meets EROFS for: the result says why)
         enforced["host_code_read_only"] = list(request.host_code)
+    if request.home_code:  # (the home's: launch/homecode.py)
+        enforced["home_code_read_only"] = list(request.home_code)
     return enforced | {
         "namespaces": ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"],
         "landlock": landlock.describe(),

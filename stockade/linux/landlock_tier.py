@@ -256,7 +256,8 @@ def _protected(request: LaunchRequest) -> list[str]:
     roots = [(g.path, mnt.open_source(g.path, "filesystem.write")) for g in request.write]
     try:
         dirs = [(path, fd) for path, fd in roots if os.path.isdir(f"/proc/self/fd/{fd}")]
-        guards, _ = protect.walk(dirs, frozenset(request.protected), request.git)
+        guards, _ = protect.walk(dirs, frozenset(request.protected), request.git,
+                                 readonly=request.home_code)
     finally:
         for _, fd in roots:
             os.close(fd)

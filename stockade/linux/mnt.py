@@ -309,8 +309,11 @@ def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: b
     writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
     names, git = (frozenset(request.protected), request.git) if protecting \
         else (frozenset(), "writable")
-    guards, sockets = protect.walk(writes, names, git, masked, pin_sockets=mask_sockets,
-                                   readonly=request.host_code)
+    # (the directories of the home's names the command may not make are pinned: namewatch.c
+    # knows each by its inode, which a rename would carry away)
+    guards, sockets = protect.walk(writes, names, git, masked + request.home_unmade,
+                                   pin_sockets=mask_sockets,
+                                   readonly=request.host_code + request.home_code)
     return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in guards],
             [_Mount(path, "deny", is_dir=False) for path in sockets])
 

@@ -1,7 +1,10 @@
 /* Protected names, not made: the command cannot create `.codex`, `.mcp.json`, `.envrc`, … (the
  * policy's filesystem.protected, less `.git` and `.gitmodules`, which git makes: init.py's
  * GIT_MAKES) in a write root during
- * its run, at any depth, by any call that makes a name.
+ * its run, at any depth, by any call that makes a name. Nor, in one directory only, what of
+ * the home runs code on the host (`~/.config/git`, `~/.local/bin`, `~/.vimrc`, ...: an entry
+ * "directory/name", launch/homecode.py), the directory known by its inode (pinned by the
+ * view, it cannot be renamed away).
  *
  * Threat. A name present at launch is re-mounted read-only (protect.py), but one made during
  * the run is an ordinary file a host tool trusts later: an agent's configuration, an MCP
@@ -88,10 +91,20 @@
 
 enum { RECORDED_MAX = 100, FREE_MAX = 4, LINKS_MAX = 40 };
 
+/* A name not to be made in one directory only (an entry "directory/name" of the names): the
+ * home's code (launch/homecode.py), known by the directory's inode, which the view pins. */
+struct placed {
+    dev_t dev;
+    ino_t ino;
+    const char *name, *entry;
+};
+
 struct namewatch {
     int listener;
     const char *names;
     uint32_t names_size;
+    struct placed *placed;
+    size_t placed_count;
     uint64_t free[FREE_MAX];            /* mount ids where protected names may be made */
     int free_count;
     unsigned recorded, git_recorded;
@@ -197,12 +210,19 @@ static void leave(struct place *p) {
     p->parent = -1;
 }
 
-/* The protected name `p` would make (as the policy spells it), or NULL. */
+/* The protected name `p` would make (as the policy spells it; a placed one's whole entry), or
+ * NULL. */
 static const char *protected_name(const struct namewatch *w, const struct place *p) {
     const char *found = NULL;
     for (const char *n = w->names; n < w->names + w->names_size; n += strlen(n) + 1)
-        if (strcasecmp(n, p->last) == 0)
+        if (!strchr(n, '/') && strcasecmp(n, p->last) == 0)
             found = n;
+    struct stat directory;
+    if (!found && w->placed_count > 0 && fstat(p->parent, &directory) == 0)
+        for (size_t i = 0; i < w->placed_count; i++)
+            if (w->placed[i].dev == directory.st_dev && w->placed[i].ino == directory.st_ino
+                && strcasecmp(w->placed[i].name, p->last) == 0)
+                return w->placed[i].entry;
     if (!found)
         return NULL;
     struct statx info;
@@ -608,6 +628,22 @@ struct namewatch *namewatch_open(int listener, const char *names, uint32_t names
     w->response = calloc(1, w->response_size);
     if (!w->response)
         return NULL;
+    for (const char *n = names; n < names + names_size; n += strlen(n) + 1) {
+        const char *slash = strrchr(n, '/');
+        char directory[PATH_MAX];
+        struct stat info;
+        if (!slash || (size_t)(slash - n) >= sizeof directory)
+            continue;
+        memcpy(directory, n, slash - n);
+        directory[slash - n] = 0;
+        if (stat(directory[0] ? directory : "/", &info) != 0)
+            return NULL;  /* (made before the launch and pinned: missing, the launch fails) */
+        struct placed *more = realloc(w->placed, (w->placed_count + 1) * sizeof *more);
+        if (!more)
+            return NULL;
+        w->placed = more;
+        w->placed[w->placed_count++] = (struct placed){info.st_dev, info.st_ino, slash + 1, n};
+    }
     for (const char *path = free; path < free + free_size; path += strlen(path) + 1) {
         struct statx info;
         if (w->free_count < FREE_MAX

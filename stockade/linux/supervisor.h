@@ -167,8 +167,8 @@ struct namewatch;
 extern const int NAMEWATCH_CALLS[];     /* the calls that make a name; open/openat with O_CREAT */
 extern const int NAMEWATCH_CALL_COUNT;
 /* In pid 1, on the watch's `listener`: `names` (`names_size` bytes of NUL-ended names, lower
- * case) may not be made but on the mounts of the `free` paths (`free_size` bytes); NULL on
- * failure. */
+ * case) may not be made but on the mounts of the `free` paths (`free_size` bytes), an entry
+ * "directory/name" not in that directory; NULL on failure. */
 struct namewatch *namewatch_open(int listener, const char *names, uint32_t names_size,
                                  const char *free, uint32_t free_size);
 int namewatch_traps(int nr);            /* whether call `nr` is one of them (or open/openat) */

@@ -44,6 +44,31 @@ CODE_RUNNING_PROTECTED = (
     ".gitconfig",
 )
 DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
+# Below the home, besides its protected names: what makes a host program run code or change
+# its behaviour at its next start: never applied from a change set (changeapply.py) and, with
+# the home in a write root, read-only in the view and not made by the command (homecode.py). Git's
+# second global configuration (core.fsmonitor, an alias); shells' start-up, logout, alias and
+# completion files; autostart entries, user services, the session's environment; programs on
+# the user's PATH (~/bin, ~/.local/bin, cargo's); every Python's user site-packages (a .pth
+# runs in each); the configuration of pip, cargo, vim, neovim, emacs, tmux, readline, direnv,
+# ipython, irb, psql, gdb, mercurial, wget, curl, npm init, less's filter, X sessions, mailcap
+# and the desktop's choice of program (issue 29 A1: each shown to run code or fetch it). A
+# deny-list stays incomplete: apply lands the rest of the home's hidden entries only when
+# asked (changeapply.HomeConfig).
+HOME_CODE = (
+    ".config/git", ".config/fish", ".zlogin", ".zlogout", ".bash_logout", ".bash_aliases",
+    ".bash_completion", ".local/share/bash-completion", ".config/autostart",
+    ".config/systemd/user", ".config/environment.d", ".pam_environment", "bin", ".local/bin",
+    ".local/lib", ".config/pip", ".pip", ".cargo/config", ".cargo/config.toml", ".cargo/bin",
+    ".vimrc", ".exrc", ".vim", ".config/vim", ".config/nvim", ".local/share/nvim/site",
+    ".emacs", ".emacs.el", ".emacs.d", ".config/emacs", ".tmux.conf", ".config/tmux",
+    ".inputrc", ".config/direnv", ".ipython", ".irbrc", ".psqlrc", ".gdbinit", ".config/gdb",
+    ".hgrc", ".config/hg", ".wgetrc", ".curlrc", ".npm-init.js", ".lessfilter", ".xprofile",
+    ".xinitrc", ".xsession", ".xsessionrc", ".mailcap", ".config/mimeapps.list",
+    ".local/share/applications",
+)
+# (what of HOME_CODE lies in $XDG_CONFIG_HOME when that is set elsewhere)
+XDG_CODE = tuple(name.split("/", 1)[1] for name in HOME_CODE if name.startswith(".config/"))
 # How `.git` is protected (`filesystem.git`): "guarded" (git works; what makes git run code or
 # find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
 # every `.git` and the gitdirs `.git` files name), "writable" (not at all).

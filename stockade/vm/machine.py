@@ -117,7 +117,7 @@ def _guards(request: LaunchRequest, hidden: tuple[str, ...]) -> list[protect.Gua
         return protect.guards([(path, fd) for path, fd in roots
                                if stat.S_ISDIR(os.fstat(fd).st_mode)],
                               frozenset(request.protected), request.git, hidden,
-                              request.host_code)
+                              request.host_code + request.home_code)
     finally:
         for _, fd in roots:
             os.close(fd)

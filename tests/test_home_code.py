@@ -1,0 +1,109 @@
+"""What of the home makes host programs run code (policy.model.HOME_CODE) is not the
+command's to write when its workspace is the home (issue 29 A2): what exists is read-only and
+immovable, what does not cannot be made, by any call, while the home's caches and other
+configuration stay writable. A real child attacks a fake home (HOME; the password database's
+home is another); every check of what happened is made on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+# One line per attempt, `what: DONE` or `what: ERRNO`; the paths are the home's.
+ATTACK = """
+import errno, json, os, sys
+def attempt(what, action):
+    try:
+        action()
+        print(what + ": DONE")
+    except OSError as exc:
+        print(what + ": " + errno.errorcode[exc.errno])
+def write(path, mode="a"):
+    with open(path, mode) as f:
+        f.write("[core]\\n\\tfsmonitor = touch /tmp/escaped\\n")
+def made(path):
+    write("scratch")
+    os.rename("scratch", path)
+for name in json.loads(sys.argv[1]):
+    attempt("write " + name, lambda: write(name))
+for name in json.loads(sys.argv[2]):
+    attempt("rename " + name, lambda: os.rename(name, name + ".moved"))
+for name in json.loads(sys.argv[3]):
+    attempt("create " + name, lambda: write(name, "x"))
+    attempt("mkdir " + name, lambda: os.mkdir(name))
+    attempt("symlink " + name, lambda: os.symlink("/tmp/evil", name))
+    attempt("rename-to " + name, lambda: made(name))
+if sys.argv[5] == "direct":  # (an overlay's apply refuses the deletion: changes_refused)
+    attempt("unlink .vimrc", lambda: os.unlink(".vimrc"))
+    attempt("create .vimrc", lambda: write(".vimrc", "x"))
+for name in json.loads(sys.argv[4]):
+    attempt("everyday " + name, lambda: (os.makedirs(os.path.dirname(name) or ".",
+                                                     exist_ok=True), write(name, "x")))
+"""
+
+# Existing entries (their contents), entries the command then writes into or renames
+EXISTING = {".config/git/config": "[user]\n\tname = me\n", ".local/bin/tool": "#!/bin/sh\n",
+            "dotfiles/vimrc": "set nocompatible\n"}
+WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc"]
+RENAMED = [".config/git", ".config", ".local/bin", ".local"]
+# Missing entries, the directories on the way to some of them missing too
+UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".psqlrc",
+          ".config/systemd/user", ".config/environment.d", "bin", ".emacs.d", ".local/bin/git",
+          ".config/git/attributes"]
+EVERYDAY = [".cache/tool/entry", ".npm/_cacache/index", ".config/htop/htoprc", "notes",
+            ".local/share/tool/state", ".cargo/registry/index"]
+
+
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    for name, text in EXISTING.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    (home / ".vimrc").symlink_to("dotfiles/vimrc")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    return home
+
+
+def attack(home: Path, mode: str) -> dict[str, str]:
+    args = [json.dumps(part) for part in (WRITTEN, RENAMED, UNMADE, EVERYDAY)]
+    result = stockade.run([PYTHON, "-c", ATTACK, *args, mode],
+                          policy_for(deny=(), workspace=mode), workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    if result.changes is not None:  # (overlay: what the run left is applied as the user would)
+        result.changes.apply(home_config=True)
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    return lines
+
+
+@pytest.mark.parametrize("mode", ["direct", "overlay"])
+def test_the_home_code_is_not_the_commands_to_write(tmp_path, monkeypatch, mode):
+    """A2: with the home as its workspace, a real child writes into, renames and makes each
+    entry by every call that makes a name; each fails and nothing of it changes on the host,
+    while its caches and other configuration are written. Failed before: every attempt DONE
+    (direct), and the overlay's apply landed them."""
+    home = fake_home(tmp_path, monkeypatch)
+    lines = attack(home, mode)
+    done = sorted(what for what, how in lines.items()
+                  if how == "DONE" and not what.startswith(("everyday", "unlink")))
+    assert done == [], lines
+    for name in EVERYDAY:
+        assert lines[f"everyday {name}"] == "DONE", lines
+        assert (home / name).read_text().startswith("[core]"), name
+    for name, text in EXISTING.items():
+        assert (home / name).read_text() == text, name
+    for name in UNMADE:
+        assert not os.path.lexists(home / name), name
+    if mode == "direct":  # (the link may go, not come back)
+        assert lines["create .vimrc"] == "EACCES", lines
+    assert not os.path.exists("/tmp/evil")
+    assert sorted(os.listdir(home / ".config" / "git")) == ["config"]
+    assert os.listdir(home / ".config" / "systemd") == []  # (made empty, to be watched)
