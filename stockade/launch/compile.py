@@ -420,7 +420,9 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
     if _below(resolved, write) and not covered(resolved):
         raise _host_code_refused(place, resolved, "does not exist inside a write root, so the "
                                  "command could create it; create it first, or take it off the "
-                                 "import path (PYTHONPATH)")
+                                 "import path (" + ("remove the .pth file naming it"
+                                                    if place.kind == "pth_entry"
+                                                    else "PYTHONPATH") + ")")
     if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
         for link in _links_to(place.path, resolved, "filesystem.host_code"):
             if _below(link, write) and not covered(link):
