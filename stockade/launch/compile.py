@@ -93,10 +93,11 @@ def compile_policy(
         and fs.workspace == "direct" else ((), [])
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
-    state, places = _stockade_state(ctx, read, write)
+    state, places = _stockade_state(ctx, read, write, home)
     deny = _denied(fs.deny, ctx, write) + state
     host_code = _host_code(ctx, write)
-    _check_overlaps(read, write, deny)
+    # (the run's own private home lies inside a masked homes directory: granted back there)
+    _check_overlaps(read, write, tuple(g for g in deny if g.path not in places))
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
         argv=tuple(argv),
@@ -345,21 +346,26 @@ def _with_home(home: tuple[PathGrant, ...], policy: Policy,
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
-                    write: tuple[PathGrant, ...]
+                    write: tuple[PathGrant, ...], home: tuple[PathGrant, ...] = ()
                     ) -> tuple[tuple[PathGrant, ...], tuple[str, ...]]:
     """Stockade's own state directories (every place this user's may be: the ledger, the
-    daemon's and the CLI server's sockets, attestations), masked whatever the roots say, and
-    every such place resolved, whether it exists or not (a sandbox without a mount view
-    refuses a root that holds one: landlock_tier.py). One that does not exist yet inside a
-    write root is made now, so it can be masked."""
-    from stockade.lifecycle import statedir
+    daemon's and the CLI server's sockets, attestations) and the private homes' directory
+    beside each, masked whatever the roots say, and every such place resolved, whether it
+    exists or not (a sandbox without a mount view refuses a root that holds one:
+    landlock_tier.py). One that does not exist yet inside a write root is made now, so it can
+    be masked. The run's own private home (`home`) is the only root granted inside one: no
+    sandbox reaches another workspace's home, to plant what that workspace's next run reads."""
+    from stockade.lifecycle import homes, statedir
 
     grants = []
     places = []
-    for place in statedir.candidates(ctx.host_env, ctx.home):
+    own = {grant.path for grant in home}
+    for place, what in [pair for state in statedir.candidates(ctx.host_env, ctx.home)
+                        for pair in ((state, "Stockade's state directory"),
+                                     (state + homes.SUFFIX, "the sandboxes' private homes"))]:
         resolved = os.path.realpath(place)
         places.append(resolved)
-        _refuse_inside_state(read + write, resolved)
+        _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what)
         if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
             try:
                 statedir.ensure(resolved)
@@ -373,11 +379,11 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
     return tuple(grants), tuple(sorted(set(places)))
 
 
-def _refuse_inside_state(roots: tuple[PathGrant, ...], state: str) -> None:
+def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str) -> None:
     for root in roots:
         if _inside(root.path, state):
-            raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
-                              f"{state}, which no sandbox may see", key="filesystem")
+            raise PolicyError(f"root {root.path} lies inside {what} {state}, which no sandbox "
+                              f"may see", key="filesystem")
 
 
 def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, ...]:
