@@ -469,13 +469,14 @@ def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchReque
                          host_env={})
     added, links = _grants(tuple(roots), "filesystem.read", ctx)
     for state in request.stockade_state:
-        _refuse_inside_state(added, state)
+        _refuse_inside_state(added, state, "Stockade's state (or private homes) directory")
     merged = {grant.path: grant for grant in request.read}
     for grant in added:
         merged.setdefault(grant.path, grant)
     read = tuple(sorted(merged.values(), key=lambda g: g.path))
     _refuse_planted_links(links, [], read, request.write)
-    _check_overlaps(read, request.write, request.deny)
+    _check_overlaps(read, request.write, tuple(g for g in request.deny
+                                               if g.path not in request.stockade_state))
     return replace(request, read=read)
 
 
