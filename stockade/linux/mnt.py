@@ -251,13 +251,13 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
             _mount_over(top, m, lower=lower)
     holders = [m for m in denied if m.is_dir and _below_any_path(roots, m.path)]
     regranted = [m for m in roots if _below_any(m.path, holders)]
-    _mask(top, [m for m in denied if m not in holders and not _below_any(m.path, regranted)],
-          lower)
+    later = [m for m in denied if m in holders or _below_any(m.path, regranted)]
+    _mask(top, [m for m in denied if m not in later], lower)
     _regrant(top, own_devs, holders, regranted, request.exec_from_write, weaken)
     for m in guarded:  # (what is protected or masked in a root granted back, again over it)
         if _below_any(m.path, regranted):
             _mount_over(top, m, lower=lower)
-    _mask(top, [m for m in denied if _below_any(m.path, regranted)], lower)
+    _mask(top, [m for m in later if m not in holders], lower)
     if resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
         _own_resolv_conf(top, resolv_conf)  # (a denied one stays masked)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
