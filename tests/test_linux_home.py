@@ -180,20 +180,22 @@ def test_a_run_never_reaches_another_workspaces_private_home(ws, host_home, monk
     assert not (workspace / "PLANTED").exists()
 
 
-def test_a_private_home_stockade_did_not_make_is_refused(ws, host_home):
+def test_a_private_home_stockade_did_not_make_is_remade(ws, host_home):
     """The homes' names are predictable: a directory already there that Stockade did not
-    make (planted before the homes were masked, or by hand) is refused, typed, and the
-    command does not run; once it is removed, Stockade makes its own and the run goes on."""
+    make (planted before the homes were masked, or made by an older Stockade) is removed and
+    made afresh before the command runs: the planted git configuration, which `git status`
+    would run, is gone, and the next run keeps the home Stockade made."""
     workspace, _ = ws
     home = home_for(os.path.realpath(workspace), os.environ["STOCKADE_STATE_DIR"])
     os.makedirs(os.path.join(home, ".config", "git"), mode=0o700)
     with open(os.path.join(home, GIT_CONFIG), "w") as f:
         f.write('[core]\n\tfsmonitor = "touch PLANTED; false"\n')
-    with pytest.raises(stockade.UnenforceableError) as refused:
-        sandbox(["touch", "ran"], workspace)
-    assert refused.value.code == "unenforceable:filesystem.home"
-    assert home in refused.value.message and "not made by Stockade" in refused.value.message
-    assert not (workspace / "ran").exists()
-    shutil.rmtree(home)
-    assert sandbox(["touch", "ran"], workspace).exit_code == 0
-    assert (workspace / "ran").exists() and not os.path.exists(os.path.join(home, GIT_CONFIG))
+    git = tool("git")
+    r = sandbox(["sh", "-c", f"{git} init -q . && {git} status --short && touch $HOME/kept"],
+                workspace)
+    assert r.exit_code == 0, r.stderr.decode()
+    assert not (workspace / "PLANTED").exists()
+    assert sorted(os.listdir(home)) == [".config", "kept"]
+    assert not os.path.exists(os.path.join(home, GIT_CONFIG))
+    assert sandbox(["true"], workspace).exit_code == 0
+    assert os.path.exists(os.path.join(home, "kept"))  # (recorded: kept from now on)

@@ -12,7 +12,8 @@ protected name, which the command cannot make), and its identity (device and ino
 beside it (`.made/<its name>`, which no sandbox sees; no home's name starts with a dot).
 Checked at every launch as the state directory is: a real directory, owned by this user,
 writable by no one else, and the one recorded: a home Stockade did not make (the names are
-predictable: one made by a sandbox that could reach the `-homes` directory) is refused.
+predictable: one made by a sandbox that could reach the `-homes` directory) is removed and
+made afresh.
 Nothing inside it is ever opened by the host after it was made: a previous run could have put
 a link anywhere in it.
 
@@ -53,19 +54,23 @@ def home_for(workspace: str, state: str) -> str:
 
 def ensure(home: str) -> None:
     """Make `home` (and `.config/git` in it) if it does not exist and record it, then check
-    that it is this user's alone and the one recorded; UnenforceableError("filesystem.home")
-    if it cannot be used."""
+    that it is this user's alone and the one recorded (else it is remade);
+    UnenforceableError("filesystem.home") if it cannot be used."""
     record = _record_of(home)
-    try:
-        os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
-        os.mkdir(home, 0o700)
-    except FileExistsError:
-        made = False  # (what is inside is the sandbox's: never touched from here)
-    except OSError as exc:
-        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
-    else:
-        made = True
-        os.makedirs(os.path.join(home, os.path.dirname(GIT_CONFIG)), mode=0o700)
+    made = _make(home)
+    info = _checked(home)
+    if not made and _recorded(record) != _identity(info):
+        # Not the one Stockade made (the names are predictable: a sandbox that reached it may
+        # have planted it, or an older Stockade made it): remade, empty.
+        shutil.rmtree(home, ignore_errors=True)
+        if not _make(home):
+            raise _unusable(home, "was not made by Stockade and cannot be removed")
+        made, info = True, _checked(home)
+    if made:
+        _record(record, _identity(info), home)
+
+
+def _checked(home: str) -> os.stat_result:
     try:
         info = os.lstat(home)
     except OSError as exc:
@@ -74,12 +79,24 @@ def ensure(home: str) -> None:
         raise _unusable(home, "is not a directory (a symbolic link is refused)")
     if not lease.owned(info) or not lease.private(info):
         raise _unusable(home, "is owned or writable by another user")
-    identity = f"{info.st_dev}:{info.st_ino}\n"
-    if made:
-        _record(record, identity, home)
-    elif _recorded(record) != identity:
-        raise _unusable(home, "was not made by Stockade (the names are predictable: a "
-                        "sandbox that reached it may have planted it)")
+    return info
+
+
+def _identity(info: os.stat_result) -> str:
+    return f"{info.st_dev}:{info.st_ino}\n"
+
+
+def _make(home: str) -> bool:
+    """Make `home` and `.config/git` in it; False if it exists already."""
+    try:
+        os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+        os.mkdir(home, 0o700)
+    except FileExistsError:
+        return False  # (what is inside is the sandbox's: never touched from here)
+    except OSError as exc:
+        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
+    os.makedirs(os.path.join(home, os.path.dirname(GIT_CONFIG)), mode=0o700)
+    return True
 
 
 def _record(record: str, identity: str, home: str) -> None:
