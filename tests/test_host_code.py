@@ -215,3 +215,30 @@ def test_an_ordinary_project_venv_stays_writable(tmp_path):
     (tmp_path / ".venv" / "lib").mkdir(parents=True)
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
     assert sys.prefix not in str(tmp_path)
+
+
+def test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused(tmp_path):
+    """A .pth in the site-packages of the venv Stockade runs from (outside the workspace)
+    names ws/src, which does not exist (an editable install whose sources are gone): `site`
+    skips it, yet the host's next interpreter imports from it once it exists. A real command
+    that would make it with a `stockade` package is refused, typed, before it runs, and the
+    next interpreter's import path does not hold it."""
+    env, ws = tmp_path / "venv", tmp_path / "ws"
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(env)
+    ws.mkdir()
+    site = next(env.glob("lib/python3*/site-packages"))
+    (site / "__editable__.atk-0.1.pth").write_text(f"# an editable install\n{ws / 'src'}\n")
+    python = str(env / "bin" / "python")
+    plant = "import os; os.makedirs('src/stockade'); open('src/stockade/__init__.py', 'w')"
+    done = subprocess.run(
+        [python, "-c", HOST, str(ws), "namespaces", "", PYTHON, "-c", plant],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got.get("refused") == "unenforceable:filesystem.host_code", got
+    assert str(ws / "src") in got["message"] and ".pth" in got["message"]
+    assert not (ws / "src").exists()
+    after = subprocess.run([python, "-c", "import sys; print(sys.path)"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert str(ws / "src") not in after.stdout

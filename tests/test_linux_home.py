@@ -9,11 +9,11 @@ import os
 import shutil
 
 import pytest
-from conftest import sandbox, unavailable
+from conftest import PYTHON, sandbox, unavailable
 from test_linux_fs import snapshot
 
 import stockade
-from stockade.lifecycle.homes import home_for
+from stockade.lifecycle.homes import GIT_CONFIG, home_for
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -129,3 +129,90 @@ def test_discarding_a_home_removes_what_the_command_made_read_only(ws, host_home
     assert os.path.isfile(os.path.join(home, "ro", "in", "f"))
     homes.discard(str(workspace), state)
     assert not os.path.lexists(home)
+
+
+# A run's attempts on the private homes' directory (argv[1]) and on other workspaces' homes in
+# it (the rest: one made by Stockade, one not yet made), one line each, `name: errno` or
+# `name: DONE`; then what it lists there, and the everyday write in its own home.
+CROSS = """
+import errno, os, sys
+homes, *others = sys.argv[1:]
+def attempt(name, action):
+    try:
+        action()
+        print(name + ": DONE")
+    except OSError as exc:
+        print(name + ": " + errno.errorcode[exc.errno])
+def plant(home):
+    os.makedirs(os.path.join(home, ".config", "git"), exist_ok=True)
+    with open(os.path.join(home, ".config", "git", "config"), "a") as f:
+        f.write('[core]\\n\\tfsmonitor = "touch PLANTED; false"\\n')
+for index, home in enumerate(others):
+    attempt(f"plant {index}", lambda: plant(home))
+    attempt(f"rename {index}", lambda: os.rename(home, home + ".moved"))
+attempt("rename homes", lambda: os.rename(homes, homes + ".moved"))
+try:
+    print("listed: " + ",".join(sorted(os.listdir(homes))))
+except OSError as exc:
+    print("listed: " + errno.errorcode[exc.errno])
+with open(os.path.join(os.environ["HOME"], "cache"), "a") as f:
+    f.write("kept\\n")
+print("everyday: DONE")
+"""
+
+
+def test_a_run_never_reaches_another_workspaces_private_home(ws, host_home, monkeypatch):
+    """Issue 29 H1: the private homes lie beside the state directory, for an ordinary user in
+    the home (`~/.local/state/stockade-homes`), under predictable names. A real command whose
+    workspace is the home tries to plant a git configuration (run by `git status`) in the
+    private home of workspace B (made) and of C (not made yet), to move them, and to list
+    them: the homes' directory shows it its own home only and nothing of it can be written;
+    B's next `git status` runs nothing of A's, and A's own home is kept between runs."""
+    workspace, outside = ws
+    state = host_home / ".local" / "state" / "stockade"  # (the rootless default place)
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    git = tool("git")
+    assert sandbox([git, "init", "-q", "."], workspace).exit_code == 0
+    other = outside / "other"
+    other.mkdir()
+    b_home, c_home = (home_for(os.path.realpath(w), str(state)) for w in (workspace, other))
+    homes = os.path.dirname(b_home)
+    before = snapshot(homes)
+    for run in (1, 2):
+        # (no credential stores denied: this home has none, which a run of it could make)
+        r = sandbox([PYTHON, "-c", CROSS, homes, b_home, c_home], host_home, deny=())
+        assert r.exit_code == 0, r.stderr.decode()
+        got = dict(line.split(": ", 1) for line in r.stdout.decode().splitlines())
+        a_home = home_for(os.path.realpath(host_home), str(state))
+        assert got.pop("listed") == os.path.basename(a_home)
+        assert got.pop("everyday") == "DONE"
+        assert got and all(outcome in ("EROFS", "EBUSY", "EACCES") for outcome in got.values()), got
+        assert open(os.path.join(a_home, "cache")).read() == "kept\n" * run
+    own = os.path.basename(a_home)
+    assert {k: v for k, v in snapshot(homes).items()
+            if k.split("/")[0] != own and k != f".made/{own}"} == before  # (A's, by Stockade)
+    assert not os.path.exists(c_home)
+    r = sandbox([git, "status", "--short"], workspace)
+    assert r.exit_code == 0, r.stderr.decode()
+    assert not (workspace / "PLANTED").exists()
+
+
+def test_a_private_home_stockade_did_not_make_is_remade(ws, host_home):
+    """The homes' names are predictable: a directory already there that Stockade did not
+    make (planted before the homes were masked, or made by an older Stockade) is removed and
+    made afresh before the command runs: the planted git configuration, which `git status`
+    would run, is gone, and the next run keeps the home Stockade made."""
+    workspace, _ = ws
+    home = home_for(os.path.realpath(workspace), os.environ["STOCKADE_STATE_DIR"])
+    os.makedirs(os.path.join(home, ".config", "git"), mode=0o700)
+    with open(os.path.join(home, GIT_CONFIG), "w") as f:
+        f.write('[core]\n\tfsmonitor = "touch PLANTED; false"\n')
+    git = tool("git")
+    r = sandbox(["sh", "-c", f"{git} init -q . && {git} status --short && touch $HOME/kept"],
+                workspace)
+    assert r.exit_code == 0, r.stderr.decode()
+    assert not (workspace / "PLANTED").exists()
+    assert sorted(os.listdir(home)) == [".config", "kept"]
+    assert not os.path.exists(os.path.join(home, GIT_CONFIG))
+    assert sandbox(["true"], workspace).exit_code == 0
+    assert os.path.exists(os.path.join(home, "kept"))  # (recorded: kept from now on)

@@ -73,7 +73,8 @@ def test_the_home_state_directory_cannot_be_carried_away(home):
     assert identity(state) == before
     assert {name: sorted(os.listdir(home / name)) for name in ("", ".local")} == made
     assert "state" in made[".local"]
-    assert sorted(os.listdir(home / ".local" / "state")) == ["stockade"]
+    # (the private homes' directory beside it: made by Stockade, to be masked too)
+    assert sorted(os.listdir(home / ".local" / "state")) == ["stockade", "stockade-homes"]
 
 
 def test_a_state_directory_named_inside_a_write_root_cannot_be_carried_away(ws, monkeypatch):

@@ -27,6 +27,8 @@ import stockade
 from stockade.errors import StartError, UnavailableError, UnenforceableError, UsageError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest, NetworkSpec, PathGrant
+from stockade.lifecycle.homes import ensure as ensure_home
+from stockade.lifecycle.homes import home_for
 from stockade.policy import merge
 from stockade.session import boot
 from stockade.session.client import DaemonClient
@@ -199,6 +201,27 @@ def test_the_guest_pins_the_directories_above_a_hidden_path(root):
     script = machine.init_script(guest, ["/bin/true"])
     assert (script.index(f"--rbind {shlex.quote(f'/newroot{root}/conf/gh')} ")
             < script.index(f"if [ -d {shlex.quote(f'/newroot{secret}')} ]"))
+
+
+def test_a_hidden_directory_holding_a_share_shows_that_share_alone(root):
+    """Issue 29 H1: the private homes' directory is hidden in every guest and the run's own
+    home, a share inside it, granted back: an empty tmpfs covers the directory before that
+    share is mounted on it, and is then made read-only; no other mask hides the share."""
+    homes = f"{root}/state-homes"
+    home = f"{homes}/ws-0123"
+    os.makedirs(f"{homes}/other-4567")
+    os.makedirs(home)
+    guest = machine.plan(_request(root, write=(PathGrant(root, root), PathGrant(home, home)),
+                                  deny=(PathGrant(homes, homes),)))
+    script = machine.init_script(guest, ["/bin/true"])
+    target, share = shlex.quote(f"/newroot{homes}"), shlex.quote(f"/newroot{home}")
+    cover = script.index(f"busybox mount -t tmpfs -o mode=0755,size=16k,nosuid,nodev,noexec "
+                         f"homes {target}\n")
+    tags = {s.path: s.tag for s in guest.shares}
+    assert (script.index(f"noexec {tags[root]} {shlex.quote('/newroot' + root)}\n")
+            < cover < script.index(f"noexec {tags[home]} {share}\n")
+            < script.index(f"busybox mount -o remount,bind,ro,nosuid,nodev,noexec {target}\n"))
+    assert f"deny {target}" not in script and f"deny {share}" not in script
 
 
 def test_cpio_newc_entries_are_aligned_and_terminated():
@@ -885,3 +908,31 @@ def test_a_write_root_granted_inside_a_protected_name_is_honoured_in_the_guest(v
     assert (home / ".codex" / "v" / "t" / "made").read_text() == "granted\n"
     (home / ".codex" / "v" / "t" / "made").unlink()
     assert _snapshot(home) == before
+
+
+def test_a_guest_never_reaches_another_workspaces_private_home(vm_ready, tmp_path,
+                                                               monkeypatch):
+    """Issue 29 H1 in a guest: the state directory (so the private homes' directory beside
+    it) lies in workspace A; a real command of A lists the homes and tries to plant a git
+    configuration in workspace B's home and to remove it: it sees its own home alone there,
+    every attempt fails, B's home is as it was, and A's own home works."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    state = a / "state"
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    b_home = home_for(os.path.realpath(b), str(state))
+    ensure_home(b_home)  # (as B's first run makes it)
+    homes = os.path.dirname(b_home)
+    before = _snapshot(b_home)
+    with qemu.VmSandbox(stockade.preset("workspace-write"), workspace=a) as sb:
+        listed = sb.run(["ls", "-A", homes], cwd=a)
+        failed = _attempts(sb, a, [f"echo x > {b_home}/.config/git/config",
+                                   f"mkdir {homes}/planted", f"rm -r {b_home}",
+                                   f"mv {homes} {a}/moved"])
+        own = sb.run(["sh", "-c", 'echo kept > "$HOME/cache" && cat "$HOME/cache"'], cwd=a)
+    a_home = home_for(os.path.realpath(a), str(state))
+    assert listed.stdout.decode().split() == [os.path.basename(a_home)], listed
+    assert [attempt for attempt, status in failed.items() if status == 0] == [], failed
+    assert own.stdout == b"kept\n" and open(os.path.join(a_home, "cache")).read() == "kept\n"
+    assert _snapshot(b_home) == before and not os.path.exists(f"{homes}/planted")

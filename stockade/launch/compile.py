@@ -93,11 +93,12 @@ def compile_policy(
         and fs.workspace == "direct" else ((), [])
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
-    state, places = _stockade_state(ctx, read, write)
+    state, places = _stockade_state(ctx, read, write, home)
     deny = _denied(fs.deny, ctx, write) + state
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write])
-    _check_overlaps(read, write, deny)
+    # (the run's own private home lies inside a masked homes directory: granted back there)
+    _check_overlaps(read, write, tuple(g for g in deny if g.path not in places))
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
     return LaunchRequest(
         argv=tuple(argv),
@@ -349,21 +350,26 @@ def _with_home(home: tuple[PathGrant, ...], policy: Policy,
 
 
 def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
-                    write: tuple[PathGrant, ...]
+                    write: tuple[PathGrant, ...], home: tuple[PathGrant, ...] = ()
                     ) -> tuple[tuple[PathGrant, ...], tuple[str, ...]]:
     """Stockade's own state directories (every place this user's may be: the ledger, the
-    daemon's and the CLI server's sockets, attestations), masked whatever the roots say, and
-    every such place resolved, whether it exists or not (a sandbox without a mount view
-    refuses a root that holds one: landlock_tier.py). One that does not exist yet inside a
-    write root is made now, so it can be masked."""
-    from stockade.lifecycle import statedir
+    daemon's and the CLI server's sockets, attestations) and the private homes' directory
+    beside each, masked whatever the roots say, and every such place resolved, whether it
+    exists or not (a sandbox without a mount view refuses a root that holds one:
+    landlock_tier.py). One that does not exist yet inside a write root is made now, so it can
+    be masked. The run's own private home (`home`) is the only root granted inside one: no
+    sandbox reaches another workspace's home, to plant what that workspace's next run reads."""
+    from stockade.lifecycle import homes, statedir
 
     grants = []
     places = []
-    for place in statedir.candidates(ctx.host_env, ctx.home):
+    own = {grant.path for grant in home}
+    for place, what in [pair for state in statedir.candidates(ctx.host_env, ctx.home)
+                        for pair in ((state, "Stockade's state directory"),
+                                     (state + homes.SUFFIX, "the sandboxes' private homes"))]:
         resolved = os.path.realpath(place)
         places.append(resolved)
-        _refuse_inside_state(read + write, resolved)
+        _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what)
         if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
             try:
                 statedir.ensure(resolved)
@@ -377,11 +383,11 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
     return tuple(grants), tuple(sorted(set(places)))
 
 
-def _refuse_inside_state(roots: tuple[PathGrant, ...], state: str) -> None:
+def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str) -> None:
     for root in roots:
         if _inside(root.path, state):
-            raise PolicyError(f"root {root.path} lies inside Stockade's state directory "
-                              f"{state}, which no sandbox may see", key="filesystem")
+            raise PolicyError(f"root {root.path} lies inside {what} {state}, which no sandbox "
+                              f"may see", key="filesystem")
 
 
 def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, ...]:
@@ -424,7 +430,9 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
     if _below(resolved, write) and not covered(resolved):
         raise _host_code_refused(place, resolved, "does not exist inside a write root, so the "
                                  "command could create it; create it first, or take it off the "
-                                 "import path (PYTHONPATH)")
+                                 "import path (" + ("remove the .pth file naming it"
+                                                    if place.kind == "pth_entry"
+                                                    else "PYTHONPATH") + ")")
     if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
         for link in _links_to(place.path, resolved, "filesystem.host_code"):
             if _below(link, write) and not covered(link):
@@ -465,13 +473,14 @@ def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchReque
                          host_env={})
     added, links = _grants(tuple(roots), "filesystem.read", ctx)
     for state in request.stockade_state:
-        _refuse_inside_state(added, state)
+        _refuse_inside_state(added, state, "Stockade's state (or private homes) directory")
     merged = {grant.path: grant for grant in request.read}
     for grant in added:
         merged.setdefault(grant.path, grant)
     read = tuple(sorted(merged.values(), key=lambda g: g.path))
     _refuse_planted_links(links, [], read, request.write)
-    _check_overlaps(read, request.write, request.deny)
+    _check_overlaps(read, request.write, tuple(g for g in request.deny
+                                               if g.path not in request.stockade_state))
     return replace(request, read=read)
 
 

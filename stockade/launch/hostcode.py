@@ -1,6 +1,7 @@
 """The code the host runs next, outside any sandbox: Stockade's own package, the script that
 started this process, the interpreter (its prefixes and executable) and every place on its
-import path (sys.path, the PYTHONPATH the next call inherits, the user's site-packages).
+import path (sys.path, the PYTHONPATH the next call inherits, the user's site-packages, the
+directories the .pth files in site-packages name, made yet or not).
 
 A command that may write there plants code the next `stockade ...` (or the program that calls
 Stockade) runs on the host: a `.pth` file or a sitecustomize in site-packages, a changed
@@ -30,6 +31,7 @@ KINDS = {
     "interpreter": "the interpreter",
     "import_path": "a directory on the interpreter's import path",
     "user_site": "the user's site-packages",
+    "pth_entry": "a directory a .pth file in site-packages names",
     "start": "the program's starting directory (first on its import path)",
 }
 
@@ -71,7 +73,36 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     user_site = _user_site()
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
+    named = {place.path for place in found}
+    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)
+              if entry not in named]
     return list(dict.fromkeys(found))
+
+
+def _pth_entries(user_site: str | None) -> list[str]:
+    """The directories the .pth files of the site directories name, as `site` reads them,
+    missing ones too: `site` skips a missing one, so it is on no import path now, yet the
+    next interpreter started here puts it there once it exists (an editable install whose
+    source directory is gone), ahead of what a later .pth names."""
+    import site
+
+    found = []
+    for sitedir in [*site.getsitepackages(), *([user_site] if user_site else [])]:
+        try:
+            names = sorted(name for name in os.listdir(sitedir)
+                           if name.endswith(".pth") and not name.startswith("."))
+        except OSError:
+            continue  # (no such site directory: nothing there names anything)
+        for name in names:
+            try:
+                with open(os.path.join(sitedir, name), encoding="utf-8-sig",
+                          errors="surrogateescape") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue  # (site skips an unreadable one too)
+            found += [os.path.abspath(os.path.join(sitedir, line.rstrip())) for line in lines
+                      if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    return found
 
 
 def _user_site() -> str | None:

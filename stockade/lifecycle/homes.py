@@ -4,11 +4,18 @@ git's global configuration, ...) work and reuse what they downloaded.
 
 Where. `<state directory>-homes/<workspace's name>-<hash of its path>`, beside Stockade's
 state directory, never inside it (every place that may be is masked from every sandbox), and
-never the host's home: `HOME` points there in the sandbox. Made mode 0700 on first use, with
-`.config/git/` in it, where `GIT_CONFIG_GLOBAL` points (`~/.gitconfig` is a protected name,
-which the command cannot make), and checked at every launch as the state directory is: a real
-directory, owned by this user, writable by no one else. Nothing inside it is ever opened by the
-host after it was made: a previous run could have put a link anywhere in it.
+never the host's home: `HOME` points there in the sandbox. Every such `-homes` directory is
+masked from every sandbox too, which sees its own home there and nothing else
+(compile.py, linux/mnt.py): a run cannot reach another workspace's home. Made mode 0700 on
+first use, with `.config/git/` in it, where `GIT_CONFIG_GLOBAL` points (`~/.gitconfig` is a
+protected name, which the command cannot make), and its identity (device and inode) recorded
+beside it (`.made/<its name>`, which no sandbox sees; no home's name starts with a dot).
+Checked at every launch as the state directory is: a real directory, owned by this user,
+writable by no one else, and the one recorded: a home Stockade did not make (the names are
+predictable: one made by a sandbox that could reach the `-homes` directory) is removed and
+made afresh.
+Nothing inside it is ever opened by the host after it was made: a previous run could have put
+a link anywhere in it.
 
 Not with `filesystem.workspace = "overlay"` (stockade/launch/compile.py): every write root there
 is a layer to review, and the home's caches would be in every change set.
@@ -21,15 +28,17 @@ it on a PATH). Delete the directory to start afresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import stat
 
-from stockade.errors import UnenforceableError
+from stockade.errors import StockadeError, UnenforceableError
 from stockade.lifecycle import lease, treewalk
 
 SUFFIX = "-homes"
+RECORDS = ".made"  # (in the homes' directory: each home's identity, by its name)
 GIT_CONFIG = os.path.join(".config", "git", "config")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -43,17 +52,25 @@ def home_for(workspace: str, state: str) -> str:
 
 
 def ensure(home: str) -> None:
-    """Make `home` (and `.config/git` in it) if it does not exist, then check that it is
-    this user's alone; UnenforceableError("filesystem.home") if it cannot be used."""
-    try:
-        os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
-        os.mkdir(home, 0o700)
-    except FileExistsError:
-        pass  # (what is inside is the sandbox's: never touched from here)
-    except OSError as exc:
-        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
-    else:
-        os.makedirs(os.path.join(home, os.path.dirname(GIT_CONFIG)), mode=0o700)
+    """Make `home` (and `.config/git` in it) if it does not exist and record it, then check
+    that it is this user's alone and the one recorded (else it is remade);
+    UnenforceableError("filesystem.home") if it cannot be used."""
+    record = _record_of(home)
+    made = _make(home)
+    info = _checked(home)
+    if not made and _recorded(record) != _identity(info):
+        # Not the one Stockade made (the names are predictable: a sandbox that reached it may
+        # have planted it, or an older Stockade made it): remade, empty.
+        with contextlib.suppress(OSError):
+            treewalk.remove(home)
+        if not _make(home):
+            raise _unusable(home, "was not made by Stockade and cannot be removed")
+        made, info = True, _checked(home)
+    if made:
+        _record(record, _identity(info), home)
+
+
+def _checked(home: str) -> os.stat_result:
     try:
         info = os.lstat(home)
     except OSError as exc:
@@ -62,6 +79,52 @@ def ensure(home: str) -> None:
         raise _unusable(home, "is not a directory (a symbolic link is refused)")
     if not lease.owned(info) or not lease.private(info):
         raise _unusable(home, "is owned or writable by another user")
+    return info
+
+
+def _identity(info: os.stat_result) -> str:
+    return f"{info.st_dev}:{info.st_ino}\n"
+
+
+def _make(home: str) -> bool:
+    """Make `home` and `.config/git` in it; False if it exists already."""
+    try:
+        os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+        os.mkdir(home, 0o700)
+    except FileExistsError:
+        return False  # (what is inside is the sandbox's: never touched from here)
+    except OSError as exc:
+        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
+    os.makedirs(os.path.join(home, os.path.dirname(GIT_CONFIG)), mode=0o700)
+    return True
+
+
+def _record(record: str, identity: str, home: str) -> None:
+    """Write `identity` at `record` whole (a temporary file renamed over it)."""
+    from stockade.lifecycle import statedir
+
+    try:
+        statedir.ensure(os.path.dirname(record))
+        temporary = f"{record}.{os.getpid()}.tmp"
+        with open(temporary, "w", opener=lambda path, flags: os.open(path, flags, 0o600)) as f:
+            f.write(identity)
+        os.replace(temporary, record)
+    except (OSError, StockadeError) as exc:
+        raise _unusable(home, f"cannot be recorded ({getattr(exc, 'strerror', None) or exc})"
+                        ) from None
+
+
+def _record_of(home: str) -> str:
+    return os.path.join(os.path.dirname(home), RECORDS, os.path.basename(home))
+
+
+def _recorded(record: str) -> str | None:
+    try:
+        with open(record, opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW)
+                  ) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _unusable(home: str, why: str) -> UnenforceableError:
@@ -77,3 +140,5 @@ def discard(workspace: str, state: str) -> None:
     home = home_for(os.path.realpath(workspace), state)
     if os.path.isdir(home) and not os.path.islink(home):
         treewalk.remove(home)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_record_of(home))

@@ -249,7 +249,15 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     for m in guarded:  # and what is protected below them, over them
         if _below_any(m.path, nested):
             _mount_over(top, m, lower=lower)
-    _mask(top, denied, lower)
+    holders = [m for m in denied if m.is_dir and _below_any_path(roots, m.path)]
+    regranted = [m for m in roots if _below_any(m.path, holders)]
+    later = [m for m in denied if m in holders or _below_any(m.path, regranted)]
+    _mask(top, [m for m in denied if m not in later], lower)
+    _regrant(top, own_devs, holders, regranted, request.exec_from_write, weaken)
+    for m in guarded:  # (what is protected or masked in a root granted back, again over it)
+        if _below_any(m.path, regranted):
+            _mount_over(top, m, lower=lower)
+    _mask(top, [m for m in later if m not in holders], lower)
     if resolv_conf is not None and all(m.path != dns.HOST_CONF for m in denied):
         _own_resolv_conf(top, resolv_conf)  # (a denied one stays masked)
     _refuse_case_aliases(top, [m for m in guarded + denied if not m.is_dir])
@@ -394,6 +402,44 @@ def _grants_inside_protected(roots: list[_Mount], guarded: list[_Mount],
 
 def _below_any(path: str, roots: list[_Mount]) -> bool:
     return any(protect_inside(path, m.path) for m in roots)
+
+
+def _below_any_path(roots: list[_Mount], path: str) -> bool:
+    return any(protect_inside(m.path, path) for m in roots)
+
+
+def _regrant(top: int, own_devs: set[int], holders: list[_Mount], regranted: list[_Mount],
+             exec_from_write: bool, weaken: frozenset[str]) -> None:
+    """Cover each denied directory that holds roots (the private homes' directory, holding
+    the run's own home: compile.py) with an empty tmpfs of its own, mount those roots on it
+    again, and make it read-only: nothing else of what it hides shows. Where the view shows
+    nothing of the host's there (its own tmpfs, no root above), nothing is hidden."""
+    covers = []
+    for m in holders:
+        try:
+            target = openat2(top, m.path.lstrip("/"), os.O_PATH, _BENEATH)
+        except FileNotFoundError:
+            continue
+        try:
+            info = os.fstat(target)
+            if info.st_dev in own_devs:
+                continue
+            if (info.st_dev, info.st_ino) != m.inode:
+                raise _changed(m)
+            cover = new_fs("tmpfs", {"mode": "0755", "size": "16k"},
+                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
+            attach(cover, target)
+        finally:
+            os.close(target)
+        own_devs.add(os.fstat(cover).st_dev)  # (so that the roots' mount points are made)
+        covers.append((m, cover))
+    for m in sorted(regranted, key=lambda m: (m.depth, m.path)):
+        if any(protect_inside(m.path, held.path) for held, _ in covers):
+            m.tree = clone_tree(m.source_fd)
+            _mount_root(top, own_devs, m, exec_from_write, weaken)
+    for _, cover in covers:
+        set_attrs(cover, MOUNT_ATTR_RDONLY, recursive=False)
+        os.close(cover)
 
 
 def _mount_over(top: int, m: _Mount, mask: int | None = None,

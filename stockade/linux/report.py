@@ -90,7 +90,8 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                                               "host"),
         _workspace_row(root),
         row("stockade_state", "Stockade's state directories (ledger, attestations, daemon and "
-            "CLI server sockets) masked in every view, the directories above them in a write "
+            "CLI server sockets) and the private homes' directories beside them masked in every "
+            "view (a run sees its own home there alone), the directories above them in a write "
             "root pinned; its servers serve no peer in another context",
             {"mounts": ("stockade_state",)},
             "servers know a peer by SO_PEERPIDFD and its own /proc, never by what it says"),
@@ -216,7 +217,8 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         Row("filesystem.workspace", UNAVAILABLE, "none: no mount namespace to overlay the "
             "workspace in", 'filesystem.workspace = "overlay" is refused: the command writes '
             "the real workspace (\"direct\")"),
-        row("stockade_state", "a root that holds a state directory of Stockade's is refused "
+        row("stockade_state", "a root that holds a state directory of Stockade's (or the "
+            "private homes' directory beside it) is refused "
             "(and each is carved out of every root); no AF_UNIX socket, so no Stockade socket "
             "is reachable; its servers refuse a peer with this seccomp filter and no_new_privs; "
             "no extended attribute can be set and no mode can let other users write",

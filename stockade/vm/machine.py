@@ -161,8 +161,22 @@ def init_script(guest: Guest, argv: list[str]) -> str:
     # which wins) is mounted after the frozen binds, which would hide it, and what is kept or
     # frozen inside it after it.
     later = [s for s in guest.shares if any(_inside(s.path, f) for f in guest.frozen)]
-    for share in [s for s in guest.shares if s not in later]:
+    # A hidden directory that holds shares (the private homes' directory, holding the run's
+    # own home: compile.py) is covered by an empty tmpfs before they are mounted on it, which
+    # is then made read-only: nothing else of what it hides shows.
+    holders = [h for h in guest.hidden
+               if any(s.path != h and _inside(s.path, h) for s in guest.shares)]
+    held = [s for s in guest.shares if any(_inside(s.path, h) for h in holders)]
+    for share in [s for s in guest.shares if s not in later + held]:
         lines += _mount_share(share, writable)
+    for holder in holders:
+        target = q("/newroot" + holder)
+        lines += [f"busybox mkdir -p {target}",
+                  f"busybox mount -t tmpfs -o mode=0755,size=16k,nosuid,nodev,noexec homes "
+                  f"{target}"]
+    lines += [line for share in held if share not in later
+              for line in _mount_share(share, writable)]
+    lines += [_read_only(q("/newroot" + holder), "nosuid,nodev,noexec") for holder in holders]
     for link, target in guest.links:
         lines.append(f"[ -e {q('/newroot' + link)} ] || busybox ln -s {q(target)} "
                      f"{q('/newroot' + link)}")
@@ -182,7 +196,7 @@ def init_script(guest: Guest, argv: list[str]) -> str:
                 target = q("/newroot" + path)
                 lines += [f"busybox mount --bind {target} {target}",
                           _read_only(target, writable)]
-    for path in guest.hidden:
+    for path in [h for h in guest.hidden if h not in holders]:
         target = q("/newroot" + path)
         lines.append(f"if [ -d {target} ]; then busybox mount -t tmpfs -o ro,size=0 deny {target}; "
                      f"elif [ -e {target} ]; then busybox mount --bind /dev/null {target}; fi")
