@@ -476,6 +476,21 @@ def test_a_windows_pass_is_cached_per_process_and_not_stored(monkeypatch, tmp_pa
     assert not (tmp_path / "state" / "attestation-windows.json").exists()
 
 
+
+def test_an_attestation_is_stored_where_os_has_no_o_cloexec(monkeypatch, tmp_path):
+    """Issue 31 D10's ground: the store opens with the ledger's flags (Windows has no
+    O_CLOEXEC; an AttributeError there would not be caught, and no launch would start)."""
+    from stockade.lifecycle import lease
+
+    monkeypatch.delattr(os, "O_CLOEXEC")
+    monkeypatch.setattr(lease, "OPEN_FLAGS", 0)
+    attestation = probe_module.Attestation(
+        ready=True, backend="windows", run_as="unelevated", versions={}, facts={},
+        enforced={}, timings={}, duration_ms=1.0)
+    path = tmp_path / "state" / "attestation-windows.json"
+    probe_module._store(str(path), attestation, {"k": 1}, 5.0)
+    assert json.loads(path.read_text())["key"] == {"k": 1}
+
 # --- the report --------------------------------------------------------------------------------
 
 CAPABILITIES = [

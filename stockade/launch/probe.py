@@ -34,7 +34,7 @@ from typing import Protocol
 from stockade.errors import StockadeError, UnavailableError
 from stockade.launch import registry
 from stockade.launch.backend import Backend
-from stockade.lifecycle import facts, statedir
+from stockade.lifecycle import facts, lease, statedir
 from stockade.lifecycle.ledger import Ledger
 
 ATTESTATION_VERSION = 1
@@ -253,7 +253,8 @@ def _store(path: str, attestation: Attestation, key: dict[str, object], now: flo
     try:
         statedir.ensure(os.path.dirname(path))
         temporary = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # (lease's flags: O_CLOEXEC is POSIX's, and an AttributeError here is not caught)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | lease.OPEN_FLAGS, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(body, f)
         os.replace(temporary, path)
