@@ -107,7 +107,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
              "helpers.planted-changes": "stockade_state",
              "helpers.forged-changes": "stockade_state",
-             "helpers.forged-state-dir": "stockade_state"}
+             "helpers.forged-state-dir": "stockade_state",
+             "fs.host-code-pth-missing": "filesystem.protected"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
@@ -151,6 +152,13 @@ def _specs() -> dict[str, Tier]:
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename")},
+        # (the home holds the place of a rootless user's state directory, whatever the
+        # environment says: refused first; with that refusal off, nothing keeps the home's
+        # missing code from being made)
+        "fs.home-code": tier("filesystem.protected", expect=RefusedBefore(STATE_REFUSED),
+                             proven_by=off("stockade_state")),
+        "fs.private-home-other": tier("stockade_state", expect=RefusedBefore(STATE_REFUSED),
+                                      proven_by=off("stockade_state")),
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),
