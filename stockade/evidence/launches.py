@@ -166,7 +166,7 @@ def in_the_home(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     return _settled(_executed(backend, scene, lambda: request_for(row, scene, argv, scene.home)))
 
 
-# The launch compiled by the interpreter of the scene's `{venv}`, as a `stockade run`
+# The launch compiled by the scene's `{venv_python}`, as a `stockade run`
 # installed there compiles it (its site-packages is the row's bait): the request, encoded, or
 # the error that refused it, as JSON on stdout.
 COMPILER = """
