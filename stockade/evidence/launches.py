@@ -42,7 +42,7 @@ from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
-from stockade.policy import Policy, merge, preset
+from stockade.policy import Policy, merge, policy_to_document, preset
 
 SOAK_THREADS = 8
 HOST_TIMEOUT = 120.0  # seconds an attack may run on the host before it is killed
@@ -155,6 +155,57 @@ def attack(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         return on_host(row, scene, argv_for(row, scene))
     return _settled(_executed(backend, scene, lambda: request_for(row, scene,
                                                                   argv_for(row, scene))))
+
+
+def in_the_home(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack with the home directory (`{home}`) as its workspace, as a `stockade run`
+    started in $HOME runs it (or on the host, there)."""
+    argv = argv_for(row, scene)
+    if backend is None:
+        return on_host(row, scene, argv, scene.home)
+    return _settled(_executed(backend, scene, lambda: request_for(row, scene, argv, scene.home)))
+
+
+# The launch compiled by the scene's `{venv_python}`, as a `stockade run`
+# installed there compiles it (its site-packages is the row's bait): the request, encoded, or
+# the error that refused it, as JSON on stdout.
+COMPILER = """
+import json, sys
+from stockade.errors import StockadeError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.policy import parse_policy
+spec = json.loads(sys.argv[1])
+try:
+    request = compile_policy(parse_policy(spec["policy"]), spec["argv"],
+                             CompileContext(**spec["context"]))
+    print(json.dumps({"request": request.encode().decode()}))
+except StockadeError as exc:
+    print(json.dumps({"error": exc.code, "message": exc.message}))
+"""
+
+
+def compiled_in_the_venv(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack, its launch compiled by the interpreter of the scene's venv (COMPILER) and
+    run here; a launch it refuses ends there, typed. (On the host: the attack as every
+    row's.)"""
+    if backend is None:
+        return attack(row, scene, None)
+    argv = argv_for(row, scene)
+    spec = {"policy": policy_to_document(policy_for(row, scene)), "argv": argv,
+            "context": vars(context_for(scene))}
+    done = subprocess.run([scene.values["venv_python"], "-c", COMPILER, json.dumps(spec)],
+                          env={**scene.host_env, "PYTHONPATH": PACKAGE_PARENT},
+                          cwd=scene.root, capture_output=True, text=True,
+                          timeout=HOST_TIMEOUT, check=False)
+    if not done.stdout:
+        raise NotRunnable(f"the venv's interpreter compiled nothing: {done.stderr[-300:]}")
+    compiled = json.loads(done.stdout)
+    if "error" in compiled:
+        if compiled["error"].startswith("unenforceable:"):
+            raise UnenforceableError(compiled["error"].removeprefix("unenforceable:"),
+                                     compiled["message"])
+        return Launch(error=StockadeError(compiled["error"], compiled["message"]))
+    return run_once(backend, LaunchRequest.decode(compiled["request"].encode()), scene)
 
 
 def _executed(backend: Backend, scene: Scene,

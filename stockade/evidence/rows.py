@@ -78,6 +78,12 @@ PROTECTED = by("protected", "EROFS", "EBUSY")
 READ_ONLY = (by("read_only", "EROFS"), by("landlock", "EACCES"))
 # The code the host runs next: read-only re-mounts (EROFS), mount points (EBUSY).
 HOST_CODE = by("host_code", "EROFS", "EBUSY")
+HOST_CODE_REFUSED = "unenforceable:filesystem.host_code"
+HOME_CODE_TARGETS = (
+    "{home}/.config/git/config", "{home}/.config/git", "{home}/.local/bin",
+    "{home}/.local/bin/tool", f"{{home}}/{setups.USER_SITE}/tool.pth",
+    f"{{home}}/{setups.USER_SITE}/evil.pth", "{home}/.bash_aliases",
+    "{home}/.cargo/config.toml", "{home}/.config/systemd/user", "{home}/.config/autostart")
 DENY = by("deny", "EACCES", "EBUSY", "EROFS")
 VIEW_AND_LANDLOCK = off("mount_view", "landlock")
 ANY = {"network": {"mode": "any"}}
@@ -129,6 +135,27 @@ ROWS: tuple[Row, ...] = (
         "rename each directory above a directory on the host's import path, then plant a "
         "replacement", "fs_rename.py", "{ws}", "{ws}/a/lib/site", expect=denied(HOST_CODE),
         proven=(off("host_code"), off("pins")), setup=setups.host_code_in_workspace),
+    row("fs.host-code-pth-missing", "filesystem",
+        "make the missing directory a .pth file of the host's site-packages names in a write "
+        "root, with a stockade package the host's next `python -m stockade` imports first",
+        "host_code_plant.py", "{ws}/src", expect=RefusedBefore(HOST_CODE_REFUSED),
+        unproven=COMPILER, setup=setups.pth_names_missing_directory,
+        launch=launches.compiled_in_the_venv),
+    row("fs.home-code", "filesystem",
+        "with the home as the workspace: write, move or make the home's code (git's "
+        "configuration, ~/.local/bin, a .pth in the user site-packages; missing: "
+        ".bash_aliases, ~/.cargo/config.toml, ~/.config/systemd/user, ~/.config/autostart)",
+        "tamper.py", *HOME_CODE_TARGETS, expect=denied(HOST_CODE, by("names_watch", "EACCES")),
+        proven=(off("host_code"), off("names_watch")), setup=setups.home_code,
+        launch=launches.in_the_home),
+    row("fs.private-home-other", "filesystem",
+        "with the home as the workspace (a rootless user's private homes lie in it): plant a "
+        "git configuration in another workspace's private home, make one for a workspace "
+        "not yet run, move them aside",
+        "tamper.py", "{other_home}/.config/git/config", "{other_home}/.config/git",
+        "{other_home}", "{homes}", expect=denied(by("stockade_state", "ENOENT", "EROFS", "EBUSY")),
+        proven=off("stockade_state"), setup=setups.other_private_home,
+        launch=launches.in_the_home),
     row("fs.protected-create", "filesystem",
         "make protected names (.codex, .mcp.json, .envrc, .claude, .bashrc, .gemini, "
         ".vscode) at run time in a write root and two levels down: mkdir, open with O_CREAT "

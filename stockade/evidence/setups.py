@@ -10,6 +10,7 @@ import secrets
 import shutil
 import socket
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from stockade.evidence.watch import (
 )
 from stockade.lifecycle import statedir
 from stockade.lifecycle.homes import SUFFIX
+from stockade.policy.presets import DENY_DEFAULTS, DENY_FILES
 
 Setup = Callable[[Scene], None]
 NOBODY = 65534
@@ -122,6 +124,20 @@ def host_code_in_workspace(scene: Scene) -> None:
     scene.host_env["PYTHONPATH"] = str(site)
     scene.watch(Unchanged(scene.ws / "a", "workspace/a (holding a/lib/site, on the host's "
                           "import path)"))
+
+
+def pth_names_missing_directory(scene: Scene) -> None:
+    """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
+    installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable
+    install whose sources are gone): `site` skips it, yet the venv's next interpreter imports
+    from it, first, once it exists. The workspace must stay empty."""
+    import venv
+
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(scene.root / "venv")
+    site = next((scene.root / "venv").glob("lib/python3*/site-packages"))
+    (site / "__editable__.evidence-0.1.pth").write_text(f"{scene.ws / 'src'}\n")
+    scene.values["venv_python"] = str(scene.root / "venv" / "bin" / "python")
+    scene.watch(Unchanged(scene.ws, "workspace"))
 
 
 def protected_create_places(scene: Scene) -> None:
@@ -548,6 +564,70 @@ def fake_home(scene: Scene) -> None:
     homes = statedir.candidates(scene.host_env, str(scene.home))[0] + SUFFIX
     ignored = os.path.relpath(homes, scene.home)
     scene.watch(Unchanged(scene.home, "home", () if ignored.startswith("..") else (ignored,)))
+
+
+def _stockade_made(scene: Scene) -> tuple[str, ...]:
+    """What a launch whose write root is the home makes there itself (relative names): each
+    state directory of the scene's environment in the home, and the private homes' beside
+    it, made to be masked (compile.py), never by the attack."""
+    places = [place for state in statedir.candidates(scene.host_env, str(scene.home))
+              for place in (state, state + SUFFIX)]
+    relative = (os.path.relpath(place, scene.home) for place in places)
+    return tuple(name for name in relative if not name.startswith(".."))
+
+
+def _home_as_workspace(scene: Scene) -> None:
+    """The home ready to be a workspace, as the refusal of a missing denied path in a write
+    root asks (compile.py): each credential store of the home the presets deny made, a known
+    credential file holding a secret, anything else a directory."""
+    for path in DENY_DEFAULTS:
+        name = path.removeprefix("{home}/")
+        if name == path:
+            continue
+        if os.path.basename(name) in DENY_FILES:
+            scene.plant_secret(f"home/{name}")
+        else:
+            (scene.home / name).mkdir(parents=True, exist_ok=True)
+
+
+# Code a host program runs from the home (policy.model.HOME_CODE), existing in the row's home:
+# git's configuration, a program on PATH, this Python's user site-packages.
+USER_SITE = f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
+HOME_CODE_FILES = {".config/git/config": "[user]\n\tname = me\n",
+                   ".local/bin/tool": "#!/bin/sh\nexit 0\n", f"{USER_SITE}/tool.pth": "\n"}
+
+
+def home_code(scene: Scene) -> None:
+    """The home, the row's workspace, holding code host programs run (HOME_CODE_FILES). What
+    else of it the launch would make (the directories on the way to the missing names it
+    keeps, empty) is made first, as the launch makes it: the home must stay as it is then."""
+    from stockade.launch import homecode
+
+    _home_as_workspace(scene)
+    for name, content in HOME_CODE_FILES.items():
+        scene.plant(f"home/{name}", content)
+    homecode.keep(homecode.places(str(scene.home), scene.host_env), [str(scene.home)])
+    scene.watch(Unchanged(scene.home, "home (holding its code)", _stockade_made(scene)))
+
+
+def other_private_home(scene: Scene) -> None:
+    """Stockade's state directory where a rootless user's is by default, in the home (the
+    row's workspace), and beside it (`{homes}`) the private home of another workspace (the
+    scene's `ws`: `{other_home}`) as Stockade made it, holding the git configuration that
+    workspace's next run reads. The homes' directory must stay as it is but for the run's
+    own home, which its launch makes there."""
+    from stockade.lifecycle import homes
+
+    _home_as_workspace(scene)
+    state = str(scene.home / ".local" / "state" / "stockade")
+    scene.host_env["STOCKADE_STATE_DIR"] = state
+    other = homes.home_for(os.path.realpath(scene.ws), state)
+    homes.ensure(other)
+    Path(other, homes.GIT_CONFIG).write_text("[user]\n\tname = other\n")
+    own = os.path.basename(homes.home_for(os.path.realpath(scene.home), state))
+    scene.values.update(homes=state + SUFFIX, other_home=other)
+    scene.watch(Unchanged(Path(state + SUFFIX), "the private homes' directory",
+                          (own, f"{homes.RECORDS}/{own}")))
 
 
 def heartbeat(then: Setup = nothing) -> Setup:

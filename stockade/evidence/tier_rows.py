@@ -26,7 +26,7 @@ from typing import Any
 from stockade.evidence.judges import Bounded, NotEnforced, RefusedBefore, refused_by
 from stockade.evidence.launches import Soak
 from stockade.evidence.row import Mutation, Row, off, without
-from stockade.evidence.rows import FORK_LIMIT, ROWS, denied, knob
+from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, denied, knob
 
 ISOLATION = "landlock"
 # The switches of frame.LAYERS the tier honours (LinuxBackend(weaken=...).tier("landlock")).
@@ -46,7 +46,6 @@ PID_SCOPE = refused_by("pid_scope", "EPERM")  # seccomp: no other process by pid
 SHARED_MOUNTS = ("the tier shares the host's mount namespace: switched off, its layers would "
                  "let the attack mount on the host itself")
 STATE_REFUSED = "unenforceable:filesystem.stockade_state"
-HOST_CODE_REFUSED = "unenforceable:filesystem.host_code"
 HOLDS_STATE = ("the root (/, the home directory) holds Stockade's state directory, so the tier "
                "refuses it first; with that refusal off, the denied paths' carve-out holds "
                "(fs.deny-in-root proves it)")
@@ -107,7 +106,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "res.output-flood": "limits.output", "res.output-to-a-file": "stdio",
              "helpers.planted-changes": "stockade_state",
              "helpers.forged-changes": "stockade_state",
-             "helpers.forged-state-dir": "stockade_state"}
+             "helpers.forged-state-dir": "stockade_state",
+             "fs.host-code-pth-missing": "filesystem.protected"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
@@ -151,6 +151,14 @@ def _specs() -> dict[str, Tier]:
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename")},
+        # (the home holds the place of a rootless user's state directory, whatever the
+        # environment says: refused first; with that refusal off, the carve-outs keep the
+        # home's code that exists, and a missing name only in a directory that holds a
+        # carved path (the home, ~/.config): in a sibling granted whole, ~/.cargo, it is made)
+        "fs.home-code": tier("filesystem.protected", expect=RefusedBefore(STATE_REFUSED),
+                             proven_by=off("stockade_state")),
+        "fs.private-home-other": tier("stockade_state", expect=RefusedBefore(STATE_REFUSED),
+                                      proven_by=off("stockade_state")),
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),
