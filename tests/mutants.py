@@ -51,6 +51,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "\n",
            ("tests/test_network_any_ipv6.py::"
             "test_the_guard_refuses_every_ipv6_address_the_proxy_refuses",)),
+    Mutant("landlock-tier-home-code-made", "stockade/linux/backend.py",
+           "            if request.home_unmade:  # (Landlock rules hold paths that exist: none "
+           "is made)",
+           "            if False:",
+           ("tests/test_home_code.py::"
+            "test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_made",)),
     Mutant("guard-own-address-stays-inside", "stockade/linux/guard.py",
            "    for version in (4, 6) if guarded else ():\n        if own[version]:",
            "    for version in (4, 6) if guarded else ():\n        if False:",

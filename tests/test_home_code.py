@@ -107,3 +107,29 @@ def test_the_home_code_is_not_the_commands_to_write(tmp_path, monkeypatch, mode)
     assert not os.path.exists("/tmp/evil")
     assert sorted(os.listdir(home / ".config" / "git")) == ["config"]
     assert os.listdir(home / ".config" / "systemd") == []  # (made empty, to be watched)
+
+
+def test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_made(
+        tmp_path, monkeypatch):
+    """Landlock rules hold paths that exist: with ~/.config a write root, the tier could not
+    stop `~/.config/systemd/user` being made (a real child made it). Refused, typed, naming
+    the way that works; a write root elsewhere runs."""
+    import subprocess
+    import sys
+
+    home = fake_home(tmp_path, monkeypatch)
+    for denied in ("gcloud", "gh"):  # (credential stores every preset denies: made first)
+        (home / ".config" / denied).mkdir(mode=0o700)
+    project = tmp_path / "project"
+    project.mkdir()
+    run = [sys.executable, "-m", "stockade", "run", "--isolation", "landlock"]
+    refused = subprocess.run([*run, "--write", str(home / ".config"), "--", "mkdir", "-p",
+                              str(home / ".config" / "systemd" / "user")],
+                             cwd=project, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 70, refused
+    assert "unenforceable:filesystem.host_code" in refused.stderr, refused.stderr
+    assert "isolation namespaces" in refused.stderr, refused.stderr
+    assert not (home / ".config" / "systemd" / "user").exists()
+    ran = subprocess.run([*run, "--", "true"], cwd=project, capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr

@@ -256,6 +256,12 @@ class LandlockTier(LinuxBackend):
         if "host_code" not in self.weaken:  # (tests only: the host's code left writable)
             hostcode.refuse_unkept(request, "the landlock tier (no mount view)",
                                    "or use isolation namespaces")
+            if request.home_unmade:  # (Landlock rules hold paths that exist: none is made)
+                raise UnenforceableError("filesystem.host_code", (
+                    f"{request.home_unmade[0]} would be the home's code (run by the host's "
+                    "shell, git or login) and a write root holds where it would be made, "
+                    "which the landlock tier cannot stop: use isolation namespaces, or a "
+                    "write root that is not the home or one of its configuration directories"))
         super().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
