@@ -123,13 +123,15 @@ def test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_ma
     project = tmp_path / "project"
     project.mkdir()
     run = [sys.executable, "-m", "stockade", "run", "--isolation", "landlock"]
+    # (the package these tests import: a mutant's copy's, scripts/mutants.py)
+    env = {**os.environ, "PYTHONPATH": str(Path(stockade.__file__).parent.parent)}
     refused = subprocess.run([*run, "--write", str(home / ".config"), "--", "mkdir", "-p",
                               str(home / ".config" / "systemd" / "user")],
-                             cwd=project, capture_output=True, text=True, timeout=60)
+                             cwd=project, capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 70, refused
     assert "unenforceable:filesystem.host_code" in refused.stderr, refused.stderr
     assert "isolation namespaces" in refused.stderr, refused.stderr
     assert not (home / ".config" / "systemd" / "user").exists()
     ran = subprocess.run([*run, "--", "true"], cwd=project, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=env)
     assert ran.returncode == 0, ran.stderr
