@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from conftest import PYTHON, sandbox, unavailable
+from conftest import PYTHON, policy_for, sandbox, unavailable
 from test_linux_fs import snapshot
 
 import stockade
@@ -112,6 +112,34 @@ def test_home_host_keeps_the_hosts_home_as_the_roots_say(ws, host_home):
     assert os.listdir(host_home) == []
     assert not os.path.exists(home_for(os.path.realpath(workspace),
                                        os.environ["STOCKADE_STATE_DIR"]))
+
+
+@pytest.mark.parametrize("relayed", [False, True], ids=["captured", "relayed"])
+def test_a_failure_in_the_hosts_home_says_which_knob_would_allow_it(ws, host_home, relayed,
+                                                                     tmp_path):
+    """Issue 32: with home = "host", a tool that fails writing its cache in the home said so
+    in its own words only; now a `filesystem.home` violation names the knob (from stderr
+    captured or relayed). Not for a failure elsewhere, a success, or a private home."""
+    workspace, _ = ws
+    fails = ["sh", "-c", 'mkdir "$HOME/.cache/tool"']
+    elsewhere = ["sh", "-c", "mkdir /nonexistent/tool"]
+    said = ["sh", "-c", 'echo "$HOME/.cache" >&2']
+
+    def home_violations(argv, home):
+        if not relayed:
+            result = sandbox(argv, workspace, home=home)
+        else:
+            with open(tmp_path / "err", "wb") as err:
+                result = stockade.run(argv, policy_for(home=home), workspace=workspace,
+                                      stderr=err.fileno())
+        return [v.detail for v in result.violations if v.kind == "filesystem.home"]
+
+    found = home_violations(fails, "host")
+    assert len(found) == 1 and 'filesystem.home = "private"' in found[0], found
+    assert str(host_home) in found[0]
+    assert home_violations(elsewhere, "host") == []
+    assert home_violations(said, "host") == []
+    assert home_violations(fails, "private") == []
 
 
 def test_discarding_a_home_removes_what_the_command_made_read_only(ws, host_home):

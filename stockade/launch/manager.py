@@ -4,6 +4,7 @@ unsandboxed; `run_unsandboxed` is the one, separately named, way to do that.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from stockade.errors import UnavailableError, UnenforceableError, UsageError
 from stockade.launch import registry
 from stockade.launch.backend import Backend, Stdio
-from stockade.launch.pump import DISCARD, KEEP, Sink, drive
+from stockade.launch.pump import DISCARD, KEEP, Forward, Outcome, Sink, drive
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.policy.model import Policy
@@ -146,6 +147,9 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     if done.cancelled:
         violations.append(Violation("cancelled", "cancelled by the caller"))
     violations += handle.violations
+    home = _home_unwritable(request, done)
+    if home is not None:
+        violations.append(home)
     for name, capture in (("stdout", done.stdout), ("stderr", done.stderr)):
         if capture.truncated:
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
@@ -162,6 +166,25 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         timings=stage_timings(handle.stages),
         args=list(request.argv), timeout=timeout, changes=changes,
     )
+
+
+def _home_unwritable(request: LaunchRequest, done: Outcome) -> Violation | None:
+    """A hint, said as a `filesystem.home` violation: a command that failed naming a path in
+    its home on stderr, where that home is not a write root (home = "host": read-only or not
+    in the view), most likely met a tool's cache or configuration there (npm, pip, cargo...).
+    (What the command printed decides: it can only add this hint, never remove a refusal.)"""
+    home = dict(request.env).get("HOME", "")
+    if done.end.exit_code in (0, None) or not os.path.isabs(home) or any(
+            home == g.path or home.startswith(g.path.rstrip("/") + "/") for g in request.write):
+        return None
+    stderr = done.stderr
+    text = bytes(stderr.data) if not isinstance(stderr, Forward) else stderr.tail
+    if os.fsencode(home.rstrip("/") + "/") not in text:
+        return None
+    return Violation("filesystem.home", f"the command failed naming a path in its home {home}, "
+                     'which is not writable here (filesystem.home = "host"): a tool that keeps '
+                     'a cache or configuration there needs filesystem.home = "private" (the '
+                     "workspace-write preset has it) or that directory as a write root")
 
 
 def _overlaid(backend: Backend, request: LaunchRequest) -> tuple[LaunchRequest, ChangeSet | None]:

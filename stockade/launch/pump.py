@@ -40,6 +40,7 @@ KILL_POLL = 0.1  # seconds between kills of a tree that outlives its deadline or
 DRAIN = 5.0  # seconds for the threads to take what is left once the command's tree is gone
 CHUNK = 65536
 PIPE_BUF = 4096  # what a descriptor that polled writable takes without blocking
+TAIL = 4096  # bytes of a relayed stream kept for hints
 
 # Where the command's stdout or stderr goes: KEEP (captured within the limit), DISCARD (read
 # and dropped), or a descriptor of this process to relay it to (within the limit).
@@ -85,8 +86,10 @@ class Forward(Capture):
     fd: int = -1
     pending: bytes = b""
     closed: bool = False
+    tail: bytes = b""  # the last TAIL bytes passed on (for hints about what went wrong)
 
     def _keep(self, kept: bytes) -> None:
+        self.tail = (self.tail + kept)[-TAIL:]
         if not self.closed:
             self.pending += kept
 
