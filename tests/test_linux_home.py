@@ -278,3 +278,15 @@ def test_a_run_naming_another_state_directory_keeps_its_home_out_of_others_reach
         assert r.exit_code == 0, r.stderr.decode()
         assert not (where / "PLANTED").exists(), where
     assert snapshot(b_home) == before
+
+
+def test_no_private_home_without_a_place_the_password_database_names(ws, monkeypatch):
+    """A uid the password database names no home for has no seal key's directory, so no
+    place for private homes that no launch's environment decides: refused, typed (never a
+    place beside the state directory the environment names, H2's)."""
+    workspace, _ = ws
+    monkeypatch.setattr(statedir, "key_dir", lambda: "")
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        sandbox(["true"], workspace)
+    assert refused.value.code == "unenforceable:filesystem.home"
+    assert sandbox(["true"], workspace, home="host").exit_code == 0
