@@ -28,7 +28,7 @@ import pytest
 
 import stockade
 from stockade.errors import UnavailableError
-from stockade.lifecycle import treewalk
+from stockade.lifecycle import homes, statedir, treewalk
 from stockade.policy import preset
 
 # The interpreter running the tests, visible inside the sandbox too.
@@ -52,7 +52,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         watch.end_processes(list(LEFT_RUNNING))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if session.config.option.basetemp is None and BASETEMP:
+        _discard_homes(BASETEMP[0])
         treewalk.remove(BASETEMP[0])
+
+
+def _discard_homes(base: str) -> None:
+    """Remove the private homes of the run's workspaces (any directory below `base`), which
+    launches keep beside the seal key's directory, outside the run's temporary files."""
+    keys = statedir.key_dir()
+    if not keys or not os.path.isdir(keys + homes.SUFFIX):
+        return
+    for top, names, _ in os.walk(base):
+        for name in names:
+            homes.discard(os.path.join(top, name), keys)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -184,6 +196,8 @@ def ws(tmp_path):
     outside = tmp_path / "outside"
     workspace.mkdir()
     outside.mkdir()
+    for directory in (workspace, outside):  # (a home a run interrupted there left: the
+        homes.discard(str(directory), statedir.key_dir())  # numbered temp dirs come again)
     return workspace, outside
 
 

@@ -274,11 +274,19 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
     # --- issue 29 H1: no run reaches another workspace's private home ------------------
     Mutant("homes-unmasked", "stockade/launch/compile.py",
-           '                                     (state + homes.SUFFIX, "the sandboxes\' '
-           'private homes"))]:',
-           "                                     )]:",
+           '        masked.append((ctx.key_dir + homes.SUFFIX, "the sandboxes\' private homes"))',
+           "        pass",
            ("tests/test_linux_home.py::test_a_run_never_reaches_another_workspaces_private_home",
+            "tests/test_linux_home.py::"
+            "test_a_run_naming_another_state_directory_keeps_its_home_out_of_others_reach",
             "tests/test_vm_qemu.py::test_a_guest_never_reaches_another_workspaces_private_home")),
+    # --- issue 29 H2: the homes' place does not follow the launch's environment ------------
+    Mutant("homes-follow-the-state-directory", "stockade/launch/compile.py",
+           "    home = homes.home_for(workspace, ctx.key_dir)\n",
+           '    home = homes.home_for(workspace, ctx.host_env.get("STOCKADE_STATE_DIR", '
+           "ctx.key_dir))\n",
+           ("tests/test_linux_home.py::"
+            "test_a_run_naming_another_state_directory_keeps_its_home_out_of_others_reach",)),
     Mutant("homes-own-home-not-granted-back", "stockade/linux/mnt.py",
            "    _regrant(top, own_devs, holders, regranted, request.exec_from_write, weaken)\n",
            "",

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 from conftest import PYTHON, policy_for, sandbox, unavailable
 from test_linux_fs import snapshot
 
 import stockade
+from stockade.lifecycle import statedir
 from stockade.lifecycle.homes import GIT_CONFIG, home_for
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -56,7 +58,7 @@ def test_npm_pip_and_git_keep_their_caches_and_configuration_in_a_private_home(w
         echo done"""], workspace)
     assert (first.exit_code, first.stdout) == (0, b"done\n"), first.stderr.decode()
     home = home_of(workspace)
-    assert home == home_for(os.path.realpath(workspace), os.environ["STOCKADE_STATE_DIR"])
+    assert home == home_for(os.path.realpath(workspace), statedir.key_dir())
     assert home != str(host_home) and not home.startswith(str(workspace))
     assert os.listdir(os.path.join(home, ".npm", "_logs")), "npm wrote no log in its home"
     second = sandbox(["sh", "-c", f"""set -e
@@ -110,8 +112,7 @@ def test_home_host_keeps_the_hosts_home_as_the_roots_say(ws, host_home):
     sandbox([tool("npm"), "ls"], workspace, home="host")
     assert home_of(workspace, home="host") == str(host_home)
     assert os.listdir(host_home) == []
-    assert not os.path.exists(home_for(os.path.realpath(workspace),
-                                       os.environ["STOCKADE_STATE_DIR"]))
+    assert not os.path.exists(home_for(os.path.realpath(workspace), statedir.key_dir()))
 
 
 @pytest.mark.parametrize("relayed", [False, True], ids=["captured", "relayed"])
@@ -152,10 +153,9 @@ def test_discarding_a_home_removes_what_the_command_made_read_only(ws, host_home
                  "chmod 555 ro/in ro && mkdir nox && echo y > nox/f && chmod 600 nox"],
                 workspace)
     assert r.exit_code == 0, r.stderr
-    state = os.environ["STOCKADE_STATE_DIR"]
-    home = home_for(os.path.realpath(workspace), state)
+    home = home_for(os.path.realpath(workspace), statedir.key_dir())
     assert os.path.isfile(os.path.join(home, "ro", "in", "f"))
-    homes.discard(str(workspace), state)
+    homes.discard(str(workspace), statedir.key_dir())
     assert not os.path.lexists(home)
 
 
@@ -190,15 +190,16 @@ print("everyday: DONE")
 
 
 def test_a_run_never_reaches_another_workspaces_private_home(ws, host_home, monkeypatch):
-    """Issue 29 H1: the private homes lie beside the state directory, for an ordinary user in
-    the home (`~/.local/state/stockade-homes`), under predictable names. A real command whose
-    workspace is the home tries to plant a git configuration (run by `git status`) in the
-    private home of workspace B (made) and of C (not made yet), to move them, and to list
-    them: the homes' directory shows it its own home only and nothing of it can be written;
-    B's next `git status` runs nothing of A's, and A's own home is kept between runs."""
+    """Issue 29 H1: the private homes lie beside the seal key's directory, for an ordinary user in
+    the home (`~/.local/state/stockade-homes`), under predictable names. A real command
+    whose workspace is the home tries to plant a git configuration (run by `git status`) in
+    the private home of workspace B (made) and of C (not made yet), to move them, and to
+    list them: the homes' directory shows it its own home only and nothing of it can be
+    written; B's next `git status` runs nothing of A's, and A's own home is kept between
+    runs."""
     workspace, outside = ws
-    state = host_home / ".local" / "state" / "stockade"  # (the rootless default place)
-    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    state = host_home / ".local" / "state" / "stockade"  # (a rootless user's, in the home)
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(state))
     git = tool("git")
     assert sandbox([git, "init", "-q", "."], workspace).exit_code == 0
     other = outside / "other"
@@ -231,7 +232,7 @@ def test_a_private_home_stockade_did_not_make_is_remade(ws, host_home):
     made afresh before the command runs: the planted git configuration, which `git status`
     would run, is gone, and the next run keeps the home Stockade made."""
     workspace, _ = ws
-    home = home_for(os.path.realpath(workspace), os.environ["STOCKADE_STATE_DIR"])
+    home = home_for(os.path.realpath(workspace), statedir.key_dir())
     os.makedirs(os.path.join(home, ".config", "git"), mode=0o700)
     with open(os.path.join(home, GIT_CONFIG), "w") as f:
         f.write('[core]\n\tfsmonitor = "touch PLANTED; false"\n')
@@ -244,3 +245,76 @@ def test_a_private_home_stockade_did_not_make_is_remade(ws, host_home):
     assert not os.path.exists(os.path.join(home, GIT_CONFIG))
     assert sandbox(["true"], workspace).exit_code == 0
     assert os.path.exists(os.path.join(home, "kept"))  # (recorded: kept from now on)
+
+
+# A run's plant in each private home of argv[1:] (made or not): git's configuration, which
+# `git status` runs, and the home's `.made` record forged with what the run sees of it.
+PLANT = """
+import os, sys
+for home in sys.argv[1:]:
+    try:
+        os.makedirs(os.path.join(home, ".config", "git"), exist_ok=True)
+        with open(os.path.join(home, ".config", "git", "config"), "a") as f:
+            f.write('[core]\\n\\tfsmonitor = "touch PLANTED; false"\\n')
+        records = os.path.join(os.path.dirname(home), ".made")
+        os.makedirs(records, exist_ok=True)
+        info = os.stat(home)
+        with open(os.path.join(records, os.path.basename(home)), "w") as f:
+            f.write(f"{info.st_dev}:{info.st_ino}\\n")
+        print("DONE")
+    except OSError as exc:
+        print(exc.strerror)
+"""
+
+
+def test_a_run_naming_another_state_directory_keeps_its_home_out_of_others_reach(
+        ws, host_home, monkeypatch):
+    """Issue 29 H2: workspace B runs with a state directory of its own (STOCKADE_STATE_DIR,
+    a project's, here in the home); run A names none and its workspace is the home. A real
+    command of A plants a git configuration (run by `git status`) and forges the `.made`
+    record in B's private home (made by B's first run) and in C's (not made yet), both where
+    that state directory would keep them and where the seal key's directory does (from the
+    password database, in a rootless user's home). The homes follow the seal key's place,
+    which every launch masks, not the state directory: B's and C's next `git status` run
+    nothing of A's and B's home is as B left it (before: A's fsmonitor ran in B and C)."""
+    workspace, outside = ws
+    keys = host_home / ".local" / "state" / "stockade"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(keys))
+    b_state = str(host_home / "work" / "projB-state")
+    git = tool("git")
+    other = outside / "c"
+    other.mkdir()
+
+    def as_b(argv, where):
+        monkeypatch.setenv("STOCKADE_STATE_DIR", b_state)
+        return sandbox(argv, where)
+
+    assert as_b([git, "init", "-q", "."], workspace).exit_code == 0
+    subprocess.run([git, "init", "-q", str(other)], check=True)  # (C's home: not made yet)
+    b_home = home_for(os.path.realpath(workspace), str(keys))
+    before = snapshot(b_home)
+    # (the place beside a state directory is home_for's with that directory)
+    places = [home_for(os.path.realpath(w), place) for w in (workspace, other)
+              for place in (b_state, str(keys))]
+    monkeypatch.delenv("STOCKADE_STATE_DIR")
+    r = sandbox([PYTHON, "-c", PLANT, *places], host_home, deny=())
+    assert r.exit_code == 0, r.stderr.decode()
+    outcomes = r.stdout.decode().splitlines()
+    assert len(outcomes) == 4 and "DONE" not in outcomes[1::2], outcomes  # (the masked ones)
+    for where in (workspace, other):
+        r = as_b([git, "status", "--short"], where)
+        assert r.exit_code == 0, r.stderr.decode()
+        assert not (where / "PLANTED").exists(), where
+    assert snapshot(b_home) == before
+
+
+def test_no_private_home_without_a_place_the_password_database_names(ws, monkeypatch):
+    """A uid the password database names no home for has no seal key's directory, so no
+    place for private homes that no launch's environment decides: refused, typed (never a
+    place beside the state directory the environment names, H2's)."""
+    workspace, _ = ws
+    monkeypatch.setattr(statedir, "key_dir", lambda: "")
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        sandbox(["true"], workspace)
+    assert refused.value.code == "unenforceable:filesystem.home"
+    assert sandbox(["true"], workspace, home="host").exit_code == 0

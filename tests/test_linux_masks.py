@@ -73,8 +73,8 @@ def test_the_home_state_directory_cannot_be_carried_away(home):
     assert identity(state) == before
     assert {name: sorted(os.listdir(home / name)) for name in ("", ".local")} == made
     assert "state" in made[".local"]
-    # (the private homes' directory beside it: made by Stockade, to be masked too)
-    assert sorted(os.listdir(home / ".local" / "state")) == ["stockade", "stockade-homes"]
+    # (nothing beside it: the private homes lie beside the seal key's directory, elsewhere)
+    assert sorted(os.listdir(home / ".local" / "state")) == ["stockade"]
 
 
 def test_a_state_directory_named_inside_a_write_root_cannot_be_carried_away(ws, monkeypatch):

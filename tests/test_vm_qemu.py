@@ -27,6 +27,7 @@ import stockade
 from stockade.errors import StartError, UnavailableError, UnenforceableError, UsageError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest, NetworkSpec, PathGrant
+from stockade.lifecycle import statedir
 from stockade.lifecycle.homes import ensure as ensure_home
 from stockade.lifecycle.homes import home_for
 from stockade.policy import merge
@@ -912,15 +913,15 @@ def test_a_write_root_granted_inside_a_protected_name_is_honoured_in_the_guest(v
 
 def test_a_guest_never_reaches_another_workspaces_private_home(vm_ready, tmp_path,
                                                                monkeypatch):
-    """Issue 29 H1 in a guest: the state directory (so the private homes' directory beside
-    it) lies in workspace A; a real command of A lists the homes and tries to plant a git
+    """Issue 29 H1 in a guest: the seal key's directory (so the private homes' directory
+    beside it) lies in workspace A; a real command of A lists the homes and tries to plant a git
     configuration in workspace B's home and to remove it: it sees its own home alone there,
     every attempt fails, B's home is as it was, and A's own home works."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
     state = a / "state"
-    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(state))
     b_home = home_for(os.path.realpath(b), str(state))
     ensure_home(b_home)  # (as B's first run makes it)
     homes = os.path.dirname(b_home)

@@ -149,7 +149,8 @@ ROWS: tuple[Row, ...] = (
         proven=(off("host_code"), off("names_watch")), setup=setups.home_code,
         launch=launches.in_the_home),
     row("fs.private-home-other", "filesystem",
-        "with the home as the workspace (a rootless user's private homes lie in it): plant a "
+        "with the home as the workspace (a rootless user's private homes lie in it, beside "
+        "the seal key's directory, whatever state directory the run names): plant a "
         "git configuration in another workspace's private home, make one for a workspace "
         "not yet run, move them aside",
         "tamper.py", "{other_home}/.config/git/config", "{other_home}/.config/git",

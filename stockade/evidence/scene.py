@@ -50,6 +50,9 @@ class Scene:
         }
         self.read_roots: list[str] = []      # granted read-only, besides the preset's
         self.host_env = {**os.environ, "HOME": str(self.home)}
+        # The seal key's directory, beside which launches keep the private homes
+        # (statedir.key_dir, from the password database; a setup may name one in the scene)
+        self.key_dir = statedir.key_dir()
         self.secrets = [self.secret]         # must never appear in the child's output
         self.stdin: str | None = None        # "inherit" to hand the child our stdin
         self.cancel: threading.Event | None = None
@@ -82,10 +85,9 @@ class Scene:
         for watch in reversed(self.watches):
             watch.close()
         # the private homes (filesystem.home) Stockade made for the scene's workspaces, which
-        # are kept beside the state directory, outside the scene: a matrix run made ~100
-        state = statedir.candidates(self.host_env, str(self.home))[0]
+        # are kept beside the seal key's directory, outside the scene: a matrix run made ~100
         soak = self.root / "soak"
         for workspace in [self.ws, self.outside, self.home,
                           *(sorted(soak.iterdir()) if soak.is_dir() else [])]:
-            homes.discard(str(workspace), state)
+            homes.discard(str(workspace), self.key_dir)
         shutil.rmtree(self.root, ignore_errors=True)

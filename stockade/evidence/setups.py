@@ -559,19 +559,17 @@ def fake_home(scene: Scene) -> None:
     """A home directory with keys, credentials and shell history (all of them secrets)."""
     for name in (*HOME_SECRETS, ".bash_history"):
         scene.plant_secret(f"home/{name}")
-    # (rootless, the state directory's default place is in this home: the private homes of
-    # filesystem.home = "private" are made beside it, by Stockade, not by the attack)
-    homes = statedir.candidates(scene.host_env, str(scene.home))[0] + SUFFIX
-    ignored = os.path.relpath(homes, scene.home)
+    # (where the private homes of filesystem.home = "private" are, Stockade makes them, not
+    # the attack: in the home when the scene's seal key's directory is in it)
+    ignored = os.path.relpath(scene.key_dir + SUFFIX, scene.home)
     scene.watch(Unchanged(scene.home, "home", () if ignored.startswith("..") else (ignored,)))
 
 
 def _stockade_made(scene: Scene) -> tuple[str, ...]:
     """What a launch whose write root is the home makes there itself (relative names): each
-    state directory of the scene's environment in the home, and the private homes' beside
-    it, made to be masked (compile.py), never by the attack."""
-    places = [place for state in statedir.candidates(scene.host_env, str(scene.home))
-              for place in (state, state + SUFFIX)]
+    state directory of the scene's environment in the home, and the private homes' (beside
+    the seal key's directory), made to be masked (compile.py), never by the attack."""
+    places = [*statedir.candidates(scene.host_env, str(scene.home)), scene.key_dir + SUFFIX]
     relative = (os.path.relpath(place, scene.home) for place in places)
     return tuple(name for name in relative if not name.startswith(".."))
 
@@ -611,22 +609,23 @@ def home_code(scene: Scene) -> None:
 
 
 def other_private_home(scene: Scene) -> None:
-    """Stockade's state directory where a rootless user's is by default, in the home (the
-    row's workspace), and beside it (`{homes}`) the private home of another workspace (the
-    scene's `ws`: `{other_home}`) as Stockade made it, holding the git configuration that
-    workspace's next run reads. The homes' directory must stay as it is but for the run's
-    own home, which its launch makes there."""
+    """The seal key's directory where a rootless user's is, in the home (the row's workspace)
+    as the password database names it, and beside it (`{homes}`) the private home of another
+    workspace (the scene's `ws`: `{other_home}`) as Stockade made it, holding the git
+    configuration that workspace's next run reads; the run's environment names another state
+    directory (issue 29, H2: the homes' place does not follow it). The homes' directory must
+    stay as it is but for the run's own home, which its launch makes there."""
     from stockade.lifecycle import homes
 
     _home_as_workspace(scene)
-    state = str(scene.home / ".local" / "state" / "stockade")
-    scene.host_env["STOCKADE_STATE_DIR"] = state
-    other = homes.home_for(os.path.realpath(scene.ws), state)
+    scene.key_dir = str(scene.home / ".local" / "state" / "stockade")
+    scene.host_env["STOCKADE_STATE_DIR"] = str(scene.outside / "state")
+    other = homes.home_for(os.path.realpath(scene.ws), scene.key_dir)
     homes.ensure(other)
     Path(other, homes.GIT_CONFIG).write_text("[user]\n\tname = other\n")
-    own = os.path.basename(homes.home_for(os.path.realpath(scene.home), state))
-    scene.values.update(homes=state + SUFFIX, other_home=other)
-    scene.watch(Unchanged(Path(state + SUFFIX), "the private homes' directory",
+    own = os.path.basename(homes.home_for(os.path.realpath(scene.home), scene.key_dir))
+    scene.values.update(homes=scene.key_dir + SUFFIX, other_home=other)
+    scene.watch(Unchanged(Path(scene.key_dir + SUFFIX), "the private homes' directory",
                           (own, f"{homes.RECORDS}/{own}")))
 
 

@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
 from stockade.launch import homecode, hostcode
@@ -26,6 +26,12 @@ from stockade.policy.render import kind as value_kind
 PLACEHOLDERS = ("workspace", "tmp", "home")
 
 
+def _key_dir() -> str:
+    from stockade.lifecycle import statedir
+
+    return statedir.key_dir()
+
+
 @dataclass(frozen=True)
 class CompileContext:
     """Where placeholders point. Defaults: the current directory, the temp dir, the home dir."""
@@ -34,6 +40,9 @@ class CompileContext:
     home: str
     tmp: str | None  # None: the host's temp dir, looked up only by a path that uses `{tmp}`
     host_env: Mapping[str, str]
+    # The seal key's directory, beside which the private homes lie (statedir.key_dir, from the
+    # password database, never from host_env; the evidence's scenes name one of their own).
+    key_dir: str = field(default_factory=_key_dir)
 
     @classmethod
     def current(cls, workspace: str | os.PathLike | None = None) -> CompileContext:
@@ -321,15 +330,18 @@ def _make_all(aliases: Iterable[str]) -> str:
 def _private_home(ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tuple[str, str]]]:
     """`filesystem.home = "private"`: the workspace's own home, made if need be, as a write
     grant (stockade/lifecycle/homes.py)."""
-    from stockade.lifecycle import homes, statedir
+    from stockade.lifecycle import homes
 
-    state = statedir.candidates(ctx.host_env, ctx.home)[0]
+    if not ctx.key_dir:
+        raise UnenforceableError(
+            "filesystem.home", 'no place for private homes: the password database names no '
+            'home for this user; set filesystem.home = "host"')
     try:
         workspace = canonical_path(ctx.workspace)
     except OSError:
         raise PolicyError(f"workspace {ctx.workspace} does not exist", key="filesystem.home"
                           ) from None
-    home = homes.home_for(workspace, state)
+    home = homes.home_for(workspace, ctx.key_dir)
     homes.ensure(home)
     return _grants((home,), "filesystem.home", ctx)
 
@@ -353,20 +365,23 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
                     write: tuple[PathGrant, ...], home: tuple[PathGrant, ...] = ()
                     ) -> tuple[tuple[PathGrant, ...], tuple[str, ...]]:
     """Stockade's own state directories (every place this user's may be: the ledger, the
-    daemon's and the CLI server's sockets, attestations) and the private homes' directory
-    beside each, masked whatever the roots say, and every such place resolved, whether it
-    exists or not (a sandbox without a mount view refuses a root that holds one:
-    landlock_tier.py). One that does not exist yet inside a write root is made now, so it can
-    be masked. The run's own private home (`home`) is the only root granted inside one: no
-    sandbox reaches another workspace's home, to plant what that workspace's next run reads."""
+    daemon's and the CLI server's sockets, attestations, the seal key) and the private homes'
+    directory (beside the seal key's: one place whatever the environment), masked whatever the
+    roots say, and every such place resolved, whether it exists or not (a sandbox without a
+    mount view refuses a root that holds one: landlock_tier.py). One that does not exist yet
+    inside a write root is made now, so it can be masked. The run's own private home (`home`)
+    is the only root granted inside one: no sandbox reaches another workspace's home, to plant
+    what that workspace's next run reads."""
     from stockade.lifecycle import homes, statedir
 
     grants = []
     places = []
     own = {grant.path for grant in home}
-    for place, what in [pair for state in statedir.candidates(ctx.host_env, ctx.home)
-                        for pair in ((state, "Stockade's state directory"),
-                                     (state + homes.SUFFIX, "the sandboxes' private homes"))]:
+    masked = [(state, "Stockade's state directory")
+              for state in statedir.candidates(ctx.host_env, ctx.home)]
+    if ctx.key_dir:
+        masked.append((ctx.key_dir + homes.SUFFIX, "the sandboxes' private homes"))
+    for place, what in masked:
         resolved = os.path.realpath(place)
         places.append(resolved)
         _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what)

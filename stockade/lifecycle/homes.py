@@ -2,18 +2,22 @@
 between runs, so that tools with a cache or configuration in `$HOME` (npm, pip, cargo, go,
 git's global configuration, ...) work and reuse what they downloaded.
 
-Where. `<state directory>-homes/<workspace's name>-<hash of its path>`, beside Stockade's
-state directory, never inside it (every place that may be is masked from every sandbox), and
-never the host's home: `HOME` points there in the sandbox. Every such `-homes` directory is
-masked from every sandbox too, which sees its own home there and nothing else
-(compile.py, linux/mnt.py): a run cannot reach another workspace's home. Made mode 0700 on
-first use, with `.config/git/` in it, where `GIT_CONFIG_GLOBAL` points (`~/.gitconfig` is a
-protected name, which the command cannot make), and its identity (device and inode) recorded
-beside it (`.made/<its name>`, which no sandbox sees; no home's name starts with a dot).
+Where. `<key directory>-homes/<workspace's name>-<hash of its path>`, beside the directory of
+the change sets' seal key (statedir.key_dir: `/var/lib/stockade-homes` for root, else
+`~/.local/state/stockade-homes` in the home the password database names), never the host's
+home itself: `HOME` points there in the sandbox. One place per user whatever the environment
+or the state directory in use (`--state-dir`, `STOCKADE_STATE_DIR`): a place chosen from the
+environment would be masked only from launches whose environment names it, and a launch with
+another environment could reach a home there and plant what its workspace's next run reads
+(issue 29, H2). This directory is masked from every sandbox, which sees its own home there and
+nothing else (compile.py, linux/mnt.py). Made mode 0700 on first use, with `.config/git/` in
+it, where `GIT_CONFIG_GLOBAL` points (`~/.gitconfig` is a protected name, which the command
+cannot make), and its identity (device and inode) recorded beside it (`.made/<its name>`,
+which no sandbox sees; no home's name starts with a dot).
 Checked at every launch as the state directory is: a real directory, owned by this user,
 writable by no one else, and the one recorded: a home Stockade did not make (the names are
-predictable: one made by a sandbox that could reach the `-homes` directory) is removed and
-made afresh.
+predictable: one made by a sandbox that could reach the homes' directory) is removed and
+made afresh. (Homes an older Stockade made beside another state directory are not used.)
 Nothing inside it is ever opened by the host after it was made: a previous run could have put
 a link anywhere in it.
 
@@ -43,12 +47,12 @@ GIT_CONFIG = os.path.join(".config", "git", "config")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def home_for(workspace: str, state: str) -> str:
-    """The private home of `workspace` (a canonical path), beside the state directory `state`
-    (it may not exist yet)."""
+def home_for(workspace: str, keys: str) -> str:
+    """The private home of `workspace` (a canonical path), in the homes' directory beside the
+    seal key's directory `keys` (statedir.key_dir; it may not exist yet)."""
     name = _UNSAFE.sub("_", os.path.basename(workspace)).lstrip(".") or "root"
     key = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
-    return os.path.join(state + SUFFIX, f"{name[:40]}-{key}")
+    return os.path.join(keys + SUFFIX, f"{name[:40]}-{key}")
 
 
 def ensure(home: str) -> None:
@@ -129,15 +133,15 @@ def _recorded(record: str) -> str | None:
 
 def _unusable(home: str, why: str) -> UnenforceableError:
     return UnenforceableError(
-        "filesystem.home", f"the sandbox's private home {home} {why}; remove it, choose "
-        f'another state directory (--state-dir), or set filesystem.home = "host"')
+        "filesystem.home", f"the sandbox's private home {home} {why}; remove it, or set "
+        'filesystem.home = "host"')
 
 
-def discard(workspace: str, state: str) -> None:
-    """Remove the private home of `workspace` beside `state`, if there is one (a scratch
+def discard(workspace: str, keys: str) -> None:
+    """Remove the private home of `workspace` beside `keys`, if there is one (a scratch
     workspace's: nothing else would ever remove it). Links in it are removed, not followed;
     directories the command made read-only are removed too (treewalk.remove)."""
-    home = home_for(os.path.realpath(workspace), state)
+    home = home_for(os.path.realpath(workspace), keys)
     if os.path.isdir(home) and not os.path.islink(home):
         treewalk.remove(home)
     with contextlib.suppress(FileNotFoundError):

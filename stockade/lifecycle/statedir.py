@@ -68,7 +68,7 @@ def key_dir() -> str:
     sandbox may build a whole state directory, key and all, where a shell with another
     environment (another HOME, XDG_STATE_HOME or STOCKADE_STATE_DIR) later looks for one;
     this place is the same for every process of the user, and every launch masks it
-    (`candidates`)."""
+    (`candidates`). The private homes lie beside it for the same reason (homes.py)."""
     if lease.superuser():
         return ROOT_STATE_DIR
     home = passwd_home()

@@ -90,9 +90,9 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
                                               "host"),
         _workspace_row(root),
         row("stockade_state", "Stockade's state directories (ledger, attestations, daemon and "
-            "CLI server sockets) and the private homes' directories beside them masked in every "
-            "view (a run sees its own home there alone), the directories above them in a write "
-            "root pinned; its servers serve no peer in another context",
+            "CLI server sockets, seal key) and the private homes' directory beside the seal "
+            "key's masked in every view (a run sees its own home there alone), the directories "
+            "above them in a write root pinned; its servers serve no peer in another context",
             {"mounts": ("stockade_state",)},
             "servers know a peer by SO_PEERPIDFD and its own /proc, never by what it says"),
         row("network.none", "a network namespace of its own, holding only its own loopback",
@@ -218,7 +218,7 @@ def tier_rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "workspace in", 'filesystem.workspace = "overlay" is refused: the command writes '
             "the real workspace (\"direct\")"),
         row("stockade_state", "a root that holds a state directory of Stockade's (or the "
-            "private homes' directory beside it) is refused "
+            "private homes' directory) is refused "
             "(and each is carved out of every root); no AF_UNIX socket, so no Stockade socket "
             "is reachable; its servers refuse a peer with this seccomp filter and no_new_privs; "
             "no extended attribute can be set and no mode can let other users write",
