@@ -319,6 +319,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        elif any(_at_or_below(change.path, n) for n in never):",
            "        elif False:",
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
+    # --- issue 29 L1: a home reached through a link is still the home to apply ------------------
+    Mutant("apply-home-unresolved", "stockade/lifecycle/changeapply.py",
+           "    return {os.path.normpath(path), os.path.realpath(path)}\n",
+           "    return {os.path.normpath(path)}\n",
+           (STORE + "test_a_home_reached_through_a_link_is_still_the_home[.psqlrc-changes_refused]",
+            STORE + "test_a_home_reached_through_a_link_is_still_the_home"
+            "[.config/htop/htoprc-changes_home_config]")),
     # --- issue 29: the sandbox ends whatever its pid 1 does ----------------------------------
     Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
            "            _die_with_parent()\n", "",

@@ -471,6 +471,29 @@ def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):
         result.changes.discard()
 
 
+@pytest.mark.parametrize(("made", "code"), [(".psqlrc", "changes_refused"),
+                                             (".config/htop/htoprc", "changes_home_config")])
+def test_a_home_reached_through_a_link_is_still_the_home(tmp_path, monkeypatch, made, code):
+    """Issue 29 L1: $HOME goes through a link (/home -> /var/home), the change set records its
+    write root resolved. Its home code is still refused, `changes_refused`, even with
+    --home-config, and its configuration still waits for --home-config: nothing lands (failed
+    before: both applied by a plain `stockade apply`)."""
+    real = tmp_path / "disk" / "user"
+    real.mkdir(parents=True)
+    (tmp_path / "home").symlink_to("disk")
+    home = tmp_path / "home" / "user"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    result = home_run(home, [made], monkeypatch)
+    try:
+        for options in ((), ("--home-config",)) if code == "changes_refused" else ((),):
+            done = shell_apply(home, *options)
+            assert done.returncode == 1 and code in done.stderr, done.stderr
+            assert not (real / made).exists()
+    finally:
+        result.changes.discard()
+
+
 def test_a_project_workspace_in_the_home_applies_as_before(tmp_path, monkeypatch):
     """The everyday case is untouched: a project in the home, its own hidden files and bin/
     too, applies without the option."""
