@@ -272,6 +272,10 @@ MUTANTS: tuple[Mutant, ...] = (
            '    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)\n',
            '    found += [Place(entry, "pth_entry") for entry in []\n',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
+    Mutant("host-code-hidden-pth-unread", "stockade/launch/hostcode.py",
+           'if name.endswith(".pth"))', 'if name.endswith(".pth") and name[0] != ".")',
+           (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused"
+            "[.atk.pth]",)),
     # --- issue 29 H1: no run reaches another workspace's private home ------------------
     Mutant("homes-unmasked", "stockade/launch/compile.py",
            '                                     (state + homes.SUFFIX, "the sandboxes\' '
