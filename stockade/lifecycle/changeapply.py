@@ -30,9 +30,9 @@ from stockade.lifecycle.changescan import (
     read_regular,
     same_as_host,
 )
-from stockade.lifecycle.changeview import visible
 from stockade.policy.model import DEFAULT_PROTECTED, HOME_CODE, XDG_CODE
 from stockade.policy.presets import DENY_DEFAULTS
+from stockade.visibletext import visible
 
 # What of a guarded repository stays read-only (docs/policy.md, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
