@@ -445,7 +445,9 @@ def test_a_home_workspace_lands_its_configuration_only_when_asked(tmp_path, monk
 HOME_CODE_MADE = (".config/git/config", ".bash_aliases", ".local/bin/git", "bin/git", ".tmux.conf",
                   ".cargo/config.toml", ".config/systemd/user/x.service",
                   ".local/lib/python3.99/site-packages/zz.pth", ".config/environment.d/x.conf",
-                  ".psqlrc", ".gdbinit", ".vim/plugin/x.vim")
+                  ".psqlrc", ".gdbinit", ".vim/plugin/x.vim", ".cargo/env",
+                  ".pyenv/shims/python3", ".local/share/systemd/user/x.service",
+                  ".config/lesskey", "go/bin/git")
 
 
 def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):

@@ -43,13 +43,14 @@ def never_applied() -> tuple[str, ...]:
     that names a policy of its own is only as good as its seal): the credential stores every
     preset denies, the home directory's own protected names (shell start-up files, git's
     and agents' configuration) and HOME_CODE, in the home the password database names and in
-    $HOME (and git's configuration below $XDG_CONFIG_HOME), each as written and resolved."""
+    $HOME (and what of HOME_CODE lies below $XDG_CONFIG_HOME and $XDG_DATA_HOME), each as
+    written and resolved."""
     homes = _homes()
     found = {path.replace("{home}", home) for path in DENY_DEFAULTS for home in homes}
     found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED + HOME_CODE
               for home in homes}
-    found |= {os.path.join(config, name) for name in XDG_CODE
-              for config in _both(os.environ.get("XDG_CONFIG_HOME", ""))}
+    found |= {os.path.join(top, name) for variable, names in XDG_CODE.items()
+              for top in _both(os.environ.get(variable, "")) for name in names}
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
 
 
