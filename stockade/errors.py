@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 
+from stockade.visibletext import visible
+
 EXIT_USAGE = 2
 EXIT_SETUP = 70
 EXIT_START = 71
@@ -17,8 +19,14 @@ class StockadeError(Exception):
     """Base of every error Stockade raises on purpose."""
 
     exit_code = EXIT_SETUP
+    listing = False  # whether the message's newlines are its own, one listed item a line
 
     def __init__(self, code: str, message: str) -> None:
+        # A message may quote what a sandboxed command chose (a path, a link's text: issue 29
+        # T2); every reader (the CLI's line, the API's text, --json, a session) gets it with
+        # what a terminal would act on escaped, a newline too unless it is the listing's.
+        lines = message.split("\n") if self.listing else [message]
+        message = "\n".join(visible(line) for line in lines)
         super().__init__(message)
         self.code = code
         self.message = message
@@ -105,6 +113,7 @@ class ChangesError(StockadeError):
     change to the home's configuration, landed only when asked)."""
 
     exit_code = 1
+    listing = True  # (changeapply.refuse: one change a line)
 
     def __init__(self, code: str, message: str, conflicts: tuple[str, ...] = ()) -> None:
         super().__init__(code, message)

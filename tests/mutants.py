@@ -167,7 +167,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if not isinstance(created, int | float) or created > time.time() + CLOCK_SLACK:",
            "    if not isinstance(created, int | float):",
            (STORE + "test_a_set_dated_in_the_future_is_refused_even_with_a_seal_that_verifies",)),
-    Mutant("review-shows-control-characters", "stockade/lifecycle/changeview.py",
+    Mutant("review-shows-control-characters", "stockade/visibletext.py",
            "    if not escaped or text.isprintable()", "    if not escaped or True",
            (OVERLAY + "test_the_review_escapes_what_would_fool_a_terminal",)),
     Mutant("violation-names-raw", "stockade/launch/result.py",
@@ -175,7 +175,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_protected_create.py::"
             "test_a_name_the_command_chose_reaches_the_violations_escaped",
             CLI + "test_a_name_the_command_chose_is_escaped_in_stockades_own_lines")),
-    Mutant("review-shows-blank-characters", "stockade/lifecycle/changeview.py",
+    Mutant("error-message-raw", "stockade/errors.py",
+           '        message = "\\n".join(visible(line) for line in lines)\n', "",
+           (CLI + "test_a_refusal_quoting_what_the_command_chose_is_escaped",)),
+    Mutant("review-shows-blank-characters", "stockade/visibletext.py",
            " or bool(_BLANK.match(char))", "",
            (OVERLAY + "test_the_review_escapes_characters_that_render_blank",)),
     Mutant("review-hides-added-modes", "stockade/lifecycle/changeview.py",
@@ -272,6 +275,10 @@ MUTANTS: tuple[Mutant, ...] = (
            '    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)\n',
            '    found += [Place(entry, "pth_entry") for entry in []\n',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
+    Mutant("host-code-hidden-pth-unread", "stockade/launch/hostcode.py",
+           'if name.endswith(".pth"))', 'if name.endswith(".pth") and name[0] != ".")',
+           (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused"
+            "[.atk.pth]",)),
     # --- issue 29 H1: no run reaches another workspace's private home ------------------
     Mutant("homes-unmasked", "stockade/launch/compile.py",
            '        masked.append((ctx.key_dir + homes.SUFFIX, "the sandboxes\' private homes"))',
@@ -310,6 +317,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if inside:\n                found.watched.add(here)\n            if hops",
            "            if hops",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
+    Mutant("home-code-xdg-data-home-ignored", "stockade/policy/model.py",
+           '(("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/"))',
+           '(("XDG_CONFIG_HOME", ".config/"),)',
+           ("tests/test_home_code.py::test_the_home_code_in_xdg_data_home_elsewhere_is_kept",)),
     Mutant("home-config-applied", "stockade/lifecycle/changes.py",
            "        home = [] if home_config else", "        home = [] if True else",
            (STORE + "test_a_home_workspace_lands_its_configuration_only_when_asked",)),
@@ -327,6 +338,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        elif any(_at_or_below(change.path, n) for n in never):",
            "        elif False:",
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
+    # --- issue 29 L1: a home reached through a link is still the home to apply ------------------
+    Mutant("apply-home-unresolved", "stockade/lifecycle/changeapply.py",
+           "    return {os.path.normpath(path), os.path.realpath(path)}\n",
+           "    return {os.path.normpath(path)}\n",
+           (STORE + "test_a_home_reached_through_a_link_is_still_the_home[.psqlrc-changes_refused]",
+            STORE + "test_a_home_reached_through_a_link_is_still_the_home"
+            "[.config/htop/htoprc-changes_home_config]")),
     # --- issue 29: the sandbox ends whatever its pid 1 does ----------------------------------
     Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
            "            _die_with_parent()\n", "",

@@ -445,7 +445,9 @@ def test_a_home_workspace_lands_its_configuration_only_when_asked(tmp_path, monk
 HOME_CODE_MADE = (".config/git/config", ".bash_aliases", ".local/bin/git", "bin/git", ".tmux.conf",
                   ".cargo/config.toml", ".config/systemd/user/x.service",
                   ".local/lib/python3.99/site-packages/zz.pth", ".config/environment.d/x.conf",
-                  ".psqlrc", ".gdbinit", ".vim/plugin/x.vim")
+                  ".psqlrc", ".gdbinit", ".vim/plugin/x.vim", ".cargo/env",
+                  ".pyenv/shims/python3", ".local/share/systemd/user/x.service",
+                  ".config/lesskey", "go/bin/git")
 
 
 def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):
@@ -467,6 +469,29 @@ def test_a_home_workspace_never_lands_home_code(tmp_path, monkeypatch):
             for path in HOME_CODE_MADE:
                 assert f"{home / path}:" in done.stderr, (path, done.stderr)
             assert sorted(os.listdir(home)) == before
+    finally:
+        result.changes.discard()
+
+
+@pytest.mark.parametrize(("made", "code"), [(".psqlrc", "changes_refused"),
+                                             (".config/htop/htoprc", "changes_home_config")])
+def test_a_home_reached_through_a_link_is_still_the_home(tmp_path, monkeypatch, made, code):
+    """Issue 29 L1: $HOME goes through a link (/home -> /var/home), the change set records its
+    write root resolved. Its home code is still refused, `changes_refused`, even with
+    --home-config, and its configuration still waits for --home-config: nothing lands (failed
+    before: both applied by a plain `stockade apply`)."""
+    real = tmp_path / "disk" / "user"
+    real.mkdir(parents=True)
+    (tmp_path / "home").symlink_to("disk")
+    home = tmp_path / "home" / "user"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    result = home_run(home, [made], monkeypatch)
+    try:
+        for options in ((), ("--home-config",)) if code == "changes_refused" else ((),):
+            done = shell_apply(home, *options)
+            assert done.returncode == 1 and code in done.stderr, done.stderr
+            assert not (real / made).exists()
     finally:
         result.changes.discard()
 

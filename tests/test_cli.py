@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import interrupted_json_run
 
+import stockade
 from stockade import demo
 from stockade.cli import main, to_toml
 from stockade.policy import parse_policy, preset
@@ -249,6 +250,32 @@ def test_a_name_the_command_chose_is_escaped_in_stockades_own_lines(workspace):
                PYTHON, "-c", HOSTILE_NAMES, cwd=workspace)
     [violation] = json.loads(done.stdout)["violations"]
     assert violation["detail"].isprintable() and "\\xff/.codex" in violation["detail"]
+
+
+@sandboxed
+def test_a_refusal_quoting_what_the_command_chose_is_escaped(workspace):
+    """Issue 29 T2: run 1 leaves a `.git` link (git's own name, which a command may make)
+    in a directory whose name, like the link's text, holds an escape sequence and a forged
+    "stockade: all clear" line. The next launch is refused, `unenforceable:filesystem.git`,
+    quoting both: its stderr line (plain and --json) and the API's exception text hold them
+    escaped, no ESC (failed before: 9 raw ESC erased the line and concealed the rest)."""
+    from conftest import PYTHON, PYTHON_ROOT, policy_for
+    from test_protected_create import HOSTILE_DIRECTORY
+    plant = (f"import os; d = {HOSTILE_DIRECTORY!r}; os.makedirs(d); "
+             f"os.symlink(d[1:], os.path.join(d, b'.git'))")
+    done = cli("run", "--preset", "workspace-write", "--read", PYTHON_ROOT, "--", PYTHON,
+               "-c", plant, cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    for json_mode in ([], ["--json"]):
+        done = cli("run", *json_mode, "--preset", "workspace-write", "--", "true",
+                   cwd=workspace)
+        line = one_error_line(done.stderr, "unenforceable:filesystem.git")
+        assert done.returncode != 0 and "\x1b" not in done.stderr + done.stdout, done
+        assert done.stderr.isascii() and "|sh\\x0a\\x1b[8m\\u200b\\xff/.git)" in line, line
+    with pytest.raises(stockade.StockadeError) as refused:
+        stockade.run(["true"], policy_for(), workspace=workspace)
+    assert refused.value.code == "unenforceable:filesystem.git"
+    assert "\x1b" not in str(refused.value) and "\\x1b[8m" in str(refused.value)
 
 
 @sandboxed

@@ -57,7 +57,12 @@ RENAMED = [".config/git", ".config", ".local/bin", ".local"]
 # Missing entries, the directories on the way to some of them missing too
 UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".psqlrc",
           ".config/systemd/user", ".config/environment.d", "bin", ".emacs.d", ".local/bin/git",
-          ".config/git/attributes"]
+          ".config/git/attributes",
+          # (issue 29 M1: a sample of what was missed; run on the host: pyenv's shims, the
+          # script rustup's line in ~/.profile sources)
+          ".pyenv", ".cargo/env", ".sqliterc", ".config/lesskey", ".local/share/systemd/user",
+          ".local/share/dbus-1/services", "go/bin", ".vscode-server", ".gradle/init.d",
+          ".tcshrc", ".config/containers", ".bashrc.d", ".local/share/mise"]
 EVERYDAY = [".cache/tool/entry", ".npm/_cacache/index", ".config/htop/htoprc", "notes",
             ".local/share/tool/state", ".cargo/registry/index"]
 
@@ -135,3 +140,20 @@ def test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_ma
     ran = subprocess.run([*run, "--", "true"], cwd=project, capture_output=True, text=True,
                          timeout=60, env=env)
     assert ran.returncode == 0, ran.stderr
+
+
+def test_the_home_code_in_xdg_data_home_elsewhere_is_kept(tmp_path, monkeypatch):
+    """Issue 29 M1: $XDG_DATA_HOME set outside the home holds systemd's and D-Bus's user
+    units as ~/.local/share would: a real child writing that directory cannot make them,
+    while the rest of it is its to write (failed before: both made)."""
+    fake_home(tmp_path, monkeypatch)
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    made = ["systemd/user/x.service", "dbus-1/services/x.service", "tool/state"]
+    script = "; ".join(f"mkdir -p {os.path.dirname(p)} && echo x > {p}" for p in made)
+    result = stockade.run(["sh", "-c", script + "; true"], policy_for(deny=()),
+                          workspace=data, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not (data / "systemd" / "user").exists() and not (data / "dbus-1" / "services").exists()
+    assert (data / "tool" / "state").read_text() == "x\n"

@@ -217,17 +217,19 @@ def test_an_ordinary_project_venv_stays_writable(tmp_path):
     assert sys.prefix not in str(tmp_path)
 
 
-def test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused(tmp_path):
+@pytest.mark.parametrize("pth", ["__editable__.atk-0.1.pth", ".atk.pth"])
+def test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused(tmp_path, pth):
     """A .pth in the site-packages of the venv Stockade runs from (outside the workspace)
     names ws/src, which does not exist (an editable install whose sources are gone): `site`
     skips it, yet the host's next interpreter imports from it once it exists. A real command
     that would make it with a `stockade` package is refused, typed, before it runs, and the
-    next interpreter's import path does not hold it."""
+    next interpreter's import path does not hold it. A hidden .pth too (issue 29 S2: Python
+    before 3.13 reads it; failed before: the command made the package)."""
     env, ws = tmp_path / "venv", tmp_path / "ws"
     venv.EnvBuilder(symlinks=True, with_pip=False).create(env)
     ws.mkdir()
     site = next(env.glob("lib/python3*/site-packages"))
-    (site / "__editable__.atk-0.1.pth").write_text(f"# an editable install\n{ws / 'src'}\n")
+    (site / pth).write_text(f"# an editable install\n{ws / 'src'}\n")
     python = str(env / "bin" / "python")
     plant = "import os; os.makedirs('src/stockade'); open('src/stockade/__init__.py', 'w')"
     done = subprocess.run(

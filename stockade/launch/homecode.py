@@ -35,12 +35,13 @@ class HomeCode:
 
 def places(home: str, host_env: Mapping[str, str]) -> list[str]:
     """Every HOME_CODE path of this user: in `home` ($HOME) and the password database's home,
-    and what of it lies in $XDG_CONFIG_HOME."""
+    and what of it lies in $XDG_CONFIG_HOME and $XDG_DATA_HOME."""
     homes = {os.path.normpath(h) for h in (home, statedir.passwd_home()) if os.path.isabs(h)}
     found = [os.path.join(h, name) for h in sorted(homes) for name in HOME_CODE]
-    config = host_env.get("XDG_CONFIG_HOME", "")
-    if os.path.isabs(config):
-        found += [os.path.join(os.path.normpath(config), name) for name in XDG_CODE]
+    for variable, names in XDG_CODE.items():
+        top = host_env.get(variable, "")
+        if os.path.isabs(top):
+            found += [os.path.join(os.path.normpath(top), name) for name in names]
     return found
 
 

@@ -83,14 +83,15 @@ def _pth_entries(user_site: str | None) -> list[str]:
     """The directories the .pth files of the site directories name, as `site` reads them,
     missing ones too: `site` skips a missing one, so it is on no import path now, yet the
     next interpreter started here puts it there once it exists (an editable install whose
-    source directory is gone), ahead of what a later .pth names."""
+    source directory is gone), ahead of what a later .pth names. Hidden ones (`.x.pth`) too:
+    `site` skips them only from Python 3.13 on, and a site directory may be shared by several
+    of the host's pythons (Debian's /usr/lib/python3/dist-packages); reading more is safe."""
     import site
 
     found = []
     for sitedir in [*site.getsitepackages(), *([user_site] if user_site else [])]:
         try:
-            names = sorted(name for name in os.listdir(sitedir)
-                           if name.endswith(".pth") and not name.startswith("."))
+            names = sorted(name for name in os.listdir(sitedir) if name.endswith(".pth"))
         except OSError:
             continue  # (no such site directory: nothing there names anything)
         for name in names:

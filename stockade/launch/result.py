@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from stockade.lifecycle.changeview import visible
+from stockade.visibletext import visible
 
 if TYPE_CHECKING:
     from stockade.lifecycle.changes import ChangeSet

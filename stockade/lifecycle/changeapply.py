@@ -30,9 +30,9 @@ from stockade.lifecycle.changescan import (
     read_regular,
     same_as_host,
 )
-from stockade.lifecycle.changeview import visible
 from stockade.policy.model import DEFAULT_PROTECTED, HOME_CODE, XDG_CODE
 from stockade.policy.presets import DENY_DEFAULTS
+from stockade.visibletext import visible
 
 # What of a guarded repository stays read-only (docs/policy.md, "Git in a write root"): in a gitdir.
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
@@ -43,15 +43,30 @@ def never_applied() -> tuple[str, ...]:
     that names a policy of its own is only as good as its seal): the credential stores every
     preset denies, the home directory's own protected names (shell start-up files, git's
     and agents' configuration) and HOME_CODE, in the home the password database names and in
-    $HOME (and git's configuration below $XDG_CONFIG_HOME)."""
-    homes = {os.path.expanduser("~"), statedir.passwd_home()} - {""}
+    $HOME (and what of HOME_CODE lies below $XDG_CONFIG_HOME and $XDG_DATA_HOME), each as
+    written and resolved."""
+    homes = _homes()
     found = {path.replace("{home}", home) for path in DENY_DEFAULTS for home in homes}
     found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED + HOME_CODE
               for home in homes}
-    config = os.environ.get("XDG_CONFIG_HOME", "")
-    if os.path.isabs(config):
-        found |= {os.path.join(config, name) for name in XDG_CODE}
+    found |= {os.path.join(top, name) for variable, names in XDG_CODE.items()
+              for top in _both(os.environ.get(variable, "")) for name in names}
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
+
+
+def _homes() -> set[str]:
+    """$HOME and the password database's home, each as written and resolved."""
+    return {form for home in (os.path.expanduser("~"), statedir.passwd_home())
+            for form in _both(home)}
+
+
+def _both(path: str) -> set[str]:
+    """An absolute `path` as written and with its links resolved (none for another): a change
+    set records its write roots resolved, so a home reached through a link (/home ->
+    /var/home) must be known by both names (issue 29 L1)."""
+    if not os.path.isabs(path):
+        return set()
+    return {os.path.normpath(path), os.path.realpath(path)}
 
 
 @dataclass(frozen=True)
@@ -81,13 +96,11 @@ HOME_CONFIG_OPTION = "stockade apply --home-config"
 
 
 def home_config() -> HomeConfig:
-    """This user's HomeConfig: the home the password database names and $HOME."""
+    """This user's HomeConfig: the home the password database names and $HOME (each as
+    written and resolved)."""
     import site
 
-    homes = {os.path.expanduser("~"), statedir.passwd_home()} - {""}
-    base = site.getuserbase()
-    return HomeConfig(tuple(sorted(os.path.normpath(h) for h in homes if os.path.isabs(h))),
-                      (os.path.normpath(base),) if os.path.isabs(base) else ())
+    return HomeConfig(tuple(sorted(_homes())), tuple(sorted(_both(site.getuserbase()))))
 
 
 def home_refusals(changes: Iterable[Change], home: HomeConfig) -> list[str]:

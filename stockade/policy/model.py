@@ -48,27 +48,71 @@ DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
 # its behaviour at its next start: never applied from a change set (changeapply.py) and, with
 # the home in a write root, read-only in the view and not made by the command (homecode.py). Git's
 # second global configuration (core.fsmonitor, an alias); shells' start-up, logout, alias and
-# completion files; autostart entries, user services, the session's environment; programs on
-# the user's PATH (~/bin, ~/.local/bin, cargo's); every Python's user site-packages (a .pth
-# runs in each); the configuration of pip, cargo, vim, neovim, emacs, tmux, readline, direnv,
-# ipython, irb, psql, gdb, mercurial, wget, curl, npm init, less's filter, X sessions, mailcap
-# and the desktop's choice of program (issue 29 A1: each shown to run code or fetch it). A
-# deny-list stays incomplete: apply lands the rest of the home's hidden entries only when
-# asked (changeapply.HomeConfig).
+# completion files (bash's, zsh's, fish's, csh's and tcsh's, ksh's and mksh's, xonsh's,
+# nushell's, and the directories start-up files source: oh-my-zsh, ~/.bashrc.d); autostart
+# entries, user services and D-Bus services, the session's environment, window managers'
+# and desktops' start-up and scripts; programs on the user's PATH (~/bin, ~/.local/bin,
+# cargo's, Go's, bun's, deno's, pnpm's, yarn's, nix's profile) and the version managers whose
+# shims or sourced scripts come first on it (pyenv, rbenv, nodenv, goenv, jenv, nvm, fnm,
+# volta, sdkman, asdf, mise, rustup's toolchains and cargo's env script, opam); every
+# Python's user site-packages (a .pth runs in each); the configuration of pip, uv, conda,
+# cargo, gradle, maven, sbt, leiningen, gem, bundler, vim, neovim (and its plugins), emacs,
+# VS Code (and its remote servers' extensions), tmux, screen, readline, less (lesskey's
+# LESSOPEN), direnv, ipython, jupyter, pdb, irb, pry, R, julia, sqlite3, psql, gdb, mutt,
+# mercurial, jujutsu, wget, curl, npm init, podman, pipewire, the prompt (starship),
+# terminals that start the shell, X sessions, hotkey daemons, mailcap, Debian's
+# sensible-editor and the desktop's choice of program (issue 29 A1, M1: each shown to run
+# code or fetch it). A deny-list stays incomplete: apply lands the rest of the home's hidden
+# entries only when asked (changeapply.HomeConfig), and a private home (`home = "private"`)
+# or an overlay keeps the real one out of reach.
 HOME_CODE = (
     ".config/git", ".config/fish", ".zlogin", ".zlogout", ".bash_logout", ".bash_aliases",
     ".bash_completion", ".local/share/bash-completion", ".config/autostart",
     ".config/systemd/user", ".config/environment.d", ".pam_environment", "bin", ".local/bin",
     ".local/lib", ".config/pip", ".pip", ".cargo/config", ".cargo/config.toml", ".cargo/bin",
-    ".vimrc", ".exrc", ".vim", ".config/vim", ".config/nvim", ".local/share/nvim/site",
+    ".vimrc", ".exrc", ".vim", ".config/vim", ".config/nvim", ".local/share/nvim",
     ".emacs", ".emacs.el", ".emacs.d", ".config/emacs", ".tmux.conf", ".config/tmux",
     ".inputrc", ".config/direnv", ".ipython", ".irbrc", ".psqlrc", ".gdbinit", ".config/gdb",
     ".hgrc", ".config/hg", ".wgetrc", ".curlrc", ".npm-init.js", ".lessfilter", ".xprofile",
     ".xinitrc", ".xsession", ".xsessionrc", ".mailcap", ".config/mimeapps.list",
     ".local/share/applications",
+    # (issue 29 M1) other shells' start-up files, and what start-up files source
+    ".cshrc", ".tcshrc", ".login", ".logout", ".kshrc", ".mkshrc", ".xonshrc", ".config/xonsh",
+    ".config/nushell", ".oh-my-zsh", ".bashrc.d", ".profile.d", ".config/starship.toml",
+    # version managers, toolchains and what is on PATH
+    ".pyenv", ".rbenv", ".nodenv", ".goenv", ".jenv", ".nvm", ".fnm", ".local/share/fnm",
+    ".volta", ".sdkman", ".asdf", ".tool-versions", ".config/mise", ".local/share/mise",
+    ".local/state/mise", ".rustup", ".cargo/env", ".cargo/env.fish", ".cargo/env.nu",
+    ".opam", "go/bin", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
+    ".nix-profile",
+    # tools' start-up files and configuration that names a program
+    ".sqliterc", ".Rprofile", ".Renviron", ".julia/config", ".pryrc", ".pdbrc", ".jupyter",
+    ".local/share/jupyter", ".config/irb", ".screenrc", ".config/screen", ".muttrc", ".mutt",
+    ".config/mutt", ".lesskey", ".config/lesskey", ".tmux", ".spacemacs", ".doom.d",
+    ".config/doom", ".direnvrc", ".selected_editor", ".config/jj", ".config/Code/User",
+    ".config/VSCodium/User", ".config/Cursor/User", ".vscode-server", ".vscode-server-insiders",
+    ".cursor-server", ".windsurf-server", ".config/kitty", ".config/alacritty",
+    ".config/wezterm", ".wezterm.lua",
+    # build tools and package managers: init scripts, and where they fetch from
+    ".gradle/init.d", ".gradle/init.gradle", ".gradle/init.gradle.kts",
+    ".gradle/gradle.properties", ".m2/settings.xml", ".mavenrc", ".sbt", ".lein", ".gemrc",
+    ".bundle/config", ".config/uv", ".condarc", ".config/conda", ".pydistutils.cfg",
+    ".config/containers",
+    # the desktop: user units, D-Bus activation, sessions, window managers, scripts, sound
+    ".local/share/systemd/user", ".local/share/dbus-1/services", ".config/dconf/user",
+    ".config/i3", ".config/sway", ".config/hypr", ".config/openbox", ".config/awesome",
+    ".config/bspwm", ".config/sxhkd", ".config/qtile", ".xmonad", ".config/xmonad",
+    ".config/lxsession", ".config/plasma-workspace", ".config/autostart-scripts", ".Xclients",
+    ".xbindkeysrc", ".local/share/nautilus/scripts", ".local/share/kio/servicemenus",
+    ".local/share/kservices5", ".local/share/gnome-shell/extensions", ".local/share/plasma",
+    ".config/pipewire", ".config/wireplumber",
 )
-# (what of HOME_CODE lies in $XDG_CONFIG_HOME when that is set elsewhere)
-XDG_CODE = tuple(name.split("/", 1)[1] for name in HOME_CODE if name.startswith(".config/"))
+# What of HOME_CODE lies in $XDG_CONFIG_HOME and $XDG_DATA_HOME when those are set elsewhere:
+# each variable, and the names below it.
+XDG_CODE = {
+    variable: tuple(name[len(top):] for name in HOME_CODE if name.startswith(top))
+    for variable, top in (("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/"))
+}
 # How `.git` is protected (`filesystem.git`): "guarded" (git works; what makes git run code or
 # find another gitdir or config stays read-only: stockade/linux/gitdirs.py), "read-only" (all of
 # every `.git` and the gitdirs `.git` files name), "writable" (not at all).
