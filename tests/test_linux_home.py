@@ -318,3 +318,37 @@ def test_no_private_home_without_a_place_the_password_database_names(ws, monkeyp
         sandbox(["true"], workspace)
     assert refused.value.code == "unenforceable:filesystem.home"
     assert sandbox(["true"], workspace, home="host").exit_code == 0
+
+
+def test_reconcile_removes_the_homes_of_workspaces_that_are_gone(ws, tmp_path, monkeypatch,
+                                                                 capsys):
+    """Issue 32: private homes of scratch workspaces piled up (about 140 in the root's place
+    on this machine); `stockade reconcile` removes those whose recorded workspace is gone,
+    with what a command left read-only in them, and keeps the others and any home made before
+    workspaces were recorded."""
+    import json
+
+    from stockade.cli import main
+    from stockade.lifecycle import homes
+
+    workspace, _ = ws
+    keys = tmp_path / "keys"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(keys))
+    gone = tmp_path / "scratch"
+    gone.mkdir()
+    r = sandbox(["sh", "-c", 'mkdir -p "$HOME/ro/in" && touch "$HOME/ro/in/f" && '
+                 'chmod 555 "$HOME/ro/in" "$HOME/ro"'], gone)
+    assert r.exit_code == 0, r.stderr
+    assert sandbox(["true"], workspace).exit_code == 0
+    old = homes.home_for("/an/older/workspace", str(keys))
+    homes.ensure(old)  # (no workspace recorded)
+    made = {w: home_for(os.path.realpath(w), str(keys)) for w in (gone, workspace)}
+    assert all(os.path.isdir(h) for h in made.values())
+    shutil.rmtree(gone)
+    assert main(["reconcile", "--json"]) == 0
+    removed = json.loads(capsys.readouterr().out)["homes_removed"]
+    assert removed == [made[gone]]
+    assert not os.path.lexists(made[gone])
+    assert os.path.isdir(made[workspace]) and os.path.isdir(old)
+    assert main(["reconcile", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["homes_removed"] == []

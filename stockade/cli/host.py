@@ -118,7 +118,8 @@ def _report(args: argparse.Namespace, command: list[str] | None) -> int:
 def add_reconcile(commands: Any) -> None:
     reconcile = subcommand(commands, "reconcile", _reconcile,
                            "remove what crashed launches left behind, as recorded in the "
-                           "ledger, and half-built change sets; list the pending ones",
+                           "ledger, half-built change sets and the private homes of workspaces "
+                           "that no longer exist; list the pending change sets",
                            "stockade reconcile", "stockade --state-dir /srv/stockade reconcile")
     reconcile.add_argument("--json", action="store_true", help="print a JSON summary")
 
@@ -141,10 +142,16 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
     half_built = changes.abandoned()
     kept = [{"id": s.id, "status": s.status, "roots": list(s.roots),
              "argv": list(s.meta.get("argv", []))} for s in changes.pending()]
+    # Private homes of workspaces that are gone: nothing else would ever remove them.
+    from stockade.lifecycle import homes, statedir
+
+    keys = statedir.key_dir()
+    gone_homes = homes.prune(keys) if keys else []
     if args.json:
         print(json.dumps({**asdict(done), "quarantine": quarantined,
                           "quarantine_dir": ledger.quarantine_dir,
-                          "changes_removed": half_built, "changes_pending": kept}))
+                          "changes_removed": half_built, "changes_pending": kept,
+                          "homes_removed": gone_homes}))
     else:
         print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
               f"{done.live} live, {done.failed} to retry")
@@ -152,6 +159,8 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
             print(f"  removed {kind} {name}")
         for path in half_built:
             print(f"  removed unfinished change set {path}")
+        for path in gone_homes:
+            print(f"  removed the private home of a workspace that no longer exists: {path}")
         if quarantined:
             print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
                   f"inspected and deleted: {ledger.quarantine_dir}")

@@ -342,7 +342,7 @@ def _private_home(ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tupl
         raise PolicyError(f"workspace {ctx.workspace} does not exist", key="filesystem.home"
                           ) from None
     home = homes.home_for(workspace, ctx.key_dir)
-    homes.ensure(home)
+    homes.ensure(home, workspace)
     return _grants((home,), "filesystem.home", ctx)
 
 

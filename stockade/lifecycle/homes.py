@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import stat
@@ -55,14 +56,15 @@ def home_for(workspace: str, keys: str) -> str:
     return os.path.join(keys + SUFFIX, f"{name[:40]}-{key}")
 
 
-def ensure(home: str) -> None:
-    """Make `home` (and `.config/git` in it) if it does not exist and record it, then check
-    that it is this user's alone and the one recorded (else it is remade);
-    UnenforceableError("filesystem.home") if it cannot be used."""
+def ensure(home: str, workspace: str = "") -> None:
+    """Make `home` (and `.config/git` in it) if it does not exist and record it (with
+    `workspace`, whose home it is: `prune`), then check that it is this user's alone and the
+    one recorded (else it is remade); UnenforceableError("filesystem.home") if it cannot be
+    used."""
     record = _record_of(home)
     made = _make(home)
     info = _checked(home)
-    if not made and _recorded(record) != _identity(info):
+    if not made and (_recorded(record) or "").partition("\n")[0] + "\n" != _identity(info):
         # Not the one Stockade made (the names are predictable: a sandbox that reached it may
         # have planted it, or an older Stockade made it): remade, empty.
         with contextlib.suppress(OSError):
@@ -71,7 +73,7 @@ def ensure(home: str) -> None:
             raise _unusable(home, "was not made by Stockade and cannot be removed")
         made, info = True, _checked(home)
     if made:
-        _record(record, _identity(info), home)
+        _record(record, _identity(info) + json.dumps(workspace) + "\n", home)
 
 
 def _checked(home: str) -> os.stat_result:
@@ -135,6 +137,33 @@ def _unusable(home: str, why: str) -> UnenforceableError:
     return UnenforceableError(
         "filesystem.home", f"the sandbox's private home {home} {why}; remove it, or set "
         'filesystem.home = "host"')
+
+
+def prune(keys: str) -> list[str]:
+    """Remove the private homes (beside `keys`, statedir.key_dir) of workspaces that no longer
+    exist, as their records name them (`stockade reconcile`); the homes removed. A home whose
+    record names no workspace (made before workspaces were recorded) is kept."""
+    records = os.path.join(keys + SUFFIX, RECORDS)
+    try:
+        names = sorted(os.listdir(records))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            workspace = json.loads((_recorded(os.path.join(records, name)) or "")
+                                   .split("\n")[1])
+        except (IndexError, ValueError):
+            continue
+        if not isinstance(workspace, str) or not workspace or os.path.lexists(workspace):
+            continue
+        home = os.path.join(keys + SUFFIX, name)
+        if os.path.isdir(home) and not os.path.islink(home):
+            treewalk.remove(home)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(records, name))
+        removed.append(home)
+    return removed
 
 
 def discard(workspace: str, keys: str) -> None:
