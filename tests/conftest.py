@@ -94,6 +94,7 @@ POSIX_ONLY_MODULES = {
     "test_linux_memory.py": "the Linux backend",
     "test_linux_notfound.py": "the Linux backend",
     "test_linux_prepared.py": "the Linux backend",
+    "test_linux_status.py": "the Linux backend's reading of pid 1's status pipe",
     "test_linux_supervisor.py": "the Linux backend",
     "test_linux_unavailable.py": "the Linux backend",
     "test_landlock_tier_reach.py": "the Linux backend's landlock tier",

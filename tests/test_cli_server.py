@@ -296,12 +296,18 @@ def test_served_runs_of_one_policy_use_prepared_sandboxes_that_see_host_changes(
         done = stockade(*args, *argv, env=env, cwd=workspace)
         return json.loads(done.stdout)["enforced"]
 
-    prepared = []
-    for _ in range(4):
-        prepared.append(enforced("true")["prepared_ahead"])
-        # the next spare is prepared after a launch, off its path: on a loaded machine the
-        # next request could otherwise come first (and rightly find none ready)
-        time.sleep(1)
+    def settled() -> bool:
+        """A request's answer, once the spare its predecessor left had time to be made: it is
+        prepared after a launch, off its path, so on a loaded machine a request may come
+        first (and rightly find none ready: asked again after a longer pause)."""
+        for pause in (1, 3, 6):
+            time.sleep(pause)
+            if enforced("true")["prepared_ahead"]:
+                return True
+        return False
+
+    prepared = [enforced("true")["prepared_ahead"]]
+    prepared += [settled() for _ in range(3)]
     assert prepared[2:] == [True, True]
     (workspace / ".git").mkdir()
     (workspace / ".git" / "config").write_text("[core]\n")
