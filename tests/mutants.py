@@ -299,7 +299,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_linux_home.py::test_a_run_never_reaches_another_workspaces_private_home",)),
     Mutant("home-record-unchecked", "stockade/lifecycle/homes.py",
-           "    if not made and _recorded(record) != _identity(info):",
+           '    if not made and (_recorded(record) or "").partition("\\n")[0] + "\\n" != '
+           '_identity(info):',
            "    if False:",
            ("tests/test_linux_home.py::test_a_private_home_stockade_did_not_make_is_remade",)),
     Mutant("host-code-link-followed", "stockade/launch/compile.py",
