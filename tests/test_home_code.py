@@ -1,8 +1,10 @@
-"""What of the home makes host programs run code (policy.model.HOME_CODE) is not the
-command's to write when its workspace is the home (issue 29 A2): what exists is read-only and
-immovable, what does not cannot be made, by any call, while the home's caches and other
-configuration stay writable. A real child attacks a fake home (HOME; the password database's
-home is another); every check of what happened is made on the host."""
+"""What of the home makes host programs run code is not the command's to write when its
+workspace is the home (issue 29 A2, M3): every top-level hidden entry and what else
+policy.model.HOME_CODE names (~/bin, ~/go): what exists is read-only and immovable, what does
+not cannot be made, by any call, while the rest of the home stays writable (and a private
+home, `filesystem.home = "private"`, holds the command's caches and configuration). A real
+child attacks a fake home (HOME; the password database's home is another); every check of
+what happened is made on the host."""
 
 from __future__ import annotations
 
@@ -47,11 +49,13 @@ if sys.argv[5] == "direct":  # (an overlay's apply refuses the deletion: changes
 for name in json.loads(sys.argv[4]):
     attempt("everyday " + name, lambda: (os.makedirs(os.path.dirname(name) or ".",
                                                      exist_ok=True), write(name, "x")))
+attempt("mkdir .", lambda: os.mkdir("."))  # (no new name: the kernel's answer)
+attempt("mkdir ..", lambda: os.mkdir(".."))
 """
 
 # Existing entries (their contents), entries the command then writes into or renames
 EXISTING = {".config/git/config": "[user]\n\tname = me\n", ".local/bin/tool": "#!/bin/sh\n",
-            "dotfiles/vimrc": "set nocompatible\n"}
+            "dotfiles/vimrc": "set nocompatible\n", ".m2/settings.xml": "<settings/>\n"}
 WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc"]
 RENAMED = [".config/git", ".config", ".local/bin", ".local"]
 # Missing entries, the directories on the way to some of them missing too
@@ -62,9 +66,14 @@ UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".p
           # script rustup's line in ~/.profile sources)
           ".pyenv", ".cargo/env", ".sqliterc", ".config/lesskey", ".local/share/systemd/user",
           ".local/share/dbus-1/services", "go/bin", ".vscode-server", ".gradle/init.d",
-          ".tcshrc", ".config/containers", ".bashrc.d", ".local/share/mise"]
-EVERYDAY = [".cache/tool/entry", ".npm/_cacache/index", ".config/htop/htoprc", "notes",
-            ".local/share/tool/state", ".cargo/registry/index"]
+          ".tcshrc", ".config/containers", ".bashrc.d", ".local/share/mise",
+          # (issue 29 M3: every hidden entry, whatever its name: less's compiled lesskey,
+          # node's last resort of require(), cpan's configuration, package caches host builds
+          # run; D1: the directories a launch made for the list's entries, then filled)
+          ".less", ".node_modules", ".cpan", ".m2/repository", ".gradle", "go", ".cache",
+          ".npm", ".config/htop", ".local/share"]
+# What stays the command's: the home's other names, hidden names deeper down
+EVERYDAY = ["notes", "project/.cache/tool/entry", "project/.venv/lib/site.py"]
 
 
 def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -111,7 +120,11 @@ def test_the_home_code_is_not_the_commands_to_write(tmp_path, monkeypatch, mode)
         assert lines["create .vimrc"] == "EACCES", lines
     assert not os.path.exists("/tmp/evil")
     assert sorted(os.listdir(home / ".config" / "git")) == ["config"]
-    assert os.listdir(home / ".config" / "systemd") == []  # (made empty, to be watched)
+    left = {".vimrc"} if mode == "overlay" else set()  # (direct: unlinked)
+    assert set(os.listdir(home)) == {".config", ".local", ".m2", "dotfiles", "notes", "scratch",
+                                     "project"} | left
+    assert os.listdir(home / ".m2") == ["settings.xml"]
+    assert lines["mkdir ."] == lines["mkdir .."] == "EEXIST", lines
 
 
 def test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_made(

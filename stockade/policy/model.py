@@ -83,7 +83,7 @@ HOME_CODE = (
     ".pyenv", ".rbenv", ".nodenv", ".goenv", ".jenv", ".nvm", ".fnm", ".local/share/fnm",
     ".volta", ".sdkman", ".asdf", ".tool-versions", ".config/mise", ".local/share/mise",
     ".local/state/mise", ".rustup", ".cargo/env", ".cargo/env.fish", ".cargo/env.nu",
-    ".opam", "go/bin", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
+    ".opam", "go", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
     ".nix-profile",
     # tools' start-up files and configuration that names a program
     ".sqliterc", ".Rprofile", ".Renviron", ".julia/config", ".pryrc", ".pdbrc", ".jupyter",
