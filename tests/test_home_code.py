@@ -170,3 +170,60 @@ def test_the_home_code_in_xdg_data_home_elsewhere_is_kept(tmp_path, monkeypatch)
     assert result.returncode == 0, result.stderr
     assert not (data / "systemd" / "user").exists() and not (data / "dbus-1" / "services").exists()
     assert (data / "tool" / "state").read_text() == "x\n"
+
+
+# Round 5's plants (issue 29 M3), each run by a host program shown doing so: less's compiled
+# lesskey (its #env LESSOPEN), node's last resort of require(), cpan's configuration; and a
+# package cache host builds run (D1: in a directory the launch had made).
+PLANTS = ["printf x > .less", "mkdir -p .node_modules/atk && echo x > .node_modules/atk/index.js",
+          "mkdir -p .cpan/CPAN && echo x > .cpan/CPAN/MyConfig.pm",
+          "mkdir -p .m2/repository/atk && echo x > .m2/repository/atk/atk.jar",
+          "mkdir -p go/pkg/mod && echo x > go/pkg/mod/atk.go"]
+
+
+def tree(top: Path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), top)
+                  for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+def test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch(tmp_path,
+                                                                             monkeypatch):
+    """Issue 29 M3, D1: a launch alone (`true`) with the home as its workspace leaves it as it
+    was (before: it made .cargo, .gradle, .m2, go, .config/systemd, ... empty), and a real
+    child's plants in hidden entries the list lacked fail and leave nothing, while a plain
+    file is written (before: every plant landed)."""
+    home = fake_home(tmp_path, monkeypatch)
+    (home / ".local" / "state" / "stockade").mkdir(parents=True)  # (Stockade's, made to mask)
+    before = tree(home)
+    policy = policy_for(deny=())
+    assert stockade.run(["true"], policy, workspace=home).returncode == 0
+    assert tree(home) == before
+    script = " ; ".join([*PLANTS, "echo x > notes", "true"])
+    result = stockade.run(["sh", "-c", script], policy, workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    assert tree(home) == sorted([*before, "notes"]), tree(home)
+
+
+def test_a_private_home_keeps_the_caches_of_a_command_whose_workspace_is_the_home(
+        tmp_path, monkeypatch):
+    """The everyday job under the stronger rule: with the home as its workspace and
+    `filesystem.home = "private"` (its place in the home, as a rootless user's: inside
+    ~/.local, which is kept whole), HOME is the private home, where npm's and pip's caches
+    are written and kept; the real home's hidden entries stay out of reach."""
+    from stockade.lifecycle import statedir
+    from stockade.lifecycle.homes import home_for
+
+    home = fake_home(tmp_path, monkeypatch)
+    state = home / ".local" / "state" / "stockade"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(state))
+    script = (f'mkdir -p "$HOME/.npm/_cacache" "$HOME/.cache/pip" && echo x > "$HOME/.npm/'
+              f'_cacache/index" && echo x > "$HOME/.cache/pip/wheel" && echo "HOME=$HOME"; '
+              f"mkdir {home}/.cache || echo refused; echo x > {home}/.local/cache || echo refused")
+    result = stockade.run(["sh", "-c", script], policy_for(deny=(), home="private"),
+                          workspace=home, text=True)
+    private = home_for(os.path.realpath(home), str(state))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"HOME={private}", "refused", "refused"], result
+    for cache in (".npm/_cacache/index", ".cache/pip/wheel"):
+        assert Path(private, cache).read_text() == "x\n", cache
+    assert not (home / ".cache").exists() and not (home / ".local" / "cache").exists()
