@@ -44,8 +44,9 @@ for name in json.loads(sys.argv[3]):
     attempt("symlink " + name, lambda: os.symlink("/tmp/evil", name))
     attempt("rename-to " + name, lambda: made(name))
 if sys.argv[5] == "direct":  # (an overlay's apply refuses the deletion: changes_refused)
-    attempt("unlink .vimrc", lambda: os.unlink(".vimrc"))
-    attempt("create .vimrc", lambda: write(".vimrc", "x"))
+    for name in (".vimrc", "bin"):  # (links: gone, not made again)
+        attempt("unlink " + name, lambda: os.unlink(name))
+        attempt("create " + name, lambda: os.symlink("/tmp/evil", name))
 for name in json.loads(sys.argv[4]):
     attempt("everyday " + name, lambda: (os.makedirs(os.path.dirname(name) or ".",
                                                      exist_ok=True), write(name, "x")))
@@ -55,12 +56,14 @@ attempt("mkdir ..", lambda: os.mkdir(".."))
 
 # Existing entries (their contents), entries the command then writes into or renames
 EXISTING = {".config/git/config": "[user]\n\tname = me\n", ".local/bin/tool": "#!/bin/sh\n",
-            "dotfiles/vimrc": "set nocompatible\n", ".m2/settings.xml": "<settings/>\n"}
-WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc"]
+            "dotfiles/vimrc": "set nocompatible\n", ".m2/settings.xml": "<settings/>\n",
+            "dotfiles/bin/tool": "#!/bin/sh\n"}
+WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc",
+           "dotfiles/bin/tool", "bin/tool"]
 RENAMED = [".config/git", ".config", ".local/bin", ".local"]
 # Missing entries, the directories on the way to some of them missing too
 UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".psqlrc",
-          ".config/systemd/user", ".config/environment.d", "bin", ".emacs.d", ".local/bin/git",
+          ".config/systemd/user", ".config/environment.d", ".emacs.d", ".local/bin/git",
           ".config/git/attributes",
           # (issue 29 M1: a sample of what was missed; run on the host: pyenv's shims, the
           # script rustup's line in ~/.profile sources)
@@ -82,6 +85,7 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
     (home / ".vimrc").symlink_to("dotfiles/vimrc")
+    (home / "bin").symlink_to("dotfiles/bin")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     return home
@@ -117,10 +121,10 @@ def test_the_home_code_is_not_the_commands_to_write(tmp_path, monkeypatch, mode)
     for name in UNMADE:
         assert not os.path.lexists(home / name), name
     if mode == "direct":  # (the link may go, not come back)
-        assert lines["create .vimrc"] == "EACCES", lines
+        assert lines["create .vimrc"] == lines["create bin"] == "EACCES", lines
     assert not os.path.exists("/tmp/evil")
     assert sorted(os.listdir(home / ".config" / "git")) == ["config"]
-    left = {".vimrc"} if mode == "overlay" else set()  # (direct: unlinked)
+    left = {".vimrc", "bin"} if mode == "overlay" else set()  # (direct: unlinked)
     assert set(os.listdir(home)) == {".config", ".local", ".m2", "dotfiles", "notes", "scratch",
                                      "project"} | left
     assert os.listdir(home / ".m2") == ["settings.xml"]
