@@ -231,3 +231,20 @@ def test_a_private_home_keeps_the_caches_of_a_command_whose_workspace_is_the_hom
     for cache in (".npm/_cacache/index", ".cache/pip/wheel"):
         assert Path(private, cache).read_text() == "x\n", cache
     assert not (home / ".cache").exists() and not (home / ".local" / "cache").exists()
+
+
+def test_a_write_root_inside_a_hidden_entry_beside_the_home_keeps_the_homes_code(
+        tmp_path, monkeypatch):
+    """`--write ~/.config` beside the home as the workspace: the exact grant is the command's
+    to write, as ever, but for what of it runs code (HOME_CODE: git's configuration, which a
+    real child cannot rewrite; systemd's user units, which it cannot make)."""
+    home = fake_home(tmp_path, monkeypatch)
+    script = ("mkdir -p .config/htop && echo x > .config/htop/htoprc; "
+              "echo x >> .config/git/config; mkdir -p .config/systemd/user; true")
+    result = stockade.run(["sh", "-c", script],
+                          policy_for(deny=(), write=("{workspace}", "{workspace}/.config")),
+                          workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (home / ".config" / "htop" / "htoprc").read_text() == "x\n"
+    assert (home / ".config" / "git" / "config").read_text() == EXISTING[".config/git/config"]
+    assert not (home / ".config" / "systemd").exists()

@@ -65,9 +65,19 @@ def keep(paths: Iterable[str], roots: list[str], held: Iterable[str] = ()) -> Ho
         for name in _hidden(home):
             _keep(os.path.join(home, name), roots, found, 0)
     for path in map(os.path.normpath, paths):
-        if not any(path.startswith(os.path.join(home, ".")) for home in whole):
-            _keep(path, roots, found, 0)  # (a held home's hidden entries are kept whole)
+        if not _kept_whole(path, whole, roots):
+            _keep(path, roots, found, 0)
     return found
+
+
+def _kept_whole(path: str, whole: list[str], roots: list[str]) -> bool:
+    """Whether `path` lies in a hidden entry of a home kept whole, and in no write root granted
+    inside one (`--write ~/.config` beside the home: HOME_CODE is kept in it as ever)."""
+    for home in whole:
+        hidden = os.path.join(home, ".")
+        if path.startswith(hidden):
+            return not any(root.startswith(hidden) and _within(path, root) for root in roots)
+    return False
 
 
 def _within(path: str, root: str) -> bool:
