@@ -311,13 +311,19 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 29 A1, A2: the home as a write root ------------------------------------------
     Mutant("home-code-not-found", "stockade/launch/compile.py",
            "    home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), "
-           "[g.path for g in write])\n",
+           "[g.path for g in write],\n                              homecode.homes(ctx.home))\n",
            "    home_code = homecode.HomeCode()\n",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
     Mutant("home-code-link-remade", "stockade/launch/homecode.py",
            "            if inside:\n                found.watched.add(here)\n            if hops",
            "            if hops",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
+    Mutant("home-hidden-entries-not-whole", "stockade/launch/homecode.py",
+           "    whole = [h for h in map(os.path.normpath, held) if any(_within(h, root) for root "
+           "in roots)]",
+           "    whole = []",
+           ("tests/test_home_code.py::"
+            "test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch",)),
     Mutant("home-code-xdg-data-home-ignored", "stockade/policy/model.py",
            '(("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/"))',
            '(("XDG_CONFIG_HOME", ".config/"),)',
@@ -396,6 +402,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "    int asked = (name ? flags & ~O_CREAT : flags) | (flags & O_EXCL ? 0 : O_NOFOLLOW);",
            "    int asked = name ? flags & ~O_CREAT : flags;",
            (CREATE + "test_no_link_descriptor_or_moved_directory_makes_a_protected_name",)),
+    Mutant("name-watch-hidden-entry-unmatched", "stockade/linux/namewatch.c",
+           '(strcmp(w->placed[i].name, ".*") == 0 ? hidden(p->last)',
+           '(0 ? hidden(p->last)',
+           ("tests/test_home_code.py::"
+            "test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch",)),
+    Mutant("name-watch-hidden-takes-dot-and-dot-dot", "stockade/linux/namewatch.c",
+           "    return name[0] == '.' && strcmp(name, \".\") != 0 && strcmp(name, \"..\") != 0;",
+           "    return name[0] == '.';",
+           ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
     Mutant("name-watch-misses-renameat2", "stockade/linux/namewatch.c",
            "__NR_linkat, __NR_renameat2,", "__NR_linkat,",
            (CREATE + "test_the_shell_and_coreutils_cannot_make_a_protected_name[direct]",)),
