@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stockade.errors import UnenforceableError
-from stockade.lifecycle import statedir
+from stockade.lifecycle import aliases, statedir
 from stockade.policy.model import HOME_CODE, XDG_CODE
 
 _HOPS = 40  # (symbolic links followed on one path, as the kernel's limit)
@@ -46,14 +46,24 @@ def places(home: str, host_env: Mapping[str, str]) -> list[str]:
 
 
 def keep(paths: Iterable[str], roots: list[str]) -> HomeCode:
-    """What of `paths` (absolute) the view keeps from a command writing the `roots`."""
+    """What of `paths` (absolute) the view keeps from a command writing the `roots`, under
+    each name a root shows it by (aliases.py: the home bind-mounted at a second path)."""
     found = HomeCode()
+    mounts = aliases.table()
     for path in paths:
-        _keep(os.path.normpath(path), roots, found, 0)
+        _keep_seen(os.path.normpath(path), roots, found, 0, mounts)
     return found
 
 
-def _keep(path: str, roots: list[str], found: HomeCode, hops: int) -> None:
+def _keep_seen(path: str, roots: list[str], found: HomeCode, hops: int,
+               mounts: tuple[aliases.Mount, ...]) -> None:
+    for name in dict.fromkeys([path, *(name for root in roots
+                                       for name in aliases.within(root, path, mounts))]):
+        _keep(name, roots, found, hops, mounts)
+
+
+def _keep(path: str, roots: list[str], found: HomeCode, hops: int,
+          mounts: tuple[aliases.Mount, ...]) -> None:
     parts = [part for part in path.split("/") if part]
     current = "/"
     for index, part in enumerate(parts):
@@ -78,7 +88,8 @@ def _keep(path: str, roots: list[str], found: HomeCode, hops: int) -> None:
                 found.watched.add(here)
             if hops < _HOPS:
                 target = os.path.normpath(os.path.join(current, os.readlink(here)))
-                _keep(os.path.join(target, *parts[index + 1:]), roots, found, hops + 1)
+                _keep_seen(os.path.join(target, *parts[index + 1:]), roots, found, hops + 1,
+                           mounts)
             return
         if last or not stat.S_ISDIR(info.st_mode):
             # (a file where a directory would be: kept whole, then nothing is made below it)
