@@ -34,6 +34,7 @@ PROCESS = "tests/test_linux_process.py::"
 STATUS = "tests/test_linux_status.py::"
 CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
+ALIAS = "tests/test_home_alias.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -340,11 +341,30 @@ MUTANTS: tuple[Mutant, ...] = (
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
     # --- issue 29 L1: a home reached through a link is still the home to apply ------------------
     Mutant("apply-home-unresolved", "stockade/lifecycle/changeapply.py",
-           "    return {os.path.normpath(path), os.path.realpath(path)}\n",
-           "    return {os.path.normpath(path)}\n",
+           "    resolved = os.path.realpath(path)\n",
+           "    resolved = os.path.normpath(path)\n",
            (STORE + "test_a_home_reached_through_a_link_is_still_the_home[.psqlrc-changes_refused]",
             STORE + "test_a_home_reached_through_a_link_is_still_the_home"
             "[.config/htop/htoprc-changes_home_config]")),
+    # --- issue 29 B1: the home and the state seen at a second path (a bind mount) -------------
+    Mutant("home-code-alias-unseen", "stockade/launch/homecode.py",
+           "    for name in dict.fromkeys([path, *(name for root in roots\n",
+           "    for name in dict.fromkeys([path, *(name for root in ()\n",
+           (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
+    Mutant("state-alias-unmasked", "stockade/launch/compile.py",
+           "        names = list(dict.fromkeys([resolved, *(name for found in seen.values()\n",
+           "        names = list(dict.fromkeys([resolved, *(name for found in ()\n",
+           (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
+    Mutant("apply-home-alias-unseen", "stockade/lifecycle/changeapply.py",
+           "        name for root in roots for name in aliases.within(root, resolved, mounts)}",
+           "        name for root in () for name in aliases.within(root, resolved, mounts)}",
+           (ALIAS + "test_apply_knows_the_home_through_a_bind_mount",)),
+    # --- issue 29 P1: reconcile prunes a home only when its workspace is plainly gone ----------
+    Mutant("homes-pruned-on-any-error", "stockade/lifecycle/homes.py",
+           "    except OSError:\n        return False\n    return False\n",
+           "    except OSError:\n        return True\n    return False\n",
+           ("tests/test_linux_home.py::"
+            "test_reconcile_keeps_the_home_of_a_workspace_it_cannot_look_up",)),
     # --- issue 29: the sandbox ends whatever its pid 1 does ----------------------------------
     Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
            "            _die_with_parent()\n", "",
