@@ -153,3 +153,32 @@ def test_a_directory_below_the_home_bound_elsewhere_is_no_home(tmp_path):
                               Path(aliases.__file__).parent.parent.parent)})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [[], [], [str(other / "x")]]
+
+
+def test_a_root_inside_the_state_directory_under_another_path_is_refused(tmp_path):
+    """B1: a write root that is a directory of Stockade's state directory, named through a
+    bind mount of it, is refused as the state directory's own path is (failed before:
+    compiled, the state's ledger the command's to write)."""
+    state = tmp_path / "state"
+    (state / "inner").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    other = tmp_path / "other"
+    other.mkdir()
+    script = ("import subprocess, sys\n"
+              "from stockade.errors import PolicyError\n"
+              "from stockade.launch.compile import CompileContext, compile_policy\n"
+              "from stockade.policy import preset\n"
+              "subprocess.run(['mount', '--bind', sys.argv[1], sys.argv[2]], check=True)\n"
+              "try:\n"
+              "    compile_policy(preset('workspace-write'), ['true'],\n"
+              "                   CompileContext.current(sys.argv[2] + '/inner'))\n"
+              "    print('compiled')\n"
+              "except PolicyError as exc:\n"
+              "    print(exc.code, 'Stockade' in str(exc))\n")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           script, str(state), str(other)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "STOCKADE_STATE_DIR": str(state),
+                                           "PYTHONPATH": str(Path(stockade.__file__).parent
+                                                             .parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "policy_invalid True", done.stdout
