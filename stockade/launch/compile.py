@@ -408,7 +408,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
 
 
 def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
-                         mounts: tuple[aliases.Mount, ...]) -> None:
+                         mounts: aliases.Mounts) -> None:
     for root in roots:
         if _inside(root.path, state) or aliases.within(state, root.path, mounts):
             raise PolicyError(f"root {root.path} lies inside {what} {state}, which no sandbox "

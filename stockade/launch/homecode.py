@@ -56,14 +56,14 @@ def keep(paths: Iterable[str], roots: list[str]) -> HomeCode:
 
 
 def _keep_seen(path: str, roots: list[str], found: HomeCode, hops: int,
-               mounts: tuple[aliases.Mount, ...]) -> None:
+               mounts: aliases.Mounts) -> None:
     for name in dict.fromkeys([path, *(name for root in roots
                                        for name in aliases.within(root, path, mounts))]):
         _keep(name, roots, found, hops, mounts)
 
 
 def _keep(path: str, roots: list[str], found: HomeCode, hops: int,
-          mounts: tuple[aliases.Mount, ...]) -> None:
+          mounts: aliases.Mounts) -> None:
     parts = [part for part in path.split("/") if part]
     current = "/"
     for index, part in enumerate(parts):

@@ -28,21 +28,28 @@ class Mount:
     point: str  # where it is mounted
 
 
-def table() -> tuple[Mount, ...]:
-    """This process's mounts, in the order the kernel lists them (a later one over an earlier
-    one at the same point); none where there is no table to read."""
+@dataclass(frozen=True)
+class Mounts:
+    at: dict[str, Mount]  # by mount point: the one on top there
+    of: dict[str, list[Mount]]  # by device
+
+
+def table() -> Mounts:
+    """This process's mounts; none where there is no table to read."""
+    at: dict[str, Mount] = {}
+    of: dict[str, list[Mount]] = {}
     try:
         with open("/proc/self/mountinfo", "rb") as f:
             text = f.read()
     except OSError:
-        return ()
-    found = []
+        return Mounts(at, of)
     for line in text.splitlines():
         fields = line.split(b" ")
         if len(fields) > 4:
-            found.append(Mount(os.fsdecode(fields[2]), _unescaped(fields[3]),
-                               _unescaped(fields[4])))
-    return tuple(found)
+            mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]))
+            at[mount.point] = mount  # (a later one lies over an earlier one at the same point)
+            of.setdefault(mount.device, []).append(mount)
+    return Mounts(at, of)
 
 
 def _unescaped(field: bytes) -> str:
@@ -50,7 +57,7 @@ def _unescaped(field: bytes) -> str:
     return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), field))
 
 
-def within(root: str, place: str, mounts: tuple[Mount, ...]) -> list[str]:
+def within(root: str, place: str, mounts: Mounts) -> list[str]:
     """Every path at which `place` is seen at or below `root` (both absolute and normalised;
     a symbolic link on `place`'s path is not followed: a caller that walks links asks again
     for each target): `place` itself if `root` holds it by path, and each other name the
@@ -62,15 +69,17 @@ def within(root: str, place: str, mounts: tuple[Mount, ...]) -> list[str]:
     return found
 
 
-def _names(place: str, mounts: tuple[Mount, ...]) -> list[str]:
+def _names(place: str, mounts: Mounts) -> list[str]:
     """`place`'s path under each mount of its filesystem that shows it."""
-    on = [m for m in mounts if _at_or_below(place, m.point)]
-    if not on:
-        return []
-    mount = max(reversed(on), key=lambda m: len(m.point))  # (the deepest point, the last one)
+    point = place
+    while point not in mounts.at:
+        if point == "/":
+            return []
+        point = os.path.dirname(point)
+    mount = mounts.at[point]
     inner = os.path.normpath(os.path.join(mount.top, _below(place, mount.point)))
-    return [os.path.normpath(os.path.join(m.point, _below(inner, m.top))) for m in mounts
-            if m.device == mount.device and _at_or_below(inner, m.top)]
+    return [os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
+            for m in mounts.of[mount.device] if _at_or_below(inner, m.top)]
 
 
 def _same(name: str, place: str) -> bool:

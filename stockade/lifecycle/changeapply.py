@@ -55,13 +55,13 @@ def never_applied(roots: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
 
 
-def _homes(roots: Iterable[str], mounts: tuple[aliases.Mount, ...]) -> set[str]:
+def _homes(roots: Iterable[str], mounts: aliases.Mounts) -> set[str]:
     """$HOME and the password database's home, each by every name of _both."""
     return {form for home in (os.path.expanduser("~"), statedir.passwd_home())
             for form in _both(home, roots, mounts)}
 
 
-def _both(path: str, roots: Iterable[str], mounts: tuple[aliases.Mount, ...]) -> set[str]:
+def _both(path: str, roots: Iterable[str], mounts: aliases.Mounts) -> set[str]:
     """An absolute `path` as written, with its links resolved, and as each of the `roots`
     shows it (none for another): a change set records its write roots resolved, so a home
     reached through a link (/home -> /var/home) must be known by both names (issue 29 L1),
