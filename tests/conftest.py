@@ -52,19 +52,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         watch.end_processes(list(LEFT_RUNNING))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if session.config.option.basetemp is None and BASETEMP:
-        _discard_homes(BASETEMP[0])
         treewalk.remove(BASETEMP[0])
-
-
-def _discard_homes(base: str) -> None:
-    """Remove the private homes of the run's workspaces (any directory below `base`), which
-    launches keep beside the seal key's directory, outside the run's temporary files."""
-    keys = statedir.key_dir()
-    if not keys or not os.path.isdir(keys + homes.SUFFIX):
-        return
-    for top, names, _ in os.walk(base):
-        for name in names:
-            homes.discard(os.path.join(top, name), keys)
+        # (the private homes of the run's workspaces, which launches keep beside the seal
+        # key's directory, outside the run's temporary files: their workspaces are gone now)
+        keys = statedir.key_dir()
+        if keys:
+            homes.prune(keys, os.path.realpath(BASETEMP[0]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -300,7 +300,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "",
            ("tests/test_linux_home.py::test_a_run_never_reaches_another_workspaces_private_home",)),
     Mutant("home-record-unchecked", "stockade/lifecycle/homes.py",
-           "    if not made and _recorded(record) != _identity(info):",
+           '    if not made and (_recorded(record) or "").partition("\\n")[0] + "\\n" != '
+           '_identity(info):',
            "    if False:",
            ("tests/test_linux_home.py::test_a_private_home_stockade_did_not_make_is_remade",)),
     Mutant("host-code-link-followed", "stockade/launch/compile.py",
@@ -311,13 +312,19 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 29 A1, A2: the home as a write root ------------------------------------------
     Mutant("home-code-not-found", "stockade/launch/compile.py",
            "    home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), "
-           "[g.path for g in write])\n",
+           "[g.path for g in write],\n                              homecode.homes(ctx.home))\n",
            "    home_code = homecode.HomeCode()\n",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
     Mutant("home-code-link-remade", "stockade/launch/homecode.py",
            "            if inside:\n                found.watched.add(here)\n            if hops",
            "            if hops",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
+    Mutant("home-hidden-entries-not-whole", "stockade/launch/homecode.py",
+           "    whole = [name for home in map(os.path.normpath, held) for name in _seen(home, "
+           "roots, mounts)\n             if any(_within(name, root) for root in roots)]",
+           "    whole = []",
+           ("tests/test_home_code.py::"
+            "test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch",)),
     Mutant("home-code-xdg-data-home-ignored", "stockade/policy/model.py",
            '(("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/"))',
            '(("XDG_CONFIG_HOME", ".config/"),)',
@@ -348,8 +355,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "[.config/htop/htoprc-changes_home_config]")),
     # --- issue 29 B1: the home and the state seen at a second path (a bind mount) -------------
     Mutant("home-code-alias-unseen", "stockade/launch/homecode.py",
-           "    for name in dict.fromkeys([path, *(name for root in roots\n",
-           "    for name in dict.fromkeys([path, *(name for root in ()\n",
+           "    return list(dict.fromkeys([path, *(name for root in roots\n",
+           "    return list(dict.fromkeys([path, *(name for root in ()\n",
            (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
     Mutant("state-alias-unmasked", "stockade/launch/compile.py",
            "        names = list(dict.fromkeys([resolved, *(name for found in seen.values()\n",
@@ -419,6 +426,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "    int asked = (name ? flags & ~O_CREAT : flags) | (flags & O_EXCL ? 0 : O_NOFOLLOW);",
            "    int asked = name ? flags & ~O_CREAT : flags;",
            (CREATE + "test_no_link_descriptor_or_moved_directory_makes_a_protected_name",)),
+    Mutant("name-watch-hidden-entry-unmatched", "stockade/linux/namewatch.c",
+           '(strcmp(w->placed[i].name, ".*") == 0 ? hidden(p->last)',
+           '(0 ? hidden(p->last)',
+           ("tests/test_home_code.py::"
+            "test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch",)),
+    Mutant("name-watch-hidden-takes-dot-and-dot-dot", "stockade/linux/namewatch.c",
+           "    return name[0] == '.' && strcmp(name, \".\") != 0 && strcmp(name, \"..\") != 0;",
+           "    return name[0] == '.';",
+           ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
     Mutant("name-watch-misses-renameat2", "stockade/linux/namewatch.c",
            "__NR_linkat, __NR_renameat2,", "__NR_linkat,",
            (CREATE + "test_the_shell_and_coreutils_cannot_make_a_protected_name[direct]",)),

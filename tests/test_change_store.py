@@ -335,8 +335,10 @@ def test_a_state_directory_a_sandbox_built_whole_is_refused(tmp_path, monkeypatc
             "argv": ["true"], "roots": [str(ssh)], "protected": [], "deny": [],
             "git": "writable", "status": "finished", "exit_code": 0}
     meta["seal"] = changes_store.changeseal.seal(key, meta, [base])
-    state, dirs = ".xdgstate/stockade", f".xdgstate/stockade/changes/{run}"
-    spec = [[".xdgstate", 0o700, None], [state, 0o700, None],
+    # (a state home that is not hidden: no new hidden name can be made in a home that is a
+    # write root, so that route is shut before the seal is asked)
+    state, dirs = "xdgstate/stockade", f"xdgstate/stockade/changes/{run}"
+    spec = [["xdgstate", 0o700, None], [state, 0o700, None],
             [f"{state}/changes.key", 0o600, key.hex()],
             [f"{state}/{changes_store.changeseal.KEY_NAME}", 0o600, key.hex()],
             [f"{state}/changes", 0o700, None], [dirs, 0o700, None],
@@ -353,7 +355,7 @@ def test_a_state_directory_a_sandbox_built_whole_is_refused(tmp_path, monkeypatc
     done = subprocess.run([sys.executable, "-m", "stockade", "apply"], capture_output=True,
                           text=True, timeout=60,
                           env={**shell, "PYTHONPATH": REPO, "HOME": str(home),
-                               "XDG_STATE_HOME": str(home / ".xdgstate")})
+                               "XDG_STATE_HOME": str(home / "xdgstate")})
     assert done.returncode == 1 and "changes_untrusted" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and f"stockade discard {run}" in done.stderr
     assert list(ssh.iterdir()) == []

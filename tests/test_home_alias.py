@@ -32,8 +32,8 @@ def attempt(what, path):
     except OSError as exc:
         print(what + ": " + errno.errorcode[exc.errno])
 for what, path in (("home code", ".config/git/config"), ("home code", ".local/bin/git"),
-                   ("home code", ".bash_aliases"), ("state", ".local/state/stockade/planted"),
-                   ("everyday", ".cache/tool/entry")):
+                   ("home code", ".bash_aliases"), ("home code", "bin/git"),
+                   ("state", "var/stockade/planted"), ("everyday", "notes/entry")):
     attempt(what + " " + path, path)
 """
 
@@ -68,7 +68,7 @@ print(json.dumps(found))
 """
 
 EXISTING = {".config/git/config": "[user]\n\tname = me\n", ".local/bin/tool": "#!/bin/sh\n"}
-UNMADE = [".local/bin/git", ".bash_aliases", ".local/state/stockade/planted"]
+UNMADE = [".local/bin/git", ".bash_aliases", "bin", "var/stockade/planted"]
 
 
 def run_through_alias(tmp_path: Path, mode: str, run_home: Path,
@@ -81,8 +81,8 @@ def run_through_alias(tmp_path: Path, mode: str, run_home: Path,
     alias.mkdir(parents=True)
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    # (Stockade's state directory in that home, as `~/.local/state/stockade` is by default)
-    env = {**os.environ, "STOCKADE_STATE_DIR": str(home / ".local" / "state" / "stockade"),
+    # (Stockade's state directory in that home, where only its mask keeps it: not hidden)
+    env = {**os.environ, "STOCKADE_STATE_DIR": str(home / "var" / "stockade"),
            # (the package these tests import: a mutant's copy's, scripts/mutants.py)
            "PYTHONPATH": str(Path(stockade.__file__).parent.parent)}
     read = [] if PYTHON_ROOT.startswith("/usr") else [PYTHON_ROOT]
@@ -98,20 +98,21 @@ def run_through_alias(tmp_path: Path, mode: str, run_home: Path,
 
 def test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state(
         tmp_path, monkeypatch):
-    """B1: the workspace is the home's second path. The home's code (git's XDG configuration,
-    ~/.local/bin, .bash_aliases) and Stockade's state directory in the home are kept there as
-    by the home's own path: each write fails and nothing of them changes on the host, while
-    the home's caches are written. Failed before: every attempt DONE."""
+    """B1: the workspace is the home's second path. The home's hidden entries (git's XDG
+    configuration, ~/.local/bin, a new .bash_aliases), its HOME_CODE (~/bin) and Stockade's
+    state directory in the home are kept there as by the home's own path: each write fails
+    and nothing of them changes on the host, while the rest of the home is written. Failed
+    before: every attempt DONE."""
     home = tmp_path / "home"
     found = run_through_alias(tmp_path, "direct", home, monkeypatch)[1]
     lines = found["lines"]
-    assert lines.pop("everyday .cache/tool/entry") == "DONE", found
+    assert lines.pop("everyday notes/entry") == "DONE", found
     assert all(how != "DONE" for how in lines.values()), found
     for name, text in EXISTING.items():
         assert (home / name).read_text() == text, name
     for name in UNMADE:
         assert not os.path.lexists(home / name), name
-    assert (home / ".cache" / "tool" / "entry").read_text().startswith("[core]")
+    assert (home / "notes" / "entry").read_text().startswith("[core]")
     assert not os.path.exists("/tmp/escaped")
 
 
@@ -124,11 +125,11 @@ def test_apply_knows_the_home_through_a_bind_mount(tmp_path, monkeypatch):
     agent.mkdir()
     home, found = run_through_alias(tmp_path, "overlay", agent, monkeypatch)
     assert found.get("apply") == "changes_refused", found
-    for name in (".config/git", ".local/bin/git", ".bash_aliases"):
+    for name in (".config/git", ".local/bin/git", ".bash_aliases", "bin/git"):
         assert f"{tmp_path / 'srv' / 'alias' / name}" in found["refused"], found
     for name, text in EXISTING.items():
         assert (home / name).read_text() == text, name
-    for name in [*UNMADE, ".cache"]:
+    for name in [*UNMADE, "notes"]:
         assert not os.path.lexists(home / name), name
 
 

@@ -1,8 +1,10 @@
-"""What of the home makes host programs run code (policy.model.HOME_CODE) is not the
-command's to write when its workspace is the home (issue 29 A2): what exists is read-only and
-immovable, what does not cannot be made, by any call, while the home's caches and other
-configuration stay writable. A real child attacks a fake home (HOME; the password database's
-home is another); every check of what happened is made on the host."""
+"""What of the home makes host programs run code is not the command's to write when its
+workspace is the home (issue 29 A2, M3): every top-level hidden entry and what else
+policy.model.HOME_CODE names (~/bin, ~/go): what exists is read-only and immovable, what does
+not cannot be made, by any call, while the rest of the home stays writable (and a private
+home, `filesystem.home = "private"`, holds the command's caches and configuration). A real
+child attacks a fake home (HOME; the password database's home is another); every check of
+what happened is made on the host."""
 
 from __future__ import annotations
 
@@ -42,29 +44,39 @@ for name in json.loads(sys.argv[3]):
     attempt("symlink " + name, lambda: os.symlink("/tmp/evil", name))
     attempt("rename-to " + name, lambda: made(name))
 if sys.argv[5] == "direct":  # (an overlay's apply refuses the deletion: changes_refused)
-    attempt("unlink .vimrc", lambda: os.unlink(".vimrc"))
-    attempt("create .vimrc", lambda: write(".vimrc", "x"))
+    for name in (".vimrc", "bin"):  # (links: gone, not made again)
+        attempt("unlink " + name, lambda: os.unlink(name))
+        attempt("create " + name, lambda: os.symlink("/tmp/evil", name))
 for name in json.loads(sys.argv[4]):
     attempt("everyday " + name, lambda: (os.makedirs(os.path.dirname(name) or ".",
                                                      exist_ok=True), write(name, "x")))
+attempt("mkdir .", lambda: os.mkdir("."))  # (no new name: the kernel's answer)
+attempt("mkdir ..", lambda: os.mkdir(".."))
 """
 
 # Existing entries (their contents), entries the command then writes into or renames
 EXISTING = {".config/git/config": "[user]\n\tname = me\n", ".local/bin/tool": "#!/bin/sh\n",
-            "dotfiles/vimrc": "set nocompatible\n"}
-WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc"]
+            "dotfiles/vimrc": "set nocompatible\n", ".m2/settings.xml": "<settings/>\n",
+            "dotfiles/bin/tool": "#!/bin/sh\n"}
+WRITTEN = [".config/git/config", ".local/bin/tool", "dotfiles/vimrc", ".vimrc",
+           "dotfiles/bin/tool", "bin/tool"]
 RENAMED = [".config/git", ".config", ".local/bin", ".local"]
 # Missing entries, the directories on the way to some of them missing too
 UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".psqlrc",
-          ".config/systemd/user", ".config/environment.d", "bin", ".emacs.d", ".local/bin/git",
+          ".config/systemd/user", ".config/environment.d", ".emacs.d", ".local/bin/git",
           ".config/git/attributes",
           # (issue 29 M1: a sample of what was missed; run on the host: pyenv's shims, the
           # script rustup's line in ~/.profile sources)
           ".pyenv", ".cargo/env", ".sqliterc", ".config/lesskey", ".local/share/systemd/user",
           ".local/share/dbus-1/services", "go/bin", ".vscode-server", ".gradle/init.d",
-          ".tcshrc", ".config/containers", ".bashrc.d", ".local/share/mise"]
-EVERYDAY = [".cache/tool/entry", ".npm/_cacache/index", ".config/htop/htoprc", "notes",
-            ".local/share/tool/state", ".cargo/registry/index"]
+          ".tcshrc", ".config/containers", ".bashrc.d", ".local/share/mise",
+          # (issue 29 M3: every hidden entry, whatever its name: less's compiled lesskey,
+          # node's last resort of require(), cpan's configuration, package caches host builds
+          # run; D1: the directories a launch made for the list's entries, then filled)
+          ".less", ".node_modules", ".cpan", ".m2/repository", ".gradle", "go", ".cache",
+          ".npm", ".config/htop", ".local/share"]
+# What stays the command's: the home's other names, hidden names deeper down
+EVERYDAY = ["notes", "project/.cache/tool/entry", "project/.venv/lib/site.py"]
 
 
 def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -73,6 +85,7 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
     (home / ".vimrc").symlink_to("dotfiles/vimrc")
+    (home / "bin").symlink_to("dotfiles/bin")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     return home
@@ -108,10 +121,14 @@ def test_the_home_code_is_not_the_commands_to_write(tmp_path, monkeypatch, mode)
     for name in UNMADE:
         assert not os.path.lexists(home / name), name
     if mode == "direct":  # (the link may go, not come back)
-        assert lines["create .vimrc"] == "EACCES", lines
+        assert lines["create .vimrc"] == lines["create bin"] == "EACCES", lines
     assert not os.path.exists("/tmp/evil")
     assert sorted(os.listdir(home / ".config" / "git")) == ["config"]
-    assert os.listdir(home / ".config" / "systemd") == []  # (made empty, to be watched)
+    left = {".vimrc", "bin"} if mode == "overlay" else set()  # (direct: unlinked)
+    assert set(os.listdir(home)) == {".config", ".local", ".m2", "dotfiles", "notes", "scratch",
+                                     "project"} | left
+    assert os.listdir(home / ".m2") == ["settings.xml"]
+    assert lines["mkdir ."] == lines["mkdir .."] == "EEXIST", lines
 
 
 def test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_made(
@@ -157,3 +174,77 @@ def test_the_home_code_in_xdg_data_home_elsewhere_is_kept(tmp_path, monkeypatch)
     assert result.returncode == 0, result.stderr
     assert not (data / "systemd" / "user").exists() and not (data / "dbus-1" / "services").exists()
     assert (data / "tool" / "state").read_text() == "x\n"
+
+
+# Round 5's plants (issue 29 M3), each run by a host program shown doing so: less's compiled
+# lesskey (its #env LESSOPEN), node's last resort of require(), cpan's configuration; and a
+# package cache host builds run (D1: in a directory the launch had made).
+PLANTS = ["printf x > .less", "mkdir -p .node_modules/atk && echo x > .node_modules/atk/index.js",
+          "mkdir -p .cpan/CPAN && echo x > .cpan/CPAN/MyConfig.pm",
+          "mkdir -p .m2/repository/atk && echo x > .m2/repository/atk/atk.jar",
+          "mkdir -p go/pkg/mod && echo x > go/pkg/mod/atk.go"]
+
+
+def tree(top: Path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), top)
+                  for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+def test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch(tmp_path,
+                                                                             monkeypatch):
+    """Issue 29 M3, D1: a launch alone (`true`) with the home as its workspace leaves it as it
+    was (before: it made .cargo, .gradle, .m2, go, .config/systemd, ... empty), and a real
+    child's plants in hidden entries the list lacked fail and leave nothing, while a plain
+    file is written (before: every plant landed)."""
+    home = fake_home(tmp_path, monkeypatch)
+    (home / ".local" / "state" / "stockade").mkdir(parents=True)  # (Stockade's, made to mask)
+    before = tree(home)
+    policy = policy_for(deny=())
+    assert stockade.run(["true"], policy, workspace=home).returncode == 0
+    assert tree(home) == before
+    script = " ; ".join([*PLANTS, "echo x > notes", "true"])
+    result = stockade.run(["sh", "-c", script], policy, workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    assert tree(home) == sorted([*before, "notes"]), tree(home)
+
+
+def test_a_private_home_keeps_the_caches_of_a_command_whose_workspace_is_the_home(
+        tmp_path, monkeypatch):
+    """The everyday job under the stronger rule: with the home as its workspace and
+    `filesystem.home = "private"` (its place in the home, as a rootless user's: inside
+    ~/.local, which is kept whole), HOME is the private home, where npm's and pip's caches
+    are written and kept; the real home's hidden entries stay out of reach."""
+    from stockade.lifecycle import statedir
+    from stockade.lifecycle.homes import home_for
+
+    home = fake_home(tmp_path, monkeypatch)
+    state = home / ".local" / "state" / "stockade"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(state))
+    script = (f'mkdir -p "$HOME/.npm/_cacache" "$HOME/.cache/pip" && echo x > "$HOME/.npm/'
+              f'_cacache/index" && echo x > "$HOME/.cache/pip/wheel" && echo "HOME=$HOME"; '
+              f"mkdir {home}/.cache || echo refused; echo x > {home}/.local/cache || echo refused")
+    result = stockade.run(["sh", "-c", script], policy_for(deny=(), home="private"),
+                          workspace=home, text=True)
+    private = home_for(os.path.realpath(home), str(state))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"HOME={private}", "refused", "refused"], result
+    for cache in (".npm/_cacache/index", ".cache/pip/wheel"):
+        assert Path(private, cache).read_text() == "x\n", cache
+    assert not (home / ".cache").exists() and not (home / ".local" / "cache").exists()
+
+
+def test_a_write_root_inside_a_hidden_entry_beside_the_home_keeps_the_homes_code(
+        tmp_path, monkeypatch):
+    """`--write ~/.config` beside the home as the workspace: the exact grant is the command's
+    to write, as ever, but for what of it runs code (HOME_CODE: git's configuration, which a
+    real child cannot rewrite; systemd's user units, which it cannot make)."""
+    home = fake_home(tmp_path, monkeypatch)
+    script = ("mkdir -p .config/htop && echo x > .config/htop/htoprc; "
+              "echo x >> .config/git/config; mkdir -p .config/systemd/user; true")
+    result = stockade.run(["sh", "-c", script],
+                          policy_for(deny=(), write=("{workspace}", "{workspace}/.config")),
+                          workspace=home, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (home / ".config" / "htop" / "htoprc").read_text() == "x\n"
+    assert (home / ".config" / "git" / "config").read_text() == EXISTING[".config/git/config"]
+    assert not (home / ".config" / "systemd").exists()

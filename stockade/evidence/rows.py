@@ -82,8 +82,9 @@ HOST_CODE_REFUSED = "unenforceable:filesystem.host_code"
 HOME_CODE_TARGETS = (
     "{home}/.config/git/config", "{home}/.config/git", "{home}/.local/bin",
     "{home}/.local/bin/tool", f"{{home}}/{setups.USER_SITE}/tool.pth",
-    f"{{home}}/{setups.USER_SITE}/evil.pth", "{home}/.bash_aliases",
-    "{home}/.cargo/config.toml", "{home}/.config/systemd/user", "{home}/.config/autostart")
+    f"{{home}}/{setups.USER_SITE}/evil.pth", "{home}/.bash_aliases", "{home}/.cargo",
+    "{home}/.config/systemd", "{home}/.config/autostart", "{home}/.less", "{home}/.node_modules",
+    "{home}/go")
 DENY = by("deny", "EACCES", "EBUSY", "EROFS")
 VIEW_AND_LANDLOCK = off("mount_view", "landlock")
 ANY = {"network": {"mode": "any"}}
@@ -142,9 +143,10 @@ ROWS: tuple[Row, ...] = (
         unproven=COMPILER, setup=setups.pth_names_missing_directory,
         launch=launches.compiled_in_the_venv),
     row("fs.home-code", "filesystem",
-        "with the home as the workspace: write, move or make the home's code (git's "
-        "configuration, ~/.local/bin, a .pth in the user site-packages; missing: "
-        ".bash_aliases, ~/.cargo/config.toml, ~/.config/systemd/user, ~/.config/autostart)",
+        "with the home as the workspace: write, move or make the home's hidden entries, "
+        "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "
+        "site-packages; missing: .bash_aliases, ~/.cargo, ~/.config/systemd, "
+        "~/.config/autostart, ~/.less, ~/.node_modules, ~/go)",
         "tamper.py", *HOME_CODE_TARGETS, expect=denied(HOST_CODE, by("names_watch", "EACCES")),
         proven=(off("host_code"), off("names_watch")), setup=setups.home_code,
         launch=launches.in_the_home),

@@ -596,15 +596,11 @@ HOME_CODE_FILES = {".config/git/config": "[user]\n\tname = me\n",
 
 
 def home_code(scene: Scene) -> None:
-    """The home, the row's workspace, holding code host programs run (HOME_CODE_FILES). What
-    else of it the launch would make (the directories on the way to the missing names it
-    keeps, empty) is made first, as the launch makes it: the home must stay as it is then."""
-    from stockade.launch import homecode
-
+    """The home, the row's workspace, holding code host programs run (HOME_CODE_FILES). It
+    must stay as it is: the launch makes nothing in it either (issue 29 D1)."""
     _home_as_workspace(scene)
     for name, content in HOME_CODE_FILES.items():
         scene.plant(f"home/{name}", content)
-    homecode.keep(homecode.places(str(scene.home), scene.host_env), [str(scene.home)])
     scene.watch(Unchanged(scene.home, "home (holding its code)", _stockade_made(scene)))
 
 

@@ -106,7 +106,8 @@ def compile_policy(
     state, places = _stockade_state(ctx, read, write, home)
     deny = _denied(fs.deny, ctx, write) + state
     host_code = _host_code(ctx, write)
-    home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write])
+    home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
+                              homecode.homes(ctx.home))
     # (the run's own private home lies inside a masked homes directory: granted back there)
     _check_overlaps(read, write, tuple(g for g in deny if g.path not in places))
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)

@@ -139,11 +139,11 @@ def _unusable(home: str, why: str) -> UnenforceableError:
         'filesystem.home = "host"')
 
 
-def prune(keys: str) -> list[str]:
-    """Remove the private homes (beside `keys`, statedir.key_dir) of workspaces that no longer
-    exist, as their records name them (`stockade reconcile`); the homes removed. A home whose
-    record names no workspace (made before workspaces were recorded), or whose workspace
-    cannot be looked up now (_gone), is kept."""
+def prune(keys: str, under: str = "/") -> list[str]:
+    """Remove the private homes (beside `keys`, statedir.key_dir) of workspaces at or below
+    `under` that no longer exist, as their records name them (`stockade reconcile`); the homes
+    removed. A home whose record names no workspace (made before workspaces were recorded), or
+    whose workspace cannot be looked up now (_gone), is kept."""
     records = os.path.join(keys + SUFFIX, RECORDS)
     try:
         names = sorted(os.listdir(records))
@@ -156,7 +156,8 @@ def prune(keys: str) -> list[str]:
                                    .split("\n")[1])
         except (IndexError, ValueError):
             continue
-        if not isinstance(workspace, str) or not workspace or not _gone(workspace):
+        if not isinstance(workspace, str) or not workspace or not _gone(workspace) \
+                or os.path.commonpath([under, workspace]) != under:
             continue
         home = os.path.join(keys + SUFFIX, name)
         if os.path.isdir(home) and not os.path.islink(home):

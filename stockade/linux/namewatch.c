@@ -3,8 +3,9 @@
  * GIT_MAKES) in a write root during
  * its run, at any depth, by any call that makes a name. Nor, in one directory only, what of
  * the home runs code on the host (`~/.config/git`, `~/.local/bin`, `~/.vimrc`, ...: an entry
- * "directory/name", launch/homecode.py), the directory known by its inode (pinned by the
- * view, it cannot be renamed away).
+ * "directory/name", launch/homecode.py; "directory/.*": any name starting with "." there, for
+ * a home a write root holds), the directory known by its inode (pinned by the view, it cannot
+ * be renamed away).
  *
  * Threat. A name present at launch is re-mounted read-only (protect.py), but one made during
  * the run is an ordinary file a host tool trusts later: an agent's configuration, an MCP
@@ -210,6 +211,11 @@ static void leave(struct place *p) {
     p->parent = -1;
 }
 
+/* Whether `name` is hidden (a placed entry ".*" matches it): "." and ".." are no new name. */
+static int hidden(const char *name) {
+    return name[0] == '.' && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
 /* The protected name `p` would make (as the policy spells it; a placed one's whole entry), or
  * NULL. */
 static const char *protected_name(const struct namewatch *w, const struct place *p) {
@@ -221,7 +227,8 @@ static const char *protected_name(const struct namewatch *w, const struct place 
     if (!found && w->placed_count > 0 && fstat(p->parent, &directory) == 0)
         for (size_t i = 0; i < w->placed_count; i++)
             if (w->placed[i].dev == directory.st_dev && w->placed[i].ino == directory.st_ino
-                && strcasecmp(w->placed[i].name, p->last) == 0)
+                && (strcmp(w->placed[i].name, ".*") == 0 ? hidden(p->last)
+                    : strcasecmp(w->placed[i].name, p->last) == 0))
                 return w->placed[i].entry;
     if (!found)
         return NULL;

@@ -45,8 +45,9 @@ CODE_RUNNING_PROTECTED = (
 )
 DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
 # Below the home, besides its protected names: what makes a host program run code or change
-# its behaviour at its next start: never applied from a change set (changeapply.py) and, with
-# the home in a write root, read-only in the view and not made by the command (homecode.py). Git's
+# its behaviour at its next start: never applied from a change set (changeapply.py) and, in a
+# write root, read-only in the view and not made by the command (homecode.py; with the home
+# itself in a write root, every top-level hidden entry is, and of this list the rest). Git's
 # second global configuration (core.fsmonitor, an alias); shells' start-up, logout, alias and
 # completion files (bash's, zsh's, fish's, csh's and tcsh's, ksh's and mksh's, xonsh's,
 # nushell's, and the directories start-up files source: oh-my-zsh, ~/.bashrc.d); autostart
@@ -62,9 +63,9 @@ DEFAULT_PROTECTED = tuple(sorted(AGENT_PROTECTED + CODE_RUNNING_PROTECTED))
 # mercurial, jujutsu, wget, curl, npm init, podman, pipewire, the prompt (starship),
 # terminals that start the shell, X sessions, hotkey daemons, mailcap, Debian's
 # sensible-editor and the desktop's choice of program (issue 29 A1, M1: each shown to run
-# code or fetch it). A deny-list stays incomplete: apply lands the rest of the home's hidden
-# entries only when asked (changeapply.HomeConfig), and a private home (`home = "private"`)
-# or an overlay keeps the real one out of reach.
+# code or fetch it). A deny-list stays incomplete (issue 29 M3): apply lands the rest of the
+# home's hidden entries only when asked (changeapply.HomeConfig), and the view keeps them all
+# when the home is in a write root. `go` is whole: its module cache runs in host builds.
 HOME_CODE = (
     ".config/git", ".config/fish", ".zlogin", ".zlogout", ".bash_logout", ".bash_aliases",
     ".bash_completion", ".local/share/bash-completion", ".config/autostart",
@@ -83,7 +84,7 @@ HOME_CODE = (
     ".pyenv", ".rbenv", ".nodenv", ".goenv", ".jenv", ".nvm", ".fnm", ".local/share/fnm",
     ".volta", ".sdkman", ".asdf", ".tool-versions", ".config/mise", ".local/share/mise",
     ".local/state/mise", ".rustup", ".cargo/env", ".cargo/env.fish", ".cargo/env.nu",
-    ".opam", "go/bin", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
+    ".opam", "go", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
     ".nix-profile",
     # tools' start-up files and configuration that names a program
     ".sqliterc", ".Rprofile", ".Renviron", ".julia/config", ".pryrc", ".pdbrc", ".jupyter",
