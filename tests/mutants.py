@@ -34,6 +34,7 @@ PROCESS = "tests/test_linux_process.py::"
 STATUS = "tests/test_linux_status.py::"
 CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
+ALIAS = "tests/test_home_alias.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -319,8 +320,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if hops",
            ("tests/test_home_code.py::test_the_home_code_is_not_the_commands_to_write",)),
     Mutant("home-hidden-entries-not-whole", "stockade/launch/homecode.py",
-           "    whole = [h for h in map(os.path.normpath, held) if any(_within(h, root) for root "
-           "in roots)]",
+           "    whole = [name for home in map(os.path.normpath, held) for name in _seen(home, "
+           "roots, mounts)\n             if any(_within(name, root) for root in roots)]",
            "    whole = []",
            ("tests/test_home_code.py::"
             "test_no_hidden_entry_of_the_home_is_made_nor_any_directory_by_the_launch",)),
@@ -347,11 +348,34 @@ MUTANTS: tuple[Mutant, ...] = (
            (STORE + "test_a_sealed_set_never_writes_credentials_or_start_up_files",)),
     # --- issue 29 L1: a home reached through a link is still the home to apply ------------------
     Mutant("apply-home-unresolved", "stockade/lifecycle/changeapply.py",
-           "    return {os.path.normpath(path), os.path.realpath(path)}\n",
-           "    return {os.path.normpath(path)}\n",
+           "    resolved = os.path.realpath(path)\n",
+           "    resolved = os.path.normpath(path)\n",
            (STORE + "test_a_home_reached_through_a_link_is_still_the_home[.psqlrc-changes_refused]",
             STORE + "test_a_home_reached_through_a_link_is_still_the_home"
             "[.config/htop/htoprc-changes_home_config]")),
+    # --- issue 29 B1: the home and the state seen at a second path (a bind mount) -------------
+    Mutant("home-code-alias-unseen", "stockade/launch/homecode.py",
+           "    return list(dict.fromkeys([path, *(name for root in roots\n",
+           "    return list(dict.fromkeys([path, *(name for root in ()\n",
+           (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
+    Mutant("state-alias-unmasked", "stockade/launch/compile.py",
+           "        names = list(dict.fromkeys([resolved, *(name for found in seen.values()\n",
+           "        names = list(dict.fromkeys([resolved, *(name for found in ()\n",
+           (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
+    Mutant("state-alias-root-admitted", "stockade/launch/compile.py",
+           "        if _inside(root.path, state) or aliases.within(state, root.path, mounts):",
+           "        if _inside(root.path, state):",
+           (ALIAS + "test_a_root_inside_the_state_directory_under_another_path_is_refused",)),
+    Mutant("apply-home-alias-unseen", "stockade/lifecycle/changeapply.py",
+           "        name for root in roots for name in aliases.within(root, resolved, mounts)}",
+           "        name for root in () for name in aliases.within(root, resolved, mounts)}",
+           (ALIAS + "test_apply_knows_the_home_through_a_bind_mount",)),
+    # --- issue 29 P1: reconcile prunes a home only when its workspace is plainly gone ----------
+    Mutant("homes-pruned-on-any-error", "stockade/lifecycle/homes.py",
+           "    except OSError:\n        return False\n    return False\n",
+           "    except OSError:\n        return True\n    return False\n",
+           ("tests/test_linux_home.py::"
+            "test_reconcile_keeps_the_home_of_a_workspace_it_cannot_look_up",)),
     # --- issue 29: the sandbox ends whatever its pid 1 does ----------------------------------
     Mutant("pid1-outlives-its-parent", "stockade/linux/launcher.py",
            "            _die_with_parent()\n", "",

@@ -352,3 +352,35 @@ def test_reconcile_removes_the_homes_of_workspaces_that_are_gone(ws, tmp_path, m
     assert os.path.isdir(made[workspace]) and os.path.isdir(old)
     assert main(["reconcile", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["homes_removed"] == []
+
+
+def test_reconcile_keeps_the_home_of_a_workspace_it_cannot_look_up(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Issue 29 P1: a workspace that exists but cannot be looked up at that moment (a
+    directory on its way unsearchable, as a locked home or a disk not mounted is; a link loop
+    on its way, which stops root too) is not gone: its home stays. Only a plain "does not
+    exist" removes one. Failed before (rootless): the home of the locked workspace removed."""
+    import json
+
+    from stockade.cli import main
+    from stockade.lifecycle import homes
+
+    keys = tmp_path / "keys"
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(keys))
+    locked = tmp_path / "locked"
+    (locked / "ws").mkdir(parents=True)
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "file").write_text("")
+    kept = [str(locked / "ws"), str(tmp_path / "loop" / "ws")]
+    gone = [str(tmp_path / "gone"), str(tmp_path / "file" / "ws")]
+    made = {w: homes.home_for(w, str(keys)) for w in kept + gone}
+    for workspace, home in made.items():
+        homes.ensure(home, workspace)
+    locked.chmod(0)
+    try:
+        assert main(["reconcile", "--json"]) == 0
+    finally:
+        locked.chmod(0o700)
+    removed = json.loads(capsys.readouterr().out)["homes_removed"]
+    assert sorted(removed) == sorted(made[w] for w in gone)
+    assert all(os.path.isdir(made[w]) for w in kept)

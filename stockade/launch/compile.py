@@ -18,6 +18,7 @@ from stockade.launch import homecode, hostcode
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.lifecycle import aliases
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
 from stockade.policy.presets import DENY_FILES
@@ -382,11 +383,19 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
               for state in statedir.candidates(ctx.host_env, ctx.home)]
     if ctx.key_dir:
         masked.append((ctx.key_dir + homes.SUFFIX, "the sandboxes' private homes"))
+    mounts = aliases.table()
     for place, what in masked:
         resolved = os.path.realpath(place)
-        places.append(resolved)
-        _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what)
-        if not os.path.lexists(resolved) and _holder(resolved, write) is not None:
+        # (and each other name a root shows it by: a bind mount of it, or of a directory
+        # above it, reaches it past a mask on its own path; issue 29 B1)
+        seen = {root.path: aliases.within(root.path, resolved, mounts) for root in read + write}
+        names = list(dict.fromkeys([resolved, *(name for found in seen.values()
+                                                for name in found)]))
+        places += names
+        _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what,
+                             mounts)
+        if not os.path.lexists(resolved) and (_holder(resolved, write) is not None
+                                              or any(seen[root.path] for root in write)):
             try:
                 statedir.ensure(resolved)
             except StockadeError as exc:
@@ -394,14 +403,15 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
                     "filesystem.stockade_state",
                     f"Stockade's state directory {resolved} lies inside a write root and "
                     f"cannot be made to be masked ({exc.message})") from None
-        if os.path.lexists(resolved):
-            grants.append(PathGrant(path=resolved, alias=place))
+        grants += [PathGrant(path=name, alias=place if name == resolved else name)
+                   for name in names if os.path.lexists(name)]
     return tuple(grants), tuple(sorted(set(places)))
 
 
-def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str) -> None:
+def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
+                         mounts: aliases.Mounts) -> None:
     for root in roots:
-        if _inside(root.path, state):
+        if _inside(root.path, state) or aliases.within(state, root.path, mounts):
             raise PolicyError(f"root {root.path} lies inside {what} {state}, which no sandbox "
                               f"may see", key="filesystem")
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stockade.errors import UnenforceableError
-from stockade.lifecycle import statedir
+from stockade.lifecycle import aliases, statedir
 from stockade.policy.model import HOME_CODE, XDG_CODE
 
 _HOPS = 40  # (symbolic links followed on one path, as the kernel's limit)
@@ -57,17 +57,27 @@ def places(home: str, host_env: Mapping[str, str]) -> list[str]:
 
 def keep(paths: Iterable[str], roots: list[str], held: Iterable[str] = ()) -> HomeCode:
     """What of `paths` (absolute) and of the homes among `held` that a write root holds the
-    view keeps from a command writing the `roots`."""
+    view keeps from a command writing the `roots`, under each name a root shows it by
+    (aliases.py: the home bind-mounted at a second path, issue 29 B1)."""
     found = HomeCode()
-    whole = [h for h in map(os.path.normpath, held) if any(_within(h, root) for root in roots)]
+    mounts = aliases.table()
+    whole = [name for home in map(os.path.normpath, held) for name in _seen(home, roots, mounts)
+             if any(_within(name, root) for root in roots)]
     for home in whole:
         found.watched.add(os.path.join(home, HIDDEN))
         for name in _hidden(home):
-            _keep(os.path.join(home, name), roots, found, 0)
+            _keep(os.path.join(home, name), roots, found, 0, mounts)
     for path in map(os.path.normpath, paths):
-        if not _kept_whole(path, whole, roots):
-            _keep(path, roots, found, 0)
+        for name in _seen(path, roots, mounts):
+            if not _kept_whole(name, whole, roots):
+                _keep(name, roots, found, 0, mounts)
     return found
+
+
+def _seen(path: str, roots: list[str], mounts: aliases.Mounts) -> list[str]:
+    """`path`, and each other name a write root shows it by."""
+    return list(dict.fromkeys([path, *(name for root in roots
+                                       for name in aliases.within(root, path, mounts))]))
 
 
 def _kept_whole(path: str, whole: list[str], roots: list[str]) -> bool:
@@ -95,7 +105,8 @@ def _hidden(home: str) -> list[str]:
             f"({exc.strerror}); choose a workspace that is not the home") from None
 
 
-def _keep(path: str, roots: list[str], found: HomeCode, hops: int) -> None:
+def _keep(path: str, roots: list[str], found: HomeCode, hops: int,
+          mounts: aliases.Mounts) -> None:
     parts = [part for part in path.split("/") if part]
     current = "/"
     for index, part in enumerate(parts):
@@ -115,7 +126,8 @@ def _keep(path: str, roots: list[str], found: HomeCode, hops: int) -> None:
                 found.watched.add(here)
             if hops < _HOPS:
                 target = os.path.normpath(os.path.join(current, os.readlink(here)))
-                _keep(os.path.join(target, *parts[index + 1:]), roots, found, hops + 1)
+                for name in _seen(os.path.join(target, *parts[index + 1:]), roots, mounts):
+                    _keep(name, roots, found, hops + 1, mounts)
             return
         if last or not stat.S_ISDIR(info.st_mode):
             # (a file where a directory would be: kept whole, then nothing is made below it)

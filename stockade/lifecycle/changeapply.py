@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stockade.errors import ChangesError
-from stockade.lifecycle import statedir, treewalk
+from stockade.lifecycle import aliases, statedir, treewalk
 from stockade.lifecycle.changescan import (
     Change,
     Fingerprint,
@@ -38,35 +38,39 @@ from stockade.visibletext import visible
 GUARDED_GIT = ("config", "config.worktree", "hooks", "commondir", "gitdir")
 
 
-def never_applied() -> tuple[str, ...]:
-    """What no change set ever writes, whatever its run's policy says (defence in depth: a set
-    that names a policy of its own is only as good as its seal): the credential stores every
-    preset denies, the home directory's own protected names (shell start-up files, git's
-    and agents' configuration) and HOME_CODE, in the home the password database names and in
-    $HOME (and what of HOME_CODE lies below $XDG_CONFIG_HOME and $XDG_DATA_HOME), each as
-    written and resolved."""
-    homes = _homes()
+def never_applied(roots: Iterable[str]) -> tuple[str, ...]:
+    """What no change set over the write `roots` ever writes, whatever its run's policy says
+    (defence in depth: a set that names a policy of its own is only as good as its seal): the
+    credential stores every preset denies, the home directory's own protected names (shell
+    start-up files, git's and agents' configuration) and HOME_CODE, in the home the password
+    database names and in $HOME (and what of HOME_CODE lies below $XDG_CONFIG_HOME and
+    $XDG_DATA_HOME), each as written, resolved and as a root shows it (_both)."""
+    mounts = aliases.table()
+    homes = _homes(roots, mounts)
     found = {path.replace("{home}", home) for path in DENY_DEFAULTS for home in homes}
     found |= {os.path.join(home, name) for name in DEFAULT_PROTECTED + HOME_CODE
               for home in homes}
     found |= {os.path.join(top, name) for variable, names in XDG_CODE.items()
-              for top in _both(os.environ.get(variable, "")) for name in names}
+              for top in _both(os.environ.get(variable, ""), roots, mounts) for name in names}
     return tuple(sorted(os.path.normpath(path) for path in found if os.path.isabs(path)))
 
 
-def _homes() -> set[str]:
-    """$HOME and the password database's home, each as written and resolved."""
+def _homes(roots: Iterable[str], mounts: aliases.Mounts) -> set[str]:
+    """$HOME and the password database's home, each by every name of _both."""
     return {form for home in (os.path.expanduser("~"), statedir.passwd_home())
-            for form in _both(home)}
+            for form in _both(home, roots, mounts)}
 
 
-def _both(path: str) -> set[str]:
-    """An absolute `path` as written and with its links resolved (none for another): a change
-    set records its write roots resolved, so a home reached through a link (/home ->
-    /var/home) must be known by both names (issue 29 L1)."""
+def _both(path: str, roots: Iterable[str], mounts: aliases.Mounts) -> set[str]:
+    """An absolute `path` as written, with its links resolved, and as each of the `roots`
+    shows it (none for another): a change set records its write roots resolved, so a home
+    reached through a link (/home -> /var/home) must be known by both names (issue 29 L1),
+    and one a root shows at a second path (a bind mount) by that one too (B1)."""
     if not os.path.isabs(path):
         return set()
-    return {os.path.normpath(path), os.path.realpath(path)}
+    resolved = os.path.realpath(path)
+    return {os.path.normpath(path), resolved} | {
+        name for root in roots for name in aliases.within(root, resolved, mounts)}
 
 
 @dataclass(frozen=True)
@@ -95,12 +99,14 @@ class HomeConfig:
 HOME_CONFIG_OPTION = "stockade apply --home-config"
 
 
-def home_config() -> HomeConfig:
-    """This user's HomeConfig: the home the password database names and $HOME (each as
-    written and resolved)."""
+def home_config(roots: Iterable[str]) -> HomeConfig:
+    """This user's HomeConfig for a change set over the write `roots`: the home the password
+    database names and $HOME (each by every name of _both)."""
     import site
 
-    return HomeConfig(tuple(sorted(_homes())), tuple(sorted(_both(site.getuserbase()))))
+    mounts = aliases.table()
+    return HomeConfig(tuple(sorted(_homes(roots, mounts))),
+                      tuple(sorted(_both(site.getuserbase(), roots, mounts))))
 
 
 def home_refusals(changes: Iterable[Change], home: HomeConfig) -> list[str]:

@@ -173,12 +173,12 @@ class ChangeSet:
         self._keep_base(bases)  # (the baseline verified is the one applied against)
         changes = self.changes()
         refused = changeapply.refusals(changes, self.meta["protected"], self.meta["deny"],
-                                       self.meta["git"], changeapply.never_applied())
+                                       self.meta["git"], changeapply.never_applied(self.roots))
         if refused:
             raise changeapply.refuse("changes_refused", refused,
                                      "changes the policy never lets land")
         home = [] if home_config else changeapply.home_refusals(changes,
-                                                                changeapply.home_config())
+                                                                changeapply.home_config(self.roots))
         if home:
             raise changeapply.refuse("changes_home_config", home,
                                      "changes to the home directory's configuration, applied "

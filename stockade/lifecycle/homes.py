@@ -142,8 +142,8 @@ def _unusable(home: str, why: str) -> UnenforceableError:
 def prune(keys: str, under: str = "/") -> list[str]:
     """Remove the private homes (beside `keys`, statedir.key_dir) of workspaces at or below
     `under` that no longer exist, as their records name them (`stockade reconcile`); the homes
-    removed. A home whose record names no workspace (made before workspaces were recorded) is
-    kept."""
+    removed. A home whose record names no workspace (made before workspaces were recorded), or
+    whose workspace cannot be looked up now (_gone), is kept."""
     records = os.path.join(keys + SUFFIX, RECORDS)
     try:
         names = sorted(os.listdir(records))
@@ -156,7 +156,7 @@ def prune(keys: str, under: str = "/") -> list[str]:
                                    .split("\n")[1])
         except (IndexError, ValueError):
             continue
-        if not isinstance(workspace, str) or not workspace or os.path.lexists(workspace) \
+        if not isinstance(workspace, str) or not workspace or not _gone(workspace) \
                 or os.path.commonpath([under, workspace]) != under:
             continue
         home = os.path.join(keys + SUFFIX, name)
@@ -166,6 +166,19 @@ def prune(keys: str, under: str = "/") -> list[str]:
             os.unlink(os.path.join(records, name))
         removed.append(home)
     return removed
+
+
+def _gone(path: str) -> bool:
+    """Whether `path` plainly does not exist. A look-up that fails otherwise (a directory on
+    the way unsearchable for now, a disk or export not mounted, a locked home: EACCES, EIO)
+    says nothing of it: its home is kept (issue 29 P1)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def discard(workspace: str, keys: str) -> None:

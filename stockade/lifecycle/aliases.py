@@ -1,0 +1,110 @@
+"""Where a place of the host (the home, a state directory, the private homes' directory) is
+seen inside a root that holds it under another name (issue 29 B1). A bind mount shows one
+directory at a second path (/data/home mounted on /home, a home mounted into a chroot or at
+/mnt/alias), and neither a path string nor realpath says so: whether a root holds a place is
+decided by identity instead.
+
+The mount table (/proc/self/mountinfo) names what each mount shows by its device and its path
+inside that filesystem. A place's path inside its filesystem, found from the mount it lies on,
+is shown by every mount of that device whose top lies at or above it, each giving the place a
+name; a name inside the root is believed only when lstat finds there what it finds at the
+place (for a place not made yet, at its nearest existing ancestor): a name hidden by another
+mount, or through a mount that is not recursive, leads elsewhere. No table (not Linux): only
+the place's own path counts. One read of the table, string work and a stat per name found in
+the root: cheap enough for every launch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mount:
+    device: str  # "major:minor"
+    top: str  # the path inside its filesystem that it shows
+    point: str  # where it is mounted
+
+
+@dataclass(frozen=True)
+class Mounts:
+    at: dict[str, Mount]  # by mount point: the one on top there
+    of: dict[str, list[Mount]]  # by device
+
+
+def table() -> Mounts:
+    """This process's mounts; none where there is no table to read."""
+    at: dict[str, Mount] = {}
+    of: dict[str, list[Mount]] = {}
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            text = f.read()
+    except OSError:
+        return Mounts(at, of)
+    for line in text.splitlines():
+        fields = line.split(b" ")
+        if len(fields) > 4:
+            mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]))
+            at[mount.point] = mount  # (a later one lies over an earlier one at the same point)
+            of.setdefault(mount.device, []).append(mount)
+    return Mounts(at, of)
+
+
+def _unescaped(field: bytes) -> str:
+    """A path of the table: space, tab, newline and backslash are written as octal escapes."""
+    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), field))
+
+
+def within(root: str, place: str, mounts: Mounts) -> list[str]:
+    """Every path at which `place` is seen at or below `root` (both absolute and normalised;
+    a symbolic link on `place`'s path is not followed: a caller that walks links asks again
+    for each target): `place` itself if `root` holds it by path, and each other name the
+    `mounts` (table()) give it there."""
+    found = [place] if _at_or_below(place, root) else []
+    for name in _names(place, mounts):
+        if name != place and _at_or_below(name, root) and _same(name, place):
+            found.append(name)
+    return found
+
+
+def _names(place: str, mounts: Mounts) -> list[str]:
+    """`place`'s path under each mount of its filesystem that shows it."""
+    point = place
+    while point not in mounts.at:
+        if point == "/":
+            return []
+        point = os.path.dirname(point)
+    mount = mounts.at[point]
+    inner = os.path.normpath(os.path.join(mount.top, _below(place, mount.point)))
+    return [os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
+            for m in mounts.of[mount.device] if _at_or_below(inner, m.top)]
+
+
+def _same(name: str, place: str) -> bool:
+    """Whether `name` leads where `place` does: the same inode at the place, or at its nearest
+    existing ancestor and the ancestor of `name` as far above it."""
+    while True:
+        try:
+            here = os.lstat(place)
+        except (FileNotFoundError, NotADirectoryError):
+            if place == "/":
+                return False
+            place, name = os.path.dirname(place), os.path.dirname(name)
+            continue
+        except OSError:
+            return False
+        try:
+            return os.path.samestat(here, os.lstat(name))
+        except OSError:
+            return False
+
+
+def _at_or_below(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _below(path: str, top: str) -> str:
+    """`path` relative to `top`, which holds it ("" for `top` itself)."""
+    return path[len(top.rstrip("/")):].lstrip("/")
