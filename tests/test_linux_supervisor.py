@@ -99,14 +99,20 @@ def test_the_command_gets_its_directory_umask_environment_session_and_signals(ws
 
 
 def test_start_failures_are_typed_and_name_the_command_byte_for_byte(ws):
-    """A name that is not UTF-8 comes back as the owner's surrogate-escaped string; a file
-    the kernel cannot execute is not run through /bin/sh instead (execvp would)."""
+    """A name that is not UTF-8 comes back exactly, in the escaped form every text Stockade
+    prints has (issue 29 T2: `\\xff` for the byte, `\\x0a` for the newline, which raw would
+    forge a line); a file the kernel cannot execute is not run through /bin/sh instead
+    (execvp would)."""
+    from stockade.visibletext import visible
+
     workspace, _ = ws
     name = "no-such-\udcff-é\n\"x\""
     with pytest.raises(stockade.StartError) as caught:
         sandbox([name], workspace)
     assert caught.value.code == "command_not_found"
-    assert caught.value.message.startswith(f"{name}: not found in the sandbox's PATH (")
+    assert caught.value.message.startswith(
+        "no-such-\\xff-é\\x0a\"x\": not found in the sandbox's PATH ("), caught.value.message
+    assert caught.value.message.startswith(visible(name))
     script = workspace / "script"
     script.write_text("echo RAN > ran\n")
     script.chmod(0o755)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from stockade.evidence.watch import Watch
-from stockade.lifecycle import homes, statedir
+from stockade.lifecycle import homes
 
 if TYPE_CHECKING:
     from stockade.net.gate import Dialer
@@ -50,9 +50,11 @@ class Scene:
         }
         self.read_roots: list[str] = []      # granted read-only, besides the preset's
         self.host_env = {**os.environ, "HOME": str(self.home)}
-        # The seal key's directory, beside which launches keep the private homes
-        # (statedir.key_dir, from the password database; a setup may name one in the scene)
-        self.key_dir = statedir.key_dir()
+        # The seal key's directory, beside which launches keep the private homes (a place
+        # of the scene's, as statedir.key_dir is the user's: the user's own homes are never
+        # the matrix's, and a home there would show its path in the view; a setup may name
+        # another)
+        self.key_dir = str(self.root / "keys" / "stockade")
         self.secrets = [self.secret]         # must never appear in the child's output
         self.stdin: str | None = None        # "inherit" to hand the child our stdin
         self.cancel: threading.Event | None = None

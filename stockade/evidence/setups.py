@@ -614,7 +614,9 @@ def other_private_home(scene: Scene) -> None:
     from stockade.lifecycle import homes
 
     _home_as_workspace(scene)
-    scene.key_dir = str(scene.home / ".local" / "state" / "stockade")
+    # (not below a hidden entry of the home: those are kept whole, homecode.py, and the row
+    # proves the homes' own mask)
+    scene.key_dir = str(scene.home / "state" / "stockade")
     scene.host_env["STOCKADE_STATE_DIR"] = str(scene.outside / "state")
     other = homes.home_for(os.path.realpath(scene.ws), scene.key_dir)
     homes.ensure(other)

@@ -69,19 +69,39 @@ def key_dir() -> str:
     environment (another HOME, XDG_STATE_HOME or STOCKADE_STATE_DIR) later looks for one;
     this place is the same for every process of the user, and every launch masks it
     (`candidates`). The private homes lie beside it for the same reason (homes.py)."""
-    if lease.superuser():
+    outer = _outer_uid()
+    if lease.superuser() and outer == 0:
         return ROOT_STATE_DIR
-    home = passwd_home()
+    home = passwd_home(outer)
     return os.path.join(home, ".local", "state", "stockade") if home else ""
 
 
-def passwd_home() -> str:
-    """This user's home as the password database names it (whatever HOME says); "" if it
-    names none (Windows, a uid with no entry, a home that is not an absolute path)."""
+def _outer_uid() -> int | None:
+    """This process's user as the namespace above sees it (/proc/self/uid_map): a user who
+    made a user namespace of their own and is root in it is that user still, whose places
+    are theirs (not root's, which they cannot write). None off Linux."""
+    if not hasattr(os, "geteuid"):
+        return None
+    uid = os.geteuid()
+    try:
+        with open("/proc/self/uid_map") as f:
+            for line in f:
+                inside, outside, count = map(int, line.split())
+                if inside <= uid < inside + count:
+                    return outside + uid - inside
+    except (OSError, ValueError):
+        pass
+    return uid
+
+
+def passwd_home(uid: int | None = None) -> str:
+    """This user's (or `uid`'s) home as the password database names it (whatever HOME
+    says); "" if it names none (Windows, a uid with no entry, a home that is not an absolute
+    path)."""
     try:
         import pwd  # (POSIX only)
 
-        home = pwd.getpwuid(os.geteuid()).pw_dir
+        home = pwd.getpwuid(os.geteuid() if uid is None else uid).pw_dir
     except (ImportError, KeyError):
         return ""
     return os.path.normpath(home) if os.path.isabs(home) else ""
