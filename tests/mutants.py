@@ -58,6 +58,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if False:",
            ("tests/test_home_code.py::"
             "test_the_landlock_tier_refuses_a_write_root_where_the_homes_code_would_be_made",)),
+    Mutant("home-link-unresolved", "stockade/launch/homecode.py",
+           "    return sorted({*named, *map(os.path.realpath, named)})",
+           "    return sorted(set(named))",
+           ("tests/test_home_code.py::test_a_home_reached_through_a_link_keeps_every_hidden_entry",)),
     Mutant("guard-own-address-stays-inside", "stockade/linux/guard.py",
            "    for version in (4, 6) if guarded else ():\n        if own[version]:",
            "    for version in (4, 6) if guarded else ():\n        if False:",

@@ -248,3 +248,29 @@ def test_a_write_root_inside_a_hidden_entry_beside_the_home_keeps_the_homes_code
     assert (home / ".config" / "htop" / "htoprc").read_text() == "x\n"
     assert (home / ".config" / "git" / "config").read_text() == EXISTING[".config/git/config"]
     assert not (home / ".config" / "systemd").exists()
+
+
+@pytest.mark.parametrize("workspace", ["as-named", "resolved"])
+def test_a_home_reached_through_a_link_keeps_every_hidden_entry(tmp_path, monkeypatch,
+                                                               workspace):
+    """Issue 29 L2 (attack 6): with $HOME through a link (`/home -> /data/home`), write roots
+    are resolved but the homes were not, so the whole-hidden-entries rule was skipped and a
+    direct run wrote ~/.less and ~/.node_modules (which less and node then run). Now every
+    hidden name is refused there too, and nothing of the home changes."""
+    real = tmp_path / "data" / "home"
+    real.mkdir(parents=True)
+    (real / ".existing").write_text("kept\n")
+    (tmp_path / "link").symlink_to(real.parent)
+    home = tmp_path / "link" / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    names = [".less", ".node_modules", ".existing"]
+    result = stockade.run([PYTHON, "-c", ATTACK, "[\".existing\"]", "[]", json.dumps(names[:2]),
+                           "[]", "direct"], policy_for(deny=()),
+                          workspace=home if workspace == "as-named" else real, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert lines and all(how != "DONE" for how in lines.values()), lines
+    # (what the attack may make: a plain name; Stockade's own state directory, made to mask it)
+    assert set(os.listdir(real)) - {"scratch", ".local"} == {".existing"}
+    assert (real / ".existing").read_text() == "kept\n"

@@ -498,8 +498,10 @@ def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchReque
     ctx = CompileContext(workspace=request.cwd, home=os.path.expanduser("~"), tmp=None,
                          host_env={})
     added, links = _grants(tuple(roots), "filesystem.read", ctx)
+    mounts = aliases.table()
     for state in request.stockade_state:
-        _refuse_inside_state(added, state, "Stockade's state (or private homes) directory")
+        _refuse_inside_state(added, state, "Stockade's state (or private homes) directory",
+                             mounts)
     merged = {grant.path: grant for grant in request.read}
     for grant in added:
         merged.setdefault(grant.path, grant)

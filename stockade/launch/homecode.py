@@ -39,9 +39,11 @@ class HomeCode:
 
 
 def homes(home: str) -> list[str]:
-    """This user's homes: `home` ($HOME) and the password database's."""
-    return sorted({os.path.normpath(h) for h in (home, statedir.passwd_home())
-                   if os.path.isabs(h)})
+    """This user's homes: `home` ($HOME) and the password database's, each as named and
+    resolved (write roots are resolved: a home reached through a link, `/home -> /data/home`,
+    is the home still, issue 29 L2)."""
+    named = [os.path.normpath(h) for h in (home, statedir.passwd_home()) if os.path.isabs(h)]
+    return sorted({*named, *map(os.path.realpath, named)})
 
 
 def places(home: str, host_env: Mapping[str, str]) -> list[str]:

@@ -170,8 +170,9 @@ def prune(keys: str, under: str = "/") -> list[str]:
 
 def _gone(path: str) -> bool:
     """Whether `path` plainly does not exist. A look-up that fails otherwise (a directory on
-    the way unsearchable for now, a disk or export not mounted, a locked home: EACCES, EIO)
-    says nothing of it: its home is kept (issue 29 P1)."""
+    the way unsearchable for now, a locked home: EACCES, EIO) says nothing of it: its home is
+    kept (issue 29 P1). (A workspace on a disk not mounted, below an empty mount point, does
+    look gone: said in docs/policy.md.)"""
     try:
         os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
