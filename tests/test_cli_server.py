@@ -23,6 +23,7 @@ import pytest
 from conftest import interrupted_json_run, marked
 
 from stockade import program
+from stockade.lifecycle import homes, statedir
 from stockade.program import NOT_SERVED, SOCKET_NAME, encode_request
 
 pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
@@ -309,6 +310,15 @@ def test_served_runs_of_one_policy_use_prepared_sandboxes_that_see_host_changes(
     prepared = [enforced("true")["prepared_ahead"]]
     prepared += [settled() for _ in range(3)]
     assert prepared[2:] == [True, True]
+    # Another workspace's first run makes its private home beside this one's: the homes'
+    # directory, masked in the view, changed, and the spare is still this request's (it was
+    # never used in a run of both suites at once, whose launches make homes all the time)
+    other = homes.home_for(str(workspace.parent / "another-workspace"), statedir.key_dir())
+    homes.ensure(other)
+    try:
+        assert settled()
+    finally:
+        homes.discard(str(workspace.parent / "another-workspace"), statedir.key_dir())
     (workspace / ".git").mkdir()
     (workspace / ".git" / "config").write_text("[core]\n")
     done = stockade(*args[:-2], "--", "sh", "-c", "echo evil >> .git/config", env=env,

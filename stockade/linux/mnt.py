@@ -139,7 +139,12 @@ def _opened(m: _Mount, fd: int, *, hold: bool = False) -> int:
         info = os.fstat(fd)
         m.is_dir = stat.S_ISDIR(info.st_mode)
         m.inode = (info.st_dev, info.st_ino)
-        m.seen = f"{info.st_dev}:{info.st_ino}:{info.st_ctime_ns}:{file_handle(fd).hex()}"
+        handle = file_handle(fd).hex()
+        # (a masked path's content is never shown: what it holds may change, as the private
+        # homes' directory does with every other workspace's first run; the handle alone
+        # tells it from a directory re-made there. Where there is none, the change time does.)
+        changed = "" if m.kind == "deny" and handle else str(info.st_ctime_ns)
+        m.seen = f"{info.st_dev}:{info.st_ino}:{changed}:{handle}"
     except BaseException:
         os.close(fd)
         raise
