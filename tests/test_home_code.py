@@ -74,7 +74,9 @@ UNMADE = [".bash_aliases", ".tmux.conf", ".local/lib", ".cargo/config.toml", ".p
           # node's last resort of require(), cpan's configuration, package caches host builds
           # run; D1: the directories a launch made for the list's entries, then filled)
           ".less", ".node_modules", ".cpan", ".m2/repository", ".gradle", "go", ".cache",
-          ".npm", ".config/htop", ".local/share"]
+          ".npm", ".config/htop", ".local/share",
+          # (attack 6: what interpreters load from the home by name, not hidden)
+          "node_modules", "perl5", "miniconda3"]
 # What stays the command's: the home's other names, hidden names deeper down
 EVERYDAY = ["notes", "project/.cache/tool/entry", "project/.venv/lib/site.py"]
 

@@ -86,6 +86,9 @@ HOME_CODE = (
     ".local/state/mise", ".rustup", ".cargo/env", ".cargo/env.fish", ".cargo/env.nu",
     ".opam", "go", ".bun/bin", ".deno/bin", ".local/share/pnpm", ".yarn/bin",
     ".nix-profile",
+    # (attack 6) what interpreters load from the home by name: node's ~/node_modules for any
+    # script below it, local::lib's perl5, R's user library, conda installs on PATH
+    "node_modules", "perl5", "R", "miniconda3", "anaconda3", "miniforge3", "mambaforge",
     # tools' start-up files and configuration that names a program
     ".sqliterc", ".Rprofile", ".Renviron", ".julia/config", ".pryrc", ".pdbrc", ".jupyter",
     ".local/share/jupyter", ".config/irb", ".screenrc", ".config/screen", ".muttrc", ".mutt",
