@@ -195,6 +195,19 @@ def ws(tmp_path):
     return workspace, outside
 
 
+# A child script's way to say how each attempt went, one line each: `name: DONE` or
+# `name: ERRNO` (prefixed to the scripts of the tests that attack from inside).
+ATTEMPT = """
+import errno
+def attempt(name, action):
+    try:
+        action()
+        print(name + ": DONE")
+    except OSError as exc:
+        print(name + ": " + errno.errorcode[exc.errno])
+"""
+
+
 def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
     """A preset, with the test interpreter readable, and filesystem/limits fields replaced."""
     base = preset(name)

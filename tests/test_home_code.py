@@ -13,21 +13,15 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, policy_for
+from conftest import ATTEMPT, PYTHON, policy_for
 
 import stockade
 
 pytestmark = pytest.mark.usefixtures("linux")
 
 # One line per attempt, `what: DONE` or `what: ERRNO`; the paths are the home's.
-ATTACK = """
-import errno, json, os, sys
-def attempt(what, action):
-    try:
-        action()
-        print(what + ": DONE")
-    except OSError as exc:
-        print(what + ": " + errno.errorcode[exc.errno])
+ATTACK = ATTEMPT + """
+import json, os, sys
 def write(path, mode="a"):
     with open(path, mode) as f:
         f.write("[core]\\n\\tfsmonitor = touch /tmp/escaped\\n")

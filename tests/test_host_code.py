@@ -15,7 +15,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, policy_for
+from conftest import ATTEMPT, PYTHON, policy_for
 
 import stockade
 from stockade.launch.compile import CompileContext, compile_policy
@@ -27,14 +27,8 @@ REPO = str(Path(stockade.__file__).resolve().parent.parent)
 # Each given path: a write into it (a file is appended to, a directory gets a .pth file),
 # then a rename of it (only the rename, prefixed `rename:`); one line per attempt, `name:
 # errno` or `name: DONE`; then an everyday write in the workspace.
-ATTACK = """
-import errno, os, sys
-def attempt(name, action):
-    try:
-        action()
-        print(name + ": DONE")
-    except OSError as exc:
-        print(name + ": " + errno.errorcode[exc.errno])
+ATTACK = ATTEMPT + """
+import os, sys
 def plant(path):
     if os.path.isdir(path):
         path = os.path.join(path, "evil.pth")

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import PYTHON, policy_for, sandbox, unavailable
+from conftest import ATTEMPT, PYTHON, policy_for, sandbox, unavailable
 from test_linux_fs import snapshot
 
 import stockade
@@ -162,15 +162,9 @@ def test_discarding_a_home_removes_what_the_command_made_read_only(ws, host_home
 # A run's attempts on the private homes' directory (argv[1]) and on other workspaces' homes in
 # it (the rest: one made by Stockade, one not yet made), one line each, `name: errno` or
 # `name: DONE`; then what it lists there, and the everyday write in its own home.
-CROSS = """
+CROSS = ATTEMPT + """
 import errno, os, sys
 homes, *others = sys.argv[1:]
-def attempt(name, action):
-    try:
-        action()
-        print(name + ": DONE")
-    except OSError as exc:
-        print(name + ": " + errno.errorcode[exc.errno])
 def plant(home):
     os.makedirs(os.path.join(home, ".config", "git"), exist_ok=True)
     with open(os.path.join(home, ".config", "git", "config"), "a") as f:
