@@ -253,6 +253,7 @@ def test_root_state_directory_is_a_candidate_for_root_only(monkeypatch):
 
     env = {"STOCKADE_STATE_DIR": "/x/explicit", "XDG_STATE_HOME": "/x/xdg"}
     monkeypatch.setattr(lease, "superuser", lambda: True)
+    monkeypatch.setattr(statedir, "_outer_uid", lambda: 0)  # (root outside any user namespace)
     assert statedir.candidates(env, "/x/home") == [
         "/x/explicit", "/x/xdg/stockade", statedir.ROOT_STATE_DIR, "/x/home/.local/state/stockade"]
     monkeypatch.setattr(lease, "superuser", lambda: False)

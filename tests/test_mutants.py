@@ -5,12 +5,14 @@ Running the mutants themselves is scripts/mutants.py's (docs/testing.md): minute
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import COLLECT_ALL
 from mutants import MUTANTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +47,8 @@ def test_every_named_test_id_is_collected():
     files = sorted({t.partition("::")[0] for t in wanted})
     listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only",
                              "-p", "no:cacheprovider", *files], cwd=REPO, capture_output=True,
-                            text=True, timeout=300).stdout.splitlines()
+                            text=True, timeout=300,
+                            env={**os.environ, COLLECT_ALL: "1"}).stdout.splitlines()
     # (a function's id stands for all its parametrized ones)
     missing = [t for t in wanted if t not in listed
                and not any(item.startswith(t + "[") for item in listed)]

@@ -381,13 +381,15 @@ class Completed(Expect):
 @dataclass(frozen=True)
 class RefusedBefore(Expect):
     """The launch refused before anything ran, with the typed reason `code` (from the policy
-    compiler, or the backend failing closed); the host-side checks must hold."""
+    compiler, or the backend failing closed), or one of `also` (a second refusal that holds
+    when the first is switched off); the host-side checks must hold."""
 
     code: str
+    also: tuple[str, ...] = ()
 
     def judge(self, row: Row, scene: Scene, launch: Launch) -> Finding:
-        if launch.error is not None and launch.error.code == self.code:
-            return Finding(True, f"refused before launch: {self.code}")
+        if launch.error is not None and launch.error.code in (self.code, *self.also):
+            return Finding(True, f"refused before launch: {launch.error.code}")
         if launch.result is not None:
             return escapes(launch.result) or error(
                 f"NOT refused with {self.code}: it ran ({launch.result.exit_status}), and "
@@ -398,7 +400,7 @@ class RefusedBefore(Expect):
         return f"the launch refused: {self.code}"
 
     def refused_with(self, code: str) -> bool:
-        return code == self.code
+        return code in (self.code, *self.also)
 
 
 @dataclass(frozen=True)

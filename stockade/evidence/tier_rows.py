@@ -155,10 +155,14 @@ def _specs() -> dict[str, Tier]:
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
         # carved path (the home, ~/.config): in a sibling granted whole, ~/.cargo, it is made)
-        "fs.home-code": tier("filesystem.protected", expect=RefusedBefore(STATE_REFUSED),
-                             proven_by=off("stockade_state")),
-        "fs.private-home-other": tier("stockade_state", expect=RefusedBefore(STATE_REFUSED),
-                                      proven_by=off("stockade_state")),
+        # (and with it off, the tier's refusal of a root where the home's code could be made,
+        # which holds alone too: the row fails with both off)
+        "fs.home-code": tier("filesystem.protected",
+                             expect=RefusedBefore(STATE_REFUSED, (HOST_CODE_REFUSED,)),
+                             proven_by=off("stockade_state", "host_code")),
+        "fs.private-home-other": tier("stockade_state",
+                                      expect=RefusedBefore(STATE_REFUSED, (HOST_CODE_REFUSED,)),
+                                      proven_by=off("stockade_state", "host_code")),
         "fs.hardlink": tier("filesystem.write", expect=denied(
             CARVED_PROTECTED, refused_by("landlock", "EACCES", "EXDEV")),
             proven_by=off("protected")),
