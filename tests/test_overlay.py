@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 from conftest import PYTHON, policy_for
@@ -594,6 +595,35 @@ def test_a_discard_that_fails_leaves_no_set_listed_and_the_next_one_finishes_it(
     monkeypatch.undo()
     changes_store.load(second.id).discard()
     assert not os.path.lexists(changes_store.store())
+
+
+def test_discards_at_once_in_one_store_each_remove_their_own_whole(ws):
+    """Discards at once in one store each remove their own set and never fail on another's:
+    each swept every set renamed aside, so two removed one tree together and one of them
+    met entries the other had just removed (`changes_not_removed`, seen in the evidence
+    matrix's concurrent scenes)."""
+    root, _ = ws
+    made = [overlay(root, f"mkdir d{n}; cd d{n}; for i in $(seq 400); do : > f$i; done").changes
+            for n in range(4)]
+    start = threading.Barrier(len(made))
+    failures: list[str] = []
+
+    def discard(run_id: str) -> None:
+        found = changes_store.load(run_id)
+        start.wait()
+        try:
+            found.discard()
+        except ChangesError as exc:
+            failures.append(f"{exc.code}: {exc}")
+
+    threads = [threading.Thread(target=discard, args=(c.id,)) for c in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert not os.path.lexists(changes_store.store())
+    assert sorted(os.listdir(root)) == []
 
 
 def test_deletions_under_a_replaced_directory_are_listed_and_applied(ws):

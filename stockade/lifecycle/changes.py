@@ -12,7 +12,9 @@ renamed into place before the sandbox starts: one is either complete and listed,
 at all (a temporary one is abandoned work, removed by `stockade reconcile`). One is discarded
 by renaming it aside (`.discarding-<id>`) first, then removing it: whatever stops the removal
 (a crash, a tree that will not go), the set is never listed again half-removed, and what was
-left aside is removed by the next discard or `stockade reconcile`. Its status says
+left aside is removed by the next discard or `stockade reconcile`. Its directory is locked
+(flock) from before the rename until it is gone, so that discards at once in one store each
+remove their own and sweep only what nobody is removing. Its status says
 "running" until the run ends; one that says so while its lock is free belongs to a run that
 crashed, and is listed as "interrupted", its changes kept: nothing is ever lost silently.
 Applying or discarding is refused while its lock is held.
@@ -197,15 +199,20 @@ class ChangeSet:
         next discard tries again)."""
         self._not_busy("discarded")
         parent = os.path.dirname(self.path)
-        os.rename(self.path, os.path.join(parent, _DISCARDING + self.id))
+        aside = os.path.join(parent, _DISCARDING + self.id)
+        # Locked before it is renamed aside, and held until it is gone: discards in one store
+        # at once each remove their own, and sweep only what nobody is removing.
+        held = _removal_lock(self.path)
+        if held is None:
+            raise ChangesError("changes_busy", f"the run {self.id}'s changes are being "
+                               "discarded by another `stockade discard`")
+        try:
+            os.rename(self.path, aside)
+            _remove_aside(aside, held)
+        finally:
+            os.close(held)
         for path in _discarded(parent):
-            try:
-                remove_tree(path)
-            except OSError as exc:
-                raise ChangesError("changes_not_removed", f"{path} could not be removed whole "
-                                   f"({exc.strerror}); it is no longer listed, and the next "
-                                   "`stockade discard` or `stockade reconcile` tries again") \
-                    from None
+            _sweep(path)
         _remove_if_empty(parent)
 
     def _not_busy(self, what: str) -> None:
@@ -446,10 +453,10 @@ def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
     removed = []
     for path in _discarded(parent):
         try:
-            remove_tree(path)
-        except OSError:
+            if _sweep(path):
+                removed.append(path)
+        except (ChangesError, OSError):
             continue  # (never listed: the next discard or reconcile tries again)
-        removed.append(path)
     for name in _names(parent):
         path = os.path.join(parent, name)
         if not name.startswith(_TEMPORARY):
@@ -462,6 +469,52 @@ def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
             remove_tree(path)
             removed.append(path)
     return removed
+
+
+def _removal_lock(path: str) -> int | None:
+    """A descriptor holding the exclusive lock of the directory `path` (its removal), or
+    None if another process holds it or it is gone."""
+    import fcntl  # (POSIX: the overlay is Linux's alone)
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_aside(path: str, held: int) -> bool:
+    """Remove the tree a discard renamed aside to `path`, whose lock `held` is ours; returns
+    False if `path` is no longer that directory (another removed it before we locked it)."""
+    try:
+        if not os.path.samestat(os.lstat(path), os.fstat(held)):
+            return False
+    except FileNotFoundError:
+        return False
+    try:
+        remove_tree(path)
+    except OSError as exc:
+        raise ChangesError("changes_not_removed", f"{path} could not be removed whole "
+                           f"({exc.strerror}); it is no longer listed, and the next "
+                           "`stockade discard` or `stockade reconcile` tries again") from None
+    return True
+
+
+def _sweep(path: str) -> bool:
+    """Remove what an earlier discard left aside at `path` unless another process is removing
+    it; returns whether this call removed it."""
+    held = _removal_lock(path)
+    if held is None:
+        return False
+    try:
+        return _remove_aside(path, held)
+    finally:
+        os.close(held)
 
 
 def _discarded(parent: str) -> list[str]:
