@@ -103,3 +103,21 @@ def test_an_error_fails_the_run_but_an_escape_fails_it_first() -> None:
     assert exit_status(Matrix((verdict("ERROR"),), 0.0, {}), allow_not_run=True) == EXIT_ERROR
     assert exit_status(Matrix((verdict("ERROR"), verdict("FAIL")), 0.0, {}),
                        allow_not_run=True) == EXIT_FAILED
+
+
+def test_a_row_that_raises_says_where(tmp_path) -> None:
+    """An ERROR names the exception and where it was raised: PermissionError(13) alone, seen
+    in a concurrent rootless run, could not be traced to the scene, the setup or a judge."""
+    from stockade.evidence.row import Row
+    from stockade.evidence.runner import run_row
+
+    def broken_setup(scene) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    row = Row("test.raises", "test", "nothing", "none.py", LANDLOCK_OR_VIEW, broken_setup,
+              unproven="a test row")
+    verdict = run_row(row, backend=None, base=tmp_path, tag="t")  # type: ignore[arg-type]
+    assert verdict.status == "ERROR"
+    assert "PermissionError(13" in verdict.observed
+    assert "at test_evidence_judges.py:" in verdict.observed
+    assert "(broken_setup)" in verdict.observed

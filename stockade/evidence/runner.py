@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -170,7 +171,7 @@ def run_row(row: Row, backend: Backend, base: Path, tag: str, *,
     except (UnavailableError, UnenforceableError) as exc:
         return _verdict(row, "not-run", exc.code, time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - one broken row must not hide the others
-        return _verdict(row, "ERROR", f"the row could not be evaluated: {exc!r}",
+        return _verdict(row, "ERROR", f"the row could not be evaluated: {exc!r}{_raised(exc)}",
                         time.monotonic() - started)
     status, observed = seen.status, seen.text(root)
     if isinstance(row.expect, NotEnforced):  # (what the host saw is the gap, shown)
@@ -237,9 +238,19 @@ def run_control(row: Row, backend: Backend, base: Path, tag: str, seen: Seen
     except (NotRunnable, UnavailableError, UnenforceableError) as exc:
         return False, f"{control.describe()}: could not run: {exc}"
     except Exception as exc:  # noqa: BLE001 - reported as the row's ERROR
-        return False, f"{control.describe()}: could not be evaluated: {exc!r}"
+        return False, f"{control.describe()}: could not be evaluated: {exc!r}{_raised(exc)}"
     found = row.expect.worked(ran.launch, ran.host, seen.attempted, ran.name)
     return found.ok, f"{control.describe()}: {found.text}"
+
+
+def _raised(exc: BaseException) -> str:
+    """Where `exc` was raised (" at FILE:LINE (FUNCTION)"): an ERROR that says only
+    PermissionError(13) cannot be told from the next one."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" at {os.path.basename(last.filename)}:{last.lineno} ({last.name})"
 
 
 def row_deadline(row: Row) -> float:
