@@ -17,6 +17,9 @@
 # another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes
 # that venv and stops: no system packages, no suite (tests/test_docs.py runs it so).
 set -euo pipefail
+# The suites run as a new user's shell runs them: a developer's PYTHONUNBUFFERED once hid a
+# test that blocked forever reading a child's buffered first line.
+unset PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 python="${STOCKADE_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}"

@@ -548,9 +548,10 @@ def allowlist_guest(vm_ready, tmp_path_factory):
     `python -m http.server` and a _ClosingServer on loopback, by address or through the
     resolver hook as allowed.test; it yields (sandbox, http.server's port, _ClosingServer)."""
     workspace = tmp_path_factory.mktemp("vm-allowlist")
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=workspace,
-                              text=True)
+    # (-u: its "Serving HTTP on ... port N" line is read before it serves anything)
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0",
+                               "--bind", "127.0.0.1"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=workspace, text=True)
     closing = _ClosingServer()
     try:
         port = int(server.stdout.readline().split(" port ")[1].split()[0])
