@@ -378,3 +378,35 @@ def test_reconcile_keeps_the_home_of_a_workspace_it_cannot_look_up(tmp_path, mon
     removed = json.loads(capsys.readouterr().out)["homes_removed"]
     assert sorted(removed) == sorted(made[w] for w in gone)
     assert all(os.path.isdir(made[w]) for w in kept)
+
+
+def test_launches_at_once_make_one_home_and_keep_it(tmp_path):
+    """Launches of one workspace at once make its home once: each used to take the other's,
+    made but not yet recorded, for a planted one and remove it (a launch then ran in a home
+    that was gone, or failed `filesystem.home`)."""
+    import threading
+
+    from stockade.errors import UnenforceableError
+    from stockade.lifecycle import homes
+
+    failures: list[str] = []
+    for attempt in range(5):
+        home = homes.home_for(str(tmp_path / f"ws{attempt}"), str(tmp_path / "keys"))
+        start = threading.Barrier(6)
+        seen: list[int] = []
+
+        def ensure(home=home, start=start, seen=seen) -> None:
+            start.wait()
+            try:
+                homes.ensure(home, "ws")
+                seen.append(os.lstat(home).st_ino)
+            except (UnenforceableError, OSError) as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=ensure) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert len(set(seen)) == 1 and seen[0] == os.lstat(home).st_ino

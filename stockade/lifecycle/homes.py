@@ -38,6 +38,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 
 from stockade.errors import StockadeError, UnenforceableError
 from stockade.lifecycle import lease, treewalk
@@ -61,19 +62,40 @@ def ensure(home: str, workspace: str = "") -> None:
     `workspace`, whose home it is: `prune`), then check that it is this user's alone and the
     one recorded (else it is remade); UnenforceableError("filesystem.home") if it cannot be
     used."""
-    record = _record_of(home)
-    made = _make(home)
-    info = _checked(home)
-    if not made and (_recorded(record) or "").partition("\n")[0] + "\n" != _identity(info):
-        # Not the one Stockade made (the names are predictable: a sandbox that reached it may
-        # have planted it, or an older Stockade made it): remade, empty.
-        with contextlib.suppress(OSError):
-            treewalk.remove(home)
-        if not _make(home):
-            raise _unusable(home, "was not made by Stockade and cannot be removed")
-        made, info = True, _checked(home)
-    if made:
-        _record(record, _identity(info) + json.dumps(workspace) + "\n", home)
+    with _homes_locked(home):
+        record = _record_of(home)
+        made = _make(home)
+        info = _checked(home)
+        if not made and (_recorded(record) or "").partition("\n")[0] + "\n" != _identity(info):
+            # Not the one Stockade made (the names are predictable: a sandbox that reached it
+            # may have planted it, or an older Stockade made it): remade, empty.
+            with contextlib.suppress(OSError):
+                treewalk.remove(home)
+            if not _make(home):
+                raise _unusable(home, "was not made by Stockade and cannot be removed")
+            made, info = True, _checked(home)
+        if made:
+            _record(record, _identity(info) + json.dumps(workspace) + "\n", home)
+
+
+@contextlib.contextmanager
+def _homes_locked(home: str) -> Iterator[None]:
+    """The homes' directory locked (flock) for one home's making, check and record: launches
+    of one workspace at once each took the other's home, made but not yet recorded, for a
+    planted one and removed it."""
+    import fcntl  # (POSIX: private homes are Linux's)
+
+    parent = os.path.dirname(home)
+    try:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _unusable(home, f"cannot be made ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _checked(home: str) -> os.stat_result:
