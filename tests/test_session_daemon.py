@@ -258,3 +258,33 @@ def test_stop_after_serve_has_closed_the_listener_is_quiet(tmp_path):
         pass
     server.stop()
     assert not os.path.exists(server.path)
+
+
+def test_the_daemons_and_servers_sockets_are_0600_and_the_umask_is_never_changed(
+        tmp_path, monkeypatch):
+    """Both sockets are made 0600 whatever the umask, and without setting it: the umask is
+    the whole process's, and while a daemon bound its socket under 0177 another thread's
+    launch handed that to its command and its directories were made 0600 (the evidence
+    matrix's concurrent scenes, rootless: PermissionError)."""
+    from stockade.cli import server
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    previous = os.umask(0)
+    try:
+        def changed(mask: int) -> int:
+            raise AssertionError(f"os.umask({mask:#o}) while binding")
+
+        monkeypatch.setattr(os, "umask", changed)
+        daemon = Daemon(str(state / "daemon.sock"))
+        daemon.bind()
+        listener = server._bind(str(state / "cli.sock"))
+    finally:
+        monkeypatch.undo()
+        os.umask(previous)
+    try:
+        for name in ("daemon.sock", "cli.sock"):
+            assert stat.S_IMODE(os.lstat(state / name).st_mode) == 0o600
+    finally:
+        listener.close()
+        daemon.stop()

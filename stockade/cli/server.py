@@ -226,12 +226,7 @@ def _bind(path: str) -> socket.socket:
     statedir.ensure(os.path.dirname(path))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead server's, or a planted one (`start` found no server of ours)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
+    listener = statedir.bind_socket(path)
     listener.listen(64)
     return listener
 

@@ -20,6 +20,7 @@ the password database, never from the environment (see there).
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from collections.abc import Mapping
 
@@ -118,6 +119,21 @@ def ensure(path: str) -> None:
         raise UnavailableError("ledger_unusable", f"the state directory {path} cannot be "
                                f"created ({exc.strerror}); {ELSEWHERE}") from None
     check(path)
+
+
+def bind_socket(path: str) -> socket.socket:
+    """A unix stream socket bound at `path` (in a directory `ensure` made or checked), mode
+    0600 from the moment it exists. The mode is set on the socket before bind, never through
+    the umask: the umask is the whole process's, and a launch (whose command takes it) or a
+    directory made in another thread meanwhile took 0177."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.fchmod(listener.fileno(), 0o600)  # (Linux: bind makes the file with this mode)
+        listener.bind(path)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def check_makeable(path: str) -> None:

@@ -102,12 +102,7 @@ class Daemon:
         done = self._ledger.reconcile()
         self.reclaimed = sum(1 for kind, name in done.removed
                              if (kind, name) == ("process", RECORD_LABEL))
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            listener.bind(self.path)
-        finally:
-            os.umask(old)
+        listener = statedir.bind_socket(self.path)
         listener.listen(16)
         self._listener = listener
 
