@@ -465,6 +465,37 @@ def test_json_that_cannot_be_written_after_the_run_keeps_the_status(workspace):
                            "stdout (No space left on device)\n")
 
 
+@sandboxed
+@pytest.mark.parametrize(("script", "status"), [("echo lost", 74), ("echo lost; exit 3", 3)])
+def test_the_commands_output_that_cannot_be_written_on_is_said_never_lost_silently(
+        workspace, script, status):
+    """What the command prints is relayed: a relay that fails (a full disk) is said, and a
+    command that succeeded exits 74 (its output was lost), one that failed keeps its status."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "stockade", "run", "--", "sh", "-c",
+                               script], cwd=workspace, env=env, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert "output_failed (stdout could not be written on (No space left on device)" \
+        in done.stderr
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_run_with_a_closed_stream_is_refused_before_it_runs(workspace, closed):
+    """A closed stdout or stderr: refused (usage, 2), never a traceback, nothing run."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    fd = {"stdout": 1, "stderr": 2}[closed]
+    done = subprocess.run(["sh", "-c", f'exec {fd}>&-; exec "$0" -m stockade run -- touch ran',
+                           sys.executable], cwd=workspace, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    shown = done.stdout + done.stderr
+    assert f"{closed} is closed, so what the command prints there would be lost" in shown
+    assert "Traceback" not in shown
+    assert not (workspace / "ran").exists()
+
+
 @pytest.mark.parametrize(("state", "problem"), [
     ("a-file", "is not a directory"), ("a-file/below", "cannot be made ("),
     ("open", "is writable by other users")])

@@ -47,7 +47,8 @@ Exit codes:
 |          | command is cancelled in the session, which stays warm; 143 for SIGTERM)         |
 | 141      | Stockade's own output was cut off (its reader closed the pipe)                  |
 | 74       | Stockade's own output could not be written (`output_failed`: a full disk, ...);  |
-|          | after `run` has run the command, its status is returned instead                 |
+|          | after `run` has run the command, its status is returned instead, or 74 if it    |
+|          | was 0 and the command's own output could not be relayed                         |
 
 A command may itself exit 2, 70 or 71; `--json` tells the cases apart (an `error` object, or a
 result). Every Stockade error is one line on stderr: `stockade: <code>: <message>`.
@@ -70,7 +71,7 @@ from typing import Any, NoReturn
 
 from stockade import __version__
 from stockade.cli import changes, execconfig, host, mcp, policy, run, session, tools
-from stockade.cli.common import CommandLine, epilog
+from stockade.cli.common import EXIT_OUTPUT_FAILED, CommandLine, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
 
@@ -78,7 +79,6 @@ __all__ = ["COMMAND_LINE", "build_parser", "console_main", "main", "to_toml"]
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as if the shell's default disposition had applied
-EXIT_OUTPUT_FAILED = 74  # sysexits' EX_IOERR: Stockade's own output could not be written
 # How writing our stdout fails when it is full, gone or not writable (an error with no file
 # name: a file Stockade opens itself names it).
 OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF)

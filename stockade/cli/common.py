@@ -15,6 +15,7 @@ from stockade.policy import DEFAULT_PRESET, PRESETS, Policy, merge, resolve_poli
 from stockade.policy.model import CONTAINMENTS, ISOLATIONS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
+EXIT_OUTPUT_FAILED = 74  # sysexits' EX_IOERR: output (Stockade's, or the command's relayed) lost
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # cancel the command; exit 128 + the signal
 
 

@@ -11,6 +11,7 @@ import time
 from typing import Any, TextIO
 
 from stockade.cli.common import (
+    EXIT_OUTPUT_FAILED,
     add_policy_source,
     cancelled_by_signals,
     chosen_policy,
@@ -21,7 +22,7 @@ from stockade.cli.common import (
 from stockade.errors import UsageError
 from stockade.launch import registry
 from stockade.launch.compile import CompileContext, compile_policy
-from stockade.launch.manager import SandboxManager, execute, run_unsandboxed
+from stockade.launch.manager import OUTPUT_FAILED, SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
 from stockade.policy.model import STDIN_MODES, NetworkPolicy
@@ -191,6 +192,8 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
     stdin = stdin or policy.process.stdin or "null"
     if as_json:
         _check_stdout()
+    else:
+        _check_streams_open()
     log = None if network_log is None else _open_for_appending(network_log, "--network-log")
     try:
         return _launch(policy, argv, workspace, as_json=as_json, verbose=verbose, stdin=stdin,
@@ -261,6 +264,8 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
     print_violations(result)
     if overlay and not as_json:
         print_pending(result)
+    if result.exit_status == 0 and any(v.kind == OUTPUT_FAILED for v in result.violations):
+        return EXIT_OUTPUT_FAILED  # (the command succeeded, but what it printed was lost)
     return result.exit_status
 
 
@@ -272,6 +277,17 @@ def _open_for_appending(path: str, flag: str) -> TextIO:
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot be opened for appending "
                          f"({exc.strerror})") from None
+
+
+def _check_streams_open() -> None:
+    """A closed stdout or stderr is refused before anything runs: what the command prints
+    there would be lost without a word."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise UsageError(f"{name} is closed, so what the command prints there would be "
+                             f"lost; redirect it (to /dev/null to drop it)") from None
 
 
 def _check_stdout() -> None:

@@ -153,6 +153,9 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
     for name, capture in (("stdout", done.stdout), ("stderr", done.stderr)):
         if capture.truncated:
             violations.append(Violation("limits.output", f"{name} cut at {limit} bytes"))
+        if isinstance(capture, Forward) and capture.failed:
+            violations.append(Violation(OUTPUT_FAILED, f"{name} could not be written on "
+                                        f"({capture.failed}): what followed was lost"))
     return Result(
         exit_code=done.end.exit_code, signal=done.end.signal,
         stdout=bytes(done.stdout.data) if stdout == KEEP else None,
@@ -166,6 +169,9 @@ def execute(backend: Backend, request: LaunchRequest, *, input: bytes | None = N
         timings=stage_timings(handle.stages),
         args=list(request.argv), timeout=timeout, changes=changes,
     )
+
+
+OUTPUT_FAILED = "output_failed"  # the kind of a Violation: a relayed stream could not be written
 
 
 def _home_unwritable(request: LaunchRequest, done: Outcome) -> Violation | None:

@@ -81,11 +81,13 @@ class Discard(Capture):
 @dataclass
 class Forward(Capture):
     """At most `limit` bytes of a stream, written on to descriptor `fd` (nothing kept here);
-    the rest is drained and flagged. Once `fd`'s reader is gone, nothing more is written."""
+    the rest is drained and flagged. Once `fd`'s reader is gone, nothing more is written; once
+    writing to it failed otherwise (a full disk), nothing more either, and `failed` says why."""
 
     fd: int = -1
     pending: bytes = b""
     closed: bool = False
+    failed: str = ""
     tail: bytes = b""  # the last TAIL bytes passed on (for hints about what went wrong)
 
     def _keep(self, kept: bytes) -> None:
@@ -98,8 +100,12 @@ class Forward(Capture):
             written = os.write(self.fd, self.pending[:size])
         except BlockingIOError:
             return
-        except OSError:  # (EPIPE: the caller's reader went away; so does what is left)
+        except BrokenPipeError:  # (the caller's reader went away; so does what is left)
             self.closed, self.pending = True, b""
+            return
+        except OSError as exc:  # (output lost: said in the result, never silently)
+            self.closed, self.pending = True, b""
+            self.failed = exc.strerror or str(exc)
             return
         self.pending = self.pending[written:]
 
