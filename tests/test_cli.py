@@ -374,10 +374,18 @@ def test_a_removed_current_directory_is_a_usage_error(tmp_path):
     assert "the current directory has been removed" in one_error_line(done.stderr, "usage")
 
 
+def buffered_env() -> dict[str, str]:
+    """The environment of a CLI whose stdout Python buffers, as a user's shell has it (a
+    developer's PYTHONUNBUFFERED hid output that failed only when flushed at exit)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONUNBUFFERED", None)
+    return env
+
+
 @pytest.mark.parametrize("args", [["policy", "show"], ["policy", "show", "--toml"],
                                   ["--version"]])
 def test_output_that_cannot_be_written_is_one_line_and_74(tmp_path, args):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = buffered_env()
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "stockade", *args], stdout=full,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
@@ -444,7 +452,7 @@ def test_an_output_file_that_cannot_be_opened_stops_before_the_command_runs(work
 def test_json_to_an_unwritable_stdout_stops_before_the_command_runs(workspace, redirect,
                                                                      problem):
     marker = workspace / "ran"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = buffered_env()
     done = subprocess.run(["sh", "-c", f'exec "$0" -m stockade run --write . --json -- touch '
                                        f'{marker} {redirect}', sys.executable],
                           cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
@@ -455,7 +463,7 @@ def test_json_to_an_unwritable_stdout_stops_before_the_command_runs(workspace, r
 
 @sandboxed
 def test_json_that_cannot_be_written_after_the_run_keeps_the_status(workspace):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = buffered_env()
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "stockade", "run", "--json", "--", "sh",
                                "-c", "exit 3"], cwd=workspace, env=env, stdout=full,
@@ -471,7 +479,7 @@ def test_the_commands_output_that_cannot_be_written_on_is_said_never_lost_silent
         workspace, script, status):
     """What the command prints is relayed: a relay that fails (a full disk) is said, and a
     command that succeeded exits 74 (its output was lost), one that failed keeps its status."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = buffered_env()
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "stockade", "run", "--", "sh", "-c",
                                script], cwd=workspace, env=env, stdout=full,

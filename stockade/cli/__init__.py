@@ -60,7 +60,6 @@ and its children, as `STOCKADE_STATE_DIR` does (see stockade/lifecycle/statedir.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import functools
 import json
@@ -71,7 +70,7 @@ from typing import Any, NoReturn
 
 from stockade import __version__
 from stockade.cli import changes, execconfig, host, mcp, policy, run, session, tools
-from stockade.cli.common import EXIT_OUTPUT_FAILED, CommandLine, epilog
+from stockade.cli.common import EXIT_OUTPUT_FAILED, CommandLine, drop_stdout, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
 
@@ -102,6 +101,24 @@ def console_main() -> int:
 def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring). With `only`,
     a command not named in it is a usage error (the CLI server runs only what it serves)."""
+    try:
+        status = _command_line(argv, only)
+        if sys.stdout is not None:  # (buffered output fails here, where it can be said)
+            sys.stdout.flush()
+        return status
+    except BrokenPipeError:  # our reader went away (`stockade report | head`)
+        drop_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in OUTPUT_ERRORS:
+            raise  # (not our output failing: a fault of Stockade's, shown as one)
+        print(f"stockade: output_failed: what Stockade printed could not be written "
+              f"({exc.strerror})", file=sys.stderr)
+        drop_stdout()  # (nothing more)
+        return EXIT_OUTPUT_FAILED
+
+
+def _command_line(argv: Sequence[str] | None, only: Collection[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     head, command = _split_command(words)
     json_mode = False
@@ -124,21 +141,13 @@ def main(argv: Sequence[str] | None = None, *, only: Collection[str] | None = No
         return _fail(exc, json_mode)
     except KeyboardInterrupt:
         if json_mode:  # (before any result: a run's own Ctrl-C prints its cancelled result)
-            with contextlib.suppress(OSError):
+            try:
                 print(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}),
                       flush=True)
+            except OSError:
+                drop_stdout()
         print("stockade: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # our reader went away (`stockade report | head`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
-    except OSError as exc:
-        if exc.filename is not None or exc.errno not in OUTPUT_ERRORS:
-            raise  # (not our output failing: a fault of Stockade's, shown as one)
-        print(f"stockade: output_failed: what Stockade printed could not be written "
-              f"({exc.strerror})", file=sys.stderr)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing more)
-        return EXIT_OUTPUT_FAILED
 
 
 def _parse(head: list[str], command: list[str] | None) -> argparse.Namespace:
@@ -210,8 +219,10 @@ def _split_command(words: list[str]) -> tuple[list[str], list[str] | None]:
 
 def _fail(error: StockadeError, json_mode: bool) -> int:
     if json_mode:
-        with contextlib.suppress(OSError):  # (said on stderr either way)
+        try:
             print(json.dumps({"error": {"code": error.code, "message": error.message}}),
                   flush=True)
+        except OSError:  # (said on stderr either way)
+            drop_stdout()
     print(f"stockade: {' '.join(str(error).splitlines())}", file=sys.stderr)
     return error.exit_code

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +17,17 @@ from stockade.policy.model import CONTAINMENTS, ISOLATIONS
 
 Handler = Callable[[argparse.Namespace, list[str] | None], int]
 EXIT_OUTPUT_FAILED = 74  # sysexits' EX_IOERR: output (Stockade's, or the command's relayed) lost
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null: what could not be written (and what is still buffered) goes
+    nowhere, rather than failing again when Python flushes it at exit (a traceback-like
+    "Exception ignored" and exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # cancel the command; exit 128 + the signal
 
 

@@ -15,6 +15,7 @@ from stockade.cli.common import (
     add_policy_source,
     cancelled_by_signals,
     chosen_policy,
+    drop_stdout,
     env_flags,
     need_command,
     subcommand,
@@ -261,6 +262,7 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
         except OSError as exc:
             print(f"stockade: output_failed: the JSON result could not be written to stdout "
                   f"({exc.strerror})", file=sys.stderr)
+            drop_stdout()
     print_violations(result)
     if overlay and not as_json:
         print_pending(result)
