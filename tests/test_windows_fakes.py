@@ -9,7 +9,8 @@ changes survive it.
 
 Also here: SIDs used across the tests; `windows_kinds`, the Windows ledger kinds with removers
 bound to a model volume, registered with the ledger as records.py does on Windows; and
-`FakeWin32`, Win32 functions behaving as their documentation says (profiles, tokens, Jobs).
+`FakeWin32`, Win32 functions behaving as their documentation says (profiles, tokens, Jobs,
+creating a process in a Job inside the owner's).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
 from stockade.windows.structs import (
     JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_BASIC_UI_RESTRICTIONS,
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
 )
 
@@ -353,11 +355,21 @@ class FakeWin32:
     - tokens: GetTokenInformation writes a structure followed by the SID it points to into the
       caller's buffer; ConvertSidToStringSidW reads a SID only from memory that is still
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
-    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
-      for this process, as under Git Bash or some CI runners; a launched child always is);
-      QueryInformationJobObject answers what SetInformationJobObject set (memory limits kept
-      in whole pages), and the basic accounting's ActiveProcesses, which TerminateJobObject
-      only starts bringing down (one process gone per query), as termination is asynchronous.
+    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (this process:
+      whether `owner_jobs`, the chain of Jobs it is in from its immediate one up, is not empty;
+      a launched child always is); QueryInformationJobObject answers what
+      SetInformationJobObject set (memory limits kept in whole pages), and the basic
+      accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
+      process gone per query), as termination is asynchronous; given no Job, it answers about
+      this process's immediate Job;
+    - CreateProcessW with a JOB_LIST attribute, as "Nested Jobs" and AssignProcessToJobObject
+      say: the child is first in each Job of its creator's chain, except that it breaks away
+      from the immediate Job and each one above while they allow it (SILENT_BREAKAWAY_OK: no
+      CREATE_BREAKAWAY_FROM_JOB is ever asked for); then it is put in each listed Job, and a
+      process already in a Job goes into another only as a nested Job, which Windows forms
+      only if neither sets UI limits: otherwise ERROR_ACCESS_DENIED, and no process.
+      `image_denied`: the child's token may not execute the image (ERROR_ACCESS_DENIED too).
+      `created` keeps each child's Jobs, innermost first.
     """
 
     def __init__(self, package: str = PACKAGE) -> None:
@@ -371,7 +383,10 @@ class FakeWin32:
         self._allocated: dict[int, ctypes.Array] = {}
         self._names: dict[str, str] = {}  # derived SID -> profile name
         self.jobs: dict[int, dict] = {}
-        self.owner_in_job = False
+        self.owner_jobs: tuple[OwnerJob, ...] = ()
+        self.image_denied = False
+        self.created: list[tuple[int, ...]] = []
+        self._attribute_lists: dict[int, dict[int, object]] = {}
 
     # memory
     def _sid_buffer(self, sid: str) -> int:
@@ -464,8 +479,8 @@ class FakeWin32:
         return 1
 
     def IsProcessInJob(self, process, job, ref):  # noqa: N802
-        out(ref, int(self.owner_in_job) if process == self.GetCurrentProcess() and job is None
-            else 1)
+        out(ref, int(bool(self.owner_jobs)) if process == self.GetCurrentProcess()
+            and job is None else 1)
         return 1
 
     def GetTokenInformation(self, token, info_class, buffer, size, returned):  # noqa: N802
@@ -500,6 +515,12 @@ class FakeWin32:
         return 1
 
     def QueryInformationJobObject(self, job, info_class, ref, size, returned):  # noqa: N802
+        if job is None:  # this process's immediate Job
+            if not self.owner_jobs:
+                raise win32_error(c.ERROR_INVALID_HANDLE, "QueryInformationJobObject")
+            ctypes.memmove(ctypes.addressof(ref._obj), self.owner_jobs[0].settings(info_class),
+                           size)
+            return 1
         state = self.jobs[job]
         if info_class == c.JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION:
             if state["terminating"] and state["active"]:
@@ -522,6 +543,74 @@ class FakeWin32:
     def TerminateJobObject(self, job, code):  # noqa: N802
         self.jobs[job]["terminating"] = True
         return 1
+
+    # creating a process
+    def InitializeProcThreadAttributeList(self, buffer, count, flags, size):  # noqa: N802
+        if buffer is None:  # asked its size: "fails with ERROR_INSUFFICIENT_BUFFER" by design
+            out(size, 64 * count)
+            return 0
+        self._attribute_lists[ctypes.addressof(buffer)] = {}
+        return 1
+
+    def UpdateProcThreadAttribute(self, buffer, flags, attribute, value, size, *unused):  # noqa
+        self._attribute_lists[ctypes.addressof(buffer)][attribute] = value._obj
+        return 1
+
+    def DeleteProcThreadAttributeList(self, buffer):  # noqa: N802
+        del self._attribute_lists[ctypes.addressof(buffer)]
+
+    def CreateProcessW(self, application, command_line, process_attributes,  # noqa: N802
+                       thread_attributes, inherit, flags, environment, cwd, startup, info):
+        attributes = self._attribute_lists[startup._obj.lpAttributeList]
+        listed = tuple(attributes.get(c.PROC_THREAD_ATTRIBUTE_JOB_LIST, ()))
+        kept = list(self.owner_jobs)
+        while kept and kept[0].silent_breakaway:  # broken away from, upwards
+            kept.pop(0)
+        nests = bool(kept)  # the listed Jobs must then nest inside what is kept
+        if self.image_denied or nests and (any(self._ui(job) for job in listed)
+                                           or any(o.ui_restrictions for o in kept)):
+            raise win32_error(5, "CreateProcessW")  # ERROR_ACCESS_DENIED
+        jobs = (*listed, *kept)
+        for job in listed:
+            self.jobs[job]["active"] += 1
+        self.created.append(jobs)
+        pid = 4000 + 4 * len(self.created)
+        info._obj.hProcess, info._obj.hThread, info._obj.dwProcessId = pid + 1, pid + 2, pid
+        return 1
+
+    def _ui(self, job: int) -> int:
+        data = self.jobs[job]["set"].get(c.JOB_OBJECT_BASIC_UI_RESTRICTIONS)
+        return JOBOBJECT_BASIC_UI_RESTRICTIONS.from_buffer_copy(data).UIRestrictionsClass \
+            if data else 0
+
+
+@dataclass(frozen=True)
+class OwnerJob:
+    """A Job this process is in, as far as starting a child goes: its UI restrictions, and
+    whether a child this process creates silently leaves it (SILENT_BREAKAWAY_OK)."""
+
+    ui_restrictions: int = 0
+    silent_breakaway: bool = False
+
+    def settings(self, info_class: int) -> bytes:
+        """What QueryInformationJobObject answers about it, for `info_class`."""
+        if info_class == c.JOB_OBJECT_BASIC_UI_RESTRICTIONS:
+            return bytes(JOBOBJECT_BASIC_UI_RESTRICTIONS(self.ui_restrictions))
+        info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
+        info.BasicLimitInformation.LimitFlags = c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | (
+            c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK if self.silent_breakaway else 0)
+        return bytes(info)
+
+
+# The Jobs an owner is found in. py.exe, a venv's python.exe (the venv launcher) and the
+# console-script .exe pip writes each start the real interpreter in a Job of their own that
+# kills on close and lets the interpreter's children break away silently. runas
+# (CreateProcessWithLogonW) and Task Scheduler put what they start in a Job that lets nothing
+# break away and sets no UI limits. A Job may also set UI limits itself (a kiosk or a build
+# agent that does).
+LAUNCHER_JOB = OwnerJob(silent_breakaway=True)
+PLAIN_JOB = OwnerJob()
+UI_LIMITED_JOB = OwnerJob(ui_restrictions=c.JOB_OBJECT_UILIMIT_ALL)
 
 
 def win32_error(code: int, name: str) -> OSError:

@@ -136,6 +136,18 @@ def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_pa
     assert "Traceback" not in done.stderr
 
 
+def test_the_first_run_checklist_passes_a_host_whose_python_runs_in_a_job():
+    """WINREAD 1: a venv's python.exe (and py.exe, and pip's console-script launchers) runs
+    the interpreter in a Job, so the host stage failed for nearly every user; being in a Job
+    is a fact to keep, and only a build below the floor fails the stage."""
+    import windows_first_run
+
+    facts = {"build": 26100, "elevated": False, "in_job": True, "python": "3.12.7"}
+    passed, note = windows_first_run.host_verdict(facts)
+    assert passed and "in_job True" in note and "job_ui_restrictions" in note
+    assert not windows_first_run.host_verdict(facts | {"build": 17134})[0]
+
+
 def test_the_w1_matrix_counts_a_row_that_did_not_run_as_a_failure(tmp_path):
     import test_windows_enforcement as w1
 

@@ -136,7 +136,8 @@ LEGEND = {
     "job_kill_on_close": "the Job kills its processes when its handle closes",
     "job_breakaway": "a process may break away from the Job (must be false)",
     "job_die_on_unhandled_exception": "a crash ends the process, no error dialog",
-    "job_ui_restrictions": "the Job's UI limits (all; none when the owner is itself in a Job)",
+    "job_ui_restrictions": "the Job's UI limits (all; none when the owner's Job keeps "
+                           "its children, which only a Job without them may join)",
     "child_in_job": "the child sees itself in a Job",
     "child_sees_the_job": "the Job's settings the child reads are the launch's",
     "private_desktop": "the child runs on the launch's own desktop",
