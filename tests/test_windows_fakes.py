@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import json
 import ntpath
+import operator
 import os
 import weakref
 from collections.abc import Iterator
@@ -46,6 +48,10 @@ ADMINS = "S-1-5-32-544"
 USERS = "S-1-5-32-545"
 SYSTEM = "S-1-5-18"
 FULL = 0x1F01FF
+EVERYONE = "S-1-1-0"
+LOGON = "S-1-5-5-0-271828"  # a logon session's SID (S-1-5-5-X-Y)
+WINSTA_CREATEDESKTOP = 0x0008
+WINSTA_ALL = 0x037F  # every window-station right (winuser.h WINSTA_ALL_ACCESS)
 PAGE_SIZE = 4096  # x64 and ARM64 Windows
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 
@@ -369,7 +375,13 @@ class FakeWin32:
       process already in a Job goes into another only as a nested Job, which Windows forms
       only if neither sets UI limits: otherwise ERROR_ACCESS_DENIED, and no process.
       `image_denied`: the child's token may not execute the image (ERROR_ACCESS_DENIED too).
-      `created` keeps each child's Jobs, innermost first.
+      `created` keeps each child's Jobs, innermost first;
+    - window stations and desktops: OpenWindowStationW grants the access asked for only if the
+      station's DACL (`stations`) allows all of it to a SID of this process's token
+      (`token_sids`), else ERROR_ACCESS_DENIED; CreateDesktopExW needs WINSTA_CREATEDESKTOP on
+      this process's window station (`station`) the same way. A station's DACL allows its
+      logon session's SID and SYSTEM (`session_station`): a user logged on otherwise, as
+      runas and Start-Process -Credential do, has a logon SID of its own and is granted nothing.
     """
 
     def __init__(self, package: str = PACKAGE) -> None:
@@ -387,6 +399,10 @@ class FakeWin32:
         self.image_denied = False
         self.created: list[tuple[int, ...]] = []
         self._attribute_lists: dict[int, dict[int, object]] = {}
+        self.station = "WinSta0"
+        self.stations: dict[str, tuple[Ace, ...]] = {"WinSta0": session_station(LOGON)}
+        self.token_sids: tuple[str, ...] = (USER, USERS, EVERYONE, LOGON)
+        self._open_stations: dict[int, str] = {}
 
     # memory
     def _sid_buffer(self, sid: str) -> int:
@@ -582,6 +598,42 @@ class FakeWin32:
         data = self.jobs[job]["set"].get(c.JOB_OBJECT_BASIC_UI_RESTRICTIONS)
         return JOBOBJECT_BASIC_UI_RESTRICTIONS.from_buffer_copy(data).UIRestrictionsClass \
             if data else 0
+
+
+    # window stations and desktops
+    def _allows(self, aces: tuple[Ace, ...], wanted: int) -> bool:
+        return wanted & ~functools.reduce(
+            operator.or_, (acl.allowed(aces, sid) for sid in self.token_sids), 0) == 0
+
+    def OpenWindowStationW(self, name, inherit, access):  # noqa: N802
+        if name not in self.stations:
+            raise win32_error(c.ERROR_FILE_NOT_FOUND, "OpenWindowStationW")
+        if not self._allows(self.stations[name], access):
+            raise win32_error(c.ERROR_ACCESS_DENIED, "OpenWindowStationW")
+        handle = 0x900 + 4 * len(self._open_stations)
+        self._open_stations[handle] = name
+        return handle
+
+    def CloseWindowStation(self, handle):  # noqa: N802
+        del self._open_stations[handle]
+        return 1
+
+    def ConvertStringSecurityDescriptorToSecurityDescriptorW(self, sddl, revision, ref,  # noqa
+                                                             size):
+        return 1
+
+    def CreateDesktopExW(self, name, device, mode, flags, access, attributes, heap,  # noqa
+                         reserved):
+        if not self._allows(self.stations[self.station], WINSTA_CREATEDESKTOP):
+            raise win32_error(c.ERROR_ACCESS_DENIED, "CreateDesktopExW")
+        return 0xA00
+
+
+def session_station(logon_sid: str) -> tuple[Ace, ...]:
+    """A window station's DACL as Windows makes it for a logon session: everything to the
+    session's logon SID and to SYSTEM, nothing to anyone else."""
+    return (Ace.allow(logon_sid, WINSTA_ALL | c.READ_CONTROL | c.WRITE_DAC | c.DELETE),
+            Ace.allow(sids.SYSTEM, WINSTA_ALL | c.READ_CONTROL | c.WRITE_DAC | c.DELETE))
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,18 @@ asks for, and every command it runs exists in this repository."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
+import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 import yaml
+
+from stockade.windows import constants as c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "windows.yml")
@@ -146,6 +151,24 @@ def test_the_first_run_checklist_passes_a_host_whose_python_runs_in_a_job():
     passed, note = windows_first_run.host_verdict(facts)
     assert passed and "in_job True" in note and "job_ui_restrictions" in note
     assert not windows_first_run.host_verdict(facts | {"build": 17134})[0]
+
+
+def test_the_unelevated_user_is_granted_its_window_station_and_desktop_for_the_run():
+    """WINREAD 2: Start-Process -Credential starts the user on this session's window station
+    and desktop, which allow it nothing: Stockade could neither add its launch's entry to the
+    station nor create its desktop there (window_station_denied). The script grants the user
+    what Stockade asks of the station (desktop.check_station's access, creating a desktop)
+    before the command starts, and takes it back however the run ends."""
+    script = open(os.path.join(ROOT, "scripts", "windows-unelevated.ps1")).read()
+    rights = re.search(r"const int STATION_RIGHTS = ([0-9xA-Fa-f| ]+);", script)
+    assert rights, "the script grants the user no window-station rights"
+    granted = functools.reduce(operator.or_, (int(v, 0) for v in rights[1].split("|")))
+    wanted = c.READ_CONTROL | c.WRITE_DAC | 0x8  # (WINSTA_CREATEDESKTOP)
+    assert granted & wanted == wanted
+    body, cleanup = script.split("} finally {")
+    assert body.index("::Set($sid, $true)") < body.index("= Start-Process")
+    assert "::Set($sid, $false)" in cleanup and "net user $name /delete" in cleanup
+    assert script.index("Add-Type") < script.index("/add")  # (nothing to undo if it fails)
 
 
 def test_the_w1_matrix_counts_a_row_that_did_not_run_as_a_failure(tmp_path):

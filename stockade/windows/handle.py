@@ -64,8 +64,7 @@ KILLED_SIGNAL = 9  # how a killed sandbox is reported, as on Linux (SIGKILL)
 _WAIT_SLICE_MS = 100
 # CreateProcessW failures that are the command's, not the sandbox's: file or path not found,
 # access denied (the image is outside what the AppContainer may execute), not a valid image.
-_NOT_STARTABLE = {2, 3, 5, 193, 216}
-_ACCESS_DENIED = 5
+_NOT_STARTABLE = {2, 3, c.ERROR_ACCESS_DENIED, 193, 216}
 
 
 def start(launch: process.Launch, plan: job.JobPlan, nested: bool,
@@ -80,7 +79,7 @@ def start(launch: process.Launch, plan: job.JobPlan, nested: bool,
         try:
             return process.create(launch), plan
         except OSError as exc:
-            if not (nested and plan.ui_restrictions and exc.winerror == _ACCESS_DENIED):
+            if not (nested and plan.ui_restrictions and exc.winerror == c.ERROR_ACCESS_DENIED):
                 raise
         plan = job.without_ui_limits(plan)
         job.set_ui_restrictions(launch.job, plan)
@@ -98,7 +97,7 @@ def start_failure(exc: OSError, program: str, owner_ui_limits: int = 0) -> Stock
     Windows nests no Job in one that sets UI limits, so access denied there refuses the launch
     (70); otherwise (a Job without UI limits was refused too) it is the command's: the
     AppContainer may not run its image (71)."""
-    if exc.winerror == _ACCESS_DENIED and owner_ui_limits:
+    if exc.winerror == c.ERROR_ACCESS_DENIED and owner_ui_limits:
         return SetupError("owner_job_not_nestable", "this process is in a Job that sets UI "
                           "limits, and Windows nests no Job inside such a Job, so the sandbox's "
                           "Job could not hold the command; run Stockade from a process outside "
@@ -169,6 +168,7 @@ class WindowsHandle(Handle):
         self._job = job.create_job(plan)
         self._stack.callback(api.CloseHandle, self._job)
         station = desktop.window_station()
+        desktop.check_station(station)
         record.add(desktop.STATION_KIND, station, {"sid": package})
         with leases.briefly(user, records.station_lock(station)):
             station_aces = desktop.change_station(

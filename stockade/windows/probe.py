@@ -231,6 +231,11 @@ class WindowsProbe:
         "job_not_drained": "the probe sandbox's processes did not all exit after it was "
                            "terminated",
         "windows_setup_failed": "a Win32 call failed while setting up the probe sandbox",
+        "window_station_denied": "this user may not change its window station's access control "
+                                 "or create a desktop on it (started under other credentials "
+                                 "on a station that grants it nothing?)",
+        "owner_job_not_nestable": "this process is in a Job that sets UI limits, which no "
+                                  "other Job may be nested in",
     }
     legend = LEGEND
 
