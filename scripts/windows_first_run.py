@@ -8,8 +8,9 @@ Each stage runs in turn, whatever became of the one before, and prints its outco
 DIRECTORY (default: stockade-first-run; give the two runs different ones) to send back. The
 exit status is 0 only when every stage passed.
 
-1. host        Windows build, elevated or not, whether this process is already in a Job (an
-               owner in a Job cannot give the sandbox one with UI limits: issue 31, D4), Python
+1. host        Windows build, elevated or not, whether this process is already in a Job (a
+               fact, not a failure: whether the sandbox's Job kept its UI limits there is the
+               probe's `job_ui_restrictions`), Python
 2. imports     every module on the Windows path, each first in a fresh interpreter
 3. probe       `stockade probe --json`: the readiness attestation (kept: attestation.json)
 4. report      `stockade report --json`: what is enforced here (kept: report.json)
@@ -68,16 +69,24 @@ def stages(directory: str) -> list[tuple[str, list[str] | None, str]]:
     ]
 
 
+def host_verdict(facts: dict[str, object]) -> tuple[bool, str]:
+    """Whether the host can run the backend at all (its build), and a one-line note. An owner
+    in a Job is not a failure: a venv's python.exe and py.exe always run Python in one, whose
+    children break away, and in one that keeps them the sandbox's Job drops only its UI limits
+    (docs/windows.md)."""
+    note = ", ".join(f"{k} {v}" for k, v in facts.items())
+    if facts["in_job"]:
+        note += " (in a Job: the probe's job_ui_restrictions says whether UI limits held)"
+    return int(str(facts["build"])) >= 17763, note
+
+
 def run_stage(argv: list[str] | None, output: str) -> tuple[bool, str]:
     """Run one stage; whether it passed, and a one-line note."""
     if argv is None:
         facts = host_facts()
         with open(output, "w") as f:
             json.dump(facts, f, indent=2)
-        note = ", ".join(f"{k} {v}" for k, v in facts.items())
-        if facts["in_job"]:
-            return False, note + " (already in a Job: see docs/windows.md, D4)"
-        return int(str(facts["build"])) >= 17763, note
+        return host_verdict(facts)
     with open(output, "w") as f:
         done = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
     return done.returncode == 0, f"exit {done.returncode}"

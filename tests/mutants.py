@@ -402,6 +402,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if event is None or not end and (len(self.events) >= self.EVENTS_MAX",
            "        if event is None or not end and (False",
            (STATUS + "test_a_flood_keeps_bounded_memory_and_time_and_the_end",)),
+    # --- issue 31 (WINREAD 1): the sandbox's Job keeps its UI restrictions unless Windows
+    # refuses to nest it; dropping them for any owner in a Job (a venv's python.exe is one)
+    Mutant("windows-ui-limits-dropped-in-any-job", "stockade/windows/handle.py",
+           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "    if nested:\n        plan = job.without_ui_limits(plan)\n"
+           "        job.set_ui_restrictions(launch.job, plan)\n"
+           "    try:\n        try:\n            return process.create(launch), plan\n",
+           ("tests/test_windows_backend.py::"
+            "test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit[launcher]",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
     # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
     # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)

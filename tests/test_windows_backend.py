@@ -11,7 +11,16 @@ import sys
 from dataclasses import replace
 
 import pytest
-from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32, win32_error
+from test_windows_fakes import (
+    LAUNCHER_JOB,
+    PACKAGE,
+    PLAIN_JOB,
+    UI_LIMITED_JOB,
+    USER,
+    FakeWin32,
+    bind_win32,
+    win32_error,
+)
 
 import stockade.windows
 from stockade.errors import SetupError, StartError, UnavailableError, UnenforceableError
@@ -120,30 +129,85 @@ def test_the_report_agrees_with_check():
         assert not {row.name: row for row in REPORT}[name].enforced
 
 
-def test_an_owner_in_a_job_gets_a_nested_job_without_ui_limits_and_it_is_seen(monkeypatch):
-    # (issue 31, D4: "nested by default if ... neither job sets UI limits"; before, the Job
-    # always set them and CreateProcessW's refusal read as 71 command_not_started)
+def started(monkeypatch, owner_jobs: tuple, image_denied: bool = False):
+    """A child started as a launch starts it (handle.start) by a process in `owner_jobs` (its
+    Jobs, the immediate one first); the Job's handle, the child's Jobs and the plan the Job
+    holds."""
+    fake = FakeWin32()
+    fake.owner_jobs, fake.image_denied = owner_jobs, image_denied
+    bind_win32(monkeypatch, fake, job, process)
+    plan = job.job_plan(LimitSpec(memory=1 << 20), cpus=8)
+    job_handle = job.create_job(plan)
+    launch = process.Launch(
+        application="C:\\py\\python.exe", command_line="python -c pass",
+        environment="SystemRoot=C:\\Windows\0\0", cwd="C:\\ws",
+        desktop="WinSta0\\stockade-0", package_sid=PACKAGE, job=job_handle,
+        stdio=(0x10, 0x14, 0x18), mitigations=process.mitigations(False))
+    created, held = handle.start(launch, plan, job.owner_in_job(), "python")
+    assert job.observed(job_handle) == job.applied(held)  # (what verification requires)
+    return job_handle, fake.created, held
+
+
+@pytest.mark.parametrize("owner_jobs", [(), (LAUNCHER_JOB,)], ids=["no-job", "launcher"])
+def test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit(monkeypatch, owner_jobs):
+    """WINREAD 1: a venv's python.exe, py.exe and pip's console-script .exe run the
+    interpreter in a Job whose children break away silently; the sandbox's Job is then the
+    child's only one and may keep its UI limits. Before, any Job around the owner dropped
+    them (and the first-run checklist failed for every venv user)."""
+    job_handle, created, held = started(monkeypatch, owner_jobs)
+    assert held.ui_restrictions == c.JOB_OBJECT_UILIMIT_ALL
+    assert job.observed(job_handle)["ui_restrictions"] == "all"
+    assert created == [(job_handle,)]  # in the sandbox's Job alone
+
+
+@pytest.mark.parametrize("owner_jobs", [(PLAIN_JOB,), (LAUNCHER_JOB, PLAIN_JOB)],
+                         ids=["runas", "launcher-under-runas"])
+def test_an_owner_whose_job_keeps_its_children_gets_a_nested_job_without_ui_limits(
+        monkeypatch, owner_jobs):
+    """Issue 31, D4 ("nested ... if neither job sets UI limits"): refused with them, the start
+    is tried once more in the same Job without them, and it is seen so."""
+    job_handle, created, held = started(monkeypatch, owner_jobs)
+    assert held.ui_restrictions == 0 and job.observed(job_handle)["ui_restrictions"] == "none"
+    assert held == job.without_ui_limits(job.job_plan(LimitSpec(memory=1 << 20), cpus=8))
+    assert len(created) == 1 and created[0][:2] == (job_handle, PLAIN_JOB)  # nested in it
+
+
+def test_an_owners_job_with_ui_limits_of_its_own_refuses_the_launch_typed(monkeypatch):
+    with pytest.raises(SetupError) as refused:
+        started(monkeypatch, (UI_LIMITED_JOB,))
+    assert refused.value.code == "owner_job_not_nestable" and refused.value.exit_code == 70
+    assert "UI limits" in refused.value.message
+
+
+@pytest.mark.parametrize("owner_jobs", [(), (LAUNCHER_JOB,), (PLAIN_JOB,)],
+                         ids=["no-job", "launcher", "runas"])
+def test_an_image_the_appcontainer_may_not_run_is_the_commands_whoever_the_owner(
+        monkeypatch, owner_jobs):
+    """WINREAD 1: access denied with the owner in a Job was always read as the Job refusing
+    to nest (70); without UI limits that cannot be so: the command could not start (71)."""
+    with pytest.raises(StartError) as refused:
+        started(monkeypatch, owner_jobs, image_denied=True)
+    assert refused.value.code == "command_not_started" and refused.value.exit_code == 71
+
+
+def test_other_start_failures_are_typed_as_the_commands_or_left_to_the_sandbox():
+    missing = handle.start_failure(win32_error(2, "CreateProcessW"), "x.exe")
+    assert isinstance(missing, StartError) and missing.code == "command_not_started"
+    assert handle.start_failure(win32_error(8, "CreateProcessW"), "x.exe") is None
+    denied = handle.start_failure(win32_error(5, "CreateProcessW"), "x.exe",
+                                  c.JOB_OBJECT_UILIMIT_ALL)
+    assert isinstance(denied, SetupError) and denied.code == "owner_job_not_nestable"
+
+
+def test_the_owners_job_is_found_and_its_ui_limits_read(monkeypatch):
     fake = FakeWin32()
     bind_win32(monkeypatch, fake, job)
-    assert job.owner_in_job() is False
-    fake.owner_in_job = True
+    assert job.owner_in_job() is False and job.owner_ui_restrictions() == 0
+    fake.owner_jobs = (UI_LIMITED_JOB,)
     assert job.owner_in_job() is True
-    nested = job.job_plan(LimitSpec(memory=1 << 20), cpus=8, nested=True)
-    assert nested.ui_restrictions == 0 and job.applied(nested)["ui_restrictions"] == "none"
-    assert nested.limit_flags & c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
-    assert job.applied(job.job_plan(LimitSpec(), cpus=8))["ui_restrictions"] == "all"
-
-
-def test_a_start_refused_inside_the_owners_job_is_a_typed_refusal_of_the_launch():
-    denied = win32_error(5, "CreateProcessW")
-    refusal = handle.start_failure(denied, "cmd.exe", nested=True)
-    assert isinstance(refusal, SetupError) and refusal.code == "owner_job_not_nestable"
-    assert refusal.exit_code == 70 and "Job" in refusal.message
-    outside = handle.start_failure(denied, "cmd.exe", nested=False)
-    assert isinstance(outside, StartError) and outside.exit_code == 71
-    missing = handle.start_failure(win32_error(2, "CreateProcessW"), "x.exe", nested=True)
-    assert isinstance(missing, StartError) and missing.code == "command_not_started"
-    assert handle.start_failure(win32_error(8, "CreateProcessW"), "x.exe", nested=True) is None
+    assert job.owner_ui_restrictions() == c.JOB_OBJECT_UILIMIT_ALL
+    fake.owner_jobs = (LAUNCHER_JOB,)
+    assert job.owner_ui_restrictions() == 0
 
 
 def test_every_job_kills_on_close_never_allows_breakaway_and_restricts_the_ui():

@@ -9,16 +9,19 @@ changes survive it.
 
 Also here: SIDs used across the tests; `windows_kinds`, the Windows ledger kinds with removers
 bound to a model volume, registered with the ledger as records.py does on Windows; and
-`FakeWin32`, Win32 functions behaving as their documentation says (profiles, tokens, Jobs).
+`FakeWin32`, Win32 functions behaving as their documentation says (profiles, tokens, Jobs,
+creating a process in a Job inside the owner's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import json
 import ntpath
+import operator
 import os
 import weakref
 from collections.abc import Iterator
@@ -34,6 +37,7 @@ from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
 from stockade.windows.structs import (
     JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_BASIC_UI_RESTRICTIONS,
     JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
 )
 
@@ -44,6 +48,10 @@ ADMINS = "S-1-5-32-544"
 USERS = "S-1-5-32-545"
 SYSTEM = "S-1-5-18"
 FULL = 0x1F01FF
+EVERYONE = "S-1-1-0"
+LOGON = "S-1-5-5-0-271828"  # a logon session's SID (S-1-5-5-X-Y)
+WINSTA_CREATEDESKTOP = 0x0008
+WINSTA_ALL = 0x037F  # every window-station right (winuser.h WINSTA_ALL_ACCESS)
 PAGE_SIZE = 4096  # x64 and ARM64 Windows
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 
@@ -353,11 +361,27 @@ class FakeWin32:
     - tokens: GetTokenInformation writes a structure followed by the SID it points to into the
       caller's buffer; ConvertSidToStringSidW reads a SID only from memory that is still
       alive (a buffer this fake filled or allocated), so reading a freed buffer fails;
-    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (`owner_in_job`
-      for this process, as under Git Bash or some CI runners; a launched child always is);
-      QueryInformationJobObject answers what SetInformationJobObject set (memory limits kept
-      in whole pages), and the basic accounting's ActiveProcesses, which TerminateJobObject
-      only starts bringing down (one process gone per query), as termination is asynchronous.
+    - Jobs: IsProcessInJob with no Job asks whether the process is in any Job (this process:
+      whether `owner_jobs`, the chain of Jobs it is in from its immediate one up, is not empty;
+      a launched child always is); QueryInformationJobObject answers what
+      SetInformationJobObject set (memory limits kept in whole pages), and the basic
+      accounting's ActiveProcesses, which TerminateJobObject only starts bringing down (one
+      process gone per query), as termination is asynchronous; given no Job, it answers about
+      this process's immediate Job;
+    - CreateProcessW with a JOB_LIST attribute, as "Nested Jobs" and AssignProcessToJobObject
+      say: the child is first in each Job of its creator's chain, except that it breaks away
+      from the immediate Job and each one above while they allow it (SILENT_BREAKAWAY_OK: no
+      CREATE_BREAKAWAY_FROM_JOB is ever asked for); then it is put in each listed Job, and a
+      process already in a Job goes into another only as a nested Job, which Windows forms
+      only if neither sets UI limits: otherwise ERROR_ACCESS_DENIED, and no process.
+      `image_denied`: the child's token may not execute the image (ERROR_ACCESS_DENIED too).
+      `created` keeps each child's Jobs, innermost first;
+    - window stations and desktops: OpenWindowStationW grants the access asked for only if the
+      station's DACL (`stations`) allows all of it to a SID of this process's token
+      (`token_sids`), else ERROR_ACCESS_DENIED; CreateDesktopExW needs WINSTA_CREATEDESKTOP on
+      this process's window station (`station`) the same way. A station's DACL allows its
+      logon session's SID and SYSTEM (`session_station`): a user logged on otherwise, as
+      runas and Start-Process -Credential do, has a logon SID of its own and is granted nothing.
     """
 
     def __init__(self, package: str = PACKAGE) -> None:
@@ -371,7 +395,14 @@ class FakeWin32:
         self._allocated: dict[int, ctypes.Array] = {}
         self._names: dict[str, str] = {}  # derived SID -> profile name
         self.jobs: dict[int, dict] = {}
-        self.owner_in_job = False
+        self.owner_jobs: tuple[OwnerJob, ...] = ()
+        self.image_denied = False
+        self.created: list[tuple[int, ...]] = []
+        self._attribute_lists: dict[int, dict[int, object]] = {}
+        self.station = "WinSta0"
+        self.stations: dict[str, tuple[Ace, ...]] = {"WinSta0": session_station(LOGON)}
+        self.token_sids: tuple[str, ...] = (USER, USERS, EVERYONE, LOGON)
+        self._open_stations: dict[int, str] = {}
 
     # memory
     def _sid_buffer(self, sid: str) -> int:
@@ -464,8 +495,8 @@ class FakeWin32:
         return 1
 
     def IsProcessInJob(self, process, job, ref):  # noqa: N802
-        out(ref, int(self.owner_in_job) if process == self.GetCurrentProcess() and job is None
-            else 1)
+        out(ref, int(bool(self.owner_jobs)) if process == self.GetCurrentProcess()
+            and job is None else 1)
         return 1
 
     def GetTokenInformation(self, token, info_class, buffer, size, returned):  # noqa: N802
@@ -500,6 +531,12 @@ class FakeWin32:
         return 1
 
     def QueryInformationJobObject(self, job, info_class, ref, size, returned):  # noqa: N802
+        if job is None:  # this process's immediate Job
+            if not self.owner_jobs:
+                raise win32_error(c.ERROR_INVALID_HANDLE, "QueryInformationJobObject")
+            ctypes.memmove(ctypes.addressof(ref._obj), self.owner_jobs[0].settings(info_class),
+                           size)
+            return 1
         state = self.jobs[job]
         if info_class == c.JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION:
             if state["terminating"] and state["active"]:
@@ -522,6 +559,110 @@ class FakeWin32:
     def TerminateJobObject(self, job, code):  # noqa: N802
         self.jobs[job]["terminating"] = True
         return 1
+
+    # creating a process
+    def InitializeProcThreadAttributeList(self, buffer, count, flags, size):  # noqa: N802
+        if buffer is None:  # asked its size: "fails with ERROR_INSUFFICIENT_BUFFER" by design
+            out(size, 64 * count)
+            return 0
+        self._attribute_lists[ctypes.addressof(buffer)] = {}
+        return 1
+
+    def UpdateProcThreadAttribute(self, buffer, flags, attribute, value, size, *unused):  # noqa
+        self._attribute_lists[ctypes.addressof(buffer)][attribute] = value._obj
+        return 1
+
+    def DeleteProcThreadAttributeList(self, buffer):  # noqa: N802
+        del self._attribute_lists[ctypes.addressof(buffer)]
+
+    def CreateProcessW(self, application, command_line, process_attributes,  # noqa: N802
+                       thread_attributes, inherit, flags, environment, cwd, startup, info):
+        attributes = self._attribute_lists[startup._obj.lpAttributeList]
+        listed = tuple(attributes.get(c.PROC_THREAD_ATTRIBUTE_JOB_LIST, ()))
+        kept = list(self.owner_jobs)
+        while kept and kept[0].silent_breakaway:  # broken away from, upwards
+            kept.pop(0)
+        nests = bool(kept)  # the listed Jobs must then nest inside what is kept
+        if self.image_denied or nests and (any(self._ui(job) for job in listed)
+                                           or any(o.ui_restrictions for o in kept)):
+            raise win32_error(5, "CreateProcessW")  # ERROR_ACCESS_DENIED
+        jobs = (*listed, *kept)
+        for job in listed:
+            self.jobs[job]["active"] += 1
+        self.created.append(jobs)
+        pid = 4000 + 4 * len(self.created)
+        info._obj.hProcess, info._obj.hThread, info._obj.dwProcessId = pid + 1, pid + 2, pid
+        return 1
+
+    def _ui(self, job: int) -> int:
+        data = self.jobs[job]["set"].get(c.JOB_OBJECT_BASIC_UI_RESTRICTIONS)
+        return JOBOBJECT_BASIC_UI_RESTRICTIONS.from_buffer_copy(data).UIRestrictionsClass \
+            if data else 0
+
+
+    # window stations and desktops
+    def _allows(self, aces: tuple[Ace, ...], wanted: int) -> bool:
+        return wanted & ~functools.reduce(
+            operator.or_, (acl.allowed(aces, sid) for sid in self.token_sids), 0) == 0
+
+    def OpenWindowStationW(self, name, inherit, access):  # noqa: N802
+        if name not in self.stations:
+            raise win32_error(c.ERROR_FILE_NOT_FOUND, "OpenWindowStationW")
+        if not self._allows(self.stations[name], access):
+            raise win32_error(c.ERROR_ACCESS_DENIED, "OpenWindowStationW")
+        handle = 0x900 + 4 * len(self._open_stations)
+        self._open_stations[handle] = name
+        return handle
+
+    def CloseWindowStation(self, handle):  # noqa: N802
+        del self._open_stations[handle]
+        return 1
+
+    def ConvertStringSecurityDescriptorToSecurityDescriptorW(self, sddl, revision, ref,  # noqa
+                                                             size):
+        return 1
+
+    def CreateDesktopExW(self, name, device, mode, flags, access, attributes, heap,  # noqa
+                         reserved):
+        if not self._allows(self.stations[self.station], WINSTA_CREATEDESKTOP):
+            raise win32_error(c.ERROR_ACCESS_DENIED, "CreateDesktopExW")
+        return 0xA00
+
+
+def session_station(logon_sid: str) -> tuple[Ace, ...]:
+    """A window station's DACL as Windows makes it for a logon session: everything to the
+    session's logon SID and to SYSTEM, nothing to anyone else."""
+    return (Ace.allow(logon_sid, WINSTA_ALL | c.READ_CONTROL | c.WRITE_DAC | c.DELETE),
+            Ace.allow(sids.SYSTEM, WINSTA_ALL | c.READ_CONTROL | c.WRITE_DAC | c.DELETE))
+
+
+@dataclass(frozen=True)
+class OwnerJob:
+    """A Job this process is in, as far as starting a child goes: its UI restrictions, and
+    whether a child this process creates silently leaves it (SILENT_BREAKAWAY_OK)."""
+
+    ui_restrictions: int = 0
+    silent_breakaway: bool = False
+
+    def settings(self, info_class: int) -> bytes:
+        """What QueryInformationJobObject answers about it, for `info_class`."""
+        if info_class == c.JOB_OBJECT_BASIC_UI_RESTRICTIONS:
+            return bytes(JOBOBJECT_BASIC_UI_RESTRICTIONS(self.ui_restrictions))
+        info = JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
+        info.BasicLimitInformation.LimitFlags = c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | (
+            c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK if self.silent_breakaway else 0)
+        return bytes(info)
+
+
+# The Jobs an owner is found in. py.exe, a venv's python.exe (the venv launcher) and the
+# console-script .exe pip writes each start the real interpreter in a Job of their own that
+# kills on close and lets the interpreter's children break away silently. runas
+# (CreateProcessWithLogonW) and Task Scheduler put what they start in a Job that lets nothing
+# break away and sets no UI limits. A Job may also set UI limits itself (a kiosk or a build
+# agent that does).
+LAUNCHER_JOB = OwnerJob(silent_breakaway=True)
+PLAIN_JOB = OwnerJob()
+UI_LIMITED_JOB = OwnerJob(ui_restrictions=c.JOB_OBJECT_UILIMIT_ALL)
 
 
 def win32_error(code: int, name: str) -> OSError:

@@ -542,10 +542,11 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
 
 def test_an_owner_in_a_job_is_ready_without_ui_limits_and_the_report_says_so(ledger, host):
     # (issue 31, D4) nested: the Job sets no UI limits, read back and seen from inside so
-    nested = job.job_plan(windows_probe.PROBE_LIMITS, cpus=4, nested=True)
+    nested = job.without_ui_limits(job.job_plan(windows_probe.PROBE_LIMITS, cpus=4))
 
     def enforce(request: LaunchRequest) -> dict:
-        return enforced_for(request, plan=nested) | {"owner_in_job": True}
+        return enforced_for(request, plan=nested) | {"owner_in_job": True,
+                                                     "ui_limits_dropped": True}
 
     backend = FakeWindowsBackend(enforce, report=reported(lambda r: None, plan=nested))
     a = probed(backend, ledger, host)

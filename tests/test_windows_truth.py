@@ -318,6 +318,33 @@ def test_the_window_station_gains_one_entry_for_the_launch_and_loses_exactly_it(
         desktop.station_granted(station, USER)  # never a user's or group's entry
 
 
+def test_a_window_station_that_grants_the_user_nothing_refuses_the_launch_typed(monkeypatch):
+    """WINREAD 2: a user started by Start-Process -Credential (or runas) runs on its starter's
+    window station, whose DACL allows the starter's logon SID and SYSTEM only: opening it to
+    add the launch's entry, and creating the desktop on it, are denied. That was a bare
+    `windows_setup_failed`; now it is `window_station_denied` (70), before anything is
+    recorded for the station, and the refusal says what to do. Granted the entries
+    scripts/windows-unelevated.ps1 adds, the same user gets through."""
+    fake = FakeWin32()
+    fake.token_sids = (USER, "S-1-5-32-545", "S-1-1-0", "S-1-5-5-0-999")  # its own logon SID
+    bind_win32(monkeypatch, fake, desktop)
+    monkeypatch.setattr(desktop, "fresh_last_error", lambda: None)
+    monkeypatch.setattr(desktop, "last_error", lambda: 0)
+    sddl = desktop.desktop_sddl(USER, PACKAGE)
+    for attempt in (lambda: desktop.check_station("WinSta0"),
+                    lambda: desktop.create_desktop("stockade-x", sddl)):
+        with pytest.raises(SetupError) as refused:
+            attempt()
+        assert refused.value.code == "window_station_denied"
+        assert refused.value.exit_code == 70 and refused.value.stage == "job_desktop"
+        assert "windows-unelevated.ps1" in refused.value.message
+    # the entry the script adds for the user (WINSTA_ALL_ACCESS, READ_CONTROL, WRITE_DAC)
+    fake.stations["WinSta0"] += (Ace.allow(USER, 0x37F | c.READ_CONTROL | c.WRITE_DAC),)
+    desktop.check_station("WinSta0")
+    assert desktop.create_desktop("stockade-x", sddl) == 0xA00
+    assert fake._open_stations == {}  # (the check closes what it opened)
+
+
 @pytest.mark.parametrize(("name", "detail"), [
     ("WinSta0", {"sid": USER}), ("WinSta0", {"sid": sids.ALL_APP_PACKAGES}),
     ("WinSta0", {}), ("WinSta0", {"sid": PACKAGE, "more": 1}), ("a\\b", {"sid": PACKAGE}),

@@ -5,13 +5,18 @@ asks for, and every command it runs exists in this repository."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
+import re
 import shlex
 import subprocess
 import sys
 
 import pytest
 import yaml
+
+from stockade.windows import constants as c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "windows.yml")
@@ -134,6 +139,36 @@ def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_pa
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "for a Windows host" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_first_run_checklist_passes_a_host_whose_python_runs_in_a_job():
+    """WINREAD 1: a venv's python.exe (and py.exe, and pip's console-script launchers) runs
+    the interpreter in a Job, so the host stage failed for nearly every user; being in a Job
+    is a fact to keep, and only a build below the floor fails the stage."""
+    import windows_first_run
+
+    facts = {"build": 26100, "elevated": False, "in_job": True, "python": "3.12.7"}
+    passed, note = windows_first_run.host_verdict(facts)
+    assert passed and "in_job True" in note and "job_ui_restrictions" in note
+    assert not windows_first_run.host_verdict(facts | {"build": 17134})[0]
+
+
+def test_the_unelevated_user_is_granted_its_window_station_and_desktop_for_the_run():
+    """WINREAD 2: Start-Process -Credential starts the user on this session's window station
+    and desktop, which allow it nothing: Stockade could neither add its launch's entry to the
+    station nor create its desktop there (window_station_denied). The script grants the user
+    what Stockade asks of the station (desktop.check_station's access, creating a desktop)
+    before the command starts, and takes it back however the run ends."""
+    script = open(os.path.join(ROOT, "scripts", "windows-unelevated.ps1")).read()
+    rights = re.search(r"const int STATION_RIGHTS = ([0-9xA-Fa-f| ]+);", script)
+    assert rights, "the script grants the user no window-station rights"
+    granted = functools.reduce(operator.or_, (int(v, 0) for v in rights[1].split("|")))
+    wanted = c.READ_CONTROL | c.WRITE_DAC | 0x8  # (WINSTA_CREATEDESKTOP)
+    assert granted & wanted == wanted
+    body, cleanup = script.split("} finally {")
+    assert body.index("::Set($sid, $true)") < body.index("= Start-Process")
+    assert "::Set($sid, $false)" in cleanup and "net user $name /delete" in cleanup
+    assert script.index("Add-Type") < script.index("/add")  # (nothing to undo if it fails)
 
 
 def test_the_w1_matrix_counts_a_row_that_did_not_run_as_a_failure(tmp_path):

@@ -19,6 +19,12 @@ its package SID, with only STATION_RIGHTS, recorded in the ledger (kind `winsta`
 added and removed at settlement or by reconciliation (`station_granted`/`station_revoked`,
 pure). A private window station is not an option here: only administrators may name one, and
 an unnamed one is the logon session's, shared and possibly the very station this process is in.
+
+A process started under other credentials (runas, Start-Process -Credential: CreateProcessWithLogonW
+with no desktop named) runs on its starter's window station and desktop, which grant the new
+user nothing unless the starter adds entries for it. There the station's DACL cannot be
+changed, nor a desktop created on it: a typed refusal (`window_station_denied`, `check_station`
+before anything is recorded, `create_desktop`), never a bare Win32 error.
 """
 
 from __future__ import annotations
@@ -81,8 +87,13 @@ def create_desktop(name: str, sddl: str) -> int:
     try:
         attributes = SECURITY_ATTRIBUTES(ctypes.sizeof(SECURITY_ATTRIBUTES), descriptor, 0)
         fresh_last_error()
-        handle = api.CreateDesktopExW(name, None, None, 0, c.GENERIC_ALL,
-                                      ctypes.byref(attributes), DESKTOP_HEAP_KB, None)
+        try:
+            handle = api.CreateDesktopExW(name, None, None, 0, c.GENERIC_ALL,
+                                          ctypes.byref(attributes), DESKTOP_HEAP_KB, None)
+        except OSError as exc:
+            if exc.winerror == c.ERROR_ACCESS_DENIED:
+                raise station_denied("create a desktop on its window station") from None
+            raise
         if last_error() == c.ERROR_ALREADY_EXISTS:
             api.CloseDesktop(handle)
             raise SetupError("desktop_exists", "a desktop of this launch's name exists already",
@@ -90,6 +101,29 @@ def create_desktop(name: str, sddl: str) -> int:
         return handle
     finally:
         api.LocalFree(descriptor)
+
+
+def station_denied(what: str) -> SetupError:
+    """The refusal of a launch whose user may not `what` (see the module docstring)."""
+    return SetupError("window_station_denied", f"this user may not {what} (a process started "
+                      "under other credentials, by runas or Start-Process -Credential, runs on "
+                      "its starter's window station, which grants it nothing unless the starter "
+                      "added entries for it); run Stockade in the user's own logon session, or "
+                      "grant the user access to the window station and desktop first "
+                      "(scripts/windows-unelevated.ps1 does)", stage="job_desktop")
+
+
+def check_station(name: str) -> None:
+    """Refuse, typed, a window station whose DACL this process may not change (before
+    anything is recorded for it: the record's removal would meet the same refusal)."""
+    api = win32()
+    try:
+        station = api.OpenWindowStationW(name, False, c.READ_CONTROL | c.WRITE_DAC)
+    except OSError as exc:
+        if exc.winerror == c.ERROR_ACCESS_DENIED:
+            raise station_denied("change the access control of its window station") from None
+        raise
+    api.CloseWindowStation(station)
 
 
 def object_name(handle: int) -> str:

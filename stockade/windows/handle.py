@@ -64,21 +64,44 @@ KILLED_SIGNAL = 9  # how a killed sandbox is reported, as on Linux (SIGKILL)
 _WAIT_SLICE_MS = 100
 # CreateProcessW failures that are the command's, not the sandbox's: file or path not found,
 # access denied (the image is outside what the AppContainer may execute), not a valid image.
-_NOT_STARTABLE = {2, 3, 5, 193, 216}
-_ACCESS_DENIED = 5
+_NOT_STARTABLE = {2, 3, c.ERROR_ACCESS_DENIED, 193, 216}
 
 
-def start_failure(exc: OSError, program: str, nested: bool) -> StockadeError | None:
-    """What a failed CreateProcessW says, typed; None for a failure of the sandbox's own. With
-    the owner in a Job, access denied is most likely Windows refusing to nest the sandbox's Job
-    in the owner's (the program's path was checked against the roots before): a refusal of the
-    launch (70), not a command that could not start (71)."""
-    if nested and exc.winerror == _ACCESS_DENIED:
-        return SetupError("owner_job_not_nestable", "this process is in a Job that the "
-                          "sandbox's Job cannot be nested in (Windows refused to start the "
-                          "command in it: one that sets UI limits does that); run Stockade "
-                          "from a process outside a Job, e.g. not from Git Bash's own shell",
-                          stage="start")
+def start(launch: process.Launch, plan: job.JobPlan, nested: bool,
+          program: str) -> tuple[process.Created, job.JobPlan]:
+    """Create the child in the launch's Job (`launch.job`, set as `plan`); the child, and the
+    plan the Job holds once it started. With the owner in a Job (`nested`) Windows refuses to
+    start the child in a Job with UI limits (access denied) unless the owner's Job lets its
+    children break away silently, as Python's launchers' Jobs do: then, and only then, the
+    Job drops them and the start is tried once more (see job.py). A failure, typed
+    (`start_failure`) where it is the command's or the owner's Job's."""
+    try:
+        try:
+            return process.create(launch), plan
+        except OSError as exc:
+            if not (nested and plan.ui_restrictions and exc.winerror == c.ERROR_ACCESS_DENIED):
+                raise
+        plan = job.without_ui_limits(plan)
+        job.set_ui_restrictions(launch.job, plan)
+        return process.create(launch), plan
+    except OSError as exc:
+        typed = start_failure(exc, program, job.owner_ui_restrictions() if nested else 0)
+        if typed is not None:
+            raise typed from None
+        raise
+
+
+def start_failure(exc: OSError, program: str, owner_ui_limits: int = 0) -> StockadeError | None:
+    """What a failed CreateProcessW says, typed; None for a failure of the sandbox's own.
+    `owner_ui_limits`: the UI restrictions of the Job the owner is in (0: none, or no Job).
+    Windows nests no Job in one that sets UI limits, so access denied there refuses the launch
+    (70); otherwise (a Job without UI limits was refused too) it is the command's: the
+    AppContainer may not run its image (71)."""
+    if exc.winerror == c.ERROR_ACCESS_DENIED and owner_ui_limits:
+        return SetupError("owner_job_not_nestable", "this process is in a Job that sets UI "
+                          "limits, and Windows nests no Job inside such a Job, so the sandbox's "
+                          "Job could not hold the command; run Stockade from a process outside "
+                          "that Job", stage="start")
     if exc.winerror in _NOT_STARTABLE:
         return StartError("command_not_started", f"{program}: {exc.strerror}")
     return None
@@ -141,10 +164,11 @@ class WindowsHandle(Handle):
         self.stages.append(("filesystem", time.monotonic()))
         self._stage = "job_desktop"
         nested = job.owner_in_job()
-        plan = job.job_plan(request.limits, os.cpu_count() or 1, nested)
+        plan = job.job_plan(request.limits, os.cpu_count() or 1)
         self._job = job.create_job(plan)
         self._stack.callback(api.CloseHandle, self._job)
         station = desktop.window_station()
+        desktop.check_station(station)
         record.add(desktop.STATION_KIND, station, {"sid": package})
         with leases.briefly(user, records.station_lock(station)):
             station_aces = desktop.change_station(
@@ -165,18 +189,13 @@ class WindowsHandle(Handle):
         wanted_mitigations = process.mitigations(request.exec_from_write)
         canary = process.inheritable_canary()
         try:
-            try:
-                created = process.create(process.Launch(
-                    application=application, command_line=cmdline.command_line(request.argv),
-                    environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
-                    cwd=request.cwd,
-                    desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
-                    stdio=tuple(pipes.handles), mitigations=wanted_mitigations))
-            except OSError as exc:
-                typed = start_failure(exc, request.argv[0], nested)
-                if typed is not None:
-                    raise typed from None
-                raise
+            created, plan = start(process.Launch(
+                application=application, command_line=cmdline.command_line(request.argv),
+                environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
+                cwd=request.cwd,
+                desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
+                stdio=tuple(pipes.handles), mitigations=wanted_mitigations),
+                plan, nested, request.argv[0])
             self._process = created.process
             self._stack.callback(api.CloseHandle, created.process)
             self._stack.callback(api.CloseHandle, created.thread)
@@ -195,7 +214,8 @@ class WindowsHandle(Handle):
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         pipes.start_relays()
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done, seen, package) | {"owner_in_job": nested}
+        self.enforced = _enforced(request, plan, done, seen, package) | {
+            "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions}
         self.stages.append(("start", time.monotonic()))
 
     def _drain(self, job_handle: int, record: LaunchRecord, held: contextlib.ExitStack) -> None:

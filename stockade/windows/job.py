@@ -8,17 +8,23 @@ processes' windows, clipboard, system parameters, display settings, global atoms
 switching, logging off). `memory` is a limit on the whole tree's committed memory, `pids` on the
 number of live processes, `cpu` (in cores) a hard cap on the tree's share of all processors.
 
-Except when the owner is itself in a Job (Git Bash and other msys shells, some CI runners):
-Windows nests a Job inside another only if neither sets UI limits ("Nested Jobs"), so then the
-sandbox's Job sets none (`nested`), the launch records it (`owner_in_job`) and the report's
-`ui_restrictions` row says they are not in force; the AppContainer, the private desktop and the
-window station's entries are unchanged. An owner's Job that cannot hold a nested one at all
-refuses the launch, typed (handle.py).
+Windows nests a Job inside another only if neither sets UI limits ("Nested Jobs"). An owner
+in a Job (a venv's python.exe, py.exe and pip's console-script launchers; runas, Task Scheduler,
+some CI runners) does not always need that: a Job that lets its children break away silently
+(the launchers' kill-on-close Jobs do) keeps none of them, and the sandbox's Job is then the
+child's only one, UI limits and all. So they are always asked for first; only when Windows
+refuses the start in a Job that has them, with the owner in a Job, does the Job drop them
+(`without_ui_limits`, `set_ui_restrictions`) and the start is tried once more (handle.py). The
+launch then records `ui_limits_dropped` and the report's `ui_restrictions` row says they are
+not in force; the AppContainer, the private desktop and the window station's entries are
+unchanged. An owner's Job that sets UI limits itself can hold no nested Job at all
+(`owner_ui_restrictions`): that refuses the launch, typed (handle.py).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import mmap
 import time
@@ -57,10 +63,9 @@ class JobPlan:
     ui_restrictions: int = c.JOB_OBJECT_UILIMIT_ALL
 
 
-def job_plan(limits: LimitSpec, cpus: int, nested: bool = False) -> JobPlan:
-    """The Job for `limits` on a host with `cpus` processors, inside the owner's Job when
-    `nested` (no UI restrictions then: see the module docstring); UnenforceableError for a
-    limit a Job cannot express."""
+def job_plan(limits: LimitSpec, cpus: int) -> JobPlan:
+    """The Job for `limits` on a host with `cpus` processors, every UI restriction included;
+    UnenforceableError for a limit a Job cannot express."""
     flags, memory, processes, rate = ALWAYS, 0, 0, None
     if limits.memory is not None:
         if not PAGE <= limits.memory <= MAX_SIZE:
@@ -78,7 +83,23 @@ def job_plan(limits: LimitSpec, cpus: int, nested: bool = False) -> JobPlan:
             raise UnenforceableError("limits.cpu", f"{limits.cpu} cores is out of range")
         if limits.cpu < cpus:
             rate = max(1, math.ceil(limits.cpu / cpus * 10000))
-    return JobPlan(flags, memory, processes, rate, 0 if nested else c.JOB_OBJECT_UILIMIT_ALL)
+    return JobPlan(flags, memory, processes, rate)
+
+
+def without_ui_limits(plan: JobPlan) -> JobPlan:
+    """`plan` as a Job nested in the owner's can hold it: no UI restrictions."""
+    return dataclasses.replace(plan, ui_restrictions=0)
+
+
+def owner_ui_restrictions() -> int:
+    """The UI restrictions of the Job this process is in (its immediate one, which
+    QueryInformationJobObject asks about when given no handle); 0 when it sets none or cannot
+    be asked."""
+    try:
+        return _query(None, c.JOB_OBJECT_BASIC_UI_RESTRICTIONS,
+                      JOBOBJECT_BASIC_UI_RESTRICTIONS()).UIRestrictionsClass
+    except OSError:
+        return 0
 
 
 def owner_in_job() -> bool:
@@ -172,6 +193,13 @@ def create_job(plan: JobPlan) -> int:
     return handle
 
 
+def set_ui_restrictions(handle: int, plan: JobPlan) -> None:
+    """Set the (still empty) Job's UI restrictions to `plan`'s."""
+    info = ui_restrictions(plan)
+    win32().SetInformationJobObject(handle, c.JOB_OBJECT_BASIC_UI_RESTRICTIONS,
+                                    ctypes.byref(info), ctypes.sizeof(info))
+
+
 def observed(handle: int) -> dict[str, object]:
     """The Job's settings as QueryInformationJobObject reads them back (`settings`)."""
     extended = _query(handle, c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
@@ -188,7 +216,7 @@ def active_processes(handle: int) -> int:
                   JOBOBJECT_BASIC_ACCOUNTING_INFORMATION()).ActiveProcesses
 
 
-def _query(handle: int, info_class: int, info: ctypes.Structure):
+def _query(handle: int | None, info_class: int, info: ctypes.Structure):
     win32().QueryInformationJobObject(handle, info_class, ctypes.byref(info),
                                       ctypes.sizeof(info), ctypes.byref(DWORD()))
     return info

@@ -136,7 +136,8 @@ LEGEND = {
     "job_kill_on_close": "the Job kills its processes when its handle closes",
     "job_breakaway": "a process may break away from the Job (must be false)",
     "job_die_on_unhandled_exception": "a crash ends the process, no error dialog",
-    "job_ui_restrictions": "the Job's UI limits (all; none when the owner is itself in a Job)",
+    "job_ui_restrictions": "the Job's UI limits (all; none when the owner's Job keeps "
+                           "its children, which only a Job without them may join)",
     "child_in_job": "the child sees itself in a Job",
     "child_sees_the_job": "the Job's settings the child reads are the launch's",
     "private_desktop": "the child runs on the launch's own desktop",
@@ -230,6 +231,11 @@ class WindowsProbe:
         "job_not_drained": "the probe sandbox's processes did not all exit after it was "
                            "terminated",
         "windows_setup_failed": "a Win32 call failed while setting up the probe sandbox",
+        "window_station_denied": "this user may not change its window station's access control "
+                                 "or create a desktop on it (started under other credentials "
+                                 "on a station that grants it nothing?)",
+        "owner_job_not_nestable": "this process is in a Job that sets UI limits, which no "
+                                  "other Job may be nested in",
     }
     legend = LEGEND
 

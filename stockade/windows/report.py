@@ -105,9 +105,10 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("ui_restrictions", "Job UI restrictions: other processes' windows, clipboard, "
             "system parameters, display settings, global atoms, desktops, logging off",
             {"job": ("job_ui_restrictions",)},
-            partial="not in force here: this process is in a Job, and Windows nests a Job "
-                    "only if neither sets UI limits (the private desktop and the AppContainer "
-                    "remain)" if attestation.facts.get("job_ui_restrictions") == NESTED_UI
+            partial="not in force here: this process is in a Job that keeps its children, and "
+                    "Windows nests a Job only if neither sets UI limits (the private desktop and "
+                    "the AppContainer remain)"
+            if attestation.facts.get("job_ui_restrictions") == NESTED_UI
             else ""),
         row("settlement", "the Job terminated and drained, the desktop closed, every "
             "access-control change (files, window station) reverted, the profile deleted, the "
