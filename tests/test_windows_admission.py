@@ -12,6 +12,7 @@ import pytest
 from test_windows_fakes import FakeTree
 
 from stockade.errors import StartError
+from stockade.launch import hostpaths
 from stockade.launch.request import LaunchRequest, PathGrant
 from stockade.windows import admission, fsinfo, handle
 from stockade.windows import constants as c
@@ -129,6 +130,17 @@ def test_inside_compares_components_without_regard_to_case():
     assert admission.inside("C:\\anything", "C:\\")
     assert not admission.inside("C:\\ws2", "C:\\ws")
     assert not admission.inside("D:\\ws", "C:\\ws")
+
+
+def test_names_compare_as_windows_compares_them_not_as_casefold_does():
+    # NTFS upper-cases each UTF-16 unit on its own through the volume's upcase table: "ß" has
+    # no one-unit upper case, so "straße" and "STRASSE" are two names (casefold: one).
+    assert hostpaths.upcase("straße") != hostpaths.upcase("STRASSE")
+    assert hostpaths.upcase(".git") == hostpaths.upcase(".GIT")
+    assert hostpaths.upcase("ünïcödé") == hostpaths.upcase("ÜNÏCÖDÉ")
+    assert hostpaths.upcase("\U0001F600x") == "\ud83d\ude00X"  # (surrogates as they are)
+    assert not admission.inside("C:\\ws\\STRASSE\\x", "C:\\ws\\straße")
+    assert admission.inside("C:\\WS\\Ünï\\x", "c:\\ws\\ünï")
 
 
 # --- reparse points told apart by tag (issue 31, L11) ------------------------------------------
@@ -302,3 +314,17 @@ def test_a_program_that_is_an_app_execution_alias_runs_as_its_program():
     assert handle.executable(replace(req, read=(PathGrant(ALIASES, ALIASES),)), is_file,
                              lambda path: plain, lambda path: STORE_PYTHON).casefold() \
         == alias.casefold()
+
+
+def test_fsinfo_finds_a_root_by_its_own_name_in_a_case_sensitive_directory(monkeypatch):
+    # `.git` and `.GIT` both listed (a case-sensitive directory): `.GIT` is that entry, not
+    # the first whose name matches without regard to case; and a case no entry has there is
+    # not found (a case-sensitive directory finds names exactly).
+    windows = WindowsOs({"C:\\": (0x10, 0, 1), "C:\\ws": (0x10, 0, 1),
+                         "C:\\ws\\.git": (0x10, 0, 1),
+                         "C:\\ws\\.GIT": (REPARSE | 0x10, c.IO_REPARSE_TAG_MOUNT_POINT, 1)})
+    monkeypatch.setattr(fsinfo, "os", windows)
+    assert fsinfo.entry("C:\\ws\\.GIT").reparse_tag == c.IO_REPARSE_TAG_MOUNT_POINT
+    assert fsinfo.entry("C:\\ws\\.git").reparse_tag == 0
+    with pytest.raises(FileNotFoundError):
+        fsinfo.entry("C:\\ws\\.Git")

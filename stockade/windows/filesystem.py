@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stockade.errors import UnavailableError, UnenforceableError
+from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
 from stockade.windows import aceplan, admission, grants
 from stockade.windows.admission import Entry
@@ -63,10 +64,12 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
         _check_writable(root, entries, fs, "filesystem.write" if root in writes
                         else "filesystem.read")
     steps = aceplan.plan(request, sid, tree, covered)
-    for step in steps:
-        if step.mode == aceplan.OVERRIDE:
-            hold(step.path)
-    walked = {e.path.casefold(): e.file_id for entries in tree.values() for e in entries}
+    # One lease per name as leases.py compares names: two files one name stands for (`.git`
+    # and `.GIT` in a case-sensitive directory) share a lease, which this launch takes once.
+    for path in {upcase(step.path): step.path for step in steps
+                 if step.mode == aceplan.OVERRIDE}.values():
+        hold(path)
+    walked = {e.path: e.file_id for entries in tree.values() for e in entries}
     grants.apply(steps, sid, store, record, lock, walked)
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
     return {"grants": len(steps) - overrides, "overrides": overrides,

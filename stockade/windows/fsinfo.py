@@ -18,6 +18,7 @@ import ctypes
 import ntpath
 import os
 
+from stockade.launch.hostpaths import upcase
 from stockade.windows import admission
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
@@ -34,10 +35,14 @@ def entry(path: str) -> Entry:
         info = os.lstat(path)
         return Entry(path=path, is_dir=True, attributes=info.st_file_attributes,
                      file_id=file_id(info))
+    # The name itself, else the one name Windows finds by it without regard to case: in a
+    # case-sensitive directory `.git` and `.GIT` are two entries, and `.GIT` opens only itself.
     with os.scandir(parent) as listing:
-        for found in listing:
-            if found.name.casefold() == name.casefold():
-                return _entry(path, found.stat(follow_symlinks=False))
+        same = [(found.name, found.stat(follow_symlinks=False)) for found in listing
+                if upcase(found.name) == upcase(name)]
+    exact = [info for found, info in same if found == name]
+    if exact or len(same) == 1:
+        return _entry(path, (exact or [same[0][1]])[0])
     raise FileNotFoundError(path)
 
 
