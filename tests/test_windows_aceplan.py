@@ -299,7 +299,6 @@ def test_a_single_file_root_gets_file_rights_without_inheritance_flags():
      "filesystem.reparse_point"),
     (lambda t: t.add("C:\\py\\mount", reparse_tag=0xA0000003), "filesystem.reparse_point"),
     (lambda t: t.file("C:\\Users\\u\\ws\\src\\linked", links=2), "filesystem.hard_link"),
-    (lambda t: t.file("C:\\py\\python3.exe", links=3), "filesystem.hard_link"),
     (lambda t: t.file("C:\\py\\python3.12.exe", reparse_tag=c.IO_REPARSE_TAG_APPEXECLINK),
      "filesystem.reparse_point"),
 ])
@@ -532,3 +531,55 @@ def test_a_denied_path_gone_before_the_walk_is_refused_typed():
     with pytest.raises(SetupError) as refused:
         aceplan.plan(request(deny=(denied,)), PACKAGE, walks, frozenset({"C:\\Windows"}))
     assert refused.value.code == "path_replaced"
+
+
+# --- hard links (WINREAD finding 3) ------------------------------------------------------------
+
+def uv_environment(tree: FakeTree) -> str:
+    """A uv environment, as uv makes one by default: each installed file a hard link to the
+    same file in uv's cache (conda and pnpm link the same way); returns the environment."""
+    cache, env = "C:\\Users\\u\\AppData\\Local\\uv", "C:\\Users\\u\\env"
+    for path in (cache, cache + "\\six", env, env + "\\Lib"):
+        tree.add(path, owner=USER)
+    tree.file(cache + "\\six\\six.py", owner=USER, links=2)
+    tree.nodes[tree.key(env + "\\Lib\\six.py")] = replace(  # the same file, a second name
+        tree.node(cache + "\\six\\six.py"), path=env + "\\Lib\\six.py")
+    tree.file(env + "\\python.exe", owner=USER)
+    return env
+
+
+def test_a_uv_environment_is_admitted_as_a_read_root():
+    # Every file of it has two names and one descriptor: the read grant reaches the cache's
+    # name too (which this model, deriving inherited entries by path, does not show), giving
+    # the same bytes the read root already gives, read-only.
+    tree = workspace()
+    env = uv_environment(tree)
+    recorder = prepare(tree, request(read=request().read + (PathGrant(env, env),)))
+    assert tree.access(env + "\\Lib\\six.py", PACKAGE) == RX
+    assert tree.access(env + "\\python.exe", PACKAGE) == RX
+    recorder.revert_all()
+    assert all(tree.access(path, PACKAGE) == 0 for path in tree.nodes)
+
+
+@pytest.mark.parametrize("inside_workspace", [False, True])
+def test_a_multiply_linked_file_in_a_write_root_is_refused_with_how_to_make_copies(
+        inside_workspace):
+    # Written through the workspace's name, the cache's file would change: refused, also when
+    # the environment is a read root inside the workspace (walked with the write root).
+    tree = workspace()
+    env = uv_environment(tree)
+    ws = "C:\\Users\\u\\ws"
+    if inside_workspace:
+        tree.add(ws + "\\.venv", owner=USER)
+        tree.nodes[tree.key(ws + "\\.venv\\six.py")] = replace(
+            tree.node(env + "\\Lib\\six.py"), path=ws + "\\.venv\\six.py")
+        req = request(read=request().read + (PathGrant(ws + "\\.venv", ws + "\\.venv"),))
+    else:
+        req = request(write=request().write + (PathGrant(env, env),))
+    original = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, req)
+    assert refused.value.capability == "filesystem.hard_link"
+    assert "UV_LINK_MODE=copy" in refused.value.message and "always_copy" in refused.value.message
+    assert "package-import-method copy" in refused.value.message
+    assert tree.snapshot() == original and not tree.writes

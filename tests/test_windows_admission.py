@@ -100,6 +100,16 @@ def test_reparse_points_and_multiply_linked_files_are_refused(entry, capability)
     assert refusal is not None and refusal[0] == capability and entry.path in refusal[1]
 
 
+def test_multiply_linked_files_are_admitted_in_read_roots_only():
+    linked = Entry("C:\\env\\Lib\\six.py", False, 0x20, 0, 2)
+    assert admission.entry_refusal(linked, write=False) is None
+    refusal = admission.entry_refusal(linked, write=True)
+    assert refusal is not None and refusal[0] == "filesystem.hard_link"
+    assert "UV_LINK_MODE=copy" in refusal[1]
+    junction = Entry("C:\\env\\j", True, c.FILE_ATTRIBUTE_REPARSE_POINT | 0x10, 0xA0000003)
+    assert admission.entry_refusal(junction, write=False) is not None
+
+
 def test_plain_files_and_directories_pass():
     assert admission.entry_refusal(Entry("C:\\ws\\f", False, 0x20, 0, 1)) is None
     assert admission.entry_refusal(Entry("C:\\ws\\d", True, 0x10, 0, 5)) is None  # dirs: any

@@ -12,8 +12,12 @@ Two kinds of evidence, both judged by pure functions here:
   by name.
 - what is on disk (`entry_refusal`): a grant on a directory is inherited by everything below it,
   and Windows writes that inheritance into each file's own security descriptor. A reparse point
-  that stands for another name could carry it elsewhere, and a file with several hard links
-  shares one descriptor with names outside the root, so either refuses the launch. Reparse
+  that stands for another name could carry it elsewhere, so it refuses the launch. A file with
+  several hard links shares one descriptor (and one content) with its other names: in a read
+  root that gives the sandbox nothing the root does not (the same bytes, read-only), and uv,
+  conda and pnpm environments are made of such links, so it is admitted there; in a write root
+  the sandbox could change a file outside every root (the package manager's store) through it,
+  so it refuses the launch, naming how to make the environment with copies. Reparse
   points are told apart by tag: cloud-file placeholders (OneDrive's Files On-Demand,
   `IO_REPARSE_TAG_CLOUD` and its variants) are the file or directory itself, whose data a sync
   provider fills in place, so they are admitted like any file; an app execution alias
@@ -85,8 +89,9 @@ def app_alias(entry: Entry) -> bool:
     return opaque(entry) and entry.reparse_tag == c.IO_REPARSE_TAG_APPEXECLINK
 
 
-def entry_refusal(entry: Entry) -> tuple[str, str] | None:
-    """(capability, reason) if access control must not be changed over `entry`, else None."""
+def entry_refusal(entry: Entry, write: bool = True) -> tuple[str, str] | None:
+    """(capability, reason) if access control must not be changed over `entry`, else None;
+    `write` when `entry` lies in a write root."""
     if app_alias(entry):
         return ("filesystem.reparse_point",
                 f"{entry.path} is an app execution alias (a Store app's stand-in for its "
@@ -97,10 +102,13 @@ def entry_refusal(entry: Entry) -> tuple[str, str] | None:
         return ("filesystem.reparse_point",
                 f"{entry.path} is a reparse point (tag 0x{entry.reparse_tag:08X}): a junction, "
                 "symbolic link or mount point could carry a grant outside the root")
-    if not entry.is_dir and entry.links > 1:
+    if write and not entry.is_dir and entry.links > 1:
         return ("filesystem.hard_link",
-                f"{entry.path} has {entry.links} hard links: a grant on it would reach its "
-                "other names, which may lie outside every root")
+                f"{entry.path} has {entry.links} hard links in a write root: what the sandbox "
+                "writes to it would change its other names, which may lie outside every root "
+                "(a package manager's shared store). Make the environment with copies: "
+                "UV_LINK_MODE=copy for uv, `conda config --set always_copy true` for conda, "
+                "`pnpm config set package-import-method copy` for pnpm")
     return None
 
 
