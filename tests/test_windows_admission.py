@@ -338,3 +338,63 @@ def test_fsinfo_finds_a_root_by_its_own_name_in_a_case_sensitive_directory(monke
     assert fsinfo.entry("C:\\ws\\.git").reparse_tag == 0
     with pytest.raises(FileNotFoundError):
         fsinfo.entry("C:\\ws\\.Git")
+
+
+class NoLongPaths(WindowsOs):
+    """WindowsOs on a host without LongPathsEnabled (the default): a path of MAX_PATH (260
+    with the NUL) or more is not found (ERROR_PATH_NOT_FOUND), a directory listed through a
+    pattern (`DIR\\*`) the same; a path in the Win32 file namespace (`\\\\?\\C:\\...`) is
+    taken as it is, any length, and a listing's entries carry the directory as it was given."""
+
+    LONG = "\\\\?\\"
+
+    def _path(self, path: str, extra: int = 0) -> str:
+        if path.startswith(self.LONG):
+            return path[len(self.LONG):]
+        if len(path) + extra + 1 > 260:
+            raise FileNotFoundError(2, "The system cannot find the path specified", path)
+        return path
+
+    def scandir(self, directory: str):
+        prefix = self.LONG if directory.startswith(self.LONG) else ""
+        with super().scandir(self._path(directory, len("\\*"))) as entries:
+            return contextlib.nullcontext([replace(e, path=prefix + e.path) for e in entries])
+
+    def lstat(self, path: str) -> SimpleNamespace:
+        return super().lstat(self._path(path))
+
+
+def test_roots_and_entries_past_max_path_are_walked_through_the_win32_namespace(monkeypatch):
+    # (WINREAD 5) A deep node_modules or a long-named checkout passes 260 characters; every
+    # call fsinfo makes for it failed on a host without LongPathsEnabled.
+    parts = ["C:\\ws", *(["node_modules", "pkg" + "x" * 30] * 8)]
+    nodes = {"C:\\": (0x10, 0, 1)}
+    for depth in range(1, len(parts) + 1):
+        nodes["\\".join(parts[:depth])] = (0x10, 0, 1)
+    deepest = "\\".join(parts) + "\\index.js"
+    nodes[deepest] = (0x20, 0, 1)
+    assert len(deepest) > 380
+    monkeypatch.setattr(fsinfo, "os", NoLongPaths(nodes))
+    walked = [e.path for e in admission.walk("C:\\ws", fsinfo.scan, fsinfo.entry)]
+    assert walked == sorted(nodes)[1:]  # every entry, each by its own (plain) name
+    assert fsinfo.entry(deepest).file_id  # (lstat'd) and found as a root too
+    assert fsinfo.win32_path(deepest) == "\\\\?\\" + deepest
+    assert fsinfo.win32_path("C:\\ws") == "C:\\ws"
+
+
+def test_dacl_and_long_name_calls_past_max_path_use_the_win32_namespace(monkeypatch):
+    deep = "C:\\ws\\" + "\\".join(["y" * 60] * 5)
+    asked: list[str] = []
+
+    def create_file(path, *args):
+        asked.append(path)
+        if len(path) >= 260 and not path.startswith("\\\\?\\"):
+            raise OSError(None, "The system cannot find the path specified", path, 3)
+        return 7
+
+    api = SimpleNamespace(CreateFileW=create_file, CloseHandle=lambda handle: None,
+                          GetLongPathNameW=lambda path, buffer, size: (
+                              setattr(buffer, "value", path), len(path))[1])
+    monkeypatch.setattr(fsinfo, "win32", lambda: api)
+    assert fsinfo.dacl_writable(deep) and asked == ["\\\\?\\" + deep]
+    assert fsinfo.long_path(deep) == deep  # (the namespace prefix taken off again)
