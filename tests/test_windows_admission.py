@@ -162,6 +162,22 @@ STORE_PYTHON = ("C:\\Program Files\\WindowsApps\\PythonSoftwareFoundation.Python
 ALIASES = "C:\\Users\\u\\AppData\\Local\\Microsoft\\WindowsApps"
 
 
+@pytest.mark.parametrize("tag", [c.IO_REPARSE_TAG_WOF, c.IO_REPARSE_TAG_DEDUP])
+def test_compressed_and_deduplicated_files_are_admitted_like_any_file(tag):
+    # (L11) `compact /c /exe` (or CompactOS) turns a Python install's files into WOF reparse
+    # points, Data Deduplication a Server volume's files into DEDUP ones: each the file
+    # itself (no name-surrogate bit), read through its filter. Before, either refused the root.
+    entry = Entry("C:\\py\\python313.dll", False, REPARSE | 0x20, tag)
+    assert admission.entry_refusal(entry, write=False) is None
+    assert admission.entry_refusal(entry) is None
+    assert not tag & 0x20000000  # (winnt.h: IsReparseTagNameSurrogate)
+    tree = FakeTree.volume()
+    tree.add("C:\\py")
+    tree.file("C:\\py\\python313.dll", reparse_tag=tag)
+    assert [e.path for e in admission.walk("C:\\py", tree.scan, tree.entry)] == [
+        "C:\\py", "C:\\py\\python313.dll"]
+
+
 @pytest.mark.parametrize("tag", CLOUD_TAGS)
 def test_onedrive_placeholders_are_admitted_like_any_file_or_directory(tag):
     # winnt.h: IO_REPARSE_TAG_CLOUD 0x9000001A, CLOUD_1 ... CLOUD_F 0x9000101A ... 0x9000F01A
@@ -176,7 +192,7 @@ def test_onedrive_placeholders_are_admitted_like_any_file_or_directory(tag):
 
 @pytest.mark.parametrize("tag", [
     c.IO_REPARSE_TAG_MOUNT_POINT, c.IO_REPARSE_TAG_SYMLINK,
-    0x80000017, 0x80000013, 0x9000001C, 0x80000023,  # WOF, dedup, ProjFS, AF_UNIX
+    0x9000001C, 0x80000023,  # ProjFS, AF_UNIX (WOF and dedup: admitted, see above)
     0xA000001A, 0xB000001A, 0x9001001A, 0x1A, 0,  # look-alikes of the cloud tag; no tag read
 ])
 def test_every_other_reparse_point_is_still_refused(tag):

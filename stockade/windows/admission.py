@@ -19,8 +19,9 @@ Two kinds of evidence, both judged by pure functions here:
   the sandbox could change a file outside every root (the package manager's store) through it,
   so it refuses the launch, naming how to make the environment with copies. Reparse
   points are told apart by tag: cloud-file placeholders (OneDrive's Files On-Demand,
-  `IO_REPARSE_TAG_CLOUD` and its variants) are the file or directory itself, whose data a sync
-  provider fills in place, so they are admitted like any file; an app execution alias
+  `IO_REPARSE_TAG_CLOUD` and its variants), compressed (`IO_REPARSE_TAG_WOF`) and deduplicated
+  (`IO_REPARSE_TAG_DEDUP`) files are the file or directory itself, whose data a filter fills
+  in place, so they are admitted like any file (`in_place`); an app execution alias
   (`IO_REPARSE_TAG_APPEXECLINK`, the Store's `WindowsApps\\python.exe`) inside a root is
   refused with a remedy (a program that is one is run as its target: `app_link_target`); junctions,
   mount points, symbolic links and every other tag are refused. `walk` visits a root without
@@ -69,13 +70,23 @@ def filesystem_refusal(name: str) -> str | None:
 
 def in_place(tag: int) -> bool:
     """Whether a reparse point of `tag` is the file or directory itself rather than a stand-in
-    for another name: a cloud-files placeholder, any of the sixteen cloud tags (winnt.h:
-    IO_REPARSE_TAG_CLOUD, CLOUD_1 ... CLOUD_F, which differ only in IO_REPARSE_TAG_CLOUD_MASK).
-    Their tags carry no name-surrogate bit ("the file or directory represents another named
-    entity", MS-FSCC 2.1.2.1), and a placeholder's missing data is fetched from the sync
-    provider and "stored on disk in the placeholder" (learn.microsoft.com,
-    CfHydratePlaceholder): no other name is ever opened, so a grant stays on the file."""
-    return tag & ~c.IO_REPARSE_TAG_CLOUD_MASK == c.IO_REPARSE_TAG_CLOUD
+    for another name. None of these tags carries the name-surrogate bit ("the file or
+    directory represents another named entity", MS-FSCC 2.1.2.1):
+
+    - a cloud-files placeholder, any of the sixteen cloud tags (winnt.h: IO_REPARSE_TAG_CLOUD,
+      CLOUD_1 ... CLOUD_F, which differ only in IO_REPARSE_TAG_CLOUD_MASK): its missing data is
+      fetched from the sync provider and "stored on disk in the placeholder"
+      (learn.microsoft.com, CfHydratePlaceholder);
+    - a file the Windows Overlay Filter compressed (IO_REPARSE_TAG_WOF: `compact /c /exe`,
+      CompactOS, so Python installs and C:\\Windows files alike): the filter decompresses its
+      own data, kept with the file, on read;
+    - a file Data Deduplication optimised (IO_REPARSE_TAG_DEDUP, Windows Server volumes): the
+      filter reads its chunks from the volume's chunk store, which has no name a program
+      opens.
+
+    In each, no other name is ever opened, so a grant stays on the file."""
+    return (tag & ~c.IO_REPARSE_TAG_CLOUD_MASK == c.IO_REPARSE_TAG_CLOUD
+            or tag in (c.IO_REPARSE_TAG_WOF, c.IO_REPARSE_TAG_DEDUP))
 
 
 def opaque(entry: Entry) -> bool:
