@@ -12,6 +12,7 @@ import pytest
 from test_windows_fakes import FakeTree
 
 from stockade.errors import StartError
+from stockade.launch import hostpaths
 from stockade.launch.request import LaunchRequest, PathGrant
 from stockade.windows import admission, fsinfo, handle
 from stockade.windows import constants as c
@@ -99,6 +100,16 @@ def test_reparse_points_and_multiply_linked_files_are_refused(entry, capability)
     assert refusal is not None and refusal[0] == capability and entry.path in refusal[1]
 
 
+def test_multiply_linked_files_are_admitted_in_read_roots_only():
+    linked = Entry("C:\\env\\Lib\\six.py", False, 0x20, 0, 2)
+    assert admission.entry_refusal(linked, write=False) is None
+    refusal = admission.entry_refusal(linked, write=True)
+    assert refusal is not None and refusal[0] == "filesystem.hard_link"
+    assert "UV_LINK_MODE=copy" in refusal[1]
+    junction = Entry("C:\\env\\j", True, c.FILE_ATTRIBUTE_REPARSE_POINT | 0x10, 0xA0000003)
+    assert admission.entry_refusal(junction, write=False) is not None
+
+
 def test_plain_files_and_directories_pass():
     assert admission.entry_refusal(Entry("C:\\ws\\f", False, 0x20, 0, 1)) is None
     assert admission.entry_refusal(Entry("C:\\ws\\d", True, 0x10, 0, 5)) is None  # dirs: any
@@ -131,6 +142,17 @@ def test_inside_compares_components_without_regard_to_case():
     assert not admission.inside("D:\\ws", "C:\\ws")
 
 
+def test_names_compare_as_windows_compares_them_not_as_casefold_does():
+    # NTFS upper-cases each UTF-16 unit on its own through the volume's upcase table: "ß" has
+    # no one-unit upper case, so "straße" and "STRASSE" are two names (casefold: one).
+    assert hostpaths.upcase("straße") != hostpaths.upcase("STRASSE")
+    assert hostpaths.upcase(".git") == hostpaths.upcase(".GIT")
+    assert hostpaths.upcase("ünïcödé") == hostpaths.upcase("ÜNÏCÖDÉ")
+    assert hostpaths.upcase("\U0001F600x") == "\ud83d\ude00X"  # (surrogates as they are)
+    assert not admission.inside("C:\\ws\\STRASSE\\x", "C:\\ws\\straße")
+    assert admission.inside("C:\\WS\\Ünï\\x", "c:\\ws\\ünï")
+
+
 # --- reparse points told apart by tag (issue 31, L11) ------------------------------------------
 
 CLOUD_TAGS = [c.IO_REPARSE_TAG_CLOUD | variant << 12 for variant in range(16)]  # CLOUD, _1.._F
@@ -138,6 +160,22 @@ REPARSE = c.FILE_ATTRIBUTE_REPARSE_POINT
 STORE_PYTHON = ("C:\\Program Files\\WindowsApps\\PythonSoftwareFoundation.Python.3.12_"
                 "3.12.2800.0_x64__qbz5n2kfra8p0\\python3.12.exe")
 ALIASES = "C:\\Users\\u\\AppData\\Local\\Microsoft\\WindowsApps"
+
+
+@pytest.mark.parametrize("tag", [c.IO_REPARSE_TAG_WOF, c.IO_REPARSE_TAG_DEDUP])
+def test_compressed_and_deduplicated_files_are_admitted_like_any_file(tag):
+    # (L11) `compact /c /exe` (or CompactOS) turns a Python install's files into WOF reparse
+    # points, Data Deduplication a Server volume's files into DEDUP ones: each the file
+    # itself (no name-surrogate bit), read through its filter. Before, either refused the root.
+    entry = Entry("C:\\py\\python313.dll", False, REPARSE | 0x20, tag)
+    assert admission.entry_refusal(entry, write=False) is None
+    assert admission.entry_refusal(entry) is None
+    assert not tag & 0x20000000  # (winnt.h: IsReparseTagNameSurrogate)
+    tree = FakeTree.volume()
+    tree.add("C:\\py")
+    tree.file("C:\\py\\python313.dll", reparse_tag=tag)
+    assert [e.path for e in admission.walk("C:\\py", tree.scan, tree.entry)] == [
+        "C:\\py", "C:\\py\\python313.dll"]
 
 
 @pytest.mark.parametrize("tag", CLOUD_TAGS)
@@ -154,7 +192,7 @@ def test_onedrive_placeholders_are_admitted_like_any_file_or_directory(tag):
 
 @pytest.mark.parametrize("tag", [
     c.IO_REPARSE_TAG_MOUNT_POINT, c.IO_REPARSE_TAG_SYMLINK,
-    0x80000017, 0x80000013, 0x9000001C, 0x80000023,  # WOF, dedup, ProjFS, AF_UNIX
+    0x9000001C, 0x80000023,  # ProjFS, AF_UNIX (WOF and dedup: admitted, see above)
     0xA000001A, 0xB000001A, 0x9001001A, 0x1A, 0,  # look-alikes of the cloud tag; no tag read
 ])
 def test_every_other_reparse_point_is_still_refused(tag):
@@ -302,3 +340,77 @@ def test_a_program_that_is_an_app_execution_alias_runs_as_its_program():
     assert handle.executable(replace(req, read=(PathGrant(ALIASES, ALIASES),)), is_file,
                              lambda path: plain, lambda path: STORE_PYTHON).casefold() \
         == alias.casefold()
+
+
+def test_fsinfo_finds_a_root_by_its_own_name_in_a_case_sensitive_directory(monkeypatch):
+    # `.git` and `.GIT` both listed (a case-sensitive directory): `.GIT` is that entry, not
+    # the first whose name matches without regard to case; and a case no entry has there is
+    # not found (a case-sensitive directory finds names exactly).
+    windows = WindowsOs({"C:\\": (0x10, 0, 1), "C:\\ws": (0x10, 0, 1),
+                         "C:\\ws\\.git": (0x10, 0, 1),
+                         "C:\\ws\\.GIT": (REPARSE | 0x10, c.IO_REPARSE_TAG_MOUNT_POINT, 1)})
+    monkeypatch.setattr(fsinfo, "os", windows)
+    assert fsinfo.entry("C:\\ws\\.GIT").reparse_tag == c.IO_REPARSE_TAG_MOUNT_POINT
+    assert fsinfo.entry("C:\\ws\\.git").reparse_tag == 0
+    with pytest.raises(FileNotFoundError):
+        fsinfo.entry("C:\\ws\\.Git")
+
+
+class NoLongPaths(WindowsOs):
+    """WindowsOs on a host without LongPathsEnabled (the default): a path of MAX_PATH (260
+    with the NUL) or more is not found (ERROR_PATH_NOT_FOUND), a directory listed through a
+    pattern (`DIR\\*`) the same; a path in the Win32 file namespace (`\\\\?\\C:\\...`) is
+    taken as it is, any length, and a listing's entries carry the directory as it was given."""
+
+    LONG = "\\\\?\\"
+
+    def _path(self, path: str, extra: int = 0) -> str:
+        if path.startswith(self.LONG):
+            return path[len(self.LONG):]
+        if len(path) + extra + 1 > 260:
+            raise FileNotFoundError(2, "The system cannot find the path specified", path)
+        return path
+
+    def scandir(self, directory: str):
+        prefix = self.LONG if directory.startswith(self.LONG) else ""
+        with super().scandir(self._path(directory, len("\\*"))) as entries:
+            return contextlib.nullcontext([replace(e, path=prefix + e.path) for e in entries])
+
+    def lstat(self, path: str) -> SimpleNamespace:
+        return super().lstat(self._path(path))
+
+
+def test_roots_and_entries_past_max_path_are_walked_through_the_win32_namespace(monkeypatch):
+    # (WINREAD 5) A deep node_modules or a long-named checkout passes 260 characters; every
+    # call fsinfo makes for it failed on a host without LongPathsEnabled.
+    parts = ["C:\\ws", *(["node_modules", "pkg" + "x" * 30] * 8)]
+    nodes = {"C:\\": (0x10, 0, 1)}
+    for depth in range(1, len(parts) + 1):
+        nodes["\\".join(parts[:depth])] = (0x10, 0, 1)
+    deepest = "\\".join(parts) + "\\index.js"
+    nodes[deepest] = (0x20, 0, 1)
+    assert len(deepest) > 380
+    monkeypatch.setattr(fsinfo, "os", NoLongPaths(nodes))
+    walked = [e.path for e in admission.walk("C:\\ws", fsinfo.scan, fsinfo.entry)]
+    assert walked == sorted(nodes)[1:]  # every entry, each by its own (plain) name
+    assert fsinfo.entry(deepest).file_id  # (lstat'd) and found as a root too
+    assert fsinfo.win32_path(deepest) == "\\\\?\\" + deepest
+    assert fsinfo.win32_path("C:\\ws") == "C:\\ws"
+
+
+def test_dacl_and_long_name_calls_past_max_path_use_the_win32_namespace(monkeypatch):
+    deep = "C:\\ws\\" + "\\".join(["y" * 60] * 5)
+    asked: list[str] = []
+
+    def create_file(path, *args):
+        asked.append(path)
+        if len(path) >= 260 and not path.startswith("\\\\?\\"):
+            raise OSError(None, "The system cannot find the path specified", path, 3)
+        return 7
+
+    api = SimpleNamespace(CreateFileW=create_file, CloseHandle=lambda handle: None,
+                          GetLongPathNameW=lambda path, buffer, size: (
+                              setattr(buffer, "value", path), len(path))[1])
+    monkeypatch.setattr(fsinfo, "win32", lambda: api)
+    assert fsinfo.dacl_writable(deep) and asked == ["\\\\?\\" + deep]
+    assert fsinfo.long_path(deep) == deep  # (the namespace prefix taken off again)

@@ -98,6 +98,18 @@ def test_what_windows_cannot_enforce_is_refused_with_the_capability(changes, cap
     assert refused.value.code == f"unenforceable:{capability}"
 
 
+def test_a_working_directory_longer_than_windows_keeps_one_is_refused_typed():
+    # (WINREAD 5) SetCurrentDirectoryW and CreateProcessW's lpCurrentDirectory take MAX_PATH
+    # (260 with a final backslash and the NUL) whatever LongPathsEnabled says; past it the
+    # child would not start, reported as 71 after everything was set up.
+    deep = "C:\\ws\\" + "\\".join(["d" * 50] * 5)
+    assert len(deep) == 260
+    with pytest.raises(UnenforceableError) as refused:
+        rules.check(base(cwd=deep))
+    assert refused.value.capability == "process.cwd" and "258" in refused.value.message
+    rules.check(base(cwd=deep[:rules.CWD_LIMIT].rstrip("\\")))
+
+
 def test_exec_from_write_false_is_enforced_not_refused():
     rules.check(base(exec_from_write=False))
     assert process.mitigations(False) & c.MITIGATION_IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON

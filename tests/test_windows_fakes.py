@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import windows_dacls
 
+from stockade.launch.hostpaths import upcase
 from stockade.lifecycle import removers
 from stockade.windows import acl, desktop, grants, records
 from stockade.windows import constants as c
@@ -66,6 +67,10 @@ class Node:
     links: int = 1
     reparse_tag: int = 0
     owner: str = ADMINS  # (made by an administrator, unless said otherwise)
+    # A directory's per-directory case sensitivity (FILE_CS_FLAG_CASE_SENSITIVE_DIR, set by
+    # `fsutil file setCaseSensitiveInfo`, as WSL does for the directories it makes): names in
+    # it are compared exactly, so `.git` and `.GIT` can both be there.
+    case_sensitive: bool = False
 
 
 AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
@@ -111,26 +116,39 @@ class FakeTree:
 
     def add(self, path: str, *, is_dir: bool = True, explicit: tuple[Ace, ...] = (),
             protected: bool = False, links: int = 1, reparse_tag: int = 0,
-            owner: str = ADMINS) -> str:
+            owner: str = ADMINS, case_sensitive: bool = False) -> str:
         parent = ntpath.dirname(path)
-        assert path == "C:\\" or parent.casefold() in self.nodes, f"no parent for {path}"
-        self.nodes[path.casefold()] = Node(path, is_dir, tuple(explicit), protected,
-                                           f"1:{len(self.nodes) + 1:x}", links, reparse_tag,
-                                           owner)
+        assert path == "C:\\" or self.key(parent) in self.nodes, f"no parent for {path}"
+        assert self.key(path) not in self.nodes, f"{path}: Windows finds another entry by it"
+        self.nodes[self.key(path)] = Node(path, is_dir, tuple(explicit), protected,
+                                          f"1:{len(self.nodes) + 1:x}", links, reparse_tag,
+                                          owner, case_sensitive)
         return path
 
     def file(self, path: str, **changes) -> str:
         return self.add(path, is_dir=False, **changes)
 
-    def _node(self, path: str) -> Node:
+    def key(self, path: str) -> str:
+        """How NTFS finds `path`: each name compared through the volume's upcase table
+        (hostpaths.upcase), or exactly where its directory is case-sensitive. Not
+        `str.casefold`, which makes "straße" and "STRASSE" one name."""
+        drive, *names = path.rstrip("\\").split("\\")
+        key = upcase(drive) + "\\"
+        for name in names:
+            directory = self.nodes.get(key)
+            name = name if directory is not None and directory.case_sensitive else upcase(name)
+            key = key.rstrip("\\") + "\\" + name
+        return key
+
+    def node(self, path: str) -> Node:
         try:
-            return self.nodes[path.casefold()]
+            return self.nodes[self.key(path)]
         except KeyError:
             raise FileNotFoundError(path) from None
 
     # grants.AclStore
     def read(self, path: str) -> Dacl:
-        return self.read_node(self._node(path))
+        return self.read_node(self.node(path))
 
     def read_node(self, node: Node) -> Dacl:
         return Dacl(node.explicit + self._inherited(node), node.protected)
@@ -146,10 +164,10 @@ class FakeTree:
         """The node `path` names now, opened: a handle stays on its file whatever the name
         names later (CreateFileW; with FILE_FLAG_OPEN_REPARSE_POINT, a reparse point is
         opened itself, not followed)."""
-        yield Opened(self, self._node(path))
+        yield Opened(self, self.node(path))
 
     def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
-        self.write_node(self._node(path), explicit, protected)
+        self.write_node(self.node(path), explicit, protected)
 
     def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
@@ -157,18 +175,18 @@ class FakeTree:
         self.writes.append(node.path)
 
     def identity(self, path: str) -> str:
-        return self._node(path).file_id
+        return self.node(path).file_id
 
     # filesystem.Filesystem
     def entry(self, path: str) -> Entry:
-        node = self._node(path)
+        node = self.node(path)
         attributes = (0x10 if node.is_dir else 0) | (  # FILE_ATTRIBUTE_DIRECTORY
             c.FILE_ATTRIBUTE_REPARSE_POINT if node.reparse_tag else 0)
         return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links,
                      node.file_id)
 
     def scan(self, directory: str) -> list[Entry]:
-        prefix = directory.casefold().rstrip("\\") + "\\"
+        prefix = self.key(directory).rstrip("\\") + "\\"
         children = [n.path for key, n in self.nodes.items()
                     if key.startswith(prefix) and "\\" not in key[len(prefix):]]
         return [self.entry(path) for path in sorted(children)]
@@ -179,7 +197,7 @@ class FakeTree:
     def dacl_writable(self, path: str) -> bool:
         """Windows' answer for the caller: WRITE_DAC allowed by an entry for one of its SIDs,
         or implied by owning the object (no OWNER RIGHTS entry in these models)."""
-        node = self._node(path)
+        node = self.node(path)
         return node.owner in self.caller or any(
             self.access(path, sid) & c.WRITE_DAC for sid in self.caller)
 
@@ -193,16 +211,18 @@ class FakeTree:
 
     def to_json(self) -> str:
         return json.dumps([[n.path, n.is_dir, [a.hex() for a in n.explicit], n.protected,
-                            n.file_id, n.links, n.reparse_tag, n.owner]
+                            n.file_id, n.links, n.reparse_tag, n.owner, n.case_sensitive]
                            for n in self.nodes.values()])
 
     @classmethod
     def from_json(cls, text: str) -> FakeTree:
         tree = cls()
-        for path, is_dir, explicit, protected, file_id, links, tag, owner in json.loads(text):
-            tree.nodes[path.casefold()] = Node(path, is_dir,
-                                               tuple(Ace.from_hex(h) for h in explicit),
-                                               protected, file_id, links, tag, owner)
+        for (path, is_dir, explicit, protected, file_id, links, tag, owner,
+             case_sensitive) in json.loads(text):
+            tree.nodes[tree.key(path)] = Node(path, is_dir,
+                                              tuple(Ace.from_hex(h) for h in explicit),
+                                              protected, file_id, links, tag, owner,
+                                              case_sensitive)
         return tree
 
 
@@ -297,7 +317,7 @@ def test_a_directory_below_program_files_inherits_what_icacls_shows_there():
     for edition in windows_dacls.EDITIONS:
         tree = FakeTree.stock(edition)
         for path in ("C:\\Program Files\\Python313", "C:\\Program Files\\Python313\\python.exe"):
-            tree.nodes[path.casefold()].owner = CREATOR
+            tree.node(path).owner = CREATOR
         assert listing(tree, "C:\\Program Files\\Python313") == [
             "TrustedInstaller:(I)(F)", "TrustedInstaller:(I)(CI)(IO)(F)",
             "SYSTEM:(I)(F)", "SYSTEM:(I)(OI)(CI)(IO)(F)",
@@ -316,7 +336,7 @@ def test_a_directory_below_program_files_inherits_what_icacls_shows_there():
 
 def test_a_directory_made_below_the_drives_root_inherits_what_icacls_shows_there():
     windows11, server = FakeTree.stock("windows11"), FakeTree.stock("server2022")
-    server.nodes["c:\\hostedtoolcache"].owner = CREATOR
+    server.node("C:\\hostedtoolcache").owner = CREATOR
     assert listing(windows11, "C:\\hostedtoolcache") == [
         "Administrators:(I)(OI)(CI)(F)", "SYSTEM:(I)(OI)(CI)(F)", "Users:(I)(OI)(CI)(RX)",
         "Authenticated Users:(I)(M)", "Authenticated Users:(I)(OI)(CI)(IO)(M)"]

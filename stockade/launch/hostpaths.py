@@ -3,7 +3,8 @@ working directory inside a root?), the Windows backend (admission.py) and the Wi
 driver (vm/wsb_plan.py). Pure, and importable everywhere.
 
 - `inside_posix`: canonical paths compared as strings, "/"-separated;
-- `inside_windows`: "\\"-separated components compared without regard to case;
+- `inside_windows`: "\\"-separated components compared without regard to case, as Windows
+  compares names (`upcase`);
 - `inside`: this host's;
 - `lexical_refusal`: why a Windows path is not admitted as written (only canonical drive
   paths are: see stockade/windows/admission.py).
@@ -42,7 +43,7 @@ def lexical_refusal(path: str, long_path: Callable[[str], str] | None = None) ->
         if _DEVICE_NAMES.fullmatch(part.split(".")[0].rstrip(" ")):
             return f"component {part!r} is a reserved device name"
         short = short or bool(_SHORT_NAME.fullmatch(part))
-    if short and (long_path is None or long_path(path).casefold() != path.casefold()):
+    if short and (long_path is None or upcase(long_path(path)) != upcase(path)):
         return "a component looks like an 8.3 short name that the filesystem does not " \
                "confirm as the long name"
     return None
@@ -50,9 +51,25 @@ def lexical_refusal(path: str, long_path: Callable[[str], str] | None = None) ->
 
 
 
+def upcase(text: str) -> str:
+    """`text` as Windows compares names without regard to case: each UTF-16 code unit
+    upper-cased on its own, never into more than one unit, surrogates as they are (NTFS and
+    ReFS compare names through the volume's upcase table, one unit at a time; the environment
+    block's names are ordered the same way). The result is a string of code units, so two
+    results compare as Windows orders the names. Unlike `str.casefold`, which folds "ß" into
+    "ss": to Windows, "straße" and "STRASSE" are two names."""
+    units = text.encode("utf-16-le", "surrogatepass")
+    out = []
+    for i in range(0, len(units), 2):
+        unit = chr(int.from_bytes(units[i:i + 2], "little"))
+        upper = unit.upper() if not "\ud800" <= unit < "\ue000" else unit
+        out.append(upper if len(upper) == 1 and upper < "\U00010000" else unit)
+    return "".join(out)
+
+
 def inside_windows(path: str, root: str) -> bool:
     """Whether `path` is `root` or below it, comparing components without regard to case."""
-    path, root = path.casefold(), root.casefold().rstrip("\\")
+    path, root = upcase(path), upcase(root).rstrip("\\")
     return path == root or path.startswith(root + "\\")
 
 

@@ -29,9 +29,12 @@ in the reverse order (the ledger removes newest first).
 
 from __future__ import annotations
 
+import ntpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from stockade.errors import SetupError
+from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
 from stockade.policy.model import protected_whole
 from stockade.windows import acl
@@ -96,57 +99,125 @@ def exposed(dacl: Dacl) -> bool:
 def plan(request: LaunchRequest, sid: str, tree: Mapping[str, list[Entry]],
          covered_roots: frozenset[str]) -> tuple[Step, ...]:
     """The steps for `request`. `tree` holds, for each root that gets a grant, the entries of
-    its walk (the root first); `covered_roots` the read roots that need no grant."""
-    entries = {e.path.casefold(): e for walked in tree.values() for e in walked}
+    its walk (the root first); `covered_roots` the read roots that need no grant.
+
+    Everything is decided on the walked entries, each known by the file it is (`_Walked`),
+    never by a name folded for comparison: two names one comparison makes equal may be two
+    files (in a case-sensitive directory `.git` and `.GIT`; anywhere "straße" and "STRASSE"),
+    and one closing over the other's override would leave it open. A name in the policy (a
+    denied path, a read root, a protected name) stands for every entry Windows could find by
+    it without regard to case (`hostpaths.upcase`): more than one only in a case-sensitive
+    directory, where each is closed."""
+    walked = _Walked(tree)
     writes = [g.path for g in request.write]
     roots = {g.path: root_aces(sid, True, request.exec_from_write) for g in request.write}
     for g in request.read:
         if g.path not in roots and g.path not in covered_roots:
             roots[g.path] = root_aces(sid, False, request.exec_from_write)
 
-    def held(path: str) -> tuple[Ace, ...]:
-        """What the launch's SID holds on `path` from the grants alone, as explicit entries."""
-        is_dir = entries[path.casefold()].is_dir
+    def held(key: str) -> tuple[Ace, ...]:
+        """What the launch's SID holds on the file `key` from the grants alone, as explicit
+        entries."""
+        is_dir = walked.entries[key].is_dir
         out: list[Ace] = []
         for root, aces in roots.items():
-            if root.casefold() == path.casefold():
+            top = walked.top(root)
+            if top == key:
                 out += aces if is_dir else _strip(acl.inherit(aces, False))
-            elif inside(path, root):
+            elif top in walked.above[key]:
                 out += _strip(acl.inherit(aces, is_dir))
         return tuple(out)
 
-    hidden = [d.path for d in request.deny if any(inside(d.path, r) for r in roots)]
-    readonly = [g.path for g in request.read
-                if any(inside(g.path, w) and g.path.casefold() != w.casefold() for w in writes)]
-    names = {name.casefold()
+    hidden = [k for d in request.deny if any(inside(d.path, r) for r in roots)
+              for k in walked.named(d.path)]
+    readonly = [k for g in request.read
+                if any(inside(g.path, w) and upcase(g.path) != upcase(w) for w in writes)
+                for k in walked.named(g.path)]
+    names = {upcase(name)
              for name in protected_whole(request.protected, request.git, guards_git=False)}
-    occurrences = [e.path for w in writes for e in tree.get(w, ())[1:]
-                   if e.name.casefold() in names]
-    occurrences = [p for p in occurrences if not any(inside(p, q) for q in hidden + readonly)]
+    occurrences = [walked.key(e) for w in writes for e in tree.get(w, ())[1:]
+                   if upcase(e.name) in names]
+    occurrences = [k for k in occurrences if not walked.within(k, {*hidden, *readonly})]
     readonly += occurrences
-    pinned = [a for p in occurrences for a in _between(p, writes)
-              if not any(inside(a, q) for q in hidden + readonly)]
+    shut = {*hidden, *readonly}
+    pinned = [a for k in occurrences for a in walked.between(k, writes)
+              if not walked.within(a, shut)]
 
-    kinds = {p.casefold(): (p, "pinned") for p in pinned}
-    kinds |= {p.casefold(): (p, "readonly") for p in readonly}
-    kinds |= {p.casefold(): (p, "hidden") for p in hidden}
-    closed = [p for p, kind in kinds.values() if kind != "pinned"]
+    kinds = dict.fromkeys(pinned, "pinned") | dict.fromkeys(readonly, "readonly") \
+        | dict.fromkeys(hidden, "hidden")
+    closed = {k for k, kind in kinds.items() if kind != "pinned"}
     overrides: dict[str, tuple[Ace, ...]] = {}
-    for path, kind in sorted(kinds.values(), key=lambda pk: (_depth(pk[0]), pk[0].casefold())):
-        if any(inside(path, q) and path.casefold() != q.casefold() for q in closed):
+    for key in sorted(kinds, key=walked.order):
+        if walked.above[key] & closed:
             continue  # nothing below a hidden or read-only path needs more
-        if kind == "hidden":
-            overrides[path] = ()
-        elif kind == "readonly":
-            overrides[path] = tuple(a.with_mask(a.mask & c.FILE_GENERIC_READ_EXECUTE)
-                                    for a in held(path))
+        if kinds[key] == "hidden":
+            overrides[key] = ()
+        elif kinds[key] == "readonly":
+            overrides[key] = tuple(a.with_mask(a.mask & c.FILE_GENERIC_READ_EXECUTE)
+                                   for a in held(key))
         else:
-            overrides[path] = _pin(held(path))
-    overridden = {path.casefold() for path in overrides}
-    grants = [Step(root, GRANT, held(root))
-              for root in sorted(roots, key=lambda r: (_depth(r), r.casefold()))
-              if root.casefold() not in overridden]
-    return (*grants, *(Step(path, OVERRIDE, aces) for path, aces in overrides.items()))
+            overrides[key] = _pin(held(key))
+    grants = [Step(root, GRANT, held(walked.top(root)))
+              for root in sorted(roots, key=lambda r: (_depth(r), upcase(r)))
+              if walked.top(root) not in overrides]
+    return (*grants, *(Step(walked.entries[key].path, OVERRIDE, aces)
+                       for key, aces in overrides.items()))
+
+
+class _Walked:
+    """The entries of every walk, each under one key for the file it is (its file id), with
+    the files above it in any walk; by the name the first walk (the shallowest root) gave it."""
+
+    def __init__(self, tree: Mapping[str, list[Entry]]) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.above: dict[str, set[str]] = {}
+        self._tops: dict[str, str] = {}
+        self._named: dict[str, list[str]] = {}
+        for root in sorted(tree, key=_depth):
+            here: dict[str, str] = {}  # this walk's names, exactly as it gave them
+            for entry in tree[root]:
+                key = self.key(entry)
+                self.entries.setdefault(key, entry)
+                parent = here.get(ntpath.dirname(entry.path)) if here else None
+                self.above.setdefault(key, set()).update(
+                    () if parent is None else {parent, *self.above[parent]})
+                here[entry.path] = key
+                named = self._named.setdefault(upcase(entry.path), [])
+                if key not in named:
+                    named.append(key)
+            self._tops[root] = self.key(tree[root][0])
+
+    @staticmethod
+    def key(entry: Entry) -> str:
+        return entry.file_id or "path:" + upcase(entry.path)
+
+    def top(self, root: str) -> str:
+        return self._tops[root]
+
+    def named(self, path: str) -> list[str]:
+        """The files Windows could find by `path` without regard to case; a path of the policy
+        not found in the walk (gone since it was compiled) is refused."""
+        found = self._named.get(upcase(path))
+        if not found:
+            raise SetupError("path_replaced", f"{path} is no longer there (removed or renamed "
+                             "since the policy was compiled); nothing was changed",
+                             stage="filesystem")
+        return found
+
+    def within(self, key: str, closed: set[str]) -> bool:
+        """Whether the file `key` is one of `closed` or below one."""
+        return key in closed or bool(self.above[key] & closed)
+
+    def between(self, key: str, writes: list[str]) -> set[str]:
+        """The directories strictly between the outermost write root holding `key` and it."""
+        outer = min((self.top(w) for w in writes
+                     if self.top(w) in self.above[key] or self.top(w) == key),
+                    key=lambda k: len(self.above[k]))
+        return self.above[key] - self.above[outer] - {outer}
+
+    def order(self, key: str) -> tuple[int, str]:
+        """Outer before inner."""
+        return _depth(self.entries[key].path), upcase(self.entries[key].path)
 
 
 def _strip(aces: tuple[Ace, ...]) -> tuple[Ace, ...]:
@@ -163,13 +234,6 @@ def _pin(aces: tuple[Ace, ...]) -> tuple[Ace, ...]:
         if ace.flags & (acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT):
             out.append(ace.with_flags(ace.flags | acl.INHERIT_ONLY))
     return tuple(out)
-
-
-def _between(path: str, writes: list[str]) -> list[str]:
-    """The directories strictly between the outermost write root holding `path` and `path`."""
-    outer = min((w for w in writes if inside(path, w)), key=_depth)
-    parts = path.split("\\")
-    return ["\\".join(parts[:n]) for n in range(_depth(outer) + 1, len(parts))]
 
 
 def _depth(path: str) -> int:

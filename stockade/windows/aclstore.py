@@ -31,9 +31,9 @@ from stockade.windows.structs import DWORD, PVOID, WORD
 class WindowsAclStore:
     def read(self, path: str) -> Dacl:
         dacl, descriptor = PVOID(), PVOID()
-        win32().GetNamedSecurityInfoW(path, c.SE_FILE_OBJECT, c.DACL_SECURITY_INFORMATION,
-                                      None, None, ctypes.byref(dacl), None,
-                                      ctypes.byref(descriptor))
+        win32().GetNamedSecurityInfoW(fsinfo.win32_path(path), c.SE_FILE_OBJECT,
+                                      c.DACL_SECURITY_INFORMATION, None, None,
+                                      ctypes.byref(dacl), None, ctypes.byref(descriptor))
         return _dacl(path, dacl, descriptor)
 
     @contextlib.contextmanager
@@ -41,7 +41,7 @@ class WindowsAclStore:
         import msvcrt  # Windows only
 
         handle = win32().CreateFileW(
-            path, c.READ_CONTROL | c.WRITE_DAC,
+            fsinfo.win32_path(path), c.READ_CONTROL | c.WRITE_DAC,
             c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None,
             c.OPEN_EXISTING, c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT,
             None)

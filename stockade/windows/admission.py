@@ -12,11 +12,16 @@ Two kinds of evidence, both judged by pure functions here:
   by name.
 - what is on disk (`entry_refusal`): a grant on a directory is inherited by everything below it,
   and Windows writes that inheritance into each file's own security descriptor. A reparse point
-  that stands for another name could carry it elsewhere, and a file with several hard links
-  shares one descriptor with names outside the root, so either refuses the launch. Reparse
+  that stands for another name could carry it elsewhere, so it refuses the launch. A file with
+  several hard links shares one descriptor (and one content) with its other names: in a read
+  root that gives the sandbox nothing the root does not (the same bytes, read-only), and uv,
+  conda and pnpm environments are made of such links, so it is admitted there; in a write root
+  the sandbox could change a file outside every root (the package manager's store) through it,
+  so it refuses the launch, naming how to make the environment with copies. Reparse
   points are told apart by tag: cloud-file placeholders (OneDrive's Files On-Demand,
-  `IO_REPARSE_TAG_CLOUD` and its variants) are the file or directory itself, whose data a sync
-  provider fills in place, so they are admitted like any file; an app execution alias
+  `IO_REPARSE_TAG_CLOUD` and its variants), compressed (`IO_REPARSE_TAG_WOF`) and deduplicated
+  (`IO_REPARSE_TAG_DEDUP`) files are the file or directory itself, whose data a filter fills
+  in place, so they are admitted like any file (`in_place`); an app execution alias
   (`IO_REPARSE_TAG_APPEXECLINK`, the Store's `WindowsApps\\python.exe`) inside a root is
   refused with a remedy (a program that is one is run as its target: `app_link_target`); junctions,
   mount points, symbolic links and every other tag are refused. `walk` visits a root without
@@ -65,13 +70,23 @@ def filesystem_refusal(name: str) -> str | None:
 
 def in_place(tag: int) -> bool:
     """Whether a reparse point of `tag` is the file or directory itself rather than a stand-in
-    for another name: a cloud-files placeholder, any of the sixteen cloud tags (winnt.h:
-    IO_REPARSE_TAG_CLOUD, CLOUD_1 ... CLOUD_F, which differ only in IO_REPARSE_TAG_CLOUD_MASK).
-    Their tags carry no name-surrogate bit ("the file or directory represents another named
-    entity", MS-FSCC 2.1.2.1), and a placeholder's missing data is fetched from the sync
-    provider and "stored on disk in the placeholder" (learn.microsoft.com,
-    CfHydratePlaceholder): no other name is ever opened, so a grant stays on the file."""
-    return tag & ~c.IO_REPARSE_TAG_CLOUD_MASK == c.IO_REPARSE_TAG_CLOUD
+    for another name. None of these tags carries the name-surrogate bit ("the file or
+    directory represents another named entity", MS-FSCC 2.1.2.1):
+
+    - a cloud-files placeholder, any of the sixteen cloud tags (winnt.h: IO_REPARSE_TAG_CLOUD,
+      CLOUD_1 ... CLOUD_F, which differ only in IO_REPARSE_TAG_CLOUD_MASK): its missing data is
+      fetched from the sync provider and "stored on disk in the placeholder"
+      (learn.microsoft.com, CfHydratePlaceholder);
+    - a file the Windows Overlay Filter compressed (IO_REPARSE_TAG_WOF: `compact /c /exe`,
+      CompactOS, so Python installs and C:\\Windows files alike): the filter decompresses its
+      own data, kept with the file, on read;
+    - a file Data Deduplication optimised (IO_REPARSE_TAG_DEDUP, Windows Server volumes): the
+      filter reads its chunks from the volume's chunk store, which has no name a program
+      opens.
+
+    In each, no other name is ever opened, so a grant stays on the file."""
+    return (tag & ~c.IO_REPARSE_TAG_CLOUD_MASK == c.IO_REPARSE_TAG_CLOUD
+            or tag in (c.IO_REPARSE_TAG_WOF, c.IO_REPARSE_TAG_DEDUP))
 
 
 def opaque(entry: Entry) -> bool:
@@ -85,8 +100,9 @@ def app_alias(entry: Entry) -> bool:
     return opaque(entry) and entry.reparse_tag == c.IO_REPARSE_TAG_APPEXECLINK
 
 
-def entry_refusal(entry: Entry) -> tuple[str, str] | None:
-    """(capability, reason) if access control must not be changed over `entry`, else None."""
+def entry_refusal(entry: Entry, write: bool = True) -> tuple[str, str] | None:
+    """(capability, reason) if access control must not be changed over `entry`, else None;
+    `write` when `entry` lies in a write root."""
     if app_alias(entry):
         return ("filesystem.reparse_point",
                 f"{entry.path} is an app execution alias (a Store app's stand-in for its "
@@ -97,10 +113,13 @@ def entry_refusal(entry: Entry) -> tuple[str, str] | None:
         return ("filesystem.reparse_point",
                 f"{entry.path} is a reparse point (tag 0x{entry.reparse_tag:08X}): a junction, "
                 "symbolic link or mount point could carry a grant outside the root")
-    if not entry.is_dir and entry.links > 1:
+    if write and not entry.is_dir and entry.links > 1:
         return ("filesystem.hard_link",
-                f"{entry.path} has {entry.links} hard links: a grant on it would reach its "
-                "other names, which may lie outside every root")
+                f"{entry.path} has {entry.links} hard links in a write root: what the sandbox "
+                "writes to it would change its other names, which may lie outside every root "
+                "(a package manager's shared store). Make the environment with copies: "
+                "UV_LINK_MODE=copy for uv, `conda config --set always_copy true` for conda, "
+                "`pnpm config set package-import-method copy` for pnpm")
     return None
 
 

@@ -86,8 +86,10 @@ REPORT = [
     Capability("filesystem.exec_from_write", True, "files in write roots lack FILE_EXECUTE; "
                "Low-labelled images refused by mitigation policy",
                "an interpreter may still read and run a script from a write root"),
-    Capability("filesystem.links", True, "roots with reparse points or multiply-linked files "
-               "are refused before any access control changes"),
+    Capability("filesystem.links", True, "roots with reparse points (but cloud placeholders) "
+               "and write roots with multiply-linked files are refused before any access "
+               "control changes", "a multiply-linked file in a read root is readable through "
+               "its other names too (the same content)"),
     Capability("network.none", True, "an AppContainer without network capabilities",
                "whether it may open listening sockets is for the Windows workflow to verify"),
     Capability("network.allowlist", False, "needs an elevated helper (loopback exemption, "

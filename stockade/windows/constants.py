@@ -102,6 +102,8 @@ IO_REPARSE_TAG_SYMLINK = 0xA000000C
 IO_REPARSE_TAG_APPEXECLINK = 0x8000001B  # an app execution alias (WindowsApps\python.exe)
 IO_REPARSE_TAG_CLOUD = 0x9000001A  # a cloud-files placeholder (OneDrive Files On-Demand)
 IO_REPARSE_TAG_CLOUD_MASK = 0x0000F000  # where CLOUD_1 ... CLOUD_F differ from CLOUD
+IO_REPARSE_TAG_WOF = 0x80000017  # a file compressed by the overlay filter (compact /exe)
+IO_REPARSE_TAG_DEDUP = 0x80000013  # a file optimised by Data Deduplication (Windows Server)
 
 # Misc.
 DUPLICATE_SAME_ACCESS = 0x00000002

@@ -2,24 +2,15 @@
 
 `NAME=value` strings, each ended by NUL, the block ended by one more NUL; sorted by name without
 regard to case, as Windows requires: names compare as upper-cased UTF-16 code units, the way the
-system compares them. Windows treats names case-insensitively, so two names differing only in
-case are refused rather than one silently replacing the other; so are names that are empty,
-hold `=` (including the `=C:`-style per-drive directories cmd.exe keeps) or NUL, and values
-holding NUL. Error messages name the variable, never its value.
+system compares them (hostpaths.upcase). Windows treats names case-insensitively, so two names
+differing only in case are refused rather than one silently replacing the other; so are names
+that are empty, hold `=` (including the `=C:`-style per-drive directories cmd.exe keeps) or
+NUL, and values holding NUL. Error messages name the variable, never its value.
 """
 
 from __future__ import annotations
 
-
-def _key(name: str) -> tuple[int, ...]:
-    """The sort key: each UTF-16 code unit upper-cased on its own (surrogates as they are)."""
-    units = name.encode("utf-16-le", "surrogatepass")
-    key = []
-    for i in range(0, len(units), 2):
-        unit = int.from_bytes(units[i:i + 2], "little")
-        upper = chr(unit).upper() if not 0xD800 <= unit < 0xE000 else ""
-        key.append(ord(upper) if len(upper) == 1 and ord(upper) < 0x10000 else unit)
-    return tuple(key)
+from stockade.launch.hostpaths import upcase
 
 
 def with_temp(env: tuple[tuple[str, str], ...], temp: str) -> tuple[tuple[str, str], ...]:
@@ -33,15 +24,15 @@ def with_temp(env: tuple[tuple[str, str], ...], temp: str) -> tuple[tuple[str, s
 
 def environment_block(env: tuple[tuple[str, str], ...]) -> str:
     """The block for `env` (name, value) pairs; ValueError naming the first bad variable."""
-    seen: dict[tuple[int, ...], str] = {}
+    seen: dict[str, str] = {}
     for name, value in env:
         if not name or "=" in name or "\0" in name:
             raise ValueError(f"variable name {name[:64]!r} is not valid on Windows")
         if "\0" in value:
             raise ValueError(f"variable {name} has a NUL in its value")
-        other = seen.setdefault(_key(name), name)
+        other = seen.setdefault(upcase(name), name)
         if other != name:
             raise ValueError(f"variables {other} and {name} differ only in case; "
                              "Windows would keep one of them")
-    ordered = sorted(env, key=lambda pair: _key(pair[0]))
+    ordered = sorted(env, key=lambda pair: upcase(pair[0]))
     return "".join(f"{name}={value}\0" for name, value in ordered) + "\0"

@@ -4,8 +4,9 @@
 2. no denied path is open to every AppContainer (ALL APPLICATION PACKAGES): no entry for one
    SID can take that away (`unenforceable:filesystem.deny`);
 3. read roots every AppContainer can read already are left alone;
-4. every other root is walked without following reparse points, and any reparse point or file
-   with several hard links refuses the launch — before any access control has changed;
+4. every other root is walked without following reparse points, and any reparse point (but a
+   cloud placeholder), or a file with several hard links in a write root, refuses the launch —
+   before any access control has changed (a read root inside a write root is walked with it);
    so does any path of it whose DACL this process may not change (a grant is written into
    every file below its root): an interpreter the user does not own, say
    (`unenforceable:filesystem.read` / `.write`, naming the path and what would do instead);
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stockade.errors import UnavailableError, UnenforceableError
+from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
 from stockade.windows import aceplan, admission, grants
 from stockade.windows.admission import Entry
@@ -58,15 +60,17 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
                 "APPLICATION PACKAGES); Windows cannot take that away from one sandbox")
     covered = frozenset(g.path for g in request.read
                         if g.path not in writes and aceplan.covered(store.read(g.path)))
-    tree = {root: _admitted(root, fs) for root in roots if root not in covered}
+    tree = {root: _admitted(root, fs, root in writes) for root in roots if root not in covered}
     for root, entries in tree.items():
         _check_writable(root, entries, fs, "filesystem.write" if root in writes
                         else "filesystem.read")
     steps = aceplan.plan(request, sid, tree, covered)
-    for step in steps:
-        if step.mode == aceplan.OVERRIDE:
-            hold(step.path)
-    walked = {e.path.casefold(): e.file_id for entries in tree.values() for e in entries}
+    # One lease per name as leases.py compares names: two files one name stands for (`.git`
+    # and `.GIT` in a case-sensitive directory) share a lease, which this launch takes once.
+    for path in {upcase(step.path): step.path for step in steps
+                 if step.mode == aceplan.OVERRIDE}.values():
+        hold(path)
+    walked = {e.path: e.file_id for entries in tree.values() for e in entries}
     grants.apply(steps, sid, store, record, lock, walked)
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
     return {"grants": len(steps) - overrides, "overrides": overrides,
@@ -85,10 +89,10 @@ def _check_writable(root: str, entries: list[Entry], fs: Filesystem, capability:
                 "root open to every AppContainer needs no change")
 
 
-def _admitted(root: str, fs: Filesystem) -> list[Entry]:
+def _admitted(root: str, fs: Filesystem, write: bool) -> list[Entry]:
     entries = []
     for entry in admission.walk(root, fs.scan, fs.entry):
-        refusal = admission.entry_refusal(entry)
+        refusal = admission.entry_refusal(entry, write)
         if refusal:
             raise UnenforceableError(*refusal)
         entries.append(entry)

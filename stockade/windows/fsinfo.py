@@ -18,6 +18,7 @@ import ctypes
 import ntpath
 import os
 
+from stockade.launch.hostpaths import upcase
 from stockade.windows import admission
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
@@ -25,7 +26,17 @@ from stockade.windows.api import win32
 from stockade.windows.structs import DWORD
 
 _MAX_PATH = 32768
+_SHORT_ENOUGH = 247  # characters: CreateDirectoryW's limit (248 with the NUL), below MAX_PATH
 _DIRECTORY = 0x10  # FILE_ATTRIBUTE_DIRECTORY
+
+
+def win32_path(path: str) -> str:
+    """`path` as handed to Windows. Win32 path calls refuse a path past MAX_PATH (260 with the
+    NUL; 248 for a directory) unless the LongPathsEnabled policy is set and the program is
+    long-path aware; the Win32 file namespace (`\\\\?\\`) has no such limit and takes the path
+    without normalising it, which only a canonical drive path (as admission admits) can bear.
+    So a longer path gets that form, a shorter one is as it is."""
+    return path if len(path) <= _SHORT_ENOUGH else "\\\\?\\" + path
 
 
 def entry(path: str) -> Entry:
@@ -34,16 +45,21 @@ def entry(path: str) -> Entry:
         info = os.lstat(path)
         return Entry(path=path, is_dir=True, attributes=info.st_file_attributes,
                      file_id=file_id(info))
-    with os.scandir(parent) as listing:
-        for found in listing:
-            if found.name.casefold() == name.casefold():
-                return _entry(path, found.stat(follow_symlinks=False))
+    # The name itself, else the one name Windows finds by it without regard to case: in a
+    # case-sensitive directory `.git` and `.GIT` are two entries, and `.GIT` opens only itself.
+    with os.scandir(win32_path(parent)) as listing:
+        same = [(found.name, found.stat(follow_symlinks=False)) for found in listing
+                if upcase(found.name) == upcase(name)]
+    exact = [info for found, info in same if found == name]
+    if exact or len(same) == 1:
+        return _entry(path, (exact or [same[0][1]])[0])
     raise FileNotFoundError(path)
 
 
 def scan(directory: str) -> list[Entry]:
-    with os.scandir(directory) as listing:
-        found = sorted((e.path, e.stat(follow_symlinks=False)) for e in listing)
+    with os.scandir(win32_path(directory)) as listing:
+        found = sorted((ntpath.join(directory, e.name), e.stat(follow_symlinks=False))
+                       for e in listing)
     return [_entry(path, info) for path, info in found]
 
 
@@ -54,7 +70,7 @@ def _entry(path: str, listed: os.stat_result) -> Entry:
     found = Entry(path=path, is_dir=is_dir, attributes=attributes, reparse_tag=tag)
     if admission.opaque(found):
         return found  # (refused anyway: never opened)
-    info = os.lstat(path)
+    info = os.lstat(win32_path(path))
     return Entry(path=path, is_dir=is_dir, attributes=attributes, reparse_tag=tag,
                  links=1 if is_dir else info.st_nlink, file_id=file_id(info))
 
@@ -70,8 +86,8 @@ def dacl_writable(path: str) -> bool:
     api = win32()
     try:
         handle = api.CreateFileW(
-            path, c.WRITE_DAC, c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE,
-            None, c.OPEN_EXISTING,
+            win32_path(path), c.WRITE_DAC,
+            c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None, c.OPEN_EXISTING,
             c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
     except OSError as exc:
         if exc.winerror == _ACCESS_DENIED:
@@ -88,7 +104,7 @@ def filesystem(path: str) -> str:
     """The name of the filesystem holding `path` ("NTFS", "ReFS", "FAT32", ...)."""
     api = win32()
     volume = ctypes.create_unicode_buffer(_MAX_PATH)
-    api.GetVolumePathNameW(path, volume, _MAX_PATH)
+    api.GetVolumePathNameW(win32_path(path), volume, _MAX_PATH)
     name = ctypes.create_unicode_buffer(261)
     api.GetVolumeInformationW(volume.value, None, 0, None, None, None, name, 261)
     return name.value
@@ -98,10 +114,10 @@ def long_path(path: str) -> str:
     """The long form of `path`; "" when the system cannot give one (then nothing matches)."""
     buffer = ctypes.create_unicode_buffer(_MAX_PATH)
     try:
-        length = win32().GetLongPathNameW(path, buffer, _MAX_PATH)
+        length = win32().GetLongPathNameW(win32_path(path), buffer, _MAX_PATH)
     except OSError:
         return ""
-    return buffer.value if length < _MAX_PATH else ""
+    return buffer.value.removeprefix("\\\\?\\") if length < _MAX_PATH else ""
 
 
 def app_link_target(path: str) -> str | None:
@@ -109,8 +125,9 @@ def app_link_target(path: str) -> str | None:
     from its reparse data without following it; None if it is none."""
     api = win32()
     handle = api.CreateFileW(
-        path, c.FILE_READ_ATTRIBUTES, c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE,
-        None, c.OPEN_EXISTING, c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
+        win32_path(path), c.FILE_READ_ATTRIBUTES,
+        c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None, c.OPEN_EXISTING,
+        c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
     try:
         data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
         size = DWORD()

@@ -88,11 +88,11 @@ def reverted(dacl: Dacl, detail: dict) -> tuple[tuple[Ace, ...], bool]:
 
 def apply(steps: Iterable[Step], sid: str, store: AclStore, record: Record, lock: Lock,
           walked: Mapping[str, str]) -> None:
-    """Apply `steps`; `walked` holds the file id the walk saw at each path (casefolded)."""
+    """Apply `steps`; `walked` holds the file id the walk saw at each path (as walked)."""
     for step in steps:
         with lock(step.path), store.opened(step.path) as target:
             found = target.identity()
-            if found != walked.get(step.path.casefold()):
+            if found != walked.get(step.path):
                 raise SetupError("path_replaced", f"{step.path}: it is no longer the file that "
                                  "was admitted (replaced while the launch was being set up); "
                                  "nothing was changed on it", stage="filesystem")

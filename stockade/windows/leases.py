@@ -11,8 +11,8 @@ and dropped on another, and the kernel drops it when its holder dies (the last h
   tree waits, then fails with `path_busy`.
 
 Names live in this session's namespace and hash the user's SID with the path (paths compare
-without regard to case); an AppContainer cannot create them (its named objects live in a
-namespace of its own).
+without regard to case, as Windows compares names: hostpaths.upcase); an AppContainer cannot
+create them (its named objects live in a namespace of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 
 from stockade.errors import SetupError
+from stockade.launch.hostpaths import upcase
 from stockade.windows import constants as c
 from stockade.windows.api import fresh_last_error, last_error, win32
 
@@ -32,7 +33,8 @@ _POLL = 0.02
 
 
 def lock_name(kind: str, user_sid: str, path: str) -> str:
-    digest = hashlib.sha256(f"{user_sid}\0{path.casefold()}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{user_sid}\0{upcase(path)}".encode(
+        "utf-8", "surrogatepass")).hexdigest()[:32]
     return f"Local\\stockade-{kind}-{digest}"
 
 

@@ -61,8 +61,10 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("filesystem.exec_from_write", "files in write roots lack FILE_EXECUTE; images with "
             "a Low label refused by mitigation policy", {"acl": acl, "mitigations": images},
             "an interpreter from a read root may still read and run a script from a write root"),
-        row("filesystem.links", "roots with reparse points or multiply-linked files refused "
-            "before any access control changes", {"acl": acl}),
+        row("filesystem.links", "roots with reparse points (but cloud placeholders) and write "
+            "roots with multiply-linked files refused before any access control changes",
+            {"acl": acl}, "a multiply-linked file in a read root is readable through its "
+            "other names too (the same content)"),
         row("network.none", no_network, {"token": token, "child": ("tcp_loopback",)},
             "the probe shows a loopback connection refused; TCP and UDP elsewhere, DNS and "
             "listeners are for the Windows real-child tests"),

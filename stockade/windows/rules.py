@@ -9,8 +9,9 @@ refusal is a typed UnenforceableError naming the capability.
 - `limits.file_size`: Windows has no per-file size limit for a process tree;
 - `limits.memory`, `limits.pids`, `limits.cpu` out of what a Job can hold (job.py);
 - `filesystem.path`: a root, denied path or working directory that is not a canonical drive
-  path (admission.py); `process.cwd` outside every root; `filesystem.protected`: a protected
-  name that is not a plain file name;
+  path (admission.py); `process.cwd` outside every root or longer than a current directory can
+  be (`CWD_LIMIT`; longer roots and paths are reached through `\\\\?\\`: fsinfo.py);
+  `filesystem.protected`: a protected name that is not a plain file name;
 - `process.argv`: an argv no Windows command line can carry (cmdline.py); `env`: an environment
   Windows cannot hold (envblock.py).
 """
@@ -25,6 +26,8 @@ from stockade.launch.request import LaunchRequest
 from stockade.windows import cmdline, envblock
 from stockade.windows.admission import inside, lexical_refusal
 from stockade.windows.job import job_plan
+
+CWD_LIMIT = 258  # SetCurrentDirectoryW, CreateProcessW's lpCurrentDirectory: 260 with "\\" and NUL
 
 
 def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None) -> None:
@@ -50,6 +53,12 @@ def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None)
     if not any(inside(request.cwd, g.path) for g in request.read + request.write):
         raise UnenforceableError("process.cwd",
                                  f"{request.cwd} is not inside any read or write root")
+    if len(request.cwd) > CWD_LIMIT:
+        raise UnenforceableError(
+            "process.cwd", f"{request.cwd[:64]}... is {len(request.cwd)} characters long; a "
+            f"process's current directory holds at most {CWD_LIMIT} on Windows (MAX_PATH with "
+            "a final backslash and the NUL, whatever LongPathsEnabled says for other paths): "
+            "run from a shorter directory inside the root")
     for name in request.protected:
         if name in ("", ".", "..") or any(char in name for char in '\\/:'):
             raise UnenforceableError("filesystem.protected",
