@@ -131,7 +131,7 @@ ARITY = {
     "CreateAppContainerProfile": 6, "DeleteAppContainerProfile": 1,
     "DeriveAppContainerSidFromAppContainerName": 2, "ConvertSidToStringSidW": 2,
     "ConvertStringSecurityDescriptorToSecurityDescriptorW": 4, "FreeSid": 1,
-    "GetNamedSecurityInfoW": 8, "SetNamedSecurityInfoW": 7, "GetSecurityDescriptorControl": 3,
+    "GetNamedSecurityInfoW": 8, "GetSecurityDescriptorControl": 3,
     "OpenProcessToken": 3, "GetTokenInformation": 5, "CloseHandle": 1, "CreateJobObjectW": 2,
     "SetInformationJobObject": 4, "TerminateJobObject": 2, "IsProcessInJob": 3,
     "InitializeProcThreadAttributeList": 4, "UpdateProcThreadAttribute": 7,

@@ -96,8 +96,6 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "GetNamedSecurityInfoW": ("advapi32", DWORD, [LPCWSTR, ctypes.c_int, DWORD, _P(PSID),
                                                   _P(PSID), _P(PVOID), _P(PVOID), _P(PVOID)],
                               _status),
-    "SetNamedSecurityInfoW": ("advapi32", DWORD, [LPCWSTR, ctypes.c_int, DWORD, PSID, PSID,
-                                                  PVOID, PVOID], _status),
     "GetSecurityInfo": ("advapi32", DWORD, [HANDLE, ctypes.c_int, DWORD, _P(PSID), _P(PSID),
                                             _P(PVOID), _P(PVOID), _P(PVOID)], _status),
     "SetSecurityInfo": ("advapi32", DWORD, [HANDLE, ctypes.c_int, DWORD, PSID, PSID, PVOID,
