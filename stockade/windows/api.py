@@ -127,6 +127,7 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "WaitForSingleObject": ("kernel32", DWORD, [HANDLE, DWORD], _wait),
     "GetExitCodeProcess": ("kernel32", BOOL, [HANDLE, _P(DWORD)], _true),
     "GetCurrentProcess": ("kernel32", HANDLE, [], None),
+    "GetTickCount64": ("kernel32", ctypes.c_uint64, [], None),
     "DuplicateHandle": ("kernel32", BOOL, [HANDLE, HANDLE, HANDLE, _P(HANDLE), DWORD, BOOL,
                                            DWORD], _true),
     "CreateMutexW": ("kernel32", HANDLE, [PVOID, BOOL, LPCWSTR], _true),

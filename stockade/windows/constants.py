@@ -80,6 +80,7 @@ SDDL_REVISION_1 = 1
 
 # Token information classes.
 TOKEN_USER = 1
+TOKEN_SESSION_ID = 12  # a DWORD: the Terminal Services session
 TOKEN_ELEVATION = 20  # a DWORD: elevated or not
 TOKEN_IS_APP_CONTAINER = 29
 TOKEN_CAPABILITIES = 30

@@ -32,11 +32,19 @@ station of the sandbox's own or a process without Win32k would close that.
 
 Facts are booleans, counts and names; the attestation never holds a path, a SID or the
 profile's name.
+
+A pass is stored for later processes (`storage`, the shared probe's store in the state
+directory, which every launch masks): valid for this boot, this user as it runs now (elevated
+or not, its session, in a Job or not: each changes what the launch can do), this Windows
+build, this interpreter file and these Stockade and Python versions, for the shared store's
+TTL; any change probes again. Such a process still runs the backend's host checks and
+reconciles the ledger (issue 31, D10).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -44,6 +52,7 @@ import secrets
 import shutil
 import socket
 import sys
+import time
 from typing import Protocol
 
 from stockade import __version__
@@ -188,6 +197,20 @@ class Host(Protocol):
     def interpreter(self) -> str:
         """The program that runs the probe child: this Python's."""
 
+    def uptime(self) -> float:
+        """Seconds since this boot, sleep and hibernation counted."""
+
+    def user_sid(self) -> str: ...
+
+    def session(self) -> int: ...
+
+    def owner_in_job(self) -> bool: ...
+
+
+# The boot's identity is its start, wall clock less uptime, to this many seconds (a clock set
+# across a step of it only makes the next process probe again).
+BOOT_GRAIN = 60
+
 
 class Win32Host:
     def elevated(self) -> bool:
@@ -215,6 +238,19 @@ class Win32Host:
         if admission.app_alias(fsinfo.entry(python)):
             return fsinfo.app_link_target(python) or python
         return python
+
+    def uptime(self) -> float:
+        from stockade.windows.api import win32
+        return win32().GetTickCount64() / 1000  # (interrupt time: sleep counted)
+
+    def user_sid(self) -> str:
+        return tokens.current_user_sid()
+
+    def session(self) -> int:
+        return tokens.session_id()
+
+    def owner_in_job(self) -> bool:
+        return jobs.owner_in_job()
 
 
 class WindowsProbe:
@@ -246,8 +282,23 @@ class WindowsProbe:
         return {"stockade": __version__, "windows": platform.version(),
                 "python": platform.python_version()}
 
-    def storage(self) -> None:
-        return None  # no boot identity is bound yet: every process probes once
+    def storage(self) -> tuple[dict[str, object], float] | None:
+        """What a stored pass is valid for (the module's docstring), and seconds since boot;
+        None where the host cannot say (every process probes then). Digests stand for the
+        user's SID and the interpreter's path: the state directory holds neither."""
+        try:
+            uptime = self.host.uptime()
+            python = self.host.interpreter()
+            info = os.stat(python)
+            key = {"boot": int((time.time() - uptime) // BOOT_GRAIN),
+                   "user": _digest(self.host.user_sid()), "run_as": self.run_as(),
+                   "session": self.host.session(), "owner_in_job": self.host.owner_in_job(),
+                   "interpreter": _digest(python, fsinfo.file_id(info), str(info.st_size),
+                                          str(info.st_mtime_ns)),
+                   "versions": self.versions()}
+        except (OSError, StockadeError):
+            return None
+        return key, uptime
 
     def explain(self, message: str) -> str:
         return message
@@ -299,6 +350,10 @@ class WindowsProbe:
             "station_restored": self.host.station_aces() == station,
             "ledger_settled": record not in ledger.records(),
         }
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> LaunchRequest:

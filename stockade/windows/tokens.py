@@ -85,11 +85,20 @@ def current_user_sid() -> str:
 
 def elevated() -> bool:
     """Whether this process runs elevated (as an administrator, past UAC)."""
+    return bool(_own_dword(c.TOKEN_ELEVATION))
+
+
+def session_id() -> int:
+    """This process's session (0: the services'; each logon, local or remote, has its own)."""
+    return _own_dword(c.TOKEN_SESSION_ID)
+
+
+def _own_dword(info_class: int) -> int:
     api = win32()
     token = HANDLE()
     api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
     try:
-        return bool(DWORD.from_buffer(_information(token, c.TOKEN_ELEVATION)).value)
+        return DWORD.from_buffer(_information(token, info_class)).value
     finally:
         api.CloseHandle(token)
 
