@@ -52,10 +52,11 @@ def seen_for(token: tokens.ChildToken, plan: job.JobPlan) -> dict:
 def enforced_for(request: LaunchRequest, token: tokens.ChildToken | None = None,
                  plan: job.JobPlan | None = None) -> dict:
     """What the real handle records for `request`, read back as `token` says."""
-    token = token or tokens.ChildToken(True, True, PACKAGE, 0)
+    token = token or tokens.ChildToken(True, True, PACKAGE, ())
     plan = plan or job.job_plan(request.limits, cpus=4)
     return handle._enforced(request, plan,
-                            {"grants": 1, "overrides": 3, "roots_open_to_every_appcontainer": 1},
+                            {"grants": 1, "overrides": 3, "roots_open_to_every_appcontainer": 1,
+                             "runtime_roots": 0},
                             seen_for(token, plan), PACKAGE)
 
 
@@ -227,6 +228,7 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     expected = {fact for checks in windows_probe.EXPECTATIONS.values() for fact in checks}
     assert expected <= set(a.facts)
     assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer",
+                                       "runtime_roots",
                                        "default_desktop"}  # (for information)
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
     assert set(a.facts) <= set(windows_probe.LEGEND)  # (`stockade probe --explain`)
@@ -279,13 +281,13 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
 
 
 @pytest.mark.parametrize("enforce, report, reason, stage, fact", [
-    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, ())), _as_is,
      "job_not_enforced", "job", "in_job"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", ())), _as_is,
      "identity_not_enforced", "identity", "appcontainer_token"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", ())), _as_is,
      "identity_not_enforced", "identity", "launch_package_sid"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, 2)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, ("S-1-15-3-1",))), _as_is,
      "identity_not_enforced", "identity", "capabilities"),
     (weakened(lambda e: e.pop("verified")), _as_is, "identity_not_enforced", "identity",
      "appcontainer_token"),
@@ -364,11 +366,11 @@ def test_a_job_that_allows_breakaway_is_seen_in_the_jobs_own_facts():
 
 
 def test_token_facts_name_no_sid():
-    observed = tokens.ChildToken(True, True, PACKAGE.lower(), 0)
+    observed = tokens.ChildToken(True, True, PACKAGE.lower(), ())
     assert observed.refusal(PACKAGE) is None
     assert observed.facts(PACKAGE) == {"in_job": True, "appcontainer_token": True,
                                        "launch_package_sid": True, "capabilities": 0}
-    other = tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)
+    other = tokens.ChildToken(True, True, PACKAGE[:-1] + "0", ())
     assert "not the launch's" in other.refusal(PACKAGE)
     assert other.facts(PACKAGE)["launch_package_sid"] is False
 

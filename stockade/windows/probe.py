@@ -136,11 +136,12 @@ LEGEND = {
     "exit_code": "the probe child's exit status (0: it reported)",
     "appcontainer_token": "the child's token is an AppContainer token",
     "launch_package_sid": "its AppContainer is this launch's own",
-    "capabilities": "the capabilities its token holds (0)",
+    "capabilities": "the capabilities its token holds beyond its runtime roots' standing "
+                    "grants' (0)",
     "temp_writable": "the child can make a file in its own TEMP (the AppContainer's AC\\Temp)",
     "child_appcontainer_token": "the child sees an AppContainer token",
     "child_launch_package_sid": "the child sees this launch's AppContainer",
-    "child_capabilities": "the capabilities the child sees (0)",
+    "child_capabilities": "the capabilities the child sees beyond its runtime roots' (0)",
     "in_job": "the child is in the launch's Job",
     "job_kill_on_close": "the Job kills its processes when its handle closes",
     "job_breakaway": "a process may break away from the Job (must be false)",
@@ -158,6 +159,8 @@ LEGEND = {
     "acl_overrides": "entries overriding them (.git read-only, the denied name)",
     "roots_open_to_every_appcontainer": "roots already open to every AppContainer "
                                         "(informative: left alone)",
+    "runtime_roots": "read roots served by a standing grant (informative: granted once, "
+                     "reused by later launches)",
     "write_root": "a file written in the workspace, a write root (must work: ok)",
     "protected_name": "a file written under the protected .git",
     "denied_path": "the denied name of the workspace opened",
@@ -388,7 +391,8 @@ def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> Laun
 def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, object]:
     """The facts of EXPECTATIONS from a launch's `enforced` (read back from outside) and its
     child's `report` (from inside), `package_sid` being the launch's; a missing one is None.
-    Also, for information, `roots_open_to_every_appcontainer` and `default_desktop`."""
+    Also, for information, `roots_open_to_every_appcontainer`, `runtime_roots` and
+    `default_desktop`."""
     verified = enforced.get("verified", {})
     job_seen = enforced.get("job", {})
     done = enforced.get("filesystem", {})
@@ -401,7 +405,8 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
                                                  "capabilities", "in_job")},
         "child_appcontainer_token": child["appcontainer_token"],
         "child_launch_package_sid": child["package_sid"].upper() == package_sid.upper(),
-        "child_capabilities": child["capabilities"],
+        # (beyond the runtime roots' standing capabilities, whose SIDs the backend compared)
+        "child_capabilities": child["capabilities"] - enforced.get("capabilities", 0),
         **{f"job_{name}": job_seen.get(name) for name in
            ("kill_on_close", "breakaway", "die_on_unhandled_exception")},
         "job_ui_restrictions": NESTED_UI if enforced.get("owner_in_job") and
@@ -417,6 +422,7 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "inherited_outside_list": held.get("outside_list"),
         "acl_grants": done.get("grants"), "acl_overrides": done.get("overrides"),
         "roots_open_to_every_appcontainer": done.get("roots_open_to_every_appcontainer"),
+        "runtime_roots": done.get("runtime_roots"),
         **{fact: report["files"][fact] for fact in ("write_root", "protected_name",
                                                     "denied_path", "outside_path")},
         "no_low_label_images": bool(
