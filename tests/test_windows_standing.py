@@ -136,3 +136,20 @@ def test_the_capability_is_of_the_derived_shape_and_names_user_root_and_file():
                 standing.capability_sid(USER, "C:\\py2", "1:2"),
                 standing.capability_sid("S-1-5-21-1-2-3-1002", PY, "1:2")}) == 4
     assert Ace.allow(one, RX).sid == one
+
+
+def test_stockade_reconcile_takes_every_standing_grant_back(grants, monkeypatch, capsys):
+    """How a user removes them: `stockade reconcile --revoke-runtime-grants`."""
+    from stockade.cli import main
+
+    tree = workspace()
+    before = tree.snapshot()
+    launch(tree, grants)[1].revert_all()  # (the launch settled)
+    monkeypatch.setenv("STOCKADE_STATE_DIR", grants.root)
+    monkeypatch.setattr(standing, "revoke_here", lambda: grants.revoke_all(tree, no_lock))
+    assert main(["reconcile", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runtime_grants_revoked"] == []
+    assert tree.snapshot() != before
+    assert main(["reconcile", "--revoke-runtime-grants", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runtime_grants_revoked"] == [PY]
+    assert tree.snapshot() == before

@@ -121,6 +121,9 @@ def test_the_package_sid_is_read_while_its_buffer_is_alive(fake):
     fake.token_answers(1, PACKAGE)
     seen = tokens.child_token(0x10, 0x20)
     assert seen == tokens.ChildToken(True, True, PACKAGE, ())
+    runtime = "S-1-15-3-1024-11-22-33-44-55-66-77-88"
+    fake.token_answers(1, PACKAGE, (runtime, "S-1-15-3-1"))  # (TOKEN_GROUPS, SIDs after it)
+    assert tokens.child_token(0x10, 0x20).capabilities == (runtime, "S-1-15-3-1")
     fake.token_answers(0, "")
     assert tokens.child_token(0x10, 0x20).package_sid == ""
 

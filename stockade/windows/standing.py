@@ -173,6 +173,19 @@ class _Writer:
         self.grants_._write(name, self.capability, dict(detail or {}))
 
 
+def revoke_here() -> list[str]:
+    """`revoke_all` for this user's state directory, on this host's filesystem."""
+    from stockade.windows import leases, tokens
+    from stockade.windows.aclstore import WindowsAclStore
+
+    grants_ = StandingGrants()
+    if not _listdir(grants_.directory):
+        return []
+    user = tokens.current_user_sid()
+    return grants_.revoke_all(WindowsAclStore(),
+                              lambda path: leases.briefly(user, path))
+
+
 def validate(body: object) -> None:
     """Refuse (ValueError) a record whose revert could touch anything but a capability's
     entries on a canonical drive path."""
