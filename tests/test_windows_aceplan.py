@@ -265,7 +265,8 @@ def test_overridden_paths_are_held_for_the_launch_and_counted():
     ws = "C:\\Users\\u\\ws\\"
     assert sorted(held) == sorted([ws + ".git", ws + "secret", ws + "sub", ws + "sub\\deep",
                                    ws + "sub\\deep\\.GIT"])
-    assert done == {"grants": 2, "overrides": 5, "roots_open_to_every_appcontainer": 1}
+    assert done.counts == {"grants": 2, "overrides": 5, "roots_open_to_every_appcontainer": 1,
+                           "runtime_roots": 0}
 
 
 def test_a_read_root_inside_a_write_root_is_read_only():
@@ -368,7 +369,7 @@ def test_a_launch_reading_the_stock_system_directories_leaves_them_alone(edition
     recorder = Recorder(tree)
     done = filesystem.prepare(request(read=system), PACKAGE, recorder, tree, tree, no_lock,
                               held.append)
-    assert done["roots_open_to_every_appcontainer"] == 3
+    assert done.counts["roots_open_to_every_appcontainer"] == 3
     assert not [name for _, name, _ in recorder.added if not name.startswith("C:\\Users")]
     # and every AppContainer can read and run what is there, the launch's included
     for path in ("C:\\Windows\\System32\\cmd.exe", "C:\\Program Files\\Python313\\python.exe"):

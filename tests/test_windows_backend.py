@@ -281,15 +281,29 @@ def test_desktop_names_are_random_per_launch():
 
 
 @pytest.mark.parametrize(("facts", "verdict"), [
-    ((True, True, PACKAGE, 0), None),
-    ((True, True, PACKAGE.lower(), 0), None),
-    ((False, True, PACKAGE, 0), "not in the launch's Job"),
-    ((True, False, "", 0), "not an AppContainer token"),
-    ((True, True, PACKAGE[:-1] + "0", 0), "not the launch's"),
-    ((True, True, PACKAGE, 1), "capabilities"),
+    ((True, True, PACKAGE, ()), None),
+    ((True, True, PACKAGE.lower(), ()), None),
+    ((False, True, PACKAGE, ()), "not in the launch's Job"),
+    ((True, False, "", ()), "not an AppContainer token"),
+    ((True, True, PACKAGE[:-1] + "0", ()), "not the launch's"),
+    ((True, True, PACKAGE, ("S-1-15-3-1",)), "capabilities"),  # (internetClient)
 ])
 def test_a_child_is_resumed_only_in_its_job_appcontainer_with_no_capabilities(facts, verdict):
     got = tokens.token_refusal(*facts, expected_sid=PACKAGE)
+    assert got == verdict if verdict is None else verdict in got
+
+
+RUNTIME = "S-1-15-3-1024-1-2-3-4-5-6-7-8"
+
+
+@pytest.mark.parametrize(("held", "verdict"), [
+    ((RUNTIME,), None), ((RUNTIME.lower(),), None), ((), "capabilities"),
+    ((RUNTIME, "S-1-15-3-1"), "capabilities"), (("S-1-15-3-1024-1-2-3-4-5-6-7-9",), "capabilities"),
+])
+def test_a_child_holds_exactly_its_runtime_roots_capabilities(held, verdict):
+    """Issue 31, D10: a launch reading a runtime root holds that root's standing grant's
+    capability, and nothing else: one missing, or one more, refuses it before it runs."""
+    got = tokens.token_refusal(True, True, PACKAGE, held, PACKAGE, (RUNTIME,))
     assert got == verdict if verdict is None else verdict in got
 
 

@@ -498,7 +498,8 @@ class FakeWin32:
         return self._names.get(sid) in self.profiles
 
     # tokens
-    def token_answers(self, is_appcontainer: int, package: str, capabilities: int) -> None:
+    def token_answers(self, is_appcontainer: int, package: str,
+                      capabilities: tuple[str, ...] = ()) -> None:
         self._token = {c.TOKEN_IS_APP_CONTAINER: is_appcontainer,
                        c.TOKEN_APP_CONTAINER_SID: package,
                        c.TOKEN_CAPABILITIES: capabilities}
@@ -524,6 +525,9 @@ class FakeWin32:
         if info_class == c.TOKEN_APP_CONTAINER_SID:
             sid = sids.to_bytes(value) if value else b""
             needed = 8 + len(sid)
+        elif info_class == c.TOKEN_CAPABILITIES:  # TOKEN_GROUPS, its SIDs after the array
+            held = [sids.to_bytes(cap) for cap in value]
+            needed = 8 + 16 * len(held) + sum(map(len, held))
         else:
             needed = 4
         if buffer is None or size < needed:
@@ -534,6 +538,14 @@ class FakeWin32:
         if info_class == c.TOKEN_APP_CONTAINER_SID:
             pointer = ctypes.addressof(buffer) + 8 if value else 0
             ctypes.memmove(buffer, pointer.to_bytes(8, "little") + sid, needed)
+            self._alive.append(weakref.ref(buffer))
+        elif info_class == c.TOKEN_CAPABILITIES:
+            at = ctypes.addressof(buffer) + 8 + 16 * len(held)
+            body = len(held).to_bytes(8, "little")
+            for sid in held:
+                body += at.to_bytes(8, "little") + c.SE_GROUP_ENABLED.to_bytes(8, "little")
+                at += len(sid)
+            ctypes.memmove(buffer, body + b"".join(held), needed)
             self._alive.append(weakref.ref(buffer))
         else:
             ctypes.memmove(buffer, value.to_bytes(4, "little"), 4)

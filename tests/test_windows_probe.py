@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -51,10 +52,11 @@ def seen_for(token: tokens.ChildToken, plan: job.JobPlan) -> dict:
 def enforced_for(request: LaunchRequest, token: tokens.ChildToken | None = None,
                  plan: job.JobPlan | None = None) -> dict:
     """What the real handle records for `request`, read back as `token` says."""
-    token = token or tokens.ChildToken(True, True, PACKAGE, 0)
+    token = token or tokens.ChildToken(True, True, PACKAGE, ())
     plan = plan or job.job_plan(request.limits, cpus=4)
     return handle._enforced(request, plan,
-                            {"grants": 1, "overrides": 3, "roots_open_to_every_appcontainer": 1},
+                            {"grants": 1, "overrides": 3, "roots_open_to_every_appcontainer": 1,
+                             "runtime_roots": 0},
                             seen_for(token, plan), PACKAGE)
 
 
@@ -183,6 +185,20 @@ class FakeHost:
     def interpreter(self) -> str:
         return os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 
+    booted, session_id, in_job = 1_700_000_000.0, 1, False
+
+    def uptime(self) -> float:
+        return time.time() - self.booted
+
+    def user_sid(self) -> str:
+        return USER
+
+    def session(self) -> int:
+        return self.session_id
+
+    def owner_in_job(self) -> bool:
+        return self.in_job
+
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Ledger:
@@ -212,6 +228,7 @@ def test_a_launch_the_backend_verified_is_ready(ledger, host):
     expected = {fact for checks in windows_probe.EXPECTATIONS.values() for fact in checks}
     assert expected <= set(a.facts)
     assert set(a.facts) - expected == {"exit_code", "roots_open_to_every_appcontainer",
+                                       "runtime_roots",
                                        "default_desktop"}  # (for information)
     assert a.facts["exit_code"] == 0 and a.facts["capabilities"] == 0
     assert set(a.facts) <= set(windows_probe.LEGEND)  # (`stockade probe --explain`)
@@ -264,13 +281,13 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
 
 
 @pytest.mark.parametrize("enforce, report, reason, stage, fact", [
-    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(False, True, PACKAGE, ())), _as_is,
      "job_not_enforced", "job", "in_job"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, False, "", ())), _as_is,
      "identity_not_enforced", "identity", "appcontainer_token"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE[:-1] + "0", ())), _as_is,
      "identity_not_enforced", "identity", "launch_package_sid"),
-    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, 2)), _as_is,
+    (lambda r: enforced_for(r, tokens.ChildToken(True, True, PACKAGE, ("S-1-15-3-1",))), _as_is,
      "identity_not_enforced", "identity", "capabilities"),
     (weakened(lambda e: e.pop("verified")), _as_is, "identity_not_enforced", "identity",
      "appcontainer_token"),
@@ -349,11 +366,11 @@ def test_a_job_that_allows_breakaway_is_seen_in_the_jobs_own_facts():
 
 
 def test_token_facts_name_no_sid():
-    observed = tokens.ChildToken(True, True, PACKAGE.lower(), 0)
+    observed = tokens.ChildToken(True, True, PACKAGE.lower(), ())
     assert observed.refusal(PACKAGE) is None
     assert observed.facts(PACKAGE) == {"in_job": True, "appcontainer_token": True,
                                        "launch_package_sid": True, "capabilities": 0}
-    other = tokens.ChildToken(True, True, PACKAGE[:-1] + "0", 0)
+    other = tokens.ChildToken(True, True, PACKAGE[:-1] + "0", ())
     assert "not the launch's" in other.refusal(PACKAGE)
     assert other.facts(PACKAGE)["launch_package_sid"] is False
 
@@ -455,7 +472,7 @@ def test_the_platform_half_is_the_backends_own():
     assert isinstance(LinuxBackend().readiness_probe(), LinuxProbe)
 
 
-def test_a_windows_pass_is_cached_per_process_and_not_stored(monkeypatch, tmp_path):
+def test_a_windows_pass_is_cached_per_process_and_not_stored_off_windows(monkeypatch, tmp_path):
     monkeypatch.setenv("STOCKADE_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(probe_module, "_cache", {})
     calls = []
@@ -475,6 +492,54 @@ def test_a_windows_pass_is_cached_per_process_and_not_stored(monkeypatch, tmp_pa
     assert calls == ["windows", "windows"]
     assert not (tmp_path / "state" / "attestation-windows.json").exists()
 
+
+
+def test_a_windows_pass_is_stored_for_later_processes_until_what_it_attests_changes(
+        monkeypatch, tmp_path, host):
+    """Issue 31, D10: every process ran the whole probe (a sandbox launched, walked, granted
+    and reverted) before its first launch. A pass is now kept in the state directory (which
+    every launch masks) for this boot, user, elevation, session, Job, Windows build,
+    interpreter file and versions; a change to any of them probes again."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(state))
+    monkeypatch.setattr(probe_module, "_cache", {})
+    monkeypatch.setattr(FakeWindowsBackend, "readiness_probe",
+                        lambda self: windows_probe.WindowsProbe(host))
+    python = tmp_path / "python.exe"
+    python.write_bytes(b"MZ")
+    host.interpreter = lambda: str(python)
+    calls = []
+
+    def scripted(backend, ledger=None):
+        calls.append(backend.name)
+        return probe_module.Attestation(
+            ready=True, backend=backend.name, run_as="unelevated", versions={}, facts={},
+            enforced={}, timings={}, duration_ms=1.0)
+
+    def new_process() -> int:
+        monkeypatch.setattr(probe_module, "_cache", {})
+        assert probe_module.require_ready(FakeWindowsBackend()).ready
+        return len(calls)
+
+    monkeypatch.setattr(probe_module, "probe", scripted)
+    assert new_process() == 1 and new_process() == 1
+    stored = json.loads((state / "attestation-windows.json").read_text())
+    assert USER not in json.dumps(stored) and str(python) not in json.dumps(stored)
+    changes = [
+        lambda: setattr(host, "session_id", 2),
+        lambda: setattr(host, "in_job", True),
+        lambda: monkeypatch.setattr(host, "elevated", lambda: True),
+        lambda: python.write_bytes(b"MZ, another build"),
+        lambda: monkeypatch.setattr(windows_probe.platform, "version", lambda: "10.0.26100"),
+        lambda: monkeypatch.setattr(windows_probe, "__version__", "99.0"),
+        lambda: setattr(host, "booted", host.booted + 3600),  # (rebooted)
+    ]
+    for number, change in enumerate(changes, start=2):
+        change()
+        assert new_process() == number and new_process() == number
+    later = time.time() + probe_module.STORED_TTL
+    monkeypatch.setattr(time, "time", lambda: later)  # (the same boot, past the store's TTL)
+    assert new_process() == len(changes) + 2
 
 
 def test_an_attestation_is_stored_where_os_has_no_o_cloexec(monkeypatch, tmp_path):

@@ -118,10 +118,13 @@ def test_a_deleted_profiles_undocumented_answer_is_absent_when_windows_maps_it_n
 
 
 def test_the_package_sid_is_read_while_its_buffer_is_alive(fake):
-    fake.token_answers(1, PACKAGE, 0)
+    fake.token_answers(1, PACKAGE)
     seen = tokens.child_token(0x10, 0x20)
-    assert seen == tokens.ChildToken(True, True, PACKAGE, 0)
-    fake.token_answers(0, "", 0)
+    assert seen == tokens.ChildToken(True, True, PACKAGE, ())
+    runtime = "S-1-15-3-1024-11-22-33-44-55-66-77-88"
+    fake.token_answers(1, PACKAGE, (runtime, "S-1-15-3-1"))  # (TOKEN_GROUPS, SIDs after it)
+    assert tokens.child_token(0x10, 0x20).capabilities == (runtime, "S-1-15-3-1")
+    fake.token_answers(0, "")
     assert tokens.child_token(0x10, 0x20).package_sid == ""
 
 
@@ -399,7 +402,7 @@ def test_holding_is_judged_by_the_object_behind_the_value(monkeypatch):
 
 
 def seen_ok(plan: job.JobPlan) -> dict:
-    return {"token": tokens.ChildToken(True, True, PACKAGE, 0), "job": job.applied(plan),
+    return {"token": tokens.ChildToken(True, True, PACKAGE, ()), "job": job.applied(plan),
             "handles": (True, True, True, False), "mitigations": process.mitigations(False),
             "desktop": {"name": "stockade-x", "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
                         "every_appcontainer_rights": 0,
@@ -420,7 +423,7 @@ def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, 0)), "Job"),
+    (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, ())), "Job"),
     (lambda s: s.update(handles=(True, True, True, True)), "handle list"),
     (lambda s: s["job"].update(breakaway=True), "settings it was given"),
     (lambda s: s["job"].update(memory=0), "settings it was given"),

@@ -122,6 +122,9 @@ def add_reconcile(commands: Any) -> None:
                            "that no longer exist; list the pending change sets",
                            "stockade reconcile", "stockade --state-dir /srv/stockade reconcile")
     reconcile.add_argument("--json", action="store_true", help="print a JSON summary")
+    reconcile.add_argument("--revoke-runtime-grants", action="store_true",
+                           help="also take back the standing grants on runtime roots (Windows: "
+                                "read roots granted once for every later launch)")
 
 
 def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
@@ -147,11 +150,16 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
 
     keys = statedir.key_dir()
     gone_homes = homes.prune(keys) if keys else []
+    revoked: list[str] = []
+    if args.revoke_runtime_grants:
+        from stockade.windows import standing
+
+        revoked = standing.revoke_here()
     if args.json:
         print(json.dumps({**asdict(done), "quarantine": quarantined,
                           "quarantine_dir": ledger.quarantine_dir,
                           "changes_removed": half_built, "changes_pending": kept,
-                          "homes_removed": gone_homes}))
+                          "homes_removed": gone_homes, "runtime_grants_revoked": revoked}))
     else:
         print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
               f"{done.live} live, {done.failed} to retry")
@@ -161,6 +169,8 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
             print(f"  removed unfinished change set {path}")
         for path in gone_homes:
             print(f"  removed the private home of a workspace that no longer exists: {path}")
+        for path in revoked:
+            print(f"  took back the standing grant on the runtime root {path}")
         if quarantined:
             print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
                   f"inspected and deleted: {ledger.quarantine_dir}")

@@ -68,7 +68,8 @@ class WindowsBackend(Backend):
 
 
 REPORT = [
-    Capability("identity", True, "a fresh AppContainer profile per launch, no capabilities",
+    Capability("identity", True, "a fresh AppContainer profile per launch, no capabilities "
+               "but its runtime roots' read capabilities (standing grants)",
                "deleted at settlement; its name is never handed out again"),
     Capability("filesystem.read", True, "read+execute entries for the launch's package SID "
                "on each read root", "anything open to every AppContainer (ALL APPLICATION "

@@ -10,9 +10,11 @@
    so does any path of it whose DACL this process may not change (a grant is written into
    every file below its root): an interpreter the user does not own, say
    (`unenforceable:filesystem.read` / `.write`, naming the path and what would do instead);
-5. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
+5. read roots a standing grant may serve (standing.py) are granted once, to a capability of
+   their own that each launch reading them holds, and reused while they stand (no walk);
+6. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
    and its revert must not interleave with another launch's on the same path);
-6. the steps are applied, each to the file the walk admitted (opened once, refused as
+7. the steps are applied, each to the file the walk admitted (opened once, refused as
    `path_replaced` if the name now denotes another) and recorded in the ledger before it is
    applied (grants.py).
 
@@ -23,14 +25,16 @@ leases.py on Windows, models in the tests.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from stockade.errors import UnavailableError, UnenforceableError
 from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
-from stockade.windows import aceplan, admission, grants
+from stockade.windows import aceplan, admission, grants, standing
 from stockade.windows.admission import Entry
 from stockade.windows.grants import AclStore, Lock, Record
+from stockade.windows.standing import StandingGrants
 
 
 class Filesystem(Protocol):
@@ -43,9 +47,17 @@ class Filesystem(Protocol):
     def dacl_writable(self, path: str) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Prepared:
+    counts: dict[str, int]  # what was done, counted (for `enforced`: no path, no SID)
+    capabilities: tuple[str, ...]  # the standing grants' capabilities the launch must hold
+
+
 def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
-            fs: Filesystem, lock: Lock, hold: Callable[[str], None]) -> dict[str, int]:
-    """Apply the plan for `request` to `sid`; what was done, counted (for `enforced`)."""
+            fs: Filesystem, lock: Lock, hold: Callable[[str], None],
+            runtime: StandingGrants | None = None, user_sid: str = "") -> Prepared:
+    """Apply the plan for `request` to `sid`. With `runtime`, the read roots a standing grant
+    may serve are granted once, to a capability of their own (standing.py), not to `sid`."""
     writes = {g.path for g in request.write}
     roots = [g.path for g in request.write] + [g.path for g in request.read
                                                if g.path not in writes]
@@ -60,10 +72,14 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
                 "APPLICATION PACKAGES); Windows cannot take that away from one sandbox")
     covered = frozenset(g.path for g in request.read
                         if g.path not in writes and aceplan.covered(store.read(g.path)))
-    tree = {root: _admitted(root, fs, root in writes) for root in roots if root not in covered}
-    for root, entries in tree.items():
-        _check_writable(root, entries, fs, "filesystem.write" if root in writes
-                        else "filesystem.read")
+    served = standing.eligible(request, covered) if runtime else []
+    capabilities = tuple(runtime.ensure(root, user_sid, store, lock,
+                                        lambda root: _checked(root, fs, "filesystem.read"))
+                         for root in served) if runtime else ()
+    covered |= frozenset(served)
+    tree = {root: _checked(root, fs, "filesystem.write" if root in writes
+                           else "filesystem.read", write=root in writes)
+            for root in roots if root not in covered}
     steps = aceplan.plan(request, sid, tree, covered)
     # One lease per name as leases.py compares names: two files one name stands for (`.git`
     # and `.GIT` in a case-sensitive directory) share a lease, which this launch takes once.
@@ -73,8 +89,18 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     walked = {e.path: e.file_id for entries in tree.values() for e in entries}
     grants.apply(steps, sid, store, record, lock, walked)
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
-    return {"grants": len(steps) - overrides, "overrides": overrides,
-            "roots_open_to_every_appcontainer": len(covered)}
+    return Prepared({"grants": len(steps) - overrides, "overrides": overrides,
+                     "roots_open_to_every_appcontainer": len(covered) - len(served),
+                     "runtime_roots": len(served)}, capabilities)
+
+
+def _checked(root: str, fs: Filesystem, capability: str, *, write: bool = False
+             ) -> list[Entry]:
+    """The walk of `root` (a write root if `write`), admitted, each path's DACL one this user
+    may change."""
+    entries = _admitted(root, fs, write)
+    _check_writable(root, entries, fs, capability)
+    return entries
 
 
 def _check_writable(root: str, entries: list[Entry], fs: Filesystem, capability: str) -> None:

@@ -48,6 +48,7 @@ from stockade.windows import (
     leases,
     process,
     records,
+    standing,
     tokens,
 )
 from stockade.windows import constants as c
@@ -157,10 +158,11 @@ class WindowsHandle(Handle):
         self.stages.append(("identity", time.monotonic()))
         self._stage = "filesystem"
         user = tokens.current_user_sid()
-        done = filesystem.prepare(
+        prepared = filesystem.prepare(
             request, package, record, WindowsAclStore(), fsinfo,
             functools.partial(leases.briefly, user),
-            lambda path: leases.hold(user, path, held))
+            lambda path: leases.hold(user, path, held), standing.StandingGrants(), user)
+        done = prepared.counts
         self.stages.append(("filesystem", time.monotonic()))
         self._stage = "job_desktop"
         nested = job.owner_in_job()
@@ -193,7 +195,8 @@ class WindowsHandle(Handle):
                 application=application, command_line=cmdline.command_line(request.argv),
                 environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
                 cwd=request.cwd,
-                desktop=f"{station}\\{desk}", package_sid=package, job=self._job,
+                desktop=f"{station}\\{desk}", package_sid=package,
+                capabilities=prepared.capabilities, job=self._job,
                 stdio=tuple(pipes.handles), mitigations=wanted_mitigations),
                 plan, nested, request.argv[0])
             self._process = created.process
@@ -207,14 +210,16 @@ class WindowsHandle(Handle):
                 "job": job.observed(self._job), "handles": held_handles,
                 "mitigations": process.observed_mitigations(created.process),
                 "desktop": seen_desktop}
-        refusal = confinement_refusal(package, plan, wanted_mitigations, seen)
+        refusal = confinement_refusal(package, plan, wanted_mitigations, seen,
+                                      prepared.capabilities)
         if refusal:
             raise SetupError("confinement_unverified", refusal, stage="verify")
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         pipes.start_relays()
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done, seen, package) | {
+        self.enforced = _enforced(request, plan, done, seen, package,
+                                  prepared.capabilities) | {
             "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions}
         self.stages.append(("start", time.monotonic()))
 
@@ -310,13 +315,13 @@ def executable(request: LaunchRequest, is_file: Callable[[str], bool] = os.path.
 
 
 def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
-                        seen: dict) -> str | None:
+                        seen: dict, capabilities: tuple[str, ...] = ()) -> str | None:
     """Why the suspended child is not confined as launched, from what was read back (`seen`:
     its token, the Job's settings, the handles it holds, its mitigation policies, the desktop's
     and window station's entries); None if it is."""
     token: tokens.ChildToken = seen["token"]
     desk = seen["desktop"]
-    return (token.refusal(package) or process.handles_refusal(seen["handles"])
+    return (token.refusal(package, capabilities) or process.handles_refusal(seen["handles"])
             or (None if seen["job"] == job.applied(plan)
                 else "the Job does not hold the settings it was given")
             # At least those asked for: Exploit Protection's system and per-program settings
@@ -331,7 +336,7 @@ def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
 
 
 def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int], seen: dict,
-              package: str) -> dict:
+              package: str, capabilities: tuple[str, ...] = ()) -> dict:
     """What this launch enforced, as read back from the suspended child and its Job, desktop
     and window station (`seen`, as `confinement_refusal` took it); the readiness probe judges
     these next to what its child reports from inside (see probe.py)."""
@@ -344,8 +349,8 @@ def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int], s
         limits["pids"] = "Job active-process limit (processes)"
     if plan.cpu_rate is not None:
         limits["cpu"] = f"Job CPU rate hard cap ({plan.cpu_rate / 100:g}% of all processors)"
-    return {"identity": "appcontainer", "capabilities": 0,
-            "verified": seen["token"].facts(package), "filesystem": done,
+    return {"identity": "appcontainer", "capabilities": len(capabilities),
+            "verified": seen["token"].facts(package, capabilities), "filesystem": done,
             "exec_from_write": request.exec_from_write, "mitigations": seen["mitigations"],
             "job": seen["job"], "desktop": seen["desktop"],
             "handles": {"standard": sum(held[:3]), "outside_list": sum(held[3:])},

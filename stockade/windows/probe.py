@@ -32,11 +32,19 @@ station of the sandbox's own or a process without Win32k would close that.
 
 Facts are booleans, counts and names; the attestation never holds a path, a SID or the
 profile's name.
+
+A pass is stored for later processes (`storage`, the shared probe's store in the state
+directory, which every launch masks): valid for this boot, this user as it runs now (elevated
+or not, its session, in a Job or not: each changes what the launch can do), this Windows
+build, this interpreter file and these Stockade and Python versions, for the shared store's
+TTL; any change probes again. Such a process still runs the backend's host checks and
+reconciles the ledger (issue 31, D10).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -44,6 +52,7 @@ import secrets
 import shutil
 import socket
 import sys
+import time
 from typing import Protocol
 
 from stockade import __version__
@@ -127,11 +136,12 @@ LEGEND = {
     "exit_code": "the probe child's exit status (0: it reported)",
     "appcontainer_token": "the child's token is an AppContainer token",
     "launch_package_sid": "its AppContainer is this launch's own",
-    "capabilities": "the capabilities its token holds (0)",
+    "capabilities": "the capabilities its token holds beyond its runtime roots' standing "
+                    "grants' (0)",
     "temp_writable": "the child can make a file in its own TEMP (the AppContainer's AC\\Temp)",
     "child_appcontainer_token": "the child sees an AppContainer token",
     "child_launch_package_sid": "the child sees this launch's AppContainer",
-    "child_capabilities": "the capabilities the child sees (0)",
+    "child_capabilities": "the capabilities the child sees beyond its runtime roots' (0)",
     "in_job": "the child is in the launch's Job",
     "job_kill_on_close": "the Job kills its processes when its handle closes",
     "job_breakaway": "a process may break away from the Job (must be false)",
@@ -150,6 +160,8 @@ LEGEND = {
     "acl_overrides": "entries overriding them (.git read-only, the denied name)",
     "roots_open_to_every_appcontainer": "roots already open to every AppContainer "
                                         "(informative: left alone)",
+    "runtime_roots": "read roots served by a standing grant (informative: granted once, "
+                     "reused by later launches)",
     "write_root": "a file written in the workspace, a write root (must work: ok)",
     "protected_name": "a file written under the protected .git",
     "denied_path": "the denied name of the workspace opened",
@@ -189,6 +201,20 @@ class Host(Protocol):
     def interpreter(self) -> str:
         """The program that runs the probe child: this Python's."""
 
+    def uptime(self) -> float:
+        """Seconds since this boot, sleep and hibernation counted."""
+
+    def user_sid(self) -> str: ...
+
+    def session(self) -> int: ...
+
+    def owner_in_job(self) -> bool: ...
+
+
+# The boot's identity is its start, wall clock less uptime, to this many seconds (a clock set
+# across a step of it only makes the next process probe again).
+BOOT_GRAIN = 60
+
 
 class Win32Host:
     def elevated(self) -> bool:
@@ -216,6 +242,19 @@ class Win32Host:
         if admission.app_alias(fsinfo.entry(python)):
             return fsinfo.app_link_target(python) or python
         return python
+
+    def uptime(self) -> float:
+        from stockade.windows.api import win32
+        return win32().GetTickCount64() / 1000  # (interrupt time: sleep counted)
+
+    def user_sid(self) -> str:
+        return tokens.current_user_sid()
+
+    def session(self) -> int:
+        return tokens.session_id()
+
+    def owner_in_job(self) -> bool:
+        return jobs.owner_in_job()
 
 
 class WindowsProbe:
@@ -252,8 +291,23 @@ class WindowsProbe:
         return {"stockade": __version__, "windows": platform.version(),
                 "python": platform.python_version()}
 
-    def storage(self) -> None:
-        return None  # no boot identity is bound yet: every process probes once
+    def storage(self) -> tuple[dict[str, object], float] | None:
+        """What a stored pass is valid for (the module's docstring), and seconds since boot;
+        None where the host cannot say (every process probes then). Digests stand for the
+        user's SID and the interpreter's path: the state directory holds neither."""
+        try:
+            uptime = self.host.uptime()
+            python = self.host.interpreter()
+            info = os.stat(python)
+            key = {"boot": int((time.time() - uptime) // BOOT_GRAIN),
+                   "user": _digest(self.host.user_sid()), "run_as": self.run_as(),
+                   "session": self.host.session(), "owner_in_job": self.host.owner_in_job(),
+                   "interpreter": _digest(python, fsinfo.file_id(info), str(info.st_size),
+                                          str(info.st_mtime_ns)),
+                   "versions": self.versions()}
+        except (OSError, StockadeError):
+            return None
+        return key, uptime
 
     def explain(self, message: str) -> str:
         return message
@@ -307,6 +361,10 @@ class WindowsProbe:
         }
 
 
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> LaunchRequest:
     """The probe's minimal request, in `top`: the system root and the interpreter `python`
     readable, a workspace writable with a protected and a denied name in it, an outside file,
@@ -339,7 +397,8 @@ def probe_request(top: str, request_id: str, tcp_port: int, python: str) -> Laun
 def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, object]:
     """The facts of EXPECTATIONS from a launch's `enforced` (read back from outside) and its
     child's `report` (from inside), `package_sid` being the launch's; a missing one is None.
-    Also, for information, `roots_open_to_every_appcontainer` and `default_desktop`."""
+    Also, for information, `roots_open_to_every_appcontainer`, `runtime_roots` and
+    `default_desktop`."""
     verified = enforced.get("verified", {})
     job_seen = enforced.get("job", {})
     done = enforced.get("filesystem", {})
@@ -352,7 +411,8 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
                                                  "capabilities", "in_job")},
         "child_appcontainer_token": child["appcontainer_token"],
         "child_launch_package_sid": child["package_sid"].upper() == package_sid.upper(),
-        "child_capabilities": child["capabilities"],
+        # (beyond the runtime roots' standing capabilities, whose SIDs the backend compared)
+        "child_capabilities": child["capabilities"] - enforced.get("capabilities", 0),
         **{f"job_{name}": job_seen.get(name) for name in
            ("kill_on_close", "breakaway", "die_on_unhandled_exception")},
         "job_ui_restrictions": NESTED_UI if enforced.get("owner_in_job") and
@@ -368,6 +428,7 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
         "inherited_outside_list": held.get("outside_list"),
         "acl_grants": done.get("grants"), "acl_overrides": done.get("overrides"),
         "roots_open_to_every_appcontainer": done.get("roots_open_to_every_appcontainer"),
+        "runtime_roots": done.get("runtime_roots"),
         **{fact: report["files"][fact] for fact in ("write_root", "protected_name",
                                                     "denied_path", "outside_path")},
         "no_low_label_images": bool(

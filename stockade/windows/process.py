@@ -1,6 +1,7 @@
 """CreateProcessW with an extended startup info whose attribute list carries, for the new process:
 
-- SECURITY_CAPABILITIES: its AppContainer (package SID, no capabilities);
+- SECURITY_CAPABILITIES: its AppContainer (package SID; no capabilities but those of the
+  standing grants on its runtime roots, standing.py);
 - JOB_LIST: the launch's Job, so the process is in it from its first instruction (never created
   first and assigned later);
 - HANDLE_LIST: exactly the three standard handles, the only ones it inherits;
@@ -30,6 +31,7 @@ from stockade.windows.structs import (
     PROCESS_MITIGATION_IMAGE_LOAD_POLICY,
     SECURITY_ATTRIBUTES,
     SECURITY_CAPABILITIES,
+    SID_AND_ATTRIBUTES,
     SIZE_T,
     STARTUPINFOEXW,
 )
@@ -80,6 +82,7 @@ class Launch:
     job: int
     stdio: tuple[int, int, int]  # inheritable handles: stdin, stdout, stderr
     mitigations: int
+    capabilities: tuple[str, ...] = ()  # standing grants' capability SIDs (standing.py)
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,12 @@ class Created:
 def create(launch: Launch) -> Created:
     api = win32()
     sid = ctypes.create_string_buffer(sids.to_bytes(launch.package_sid))
-    capabilities = SECURITY_CAPABILITIES(AppContainerSid=ctypes.addressof(sid))
+    held = [ctypes.create_string_buffer(sids.to_bytes(cap)) for cap in launch.capabilities]
+    granted = (SID_AND_ATTRIBUTES * max(1, len(held)))(
+        *(SID_AND_ATTRIBUTES(ctypes.addressof(b), c.SE_GROUP_ENABLED) for b in held))
+    capabilities = SECURITY_CAPABILITIES(
+        AppContainerSid=ctypes.addressof(sid), CapabilityCount=len(held),
+        Capabilities=ctypes.cast(granted, ctypes.POINTER(SID_AND_ATTRIBUTES)) if held else None)
     jobs = (HANDLE * 1)(launch.job)
     handles = (HANDLE * 3)(*launch.stdio)
     policy = DWORD64(launch.mitigations)

@@ -35,10 +35,12 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         "the user's own desktop (Default) opens from inside: the window station is the user's; "
         "the Job's UI restrictions still keep other processes' windows, the clipboard and "
         "input switching out of reach")
-    no_network = "an AppContainer token without capabilities: no network capability at all"
+    no_network = ("an AppContainer token without capabilities but its runtime roots' read "
+                  "capabilities: no network capability at all")
     return (
-        row("identity", "a fresh AppContainer profile per launch, no capabilities; the child's "
-            "token checked before its first instruction",
+        row("identity", "a fresh AppContainer profile per launch, no capabilities but its "
+            "runtime roots' read capabilities; the child's token checked before its first "
+            "instruction",
             {"token": token, "settlement": ("profile_deleted",)},
             "deleted at settlement; its name is never handed out again"),
         row("filesystem.read", "read+execute entries for the launch's package SID on each read "

@@ -1,6 +1,7 @@
 """Process tokens: the launching user's SID, whether it is elevated, and the check that a freshly
-created (still suspended) child runs under the expected AppContainer, with no capabilities, in
-the expected Job. `token_refusal` and `ChildToken.facts` are pure; the rest reads tokens."""
+created (still suspended) child runs under the expected AppContainer, with no capabilities but
+its runtime roots' (standing.py), in the expected Job. `token_refusal`, `ChildToken.facts` and
+`capability_sids` are pure; the rest reads tokens."""
 
 from __future__ import annotations
 
@@ -26,30 +27,52 @@ class ChildToken:
     in_job: bool
     is_appcontainer: bool
     package_sid: str
-    capabilities: int
+    capabilities: tuple[str, ...]
 
-    def refusal(self, expected_sid: str) -> str | None:
+    def refusal(self, expected_sid: str, expected_capabilities: tuple[str, ...] = ()
+                ) -> str | None:
         return token_refusal(self.in_job, self.is_appcontainer, self.package_sid,
-                             self.capabilities, expected_sid)
+                             self.capabilities, expected_sid, expected_capabilities)
 
-    def facts(self, expected_sid: str) -> dict[str, object]:
-        """The observations as facts that name no SID (for `Handle.enforced`)."""
+    def facts(self, expected_sid: str, expected_capabilities: tuple[str, ...] = ()
+              ) -> dict[str, object]:
+        """The observations as facts that name no SID (for `Handle.enforced`):
+        `capabilities` counts those beyond the launch's standing grants' (standing.py)."""
         return {"in_job": self.in_job, "appcontainer_token": self.is_appcontainer,
                 "launch_package_sid": self.package_sid.upper() == expected_sid.upper(),
-                "capabilities": self.capabilities}
+                "capabilities": len(unexpected(self.capabilities, expected_capabilities))}
 
 
-def token_refusal(in_job: bool, is_appcontainer: bool, package_sid: str, capabilities: int,
-                  expected_sid: str) -> str | None:
+def unexpected(held: tuple[str, ...], expected: tuple[str, ...]) -> list[str]:
+    """Capabilities `held` beyond `expected`, and any of `expected` missing."""
+    want = {sid.upper() for sid in expected}
+    have = [sid.upper() for sid in held]
+    return [sid for sid in have if sid not in want] + sorted(want - set(have))
+
+
+def token_refusal(in_job: bool, is_appcontainer: bool, package_sid: str,
+                  capabilities: tuple[str, ...], expected_sid: str,
+                  expected_capabilities: tuple[str, ...] = ()) -> str | None:
     if not in_job:
         return "the child is not in the launch's Job"
     if not is_appcontainer:
         return "the child's token is not an AppContainer token"
     if package_sid.upper() != expected_sid.upper():
         return "the child's AppContainer is not the launch's"
-    if capabilities:
-        return f"the child's token holds {capabilities} capabilities, expected none"
+    if unexpected(capabilities, expected_capabilities):
+        return (f"the child's token holds {len(capabilities)} capabilities, expected exactly "
+                f"the {len(expected_capabilities)} of its runtime roots' standing grants")
     return None
+
+
+def capability_sids(raw: bytes, address: int) -> tuple[str, ...]:
+    """The SIDs of a TokenCapabilities answer (TOKEN_GROUPS: a count, then SID_AND_ATTRIBUTES
+    at the pointer's alignment), each read from the buffer itself (sid_in)."""
+    count = int.from_bytes(raw[:4], "little")
+    first = ctypes.alignment(SID_AND_ATTRIBUTES)
+    size = ctypes.sizeof(SID_AND_ATTRIBUTES)
+    return tuple(sid_in(raw, address, SID_AND_ATTRIBUTES.from_buffer_copy(
+        raw, max(first, 4) + i * size).Sid) for i in range(count))
 
 
 def sid_in(raw: bytes, address: int, pointer: int | None) -> str:
@@ -85,11 +108,20 @@ def current_user_sid() -> str:
 
 def elevated() -> bool:
     """Whether this process runs elevated (as an administrator, past UAC)."""
+    return bool(_own_dword(c.TOKEN_ELEVATION))
+
+
+def session_id() -> int:
+    """This process's session (0: the services'; each logon, local or remote, has its own)."""
+    return _own_dword(c.TOKEN_SESSION_ID)
+
+
+def _own_dword(info_class: int) -> int:
     api = win32()
     token = HANDLE()
     api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
     try:
-        return bool(DWORD.from_buffer(_information(token, c.TOKEN_ELEVATION)).value)
+        return DWORD.from_buffer(_information(token, info_class)).value
     finally:
         api.CloseHandle(token)
 
@@ -105,7 +137,8 @@ def child_token(process: int, job: int) -> ChildToken:
         is_appcontainer = DWORD.from_buffer(_information(token, c.TOKEN_IS_APP_CONTAINER)).value
         buffer = _information(token, c.TOKEN_APP_CONTAINER_SID)  # holds the SID: kept alive
         package = package_sid(buffer.raw, ctypes.addressof(buffer))
-        capabilities = DWORD.from_buffer(_information(token, c.TOKEN_CAPABILITIES)).value
+        groups = _information(token, c.TOKEN_CAPABILITIES)  # holds the SIDs: kept alive
+        capabilities = capability_sids(groups.raw, ctypes.addressof(groups))
         return ChildToken(bool(in_job.value), bool(is_appcontainer), package, capabilities)
     finally:
         api.CloseHandle(token)

@@ -1,0 +1,175 @@
+"""The real DACL store (aclstore.py) driven through its Win32 calls (issue 31, D11), over a model
+volume: a handle binds the file its name denoted when CreateFileW opened it, whatever the name
+denotes later, as on NTFS. What a grant reads, identifies and writes is that one file: a name
+swapped right after the open changes nothing of it, and the file put in its place is left
+alone."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import os
+import sys
+import types
+
+import pytest
+from test_windows_aceplan import PACKAGE, RX, workspace
+from test_windows_fakes import FakeTree, Node, out
+
+from stockade.lifecycle.removers import RemovalError
+from stockade.windows import aceplan, acl, aclstore, grants
+from stockade.windows import constants as c
+from stockade.windows.acl import Ace
+
+OPEN_FLAGS = c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT
+
+
+class FileHandles:
+    """CreateFileW and the security functions over a FakeTree; the C runtime's descriptors
+    (msvcrt) and fstat over the handles. Windows' documented behaviour modelled: a handle
+    stays on its file; GetSecurityInfo allocates the descriptor the caller frees with
+    LocalFree; SetSecurityInfo writes the explicit entries (the store derives the rest)."""
+
+    def __init__(self, tree: FakeTree) -> None:
+        self.tree = tree
+        self.handles: dict[int, Node] = {}
+        self.descriptors: dict[int, tuple[ctypes.Array, bool]] = {}
+        self.fds: dict[int, int] = {}
+        self.opened: list[tuple[str, int, int]] = []
+        self.after_open = lambda path: None
+        self._next = itertools.count(0x100, 4)
+
+    def CreateFileW(self, path, access, share, security, disposition, flags, template):  # noqa: N802
+        try:
+            node = self.tree._node(path)
+        except FileNotFoundError:
+            error = FileNotFoundError(2, f"CreateFileW: {path}")
+            error.winerror = 2
+            raise error from None
+        handle = next(self._next)
+        self.handles[handle] = node
+        self.opened.append((path, access, flags))
+        self.after_open(path)
+        return handle
+
+    def CloseHandle(self, handle):  # noqa: N802
+        del self.handles[handle]
+        return 1
+
+    def _answer(self, node: Node, dacl_ref, descriptor_ref) -> int:
+        dacl = self.tree.read_node(node)
+        buffer = ctypes.create_string_buffer(acl.encode(dacl.aces))
+        self.descriptors[ctypes.addressof(buffer)] = (buffer, dacl.protected)
+        out(dacl_ref, ctypes.addressof(buffer))
+        out(descriptor_ref, ctypes.addressof(buffer))
+        return 0
+
+    def GetSecurityInfo(self, handle, kind, info, owner, group, dacl, sacl, descriptor):  # noqa: N802
+        assert kind == c.SE_FILE_OBJECT and info == c.DACL_SECURITY_INFORMATION
+        return self._answer(self.handles[handle], dacl, descriptor)
+
+    def GetNamedSecurityInfoW(self, path, kind, info, owner, group, dacl, sacl, descriptor):  # noqa: N802
+        return self._answer(self.tree._node(path), dacl, descriptor)
+
+    def GetSecurityDescriptorControl(self, descriptor, control, revision):  # noqa: N802
+        out(control, c.SE_DACL_PROTECTED if self.descriptors[descriptor.value][1] else 0)
+        return 1
+
+    def LocalFree(self, pointer):  # noqa: N802
+        self.descriptors.pop(pointer.value)
+
+    def SetSecurityInfo(self, handle, kind, info, owner, group, dacl, sacl):  # noqa: N802
+        assert kind == c.SE_FILE_OBJECT and info & c.DACL_SECURITY_INFORMATION
+        self.tree.write_node(self.handles[handle], acl.decode(dacl.raw),
+                             bool(info & c.PROTECTED_DACL_SECURITY_INFORMATION))
+        return 0
+
+    # msvcrt and fstat: a descriptor owns its handle
+    def open_osfhandle(self, handle: int, flags: int) -> int:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        self.fds[fd] = handle
+        return fd
+
+    def get_osfhandle(self, fd: int) -> int:
+        return self.fds[fd]
+
+    def fstat(self, fd, real=os.fstat):
+        return self._stat(self.handles[self.fds[fd]]) if fd in self.fds else real(fd)
+
+    def lstat(self, path, real=os.lstat):
+        return self._stat(self.tree._node(path)) if path.startswith("C:\\") else real(path)
+
+    @staticmethod
+    def _stat(node: Node) -> types.SimpleNamespace:
+        volume, index = node.file_id.split(":")
+        return types.SimpleNamespace(st_dev=int(volume, 16), st_ino=int(index, 16))
+
+
+@pytest.fixture
+def handles(monkeypatch) -> FileHandles:
+    win = FileHandles(workspace())
+    monkeypatch.setattr(aclstore, "win32", lambda: win)
+    monkeypatch.setitem(sys.modules, "msvcrt", types.SimpleNamespace(
+        open_osfhandle=win.open_osfhandle, get_osfhandle=win.get_osfhandle))
+    monkeypatch.setattr(os, "fstat", win.fstat)
+    monkeypatch.setattr(os, "lstat", win.lstat)  # (a file's id by name, for contrast)
+    return win
+
+
+def swap(tree: FakeTree, path: str, intruder: str) -> None:
+    """`intruder` renamed into `path`'s place (the admitted file moved aside)."""
+    moved = tree.nodes.pop(path.casefold())
+    moved.path = path + ".old"
+    tree.nodes[moved.path.casefold()] = moved
+    node = tree.nodes.pop(intruder.casefold())
+    node.path = path
+    tree.nodes[path.casefold()] = node
+
+
+def test_a_grant_goes_through_the_handle_to_the_file_admitted(handles):
+    """The name is swapped right after CreateFileW: the grant still lands on the admitted file,
+    through that handle (its identity from the handle too, so the launch is not refused), and
+    the file now at the name keeps its DACL. A store identifying or writing by name fails this
+    (refused, or the intruder granted)."""
+    tree = handles.tree
+    root, intruder = "C:\\Users\\u\\ws\\src", "C:\\Users\\u\\outside"
+    admitted, stranger = tree.nodes[root.casefold()], tree.nodes[intruder.casefold()]
+    before = stranger.explicit
+    handles.after_open = lambda path: swap(tree, root, intruder) if path == root else None
+    walked = {root.casefold(): admitted.file_id}
+    step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, False, False))
+    added = []
+    grants.apply([step], PACKAGE, aclstore.WindowsAclStore(),
+                 types.SimpleNamespace(add=lambda *record: added.append(record)),
+                 lambda path: contextlib.nullcontext(), walked)
+    assert admitted.explicit[-1] == Ace.allow(PACKAGE, RX, acl.OBJECT_INHERIT
+                                              | acl.CONTAINER_INHERIT)
+    assert stranger.explicit == before and not tree.access(root, PACKAGE)
+    assert added[0][2]["file_id"] == admitted.file_id
+    assert handles.opened == [(root, c.READ_CONTROL | c.WRITE_DAC, OPEN_FLAGS)]
+
+
+def test_revert_acts_on_the_opened_file_and_refuses_another(handles):
+    tree = handles.tree
+    root = "C:\\Users\\u\\ws\\src"
+    node = tree.nodes[root.casefold()]
+    store = aclstore.WindowsAclStore()
+    step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, False, False))
+    added = []
+    grants.apply([step], PACKAGE, store, types.SimpleNamespace(
+        add=lambda *record: added.append(record)),
+        lambda path: contextlib.nullcontext(), {root.casefold(): node.file_id})
+    (_, _, detail), = added
+    stranger = tree.nodes["c:\\users\\u\\outside"]
+    tree.nodes[root.casefold()] = stranger  # (another file at the name)
+    before = stranger.explicit
+    with pytest.raises(RemovalError):
+        grants.revert(root, detail, store)
+    assert stranger.explicit == before and acl.allowed(tree.read_node(node).aces, PACKAGE) == RX
+    tree.nodes[root.casefold()] = node  # (the admitted file back at its name)
+    grants.revert(root, detail, store)
+    assert tree.access(root, PACKAGE) == 0
+    del tree.nodes[root.casefold()]
+    grants.revert(root, detail, store)  # gone: done
+    assert [path for path, _, _ in handles.opened] == [root] * 3
