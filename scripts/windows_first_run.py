@@ -8,8 +8,9 @@ Each stage runs in turn, whatever became of the one before, and prints its outco
 DIRECTORY (default: stockade-first-run; give the two runs different ones) to send back. The
 exit status is 0 only when every stage passed.
 
-1. host        Windows build, elevated or not, whether this process is already in a Job (an
-               owner in a Job cannot give the sandbox one with UI limits: issue 31, D4), Python
+1. host        Windows build (17763 or later passes), elevated or not, whether this process
+               is already in a Job (said, not failed: the sandbox's Job is then nested
+               without UI limits, issue 31 D4), Python
 2. imports     every module on the Windows path, each first in a fresh interpreter
 3. probe       `stockade probe --json`: the readiness attestation (kept: attestation.json)
 4. report      `stockade report --json`: what is enforced here (kept: report.json)
@@ -75,8 +76,9 @@ def run_stage(argv: list[str] | None, output: str) -> tuple[bool, str]:
         with open(output, "w") as f:
             json.dump(facts, f, indent=2)
         note = ", ".join(f"{k} {v}" for k, v in facts.items())
-        if facts["in_job"]:
-            return False, note + " (already in a Job: see docs/windows.md, D4)"
+        if facts["in_job"]:  # (a venv's python.exe, py.exe, pwsh Start-Process -Wait, ...)
+            note += (" (already in a Job: the sandbox's Job is nested without UI limits, "
+                     "ui_restrictions partial; docs/windows.md, D4)")
         return int(str(facts["build"])) >= 17763, note
     with open(output, "w") as f:
         done = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
