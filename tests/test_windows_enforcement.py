@@ -11,6 +11,7 @@ which turns "cannot run here" into a failure instead of a skip."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import subprocess
@@ -27,7 +28,6 @@ from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 
 pytestmark = pytest.mark.windows  # deselected off Windows (conftest.py)
 
-PYTHON = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 SYSTEM_ROOT = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
 MEMORY = 512 << 20
@@ -74,12 +74,22 @@ def windows():
         pytest.skip(f"the Windows backend cannot run here: {exc}")
 
 
+@functools.cache
+def python() -> str:
+    """The program the sandboxed children run: the one the readiness probe runs, a venv's base
+    interpreter and, for the Store's Python, the program its app execution alias names (the
+    alias's folder may not be a root: admission.py)."""
+    from stockade.windows.probe import Win32Host
+
+    return Win32Host().interpreter()
+
+
 def request(workspace: str, code: str, *args: str, read=(), limits=None,
             env=()) -> LaunchRequest:
-    roots = sorted({PYTHON_ROOT, SYSTEM_ROOT, os.path.dirname(PYTHON), *read})
+    roots = sorted({PYTHON_ROOT, SYSTEM_ROOT, os.path.dirname(python()), *read})
     return LaunchRequest(
-        argv=(PYTHON, "-I", "-S", "-c", textwrap.dedent(code), *args), cwd=workspace,
-        env=(("PATH", os.path.dirname(PYTHON)), ("SystemRoot", SYSTEM_ROOT), *env),
+        argv=(python(), "-I", "-S", "-c", textwrap.dedent(code), *args), cwd=workspace,
+        env=(("PATH", os.path.dirname(python())), ("SystemRoot", SYSTEM_ROOT), *env),
         read=tuple(PathGrant(p, p) for p in roots),
         write=(PathGrant(workspace, workspace),), protected=(".git",),
         limits=limits or LimitSpec(timeout=60, memory=MEMORY, pids=16))

@@ -3,6 +3,8 @@ cannot hold."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -90,3 +92,27 @@ def test_the_launch_gets_its_own_temp_unless_the_policy_names_one():
                                           "TMP": temp}
     mine = (("Temp", "C:\\ws\\tmp"),)  # a policy's own, in any case
     assert with_temp(mine, temp) == (("Temp", "C:\\ws\\tmp"), ("TMP", temp))
+
+
+def test_the_windows_presets_variables_are_passed_whatever_their_case_in_the_owners_env(
+        monkeypatch):
+    # (issue 31, L12) CPython's os.environ on Windows holds every name upper-cased (os.py's
+    # encodekey), so dict(os.environ), the host environment compile reads, has SYSTEMROOT,
+    # COMSPEC and WINDIR: the preset's SystemRoot, ComSpec and windir never matched, and a
+    # child without SystemRoot cannot start Winsock
+    from stockade.launch.env import close_environment
+    from stockade.policy.presets import WINDOWS_ENV_PASS_DEFAULTS
+
+    as_windows_gives = {"SystemRoot": "C:\\Windows", "ComSpec": "C:\\Windows\\system32\\cmd.exe",
+                        "windir": "C:\\Windows", "SystemDrive": "C:", "Path": "C:\\Windows",
+                        "PATHEXT": ".COM;.EXE", "USERPROFILE": "C:\\Users\\u",
+                        "PROCESSOR_ARCHITECTURE": "AMD64", "NUMBER_OF_PROCESSORS": "4",
+                        "TEMP": "C:\\Users\\u\\AppData\\Local\\Temp", "SECRET_THING": "x"}
+    host = {name.upper(): value for name, value in as_windows_gives.items()}
+    monkeypatch.setattr(sys, "platform", "win32")
+    env = dict(close_environment(WINDOWS_ENV_PASS_DEFAULTS, (), host))
+    assert env == {("PATH" if name == "Path" else name): value
+                   for name, value in as_windows_gives.items()
+                   if name not in ("TEMP", "SECRET_THING")}
+    monkeypatch.setattr(sys, "platform", "linux")  # elsewhere names keep their case
+    assert "SystemRoot" not in dict(close_environment(("SystemRoot",), (), host))

@@ -472,19 +472,8 @@ def test_a_failing_stdio_spec_leaves_nothing_of_the_earlier_ones(monkeypatch, tm
     stdin (PIPE) and stdout (None: relayed to the owner's stdout) were left open and the relay
     started, for a child that never comes."""
     from stockade.launch.backend import Stdio
-    from stockade.windows import stdio
 
-    fake = Duplicates()
-    monkeypatch.setattr(stdio, "win32", lambda: fake)
-    monkeypatch.setitem(sys.modules, "msvcrt", fake)
-    made: list[int] = []
-
-    def pipe() -> tuple[int, int]:
-        made.extend(pair := real_pipe())
-        return pair
-
-    real_pipe = os.pipe
-    monkeypatch.setattr(stdio.os, "pipe", pipe)
+    stdio, made, fake = stdio_fakes(monkeypatch)
     closed = open(tmp_path / "err", "wb")  # noqa: SIM115
     closed.close()
     with pytest.raises(ValueError):
@@ -494,6 +483,115 @@ def test_a_failing_stdio_spec_leaves_nothing_of_the_earlier_ones(monkeypatch, tm
         with pytest.raises(OSError):
             os.fstat(fd)
     assert not [t for t in threading.enumerate() if t.name.startswith("stockade-relay")]
+
+
+def stdio_fakes(monkeypatch):
+    """The stdio module over Duplicates, every pipe descriptor it makes (os.pipe's pairs, in
+    order) and the Duplicates."""
+    from stockade.windows import stdio
+
+    fake = Duplicates()
+    monkeypatch.setattr(stdio, "win32", lambda: fake)
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    made: list[int] = []
+    real_pipe = os.pipe
+
+    def pipe() -> tuple[int, int]:
+        made.extend(pair := real_pipe())
+        return pair
+
+    monkeypatch.setattr(stdio.os, "pipe", pipe)
+    return stdio, made, fake
+
+
+def test_a_launch_failing_before_the_child_has_its_handles_leaves_nothing_open(monkeypatch):
+    """Issue 31, D16: a launch that fails after the child's pipes are made but before
+    CreateProcessW (the canary handle, the mitigation plan) calls only `close()`, which left
+    the child's ends of the pipes and their inheritable duplicates open."""
+    from stockade.launch.backend import Stdio
+
+    stdio, made, fake = stdio_fakes(monkeypatch)
+    pipes = stdio.ChildStdio(Stdio(stdin=subprocess.PIPE, stdout=None, stderr=subprocess.DEVNULL))
+    assert len(made) == 4 and len(fake.open) == 3
+    pipes.close()
+    assert fake.open == set()
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+class Console:
+    """The owner's console as CPython on Windows meets it. io.open of a console descriptor,
+    binary or not, gives _WindowsConsoleIO, which takes the bytes written as UTF-8 (a byte that
+    is not becomes U+FFFD) and writes them as text (WriteConsoleW), and reads text
+    (ReadConsoleW) and returns it as UTF-8; the descriptor itself (os.read, os.write: ReadFile,
+    WriteFile) passes bytes, which the console takes and gives in its code page (here 850, as
+    a Western European console has it). The console is a pipe here: what it shows is its
+    bytes in that code page."""
+
+    CODEPAGE = "cp850"
+
+    def __init__(self, fd: int, real_open) -> None:
+        self.fd, self.real_open = fd, real_open
+
+    def open(self, file, mode="r", buffering=-1, *args, closefd=True, **kwargs):
+        if file != self.fd:
+            return self.real_open(file, mode, buffering, *args, closefd=closefd, **kwargs)
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def write(self, data: bytes) -> int:
+        text = bytes(data).decode("utf-8", "replace")
+        os.write(self.fd, text.encode(self.CODEPAGE, "replace"))
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return os.read(self.fd, 65536 if size < 0 else size).decode(self.CODEPAGE).encode()
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["stdin", "stdout"])
+def test_a_relay_passes_the_bytes_as_they_are_to_and_from_a_console(monkeypatch, index):
+    """WINREAD 9: the relays opened the owner's descriptor as a file object, which on a
+    console is one that takes bytes as UTF-8: a child's output in its code page ("café" in
+    850) reached the console as "caf?", and typed input reached the child as UTF-8."""
+    import builtins
+
+    from stockade.launch.backend import Stdio
+    from stockade.windows import stdio
+
+    typed = "café ü\r\n".encode(Console.CODEPAGE)
+    console_read, console_write = os.pipe()
+    saved = os.dup(index)
+    os.dup2(console_read if index == 0 else console_write, index)
+    monkeypatch.setattr(stdio, "open", Console(index, builtins.open).open, raising=False)
+    try:
+        spec = [subprocess.DEVNULL] * 3
+        spec[index] = None
+        stdio, made, _ = stdio_fakes(monkeypatch)
+        pipes = stdio.ChildStdio(Stdio(*spec))
+        child = os.dup(made[index])  # the child's own end, as CreateProcessW gives it
+        pipes.close_child_ends()
+        pipes.start_relays()
+        if index == 0:
+            os.write(console_write, typed)
+            os.close(console_write)
+            got = os.read(child, 64)
+        else:
+            os.write(child, typed)
+            os.close(child)
+            pipes.join_relays()
+            os.close(console_write)
+            got = os.read(console_read, 64)
+    finally:
+        os.dup2(saved, index)
+        os.close(saved)
+    assert got == typed and got.decode(Console.CODEPAGE) == "café ü\r\n"
+
 
 # --- exit codes ----------------------------------------------------------------------------------
 

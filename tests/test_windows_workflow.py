@@ -222,3 +222,38 @@ def test_the_w1_matrix_is_in_the_suite_the_workflow_runs_and_only_runs_on_window
     assert w1.pytestmark.name == "windows"  # deselected off Windows, never skipped here
     for row, name in w1.W1.items():
         assert callable(getattr(w1, name, None)), row
+
+
+def test_the_w1_children_run_the_program_the_readiness_probe_runs(monkeypatch):
+    """WINREAD 6: the W1 tests ran sys.executable. For the Store's Python that is an app
+    execution alias in WindowsApps, whose folder, made a read root, refuses every launch
+    (admission.py); in a venv, a launcher outside every root. They now run what
+    Win32Host().interpreter() answers, as the probe does: the program the alias names."""
+    import test_windows_enforcement as w1
+
+    from stockade.windows.probe import Win32Host
+
+    target = "/Program Files/WindowsApps/PythonSoftwareFoundation.Python.3.12_x64/python3.12.exe"
+    monkeypatch.setattr(Win32Host, "interpreter", lambda self: target)
+    w1.python.cache_clear()
+    try:
+        req = w1.request("/ws", "pass")
+    finally:
+        w1.python.cache_clear()
+    assert req.argv[0] == target and dict(req.env)["PATH"] == os.path.dirname(target)
+    assert os.path.dirname(target) in [grant.path for grant in req.read]
+
+
+@pytest.mark.parametrize("in_job", [False, True])
+def test_the_first_runs_host_stage_passes_an_owner_already_in_a_job(monkeypatch, tmp_path, in_job):
+    """WINREAD 1: a venv's python.exe, py.exe and pwsh's Start-Process -Wait run Python in a
+    Job, so the checklist's first stage failed for most users, though such an owner gets a
+    nested Job (D4): it is said, not failed. A build before 17763 still fails."""
+    import windows_first_run
+
+    facts = {"build": 22631, "elevated": False, "in_job": in_job, "python": "3.13.1"}
+    monkeypatch.setattr(windows_first_run, "host_facts", lambda: dict(facts))
+    ok, note = windows_first_run.run_stage(None, str(tmp_path / "host.json"))
+    assert ok and ("already in a Job" in note) == in_job
+    facts["build"] = 17134
+    assert not windows_first_run.run_stage(None, str(tmp_path / "host.json"))[0]

@@ -7,7 +7,9 @@ name. Nothing later re-resolves a path by its name.
 
 from __future__ import annotations
 
+import ntpath
 import os
+import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -320,13 +322,31 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext,
 
 def _make_all(aliases: Iterable[str]) -> str:
     """One shell command that makes every path of `aliases`, private to this user: a known
-    credential file (DENY_FILES) empty, anything else a directory."""
+    credential file (DENY_FILES) empty, anything else a directory. On Windows a PowerShell
+    one (new items there inherit their folder's DACL, which in a profile is the user's)."""
     aliases = list(aliases)
     files = [a for a in aliases if os.path.basename(a) in DENY_FILES]
     dirs = [a for a in aliases if a not in files]
+    if sys.platform == "win32":
+        return _make_all_powershell(dirs, files)
     steps = [f"{verb} {' '.join(map(shlex.quote, names))}"
              for verb, names in (("mkdir -p", dirs), ("touch", files)) if names]
     return f"(umask 077 && {' && '.join(steps)})"
+
+
+def _make_all_powershell(dirs: list[str], files: list[str]) -> str:
+    """`_make_all` for PowerShell, as one script block (`( )` takes one pipeline only): the
+    directories (and the files' folders) with -Force, which makes the folders above and leaves
+    an existing directory be; the files without it, which would empty a file that exists."""
+    def quoted(paths: Iterable[str]) -> str:  # PowerShell takes all four as a single quote
+        return ", ".join("'" + re.sub("(['\u2018\u2019\u201a\u201b])", r"\1\1", path) + "'"
+                         for path in paths)
+
+    folders = list(dict.fromkeys([*dirs, *(ntpath.dirname(f) for f in files)]))
+    steps = [f"New-Item -ItemType Directory -Force -Path {quoted(folders)} | Out-Null"]
+    if files:
+        steps.append(f"New-Item -ItemType File -Path {quoted(files)} | Out-Null")
+    return f"& {{ {'; '.join(steps)} }}"
 
 
 def _private_home(ctx: CompileContext) -> tuple[tuple[PathGrant, ...], list[tuple[str, str]]]:

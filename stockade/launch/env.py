@@ -7,6 +7,7 @@ with an error naming the variable and never its value.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 
 from stockade.errors import PolicyError
@@ -44,12 +45,18 @@ def close_environment(
     assigned: tuple[tuple[str, str], ...],
     host: Mapping[str, str],
 ) -> tuple[tuple[str, str], ...]:
-    """The sorted (name, value) pairs the child gets; `assigned` wins over `passthrough`."""
+    """The sorted (name, value) pairs the child gets; `assigned` wins over `passthrough`. A
+    passed variable keeps the policy's spelling. On Windows it is found without regard to case:
+    Windows' names are case-insensitive, and os.environ there holds each name upper-cased (so
+    `SystemRoot`, `ComSpec` and `windir` are keys `SYSTEMROOT`, `COMSPEC` and `WINDIR`)."""
+    if sys.platform == "win32":
+        host = {key.upper(): value for key, value in host.items()}
     env: dict[str, str] = {}
     for index, name in enumerate(passthrough):
         _check(name, f"env.pass[{index}]")
-        if name in host:
-            env[name] = host[name]
+        key = name.upper() if sys.platform == "win32" else name
+        if key in host:
+            env[name] = host[key]
     for name, value in assigned:
         _check(name, f"env.set.{name}")
         env[name] = value

@@ -6,15 +6,14 @@ None (inherit) is never the owner's own handle: it may be a console, and a conso
 its holder read the screen or inject input into it. Instead the child gets a pipe, and a relay
 thread copies between that pipe and the owner's descriptor 0, 1 or 2. The relays start only once
 the child exists (`start_relays`): before, a stdin relay would take the owner's input for a child
-that never comes.
+that never comes. A relay passes bytes as they are, as the child's own inherited console handle
+would (`_copy`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
-import shutil
 import subprocess
 import threading
 from typing import IO
@@ -41,7 +40,6 @@ class ChildStdio:
                 ends.append(ends[1] if merged else self._child_end(index, spec))
                 self.handles.append(_inheritable(ends[index]))
         except BaseException:  # (a later spec failed: nothing made for the earlier ones stays)
-            self.close_child_ends()
             self.close()
             raise
 
@@ -69,8 +67,10 @@ class ChildStdio:
             self._relay(index, ours)
 
     def close(self) -> None:
-        """Close our ends: the files, and the pipes of relays that never started (for a
-        launch that failed)."""
+        """Close everything still held, for a launch that failed: the child's ends (if the
+        launch failed before handing them over), our files, and the pipes of relays that
+        never started."""
+        self.close_child_ends()
         for file in self.files:
             if file is not None:
                 file.close()
@@ -80,14 +80,8 @@ class ChildStdio:
 
     def _relay(self, index: int, ours: int) -> None:
         source, target = (index, ours) if index == 0 else (ours, index)
-
-        def copy() -> None:  # unbuffered, so output is relayed as it comes
-            with contextlib.suppress(OSError), \
-                    open(source, "rb", buffering=0, closefd=source == ours) as src, \
-                    open(target, "wb", buffering=0, closefd=target == ours) as dst:
-                shutil.copyfileobj(src, dst, 65536)
-
-        thread = threading.Thread(target=copy, name=f"stockade-relay-{index}", daemon=True)
+        thread = threading.Thread(target=_copy, args=(source, target, ours),
+                                  name=f"stockade-relay-{index}", daemon=True)
         thread.start()
         if index:
             self._outputs.append(thread)  # the stdin relay ends with the owner's stdin
@@ -105,6 +99,22 @@ class ChildStdio:
         """Wait (briefly) for the output relays to drain once the tree is gone."""
         for thread in self._outputs:
             thread.join(_RELAY_JOIN)
+
+
+def _copy(source: int, target: int, ours: int) -> None:
+    """Copy bytes from `source` to `target` as they come, until either end closes; then close
+    `ours`. The bytes are passed as they are, through the descriptors themselves (ReadFile,
+    WriteFile): a file object opened on a console descriptor would be a console reader or
+    writer that takes the bytes as UTF-8 (CPython's _WindowsConsoleIO), garbling a child's
+    output in its code page, which a console shows as it would the child's own."""
+    try:
+        while chunk := os.read(source, 65536):
+            while chunk:  # (a console write may take only part: CPython caps it at 32767)
+                chunk = chunk[os.write(target, chunk):]
+    except OSError:
+        pass  # either end went away: the relay is over
+    finally:
+        os.close(ours)
 
 
 def _inheritable(fd: int) -> int:
