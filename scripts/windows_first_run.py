@@ -76,7 +76,7 @@ def host_verdict(facts: dict[str, object]) -> tuple[bool, str]:
     (docs/windows.md)."""
     note = ", ".join(f"{k} {v}" for k, v in facts.items())
     if facts["in_job"]:
-        note += " (in a Job: the probe's job_ui_restrictions says whether UI limits held)"
+        note += " (already in a Job: the probe's job_ui_restrictions says whether UI limits held)"
     return int(str(facts["build"])) >= 17763, note
 
 

@@ -42,7 +42,7 @@ class FileHandles:
 
     def CreateFileW(self, path, access, share, security, disposition, flags, template):  # noqa: N802
         try:
-            node = self.tree._node(path)
+            node = self.tree.node(path)
         except FileNotFoundError:
             error = FileNotFoundError(2, f"CreateFileW: {path}")
             error.winerror = 2
@@ -70,7 +70,7 @@ class FileHandles:
         return self._answer(self.handles[handle], dacl, descriptor)
 
     def GetNamedSecurityInfoW(self, path, kind, info, owner, group, dacl, sacl, descriptor):  # noqa: N802
-        return self._answer(self.tree._node(path), dacl, descriptor)
+        return self._answer(self.tree.node(path), dacl, descriptor)
 
     def GetSecurityDescriptorControl(self, descriptor, control, revision):  # noqa: N802
         out(control, c.SE_DACL_PROTECTED if self.descriptors[descriptor.value][1] else 0)
@@ -98,7 +98,7 @@ class FileHandles:
         return self._stat(self.handles[self.fds[fd]]) if fd in self.fds else real(fd)
 
     def lstat(self, path, real=os.lstat):
-        return self._stat(self.tree._node(path)) if path.startswith("C:\\") else real(path)
+        return self._stat(self.tree.node(path)) if path.startswith("C:\\") else real(path)
 
     @staticmethod
     def _stat(node: Node) -> types.SimpleNamespace:
@@ -119,12 +119,12 @@ def handles(monkeypatch) -> FileHandles:
 
 def swap(tree: FakeTree, path: str, intruder: str) -> None:
     """`intruder` renamed into `path`'s place (the admitted file moved aside)."""
-    moved = tree.nodes.pop(path.casefold())
+    moved = tree.nodes.pop(tree.key(path))
     moved.path = path + ".old"
-    tree.nodes[moved.path.casefold()] = moved
-    node = tree.nodes.pop(intruder.casefold())
+    tree.nodes[tree.key(moved.path)] = moved
+    node = tree.nodes.pop(tree.key(intruder))
     node.path = path
-    tree.nodes[path.casefold()] = node
+    tree.nodes[tree.key(path)] = node
 
 
 def test_a_grant_goes_through_the_handle_to_the_file_admitted(handles):
@@ -134,10 +134,10 @@ def test_a_grant_goes_through_the_handle_to_the_file_admitted(handles):
     (refused, or the intruder granted)."""
     tree = handles.tree
     root, intruder = "C:\\Users\\u\\ws\\src", "C:\\Users\\u\\outside"
-    admitted, stranger = tree.nodes[root.casefold()], tree.nodes[intruder.casefold()]
+    admitted, stranger = tree.nodes[tree.key(root)], tree.nodes[tree.key(intruder)]
     before = stranger.explicit
     handles.after_open = lambda path: swap(tree, root, intruder) if path == root else None
-    walked = {root.casefold(): admitted.file_id}
+    walked = {root: admitted.file_id}
     step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, False, False))
     added = []
     grants.apply([step], PACKAGE, aclstore.WindowsAclStore(),
@@ -153,23 +153,23 @@ def test_a_grant_goes_through_the_handle_to_the_file_admitted(handles):
 def test_revert_acts_on_the_opened_file_and_refuses_another(handles):
     tree = handles.tree
     root = "C:\\Users\\u\\ws\\src"
-    node = tree.nodes[root.casefold()]
+    node = tree.nodes[tree.key(root)]
     store = aclstore.WindowsAclStore()
     step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, False, False))
     added = []
     grants.apply([step], PACKAGE, store, types.SimpleNamespace(
         add=lambda *record: added.append(record)),
-        lambda path: contextlib.nullcontext(), {root.casefold(): node.file_id})
+        lambda path: contextlib.nullcontext(), {root: node.file_id})
     (_, _, detail), = added
-    stranger = tree.nodes["c:\\users\\u\\outside"]
-    tree.nodes[root.casefold()] = stranger  # (another file at the name)
+    stranger = tree.node("C:\\Users\\u\\outside")
+    tree.nodes[tree.key(root)] = stranger  # (another file at the name)
     before = stranger.explicit
     with pytest.raises(RemovalError):
         grants.revert(root, detail, store)
     assert stranger.explicit == before and acl.allowed(tree.read_node(node).aces, PACKAGE) == RX
-    tree.nodes[root.casefold()] = node  # (the admitted file back at its name)
+    tree.nodes[tree.key(root)] = node  # (the admitted file back at its name)
     grants.revert(root, detail, store)
     assert tree.access(root, PACKAGE) == 0
-    del tree.nodes[root.casefold()]
+    del tree.nodes[tree.key(root)]
     grants.revert(root, detail, store)  # gone: done
     assert [path for path, _, _ in handles.opened] == [root] * 3

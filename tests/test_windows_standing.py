@@ -98,12 +98,12 @@ def test_a_root_with_anything_of_the_request_inside_is_the_launchs_own_grant(gra
 def test_a_replaced_root_or_a_reset_dacl_is_granted_anew(grants):
     tree = workspace()
     (first,) = launch(tree, grants)[0].capabilities
-    tree.nodes[PY.casefold()].explicit = ()  # (icacls /reset, say)
+    tree.node(PY).explicit = ()  # (icacls /reset, say)
     (again,) = launch(tree, grants)[0].capabilities
     assert again == first and tree.access(PY, first) == RX
-    tree.nodes.pop(PY.casefold())  # (reinstalled: another directory there)
+    tree.nodes.pop(tree.key(PY))  # (reinstalled: another directory there)
     tree.add(PY, owner=USER)
-    tree.nodes[PY.casefold()].file_id = "1:fff0"
+    tree.node(PY).file_id = "1:fff0"
     (other,) = launch(tree, grants)[0].capabilities
     assert other != first and tree.access(PY, other) == RX and not tree.access(PY, first)
     with open(grants._path(PY)) as f:

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import lease, removers, statedir
 from stockade.windows import aceplan, admission, grants
@@ -44,7 +45,7 @@ def capability_sid(user_sid: str, root: str, file_id: str) -> str:
     """The capability that reads `root` while it is the file `file_id`: a new file at that
     path (an interpreter reinstalled) gets another, so an entry left on the old one is of use
     to no later launch."""
-    digest = hashlib.sha256(f"stockade-runtime\0{user_sid}\0{root.casefold()}\0{file_id}"
+    digest = hashlib.sha256(f"stockade-runtime\0{user_sid}\0{upcase(root)}\0{file_id}"
                             .encode()).digest()
     words = [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4)]
     return "S-1-15-3-1024-" + "-".join(map(str, words))
@@ -84,7 +85,7 @@ class StandingGrants:
 
     def _path(self, root: str) -> str:
         return os.path.join(self.directory,
-                            hashlib.sha256(root.casefold().encode()).hexdigest() + ".json")
+                            hashlib.sha256(upcase(root).encode()).hexdigest() + ".json")
 
     def load(self, root: str) -> dict | None:
         try:
@@ -118,7 +119,7 @@ class StandingGrants:
             capability = capability_sid(user_sid, root, file_id)
             step = aceplan.Step(root, aceplan.GRANT, _aces(capability))
             grants.apply([step], capability, store, _Writer(self, root, capability), lock,
-                         {root.casefold(): file_id})
+                         {root: file_id})
             return capability
 
     def revoke_all(self, store: AclStore, lock: Lock) -> list[str]:
