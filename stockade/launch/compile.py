@@ -20,7 +20,7 @@ from stockade.launch import homecode, hostcode
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import inside
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
-from stockade.lifecycle import aliases
+from stockade.lifecycle import aliases, statedir
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
 from stockade.policy.presets import DENY_FILES
@@ -30,8 +30,6 @@ PLACEHOLDERS = ("workspace", "tmp", "home")
 
 
 def _key_dir() -> str:
-    from stockade.lifecycle import statedir
-
     return statedir.key_dir()
 
 
@@ -106,7 +104,7 @@ def compile_policy(
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
     state, places = _stockade_state(ctx, read, write, home)
-    deny = _denied(fs.deny, ctx, write) + state
+    deny = _denied(fs.deny, ctx, write, read) + state
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -290,34 +288,72 @@ def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
     return next((root.path for root in roots if _inside(path, root.path)), None)
 
 
-def _denied(paths: tuple[str, ...], ctx: CompileContext,
-            write: tuple[PathGrant, ...]) -> tuple[PathGrant, ...]:
-    """The denied paths that exist. One that does not exist inside a write root could be
-    created by the command, and no mount can cover a name that is not there: refused, once,
-    naming every such path and one command that makes them all."""
-    grants = []
-    missing = []
-    for raw in map(os.fspath, paths):
-        alias = expand(raw.removeprefix("?"), ctx)
+def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant, ...],
+            read: tuple[PathGrant, ...] = ()) -> tuple[PathGrant, ...]:
+    """The denied paths that exist, each under every name it has: a path of the home in each
+    of this user's homes ($HOME and the password database's: sudo -E, a CI runner or a tool
+    may set HOME elsewhere, issue 29 dn4), and each other name a root shows it by (a bind
+    mount of it or of a directory above it, aliases.within, dn5). One that does not exist
+    inside a write root, under any of its names, could be created by the command, and no
+    mount can cover a name that is not there: refused, once, naming every such path and one
+    command that makes them all. A root that lies inside a denied path under another name is
+    refused as one inside it by its own is (_check_overlaps)."""
+    grants: dict[str, PathGrant] = {}
+    missing: dict[str, tuple[str, str]] = {}
+    mounts = aliases.table()
+    for alias in dict.fromkeys(name for raw in map(os.fspath, paths)
+                               for name in _in_every_home(raw.removeprefix("?"), ctx)):
         try:
-            grants.append(PathGrant(path=canonical_path(alias), alias=alias))
-            continue
+            canonical = canonical_path(alias)
         except OSError:
-            pass
-        holder = _holder(os.path.realpath(alias), write)
+            canonical = None
+        resolved = canonical or os.path.realpath(alias)
+        names = _names_in(resolved, read + write, mounts)
+        if canonical is not None:
+            grants.setdefault(canonical, PathGrant(path=canonical, alias=alias))
+            grants.update({name: PathGrant(path=name, alias=name) for name in names
+                           if name not in grants and os.path.lexists(name)})
+            continue
+        holder = _holder(resolved, write) or next(
+            (root.path for root in write if any(_inside(name, root.path) for name in names)),
+            None)
         if holder is not None:
-            missing.append((alias, holder))
+            missing.setdefault(resolved, (alias, holder))
+    for root in read + write:
+        for hidden in grants:
+            if any(name != root.path for name in aliases.within(hidden, root.path, mounts)):
+                raise PolicyError(f"root {root.path} lies inside denied path {hidden} (a "
+                                  f"mount shows it there)", key="filesystem.deny")
     if missing:
-        holders = dict.fromkeys(holder for _, holder in missing)
+        holders = dict.fromkeys(holder for _, holder in missing.values())
         listed = "; ".join(f"in the write root {holder}: "
-                           + ", ".join(alias for alias, held in missing if held == holder)
+                           + ", ".join(alias for alias, held in missing.values()
+                                       if held == holder)
                            for holder in holders)
         raise UnenforceableError(
             "filesystem.deny",
             f"the command could create these denied paths, which do not exist ({listed}); "
-            f"make them first, with {_make_all(alias for alias, _ in missing)}, or choose a "
-            f"workspace that holds none of them")
-    return tuple(grants)
+            f"make them first, with {_make_all(alias for alias, _ in missing.values())}, or "
+            f"choose a workspace that holds none of them")
+    return tuple(grants.values())
+
+
+def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:
+    """`raw` expanded; one of the home (`{home}`, `~`) in each home of this user, $HOME's
+    first."""
+    if not (raw == "~" or raw.startswith(("~/", "{home}/")) or raw == "{home}"):
+        return [expand(raw, ctx)]
+    homes = dict.fromkeys(os.path.normpath(home) for home in (ctx.home, statedir.passwd_home())
+                          if os.path.isabs(home))
+    return [expand(raw, replace(ctx, home=home)) for home in homes]
+
+
+def _names_in(place: str, roots: tuple[PathGrant, ...], mounts: aliases.Mounts) -> list[str]:
+    """Every other name (than `place`) the `roots` show `place` by, and each mount point in
+    them that shows a part of it (aliases.within, aliases.parts_within)."""
+    found = (name for root in roots for name in [*aliases.within(root.path, place, mounts),
+                                                 *aliases.parts_within(root.path, place, mounts)])
+    return [name for name in dict.fromkeys(found) if name != place]
 
 
 def _make_all(aliases: Iterable[str]) -> str:
@@ -394,7 +430,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
     inside a write root is made now, so it can be masked. The run's own private home (`home`)
     is the only root granted inside one: no sandbox reaches another workspace's home, to plant
     what that workspace's next run reads."""
-    from stockade.lifecycle import homes, statedir
+    from stockade.lifecycle import homes
 
     grants = []
     places = []

@@ -69,17 +69,45 @@ def within(root: str, place: str, mounts: Mounts) -> list[str]:
     return found
 
 
-def _names(place: str, mounts: Mounts) -> list[str]:
-    """`place`'s path under each mount of its filesystem that shows it."""
+def parts_within(root: str, place: str, mounts: Mounts) -> list[str]:
+    """Every mount point at or below `root` that shows a part of `place` (what lies below it:
+    a key file of a denied directory bound into a root): believed when lstat finds there what
+    it finds at that part's path below `place`."""
+    found = []
+    for inner, device in _inner(place, mounts):
+        for m in mounts.of[device]:
+            if m.top != inner and _at_or_below(m.top, inner) and _at_or_below(m.point, root) \
+                    and _identical(m.point, os.path.join(
+                        place, _below(m.top, inner))):
+                found.append(m.point)
+    return found
+
+
+def _identical(name: str, path: str) -> bool:
+    try:
+        return os.path.samestat(os.lstat(name), os.lstat(path))
+    except OSError:
+        return False
+
+
+def _inner(place: str, mounts: Mounts) -> list[tuple[str, str]]:
+    """`place`'s path inside its filesystem and that filesystem's device (none if no mount
+    holds it)."""
     point = place
     while point not in mounts.at:
         if point == "/":
             return []
         point = os.path.dirname(point)
     mount = mounts.at[point]
-    inner = os.path.normpath(os.path.join(mount.top, _below(place, mount.point)))
+    return [(os.path.normpath(os.path.join(mount.top, _below(place, mount.point))),
+             mount.device)]
+
+
+def _names(place: str, mounts: Mounts) -> list[str]:
+    """`place`'s path under each mount of its filesystem that shows it."""
     return [os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
-            for m in mounts.of[mount.device] if _at_or_below(inner, m.top)]
+            for inner, device in _inner(place, mounts)
+            for m in mounts.of[device] if _at_or_below(inner, m.top)]
 
 
 def _same(name: str, place: str) -> bool:

@@ -1,0 +1,145 @@
+"""A denied path is denied under every name a command could reach it by (issue 29, attack 7):
+in each home of the user, when $HOME is not the home the password database names (sudo -E, a
+CI runner, a tool that sets HOME: dn4), and at each other path a root shows it at, a bind
+mount of the home or of the denied path itself (dn5), in both isolations. Real children; every
+check of what happened is made on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import ATTEMPT, PYTHON, PYTHON_ROOT, policy_for
+
+import stockade
+from stockade.lifecycle import statedir
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+SECRET = "deny-every-name-SECRET\n"
+# One line per path: `path: DONE` (read) or `path: ERRNO`.
+READ = ATTEMPT + """
+import sys
+for path in sys.argv[1:]:
+    attempt(path, lambda: open(path).read())
+"""
+
+
+def lines(result: stockade.Result) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in result.stdout.decode().splitlines())
+
+
+@pytest.fixture(params=["namespaces", "landlock"])
+def isolation(request) -> str:
+    return request.param
+
+
+def real_home(tmp_path: Path) -> Path:
+    """A home holding a key in .ssh (denied by every preset) and a note (not denied)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "id_test").write_text(SECRET)
+    (home / "notes").write_text("everyday\n")
+    return home
+
+
+def test_the_password_databases_home_is_denied_whatever_home_says(tmp_path, monkeypatch,
+                                                                   isolation):
+    """dn4: HOME names another directory than the password database's home; the read-only
+    preset's workspace is the password database's home. Its ~/.ssh stays masked (failed
+    before: the key was read, the deny defaults' {home} being $HOME only), the rest of the
+    home is read, and the key is unchanged."""
+    home = real_home(tmp_path)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.setattr(statedir, "passwd_home", lambda uid=None: str(home))
+    monkeypatch.setenv("HOME", str(other))
+    policy = replace(policy_for("read-only"), isolation=isolation)
+    r = stockade.run([PYTHON, "-c", READ, ".ssh/id_test", "notes"], policy, workspace=home)
+    assert r.exit_code == 0, r.stderr
+    assert lines(r) == {".ssh/id_test": "EACCES", "notes": "DONE"}, r.stdout
+    assert (home / ".ssh" / "id_test").read_text() == SECRET
+
+
+def test_a_missing_store_of_the_password_databases_home_in_a_write_root_is_refused(
+        tmp_path, monkeypatch):
+    """dn4: the same with the home as a write root and no ~/.aws there: the command could make
+    it, so the launch is refused as it is when HOME names that home (failed before: it ran)."""
+    home = real_home(tmp_path)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.setattr(statedir, "passwd_home", lambda uid=None: str(home))
+    monkeypatch.setenv("HOME", str(other))
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        stockade.run([PYTHON, "-c", "pass"], policy_for(home="host"), workspace=home)
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    assert f"{home}/.aws" in refused.value.message
+    assert not (home / ".aws").exists()
+
+
+# In a private mount namespace (the mounts are seen by nothing else): a home bound at a second
+# path and its .ssh at a third, a key file of it bound into a read root; one run per case,
+# reading the key by each name, its .ssh denied (by path: HOME stays the host's, whose state
+# directory the landlock tier refuses in a root); what each run did, as JSON.
+CHILD = """
+import json, os, subprocess, sys
+from dataclasses import replace
+import stockade
+from stockade.policy import preset
+home, alias, keys, other, isolation, read = sys.argv[1:7]
+subprocess.run(["mount", "--bind", home, alias], check=True)
+subprocess.run(["mount", "--bind", home + "/.ssh", keys], check=True)
+subprocess.run(["mount", "--bind", home + "/.ssh/id_test", other + "/key"], check=True)
+found = {}
+for case, workspace, roots in (("alias as workspace", alias, []),
+                               ("alias as a read root", other, [alias]),
+                               ("the keys as a read root", other, [keys])):
+    base = preset("read-only")
+    fs = replace(base.filesystem, read=base.filesystem.read + tuple(json.loads(read) + roots),
+                 deny=base.filesystem.deny + (home + "/.ssh",))
+    names = [alias + "/.ssh/id_test", alias + "/notes"] + (
+        [other + "/key", other + "/notes"] if workspace == other else [])
+    try:
+        r = stockade.run([sys.executable, "-c", sys.argv[7], *names],
+                         replace(base, filesystem=fs, isolation=isolation),
+                         workspace=workspace, text=True)
+        found[case] = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    except stockade.StockadeError as exc:
+        found[case] = exc.code
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+def test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it(tmp_path, isolation):
+    """dn5: a home bound at a second path, that path the workspace or a read root, and
+    a key file of its .ssh bound into the workspace: the key is masked at each name (failed
+    before: read at every one), the home's other files are read, and a read root that is
+    .ssh itself under another path is refused, typed, as .ssh itself would be."""
+    home = real_home(tmp_path)
+    alias, keys, other = tmp_path / "alias", tmp_path / "keys", tmp_path / "other"
+    for directory in (alias, keys, other):
+        directory.mkdir()
+    (other / "key").touch()
+    (other / "notes").write_text("everyday\n")
+    read = [] if PYTHON_ROOT.startswith("/usr") else [PYTHON_ROOT]
+    # (the package these tests import: a mutant's copy's, scripts/mutants.py)
+    env = {**os.environ, "PYTHONPATH": str(Path(stockade.__file__).parent.parent)}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", PYTHON, "-c", CHILD,
+                           str(home), str(alias), str(keys), str(other), isolation,
+                           json.dumps(read), READ], capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    key, note = f"{alias}/.ssh/id_test", f"{alias}/notes"
+    assert found["alias as workspace"] == {key: "EACCES", note: "DONE"}, found
+    assert found["alias as a read root"] == {key: "EACCES", note: "DONE",
+                                             f"{other}/key": "EACCES",
+                                             f"{other}/notes": "DONE"}, found
+    assert found["the keys as a read root"] == "policy_invalid", found
+    assert (home / ".ssh" / "id_test").read_text() == SECRET
+    assert not os.listdir(alias) and not os.listdir(keys)  # (the mounts were the child's own)
