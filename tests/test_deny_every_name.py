@@ -143,3 +143,69 @@ def test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it(tmp_path, i
     assert found["the keys as a read root"] == "policy_invalid", found
     assert (home / ".ssh" / "id_test").read_text() == SECRET
     assert not os.listdir(alias) and not os.listdir(keys)  # (the mounts were the child's own)
+
+
+# The host's secrets in /etc the presets deny (dn1), one canary each where a host keeps one.
+ETC_SECRETS = ("wireguard/wg0.conf", "NetworkManager/system-connections/home.nmconnection",
+               "wpa_supplicant/wpa_supplicant.conf", "netplan/50-wifi.yaml",
+               "openvpn/client/vpn.key", "ipsec.secrets", "ipsec.d/private/host.pem",
+               "swanctl/private/host.pem", "strongswan/ipsec.secrets", "ppp/chap-secrets",
+               "ppp/pap-secrets", "kubernetes/admin.conf", "kubernetes/pki/ca.key",
+               "rancher/k3s/k3s.yaml", "mysql/debian.cnf", "pki/tls/private/host.key",
+               "pki/CA/private/ca.key", "letsencrypt/live/example.org/privkey.pem",
+               "krb5.keytab", "sssd/sssd.conf", "libvirt/secrets/0.base64")
+
+# In a private mount namespace: /etc overlaid with a canary (mode 0600) at each of those
+# places, seen by nothing else; a run of a preset reading each (`/etc/NAME: DONE` or ERRNO).
+ETC_CHILD = """
+import os, subprocess, sys
+from dataclasses import replace
+import stockade
+from stockade.policy import preset
+upper, work, isolation, script, *names = sys.argv[1:]
+subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                f"lowerdir=/etc,upperdir={upper},workdir={work}", "/etc"], check=True)
+r = stockade.run([sys.executable, "-c", script, *("/etc/" + name for name in names)],
+                 replace(preset("workspace-write"), isolation=isolation), workspace=os.getcwd())
+sys.stdout.write(r.stdout.decode())
+"""
+
+
+@pytest.mark.root_only("an overlay on /etc in a mount namespace of the test's own needs root; "
+                       "the files are root's own, which a rootless sandbox cannot read anyway")
+def test_the_hosts_secrets_in_etc_are_denied_to_root(ws, tmp_path, isolation):
+    """dn1: root in a sandbox reads what root reads; the presets deny the private keys and
+    passwords a host keeps in /etc (VPNs, Wi-Fi, cluster admin credentials, MySQL's service
+    account, TLS keys). Each canary is unreadable (failed before: all but none read), and
+    /etc's other files are read."""
+    workspace, _ = ws
+    upper, work = tmp_path / "upper", tmp_path / "work"
+    work.mkdir()
+    for name in ETC_SECRETS:
+        (upper / name).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (upper / name).write_text(SECRET)
+        (upper / name).chmod(0o600)
+    env = {**os.environ, "PYTHONPATH": str(Path(stockade.__file__).parent.parent)}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", PYTHON, "-c",
+                           ETC_CHILD, str(upper), str(work), isolation, READ, *ETC_SECRETS,
+                           "hostname" if os.path.exists("/etc/hostname") else "passwd"],
+                          capture_output=True, text=True, timeout=120, env=env,
+                          cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    found = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert found.pop("/etc/hostname", found.pop("/etc/passwd", None)) == "DONE", found
+    assert found == {f"/etc/{name}": "EACCES" for name in ETC_SECRETS}, found
+
+
+def test_a_missing_default_costs_no_mask_and_refuses_nothing(ws):
+    """dn1: a default denied path the host does not have is no mask and no refusal: on this
+    host (which has none of VPN, cluster or database secrets, say) every preset compiles,
+    with only what exists to mask."""
+    from stockade.launch.compile import CompileContext, compile_policy
+    from stockade.policy.presets import PRESET_DOCUMENTS
+
+    workspace, _ = ws
+    for name in PRESET_DOCUMENTS:
+        request = compile_policy(stockade.preset(name), ["true"],
+                                 CompileContext.current(workspace))
+        assert all(os.path.lexists(grant.path) for grant in request.deny), name
