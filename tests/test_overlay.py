@@ -767,3 +767,27 @@ def test_a_finished_runs_lock_held_a_moment_longer_is_waited_out(project):
         holder.kill()
         holder.wait(timeout=10)
     result.changes.discard()
+
+
+def test_a_directory_replaced_by_a_file_and_back_is_applied_without_a_false_conflict(ws):
+    """ov2: `rm -rf d; echo x > d` (and a file made a directory) in the overlay: the review
+    lists the deletion and the addition at the same path, and apply lands both (failed
+    before: refused, "d: created on the host since the run started", though the host did
+    nothing); a host that did change what the run replaced is still a conflict."""
+    root, _ = ws
+    (root / "d").mkdir()
+    (root / "d" / "v").write_text("v\n")
+    (root / "f").write_text("f\n")
+    result = overlay(root, "rm -rf d f && echo x > d && mkdir f && echo y > f/y")
+    assert result.returncode == 0, result.stderr
+    result.changes.apply()
+    assert (root / "d").read_text() == "x\n" and (root / "f" / "y").read_text() == "y\n"
+    assert sorted(os.listdir(root)) == ["d", "f"]
+    result = overlay(root, "rm -rf f && echo z > f")
+    assert result.returncode == 0, result.stderr
+    (root / "f" / "theirs").write_text("made on the host meanwhile\n")
+    with pytest.raises(ChangesError) as refused:
+        result.changes.apply()
+    assert refused.value.code == "changes_conflict"
+    assert (root / "f" / "theirs").exists()
+    result.changes.discard()

@@ -165,6 +165,9 @@ def conflicts(changes: list[Change], base: dict[str, dict[str, Fingerprint]]) ->
     """The changes whose host entry changed since the run started, each as one line."""
     found = []
     adding = {(c.root, c.rel) for c in changes if c.kind != "deleted" and c.type == "dir"}
+    # (what the run replaced by another type, `rm -rf d; echo x > d`: its deletion's own check
+    # says whether the host changed it, issue 29 ov2)
+    replaced = {(c.root, c.rel) for c in changes if c.kind == "deleted"}
     for change in changes:
         was = base[change.root]
         host = change.path
@@ -193,6 +196,8 @@ def conflicts(changes: list[Change], base: dict[str, dict[str, Fingerprint]]) ->
             continue
         if change.kind == "added" and change.type == "dir" and _is_dir(now):
             continue  # made on both sides: its contents are checked one by one
+        if change.kind == "added" and (change.root, change.rel) in replaced:
+            continue
         if change.kind == "added" or fingerprint(now) != was.get(change.rel):
             if not same_as_host(change.upper, host):
                 what = "created" if change.kind == "added" else "changed"
