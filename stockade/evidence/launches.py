@@ -102,7 +102,7 @@ def argv_for(row: Row, scene: Scene, arguments: Sequence[str] | None = None) -> 
 def context_for(scene: Scene, workspace: Path | None = None) -> CompileContext:
     return CompileContext(workspace=str(workspace or scene.ws), home=str(scene.home),
                           tmp=tempfile.gettempdir(), host_env=scene.host_env,
-                          key_dir=scene.key_dir)
+                          key_dir=scene.key_dir, passwd_home=scene.passwd_home)
 
 
 def request_for(row: Row, scene: Scene, argv: list[str], workspace: Path | None = None

@@ -55,6 +55,10 @@ class Scene:
         # the matrix's, and a home there would show its path in the view; a setup may name
         # another)
         self.key_dir = str(self.root / "keys" / "stockade")
+        # The home the password database names (the denied paths of the home are denied there
+        # too, whatever HOME says): the scene's, as the user's is never the matrix's; a setup
+        # may name another.
+        self.passwd_home = str(self.home)
         self.secrets = [self.secret]         # must never appear in the child's output
         self.stdin: str | None = None        # "inherit" to hand the child our stdin
         self.cancel: threading.Event | None = None

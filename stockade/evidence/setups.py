@@ -34,6 +34,7 @@ from stockade.evidence.watch import (
     AppendedFile,
     AtMost,
     Attributes,
+    BindMount,
     CallerTerminal,
     Heartbeat,
     HostTerminal,
@@ -563,6 +564,33 @@ def fake_home(scene: Scene) -> None:
     # the attack: in the home when the scene's seal key's directory is in it)
     ignored = os.path.relpath(scene.key_dir + SUFFIX, scene.home)
     scene.watch(Unchanged(scene.home, "home", () if ignored.startswith("..") else (ignored,)))
+
+
+def passwd_home(scene: Scene) -> None:
+    """A home the password database names (the scene's `passwd_home`) that HOME does not
+    (sudo -E, a CI runner, a tool that sets HOME), holding the credential stores the presets
+    deny, each with a secret."""
+    for name in HOME_SECRETS:
+        scene.plant_secret(f"passwd-home/{name}")
+    scene.passwd_home = scene.values["passwd_home"] = str(scene.root / "passwd-home")
+    scene.watch(Unchanged(scene.root / "passwd-home", "the password database's home"))
+
+
+def bound_vault(scene: Scene) -> None:
+    """Secrets in a vault at paths the row's policy denies (a directory and a file), the
+    vault bound at a second path and its key bound on a file of the workspace (bind mounts on
+    the host, root's, undone after)."""
+    scene.plant_secret("vault/keys/id")
+    scene.plant_secret("vault/token")
+    scene.plant("ws/bound")
+    (scene.root / "alias").mkdir()
+    for source, point in ((scene.root / "vault", scene.root / "alias"),
+                          (scene.root / "vault" / "keys" / "id", scene.ws / "bound")):
+        bound = scene.watch(BindMount(source, point))
+        if not bound.made:
+            raise NotRunnable(f"cannot bind {source} at {point}: {bound.why}")
+    scene.values.update(vault=str(scene.root / "vault"), alias=str(scene.root / "alias"))
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
 
 
 def _stockade_made(scene: Scene) -> tuple[str, ...]:

@@ -305,6 +305,29 @@ class NoMounts(Watch):
         return Finding(True, "no host mount appeared")
 
 
+class BindMount(Watch):
+    """`source` shown at `point` too (root: a bind mount on the host) while the row runs, as
+    an administrator binds a home or a key elsewhere; undone when the scene closes, before
+    its tree is removed. The verdict: the mount was still there after the attack."""
+
+    def __init__(self, source: Path, point: Path) -> None:
+        self.point = point
+        done = subprocess.run(["mount", "--bind", str(source), str(point)], check=False,
+                              capture_output=True, text=True)
+        self.made = done.returncode == 0
+        self.why = done.stderr.strip()
+
+    def finish(self) -> Finding:
+        if str(self.point) in mounts_under(self.point):
+            return Finding(True, f"{self.point} stayed bound")
+        return Finding(False, f"{self.point} is no longer bound", error=True)
+
+    def close(self) -> None:
+        if self.made:
+            subprocess.run(["umount", "-l", str(self.point)], check=False, capture_output=True)
+            self.made = False
+
+
 class Heartbeat(Watch):
     """Starts `true` on the host every 50 ms during the attack; reports the worst latency."""
 

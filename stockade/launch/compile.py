@@ -33,6 +33,10 @@ def _key_dir() -> str:
     return statedir.key_dir()
 
 
+def _passwd_home() -> str:
+    return statedir.passwd_home()
+
+
 @dataclass(frozen=True)
 class CompileContext:
     """Where placeholders point. Defaults: the current directory, the temp dir, the home dir."""
@@ -44,6 +48,9 @@ class CompileContext:
     # The seal key's directory, beside which the private homes lie (statedir.key_dir, from the
     # password database, never from host_env; the evidence's scenes name one of their own).
     key_dir: str = field(default_factory=_key_dir)
+    # The home the password database names, whatever HOME says: the denied paths of the home
+    # are denied there too ("" for none; the evidence's scenes name one of their own).
+    passwd_home: str = field(default_factory=_passwd_home)
 
     @classmethod
     def current(cls, workspace: str | os.PathLike | None = None) -> CompileContext:
@@ -343,7 +350,7 @@ def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:
     first."""
     if not (raw == "~" or raw.startswith(("~/", "{home}/")) or raw == "{home}"):
         return [expand(raw, ctx)]
-    homes = dict.fromkeys(os.path.normpath(home) for home in (ctx.home, statedir.passwd_home())
+    homes = dict.fromkeys(os.path.normpath(home) for home in (ctx.home, ctx.passwd_home)
                           if os.path.isabs(home))
     return [expand(raw, replace(ctx, home=home)) for home in homes]
 
