@@ -35,6 +35,7 @@ STATUS = "tests/test_linux_status.py::"
 CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
+DENIED = "tests/test_deny_every_name.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -374,6 +375,33 @@ MUTANTS: tuple[Mutant, ...] = (
            "        name for root in roots for name in aliases.within(root, resolved, mounts)}",
            "        name for root in () for name in aliases.within(root, resolved, mounts)}",
            (ALIAS + "test_apply_knows_the_home_through_a_bind_mount",)),
+    # --- issue 29, attack 7: a denied path under every name it has ----------------------------
+    Mutant("deny-home-from-env-only", "stockade/launch/compile.py",
+           "for home in (ctx.home, ctx.passwd_home)", "for home in (ctx.home,)",
+           (DENIED + "test_the_password_databases_home_is_denied_whatever_home_says[namespaces]",
+            DENIED + "test_a_missing_store_of_the_password_databases_home_in_a_write_root_is_"
+            "refused")),
+    Mutant("deny-alias-unmasked", "stockade/launch/compile.py",
+           "    found = (name for root in roots for name in [*aliases.within(root.path, place, "
+           "mounts),\n",
+           "    found = (name for root in roots for name in [\n",
+           (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
+            "[namespaces]",)),
+    Mutant("deny-bound-part-unmasked", "stockade/launch/compile.py",
+           "                                                 *aliases.parts_within(root.path, "
+           "place, mounts)])",
+           "                                                 ])",
+           (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
+            "[namespaces]",)),
+    Mutant("deny-default-wireguard-dropped", "stockade/policy/presets.py",
+           '    "/etc/wireguard", "/etc/NetworkManager/system-connections",',
+           '    "/etc/NetworkManager/system-connections",',
+           (DENIED + "test_the_hosts_secrets_in_etc_are_denied_to_root[namespaces]",)),
+    Mutant("apply-replaced-entry-conflicts", "stockade/lifecycle/changeapply.py",
+           "        if change.kind == \"added\" and (change.root, change.rel) in replaced:\n"
+           "            continue\n", "",
+           (OVERLAY + "test_a_directory_replaced_by_a_file_and_back_is_applied_without_a_false_"
+            "conflict",)),
     # --- issue 29 P1: reconcile prunes a home only when its workspace is plainly gone ----------
     Mutant("homes-pruned-on-any-error", "stockade/lifecycle/homes.py",
            "    except OSError:\n        return False\n    return False\n",
