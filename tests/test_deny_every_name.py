@@ -47,6 +47,13 @@ def real_home(tmp_path: Path) -> Path:
     return home
 
 
+def pretend_passwd_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The password database names `home` (and the seal key's place, which it would hold
+    rootless, a sibling: no root holds a state directory, which the landlock tier refuses)."""
+    monkeypatch.setattr(statedir, "passwd_home", lambda uid=None: str(home))
+    monkeypatch.setattr(statedir, "key_dir", lambda: str(home.parent / "keys" / "stockade"))
+
+
 def test_the_password_databases_home_is_denied_whatever_home_says(tmp_path, monkeypatch,
                                                                    isolation):
     """dn4: HOME names another directory than the password database's home; the read-only
@@ -56,7 +63,7 @@ def test_the_password_databases_home_is_denied_whatever_home_says(tmp_path, monk
     home = real_home(tmp_path)
     other = tmp_path / "elsewhere"
     other.mkdir()
-    monkeypatch.setattr(statedir, "passwd_home", lambda uid=None: str(home))
+    pretend_passwd_home(home, monkeypatch)
     monkeypatch.setenv("HOME", str(other))
     policy = replace(policy_for("read-only"), isolation=isolation)
     r = stockade.run([PYTHON, "-c", READ, ".ssh/id_test", "notes"], policy, workspace=home)
@@ -72,7 +79,7 @@ def test_a_missing_store_of_the_password_databases_home_in_a_write_root_is_refus
     home = real_home(tmp_path)
     other = tmp_path / "elsewhere"
     other.mkdir()
-    monkeypatch.setattr(statedir, "passwd_home", lambda uid=None: str(home))
+    pretend_passwd_home(home, monkeypatch)
     monkeypatch.setenv("HOME", str(other))
     with pytest.raises(stockade.UnenforceableError) as refused:
         stockade.run([PYTHON, "-c", "pass"], policy_for(home="host"), workspace=home)
