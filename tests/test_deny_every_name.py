@@ -158,9 +158,10 @@ ETC_SECRETS = ("wireguard/wg0.conf", "NetworkManager/system-connections/home.nmc
                "openvpn/client/vpn.key", "ipsec.secrets", "ipsec.d/private/host.pem",
                "swanctl/private/host.pem", "strongswan/ipsec.secrets", "ppp/chap-secrets",
                "ppp/pap-secrets", "kubernetes/admin.conf", "kubernetes/pki/ca.key",
-               "rancher/k3s/k3s.yaml", "mysql/debian.cnf", "pki/tls/private/host.key",
-               "pki/CA/private/ca.key", "letsencrypt/live/example.org/privkey.pem",
-               "krb5.keytab", "sssd/sssd.conf", "libvirt/secrets/0.base64")
+               "rancher/k3s/k3s.yaml", "mysql/debian.cnf", "mysql/conf.d/backup.cnf",
+               "pki/tls/private/host.key", "pki/CA/private/ca.key",
+               "letsencrypt/live/example.org/privkey.pem", "krb5.keytab", "sssd/sssd.conf",
+               "libvirt/secrets/0.base64")
 
 # In a private mount namespace: /etc overlaid with a canary (mode 0600) at each of those
 # places, seen by nothing else; a run of a preset reading each (`/etc/NAME: DONE` or ERRNO).

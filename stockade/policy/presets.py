@@ -47,19 +47,21 @@ DENY_DEFAULTS = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
     "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
     # (the host's private keys and passwords in /etc, which root reads in a sandbox too: VPNs,
-    # Wi-Fi, cluster admin credentials, service accounts; each skipped where it does not
-    # exist, at the cost of one failed open)
+    # Wi-Fi, cluster admin credentials, service accounts, whole where a directory mixes them
+    # with what else a tool there reads (MySQL's debian.cnf, a password in conf.d: clients
+    # skip a defaults file they cannot open); each skipped where it does not exist, at the
+    # cost of one failed open)
     "/etc/wireguard", "/etc/NetworkManager/system-connections", "/etc/wpa_supplicant",
     "/etc/netplan", "/etc/openvpn", "/etc/ipsec.secrets", "/etc/ipsec.d/private",
     "/etc/swanctl", "/etc/strongswan", "/etc/ppp/chap-secrets", "/etc/ppp/pap-secrets",
-    "/etc/kubernetes", "/etc/rancher", "/etc/mysql/debian.cnf", "/etc/pki/tls/private",
+    "/etc/kubernetes", "/etc/rancher", "/etc/mysql", "/etc/pki/tls/private",
     "/etc/pki/CA/private", "/etc/letsencrypt", "/etc/krb5.keytab", "/etc/sssd",
     "/etc/libvirt/secrets",
 )
 # The denied defaults that are files (the rest are directories): what a refusal of a missing
 # one tells the user to make empty (stockade/launch/compile.py).
 DENY_FILES = (".netrc", "_netrc", ".git-credentials", ".pypirc", "ipsec.secrets",
-              "chap-secrets", "pap-secrets", "debian.cnf", "krb5.keytab")
+              "chap-secrets", "pap-secrets", "krb5.keytab")
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
 WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")
 WINDOWS_DENY_DEFAULTS = (
