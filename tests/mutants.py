@@ -381,16 +381,20 @@ MUTANTS: tuple[Mutant, ...] = (
            (DENIED + "test_the_password_databases_home_is_denied_whatever_home_says[namespaces]",
             DENIED + "test_a_missing_store_of_the_password_databases_home_in_a_write_root_is_"
             "refused")),
-    Mutant("deny-alias-unmasked", "stockade/launch/compile.py",
-           "    found = (name for root in roots for name in [*aliases.within(root.path, place, "
-           "mounts),\n",
-           "    found = (name for root in roots for name in [\n",
+    Mutant("deny-alias-unmasked", "stockade/lifecycle/aliases.py",
+           "                if name != place and held(name) and _same(name, place):",
+           "                if False:",
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),
-    Mutant("deny-bound-part-unmasked", "stockade/launch/compile.py",
-           "                                                 *aliases.parts_within(root.path, "
-           "place, mounts)])",
-           "                                                 ])",
+    Mutant("deny-bound-part-unmasked", "stockade/lifecycle/aliases.py",
+           "            elif _at_or_below(m.top, inner) and held(m.point) \\\n",
+           "            elif False and held(m.point) \\\n",
+           (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
+            "[namespaces]",)),
+    Mutant("deny-alias-root-admitted", "stockade/launch/compile.py",
+           "            hidden = _holder(name, tuple(grants.values())) if name != root.path else "
+           "None\n",
+           "            hidden = None\n",
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),
     Mutant("deny-default-wireguard-dropped", "stockade/policy/presets.py",

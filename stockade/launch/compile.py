@@ -299,8 +299,9 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             read: tuple[PathGrant, ...] = ()) -> tuple[PathGrant, ...]:
     """The denied paths that exist, each under every name it has: a path of the home in each
     of this user's homes ($HOME and the password database's: sudo -E, a CI runner or a tool
-    may set HOME elsewhere, issue 29 dn4), and each other name a root shows it by (a bind
-    mount of it or of a directory above it, aliases.within, dn5). One that does not exist
+    may set HOME elsewhere, issue 29 dn4), and each other name a root shows it or a part of
+    it by (a bind mount of it, of a directory above it, of a file in it: aliases.seen, dn5),
+    each masked there. One that does not exist
     inside a write root, under any of its names, could be created by the command, and no
     mount can cover a name that is not there: refused, once, naming every such path and one
     command that makes them all. A root that lies inside a denied path under another name is
@@ -313,9 +314,13 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
         try:
             canonical = canonical_path(alias)
         except OSError:
+            if not write:  # (a missing one is no mask, and no command can make it)
+                continue
             canonical = None
         resolved = canonical or os.path.realpath(alias)
-        names = _names_in(resolved, read + write, mounts)
+        roots = read + write if canonical is not None else write
+        names = [name for name in aliases.seen(resolved, [root.path for root in roots], mounts)
+                 if name != resolved]
         if canonical is not None:
             grants.setdefault(canonical, PathGrant(path=canonical, alias=alias))
             grants.update({name: PathGrant(path=name, alias=name) for name in names
@@ -327,10 +332,11 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
         if holder is not None:
             missing.setdefault(resolved, (alias, holder))
     for root in read + write:
-        for hidden in grants:
-            if any(name != root.path for name in aliases.within(hidden, root.path, mounts)):
+        for name in aliases.within("/", root.path, mounts):
+            hidden = _holder(name, tuple(grants.values())) if name != root.path else None
+            if hidden is not None:
                 raise PolicyError(f"root {root.path} lies inside denied path {hidden} (a "
-                                  f"mount shows it there)", key="filesystem.deny")
+                                  f"mount shows it at {name})", key="filesystem.deny")
     if missing:
         holders = dict.fromkeys(holder for _, holder in missing.values())
         listed = "; ".join(f"in the write root {holder}: "
@@ -353,14 +359,6 @@ def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:
     homes = dict.fromkeys(os.path.normpath(home) for home in (ctx.home, ctx.passwd_home)
                           if os.path.isabs(home))
     return [expand(raw, replace(ctx, home=home)) for home in homes]
-
-
-def _names_in(place: str, roots: tuple[PathGrant, ...], mounts: aliases.Mounts) -> list[str]:
-    """Every other name (than `place`) the `roots` show `place` by, and each mount point in
-    them that shows a part of it (aliases.within, aliases.parts_within)."""
-    found = (name for root in roots for name in [*aliases.within(root.path, place, mounts),
-                                                 *aliases.parts_within(root.path, place, mounts)])
-    return [name for name in dict.fromkeys(found) if name != place]
 
 
 def _make_all(aliases: Iterable[str]) -> str:

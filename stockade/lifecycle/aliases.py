@@ -69,16 +69,23 @@ def within(root: str, place: str, mounts: Mounts) -> list[str]:
     return found
 
 
-def parts_within(root: str, place: str, mounts: Mounts) -> list[str]:
-    """Every mount point at or below `root` that shows a part of `place` (what lies below it:
-    a key file of a denied directory bound into a root): believed when lstat finds there what
-    it finds at that part's path below `place`."""
-    found = []
+def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
+    """Every path at or below one of `roots` at which `place` is seen (within(), for several
+    roots at once) and each mount point there that shows a part of it (a key file of a
+    denied directory bound into a root), believed when lstat finds there what it finds at
+    that part's path below `place`."""
+    def held(path: str) -> bool:
+        return any(_at_or_below(path, root) for root in roots)
+
+    found = [place] if held(place) else []
     for inner, device in _inner(place, mounts):
         for m in mounts.of[device]:
-            if m.top != inner and _at_or_below(m.top, inner) and _at_or_below(m.point, root) \
-                    and _identical(m.point, os.path.join(
-                        place, _below(m.top, inner))):
+            if _at_or_below(inner, m.top):
+                name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
+                if name != place and held(name) and _same(name, place):
+                    found.append(name)
+            elif _at_or_below(m.top, inner) and held(m.point) \
+                    and _identical(m.point, os.path.join(place, _below(m.top, inner))):
                 found.append(m.point)
     return found
 
