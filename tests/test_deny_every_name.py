@@ -104,7 +104,9 @@ subprocess.run(["mount", "--bind", home + "/.ssh/id_test", other + "/key"], chec
 found = {}
 for case, workspace, roots in (("alias as workspace", alias, []),
                                ("alias as a read root", other, [alias]),
-                               ("the keys as a read root", other, [keys])):
+                               ("the keys as a read root", other, [keys]),
+                               ("a directory of the keys as a read root", other,
+                                [keys + "/sub"])):
     base = preset("read-only")
     fs = replace(base.filesystem, read=base.filesystem.read + tuple(json.loads(read) + roots),
                  deny=base.filesystem.deny + (home + "/.ssh",))
@@ -126,8 +128,10 @@ def test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it(tmp_path, i
     """dn5: a home bound at a second path, that path the workspace or a read root, and
     a key file of its .ssh bound into the workspace: the key is masked at each name (failed
     before: read at every one), the home's other files are read, and a read root that is
-    .ssh itself under another path is refused, typed, as .ssh itself would be."""
+    .ssh, or a directory of it, under another path is refused, typed, as .ssh itself would
+    be."""
     home = real_home(tmp_path)
+    (home / ".ssh" / "sub").mkdir()
     alias, keys, other = tmp_path / "alias", tmp_path / "keys", tmp_path / "other"
     for directory in (alias, keys, other):
         directory.mkdir()
@@ -148,6 +152,7 @@ def test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it(tmp_path, i
                                              f"{other}/key": "EACCES",
                                              f"{other}/notes": "DONE"}, found
     assert found["the keys as a read root"] == "policy_invalid", found
+    assert found["a directory of the keys as a read root"] == "policy_invalid", found
     assert (home / ".ssh" / "id_test").read_text() == SECRET
     assert not os.listdir(alias) and not os.listdir(keys)  # (the mounts were the child's own)
 
