@@ -15,10 +15,10 @@ import types
 
 import pytest
 from test_windows_aceplan import PACKAGE, RX, workspace
-from test_windows_fakes import FakeTree, Node, out
+from test_windows_fakes import USERS, FakeTree, Node, out
 
 from stockade.lifecycle.removers import RemovalError
-from stockade.windows import aceplan, acl, aclstore, grants
+from stockade.windows import aceplan, acl, aclstore, fsinfo, grants
 from stockade.windows import constants as c
 from stockade.windows.acl import Ace
 
@@ -37,6 +37,8 @@ class FileHandles:
         self.descriptors: dict[int, tuple[ctypes.Array, bool]] = {}
         self.fds: dict[int, int] = {}
         self.opened: list[tuple[str, int, int]] = []
+        self.access: dict[int, int] = {}
+        self.fsctls: list[tuple[str, int, bytes]] = []
         self.after_open = lambda path: None
         self._next = itertools.count(0x100, 4)
 
@@ -49,6 +51,7 @@ class FileHandles:
             raise error from None
         handle = next(self._next)
         self.handles[handle] = node
+        self.access[handle] = access
         self.opened.append((path, access, flags))
         self.after_open(path)
         return handle
@@ -78,6 +81,33 @@ class FileHandles:
 
     def LocalFree(self, pointer):  # noqa: N802
         self.descriptors.pop(pointer.value)
+
+    def DeviceIoControl(self, handle, code, data, size, output, room, returned, overlapped):  # noqa: N802
+        """The reparse-point FSCTLs (MS-FSCC 2.3): GET fills a REPARSE_DATA_BUFFER (here the
+        tag, the data length, then the name it stands for); DELETE takes the header alone, its
+        tag the point's and its data length zero, and leaves an empty directory; SET puts the
+        data back. DELETE and SET need FILE_WRITE_DATA or FILE_WRITE_ATTRIBUTES."""
+        node = self.handles[handle]
+        self.fsctls.append((node.path, code, bytes(data[:size]) if data else b""))
+        if code == c.FSCTL_GET_REPARSE_POINT:
+            if not node.reparse_tag:
+                raise OSError(None, "FSCTL_GET_REPARSE_POINT: not a reparse point")
+            name = node.target.encode("utf-16-le")
+            answer = node.reparse_tag.to_bytes(4, "little") + len(name).to_bytes(2, "little") \
+                + bytes(2) + name
+            ctypes.memmove(output, answer, len(answer))
+            out(returned, len(answer))
+            return 1
+        assert self.access[handle] & c.FILE_WRITE_ATTRIBUTES
+        tag = int.from_bytes(data[:4], "little")
+        if code == c.FSCTL_DELETE_REPARSE_POINT:
+            assert size == 8 and tag == node.reparse_tag and data[4:6] == bytes(2)
+            node.reparse_tag, node.target = 0, ""
+        else:
+            assert code == c.FSCTL_SET_REPARSE_POINT and not node.reparse_tag
+            length = int.from_bytes(data[4:6], "little")
+            node.reparse_tag, node.target = tag, bytes(data[8:8 + length]).decode("utf-16-le")
+        return 1
 
     def SetSecurityInfo(self, handle, kind, info, owner, group, dacl, sacl):  # noqa: N802
         assert kind == c.SE_FILE_OBJECT and info & c.DACL_SECURITY_INFORMATION
@@ -114,6 +144,8 @@ def handles(monkeypatch) -> FileHandles:
         open_osfhandle=win.open_osfhandle, get_osfhandle=win.get_osfhandle))
     monkeypatch.setattr(os, "fstat", win.fstat)
     monkeypatch.setattr(os, "lstat", win.lstat)  # (a file's id by name, for contrast)
+    monkeypatch.setattr(fsinfo, "scan", win.tree.scan)  # (listings: the model volume's)
+    monkeypatch.setattr(fsinfo, "entry", win.tree.entry)
     return win
 
 
@@ -173,3 +205,47 @@ def test_revert_acts_on_the_opened_file_and_refuses_another(handles):
     del tree.nodes[tree.key(root)]
     grants.revert(root, detail, store)  # gone: done
     assert [path for path, _, _ in handles.opened] == [root] * 3
+
+
+def test_a_revert_sets_each_reparse_point_below_aside_and_puts_it_back(handles):
+    """WINREAD 7 through aclstore's own calls: a junction the child made below the workspace is
+    opened itself, its data read, removed while the DACL is written (so the propagation, which
+    the model follows through a junction, does not reach the folder it names) and put back."""
+    tree = handles.tree
+    root, outside = "C:\\Users\\u\\ws", "C:\\Users\\u\\outside"
+    store = aclstore.WindowsAclStore()
+    # (The workspace passes Users read to what is below it; the user's profile does not.)
+    tree.node(root).explicit += (Ace.allow(USERS, RX, acl.OBJECT_INHERIT
+                                           | acl.CONTAINER_INHERIT),)
+    step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, True, False))
+    added = []
+    grants.apply([step], PACKAGE, store, types.SimpleNamespace(
+        add=lambda *record: added.append(record)),
+        lambda path: contextlib.nullcontext(), {root: tree.node(root).file_id})
+    junction = tree.add(root + "\\src\\j", reparse_tag=c.IO_REPARSE_TAG_MOUNT_POINT,
+                        target=outside, owner=tree.node(root).owner)
+    tree.node(outside).explicit = (Ace.allow(PACKAGE, RX, acl.OBJECT_INHERIT
+                                             | acl.CONTAINER_INHERIT),)  # (open to the child)
+    before = {path: tree.read(path) for path in (outside, outside + "\\notes")}
+    (_, _, detail), = added
+    grants.revert(root, detail, store)
+    assert {path: tree.read(path) for path in before} == before  # (before: inherited from ws)
+    assert tree.node(junction).target == outside
+    data = tree.node(junction).reparse_tag.to_bytes(4, "little")
+    assert [(path, code, sent[:4]) for path, code, sent in handles.fsctls] == [
+        (junction, c.FSCTL_GET_REPARSE_POINT, b""),
+        (junction, c.FSCTL_DELETE_REPARSE_POINT, data),
+        (junction, c.FSCTL_SET_REPARSE_POINT, data)]
+    assert (junction, c.FILE_READ_ATTRIBUTES | c.FILE_WRITE_ATTRIBUTES, OPEN_FLAGS) \
+        in handles.opened
+
+
+def test_a_third_party_reparse_point_is_deleted_with_its_guid():
+    guid = bytes(range(16))
+    third = (0x00000123).to_bytes(4, "little") + (20).to_bytes(2, "little") + bytes(2) + guid \
+        + b"data"
+    assert aclstore.deletion(third) == third[:4] + bytes(4) + guid
+    junction = c.IO_REPARSE_TAG_MOUNT_POINT.to_bytes(4, "little") + b"\x10\0\0\0" + bytes(16)
+    assert aclstore.deletion(junction) == junction[:4] + bytes(4)
+    with pytest.raises(ValueError):
+        aclstore.deletion(third[:12])

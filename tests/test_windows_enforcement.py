@@ -5,7 +5,8 @@ control showing the permitted thing works: outside read and write; junction and 
 admission; TCP, UDP, DNS, loopback and listeners under `none`; a host named pipe; an ambient
 secret and an outside credential file; a host HKCU value; the parent process and its token; a
 descendant's token and Job; owner death, timeout and cancellation; a 64-launch soak's residue;
-a quarantined identity. .github/workflows/windows.yml runs them with STOCKADE_REQUIRE_WINDOWS=1,
+a quarantined identity; a junction made during the run, set aside while the revert propagates.
+.github/workflows/windows.yml runs them with STOCKADE_REQUIRE_WINDOWS=1,
 which turns "cannot run here" into a failure instead of a skip."""
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ W1 = {
         "test_64_concurrent_launches_leave_no_entry_record_or_profile_behind",
     "a quarantined identity is never reused":
         "test_a_quarantined_identity_is_never_handed_out_again",
+    "a junction made during the run carries no revert outside the root":
+        "test_a_junction_the_child_makes_does_not_carry_the_revert_outside_the_root",
 }
 
 
@@ -391,6 +394,45 @@ def test_a_junction_or_a_multiply_linked_file_in_a_root_is_refused_untouched(ws,
             path = os.path.join(workspace, name)
             if os.path.lexists(path):
                 os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
+
+
+JUNCTION = """
+    import _winapi, os, sys
+    _winapi.CreateJunction(sys.argv[1], "j")
+    print("made" if os.path.isfile(os.path.join("j", "f.txt")) else "not made")
+"""
+
+
+def test_a_junction_the_child_makes_does_not_carry_the_revert_outside_the_root(ws):
+    """WINREAD 7: the child makes a junction in the workspace to another write root (a folder
+    it can write, which Windows requires of a sandboxed process's junction). Reverting the
+    workspace's grant propagates below it; the junction is set aside meanwhile, so the other
+    root's file keeps the inherited entries of its own parent, and the junction is put back.
+    The workspace passes Guests read below it, its parent does not: through the junction, the
+    file would have gained it."""
+    from dataclasses import replace
+
+    from stockade.windows import acl
+    from stockade.windows.acl import Ace
+    from stockade.windows.aclstore import WindowsAclStore
+
+    workspace, outside = ws
+    target = os.path.join(outside, "f.txt")
+    with open(target, "w") as f:
+        f.write("outside")
+    store = WindowsAclStore()
+    with store.opened(workspace) as opened:
+        dacl = opened.read()
+        opened.write((*dacl.explicit, Ace.allow("S-1-5-32-546", 0x1200A9, acl.OBJECT_INHERIT
+                                                | acl.CONTAINER_INHERIT)), dacl.protected)
+    before = (store.read(outside), store.read(target))
+    req = request(workspace, JUNCTION, outside)
+    status, out, err = run(replace(req, write=(*req.write, PathGrant(outside, outside))))
+    assert (status, out) == (0, "made"), err
+    assert (store.read(outside), store.read(target)) == before
+    junction = os.path.join(workspace, "j")
+    assert os.lstat(junction).st_reparse_tag == 0xA0000003  # IO_REPARSE_TAG_MOUNT_POINT
+    os.rmdir(junction)  # (the junction, not the folder it names)
 
 
 # --- network under `none` ----------------------------------------------------------------------

@@ -3,7 +3,9 @@ directories, each with explicit ACEs, a protected flag, a file id, a link count 
 attributes. Reading a DACL gives the explicit entries followed by the inherited ones, derived from
 the parent as Windows propagates them (acl.inherit: generic rights mapped where effective,
 split entries, CREATOR OWNER as the node's owner) unless the DACL is protected — which is what
-SetNamedSecurityInfoW leaves on disk after propagating a change. It serves as grants.AclStore and
+SetNamedSecurityInfoW leaves on disk after propagating a change. A reparse point that stands for
+another name (a junction) holds that name (`target`); a change written to a directory propagates
+through it as modelled in `FakeTree.write_node`. It serves as grants.AclStore and
 filesystem.Filesystem; `PersistentTree` keeps itself in a JSON file so a crashed process's
 changes survive it.
 
@@ -31,7 +33,7 @@ import windows_dacls
 
 from stockade.launch.hostpaths import upcase
 from stockade.lifecycle import removers
-from stockade.windows import acl, desktop, grants, records
+from stockade.windows import acl, admission, desktop, grants, records
 from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
@@ -55,6 +57,7 @@ WINSTA_CREATEDESKTOP = 0x0008
 WINSTA_ALL = 0x037F  # every window-station right (winuser.h WINSTA_ALL_ACCESS)
 PAGE_SIZE = 4096  # x64 and ARM64 Windows
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
+FILE_WRITE_DATA = 0x0002  # (FILE_ADD_FILE on a directory)
 
 
 @dataclass
@@ -71,6 +74,10 @@ class Node:
     # `fsutil file setCaseSensitiveInfo`, as WSL does for the directories it makes): names in
     # it are compared exactly, so `.git` and `.GIT` can both be there.
     case_sensitive: bool = False
+    target: str = ""  # what a name surrogate's reparse data names (a junction's folder)
+    # Inherited entries a propagation wrote here through another parent than the node's own
+    # (a junction above it); None while they are its own parent's, derived when read.
+    stamped: tuple[Ace, ...] | None = None
 
 
 AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
@@ -116,13 +123,13 @@ class FakeTree:
 
     def add(self, path: str, *, is_dir: bool = True, explicit: tuple[Ace, ...] = (),
             protected: bool = False, links: int = 1, reparse_tag: int = 0,
-            owner: str = ADMINS, case_sensitive: bool = False) -> str:
+            owner: str = ADMINS, case_sensitive: bool = False, target: str = "") -> str:
         parent = ntpath.dirname(path)
         assert path == "C:\\" or self.key(parent) in self.nodes, f"no parent for {path}"
         assert self.key(path) not in self.nodes, f"{path}: Windows finds another entry by it"
         self.nodes[self.key(path)] = Node(path, is_dir, tuple(explicit), protected,
                                           f"1:{len(self.nodes) + 1:x}", links, reparse_tag,
-                                          owner, case_sensitive)
+                                          owner, case_sensitive, target)
         return path
 
     def file(self, path: str, **changes) -> str:
@@ -151,7 +158,8 @@ class FakeTree:
         return self.read_node(self.node(path))
 
     def read_node(self, node: Node) -> Dacl:
-        return Dacl(node.explicit + self._inherited(node), node.protected)
+        inherited = self._inherited(node) if node.stamped is None else node.stamped
+        return Dacl(node.explicit + inherited, node.protected)
 
     def _inherited(self, node: Node) -> tuple[Ace, ...]:
         if node.protected or node.path == "C:\\":
@@ -170,9 +178,59 @@ class FakeTree:
         self.write_node(self.node(path), explicit, protected)
 
     def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
+        """SetSecurityInfo: the explicit entries and protection set, then the inheritance model
+        imposed "on the ACLs of all objects in the hierarchy below" ("Automatic Propagation of
+        Inheritable ACEs"), reached by name. Whether that propagation opens a junction below as
+        itself or as the folder it names is not documented; the model takes the worse: it
+        follows it, so the folder it names gets its inherited entries from the junction's
+        place (the wrong parent), and everything below that folder from it in turn."""
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
         node.explicit, node.protected = tuple(explicit), protected
+        node.stamped = None
         self.writes.append(node.path)
+        # (Entries derived when read are propagated already: only junctions and stamps matter.)
+        if node.is_dir and any(n.target or n.stamped is not None for n in self.nodes.values()):
+            self._propagate(node, {node.path})
+
+    def _propagate(self, directory: Node, seen: set[str]) -> None:
+        for entry in self.scan(directory.path):
+            child = self.node(entry.path)
+            if child.protected:
+                continue  # its inherited entries are none; below it, its own
+            if child.reparse_tag and child.target:
+                folder = self.node(child.target)
+                if folder.path in seen or folder.protected:
+                    continue
+                seen.add(folder.path)
+                folder.stamped = acl.inherit(self.read_node(child).aces, folder.is_dir,
+                                             folder.owner)
+                self._propagate(folder, seen)
+                continue
+            child.stamped = None  # its own parent's again
+            if child.is_dir and not child.reparse_tag:
+                self._propagate(child, seen)
+
+    @contextlib.contextmanager
+    def without_reparse_points(self, path: str) -> Iterator[None]:
+        """grants.AclStore's: each reparse point below `path` without its reparse data while
+        this lasts. FSCTL_DELETE_REPARSE_POINT (and FSCTL_SET_REPARSE_POINT, putting it back)
+        need a handle with FILE_WRITE_DATA or FILE_WRITE_ATTRIBUTES (MS-FSA 2.1.5.10.3):
+        PermissionError when the caller has neither."""
+        found = [self.node(e.path) for e in admission.walk(path, self.scan, self.entry)
+                 if admission.opaque(e)]
+        for node in found:
+            if not any(self.access(node.path, sid) & (FILE_WRITE_DATA
+                                                      | c.FILE_WRITE_ATTRIBUTES)
+                       for sid in self.caller):
+                raise PermissionError(13, f"FSCTL_DELETE_REPARSE_POINT: {node.path}")
+        saved = [(node, node.reparse_tag, node.target) for node in found]
+        for node in found:
+            node.reparse_tag, node.target = 0, ""
+        try:
+            yield
+        finally:
+            for node, tag, target in saved:
+                node.reparse_tag, node.target = tag, target
 
     def identity(self, path: str) -> str:
         return self.node(path).file_id
@@ -211,18 +269,19 @@ class FakeTree:
 
     def to_json(self) -> str:
         return json.dumps([[n.path, n.is_dir, [a.hex() for a in n.explicit], n.protected,
-                            n.file_id, n.links, n.reparse_tag, n.owner, n.case_sensitive]
+                            n.file_id, n.links, n.reparse_tag, n.owner, n.case_sensitive,
+                            n.target, None if n.stamped is None else [a.hex() for a in n.stamped]]
                            for n in self.nodes.values()])
 
     @classmethod
     def from_json(cls, text: str) -> FakeTree:
         tree = cls()
         for (path, is_dir, explicit, protected, file_id, links, tag, owner,
-             case_sensitive) in json.loads(text):
-            tree.nodes[tree.key(path)] = Node(path, is_dir,
-                                              tuple(Ace.from_hex(h) for h in explicit),
-                                              protected, file_id, links, tag, owner,
-                                              case_sensitive)
+             case_sensitive, target, stamped) in json.loads(text):
+            tree.nodes[tree.key(path)] = Node(
+                path, is_dir, tuple(Ace.from_hex(h) for h in explicit), protected, file_id,
+                links, tag, owner, case_sensitive, target,
+                None if stamped is None else tuple(Ace.from_hex(h) for h in stamped))
         return tree
 
 

@@ -195,3 +195,33 @@ def test_the_command_line_answers_as_on_windows_with_no_cli_server(policies, wor
     said = seen["out"] + seen["err"]
     assert (seen["status"], "Traceback" in said, seen["server"]) == (status, False, False), said
     assert says in said
+
+
+def test_user32_refused_for_want_of_a_window_station_is_window_station_denied():
+    """A user without access to its window station (started by runas or Start-Process
+    -Credential on a station granting it nothing) cannot load user32.dll: LoadLibrary fails
+    with ERROR_DLL_INIT_FAILED (1114), which CPython's ctypes raises as an OSError carrying
+    that winerror. The backend says so, typed, with the remedy (before: backend_unavailable,
+    "a Win32 function is missing")."""
+    seen = _as_windows("""
+        import ctypes, json, types
+
+        def load(name, **options):
+            if name != "user32":
+                return types.SimpleNamespace()
+            error = OSError(22, "[WinError 1114] A dynamic link library (DLL) initialization "
+                                "routine failed")
+            error.winerror = 1114  # (set by OSError itself on Windows)
+            raise error
+
+        ctypes.WinDLL = load
+        from stockade.errors import StockadeError
+        from stockade.windows.backend import WindowsBackend
+        try:
+            WindowsBackend().probe()
+        except StockadeError as exc:
+            print(json.dumps([exc.code, exc.exit_code, exc.message]))
+    """)
+    code, status, message = seen
+    assert (code, status) == ("window_station_denied", EXIT_SETUP)
+    assert "user32.dll" in message and "scripts/windows-unelevated.ps1" in message

@@ -8,6 +8,13 @@ the name denotes meanwhile, all three concern one file. By name, a file replaced
 put in its place) between reading its identity and writing would have received the change.
 `read(path)` (GetNamedSecurityInfoW) is for judging a path only, never for a change.
 
+`without_reparse_points` (for a revert, grants.py): each reparse point below a directory, found
+by admission's walk (which never enters one), is opened itself (FILE_FLAG_OPEN_REPARSE_POINT),
+its reparse data read (FSCTL_GET_REPARSE_POINT) and removed (FSCTL_DELETE_REPARSE_POINT, which
+leaves the directory or file, empty), and put back through the same handle afterwards
+(FSCTL_SET_REPARSE_POINT): meanwhile no propagation can pass through it. Process death in
+between leaves it an empty directory or file: the link is lost, nothing else.
+
 Only explicit entries are ever written: SetSecurityInfo, like SetNamedSecurityInfoW, derives the
 inherited ones from the parent (unless the DACL is protected) and propagates the change to
 everything below a directory ("Automatic Propagation of Inheritable ACEs"), which is what makes
@@ -21,7 +28,7 @@ import ctypes
 import os
 from collections.abc import Iterator
 
-from stockade.windows import acl, fsinfo
+from stockade.windows import acl, admission, fsinfo
 from stockade.windows import constants as c
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.api import win32
@@ -54,6 +61,59 @@ class WindowsAclStore:
             yield OpenedFile(path, fd)
         finally:
             os.close(fd)
+
+    @contextlib.contextmanager
+    def without_reparse_points(self, path: str) -> Iterator[None]:
+        found = [entry.path for entry in admission.walk(path, fsinfo.scan, fsinfo.entry)
+                 if admission.opaque(entry)]
+        with contextlib.ExitStack() as stack:
+            for point in found:
+                stack.enter_context(_set_aside(point))
+            yield
+
+
+@contextlib.contextmanager
+def _set_aside(path: str) -> Iterator[None]:
+    """The reparse point at `path` without its reparse data while this lasts."""
+    api = win32()
+    handle = api.CreateFileW(
+        fsinfo.win32_path(path), c.FILE_READ_ATTRIBUTES | c.FILE_WRITE_ATTRIBUTES,
+        c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None, c.OPEN_EXISTING,
+        c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
+    try:
+        data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
+        size = DWORD()
+        api.DeviceIoControl(handle, c.FSCTL_GET_REPARSE_POINT, None, 0, data, len(data),
+                            ctypes.byref(size), None)
+        saved = data.raw[:size.value]
+        header = deletion(saved)
+        api.DeviceIoControl(handle, c.FSCTL_DELETE_REPARSE_POINT, header, len(header), None, 0,
+                            ctypes.byref(DWORD()), None)
+        try:
+            yield
+        finally:
+            api.DeviceIoControl(handle, c.FSCTL_SET_REPARSE_POINT, saved, len(saved), None, 0,
+                                ctypes.byref(DWORD()), None)
+    finally:
+        api.CloseHandle(handle)
+
+
+def deletion(data: bytes) -> bytes:
+    """What FSCTL_DELETE_REPARSE_POINT takes to remove the reparse point whose data (as
+    FSCTL_GET_REPARSE_POINT returned it) is `data`: its tag, a data length of zero, and for a
+    tag not Microsoft's (bit 31 clear) the GUID a REPARSE_GUID_DATA_BUFFER carries after that
+    header, which must match."""
+    if len(data) < 8:
+        raise ValueError("no reparse data")
+    tag = int.from_bytes(data[:4], "little")
+    if tag & _MICROSOFT_TAG:
+        return data[:4] + bytes(4)
+    if len(data) < 24:
+        raise ValueError("a third-party reparse point without its GUID")
+    return data[:4] + bytes(4) + data[8:24]
+
+
+_MICROSOFT_TAG = 0x80000000  # IsReparseTagMicrosoft
 
 
 class OpenedFile:

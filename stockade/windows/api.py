@@ -2,7 +2,11 @@
 
 `win32()` returns a namespace of functions with their documented signatures; each checks its own
 result and raises OSError (with `winerror` set) on failure, so callers never test return codes.
-On another platform `win32()` raises UnavailableError (`backend_unavailable`).
+On another platform `win32()` raises UnavailableError (`backend_unavailable`). A user with no
+access to the window station and desktop it was started on cannot load user32.dll: its
+initialisation connects the process to them and fails (ERROR_DLL_INIT_FAILED; a program started
+so fails with 0xC0000142). That is `window_station_denied`, with what to do, not a missing
+function.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from stockade.errors import UnavailableError
+from stockade.windows import constants as c
 from stockade.windows.structs import (
     BOOL,
     DWORD,
@@ -161,8 +166,16 @@ def win32() -> SimpleNamespace:
     """The bound functions; UnavailableError anywhere but Windows."""
     if sys.platform != "win32":
         raise UnavailableError("backend_unavailable", "the Windows backend runs only on Windows")
-    dlls = {name: ctypes.WinDLL(name, use_last_error=True)
-            for name in DLLS}
+    try:
+        dlls = {name: ctypes.WinDLL(name, use_last_error=True) for name in DLLS}
+    except OSError as exc:
+        if getattr(exc, "winerror", None) != c.ERROR_DLL_INIT_FAILED:
+            raise
+        from stockade.windows.desktop import station_denied  # (desktop.py binds through here)
+
+        raise station_denied("load user32.dll, whose initialisation Windows fails "
+                             "(ERROR_DLL_INIT_FAILED) for a process without access to its "
+                             "window station and desktop") from None
     bound = {}
     for name, (dll, restype, argtypes, errcheck) in _SIGNATURES.items():
         func = getattr(dlls[dll], name)

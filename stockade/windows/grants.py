@@ -15,7 +15,12 @@ Reverting (`revert`, the ledger's remover for these records, also after a crash)
 
 Either is idempotent, and refused (the record is kept for an operator) when the path now denotes
 another file than the one changed; the file compared is the one opened, and changed through that
-handle.
+handle. Writing a directory's DACL makes Windows propagate its inheritable entries to everything
+below it, by name; a junction (or other reparse point) the sandbox made below it during the run
+could lead that propagation to another tree, whose files would then get their inherited entries
+from the wrong parent. So while a revert writes, every reparse point below the path carries no
+reparse data (`without_reparse_points`), and each gets it back after; one that cannot be set aside
+refuses the revert (the record is kept, and reconciling tries again).
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ class AclStore(Protocol):
     def opened(self, path: str) -> AbstractContextManager[Opened]:
         """The file `path` denotes, opened (not through a reparse point); FileNotFoundError
         when there is none."""
+
+    def without_reparse_points(self, path: str) -> AbstractContextManager[None]:
+        """While it lasts, no reparse point below the directory `path` (none of which the
+        admission walk admitted: each was made after it) leads anywhere: each is an empty
+        directory or file, its reparse data put back after. OSError if one cannot be."""
 
 
 class Record(Protocol):
@@ -115,4 +125,5 @@ def revert(path: str, detail: dict, store: AclStore,
         dacl = target.read()
         explicit, protected = reverted(dacl, detail)
         if (explicit, protected) != (dacl.explicit, dacl.protected):
-            target.write(explicit, protected)
+            with store.without_reparse_points(path):
+                target.write(explicit, protected)
