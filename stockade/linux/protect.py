@@ -113,15 +113,18 @@ def denied_files(paths: Iterable[str]) -> dict[tuple[int, int], DeniedFile]:
             info = os.lstat(path)
         except OSError:
             continue  # (gone: nothing there to hide)
-        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            _denied_name(found, info, path)
-        elif stat.S_ISDIR(info.st_mode):
+        if stat.S_ISDIR(info.st_mode):
             _denied_directory(found, path, budget)
+        else:
+            _denied_name(found, info, path)
     return found
 
 
 def _denied_name(found: dict[tuple[int, int], DeniedFile], info: os.stat_result,
                  path: str) -> None:
+    """Record `path` (lstat `info`) if it is a name of a multiply-linked regular file."""
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return
     known = found.setdefault((info.st_dev, info.st_ino), DeniedFile(path, info.st_nlink, set()))
     known.names.add(path)
 
@@ -146,8 +149,7 @@ def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
                     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except OSError:
                     continue  # (gone since it was listed)
-                if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-                    _denied_name(found, info, os.path.normpath(os.path.join(path, dirpath, name)))
+                _denied_name(found, info, os.path.normpath(os.path.join(path, dirpath, name)))
     finally:
         os.close(fd)
 
