@@ -157,6 +157,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:",
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
            ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
+    Mutant("deny-link-unmasked", "stockade/linux/protect.py",
+           "            elif occ.linked and denied and occ.inode in denied:\n",
+           "            elif False:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too[landlock]")),
+    Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
+           "        if len(known.names) < known.links:\n", "        if False:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[landlock]")),
     Mutant("denied-paths-unmasked", "stockade/linux/mnt.py",
            "    _mask(top, [m for m in denied if m not in later], lower)\n",
            "    _mask(top, [], lower)\n",
@@ -274,8 +287,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
             HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
     Mutant("host-code-not-mounted", "stockade/linux/mnt.py",
-           "readonly=request.host_code + request.home_code)",
-           "readonly=request.home_code)",
+           "readonly=request.host_code + request.home_code, denied=linked)",
+           "readonly=request.home_code, denied=linked)",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",)),
     Mutant("host-code-pth-entries-unread", "stockade/launch/hostcode.py",
            '    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)\n',

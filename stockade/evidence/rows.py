@@ -205,6 +205,18 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", "--read", "{ws}/keys/id", "{ws}/keys", "{ws}/token",
         expect=denied(DENY), proven=off("deny"), setup=setups.denied_paths,
         policy={"filesystem": {"deny": ["{workspace}/keys", "{workspace}/token"]}}),
+    row("fs.deny-hard-link", "filesystem",
+        "read a denied file under another name: a hard link the host made elsewhere in the "
+        "write root before the launch (and the denied path itself)", "read_paths.py",
+        "{ws}/backup/id.bak", "{ws}/keys/id",
+        expect=denied(by("deny_links", "EACCES"), DENY), proven=off("deny_links"),
+        setup=setups.denied_file_linked, policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
+    row("fs.deny-hard-link-read-root", "filesystem",
+        "read a denied file through a hard link the host made in a read root, which no launch "
+        "walks", "read_paths.py", "{root}/ro/id.bak",
+        expect=RefusedBefore("unenforceable:filesystem.deny"), proven=off("deny_links"),
+        setup=setups.denied_file_linked_in_read_root,
+        policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
     row("fs.mask-rename", "filesystem",
         "rename denied paths inside a write root or any directory above them, then plant a "
         "replacement (the mask would move with its parent, the secret be in the clear at the "

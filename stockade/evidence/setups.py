@@ -196,6 +196,25 @@ def denied_below_directories(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+def denied_file_linked(scene: Scene) -> None:
+    """A secret at a path the row's policy denies, and a hard link of it the host made
+    elsewhere in the workspace before the launch: the same file under another name."""
+    secret = scene.plant_secret("ws/keys/id")
+    (scene.ws / "backup").mkdir()
+    os.link(secret, scene.ws / "backup" / "id.bak")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def denied_file_linked_in_read_root(scene: Scene) -> None:
+    """A secret at a path the row's policy denies, and a hard link of it the host made in a
+    read root (which no launch walks) before the launch."""
+    (scene.root / "ro").mkdir()
+    os.link(scene.plant_secret("ws/keys/id"), scene.root / "ro" / "id.bak")
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.ws, "workspace"))
+    scene.watch(Unchanged(scene.root / "ro", "read-only root"))
+
+
 def case_folding_workspace(scene: Scene) -> None:
     """What the case-folding stand-in will serve at the workspace (see casefold.py, which
     launches this row): a .git directory, a .git file, denied paths, and a directory stored as

@@ -31,7 +31,7 @@ from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, denied, 
 ISOLATION = "landlock"
 # The switches of frame.LAYERS the tier honours (LinuxBackend(weaken=...).tier("landlock")).
 TIER_LAYERS = frozenset({
-    "landlock", "seccomp", "privileges", "deny", "protected", "rlimits", "network",
+    "landlock", "seccomp", "privileges", "deny", "deny_links", "protected", "rlimits", "network",
     "unix_sockets", "stockade_state", "host_code", "environment", "lifeline", "tree_kill",
     "timeout", "output_cap", "stdio_relay", "peer_check", "server_check",
     "change_store_check", "change_seal", "change_seal_key", "pid_scope", "xattr", "world_write",
@@ -100,6 +100,7 @@ SECCOMP_ROWS = {"net.address-families": "network.address_families",
 UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.deny",
              "fs.deny-absent": "filesystem.deny", "fs.deny-passwd-home": "filesystem.deny",
              "fs.deny-bind-alias": "filesystem.deny",
+             "fs.deny-hard-link-read-root": "filesystem.deny",
              "fs.planted-root-link": "filesystem.write",
              "env.parent-secrets": "env", "env.loader-variables": "env",
              "env.refused-loader": "env", "env.refused-credential": "env",
@@ -131,6 +132,9 @@ def _specs() -> dict[str, Tier]:
     # denied path: Landlock refuses their rename, as the pins do in a view)
     specs["fs.mask-rename"] = tier("filesystem.deny", expect=denied(CARVED_DENY),
                                    proven_by=(off("deny"), off("landlock")))
+    # (a rule on another name of a denied file holds for the file: that name gets none)
+    specs["fs.deny-hard-link"] = tier("filesystem.deny", expect=denied(
+        refused_by("deny_links", "EACCES"), CARVED_DENY), proven_by=off("deny_links"))
     for row_id, capability in SECCOMP_ROWS.items():
         specs[row_id] = tier(capability)
     for row_id, capability in UNCHANGED.items():

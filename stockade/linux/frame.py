@@ -23,6 +23,9 @@ LAYERS = {
     "read_only": "read roots mounted read-only",
     "protected": "protected names and repositories re-mounted read-only",
     "deny": "denied paths masked",
+    "deny_links": "every other name (a hard link) of a denied file masked where the write "
+                  "roots' walk meets it (the landlock tier: given no rule), and a launch "
+                  "refused where one lies out of its reach",
     "pins": "every directory between a write root and what the view re-mounts or masks in it "
             "pinned (a mount point: no rename or rmdir carries a mask away)",
     "noexec": "write roots, /tmp and /dev/shm mounted noexec",
@@ -96,9 +99,9 @@ WEAKENINGS = frozenset(LAYERS)
 # write roots are no mounts of their own for the exec watch to tell); without a pid namespace
 # of its own, the sandbox has none of its knobs.
 WITH = {
-    "mount_view": frozenset({"read_only", "protected", "deny", "pins", "noexec", "nosuid",
-                             "stockade_state", "host_code", "unix_sockets", "exec_watch",
-                             "overlay"}),
+    "mount_view": frozenset({"read_only", "protected", "deny", "deny_links", "pins", "noexec",
+                             "nosuid", "stockade_state", "host_code", "unix_sockets",
+                             "exec_watch", "overlay"}),
     "pid_namespace": frozenset({"pid_max", "memfd_noexec"}),
 }
 

@@ -236,32 +236,60 @@ def grants(request: LaunchRequest, handled: int, weaken: frozenset[str] = frozen
     and denied path (none) carved out of every root it lies in; /proc read-only and the
     devices. A denied path that does not exist yet is carved out too, so it cannot be made."""
     read, write, device = landlock.rights(handled, request.exec_from_write)
+    linked = {} if weaken & {"deny", "deny_links"} else mnt.denied_files(
+        request, [g.path for g in request.deny])
+    walked = _walked(request, linked)
+    protect.refuse_unfound(linked)
     excluded: dict[str, int] = {}
     if "deny" not in weaken:
-        excluded |= {g.path: 0 for g in request.deny}
+        # (and every other name of a denied file: a rule holds for the inode, every name)
+        excluded |= {path: 0 for path in [g.path for g in request.deny] + walked.aliases}
     if "protected" not in weaken:
-        excluded |= {path: read for path in _protected(request) if path not in excluded}
+        excluded |= {g.path: read for g in walked.guards
+                     if g.kind == "protected" and g.path not in excluded}
     out: list[tuple[str, int]] = []
     for roots, rights in ((request.read, read), (request.write, write)):
         for grant in roots:
             _carve(grant.path, rights, excluded, out)
+    _refuse_rules_on_denied(out, linked)
     out.append(("/proc", read & ~landlock.EXECUTE))
     out += [(path, device) for path in DEVICES if os.path.exists(path)]
     return out
 
 
-def _protected(request: LaunchRequest) -> list[str]:
+def _walked(request: LaunchRequest, linked: dict[tuple[int, int], protect.DeniedFile]
+            ) -> protect.Walked:
     """What a view would re-mount read-only in the write roots (protect.walk: protected names,
-    repositories' guarded files, files with more than one link)."""
+    repositories' guarded files, files with more than one link), and the other names there of
+    the `linked` denied files."""
     roots = [(g.path, mnt.open_source(g.path, "filesystem.write")) for g in request.write]
     try:
         dirs = [(path, fd) for path, fd in roots if os.path.isdir(f"/proc/self/fd/{fd}")]
-        guards, _ = protect.walk(dirs, frozenset(request.protected), request.git,
-                                 readonly=request.home_code)
+        return protect.walk(dirs, frozenset(request.protected), request.git,
+                            readonly=request.home_code, denied=linked)
     finally:
         for _, fd in roots:
             os.close(fd)
-    return [g.path for g in guards if g.kind == "protected"]
+
+
+def _refuse_rules_on_denied(out: list[tuple[str, int]],
+                            linked: dict[tuple[int, int], protect.DeniedFile]) -> None:
+    """Refuse, typed, a rule that would grant anything on a denied file's inode under another
+    name: Landlock rules attach to the inode, so the denied path would be granted too."""
+    if not linked:
+        return
+    for path, rights in out:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # (gone: Landlock refuses to add its rule then)
+        known = linked.get((info.st_dev, info.st_ino))
+        if rights and known is not None:
+            raise UnenforceableError(
+                "filesystem.deny",
+                f"{path} is another name (a hard link) of the denied file {known.path}, and the "
+                "landlock tier would grant it a rule, which holds for the denied path too "
+                "(Landlock rules attach to the file): remove the link, or deny its name too")
 
 
 def _carve(path: str, rights: int, excluded: dict[str, int], out: list[tuple[str, int]]

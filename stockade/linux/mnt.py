@@ -90,7 +90,7 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
            listing: str = hostsockets.OWN) -> Survey:
     """Open every source of the view (no symlinks followed) and find the protected names and
     the host's sockets in the roots (`listing`: the host's /proc/net/unix, hostsockets.py).
-    `weaken` (tests only) skips layers: "protected", "deny", "unix_sockets"."""
+    `weaken` (tests only) skips layers: "protected", "deny", "deny_links", "unix_sockets"."""
     found = Survey([_Mount(g.path, "read") for g in request.read]
                    + [_Mount(g.path, "write") for g in request.write]
                    + [_Mount(request.cwd, kind) for kind in [hidden_cwd(request)] if kind],
@@ -110,8 +110,12 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         mask_sockets = (request.network.unix_sockets == "own"
                         and "unix_sockets" not in weaken)
         protecting = "protected" not in weaken
-        guarded, sockets = _walk_write_roots(request, found.roots, protecting, mask_sockets,
-                                             tuple(m.path for m in found.denied))
+        linked = {} if "deny_links" in weaken else denied_files(
+            request, [m.path for m in found.denied])
+        guarded, sockets, aliases = _walk_write_roots(
+            request, found.roots, protecting, mask_sockets, tuple(m.path for m in found.denied),
+            linked)
+        protect.refuse_unfound(linked)
         # (not `protecting`, a test's weakening: nothing re-mounted read-only, multiply-linked
         # files included; the pins stay, unless weakened apart)
         found.guarded = [m for m in guarded if (protecting or m.kind != "protected")
@@ -119,6 +123,9 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         for m in found.guarded:  # (a pin that cannot be opened fails the launch, named)
             _opened(m, open_source(m.path, "filesystem.protected" if m.kind == "protected"
                                    else "filesystem.pin"))
+        for m in aliases:
+            _opened(m, open_source(m.path, "filesystem.deny"))
+            found.denied.append(m)
         for m in sockets if mask_sockets else []:
             _opened(m, open_source(m.path, "network.unix_sockets"))
             found.denied.append(m)
@@ -312,23 +319,37 @@ def _fail(key: str, path: str, exc: OSError) -> SetupError:
     return SetupError("mount_source_invalid", f"{key}: cannot open {path}: {why}", stage="mount")
 
 
+def denied_files(request: LaunchRequest, denied: list[str]
+                 ) -> dict[tuple[int, int], protect.DeniedFile]:
+    """The multiply-linked files among and inside the `denied` paths (protect.denied_files),
+    but Stockade's own places: those are masked whole and hold what sandboxes wrote (the
+    private homes, change sets), whose other names are theirs (a package cache hard-linked
+    into a workspace's virtual environment), and walking them would cost every launch a walk
+    of every home."""
+    own = set(request.stockade_state)
+    return protect.denied_files(path for path in denied if path not in own)
+
+
 def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: bool,
-                      mask_sockets: bool, masked: tuple[str, ...]
-                      ) -> tuple[list[_Mount], list[_Mount]]:
+                      mask_sockets: bool, masked: tuple[str, ...],
+                      linked: dict[tuple[int, int], protect.DeniedFile]
+                      ) -> tuple[list[_Mount], list[_Mount], list[_Mount]]:
     """Re-mounts for protected names and repositories in write roots (protect.guards), pins
     of the directories above them and above the `masked` paths (and, `mask_sockets`, above the
-    unix socket files, which are masked), and masks for those socket files; not yet opened.
-    Not `protecting` (a test's weakening), no name or `.git` is protected, nothing made."""
+    unix socket files, which are masked), and masks for those socket files and for the other
+    names of the `linked` denied files; not yet opened. Not `protecting` (a test's
+    weakening), no name or `.git` is protected, nothing made."""
     writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
     names, git = (frozenset(request.protected), request.git) if protecting \
         else (frozenset(), "writable")
     # (the directories of the home's names the command may not make are pinned: namewatch.c
     # knows each by its inode, which a rename would carry away)
-    guards, sockets = protect.walk(writes, names, git, masked + request.home_unmade,
-                                   pin_sockets=mask_sockets,
-                                   readonly=request.host_code + request.home_code)
-    return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in guards],
-            [_Mount(path, "deny", is_dir=False) for path in sockets])
+    walked = protect.walk(writes, names, git, masked + request.home_unmade,
+                          pin_sockets=mask_sockets,
+                          readonly=request.host_code + request.home_code, denied=linked)
+    return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in walked.guards],
+            [_Mount(path, "deny", is_dir=False) for path in walked.sockets],
+            [_Mount(path, "deny", is_dir=False) for path in walked.aliases])
 
 
 def protect_inside(path: str, root: str) -> bool:

@@ -14,6 +14,13 @@ outside every root, so they are mounted read-only as well (`linked`); and unix s
 (`socket`), which a process outside the sandbox may be listening on, so the Linux backend can
 mask them (a VM guest reaches no host socket through its shares).
 
+A hard link is the denied file itself under another name: a mask covers one name, and a
+Landlock rule holds for the inode, every name of it. So each multiply-linked file that is
+denied (`denied_files`: a denied path, or a file inside a denied directory) is known by its
+inode, and each of its names the walk meets in a write root is masked as the denied path is
+(`aliases`; its directories pinned). A denied file with more names than were found (another may
+lie in a read root, which is never walked) refuses the launch (`refuse_unfound`).
+
 A mount covers a name, and moves with it: renaming any directory above a re-mounted or masked
 object carries the mount away and frees the path for a replacement (which a later run, or the
 host, then trusts). So every directory from a write root down to each object a view covers in
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
@@ -56,9 +63,10 @@ class Occurrence:
     root: str
     rel: str
     is_dir: bool
-    linked: bool = False   # a multiply-linked file, not a protected name
+    linked: bool = False   # a multiply-linked file (also when a protected name)
     socket: bool = False   # a unix socket file, not a protected name
     repository: bool = False  # a guarded `.git` (directory or file), not a protected name
+    inode: tuple[int, int] = (0, 0)  # a linked file's (st_dev, st_ino)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,89 @@ class Guard:
         return 0 if self.path == "/" else self.path.count("/")
 
 
+# Entries looked at inside the denied directories, at most, per launch: more refuses it (their
+# files could not all be told apart from what a root shows). The defaults' are a few dozen.
+DENIED_ENTRIES_MAX = 50000
+
+
+@dataclass
+class DeniedFile:
+    """A denied regular file with more than one hard link: `path` is a denied name of it,
+    `links` its link count and `names` every name of it known to be hidden."""
+
+    path: str
+    links: int
+    names: set[str]
+
+
+def denied_files(paths: Iterable[str]) -> dict[tuple[int, int], DeniedFile]:
+    """Every multiply-linked regular file among the denied `paths` (each existing, canonical)
+    and inside those that are directories, by (st_dev, st_ino). What the walk cannot open (a
+    directory this user may not list) is passed over: the sandbox, no more privileged, cannot
+    reach a file by that name either."""
+    found: dict[tuple[int, int], DeniedFile] = {}
+    budget = [DENIED_ENTRIES_MAX]
+    for path in paths:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # (gone: nothing there to hide)
+        if stat.S_ISDIR(info.st_mode):
+            _denied_directory(found, path, budget)
+        else:
+            _denied_name(found, info, path)
+    return found
+
+
+def _denied_name(found: dict[tuple[int, int], DeniedFile], info: os.stat_result,
+                 path: str) -> None:
+    """Record `path` (lstat `info`) if it is a name of a multiply-linked regular file."""
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return
+    known = found.setdefault((info.st_dev, info.st_ino), DeniedFile(path, info.st_nlink, set()))
+    known.names.add(path)
+
+
+def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
+                      budget: list[int]) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for dirpath, dirnames, filenames, dir_fd in _walk(path, fd, "denied directory"):
+            budget[0] -= len(dirnames) + len(filenames)
+            if budget[0] < 0:
+                raise UnenforceableError(
+                    "filesystem.deny",
+                    f"the denied directories hold more than {DENIED_ENTRIES_MAX} entries "
+                    f"(the last looked at: {path}), too many to tell every other name of their "
+                    "files (a hard link) apart at each launch; deny a smaller directory")
+            for name in filenames:
+                try:
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue  # (gone since it was listed)
+                _denied_name(found, info, os.path.normpath(os.path.join(path, dirpath, name)))
+    finally:
+        os.close(fd)
+
+
+def refuse_unfound(denied: dict[tuple[int, int], DeniedFile]) -> None:
+    """Refuse, typed, a denied file with a name that is neither denied nor met by the walk of
+    the write roots (where it would be masked): in a read root, or a root that is a file, it
+    would show the file; outside every root it shows nothing, but nothing tells which."""
+    for known in denied.values():
+        if len(known.names) < known.links:
+            raise UnenforceableError(
+                "filesystem.deny",
+                f"the denied file {known.path} has {known.links} hard links, and only "
+                f"{len(known.names)} of its names lie where the sandbox hides them (the denied "
+                "paths and the write roots); another may lie in a read root, where it would "
+                f"show the file: remove the other links (find / -xdev -samefile {known.path} "
+                "lists them) or deny their names too")
+
+
 def guards(roots: list[tuple[str, int]], names: frozenset[str],
            git: str = "guarded", masked: tuple[str, ...] = (),
            readonly: tuple[str, ...] = ()) -> list[Guard]:
@@ -86,27 +177,46 @@ def guards(roots: list[tuple[str, int]], names: frozenset[str],
     and the `readonly` paths (each existing, inside a root), and to pin above the `masked`
     paths (each existing): the kept directories, ancestors first, then the protected objects,
     ancestors first."""
-    return walk(roots, names, git, masked, readonly=readonly)[0]
+    return walk(roots, names, git, masked, readonly=readonly).guards
+
+
+@dataclass(frozen=True)
+class Walked:
+    """What `walk` found: the re-mounts and pins (`guards`), the unix socket files, and the
+    other names of denied files (`aliases`, each to be masked as a denied path is)."""
+
+    guards: list[Guard]
+    sockets: list[str]
+    aliases: list[str]
 
 
 def walk(roots: list[tuple[str, int]], names: frozenset[str],
          git: str = "guarded", masked: tuple[str, ...] = (), *,
-         pin_sockets: bool = False, readonly: tuple[str, ...] = ()
-         ) -> tuple[list[Guard], list[str]]:
-    """`guards`, and the paths of the unix socket files in the roots (whose directories are
-    pinned too when `pin_sockets`: the Linux backend masks them)."""
+         pin_sockets: bool = False, readonly: tuple[str, ...] = (),
+         denied: Mapping[tuple[int, int], DeniedFile] | None = None) -> Walked:
+    """`guards`, the paths of the unix socket files in the roots (whose directories are pinned
+    too when `pin_sockets`: the Linux backend masks them), and each name met of a `denied` file
+    (denied_files) that is not denied itself, its directories pinned; each name met is added to
+    the file's `names`."""
     whole = protected_whole(names, git, guards_git=True)
     guard_git = git == "guarded" and ".git" not in {name.casefold() for name in whole}
     repositories = gitdirs.Repositories([root for root, _ in roots])
     items: dict[str, Guard] = {}
     keep: dict[str, Guard] = {}
     sockets: list[str] = []
+    aliases: list[str] = []
     for root, root_fd in roots:
         for occ in find(root, root_fd, whole, guard_git):
             path = os.path.join(root, occ.rel)
             if occ.socket:
                 sockets.append(path)
                 if pin_sockets:
+                    _pin_everywhere(keep, roots, path)
+            elif occ.linked and denied and occ.inode in denied:
+                known = denied[occ.inode]
+                if path not in known.names:  # (a denied path itself is masked already)
+                    known.names.add(path)
+                    aliases.append(path)
                     _pin_everywhere(keep, roots, path)
             elif occ.linked:
                 items[path] = Guard(path, "protected", False)
@@ -124,8 +234,8 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
         _pin_everywhere(keep, roots, path)
     for path in readonly:
         _add_everywhere(items, keep, roots, path, os.path.isdir(path))
-    return (sorted(keep.values(), key=lambda g: g.depth)
-            + sorted(items.values(), key=lambda g: g.depth), sockets)
+    return Walked(sorted(keep.values(), key=lambda g: g.depth)
+                  + sorted(items.values(), key=lambda g: g.depth), sockets, aliases)
 
 
 def _add_everywhere(items: dict[str, Guard], keep: dict[str, Guard],
@@ -159,14 +269,15 @@ def find(root: str, root_fd: int, names: frozenset[str],
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in _walk(root, root_fd):
         for name in filenames:
-            if name.casefold() not in folded:
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-                    rel = os.path.normpath(os.path.join(dirpath, name))
-                    found.append(Occurrence(root, rel, False, linked=True))
-                elif stat.S_ISSOCK(info.st_mode):
-                    rel = os.path.normpath(os.path.join(dirpath, name))
-                    found.append(Occurrence(root, rel, False, socket=True))
+            # (a protected name too: it may be another name of a denied file)
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                rel = os.path.normpath(os.path.join(dirpath, name))
+                found.append(Occurrence(root, rel, False, linked=True,
+                                        inode=(info.st_dev, info.st_ino)))
+            elif stat.S_ISSOCK(info.st_mode) and name.casefold() not in folded:
+                rel = os.path.normpath(os.path.join(dirpath, name))
+                found.append(Occurrence(root, rel, False, socket=True))
         for name in dirnames + filenames:
             whole = name.casefold() in folded
             if not (whole or guard_git and name.casefold() == ".git"):
@@ -193,7 +304,8 @@ def find(root: str, root_fd: int, names: frozenset[str],
     return found
 
 
-def _walk(root: str, root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+def _walk(root: str, root_fd: int, what: str = "write root"
+          ) -> Iterator[tuple[str, list[str], list[str], int]]:
     """What os.fwalk(".", dir_fd=root_fd) yields, top-down (a caller may prune `dirnames`),
     but without recursion and with one directory open at a time: each is opened from the root
     by its path, no symbolic link followed on the way. (os.fwalk recurses and holds a descriptor
@@ -215,7 +327,7 @@ def _walk(root: str, root_fd: int) -> Iterator[tuple[str, list[str], list[str], 
             with os.scandir(fd) as entries:
                 for entry in entries:
                     if prefix + len(os.fsencode(os.path.join(rel, entry.name))) >= PATH_MAX:
-                        raise _too_long(root, os.path.join(rel, entry.name))
+                        raise _too_long(root, os.path.join(rel, entry.name), what)
                     try:
                         is_dir = entry.is_dir(follow_symlinks=False)
                     except OSError:
@@ -227,11 +339,11 @@ def _walk(root: str, root_fd: int) -> Iterator[tuple[str, list[str], list[str], 
         pending.extend(os.path.join(rel, name) for name in reversed(dirnames))
 
 
-def _too_long(root: str, rel: str) -> UnenforceableError:
+def _too_long(root: str, rel: str, what: str) -> UnenforceableError:
     path = os.path.join(root, rel)
     return UnenforceableError(
-        "filesystem.write",
-        f"the write root {root} holds a path of {len(os.fsencode(path))} bytes "
+        "filesystem.write" if what == "write root" else "filesystem.deny",
+        f"the {what} {root} holds a path of {len(os.fsencode(path))} bytes "
         f"({path[:len(root) + 60]}...), longer than the kernel's limit of {PATH_MAX - 1}: "
         "what lies there could be neither protected nor masked; remove that tree or make it "
         "shallower")

@@ -1,0 +1,123 @@
+"""A denied file is denied under every name (issue 29, attack 7 dn2, dn3, dn6): a hard link made on
+the host before the launch is another name for the same inode, which a mask on the denied path
+does not cover, and a Landlock rule given to it holds for the denied path too (rules attach to
+inodes). Another name in a write root is masked as the denied path is (and in the landlock tier
+carved out as it is); one the launch cannot find (a read root is not walked) refuses it. Real
+children, both isolations; every check of what happened is made on the host."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+from conftest import PYTHON, policy_for
+
+import stockade
+
+pytestmark = pytest.mark.usefixtures("linux")
+
+SECRET = "DENYLINK-CANARY"
+ISOLATIONS = ["namespaces", "landlock"]
+# Read each name given, then try to rename each directory above the names (a mask must stay).
+READ_ALL = """
+import errno, os, sys
+for name in sys.argv[1:]:
+    try:
+        print("READ", name, open(name).read())
+    except OSError as exc:
+        print("UNREAD", name, errno.errorcode[exc.errno])
+for name in sys.argv[1:]:
+    parent = os.path.dirname(name)
+    if parent and os.path.isdir(parent):
+        try:
+            os.rename(parent, parent + "-moved")
+            print("MOVED", parent)
+        except OSError as exc:
+            print("KEPT", parent, errno.errorcode[exc.errno])
+"""
+
+
+def run(workspace, names: list[str], isolation: str, deny: tuple[str, ...],
+        read: tuple[str, ...] = ()) -> stockade.Result:
+    # (pids=None: the landlock tier refuses a pids limit as root, which RLIMIT_NPROC cannot bind)
+    policy = replace(policy_for(deny=deny, read=read, pids=None), isolation=isolation)
+    return stockade.run([PYTHON, "-c", READ_ALL, *names], policy, workspace=workspace)
+
+
+def secret_at(path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SECRET)
+    return str(path)
+
+
+def listing(top) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), top)
+                  for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too(ws, isolation):
+    """dn2/dn6: `ln secrets/prod.env other/copy.env` on the host before the launch. Neither
+    name shows the secret (in the landlock tier the link's rule made the denied path itself
+    readable), and the directory above the link is pinned as the denied path's is."""
+    workspace, _ = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    os.makedirs(workspace / "other" / "deep")
+    os.link(denied, workspace / "other" / "deep" / "copy.env")
+    before = listing(workspace)
+    r = run(workspace, ["secrets/prod.env", "other/deep/copy.env"], isolation, (denied,))
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout.decode()
+    assert SECRET not in out + r.stderr.decode()
+    assert "UNREAD secrets/prod.env" in out and "UNREAD other/deep/copy.env" in out, out
+    assert "MOVED" not in out, out
+    assert listing(workspace) == before
+    assert os.stat(denied).st_nlink == 2
+    assert open(workspace / "other" / "deep" / "copy.env").read() == SECRET
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_file_of_a_denied_directory_linked_into_a_write_root_is_denied_too(ws, isolation):
+    """dn3's shape in a write root: the key in a denied directory, a backup of it by hard link
+    elsewhere in the workspace."""
+    workspace, _ = ws
+    secret_at(workspace / "dotssh" / "id_key")
+    (workspace / "backup").mkdir()
+    os.link(workspace / "dotssh" / "id_key", workspace / "backup" / "id_key.bak")
+    r = run(workspace, ["backup/id_key.bak"], isolation, (str(workspace / "dotssh"),))
+    assert r.exit_code == 0, r.stderr
+    assert SECRET not in r.stdout.decode() + r.stderr.decode()
+    assert "UNREAD backup/id_key.bak" in r.stdout.decode(), r.stdout
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_denied_file_linked_into_a_read_root_refuses_the_launch(ws, isolation):
+    """dn3: read roots are not walked, so a name there cannot be masked: the launch is refused,
+    typed, naming the file, its link count and the remedy, before anything runs."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "dotssh" / "id_key")
+    os.link(denied, outside / "id_key.bak")
+    for deny in ((denied,), (str(workspace / "dotssh"),)):
+        with pytest.raises(stockade.UnenforceableError) as refused:
+            run(workspace, [str(outside / "id_key.bak")], isolation, deny, read=(str(outside),))
+        assert refused.value.code == "unenforceable:filesystem.deny"
+        assert denied in refused.value.message and "2 hard links" in refused.value.message
+        assert "deny" in refused.value.message and "remove" in refused.value.message
+    assert listing(outside) == ["id_key.bak"]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_links_that_are_all_denied_need_no_refusal(ws, isolation):
+    """No false refusal: every name of a multiply-linked file lies inside what is denied (two
+    names in a denied directory, or each name denied itself)."""
+    workspace, outside = ws
+    key = secret_at(workspace / "dotssh" / "id_key")
+    os.link(key, workspace / "dotssh" / "id_key.old")
+    token = secret_at(outside / "token")
+    os.link(token, outside / "token.bak")
+    r = run(workspace, ["dotssh/id_key", str(outside / "token.bak")], isolation,
+            (str(workspace / "dotssh"), token, str(outside / "token.bak")), read=(str(outside),))
+    assert r.exit_code == 0, r.stderr
+    assert SECRET not in r.stdout.decode() + r.stderr.decode()
+    assert r.stdout.decode().count("UNREAD") == 2, r.stdout
