@@ -157,6 +157,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:",
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
            ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
+    Mutant("deny-links-counted-by-path", "stockade/linux/protect.py",
+           "        if len(known.places) < known.links:\n",
+           "        if len(known.names) < known.links:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_name_a_bind_mount_shows_twice_counts_once[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_name_a_bind_mount_shows_twice_counts_once[landlock]")),
+    Mutant("deny-unlisted-passed-over", "stockade/linux/protect.py",
+           "            if unlisted is not None and os.access(rel or \".\", os.X_OK, "
+           "dir_fd=root_fd):\n",
+           "            if False:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_denied_directory_that_can_be_entered_but_not_listed_never_shows_its_files"
+            "[landlock]",)),
     Mutant("deny-link-unmasked", "stockade/linux/protect.py",
            "            elif occ.linked and denied and occ.inode in denied:\n",
            "            elif False:\n",
@@ -165,7 +179,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_deny_links.py::"
             "test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
-           "        if len(known.names) < known.links:\n", "        if False:\n",
+           "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"
             "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[namespaces]",
             "tests/test_deny_links.py::"

@@ -166,7 +166,12 @@ ETC_SECRETS = ("wireguard/wg0.conf", "NetworkManager/system-connections/home.nmc
                "rancher/k3s/k3s.yaml", "mysql/debian.cnf", "mysql/conf.d/backup.cnf",
                "pki/tls/private/host.key", "pki/CA/private/ca.key",
                "letsencrypt/live/example.org/privkey.pem", "krb5.keytab", "sssd/sssd.conf",
-               "libvirt/secrets/0.base64")
+               "libvirt/secrets/0.base64",
+               # (attack 8, dl4)
+               "postfix/sasl_passwd", "ldap.secret", "pam_ldap.secret", "credstore/db.cred",
+               "ceph/ceph.client.admin.keyring", "dkimkeys/mail.private", "rsyncd.secrets",
+               "chrony/chrony.keys", "bind/rndc.key", "davfs2/secrets", "msmtprc",
+               "exim4/passwd.client", "iscsi/iscsid.conf")
 
 # In a private mount namespace: /etc overlaid with a canary (mode 0600) at each of those
 # places, seen by nothing else; a run of a preset reading each (`/etc/NAME: DONE` or ERRNO).
@@ -222,3 +227,27 @@ def test_a_missing_default_costs_no_mask_and_refuses_nothing(ws):
         request = compile_policy(stockade.preset(name), ["true"],
                                  CompileContext.current(workspace))
         assert all(os.path.lexists(grant.path) for grant in request.deny), name
+
+
+def test_the_missing_denied_paths_remedy_makes_files_as_files_with_their_directories(tmp_path):
+    """Attack 8, dl5: with /etc as the workspace the remedy made `sudoers` a directory (sudo
+    then fails) and stopped at `touch ppp/chap-secrets` (touch makes no directory). Run as
+    printed, it now makes each file a file, its directory first, and the rest directories."""
+    from stockade.launch import compile as compiler
+    from stockade.launch.compile import CompileContext
+    from stockade.launch.request import PathGrant
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    ctx = CompileContext(workspace=str(etc), home=str(tmp_path), tmp=None, host_env={})
+    wanted = ("{workspace}/sudoers", "{workspace}/ppp/chap-secrets", "{workspace}/shadow",
+              "{workspace}/davfs2/secrets", "{workspace}/libvirt/secrets", "{workspace}/ssh")
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compiler._denied(wanted, ctx, (PathGrant(str(etc), str(etc)),))
+    command = refused.value.message.split(", with ", 1)[1].split(", or choose", 1)[0]
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    for name in ("sudoers", "ppp/chap-secrets", "shadow", "davfs2/secrets"):
+        assert (etc / name).is_file(), name
+    for name in ("libvirt/secrets", "ssh"):
+        assert (etc / name).is_dir(), name

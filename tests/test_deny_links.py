@@ -8,6 +8,7 @@ children, both isolations; every check of what happened is made on the host."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 
 import pytest
@@ -121,3 +122,77 @@ def test_links_that_are_all_denied_need_no_refusal(ws, isolation):
     assert r.exit_code == 0, r.stderr
     assert SECRET not in r.stdout.decode() + r.stderr.decode()
     assert r.stdout.decode().count("UNREAD") == 2, r.stdout
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_denied_directory_that_can_be_entered_but_not_listed_never_shows_its_files(
+        ws, isolation):
+    """Attack 8, dl1: the denied directory may be entered but not listed (mode 0311), its file
+    hard-linked into the write root. The walk could not look inside, so the link was an
+    ordinary file: read, and in the landlock tier its rule made the denied path itself
+    readable. Now where the launch cannot list it (rootless, without a user namespace's
+    mapped root: the landlock tier) it is refused, typed; elsewhere the link is masked."""
+    workspace, _ = ws
+    secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    os.link(workspace / "secrets" / "prod.env", workspace / "other" / "copy.env")
+    (workspace / "secrets").chmod(0o311)
+    try:
+        if os.getuid() != 0 and isolation == "landlock":
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                run(workspace, ["other/copy.env"], isolation, (str(workspace / "secrets"),))
+            assert refused.value.code == "unenforceable:filesystem.deny"
+            assert "cannot be looked for" in refused.value.message
+            return
+        r = run(workspace, ["secrets/prod.env", "other/copy.env"], isolation,
+                (str(workspace / "secrets"),))
+    finally:
+        (workspace / "secrets").chmod(0o755)
+    assert r.exit_code == 0, r.stderr
+    assert SECRET not in r.stdout.decode() + r.stderr.decode()
+    assert "UNREAD other/copy.env" in r.stdout.decode(), r.stdout
+
+
+# In a private mount namespace (seen by nothing else): the write root's directory holding a
+# link bound at a second path in it, a third link in a read root; the launch's outcome.
+BOUND_TWICE = """
+import os, subprocess, sys
+from dataclasses import replace
+sys.path.insert(0, sys.argv[5])
+import stockade
+from conftest import PYTHON, policy_for
+workspace, outside, isolation, script = sys.argv[1:5]
+subprocess.run(["mount", "--bind", workspace + "/other", workspace + "/other2"], check=True)
+policy = replace(policy_for(deny=(workspace + "/secrets/prod.env",), read=(outside,), pids=None),
+                 isolation=isolation)
+try:
+    r = stockade.run([PYTHON, "-c", script, outside + "/third.env"], policy, workspace=workspace)
+    print(r.stdout.decode())
+except stockade.StockadeError as exc:
+    print("REFUSED", exc.code)
+"""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_name_a_bind_mount_shows_twice_counts_once(ws, isolation):
+    """Attack 8, dl2: a link in the write root seen at two paths (its directory bound at a
+    second one) was counted as two names, so a third name in a read root went unrefused and
+    showed the file. Names are counted by place (their directory's identity and the name)."""
+    import subprocess
+
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    (workspace / "other2").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    os.link(denied, outside / "third.env")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           BOUND_TWICE, str(workspace), str(outside), isolation, READ_ALL,
+                           os.path.dirname(__file__)], capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout
+    assert "REFUSED unenforceable:filesystem.deny" in done.stdout, done.stdout
+    assert not os.listdir(workspace / "other2")  # (the mount was the child's own)

@@ -47,7 +47,7 @@ from stockade.evidence.watch import (
 )
 from stockade.lifecycle import statedir
 from stockade.lifecycle.homes import SUFFIX
-from stockade.policy.presets import DENY_DEFAULTS, DENY_FILES
+from stockade.policy.presets import DENY_DEFAULTS, is_deny_file
 
 Setup = Callable[[Scene], None]
 NOBODY = 65534
@@ -629,7 +629,7 @@ def _home_as_workspace(scene: Scene) -> None:
         name = path.removeprefix("{home}/")
         if name == path:
             continue
-        if os.path.basename(name) in DENY_FILES:
+        if is_deny_file(name):
             scene.plant_secret(f"home/{name}")
         else:
             (scene.home / name).mkdir(parents=True, exist_ok=True)

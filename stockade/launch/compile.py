@@ -23,7 +23,7 @@ from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathG
 from stockade.lifecycle import aliases, statedir
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
-from stockade.policy.presets import DENY_FILES
+from stockade.policy.presets import is_deny_file
 from stockade.policy.render import kind as value_kind
 
 PLACEHOLDERS = ("workspace", "tmp", "home")
@@ -363,15 +363,17 @@ def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:
 
 def _make_all(aliases: Iterable[str]) -> str:
     """One shell command that makes every path of `aliases`, private to this user: a known
-    credential file (DENY_FILES) empty, anything else a directory. On Windows a PowerShell
+    credential file (presets.is_deny_file) empty, anything else a directory. On Windows a PowerShell
     one (new items there inherit their folder's DACL, which in a profile is the user's)."""
     aliases = list(aliases)
-    files = [a for a in aliases if os.path.basename(a) in DENY_FILES]
+    files = [a for a in aliases if is_deny_file(a)]
     dirs = [a for a in aliases if a not in files]
     if sys.platform == "win32":
         return _make_all_powershell(dirs, files)
+    # (the files' directories made first: `touch` makes none, and stopped the command there)
+    folders = [d for d in dict.fromkeys(os.path.dirname(f) for f in files) if d not in dirs]
     steps = [f"{verb} {' '.join(map(shlex.quote, names))}"
-             for verb, names in (("mkdir -p", dirs), ("touch", files)) if names]
+             for verb, names in (("mkdir -p", [*dirs, *folders]), ("touch", files)) if names]
     return f"(umask 077 && {' && '.join(steps)})"
 
 

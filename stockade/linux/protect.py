@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from stockade.errors import UnenforceableError
 from stockade.linux import gitdirs
@@ -99,6 +99,17 @@ class DeniedFile:
     path: str
     links: int
     names: set[str]
+    # Each name's place, (device, inode of its directory, name): one entry a bind mount shows
+    # at two paths is one name of the file, not two (attack 8, dl2).
+    places: set[tuple[int, int, str]] = field(default_factory=set)
+
+    def add(self, path: str) -> None:
+        self.names.add(path)
+        try:
+            above = os.stat(os.path.dirname(path))
+        except OSError:
+            return  # (unplaced: not counted, so the file stays refused)
+        self.places.add((above.st_dev, above.st_ino, os.path.basename(path)))
 
 
 def denied_files(paths: Iterable[str]) -> dict[tuple[int, int], DeniedFile]:
@@ -126,7 +137,7 @@ def _denied_name(found: dict[tuple[int, int], DeniedFile], info: os.stat_result,
     if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
         return
     known = found.setdefault((info.st_dev, info.st_ino), DeniedFile(path, info.st_nlink, set()))
-    known.names.add(path)
+    known.add(path)
 
 
 def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
@@ -136,7 +147,8 @@ def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
     except OSError:
         return
     try:
-        for dirpath, dirnames, filenames, dir_fd in _walk(path, fd, "denied directory"):
+        for dirpath, dirnames, filenames, dir_fd in _walk(path, fd, "denied directory",
+                                                          unlisted=_unlisted_denied(path)):
             budget[0] -= len(dirnames) + len(filenames)
             if budget[0] < 0:
                 raise UnenforceableError(
@@ -147,6 +159,8 @@ def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
             for name in filenames:
                 try:
                     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except PermissionError:
+                    raise _unlisted_denied(path)(os.path.join(dirpath, name)) from None
                 except OSError:
                     continue  # (gone since it was listed)
                 _denied_name(found, info, os.path.normpath(os.path.join(path, dirpath, name)))
@@ -154,16 +168,27 @@ def _denied_directory(found: dict[tuple[int, int], DeniedFile], path: str,
         os.close(fd)
 
 
+def _unlisted_denied(denied: str) -> Callable[[str], UnenforceableError]:
+    def refusal(rel: str) -> UnenforceableError:
+        place = os.path.normpath(os.path.join(denied, rel))
+        return UnenforceableError(
+            "filesystem.deny",
+            f"{place} in the denied {denied} can be reached but not read whole by this user, "
+            "so the other names (hard links) of the files in it cannot be looked for; make it "
+            f"readable and searchable by you (chmod u+rx), or run as root")
+    return refusal
+
+
 def refuse_unfound(denied: dict[tuple[int, int], DeniedFile]) -> None:
     """Refuse, typed, a denied file with a name that is neither denied nor met by the walk of
     the write roots (where it would be masked): in a read root, or a root that is a file, it
     would show the file; outside every root it shows nothing, but nothing tells which."""
     for known in denied.values():
-        if len(known.names) < known.links:
+        if len(known.places) < known.links:
             raise UnenforceableError(
                 "filesystem.deny",
                 f"the denied file {known.path} has {known.links} hard links, and only "
-                f"{len(known.names)} of its names lie where the sandbox hides them (the denied "
+                f"{len(known.places)} of its names lie where the sandbox hides them (the denied "
                 "paths and the write roots); another may lie in a read root, where it would "
                 f"show the file: remove the other links (find / -xdev -samefile {known.path} "
                 "lists them) or deny their names too")
@@ -215,7 +240,7 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
             elif occ.linked and denied and occ.inode in denied:
                 known = denied[occ.inode]
                 if path not in known.names:  # (a denied path itself is masked already)
-                    known.names.add(path)
+                    known.add(path)
                     aliases.append(path)
                     _pin_everywhere(keep, roots, path)
             elif occ.linked:
@@ -304,14 +329,16 @@ def find(root: str, root_fd: int, names: frozenset[str],
     return found
 
 
-def _walk(root: str, root_fd: int, what: str = "write root"
+def _walk(root: str, root_fd: int, what: str = "write root",
+          unlisted: Callable[[str], Exception] | None = None
           ) -> Iterator[tuple[str, list[str], list[str], int]]:
     """What os.fwalk(".", dir_fd=root_fd) yields, top-down (a caller may prune `dirnames`),
     but without recursion and with one directory open at a time: each is opened from the root
     by its path, no symbolic link followed on the way. (os.fwalk recurses and holds a descriptor
     per level: a tree a sandbox made 1500 deep failed every later launch.) A directory that
     vanished or became a link since it was listed is skipped, as os.fwalk skips it. An entry
-    whose path reaches PATH_MAX is refused: nothing below it could be covered."""
+    whose path reaches PATH_MAX is refused: nothing below it could be covered. With `unlisted`,
+    a directory this user may enter but not list raises what `unlisted` makes of its path."""
     prefix = len(os.fsencode(root.rstrip("/") + "/"))
     pending = [""]
     while pending:
@@ -319,6 +346,10 @@ def _walk(root: str, root_fd: int, what: str = "write root"
         try:
             fd = openat2(root_fd, rel or ".", os.O_RDONLY | os.O_DIRECTORY,
                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except PermissionError:
+            if unlisted is not None and os.access(rel or ".", os.X_OK, dir_fd=root_fd):
+                raise unlisted(rel or ".") from None
+            continue
         except OSError:
             continue
         try:

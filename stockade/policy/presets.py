@@ -36,6 +36,7 @@ readable on Windows whatever the preset; see docs/windows.md.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -57,11 +58,27 @@ DENY_DEFAULTS = (
     "/etc/kubernetes", "/etc/rancher", "/etc/mysql", "/etc/pki/tls/private",
     "/etc/pki/CA/private", "/etc/letsencrypt", "/etc/krb5.keytab", "/etc/sssd",
     "/etc/libvirt/secrets",
+    # (mail relays, LDAP binds, systemd credentials, Ceph, DKIM, rsync, NTP, BIND, WebDAV,
+    # iSCSI: attack 8)
+    "/etc/postfix/sasl_passwd", "/etc/postfix/sasl_passwd.db", "/etc/ldap.secret",
+    "/etc/pam_ldap.secret", "/etc/credstore", "/etc/credstore.encrypted",
+    "/etc/ceph/ceph.client.admin.keyring", "/etc/dkimkeys", "/etc/rsyncd.secrets",
+    "/etc/chrony/chrony.keys", "/etc/chrony.keys", "/etc/bind/rndc.key", "/etc/rndc.key",
+    "/etc/davfs2/secrets", "/etc/msmtprc", "/etc/exim4/passwd.client", "/etc/iscsi/iscsid.conf",
 )
 # The denied defaults that are files (the rest are directories): what a refusal of a missing
 # one tells the user to make empty (stockade/launch/compile.py).
 DENY_FILES = (".netrc", "_netrc", ".git-credentials", ".pypirc", "ipsec.secrets",
-              "chap-secrets", "pap-secrets", "krb5.keytab")
+              "chap-secrets", "pap-secrets", "krb5.keytab", "shadow", "shadow-", "gshadow",
+              "gshadow-", "sudoers", "opasswd", "sasl_passwd", "sasl_passwd.db", "ldap.secret",
+              "pam_ldap.secret", "ceph.client.admin.keyring", "rsyncd.secrets", "chrony.keys",
+              "rndc.key", "msmtprc", "passwd.client", "iscsid.conf")
+
+
+def is_deny_file(path: str) -> bool:
+    """Whether the denied default `path` is a file (by its name; davfs2's `secrets` by its
+    whole path, libvirt's being a directory)."""
+    return os.path.basename(path) in DENY_FILES or path.endswith("/davfs2/secrets")
 ENV_PASS_DEFAULTS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER")
 WINDOWS_SYSTEM_READ = ("C:\\Windows", "?C:\\Program Files", "?C:\\Program Files (x86)")
 WINDOWS_DENY_DEFAULTS = (
