@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from types import SimpleNamespace
 
-from stockade.errors import UnavailableError
+from stockade.errors import SetupError, UnavailableError
 from stockade.windows import constants as c
 from stockade.windows.structs import (
     BOOL,
@@ -162,6 +162,16 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
 
 
 @functools.cache
+def station_denied(what: str) -> SetupError:
+    """The refusal of a launch whose user may not `what` (see windows/desktop.py)."""
+    return SetupError("window_station_denied", f"this user may not {what} (a process started "
+                      "under other credentials, by runas or Start-Process -Credential, runs on "
+                      "its starter's window station, which grants it nothing unless the starter "
+                      "added entries for it); run Stockade in the user's own logon session, or "
+                      "grant the user access to the window station and desktop first "
+                      "(scripts/windows-unelevated.ps1 does)", stage="job_desktop")
+
+
 def win32() -> SimpleNamespace:
     """The bound functions; UnavailableError anywhere but Windows."""
     if sys.platform != "win32":
@@ -171,8 +181,6 @@ def win32() -> SimpleNamespace:
     except OSError as exc:
         if getattr(exc, "winerror", None) != c.ERROR_DLL_INIT_FAILED:
             raise
-        from stockade.windows.desktop import station_denied  # (desktop.py binds through here)
-
         raise station_denied("load user32.dll, whose initialisation Windows fails "
                              "(ERROR_DLL_INIT_FAILED) for a process without access to its "
                              "window station and desktop") from None

@@ -39,7 +39,7 @@ from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace
 from stockade.windows.aclstore import aces_at
-from stockade.windows.api import fresh_last_error, last_error, win32
+from stockade.windows.api import fresh_last_error, last_error, station_denied, win32
 from stockade.windows.structs import DWORD, PVOID, SECURITY_ATTRIBUTES
 
 APPCONTAINER_RIGHTS = (c.DESKTOP_READOBJECTS | c.DESKTOP_CREATEWINDOW | c.DESKTOP_CREATEMENU
@@ -101,16 +101,6 @@ def create_desktop(name: str, sddl: str) -> int:
         return handle
     finally:
         api.LocalFree(descriptor)
-
-
-def station_denied(what: str) -> SetupError:
-    """The refusal of a launch whose user may not `what` (see the module docstring)."""
-    return SetupError("window_station_denied", f"this user may not {what} (a process started "
-                      "under other credentials, by runas or Start-Process -Credential, runs on "
-                      "its starter's window station, which grants it nothing unless the starter "
-                      "added entries for it); run Stockade in the user's own logon session, or "
-                      "grant the user access to the window station and desktop first "
-                      "(scripts/windows-unelevated.ps1 does)", stage="job_desktop")
 
 
 def check_station(name: str) -> None:
