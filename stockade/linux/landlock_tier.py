@@ -238,7 +238,7 @@ def grants(request: LaunchRequest, handled: int, weaken: frozenset[str] = frozen
     read, write, device = landlock.rights(handled, request.exec_from_write)
     linked = {} if weaken & {"deny", "deny_links"} else mnt.denied_files(
         request, [g.path for g in request.deny])
-    walked = _walked(request, linked)
+    walked = _walked(request, linked, "protected" not in weaken)
     protect.refuse_unfound(linked)
     excluded: dict[str, int] = {}
     if "deny" not in weaken:
@@ -257,14 +257,18 @@ def grants(request: LaunchRequest, handled: int, weaken: frozenset[str] = frozen
     return out
 
 
-def _walked(request: LaunchRequest, linked: dict[tuple[int, int], protect.DeniedFile]
-            ) -> protect.Walked:
+def _walked(request: LaunchRequest, linked: dict[tuple[int, int], protect.DeniedFile],
+            protected: bool) -> protect.Walked:
     """What a view would re-mount read-only in the write roots (protect.walk: protected names,
-    repositories' guarded files, files with more than one link), and the other names there of
-    the `linked` denied files."""
+    repositories' guarded files, files with more than one link; none unless `protected`), and
+    the other names there of the `linked` denied files."""
+    if not protected and not linked:
+        return protect.Walked([], [], [])
     roots = [(g.path, mnt.open_source(g.path, "filesystem.write")) for g in request.write]
     try:
         dirs = [(path, fd) for path, fd in roots if os.path.isdir(f"/proc/self/fd/{fd}")]
+        if not protected:  # (the other names of denied files only; the "protected" switch)
+            return protect.walk(dirs, frozenset(), "writable", denied=linked)
         return protect.walk(dirs, frozenset(request.protected), request.git,
                             readonly=request.home_code, denied=linked)
     finally:
