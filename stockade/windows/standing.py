@@ -41,6 +41,11 @@ _RECORD = re.compile(r"[0-9a-f]{64}\.json")
 DIRECTORY = "standing"
 
 
+class NotStanding(Exception):
+    """`ensure`'s admission found the root unfit for a standing grant (a file in it has a name
+    outside it): the launch grants it as its own."""
+
+
 def capability_sid(user_sid: str, root: str, file_id: str) -> str:
     """The capability that reads `root` while it is the file `file_id`: a new file at that
     path (an interpreter reinstalled) gets another, so an entry left on the old one is of use
