@@ -232,12 +232,16 @@ class FakeTree:
 
     @contextlib.contextmanager
     def without_reparse_points(self, path: str) -> Iterator[None]:
-        """grants.AclStore's: each reparse point below `path` without its reparse data while
-        this lasts. FSCTL_DELETE_REPARSE_POINT (and FSCTL_SET_REPARSE_POINT, putting it back)
-        need a handle with FILE_WRITE_DATA or FILE_WRITE_ATTRIBUTES (MS-FSA 2.1.5.10.3):
-        PermissionError when the caller has neither."""
+        """grants.AclStore's: each junction below `path` without its reparse data while
+        this lasts (any other reparse point refuses: RemovalError). FSCTL_DELETE_REPARSE_POINT
+        (and FSCTL_SET_REPARSE_POINT, putting it back) need a handle with FILE_WRITE_DATA or
+        FILE_WRITE_ATTRIBUTES (MS-FSA 2.1.5.10.3): PermissionError when the caller has
+        neither."""
         found = [self.node(e.path) for e in admission.walk(path, self.scan, self.entry)
                  if admission.opaque(e)]
+        for node in found:  # (only a junction's data can be put back: aclstore.py)
+            if node.reparse_tag != c.IO_REPARSE_TAG_MOUNT_POINT:
+                raise removers.RemovalError(f"{node.path}: not a junction")
         for node in found:
             if not any(self.access(node.path, sid) & (FILE_WRITE_DATA
                                                       | c.FILE_WRITE_ATTRIBUTES)
