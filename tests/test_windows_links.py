@@ -81,7 +81,7 @@ def test_a_runtime_root_linking_outside_itself_gets_no_standing_grant(tmp_path):
     assert first.capabilities == () and first.counts["runtime_roots"] == 0
     assert tree.access("C:\\py\\python.exe", PACKAGE) == RX  # the launch's own grant
     recorder.revert_all()
-    assert tree.access(KEY, PACKAGE) == 0 and grants.revoke_all(tree, no_lock) == []
+    assert tree.access(KEY, PACKAGE) == 0 and grants.revoke_all(tree, no_lock) == ([], [])
     with pytest.raises(UnenforceableError, match="filesystem.deny"):
         launch(tree, grants, request(deny=request().deny + (PathGrant(SSH, SSH),)))
     assert tree.access(KEY, PACKAGE) == 0
