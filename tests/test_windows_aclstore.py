@@ -240,12 +240,36 @@ def test_a_revert_sets_each_reparse_point_below_aside_and_puts_it_back(handles):
         in handles.opened
 
 
-def test_a_third_party_reparse_point_is_deleted_with_its_guid():
-    guid = bytes(range(16))
-    third = (0x00000123).to_bytes(4, "little") + (20).to_bytes(2, "little") + bytes(2) + guid \
-        + b"data"
-    assert aclstore.deletion(third) == third[:4] + bytes(4) + guid
+def test_a_junction_is_deleted_by_its_tag_alone():
     junction = c.IO_REPARSE_TAG_MOUNT_POINT.to_bytes(4, "little") + b"\x10\0\0\0" + bytes(16)
     assert aclstore.deletion(junction) == junction[:4] + bytes(4)
-    with pytest.raises(ValueError):
-        aclstore.deletion(third[:12])
+    third = (0x00000123).to_bytes(4, "little") + (20).to_bytes(2, "little") + bytes(22)
+    for data in (junction[:6], third):
+        with pytest.raises(ValueError):
+            aclstore.deletion(data)
+
+
+@pytest.mark.parametrize("tag", [c.IO_REPARSE_TAG_SYMLINK, 0x00000123,
+                                 c.IO_REPARSE_TAG_APPEXECLINK])
+def test_a_reparse_point_other_than_a_junction_refuses_the_revert_untouched(handles, tag):
+    """Putting a symbolic link's data back (FSCTL_SET_REPARSE_POINT) takes
+    SeCreateSymbolicLinkPrivilege, which a standard user lacks, and another tag's data is its
+    filter's: set aside, either could not be restored. So the revert is refused, typed, before
+    any reparse point is touched, and its record kept."""
+    tree = handles.tree
+    root = "C:\\Users\\u\\ws"
+    store = aclstore.WindowsAclStore()
+    step = aceplan.Step(root, aceplan.GRANT, aceplan.root_aces(PACKAGE, True, False))
+    added = []
+    grants.apply([step], PACKAGE, store, types.SimpleNamespace(
+        add=lambda *record: added.append(record)),
+        lambda path: contextlib.nullcontext(), {root: tree.node(root).file_id})
+    tree.add(root + "\\src\\j", reparse_tag=c.IO_REPARSE_TAG_MOUNT_POINT,
+             target="C:\\Users\\u\\outside")
+    link = tree.file(root + "\\src\\link", reparse_tag=tag, target="C:\\Users\\u\\outside")
+    during = tree.snapshot()
+    (_, _, detail), = added
+    with pytest.raises(RemovalError, match="link"):
+        grants.revert(root, detail, store)
+    assert handles.fsctls == [] and tree.snapshot() == during
+    assert tree.node(link).reparse_tag == tag

@@ -213,21 +213,36 @@ TOKEN = """
     is_appcontainer = w.DWORD.from_buffer(info(29)).value
     sid = ctypes.c_wchar_p()
     advapi.ConvertSidToStringSidW(ctypes.c_void_p.from_buffer(info(31)).value, ctypes.byref(sid))
+    groups, capabilities = info(30), []  # TOKEN_GROUPS: a count, then (PSID, DWORD) pairs
+    for i in range(w.DWORD.from_buffer(groups).value):
+        capability = ctypes.c_wchar_p()
+        advapi.ConvertSidToStringSidW(ctypes.c_void_p.from_buffer(groups, 8 + 16 * i).value,
+                                      ctypes.byref(capability))
+        capabilities.append(capability.value)
     print(json.dumps({"appcontainer": is_appcontainer, "sid": sid.value,
-                      "capabilities": w.DWORD.from_buffer(info(30)).value}))
+                      "capabilities": capabilities}))
 """
 
 
-def test_the_childs_token_is_a_fresh_appcontainer_token_without_capabilities(ws):
+def test_the_childs_token_is_a_fresh_appcontainer_token_with_only_runtime_capabilities(ws):
+    """No capability but the standing grants' of the roots it reads (issue 31, D10: elevated,
+    the interpreter's root has one; unelevated it is open to every AppContainer, none)."""
+    from stockade.windows import standing
+
     workspace, _ = ws
     seen = []
     for _ in range(2):
-        code, out, err = run(request(workspace, TOKEN))
+        req = request(workspace, TOKEN)
+        code, out, err = run(req)
         assert code == 0, err
         seen.append(json.loads(out))
+    records = [standing.StandingGrants().load(g.path) for g in req.read]
+    runtime = {record["capability"] for record in records if record}
     for facts in seen:
-        assert facts["appcontainer"] == 1 and facts["capabilities"] == 0
+        assert facts["appcontainer"] == 1 and set(facts["capabilities"]) <= runtime
+        assert len(facts["capabilities"]) == len(set(facts["capabilities"]))
         assert facts["sid"].startswith("S-1-15-2-")
+    assert seen[0]["capabilities"] == seen[1]["capabilities"]  # standing: the same each time
     assert seen[0]["sid"] != seen[1]["sid"]  # one AppContainer per launch
 
 

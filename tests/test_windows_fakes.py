@@ -78,6 +78,8 @@ class Node:
     # Inherited entries a propagation wrote here through another parent than the node's own
     # (a junction above it); None while they are its own parent's, derived when read.
     stamped: tuple[Ace, ...] | None = None
+    # A file's other names (hard links, `FakeTree.link`): one node, so one security descriptor.
+    names: list[str] = field(default_factory=list)
 
 
 AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
@@ -135,6 +137,18 @@ class FakeTree:
     def file(self, path: str, **changes) -> str:
         return self.add(path, is_dir=False, **changes)
 
+    def link(self, existing: str, new: str) -> str:
+        """CreateHardLinkW: `new` another name of the file `existing`. NTFS keeps one security
+        descriptor per file, not per name ("hard links" share the file's attributes and
+        security), so every name reads and writes the same DACL."""
+        node = self.node(existing)
+        assert not node.is_dir and self.key(ntpath.dirname(new)) in self.nodes
+        assert self.key(new) not in self.nodes
+        self.nodes[self.key(new)] = node
+        node.names.append(new)
+        node.links += 1
+        return new
+
     def key(self, path: str) -> str:
         """How NTFS finds `path`: each name compared through the volume's upcase table
         (hostpaths.upcase), or exactly where its directory is case-sensitive. Not
@@ -189,7 +203,8 @@ class FakeTree:
         node.stamped = None
         self.writes.append(node.path)
         # (Entries derived when read are propagated already: only junctions and stamps matter.)
-        if node.is_dir and any(n.target or n.stamped is not None for n in self.nodes.values()):
+        if node.is_dir and any(n.target or n.names or n.stamped is not None
+                               for n in self.nodes.values()):
             self._propagate(node, {node.path})
 
     def _propagate(self, directory: Node, seen: set[str]) -> None:
@@ -206,18 +221,27 @@ class FakeTree:
                                              folder.owner)
                 self._propagate(folder, seen)
                 continue
+            if child.names:
+                # One descriptor for all its names: the propagation writes the inherited
+                # entries of whichever parent it arrives from, by name (the last one stays).
+                child.stamped = acl.inherit(self.read_node(directory).aces, False, child.owner)
+                continue
             child.stamped = None  # its own parent's again
             if child.is_dir and not child.reparse_tag:
                 self._propagate(child, seen)
 
     @contextlib.contextmanager
     def without_reparse_points(self, path: str) -> Iterator[None]:
-        """grants.AclStore's: each reparse point below `path` without its reparse data while
-        this lasts. FSCTL_DELETE_REPARSE_POINT (and FSCTL_SET_REPARSE_POINT, putting it back)
-        need a handle with FILE_WRITE_DATA or FILE_WRITE_ATTRIBUTES (MS-FSA 2.1.5.10.3):
-        PermissionError when the caller has neither."""
+        """grants.AclStore's: each junction below `path` without its reparse data while
+        this lasts (any other reparse point refuses: RemovalError). FSCTL_DELETE_REPARSE_POINT
+        (and FSCTL_SET_REPARSE_POINT, putting it back) need a handle with FILE_WRITE_DATA or
+        FILE_WRITE_ATTRIBUTES (MS-FSA 2.1.5.10.3): PermissionError when the caller has
+        neither."""
         found = [self.node(e.path) for e in admission.walk(path, self.scan, self.entry)
                  if admission.opaque(e)]
+        for node in found:  # (only a junction's data can be put back: aclstore.py)
+            if node.reparse_tag != c.IO_REPARSE_TAG_MOUNT_POINT:
+                raise removers.RemovalError(f"{node.path}: not a junction")
         for node in found:
             if not any(self.access(node.path, sid) & (FILE_WRITE_DATA
                                                       | c.FILE_WRITE_ATTRIBUTES)
@@ -240,17 +264,24 @@ class FakeTree:
         node = self.node(path)
         attributes = (0x10 if node.is_dir else 0) | (  # FILE_ATTRIBUTE_DIRECTORY
             c.FILE_ATTRIBUTE_REPARSE_POINT if node.reparse_tag else 0)
-        return Entry(node.path, node.is_dir, attributes, node.reparse_tag, node.links,
+        name = next((n for n in node.names if self.key(n) == self.key(path)), node.path)
+        return Entry(name, node.is_dir, attributes, node.reparse_tag, node.links,
                      node.file_id)
 
     def scan(self, directory: str) -> list[Entry]:
         prefix = self.key(directory).rstrip("\\") + "\\"
-        children = [n.path for key, n in self.nodes.items()
+        children = [next(p for p in (n.path, *n.names) if self.key(p) == key)
+                    for key, n in self.nodes.items()
                     if key.startswith(prefix) and "\\" not in key[len(prefix):]]
         return [self.entry(path) for path in sorted(children)]
 
     def filesystem(self, path: str) -> str:
         return "NTFS"
+
+    def names(self, path: str) -> list[str]:
+        """FindFirstFileNameW / FindNextFileNameW: every name of the file."""
+        node = self.node(path)
+        return [node.path, *node.names]
 
     def dacl_writable(self, path: str) -> bool:
         """Windows' answer for the caller: WRITE_DAC allowed by an entry for one of its SIDs,

@@ -9,11 +9,13 @@ import os
 from dataclasses import replace
 
 import pytest
-from test_windows_aceplan import RX, Recorder, no_lock, request, workspace
-from test_windows_fakes import PACKAGE, USER, FakeTree
+from test_windows_aceplan import RX, R, Recorder, no_lock, request, workspace
+from test_windows_fakes import BOTH, PACKAGE, USER, FakeTree
 
+from stockade.errors import SetupError
 from stockade.launch.request import PathGrant
 from stockade.windows import acl, filesystem, standing
+from stockade.windows import constants as c
 from stockade.windows.acl import Ace
 
 PY = "C:\\py"
@@ -60,7 +62,7 @@ def test_a_runtime_root_is_granted_once_to_a_capability_and_reused_without_a_wal
     assert not [d for d in scanned if d.startswith(PY)]  # no walk
     assert not [p for p in tree.writes if p.startswith(PY)]  # no grant, and no revert below
     recorder.revert_all()
-    assert grants.revoke_all(tree, no_lock) == [PY]
+    assert grants.revoke_all(tree, no_lock) == ([PY], [])
     assert tree.snapshot() == before and not os.listdir(grants.directory)
 
 
@@ -125,8 +127,10 @@ def test_a_tampered_record_is_refused_not_obeyed(grants, tamper):
     tamper(body)
     with open(path, "w") as f:
         json.dump(body, f)
-    with pytest.raises(ValueError):
-        grants.revoke_all(tree, no_lock)
+    during = tree.snapshot()
+    done, kept = grants.revoke_all(tree, no_lock)
+    assert done == [] and len(kept) == 1 and os.path.exists(path)
+    assert tree.snapshot() == during
 
 
 def test_the_capability_is_of_the_derived_shape_and_names_user_root_and_file():
@@ -153,3 +157,50 @@ def test_stockade_reconcile_takes_every_standing_grant_back(grants, monkeypatch,
     assert main(["reconcile", "--revoke-runtime-grants", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runtime_grants_revoked"] == [PY]
     assert tree.snapshot() == before
+
+
+def stuck(tree: FakeTree, root: str) -> None:
+    """A symbolic link made in `root` after its grant (by a launch writing a folder there):
+    the revert cannot set it aside (aclstore.py), so it is refused."""
+    tree.file(root + "\\link", reparse_tag=c.IO_REPARSE_TAG_SYMLINK, target="C:\\Users\\u")
+
+
+def test_a_stuck_standing_grant_is_kept_and_the_others_still_taken_back(grants, monkeypatch,
+                                                                          capsys):
+    from stockade.cli import main
+
+    tree = workspace()
+    tree.add("C:\\py2", owner=USER)
+    tree.file("C:\\py2\\python.exe", owner=USER)
+    req = request(read=request().read + (PathGrant("C:\\py2", "C:\\py2"),))
+    launch(tree, grants, req)[1].revert_all()
+    stuck(tree, PY)
+    done, kept = grants.revoke_all(tree, no_lock)
+    assert done == ["C:\\py2"] and len(kept) == 1 and PY + "\\link" in kept[0]
+    assert os.path.exists(grants._path(PY)) and not os.path.exists(grants._path("C:\\py2"))
+    monkeypatch.setenv("STOCKADE_STATE_DIR", grants.root)
+    monkeypatch.setattr(standing, "revoke_here", lambda: grants.revoke_all(tree, no_lock))
+    assert main(["reconcile", "--revoke-runtime-grants", "--json"]) == 1
+    assert len(json.loads(capsys.readouterr().out)["runtime_grants_kept"]) == 1
+
+
+def test_a_standing_grant_that_cannot_be_renewed_refuses_the_launch_typed(grants):
+    tree = workspace()
+    launch(tree, grants)[1].revert_all()
+    record = grants.load(PY)
+    # Its entry changed (no longer the one planned): taken back and made anew.
+    tree.node(PY).explicit = (Ace.allow(record["capability"], R, BOTH),)
+    stuck(tree, PY)
+    with pytest.raises(SetupError) as refused:
+        launch(tree, grants)
+    assert refused.value.code == "runtime_grant_stuck" and PY + "\\link" in str(refused.value)
+    assert grants.load(PY) == record  # kept, for reconciling
+
+
+def test_an_access_denied_revert_is_kept_typed(grants):
+    tree = workspace()
+    launch(tree, grants)[1].revert_all()
+    tree.add(PY + "\\j", reparse_tag=c.IO_REPARSE_TAG_MOUNT_POINT, target="C:\\Users\\u",
+             protected=True)  # (a junction the user may not write: PermissionError)
+    done, kept = grants.revoke_all(tree, no_lock)
+    assert done == [] and len(kept) == 1 and os.path.exists(grants._path(PY))

@@ -144,6 +144,7 @@ ARITY = {
     "WaitForSingleObject": 2, "GetExitCodeProcess": 2, "GetCurrentProcess": 0, "GetTickCount64": 0,
     "DuplicateHandle": 7, "CreateMutexW": 3, "LocalFree": 1, "GetLongPathNameW": 3,
     "CreateFileW": 7, "GetVolumePathNameW": 3, "GetVolumeInformationW": 8, "CreateDesktopExW": 8,
+    "FindFirstFileNameW": 4, "FindNextFileNameW": 3, "FindClose": 1,
     "CloseDesktop": 1, "GetProcessWindowStation": 0, "GetUserObjectInformationW": 5,
     "GetAppContainerFolderPath": 2, "CoTaskMemFree": 1, "GetSecurityInfo": 8,
     "SetSecurityInfo": 7, "QueryInformationJobObject": 5, "GetProcessMitigationPolicy": 4,

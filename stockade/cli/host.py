@@ -151,15 +151,17 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
     keys = statedir.key_dir()
     gone_homes = homes.prune(keys) if keys else []
     revoked: list[str] = []
+    unrevoked: list[str] = []
     if args.revoke_runtime_grants:
         from stockade.windows import standing
 
-        revoked = standing.revoke_here()
+        revoked, unrevoked = standing.revoke_here()
     if args.json:
         print(json.dumps({**asdict(done), "quarantine": quarantined,
                           "quarantine_dir": ledger.quarantine_dir,
                           "changes_removed": half_built, "changes_pending": kept,
-                          "homes_removed": gone_homes, "runtime_grants_revoked": revoked}))
+                          "homes_removed": gone_homes, "runtime_grants_revoked": revoked,
+                          "runtime_grants_kept": unrevoked}))
     else:
         print(f"reconciled {done.reconciled} record(s), {len(done.removed)} resource(s) removed; "
               f"{done.live} live, {done.failed} to retry")
@@ -171,6 +173,8 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
             print(f"  removed the private home of a workspace that no longer exists: {path}")
         for path in revoked:
             print(f"  took back the standing grant on the runtime root {path}")
+        for why in unrevoked:
+            print(f"  kept a standing grant it could not take back: {why}")
         if quarantined:
             print(f"{len(quarantined)} record(s) in quarantine, readiness fails until they are "
                   f"inspected and deleted: {ledger.quarantine_dir}")
@@ -179,4 +183,4 @@ def _reconcile(args: argparse.Namespace, command: list[str] | None) -> int:
                   "`stockade changes RUN`, then `stockade apply RUN` or `stockade discard RUN`):")
             for entry in kept:
                 print(f"  {entry['id']}  {entry['status']:<11}  {' '.join(entry['roots'])}")
-    return 1 if quarantined or done.failed else 0
+    return 1 if quarantined or done.failed or unrevoked else 0

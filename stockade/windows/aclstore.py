@@ -8,12 +8,16 @@ the name denotes meanwhile, all three concern one file. By name, a file replaced
 put in its place) between reading its identity and writing would have received the change.
 `read(path)` (GetNamedSecurityInfoW) is for judging a path only, never for a change.
 
-`without_reparse_points` (for a revert, grants.py): each reparse point below a directory, found
-by admission's walk (which never enters one), is opened itself (FILE_FLAG_OPEN_REPARSE_POINT),
+`without_reparse_points` (for a revert, grants.py): each junction below a directory, found by
+admission's walk (which never enters one), is opened itself (FILE_FLAG_OPEN_REPARSE_POINT),
 its reparse data read (FSCTL_GET_REPARSE_POINT) and removed (FSCTL_DELETE_REPARSE_POINT, which
-leaves the directory or file, empty), and put back through the same handle afterwards
+leaves the directory, empty), and put back through the same handle afterwards
 (FSCTL_SET_REPARSE_POINT): meanwhile no propagation can pass through it. Process death in
-between leaves it an empty directory or file: the link is lost, nothing else.
+between leaves it an empty directory: the link is lost, nothing else. Any other reparse point
+there refuses the revert (RemovalError: the record is kept, reconciling tries again) before
+any is set aside: putting a symbolic link's data back takes SeCreateSymbolicLinkPrivilege,
+which a standard user lacks, and another tag's data belongs to its filter, which may refuse
+it or read it differently; either would lose what the user made.
 
 Only explicit entries are ever written: SetSecurityInfo, like SetNamedSecurityInfoW, derives the
 inherited ones from the parent (unless the DACL is protected) and propagates the change to
@@ -28,6 +32,7 @@ import ctypes
 import os
 from collections.abc import Iterator
 
+from stockade.lifecycle.removers import RemovalError
 from stockade.windows import acl, admission, fsinfo
 from stockade.windows import constants as c
 from stockade.windows.acl import Ace, Dacl
@@ -64,11 +69,18 @@ class WindowsAclStore:
 
     @contextlib.contextmanager
     def without_reparse_points(self, path: str) -> Iterator[None]:
-        found = [entry.path for entry in admission.walk(path, fsinfo.scan, fsinfo.entry)
+        found = [entry for entry in admission.walk(path, fsinfo.scan, fsinfo.entry)
                  if admission.opaque(entry)]
+        for entry in found:
+            if entry.reparse_tag != c.IO_REPARSE_TAG_MOUNT_POINT:
+                raise RemovalError(
+                    f"{entry.path} (below {path}) is a reparse point of tag "
+                    f"0x{entry.reparse_tag:08X}, made after the grant; only a junction can be "
+                    "set aside for the revert and put back. Remove it, then run `stockade "
+                    "reconcile`")
         with contextlib.ExitStack() as stack:
-            for point in found:
-                stack.enter_context(_set_aside(point))
+            for entry in found:
+                stack.enter_context(_set_aside(entry.path))
             yield
 
 
@@ -99,21 +111,11 @@ def _set_aside(path: str) -> Iterator[None]:
 
 
 def deletion(data: bytes) -> bytes:
-    """What FSCTL_DELETE_REPARSE_POINT takes to remove the reparse point whose data (as
-    FSCTL_GET_REPARSE_POINT returned it) is `data`: its tag, a data length of zero, and for a
-    tag not Microsoft's (bit 31 clear) the GUID a REPARSE_GUID_DATA_BUFFER carries after that
-    header, which must match."""
-    if len(data) < 8:
-        raise ValueError("no reparse data")
-    tag = int.from_bytes(data[:4], "little")
-    if tag & _MICROSOFT_TAG:
-        return data[:4] + bytes(4)
-    if len(data) < 24:
-        raise ValueError("a third-party reparse point without its GUID")
-    return data[:4] + bytes(4) + data[8:24]
-
-
-_MICROSOFT_TAG = 0x80000000  # IsReparseTagMicrosoft
+    """What FSCTL_DELETE_REPARSE_POINT takes to remove the junction whose data (as
+    FSCTL_GET_REPARSE_POINT returned it) is `data`: its tag and a data length of zero."""
+    if len(data) < 8 or int.from_bytes(data[:4], "little") != c.IO_REPARSE_TAG_MOUNT_POINT:
+        raise ValueError("not a junction's reparse data")
+    return data[:4] + bytes(4)
 
 
 class OpenedFile:

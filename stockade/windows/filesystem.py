@@ -10,8 +10,11 @@
    so does any path of it whose DACL this process may not change (a grant is written into
    every file below its root): an interpreter the user does not own, say
    (`unenforceable:filesystem.read` / `.write`, naming the path and what would do instead);
+   so does a file in a read root that is, under another name, a denied path or in one (its one
+   security descriptor takes the root's grant: `unenforceable:filesystem.deny`);
 5. read roots a standing grant may serve (standing.py) are granted once, to a capability of
-   their own that each launch reading them holds, and reused while they stand (no walk);
+   their own that each launch reading them holds, and reused while they stand (no walk); a
+   root holding a file with a name outside it is the launch's own grant instead;
 6. the ACE plan is made; each overridden path is held for the launch's lifetime (an override
    and its revert must not interleave with another launch's on the same path);
 7. the steps are applied, each to the file the walk admitted (opened once, refused as
@@ -46,6 +49,8 @@ class Filesystem(Protocol):
 
     def dacl_writable(self, path: str) -> bool: ...
 
+    def names(self, path: str) -> list[str]: ...
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -72,13 +77,20 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
                 "APPLICATION PACKAGES); Windows cannot take that away from one sandbox")
     covered = frozenset(g.path for g in request.read
                         if g.path not in writes and aceplan.covered(store.read(g.path)))
-    served = standing.eligible(request, covered) if runtime else []
-    capabilities = tuple(runtime.ensure(root, user_sid, store, lock,
-                                        lambda root: _checked(root, fs, "filesystem.read"))
-                         for root in served) if runtime else ()
+    denied = [d.path for d in request.deny]
+    served, capabilities = [], []
+    for root in standing.eligible(request, covered) if runtime else []:
+        try:
+            capabilities.append(runtime.ensure(
+                root, user_sid, store, lock,
+                lambda root: _checked(root, fs, "filesystem.read", denied=denied,
+                                      lasting=True)))
+            served.append(root)
+        except standing.NotStanding:
+            pass  # granted as the launch's own, below
     covered |= frozenset(served)
     tree = {root: _checked(root, fs, "filesystem.write" if root in writes
-                           else "filesystem.read", write=root in writes)
+                           else "filesystem.read", write=root in writes, denied=denied)
             for root in roots if root not in covered}
     steps = aceplan.plan(request, sid, tree, covered)
     # One lease per name as leases.py compares names: two files one name stands for (`.git`
@@ -91,16 +103,43 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
     return Prepared({"grants": len(steps) - overrides, "overrides": overrides,
                      "roots_open_to_every_appcontainer": len(covered) - len(served),
-                     "runtime_roots": len(served)}, capabilities)
+                     "runtime_roots": len(served)}, tuple(capabilities))
 
 
-def _checked(root: str, fs: Filesystem, capability: str, *, write: bool = False
-             ) -> list[Entry]:
+def _checked(root: str, fs: Filesystem, capability: str, *, write: bool = False,
+             denied: list[str], lasting: bool = False) -> list[Entry]:
     """The walk of `root` (a write root if `write`), admitted, each path's DACL one this user
-    may change."""
+    may change, no file in it another name of a denied one; for a `lasting` (standing) grant,
+    every name of each file in it inside it (standing.NotStanding otherwise)."""
     entries = _admitted(root, fs, write)
     _check_writable(root, entries, fs, capability)
+    _check_links(root, entries, fs, denied, lasting)
     return entries
+
+
+def _check_links(root: str, entries: list[Entry], fs: Filesystem, denied: list[str],
+                 lasting: bool) -> None:
+    """A file's names share its one security descriptor: the inheritable grant on `root`,
+    propagated by name, is written into the file whichever name it arrives by, and the sandbox
+    reads the file through its name in the root. So a file in a read root that is also a
+    denied path (or lies in one) under another name cannot be denied: refused. (Write roots
+    admit no such file at all: admission.entry_refusal.) A standing grant outlives this
+    launch's denied paths, so it is made only over a root whose files have no name elsewhere."""
+    outside = False
+    for entry in entries:
+        if entry.is_dir or entry.links < 2:
+            continue
+        for name in fs.names(entry.path):
+            for path in denied:
+                if admission.inside(name, path):
+                    raise UnenforceableError(
+                        "filesystem.deny", f"{entry.path} (in the read root {root}) is a hard "
+                        f"link of {name}, which the policy denies ({path}): the file is one, "
+                        "readable by either name, so the root gives what the deny takes away. "
+                        "Remove the link, or keep the folder holding it out of the roots")
+            outside = outside or not admission.inside(name, root)
+    if lasting and outside:
+        raise standing.NotStanding(root)
 
 
 def _check_writable(root: str, entries: list[Entry], fs: Filesystem, capability: str) -> None:

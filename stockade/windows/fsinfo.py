@@ -1,6 +1,6 @@
 """Filesystem facts on Windows, gathered for admission.py's pure decisions: one `Entry` per path,
 the filesystem a path is on, a path's long form, whether this process may change a path's DACL,
-and the program an app execution alias opens.
+the program an app execution alias opens, and every name of a file with several hard links.
 
 An entry's attributes and reparse tag are read from its directory's listing (FindFirstFileW's
 data, through `os.scandir`: Microsoft's documented way to read a tag is that data's
@@ -22,7 +22,7 @@ from stockade.launch.hostpaths import upcase
 from stockade.windows import admission
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
-from stockade.windows.api import win32
+from stockade.windows.api import last_error, win32
 from stockade.windows.structs import DWORD
 
 _MAX_PATH = 32768
@@ -73,6 +73,33 @@ def _entry(path: str, listed: os.stat_result) -> Entry:
     info = os.lstat(win32_path(path))
     return Entry(path=path, is_dir=is_dir, attributes=attributes, reparse_tag=tag,
                  links=1 if is_dir else info.st_nlink, file_id=file_id(info))
+
+
+def names(path: str) -> list[str]:
+    """Every name of the file `path` (its hard links), as drive paths. FindFirstFileNameW and
+    FindNextFileNameW list them from the volume's root without its drive ("\\dir\\file"), so
+    each is joined to `path`'s volume; the list ends with ERROR_HANDLE_EOF."""
+    api = win32()
+    volume = ctypes.create_unicode_buffer(_MAX_PATH)
+    api.GetVolumePathNameW(win32_path(path), volume, _MAX_PATH)
+    prefix = volume.value.removeprefix("\\\\?\\").rstrip("\\")
+    name, size = ctypes.create_unicode_buffer(_MAX_PATH), DWORD(_MAX_PATH)
+    handle = api.FindFirstFileNameW(win32_path(path), 0, ctypes.byref(size), name)
+    found = [prefix + name.value]
+    try:
+        while True:
+            size.value = _MAX_PATH
+            if not api.FindNextFileNameW(handle, ctypes.byref(size), name):
+                error = last_error()
+                if error == _HANDLE_EOF:
+                    return found
+                raise ctypes.WinError(error)
+            found.append(prefix + name.value)
+    finally:
+        api.FindClose(handle)
+
+
+_HANDLE_EOF = 38  # ERROR_HANDLE_EOF: no more names
 
 
 def file_id(info: os.stat_result) -> str:

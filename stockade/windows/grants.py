@@ -20,7 +20,8 @@ below it, by name; a junction (or other reparse point) the sandbox made below it
 could lead that propagation to another tree, whose files would then get their inherited entries
 from the wrong parent. So while a revert writes, every reparse point below the path carries no
 reparse data (`without_reparse_points`), and each gets it back after; one that cannot be set aside
-refuses the revert (the record is kept, and reconciling tries again).
+(or is not a junction, whose data could not safely be put back) refuses the revert (the record is
+kept, and reconciling tries again).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ Each root's grant is a ledger of its own (`standing/<digest>.json` in the state 
 which every launch masks): written and synced before the DACL changes, as the launch ledger's
 records are, holding what grants.revert needs. Reused while the root is the same file and its
 DACL still holds the entry (one open, one DACL read: no walk); otherwise taken back and made
-anew. `revoke_all` (`stockade reconcile --revoke-runtime-grants`) takes every one back.
+anew. `revoke_all` (`stockade reconcile --revoke-runtime-grants`) takes every one back that
+it can, keeping (and naming) each record it cannot.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stockade.errors import SetupError
 from stockade.launch.hostpaths import upcase
 from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import lease, removers, statedir
@@ -39,6 +41,11 @@ from stockade.windows.grants import AclStore, Lock
 _CAPABILITY = re.compile(r"S-1-15-3-1024(-[0-9]{1,10}){8}")
 _RECORD = re.compile(r"[0-9a-f]{64}\.json")
 DIRECTORY = "standing"
+
+
+class NotStanding(Exception):
+    """`ensure`'s admission found the root unfit for a standing grant (a file in it has a name
+    outside it): the launch grants it as its own."""
 
 
 def capability_sid(user_sid: str, root: str, file_id: str) -> str:
@@ -113,7 +120,12 @@ class StandingGrants:
                             return found["capability"]
                 except FileNotFoundError:
                     pass
-                self._revoke(root, found, store, lock)
+                try:
+                    self._revoke(root, found, store, lock)
+                except removers.RemovalError as exc:
+                    raise SetupError("runtime_grant_stuck", f"{exc}; run `stockade reconcile "
+                                     "--revoke-runtime-grants` once it can be",
+                                     stage="filesystem") from exc
             entries = admit(root)
             file_id = entries[0].file_id
             capability = capability_sid(user_sid, root, file_id)
@@ -122,29 +134,50 @@ class StandingGrants:
                          {root: file_id})
             return capability
 
-    def revoke_all(self, store: AclStore, lock: Lock) -> list[str]:
-        """Take every standing grant back; the roots done. A record whose root now names
-        another file is dropped (the entry went, or stays on a file no capability of a later
-        launch will name)."""
-        done = []
+    def revoke_all(self, store: AclStore, lock: Lock) -> tuple[list[str], list[str]]:
+        """Take every standing grant back: the roots done, and why each record kept was (one
+        that cannot be taken back, or is not a valid record, stays; the others are still
+        tried). A record whose root now names another file is dropped (the entry went, or
+        stays on a file no capability of a later launch will name)."""
+        done, kept = [], []
         for name in sorted(_listdir(self.directory)):
             if not _RECORD.fullmatch(name):
                 continue
-            with open(os.path.join(self.directory, name)) as f:
-                body = json.load(f)
-            validate(body)
-            with lock(f"standing:{body['path']}"):
-                self._revoke(body["path"], body, store, lock)
+            path = os.path.join(self.directory, name)
+            try:
+                with open(path) as f:
+                    body = json.load(f)
+                validate(body)
+                with lock(f"standing:{body['path']}"):
+                    self._revoke(body["path"], body, store, lock)
+            except (OSError, ValueError, removers.RemovalError) as exc:
+                kept.append(f"{path}: {exc}")
+                continue
             done.append(body["path"])
-        return done
+        return done, kept
 
     def _revoke(self, root: str, body: dict, store: AclStore, lock: Lock) -> None:
+        """Take the grant of `body` back and drop its record; RemovalError (the record kept)
+        if it cannot be (a reparse point below that cannot be set aside, access denied)."""
         try:
             grants.revert(root, body["detail"], store, lock)
         except removers.RemovalError:
-            pass  # (another file at the path now: nothing of ours on it to take back)
+            if self._same_file(root, body, store):
+                raise  # (our entry is still on it)
+            # (another file at the path now: nothing of ours on it to take back)
+        except OSError as exc:
+            raise removers.RemovalError(f"the standing grant on {root} could not be taken "
+                                        f"back ({exc}); its record is kept") from exc
         os.unlink(self._path(root))
         lease.sync_dir(self.directory)
+
+    @staticmethod
+    def _same_file(root: str, body: dict, store: AclStore) -> bool:
+        try:
+            with store.opened(root) as target:
+                return target.identity() == body["detail"]["file_id"]
+        except FileNotFoundError:
+            return False
 
     def _write(self, root: str, capability: str, detail: dict) -> None:
         """Durable before the DACL changes: written aside, synced, renamed into place."""
@@ -174,14 +207,14 @@ class _Writer:
         self.grants_._write(name, self.capability, dict(detail or {}))
 
 
-def revoke_here() -> list[str]:
+def revoke_here() -> tuple[list[str], list[str]]:
     """`revoke_all` for this user's state directory, on this host's filesystem."""
     from stockade.windows import leases, tokens
     from stockade.windows.aclstore import WindowsAclStore
 
     grants_ = StandingGrants()
     if not _listdir(grants_.directory):
-        return []
+        return [], []
     user = tokens.current_user_sid()
     return grants_.revoke_all(WindowsAclStore(),
                               lambda path: leases.briefly(user, path))

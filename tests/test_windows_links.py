@@ -1,0 +1,124 @@
+"""A denied file reached through a hard link in a read root (review of winB's admission of
+multiply linked files in read roots): NTFS keeps one security descriptor per file, shared by
+its names, so the inheritable grant on a read root, propagated by name, is written into the
+denied file itself through its link there. The launch is refused
+(`unenforceable:filesystem.deny`) before any DACL changes, and a standing grant is made only
+over a root whose files have no name outside it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from test_windows_aceplan import RX, no_lock, prepare, request, workspace
+from test_windows_fakes import BOTH, PACKAGE, USER, FakeTree
+from test_windows_standing import launch
+
+from stockade.errors import UnenforceableError
+from stockade.launch.request import PathGrant
+from stockade.windows import fsinfo, standing
+from stockade.windows.acl import Ace
+
+PROJ, SSH = "C:\\proj", "C:\\Users\\u\\.ssh"
+KEY = SSH + "\\id_rsa"
+
+
+def linked(tree: FakeTree, into: str = PROJ) -> FakeTree:
+    """The user's SSH key, and a hard link to it (`k`) in `into`."""
+    tree.add(SSH, owner=USER)
+    tree.file(KEY, owner=USER)
+    if into == PROJ:
+        tree.add(PROJ, owner=USER)
+    tree.link(KEY, into + "\\k")
+    return tree
+
+
+def reads_proj(denied: str = SSH):
+    return request(read=request().read + (PathGrant(PROJ, PROJ),),
+                   deny=request().deny + (PathGrant(denied, denied),))
+
+
+def test_the_fake_keeps_one_descriptor_per_file_for_all_its_names():
+    tree = linked(workspace())
+    assert tree.names(PROJ + "\\k") == [KEY, PROJ + "\\k"]
+    assert tree.entry(PROJ + "\\k").path == PROJ + "\\k" and tree.entry(KEY).links == 2
+    tree.write(PROJ, (Ace.allow(PACKAGE, RX, BOTH),), False)
+    assert tree.access(KEY, PACKAGE) == RX  # the grant reached the key through `k`
+
+
+def test_a_read_root_linking_a_denied_file_is_refused_before_any_dacl_changes():
+    tree = linked(workspace())
+    before = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, reads_proj())
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    assert PROJ + "\\k" in refused.value.message and KEY in refused.value.message
+    assert tree.snapshot() == before and not tree.writes
+    assert tree.access(KEY, PACKAGE) == 0
+
+
+def test_a_denied_file_itself_linked_into_a_read_root_is_refused():
+    tree = linked(workspace())
+    with pytest.raises(UnenforceableError, match="filesystem.deny"):
+        prepare(tree, reads_proj(KEY))
+
+
+def test_a_link_to_a_file_nothing_denies_is_admitted_in_a_read_root():
+    tree = linked(workspace())
+    recorder = prepare(tree, request(read=request().read + (PathGrant(PROJ, PROJ),)))
+    assert tree.access(PROJ + "\\k", PACKAGE) == RX
+    recorder.revert_all()
+    assert tree.access(KEY, PACKAGE) == 0
+
+
+def test_a_runtime_root_linking_outside_itself_gets_no_standing_grant(tmp_path):
+    """A standing grant outlives the launch that made it: a later launch denying the key
+    would hold the capability the key took through `k`. So such a root is each launch's own
+    grant (walked, its links checked against that launch's denied paths, reverted)."""
+    grants = standing.StandingGrants(str(tmp_path / "state"))
+    tree = linked(workspace(), into="C:\\py")
+    first, recorder = launch(tree, grants)
+    assert first.capabilities == () and first.counts["runtime_roots"] == 0
+    assert tree.access("C:\\py\\python.exe", PACKAGE) == RX  # the launch's own grant
+    recorder.revert_all()
+    assert tree.access(KEY, PACKAGE) == 0 and grants.revoke_all(tree, no_lock) == ([], [])
+    with pytest.raises(UnenforceableError, match="filesystem.deny"):
+        launch(tree, grants, request(deny=request().deny + (PathGrant(SSH, SSH),)))
+    assert tree.access(KEY, PACKAGE) == 0
+
+
+def test_a_runtime_root_whose_links_stay_inside_it_keeps_its_standing_grant(tmp_path):
+    grants = standing.StandingGrants(str(tmp_path / "state"))
+    tree = workspace()
+    tree.link("C:\\py\\python.exe", "C:\\py\\python3.exe")
+    first, _ = launch(tree, grants)
+    assert len(first.capabilities) == 1 and first.counts["runtime_roots"] == 1
+
+
+def test_fsinfo_lists_every_name_on_the_files_volume(monkeypatch):
+    """FindFirstFileNameW / FindNextFileNameW as documented: each name from the volume's root
+    without the drive, the list ended by ERROR_HANDLE_EOF (38), the handle closed after."""
+    names = ["\\Users\\u\\.ssh\\id_rsa", "\\proj\\k"]
+    closed = []
+
+    def first(path, flags, size, buffer):
+        assert path == PROJ + "\\k" and flags == 0
+        buffer.value = names[0]
+        return 7
+
+    def following(handle, size, buffer):
+        seen = following.count = getattr(following, "count", 0) + 1
+        if seen >= len(names):
+            return 0
+        buffer.value = names[seen]
+        return 1
+
+    def volume(path, buffer, size):
+        buffer.value = "C:\\"
+        return 1
+
+    monkeypatch.setattr(fsinfo, "win32", lambda: SimpleNamespace(
+        GetVolumePathNameW=volume, FindFirstFileNameW=first, FindNextFileNameW=following,
+        FindClose=closed.append))
+    monkeypatch.setattr(fsinfo, "last_error", lambda: 38)
+    assert fsinfo.names(PROJ + "\\k") == [KEY, PROJ + "\\k"] and closed == [7]
