@@ -196,3 +196,42 @@ def test_a_name_a_bind_mount_shows_twice_counts_once(ws, isolation):
     assert SECRET not in done.stdout
     assert "REFUSED unenforceable:filesystem.deny" in done.stdout, done.stdout
     assert not os.listdir(workspace / "other2")  # (the mount was the child's own)
+
+
+TAMPER = """
+import os
+os.chmod("a", 0o755)
+try:
+    with open("a/.mcp.json", "w") as f:
+        f.write("planted")
+    print("WROTE")
+except OSError as exc:
+    print("REFUSED", exc.errno)
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch(ws, isolation):
+    """Attack 9, dl9f: a directory of the user's in a write root that the launch's walk may not
+    read (mode 000, which an earlier run may have set) hid what is in it: the command sets the
+    mode back and writes a protected name the walk never saw (it was not re-mounted read-only).
+    Rootless, where the walk has no privilege over the user's files, that is refused, typed,
+    naming the directory; as root the walk sees it and the name stays protected."""
+    workspace, _ = ws
+    (workspace / "a").mkdir()
+    (workspace / "a" / ".mcp.json").write_text("orig")
+    (workspace / "a").chmod(0)
+    try:
+        policy = replace(policy_for(pids=None), isolation=isolation)
+        if os.getuid() != 0:
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run([PYTHON, "-c", TAMPER], policy, workspace=workspace)
+            assert refused.value.code == "unenforceable:filesystem.write"
+            assert f"{workspace}/a" in refused.value.message
+            assert "cannot be read whole" in refused.value.message
+            return
+        r = stockade.run([PYTHON, "-c", TAMPER], policy, workspace=workspace)
+        assert "WROTE" not in r.stdout.decode(), r.stdout
+    finally:
+        (workspace / "a").chmod(0o755)
+    assert (workspace / "a" / ".mcp.json").read_text() == "orig"

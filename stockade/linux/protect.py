@@ -293,6 +293,11 @@ def find(root: str, root_fd: int, names: frozenset[str],
     folded = {name.casefold() for name in names}
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in _walk(root, root_fd):
+        if not os.access(".", os.X_OK, dir_fd=dir_fd):  # (listed, but may not be entered)
+            if os.fstat(dir_fd).st_uid == os.geteuid():
+                raise _hidden_from_walk(root, dirpath)
+            dirnames.clear()  # (another user's: nor may the command enter it)
+            continue
         for name in filenames:
             # (a protected name too: it may be another name of a denied file)
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -349,6 +354,8 @@ def _walk(root: str, root_fd: int, what: str = "write root",
         except PermissionError:
             if unlisted is not None and os.access(rel or ".", os.X_OK, dir_fd=root_fd):
                 raise unlisted(rel or ".") from None
+            if unlisted is None and _own(rel or ".", root_fd):
+                raise _hidden_from_walk(root, rel) from None
             continue
         except OSError:
             continue
@@ -368,6 +375,25 @@ def _walk(root: str, root_fd: int, what: str = "write root",
         finally:
             os.close(fd)
         pending.extend(os.path.join(rel, name) for name in reversed(dirnames))
+
+
+def _own(rel: str, root_fd: int) -> bool:
+    try:
+        return os.stat(rel, dir_fd=root_fd, follow_symlinks=False).st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+def _hidden_from_walk(root: str, rel: str) -> UnenforceableError:
+    """A directory of this user's in a write root that the walk may not read whole (a mode the
+    command may have set: it can set it back in the next run, and reach whatever the walk
+    could not see there, a protected name or another name of a denied file; attack 9, dl9f).
+    One of another user's that this user cannot enter is passed over: nor can the command."""
+    path = os.path.normpath(os.path.join(root, rel))
+    return UnenforceableError(
+        "filesystem.write", f"{path} in the write root {root} is this user's but cannot be "
+        "read whole by it (its mode), so what lies in it (protected names, other names of "
+        f"denied files) cannot be looked for; `chmod u+rwx {path}` or remove it")
 
 
 def _too_long(root: str, rel: str, what: str) -> UnenforceableError:
