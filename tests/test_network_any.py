@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import policy_for
+from conftest import policy_for, unavailable
 
 import stockade
 from stockade.linux import dns, doctor, guard, usernet
@@ -170,7 +170,7 @@ def test_reach_naming_the_hosts_own_address_alone_is_refused_at_launch(tmp_path:
     way that works; an address of another machine is accepted."""
     own = guard.own_addresses(usernet.host_addresses())
     if not own:
-        pytest.skip("this host has no address but loopback and link-local")
+        unavailable("this host has no address but loopback and link-local")
     address = own[0]
     entry = f"{address}:5432" if address.version == 4 else f"[{address}]:5432"
     assert usernet.own_in_reach([entry], map(str, own)) == (entry, str(address))

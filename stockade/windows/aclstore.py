@@ -93,11 +93,7 @@ def _set_aside(path: str) -> Iterator[None]:
         c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None, c.OPEN_EXISTING,
         c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
     try:
-        data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
-        size = DWORD()
-        api.DeviceIoControl(handle, c.FSCTL_GET_REPARSE_POINT, None, 0, data, len(data),
-                            ctypes.byref(size), None)
-        saved = data.raw[:size.value]
+        saved = fsinfo.reparse_data(api, handle)
         header = deletion(saved)
         api.DeviceIoControl(handle, c.FSCTL_DELETE_REPARSE_POINT, header, len(header), None, 0,
                             ctypes.byref(DWORD()), None)

@@ -156,10 +156,16 @@ def app_link_target(path: str) -> str | None:
         c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE, None, c.OPEN_EXISTING,
         c.FILE_FLAG_BACKUP_SEMANTICS | c.FILE_FLAG_OPEN_REPARSE_POINT, None)
     try:
-        data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
-        size = DWORD()
-        api.DeviceIoControl(handle, c.FSCTL_GET_REPARSE_POINT, None, 0, data, len(data),
-                            ctypes.byref(size), None)
+        data = reparse_data(api, handle)
     finally:
         api.CloseHandle(handle)
-    return admission.app_link_target(data.raw[:size.value])
+    return admission.app_link_target(data)
+
+
+def reparse_data(api: object, handle: int) -> bytes:
+    """The reparse data of the reparse point open as `handle` (FSCTL_GET_REPARSE_POINT)."""
+    data = ctypes.create_string_buffer(c.MAXIMUM_REPARSE_DATA_BUFFER_SIZE)
+    size = DWORD()
+    api.DeviceIoControl(handle, c.FSCTL_GET_REPARSE_POINT, None, 0,  # type: ignore[attr-defined]
+                        data, len(data), ctypes.byref(size), None)
+    return data.raw[:size.value]
