@@ -185,6 +185,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too[namespaces]",
             "tests/test_deny_links.py::"
             "test_a_hard_link_of_a_denied_file_in_a_write_root_is_denied_too[landlock]")),
+    Mutant("deny-link-mount-alias-unmasked", "stockade/linux/protect.py",
+           "                for name in [path, *mount_aliases.seen(path, list(shown_in), "
+           "mounts[0])]:\n",
+           "                for name in [path]:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"
@@ -308,8 +316,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
             HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
     Mutant("host-code-not-mounted", "stockade/linux/mnt.py",
-           "readonly=request.host_code + request.home_code, denied=linked)",
-           "readonly=request.home_code, denied=linked)",
+           "readonly=request.host_code + request.home_code, denied=linked,\n",
+           "readonly=request.home_code, denied=linked,\n",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",)),
     Mutant("host-code-pth-entries-unread", "stockade/launch/hostcode.py",
            '    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)\n',

@@ -251,3 +251,32 @@ def test_the_missing_denied_paths_remedy_makes_files_as_files_with_their_directo
         assert (etc / name).is_file(), name
     for name in ("libvirt/secrets", "ssh"):
         assert (etc / name).is_dir(), name
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_denied_path_this_user_may_not_look_up_in_a_write_root_is_refused_as_such(
+        ws, isolation):
+    """Attack 9, dl9i: a denied file below a directory of the user's that may be listed but
+    not searched (0644) in the write root was refused as missing, with a remedy (mkdir, touch)
+    that fails there. Rootless it is refused as unknown, naming the directory and the chmod
+    that lets the launch look; as root the lookup succeeds and the file is masked."""
+    workspace, _ = ws
+    secret = workspace / "d" / "prod.env"
+    secret.parent.mkdir()
+    secret.write_text(SECRET)
+    (workspace / "d").chmod(0o644)
+    policy = replace(policy_for(deny=(str(secret),), pids=None), isolation=isolation)
+    try:
+        if os.getuid() != 0:
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run([PYTHON, "-c", READ, "d/prod.env"], policy, workspace=workspace)
+            assert refused.value.code == "unenforceable:filesystem.deny"
+            assert "may not look up" in refused.value.message, refused.value.message
+            assert f"chmod u+x {workspace}/d," in refused.value.message
+            assert "do not exist" not in refused.value.message
+            return
+        r = stockade.run([PYTHON, "-c", READ, "d/prod.env"], policy, workspace=workspace)
+        assert SECRET not in r.stdout.decode(), r.stdout
+    finally:
+        (workspace / "d").chmod(0o755)
+    assert secret.read_text() == SECRET

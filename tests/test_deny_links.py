@@ -8,6 +8,7 @@ children, both isolations; every check of what happened is made on the host."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import replace
 
@@ -153,24 +154,38 @@ def test_a_denied_directory_that_can_be_entered_but_not_listed_never_shows_its_f
     assert "UNREAD other/copy.env" in r.stdout.decode(), r.stdout
 
 
-# In a private mount namespace (seen by nothing else): the write root's directory holding a
-# link bound at a second path in it, a third link in a read root; the launch's outcome.
-BOUND_TWICE = """
+# In a private mount namespace (seen by nothing else): a directory bound at a second path
+# (argv: its source and target), then the launch, reading the names given; its outcome.
+BOUND = """
 import os, subprocess, sys
 from dataclasses import replace
 sys.path.insert(0, sys.argv[5])
 import stockade
 from conftest import PYTHON, policy_for
-workspace, outside, isolation, script = sys.argv[1:5]
-subprocess.run(["mount", "--bind", workspace + "/other", workspace + "/other2"], check=True)
+workspace, outside, isolation, script, _, source, target, *names = sys.argv[1:]
+subprocess.run(["mount", "--bind", source, target], check=True)
 policy = replace(policy_for(deny=(workspace + "/secrets/prod.env",), read=(outside,), pids=None),
                  isolation=isolation)
 try:
-    r = stockade.run([PYTHON, "-c", script, outside + "/third.env"], policy, workspace=workspace)
-    print(r.stdout.decode())
+    r = stockade.run([PYTHON, "-c", script, *names], policy, workspace=workspace)
+    print("EXIT", r.exit_code, r.stdout.decode(), r.stderr.decode())
 except stockade.StockadeError as exc:
     print("REFUSED", exc.code)
 """
+
+
+def run_bound(workspace, outside, isolation: str, source, target, *names) -> str:
+    """BOUND's output, run in a private mount namespace."""
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           BOUND, str(workspace), str(outside), isolation, READ_ALL,
+                           os.path.dirname(__file__), str(source), str(target),
+                           *map(str, names)], capture_output=True, text=True, timeout=180,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert not os.listdir(target)  # (the mount was the child's own)
+    return done.stdout
 
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
@@ -179,23 +194,36 @@ def test_a_name_a_bind_mount_shows_twice_counts_once(ws, isolation):
     """Attack 8, dl2: a link in the write root seen at two paths (its directory bound at a
     second one) was counted as two names, so a third name in a read root went unrefused and
     showed the file. Names are counted by place (their directory's identity and the name)."""
-    import subprocess
-
     workspace, outside = ws
     denied = secret_at(workspace / "secrets" / "prod.env")
     (workspace / "other").mkdir()
     (workspace / "other2").mkdir()
     os.link(denied, workspace / "other" / "copy.env")
     os.link(denied, outside / "third.env")
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
-                           BOUND_TWICE, str(workspace), str(outside), isolation, READ_ALL,
-                           os.path.dirname(__file__)], capture_output=True, text=True,
-                          timeout=180, env=env)
-    assert done.returncode == 0, done.stderr
-    assert SECRET not in done.stdout
-    assert "REFUSED unenforceable:filesystem.deny" in done.stdout, done.stdout
-    assert not os.listdir(workspace / "other2")  # (the mount was the child's own)
+    out = run_bound(workspace, outside, isolation, workspace / "other", workspace / "other2",
+                    outside / "third.env")
+    assert SECRET not in out
+    assert "REFUSED unenforceable:filesystem.deny" in out, out
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too(ws, isolation):
+    """Attack 9, dl9c: the write root's directory holding a link of a denied file bound into a
+    read root shows the link at a second path, which the walk of the write root never meets
+    and the mask of the first name does not cover (a mount, and in the landlock tier a rule
+    on the read root's inode, the same directory). Every path a mount shows a found name at
+    in any root is denied too; the command reads neither."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    (outside / "view").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    out = run_bound(workspace, outside, isolation, workspace / "other", outside / "view",
+                    outside / "view" / "copy.env", "other/copy.env")
+    assert SECRET not in out
+    assert "EXIT 0" in out, out
+    assert f"UNREAD {outside}/view/copy.env" in out and "UNREAD other/copy.env" in out, out
 
 
 TAMPER = """

@@ -217,6 +217,20 @@ ROWS: tuple[Row, ...] = (
         expect=RefusedBefore("unenforceable:filesystem.deny"), proven=off("deny_links"),
         setup=setups.denied_file_linked_in_read_root,
         policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
+    row("fs.deny-link-unlisted", "filesystem",
+        "read a denied file through a hard link the host made in the write root, the denied "
+        "directory enterable but not listable (0311), so its files cannot be looked for there",
+        "read_paths.py", "{ws}/backup/id.bak", "{ws}/keys/id",
+        expect=denied(by("deny_links", "EACCES"), DENY), proven=off("deny_links"),
+        setup=setups.denied_dir_unlisted, policy={"filesystem": {"deny": ["{workspace}/keys"]}}),
+    row("fs.deny-link-bind-alias", "filesystem",
+        "read a denied file through a hard link in the write root at the second path a bind "
+        "mount of its directory into a read root gives it, which no walk of the write root meets",
+        "read_paths.py", "{root}/ro/view/id.bak", "{ws}/backup/id.bak",
+        expect=denied(by("deny_links", "EACCES"), DENY), proven=off("deny_links"),
+        setup=setups.denied_link_bound_into_read_root,
+        root_only="a bind mount needs root (rootless users cannot make one)",
+        policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
     row("fs.mask-rename", "filesystem",
         "rename denied paths inside a write root or any directory above them, then plant a "
         "replacement (the mask would move with its parent, the secret be in the clear at the "

@@ -38,6 +38,7 @@ from stockade.evidence.watch import (
     CallerTerminal,
     Heartbeat,
     HostTerminal,
+    ModeSet,
     NoMounts,
     NoPrivilegeBits,
     NoResidue,
@@ -213,6 +214,34 @@ def denied_file_linked_in_read_root(scene: Scene) -> None:
     scene.read_roots.append(str(scene.root / "ro"))
     scene.watch(Unchanged(scene.ws, "workspace"))
     scene.watch(Unchanged(scene.root / "ro", "read-only root"))
+
+
+def denied_dir_unlisted(scene: Scene) -> None:
+    """A secret in a directory the row's policy denies, which may be entered but not listed
+    (0311: the launch cannot look for its files' other names there), and a hard link of it
+    the host made elsewhere in the workspace before the launch (attack 8, dl1)."""
+    secret = scene.plant_secret("ws/keys/id")
+    (scene.ws / "backup").mkdir()
+    os.link(secret, scene.ws / "backup" / "id.bak")
+    scene.watch(ModeSet(scene.ws / "keys", 0o311))
+    scene.watch(Unchanged(scene.ws, "workspace", ignored=("keys",)))
+    scene.watch(Unchanged(secret, "the denied file"))
+
+
+def denied_link_bound_into_read_root(scene: Scene) -> None:
+    """A secret at a path the row's policy denies, a hard link of it in another directory of
+    the workspace, and that directory bound into a read root (a bind mount on the host,
+    root's, undone after): the link is seen at a path no walk of the write root meets (attack
+    9, dl9c)."""
+    secret = scene.plant_secret("ws/keys/id")
+    (scene.ws / "backup").mkdir()
+    os.link(secret, scene.ws / "backup" / "id.bak")
+    (scene.root / "ro" / "view").mkdir(parents=True)
+    bound = scene.watch(BindMount(scene.ws / "backup", scene.root / "ro" / "view"))
+    if not bound.made:
+        raise NotRunnable(f"cannot bind the workspace's backup directory: {bound.why}")
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.ws, "workspace"))
 
 
 def case_folding_workspace(scene: Scene) -> None:

@@ -133,8 +133,14 @@ def _specs() -> dict[str, Tier]:
     specs["fs.mask-rename"] = tier("filesystem.deny", expect=denied(CARVED_DENY),
                                    proven_by=(off("deny"), off("landlock")))
     # (a rule on another name of a denied file holds for the file: that name gets none)
-    specs["fs.deny-hard-link"] = tier("filesystem.deny", expect=denied(
-        refused_by("deny_links", "EACCES"), CARVED_DENY), proven_by=off("deny_links"))
+    for row_id in ("fs.deny-hard-link", "fs.deny-link-bind-alias"):
+        specs[row_id] = tier("filesystem.deny", expect=denied(
+            refused_by("deny_links", "EACCES"), CARVED_DENY), proven_by=off("deny_links"))
+    # (rootless, without a user namespace's root, the denied directory cannot be listed for the
+    # other names of its files: refused, typed; a rule on the link would grant the file)
+    specs["fs.deny-link-unlisted"] = tier("filesystem.deny", expect=denied(
+        refused_by("deny_links", "EACCES"), CARVED_DENY) if root else RefusedBefore(
+        "unenforceable:filesystem.deny"), proven_by=off("deny_links"))
     for row_id, capability in SECCOMP_ROWS.items():
         specs[row_id] = tier(capability)
     for row_id, capability in UNCHANGED.items():

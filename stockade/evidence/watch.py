@@ -328,6 +328,26 @@ class BindMount(Watch):
             self.made = False
 
 
+class ModeSet(Watch):
+    """`path` given `mode` while the row runs (a directory a user, or an earlier run, left
+    enterable but not listable); its own mode given back when the scene closes, before its
+    tree is removed. The verdict: the mode was still `mode` after the attack."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        self.path, self.mode = path, mode
+        self.before: int | None = stat.S_IMODE(os.lstat(path).st_mode)
+        os.chmod(path, mode)
+
+    def finish(self) -> Finding:
+        now = stat.S_IMODE(os.lstat(self.path).st_mode)
+        return Finding(now == self.mode, f"{self.path} mode {now:04o} (set {self.mode:04o})")
+
+    def close(self) -> None:
+        if self.before is not None:
+            os.chmod(self.path, self.before)
+            self.before = None
+
+
 class Heartbeat(Watch):
     """Starts `true` on the host every 50 ms during the attack; reports the worst latency."""
 

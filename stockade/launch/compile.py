@@ -308,15 +308,18 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
     refused as one inside it by its own is (_check_overlaps)."""
     grants: dict[str, PathGrant] = {}
     missing: dict[str, tuple[str, str]] = {}
+    unsearchable: set[str] = set()  # (aliases this user may not look up: not known missing)
     mounts = aliases.table()
     for alias in dict.fromkeys(name for raw in map(os.fspath, paths)
                                for name in _in_every_home(raw.removeprefix("?"), ctx)):
         try:
             canonical = canonical_path(alias)
-        except OSError:
+        except OSError as exc:
             if not write:  # (a missing one is no mask, and no command can make it)
                 continue
             canonical = None
+            if isinstance(exc, PermissionError):
+                unsearchable.add(alias)
         resolved = canonical or os.path.realpath(alias)
         roots = read + write if canonical is not None else write
         names = [name for name in aliases.seen(resolved, [root.path for root in roots], mounts)
@@ -337,6 +340,17 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             if hidden is not None:
                 raise PolicyError(f"root {root.path} lies inside denied path {hidden} (a "
                                   f"mount shows it at {name})", key="filesystem.deny")
+    blocked = [(alias, holder) for alias, holder in missing.values() if alias in unsearchable]
+    if blocked:
+        dirs = dict.fromkeys(_first_unsearchable(alias) for alias, _ in blocked)
+        raise UnenforceableError(
+            "filesystem.deny",
+            "this user may not look up the denied paths "
+            + ", ".join(f"{alias} (in the write root {holder})" for alias, holder in blocked)
+            + f", so whether they exist is unknown and nothing there can be masked; the "
+            f"command could search the directories above them: give them their search bit "
+            f"first, with chmod u+x {' '.join(map(shlex.quote, dirs))}, or choose a workspace "
+            "that holds none of them")
     if missing:
         holders = dict.fromkeys(holder for _, holder in missing.values())
         listed = "; ".join(f"in the write root {holder}: "
@@ -349,6 +363,18 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             f"make them first, with {_make_all(alias for alias, _ in missing.values())}, or "
             f"choose a workspace that holds none of them")
     return tuple(grants.values())
+
+
+def _first_unsearchable(path: str) -> str:
+    """The first directory on the way to `path` that this user may not search (its parent if
+    none is: one may be a moment later)."""
+    above = os.path.dirname(path)
+    at = "/"
+    for part in above.strip("/").split("/"):
+        at = os.path.join(at, part)
+        if not os.access(at, os.X_OK):
+            return at
+    return above
 
 
 def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:

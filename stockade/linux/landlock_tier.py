@@ -267,10 +267,11 @@ def _walked(request: LaunchRequest, linked: dict[tuple[int, int], protect.Denied
     roots = [(g.path, mnt.open_source(g.path, "filesystem.write")) for g in request.write]
     try:
         dirs = [(path, fd) for path, fd in roots if os.path.isdir(f"/proc/self/fd/{fd}")]
+        shown_in = tuple(g.path for g in request.read + request.write)
         if not protected:  # (the other names of denied files only; the "protected" switch)
-            return protect.walk(dirs, frozenset(), "writable", denied=linked)
+            return protect.walk(dirs, frozenset(), "writable", denied=linked, shown_in=shown_in)
         return protect.walk(dirs, frozenset(request.protected), request.git,
-                            readonly=request.home_code, denied=linked)
+                            readonly=request.home_code, denied=linked, shown_in=shown_in)
     finally:
         for _, fd in roots:
             os.close(fd)

@@ -346,7 +346,8 @@ def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: b
     # knows each by its inode, which a rename would carry away)
     walked = protect.walk(writes, names, git, masked + request.home_unmade,
                           pin_sockets=mask_sockets,
-                          readonly=request.host_code + request.home_code, denied=linked)
+                          readonly=request.host_code + request.home_code, denied=linked,
+                          shown_in=tuple(m.path for m in roots))
     return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in walked.guards],
             [_Mount(path, "deny", is_dir=False) for path in walked.sockets],
             [_Mount(path, "deny", is_dir=False) for path in walked.aliases])

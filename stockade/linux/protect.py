@@ -18,8 +18,10 @@ A hard link is the denied file itself under another name: a mask covers one name
 Landlock rule holds for the inode, every name of it. So each multiply-linked file that is
 denied (`denied_files`: a denied path, or a file inside a denied directory) is known by its
 inode, and each of its names the walk meets in a write root is masked as the denied path is
-(`aliases`; its directories pinned). A denied file with more names than were found (another may
-lie in a read root, which is never walked) refuses the launch (`refuse_unfound`).
+(`aliases`; its directories pinned), and so is every path at which a mount shows such a name in
+any root (`shown_in`: a read root that is a bind mount of a directory of the write root shows
+the link at a second path, attack 9 dl9c). A denied file with more names than were found
+(another may lie in a read root, which is never walked) refuses the launch (`refuse_unfound`).
 
 A mount covers a name, and moves with it: renaming any directory above a re-mounted or masked
 object carries the mount away and frees the path for a replacement (which a later run, or the
@@ -42,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from stockade.errors import UnenforceableError
+from stockade.lifecycle import aliases as mount_aliases
 from stockade.linux import gitdirs
 from stockade.linux.mountapi import (
     RESOLVE_BENEATH,
@@ -218,11 +221,13 @@ class Walked:
 def walk(roots: list[tuple[str, int]], names: frozenset[str],
          git: str = "guarded", masked: tuple[str, ...] = (), *,
          pin_sockets: bool = False, readonly: tuple[str, ...] = (),
-         denied: Mapping[tuple[int, int], DeniedFile] | None = None) -> Walked:
+         denied: Mapping[tuple[int, int], DeniedFile] | None = None,
+         shown_in: tuple[str, ...] = ()) -> Walked:
     """`guards`, the paths of the unix socket files in the roots (whose directories are pinned
     too when `pin_sockets`: the Linux backend masks them), and each name met of a `denied` file
-    (denied_files) that is not denied itself, its directories pinned; each name met is added to
-    the file's `names`."""
+    (denied_files) that is not denied itself, its directories pinned, with every other path a
+    mount shows it at in the roots `shown_in` (every root of the launch, read ones too); each
+    name is added to the file's `names`."""
     whole = protected_whole(names, git, guards_git=True)
     guard_git = git == "guarded" and ".git" not in {name.casefold() for name in whole}
     repositories = gitdirs.Repositories([root for root, _ in roots])
@@ -230,6 +235,7 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
     keep: dict[str, Guard] = {}
     sockets: list[str] = []
     aliases: list[str] = []
+    mounts: list[mount_aliases.Mounts] = []  # (the table, read at the first denied name met)
     for root, root_fd in roots:
         for occ in find(root, root_fd, whole, guard_git):
             path = os.path.join(root, occ.rel)
@@ -239,10 +245,12 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
                     _pin_everywhere(keep, roots, path)
             elif occ.linked and denied and occ.inode in denied:
                 known = denied[occ.inode]
-                if path not in known.names:  # (a denied path itself is masked already)
-                    known.add(path)
-                    aliases.append(path)
-                    _pin_everywhere(keep, roots, path)
+                mounts = mounts or [mount_aliases.table()]
+                for name in [path, *mount_aliases.seen(path, list(shown_in), mounts[0])]:
+                    if name not in known.names:  # (a denied path itself is masked already)
+                        known.add(name)
+                        aliases.append(name)
+                        _pin_everywhere(keep, roots, name)
             elif occ.linked:
                 items[path] = Guard(path, "protected", False)
             elif occ.repository:
