@@ -56,6 +56,7 @@ LOGON = "S-1-5-5-0-271828"  # a logon session's SID (S-1-5-5-X-Y)
 WINSTA_CREATEDESKTOP = 0x0008
 WINSTA_ALL = 0x037F  # every window-station right (winuser.h WINSTA_ALL_ACCESS)
 PAGE_SIZE = 4096  # x64 and ARM64 Windows
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # (process creation flags; the backend never asks it)
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 FILE_WRITE_DATA = 0x0002  # (FILE_ADD_FILE on a directory)
 
@@ -677,6 +678,19 @@ class FakeWin32:
             data = state["set"].get(info_class, bytes(size))
         ctypes.memmove(ctypes.addressof(ref._obj), data, size)
         return 1
+
+    def breaks_away(self, job: int, flags: int) -> bool:
+        """Whether a process in `job` (its immediate Job) that creates a child with `flags`
+        has that child outside it: with CREATE_BREAKAWAY_FROM_JOB, when the Job has
+        JOB_OBJECT_LIMIT_BREAKAWAY_OK; without, when it has SILENT_BREAKAWAY_OK
+        (JOBOBJECT_BASIC_LIMIT_INFORMATION). Outside it the child keeps none of its limits,
+        its UI restrictions included."""
+        limits = JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(self.jobs[job]["set"].get(
+            c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION, bytes(JOBOBJECT_EXTENDED_LIMIT_INFORMATION())
+        )).BasicLimitInformation.LimitFlags
+        if flags & CREATE_BREAKAWAY_FROM_JOB:
+            return bool(limits & c.JOB_OBJECT_LIMIT_BREAKAWAY_OK)
+        return bool(limits & c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK)
 
     def TerminateJobObject(self, job, code):  # noqa: N802
         self.jobs[job]["terminating"] = True

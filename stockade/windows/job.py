@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stockade.errors import UnenforceableError
+from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
 from stockade.windows import constants as c
 from stockade.windows.api import win32
@@ -110,7 +110,8 @@ def owner_in_job() -> bool:
     return bool(inside.value)
 
 
-# Never set, only tested for.
+# Never set on the sandbox's Job (create_job refuses a plan with either; handle.py refuses a
+# child whose Job, read back, has either), only tested for.
 _BREAKAWAY = c.JOB_OBJECT_LIMIT_BREAKAWAY_OK | c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK
 DRAIN_WAIT = 10.0  # seconds for a terminated Job's processes to be gone
 _DRAIN_POLL = 0.01
@@ -175,7 +176,13 @@ def ui_restrictions(plan: JobPlan) -> JOBOBJECT_BASIC_UI_RESTRICTIONS:
 
 
 def create_job(plan: JobPlan) -> int:
-    """A new, unnamed Job with `plan` applied; the caller owns (and must close) the handle."""
+    """A new, unnamed Job with `plan` applied; the caller owns (and must close) the handle.
+    A plan letting a process break away is refused before any Job exists: with
+    BREAKAWAY_OK a child created with CREATE_BREAKAWAY_FROM_JOB leaves the Job, and its limits
+    and UI restrictions with it (SILENT_BREAKAWAY_OK: every child does)."""
+    if plan.limit_flags & _BREAKAWAY:
+        raise SetupError("job_breakaway", "the sandbox's Job would let its processes break "
+                         "away; it is never made so", stage="job_desktop")
     api = win32()
     handle = api.CreateJobObjectW(None, None)
     try:
