@@ -222,6 +222,19 @@ def test_the_owners_job_is_found_and_its_ui_limits_read(monkeypatch):
     assert job.owner_ui_restrictions() == 0
 
 
+def test_the_kind_of_the_owners_job_is_typed(monkeypatch):
+    """Issue 31, item 8: the kept probe result was keyed by a bool, "in a Job", which a
+    launcher's Job (its children leave it: the sandbox's UI limits hold) and runas's (it keeps
+    them: the limits are dropped) share."""
+    fake = FakeWin32()
+    bind_win32(monkeypatch, fake, job)
+    for owners, kind in (((), job.OwnerJob.NONE), ((LAUNCHER_JOB,), job.OwnerJob.LETS_GO),
+                         ((PLAIN_JOB,), job.OwnerJob.KEEPS),
+                         ((UI_LIMITED_JOB,), job.OwnerJob.UI_LIMITED)):
+        fake.owner_jobs = owners
+        assert job.owner_job() is kind and isinstance(kind.value, str)
+
+
 def test_every_job_kills_on_close_never_allows_breakaway_and_restricts_the_ui():
     plan = job.job_plan(LimitSpec(), cpus=8)
     assert plan.limit_flags == c.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE \

@@ -30,6 +30,7 @@ import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
@@ -100,6 +101,31 @@ def owner_ui_restrictions() -> int:
                       JOBOBJECT_BASIC_UI_RESTRICTIONS()).UIRestrictionsClass
     except OSError:
         return 0
+
+
+class OwnerJob(str, Enum):
+    """The Job this process is in, as far as the sandbox's Job goes (handle.py's retry)."""
+
+    NONE = "none"  # in no Job: the sandbox's Job is the child's only one
+    LETS_GO = "silent_breakaway"  # a launcher's (py.exe, a venv's python.exe): UI limits hold
+    KEEPS = "keeps_children"  # runas, Task Scheduler, some CI: the Job drops its UI limits
+    UI_LIMITED = "ui_limited"  # sets UI limits itself: no Job nests in it (refused)
+
+
+def owner_job() -> OwnerJob:
+    """What kind of Job this process is in (IsProcessInJob, then its immediate Job's limits
+    and UI restrictions, QueryInformationJobObject with no handle)."""
+    if not owner_in_job():
+        return OwnerJob.NONE
+    if owner_ui_restrictions():
+        return OwnerJob.UI_LIMITED
+    try:
+        flags = _query(None, c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
+                       JOBOBJECT_EXTENDED_LIMIT_INFORMATION()).BasicLimitInformation.LimitFlags
+    except OSError:
+        return OwnerJob.KEEPS  # (cannot be asked: the case that keeps the fewest limits)
+    return OwnerJob.LETS_GO if flags & c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK \
+        else OwnerJob.KEEPS
 
 
 def owner_in_job() -> bool:
