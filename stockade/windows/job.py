@@ -30,7 +30,7 @@ import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
@@ -103,7 +103,7 @@ def owner_ui_restrictions() -> int:
         return 0
 
 
-class OwnerJob(str, Enum):
+class OwnerJob(StrEnum):
     """The Job this process is in, as far as the sandbox's Job goes (handle.py's retry)."""
 
     NONE = "none"  # in no Job: the sandbox's Job is the child's only one
