@@ -157,6 +157,10 @@ def started(monkeypatch, owner_jobs: tuple, image_denied: bool = False):
         stdio=(0x10, 0x14, 0x18), mitigations=process.mitigations(False))
     created, held = handle.start(launch, plan, job.owner_in_job(), "python")
     assert job.observed(job_handle) == job.applied(held)  # (what verification requires)
+    # Issue 31, item 6: the child's desktop is named, the launch's private one on this station,
+    # also on the retry without UI limits; never NULL (the starter's desktop, which
+    # CreateProcessWithLogonW's documentation leaves to the application to grant).
+    assert fake.desktops == ["WinSta0\\stockade-0"] * len(fake.created)
     return job_handle, fake.created, held
 
 

@@ -509,6 +509,7 @@ class FakeWin32:
         self.owner_jobs: tuple[OwnerJob, ...] = ()
         self.image_denied = False
         self.created: list[tuple[int, ...]] = []
+        self.desktops: list[str | None] = []  # each child's STARTUPINFO.lpDesktop
         self._attribute_lists: dict[int, dict[int, object]] = {}
         self.station = "WinSta0"
         self.stations: dict[str, tuple[Ace, ...]] = {"WinSta0": session_station(LOGON)}
@@ -726,6 +727,7 @@ class FakeWin32:
         for job in listed:
             self.jobs[job]["active"] += 1
         self.created.append(jobs)
+        self.desktops.append(startup._obj.StartupInfo.lpDesktop)  # (NULL: the starter's)
         pid = 4000 + 4 * len(self.created)
         info._obj.hProcess, info._obj.hThread, info._obj.dwProcessId = pid + 1, pid + 2, pid
         return 1
