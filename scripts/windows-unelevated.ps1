@@ -10,13 +10,18 @@ $password = [guid]::NewGuid().ToString("N") + "aA1!"
 $python = (Get-Command python).Source
 $Command = $Command -replace '^python ', "`"$python`" "
 
-# Start-Process -Credential (CreateProcessWithLogonW, no desktop named) starts the user on this
-# process's window station and desktop, whose DACLs allow this logon session and SYSTEM only:
-# the user's processes could not load user32, nor Stockade add its AppContainer's entry to the
-# station or create its private desktop there (window_station_denied). So the user is granted
-# them for the run: on the station every window-station right with READ_CONTROL and WRITE_DAC
-# (Stockade adds and removes its launches' entries), on the desktop every desktop right; both
-# entries are removed afterwards.
+# Start-Process -Credential (CreateProcessWithLogonW) starts the user on the window station and
+# desktop its STARTUPINFO names or, lpDesktop NULL, on this process's. Microsoft's page for
+# CreateProcessWithLogonW: the application must add permission for the user to either (only
+# Windows XP added it to the inherited ones itself). Their DACLs allow this logon session and
+# SYSTEM only, so without entries the user's processes could not load user32, nor Stockade add
+# its AppContainer's entry to the station or create its private desktop there
+# (window_station_denied). So the user is granted this process's station and desktop (what a
+# NULL lpDesktop inherits) for the run: on the station every window-station right with
+# READ_CONTROL and WRITE_DAC (Stockade adds and removes its launches' entries), on the desktop
+# every desktop right; both entries are removed afterwards. Not verified on a real host: that
+# Start-Process -Credential passes lpDesktop NULL (if it named WinSta0\Default from a service's
+# station, the grant would be on the wrong station).
 Add-Type -TypeDefinition @"
 using System;
 using System.ComponentModel;

@@ -157,6 +157,10 @@ def started(monkeypatch, owner_jobs: tuple, image_denied: bool = False):
         stdio=(0x10, 0x14, 0x18), mitigations=process.mitigations(False))
     created, held = handle.start(launch, plan, job.owner_in_job(), "python")
     assert job.observed(job_handle) == job.applied(held)  # (what verification requires)
+    # Issue 31, item 6: the child's desktop is named, the launch's private one on this station,
+    # also on the retry without UI limits; never NULL (the starter's desktop, which
+    # CreateProcessWithLogonW's documentation leaves to the application to grant).
+    assert fake.desktops == ["WinSta0\\stockade-0"] * len(fake.created)
     return job_handle, fake.created, held
 
 
@@ -220,6 +224,19 @@ def test_the_owners_job_is_found_and_its_ui_limits_read(monkeypatch):
     assert job.owner_ui_restrictions() == c.JOB_OBJECT_UILIMIT_ALL
     fake.owner_jobs = (LAUNCHER_JOB,)
     assert job.owner_ui_restrictions() == 0
+
+
+def test_the_kind_of_the_owners_job_is_typed(monkeypatch):
+    """Issue 31, item 8: the kept probe result was keyed by a bool, "in a Job", which a
+    launcher's Job (its children leave it: the sandbox's UI limits hold) and runas's (it keeps
+    them: the limits are dropped) share."""
+    fake = FakeWin32()
+    bind_win32(monkeypatch, fake, job)
+    for owners, kind in (((), job.OwnerJob.NONE), ((LAUNCHER_JOB,), job.OwnerJob.LETS_GO),
+                         ((PLAIN_JOB,), job.OwnerJob.KEEPS),
+                         ((UI_LIMITED_JOB,), job.OwnerJob.UI_LIMITED)):
+        fake.owner_jobs = owners
+        assert job.owner_job() is kind and isinstance(kind.value, str)
 
 
 def test_every_job_kills_on_close_never_allows_breakaway_and_restricts_the_ui():

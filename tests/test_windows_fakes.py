@@ -56,6 +56,7 @@ LOGON = "S-1-5-5-0-271828"  # a logon session's SID (S-1-5-5-X-Y)
 WINSTA_CREATEDESKTOP = 0x0008
 WINSTA_ALL = 0x037F  # every window-station right (winuser.h WINSTA_ALL_ACCESS)
 PAGE_SIZE = 4096  # x64 and ARM64 Windows
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # (process creation flags; the backend never asks it)
 BOTH = acl.OBJECT_INHERIT | acl.CONTAINER_INHERIT
 FILE_WRITE_DATA = 0x0002  # (FILE_ADD_FILE on a directory)
 
@@ -508,6 +509,7 @@ class FakeWin32:
         self.owner_jobs: tuple[OwnerJob, ...] = ()
         self.image_denied = False
         self.created: list[tuple[int, ...]] = []
+        self.desktops: list[str | None] = []  # each child's STARTUPINFO.lpDesktop
         self._attribute_lists: dict[int, dict[int, object]] = {}
         self.station = "WinSta0"
         self.stations: dict[str, tuple[Ace, ...]] = {"WinSta0": session_station(LOGON)}
@@ -678,6 +680,19 @@ class FakeWin32:
         ctypes.memmove(ctypes.addressof(ref._obj), data, size)
         return 1
 
+    def breaks_away(self, job: int, flags: int) -> bool:
+        """Whether a process in `job` (its immediate Job) that creates a child with `flags`
+        has that child outside it: with CREATE_BREAKAWAY_FROM_JOB, when the Job has
+        JOB_OBJECT_LIMIT_BREAKAWAY_OK; without, when it has SILENT_BREAKAWAY_OK
+        (JOBOBJECT_BASIC_LIMIT_INFORMATION). Outside it the child keeps none of its limits,
+        its UI restrictions included."""
+        limits = JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(self.jobs[job]["set"].get(
+            c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION, bytes(JOBOBJECT_EXTENDED_LIMIT_INFORMATION())
+        )).BasicLimitInformation.LimitFlags
+        if flags & CREATE_BREAKAWAY_FROM_JOB:
+            return bool(limits & c.JOB_OBJECT_LIMIT_BREAKAWAY_OK)
+        return bool(limits & c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK)
+
     def TerminateJobObject(self, job, code):  # noqa: N802
         self.jobs[job]["terminating"] = True
         return 1
@@ -712,6 +727,7 @@ class FakeWin32:
         for job in listed:
             self.jobs[job]["active"] += 1
         self.created.append(jobs)
+        self.desktops.append(startup._obj.StartupInfo.lpDesktop)  # (NULL: the starter's)
         pid = 4000 + 4 * len(self.created)
         info._obj.hProcess, info._obj.hThread, info._obj.dwProcessId = pid + 1, pid + 2, pid
         return 1

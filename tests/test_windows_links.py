@@ -122,3 +122,40 @@ def test_fsinfo_lists_every_name_on_the_files_volume(monkeypatch):
         FindClose=closed.append))
     monkeypatch.setattr(fsinfo, "last_error", lambda: 38)
     assert fsinfo.names(PROJ + "\\k") == [KEY, PROJ + "\\k"] and closed == [7]
+
+
+CACHE = "C:\\Users\\u\\AppData\\Local\\uv\\cache"
+CACHED = CACHE + "\\lib.py"
+OTHER = "S-1-5-21-1-2-3-1001"  # a trustee the cache passes on and the project does not
+
+
+def cached(tree: FakeTree) -> FakeTree:
+    """A file of a package manager's cache (uv, conda), hard-linked into the project, as uv
+    and conda make environments: the cache passes on an entry the project does not."""
+    tree.add("C:\\Users\\u\\AppData\\Local\\uv", owner=USER)
+    tree.add(CACHE, owner=USER, explicit=(Ace.allow(OTHER, RX, BOTH),))
+    tree.file(CACHED, owner=USER)
+    tree.add(PROJ, owner=USER)
+    tree.link(CACHED, PROJ + "\\lib.py")
+    return tree
+
+
+def test_a_linked_file_in_a_read_root_is_shielded_from_the_roots_propagation():
+    """Issue 31, item 5: a file with a name outside the read root has one security descriptor
+    for both names, so the root's grant, propagated by name, rewrote its inherited entries —
+    seen at the cache's name during the launch, and after the revert's propagation they were
+    the project's, no longer the cache's: a host change outside every root that outlived the
+    launch. Now the file is shielded before the root is granted: its DACL protected, what it
+    inherited kept as explicit entries, the launch's read entry explicit on it; propagation
+    passes it by; the revert puts back its entries and protection, so it inherits from its
+    own parent again. The sandbox still reads it (uv and conda environments keep working)."""
+    tree = cached(workspace())
+    before = tree.read(CACHED)
+    recorder = prepare(tree, request(read=request().read + (PathGrant(PROJ, PROJ),)))
+    during = tree.read(CACHED)
+    assert tree.access(PROJ + "\\lib.py", PACKAGE) == RX
+    assert not [a for a in during.aces if a.sid == PACKAGE and a.inherited]
+    assert [a for a in during.aces if a.sid == OTHER]  # the cache's trustee keeps its access
+    recorder.revert_all()
+    assert tree.read(CACHED) == before
+    assert tree.access(CACHED, PACKAGE) == 0

@@ -185,7 +185,7 @@ class FakeHost:
     def interpreter(self) -> str:
         return os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
 
-    booted, session_id, in_job = 1_700_000_000.0, 1, False
+    booted, session_id, in_job, build = 1_700_000_000.0, 1, job.OwnerJob.NONE, "26100.4061"
 
     def uptime(self) -> float:
         return time.time() - self.booted
@@ -196,8 +196,11 @@ class FakeHost:
     def session(self) -> int:
         return self.session_id
 
-    def owner_in_job(self) -> bool:
+    def owner_job(self) -> job.OwnerJob:
         return self.in_job
+
+    def os_build(self) -> str:
+        return self.build
 
 
 @pytest.fixture
@@ -527,7 +530,14 @@ def test_a_windows_pass_is_stored_for_later_processes_until_what_it_attests_chan
     assert USER not in json.dumps(stored) and str(python) not in json.dumps(stored)
     changes = [
         lambda: setattr(host, "session_id", 2),
-        lambda: setattr(host, "in_job", True),
+        lambda: setattr(host, "in_job", job.OwnerJob.LETS_GO),
+        # (issue 31, item 8: both "in a Job", but only a Job that keeps its children drops the
+        # sandbox's UI limits; a bool told them apart from no Job only)
+        lambda: setattr(host, "in_job", job.OwnerJob.KEEPS),
+        # (a cumulative update, installed across a Fast Startup power cycle that kept the boot)
+        lambda: setattr(host, "build", "26100.4062"),
+        lambda: monkeypatch.setattr(windows_probe, "PROBE_LIMITS", replace(
+            windows_probe.PROBE_LIMITS, timeout=60.0)),
         lambda: monkeypatch.setattr(host, "elevated", lambda: True),
         lambda: python.write_bytes(b"MZ, another build"),
         lambda: monkeypatch.setattr(windows_probe.platform, "version", lambda: "10.0.26100"),

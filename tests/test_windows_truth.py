@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +18,14 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32, win32_error
+from test_windows_fakes import (
+    CREATE_BREAKAWAY_FROM_JOB,
+    PACKAGE,
+    USER,
+    FakeWin32,
+    bind_win32,
+    win32_error,
+)
 
 from stockade import program
 from stockade.errors import SetupError, UnenforceableError
@@ -163,6 +171,30 @@ def test_the_jobs_settings_are_read_back_not_copied_from_the_plan(fake):
     fake.jobs[handle_]["set"][c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION] = bytes(leaky)
     assert job.observed(handle_)["breakaway"] is True
     assert job.observed(handle_) != job.applied(plan)
+
+
+def test_no_sandbox_job_lets_a_process_break_away(fake):
+    """Issue 31, item 7: a Job with JOB_OBJECT_LIMIT_BREAKAWAY_OK lets a child created with
+    CREATE_BREAKAWAY_FROM_JOB leave it, and with it the Job's limits and UI restrictions. The
+    sandbox's Job never sets it (nor SILENT_BREAKAWAY_OK): a plan that asks for either is not
+    made, and a child whose Job, as read back, allows breakaway is refused before it runs,
+    whatever the plan said (the check was only "as planned")."""
+    plan = job.job_plan(LimitSpec(memory=1 << 30), cpus=2)
+    sealed = job.create_job(plan)
+    assert not fake.breaks_away(sealed, CREATE_BREAKAWAY_FROM_JOB)
+    for flag in (c.JOB_OBJECT_LIMIT_BREAKAWAY_OK, c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK):
+        leaky = dataclasses.replace(plan, limit_flags=plan.limit_flags | flag)
+        made = len(fake.jobs)
+        with pytest.raises(SetupError) as refused:
+            job.create_job(leaky)
+        assert refused.value.code == "job_breakaway" and len(fake.jobs) == made
+        assert "break away" in handle.confinement_refusal(
+            PACKAGE, leaky, process.mitigations(False), seen_ok(leaky))
+    # (the model lets a child out of a Job that allows it: the refusals above are what keep it)
+    fake.jobs[sealed]["set"][c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION] = bytes(
+        job.extended_limits(dataclasses.replace(
+            plan, limit_flags=plan.limit_flags | c.JOB_OBJECT_LIMIT_BREAKAWAY_OK)))
+    assert fake.breaks_away(sealed, CREATE_BREAKAWAY_FROM_JOB)
 
 
 def test_a_memory_limit_off_a_page_boundary_reads_back_as_set(fake):
@@ -425,7 +457,7 @@ def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
 @pytest.mark.parametrize(("change", "words"), [
     (lambda s: s.update(token=tokens.ChildToken(False, True, PACKAGE, ())), "Job"),
     (lambda s: s.update(handles=(True, True, True, True)), "handle list"),
-    (lambda s: s["job"].update(breakaway=True), "settings it was given"),
+    (lambda s: s["job"].update(breakaway=True), "break away"),
     (lambda s: s["job"].update(memory=0), "settings it was given"),
     (lambda s: s.update(mitigations=process.mitigations(True)), "mitigation"),
     (lambda s: s["desktop"].update(every_appcontainer_rights=1), "desktop"),

@@ -23,8 +23,16 @@ by *overriding* what a path inherits ("mask reduction").
   Precedence: hidden over readonly over pinned. Paths inside a hidden or readonly path need
   nothing more.
 
-Grants come first, outer before inner; overrides after them, outer before inner; revoking runs
-in the reverse order (the ledger removes newest first).
+- **Shields** (an override, `shielded`): a file with more than one hard link (admitted in read
+  roots only: admission.py) has one security descriptor for all its names, so the root's grant,
+  propagated by name, would rewrite its inherited entries, seen at its other names outside the
+  root (a uv or conda cache), and the revert's propagation would leave it inheriting from the
+  root's side, not its own parent's. So it is overridden first: DACL protected, what it
+  inherited kept as explicit entries, the launch's read entry explicit on it; propagation stops
+  at a protected DACL, and the revert puts back its entries and its protection.
+
+Shields come first; then grants, outer before inner; overrides after them, outer before inner;
+revoking runs in the reverse order (the ledger removes newest first).
 """
 
 from __future__ import annotations
@@ -160,8 +168,18 @@ def plan(request: LaunchRequest, sid: str, tree: Mapping[str, list[Entry]],
     grants = [Step(root, GRANT, held(walked.top(root)))
               for root in sorted(roots, key=lambda r: (_depth(r), upcase(r)))
               if walked.top(root) not in overrides]
-    return (*grants, *(Step(walked.entries[key].path, OVERRIDE, aces)
-                       for key, aces in overrides.items()))
+    # Shields: each file with more than one name (only read roots admit one) is overridden
+    # before any grant propagates, so no propagation rewrites the one descriptor its names
+    # share (below a hidden path too: that path's override comes after the grant). It gets
+    # what the roots give it, nothing below a hidden path.
+    hiding = {k for k, kind in kinds.items() if kind == "hidden"}
+    shields = [Step(walked.entries[key].path, OVERRIDE,
+                    () if walked.above[key] & hiding else held(key))
+               for key in sorted(walked.entries, key=walked.order)
+               if walked.entries[key].links > 1 and not walked.entries[key].is_dir
+               and key not in overrides]
+    return (*shields, *grants, *(Step(walked.entries[key].path, OVERRIDE, aces)
+                                 for key, aces in overrides.items()))
 
 
 class _Walked:

@@ -170,8 +170,9 @@ def station_denied(what: str) -> SetupError:
     """The refusal of a launch whose user may not `what` (see windows/desktop.py)."""
     return SetupError("window_station_denied", f"this user may not {what} (a process started "
                       "under other credentials, by runas or Start-Process -Credential, runs on "
-                      "its starter's window station, which grants it nothing unless the starter "
-                      "added entries for it); run Stockade in the user's own logon session, or "
+                      "its starter's window station unless told another, and Windows documents "
+                      "no entry there letting it change the station or create a desktop); "
+                      "run Stockade in the user's own logon session, or "
                       "grant the user access to the window station and desktop first "
                       "(scripts/windows-unelevated.ps1 does)", stage="job_desktop")
 

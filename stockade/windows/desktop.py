@@ -20,11 +20,17 @@ added and removed at settlement or by reconciliation (`station_granted`/`station
 pure). A private window station is not an option here: only administrators may name one, and
 an unnamed one is the logon session's, shared and possibly the very station this process is in.
 
-A process started under other credentials (runas, Start-Process -Credential: CreateProcessWithLogonW
-with no desktop named) runs on its starter's window station and desktop, which grant the new
-user nothing unless the starter adds entries for it. There the station's DACL cannot be
-changed, nor a desktop created on it: a typed refusal (`window_station_denied`, `check_station`
-before anything is recorded, `create_desktop`), never a bare Win32 error.
+A process started under other credentials (runas, Start-Process -Credential:
+CreateProcessWithLogonW) runs on the window station and desktop named by its STARTUPINFO's
+lpDesktop or, that being NULL or empty, on its starter's. Microsoft's page for
+CreateProcessWithLogonW says the application must add permission for the user to either, "even
+for WinSta0\\Default"; only on Windows XP did the function add it to the inherited ones itself
+(CreateProcessWithTokenW's page says that function does, with lpDesktop NULL). Whatever entry
+is added lets the user's processes connect; none is documented to let it change the station's
+DACL or create a desktop there, which a launch needs. So where the station grants this user
+that not, the launch is refused, typed (`window_station_denied`, `check_station` before
+anything is recorded, `create_desktop`), never a bare Win32 error. This process's own child is
+always given its desktop by name (`station\\desktop`, process.py), never NULL.
 """
 
 from __future__ import annotations

@@ -322,6 +322,8 @@ def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
     token: tokens.ChildToken = seen["token"]
     desk = seen["desktop"]
     return (token.refusal(package, capabilities) or process.handles_refusal(seen["handles"])
+            # Whatever the plan said: a Job that lets a process break away does not hold it.
+            or ("the Job lets its processes break away" if seen["job"]["breakaway"] else None)
             or (None if seen["job"] == job.applied(plan)
                 else "the Job does not hold the settings it was given")
             # At least those asked for: Exploit Protection's system and per-program settings

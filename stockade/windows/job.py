@@ -30,8 +30,9 @@ import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
-from stockade.errors import UnenforceableError
+from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LimitSpec
 from stockade.windows import constants as c
 from stockade.windows.api import win32
@@ -102,6 +103,31 @@ def owner_ui_restrictions() -> int:
         return 0
 
 
+class OwnerJob(StrEnum):
+    """The Job this process is in, as far as the sandbox's Job goes (handle.py's retry)."""
+
+    NONE = "none"  # in no Job: the sandbox's Job is the child's only one
+    LETS_GO = "silent_breakaway"  # a launcher's (py.exe, a venv's python.exe): UI limits hold
+    KEEPS = "keeps_children"  # runas, Task Scheduler, some CI: the Job drops its UI limits
+    UI_LIMITED = "ui_limited"  # sets UI limits itself: no Job nests in it (refused)
+
+
+def owner_job() -> OwnerJob:
+    """What kind of Job this process is in (IsProcessInJob, then its immediate Job's limits
+    and UI restrictions, QueryInformationJobObject with no handle)."""
+    if not owner_in_job():
+        return OwnerJob.NONE
+    if owner_ui_restrictions():
+        return OwnerJob.UI_LIMITED
+    try:
+        flags = _query(None, c.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
+                       JOBOBJECT_EXTENDED_LIMIT_INFORMATION()).BasicLimitInformation.LimitFlags
+    except OSError:
+        return OwnerJob.KEEPS  # (cannot be asked: the case that keeps the fewest limits)
+    return OwnerJob.LETS_GO if flags & c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK \
+        else OwnerJob.KEEPS
+
+
 def owner_in_job() -> bool:
     """Whether this process is in a Job already (IsProcessInJob with no Job: any Job)."""
     api = win32()
@@ -110,7 +136,8 @@ def owner_in_job() -> bool:
     return bool(inside.value)
 
 
-# Never set, only tested for.
+# Never set on the sandbox's Job (create_job refuses a plan with either; handle.py refuses a
+# child whose Job, read back, has either), only tested for.
 _BREAKAWAY = c.JOB_OBJECT_LIMIT_BREAKAWAY_OK | c.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK
 DRAIN_WAIT = 10.0  # seconds for a terminated Job's processes to be gone
 _DRAIN_POLL = 0.01
@@ -175,7 +202,13 @@ def ui_restrictions(plan: JobPlan) -> JOBOBJECT_BASIC_UI_RESTRICTIONS:
 
 
 def create_job(plan: JobPlan) -> int:
-    """A new, unnamed Job with `plan` applied; the caller owns (and must close) the handle."""
+    """A new, unnamed Job with `plan` applied; the caller owns (and must close) the handle.
+    A plan letting a process break away is refused before any Job exists: with
+    BREAKAWAY_OK a child created with CREATE_BREAKAWAY_FROM_JOB leaves the Job, and its limits
+    and UI restrictions with it (SILENT_BREAKAWAY_OK: every child does)."""
+    if plan.limit_flags & _BREAKAWAY:
+        raise SetupError("job_breakaway", "the sandbox's Job would let its processes break "
+                         "away; it is never made so", stage="job_desktop")
     api = win32()
     handle = api.CreateJobObjectW(None, None)
     try:

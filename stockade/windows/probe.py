@@ -34,10 +34,15 @@ Facts are booleans, counts and names; the attestation never holds a path, a SID 
 profile's name.
 
 A pass is stored for later processes (`storage`, the shared probe's store in the state
-directory, which every launch masks): valid for this boot, this user as it runs now (elevated
-or not, its session, in a Job or not: each changes what the launch can do), this Windows
-build, this interpreter file and these Stockade and Python versions, for the shared store's
-TTL; any change probes again. Such a process still runs the backend's host checks and
+directory, which every launch masks): valid for this boot, this Windows build and update
+revision (UBR), the probe policy's inputs (system root, limits, the probe child), this user as
+it runs now (elevated or not, its session, the kind of Job it is in: none, one its children
+leave, one that keeps them, one with UI limits — each changes what the launch can do), this
+interpreter file and these Stockade and Python versions, for the shared store's TTL (600 s,
+counted by GetTickCount64, which counts sleep and hibernation); any change probes again. The
+"boot" is the boot time to a minute, which a Fast Startup power cycle (the kernel session
+hibernated, not shut down) keeps: an update installed across one changes the build's UBR, and
+whatever else changed is bounded by the TTL. Such a process still runs the backend's host checks and
 reconciles the ledger (issue 31, D10).
 """
 
@@ -208,7 +213,10 @@ class Host(Protocol):
 
     def session(self) -> int: ...
 
-    def owner_in_job(self) -> bool: ...
+    def owner_job(self) -> jobs.OwnerJob: ...
+
+    def os_build(self) -> str:
+        """This Windows' build and update revision (UBR), e.g. "26100.4061"."""
 
 
 # The boot's identity is its start, wall clock less uptime, to this many seconds (a clock set
@@ -253,8 +261,16 @@ class Win32Host:
     def session(self) -> int:
         return tokens.session_id()
 
-    def owner_in_job(self) -> bool:
-        return jobs.owner_in_job()
+    def owner_job(self) -> jobs.OwnerJob:
+        return jobs.owner_job()
+
+    def os_build(self) -> str:
+        import winreg  # Windows only
+
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE,
+                            "SOFTWARE\\Microsoft\\Windows NT\\CurrentVersion") as key:
+            return ".".join(str(winreg.QueryValueEx(key, name)[0])
+                            for name in ("CurrentBuildNumber", "UBR"))
 
 
 class WindowsProbe:
@@ -300,8 +316,9 @@ class WindowsProbe:
             python = self.host.interpreter()
             info = os.stat(python)
             key = {"boot": int((time.time() - uptime) // BOOT_GRAIN),
+                   "os_build": self.host.os_build(), "inputs": _inputs(),
                    "user": _digest(self.host.user_sid()), "run_as": self.run_as(),
-                   "session": self.host.session(), "owner_in_job": self.host.owner_in_job(),
+                   "session": self.host.session(), "owner_job": self.host.owner_job().value,
                    "interpreter": _digest(python, fsinfo.file_id(info), str(info.st_size),
                                           str(info.st_mtime_ns)),
                    "versions": self.versions()}
@@ -359,6 +376,15 @@ class WindowsProbe:
             "station_restored": self.host.station_aces() == station,
             "ledger_settled": record not in ledger.records(),
         }
+
+
+def _inputs() -> str:
+    """A digest of what the probe's policy is made of here: the system root it reads, its
+    limits and the probe child's source."""
+    with open(probe_child.__file__, "rb") as f:
+        child = hashlib.sha256(f.read()).hexdigest()
+    return _digest(os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows")),
+                   repr(PROBE_LIMITS), child)
 
 
 def _digest(*parts: str) -> str:
