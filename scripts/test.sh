@@ -95,6 +95,12 @@ chmod -R a+rX "$copy"
 chown -R "$test_user" "$copy"
 # A setuid binary owned by another user: the rootless run checks it grants nothing.
 install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
+# A directory of another user's that the rootless run may enter and write but not list
+# (outside the copy: a write root inside the code the host runs is refused).
+unlisted="$(mktemp -d /tmp/stockade-unlisted.XXXXXX)"
+trap 'rm -rf "$copy" "$unlisted"' EXIT
+chmod 755 "$unlisted"
+install -d -o 65534 -g 65534 -m 0733 "$unlisted/dir"
 # The integrations (their set-up, then their tests, root and rootless) run beside the suites.
 (
     integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 \
@@ -113,7 +119,7 @@ install -o 65534 -g 65534 -m 4755 "$(command -v id)" "$copy/.setuid-id"
 integrations_run=$!
 echo "== tests as root [root] and as $test_user, rootless [rootless], at once"
 suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
-    STOCKADE_TEST_SUID="$copy/.setuid-id" 2>&1 | sed -u 's/^/[rootless] /' &
+    STOCKADE_TEST_SUID="$copy/.setuid-id" STOCKADE_TEST_UNLISTED_DIR="$unlisted/dir" 2>&1 | sed -u 's/^/[rootless] /' &
 rootless=$!
 root_status=0
 suite "$here" 2>&1 | sed -u 's/^/[root] /' || root_status=$?

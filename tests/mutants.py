@@ -172,12 +172,20 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_denied_directory_that_can_be_entered_but_not_listed_never_shows_its_files"
             "[landlock]",)),
     Mutant("write-root-unread-passed-over", "stockade/linux/protect.py",
-           "            if unlisted is None and _own(rel or \".\", root_fd):\n",
-           "            if False:\n",
+           "            own = _own(rel or \".\", root_fd)\n",
+           "            own = False\n",
            ("tests/test_deny_links.py::"
             "test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch[namespaces]",
             "tests/test_deny_links.py::"
             "test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch[landlock]")),
+    Mutant("write-root-others-unlisted-passed-over", "stockade/linux/protect.py",
+           "            if unlisted is None and (own or os.access(rel or \".\", os.X_OK, "
+           "dir_fd=root_fd)):\n",
+           "            if unlisted is None and own:\n",
+           ("tests/test_deny_links.py::test_another_users_directory_the_command_may_enter_but_not"
+            "_list_refuses_the_launch[namespaces]",
+            "tests/test_deny_links.py::test_another_users_directory_the_command_may_enter_but_not"
+            "_list_refuses_the_launch[landlock]")),
     Mutant("deny-link-unmasked", "stockade/linux/protect.py",
            "            elif occ.linked and denied and occ.inode in denied:\n",
            "            elif False:\n",

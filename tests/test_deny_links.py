@@ -263,3 +263,64 @@ def test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch(ws, is
     finally:
         (workspace / "a").chmod(0o755)
     assert (workspace / "a" / ".mcp.json").read_text() == "orig"
+
+
+# A directory of another user's in a write root that this user may enter (and here write) but
+# not list: scripts/test.sh gives its rootless pass one (STOCKADE_TEST_UNLISTED_DIR, 0733,
+# nobody's); as root the test makes its own.
+PLANT_IN_UNLISTED = """
+import os, sys
+mine = sys.argv[1]
+try:
+    with open(os.path.join(mine, ".mcp.json"), "w") as f:
+        f.write("planted")
+    print("WROTE")
+except OSError as exc:
+    print("REFUSED", exc.errno)
+"""
+
+
+@pytest.mark.root_only("needs a directory of another user's, which only root can make "
+                       "(scripts/test.sh gives its rootless pass one: STOCKADE_TEST_UNLISTED_DIR)",
+                       unless_env="STOCKADE_TEST_UNLISTED_DIR")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_another_users_directory_the_command_may_enter_but_not_list_refuses_the_launch(
+        tmp_path, isolation):
+    """Attack 10, b01/b04: a directory of another user's that this user may search but not
+    list (0711, 0733, an ACL) was passed over by the walk, as if the command could not enter
+    it either; it can, by name, and this user's own directories inside (a repository, an
+    editor's configuration) were writable whole: the host's git or editor ran what the command
+    wrote. Where the launch's walk cannot list it (rootless; as root in the namespaces tier,
+    whose walk holds no capability over an unmapped owner's files) it refuses the launch,
+    typed, naming it; where it can (root, the landlock tier) the protected name stays
+    read-only."""
+    import uuid
+
+    given = os.environ.get("STOCKADE_TEST_UNLISTED_DIR")
+    if given is None:  # (root: its own)
+        given = str(tmp_path / "unlisted")
+        os.mkdir(given)
+        os.chown(given, 65534, 65534)
+        os.chmod(given, 0o733)
+        os.chmod(tmp_path, 0o755)
+    mine = os.path.join(given, f"mine-{uuid.uuid4().hex}")  # (known to this test alone)
+    os.mkdir(mine)
+    try:
+        with open(os.path.join(mine, ".mcp.json"), "w") as f:
+            f.write("orig")
+        policy = replace(policy_for(write=(given,), pids=None), isolation=isolation)
+        if os.getuid() != 0 or isolation == "namespaces":
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run([PYTHON, "-c", PLANT_IN_UNLISTED, mine], policy, workspace=mine)
+            assert refused.value.code == "unenforceable:filesystem.write"
+            assert f"{given} in the write root {given} is another user's" \
+                in refused.value.message, refused.value.message
+        else:
+            r = stockade.run([PYTHON, "-c", PLANT_IN_UNLISTED, mine], policy, workspace=mine)
+            assert "WROTE" not in r.stdout.decode(), r.stdout
+        with open(os.path.join(mine, ".mcp.json")) as f:
+            assert f.read() == "orig"
+    finally:
+        for name in os.listdir(mine):
+            os.unlink(os.path.join(mine, name))
+        os.rmdir(mine)

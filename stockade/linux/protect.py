@@ -303,7 +303,7 @@ def find(root: str, root_fd: int, names: frozenset[str],
     for dirpath, dirnames, filenames, dir_fd in _walk(root, root_fd):
         if not os.access(".", os.X_OK, dir_fd=dir_fd):  # (listed, but may not be entered)
             if os.fstat(dir_fd).st_uid == os.geteuid():
-                raise _hidden_from_walk(root, dirpath)
+                raise _hidden_from_walk(root, dirpath, own=True)
             dirnames.clear()  # (another user's: nor may the command enter it)
             continue
         for name in filenames:
@@ -362,8 +362,9 @@ def _walk(root: str, root_fd: int, what: str = "write root",
         except PermissionError:
             if unlisted is not None and os.access(rel or ".", os.X_OK, dir_fd=root_fd):
                 raise unlisted(rel or ".") from None
-            if unlisted is None and _own(rel or ".", root_fd):
-                raise _hidden_from_walk(root, rel) from None
+            own = _own(rel or ".", root_fd)
+            if unlisted is None and (own or os.access(rel or ".", os.X_OK, dir_fd=root_fd)):
+                raise _hidden_from_walk(root, rel, own) from None
             continue
         except OSError:
             continue
@@ -392,16 +393,25 @@ def _own(rel: str, root_fd: int) -> bool:
         return False
 
 
-def _hidden_from_walk(root: str, rel: str) -> UnenforceableError:
-    """A directory of this user's in a write root that the walk may not read whole (a mode the
-    command may have set: it can set it back in the next run, and reach whatever the walk
-    could not see there, a protected name or another name of a denied file; attack 9, dl9f).
-    One of another user's that this user cannot enter is passed over: nor can the command."""
+def _hidden_from_walk(root: str, rel: str, own: bool) -> UnenforceableError:
+    """A directory in a write root that the walk may not read whole but the command may enter:
+    one of this user's (a mode the command may have set: it can set it back in the next run;
+    attack 9, dl9f), or another user's it may search but not list (0711, 0733, an ACL: attack
+    10, b01/b04). What lies in it (this user's own directories, protected names, other names of
+    denied files) cannot be looked for, and the command reaches it by name. One of another
+    user's that this user cannot enter is passed over: nor can the command."""
     path = os.path.normpath(os.path.join(root, rel))
+    if own:
+        return UnenforceableError(
+            "filesystem.write", f"{path} in the write root {root} is this user's but cannot "
+            "be read whole by it (its mode), so what lies in it (protected names, other names "
+            f"of denied files) cannot be looked for; `chmod u+rwx {path}` or remove it")
     return UnenforceableError(
-        "filesystem.write", f"{path} in the write root {root} is this user's but cannot be "
-        "read whole by it (its mode), so what lies in it (protected names, other names of "
-        f"denied files) cannot be looked for; `chmod u+rwx {path}` or remove it")
+        "filesystem.write", f"{path} in the write root {root} is another user's, which this "
+        "user may enter but not list, so what lies in it (this user's own directories, "
+        "protected names, other names of denied files) cannot be looked for, and the command "
+        f"could reach it by name; have its owner make it listable (chmod o+r {path}) or choose "
+        "a write root without it")
 
 
 def _too_long(root: str, rel: str, what: str) -> UnenforceableError:
