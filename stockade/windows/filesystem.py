@@ -96,11 +96,11 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     # One lease per name as leases.py compares names: two files one name stands for (`.git`
     # and `.GIT` in a case-sensitive directory) share a lease, which this launch takes once.
     for path in {upcase(step.path): step.path for step in steps
-                 if step.mode == aceplan.OVERRIDE}.values():
+                 if step.mode in aceplan.OVERRIDING}.values():
         hold(path)
     walked = {e.path: e.file_id for entries in tree.values() for e in entries}
     grants.apply(steps, sid, store, record, lock, walked)
-    overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
+    overrides = sum(step.mode in aceplan.OVERRIDING for step in steps)
     return Prepared({"grants": len(steps) - overrides, "overrides": overrides,
                      "roots_open_to_every_appcontainer": len(covered) - len(served),
                      "runtime_roots": len(served)}, tuple(capabilities))
