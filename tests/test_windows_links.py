@@ -184,3 +184,37 @@ def test_a_shielded_file_gets_its_descriptor_back_verbatim_whichever_parent_it_w
 def tree_aces(descriptor: bytes) -> tuple[Ace, ...]:
     """The entries of a self-relative descriptor's DACL (its header is 20 bytes)."""
     return acl.decode(descriptor[20:])
+
+
+PROGRAM = "C:\\Program Files\\Tool"
+
+
+@pytest.mark.parametrize("policy_reads", [True, False])
+def test_a_denied_file_linked_from_a_folder_every_appcontainer_reads_is_refused(policy_reads):
+    """Issue 31, first contact B: a read root every AppContainer can read (C:\\Program Files)
+    is not walked (too large to walk at each launch), so a hard link there to a denied file —
+    the key's one security descriptor, which takes ALL APPLICATION PACKAGES' read whenever
+    Windows propagates that folder — went unnoticed. Now the denied side is looked at: each
+    denied file with several names has them listed, and one in such a root, or in any folder
+    every AppContainer may read, refuses the launch before any DACL changes, naming both and
+    the remedy."""
+    tree = workspace()
+    tree.add(PROGRAM)
+    linked(tree, into=PROGRAM)
+    reads = (PathGrant("C:\\Program Files", "C:\\Program Files"),) if policy_reads else ()
+    before = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request(read=request().read + reads,
+                              deny=request().deny + (PathGrant(SSH, SSH),)))
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    assert KEY in refused.value.message and PROGRAM + "\\k" in refused.value.message
+    assert "fsutil hardlink list" in refused.value.message
+    assert tree.snapshot() == before and not tree.writes
+
+
+def test_a_denied_files_link_outside_every_root_in_a_private_folder_is_admitted():
+    tree = workspace()
+    tree.add("C:\\Users\\u\\backup", owner=USER)
+    linked(tree, into="C:\\Users\\u\\backup")
+    prepare(tree, request(deny=request().deny + (PathGrant(SSH, SSH),)))
+    assert tree.access(KEY, PACKAGE) == 0
