@@ -456,15 +456,22 @@ def test_root_aces_are_the_documented_masks_and_flags():
 
 # --- names Windows tells apart (WINREAD finding 4) ---------------------------------------------
 
+def case_sensitive_twins(tree: FakeTree, names: tuple[str, ...], inner: str) -> FakeTree:
+    """`tree` with a case-sensitive directory C:\\Users\\u\\ws\\wsl (fsutil file
+    setCaseSensitiveInfo; WSL makes its directories so) holding a directory of each of `names`
+    (names only case tells apart), each with a file `inner`."""
+    tree.add("C:\\Users\\u\\ws\\wsl", owner=USER, case_sensitive=True)
+    for name in names:
+        tree.add(f"C:\\Users\\u\\ws\\wsl\\{name}", owner=USER)
+        tree.file(f"C:\\Users\\u\\ws\\wsl\\{name}\\{inner}", owner=USER)
+    return tree
+
+
 def test_git_and_GIT_in_a_case_sensitive_directory_are_both_made_read_only():
     # A directory made case-sensitive (fsutil file setCaseSensitiveInfo; WSL makes its
     # directories so) holds `.git` and `.GIT` as two entries. The plan keyed paths by casefold,
     # so one override replaced the other: one of them stayed writable.
-    tree = workspace()
-    tree.add("C:\\Users\\u\\ws\\wsl", owner=USER, case_sensitive=True)
-    for name in (".git", ".GIT"):
-        tree.add(f"C:\\Users\\u\\ws\\wsl\\{name}", owner=USER)
-        tree.file(f"C:\\Users\\u\\ws\\wsl\\{name}\\config", owner=USER)
+    tree = case_sensitive_twins(workspace(), (".git", ".GIT"), "config")
     held: list[str] = []
     recorder = prepare(tree, request(), held)
     for name in (".git", ".GIT"):
@@ -512,11 +519,7 @@ def test_a_name_casefold_confuses_with_a_denied_one_keeps_its_own_protection():
 def test_a_denied_name_closes_every_entry_windows_could_find_by_it():
     # In a case-sensitive directory `Secret` and `secret` are two entries; the policy's name
     # (compared without regard to case everywhere else on Windows) stands for both.
-    tree = workspace()
-    tree.add("C:\\Users\\u\\ws\\wsl", owner=USER, case_sensitive=True)
-    for name in ("Secret", "secret"):
-        tree.add(f"C:\\Users\\u\\ws\\wsl\\{name}", owner=USER)
-        tree.file(f"C:\\Users\\u\\ws\\wsl\\{name}\\key", owner=USER)
+    tree = case_sensitive_twins(workspace(), ("Secret", "secret"), "key")
     denied = PathGrant("C:\\Users\\u\\ws\\wsl\\Secret", "C:\\Users\\u\\ws\\wsl\\Secret")
     prepare(tree, request(deny=(denied,)))
     for name in ("Secret", "secret"):

@@ -15,10 +15,10 @@ import types
 
 import pytest
 from test_windows_aceplan import PACKAGE, RX, workspace
-from test_windows_fakes import USERS, FakeTree, Node, out
+from test_windows_fakes import USER, USERS, FakeTree, Node, out
 
 from stockade.lifecycle.removers import RemovalError
-from stockade.windows import aceplan, acl, aclstore, fsinfo, grants
+from stockade.windows import aceplan, acl, aclstore, fsinfo, grants, structs
 from stockade.windows import constants as c
 from stockade.windows.acl import Ace
 
@@ -34,7 +34,8 @@ class FileHandles:
     def __init__(self, tree: FakeTree) -> None:
         self.tree = tree
         self.handles: dict[int, Node] = {}
-        self.descriptors: dict[int, tuple[ctypes.Array, bool]] = {}
+        self.descriptors: dict[int, tuple[ctypes.Array, int]] = {}
+        self.kernel_writes: list[tuple[str, int]] = []
         self.fds: dict[int, int] = {}
         self.opened: list[tuple[str, int, int]] = []
         self.access: dict[int, int] = {}
@@ -63,7 +64,7 @@ class FileHandles:
     def _answer(self, node: Node, dacl_ref, descriptor_ref) -> int:
         dacl = self.tree.read_node(node)
         buffer = ctypes.create_string_buffer(acl.encode(dacl.aces))
-        self.descriptors[ctypes.addressof(buffer)] = (buffer, dacl.protected)
+        self.descriptors[ctypes.addressof(buffer)] = (buffer, dacl.control)
         out(dacl_ref, ctypes.addressof(buffer))
         out(descriptor_ref, ctypes.addressof(buffer))
         return 0
@@ -76,7 +77,7 @@ class FileHandles:
         return self._answer(self.tree.node(path), dacl, descriptor)
 
     def GetSecurityDescriptorControl(self, descriptor, control, revision):  # noqa: N802
-        out(control, c.SE_DACL_PROTECTED if self.descriptors[descriptor.value][1] else 0)
+        out(control, self.descriptors[descriptor.value][1])
         return 1
 
     def LocalFree(self, pointer):  # noqa: N802
@@ -114,6 +115,26 @@ class FileHandles:
         self.tree.write_node(self.handles[handle], acl.decode(dacl.raw),
                              bool(info & c.PROTECTED_DACL_SECURITY_INFORMATION))
         return 0
+
+    def SetKernelObjectSecurity(self, handle, info, descriptor):  # noqa: N802
+        """The descriptor stored as given (a self-relative one read by its documented
+        header, SECURITY_DESCRIPTOR_RELATIVE): needs WRITE_DAC; with DACL_SECURITY_INFORMATION
+        its DACL and the DACL's control bits, the (UN)PROTECTED flag agreeing with them."""
+        assert self.access[handle] & c.WRITE_DAC and info & c.DACL_SECURITY_INFORMATION
+        data = bytes(descriptor.raw)
+        header = structs.SECURITY_DESCRIPTOR_RELATIVE.from_buffer_copy(data)
+        assert header.Revision == c.SECURITY_DESCRIPTOR_REVISION
+        assert header.Control & (c.SE_SELF_RELATIVE | c.SE_DACL_PRESENT) == (
+            c.SE_SELF_RELATIVE | c.SE_DACL_PRESENT)
+        assert (header.Owner, header.Group, header.Sacl) == (0, 0, 0)
+        protected = bool(header.Control & c.SE_DACL_PROTECTED)
+        assert info & (c.PROTECTED_DACL_SECURITY_INFORMATION if protected
+                       else c.UNPROTECTED_DACL_SECURITY_INFORMATION)
+        node = self.handles[handle]
+        self.kernel_writes.append((node.path, info))
+        self.tree.restore_node(node, acl.Dacl.with_control(acl.decode(data[header.Dacl:]),
+                                                           header.Control))
+        return 1
 
     # msvcrt and fstat: a descriptor owns its handle
     def open_osfhandle(self, handle: int, flags: int) -> int:
@@ -273,3 +294,45 @@ def test_a_reparse_point_other_than_a_junction_refuses_the_revert_untouched(hand
         grants.revert(root, detail, store)
     assert handles.fsctls == [] and tree.snapshot() == during
     assert tree.node(link).reparse_tag == tag
+
+
+def test_a_shields_revert_writes_the_recorded_descriptor_back_through_the_handle(handles):
+    """Issue 31, item A, through aclstore's Win32 calls: the shield is recorded with the
+    file's whole DACL and control bits (GetSecurityInfo, GetSecurityDescriptorControl) and
+    reverted with SetKernelObjectSecurity on a handle opened as the file itself
+    (FILE_FLAG_OPEN_REPARSE_POINT), the recorded descriptor verbatim; SetSecurityInfo, which
+    derives inherited entries from a parent, is never asked to unprotect it."""
+    tree = handles.tree
+    tree.inherit_by_name = True
+    path = "C:\\Users\\u\\ws\\lib.py"
+    tree.link("C:\\Users\\u\\outside\\notes", path)
+    node = tree.node(path)
+    node.auto_inherited = False
+    before = tree.read(path)
+    store = aclstore.WindowsAclStore()
+    added = []
+    grants.apply([aceplan.Step(path, aceplan.SHIELD, ())], PACKAGE, store,
+                 types.SimpleNamespace(add=lambda *record: added.append(record)),
+                 lambda path: contextlib.nullcontext(), {path: node.file_id})
+    (_, _, detail), = added
+    assert detail["control"] == before.control == 0 and tree.read(path).protected
+    assert detail["prior"] == [a.hex() for a in before.aces]
+    grants.revert(path, detail, store)
+    assert acl.self_relative(tree.read(path)) == acl.self_relative(before)
+    assert handles.kernel_writes == [(node.path, c.DACL_SECURITY_INFORMATION
+                                      | c.UNPROTECTED_DACL_SECURITY_INFORMATION)]
+    assert handles.opened[-1] == (path, c.READ_CONTROL | c.WRITE_DAC, OPEN_FLAGS)
+    grants.revert(path, detail, store)  # (again: nothing to do)
+    assert len(handles.kernel_writes) == 1
+
+
+def test_a_self_relative_descriptor_is_laid_out_as_documented():
+    """SECURITY_DESCRIPTOR_RELATIVE (winnt.h): revision 1, a zero byte, the control word
+    (SE_SELF_RELATIVE, SE_DACL_PRESENT and the DACL's own bits), then the owner's, group's,
+    SACL's and DACL's offsets from its start: no owner, group or SACL (0), the DACL at 20."""
+    aces = (Ace.allow(USER, RX), Ace.allow(PACKAGE, RX, acl.INHERITED))
+    data = acl.self_relative(acl.Dacl(aces, protected=True, auto_inherited=True))
+    assert data[:20] == bytes([1, 0]) + (0x8000 | 0x0004 | 0x1000 | 0x0400).to_bytes(2, "little") \
+        + bytes(12) + (20).to_bytes(4, "little")
+    assert acl.decode(data[20:]) == aces and len(data) == 20 + len(acl.encode(aces))
+    assert acl.self_relative(acl.Dacl((), auto_inherited=False))[2:4] == b"\x04\x80"

@@ -81,6 +81,9 @@ class Node:
     stamped: tuple[Ace, ...] | None = None
     # A file's other names (hard links, `FakeTree.link`): one node, so one security descriptor.
     names: list[str] = field(default_factory=list)
+    # SE_DACL_AUTO_INHERITED, as a file made by inheritance or written by SetSecurityInfo has
+    # it; one whose DACL was written by SetFileSecurity (an older tool's) may not.
+    auto_inherited: bool = True
 
 
 AUTHENTICATED_USERS, EVERYONE = "S-1-5-11", "S-1-1-0"
@@ -93,6 +96,10 @@ class FakeTree:
     nodes: dict[str, Node] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
     caller: tuple[str, ...] = STANDARD_USER  # the SIDs of the process asking
+    # From which parent a file with several names takes its inherited entries when its DACL is
+    # written unprotected through a handle is not documented: by default the model takes its
+    # own (first) name's parent; with this set, the parent of the name it was opened by.
+    inherit_by_name: bool = False
 
     @classmethod
     def volume(cls, edition: str = "windows11") -> FakeTree:
@@ -174,7 +181,7 @@ class FakeTree:
 
     def read_node(self, node: Node) -> Dacl:
         inherited = self._inherited(node) if node.stamped is None else node.stamped
-        return Dacl(node.explicit + inherited, node.protected)
+        return Dacl(node.explicit + inherited, node.protected, node.auto_inherited)
 
     def _inherited(self, node: Node) -> tuple[Ace, ...]:
         if node.protected or node.path == "C:\\":
@@ -187,10 +194,28 @@ class FakeTree:
         """The node `path` names now, opened: a handle stays on its file whatever the name
         names later (CreateFileW; with FILE_FLAG_OPEN_REPARSE_POINT, a reparse point is
         opened itself, not followed)."""
-        yield Opened(self, self.node(path))
+        yield Opened(self, self.node(path), path)
 
     def write(self, path: str, explicit: tuple[Ace, ...], protected: bool) -> None:
         self.write_node(self.node(path), explicit, protected)
+        self.inherit_by(self.node(path), path)
+
+    def inherit_by(self, node: Node, name: str) -> None:
+        """With `inherit_by_name`, a file with several names, its DACL just written unprotected
+        by `name`, takes its inherited entries from `name`'s parent."""
+        if self.inherit_by_name and node.names and not node.protected:
+            node.stamped = acl.inherit(self.read(ntpath.dirname(name)).aces, False, node.owner)
+
+    def restore_node(self, node: Node, dacl: Dacl) -> None:
+        """SetKernelObjectSecurity with DACL_SECURITY_INFORMATION: the DACL stored as given —
+        inherited entries, protection and SE_DACL_AUTO_INHERITED included —, nothing derived
+        from a parent, nothing propagated. (The model keeps explicit entries before inherited
+        ones, as every DACL Windows derives has them.)"""
+        explicit = dacl.explicit
+        assert dacl.aces[:len(explicit)] == explicit, "explicit entries first"
+        node.explicit, node.stamped = explicit, dacl.aces[len(explicit):]
+        node.protected, node.auto_inherited = dacl.protected, dacl.auto_inherited
+        self.writes.append(node.path)
 
     def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
         """SetSecurityInfo: the explicit entries and protection set, then the inheritance model
@@ -201,7 +226,7 @@ class FakeTree:
         place (the wrong parent), and everything below that folder from it in turn."""
         assert not any(a.inherited for a in explicit), "only explicit entries are written"
         node.explicit, node.protected = tuple(explicit), protected
-        node.stamped = None
+        node.stamped, node.auto_inherited = None, True
         self.writes.append(node.path)
         # (Entries derived when read are propagated already: only junctions and stamps matter.)
         if node.is_dir and any(n.target or n.names or n.stamped is not None
@@ -300,20 +325,25 @@ class FakeTree:
                 for key, n in self.nodes.items()}
 
     def to_json(self) -> str:
-        return json.dumps([[n.path, n.is_dir, [a.hex() for a in n.explicit], n.protected,
-                            n.file_id, n.links, n.reparse_tag, n.owner, n.case_sensitive,
-                            n.target, None if n.stamped is None else [a.hex() for a in n.stamped]]
-                           for n in self.nodes.values()])
+        unique = {id(n): n for n in self.nodes.values()}.values()  # a linked file once
+        return json.dumps({"inherit_by_name": self.inherit_by_name, "nodes": [
+            [n.path, n.is_dir, [a.hex() for a in n.explicit], n.protected, n.file_id, n.links,
+             n.reparse_tag, n.owner, n.case_sensitive, n.target,
+             None if n.stamped is None else [a.hex() for a in n.stamped], n.names,
+             n.auto_inherited] for n in unique]})
 
     @classmethod
     def from_json(cls, text: str) -> FakeTree:
-        tree = cls()
+        saved = json.loads(text)
+        tree = cls(inherit_by_name=saved["inherit_by_name"])
         for (path, is_dir, explicit, protected, file_id, links, tag, owner,
-             case_sensitive, target, stamped) in json.loads(text):
-            tree.nodes[tree.key(path)] = Node(
-                path, is_dir, tuple(Ace.from_hex(h) for h in explicit), protected, file_id,
-                links, tag, owner, case_sensitive, target,
-                None if stamped is None else tuple(Ace.from_hex(h) for h in stamped))
+             case_sensitive, target, stamped, names, auto_inherited) in saved["nodes"]:
+            node = Node(path, is_dir, tuple(Ace.from_hex(h) for h in explicit), protected,
+                        file_id, links, tag, owner, case_sensitive, target,
+                        None if stamped is None else tuple(Ace.from_hex(h) for h in stamped),
+                        names, auto_inherited)
+            for name in (path, *names):
+                tree.nodes[tree.key(name)] = node
         return tree
 
 
@@ -327,8 +357,14 @@ class Opened:
     def read(self) -> Dacl:
         return self.tree.read_node(self.node)
 
+    name: str = ""  # the name it was opened by
+
     def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
         self.tree.write_node(self.node, explicit, protected)
+        self.tree.inherit_by(self.node, self.name)
+
+    def restore(self, dacl: Dacl) -> None:
+        self.tree.restore_node(self.node, dacl)
 
     def identity(self) -> str:
         return self.node.file_id
@@ -340,16 +376,33 @@ class PersistentTree(FakeTree):
 
     def __init__(self, path: str, crash_after: int | None = None) -> None:
         with open(path) as f:
-            super().__init__(nodes=FakeTree.from_json(f.read()).nodes)
+            saved = FakeTree.from_json(f.read())
+        super().__init__(nodes=saved.nodes, inherit_by_name=saved.inherit_by_name)
         self.path = path
         self.crash_after = crash_after
 
-    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
+    @contextlib.contextmanager
+    def _persisted(self) -> Iterator[None]:
         if self.crash_after is not None and len(self.writes) >= self.crash_after:
             os._exit(17)
-        super().write_node(node, explicit, protected)
+        yield
+        self._save()
+
+    def _save(self) -> None:
         with open(self.path, "w") as f:
             f.write(self.to_json())
+
+    def write_node(self, node: Node, explicit: tuple[Ace, ...], protected: bool) -> None:
+        with self._persisted():
+            super().write_node(node, explicit, protected)
+
+    def inherit_by(self, node: Node, name: str) -> None:
+        super().inherit_by(node, name)  # (the rest of the write before it: no crash between)
+        self._save()
+
+    def restore_node(self, node: Node, dacl: Dacl) -> None:
+        with self._persisted():
+            super().restore_node(node, dacl)
 
 
 def windows_kinds(store, deleted: list[str]) -> dict:

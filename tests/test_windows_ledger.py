@@ -16,13 +16,21 @@ import textwrap
 
 import pytest
 from test_windows_aceplan import request, workspace
-from test_windows_fakes import PACKAGE, USER, PersistentTree, install_kinds, windows_kinds
+from test_windows_fakes import (
+    PACKAGE,
+    USER,
+    FakeTree,
+    PersistentTree,
+    install_kinds,
+    windows_kinds,
+)
+from test_windows_links import CACHED, PROJ, cached
 from windows_like import run_as_windows
 
 from stockade.errors import SetupError, UnavailableError
 from stockade.lifecycle import removers
 from stockade.lifecycle.ledger import Ledger
-from stockade.windows import filesystem, grants, identity, records
+from stockade.windows import acl, filesystem, grants, identity, records
 from stockade.windows.acl import Ace
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -59,6 +67,9 @@ def good_detail(**changes) -> dict:
 def test_valid_records_are_accepted():
     records.validate_acl("C:\\Users\\u\\ws", good_detail())
     records.validate_acl("D:\\", good_detail(mode="override", prior=[], protected=True))
+    records.validate_acl("C:\\ws\\lib.py", good_detail(mode="shield", control=0x400))
+    records.validate_acl("C:\\ws\\lib.py", good_detail(mode="shield", control=0x1400,
+                                                      protected=True))
     records.validate_profile(PROFILE, {})
 
 
@@ -75,6 +86,12 @@ def test_valid_records_are_accepted():
     ("C:\\ws", good_detail(prior=[Ace.allow(USER, 1).hex() + "00"])),
     ("C:\\ws", good_detail(prior="00")),
     ("C:\\ws", good_detail(extra=1)),
+    ("C:\\ws", good_detail(control=0)),                            # a shield's alone
+    ("C:\\ws", good_detail(mode="shield")),                         # without its control
+    ("C:\\ws", good_detail(mode="shield", control=0x8004)),         # only DACL control bits
+    ("C:\\ws", good_detail(mode="shield", control=0x1000)),         # its protection's
+    ("C:\\ws", good_detail(mode="shield", control="0")),
+    ("C:\\ws", good_detail(mode="shield", control=True)),
     ("C:\\ws", {k: v for k, v in good_detail().items() if k != "file_id"}),
 ])
 def test_records_a_remover_could_not_act_on_safely_are_refused(name, detail):
@@ -154,27 +171,31 @@ def test_a_settled_launch_leaves_every_dacl_as_it_was_and_deletes_its_profile(st
 
 CHILD = textwrap.dedent("""
     import contextlib, os, sys
+    from stockade.launch.request import PathGrant
     from stockade.lifecycle.ledger import Ledger
     from stockade.windows import filesystem
     from test_windows_aceplan import request
     from test_windows_fakes import PACKAGE, PersistentTree, install_kinds, windows_kinds
 
-    tree_file, state, crash_after, profile = sys.argv[1:]
+    tree_file, state, crash_after, profile, *more = sys.argv[1:]
     store = PersistentTree(tree_file, int(crash_after))
     install_kinds(windows_kinds(store, []))
     with Ledger(state).launch("request-crash") as record:
         record.add("appcontainer", profile)
-        filesystem.prepare(request(), PACKAGE, record, store, store,
+        req = request(read=request().read + tuple(PathGrant(p, p) for p in more))
+        filesystem.prepare(req, PACKAGE, record, store, store,
                            lambda p: contextlib.nullcontext(), lambda p: None)
         os._exit(3)  # the owner dies while its sandbox runs
 """)
 
 
-def crash(tree_file: str, state: str, crash_after: int) -> int:
+def crash(tree_file: str, state: str, crash_after: int, *read: str) -> int:
+    """The launch of `request()` (reading `read` too) in a child that dies after
+    `crash_after` DACL writes (17), or once every one is made (3)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [TESTS, os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-c", CHILD, tree_file, state, str(crash_after),
-                           PROFILE], env=env, timeout=60).returncode
+                           PROFILE, *read], env=env, timeout=60).returncode
 
 
 def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file):
@@ -197,6 +218,32 @@ def test_a_crash_at_any_point_of_a_launch_is_reconciled_exactly(state, tree_file
             writes = crash_after
             break
     assert writes and writes >= 7  # grants and overrides alike were crashed in between
+
+
+def test_a_crash_after_a_shield_is_reconciled_to_the_files_descriptor_verbatim(state, tmp_path):
+    """Issue 31, item A: a file hard-linked from its cache into a read root is shielded
+    first; the owner dies right after that (1 write) or while the sandbox runs (every write
+    made). Reconciling (`stockade reconcile`) writes back the file's whole DACL from the
+    record: byte for byte what it was, though the model derives a file's inherited entries
+    from the parent of the name its DACL is written by (the root's, for the shield's path)."""
+    tree = cached(workspace())
+    tree.inherit_by_name = True
+    tree.node(CACHED).auto_inherited = False
+    pristine = tree.to_json()
+    descriptor = acl.self_relative(tree.read(CACHED))
+    tree_file = str(tmp_path / "linked.json")
+    for crash_after, code in ((1, 17), (1000, 3)):
+        with open(tree_file, "w") as f:
+            f.write(pristine)
+        assert crash(tree_file, state, crash_after, PROJ) == code
+        shielded = PersistentTree(tree_file)
+        assert shielded.read(CACHED).protected  # (the shield was made)
+        store, deleted = PersistentTree(tree_file), []
+        install_kinds(windows_kinds(store, deleted))
+        done = Ledger(state).reconcile()
+        assert (done.reconciled, done.failed, done.quarantined) == (1, 0, 0)
+        assert acl.self_relative(PersistentTree(tree_file).read(CACHED)) == descriptor
+        assert PersistentTree(tree_file).snapshot() == FakeTree.from_json(pristine).snapshot()
 
 
 def test_a_tampered_record_is_quarantined_not_obeyed_and_its_names_retired(

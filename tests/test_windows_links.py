@@ -16,7 +16,7 @@ from test_windows_standing import launch
 
 from stockade.errors import UnenforceableError
 from stockade.launch.request import PathGrant
-from stockade.windows import fsinfo, standing
+from stockade.windows import acl, fsinfo, standing
 from stockade.windows.acl import Ace
 
 PROJ, SSH = "C:\\proj", "C:\\Users\\u\\.ssh"
@@ -159,3 +159,62 @@ def test_a_linked_file_in_a_read_root_is_shielded_from_the_roots_propagation():
     recorder.revert_all()
     assert tree.read(CACHED) == before
     assert tree.access(CACHED, PACKAGE) == 0
+
+
+def test_a_shielded_file_gets_its_descriptor_back_verbatim_whichever_parent_it_would_take():
+    """Issue 31, first contact, item A: the shield's revert unprotected the file's DACL
+    (SetSecurityInfo), leaving Windows to derive its inherited entries again — from which of
+    its names' parents is not documented. Taken from the name the revert opened it by (the
+    root's side: `inherit_by_name`), the cache's name kept the project's entries after the
+    launch, and SE_DACL_AUTO_INHERITED was set where it was not. Now the shield's record holds
+    the file's whole DACL and control bits, and the revert writes exactly that back."""
+    tree = cached(workspace())
+    tree.inherit_by_name = True
+    tree.node(CACHED).auto_inherited = False  # (its DACL written by SetFileSecurity, once)
+    before = acl.self_relative(tree.read(CACHED))
+    recorder = prepare(tree, request(read=request().read + (PathGrant(PROJ, PROJ),)))
+    assert tree.access(PROJ + "\\lib.py", PACKAGE) == RX
+    recorder.revert_all()
+    assert acl.self_relative(tree.read(CACHED)) == before
+    assert tree.access(CACHED, PACKAGE) == 0 and tree.access(CACHED, OTHER) == RX
+    (shield,) = [detail for _, name, detail in recorder.added if detail["mode"] == "shield"]
+    assert shield["control"] == 0 and shield["prior"] == [a.hex() for a in tree_aces(before)]
+
+
+def tree_aces(descriptor: bytes) -> tuple[Ace, ...]:
+    """The entries of a self-relative descriptor's DACL (its header is 20 bytes)."""
+    return acl.decode(descriptor[20:])
+
+
+PROGRAM = "C:\\Program Files\\Tool"
+
+
+@pytest.mark.parametrize("policy_reads", [True, False])
+def test_a_denied_file_linked_from_a_folder_every_appcontainer_reads_is_refused(policy_reads):
+    """Issue 31, first contact B: a read root every AppContainer can read (C:\\Program Files)
+    is not walked (too large to walk at each launch), so a hard link there to a denied file —
+    the key's one security descriptor, which takes ALL APPLICATION PACKAGES' read whenever
+    Windows propagates that folder — went unnoticed. Now the denied side is looked at: each
+    denied file with several names has them listed, and one in such a root, or in any folder
+    every AppContainer may read, refuses the launch before any DACL changes, naming both and
+    the remedy."""
+    tree = workspace()
+    tree.add(PROGRAM)
+    linked(tree, into=PROGRAM)
+    reads = (PathGrant("C:\\Program Files", "C:\\Program Files"),) if policy_reads else ()
+    before = tree.snapshot()
+    with pytest.raises(UnenforceableError) as refused:
+        prepare(tree, request(read=request().read + reads,
+                              deny=request().deny + (PathGrant(SSH, SSH),)))
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    assert KEY in refused.value.message and PROGRAM + "\\k" in refused.value.message
+    assert "fsutil hardlink list" in refused.value.message
+    assert tree.snapshot() == before and not tree.writes
+
+
+def test_a_denied_files_link_outside_every_root_in_a_private_folder_is_admitted():
+    tree = workspace()
+    tree.add("C:\\Users\\u\\backup", owner=USER)
+    linked(tree, into="C:\\Users\\u\\backup")
+    prepare(tree, request(deny=request().deny + (PathGrant(SSH, SSH),)))
+    assert tree.access(KEY, PACKAGE) == 0

@@ -475,10 +475,10 @@ def test_the_platform_half_is_the_backends_own():
     assert isinstance(LinuxBackend().readiness_probe(), LinuxProbe)
 
 
-def test_a_windows_pass_is_cached_per_process_and_not_stored_off_windows(monkeypatch, tmp_path):
-    monkeypatch.setenv("STOCKADE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(probe_module, "_cache", {})
-    calls = []
+def scripted_passes(monkeypatch) -> list[str]:
+    """Make `probe` pass at once, scripted; the list it returns names the backend of each
+    probe that ran."""
+    calls: list[str] = []
 
     def scripted(backend, ledger=None):
         calls.append(backend.name)
@@ -487,6 +487,13 @@ def test_a_windows_pass_is_cached_per_process_and_not_stored_off_windows(monkeyp
             enforced={}, timings={}, duration_ms=1.0)
 
     monkeypatch.setattr(probe_module, "probe", scripted)
+    return calls
+
+
+def test_a_windows_pass_is_cached_per_process_and_not_stored_off_windows(monkeypatch, tmp_path):
+    monkeypatch.setenv("STOCKADE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(probe_module, "_cache", {})
+    calls = scripted_passes(monkeypatch)
     for _ in range(2):
         assert probe_module.require_ready(FakeWindowsBackend()).ready
     assert calls == ["windows"]
@@ -494,7 +501,6 @@ def test_a_windows_pass_is_cached_per_process_and_not_stored_off_windows(monkeyp
     assert probe_module.require_ready(FakeWindowsBackend()).ready
     assert calls == ["windows", "windows"]
     assert not (tmp_path / "state" / "attestation-windows.json").exists()
-
 
 
 def test_a_windows_pass_is_stored_for_later_processes_until_what_it_attests_changes(
@@ -511,20 +517,13 @@ def test_a_windows_pass_is_stored_for_later_processes_until_what_it_attests_chan
     python = tmp_path / "python.exe"
     python.write_bytes(b"MZ")
     host.interpreter = lambda: str(python)
-    calls = []
-
-    def scripted(backend, ledger=None):
-        calls.append(backend.name)
-        return probe_module.Attestation(
-            ready=True, backend=backend.name, run_as="unelevated", versions={}, facts={},
-            enforced={}, timings={}, duration_ms=1.0)
+    calls = scripted_passes(monkeypatch)
 
     def new_process() -> int:
         monkeypatch.setattr(probe_module, "_cache", {})
         assert probe_module.require_ready(FakeWindowsBackend()).ready
         return len(calls)
 
-    monkeypatch.setattr(probe_module, "probe", scripted)
     assert new_process() == 1 and new_process() == 1
     stored = json.loads((state / "attestation-windows.json").read_text())
     assert USER not in json.dumps(stored) and str(python) not in json.dumps(stored)

@@ -16,6 +16,8 @@ pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8,
 LAYOUTS = {
     s.SECURITY_ATTRIBUTES: (24, {"nLength": 0, "lpSecurityDescriptor": 8, "bInheritHandle": 16}),
     s.SID_AND_ATTRIBUTES: (16, {"Sid": 0, "Attributes": 8}),
+    s.SECURITY_DESCRIPTOR_RELATIVE: (20, {"Revision": 0, "Sbz1": 1, "Control": 2, "Owner": 4,
+                                          "Group": 8, "Sacl": 12, "Dacl": 16}),
     s.SECURITY_CAPABILITIES: (24, {"AppContainerSid": 0, "Capabilities": 8,
                                    "CapabilityCount": 16, "Reserved": 20}),
     s.TOKEN_APPCONTAINER_INFORMATION: (8, {"TokenAppContainer": 0}),
@@ -86,6 +88,8 @@ CONSTANTS = {
     "SE_FILE_OBJECT": 1, "DACL_SECURITY_INFORMATION": 0x4,
     "UNPROTECTED_DACL_SECURITY_INFORMATION": 0x20000000,
     "PROTECTED_DACL_SECURITY_INFORMATION": 0x80000000, "SE_DACL_PROTECTED": 0x1000,
+    "SE_DACL_PRESENT": 0x0004, "SE_DACL_AUTO_INHERITED": 0x0400, "SE_SELF_RELATIVE": 0x8000,
+    "SECURITY_DESCRIPTOR_REVISION": 1,
     "SDDL_REVISION_1": 1, "SE_GROUP_ENABLED": 4, "TOKEN_USER": 1, "TOKEN_SESSION_ID": 12,
     "TOKEN_ELEVATION": 20, "TOKEN_IS_APP_CONTAINER": 29,
     "TOKEN_CAPABILITIES": 30, "TOKEN_APP_CONTAINER_SID": 31,
@@ -150,6 +154,7 @@ ARITY = {
     "SetSecurityInfo": 7, "QueryInformationJobObject": 5, "GetProcessMitigationPolicy": 4,
     "CreateEventW": 4, "CompareObjectHandles": 2, "OpenWindowStationW": 3,
     "CloseWindowStation": 1, "DeviceIoControl": 8,
+    "SetKernelObjectSecurity": 3,
 }
 
 

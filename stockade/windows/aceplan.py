@@ -23,13 +23,15 @@ by *overriding* what a path inherits ("mask reduction").
   Precedence: hidden over readonly over pinned. Paths inside a hidden or readonly path need
   nothing more.
 
-- **Shields** (an override, `shielded`): a file with more than one hard link (admitted in read
+- **Shields** (`mode = "shield"`): a file with more than one hard link (admitted in read
   roots only: admission.py) has one security descriptor for all its names, so the root's grant,
   propagated by name, would rewrite its inherited entries, seen at its other names outside the
   root (a uv or conda cache), and the revert's propagation would leave it inheriting from the
   root's side, not its own parent's. So it is overridden first: DACL protected, what it
   inherited kept as explicit entries, the launch's read entry explicit on it; propagation stops
-  at a protected DACL, and the revert puts back its entries and its protection.
+  at a protected DACL. The revert writes back its whole DACL as it was, inherited entries and
+  control bits included, with nothing derived from a parent: from which of the file's parents
+  Windows would derive them is not documented (grants.py).
 
 Shields come first; then grants, outer before inner; overrides after them, outer before inner;
 revoking runs in the reverse order (the ledger removes newest first).
@@ -51,14 +53,15 @@ from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry, inside
 
-GRANT, OVERRIDE = "grant", "override"
+GRANT, OVERRIDE, SHIELD = "grant", "override", "shield"
+OVERRIDING = frozenset({OVERRIDE, SHIELD})  # the modes that protect the path's DACL
 _CONTENT = 0x1 | 0x2 | 0x4 | c.FILE_EXECUTE | c.DELETE  # read, write, append data; execute
 
 
 @dataclass(frozen=True)
 class Step:
     """After this step, the launch's SID has exactly `aces` as explicit entries on `path`;
-    an override also protects the path's DACL."""
+    an override or a shield also protects the path's DACL."""
 
     path: str
     mode: str
@@ -173,7 +176,7 @@ def plan(request: LaunchRequest, sid: str, tree: Mapping[str, list[Entry]],
     # share (below a hidden path too: that path's override comes after the grant). It gets
     # what the roots give it, nothing below a hidden path.
     hiding = {k for k, kind in kinds.items() if kind == "hidden"}
-    shields = [Step(walked.entries[key].path, OVERRIDE,
+    shields = [Step(walked.entries[key].path, SHIELD,
                     () if walked.above[key] & hiding else held(key))
                for key in sorted(walked.entries, key=walked.order)
                if walked.entries[key].links > 1 and not walked.entries[key].is_dir

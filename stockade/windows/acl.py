@@ -82,10 +82,37 @@ class Ace:
 class Dacl:
     aces: tuple[Ace, ...]
     protected: bool = False
+    # SE_DACL_AUTO_INHERITED: the DACL was set up for automatic propagation (SetSecurityInfo
+    # and files made by inheritance have it; a DACL written by SetFileSecurity may not).
+    auto_inherited: bool = True
 
     @property
     def explicit(self) -> tuple[Ace, ...]:
         return tuple(a for a in self.aces if not a.inherited)
+
+    @property
+    def control(self) -> int:
+        """Its security descriptor's control bits that concern the DACL (beyond its presence)."""
+        return (c.SE_DACL_PROTECTED if self.protected else 0) | (
+            c.SE_DACL_AUTO_INHERITED if self.auto_inherited else 0)
+
+    @classmethod
+    def with_control(cls, aces: tuple[Ace, ...], control: int) -> Dacl:
+        return cls(aces, bool(control & c.SE_DACL_PROTECTED),
+                   bool(control & c.SE_DACL_AUTO_INHERITED))
+
+
+DACL_CONTROL = c.SE_DACL_PROTECTED | c.SE_DACL_AUTO_INHERITED  # the bits `Dacl.control` holds
+_HEADER = 20  # SECURITY_DESCRIPTOR_RELATIVE
+
+
+def self_relative(dacl: Dacl) -> bytes:
+    """A self-relative security descriptor holding `dacl` verbatim — every entry, inherited
+    ones too, in its order, and its control bits — and no owner, group or SACL (which
+    SetKernelObjectSecurity with DACL_SECURITY_INFORMATION leaves as they are)."""
+    control = c.SE_SELF_RELATIVE | c.SE_DACL_PRESENT | dacl.control
+    return bytes([c.SECURITY_DESCRIPTOR_REVISION, 0]) + control.to_bytes(2, "little") \
+        + bytes(12) + _HEADER.to_bytes(4, "little") + encode(dacl.aces)
 
 
 def encode(aces: tuple[Ace, ...] | list[Ace]) -> bytes:

@@ -3,7 +3,8 @@
 A DACL is changed only through a handle (`opened`): the file is opened once, never through a
 reparse point (FILE_FLAG_OPEN_REPARSE_POINT; FILE_FLAG_BACKUP_SEMANTICS, which a directory
 needs), and its DACL read (GetSecurityInfo), its identity taken (the volume serial and file index
-of that same handle) and its DACL written (SetSecurityInfo) all through that handle, so whatever
+of that same handle) and its DACL written (SetSecurityInfo; a shield's put back verbatim,
+SetKernelObjectSecurity) all through that handle, so whatever
 the name denotes meanwhile, all three concern one file. By name, a file replaced (or a junction
 put in its place) between reading its identity and writing would have received the change.
 `read(path)` (GetNamedSecurityInfoW) is for judging a path only, never for a change.
@@ -137,6 +138,17 @@ class OpenedFile:
                                                else c.UNPROTECTED_DACL_SECURITY_INFORMATION)
         win32().SetSecurityInfo(self._handle(), c.SE_FILE_OBJECT, flags, None, None, data, None)
 
+    def restore(self, dacl: Dacl) -> None:
+        """`dacl` written verbatim through this handle (SetKernelObjectSecurity, a self-relative
+        descriptor holding it and its control bits): unlike SetSecurityInfo, nothing is derived
+        from a parent and nothing propagated. The protection is also asked for as
+        (UN)PROTECTED_DACL_SECURITY_INFORMATION, so it is the recorded one either way."""
+        data = ctypes.create_string_buffer(acl.self_relative(dacl))
+        flags = c.DACL_SECURITY_INFORMATION | (
+            c.PROTECTED_DACL_SECURITY_INFORMATION if dacl.protected
+            else c.UNPROTECTED_DACL_SECURITY_INFORMATION)
+        win32().SetKernelObjectSecurity(self._handle(), flags, data)
+
     def identity(self) -> str:
         """Volume serial and file index of the opened file, in the form the walk's entries
         carry (CPython's fstat and lstat read both from the file alike)."""
@@ -152,7 +164,7 @@ def _dacl(path: str, dacl: PVOID, descriptor: PVOID) -> Dacl:
         control, revision = WORD(), DWORD()
         api.GetSecurityDescriptorControl(descriptor, ctypes.byref(control),
                                          ctypes.byref(revision))
-        return Dacl(aces_at(dacl.value), bool(control.value & c.SE_DACL_PROTECTED))
+        return Dacl.with_control(aces_at(dacl.value), control.value)
     finally:
         api.LocalFree(descriptor)
 

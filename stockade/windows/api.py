@@ -106,6 +106,7 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "SetSecurityInfo": ("advapi32", DWORD, [HANDLE, ctypes.c_int, DWORD, PSID, PSID, PVOID,
                                             PVOID], _status),
     "GetSecurityDescriptorControl": ("advapi32", BOOL, [PVOID, _P(WORD), _P(DWORD)], _true),
+    "SetKernelObjectSecurity": ("advapi32", BOOL, [HANDLE, DWORD, PVOID], _true),
     "OpenProcessToken": ("advapi32", BOOL, [HANDLE, DWORD, _P(HANDLE)], _true),
     "GetTokenInformation": ("advapi32", BOOL, [HANDLE, ctypes.c_int, PVOID, DWORD, _P(DWORD)],
                             _true),

@@ -3,7 +3,12 @@
 1. every root is on NTFS or ReFS (`unsupported_filesystem` otherwise);
 2. no denied path is open to every AppContainer (ALL APPLICATION PACKAGES): no entry for one
    SID can take that away (`unenforceable:filesystem.deny`);
-3. read roots every AppContainer can read already are left alone;
+3. read roots every AppContainer can read already are left alone, and are not walked; so each
+   denied file (and file in a denied directory) with several hard links has its names listed
+   instead, and any name in such a root, in a standing grant's, or in a directory every
+   AppContainer may read refuses the launch (`unenforceable:filesystem.deny`): its one security
+   descriptor is the denied file's, and what inherits there (ALL APPLICATION PACKAGES, or the
+   standing grant) reaches it whenever Windows propagates that directory;
 4. every other root is walked without following reparse points, and any reparse point (but a
    cloud placeholder), or a file with several hard links in a write root, refuses the launch —
    before any access control has changed (a read root inside a write root is walked with it);
@@ -27,6 +32,7 @@ leases.py on Windows, models in the tests.
 
 from __future__ import annotations
 
+import ntpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -89,6 +95,7 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
         except standing.NotStanding:
             pass  # granted as the launch's own, below
     covered |= frozenset(served)
+    _check_denied_links(request, covered, store, fs)
     tree = {root: _checked(root, fs, "filesystem.write" if root in writes
                            else "filesystem.read", write=root in writes, denied=denied)
             for root in roots if root not in covered}
@@ -96,11 +103,11 @@ def prepare(request: LaunchRequest, sid: str, record: Record, store: AclStore,
     # One lease per name as leases.py compares names: two files one name stands for (`.git`
     # and `.GIT` in a case-sensitive directory) share a lease, which this launch takes once.
     for path in {upcase(step.path): step.path for step in steps
-                 if step.mode == aceplan.OVERRIDE}.values():
+                 if step.mode in aceplan.OVERRIDING}.values():
         hold(path)
     walked = {e.path: e.file_id for entries in tree.values() for e in entries}
     grants.apply(steps, sid, store, record, lock, walked)
-    overrides = sum(step.mode == aceplan.OVERRIDE for step in steps)
+    overrides = sum(step.mode in aceplan.OVERRIDING for step in steps)
     return Prepared({"grants": len(steps) - overrides, "overrides": overrides,
                      "roots_open_to_every_appcontainer": len(covered) - len(served),
                      "runtime_roots": len(served)}, tuple(capabilities))
@@ -140,6 +147,60 @@ def _check_links(root: str, entries: list[Entry], fs: Filesystem, denied: list[s
             outside = outside or not admission.inside(name, root)
     if lasting and outside:
         raise standing.NotStanding(root)
+
+
+DENIED_ENTRIES_LOOKED_AT = 50_000  # in denied directories, at most (as on Linux)
+
+
+def _check_denied_links(request: LaunchRequest, unwalked: frozenset[str], store: AclStore,
+                        fs: Filesystem) -> None:
+    """Each denied file, and each file in a denied directory, with more than one name: no
+    name may lie in a root not walked for this launch (`unwalked`: open to every AppContainer,
+    or a standing grant's), nor, outside every root, in a directory every AppContainer may
+    read (C:\\Windows, C:\\Program Files, whatever a policy names or not). The walked roots
+    check their own files' names (`_check_links`; write roots admit no multi-link file)."""
+    roots = [g.path for g in (*request.read, *request.write)]
+    seen = 0
+    for denied in request.deny:
+        try:
+            top = fs.entry(denied.path)
+        except FileNotFoundError:
+            continue  # (gone: nothing left to read)
+        for entry in admission.walk(denied.path, fs.scan, lambda path, top=top: top):
+            seen += 1
+            if seen > DENIED_ENTRIES_LOOKED_AT:
+                raise UnenforceableError(
+                    "filesystem.deny", f"the denied paths hold more than "
+                    f"{DENIED_ENTRIES_LOOKED_AT} entries (at {denied.path}); Stockade looks "
+                    "at that many for hard links and refuses beyond. Deny fewer, smaller "
+                    "folders")
+            if entry.is_dir or entry.links < 2:
+                continue
+            for name in fs.names(entry.path):
+                where = _readable_by_every_sandbox(name, roots, unwalked, store)
+                if where:
+                    raise UnenforceableError(
+                        "filesystem.deny", f"{entry.path}, which the policy denies "
+                        f"({denied.path}), is also {name}, {where}: the file is one, readable "
+                        "by either name, and takes what that directory passes on whenever "
+                        "Windows propagates it. Remove that link (`fsutil hardlink list "
+                        f'"{entry.path}"` lists its names), or keep the secret out of the '
+                        "policy's read roots")
+
+
+def _readable_by_every_sandbox(name: str, roots: list[str], unwalked: frozenset[str],
+                               store: AclStore) -> str:
+    """Why `name` is in a place every launch (or this one, unwalked) may read; "" if not."""
+    for root in unwalked:
+        if admission.inside(name, root):
+            return f"in the read root {root}, which is not walked (open to every AppContainer " \
+                   "or a standing grant)"
+    if any(admission.inside(name, root) for root in roots):
+        return ""  # a walked root's: its own walk judges it
+    folder = ntpath.dirname(name)
+    if aceplan.covered(store.read(folder)):
+        return f"in {folder}, which every AppContainer may read"
+    return ""
 
 
 def _check_writable(root: str, entries: list[Entry], fs: Filesystem, capability: str) -> None:

@@ -11,7 +11,12 @@ Reverting (`revert`, the ledger's remover for these records, also after a crash)
 
 - a grant: the SID's explicit entries are removed and any it held before are put back at their
   old places; everything else on the DACL, including changes made meanwhile, is kept;
-- an override: the explicit entries and the protection flag become exactly what they were.
+- an override: the explicit entries and the protection flag become exactly what they were;
+- a shield (a file with several hard links, aceplan.py): its whole DACL is written back as it
+  was — every entry, the inherited ones too, in order, and its control bits — verbatim, with
+  nothing derived from a parent (`Opened.restore`: SetKernelObjectSecurity). Unprotecting it
+  would have Windows derive its inherited entries again, from one of its names' parents —
+  which one, for a file with several, is not documented: perhaps the root's side.
 
 Either is idempotent, and refused (the record is kept for an operator) when the path now denotes
 another file than the one changed; the file compared is the one opened, and changed through that
@@ -33,11 +38,13 @@ from typing import Protocol
 
 from stockade.errors import SetupError
 from stockade.lifecycle.removers import RemovalError
-from stockade.windows.aceplan import GRANT, OVERRIDE, Step
+from stockade.windows.aceplan import GRANT, OVERRIDE, SHIELD, Step
 from stockade.windows.acl import INHERITED, Ace, Dacl
 
 KIND = "winacl"  # the ledger kind of these records
 DETAIL_KEYS = frozenset({"sid", "mode", "prior", "protected", "file_id"})
+# A shield's record holds its whole DACL as `prior` (inherited entries too) and its control bits.
+SHIELD_KEYS = DETAIL_KEYS | {"control"}
 
 
 class Opened(Protocol):
@@ -49,6 +56,10 @@ class Opened(Protocol):
         """Set the explicit entries and protection; the store derives the inherited ones."""
 
     def identity(self) -> str: ...
+
+    def restore(self, dacl: Dacl) -> None:
+        """Write `dacl` verbatim — its entries, inherited ones too, and its control bits —
+        deriving nothing from a parent and propagating nothing."""
 
 
 class AclStore(Protocol):
@@ -108,9 +119,11 @@ def apply(steps: Iterable[Step], sid: str, store: AclStore, record: Record, lock
                                  "was admitted (replaced while the launch was being set up); "
                                  "nothing was changed on it", stage="filesystem")
             dacl = target.read()
+            kept = dacl.aces if step.mode == SHIELD else dacl.explicit
             record.add(KIND, step.path, {
-                "sid": sid, "mode": step.mode, "prior": [a.hex() for a in dacl.explicit],
-                "protected": dacl.protected, "file_id": found})
+                "sid": sid, "mode": step.mode, "prior": [a.hex() for a in kept],
+                "protected": dacl.protected, "file_id": found}
+                | ({"control": dacl.control} if step.mode == SHIELD else {}))
             target.write(*applied(dacl, sid, step))
 
 
@@ -124,6 +137,12 @@ def revert(path: str, detail: dict, store: AclStore,
         if target.identity() != detail["file_id"]:
             raise RemovalError("the path names another file than the one whose DACL changed")
         dacl = target.read()
+        if detail["mode"] == SHIELD:
+            prior = Dacl.with_control(tuple(Ace.from_hex(text) for text in detail["prior"]),
+                                      detail["control"])
+            if prior != dacl:
+                target.restore(prior)
+            return
         explicit, protected = reverted(dacl, detail)
         if (explicit, protected) != (dacl.explicit, dacl.protected):
             with store.without_reparse_points(path):

@@ -2,7 +2,7 @@
 
 - `appcontainer`: a profile, named `stockade-ac-<24 hex>` (identity.py); removed by deleting it;
 - `winacl`: one DACL change, named by its path, the detail as grants.py writes it; removed by
-  reverting it (grants.revert);
+  reverting it (grants.revert; a shield's by writing back the whole DACL it recorded);
 - `winsta`: the launch's entry on a window station of this session, named by the station, the
   detail its package SID; removed by taking that SID's entries off it (desktop.py).
 
@@ -25,10 +25,11 @@ from collections.abc import Callable
 from functools import partial
 
 from stockade.lifecycle import removers
+from stockade.windows import constants as c
 from stockade.windows import desktop, grants, identity, leases, tokens
 from stockade.windows import sid as sids
-from stockade.windows.aceplan import GRANT, OVERRIDE
-from stockade.windows.acl import Ace
+from stockade.windows.aceplan import GRANT, OVERRIDE, SHIELD
+from stockade.windows.acl import DACL_CONTROL, Ace
 from stockade.windows.aclstore import WindowsAclStore
 from stockade.windows.admission import lexical_refusal
 
@@ -46,12 +47,20 @@ def validate_acl(name: str, detail: dict) -> None:
     # Short-name-shaped components were confirmed as long names when the change was made.
     if lexical_refusal(name, long_path=lambda path: path):
         raise ValueError("a winacl record names a canonical drive path")
-    if set(detail) != grants.DETAIL_KEYS:
-        raise ValueError("a winacl detail has exactly sid, mode, prior, protected, file_id")
+    shield = detail.get("mode") == SHIELD
+    if set(detail) != (grants.SHIELD_KEYS if shield else grants.DETAIL_KEYS):
+        raise ValueError("a winacl detail has exactly sid, mode, prior, protected, file_id "
+                         "(and a shield's, control)")
     if not (isinstance(detail["sid"], str) and sids.is_appcontainer(detail["sid"])):
         raise ValueError("a winacl record's SID is a package SID")
-    if detail["mode"] not in (GRANT, OVERRIDE) or not isinstance(detail["protected"], bool):
+    if detail["mode"] not in (GRANT, OVERRIDE, SHIELD) \
+            or not isinstance(detail["protected"], bool):
         raise ValueError("a winacl record has a known mode and a boolean protection flag")
+    if shield and not (type(detail["control"]) is int and not detail["control"] & ~DACL_CONTROL
+                       and bool(detail["control"] & c.SE_DACL_PROTECTED)
+                       == detail["protected"]):
+        raise ValueError("a shield's control holds only DACL control bits, its protection "
+                         "flag's among them")
     if not (isinstance(detail["file_id"], str) and _FILE_ID.fullmatch(detail["file_id"])):
         raise ValueError("a winacl record's file id is volume:index in hex")
     prior = detail["prior"]

@@ -111,3 +111,11 @@ class PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY(ctypes.Structure):
 
 class PROCESS_MITIGATION_IMAGE_LOAD_POLICY(ctypes.Structure):
     _fields_ = [("Flags", DWORD)]  # a union of Flags and its bit fields
+
+
+class SECURITY_DESCRIPTOR_RELATIVE(ctypes.Structure):
+    """A self-relative security descriptor's header; each offset is from its start, 0 for a
+    part it does not hold."""
+
+    _fields_ = [("Revision", BYTE), ("Sbz1", BYTE), ("Control", WORD), ("Owner", DWORD),
+                ("Group", DWORD), ("Sacl", DWORD), ("Dacl", DWORD)]
