@@ -37,8 +37,8 @@ def interpreter(files: int) -> FakeTree:
     tree = workspace()
     for n in range(files):
         directory = f"{PY}\\Lib\\d{n // 50}"
-        if directory.casefold() not in tree.nodes:
-            if f"{PY}\\Lib".casefold() not in tree.nodes:
+        if tree.key(directory) not in tree.nodes:
+            if tree.key(f"{PY}\\Lib") not in tree.nodes:
                 tree.add(f"{PY}\\Lib", owner=USER)
             tree.add(directory, owner=USER)
         tree.file(f"{directory}\\m{n}.py", owner=USER)
