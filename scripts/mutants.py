@@ -166,7 +166,7 @@ def main() -> int:
     build = any(rebuilt(m) for m in ours)
     names = tracked_files(HERE)
     work = Path(tempfile.mkdtemp(prefix="stockade-mutants-"))
-    missed, broken = [], []
+    missed, broken, root_only = [], [], []
     try:
         if not args.no_control:
             control = work / "control"
@@ -201,18 +201,26 @@ def main() -> int:
                 continue
             status, took, said = run_tests(tree, mutant.tests)
             caught = status == 1  # (a test failed; 2-5 are pytest's own errors, not a catch)
-            if not caught:
-                missed.append(mutant.name)
-            print(f"{'caught' if caught else 'MISSED'} {took:6.1f} s  {mutant.name}"
-                  + (f"  by {said}" if caught else f"  (pytest status {status})\n{said}"),
-                  flush=True)
+            if status == 5 and os.getuid() != 0:  # (every test of it is root-only: none ran)
+                root_only.append(mutant.name)
+                print(f"not run   {took:6.1f} s  {mutant.name}  (its tests need root)",
+                      flush=True)
+            else:
+                if not caught:
+                    missed.append(mutant.name)
+                print(f"{'caught' if caught else 'MISSED'} {took:6.1f} s  {mutant.name}"
+                      + (f"  by {said}" if caught else f"  (pytest status {status})\n{said}"),
+                      flush=True)
             if not args.keep:
                 shutil.rmtree(tree)
         for mutant in chosen:
             if mutant.owner:
                 print(f"not run         {mutant.name}  ({mutant.owner})")
-        print(f"{len(ours) - len(missed) - len(broken)} of {len(ours)} caught in "
+        run = len(ours) - len(root_only)
+        print(f"{run - len(missed) - len(broken)} of {run} caught in "
               f"{time.monotonic() - total:.0f} s"
+              + (f"; {len(root_only)} not run here, their tests root-only: "
+                 f"{' '.join(root_only)}" if root_only else "")
               + (f"; missed: {' '.join(missed)}" if missed else "")
               + (f"; broken (the build failed): {' '.join(broken)}" if broken else ""))
     finally:
