@@ -201,6 +201,13 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[namespaces]",
             "tests/test_deny_links.py::"
             "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[landlock]")),
+    Mutant("deny-bind-of-removed-name-unseen", "stockade/lifecycle/aliases.py",
+           "    found += [point for point in mounts.at if point not in found and held(point)\n",
+           "    found += [point for point in () if point not in found and held(point)\n",
+           ("tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
+            "[namespaces]",
+            "tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
+            "[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"
