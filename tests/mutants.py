@@ -208,6 +208,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "[namespaces]",
             "tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
             "[landlock]")),
+    Mutant("landlock-rule-above-excluded-admitted", "stockade/linux/landlock_tier.py",
+           "    _refuse_rules_above_excluded(out, excluded)\n", "\n",
+           ("tests/test_deny_links.py::test_a_read_root_binding_a_directory_above_a_denied_mount"
+            "_is_refused_by_the_tier[landlock]",
+            "tests/test_deny_links.py::test_write_roots_that_bind_each_other_never_show_a_denied"
+            "_file[landlock]")),
+    Mutant("landlock-read-root-unsearchable-denied-dropped", "stockade/launch/compile.py",
+           'modes_held=policy.isolation != "landlock")', "modes_held=True)",
+           (DENIED + "test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a"
+            "_read_root[landlock]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

@@ -280,3 +280,42 @@ def test_a_denied_path_this_user_may_not_look_up_in_a_write_root_is_refused_as_s
     finally:
         (workspace / "d").chmod(0o755)
     assert secret.read_text() == SECRET
+
+
+CHMOD_THEN_READ = ATTEMPT + """
+import os, sys
+attempt("chmod", lambda: os.chmod(sys.argv[1], 0o755))
+attempt(sys.argv[2], lambda: open(sys.argv[2]).read())
+"""
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a_read_root(
+        ws, isolation):
+    """Attack 11, dl9i-readroot: a denied file below a directory of the user's, in a read root,
+    that it may list but not search (0644): the launch cannot look the file up, so nothing was
+    carved for it, and in the landlock tier (Landlock does not govern chmod) the command made
+    the directory searchable and read it. There it is refused, typed, naming the directory; a
+    view's read roots are read-only mounts, where the chmod fails."""
+    workspace, outside = ws
+    secret = outside / "d" / "prod.env"
+    secret.parent.mkdir()
+    secret.write_text(SECRET)
+    (outside / "d").chmod(0o644)
+    policy = replace(policy_for(deny=(str(secret),), read=(str(outside),), pids=None),
+                     isolation=isolation)
+    args = [PYTHON, "-c", CHMOD_THEN_READ, str(outside / "d"), str(secret)]
+    try:
+        if os.getuid() != 0 and isolation == "landlock":
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run(args, policy, workspace=workspace)
+            assert refused.value.code == "unenforceable:filesystem.deny"
+            assert f"{secret} (in the read root {outside})" in refused.value.message
+            assert f"chmod u+x {outside}/d," in refused.value.message
+            return
+        r = stockade.run(args, policy, workspace=workspace)
+        assert SECRET not in r.stdout.decode() + r.stderr.decode(), r.stdout
+        assert f"{secret}: DONE" not in r.stdout.decode(), r.stdout
+    finally:
+        (outside / "d").chmod(0o755)
+    assert secret.read_text() == SECRET

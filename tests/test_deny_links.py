@@ -163,11 +163,19 @@ sys.path.insert(0, sys.argv[5])
 import stockade
 from conftest import PYTHON, policy_for
 workspace, outside, isolation, script, _, source, target, *names = sys.argv[1:]
+# (steps before the names: `bind:SOURCE:POINT` first, `rm:PATH` once bound, `write:PATH` a root)
+steps = [name for name in names if name.split(":")[0] in ("bind", "rm", "write")]
+names = [name for name in names if name not in steps]
+for step in steps:
+    if step.startswith("bind:"):
+        subprocess.run(["mount", "--bind", *step.split(":")[1:]], check=True)
 subprocess.run(["mount", "--bind", source, target], check=True)
-for name in [name for name in names if name.startswith("rm:")]:  # (removed once bound)
-    os.unlink(name[3:])
-    names.remove(name)
-policy = replace(policy_for(deny=(workspace + "/secrets/prod.env",), read=(outside,), pids=None),
+for step in steps:
+    if step.startswith("rm:"):
+        os.unlink(step[3:])
+write = tuple(step[6:] for step in steps if step.startswith("write:"))
+policy = replace(policy_for(deny=(workspace + "/secrets/prod.env",), read=(outside,), pids=None,
+                            **({"write": (workspace, *write)} if write else {})),
                  isolation=isolation)
 try:
     r = stockade.run([PYTHON, "-c", script, *names], policy, workspace=workspace)
@@ -252,6 +260,56 @@ def test_a_bind_of_a_link_since_removed_still_shows_nothing(ws, isolation):
     else:
         assert "EXIT 0" in out and f"UNREAD {outside}/view.env" in out, out
     assert (outside / "view.env").read_text() == ""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_read_root_binding_a_directory_above_a_denied_mount_is_refused_by_the_tier(
+        ws, tmp_path, isolation):
+    """Attack 11, dl9c-ancestor_inode_denied: the denied file lies on a mount of its own
+    (secrets/), and the read root is a non-recursive bind of the workspace's parent, which
+    does not show that mount, so nothing denied lies below it by name: the landlock tier gave it
+    its rule whole, and a rule holds for the directory, every path through it, the denied
+    file's own path too. The tier refuses such a rule, typed; a view masks the file."""
+    workspace, outside = ws
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "prod.env").write_text(SECRET)
+    (workspace / "secrets").mkdir()
+    out = run_bound(workspace, outside, isolation, workspace.parent, outside,
+                    f"bind:{vault}:{workspace}/secrets", "secrets/prod.env",
+                    outside / "ws" / "secrets" / "prod.env")
+    assert SECRET not in out
+    if isolation == "landlock":
+        assert f"REFUSED unenforceable:filesystem.deny unenforceable:filesystem.deny: " \
+               f"{outside}/ws is, under another name (a bind mount), a directory above " \
+               f"{workspace}/secrets/prod.env" in out, out
+    else:
+        assert "EXIT 0" in out and "UNREAD secrets/prod.env" in out, out
+    assert (vault / "prod.env").read_text() == SECRET
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_write_roots_that_bind_each_other_never_show_a_denied_file(ws, tmp_path, isolation):
+    """Attack 11, dl9c-two_writes_whole: two write roots, each bound into the other
+    (ws2/view shows the workspace, ws/back2 shows ws2): the carve gave ws/back2, which is ws2
+    itself, its rule whole, and the denied file read through ws2/view. The tier refuses the
+    rule, typed; a view masks the file at each of its names."""
+    workspace, outside = ws
+    secret_at(workspace / "secrets" / "prod.env")
+    ws2 = tmp_path / "ws2"
+    (ws2 / "view").mkdir(parents=True)
+    (workspace / "back2").mkdir()
+    out = run_bound(workspace, outside, isolation, workspace, ws2 / "view",
+                    f"write:{ws2}", f"{ws2}/view/secrets/prod.env", "back2/view/secrets/prod.env",
+                    "secrets/prod.env", f"bind:{ws2}:{workspace}/back2")
+    assert SECRET not in out
+    if isolation == "landlock":
+        assert "REFUSED unenforceable:filesystem.deny" in out, out
+    else:
+        assert "EXIT 0" in out and "UNREAD secrets/prod.env" in out, out
+        assert f"UNREAD {ws2}/view/secrets/prod.env" in out, out
 
 
 TAMPER = """

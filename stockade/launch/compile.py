@@ -111,7 +111,8 @@ def compile_policy(
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
     state, places = _stockade_state(ctx, read, write, home)
-    deny = _denied(fs.deny, ctx, write, read) + state
+    # (Landlock does not govern chmod: the command may make its own directories searchable)
+    deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -296,7 +297,8 @@ def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
 
 
 def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant, ...],
-            read: tuple[PathGrant, ...] = ()) -> tuple[PathGrant, ...]:
+            read: tuple[PathGrant, ...] = (), *, modes_held: bool = True
+            ) -> tuple[PathGrant, ...]:
     """The denied paths that exist, each under every name it has: a path of the home in each
     of this user's homes ($HOME and the password database's: sudo -E, a CI runner or a tool
     may set HOME elsewhere, issue 29 dn4), and each other name a root shows it or a part of
@@ -305,16 +307,27 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
     inside a write root, under any of its names, could be created by the command, and no
     mount can cover a name that is not there: refused, once, naming every such path and one
     command that makes them all. A root that lies inside a denied path under another name is
-    refused as one inside it by its own is (_check_overlaps)."""
+    refused as one inside it by its own is (_check_overlaps). One this user may not look up
+    is refused in a write root, and, where the command can change the modes of this user's
+    files in read roots too (not `modes_held`: the landlock tier), below a directory of its
+    own in a read root (attack 11, dl9i-readroot: chmod u+x, then read)."""
     grants: dict[str, PathGrant] = {}
     missing: dict[str, tuple[str, str]] = {}
     unsearchable: set[str] = set()  # (aliases this user may not look up: not known missing)
+    blocked: dict[str, str] = {}  # (such an alias: where it lies)
     mounts = aliases.table()
     for alias in dict.fromkeys(name for raw in map(os.fspath, paths)
                                for name in _in_every_home(raw.removeprefix("?"), ctx)):
         try:
             canonical = canonical_path(alias)
         except OSError as exc:
+            if isinstance(exc, PermissionError):
+                above = _first_unsearchable(alias)
+                if not _own(above):
+                    continue  # (another user's: nor may the command search it, or change that)
+                holder = _holder(above, read)
+                if holder is not None and not modes_held:
+                    blocked[alias] = f"the read root {holder}"
             if not write:  # (a missing one is no mask, and no command can make it)
                 continue
             canonical = None
@@ -340,13 +353,14 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             if hidden is not None:
                 raise PolicyError(f"root {root.path} lies inside denied path {hidden} (a "
                                   f"mount shows it at {name})", key="filesystem.deny")
-    blocked = [(alias, holder) for alias, holder in missing.values() if alias in unsearchable]
+    blocked |= {alias: f"the write root {holder}" for alias, holder in missing.values()
+                if alias in unsearchable}
     if blocked:
-        dirs = dict.fromkeys(_first_unsearchable(alias) for alias, _ in blocked)
+        dirs = dict.fromkeys(_first_unsearchable(alias) for alias in blocked)
         raise UnenforceableError(
             "filesystem.deny",
             "this user may not look up the denied paths "
-            + ", ".join(f"{alias} (in the write root {holder})" for alias, holder in blocked)
+            + ", ".join(f"{alias} (in {where})" for alias, where in blocked.items())
             + f", so whether they exist is unknown and nothing there can be masked; the "
             f"command could search the directories above them: give them their search bit "
             f"first, with chmod u+x {' '.join(map(shlex.quote, dirs))}, or choose a workspace "
@@ -363,6 +377,13 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             f"make them first, with {_make_all(alias for alias, _ in missing.values())}, or "
             f"choose a workspace that holds none of them")
     return tuple(grants.values())
+
+
+def _own(path: str) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def _first_unsearchable(path: str) -> str:

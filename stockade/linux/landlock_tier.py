@@ -252,6 +252,7 @@ def grants(request: LaunchRequest, handled: int, weaken: frozenset[str] = frozen
         for grant in roots:
             _carve(grant.path, rights, excluded, out)
     _refuse_rules_on_denied(out, linked)
+    _refuse_rules_above_excluded(out, excluded)
     out.append(("/proc", read & ~landlock.EXECUTE))
     out += [(path, device) for path in DEVICES if os.path.exists(path)]
     return out
@@ -295,6 +296,46 @@ def _refuse_rules_on_denied(out: list[tuple[str, int]],
                 f"{path} is another name (a hard link) of the denied file {known.path}, and the "
                 "landlock tier would grant it a rule, which holds for the denied path too "
                 "(Landlock rules attach to the file): remove the link, or deny its name too")
+
+
+def _refuse_rules_above_excluded(out: list[tuple[str, int]], excluded: dict[str, int]) -> None:
+    """Refuse, typed, a rule that would grant more than an excluded path may have (a denied
+    path nothing, a protected one reading) on a directory the path's walk passes through under
+    another name: a bind mount shows a directory at a second path, and a rule there holds for
+    it, every path through it (Landlock checks each directory a path's walk meets, by what it
+    is, not by its name); the carve goes by names and gives that second name its rule whole
+    (attack 11: a read root binding the parent of a denied path's mount, write roots binding
+    each other)."""
+    identity: dict[str, tuple[int, int] | None] = {}  # (each directory above one, once)
+    kept_above: dict[tuple[int, int], tuple[str, int]] = {}
+    for path, kept in excluded.items():
+        at = path
+        while at != "/":
+            at = os.path.dirname(at)
+            if at not in identity:
+                try:
+                    info = os.lstat(at)
+                    identity[at] = (info.st_dev, info.st_ino)
+                except OSError:
+                    identity[at] = None  # (not made yet: nothing there to be granted)
+            key = identity[at]
+            if key is not None:
+                held = kept_above.get(key)
+                kept_above[key] = (path, kept) if held is None else (held[0], held[1] & kept)
+    for rule, rights in out:
+        try:
+            info = os.lstat(rule)
+        except OSError:
+            continue
+        held = kept_above.get((info.st_dev, info.st_ino))
+        if held is not None and rights & ~held[1]:
+            path, kept = held
+            raise UnenforceableError(
+                "filesystem.deny" if not kept else "filesystem.protected",
+                f"{rule} is, under another name (a bind mount), a directory above "
+                f"{path}, and the landlock tier would grant it a rule, which holds for every "
+                "path through that directory (Landlock rules attach to the directory): use "
+                "isolation namespaces, or roots no bind mount doubles")
 
 
 def _carve(path: str, rights: int, excluded: dict[str, int], out: list[tuple[str, int]]
