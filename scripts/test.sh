@@ -101,6 +101,15 @@ unlisted="$(mktemp -d /tmp/stockade-unlisted.XXXXXX)"
 trap 'rm -rf "$copy" "$unlisted"' EXIT
 chmod 755 "$unlisted"
 install -d -o 65534 -g 65534 -m 0733 "$unlisted/dir"
+ln -s dir/linked "$unlisted/link"  # (root's link to a directory the rootless run makes there)
+# Another user's directory this user may not search, a part of it bound where it may read.
+install -d -o 65534 -g 65534 -m 0700 "$unlisted/nob" "$unlisted/nob/keys"
+chmod 755 "$unlisted/nob/keys"
+echo unsearched-bind-secret >"$unlisted/nob/keys/id"
+chmod 644 "$unlisted/nob/keys/id"
+mkdir -p "$unlisted/ro/view"
+mount --bind "$unlisted/nob/keys" "$unlisted/ro/view"
+trap 'umount -l "$unlisted/ro/view"; rm -rf "$copy" "$unlisted"' EXIT
 # The integrations (their set-up, then their tests, root and rootless) run beside the suites.
 (
     integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 \
@@ -119,7 +128,8 @@ install -d -o 65534 -g 65534 -m 0733 "$unlisted/dir"
 integrations_run=$!
 echo "== tests as root [root] and as $test_user, rootless [rootless], at once"
 suite "$copy" runuser -u "$test_user" -- env HOME="$(getent passwd "$test_user" | cut -d: -f6)" \
-    STOCKADE_TEST_SUID="$copy/.setuid-id" STOCKADE_TEST_UNLISTED_DIR="$unlisted/dir" 2>&1 | sed -u 's/^/[rootless] /' &
+    STOCKADE_TEST_SUID="$copy/.setuid-id" STOCKADE_TEST_UNLISTED_DIR="$unlisted/dir" \
+    STOCKADE_TEST_ROOT_LINK="$unlisted/link" STOCKADE_TEST_UNSEARCHED="$unlisted" 2>&1 | sed -u 's/^/[rootless] /' &
 rootless=$!
 root_status=0
 suite "$here" 2>&1 | sed -u 's/^/[root] /' || root_status=$?

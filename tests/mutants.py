@@ -218,6 +218,18 @@ MUTANTS: tuple[Mutant, ...] = (
            'modes_held=policy.isolation != "landlock")', "modes_held=True)",
            (DENIED + "test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a"
             "_read_root[landlock]",)),
+    Mutant("denied-path-link-owner-judged", "stockade/launch/compile.py",
+           "                above = os.path.realpath(_first_unsearchable(alias))\n",
+           "                above = _first_unsearchable(alias)\n",
+           (DENIED + "test_a_denied_path_named_through_another_users_link_to_the_users_own"
+            "_directory[landlock]",)),
+    Mutant("denied-unsearched-shown-unmasked", "stockade/lifecycle/aliases.py",
+           "            if name != place and held(name) and os.path.lexists(name):\n",
+           "            if False:\n",
+           (DENIED + "test_a_denied_path_below_another_users_directory_is_denied_where_a_mount"
+            "_shows_it[namespaces]",
+            DENIED + "test_a_denied_path_below_another_users_directory_is_denied_where_a_mount"
+            "_shows_it[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

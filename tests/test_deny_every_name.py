@@ -319,3 +319,83 @@ def test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a_rea
     finally:
         (outside / "d").chmod(0o755)
     assert secret.read_text() == SECRET
+
+
+@pytest.mark.root_only("needs a link of another user's, which only root can make (scripts/test.sh "
+                       "gives its rootless pass one: STOCKADE_TEST_ROOT_LINK)",
+                       unless_env="STOCKADE_TEST_ROOT_LINK")
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_denied_path_named_through_another_users_link_to_the_users_own_directory(
+        tmp_path, isolation):
+    """Attack 12, D3 symlink: the denied path named through a link of root's (a /home ->
+    var/home kind) to a directory of the user's in a read root that the launch may not search:
+    the link's owner was taken for the directory's, the path passed over as another user's,
+    and in the landlock tier the command made its directory searchable and read the file. The
+    directory is judged, not the link: refused there, typed; a view's read root is read-only."""
+    link = os.environ.get("STOCKADE_TEST_ROOT_LINK")
+    if link is None:  # (root: its own)
+        link = str(tmp_path / "link")
+        os.symlink("dir/linked", link)
+        (tmp_path / "dir").mkdir()
+    mine = Path(os.path.dirname(link)) / os.readlink(link)
+    mine.mkdir()
+    secret = mine / "prod.env"
+    secret.write_text(SECRET)
+    mine.chmod(0o644)
+    policy = replace(policy_for(deny=(f"{link}/prod.env",), read=(str(mine),), pids=None),
+                     isolation=isolation)
+    args = [PYTHON, "-c", CHMOD_THEN_READ, str(mine), str(secret)]
+    try:
+        if os.getuid() != 0 and isolation == "landlock":
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run(args, policy, workspace=tmp_path)
+            assert refused.value.code == "unenforceable:filesystem.deny"
+            assert f"chmod u+x {mine}," in refused.value.message, refused.value.message
+        else:
+            r = stockade.run(args, policy, workspace=tmp_path)
+            assert SECRET not in r.stdout.decode() + r.stderr.decode(), r.stdout
+            assert f"{secret}: DONE" not in r.stdout.decode(), r.stdout
+    finally:
+        mine.chmod(0o755)
+        secret.unlink()
+        mine.rmdir()
+
+
+def unsearched_bind(tmp_path: Path) -> Path:
+    """What scripts/test.sh makes for its rootless pass (STOCKADE_TEST_UNSEARCHED), made here
+    as root: nob/ another user's, not searchable, nob/keys/id in it, nob/keys bound at ro/view."""
+    top = tmp_path / "unsearched"
+    (top / "nob" / "keys").mkdir(parents=True)
+    (top / "nob" / "keys" / "id").write_text("unsearched-bind-secret\n")
+    for path, mode in ((top, 0o755), (top / "nob", 0o700), (top / "nob" / "keys", 0o755),
+                       (top / "nob" / "keys" / "id", 0o644)):
+        os.chown(path, 65534, 65534)
+        path.chmod(mode)
+    tmp_path.chmod(0o755)
+    (top / "ro" / "view").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", top / "nob" / "keys", top / "ro" / "view"], check=True)
+    return top
+
+
+@pytest.mark.root_only("needs another user's directory and a bind mount, which only root can "
+                       "make (scripts/test.sh gives its rootless pass them: "
+                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_denied_path_below_another_users_directory_is_denied_where_a_mount_shows_it(
+        ws, tmp_path, isolation):
+    """Attack 12, D3 bind: a denied file below a directory of another user's that this user
+    may not search is passed over (nor can the command reach it there), and so were the names a
+    mount gives it in a read root, where the command read it. Each name the mount table gives
+    such a path in a root is denied, unverified (nothing there can be looked up to compare)."""
+    workspace, _ = ws
+    given = os.environ.get("STOCKADE_TEST_UNSEARCHED")
+    top = Path(given) if given else unsearched_bind(tmp_path)
+    try:
+        policy = replace(policy_for(deny=(f"{top}/nob/keys/id",), read=(f"{top}/ro",),
+                                    pids=None), isolation=isolation)
+        r = stockade.run([PYTHON, "-c", READ, f"{top}/ro/view/id"], policy, workspace=workspace)
+        assert "unsearched-bind-secret" not in r.stdout.decode() + r.stderr.decode(), r.stdout
+        assert f"{top}/ro/view/id: DONE" not in r.stdout.decode(), r.stdout
+    finally:
+        if not given:
+            subprocess.run(["umount", "-l", top / "ro" / "view"], check=True)

@@ -322,9 +322,17 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             canonical = canonical_path(alias)
         except OSError as exc:
             if isinstance(exc, PermissionError):
-                above = _first_unsearchable(alias)
+                # (a link on the way counts as what it leads to: a root-owned /home -> var/home)
+                above = os.path.realpath(_first_unsearchable(alias))
                 if not _own(above):
-                    continue  # (another user's: nor may the command search it, or change that)
+                    # (another user's: nor may the command search it, or change that; but a
+                    # mount may show what lies below it in a root: each such name is denied,
+                    # unverified, as nothing there can be looked up to compare; attack 12)
+                    grants.update({name: PathGrant(path=name, alias=name) for name in
+                                   aliases.shown(os.path.realpath(alias),
+                                                 [root.path for root in read + write], mounts)
+                                   if name not in grants})
+                    continue
                 holder = _holder(above, read)
                 if holder is not None and not modes_held:
                     blocked[alias] = f"the read root {holder}"
@@ -356,7 +364,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
     blocked |= {alias: f"the write root {holder}" for alias, holder in missing.values()
                 if alias in unsearchable}
     if blocked:
-        dirs = dict.fromkeys(_first_unsearchable(alias) for alias in blocked)
+        dirs = dict.fromkeys(os.path.realpath(_first_unsearchable(alias)) for alias in blocked)
         raise UnenforceableError(
             "filesystem.deny",
             "this user may not look up the denied paths "

@@ -94,6 +94,27 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
     return found
 
 
+def shown(place: str, roots: list[str], mounts: Mounts) -> list[str]:
+    """The other paths at or below one of `roots` at which the mount table says `place`, or a
+    part of it, is shown, none compared with `place` (which this user cannot look up: below a
+    directory of another user's it may not search) and each existing."""
+    def held(path: str) -> bool:
+        return any(_at_or_below(path, root) for root in roots)
+
+    found: list[str] = []
+    for inner, device in _inner(place, mounts):
+        for m in mounts.of[device]:
+            if _at_or_below(inner, m.top):
+                name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
+            elif _at_or_below(m.top, inner):
+                name = m.point
+            else:
+                continue
+            if name != place and held(name) and os.path.lexists(name):
+                found.append(name)
+    return found
+
+
 def _identical(name: str, path: str) -> bool:
     try:
         return os.path.samestat(os.lstat(name), os.lstat(path))

@@ -103,6 +103,10 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
                 fd = open_path_nofollow(grant.path)
             except FileNotFoundError:
                 continue  # nothing there to hide
+            except PermissionError:
+                # (below a directory of an owner this namespace does not map, which the
+                # command, holding no more than this process, cannot reach either; attack 12)
+                continue
             except OSError as exc:
                 raise _fail("filesystem.deny", grant.path, exc) from None
             found.denied.append(_Mount(grant.path, "deny"))
