@@ -230,6 +230,12 @@ MUTANTS: tuple[Mutant, ...] = (
             "_shows_it[namespaces]",
             DENIED + "test_a_denied_path_below_another_users_directory_is_denied_where_a_mount"
             "_shows_it[landlock]")),
+    Mutant("protected-bind-alias-writable", "stockade/linux/protect.py",
+           "    _protect_other_names(items, keep, roots)\n", "\n",
+           ("tests/test_deny_links.py::test_a_protected_object_a_bind_mount_shows_elsewhere_in_a"
+            "_write_root_stays_read_only[.mcp.json-namespaces]",
+            "tests/test_deny_links.py::test_a_protected_object_a_bind_mount_shows_elsewhere_in_a"
+            "_write_root_stays_read_only[.git/hooks-landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

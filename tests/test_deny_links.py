@@ -185,12 +185,12 @@ except stockade.StockadeError as exc:
 """
 
 
-def run_bound(workspace, outside, isolation: str, source, target, *names) -> str:
+def run_bound(workspace, outside, isolation: str, source, target, *names,
+              script: str = READ_ALL) -> str:
     """BOUND's output, run in a private mount namespace."""
-
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
     done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
-                           BOUND, str(workspace), str(outside), isolation, READ_ALL,
+                           BOUND, str(workspace), str(outside), isolation, script,
                            os.path.dirname(__file__), str(source), str(target),
                            *map(str, names)], capture_output=True, text=True, timeout=180,
                           env=env)
@@ -310,6 +310,52 @@ def test_write_roots_that_bind_each_other_never_show_a_denied_file(ws, tmp_path,
     else:
         assert "EXIT 0" in out and "UNREAD secrets/prod.env" in out, out
         assert f"UNREAD {ws2}/view/secrets/prod.env" in out, out
+
+
+WRITE_ALL = """
+import sys
+for name in sys.argv[1:]:
+    try:
+        with open(name, "w") as f:
+            f.write("planted")
+        print("WROTE", name)
+    except OSError as exc:
+        print("UNWRITTEN", name, exc.errno)
+"""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("bound", [".vscode", ".mcp.json", ".git/hooks"])
+def test_a_protected_object_a_bind_mount_shows_elsewhere_in_a_write_root_stays_read_only(
+        ws, isolation, bound):
+    """Attack 12, P1: a protected object bound at a second path in a write root (`.vscode`,
+    `.mcp.json`, a repository's hooks) was found by name only and re-mounted read-only there;
+    its other name stayed writable and the host's editor, agent or git ran what was written
+    through it. Every path a mount shows a protected object at in a write root is protected."""
+    workspace, outside = ws
+    secret_at(workspace / "secrets" / "prod.env")  # (what BOUND's policy denies)
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / ".vscode").mkdir()
+    for path in (workspace / ".git" / "hooks" / "pre-commit", workspace / ".vscode" / "tasks.json",
+                 workspace / ".mcp.json"):
+        path.write_text("orig")
+    (workspace / "sub").mkdir()
+    source = workspace / bound
+    target = workspace / "sub" / "alias"
+    if source.is_dir():
+        target.mkdir()
+        inside = sorted(os.listdir(source))
+    else:
+        target.write_text("")
+        inside = []
+    written = [target / name for name in inside] if inside else [target]
+    out = run_bound(workspace, outside, isolation, source, target, *written, script=WRITE_ALL)
+    assert "WROTE" not in out, out
+    assert "EXIT 0" in out, out
+    for path in [source / name for name in inside] if inside else [source]:
+        assert path.read_text() == "orig", path
 
 
 TAMPER = """

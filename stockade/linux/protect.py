@@ -267,8 +267,26 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
         _pin_everywhere(keep, roots, path)
     for path in readonly:
         _add_everywhere(items, keep, roots, path, os.path.isdir(path))
+    _protect_other_names(items, keep, roots)
     return Walked(sorted(keep.values(), key=lambda g: g.depth)
                   + sorted(items.values(), key=lambda g: g.depth), sockets, aliases)
+
+
+def _protect_other_names(items: dict[str, Guard], keep: dict[str, Guard],
+                         roots: list[tuple[str, int]]) -> None:
+    """Protect every other path at which a mount shows a protected object in a write root (a
+    bind of `.vscode` into a second write root, of `.git/hooks` or `.mcp.json` elsewhere in the
+    same one: attack 12, P1): a re-mount covers one name, and the walk finds names by name.
+    Nothing to do, and one read of the mount table, where no mount point lies in a write root."""
+    writes = [root for root, _ in roots]
+    mounts = mount_aliases.table()
+    if not any(point == root or point.startswith(root.rstrip("/") + "/")
+               for point in mounts.at for root in writes):
+        return
+    for guard in [g for g in items.values() if g.kind == "protected"]:
+        for name in mount_aliases.seen(guard.path, writes, mounts):
+            if name != guard.path and name not in items:
+                _add_everywhere(items, keep, roots, name, guard.is_dir)
 
 
 def _add_everywhere(items: dict[str, Guard], keep: dict[str, Guard],
