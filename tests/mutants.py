@@ -201,9 +201,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[namespaces]",
             "tests/test_deny_links.py::"
             "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[landlock]")),
-    Mutant("deny-bind-of-removed-name-unseen", "stockade/lifecycle/aliases.py",
-           "    found += [point for point in mounts.at if point not in found and held(point)\n",
-           "    found += [point for point in () if point not in found and held(point)\n",
+    Mutant("mount-of-removed-name-admitted", "stockade/launch/compile.py",
+           "    _refuse_mounts_of_removed_names(read, write)\n", "\n",
            ("tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
             "[namespaces]",
             "tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
@@ -236,6 +235,12 @@ MUTANTS: tuple[Mutant, ...] = (
             "_write_root_stays_read_only[.mcp.json-namespaces]",
             "tests/test_deny_links.py::test_a_protected_object_a_bind_mount_shows_elsewhere_in_a"
             "_write_root_stays_read_only[.git/hooks-landlock]")),
+    Mutant("protected-root-alias-unseen", "stockade/linux/protect.py",
+           '            and not any(mount_aliases.within("/", root, mounts) != [root] '
+           "for root in writes):\n",
+           "            and True:\n",
+           ("tests/test_deny_links.py::test_a_write_root_that_is_a_guarded_directory_under"
+            "_another_name_stays_read_only[namespaces]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

@@ -240,11 +240,12 @@ def test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too(ws, i
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_bind_of_a_link_since_removed_still_shows_nothing(ws, isolation):
-    """Attack 11, dl9c-filebind_src_removed: a link of a denied file bound on a file of a read
-    root, then the link removed: the file has one name again (no walk looks for others), and
-    the mount table names the bind by the removed path. A mount point in a root that shows a
-    denied file itself is known by identity: carved out in the landlock tier; a view cannot
-    mount a mask on a removed name, so there the launch is refused, typed, naming it."""
+    """Attack 11, dl9c-filebind_src_removed (and attack 13 E2/E3: a file of a denied or
+    protected directory, or one below another user's directory): a link bound on a file of a
+    read root, then the link removed: the file has one name again (no walk looks for
+    others), and the mount table names the bind by the removed path ("//deleted"), so nothing
+    tells what it shows. A root holding such a mount of what still has a name is refused,
+    typed, naming it."""
     workspace, outside = ws
     denied = secret_at(workspace / "secrets" / "prod.env")
     (workspace / "other").mkdir()
@@ -254,11 +255,9 @@ def test_a_bind_of_a_link_since_removed_still_shows_nothing(ws, isolation):
                     outside / "view.env", f"rm:{workspace}/other/copy.env",
                     outside / "view.env")
     assert SECRET not in out
-    if isolation == "namespaces":
-        assert f"REFUSED unenforceable:filesystem.deny unenforceable:filesystem.deny: " \
-               f"{outside}/view.env is a mount of a denied file" in out, out
-    else:
-        assert "EXIT 0" in out and f"UNREAD {outside}/view.env" in out, out
+    assert f"REFUSED unenforceable:filesystem.read unenforceable:filesystem.read: " \
+           f"{outside}/view.env, in or above the root {outside}, is a mount of what a name " \
+           "since removed named" in out, out
     assert (outside / "view.env").read_text() == ""
 
 
@@ -356,6 +355,34 @@ def test_a_protected_object_a_bind_mount_shows_elsewhere_in_a_write_root_stays_r
     assert "EXIT 0" in out, out
     for path in [source / name for name in inside] if inside else [source]:
         assert path.read_text() == "orig", path
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_write_root_that_is_a_guarded_directory_under_another_name_stays_read_only(
+        ws, isolation):
+    """Attack 13, E1: the workspace bound at a second path, and two of its directories given
+    as write roots by their names there: what the repository's configuration protects in them
+    (an included file, the hooks path) was read-only at its workspace name only, and the
+    command wrote it through the other. Each write root's other names are looked through."""
+    workspace, outside = ws
+    secret_at(workspace / "secrets" / "prod.env")  # (what BOUND's policy denies)
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text(
+        "[core]\n\thooksPath = tools/hooks\n[include]\n\tpath = ../conf/inc\n")
+    (workspace / "conf").mkdir()
+    (workspace / "conf" / "inc").write_text("orig")
+    (workspace / "tools" / "hooks").mkdir(parents=True)
+    (workspace / "tools" / "hooks" / "pre-commit").write_text("orig")
+    (outside / "alias").mkdir()
+    alias = outside / "alias"
+    out = run_bound(workspace, outside, isolation, workspace, alias,
+                    f"write:{alias}/conf", f"write:{alias}/tools", alias / "conf" / "inc",
+                    alias / "tools" / "hooks" / "pre-commit", script=WRITE_ALL)
+    assert "WROTE" not in out, out
+    assert "EXIT 0" in out or "REFUSED unenforceable:filesystem.protected" in out, out
+    assert (workspace / "conf" / "inc").read_text() == "orig"
+    assert (workspace / "tools" / "hooks" / "pre-commit").read_text() == "orig"
 
 
 TAMPER = """

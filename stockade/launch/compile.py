@@ -11,6 +11,7 @@ import ntpath
 import os
 import re
 import shlex
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -110,6 +111,7 @@ def compile_policy(
         and fs.workspace == "direct" else ((), [])
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
+    _refuse_mounts_of_removed_names(read, write)
     state, places = _stockade_state(ctx, read, write, home)
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
@@ -289,6 +291,34 @@ def _refuse_planted_links(read_links: list[tuple[str, str]], write_links: list[t
                     f"{key}: {alias} is reached through the symbolic link {link}, inside the "
                     f"root {holder}, where a sandbox could have planted it; grant the path it "
                     f"points to ({os.path.realpath(link)}) instead, or remove the link")
+
+
+def _refuse_mounts_of_removed_names(read: tuple[PathGrant, ...],
+                                    write: tuple[PathGrant, ...]) -> None:
+    """Refuse, typed, a root that holds, or lies in, a mount of what a name since removed named
+    that still has other names (a bind of a hard link, or of a directory, whose name was then
+    removed: the mount table says `//deleted`, not where it is now): nothing tells whether a
+    denied or protected file is seen through it, so it could be neither masked nor kept
+    (attacks 11 and 13). A file with no name left (a resolv.conf a container's host replaced)
+    is what it was, nothing of the host's now."""
+    for point, mount in aliases.table().at.items():
+        if not mount.top.endswith("//deleted"):
+            continue
+        for key, roots in (("filesystem.write", write), ("filesystem.read", read)):
+            holder = _holder(point, roots) or next(
+                (root.path for root in roots if _inside(root.path, point)), None)
+            if holder is None:
+                continue
+            try:
+                info = os.lstat(point)
+            except OSError:
+                continue  # (hidden under another mount: not seen there)
+            if stat.S_ISDIR(info.st_mode) or info.st_nlink > 0:
+                raise UnenforceableError(key, (
+                    f"{point}, in or above the root {holder}, is a mount of what a name since "
+                    f"removed named ({mount.top.removesuffix('//deleted')}), which may show a "
+                    "denied or protected file that no name of it tells of; unmount it "
+                    f"(umount {point}) or choose roots that do not hold it"))
 
 
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:

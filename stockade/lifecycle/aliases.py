@@ -73,7 +73,7 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
     """Every path at or below one of `roots` at which `place` is seen (within(), for several
     roots at once) and each mount point there that shows a part of it (a key file of a
     denied directory bound into a root), believed when lstat finds there what it finds at
-    that part's path below `place`, or that shows `place` itself, whatever its top says."""
+    that part's path below `place`."""
     def held(path: str) -> bool:
         return any(_at_or_below(path, root) for root in roots)
 
@@ -87,10 +87,6 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
             elif _at_or_below(m.top, inner) and held(m.point) \
                     and _identical(m.point, os.path.join(place, _below(m.top, inner))):
                 found.append(m.point)
-    # (a bind of a name since removed (a hard link's) keeps showing the file, its top no longer
-    # a path of it: a mount point in a root that is `place` itself counts by identity; attack 11)
-    found += [point for point in mounts.at if point not in found and held(point)
-              and _identical(point, place)]
     return found
 
 

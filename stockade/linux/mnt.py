@@ -501,19 +501,8 @@ def _mount_over(top: int, m: _Mount, mask: int | None = None,
         else:
             tree = clone_tree(target)
             set_attrs(tree, RO if m.kind == "protected" else 0)
-        try:
-            attach(tree, target)
-        except FileNotFoundError:
-            if m.kind != "deny":
-                raise
-            # (nothing mounts on a removed name: a bind of a denied file's link since removed,
-            # attack 11; the view is a detached tree, whose mounts cannot be taken out)
-            raise UnenforceableError(
-                "filesystem.deny", f"{m.path} is a mount of a denied file by a name since "
-                f"removed, which no mask can cover; unmount it on the host (umount {m.path}) "
-                "or choose roots that do not hold it") from None
-        finally:
-            os.close(tree)
+        attach(tree, target)
+        os.close(tree)
     finally:
         os.close(target)
 

@@ -276,12 +276,15 @@ def _protect_other_names(items: dict[str, Guard], keep: dict[str, Guard],
                          roots: list[tuple[str, int]]) -> None:
     """Protect every other path at which a mount shows a protected object in a write root (a
     bind of `.vscode` into a second write root, of `.git/hooks` or `.mcp.json` elsewhere in the
-    same one: attack 12, P1): a re-mount covers one name, and the walk finds names by name.
-    Nothing to do, and one read of the mount table, where no mount point lies in a write root."""
+    same one: attack 12, P1; a write root that is a directory of another under a second name,
+    which shows what git's configuration protects there: attack 13, E1): a re-mount covers one
+    name, and the walk finds names by name. Nothing to do, and one read of the mount table,
+    where no mount point lies in a write root and no write root has another name."""
     writes = [root for root, _ in roots]
     mounts = mount_aliases.table()
     if not any(point == root or point.startswith(root.rstrip("/") + "/")
-               for point in mounts.at for root in writes):
+               for point in mounts.at for root in writes) \
+            and not any(mount_aliases.within("/", root, mounts) != [root] for root in writes):
         return
     for guard in [g for g in items.values() if g.kind == "protected"]:
         for name in mount_aliases.seen(guard.path, writes, mounts):
