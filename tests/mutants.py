@@ -241,6 +241,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "            and True:\n",
            ("tests/test_deny_links.py::test_a_write_root_that_is_a_guarded_directory_under"
             "_another_name_stays_read_only[namespaces]",)),
+    Mutant("mount-table-last-listed-on-top", "stockade/lifecycle/aliases.py",
+           "        tops[point] = next((m for m in mounts if m.id not in under), mounts[-1])\n",
+           "        tops[point] = mounts[-1]\n",
+           ("tests/test_deny_links.py::test_a_mount_of_a_removed_name_on_top_of_another_is_seen"
+            "[namespaces]",
+            "tests/test_deny_links.py::test_a_mount_of_a_removed_name_on_top_of_another_is_seen"
+            "[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

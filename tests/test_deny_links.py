@@ -163,9 +163,24 @@ sys.path.insert(0, sys.argv[5])
 import stockade
 from conftest import PYTHON, policy_for
 workspace, outside, isolation, script, _, source, target, *names = sys.argv[1:]
-# (steps before the names: `bind:SOURCE:POINT` first, `rm:PATH` once bound, `write:PATH` a root)
-steps = [name for name in names if name.split(":")[0] in ("bind", "rm", "write")]
+# (steps before the names: `bind:SOURCE:POINT` first, `rm:PATH` once bound, then `late:SOURCE:
+# POINT` a bind over, `beneath:SOURCE:POINT` one put beneath what is there; `write:PATH` a root)
+kinds = ("bind", "rm", "late", "beneath", "write")
+steps = [name for name in names if name.split(":")[0] in kinds]
 names = [name for name in names if name not in steps]
+
+
+def beneath(source, point):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(428, -100, os.fsencode(source), 1 | 0o2000000)  # open_tree: CLONE
+    assert fd >= 0, ctypes.get_errno()
+    # (move_mount: MOVE_MOUNT_T_SYMLINKS | MOVE_MOUNT_F_EMPTY_PATH ... BENEATH, Linux 6.5)
+    assert libc.syscall(429, fd, b"", -100, os.fsencode(point), 0x4 | 0x200) == 0, \
+        ctypes.get_errno()
+    os.close(fd)
+
+
 for step in steps:
     if step.startswith("bind:"):
         subprocess.run(["mount", "--bind", *step.split(":")[1:]], check=True)
@@ -173,6 +188,11 @@ subprocess.run(["mount", "--bind", source, target], check=True)
 for step in steps:
     if step.startswith("rm:"):
         os.unlink(step[3:])
+for step in steps:
+    if step.startswith("late:"):
+        subprocess.run(["mount", "--bind", *step.split(":")[1:]], check=True)
+    elif step.startswith("beneath:"):
+        beneath(*step.split(":")[1:])
 write = tuple(step[6:] for step in steps if step.startswith("write:"))
 policy = replace(policy_for(deny=(workspace + "/secrets/prod.env",), read=(outside,), pids=None,
                             **({"write": (workspace, *write)} if write else {})),
@@ -259,6 +279,50 @@ def test_a_bind_of_a_link_since_removed_still_shows_nothing(ws, isolation):
            f"{outside}/view.env, in or above the root {outside}, is a mount of what a name " \
            "since removed named" in out, out
     assert (outside / "view.env").read_text() == ""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_mount_of_a_removed_name_on_top_of_another_is_seen(ws, isolation):
+    """Attack 14, R1: a decoy mounted beneath the bind of a removed link (move_mount's
+    MOVE_MOUNT_BENEATH) is listed after it, and the last one listed at a point was taken for
+    the one seen there: the check met the decoy, and the denied file was read. The one on top
+    is the one no other at that point is mounted on."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    (outside / "view.env").write_text("")
+    (outside / "decoy.env").write_text("decoy")
+    out = run_bound(workspace, outside, isolation, workspace / "other" / "copy.env",
+                    outside / "view.env", f"rm:{workspace}/other/copy.env",
+                    f"beneath:{outside}/decoy.env:{outside}/view.env", outside / "view.env")
+    assert SECRET not in out
+    assert f"{outside}/view.env, in or above the root {outside}, is a mount of what a name " \
+           "since removed named" in out, out
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_mount_of_a_removed_name_hidden_by_a_mount_above_it_refuses_nothing(ws, tmp_path,
+                                                                                isolation):
+    """Attack 14, R2: the bind of a removed link at sub/x, then a directory bound over sub
+    (with an x of its own): the first cannot be reached, yet it refused the launch. A mount
+    whose parent is not the mount its directory is seen on is hidden, and judged by nothing."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    (outside / "sub").mkdir()
+    (outside / "sub" / "x").write_text("")
+    cover = tmp_path / "cover"
+    cover.mkdir()
+    (cover / "x").write_text("cover")
+    out = run_bound(workspace, outside, isolation, workspace / "other" / "copy.env",
+                    outside / "sub" / "x", f"rm:{workspace}/other/copy.env",
+                    f"late:{cover}:{outside}/sub", outside / "sub" / "x")
+    assert SECRET not in out
+    assert "EXIT 0" in out and f"READ {outside}/sub/x cover" in out, out
 
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")

@@ -26,29 +26,66 @@ class Mount:
     device: str  # "major:minor"
     top: str  # the path inside its filesystem that it shows
     point: str  # where it is mounted
+    id: str = ""
+    parent: str = ""  # the mount it is mounted on
 
 
 @dataclass(frozen=True)
 class Mounts:
-    at: dict[str, Mount]  # by mount point: the one on top there
-    of: dict[str, list[Mount]]  # by device
+    at: dict[str, Mount]  # by mount point: the one seen there (on top, and not hidden)
+    of: dict[str, list[Mount]]  # by device: those seen
 
 
 def table() -> Mounts:
-    """This process's mounts; none where there is no table to read."""
-    at: dict[str, Mount] = {}
-    of: dict[str, list[Mount]] = {}
+    """This process's mounts that a path can reach; none where there is no table to read. Of
+    several at one point the one on top is the one no other there is mounted on (the table
+    lists a mount put beneath another after it: attack 14); one whose parent is not the mount
+    its point's directory is seen on is hidden by a mount above it (a bind over its parent)."""
     try:
         with open("/proc/self/mountinfo", "rb") as f:
             text = f.read()
     except OSError:
-        return Mounts(at, of)
+        return Mounts({}, {})
+    stacked: dict[str, list[Mount]] = {}
     for line in text.splitlines():
         fields = line.split(b" ")
         if len(fields) > 4:
-            mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]))
-            at[mount.point] = mount  # (a later one lies over an earlier one at the same point)
-            of.setdefault(mount.device, []).append(mount)
+            mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]),
+                          os.fsdecode(fields[0]), os.fsdecode(fields[1]))
+            stacked.setdefault(mount.point, []).append(mount)
+    tops: dict[str, Mount] = {}
+    for point, mounts in stacked.items():
+        under = {m.parent for m in mounts}
+        tops[point] = next((m for m in mounts if m.id not in under), mounts[-1])
+    at: dict[str, Mount] = {}
+
+    def seen_on(path: str) -> Mount | None:
+        """The mount `path` (a directory's) is seen on: the deepest mount point at or above it
+        whose mount is seen."""
+        while True:
+            if path in tops and seen(path):
+                return at[path]
+            if path == "/":
+                return None
+            path = os.path.dirname(path)
+
+    def seen(point: str) -> bool:
+        if point in at:
+            return True
+        below = tops[point]
+        while below.parent in {m.id for m in stacked[point]}:  # (to the bottom of the stack)
+            below = next(m for m in stacked[point] if m.id == below.parent)
+        holder = None if point == "/" else seen_on(os.path.dirname(point))
+        if point != "/" and (holder is None or holder.id != below.parent):
+            return False
+        at[point] = tops[point]
+        return True
+
+    for point in sorted(tops, key=len):  # (parents first: each judged once)
+        seen(point)
+    of: dict[str, list[Mount]] = {}
+    for mount in at.values():
+        of.setdefault(mount.device, []).append(mount)
     return Mounts(at, of)
 
 

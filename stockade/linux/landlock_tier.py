@@ -269,9 +269,11 @@ def _walked(request: LaunchRequest, linked: dict[tuple[int, int], protect.Denied
     try:
         dirs = [(path, fd) for path, fd in roots if os.path.isdir(f"/proc/self/fd/{fd}")]
         shown_in = tuple(g.path for g in request.read + request.write)
+        denied = tuple(g.path for g in request.deny)  # (carved out: not looked into)
         if not protected:  # (the other names of denied files only; the "protected" switch)
-            return protect.walk(dirs, frozenset(), "writable", denied=linked, shown_in=shown_in)
-        return protect.walk(dirs, frozenset(request.protected), request.git,
+            return protect.walk(dirs, frozenset(), "writable", denied, denied=linked,
+                                shown_in=shown_in)
+        return protect.walk(dirs, frozenset(request.protected), request.git, denied,
                             readonly=request.home_code, denied=linked, shown_in=shown_in)
     finally:
         for _, fd in roots:

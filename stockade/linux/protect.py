@@ -237,7 +237,7 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
     aliases: list[str] = []
     mounts: list[mount_aliases.Mounts] = []  # (the table, read at the first denied name met)
     for root, root_fd in roots:
-        for occ in find(root, root_fd, whole, guard_git):
+        for occ in find(root, root_fd, whole, guard_git, frozenset(masked)):
             path = os.path.join(root, occ.rel)
             if occ.socket:
                 sockets.append(path)
@@ -315,13 +315,16 @@ def _pin_everywhere(keep: dict[str, Guard], roots: list[tuple[str, int]], path: 
 
 
 def find(root: str, root_fd: int, names: frozenset[str],
-         guard_git: bool = False) -> list[Occurrence]:
+         guard_git: bool = False, masked: frozenset[str] = frozenset()) -> list[Occurrence]:
     """Every protected occurrence below `root` (whose directory is open as `root_fd`), and with
     `guard_git` every `.git` as a repository. Names match regardless of case: on a case-folding
     filesystem `.GIT` is `.git`."""
     folded = {name.casefold() for name in names}
     found: list[Occurrence] = []
     for dirpath, dirnames, filenames, dir_fd in _walk(root, root_fd):
+        # (a masked directory is nothing to the command: not looked into, whatever its mode)
+        dirnames[:] = [name for name in dirnames
+                       if os.path.normpath(os.path.join(root, dirpath, name)) not in masked]
         if not os.access(".", os.X_OK, dir_fd=dir_fd):  # (listed, but may not be entered)
             if os.fstat(dir_fd).st_uid == os.geteuid():
                 raise _hidden_from_walk(root, dirpath, own=True)
