@@ -242,11 +242,17 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_deny_links.py::test_a_write_root_that_is_a_guarded_directory_under"
             "_another_name_stays_read_only[namespaces]",)),
     Mutant("mount-table-last-listed-on-top", "stockade/lifecycle/aliases.py",
-           "        tops[point] = next((m for m in mounts if m.id not in under), mounts[-1])\n",
-           "        tops[point] = mounts[-1]\n",
+           "        seen = next((m for m in mounts if m.id == resolved), None)\n",
+           "        seen = mounts[-1]\n",
            ("tests/test_deny_links.py::test_a_mount_of_a_removed_name_on_top_of_another_is_seen"
             "[namespaces]",
-            "tests/test_deny_links.py::test_a_mount_of_a_removed_name_on_top_of_another_is_seen"
+            "tests/test_deny_links.py::test_a_mount_on_the_root_over_the_processs_own_hides"
+            "_nothing")),
+    Mutant("denied-path-through-repointable-link", "stockade/launch/compile.py",
+           "        if holder is not None and not kept:\n", "        if False:\n",
+           (DENIED + "test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused"
+            "[namespaces]",
+            DENIED + "test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused"
             "[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",

@@ -326,7 +326,7 @@ def test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a_rea
                        unless_env="STOCKADE_TEST_ROOT_LINK")
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
 def test_a_denied_path_named_through_another_users_link_to_the_users_own_directory(
-        tmp_path, isolation):
+        ws, tmp_path, isolation):
     """Attack 12, D3 symlink: the denied path named through a link of root's (a /home ->
     var/home kind) to a directory of the user's in a read root that the launch may not search:
     the link's owner was taken for the directory's, the path passed over as another user's,
@@ -348,11 +348,11 @@ def test_a_denied_path_named_through_another_users_link_to_the_users_own_directo
     try:
         if os.getuid() != 0 and isolation == "landlock":
             with pytest.raises(stockade.UnenforceableError) as refused:
-                stockade.run(args, policy, workspace=tmp_path)
+                stockade.run(args, policy, workspace=ws[0])
             assert refused.value.code == "unenforceable:filesystem.deny"
             assert f"chmod u+x {mine}," in refused.value.message, refused.value.message
         else:
-            r = stockade.run(args, policy, workspace=tmp_path)
+            r = stockade.run(args, policy, workspace=ws[0])
             assert SECRET not in r.stdout.decode() + r.stderr.decode(), r.stdout
             assert f"{secret}: DONE" not in r.stdout.decode(), r.stdout
     finally:
@@ -399,3 +399,24 @@ def test_a_denied_path_below_another_users_directory_is_denied_where_a_mount_sho
     finally:
         if not given:
             subprocess.run(["umount", "-l", top / "ro" / "view"], check=True)
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused(ws, isolation):
+    """Attack 15, D1: the denied path a link in the workspace (a/secret -> ../b/real): the
+    launch denied what the link pointed to; the command pointed the link at a directory of its
+    own, and the next launch denied that instead, the secret in the clear. Refused, typed,
+    naming the link and what to deny instead."""
+    workspace, _ = ws
+    (workspace / "b" / "real").mkdir(parents=True)
+    (workspace / "b" / "real" / "id").write_text(SECRET)
+    (workspace / "a").mkdir()
+    (workspace / "a" / "secret").symlink_to("../b/real")
+    policy = replace(policy_for(deny=(str(workspace / "a" / "secret"),), pids=None),
+                     isolation=isolation)
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        stockade.run([PYTHON, "-c", READ, "b/real/id"], policy, workspace=workspace)
+    assert refused.value.code == "unenforceable:filesystem.symlink"
+    assert f"symbolic link {workspace}/a/secret, inside the write root {workspace}" \
+        in refused.value.message, refused.value.message
+    assert f"deny the path it points to ({workspace}/b/real)" in refused.value.message

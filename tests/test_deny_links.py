@@ -327,6 +327,51 @@ def test_a_mount_of_a_removed_name_hidden_by_a_mount_above_it_refuses_nothing(ws
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_mount_beside_a_hidden_one_at_its_point_is_seen(ws, tmp_path, isolation):
+    """Attack 15, N1: a decoy bound at sub/x, a directory bound over sub, and the bind of a
+    removed link at sub/x on that: two mounts at one point, neither mounted on the other. The
+    table's order was read as their stacking, the decoy taken for the one seen and found
+    hidden, and with it the point: nothing judged what was seen there. The kernel is asked."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    (outside / "sub").mkdir()
+    (outside / "sub" / "x").write_text("")
+    (tmp_path / "decoy").write_text("decoy")
+    cover = tmp_path / "cover"
+    cover.mkdir()
+    (cover / "x").write_text("cover")
+    out = run_bound(workspace, outside, isolation, workspace / "other" / "copy.env",
+                    outside / "sub" / "x", f"bind:{tmp_path}/decoy:{outside}/sub/x",
+                    f"bind:{cover}:{outside}/sub", f"rm:{workspace}/other/copy.env",
+                    outside / "sub" / "x")
+    assert SECRET not in out
+    assert f"{outside}/sub/x, in or above the root {outside}, is a mount of what a name " \
+           "since removed named" in out, out
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+def test_a_mount_on_the_root_over_the_processs_own_hides_nothing(ws):
+    """Attack 15, N2: `mount --bind / /` puts a mount on "/" above the one the process's root
+    stays on; taken for the one seen at "/", it made every other mount look hidden, and the
+    landlock tier judged none (the namespaces tier cannot start there: the kernel counts the
+    root as changed). The kernel is asked which "/" the process sees."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "secrets" / "prod.env")
+    (workspace / "other").mkdir()
+    os.link(denied, workspace / "other" / "copy.env")
+    (outside / "view.env").write_text("")
+    out = run_bound(workspace, outside, "landlock", workspace / "other" / "copy.env",
+                    outside / "view.env", "bind:/:/", f"rm:{workspace}/other/copy.env",
+                    outside / "view.env")
+    assert SECRET not in out
+    assert f"{outside}/view.env, in or above the root {outside}, is a mount of what a name " \
+           "since removed named" in out, out
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_read_root_binding_a_directory_above_a_denied_mount_is_refused_by_the_tier(
         ws, tmp_path, isolation):
     """Attack 11, dl9c-ancestor_inode_denied: the denied file lies on a mount of its own

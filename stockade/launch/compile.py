@@ -293,6 +293,25 @@ def _refuse_planted_links(read_links: list[tuple[str, str]], write_links: list[t
                     f"points to ({os.path.realpath(link)}) instead, or remove the link")
 
 
+def _refuse_repointable(alias: str, canonical: str, write: tuple[PathGrant, ...],
+                        ctx: CompileContext) -> None:
+    """Refuse, typed, a denied path reached through a symbolic link in a write root: the
+    command could point the link elsewhere, and the next launch would deny that instead, the
+    secret in the clear (attack 15, D1). A hidden entry at the top of a home is the host's,
+    kept read-only and pinned where the home is a write root (homecode.py), so not refused."""
+    homes = _homes(ctx)
+    for link in _links_to(alias, canonical, "filesystem.deny"):
+        holder = _holder(link, write)
+        kept = os.path.dirname(link) in homes and os.path.basename(link).startswith(".")
+        if holder is not None and not kept:
+            raise UnenforceableError(
+                "filesystem.symlink",
+                f"filesystem.deny: {alias} is reached through the symbolic link {link}, inside "
+                f"the write root {holder}, which the command could point elsewhere for a later "
+                f"launch; deny the path it points to ({canonical}) instead, or replace the "
+                "link with what it points to")
+
+
 def _refuse_mounts_of_removed_names(read: tuple[PathGrant, ...],
                                     write: tuple[PathGrant, ...]) -> None:
     """Refuse, typed, a root that holds, or lies in, a mount of what a name since removed named
@@ -371,6 +390,8 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             canonical = None
             if isinstance(exc, PermissionError):
                 unsearchable.add(alias)
+        if canonical is not None and canonical != alias:
+            _refuse_repointable(alias, canonical, write, ctx)
         resolved = canonical or os.path.realpath(alias)
         roots = read + write if canonical is not None else write
         names = [name for name in aliases.seen(resolved, [root.path for root in roots], mounts)
@@ -441,9 +462,13 @@ def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:
     first."""
     if not (raw == "~" or raw.startswith(("~/", "{home}/")) or raw == "{home}"):
         return [expand(raw, ctx)]
-    homes = dict.fromkeys(os.path.normpath(home) for home in (ctx.home, ctx.passwd_home)
-                          if os.path.isabs(home))
-    return [expand(raw, replace(ctx, home=home)) for home in homes]
+    return [expand(raw, replace(ctx, home=home)) for home in _homes(ctx)]
+
+
+def _homes(ctx: CompileContext) -> list[str]:
+    """This user's homes: $HOME's, then the password database's where it differs."""
+    return list(dict.fromkeys(os.path.normpath(home) for home in (ctx.home, ctx.passwd_home)
+                              if os.path.isabs(home)))
 
 
 def _make_all(aliases: Iterable[str]) -> str:

@@ -37,10 +37,13 @@ class Mounts:
 
 
 def table() -> Mounts:
-    """This process's mounts that a path can reach; none where there is no table to read. Of
-    several at one point the one on top is the one no other there is mounted on (the table
-    lists a mount put beneath another after it: attack 14); one whose parent is not the mount
-    its point's directory is seen on is hidden by a mount above it (a bind over its parent)."""
+    """This process's mounts that a path can reach; none where there is no table to read. The
+    table lists every mount, stacked and hidden ones too, in an order that says nothing of which
+    is on top (a mount put beneath another is listed after it: attack 14; siblings at one point,
+    and a mount on "/" over the process's root: attack 15). Where it is not plain — several
+    mounts at a point, or one whose parent is not the mount its directory is seen on — the
+    kernel is asked which mount the point resolves to (the mount id of a descriptor opened
+    there); one it does not resolve to is hidden, judged by nothing."""
     try:
         with open("/proc/self/mountinfo", "rb") as f:
             text = f.read()
@@ -53,40 +56,50 @@ def table() -> Mounts:
             mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]),
                           os.fsdecode(fields[0]), os.fsdecode(fields[1]))
             stacked.setdefault(mount.point, []).append(mount)
-    tops: dict[str, Mount] = {}
-    for point, mounts in stacked.items():
-        under = {m.parent for m in mounts}
-        tops[point] = next((m for m in mounts if m.id not in under), mounts[-1])
     at: dict[str, Mount] = {}
-
-    def seen_on(path: str) -> Mount | None:
-        """The mount `path` (a directory's) is seen on: the deepest mount point at or above it
-        whose mount is seen."""
-        while True:
-            if path in tops and seen(path):
-                return at[path]
-            if path == "/":
-                return None
-            path = os.path.dirname(path)
-
-    def seen(point: str) -> bool:
-        if point in at:
-            return True
-        below = tops[point]
-        while below.parent in {m.id for m in stacked[point]}:  # (to the bottom of the stack)
-            below = next(m for m in stacked[point] if m.id == below.parent)
-        holder = None if point == "/" else seen_on(os.path.dirname(point))
-        if point != "/" and (holder is None or holder.id != below.parent):
-            return False
-        at[point] = tops[point]
-        return True
-
-    for point in sorted(tops, key=len):  # (parents first: each judged once)
-        seen(point)
+    for point in sorted(stacked, key=len):  # (parents first: a point's directory judged before)
+        mounts = stacked[point]
+        holder = None if point == "/" else _seen_on(os.path.dirname(point), at)
+        if len(mounts) == 1 and (point == "/" or holder is not None
+                                 and holder.id == mounts[0].parent):
+            at[point] = mounts[0]
+            continue
+        resolved = _mount_id(point)
+        seen = next((m for m in mounts if m.id == resolved), None)
+        if seen is not None:
+            at[point] = seen
     of: dict[str, list[Mount]] = {}
     for mount in at.values():
         of.setdefault(mount.device, []).append(mount)
     return Mounts(at, of)
+
+
+def _seen_on(path: str, at: dict[str, Mount]) -> Mount | None:
+    """The mount `path` is seen on: that of the deepest seen mount point at or above it."""
+    while path not in at:
+        if path == "/":
+            return None
+        path = os.path.dirname(path)
+    return at[path]
+
+
+def _mount_id(point: str) -> str | None:
+    """The id of the mount `point` resolves to, as the kernel says (fdinfo's mnt_id), or None
+    where it cannot be opened."""
+    try:
+        fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("mnt_id:"):
+                    return line.split()[1]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
 
 
 def _unescaped(field: bytes) -> str:
