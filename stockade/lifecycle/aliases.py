@@ -49,6 +49,8 @@ def table() -> Mounts:
             text = f.read()
     except OSError:
         return Mounts({}, {})
+    if _last and _last[0] == text:  # (the same table: the same answers; a launch reads it often)
+        return _last[1]
     stacked: dict[str, list[Mount]] = {}
     for line in text.splitlines():
         fields = line.split(b" ")
@@ -71,7 +73,11 @@ def table() -> Mounts:
     of: dict[str, list[Mount]] = {}
     for mount in at.values():
         of.setdefault(mount.device, []).append(mount)
-    return Mounts(at, of)
+    _last[:] = [text, Mounts(at, of)]
+    return _last[1]
+
+
+_last: list = []  # (the table last read, and what was made of it)
 
 
 def _seen_on(path: str, at: dict[str, Mount]) -> Mount | None:
