@@ -107,9 +107,13 @@ install -d -o 65534 -g 65534 -m 0700 "$unlisted/nob" "$unlisted/nob/keys"
 chmod 755 "$unlisted/nob/keys"
 echo unsearched-bind-secret >"$unlisted/nob/keys/id"
 chmod 644 "$unlisted/nob/keys/id"
-mkdir -p "$unlisted/ro/view"
+mkdir -p "$unlisted/ro/view" "$unlisted/mine/m"
 mount --bind "$unlisted/nob/keys" "$unlisted/ro/view"
-trap 'umount -l "$unlisted/ro/view"; rm -rf "$copy" "$unlisted"' EXIT
+# ... and bound below a directory of the rootless user's it may not search (mode 000).
+mount --bind "$unlisted/nob/keys" "$unlisted/mine/m"
+chown "$test_user" "$unlisted/mine"
+chmod 000 "$unlisted/mine"
+trap 'umount -l "$unlisted/ro/view" "$unlisted/mine/m"; rm -rf "$copy" "$unlisted"' EXIT
 # The integrations (their set-up, then their tests, root and rootless) run beside the suites.
 (
     integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 \

@@ -202,7 +202,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_deny_links.py::"
             "test_a_link_a_read_root_shows_through_a_bind_mount_is_denied_there_too[landlock]")),
     Mutant("mount-of-removed-name-admitted", "stockade/launch/compile.py",
-           "    _refuse_mounts_of_removed_names(read, write)\n", "\n",
+           "    _refuse_unjudged_mounts(read, write)\n", "\n",
            ("tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
             "[namespaces]",
             "tests/test_deny_links.py::test_a_bind_of_a_link_since_removed_still_shows_nothing"
@@ -254,6 +254,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "[namespaces]",
             DENIED + "test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused"
             "[landlock]")),
+    Mutant("unlooked-mount-admitted", "stockade/launch/compile.py",
+           "            except OSError as exc:\n                raise UnenforceableError(key, (\n"
+           "                    f\"{_shown(point)}",
+           "            except OSError as exc:\n                continue\n"
+           "                raise UnenforceableError(key, (\n"
+           "                    f\"{_shown(point)}",
+           ("tests/test_deny_links.py::test_a_mount_at_a_path_longer_than_the_kernel_takes_in_a"
+            "_read_root_is_refused[namespaces]",
+            DENIED + "test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root"
+            "_is_refused[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

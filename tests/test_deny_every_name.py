@@ -373,7 +373,10 @@ def unsearched_bind(tmp_path: Path) -> Path:
         path.chmod(mode)
     tmp_path.chmod(0o755)
     (top / "ro" / "view").mkdir(parents=True)
-    subprocess.run(["mount", "--bind", top / "nob" / "keys", top / "ro" / "view"], check=True)
+    (top / "mine" / "m").mkdir(parents=True)
+    for point in ("ro/view", "mine/m"):
+        subprocess.run(["mount", "--bind", top / "nob" / "keys", top / point], check=True)
+    (top / "mine").chmod(0)
     return top
 
 
@@ -398,7 +401,44 @@ def test_a_denied_path_below_another_users_directory_is_denied_where_a_mount_sho
         assert f"{top}/ro/view/id: DONE" not in r.stdout.decode(), r.stdout
     finally:
         if not given:
-            subprocess.run(["umount", "-l", top / "ro" / "view"], check=True)
+            unbind(top)
+
+
+def unbind(top: Path) -> None:
+    subprocess.run(["umount", "-l", top / "ro" / "view", top / "mine" / "m"], check=True)
+    (top / "mine").chmod(0o755)
+
+
+@pytest.mark.root_only("needs another user's directory and bind mounts, which only root can "
+                       "make (scripts/test.sh gives its rootless pass them: "
+                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root_is_refused(
+        ws, tmp_path, isolation):
+    """Attack 16, M1: a denied directory bound below a directory of the user's that it may not
+    search (mode 000), in a read root: the name could not be looked up to compare, and was
+    dropped; in the landlock tier (Landlock does not govern chmod) the command made the
+    directory searchable and read the denied files. A mount in a root this user cannot look at
+    refuses the launch, typed, naming it; as root it is looked at, and masked."""
+    workspace, _ = ws
+    given = os.environ.get("STOCKADE_TEST_UNSEARCHED")
+    top = Path(given) if given else unsearched_bind(tmp_path)
+    try:
+        policy = replace(policy_for(deny=(f"{top}/nob/keys",), read=(f"{top}/mine",),
+                                    pids=None), isolation=isolation)
+        args = [PYTHON, "-c", CHMOD_THEN_READ, f"{top}/mine", f"{top}/mine/m/id"]
+        if os.getuid() != 0:
+            with pytest.raises(stockade.UnenforceableError) as refused:
+                stockade.run(args, policy, workspace=workspace)
+            assert refused.value.code == "unenforceable:filesystem.read"
+            assert f"{top}/mine/m, a mount in or above the root {top}/mine, cannot be looked " \
+                   "at by this user" in refused.value.message, refused.value.message
+            return
+        r = stockade.run(args, policy, workspace=workspace)
+        assert "unsearched-bind-secret" not in r.stdout.decode() + r.stderr.decode(), r.stdout
+    finally:
+        if not given:
+            unbind(top)
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])

@@ -370,6 +370,54 @@ def test_a_mount_on_the_root_over_the_processs_own_hides_nothing(ws):
            "since removed named" in out, out
 
 
+# In a private mount namespace: a directory chain longer than the kernel takes as a path in a
+# read root, the denied directory bound at its end (by descriptor: no path reaches it), then the
+# launch; its outcome.
+DEEP = """
+import ctypes, os, sys
+from dataclasses import replace
+sys.path.insert(0, sys.argv[4])
+import stockade
+from conftest import PYTHON, policy_for
+workspace, outside, isolation, _, vault = sys.argv[1:]
+fd = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
+for _ in range(30):  # (30 x 200 bytes: past PATH_MAX)
+    os.mkdir("d" * 199, dir_fd=fd)
+    fd = os.open("d" * 199, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+libc = ctypes.CDLL(None, use_errno=True)
+tree = libc.syscall(428, -100, os.fsencode(vault), 1 | 0o2000000)  # open_tree: a clone
+assert tree >= 0 and libc.syscall(429, tree, b"", fd, b"", 0x4 | 0x40) == 0, ctypes.get_errno()
+policy = replace(policy_for(deny=(vault,), read=(outside,), pids=None), isolation=isolation)
+try:
+    r = stockade.run([PYTHON, "-c", "print('RAN')"], policy, workspace=workspace)
+    print("EXIT", r.exit_code, r.stdout.decode())
+except stockade.StockadeError as exc:
+    print("REFUSED", exc.code, exc)
+"""
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_mount_at_a_path_longer_than_the_kernel_takes_in_a_read_root_is_refused(
+        ws, tmp_path, isolation):
+    """Attack 16, M2: a denied directory bound at the end of a path longer than PATH_MAX in a
+    read root: listed by the mount table, but never looked up (ENAMETOOLONG), so dropped; the
+    command reached it a directory at a time and read the denied files. Refused, typed."""
+    workspace, outside = ws
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "id").write_text(SECRET)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           DEEP, str(workspace), str(outside), isolation,
+                           os.path.dirname(__file__), str(vault)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "REFUSED unenforceable:filesystem.read" in done.stdout, done.stdout
+    assert "cannot be looked at by this user (File name too long)" in done.stdout, done.stdout
+    assert (vault / "id").read_text() == SECRET
+
+
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_read_root_binding_a_directory_above_a_denied_mount_is_refused_by_the_tier(

@@ -111,7 +111,7 @@ def compile_policy(
         and fs.workspace == "direct" else ((), [])
     write = tuple(sorted({g.path: g for g in home + write}.values(), key=lambda g: g.path))
     _refuse_planted_links(read_links, write_links + home_links, read, write)
-    _refuse_mounts_of_removed_names(read, write)
+    _refuse_unjudged_mounts(read, write)
     state, places = _stockade_state(ctx, read, write, home)
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
@@ -312,17 +312,17 @@ def _refuse_repointable(alias: str, canonical: str, write: tuple[PathGrant, ...]
                 "link with what it points to")
 
 
-def _refuse_mounts_of_removed_names(read: tuple[PathGrant, ...],
-                                    write: tuple[PathGrant, ...]) -> None:
-    """Refuse, typed, a root that holds, or lies in, a mount of what a name since removed named
-    that still has other names (a bind of a hard link, or of a directory, whose name was then
-    removed: the mount table says `//deleted`, not where it is now): nothing tells whether a
-    denied or protected file is seen through it, so it could be neither masked nor kept
-    (attacks 11 and 13). A file with no name left (a resolv.conf a container's host replaced)
-    is what it was, nothing of the host's now."""
-    for point, mount in aliases.table().at.items():
-        if not mount.top.endswith("//deleted"):
-            continue
+def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...]) -> None:
+    """Refuse, typed, a root that holds, or lies in, a mount nothing can judge: one whose point
+    this user cannot look up (below a directory it may not search, a path longer than the
+    kernel takes: what it shows cannot be compared with the denied and protected paths, and in
+    the landlock tier the command may make its own directories searchable; attack 16), or one
+    of what a name since removed named that still has other names (a bind of a hard link, or
+    of a directory, whose name was then removed: the mount table says `//deleted`, not where it
+    is now; attacks 11 and 13). A file with no name left (a resolv.conf a container's host
+    replaced) is what it was, nothing of the host's now; a point not there is hidden."""
+    mounts = aliases.table()
+    for point in [*mounts.at, *mounts.unresolved]:
         for key, roots in (("filesystem.write", write), ("filesystem.read", read)):
             holder = _holder(point, roots) or next(
                 (root.path for root in roots if _inside(root.path, point)), None)
@@ -330,14 +330,27 @@ def _refuse_mounts_of_removed_names(read: tuple[PathGrant, ...],
                 continue
             try:
                 info = os.lstat(point)
-            except OSError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # (hidden under another mount: not seen there)
-            if stat.S_ISDIR(info.st_mode) or info.st_nlink > 0:
+            except OSError as exc:
+                raise UnenforceableError(key, (
+                    f"{_shown(point)}, a mount in or above the root {holder}, cannot be looked "
+                    f"at by this user ({exc.strerror}), so what it shows cannot be compared with "
+                    "the denied and protected paths; make the directories above it searchable "
+                    "by this user, or choose roots that do not hold it")) from None
+            top = point in mounts.at and mounts.at[point].top
+            if top and top.endswith("//deleted") and (stat.S_ISDIR(info.st_mode)
+                                                      or info.st_nlink > 0):
                 raise UnenforceableError(key, (
                     f"{point}, in or above the root {holder}, is a mount of what a name since "
-                    f"removed named ({mount.top.removesuffix('//deleted')}), which may show a "
+                    f"removed named ({top.removesuffix('//deleted')}), which may show a "
                     "denied or protected file that no name of it tells of; unmount it "
                     f"(umount {point}) or choose roots that do not hold it"))
+
+
+def _shown(path: str) -> str:
+    """`path`, cut in the middle if it is too long to read in a message."""
+    return path if len(path) <= 200 else f"{path[:100]}...{path[-80:]}"
 
 
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:

@@ -34,6 +34,7 @@ class Mount:
 class Mounts:
     at: dict[str, Mount]  # by mount point: the one seen there (on top, and not hidden)
     of: dict[str, list[Mount]]  # by device: those seen
+    unresolved: tuple[str, ...] = ()  # points the kernel could not be asked about (unopenable)
 
 
 def table() -> Mounts:
@@ -59,6 +60,7 @@ def table() -> Mounts:
                           os.fsdecode(fields[0]), os.fsdecode(fields[1]))
             stacked.setdefault(mount.point, []).append(mount)
     at: dict[str, Mount] = {}
+    unresolved: list[str] = []
     for point in sorted(stacked, key=len):  # (parents first: a point's directory judged before)
         mounts = stacked[point]
         holder = None if point == "/" else _seen_on(os.path.dirname(point), at)
@@ -67,13 +69,16 @@ def table() -> Mounts:
             at[point] = mounts[0]
             continue
         resolved = _mount_id(point)
+        if resolved is None:
+            unresolved.append(point)
+            continue
         seen = next((m for m in mounts if m.id == resolved), None)
         if seen is not None:
             at[point] = seen
     of: dict[str, list[Mount]] = {}
     for mount in at.values():
         of.setdefault(mount.device, []).append(mount)
-    _last[:] = [text, Mounts(at, of)]
+    _last[:] = [text, Mounts(at, of, tuple(unresolved))]
     return _last[1]
 
 
