@@ -107,13 +107,15 @@ install -d -o 65534 -g 65534 -m 0700 "$unlisted/nob" "$unlisted/nob/keys"
 chmod 755 "$unlisted/nob/keys"
 echo unsearched-bind-secret >"$unlisted/nob/keys/id"
 chmod 644 "$unlisted/nob/keys/id"
-mkdir -p "$unlisted/ro/view" "$unlisted/mine/m"
+mkdir -p "$unlisted/ro/view" "$unlisted/mine/m" "$unlisted/nob/inner"
 mount --bind "$unlisted/nob/keys" "$unlisted/ro/view"
+mount --bind "$unlisted/nob/keys" "$unlisted/nob/inner"  # (out of the rootless run's reach)
 # ... and bound below a directory of the rootless user's it may not search (mode 000).
 mount --bind "$unlisted/nob/keys" "$unlisted/mine/m"
 chown "$test_user" "$unlisted/mine"
 chmod 000 "$unlisted/mine"
-trap 'umount -l "$unlisted/ro/view" "$unlisted/mine/m"; rm -rf "$copy" "$unlisted"' EXIT
+trap 'umount -l "$unlisted/ro/view" "$unlisted/mine/m" "$unlisted/nob/inner"
+      rm -rf "$copy" "$unlisted"' EXIT
 # The integrations (their set-up, then their tests, root and rootless) run beside the suites.
 (
     integrations_setup "$copy" >"$copy/integrations-setup.log" 2>&1 \

@@ -218,8 +218,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (DENIED + "test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a"
             "_read_root[landlock]",)),
     Mutant("denied-path-link-owner-judged", "stockade/launch/compile.py",
-           "                above = os.path.realpath(_first_unsearchable(alias))\n",
-           "                above = _first_unsearchable(alias)\n",
+           "                above = os.path.realpath(aliases.first_unsearchable(alias))\n",
+           "                above = aliases.first_unsearchable(alias)\n",
            (DENIED + "test_a_denied_path_named_through_another_users_link_to_the_users_own"
             "_directory[landlock]",)),
     Mutant("denied-unsearched-shown-unmasked", "stockade/lifecycle/aliases.py",
@@ -254,16 +254,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "[namespaces]",
             DENIED + "test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused"
             "[landlock]")),
-    Mutant("unlooked-mount-admitted", "stockade/launch/compile.py",
-           "            except OSError as exc:\n                raise UnenforceableError(key, (\n"
-           "                    f\"{_shown(point)}",
-           "            except OSError as exc:\n                continue\n"
-           "                raise UnenforceableError(key, (\n"
-           "                    f\"{_shown(point)}",
+    Mutant("unlooked-mount-admitted", "stockade/lifecycle/aliases.py",
+           "    except OSError as exc:\n        raise _unlooked(path, exc) from None\n",
+           "    except OSError as exc:\n        return None\n",
            ("tests/test_deny_links.py::test_a_mount_at_a_path_longer_than_the_kernel_takes_in_a"
-            "_read_root_is_refused[namespaces]",
-            DENIED + "test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root"
-            "_is_refused[landlock]")),
+            "_read_root_is_refused[namespaces]",)),
+    Mutant("unlooked-own-directory-admitted", "stockade/lifecycle/aliases.py",
+           "        raise _unlooked(path, exc) from None\n    except OSError as exc:\n",
+           "        return None\n    except OSError as exc:\n",
+           (DENIED + "test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root"
+            "_is_refused[landlock]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

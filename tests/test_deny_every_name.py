@@ -374,7 +374,8 @@ def unsearched_bind(tmp_path: Path) -> Path:
     tmp_path.chmod(0o755)
     (top / "ro" / "view").mkdir(parents=True)
     (top / "mine" / "m").mkdir(parents=True)
-    for point in ("ro/view", "mine/m"):
+    (top / "nob" / "inner").mkdir()
+    for point in ("ro/view", "mine/m", "nob/inner"):
         subprocess.run(["mount", "--bind", top / "nob" / "keys", top / point], check=True)
     (top / "mine").chmod(0)
     return top
@@ -405,7 +406,8 @@ def test_a_denied_path_below_another_users_directory_is_denied_where_a_mount_sho
 
 
 def unbind(top: Path) -> None:
-    subprocess.run(["umount", "-l", top / "ro" / "view", top / "mine" / "m"], check=True)
+    subprocess.run(["umount", "-l", top / "ro" / "view", top / "mine" / "m",
+                    top / "nob" / "inner"], check=True)
     (top / "mine").chmod(0o755)
 
 
@@ -431,7 +433,7 @@ def test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root_is_re
             with pytest.raises(stockade.UnenforceableError) as refused:
                 stockade.run(args, policy, workspace=workspace)
             assert refused.value.code == "unenforceable:filesystem.read"
-            assert f"{top}/mine/m, a mount in or above the root {top}/mine, cannot be looked " \
+            assert f"{top}/mine/m, where a mount shows part of a root, cannot be looked " \
                    "at by this user" in refused.value.message, refused.value.message
             return
         r = stockade.run(args, policy, workspace=workspace)
@@ -460,3 +462,25 @@ def test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused(ws, iso
     assert f"symbolic link {workspace}/a/secret, inside the write root {workspace}" \
         in refused.value.message, refused.value.message
     assert f"deny the path it points to ({workspace}/b/real)" in refused.value.message
+
+
+@pytest.mark.root_only("needs another user's directory and bind mounts, which only root can "
+                       "make (scripts/test.sh gives its rootless pass them: "
+                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+def test_a_mount_below_another_users_directory_in_a_read_root_refuses_nothing(
+        ws, tmp_path, isolation):
+    """Attack 17, F1: a mount below a directory of another user's this user may not search
+    (a desktop's /run/user/<uid>/doc, gvfs) in a read root refused every rootless launch that
+    read /run or /: a mount nothing can look at was refused whoever's directory hid it. Out of
+    the command's reach too, it is passed over; the launch runs."""
+    workspace, _ = ws
+    given = os.environ.get("STOCKADE_TEST_UNSEARCHED")
+    top = Path(given) if given else unsearched_bind(tmp_path)
+    try:
+        policy = replace(policy_for(read=(f"{top}/nob",), pids=None), isolation=isolation)
+        r = stockade.run([PYTHON, "-c", "print('RAN')"], policy, workspace=workspace)
+        assert r.exit_code == 0 and r.stdout.decode() == "RAN\n", r.stderr
+    finally:
+        if not given:
+            unbind(top)

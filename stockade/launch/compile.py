@@ -328,16 +328,9 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
                 (root.path for root in roots if _inside(root.path, point)), None)
             if holder is None:
                 continue
-            try:
-                info = os.lstat(point)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # (hidden under another mount: not seen there)
-            except OSError as exc:
-                raise UnenforceableError(key, (
-                    f"{_shown(point)}, a mount in or above the root {holder}, cannot be looked "
-                    f"at by this user ({exc.strerror}), so what it shows cannot be compared with "
-                    "the denied and protected paths; make the directories above it searchable "
-                    "by this user, or choose roots that do not hold it")) from None
+            info = aliases.look(point)
+            if info is None:
+                continue  # (hidden under another mount, or out of the command's reach too)
             top = point in mounts.at and mounts.at[point].top
             if top and top.endswith("//deleted") and (stat.S_ISDIR(info.st_mode)
                                                       or info.st_nlink > 0):
@@ -346,11 +339,6 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
                     f"removed named ({top.removesuffix('//deleted')}), which may show a "
                     "denied or protected file that no name of it tells of; unmount it "
                     f"(umount {point}) or choose roots that do not hold it"))
-
-
-def _shown(path: str) -> str:
-    """`path`, cut in the middle if it is too long to read in a message."""
-    return path if len(path) <= 200 else f"{path[:100]}...{path[-80:]}"
 
 
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
@@ -385,7 +373,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
         except OSError as exc:
             if isinstance(exc, PermissionError):
                 # (a link on the way counts as what it leads to: a root-owned /home -> var/home)
-                above = os.path.realpath(_first_unsearchable(alias))
+                above = os.path.realpath(aliases.first_unsearchable(alias))
                 if not _own(above):
                     # (another user's: nor may the command search it, or change that; but a
                     # mount may show what lies below it in a root: each such name is denied,
@@ -428,7 +416,8 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
     blocked |= {alias: f"the write root {holder}" for alias, holder in missing.values()
                 if alias in unsearchable}
     if blocked:
-        dirs = dict.fromkeys(os.path.realpath(_first_unsearchable(alias)) for alias in blocked)
+        dirs = dict.fromkeys(os.path.realpath(aliases.first_unsearchable(alias))
+                             for alias in blocked)
         raise UnenforceableError(
             "filesystem.deny",
             "this user may not look up the denied paths "
@@ -456,18 +445,6 @@ def _own(path: str) -> bool:
         return os.lstat(path).st_uid == os.geteuid()
     except OSError:
         return False
-
-
-def _first_unsearchable(path: str) -> str:
-    """The first directory on the way to `path` that this user may not search (its parent if
-    none is: one may be a moment later)."""
-    above = os.path.dirname(path)
-    at = "/"
-    for part in above.strip("/").split("/"):
-        at = os.path.join(at, part)
-        if not os.access(at, os.X_OK):
-            return at
-    return above
 
 
 def _in_every_home(raw: str, ctx: CompileContext) -> list[str]:

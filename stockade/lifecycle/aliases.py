@@ -20,6 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from stockade.errors import UnenforceableError
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -78,8 +80,11 @@ def table() -> Mounts:
     of: dict[str, list[Mount]] = {}
     for mount in at.values():
         of.setdefault(mount.device, []).append(mount)
-    _last[:] = [text, Mounts(at, of, tuple(unresolved))]
-    return _last[1]
+    made = Mounts(at, of, tuple(unresolved))
+    # (kept only when the kernel answered for every point: an unopenable one may open later,
+    # its mounts unchanged, the table's text too; attack 17, S1)
+    _last[:] = [] if unresolved else [text, made]
+    return made
 
 
 _last: list = []  # (the table last read, and what was made of it)
@@ -174,9 +179,54 @@ def shown(place: str, roots: list[str], mounts: Mounts) -> list[str]:
 
 def _identical(name: str, path: str) -> bool:
     try:
-        return os.path.samestat(os.lstat(name), os.lstat(path))
+        here = os.lstat(path)
     except OSError:
         return False
+    there = look(name)
+    return there is not None and os.path.samestat(here, there)
+
+
+def look(path: str) -> os.stat_result | None:
+    """lstat(`path`): None where nothing is there, or where the command cannot reach it either
+    (below a directory of another user's this user may not search); refused, typed, where this
+    user cannot look at it and the command might reach it (below a directory of its own it may
+    not search, which it can chmod; past PATH_MAX, which it can walk a directory at a time): a
+    name that cannot be compared must never pass for another thing's (attacks 16, 17)."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as exc:
+        above = os.path.realpath(first_unsearchable(path))
+        try:
+            if os.lstat(above).st_uid != os.geteuid():
+                return None
+        except OSError:
+            pass
+        raise _unlooked(path, exc) from None
+    except OSError as exc:
+        raise _unlooked(path, exc) from None
+
+
+def _unlooked(path: str, exc: OSError) -> UnenforceableError:
+    shown = path if len(path) <= 200 else f"{path[:100]}...{path[-80:]}"
+    return UnenforceableError("filesystem.read", (
+        f"{shown}, where a mount shows part of a root, cannot be looked at by this user "
+        f"({exc.strerror}), so what it shows cannot be compared with the denied and protected "
+        "paths; make the directories above it searchable by this user, or choose roots that "
+        "do not hold it"))
+
+
+def first_unsearchable(path: str) -> str:
+    """The first directory on the way to `path` that this user may not search (its parent if
+    none is: one may be a moment later)."""
+    above = os.path.dirname(path)
+    at = "/"
+    for part in above.strip("/").split("/"):
+        at = os.path.join(at, part)
+        if not os.access(at, os.X_OK):
+            return at
+    return above
 
 
 def _inner(place: str, mounts: Mounts) -> list[tuple[str, str]]:
@@ -212,10 +262,8 @@ def _same(name: str, place: str) -> bool:
             continue
         except OSError:
             return False
-        try:
-            return os.path.samestat(here, os.lstat(name))
-        except OSError:
-            return False
+        there = look(name)
+        return there is not None and os.path.samestat(here, there)
 
 
 def _at_or_below(path: str, top: str) -> bool:
