@@ -264,6 +264,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "        return None\n    except OSError as exc:\n",
            (DENIED + "test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root"
             "_is_refused[landlock]",)),
+    Mutant("overlay-of-denied-admitted", "stockade/launch/compile.py",
+           "    _refuse_overlays_of_denied(read, write, deny)\n", "\n",
+           ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[namespaces]",
+            "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

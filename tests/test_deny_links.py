@@ -418,6 +418,52 @@ def test_a_mount_at_a_path_longer_than_the_kernel_takes_in_a_read_root_is_refuse
     assert (vault / "id").read_text() == SECRET
 
 
+# In a private mount namespace: an overlay whose lower layer is the denied directory, mounted
+# in the read root; the launch reading it there.
+OVERLAID = """
+import subprocess, sys
+from dataclasses import replace
+sys.path.insert(0, sys.argv[4])
+import stockade
+from conftest import PYTHON, policy_for
+workspace, outside, isolation, _, spare, script = sys.argv[1:]
+subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                f"lowerdir={workspace}/secrets,upperdir={spare}/u,workdir={spare}/w",
+                f"{outside}/m"], check=True)
+policy = replace(policy_for(deny=(workspace + "/secrets",), read=(outside,), pids=None),
+                 isolation=isolation)
+try:
+    r = stockade.run([PYTHON, "-c", script, outside + "/m/prod.env"], policy,
+                     workspace=workspace)
+    print("EXIT", r.exit_code, r.stdout.decode())
+except stockade.StockadeError as exc:
+    print("REFUSED", exc.code, exc)
+"""
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_an_overlay_of_a_denied_directory_in_a_read_root_is_refused(ws, tmp_path, isolation):
+    """Attack 18, O1: an overlay whose layer is a denied directory shows its files on a device
+    of its own, where no name is compared with the denied ones: the command read them through
+    it in both isolations. A root holding such an overlay is refused, typed, naming it."""
+    workspace, outside = ws
+    secret_at(workspace / "secrets" / "prod.env")
+    (outside / "m").mkdir()
+    for name in ("u", "w"):
+        (tmp_path / name).mkdir()
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           OVERLAID, str(workspace), str(outside), isolation,
+                           os.path.dirname(__file__), str(tmp_path), READ_ALL],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout
+    assert f"REFUSED unenforceable:filesystem.deny unenforceable:filesystem.deny: {outside}/m, " \
+           f"an overlay in or above the root {outside}, shows the denied path " \
+           f"{workspace}/secrets" in done.stdout, done.stdout
+
+
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_read_root_binding_a_directory_above_a_denied_mount_is_refused_by_the_tier(

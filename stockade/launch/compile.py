@@ -115,6 +115,7 @@ def compile_policy(
     state, places = _stockade_state(ctx, read, write, home)
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
+    _refuse_overlays_of_denied(read, write, deny)
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -339,6 +340,28 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
                     f"removed named ({top.removesuffix('//deleted')}), which may show a "
                     "denied or protected file that no name of it tells of; unmount it "
                     f"(umount {point}) or choose roots that do not hold it"))
+
+
+def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
+                               deny: tuple[PathGrant, ...]) -> None:
+    """Refuse, typed, a root that holds, or lies in, an overlay one of whose layers is, holds
+    or lies in a denied path: its files are the layer's on a device of its own, so no name of
+    them there is compared with the denied ones, and none masked (attack 18)."""
+    for point, mount in aliases.table().at.items():
+        holder = mount.layers and (_holder(point, read + write) or next(
+            (root.path for root in read + write if _inside(root.path, point)), None))
+        for layer in mount.layers if holder else ():
+            # (the name it gives the denied path, or the part of it the layer is; none where
+            # that is the denied path's own: an overlay mounted on its own layer, as on /etc)
+            denied = next((g.path for g in deny if _inside(g.path, layer) and os.path.normpath(
+                os.path.join(point, os.path.relpath(g.path, layer))) != g.path
+                or _inside(layer, g.path) and not _inside(point, g.path)), None)
+            if denied is not None:
+                raise UnenforceableError("filesystem.deny", (
+                    f"{point}, an overlay in or above the root {holder}, shows the denied path "
+                    f"{denied} through its layer {layer}, on a device of its own, where no mask "
+                    f"follows it; unmount it (umount {point}) or choose roots that do not hold "
+                    "it"))
 
 
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:

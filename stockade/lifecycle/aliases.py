@@ -30,6 +30,7 @@ class Mount:
     point: str  # where it is mounted
     id: str = ""
     parent: str = ""  # the mount it is mounted on
+    layers: tuple[str, ...] = ()  # an overlay's lower and upper directories
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def table() -> Mounts:
         fields = line.split(b" ")
         if len(fields) > 4:
             mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]),
-                          os.fsdecode(fields[0]), os.fsdecode(fields[1]))
+                          os.fsdecode(fields[0]), os.fsdecode(fields[1]), _layers(fields))
             stacked.setdefault(mount.point, []).append(mount)
     at: dict[str, Mount] = {}
     unresolved: list[str] = []
@@ -88,6 +89,25 @@ def table() -> Mounts:
 
 
 _last: list = []  # (the table last read, and what was made of it)
+
+
+def _layers(fields: list[bytes]) -> tuple[str, ...]:
+    """An overlay's lower and upper directories, from its line's options (after " - overlay
+    SOURCE"): its files are theirs, on a device of its own, which no other name is compared
+    with (attack 18)."""
+    try:
+        at = fields.index(b"-", 6)
+    except ValueError:
+        return ()
+    if fields[at + 1:at + 2] != [b"overlay"] or len(fields) < at + 4:
+        return ()
+    layers: list[str] = []
+    for option in re.split(rb"(?<!\\),", fields[at + 3]):
+        key, _, value = option.partition(b"=")
+        if key in (b"lowerdir", b"upperdir", b"lowerdir+", b"datadir+"):
+            layers += [_unescaped(part).replace("\\:", ":").replace("\\,", ",")
+                       for part in re.split(rb"(?<!\\):", value) if part]
+    return tuple(layers)
 
 
 def _seen_on(path: str, at: dict[str, Mount]) -> Mount | None:
