@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 from stockade.errors import UnenforceableError
@@ -48,6 +49,8 @@ def table() -> Mounts:
     mounts at a point, or one whose parent is not the mount its directory is seen on — the
     kernel is asked which mount the point resolves to (the mount id of a descriptor opened
     there); one it does not resolve to is hidden, judged by nothing."""
+    if sys.platform != "linux":  # (no table there: only a place's own path counts)
+        return Mounts({}, {})
     try:
         with open("/proc/self/mountinfo", "rb") as f:
             text = f.read()
