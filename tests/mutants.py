@@ -267,9 +267,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("overlay-of-denied-admitted", "stockade/launch/compile.py",
            "    _refuse_overlays_of_denied(read, write, deny)\n", "\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
-            "_refused[namespaces]",
+            "_refused[plain-namespaces]",
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
-            "_refused[landlock]")),
+            "_refused[plain-landlock]")),
+    Mutant("overlay-layer-judged-by-its-text", "stockade/launch/compile.py",
+           "            if _same_as(above, layer_is):\n", "            if above == layer:\n",
+           ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[parent-link-namespaces]",
+            "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[parent-link-landlock]")),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

@@ -345,23 +345,67 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
 def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
                                deny: tuple[PathGrant, ...]) -> None:
     """Refuse, typed, a root that holds, or lies in, an overlay one of whose layers is, holds
-    or lies in a denied path: its files are the layer's on a device of its own, so no name of
-    them there is compared with the denied ones, and none masked (attack 18)."""
+    or lies in a denied path under another name: its files are the layer's on a device of its
+    own, so no name of them there is compared with the denied ones, and none masked (attack
+    18). The table gives a layer as its mounter wrote it: one written relative or not plainly
+    (`..`, `//`) cannot be judged and is refused; the rest are judged by what they are (a link
+    followed, a bind of a denied directory known by its identity: attack 19). A layer not there
+    is outside this view (a container's host layers), and the command's too."""
     for point, mount in aliases.table().at.items():
         holder = mount.layers and (_holder(point, read + write) or next(
             (root.path for root in read + write if _inside(root.path, point)), None))
         for layer in mount.layers if holder else ():
-            # (the name it gives the denied path, or the part of it the layer is; none where
-            # that is the denied path's own: an overlay mounted on its own layer, as on /etc)
-            denied = next((g.path for g in deny if _inside(g.path, layer) and os.path.normpath(
-                os.path.join(point, os.path.relpath(g.path, layer))) != g.path
-                or _inside(layer, g.path) and not _inside(point, g.path)), None)
+            if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
+                raise UnenforceableError("filesystem.deny", (
+                    f"{point}, an overlay in or above the root {holder}, has a layer written "
+                    f"{layer!r}, which cannot be told from the denied paths; unmount it (umount "
+                    f"{point}) or choose roots that do not hold it"))
+            denied = _overlaid(point, layer, deny)
             if denied is not None:
                 raise UnenforceableError("filesystem.deny", (
                     f"{point}, an overlay in or above the root {holder}, shows the denied path "
                     f"{denied} through its layer {layer}, on a device of its own, where no mask "
                     f"follows it; unmount it (umount {point}) or choose roots that do not hold "
                     "it"))
+
+
+def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:
+    """The denied path the overlay at `point` gives another name through `layer`: one at or
+    below a directory the layer is (by identity), or one the layer lies in (an overlay mounted
+    on its own layer, as over /etc, gives the denied paths no other name)."""
+    try:
+        layer_is = os.stat(layer)
+    except OSError:
+        return None
+    real = os.path.realpath(layer)
+    for grant in deny:
+        above = grant.path
+        while True:
+            if _same_as(above, layer_is):
+                name = os.path.normpath(os.path.join(point, os.path.relpath(grant.path, above)))
+                if name != grant.path:
+                    return grant.path
+                break
+            if above == "/":
+                break
+            above = os.path.dirname(above)
+        try:
+            denied_is = os.stat(grant.path)
+        except OSError:
+            continue
+        part = real
+        while part != "/" and not _same_as(part, denied_is):
+            part = os.path.dirname(part)
+        if part != "/" and not _inside(point, grant.path):
+            return grant.path
+    return None
+
+
+def _same_as(path: str, info: os.stat_result) -> bool:
+    try:
+        return os.path.samestat(os.stat(path), info)
+    except OSError:
+        return False
 
 
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:

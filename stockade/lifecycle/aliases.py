@@ -95,21 +95,24 @@ _last: list = []  # (the table last read, and what was made of it)
 
 
 def _layers(fields: list[bytes]) -> tuple[str, ...]:
-    """An overlay's lower and upper directories, from its line's options (after " - overlay
-    SOURCE"): its files are theirs, on a device of its own, which no other name is compared
-    with (attack 18)."""
+    """An overlay's lower and upper directories as its mounter wrote them, from its line's
+    options (after " - overlay SOURCE"): its files are theirs, on a device of its own, which no
+    other name is compared with (attacks 18, 19). The table writes a backslash as \\134, so
+    overlay's own escapes ("\\:" in lowerdir, "\\," anywhere) are read after decoding; a
+    `lowerdir+`/`datadir+` value is one path, its colons its own."""
     try:
         at = fields.index(b"-", 6)
     except ValueError:
         return ()
     if fields[at + 1:at + 2] != [b"overlay"] or len(fields) < at + 4:
         return ()
+    options = _unescaped(fields[at + 3])
     layers: list[str] = []
-    for option in re.split(rb"(?<!\\),", fields[at + 3]):
-        key, _, value = option.partition(b"=")
-        if key in (b"lowerdir", b"upperdir", b"lowerdir+", b"datadir+"):
-            layers += [_unescaped(part).replace("\\:", ":").replace("\\,", ",")
-                       for part in re.split(rb"(?<!\\):", value) if part]
+    for option in re.split(r"(?<!\\),", options):
+        key, _, value = option.partition("=")
+        parts = re.split(r"(?<!\\):", value) if key in ("lowerdir", "upperdir") else [value]
+        if key in ("lowerdir", "upperdir", "lowerdir+", "datadir+"):
+            layers += [re.sub(r"\\([:,])", r"\1", part) for part in parts if part]
     return tuple(layers)
 
 
