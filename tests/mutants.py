@@ -276,6 +276,11 @@ MUTANTS: tuple[Mutant, ...] = (
             "_refused[parent-link-namespaces]",
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-landlock]")),
+    Mutant("overlay-unplain-layer-judged", "stockade/launch/compile.py",
+           "            if not os.path.isabs(layer) or os.path.normpath(layer) != layer:\n",
+           "            if False:\n",
+           ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[relative-namespaces]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

@@ -350,12 +350,18 @@ def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGra
     18). The table gives a layer as its mounter wrote it: one written relative or not plainly
     (`..`, `//`) cannot be judged and is refused; the rest are judged by what they are (a link
     followed, a bind of a denied directory known by its identity: attack 19). A layer not there
-    is outside this view (a container's host layers), and the command's too."""
+    is outside this view (a container's host layers), and the command's too; so is one written
+    relative for an overlay above the roots (an engine's layers, written relative to its store
+    when they are many)."""
     for point, mount in aliases.table().at.items():
         holder = mount.layers and (_holder(point, read + write) or next(
             (root.path for root in read + write if _inside(root.path, point)), None))
         for layer in mount.layers if holder else ():
             if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
+                if _holder(point, read + write) is None:
+                    # (an overlay above the roots, a container's own root, whose layers its
+                    # engine may write relative to its store: they are not in this view)
+                    continue
                 raise UnenforceableError("filesystem.deny", (
                     f"{point}, an overlay in or above the root {holder}, has a layer written "
                     f"{layer!r}, which cannot be told from the denied paths; unmount it (umount "
