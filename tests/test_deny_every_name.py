@@ -361,6 +361,13 @@ def test_a_denied_path_named_through_another_users_link_to_the_users_own_directo
         mine.rmdir()
 
 
+# (root makes them: scripts/test.sh for its rootless pass, unsearched_bind() as root)
+UNSEARCHED = pytest.mark.root_only(
+    "needs another user's directory and bind mounts, which only root can make (scripts/test.sh "
+    "gives its rootless pass them: STOCKADE_TEST_UNSEARCHED)",
+    unless_env="STOCKADE_TEST_UNSEARCHED")
+
+
 def unsearched_bind(tmp_path: Path) -> Path:
     """What scripts/test.sh makes for its rootless pass (STOCKADE_TEST_UNSEARCHED), made here
     as root: nob/ another user's, not searchable, nob/keys/id in it, nob/keys bound at ro/view."""
@@ -380,9 +387,7 @@ def unsearched_bind(tmp_path: Path) -> Path:
     return top
 
 
-@pytest.mark.root_only("needs another user's directory and a bind mount, which only root can "
-                       "make (scripts/test.sh gives its rootless pass them: "
-                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@UNSEARCHED
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
 def test_a_denied_path_below_another_users_directory_is_denied_where_a_mount_shows_it(
         ws, tmp_path, isolation):
@@ -409,9 +414,7 @@ def unbind(top: Path) -> None:
                     top / "nob" / "inner"], check=True)
 
 
-@pytest.mark.root_only("needs another user's directory and bind mounts, which only root can "
-                       "make (scripts/test.sh gives its rootless pass them: "
-                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@UNSEARCHED
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
 def test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root_is_refused(
         ws, tmp_path, isolation):
@@ -464,9 +467,7 @@ def test_a_denied_path_reached_through_a_link_in_a_write_root_is_refused(ws, iso
     assert f"deny the path it points to ({workspace}/b/real)" in refused.value.message
 
 
-@pytest.mark.root_only("needs another user's directory and bind mounts, which only root can "
-                       "make (scripts/test.sh gives its rootless pass them: "
-                       "STOCKADE_TEST_UNSEARCHED)", unless_env="STOCKADE_TEST_UNSEARCHED")
+@UNSEARCHED
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
 def test_a_mount_below_another_users_directory_in_a_read_root_refuses_nothing(
         ws, tmp_path, isolation):

@@ -53,6 +53,12 @@ def secret_at(path) -> str:
     return str(path)
 
 
+def linked_secret(workspace) -> None:
+    """The denied file secrets/prod.env, and a hard link of it at other/copy.env."""
+    (workspace / "other").mkdir()
+    os.link(secret_at(workspace / "secrets" / "prod.env"), workspace / "other" / "copy.env")
+
+
 def listing(top) -> list[str]:
     return sorted(os.path.relpath(os.path.join(d, n), top)
                   for d, dirs, files in os.walk(top) for n in dirs + files)
@@ -267,9 +273,7 @@ def test_a_bind_of_a_link_since_removed_still_shows_nothing(ws, isolation):
     tells what it shows. A root holding such a mount of what still has a name is refused,
     typed, naming it."""
     workspace, outside = ws
-    denied = secret_at(workspace / "secrets" / "prod.env")
-    (workspace / "other").mkdir()
-    os.link(denied, workspace / "other" / "copy.env")
+    linked_secret(workspace)
     (outside / "view.env").write_text("")
     out = run_bound(workspace, outside, isolation, workspace / "other" / "copy.env",
                     outside / "view.env", f"rm:{workspace}/other/copy.env",
@@ -289,9 +293,7 @@ def test_a_mount_of_a_removed_name_on_top_of_another_is_seen(ws, isolation):
     the one seen there: the check met the decoy, and the denied file was read. The one on top
     is the one no other at that point is mounted on."""
     workspace, outside = ws
-    denied = secret_at(workspace / "secrets" / "prod.env")
-    (workspace / "other").mkdir()
-    os.link(denied, workspace / "other" / "copy.env")
+    linked_secret(workspace)
     (outside / "view.env").write_text("")
     (outside / "decoy.env").write_text("decoy")
     out = run_bound(workspace, outside, isolation, workspace / "other" / "copy.env",
@@ -310,9 +312,7 @@ def test_a_mount_of_a_removed_name_hidden_by_a_mount_above_it_refuses_nothing(ws
     (with an x of its own): the first cannot be reached, yet it refused the launch. A mount
     whose parent is not the mount its directory is seen on is hidden, and judged by nothing."""
     workspace, outside = ws
-    denied = secret_at(workspace / "secrets" / "prod.env")
-    (workspace / "other").mkdir()
-    os.link(denied, workspace / "other" / "copy.env")
+    linked_secret(workspace)
     (outside / "sub").mkdir()
     (outside / "sub" / "x").write_text("")
     cover = tmp_path / "cover"
@@ -333,9 +333,7 @@ def test_a_mount_beside_a_hidden_one_at_its_point_is_seen(ws, tmp_path, isolatio
     table's order was read as their stacking, the decoy taken for the one seen and found
     hidden, and with it the point: nothing judged what was seen there. The kernel is asked."""
     workspace, outside = ws
-    denied = secret_at(workspace / "secrets" / "prod.env")
-    (workspace / "other").mkdir()
-    os.link(denied, workspace / "other" / "copy.env")
+    linked_secret(workspace)
     (outside / "sub").mkdir()
     (outside / "sub" / "x").write_text("")
     (tmp_path / "decoy").write_text("decoy")
@@ -358,9 +356,7 @@ def test_a_mount_on_the_root_over_the_processs_own_hides_nothing(ws):
     landlock tier judged none (the namespaces tier cannot start there: the kernel counts the
     root as changed). The kernel is asked which "/" the process sees."""
     workspace, outside = ws
-    denied = secret_at(workspace / "secrets" / "prod.env")
-    (workspace / "other").mkdir()
-    os.link(denied, workspace / "other" / "copy.env")
+    linked_secret(workspace)
     (outside / "view.env").write_text("")
     out = run_bound(workspace, outside, "landlock", workspace / "other" / "copy.env",
                     outside / "view.env", "bind:/:/", f"rm:{workspace}/other/copy.env",
