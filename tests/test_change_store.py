@@ -511,3 +511,33 @@ def test_a_project_workspace_in_the_home_applies_as_before(tmp_path, monkeypatch
     assert result.returncode == 0, result.stderr
     changes_store.load(result.changes.id).apply()
     assert (project / ".github" / "ci.yml").exists() and (project / "bin" / "tool").exists()
+
+
+def test_a_set_is_made_when_another_discard_removes_the_empty_store_meanwhile(
+        tmp_path, monkeypatch):
+    """A discard removes the store once it is empty: one made by a run starting at that
+    moment is made again, not a FileNotFoundError that loses the run (seen in CI with four
+    overlaid runs at once)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state = str(tmp_path / "state")
+    parent = changes_store.store(state)
+    made = changes_store._private_dirs
+    removals = []
+
+    def made_then_removed(path: str) -> None:
+        made(path)
+        if path == parent and len(removals) < 2:
+            os.rmdir(path)  # (what the other process's discard does to the empty store)
+            removals.append(path)
+
+    monkeypatch.setattr(changes_store, "_private_dirs", made_then_removed)
+    made_set = changes_store.begin("a" * 32, ["true"], [str(workspace)], protected=(),
+                                   git="protect", deny=(), state=state)
+    try:
+        assert removals == [parent, parent]
+        assert os.path.isfile(os.path.join(made_set.path, "meta.json"))
+    finally:
+        made_set.finish(0)
+        made_set.release()
+        made_set.discard()

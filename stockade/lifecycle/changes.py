@@ -282,7 +282,6 @@ def begin(run: str, argv: Sequence[str], roots: Sequence[str], *, protected: Ite
     `protected`, `git` and `deny` are its launch request's (what `apply` must never land)."""
     parent = store(state)
     statedir.ensure(os.path.dirname(parent))
-    _private_dirs(parent)
     roots = list(roots)
     from stockade.errors import UnenforceableError
 
@@ -301,7 +300,7 @@ def begin(run: str, argv: Sequence[str], roots: Sequence[str], *, protected: Ite
                 "directory outside the workspace (--state-dir, STOCKADE_STATE_DIR)")
     scratch = os.path.join(parent, _TEMPORARY + run)
     final = os.path.join(parent, run)
-    os.mkdir(scratch, 0o700)
+    _make_in_store(parent, scratch)
     try:
         meta = {"format": FORMAT, "version": VERSION, "id": run, "created": time.time(),
                 "argv": list(argv), "roots": roots,
@@ -430,6 +429,20 @@ def _private(path: str, what: str) -> None:
         return
     raise ChangesError("changes_untrusted", f"{what} {path} {why}: someone else could have "
                        "planted or changed it; never acted on")
+
+
+def _make_in_store(parent: str, path: str) -> None:
+    """Make the directory `path` in the store `parent`, making the store again if another
+    process's discard removed it, empty, after it was made (a few times: each such removal
+    needs the store empty, which a set being made keeps it from staying)."""
+    for _ in range(8):
+        _private_dirs(parent)
+        try:
+            os.mkdir(path, 0o700)
+            return
+        except FileNotFoundError:
+            continue
+    os.mkdir(path, 0o700)  # (raises: the store keeps vanishing)
 
 
 def _private_dirs(path: str) -> None:
