@@ -159,10 +159,13 @@ def main() -> int:
         for m in chosen:
             owner = f"  [{m.owner}]" if m.owner else ""
             owner += "  (programs rebuilt)" if rebuilt(m) else ""
+            owner += "  (rootless only)" if m.rootless else ""
             print(f"{m.name}{owner}\n  {m.path}: {m.old.strip()!r} -> {m.new.strip()!r}\n  "
                   + "\n  ".join(m.tests))
         return 0
-    ours = [m for m in chosen if not m.owner]
+    # (a root run cannot catch one whose property exists only for a user who is not root)
+    unrunnable = [m.name for m in chosen if m.rootless and not m.owner and os.getuid() == 0]
+    ours = [m for m in chosen if not m.owner and m.name not in unrunnable]
     build = any(rebuilt(m) for m in ours)
     names = tracked_files(HERE)
     work = Path(tempfile.mkdtemp(prefix="stockade-mutants-"))
@@ -216,11 +219,16 @@ def main() -> int:
         for mutant in chosen:
             if mutant.owner:
                 print(f"not run         {mutant.name}  ({mutant.owner})")
+            elif mutant.name in unrunnable:
+                print(f"not run         {mutant.name}  (its tests show it only to a user who "
+                      "is not root: run it as one)")
         run = len(ours) - len(root_only)
         print(f"{run - len(missed) - len(broken)} of {run} caught in "
               f"{time.monotonic() - total:.0f} s"
               + (f"; {len(root_only)} not run here, their tests root-only: "
                  f"{' '.join(root_only)}" if root_only else "")
+              + (f"; {len(unrunnable)} not run as root, their tests rootless-only: "
+                 f"{' '.join(unrunnable)}" if unrunnable else "")
               + (f"; missed: {' '.join(missed)}" if missed else "")
               + (f"; broken (the build failed): {' '.join(broken)}" if broken else ""))
     finally:

@@ -21,6 +21,10 @@ class Mutant:
     new: str                 # what replaces it
     tests: tuple[str, ...]   # pytest node ids: at least one must fail
     owner: str = ""          # someone else's to run (said, not run), or "" for ours
+    # Whether its tests show the property only to a user who is not root (root may list and
+    # search every directory: as root they pass whatever the code, so a root run does not
+    # count them, and says so).
+    rootless: bool = False
 
 
 OVERLAY = "tests/test_overlay.py::"
@@ -99,8 +103,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if explicit:\n        found.append(explicit)\n", "",
            (MASKS + "test_every_state_directory_source_is_masked",)),
     Mutant("change-set-dir-world-writable", "stockade/lifecycle/changes.py",
-           "    os.mkdir(scratch, 0o700)\n    try:\n        meta = ",
-           "    os.mkdir(scratch, 0o777)\n    try:\n        meta = ",
+           "            os.mkdir(path, 0o700)\n            return\n",
+           "            os.mkdir(path, 0o777)\n            return\n",
            (STORE + "test_a_change_set_is_private_whatever_the_umask",)),
     Mutant("change-store-parents-makedirs", "stockade/lifecycle/changes.py",
            "        os.mkdir(path, 0o700)\n    except FileExistsError:\n        pass\n",
@@ -170,14 +174,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if False:\n",
            ("tests/test_deny_links.py::"
             "test_a_denied_directory_that_can_be_entered_but_not_listed_never_shows_its_files"
-            "[landlock]",)),
+            "[landlock]",),
+           rootless=True),
     Mutant("write-root-unread-passed-over", "stockade/linux/protect.py",
            "            own = _own(rel or \".\", root_fd)\n",
            "            own = False\n",
            ("tests/test_deny_links.py::"
             "test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch[namespaces]",
             "tests/test_deny_links.py::"
-            "test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch[landlock]")),
+            "test_a_directory_of_the_users_the_walk_cannot_read_refuses_the_launch[landlock]"),
+           rootless=True),
     Mutant("write-root-others-unlisted-passed-over", "stockade/linux/protect.py",
            "            if unlisted is None and (own or os.access(rel or \".\", os.X_OK, "
            "dir_fd=root_fd)):\n",
@@ -216,19 +222,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("landlock-read-root-unsearchable-denied-dropped", "stockade/launch/compile.py",
            'modes_held=policy.isolation != "landlock")', "modes_held=True)",
            (DENIED + "test_a_denied_path_below_a_directory_of_the_users_it_may_not_search_in_a"
-            "_read_root[landlock]",)),
+            "_read_root[landlock]",),
+           rootless=True),
     Mutant("denied-path-link-owner-judged", "stockade/launch/compile.py",
            "                above = os.path.realpath(aliases.first_unsearchable(alias))\n",
            "                above = aliases.first_unsearchable(alias)\n",
            (DENIED + "test_a_denied_path_named_through_another_users_link_to_the_users_own"
-            "_directory[landlock]",)),
+            "_directory[landlock]",),
+           rootless=True),
     Mutant("denied-unsearched-shown-unmasked", "stockade/lifecycle/aliases.py",
            "            if name != place and held(name) and os.path.lexists(name):\n",
            "            if False:\n",
            (DENIED + "test_a_denied_path_below_another_users_directory_is_denied_where_a_mount"
             "_shows_it[namespaces]",
             DENIED + "test_a_denied_path_below_another_users_directory_is_denied_where_a_mount"
-            "_shows_it[landlock]")),
+            "_shows_it[landlock]"),
+           rootless=True),
     Mutant("protected-bind-alias-writable", "stockade/linux/protect.py",
            "    _protect_other_names(items, keep, roots)\n", "\n",
            ("tests/test_deny_links.py::test_a_protected_object_a_bind_mount_shows_elsewhere_in_a"
@@ -263,7 +272,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "        raise _unlooked(path, exc) from None\n    except OSError as exc:\n",
            "        return None\n    except OSError as exc:\n",
            (DENIED + "test_a_mount_below_a_directory_this_user_may_not_search_in_a_read_root"
-            "_is_refused[landlock]",)),
+            "_is_refused[landlock]",),
+           rootless=True),
     Mutant("overlay-of-denied-admitted", "stockade/launch/compile.py",
            "    _refuse_overlays_of_denied(read, write, deny)\n", "\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"

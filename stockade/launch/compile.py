@@ -324,22 +324,22 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
     replaced) is what it was, nothing of the host's now; a point not there is hidden."""
     mounts = aliases.table()
     for point in [*mounts.at, *mounts.unresolved]:
-        for key, roots in (("filesystem.write", write), ("filesystem.read", read)):
-            holder = _holder(point, roots) or next(
-                (root.path for root in roots if _inside(root.path, point)), None)
-            if holder is None:
-                continue
-            info = aliases.look(point)
-            if info is None:
-                continue  # (hidden under another mount, or out of the command's reach too)
-            top = point in mounts.at and mounts.at[point].top
-            if top and top.endswith("//deleted") and (stat.S_ISDIR(info.st_mode)
-                                                      or info.st_nlink > 0):
-                raise UnenforceableError(key, (
-                    f"{point}, in or above the root {holder}, is a mount of what a name since "
-                    f"removed named ({top.removesuffix('//deleted')}), which may show a "
-                    "denied or protected file that no name of it tells of; unmount it "
-                    f"(umount {point}) or choose roots that do not hold it"))
+        key, holder = "filesystem.write", _meeting(point, write)
+        if holder is None:
+            key, holder = "filesystem.read", _meeting(point, read)
+        if holder is None:
+            continue
+        info = aliases.look(point)
+        if info is None:
+            continue  # (hidden under another mount, or out of the command's reach too)
+        top = point in mounts.at and mounts.at[point].top
+        if top and top.endswith("//deleted") and (stat.S_ISDIR(info.st_mode)
+                                                  or info.st_nlink > 0):
+            raise UnenforceableError(key, (
+                f"{point}, in or above the root {holder}, is a mount of what a name since "
+                f"removed named ({top.removesuffix('//deleted')}), which may show a "
+                "denied or protected file that no name of it tells of; unmount it "
+                f"(umount {point}) or choose roots that do not hold it"))
 
 
 def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
@@ -354,8 +354,7 @@ def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGra
     relative for an overlay above the roots (an engine's layers, written relative to its store
     when they are many)."""
     for point, mount in aliases.table().at.items():
-        holder = mount.layers and (_holder(point, read + write) or next(
-            (root.path for root in read + write if _inside(root.path, point)), None))
+        holder = mount.layers and _meeting(point, read + write)
         for layer in mount.layers if holder else ():
             if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
                 if _holder(point, read + write) is None:
@@ -417,6 +416,13 @@ def _same_as(path: str, info: os.stat_result) -> bool:
 def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
     """The first of `roots` that `path` lies inside, if any."""
     return next((root.path for root in roots if _inside(path, root.path)), None)
+
+
+def _meeting(point: str, roots: tuple[PathGrant, ...]) -> str | None:
+    """The first of `roots` that a mount at `point` shows something of: one it lies inside,
+    else one inside it."""
+    return _holder(point, roots) or next(
+        (root.path for root in roots if _inside(root.path, point)), None)
 
 
 def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant, ...],

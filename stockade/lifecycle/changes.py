@@ -435,14 +435,14 @@ def _make_in_store(parent: str, path: str) -> None:
     """Make the directory `path` in the store `parent`, making the store again if another
     process's discard removed it, empty, after it was made (a few times: each such removal
     needs the store empty, which a set being made keeps it from staying)."""
-    for _ in range(8):
+    for attempt in range(8):
         _private_dirs(parent)
         try:
             os.mkdir(path, 0o700)
             return
         except FileNotFoundError:
-            continue
-    os.mkdir(path, 0o700)  # (raises: the store keeps vanishing)
+            if attempt == 7:
+                raise  # (the store keeps vanishing)
 
 
 def _private_dirs(path: str) -> None:
