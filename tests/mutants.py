@@ -40,6 +40,8 @@ CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
+OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
+                    "_refused_in_or_above_a_root")
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the audit's nine (issue 30) -------------------------------------------------------
@@ -287,10 +289,26 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-landlock]")),
     Mutant("overlay-unplain-layer-judged", "stockade/launch/compile.py",
-           "            if not os.path.isabs(layer) or os.path.normpath(layer) != layer:\n",
-           "            if False:\n",
+           "        if not os.path.isabs(layer) or os.path.normpath(layer) != layer:\n",
+           "        if False:\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
-            "_refused[relative-namespaces]",)),
+            "_refused[relative-namespaces]",
+            OVERLAY_UNJUDGED + "[relative-above-landlock]")),
+    Mutant("overlay-unfound-layer-passed", "stockade/launch/compile.py",
+           "        except (FileNotFoundError, NotADirectoryError):\n            return (f\"has",
+           "        except (FileNotFoundError, NotADirectoryError):\n            continue\n"
+           "            return (f\"has",
+           (OVERLAY_UNJUDGED + "[chroot-above-namespaces]",)),
+    Mutant("overlay-nested-unfollowed", "stockade/launch/compile.py",
+           "        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)"
+           "\n",
+           "        why = \"\"\n",
+           (OVERLAY_UNJUDGED + "[nested-landlock]",)),
+    Mutant("overlay-own-root-judged", "stockade/launch/compile.py",
+           "        if not mount.layers or own_root is not None and mount.id == own_root.id:\n",
+           "        if not mount.layers:\n",
+           ("tests/test_deny_links.py::test_only_the_overlay_the_processs_own_root_is_goes"
+            "_unjudged[/]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
            "        if len(known.places) < known.links:\n", "        if False:\n",
            ("tests/test_deny_links.py::"

@@ -476,6 +476,106 @@ def test_an_overlay_of_a_denied_directory_in_a_read_root_is_refused(ws, tmp_path
            f"an overlay in or above the root {outside}, " in done.stdout, done.stdout
 
 
+# In a private mount namespace: an overlay of the denied directory (its layers written as
+# `form` says) at outside/m, the read root outside/m/sub, or outside/m itself for "nested" (an
+# overlay whose layer is another overlay, of the denied directory, mounted outside the roots),
+# or inside the read root outside, denied by the policy, for "denied-inside".
+UNJUDGED = """
+import ctypes, os, subprocess, sys
+from dataclasses import replace
+sys.path.insert(0, sys.argv[4])
+import stockade
+from conftest import PYTHON, policy_for
+workspace, outside, isolation, _, spare, script, form, secrets = sys.argv[1:]
+point, read, deny = outside + "/m", outside + "/m/sub", (secrets,)
+os.mkdir(point)
+def overlay(options, at, cwd=None):
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, at], check=True, cwd=cwd)
+if form == "relative-above":  # (how an engine writes many layers: relative to its store)
+    overlay("lowerdir=" + os.path.basename(secrets) + ":" + spare + "/empty", point,
+            cwd=os.path.dirname(secrets))
+elif form == "dotdot-above":
+    overlay(f"lowerdir={spare}/empty/../{os.path.relpath(secrets, spare)}:{spare}/empty", point)
+elif form == "chroot-above":  # (mounted from a chroot: its layers named as seen from there)
+    pid = os.fork()
+    if pid == 0:
+        os.chroot(spare)  # (which holds the workspace, outside and empty)
+        libc = ctypes.CDLL(None, use_errno=True)
+        made = libc.mount(b"overlay", os.fsencode(point[len(spare):]), b"overlay", 0,
+                          os.fsencode(f"lowerdir={secrets[len(spare):]}:/empty"))
+        os._exit(0 if made == 0 else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+elif form == "nested":
+    os.mkdir(spare + "/o1")
+    overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
+    overlay(f"lowerdir={spare}/o1:{spare}/empty", point)
+    read = outside
+elif form == "denied-inside":
+    overlay("lowerdir=" + os.path.basename(secrets) + ":" + spare + "/empty", point,
+            cwd=os.path.dirname(secrets))
+    read, deny = outside, (secrets, point)
+policy = replace(policy_for(deny=deny, read=(read,), pids=None), isolation=isolation)
+try:
+    r = stockade.run([PYTHON, "-c", script, read + ("/m" if form in ("nested", "denied-inside")
+                                                    else "") + "/sub/prod.env"],
+                     policy, workspace=workspace)
+    print("EXIT", r.exit_code, r.stdout.decode())
+except stockade.StockadeError as exc:
+    print("REFUSED", exc.code, exc)
+"""
+
+
+def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
+    """What UNJUDGED printed, its mounts made in a private mount namespace."""
+    workspace, outside = ws
+    secret_at(secrets / "sub" / "prod.env")
+    (secrets.parent / "empty").mkdir(exist_ok=True)
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           UNJUDGED, str(workspace), str(outside), isolation,
+                           os.path.dirname(__file__), str(tmp_path), READ_ALL, form,
+                           str(secrets)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (secrets / "sub" / "prod.env").read_text() == SECRET
+    return done.stdout
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "chroot-above", "nested"])
+def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
+        ws, tmp_path, isolation, form):
+    """Attack 20 (B1, B2, B11, B12, B8): the table gives an overlay's layers as its mounter
+    wrote them, where it stood then; one above the roots whose layer was written relative
+    (as an engine writes many), with `..`, from a chroot, or one whose layer is another
+    overlay (of the denied directory), showed the denied files to the command in both
+    isolations. Such a root is refused, typed, naming the overlay."""
+    workspace, _ = ws
+    said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
+    assert SECRET not in said
+    why = {"relative-above": "has a layer written 'secrets'",
+           "dotdot-above": "has a layer written ",
+           "chroot-above": "has a layer /ws/secrets not found here",
+           "nested": f"has a layer {tmp_path}/o1 on the overlay at {tmp_path}/o1, which shows "
+                     "the denied path "}[form]
+    assert "REFUSED unenforceable:filesystem.deny" in said and why in said, said
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_an_overlay_in_a_read_root_that_the_policy_denies_is_masked_and_the_launch_goes_on(
+        ws, tmp_path, isolation):
+    """The knob a refusal of an overlay inside a root names: deny its mount point. Its
+    layers (the denied directory's, written relative) are then never judged, and nothing of
+    it shows."""
+    workspace, outside = ws
+    said = overlaid_run(ws, tmp_path, isolation, "denied-inside", workspace / "secrets")
+    assert SECRET not in said
+    assert said.startswith("EXIT 0") and f"UNREAD {outside}/m/sub/prod.env" in said, said
+
+
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_read_root_binding_a_directory_above_a_denied_mount_is_refused_by_the_tier(
@@ -698,3 +798,33 @@ def test_another_users_directory_the_command_may_enter_but_not_list_refuses_the_
         for name in os.listdir(mine):
             os.unlink(os.path.join(mine, name))
         os.rmdir(mine)
+
+
+@pytest.mark.parametrize("mounted_at", ["/", "parent"])
+def test_only_the_overlay_the_processs_own_root_is_goes_unjudged(ws, monkeypatch, mounted_at):
+    """A container's root is an overlay whose layers lie outside its view (its engine writes
+    them relative to its store when they are many): judged by nothing, so refusing nothing,
+    the command unable to reach them either. The same overlay anywhere else above a root is
+    refused. (Pure logic, on a table the test gives: the first is the container's own
+    world, which no test here can make.)"""
+    from stockade.errors import UnenforceableError
+    from stockade.launch.compile import CompileContext, compile_policy
+    from stockade.lifecycle import aliases
+
+    workspace, _ = ws
+    real = aliases.table()
+    point = "/" if mounted_at == "/" else str(workspace.parent)
+    engine = aliases.Mount("0:4242", "/", point, "424242", real.at["/"].id,
+                           ("l/ABC", "l/DEF", "../diff"))
+    at = {**real.at, point: engine}
+    of: dict[str, list[aliases.Mount]] = {}
+    for mount in at.values():
+        of.setdefault(mount.device, []).append(mount)
+    monkeypatch.setattr(aliases, "table", lambda: aliases.Mounts(at, of))
+    compile_it = lambda: compile_policy(policy_for(), ["true"],  # noqa: E731
+                                        CompileContext.current(workspace))
+    if mounted_at == "/":
+        compile_it()
+    else:
+        with pytest.raises(UnenforceableError, match="has a layer written 'l/ABC'"):
+            compile_it()

@@ -344,34 +344,67 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
 
 def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
                                deny: tuple[PathGrant, ...]) -> None:
-    """Refuse, typed, a root that holds, or lies in, an overlay one of whose layers is, holds
-    or lies in a denied path under another name: its files are the layer's on a device of its
-    own, so no name of them there is compared with the denied ones, and none masked (attack
-    18). The table gives a layer as its mounter wrote it: one written relative or not plainly
-    (`..`, `//`) cannot be judged and is refused; the rest are judged by what they are (a link
-    followed, a bind of a denied directory known by its identity: attack 19). A layer not there
-    is outside this view (a container's host layers), and the command's too; so is one written
-    relative for an overlay above the roots (an engine's layers, written relative to its store
-    when they are many)."""
-    for point, mount in aliases.table().at.items():
-        holder = mount.layers and _meeting(point, read + write)
-        for layer in mount.layers if holder else ():
-            if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
-                if _holder(point, read + write) is None:
-                    # (an overlay above the roots, a container's own root, whose layers its
-                    # engine may write relative to its store: they are not in this view)
-                    continue
-                raise UnenforceableError("filesystem.deny", (
-                    f"{point}, an overlay in or above the root {holder}, has a layer written "
-                    f"{layer!r}, which cannot be told from the denied paths; unmount it (umount "
-                    f"{point}) or choose roots that do not hold it"))
-            denied = _overlaid(point, layer, deny)
-            if denied is not None:
-                raise UnenforceableError("filesystem.deny", (
-                    f"{point}, an overlay in or above the root {holder}, shows the denied path "
-                    f"{denied} through its layer {layer}, on a device of its own, where no mask "
-                    f"follows it; unmount it (umount {point}) or choose roots that do not hold "
-                    "it"))
+    """Refuse, typed, a root that holds, or lies in, an overlay that may show a denied path
+    under another name: its files are its layers' on a device of its own, so no name of them
+    there is compared with the denied ones, and none masked (attack 18). The table gives each
+    layer as its mounter wrote it, where it stood then: a layer is judged only when written
+    plainly and found (by what it is: a link followed, a bind of a denied directory known by
+    its identity: attack 19), a layer on another overlay through that one's layers; one
+    written relative or not plainly, or not found in this view (mounted from a chroot, or
+    from another namespace), is refused (attack 20). Passed over: the overlay the process's
+    own root is (a container's, whose layers lie outside its view, and the command's), one
+    out of this user's reach, and one at or below a denied path (masked whole: the knob that
+    lets a root hold such an overlay)."""
+    mounts = aliases.table()
+    own_root = mounts.at.get("/")
+    for point, mount in mounts.at.items():
+        if not mount.layers or own_root is not None and mount.id == own_root.id:
+            continue
+        holder = _meeting(point, read + write)
+        if holder is None or any(_inside(point, grant.path) for grant in deny) \
+                or aliases.look(point) is None:
+            continue
+        why = _overlay_unjudged(point, mount, deny, mounts, own_root)
+        if why:
+            inside = _holder(point, read + write) is not None and point != holder
+            raise UnenforceableError("filesystem.deny", (
+                f"{point}, an overlay in or above the root {holder}, {why}; unmount it (umount "
+                f"{point}){', deny it (filesystem.deny)' if inside else ''} or choose roots "
+                "that do not hold it"))
+
+
+OVERLAY_DEPTH = 2  # overlays on overlays: the kernel stacks no deeper (FILESYSTEM_MAX_STACK_DEPTH)
+
+
+def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, ...],
+                      mounts: aliases.Mounts, own_root: aliases.Mount | None,
+                      depth: int = 0) -> str:
+    """Why the overlay `mount` at `point` may show a denied path under another name, or ""."""
+    for layer in mount.layers:
+        if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
+            return f"has a layer written {layer!r}, which cannot be told from the denied paths"
+        try:
+            os.stat(layer)
+        except (FileNotFoundError, NotADirectoryError):
+            return (f"has a layer {layer} not found here (mounted from a chroot or another "
+                    "namespace, or since removed), which cannot be told from the denied paths")
+        except OSError as exc:
+            return (f"has a layer {layer} this user cannot look at ({exc.strerror}), which "
+                    "cannot be told from the denied paths")
+        denied = _overlaid(point, layer, deny)
+        if denied is not None:
+            return (f"shows the denied path {denied} through its layer {layer}, on a device of "
+                    "its own, where no mask follows it")
+        under = aliases.mount_of(os.path.realpath(layer), mounts)
+        if under is None or not under.layers or under.id == mount.id \
+                or own_root is not None and under.id == own_root.id:
+            continue  # (not on an overlay, on itself beneath its point, or on the root's own)
+        if depth >= OVERLAY_DEPTH:
+            return f"has a layer {layer} on overlays stacked deeper than the kernel stacks"
+        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)
+        if why:
+            return f"has a layer {layer} on the overlay at {under.point}, which {why}"
+    return ""
 
 
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:

@@ -116,6 +116,11 @@ def _layers(fields: list[bytes]) -> tuple[str, ...]:
     return tuple(layers)
 
 
+def mount_of(path: str, mounts: Mounts) -> Mount | None:
+    """The mount the absolute, resolved `path` lies on, as the table tells."""
+    return _seen_on(path, mounts.at)
+
+
 def _seen_on(path: str, at: dict[str, Mount]) -> Mount | None:
     """The mount `path` is seen on: that of the deepest seen mount point at or above it."""
     while path not in at:
