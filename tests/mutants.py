@@ -289,24 +289,30 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-landlock]")),
     Mutant("overlay-unplain-layer-judged", "stockade/launch/compile.py",
-           "        if not os.path.isabs(layer) or os.path.normpath(layer) != layer:\n",
-           "        if False:\n",
+           "        if not aliases.plain(layer):\n", "        if False:\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[relative-namespaces]",
             OVERLAY_UNJUDGED + "[relative-above-landlock]")),
-    Mutant("overlay-unfound-layer-passed", "stockade/launch/compile.py",
-           "        except (FileNotFoundError, NotADirectoryError):\n            return (f\"has",
-           "        except (FileNotFoundError, NotADirectoryError):\n            continue\n"
-           "            return (f\"has",
-           (OVERLAY_UNJUDGED + "[chroot-above-namespaces]",)),
+    Mutant("overlay-unfound-layer-refused", "stockade/launch/compile.py",
+           "            continue  # (outside this view, as WSL's",
+           "            return 'unfound'  # (outside this view, as WSL's",
+           ("tests/test_deny_links.py::test_an_overlay_whose_layers_lie_in_another_view_is_read"
+            "_as_it_is[namespaces]",)),
+    Mutant("overlay-escaped-layer-judged", "stockade/lifecycle/aliases.py",
+           ' and "\\\\" not in layer\n', "\n",
+           (OVERLAY_UNJUDGED + "[escaped-above-namespaces]",)),
+    Mutant("overlay-layer-copies-unmasked", "stockade/lifecycle/aliases.py",
+           "    if layers:  # (the names its overlay's layers give it",
+           "    if False:  # (the names its overlay's layers give it",
+           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_is_denied_where_its_layer"
+            "_holds_it[landlock]",)),
     Mutant("overlay-nested-unfollowed", "stockade/launch/compile.py",
            "        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)"
            "\n",
            "        why = \"\"\n",
            (OVERLAY_UNJUDGED + "[nested-landlock]",)),
     Mutant("overlay-own-root-judged", "stockade/launch/compile.py",
-           "        if not mount.layers or own_root is not None and mount.id == own_root.id:\n",
-           "        if not mount.layers:\n",
+           "            if container:\n", "            if False:\n",
            ("tests/test_deny_links.py::test_only_the_overlay_the_processs_own_root_is_goes"
             "_unjudged[/]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",

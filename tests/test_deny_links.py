@@ -496,15 +496,30 @@ if form == "relative-above":  # (how an engine writes many layers: relative to i
             cwd=os.path.dirname(secrets))
 elif form == "dotdot-above":
     overlay(f"lowerdir={spare}/empty/../{os.path.relpath(secrets, spare)}:{spare}/empty", point)
-elif form == "chroot-above":  # (mounted from a chroot: its layers named as seen from there)
+elif form == "escaped-above":  # (overlay drops a backslash; the table keeps it: attack 21)
+    overlay(f"lowerdir={secrets[:-1]}\\{secrets[-1]}:{spare}/empty", point)
+elif form == "foreign-inside":  # (mounted from a chroot, as WSL's are in another view: its
+    # layers, harmless, found nowhere here)
+    for name in ("gpu_lib", "gpu_inbox", "ovl"):
+        os.makedirs(spare + "/vm/" + name)
+    with open(spare + "/vm/gpu_lib/prod.env", "w") as f:
+        f.write("a library")
+    os.mkdir(point + "/sub")
     pid = os.fork()
     if pid == 0:
-        os.chroot(spare)  # (which holds the workspace, outside and empty)
+        os.chroot(spare + "/vm")
         libc = ctypes.CDLL(None, use_errno=True)
-        made = libc.mount(b"overlay", os.fsencode(point[len(spare):]), b"overlay", 0,
-                          os.fsencode(f"lowerdir={secrets[len(spare):]}:/empty"))
-        os._exit(0 if made == 0 else 1)
+        os._exit(0 if libc.mount(b"overlay", b"/ovl", b"overlay", 0,
+                                 b"lowerdir=/gpu_lib:/gpu_inbox") == 0 else 1)
     assert os.waitpid(pid, 0)[1] == 0
+    subprocess.run(["mount", "--move", spare + "/vm/ovl", point + "/sub"], check=True)
+    read = outside
+elif form == "layer-in-root":  # (the denied path lies on an overlay whose lower layer a
+    # read root holds: the file read there, by the layer's name; attack 21, R1)
+    os.makedirs(outside + "/lower/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    overlay(f"lowerdir={outside}/lower:{spare}/empty", point)
+    read, deny = outside, (point + "/secrets",)
 elif form == "nested":
     os.mkdir(spare + "/o1")
     overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
@@ -516,9 +531,11 @@ elif form == "denied-inside":
     read, deny = outside, (secrets, point)
 policy = replace(policy_for(deny=deny, read=(read,), pids=None), isolation=isolation)
 try:
-    r = stockade.run([PYTHON, "-c", script, read + ("/m" if form in ("nested", "denied-inside")
-                                                    else "") + "/sub/prod.env"],
-                     policy, workspace=workspace)
+    target = {"nested": read + "/m/sub/prod.env", "denied-inside": read + "/m/sub/prod.env",
+              "foreign-inside": read + "/m/sub/prod.env",
+              "layer-in-root": read + "/lower/secrets/sub/prod.env"}.get(
+        form, read + "/sub/prod.env")
+    r = stockade.run([PYTHON, "-c", script, target], policy, workspace=workspace)
     print("EXIT", r.exit_code, r.stdout.decode())
 except stockade.StockadeError as exc:
     print("REFUSED", exc.code, exc)
@@ -538,26 +555,27 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
                            str(secrets)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
-    assert (secrets / "sub" / "prod.env").read_text() == SECRET
+    kept = outside / "lower" / "secrets" if form == "layer-in-root" else secrets
+    assert (kept / "sub" / "prod.env").read_text() == SECRET
     return done.stdout
 
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-@pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "chroot-above", "nested"])
+@pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "escaped-above", "nested"])
 def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
         ws, tmp_path, isolation, form):
-    """Attack 20 (B1, B2, B11, B12, B8): the table gives an overlay's layers as its mounter
-    wrote them, where it stood then; one above the roots whose layer was written relative
-    (as an engine writes many), with `..`, from a chroot, or one whose layer is another
-    overlay (of the denied directory), showed the denied files to the command in both
-    isolations. Such a root is refused, typed, naming the overlay."""
+    """Attacks 20 (B1, B2, B11, B8) and 21 (P2): the table gives an overlay's layers as its
+    mounter wrote them, where it stood then; one above the roots whose layer was written
+    relative (as an engine writes many), with `..`, with a backslash overlay drops, or one
+    whose layer is another overlay (of the denied directory), showed the denied files to the
+    command in both isolations. Such a root is refused, typed, naming the overlay."""
     workspace, _ = ws
     said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
     assert SECRET not in said
     why = {"relative-above": "has a layer written 'secrets'",
            "dotdot-above": "has a layer written ",
-           "chroot-above": "has a layer /ws/secrets not found here",
+           "escaped-above": "has a layer written ",
            "nested": f"has a layer {tmp_path}/o1 on the overlay at {tmp_path}/o1, which shows "
                      "the denied path "}[form]
     assert "REFUSED unenforceable:filesystem.deny" in said and why in said, said
@@ -574,6 +592,32 @@ def test_an_overlay_in_a_read_root_that_the_policy_denies_is_masked_and_the_laun
     said = overlaid_run(ws, tmp_path, isolation, "denied-inside", workspace / "secrets")
     assert SECRET not in said
     assert said.startswith("EXIT 0") and f"UNREAD {outside}/m/sub/prod.env" in said, said
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_an_overlay_whose_layers_lie_in_another_view_is_read_as_it_is(ws, tmp_path, isolation):
+    """WSL mounts overlays in /usr/lib (its GPU libraries, its kernel's modules) from a view
+    of its own, systemd-sysext one on /usr: their layers are found nowhere here, and nothing
+    of this view is among them. A read root holding one launches, and the command reads it
+    (attack 21, F1 and F2: every launch on those hosts was refused)."""
+    workspace, outside = ws
+    said = overlaid_run(ws, tmp_path, isolation, "foreign-inside", workspace / "secrets")
+    assert said.startswith("EXIT 0") and f"READ {outside}/m/sub/prod.env a library" in said, said
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_denied_path_on_an_overlay_is_denied_where_its_layer_holds_it(ws, tmp_path,
+                                                                       isolation):
+    """Attack 21, R1 (as `overlayroot` has it: the root an overlay, its lower disk mounted at
+    /media/root-ro): the denied path lies on an overlay, and a read root holds the overlay's
+    lower layer, where the same file lies under the layer's name. That name is denied too."""
+    workspace, outside = ws
+    said = overlaid_run(ws, tmp_path, isolation, "layer-in-root", workspace / "secrets")
+    assert SECRET not in said
+    assert said.startswith("EXIT 0") and f"UNREAD {outside}/lower/secrets/sub/prod.env" in said, \
+        said
 
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")

@@ -347,21 +347,19 @@ def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGra
     """Refuse, typed, a root that holds, or lies in, an overlay that may show a denied path
     under another name: its files are its layers' on a device of its own, so no name of them
     there is compared with the denied ones, and none masked (attack 18). The table gives each
-    layer as its mounter wrote it, where it stood then: a layer is judged only when written
-    plainly and found (by what it is: a link followed, a bind of a denied directory known by
-    its identity: attack 19), a layer on another overlay through that one's layers; one
-    written relative or not plainly, or not found in this view (mounted from a chroot, or
-    from another namespace), is refused (attack 20). Passed over: the overlay the process's
-    own root is (a container's, whose layers lie outside its view, and the command's), one
-    out of this user's reach, and one at or below a denied path (masked whole: the knob that
-    lets a root hold such an overlay)."""
+    layer as its mounter wrote it, where it stood then: a layer is judged when written plainly
+    (by what it is: a link followed, a bind of a denied directory known by its identity:
+    attack 19; one on another overlay through that one's layers); one written relative, with
+    `..` or with escapes is refused (attacks 20, 21), except in the overlay the process's own
+    root is (a container's, whose engine writes its many layers relative to its store); one
+    not found here is outside this view (WSL's, systemd-sysext's, a container's). Passed over:
+    an overlay out of this user's reach, and one at or below a denied path (masked whole: the
+    knob that lets a root hold such an overlay)."""
     mounts = aliases.table()
     own_root = mounts.at.get("/")
     for point, mount in mounts.at.items():
-        if not mount.layers or own_root is not None and mount.id == own_root.id:
-            continue
-        holder = _meeting(point, read + write)
-        if holder is None or any(_inside(point, grant.path) for grant in deny) \
+        holder = mount.layers and _meeting(point, read + write)
+        if not holder or any(_inside(point, grant.path) for grant in deny) \
                 or aliases.look(point) is None:
             continue
         why = _overlay_unjudged(point, mount, deny, mounts, own_root)
@@ -380,14 +378,17 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
                       mounts: aliases.Mounts, own_root: aliases.Mount | None,
                       depth: int = 0) -> str:
     """Why the overlay `mount` at `point` may show a denied path under another name, or ""."""
+    container = own_root is not None and mount.id == own_root.id
     for layer in mount.layers:
-        if not os.path.isabs(layer) or os.path.normpath(layer) != layer:
+        if not aliases.plain(layer):
+            if container:
+                continue  # (its engine's store, outside its view and the command's)
             return f"has a layer written {layer!r}, which cannot be told from the denied paths"
         try:
             os.stat(layer)
         except (FileNotFoundError, NotADirectoryError):
-            return (f"has a layer {layer} not found here (mounted from a chroot or another "
-                    "namespace, or since removed), which cannot be told from the denied paths")
+            continue  # (outside this view, as WSL's and systemd-sysext's layers are: see
+            # SECURITY.md, "Not protected", for one mounted from a chroot)
         except OSError as exc:
             return (f"has a layer {layer} this user cannot look at ({exc.strerror}), which "
                     "cannot be told from the denied paths")
@@ -396,9 +397,8 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
             return (f"shows the denied path {denied} through its layer {layer}, on a device of "
                     "its own, where no mask follows it")
         under = aliases.mount_of(os.path.realpath(layer), mounts)
-        if under is None or not under.layers or under.id == mount.id \
-                or own_root is not None and under.id == own_root.id:
-            continue  # (not on an overlay, on itself beneath its point, or on the root's own)
+        if under is None or not under.layers or under.id == mount.id:
+            continue  # (not on an overlay, or on itself beneath its point)
         if depth >= OVERLAY_DEPTH:
             return f"has a layer {layer} on overlays stacked deeper than the kernel stacks"
         why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)
@@ -408,9 +408,10 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
 
 
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:
-    """The denied path the overlay at `point` gives another name through `layer`: one at or
-    below a directory the layer is (by identity), or one the layer lies in (an overlay mounted
-    on its own layer, as over /etc, gives the denied paths no other name)."""
+    """The denied path the overlay at `point` gives another name through `layer`, one not
+    denied itself: one at or below a directory the layer is (by identity), or one the layer
+    lies in (an overlay mounted on its own layer, as over /etc, gives the denied paths no
+    other name)."""
     try:
         layer_is = os.stat(layer)
     except OSError:
@@ -421,7 +422,7 @@ def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None
         while True:
             if _same_as(above, layer_is):
                 name = os.path.normpath(os.path.join(point, os.path.relpath(grant.path, above)))
-                if name != grant.path:
+                if not any(_inside(name, other.path) for other in deny):  # (a name masked too)
                     return grant.path
                 break
             if above == "/":

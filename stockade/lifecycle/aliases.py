@@ -97,23 +97,50 @@ _last: list = []  # (the table last read, and what was made of it)
 def _layers(fields: list[bytes]) -> tuple[str, ...]:
     """An overlay's lower and upper directories as its mounter wrote them, from its line's
     options (after " - overlay SOURCE"): its files are theirs, on a device of its own, which no
-    other name is compared with (attacks 18, 19). The table writes a backslash as \\134, so
-    overlay's own escapes ("\\:" in lowerdir, "\\," anywhere) are read after decoding; a
-    `lowerdir+`/`datadir+` value is one path, its colons its own."""
+    other name is compared with (attacks 18, 19). The table escapes a comma, a backslash or a
+    blank in a value (octal, `\\054`), and a legacy value's own escapes (`\\:`, `\\,`,
+    and any other backslash, which overlay drops) reach it as written: a value with any
+    escape is kept undecoded, a layer no path is compared with (`plain` says no; attack 21),
+    and the rest split as overlay splits them (a `lowerdir+`/`datadir+` value is one path)."""
     try:
         at = fields.index(b"-", 6)
     except ValueError:
         return ()
     if fields[at + 1:at + 2] != [b"overlay"] or len(fields) < at + 4:
         return ()
-    options = _unescaped(fields[at + 3])
     layers: list[str] = []
-    for option in re.split(r"(?<!\\),", options):
-        key, _, value = option.partition("=")
-        parts = re.split(r"(?<!\\):", value) if key in ("lowerdir", "upperdir") else [value]
-        if key in ("lowerdir", "upperdir", "lowerdir+", "datadir+"):
-            layers += [re.sub(r"\\([:,])", r"\1", part) for part in parts if part]
+    for option in fields[at + 3].split(b","):
+        key, _, value = option.partition(b"=")
+        if key not in (b"lowerdir", b"upperdir", b"lowerdir+", b"datadir+") or not value:
+            continue
+        if b"\\" in value:
+            layers.append(os.fsdecode(value))
+        else:
+            parts = value.split(b":") if key == b"lowerdir" else [value]
+            layers += [os.fsdecode(part) for part in parts if part]
     return tuple(layers)
+
+
+def plain(layer: str) -> bool:
+    """Whether an overlay's layer, as _layers gives it, is a path to compare: absolute,
+    normal, and written without escapes."""
+    return os.path.isabs(layer) and os.path.normpath(layer) == layer and "\\" not in layer
+
+
+def layered(place: str, mounts: Mounts) -> list[str]:
+    """The paths the layers of the overlay `place` lies on hold it at (its lower copy, the
+    upper one since written): other names of what it shows, each existing (attack 21, R1:
+    an overlay's own root, `overlayroot`, its lower layer mounted at /media/root-ro)."""
+    on = _seen_on(place, mounts.at)
+    if on is None or not on.layers:
+        return []
+    inner = os.path.join(on.top, os.path.relpath(place, on.point)).strip("/")
+    found = []
+    for layer in on.layers:
+        name = os.path.normpath(os.path.join(layer, inner))
+        if plain(layer) and name != place and os.path.lexists(name):
+            found.append(name)
+    return found
 
 
 def mount_of(path: str, mounts: Mounts) -> Mount | None:
@@ -166,11 +193,12 @@ def within(root: str, place: str, mounts: Mounts) -> list[str]:
     return found
 
 
-def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
+def seen(place: str, roots: list[str], mounts: Mounts, *, layers: bool = True) -> list[str]:
     """Every path at or below one of `roots` at which `place` is seen (within(), for several
     roots at once) and each mount point there that shows a part of it (a key file of a
     denied directory bound into a root), believed when lstat finds there what it finds at
-    that part's path below `place`."""
+    that part's path below `place`; with `layers`, also where the layers of an overlay
+    `place` lies on hold it (layered), and where those are seen."""
     def held(path: str) -> bool:
         return any(_at_or_below(path, root) for root in roots)
 
@@ -184,6 +212,9 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
             elif _at_or_below(m.top, inner) and held(m.point) \
                     and _identical(m.point, os.path.join(place, _below(m.top, inner))):
                 found.append(m.point)
+    if layers:  # (the names its overlay's layers give it, and theirs: one level of them)
+        found += [name for copy in layered(place, mounts)
+                  for name in seen(copy, roots, mounts, layers=False) if name not in found]
     return found
 
 
