@@ -289,7 +289,10 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-landlock]")),
     Mutant("overlay-unplain-layer-judged", "stockade/launch/compile.py",
-           "        if not aliases.plain(layer):\n", "        if False:\n",
+           "        if not aliases.plain(layer):\n            if container:\n"
+           "                continue  # (its engine's",
+           "        if False:\n            if container:\n"
+           "                continue  # (its engine's",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[relative-namespaces]",
             OVERLAY_UNJUDGED + "[relative-above-landlock]")),
@@ -301,18 +304,33 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("overlay-escaped-layer-judged", "stockade/lifecycle/aliases.py",
            ' and "\\\\" not in layer\n', "\n",
            (OVERLAY_UNJUDGED + "[escaped-above-namespaces]",)),
-    Mutant("overlay-layer-copies-unmasked", "stockade/lifecycle/aliases.py",
-           "    if layers:  # (the names its overlay's layers give it",
-           "    if False:  # (the names its overlay's layers give it",
-           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_is_denied_where_its_layer"
-            "_holds_it[landlock]",)),
+    Mutant("overlay-layer-copies-admitted", "stockade/launch/compile.py",
+           "    _refuse_layer_copies(_denied_places(fs.deny, ctx), read + write, deny)\n", "\n",
+           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
+            "_is_refused_unless_denied_there[layer-in-root-landlock]",)),
+    Mutant("overlay-layer-copies-unplain-passed", "stockade/launch/compile.py",
+           "            return f\"(at {on.point}) whose layer {layer!r} cannot be told where it "
+           "is\"",
+           "            continue",
+           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
+            "_is_refused_unless_denied_there[layer-escaped-landlock]",)),
+    Mutant("overlay-layer-copies-bound-admitted", "stockade/launch/compile.py",
+           "        if shown:  # (a bind mount shows the layer", "        if False:  # (",
+           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
+            "_is_refused_unless_denied_there[layer-bound-namespaces]",)),
+    Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
+           "            why = _layer_held(real, roots, masked, mounts, own_root, depth + 1)\n",
+           "            why = ''\n",
+           ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
+            "_is_refused_unless_denied_there[layer-nested-namespaces]",)),
     Mutant("overlay-nested-unfollowed", "stockade/launch/compile.py",
            "        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)"
            "\n",
            "        why = \"\"\n",
            (OVERLAY_UNJUDGED + "[nested-landlock]",)),
     Mutant("overlay-own-root-judged", "stockade/launch/compile.py",
-           "            if container:\n", "            if False:\n",
+           "            if container:\n                continue  # (its engine's",
+           "            if False:\n                continue  # (its engine's",
            ("tests/test_deny_links.py::test_only_the_overlay_the_processs_own_root_is_goes"
             "_unjudged[/]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",

@@ -514,12 +514,37 @@ elif form == "foreign-inside":  # (mounted from a chroot, as WSL's are in anothe
     assert os.waitpid(pid, 0)[1] == 0
     subprocess.run(["mount", "--move", spare + "/vm/ovl", point + "/sub"], check=True)
     read = outside
-elif form == "layer-in-root":  # (the denied path lies on an overlay whose lower layer a
-    # read root holds: the file read there, by the layer's name; attack 21, R1)
+elif form in ("layer-in-root", "layer-denied"):  # (the denied path lies on an overlay whose
+    # lower layer a read root holds, where the file lies under the layer's name; R1)
     os.makedirs(outside + "/lower/secrets/sub")
     os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
-    overlay(f"lowerdir={outside}/lower:{spare}/empty", point)
-    read, deny = outside, (point + "/secrets",)
+    os.mkdir(spare + "/ovl")
+    overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ovl")
+    read, deny = outside, (spare + "/ovl/secrets",)
+    if form == "layer-denied":  # (the knob its refusal names)
+        deny += (outside + "/lower",)
+elif form == "layer-escaped":  # (its layer named with a backslash overlay drops)
+    os.makedirs(outside + "/lower/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    os.mkdir(spare + "/ovl")
+    overlay(f"lowerdir={outside}/lowe\\\\r:{spare}/empty", spare + "/ovl")
+    read, deny = outside, (spare + "/ovl/secrets",)
+elif form == "layer-bound":  # (its layer a bind mount, outside the roots, of the root's lower)
+    os.makedirs(outside + "/lower/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    for name in ("lb", "ovl"):
+        os.mkdir(spare + "/" + name)
+    subprocess.run(["mount", "--bind", outside + "/lower", spare + "/lb"], check=True)
+    overlay(f"lowerdir={spare}/lb:{spare}/empty", spare + "/ovl")
+    read, deny = outside, (spare + "/ovl/secrets",)
+elif form == "layer-nested":  # (that overlay's layer itself an overlay of the root's lower)
+    os.makedirs(outside + "/lower/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    for name in ("ob", "ovl"):
+        os.mkdir(spare + "/" + name)
+    overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ob")
+    overlay(f"lowerdir={spare}/ob:{spare}/empty", spare + "/ovl")
+    read, deny = outside, (spare + "/ovl/secrets",)
 elif form == "nested":
     os.mkdir(spare + "/o1")
     overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
@@ -533,7 +558,11 @@ policy = replace(policy_for(deny=deny, read=(read,), pids=None), isolation=isola
 try:
     target = {"nested": read + "/m/sub/prod.env", "denied-inside": read + "/m/sub/prod.env",
               "foreign-inside": read + "/m/sub/prod.env",
-              "layer-in-root": read + "/lower/secrets/sub/prod.env"}.get(
+              "layer-in-root": read + "/lower/secrets/sub/prod.env",
+              "layer-denied": read + "/lower/secrets/sub/prod.env",
+              "layer-nested": read + "/lower/secrets/sub/prod.env",
+              "layer-escaped": read + "/lower/secrets/sub/prod.env",
+              "layer-bound": read + "/lower/secrets/sub/prod.env"}.get(
         form, read + "/sub/prod.env")
     r = stockade.run([PYTHON, "-c", script, target], policy, workspace=workspace)
     print("EXIT", r.exit_code, r.stdout.decode())
@@ -555,7 +584,7 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
                            str(secrets)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
-    kept = outside / "lower" / "secrets" if form == "layer-in-root" else secrets
+    kept = outside / "lower" / "secrets" if form.startswith("layer-") else secrets
     assert (kept / "sub" / "prod.env").read_text() == SECRET
     return done.stdout
 
@@ -608,16 +637,37 @@ def test_an_overlay_whose_layers_lie_in_another_view_is_read_as_it_is(ws, tmp_pa
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_denied_path_on_an_overlay_is_denied_where_its_layer_holds_it(ws, tmp_path,
-                                                                       isolation):
-    """Attack 21, R1 (as `overlayroot` has it: the root an overlay, its lower disk mounted at
-    /media/root-ro): the denied path lies on an overlay, and a read root holds the overlay's
-    lower layer, where the same file lies under the layer's name. That name is denied too."""
+@pytest.mark.parametrize("form", ["layer-in-root", "layer-nested", "layer-escaped",
+                                  "layer-bound", "layer-denied"])
+def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_denied_there(
+        ws, tmp_path, isolation, form):
+    """Attacks 21 (R1, as `overlayroot` has it: the root an overlay, its lower disk mounted at
+    /media/root-ro) and 22: the denied path lies on an overlay, and a read root holds the
+    overlay's lower layer, where its files lie under the layer's names (as they were, renamed
+    since, deleted from the overlay): refused, typed, naming the layer; with the layer denied
+    too, the launch goes on and nothing of it shows."""
     workspace, outside = ws
-    said = overlaid_run(ws, tmp_path, isolation, "layer-in-root", workspace / "secrets")
+    said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
     assert SECRET not in said
-    assert said.startswith("EXIT 0") and f"UNREAD {outside}/lower/secrets/sub/prod.env" in said, \
-        said
+    held = f"whose layer {outside}/lower the root {outside} holds or lies in"
+    if form == "layer-in-root":
+        assert "REFUSED unenforceable:filesystem.deny" in said \
+            and f"lies on an overlay (at {tmp_path}/ovl) {held}" in said, said
+    elif form == "layer-escaped":
+        assert "REFUSED unenforceable:filesystem.deny" in said and (
+            f"lies on an overlay (at {tmp_path}/ovl) whose layer '{outside}/lowe\\\\134r:"
+            f"{tmp_path}/empty' cannot be told where it is") in said, said
+    elif form == "layer-bound":
+        assert "REFUSED unenforceable:filesystem.deny" in said and (
+            f"lies on an overlay (at {tmp_path}/ovl) whose layer {tmp_path}/lb a root shows at "
+            f"{outside}/lower") in said, said
+    elif form == "layer-nested":
+        assert "REFUSED unenforceable:filesystem.deny" in said and (
+            f"lies on an overlay (at {tmp_path}/ovl) whose layer {tmp_path}/ob lies on an "
+            f"overlay (at {tmp_path}/ob) {held}") in said, said
+    else:
+        assert said.startswith("EXIT 0") and f"UNREAD {outside}/lower/secrets/sub/prod.env" \
+            in said, said
 
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")

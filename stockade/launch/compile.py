@@ -116,6 +116,7 @@ def compile_policy(
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     _refuse_overlays_of_denied(read, write, deny)
+    _refuse_layer_copies(_denied_places(fs.deny, ctx), read + write, deny)
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -407,11 +408,70 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
     return ""
 
 
+def _denied_places(paths: tuple[str, ...], ctx: CompileContext) -> list[str]:
+    """Where each denied path is, or would be: one an overlay hides (a whiteout) is still in
+    its layers."""
+    return [os.path.realpath(alias) for raw in paths
+            for alias in _in_every_home(raw.removeprefix("?"), ctx)]
+
+
+def _refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
+                         deny: tuple[PathGrant, ...]) -> None:
+    """Refuse, typed, a denied path that lies on an overlay one of whose layers (or a layer of
+    an overlay that one lies on) a root holds, or lies in: the layer holds its files under
+    other names no name of the overlay tells — its lower copy, a copy renamed since (a
+    redirect, a metacopy), one deleted from the overlay (a whiteout hides it there only), an
+    upper layer the command could write (attacks 21 R1, 22). A layer denied too is masked
+    whole; one not found here is outside this view; one beneath the overlay's own point (as
+    over /etc) has no other name; one written unplainly cannot be found, and refuses except in
+    the process's own root overlay (a container's engine's store, outside its view)."""
+    mounts = aliases.table()
+    own_root = mounts.at.get("/")
+    masked = [grant.path for grant in deny] + places
+    for place in places:
+        why = _layer_held(place, roots, masked, mounts, own_root)
+        if why:
+            raise UnenforceableError("filesystem.deny", (
+                f"the denied path {place} lies on an overlay {why}, which holds its files "
+                "under other names; deny that layer too (filesystem.deny), or choose roots "
+                "that do not hold it"))
+
+
+def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
+                mounts: aliases.Mounts, own_root: aliases.Mount | None, depth: int = 0) -> str:
+    """Which layer of the overlay `path` lies on a root holds or lies in, or ""."""
+    on = aliases.mount_of(path, mounts)
+    if on is None or not on.layers or path == on.point and not depth:
+        return ""  # (an overlay's point denied: the view it gives masked, its layers their own)
+    container = own_root is not None and on.id == own_root.id
+    for layer in on.layers:
+        if not aliases.plain(layer):
+            if container:
+                continue
+            return f"(at {on.point}) whose layer {layer!r} cannot be told where it is"
+        real = os.path.realpath(layer)
+        if aliases.look(real) is None or any(_inside(real, place) for place in masked):
+            continue  # (outside this view or out of reach; or masked whole)
+        beneath = aliases.mount_of(real, mounts)
+        if beneath is not None and beneath.id == on.id:
+            continue  # (beneath its own point: hidden by it)
+        holder = _meeting(real, roots)
+        if holder is not None:
+            return f"(at {on.point}) whose layer {layer} the root {holder} holds or lies in"
+        shown = aliases.seen(real, [root.path for root in roots], mounts)
+        if shown:  # (a bind mount shows the layer, or a part of it, in a root)
+            return f"(at {on.point}) whose layer {layer} a root shows at {shown[0]}"
+        if depth < OVERLAY_DEPTH:
+            why = _layer_held(real, roots, masked, mounts, own_root, depth + 1)
+            if why:
+                return f"(at {on.point}) whose layer {layer} lies on an overlay {why}"
+    return ""
+
+
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:
-    """The denied path the overlay at `point` gives another name through `layer`, one not
-    denied itself: one at or below a directory the layer is (by identity), or one the layer
-    lies in (an overlay mounted on its own layer, as over /etc, gives the denied paths no
-    other name)."""
+    """The denied path the overlay at `point` gives another name through `layer`: one at or
+    below a directory the layer is (by identity), or one the layer lies in (an overlay mounted
+    on its own layer, as over /etc, gives the denied paths no other name)."""
     try:
         layer_is = os.stat(layer)
     except OSError:
@@ -422,7 +482,7 @@ def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None
         while True:
             if _same_as(above, layer_is):
                 name = os.path.normpath(os.path.join(point, os.path.relpath(grant.path, above)))
-                if not any(_inside(name, other.path) for other in deny):  # (a name masked too)
+                if name != grant.path:
                     return grant.path
                 break
             if above == "/":

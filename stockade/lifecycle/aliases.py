@@ -127,22 +127,6 @@ def plain(layer: str) -> bool:
     return os.path.isabs(layer) and os.path.normpath(layer) == layer and "\\" not in layer
 
 
-def layered(place: str, mounts: Mounts) -> list[str]:
-    """The paths the layers of the overlay `place` lies on hold it at (its lower copy, the
-    upper one since written): other names of what it shows, each existing (attack 21, R1:
-    an overlay's own root, `overlayroot`, its lower layer mounted at /media/root-ro)."""
-    on = _seen_on(place, mounts.at)
-    if on is None or not on.layers:
-        return []
-    inner = os.path.join(on.top, os.path.relpath(place, on.point)).strip("/")
-    found = []
-    for layer in on.layers:
-        name = os.path.normpath(os.path.join(layer, inner))
-        if plain(layer) and name != place and os.path.lexists(name):
-            found.append(name)
-    return found
-
-
 def mount_of(path: str, mounts: Mounts) -> Mount | None:
     """The mount the absolute, resolved `path` lies on, as the table tells."""
     return _seen_on(path, mounts.at)
@@ -193,12 +177,11 @@ def within(root: str, place: str, mounts: Mounts) -> list[str]:
     return found
 
 
-def seen(place: str, roots: list[str], mounts: Mounts, *, layers: bool = True) -> list[str]:
+def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
     """Every path at or below one of `roots` at which `place` is seen (within(), for several
     roots at once) and each mount point there that shows a part of it (a key file of a
     denied directory bound into a root), believed when lstat finds there what it finds at
-    that part's path below `place`; with `layers`, also where the layers of an overlay
-    `place` lies on hold it (layered), and where those are seen."""
+    that part's path below `place`."""
     def held(path: str) -> bool:
         return any(_at_or_below(path, root) for root in roots)
 
@@ -212,9 +195,6 @@ def seen(place: str, roots: list[str], mounts: Mounts, *, layers: bool = True) -
             elif _at_or_below(m.top, inner) and held(m.point) \
                     and _identical(m.point, os.path.join(place, _below(m.top, inner))):
                 found.append(m.point)
-    if layers:  # (the names its overlay's layers give it, and theirs: one level of them)
-        found += [name for copy in layered(place, mounts)
-                  for name in seen(copy, roots, mounts, layers=False) if name not in found]
     return found
 
 
