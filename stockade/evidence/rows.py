@@ -104,6 +104,8 @@ NESTED_TARGETS = ("{ws}/a/b/.agents/rules", "{ws}/a/b/.agents", f"{GIT}/config",
 EXEC_DIRECTORIES = ("{ws}", "/tmp", "/dev/shm")
 VM_UNPROVEN = "a guest's kernel is the layer: the Linux backend's switches do not reach it"
 COMPILER = "the policy compiler refuses it before any backend runs: no switch reaches it"
+BIND_NEEDS_ROOT = "a bind mount needs root (rootless users cannot make one)"
+OVERLAY_NEEDS_ROOT = "an overlay mount needs root (rootless users cannot make one here)"
 DEVICES = "only host root can open the host's devices: rootless there is nothing to keep away"
 
 ROWS: tuple[Row, ...] = (
@@ -183,6 +185,11 @@ ROWS: tuple[Row, ...] = (
         "{ws}/.git/worktrees/wt/gitdir", "{ws}/sub/.git", "{ws}/.git/modules/sub/config",
         "{ws}/.git/modules/sub/hooks", expect=denied(PROTECTED), proven=off("protected"),
         setup=setups.git_pointers),
+    row("fs.protected-bind-alias", "filesystem",
+        "tamper with a repository's hooks and a .vscode directory at the second path a bind "
+        "mount shows each at in the write root", "tamper.py", "{ws}/sub/hooks/pre-commit",
+        "{ws}/sub/editor/tasks.json", expect=denied(PROTECTED), proven=off("protected"),
+        setup=setups.protected_bound_in_workspace, root_only=BIND_NEEDS_ROOT),
     row("fs.metadata", "filesystem",
         "change the mode and times of files outside every root, in a read-only root, and of "
         "protected names and a repository's config and hooks in a write root",
@@ -228,8 +235,7 @@ ROWS: tuple[Row, ...] = (
         "mount of its directory into a read root gives it, which no walk of the write root meets",
         "read_paths.py", "{root}/ro/view/id.bak", "{ws}/backup/id.bak",
         expect=denied(by("deny_links", "EACCES"), DENY), proven=off("deny_links"),
-        setup=setups.denied_link_bound_into_read_root,
-        root_only="a bind mount needs root (rootless users cannot make one)",
+        setup=setups.denied_link_bound_into_read_root, root_only=BIND_NEEDS_ROOT,
         policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
     row("fs.mask-rename", "filesystem",
         "rename denied paths inside a write root or any directory above them, then plant a "
@@ -333,9 +339,37 @@ ROWS: tuple[Row, ...] = (
         "at a second path (a read root), a denied key bound on a file of the workspace",
         "read_paths.py", "{alias}/keys/id", "{alias}/keys/", "{alias}/token", "{ws}/bound",
         expect=denied(DENY), proven=off("deny"), setup=setups.bound_vault,
-        root_only="a bind mount needs root (rootless users cannot make one)",
+        root_only=BIND_NEEDS_ROOT,
         policy={"filesystem": {"read": ["{scene:alias}"],
                                "deny": ["{scene:vault}/keys", "{scene:vault}/token"]}}),
+    row("fs.mount-of-removed-name", "filesystem",
+        "read a denied file through a bind mount in a read root of a hard link of it, the link "
+        "removed since (the mount table names the mount by the removed path, //deleted)",
+        "read_paths.py", "{root}/ro/view.bak",
+        expect=RefusedBefore("unenforceable:filesystem.read"), unproven=COMPILER,
+        setup=setups.removed_link_bound_into_read_root, root_only=BIND_NEEDS_ROOT,
+        policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
+    row("fs.mount-unlookable", "filesystem",
+        "read a denied directory bound at a path longer than PATH_MAX in a read root, a "
+        "directory at a time (the mount table lists it; no lookup of its point reaches it)",
+        "read_deep.py", "{root}/ro", "{deep_name}", "{deep_levels}", "id",
+        expect=RefusedBefore("unenforceable:filesystem.read"), unproven=COMPILER,
+        setup=setups.deep_vault_in_read_root, root_only=BIND_NEEDS_ROOT,
+        policy={"filesystem": {"deny": ["{scene:vault}"]}}),
+    row("fs.overlay-of-denied", "filesystem",
+        "read a denied directory's files through an overlay in a read root whose lower layer "
+        "it is (on a device of the overlay's own, where no name is compared with the denied "
+        "ones)", "read_paths.py", "{root}/ro/m/id", "{root}/ro/m/",
+        expect=RefusedBefore("unenforceable:filesystem.deny"), unproven=COMPILER,
+        setup=setups.overlaid_vault_in_read_root, root_only=OVERLAY_NEEDS_ROOT,
+        policy={"filesystem": {"deny": ["{scene:vault}"]}}),
+    row("fs.overlay-unjudged", "filesystem",
+        "read a denied directory's files through an overlay above a read root whose lower "
+        "layer the mount table gives relative (as a container engine writes its layers)",
+        "read_paths.py", "{root}/m/sub/id", "{root}/m/sub/",
+        expect=RefusedBefore("unenforceable:filesystem.deny"), unproven=COMPILER,
+        setup=setups.overlay_above_read_root, root_only=OVERLAY_NEEDS_ROOT,
+        policy={"filesystem": {"deny": ["{scene:vault}"]}}),
     row("fs.deny-absent", "filesystem",
         "create a denied path that does not exist at launch inside the write root (~/.aws)",
         "tamper.py", "{ws}/.aws", expect=RefusedBefore("unenforceable:filesystem.deny"),
@@ -346,6 +380,13 @@ ROWS: tuple[Row, ...] = (
         expect=RefusedBefore("unenforceable:filesystem.symlink"), unproven=COMPILER,
         setup=setups.planted_root_link,
         policy={"filesystem": {"write": ["{workspace}", "{workspace}/build"]}}),
+    row("fs.deny-repointable", "filesystem",
+        "read a denied directory by the path a symbolic link in the write root (the denied "
+        "path) points to, the link the command could point elsewhere for the next launch to "
+        "deny instead", "read_paths.py", "{ws}/b/real/id", "{ws}/a/secret/id",
+        expect=RefusedBefore("unenforceable:filesystem.symlink"), unproven=COMPILER,
+        setup=setups.denied_through_link,
+        policy={"filesystem": {"deny": ["{workspace}/a/secret"]}}),
     # --- filesystem: the copy-on-write workspace (filesystem.workspace = "overlay") ---------
     row("fs.overlay-writes", "filesystem",
         "in an overlaid workspace: overwrite, append to, truncate, rename, delete and chmod "

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from stockade.evidence.casefold import STORED
 from stockade.evidence.scene import NotRunnable, Scene
@@ -36,12 +37,15 @@ from stockade.evidence.watch import (
     Attributes,
     BindMount,
     CallerTerminal,
+    DeepBindMount,
     Heartbeat,
     HostTerminal,
     ModeSet,
+    Mounted,
     NoMounts,
     NoPrivilegeBits,
     NoResidue,
+    OverlayMount,
     Unchanged,
     Victim,
     processes_with,
@@ -51,6 +55,7 @@ from stockade.lifecycle.homes import SUFFIX
 from stockade.policy.presets import DENY_DEFAULTS, is_deny_file
 
 Setup = Callable[[Scene], None]
+M = TypeVar("M", Mounted, DeepBindMount)
 NOBODY = 65534
 # Set-user-id programs that wait on a terminal, so their effective uid can be read.
 WAITING_SETUID = ("su", "passwd", "chfn", "chsh", "newgrp")
@@ -237,11 +242,106 @@ def denied_link_bound_into_read_root(scene: Scene) -> None:
     (scene.ws / "backup").mkdir()
     os.link(secret, scene.ws / "backup" / "id.bak")
     (scene.root / "ro" / "view").mkdir(parents=True)
-    bound = scene.watch(BindMount(scene.ws / "backup", scene.root / "ro" / "view"))
-    if not bound.made:
-        raise NotRunnable(f"cannot bind the workspace's backup directory: {bound.why}")
+    mounted(scene, BindMount(scene.ws / "backup", scene.root / "ro" / "view"))
     scene.read_roots.append(str(scene.root / "ro"))
     scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def removed_link_bound_into_read_root(scene: Scene) -> None:
+    """A secret at a path the row's policy denies, a hard link of it in the workspace bound on
+    a file of a read root (a bind mount on the host, root's, undone after), then the link
+    removed: the file has one name again, which no walk looks for others of, and the mount
+    table names the bind by the removed path (`//deleted`), not by what it shows (attack 11,
+    dl9c-filebind_src_removed)."""
+    secret = scene.plant_secret("ws/keys/id")
+    link = scene.ws / "backup" / "id.bak"
+    link.parent.mkdir()
+    os.link(secret, link)
+    mounted(scene, BindMount(link, scene.plant("ro/view.bak")))
+    link.unlink()
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+DEEP_NAME = "d" * 250  # (NAME_MAX is 255)
+DEEP_LEVELS = 20  # (20 x 251 bytes: past PATH_MAX, 4096)
+
+
+def deep_vault_in_read_root(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), bound (a bind mount on the
+    host, root's, undone after) at the end of a chain of directories in a read root whose path
+    is longer than the kernel looks up whole (PATH_MAX): the mount table lists it, no lookup
+    of its point reaches it, and a command can, a directory at a time (attack 16, M2)."""
+    scene.plant_secret("vault/id")
+    (scene.root / "ro").mkdir()
+    mounted(scene, DeepBindMount(scene.root / "vault", scene.root / "ro", DEEP_NAME,
+                                 DEEP_LEVELS))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values.update(vault=str(scene.root / "vault"), deep_name=DEEP_NAME,
+                        deep_levels=str(DEEP_LEVELS))
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def overlaid_vault_in_read_root(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), and an overlay whose lower
+    layer is the vault mounted in a read root (`ro/m`; an overlay mount on the host, root's,
+    undone after): its files are the vault's on a device of its own, where no name is
+    compared with the denied ones (attack 18, O1)."""
+    scene.plant_secret("vault/id")
+    (scene.root / "empty").mkdir()
+    (scene.root / "ro" / "m").mkdir(parents=True)
+    mounted(scene, OverlayMount(scene.root / "ro" / "m",
+                                (str(scene.root / "vault"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def overlay_above_read_root(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), and an overlay at `m` whose
+    lower layer is the vault written relative (`vault`, mounted from the scene's root, as a
+    container engine writes its layers, relative to its store), above a read root (`m/sub`:
+    an overlay mount on the host, root's, undone after): the mount table says `vault`, which
+    cannot be told from the denied paths (attack 20, B1)."""
+    scene.plant_secret("vault/sub/id")
+    (scene.root / "empty").mkdir()
+    (scene.root / "m").mkdir()
+    mounted(scene, OverlayMount(scene.root / "m", ("vault", str(scene.root / "empty")),
+                                cwd=scene.root))
+    scene.read_roots.append(str(scene.root / "m" / "sub"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def denied_through_link(scene: Scene) -> None:
+    """A secret in a directory of the workspace (`b/real`), and the path the row's policy
+    denies a symbolic link to it in the workspace (`a/secret -> ../b/real`), which the command
+    could point elsewhere for the next launch to deny instead (attack 15, D1)."""
+    scene.plant_secret("ws/b/real/id")
+    (scene.ws / "a").mkdir()
+    (scene.ws / "a" / "secret").symlink_to("../b/real")
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
+def protected_bound_in_workspace(scene: Scene) -> None:
+    """A repository's hooks and a .vscode directory in the workspace, each bound at a second
+    path in it (`sub/hooks`, `sub/editor`: bind mounts on the host, root's, undone after), as
+    an administrator or an earlier tool binds them (attack 12, P1)."""
+    _gitdir(scene, "ws/.git")
+    scene.plant("ws/.vscode/tasks.json", "original\n")
+    for source, alias in ((".git/hooks", "sub/hooks"), (".vscode", "sub/editor")):
+        (scene.ws / alias).mkdir(parents=True)
+        mounted(scene, BindMount(scene.ws / source, scene.ws / alias))
+    scene.watch(Unchanged(scene.ws, "workspace (holding .git, .vscode and sub, where "
+                          "bind mounts show them again)"))
+
+
+def mounted(scene: Scene, mount: M) -> M:
+    """`mount`, watched (undone when the scene closes); NotRunnable if it could not be made."""
+    scene.watch(mount)
+    if not mount.made:
+        raise NotRunnable(f"cannot mount what the row needs: {mount.why}")
+    return mount
 
 
 def case_folding_workspace(scene: Scene) -> None:
@@ -634,9 +734,7 @@ def bound_vault(scene: Scene) -> None:
     (scene.root / "alias").mkdir()
     for source, point in ((scene.root / "vault", scene.root / "alias"),
                           (scene.root / "vault" / "keys" / "id", scene.ws / "bound")):
-        bound = scene.watch(BindMount(source, point))
-        if not bound.made:
-            raise NotRunnable(f"cannot bind {source} at {point}: {bound.why}")
+        mounted(scene, BindMount(source, point))
     scene.values.update(vault=str(scene.root / "vault"), alias=str(scene.root / "alias"))
     scene.watch(Unchanged(scene.root / "vault", "the vault"))
 

@@ -92,7 +92,8 @@ WRITE_ROWS = {"fs.write-outside"}
 CARVED_ROWS = {"fs.protected-dir": "filesystem.protected",
                "fs.protected-code-running": "filesystem.protected",
                "fs.protected-file": "filesystem.git",
-               "fs.protected-rename": "filesystem.git", "fs.git-pointers": "filesystem.git"}
+               "fs.protected-rename": "filesystem.git", "fs.git-pointers": "filesystem.git",
+               "fs.protected-bind-alias": "filesystem.protected"}
 SECCOMP_ROWS = {"net.address-families": "network.address_families",
                 "proc.user-namespace": "nested_namespaces", "proc.clone3": "nested_namespaces",
                 "proc.keyctl": "seccomp", "proc.bpf": "seccomp", "proc.perf-event": "seccomp",
@@ -101,6 +102,10 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "fs.deny-absent": "filesystem.deny", "fs.deny-passwd-home": "filesystem.deny",
              "fs.deny-bind-alias": "filesystem.deny",
              "fs.deny-hard-link-read-root": "filesystem.deny",
+             "fs.mount-of-removed-name": "filesystem.read",
+             "fs.mount-unlookable": "filesystem.read",
+             "fs.overlay-of-denied": "filesystem.deny", "fs.overlay-unjudged": "filesystem.deny",
+             "fs.deny-repointable": "filesystem.deny",
              "fs.planted-root-link": "filesystem.write",
              "env.parent-secrets": "env", "env.loader-variables": "env",
              "env.refused-loader": "env", "env.refused-credential": "env",

@@ -305,27 +305,105 @@ class NoMounts(Watch):
         return Finding(True, "no host mount appeared")
 
 
-class BindMount(Watch):
-    """`source` shown at `point` too (root: a bind mount on the host) while the row runs, as
-    an administrator binds a home or a key elsewhere; undone when the scene closes, before
-    its tree is removed. The verdict: the mount was still there after the attack."""
+class Mounted(Watch):
+    """A mount on the host (root's) while the row runs, made by `command` (the point last,
+    run in `cwd`); undone when the scene closes, before its tree is removed. The verdict: the
+    mount was still there after the attack."""
 
-    def __init__(self, source: Path, point: Path) -> None:
+    def __init__(self, point: Path, command: list[str], cwd: Path | None = None) -> None:
         self.point = point
-        done = subprocess.run(["mount", "--bind", str(source), str(point)], check=False,
-                              capture_output=True, text=True)
+        done = subprocess.run([*command, str(point)], check=False, capture_output=True,
+                              text=True, cwd=cwd)
         self.made = done.returncode == 0
         self.why = done.stderr.strip()
 
     def finish(self) -> Finding:
         if str(self.point) in mounts_under(self.point):
-            return Finding(True, f"{self.point} stayed bound")
-        return Finding(False, f"{self.point} is no longer bound", error=True)
+            return Finding(True, f"{self.point} stayed mounted")
+        return Finding(False, f"{self.point} is no longer mounted", error=True)
 
     def close(self) -> None:
         if self.made:
             subprocess.run(["umount", "-l", str(self.point)], check=False, capture_output=True)
             self.made = False
+
+
+class BindMount(Mounted):
+    """`source` shown at `point` too (a bind mount), as an administrator binds a home or a key
+    elsewhere."""
+
+    def __init__(self, source: Path, point: Path) -> None:
+        super().__init__(point, ["mount", "--bind", str(source)])
+
+
+class OverlayMount(Mounted):
+    """A read-only overlay of `layers` (lower layers, the first on top) at `point`, each layer
+    written as given, mounted from `cwd` (so a relative layer stays relative in the mount
+    table, as a container engine writes its layers)."""
+
+    def __init__(self, point: Path, layers: tuple[str, ...], cwd: Path | None = None) -> None:
+        super().__init__(point, ["mount", "-t", "overlay", "overlay", "-o",
+                                 "lowerdir=" + ":".join(layers)], cwd)
+
+
+MS_BIND = 0x1000
+MNT_DETACH = 0x2
+
+
+class DeepBindMount(Watch):
+    """`source` shown (root: a bind mount on the host) at the end of a chain of `levels`
+    directories named `name` made below `top`, whose path is longer than the kernel looks up
+    whole (PATH_MAX): made, checked and undone through descriptors, a directory at a time (by
+    /proc/self/fd, never the path). Undone when the scene closes, before its tree is removed.
+    The verdict: the mount was still there after the attack."""
+
+    def __init__(self, source: Path, top: Path, name: str, levels: int) -> None:
+        self.name, self.made, self.why, self.root = name, False, "", -1
+        self.source = os.stat(source)
+        self.above = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for level in range(levels):
+                os.mkdir(name, dir_fd=self.above)
+                if level < levels - 1:
+                    below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                    | os.O_CLOEXEC, dir_fd=self.above)
+                    os.close(self.above)
+                    self.above = below
+            point = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=self.above)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.mount(os.fsencode(source), f"/proc/self/fd/{point}".encode(), None,
+                              MS_BIND, None) != 0:
+                    self.why = os.strerror(ctypes.get_errno())
+                    return
+            finally:
+                os.close(point)
+            self.made = True
+            # (the mount's own root: what umount is given)
+            self.root = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC,
+                                dir_fd=self.above)
+        except BaseException:
+            self.close()
+            raise
+
+    def finish(self) -> Finding:
+        shown = os.stat(self.name, dir_fd=self.above)
+        if (shown.st_dev, shown.st_ino) == (self.source.st_dev, self.source.st_ino):
+            return Finding(True, "the mount past PATH_MAX stayed")
+        return Finding(False, "the mount past PATH_MAX is no longer there", error=True)
+
+    def close(self) -> None:
+        if self.made:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.umount2(f"/proc/self/fd/{self.root}".encode(), MNT_DETACH)
+            self.made = False
+        if self.root >= 0:
+            os.close(self.root)
+            self.root = -1
+        if self.above >= 0:
+            os.close(self.above)
+            self.above = -1
 
 
 class ModeSet(Watch):
