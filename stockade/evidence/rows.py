@@ -370,6 +370,12 @@ ROWS: tuple[Row, ...] = (
         expect=RefusedBefore("unenforceable:filesystem.deny"), unproven=COMPILER,
         setup=setups.overlay_above_read_root, root_only=OVERLAY_NEEDS_ROOT,
         policy={"filesystem": {"deny": ["{scene:vault}"]}}),
+    row("fs.overlay-layer-copy", "filesystem",
+        "read a denied path that lies on an overlay where its lower layer, which a read root "
+        "holds, keeps it under the layer's own name", "read_paths.py", "{root}/ro/lower/vault/id",
+        "{root}/ro/lower/vault/", expect=RefusedBefore("unenforceable:filesystem.deny"),
+        unproven=COMPILER, setup=setups.overlay_of_read_root_layer, root_only=OVERLAY_NEEDS_ROOT,
+        policy={"filesystem": {"deny": ["{scene:overlaid}"]}}),
     row("fs.deny-absent", "filesystem",
         "create a denied path that does not exist at launch inside the write root (~/.aws)",
         "tamper.py", "{ws}/.aws", expect=RefusedBefore("unenforceable:filesystem.deny"),

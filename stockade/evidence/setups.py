@@ -313,6 +313,22 @@ def overlay_above_read_root(scene: Scene) -> None:
     scene.watch(Unchanged(scene.root / "vault", "the vault"))
 
 
+def overlay_of_read_root_layer(scene: Scene) -> None:
+    """A secret at `lower/vault/id` in a read root (`ro`), and an overlay outside the roots
+    (`ovl`) whose lower layer is `ro/lower`: the row's policy denies the path the overlay
+    shows it at (`{overlaid}` = ovl/vault), which the layer holds under its own name, as
+    `overlayroot`'s lower disk does at /media/root-ro (an overlay mount on the host, root's,
+    undone after; attacks 21 R1, 22)."""
+    scene.plant_secret("ro/lower/vault/id")
+    (scene.root / "empty").mkdir()
+    (scene.root / "ovl").mkdir()
+    mounted(scene, OverlayMount(scene.root / "ovl",
+                                (str(scene.root / "ro" / "lower"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["overlaid"] = str(scene.root / "ovl" / "vault")
+    scene.watch(Unchanged(scene.root / "ro" / "lower", "the overlay's lower layer"))
+
+
 def denied_through_link(scene: Scene) -> None:
     """A secret in a directory of the workspace (`b/real`), and the path the row's policy
     denies a symbolic link to it in the workspace (`a/secret -> ../b/real`), which the command

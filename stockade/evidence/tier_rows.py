@@ -105,6 +105,7 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "fs.mount-of-removed-name": "filesystem.read",
              "fs.mount-unlookable": "filesystem.read",
              "fs.overlay-of-denied": "filesystem.deny", "fs.overlay-unjudged": "filesystem.deny",
+             "fs.overlay-layer-copy": "filesystem.deny",
              "fs.deny-repointable": "filesystem.deny",
              "fs.planted-root-link": "filesystem.write",
              "env.parent-secrets": "env", "env.loader-variables": "env",
