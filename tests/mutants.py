@@ -299,27 +299,46 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("overlay-unfound-layer-refused", "stockade/launch/compile.py",
            "            continue  # (outside this view, as WSL's",
            "            return 'unfound'  # (outside this view, as WSL's",
-           ("tests/test_deny_links.py::test_an_overlay_whose_layers_lie_in_another_view_is_read"
-            "_as_it_is[namespaces]",)),
+           ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[foreign-inside-namespaces]",)),
     Mutant("overlay-escaped-layer-judged", "stockade/lifecycle/aliases.py",
-           ' and "\\\\" not in layer\n', "\n",
+           '            and "\\\\" not in layer)', "            )",
            (OVERLAY_UNJUDGED + "[escaped-above-namespaces]",)),
     Mutant("overlay-layer-copies-admitted", "stockade/launch/compile.py",
-           "    _refuse_layer_copies(_denied_places(fs.deny, ctx), read + write, deny)\n", "\n",
+           "    _refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, "
+           "deny)\n", "\n",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-in-root-landlock]",)),
     Mutant("overlay-layer-copies-unplain-passed", "stockade/launch/compile.py",
            "            return f\"(at {on.point}) whose layer {layer!r} cannot be told where it "
-           "is\"",
+           "is\", on.point",
            "            continue",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-escaped-landlock]",)),
     Mutant("overlay-layer-copies-bound-admitted", "stockade/launch/compile.py",
-           "        if shown:  # (a bind mount shows the layer", "        if False:  # (",
+           "        if seen:  # (a bind mount shows the layer", "        if False:  # (",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-bound-namespaces]",)),
+    Mutant("overlay-layer-shared-admitted", "stockade/launch/compile.py",
+           "        if other is not None:\n", "        if False:\n",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[layer-shared-namespaces]",)),
+    Mutant("overlay-beneath-bound-admitted", "stockade/launch/compile.py",
+           "            if names:\n", "            if False:\n",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[beneath-bound-landlock]",)),
+    Mutant("overlay-state-places-unjudged", "stockade/launch/compile.py",
+           "_denied_places(fs.deny, ctx) + list(places)", "_denied_places(fs.deny, ctx)",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[state-on-overlay-namespaces]",)),
+    Mutant("overlay-data-only-layer-judged-for-copies", "stockade/launch/compile.py",
+           "    for layer in on.layers:\n", "    for layer in on.layers + on.data:\n",
+           ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[store-data-only-landlock]",)),
+    Mutant("overlay-table-escapes-undecoded", "stockade/lifecycle/aliases.py",
+           "        value = _unescaped(raw)\n", "        value = os.fsdecode(raw)\n",
+           ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[blank-slash-namespaces]",)),
     Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
-           "            why = _layer_held(real, roots, masked, mounts, own_root, depth + 1)\n",
+           "            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, "
+           "depth + 1)\n",
            "            why = ''\n",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-nested-namespaces]",)),

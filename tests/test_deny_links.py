@@ -514,6 +514,22 @@ elif form == "foreign-inside":  # (mounted from a chroot, as WSL's are in anothe
     assert os.waitpid(pid, 0)[1] == 0
     subprocess.run(["mount", "--move", spare + "/vm/ovl", point + "/sub"], check=True)
     read = outside
+elif form == "blank-slash":  # (the table writes a blank as \\040; a "/" ends one)
+    for name in ("s pace/sub", "slash"):
+        os.makedirs(spare + "/" + name)
+    with open(spare + "/s pace/sub/prod.env", "w") as f:
+        f.write("a library")
+    overlay(f"lowerdir={spare}/s pace:{spare}/slash/", point)
+    read = outside
+elif form == "store-data-only":  # (NixOS's /etc: names in a metadata layer, their data in a
+    # store the read root holds, a data-only layer after "::")
+    os.makedirs(spare + "/meta/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", spare + "/meta/secrets/sub/prod.env")
+    os.mkdir(outside + "/store")
+    with open(outside + "/store/prod.env", "w") as f:
+        f.write("a library")
+    overlay(f"lowerdir={spare}/meta::{outside}/store,metacopy=on,redirect_dir=follow", point)
+    read, deny = outside, (point + "/secrets",)
 elif form in ("layer-in-root", "layer-denied"):  # (the denied path lies on an overlay whose
     # lower layer a read root holds, where the file lies under the layer's name; R1)
     os.makedirs(outside + "/lower/secrets/sub")
@@ -545,26 +561,62 @@ elif form == "layer-nested":  # (that overlay's layer itself an overlay of the r
     overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ob")
     overlay(f"lowerdir={spare}/ob:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl/secrets",)
+elif form == "layer-shared":  # (its layer the lower layer of another overlay, in the root)
+    os.makedirs(spare + "/L/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", spare + "/L/secrets/sub/prod.env")
+    for at in (spare + "/ovl", outside + "/view"):
+        os.mkdir(at)
+        overlay(f"lowerdir={spare}/L:{spare}/empty", at)
+    read, deny = outside, (spare + "/ovl/secrets",)
+elif form == "point-denied":  # (the overlay's point itself denied; its lower in the root)
+    os.makedirs(outside + "/lower/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    os.mkdir(spare + "/ovl")
+    overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ovl")
+    read, deny = outside, (spare + "/ovl",)
+elif form == "beneath-bound":  # (an overlay on its own layer, as over /etc, and what it
+    # covers bound, not recursively, into the root: attack 23, A5)
+    os.makedirs(spare + "/fs/etc/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", spare + "/fs/etc/secrets/sub/prod.env")
+    for name in ("up", "wk"):
+        os.mkdir(spare + "/" + name)
+    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs/etc")
+    os.mkdir(outside + "/hostroot")
+    subprocess.run(["mount", "--bind", spare + "/fs", outside + "/hostroot"], check=True)
+    read, deny = outside, (spare + "/fs/etc/secrets",)
+elif form == "state-on-overlay":  # (Stockade's state directory on an overlay whose upper
+    # layer the write root holds: the command would write the host's state; attack 23, A4)
+    for name in ("st", "wk"):
+        os.mkdir(spare + "/" + name)
+    os.mkdir(workspace + "/up")
+    overlay(f"lowerdir={spare}/empty,upperdir={workspace}/up,workdir={spare}/wk", spare + "/st")
+    os.environ["STOCKADE_STATE_DIR"] = spare + "/st/state"
+    read = outside
 elif form == "nested":
     os.mkdir(spare + "/o1")
     overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
     overlay(f"lowerdir={spare}/o1:{spare}/empty", point)
     read = outside
-elif form == "denied-inside":
-    overlay("lowerdir=" + os.path.basename(secrets) + ":" + spare + "/empty", point,
-            cwd=os.path.dirname(secrets))
+elif form == "denied-inside":  # (an overlay of the denied directory, its point denied too)
+    overlay(f"lowerdir={secrets}:{spare}/empty", point)
     read, deny = outside, (secrets, point)
 policy = replace(policy_for(deny=deny, read=(read,), pids=None), isolation=isolation)
 try:
     target = {"nested": read + "/m/sub/prod.env", "denied-inside": read + "/m/sub/prod.env",
               "foreign-inside": read + "/m/sub/prod.env",
+              "blank-slash": read + "/m/sub/prod.env",
+              "store-data-only": read + "/store/prod.env",
               "layer-in-root": read + "/lower/secrets/sub/prod.env",
               "layer-denied": read + "/lower/secrets/sub/prod.env",
               "layer-nested": read + "/lower/secrets/sub/prod.env",
               "layer-escaped": read + "/lower/secrets/sub/prod.env",
-              "layer-bound": read + "/lower/secrets/sub/prod.env"}.get(
+              "layer-bound": read + "/lower/secrets/sub/prod.env",
+              "layer-shared": read + "/view/secrets/sub/prod.env",
+              "point-denied": read + "/lower/secrets/sub/prod.env",
+              "beneath-bound": read + "/hostroot/etc/secrets/sub/prod.env"}.get(
         form, read + "/sub/prod.env")
-    r = stockade.run([PYTHON, "-c", script, target], policy, workspace=workspace)
+    extra = [read + "/m/secrets/sub/prod.env"] if form == "store-data-only" else []
+    r = stockade.run([PYTHON, "-c", script, target, *extra], policy, workspace=workspace)
     print("EXIT", r.exit_code, r.stdout.decode())
 except stockade.StockadeError as exc:
     print("REFUSED", exc.code, exc)
@@ -584,7 +636,11 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
                            str(secrets)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
-    kept = outside / "lower" / "secrets" if form.startswith("layer-") else secrets
+    kept = {"layer-shared": tmp_path / "L" / "secrets",
+            "beneath-bound": tmp_path / "fs" / "etc" / "secrets",
+            "store-data-only": tmp_path / "meta" / "secrets"}.get(
+        form, outside / "lower" / "secrets"
+        if form.startswith("layer-") or form == "point-denied" else secrets)
     assert (kept / "sub" / "prod.env").read_text() == SECRET
     return done.stdout
 
@@ -614,9 +670,10 @@ def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_an_overlay_in_a_read_root_that_the_policy_denies_is_masked_and_the_launch_goes_on(
         ws, tmp_path, isolation):
-    """The knob a refusal of an overlay inside a root names: deny its mount point. Its
-    layers (the denied directory's, written relative) are then never judged, and nothing of
-    it shows."""
+    """The knob a refusal of an overlay inside a root names: deny its mount point. The
+    overlay (whose layer is the denied directory, which it showed at another name) is then
+    masked whole, and its layers, each denied or outside the roots, hold nothing a root
+    shows: the launch goes on, and nothing of it shows."""
     workspace, outside = ws
     said = overlaid_run(ws, tmp_path, isolation, "denied-inside", workspace / "secrets")
     assert SECRET not in said
@@ -625,14 +682,22 @@ def test_an_overlay_in_a_read_root_that_the_policy_denies_is_masked_and_the_laun
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_an_overlay_whose_layers_lie_in_another_view_is_read_as_it_is(ws, tmp_path, isolation):
-    """WSL mounts overlays in /usr/lib (its GPU libraries, its kernel's modules) from a view
-    of its own, systemd-sysext one on /usr: their layers are found nowhere here, and nothing
-    of this view is among them. A read root holding one launches, and the command reads it
-    (attack 21, F1 and F2: every launch on those hosts was refused)."""
+@pytest.mark.parametrize("form", ["foreign-inside", "blank-slash", "store-data-only"])
+def test_an_everyday_overlay_in_a_read_root_is_read_as_it_is(ws, tmp_path, isolation, form):
+    """Overlays hosts make, which show nothing denied, launch and are read: WSL's in /usr/lib
+    (its GPU libraries, its kernel's modules) and systemd-sysext's on /usr, mounted from a
+    view of their own, their layers found nowhere here (attack 21, F1 and F2); layers whose
+    names hold a blank or end in "/" (attack 23, F1); NixOS's /etc, whose data-only layer (a
+    store, after "::") a read root holds, a denied path among its names (attack 23, F2)."""
     workspace, outside = ws
-    said = overlaid_run(ws, tmp_path, isolation, "foreign-inside", workspace / "secrets")
-    assert said.startswith("EXIT 0") and f"READ {outside}/m/sub/prod.env a library" in said, said
+    said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
+    assert SECRET not in said
+    read = {"foreign-inside": f"READ {outside}/m/sub/prod.env a library",
+            "blank-slash": f"READ {outside}/m/sub/prod.env a library",
+            "store-data-only": f"READ {outside}/store/prod.env a library"}[form]
+    assert said.startswith("EXIT 0") and read in said, said
+    if form == "store-data-only":
+        assert f"UNREAD {outside}/m/secrets/sub/prod.env" in said, said
 
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
@@ -655,7 +720,7 @@ def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_
             and f"lies on an overlay (at {tmp_path}/ovl) {held}" in said, said
     elif form == "layer-escaped":
         assert "REFUSED unenforceable:filesystem.deny" in said and (
-            f"lies on an overlay (at {tmp_path}/ovl) whose layer '{outside}/lowe\\\\134r:"
+            f"lies on an overlay (at {tmp_path}/ovl) whose layer '{outside}/lowe\\\\r:"
             f"{tmp_path}/empty' cannot be told where it is") in said, said
     elif form == "layer-bound":
         assert "REFUSED unenforceable:filesystem.deny" in said and (
@@ -668,6 +733,33 @@ def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_
     else:
         assert said.startswith("EXIT 0") and f"UNREAD {outside}/lower/secrets/sub/prod.env" \
             in said, said
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("form", ["layer-shared", "point-denied", "beneath-bound",
+                                  "state-on-overlay"])
+def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refused(
+        ws, tmp_path, isolation, form):
+    """Attack 23: the files of a denied path on an overlay reached in a root another way:
+    through a second overlay of the same lower layer (A1), through the layer of an overlay
+    whose point is the denied path (A2), beneath an overlay on its own layer where a bind
+    that is not recursive shows what it covers (A5), or Stockade's own state directory on
+    an overlay whose upper layer the write root holds (A4: the command writes the host's
+    state). Each refused, typed, naming how."""
+    workspace, outside = ws
+    said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
+    assert SECRET not in said
+    how = {"layer-shared": f"(at {tmp_path}/ovl) whose layer {tmp_path}/L the overlay at "
+                           f"{outside}/view, in a root, has too",
+           "point-denied": f"(at {tmp_path}/ovl) whose layer {outside}/lower the root "
+                           f"{outside} holds or lies in",
+           "beneath-bound": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "
+                            f"it, a root shows at {outside}/hostroot/etc",
+           "state-on-overlay": f"the denied path {tmp_path}/st/state lies on an overlay (at "
+                               f"{tmp_path}/st) whose layer {workspace}/up the root "
+                               f"{workspace} holds"}[form]
+    assert "REFUSED unenforceable:filesystem.deny" in said and how in said, said
 
 
 @pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")

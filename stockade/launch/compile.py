@@ -116,7 +116,7 @@ def compile_policy(
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     _refuse_overlays_of_denied(read, write, deny)
-    _refuse_layer_copies(_denied_places(fs.deny, ctx), read + write, deny)
+    _refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -380,19 +380,15 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
                       depth: int = 0) -> str:
     """Why the overlay `mount` at `point` may show a denied path under another name, or ""."""
     container = own_root is not None and mount.id == own_root.id
-    for layer in mount.layers:
+    for layer in mount.layers + mount.data:
         if not aliases.plain(layer):
             if container:
                 continue  # (its engine's store, outside its view and the command's)
             return f"has a layer written {layer!r}, which cannot be told from the denied paths"
-        try:
-            os.stat(layer)
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # (outside this view, as WSL's and systemd-sysext's layers are: see
-            # SECURITY.md, "Not protected", for one mounted from a chroot)
-        except OSError as exc:
-            return (f"has a layer {layer} this user cannot look at ({exc.strerror}), which "
-                    "cannot be told from the denied paths")
+        if aliases.look(layer) is None:
+            continue  # (outside this view, as WSL's and systemd-sysext's layers are, or below
+            # another user's directory: composefs's; see SECURITY.md, "Not protected", for one
+            # mounted from a chroot)
         denied = _overlaid(point, layer, deny)
         if denied is not None:
             return (f"shows the denied path {denied} through its layer {layer}, on a device of "
@@ -417,55 +413,77 @@ def _denied_places(paths: tuple[str, ...], ctx: CompileContext) -> list[str]:
 
 def _refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
                          deny: tuple[PathGrant, ...]) -> None:
-    """Refuse, typed, a denied path that lies on an overlay one of whose layers (or a layer of
-    an overlay that one lies on) a root holds, or lies in: the layer holds its files under
-    other names no name of the overlay tells — its lower copy, a copy renamed since (a
+    """Refuse, typed, a denied path (or one of Stockade's state places) that lies on an
+    overlay one of whose layers (or a layer of an overlay that one lies on) a root holds, lies
+    in, shows through a bind, or shares with an overlay in a root: the layer holds its files
+    under other names no name of the overlay tells — its lower copy, a copy renamed since (a
     redirect, a metacopy), one deleted from the overlay (a whiteout hides it there only), an
-    upper layer the command could write (attacks 21 R1, 22). A layer denied too is masked
-    whole; one not found here is outside this view; one beneath the overlay's own point (as
-    over /etc) has no other name; one written unplainly cannot be found, and refuses except in
-    the process's own root overlay (a container's engine's store, outside its view)."""
+    upper layer the command could write (attacks 21 R1, 22, 23). A layer denied too is masked
+    whole; one not found here, or out of this user's reach, is outside this view; one beneath
+    the overlay's own point (as over /etc) has no other name unless a bind shows what lies
+    beneath; a data-only layer (a store: NixOS's /etc) holds data, not names; one written
+    unplainly cannot be found, and refuses except in the process's own root overlay (a
+    container's engine's store, outside its view)."""
     mounts = aliases.table()
     own_root = mounts.at.get("/")
     masked = [grant.path for grant in deny] + places
-    for place in places:
-        why = _layer_held(place, roots, masked, mounts, own_root)
+    # (the layers of the overlays the roots show: a layer shared with one of them is shown)
+    shown = [(mount, os.path.realpath(layer)) for point, mount in mounts.at.items()
+             if _meeting(point, roots) for layer in mount.layers + mount.data
+             if aliases.plain(layer)]
+    for place in dict.fromkeys(places + [grant.path for grant in deny]):
+        why, overlay = _layer_held(place, roots, masked, mounts, own_root, shown)
         if why:
+            # (denying a layer an overlay in a root shows makes that overlay show a denied path)
+            remedy = "choose roots that do not hold it" if _meeting(overlay, roots) else \
+                "deny that layer too (filesystem.deny), or choose roots that do not hold it"
             raise UnenforceableError("filesystem.deny", (
                 f"the denied path {place} lies on an overlay {why}, which holds its files "
-                "under other names; deny that layer too (filesystem.deny), or choose roots "
-                "that do not hold it"))
+                f"under other names; {remedy}"))
 
 
 def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
-                mounts: aliases.Mounts, own_root: aliases.Mount | None, depth: int = 0) -> str:
-    """Which layer of the overlay `path` lies on a root holds or lies in, or ""."""
+                mounts: aliases.Mounts, own_root: aliases.Mount | None,
+                shown: list[tuple[aliases.Mount, str]], depth: int = 0) -> tuple[str, str]:
+    """Which layer of the overlay `path` lies on a root can reach, and that overlay's point;
+    ("", "") if none."""
     on = aliases.mount_of(path, mounts)
-    if on is None or not on.layers or path == on.point and not depth:
-        return ""  # (an overlay's point denied: the view it gives masked, its layers their own)
+    if on is None or not on.layers:
+        return "", ""
     container = own_root is not None and on.id == own_root.id
     for layer in on.layers:
         if not aliases.plain(layer):
             if container:
                 continue
-            return f"(at {on.point}) whose layer {layer!r} cannot be told where it is"
+            return f"(at {on.point}) whose layer {layer!r} cannot be told where it is", on.point
         real = os.path.realpath(layer)
         if aliases.look(real) is None or any(_inside(real, place) for place in masked):
             continue  # (outside this view or out of reach; or masked whole)
-        beneath = aliases.mount_of(real, mounts)
-        if beneath is not None and beneath.id == on.id:
-            continue  # (beneath its own point: hidden by it)
+        under = aliases.mount_of(real, mounts)
+        if under is not None and under.id == on.id:  # (beneath its own point: hidden by it)
+            names = [name for name in aliases.beneath(on, real, mounts)
+                     if _meeting(name, roots) is not None]
+            if names:
+                return (f"(at {on.point}) whose layer {layer}, beneath it, a root shows at "
+                        f"{names[0]}", on.point)
+            continue
         holder = _meeting(real, roots)
         if holder is not None:
-            return f"(at {on.point}) whose layer {layer} the root {holder} holds or lies in"
-        shown = aliases.seen(real, [root.path for root in roots], mounts)
-        if shown:  # (a bind mount shows the layer, or a part of it, in a root)
-            return f"(at {on.point}) whose layer {layer} a root shows at {shown[0]}"
+            return (f"(at {on.point}) whose layer {layer} the root {holder} holds or lies in",
+                    on.point)
+        seen = aliases.seen(real, [root.path for root in roots], mounts)
+        if seen:  # (a bind mount shows the layer, or a part of it, in a root)
+            return f"(at {on.point}) whose layer {layer} a root shows at {seen[0]}", on.point
+        other = next((mount.point for mount, shared in shown if mount.id != on.id
+                      and (_inside(real, shared) or _inside(shared, real))), None)
+        if other is not None:
+            return (f"(at {on.point}) whose layer {layer} the overlay at {other}, in a root, "
+                    "has too", on.point)
         if depth < OVERLAY_DEPTH:
-            why = _layer_held(real, roots, masked, mounts, own_root, depth + 1)
+            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, depth + 1)
             if why:
-                return f"(at {on.point}) whose layer {layer} lies on an overlay {why}"
-    return ""
+                return f"(at {on.point}) whose layer {layer} lies on an overlay {why}", on.point
+    return "", ""
 
 
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:

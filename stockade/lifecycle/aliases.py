@@ -32,6 +32,7 @@ class Mount:
     id: str = ""
     parent: str = ""  # the mount it is mounted on
     layers: tuple[str, ...] = ()  # an overlay's lower and upper directories
+    data: tuple[str, ...] = ()  # its data-only lower directories (after "::", `datadir+`)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def table() -> Mounts:
         fields = line.split(b" ")
         if len(fields) > 4:
             mount = Mount(os.fsdecode(fields[2]), _unescaped(fields[3]), _unescaped(fields[4]),
-                          os.fsdecode(fields[0]), os.fsdecode(fields[1]), _layers(fields))
+                          os.fsdecode(fields[0]), os.fsdecode(fields[1]), *_layers(fields))
             stacked.setdefault(mount.point, []).append(mount)
     at: dict[str, Mount] = {}
     unresolved: list[str] = []
@@ -94,37 +95,59 @@ def table() -> Mounts:
 _last: list = []  # (the table last read, and what was made of it)
 
 
-def _layers(fields: list[bytes]) -> tuple[str, ...]:
-    """An overlay's lower and upper directories as its mounter wrote them, from its line's
-    options (after " - overlay SOURCE"): its files are theirs, on a device of its own, which no
-    other name is compared with (attacks 18, 19). The table escapes a comma, a backslash or a
-    blank in a value (octal, `\\054`), and a legacy value's own escapes (`\\:`, `\\,`,
-    and any other backslash, which overlay drops) reach it as written: a value with any
-    escape is kept undecoded, a layer no path is compared with (`plain` says no; attack 21),
-    and the rest split as overlay splits them (a `lowerdir+`/`datadir+` value is one path)."""
+def _layers(fields: list[bytes]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """An overlay's lower and upper directories, and its data-only lower ones (after "::" in
+    `lowerdir`, or `datadir+`), as its mounter wrote them, from its line's options (after " -
+    overlay SOURCE"): its files are theirs, on a device of its own, which no other name is
+    compared with (attacks 18, 19). The table writes a blank, a comma or a backslash of a value
+    as an octal escape, decoded here; a backslash left is overlay's own escape (`\\:`,
+    `\\,`, or any other, which overlay drops), so a value holding one is kept whole as
+    written, a layer no path is compared with (`plain` says no; attack 21); the rest are split
+    as overlay splits them (a `lowerdir+`/`datadir+` value is one path)."""
     try:
         at = fields.index(b"-", 6)
     except ValueError:
-        return ()
+        return (), ()
     if fields[at + 1:at + 2] != [b"overlay"] or len(fields) < at + 4:
-        return ()
+        return (), ()
     layers: list[str] = []
+    data: list[str] = []
     for option in fields[at + 3].split(b","):
-        key, _, value = option.partition(b"=")
+        key, _, raw = option.partition(b"=")
+        value = _unescaped(raw)
         if key not in (b"lowerdir", b"upperdir", b"lowerdir+", b"datadir+") or not value:
             continue
-        if b"\\" in value:
-            layers.append(os.fsdecode(value))
+        if "\\" in value:
+            layers.append(value)
+        elif key == b"lowerdir":
+            normal, _, only_data = value.partition("::")
+            layers += [part for part in normal.split(":") if part]
+            data += [part for part in only_data.split(":") if part]
         else:
-            parts = value.split(b":") if key == b"lowerdir" else [value]
-            layers += [os.fsdecode(part) for part in parts if part]
-    return tuple(layers)
+            (data if key == b"datadir+" else layers).append(value)
+    return tuple(layers), tuple(data)
 
 
 def plain(layer: str) -> bool:
     """Whether an overlay's layer, as _layers gives it, is a path to compare: absolute,
     normal, and written without escapes."""
-    return os.path.isabs(layer) and os.path.normpath(layer) == layer and "\\" not in layer
+    return (os.path.isabs(layer) and os.path.normpath(layer) in (layer, layer.rstrip("/"))
+            and "\\" not in layer)
+
+
+def beneath(mount: Mount, path: str, mounts: Mounts) -> list[str]:
+    """The names other mounts give what lies beneath `mount` at `path` (its point or below it,
+    on the mount it covers) with no mount on them: a bind that is not recursive shows what a
+    mount hides (attack 23, A5: an overlay on its own layer, its filesystem bound elsewhere)."""
+    covered = next((m for seen_ in mounts.of.values() for m in seen_ if m.id == mount.parent),
+                   None)
+    if covered is None:
+        return []
+    inner = os.path.normpath(os.path.join(covered.top, os.path.relpath(path, covered.point)))
+    return [name for m in mounts.of[covered.device] if m.id != covered.id
+            and _at_or_below(inner, m.top)
+            and (name := os.path.normpath(os.path.join(m.point, _below(inner, m.top))))
+            not in mounts.at]
 
 
 def mount_of(path: str, mounts: Mounts) -> Mount | None:
