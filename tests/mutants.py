@@ -336,6 +336,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("overlay-table-escapes-undecoded", "stockade/lifecycle/aliases.py",
            "        value = _unescaped(raw)\n", "        value = os.fsdecode(raw)\n",
            ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[blank-slash-namespaces]",)),
+    Mutant("overlay-shared-layer-by-path", "stockade/launch/compile.py",
+           "                      and _overlapping(real, shared, info)), None)",
+           "                      and (_inside(real, shared) or _inside(shared, real))), None)",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[shared-bound-namespaces]",)),
+    Mutant("overlay-shared-layer-unnested", "stockade/launch/compile.py",
+           "                pending.append((under, depth + 1))\n", "                pass\n",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[shared-nested-landlock]",)),
+    Mutant("overlay-beneath-hidden-unfound", "stockade/lifecycle/aliases.py",
+           "    covered = mounts.by_id.get(mount.parent)",
+           "    covered = next((m for seen_ in mounts.of.values() for m in seen_ "
+           "if m.id == mount.parent), None)",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[beneath-source-namespaces]",)),
     Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
            "            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, "
            "depth + 1)\n",

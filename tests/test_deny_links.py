@@ -568,6 +568,29 @@ elif form == "layer-shared":  # (its layer the lower layer of another overlay, i
         os.mkdir(at)
         overlay(f"lowerdir={spare}/L:{spare}/empty", at)
     read, deny = outside, (spare + "/ovl/secrets",)
+elif form in ("shared-bound", "shared-nested"):  # (that lower layer shared with an overlay
+    # in the root under another name, a bind of it, or through an overlay of it; attack 24)
+    os.makedirs(spare + "/L/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", spare + "/L/secrets/sub/prod.env")
+    for name in ("ovl", "second", "e2"):
+        os.mkdir(spare + "/" + name)
+    overlay(f"lowerdir={spare}/L:{spare}/empty", spare + "/ovl")
+    if form == "shared-bound":
+        subprocess.run(["mount", "--bind", spare + "/L", spare + "/second"], check=True)
+    else:
+        overlay(f"lowerdir={spare}/L:{spare}/e2", spare + "/second")
+    os.mkdir(outside + "/view")
+    overlay(f"lowerdir={spare}/second:{spare}/empty", outside + "/view")
+    read, deny = outside, (spare + "/ovl/secrets",)
+elif form == "beneath-source":  # (an overlay on its own layer whose point is a bind of a
+    # directory the read root holds: what it covers is that directory; attack 24, B5s)
+    os.makedirs(outside + "/etc/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/etc/secrets/sub/prod.env")
+    for name in ("fs/etc", "up", "wk"):
+        os.makedirs(spare + "/" + name)
+    subprocess.run(["mount", "--bind", outside + "/etc", spare + "/fs/etc"], check=True)
+    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs/etc")
+    read, deny = outside, (spare + "/fs/etc/secrets",)
 elif form == "point-denied":  # (the overlay's point itself denied; its lower in the root)
     os.makedirs(outside + "/lower/secrets/sub")
     os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
@@ -612,6 +635,9 @@ try:
               "layer-escaped": read + "/lower/secrets/sub/prod.env",
               "layer-bound": read + "/lower/secrets/sub/prod.env",
               "layer-shared": read + "/view/secrets/sub/prod.env",
+              "shared-bound": read + "/view/secrets/sub/prod.env",
+              "shared-nested": read + "/view/secrets/sub/prod.env",
+              "beneath-source": read + "/etc/secrets/sub/prod.env",
               "point-denied": read + "/lower/secrets/sub/prod.env",
               "beneath-bound": read + "/hostroot/etc/secrets/sub/prod.env"}.get(
         form, read + "/sub/prod.env")
@@ -637,6 +663,9 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
                           capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
     kept = {"layer-shared": tmp_path / "L" / "secrets",
+            "shared-bound": tmp_path / "L" / "secrets",
+            "shared-nested": tmp_path / "L" / "secrets",
+            "beneath-source": outside / "etc" / "secrets",
             "beneath-bound": tmp_path / "fs" / "etc" / "secrets",
             "store-data-only": tmp_path / "meta" / "secrets"}.get(
         form, outside / "lower" / "secrets"
@@ -737,14 +766,17 @@ def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-@pytest.mark.parametrize("form", ["layer-shared", "point-denied", "beneath-bound",
+@pytest.mark.parametrize("form", ["layer-shared", "shared-bound", "shared-nested",
+                                  "point-denied", "beneath-bound", "beneath-source",
                                   "state-on-overlay"])
 def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refused(
         ws, tmp_path, isolation, form):
-    """Attack 23: the files of a denied path on an overlay reached in a root another way:
-    through a second overlay of the same lower layer (A1), through the layer of an overlay
+    """Attacks 23 and 24: the files of a denied path on an overlay reached in a root another
+    way: through a second overlay of the same lower layer (A1), under another name (a bind of
+    it) or through an overlay of it (B1, B2), through the layer of an overlay
     whose point is the denied path (A2), beneath an overlay on its own layer where a bind
-    that is not recursive shows what it covers (A5), or Stockade's own state directory on
+    that is not recursive shows what it covers (A5), or where what it covers is a bind of a
+    root's directory (B5s), or Stockade's own state directory on
     an overlay whose upper layer the write root holds (A4: the command writes the host's
     state). Each refused, typed, naming how."""
     workspace, outside = ws
@@ -752,6 +784,12 @@ def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refus
     assert SECRET not in said
     how = {"layer-shared": f"(at {tmp_path}/ovl) whose layer {tmp_path}/L the overlay at "
                            f"{outside}/view, in a root, has too",
+           "shared-bound": f"(at {tmp_path}/ovl) whose layer {tmp_path}/L the overlay at "
+                           f"{outside}/view, in a root, has too",
+           "shared-nested": f"(at {tmp_path}/ovl) whose layer {tmp_path}/L the overlay at "
+                            f"{tmp_path}/second, in a root, has too",
+           "beneath-source": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "
+                             f"it, a root shows at {outside}/etc",
            "point-denied": f"(at {tmp_path}/ovl) whose layer {outside}/lower the root "
                            f"{outside} holds or lies in",
            "beneath-bound": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "

@@ -427,10 +427,7 @@ def _refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
     mounts = aliases.table()
     own_root = mounts.at.get("/")
     masked = [grant.path for grant in deny] + places
-    # (the layers of the overlays the roots show: a layer shared with one of them is shown)
-    shown = [(mount, os.path.realpath(layer)) for point, mount in mounts.at.items()
-             if _meeting(point, roots) for layer in mount.layers + mount.data
-             if aliases.plain(layer)]
+    shown = _shown_layers(mounts, roots)
     for place in dict.fromkeys(places + [grant.path for grant in deny]):
         why, overlay = _layer_held(place, roots, masked, mounts, own_root, shown)
         if why:
@@ -444,7 +441,8 @@ def _refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
 
 def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
                 mounts: aliases.Mounts, own_root: aliases.Mount | None,
-                shown: list[tuple[aliases.Mount, str]], depth: int = 0) -> tuple[str, str]:
+                shown: list[tuple[aliases.Mount, str, os.stat_result]], depth: int = 0
+                ) -> tuple[str, str]:
     """Which layer of the overlay `path` lies on a root can reach, and that overlay's point;
     ("", "") if none."""
     on = aliases.mount_of(path, mounts)
@@ -474,8 +472,8 @@ def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
         seen = aliases.seen(real, [root.path for root in roots], mounts)
         if seen:  # (a bind mount shows the layer, or a part of it, in a root)
             return f"(at {on.point}) whose layer {layer} a root shows at {seen[0]}", on.point
-        other = next((mount.point for mount, shared in shown if mount.id != on.id
-                      and (_inside(real, shared) or _inside(shared, real))), None)
+        other = next((mount.point for mount, shared, info in shown if mount.id != on.id
+                      and _overlapping(real, shared, info)), None)
         if other is not None:
             return (f"(at {on.point}) whose layer {layer} the overlay at {other}, in a root, "
                     "has too", on.point)
@@ -484,6 +482,47 @@ def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
             if why:
                 return f"(at {on.point}) whose layer {layer} lies on an overlay {why}", on.point
     return "", ""
+
+
+def _shown_layers(mounts: aliases.Mounts, roots: tuple[PathGrant, ...]
+                  ) -> list[tuple[aliases.Mount, str, os.stat_result]]:
+    """The layers the roots show through overlays (each with its overlay and its identity):
+    those of each overlay in or above a root, and of the overlays those layers lie on."""
+    found = []
+    pending = [(mount, 0) for point, mount in mounts.at.items()
+               if mount.layers and _meeting(point, roots)]
+    while pending:
+        mount, depth = pending.pop()
+        for layer in mount.layers + mount.data:
+            real = os.path.realpath(layer)
+            try:
+                info = os.stat(real)
+            except OSError:
+                continue  # (not here, out of reach, or unplain: judged as the overlay is)
+            found.append((mount, real, info))
+            under = aliases.mount_of(real, mounts)
+            if depth < OVERLAY_DEPTH and under is not None and under.layers \
+                    and under.id != mount.id:
+                pending.append((under, depth + 1))
+    return found
+
+
+def _overlapping(path: str, other: str, other_is: os.stat_result) -> bool:
+    """Whether the directories `path` and `other` are one, or one lies in the other, by
+    identity (a bind mount gives a directory a second name: attack 24)."""
+    try:
+        path_is = os.stat(path)
+    except OSError:
+        return False
+    return any(_same_as(above, other_is) for above in _ancestors(path)) \
+        or any(_same_as(above, path_is) for above in _ancestors(other))
+
+
+def _ancestors(path: str) -> list[str]:
+    found = [path]
+    while found[-1] != "/":
+        found.append(os.path.dirname(found[-1]))
+    return found
 
 
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stockade.errors import UnenforceableError
 
@@ -40,6 +40,7 @@ class Mounts:
     at: dict[str, Mount]  # by mount point: the one seen there (on top, and not hidden)
     of: dict[str, list[Mount]]  # by device: those seen
     unresolved: tuple[str, ...] = ()  # points the kernel could not be asked about (unopenable)
+    by_id: dict[str, Mount] = field(default_factory=dict)  # every one, hidden ones too
 
 
 def table() -> Mounts:
@@ -85,7 +86,8 @@ def table() -> Mounts:
     of: dict[str, list[Mount]] = {}
     for mount in at.values():
         of.setdefault(mount.device, []).append(mount)
-    made = Mounts(at, of, tuple(unresolved))
+    made = Mounts(at, of, tuple(unresolved),
+                  {mount.id: mount for listed in stacked.values() for mount in listed})
     # (kept only when the kernel answered for every point: an unopenable one may open later,
     # its mounts unchanged, the table's text too; attack 17, S1)
     _last[:] = [] if unresolved else [text, made]
@@ -139,9 +141,8 @@ def beneath(mount: Mount, path: str, mounts: Mounts) -> list[str]:
     """The names other mounts give what lies beneath `mount` at `path` (its point or below it,
     on the mount it covers) with no mount on them: a bind that is not recursive shows what a
     mount hides (attack 23, A5: an overlay on its own layer, its filesystem bound elsewhere)."""
-    covered = next((m for seen_ in mounts.of.values() for m in seen_ if m.id == mount.parent),
-                   None)
-    if covered is None:
+    covered = mounts.by_id.get(mount.parent)  # (hidden by it, or by what is stacked on it)
+    if covered is None or covered.device not in mounts.of:
         return []
     inner = os.path.normpath(os.path.join(covered.top, os.path.relpath(path, covered.point)))
     return [name for m in mounts.of[covered.device] if m.id != covered.id
