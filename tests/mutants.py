@@ -346,11 +346,29 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[shared-nested-landlock]",)),
     Mutant("overlay-beneath-hidden-unfound", "stockade/lifecycle/aliases.py",
-           "    covered = mounts.by_id.get(mount.parent)",
-           "    covered = next((m for seen_ in mounts.of.values() for m in seen_ "
-           "if m.id == mount.parent), None)",
+           "    under = mounts.by_id.get(mount.parent)\n",
+           "    under = next((m for seen_ in mounts.of.values() for m in seen_ "
+           "if m.id == mount.parent), None)\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[beneath-source-namespaces]",)),
+    Mutant("overlay-covered-layer-passed", "stockade/launch/compile.py",
+           "        if aliases.at_or_below(os.path.normpath(layer), point):  # (beneath it",
+           "        if False:  # (beneath it",
+           (OVERLAY_UNJUDGED + "[covered-child-namespaces]",)),
+    Mutant("overlay-covered-layer-unjudged", "stockade/launch/compile.py",
+           "            denied = _covered_denied(point, mount, os.path.normpath(layer), deny, "
+           "mounts)\n",
+           "            denied = None\n",
+           (OVERLAY_UNJUDGED + "[covered-bind-landlock]",)),
+    Mutant("overlay-covered-below-point-unseen", "stockade/lifecycle/aliases.py",
+           "    seen = {m.id for m in mounts.at.values()}\n    found += [",
+           "    seen = {m.id for m in mounts.by_id.values()}\n    found += [",
+           (OVERLAY_UNJUDGED + "[covered-child-landlock]",)),
+    Mutant("overlay-hidden-layer-looked-up", "stockade/launch/compile.py",
+           "        if not aliases.at_or_below(real, on.point):  # (beneath its point",
+           "        if True:  # (beneath its point",
+           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
+            "_way_is_refused[covered-denied-child-namespaces]",)),
     Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
            "            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, "
            "depth + 1)\n",
@@ -603,7 +621,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),
     Mutant("deny-bound-part-unmasked", "stockade/lifecycle/aliases.py",
-           "            elif _at_or_below(m.top, inner) and held(m.point) \\\n",
+           "            elif at_or_below(m.top, inner) and held(m.point) \\\n",
            "            elif False and held(m.point) \\\n",
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),

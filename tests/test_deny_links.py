@@ -615,6 +615,22 @@ elif form == "state-on-overlay":  # (Stockade's state directory on an overlay wh
     overlay(f"lowerdir={spare}/empty,upperdir={workspace}/up,workdir={spare}/wk", spare + "/st")
     os.environ["STOCKADE_STATE_DIR"] = spare + "/st/state"
     read = outside
+elif form in ("covered-bind", "covered-child"):  # (an overlay mounted over a bind of the
+    # denied directory, its layer the bind's name: at its point, or below it; attack 25)
+    bound = point if form == "covered-bind" else point + "/hidden"  # (no name in its view)
+    os.makedirs(bound, exist_ok=True)
+    subprocess.run(["mount", "--bind", secrets, bound], check=True)
+    overlay(f"lowerdir={bound}:{spare}/empty", point)
+    read = outside
+elif form == "covered-denied-child":  # (the denied path on an overlay whose layer, a bind
+    # below its point of a directory the read root holds, it hides; attack 25, C3)
+    os.makedirs(outside + "/etc/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", outside + "/etc/secrets/sub/prod.env")
+    for name in ("fs/etc", "up", "wk"):
+        os.makedirs(spare + "/" + name)
+    subprocess.run(["mount", "--bind", outside + "/etc", spare + "/fs/etc"], check=True)
+    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs")
+    read, deny = outside, (spare + "/fs/secrets",)
 elif form == "nested":
     os.mkdir(spare + "/o1")
     overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
@@ -638,6 +654,9 @@ try:
               "shared-bound": read + "/view/secrets/sub/prod.env",
               "shared-nested": read + "/view/secrets/sub/prod.env",
               "beneath-source": read + "/etc/secrets/sub/prod.env",
+              "covered-bind": read + "/m/sub/prod.env",
+              "covered-child": read + "/m/sub/prod.env",
+              "covered-denied-child": read + "/etc/secrets/sub/prod.env",
               "point-denied": read + "/lower/secrets/sub/prod.env",
               "beneath-bound": read + "/hostroot/etc/secrets/sub/prod.env"}.get(
         form, read + "/sub/prod.env")
@@ -666,6 +685,7 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
             "shared-bound": tmp_path / "L" / "secrets",
             "shared-nested": tmp_path / "L" / "secrets",
             "beneath-source": outside / "etc" / "secrets",
+            "covered-denied-child": outside / "etc" / "secrets",
             "beneath-bound": tmp_path / "fs" / "etc" / "secrets",
             "store-data-only": tmp_path / "meta" / "secrets"}.get(
         form, outside / "lower" / "secrets"
@@ -676,14 +696,17 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
 
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-@pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "escaped-above", "nested"])
+@pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "escaped-above", "nested",
+                                  "covered-bind", "covered-child"])
 def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
         ws, tmp_path, isolation, form):
-    """Attacks 20 (B1, B2, B11, B8) and 21 (P2): the table gives an overlay's layers as its
-    mounter wrote them, where it stood then; one above the roots whose layer was written
-    relative (as an engine writes many), with `..`, with a backslash overlay drops, or one
-    whose layer is another overlay (of the denied directory), showed the denied files to the
-    command in both isolations. Such a root is refused, typed, naming the overlay."""
+    """Attacks 20 (B1, B2, B11, B8), 21 (P2) and 25 (C1, C2): the table gives an overlay's
+    layers as its mounter wrote them, where it stood then; one above the roots whose layer was
+    written relative (as an engine writes many), with `..`, with a backslash overlay drops,
+    one whose layer is another overlay (of the denied directory), or one mounted over a bind
+    of the denied directory with that bind's name for its layer (which it then hides), showed
+    the denied files to the command in both isolations. Such a root is refused, typed, naming
+    the overlay."""
     workspace, _ = ws
     said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
     assert SECRET not in said
@@ -691,7 +714,11 @@ def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
            "dotdot-above": "has a layer written ",
            "escaped-above": "has a layer written ",
            "nested": f"has a layer {tmp_path}/o1 on the overlay at {tmp_path}/o1, which shows "
-                     "the denied path "}[form]
+                     "the denied path ",
+           "covered-bind": f"shows the denied path {workspace}/secrets through its layer "
+                           f"{tmp_path}/outside/m, which it covers",
+           "covered-child": f"shows the denied path {workspace}/secrets through its layer "
+                            f"{tmp_path}/outside/m/hidden, which it covers"}[form]
     assert "REFUSED unenforceable:filesystem.deny" in said and why in said, said
 
 
@@ -768,7 +795,7 @@ def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("form", ["layer-shared", "shared-bound", "shared-nested",
                                   "point-denied", "beneath-bound", "beneath-source",
-                                  "state-on-overlay"])
+                                  "covered-denied-child", "state-on-overlay"])
 def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refused(
         ws, tmp_path, isolation, form):
     """Attacks 23 and 24: the files of a denied path on an overlay reached in a root another
@@ -790,6 +817,8 @@ def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refus
                             f"{tmp_path}/second, in a root, has too",
            "beneath-source": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "
                              f"it, a root shows at {outside}/etc",
+           "covered-denied-child": f"(at {tmp_path}/fs) whose layer {tmp_path}/fs/etc, beneath "
+                                   f"it, a root shows at {outside}/etc",
            "point-denied": f"(at {tmp_path}/ovl) whose layer {outside}/lower the root "
                            f"{outside} holds or lies in",
            "beneath-bound": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "

@@ -385,6 +385,12 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
             if container:
                 continue  # (its engine's store, outside its view and the command's)
             return f"has a layer written {layer!r}, which cannot be told from the denied paths"
+        if aliases.at_or_below(os.path.normpath(layer), point):  # (beneath it: what it hides)
+            denied = _covered_denied(point, mount, os.path.normpath(layer), deny, mounts)
+            if denied is not None:
+                return (f"shows the denied path {denied} through its layer {layer}, which it "
+                        "covers, where no mask follows it")
+            continue
         if aliases.look(layer) is None:
             continue  # (outside this view, as WSL's and systemd-sysext's layers are, or below
             # another user's directory: composefs's; see SECURITY.md, "Not protected", for one
@@ -393,9 +399,16 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
         if denied is not None:
             return (f"shows the denied path {denied} through its layer {layer}, on a device of "
                     "its own, where no mask follows it")
-        under = aliases.mount_of(os.path.realpath(layer), mounts)
-        if under is None or not under.layers or under.id == mount.id:
-            continue  # (not on an overlay, or on itself beneath its point)
+        real = os.path.realpath(layer)
+        under = aliases.mount_of(real, mounts)
+        if under is not None and under.id == mount.id:  # (beneath its point, through a link)
+            denied = _covered_denied(point, mount, real, deny, mounts)
+            if denied is not None:
+                return (f"shows the denied path {denied} through its layer {layer}, which it "
+                        "covers, where no mask follows it")
+            continue
+        if under is None or not under.layers:
+            continue  # (not on an overlay)
         if depth >= OVERLAY_DEPTH:
             return f"has a layer {layer} on overlays stacked deeper than the kernel stacks"
         why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)
@@ -454,9 +467,11 @@ def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
             if container:
                 continue
             return f"(at {on.point}) whose layer {layer!r} cannot be told where it is", on.point
-        real = os.path.realpath(layer)
-        if aliases.look(real) is None or any(_inside(real, place) for place in masked):
-            continue  # (outside this view or out of reach; or masked whole)
+        real = os.path.normpath(layer)
+        if not aliases.at_or_below(real, on.point):  # (beneath its point: its name hidden)
+            real = os.path.realpath(layer)
+            if aliases.look(real) is None or any(_inside(real, place) for place in masked):
+                continue  # (outside this view or out of reach; or masked whole)
         under = aliases.mount_of(real, mounts)
         if under is not None and under.id == on.id:  # (beneath its own point: hidden by it)
             names = [name for name in aliases.beneath(on, real, mounts)
@@ -523,6 +538,28 @@ def _ancestors(path: str) -> list[str]:
     while found[-1] != "/":
         found.append(os.path.dirname(found[-1]))
     return found
+
+
+def _covered_denied(point: str, mount: aliases.Mount, layer: str,
+                    deny: tuple[PathGrant, ...], mounts: aliases.Mounts) -> str | None:
+    """The denied path the overlay `mount` at `point` gives another name through `layer`, a
+    path it covers (what the layer was when it was mounted: aliases.covered), judged by
+    filesystem and path inside it (attack 25, C1, C2, C5, C6: a bind of a denied directory
+    at or below the point, the overlay mounted over it on its own layer)."""
+    held = aliases.covered(mount, layer, mounts)
+    for grant in deny:
+        for device, denied_inner in aliases.inside(grant.path, mounts):
+            for layer_device, inner in held:
+                if layer_device != device:
+                    continue
+                if aliases.at_or_below(denied_inner, inner):
+                    name = os.path.normpath(os.path.join(point, os.path.relpath(denied_inner,
+                                                                               inner)))
+                    if name != grant.path:
+                        return grant.path
+                elif aliases.at_or_below(inner, denied_inner) and not _inside(point, grant.path):
+                    return grant.path
+    return None
 
 
 def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:

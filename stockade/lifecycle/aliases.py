@@ -137,18 +137,45 @@ def plain(layer: str) -> bool:
             and "\\" not in layer)
 
 
+def covered(mount: Mount, path: str, mounts: Mounts) -> list[tuple[str, str]]:
+    """What `path`, at or below the point of `mount`, which hides it, may have named before
+    `mount` was mounted there, as (device, path inside that filesystem): through each mount it
+    covers at its point (stacked, in an order the table does not tell: attack 25, C7), the one
+    its point lies on, and each mount it hides below its point on the way to `path` (a bind
+    of the layer there: attack 25, C2, C3)."""
+    found = []
+    under = mounts.by_id.get(mount.parent)
+    while under is not None and under.id != mount.id:
+        found.append(under)
+        if under.point != mount.point:
+            break
+        under = mounts.by_id.get(under.parent)
+    seen = {m.id for m in mounts.at.values()}
+    found += [m for m in mounts.by_id.values() if m.id not in seen and m.point != mount.point
+              and at_or_below(m.point, mount.point) and at_or_below(path, m.point)]
+    return [(m.device, os.path.normpath(os.path.join(m.top, _below(path, m.point))))
+            for m in found if at_or_below(path, m.point)]
+
+
 def beneath(mount: Mount, path: str, mounts: Mounts) -> list[str]:
-    """The names other mounts give what lies beneath `mount` at `path` (its point or below it,
-    on the mount it covers) with no mount on them: a bind that is not recursive shows what a
-    mount hides (attack 23, A5: an overlay on its own layer, its filesystem bound elsewhere)."""
-    covered = mounts.by_id.get(mount.parent)  # (hidden by it, or by what is stacked on it)
-    if covered is None or covered.device not in mounts.of:
-        return []
-    inner = os.path.normpath(os.path.join(covered.top, os.path.relpath(path, covered.point)))
-    return [name for m in mounts.of[covered.device] if m.id != covered.id
-            and _at_or_below(inner, m.top)
-            and (name := os.path.normpath(os.path.join(m.point, _below(inner, m.top))))
-            not in mounts.at]
+    """The names other mounts give what lies beneath `mount` at `path` (its point or below it:
+    `covered`) that show it: a bind that is not recursive shows what a mount hides (attack 23,
+    A5: an overlay on its own layer, its filesystem bound elsewhere)."""
+    names = []
+    for device, inner in covered(mount, path, mounts):
+        for m in mounts.of.get(device, []):
+            if not at_or_below(inner, m.top):
+                continue
+            name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
+            if not at_or_below(name, mount.point) and _seen_on(name, mounts.at) is m:
+                names.append(name)
+    return names
+
+
+def inside(place: str, mounts: Mounts) -> list[tuple[str, str]]:
+    """`place`'s filesystem and path inside it, as (device, path), from the mount it is seen
+    on (none if no mount holds it)."""
+    return [(device, inner) for inner, device in _inner(place, mounts)]
 
 
 def mount_of(path: str, mounts: Mounts) -> Mount | None:
@@ -194,9 +221,9 @@ def within(root: str, place: str, mounts: Mounts) -> list[str]:
     a symbolic link on `place`'s path is not followed: a caller that walks links asks again
     for each target): `place` itself if `root` holds it by path, and each other name the
     `mounts` (table()) give it there."""
-    found = [place] if _at_or_below(place, root) else []
+    found = [place] if at_or_below(place, root) else []
     for name in _names(place, mounts):
-        if name != place and _at_or_below(name, root) and _same(name, place):
+        if name != place and at_or_below(name, root) and _same(name, place):
             found.append(name)
     return found
 
@@ -207,16 +234,16 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
     denied directory bound into a root), believed when lstat finds there what it finds at
     that part's path below `place`."""
     def held(path: str) -> bool:
-        return any(_at_or_below(path, root) for root in roots)
+        return any(at_or_below(path, root) for root in roots)
 
     found = [place] if held(place) else []
     for inner, device in _inner(place, mounts):
         for m in mounts.of[device]:
-            if _at_or_below(inner, m.top):
+            if at_or_below(inner, m.top):
                 name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
                 if name != place and held(name) and _same(name, place):
                     found.append(name)
-            elif _at_or_below(m.top, inner) and held(m.point) \
+            elif at_or_below(m.top, inner) and held(m.point) \
                     and _identical(m.point, os.path.join(place, _below(m.top, inner))):
                 found.append(m.point)
     return found
@@ -227,14 +254,14 @@ def shown(place: str, roots: list[str], mounts: Mounts) -> list[str]:
     part of it, is shown, none compared with `place` (which this user cannot look up: below a
     directory of another user's it may not search) and each existing."""
     def held(path: str) -> bool:
-        return any(_at_or_below(path, root) for root in roots)
+        return any(at_or_below(path, root) for root in roots)
 
     found: list[str] = []
     for inner, device in _inner(place, mounts):
         for m in mounts.of[device]:
-            if _at_or_below(inner, m.top):
+            if at_or_below(inner, m.top):
                 name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
-            elif _at_or_below(m.top, inner):
+            elif at_or_below(m.top, inner):
                 name = m.point
             else:
                 continue
@@ -312,7 +339,7 @@ def _names(place: str, mounts: Mounts) -> list[str]:
     """`place`'s path under each mount of its filesystem that shows it."""
     return [os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
             for inner, device in _inner(place, mounts)
-            for m in mounts.of[device] if _at_or_below(inner, m.top)]
+            for m in mounts.of[device] if at_or_below(inner, m.top)]
 
 
 def _same(name: str, place: str) -> bool:
@@ -332,7 +359,8 @@ def _same(name: str, place: str) -> bool:
         return there is not None and os.path.samestat(here, there)
 
 
-def _at_or_below(path: str, top: str) -> bool:
+def at_or_below(path: str, top: str) -> bool:
+    """Whether the path `path` is `top` or lies below it (as strings)."""
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
