@@ -351,24 +351,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "if m.id == mount.parent), None)\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[beneath-source-namespaces]",)),
-    Mutant("overlay-covered-layer-passed", "stockade/launch/compile.py",
-           "        if aliases.at_or_below(os.path.normpath(layer), point):  # (beneath it",
-           "        if False:  # (beneath it",
+    Mutant("overlay-hidden-layer-judged", "stockade/launch/compile.py",
+           '    return "below its own point, which it hides: what that name named cannot be told"',
+           '    return ""',
            (OVERLAY_UNJUDGED + "[covered-child-namespaces]",)),
     Mutant("overlay-covered-layer-unjudged", "stockade/launch/compile.py",
-           "            denied = _covered_denied(point, mount, os.path.normpath(layer), deny, "
-           "mounts)\n",
+           "            denied = _covered_denied(point, mount, deny, mounts)\n",
            "            denied = None\n",
            (OVERLAY_UNJUDGED + "[covered-bind-landlock]",)),
-    Mutant("overlay-covered-below-point-unseen", "stockade/lifecycle/aliases.py",
-           "    seen = {m.id for m in mounts.at.values()}\n    found += [",
-           "    seen = {m.id for m in mounts.by_id.values()}\n    found += [",
-           (OVERLAY_UNJUDGED + "[covered-child-landlock]",)),
-    Mutant("overlay-hidden-layer-looked-up", "stockade/launch/compile.py",
-           "        if not aliases.at_or_below(real, on.point):  # (beneath its point",
-           "        if True:  # (beneath its point",
-           ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
-            "_way_is_refused[covered-denied-child-namespaces]",)),
     Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
            "            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, "
            "depth + 1)\n",

@@ -717,8 +717,8 @@ def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
                      "the denied path ",
            "covered-bind": f"shows the denied path {workspace}/secrets through its layer "
                            f"{tmp_path}/outside/m, which it covers",
-           "covered-child": f"shows the denied path {workspace}/secrets through its layer "
-                            f"{tmp_path}/outside/m/hidden, which it covers"}[form]
+           "covered-child": f"has a layer {tmp_path}/outside/m/hidden below its own point, "
+                            "which it hides: what that name named cannot be told"}[form]
     assert "REFUSED unenforceable:filesystem.deny" in said and why in said, said
 
 
@@ -817,8 +817,9 @@ def test_a_denied_path_an_overlay_holds_that_a_root_reaches_another_way_is_refus
                             f"{tmp_path}/second, in a root, has too",
            "beneath-source": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "
                              f"it, a root shows at {outside}/etc",
-           "covered-denied-child": f"(at {tmp_path}/fs) whose layer {tmp_path}/fs/etc, beneath "
-                                   f"it, a root shows at {outside}/etc",
+           "covered-denied-child": f"(at {tmp_path}/fs) whose layer {tmp_path}/fs/etc below "
+                                   "its own point, which it hides: what that name named cannot "
+                                   "be told",
            "point-denied": f"(at {tmp_path}/ovl) whose layer {outside}/lower the root "
                            f"{outside} holds or lies in",
            "beneath-bound": f"(at {tmp_path}/fs/etc) whose layer {tmp_path}/fs/etc, beneath "

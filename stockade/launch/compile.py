@@ -385,12 +385,9 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
             if container:
                 continue  # (its engine's store, outside its view and the command's)
             return f"has a layer written {layer!r}, which cannot be told from the denied paths"
-        if aliases.at_or_below(os.path.normpath(layer), point):  # (beneath it: what it hides)
-            denied = _covered_denied(point, mount, os.path.normpath(layer), deny, mounts)
-            if denied is not None:
-                return (f"shows the denied path {denied} through its layer {layer}, which it "
-                        "covers, where no mask follows it")
-            continue
+        hidden = _hidden_layer(layer, point, container)
+        if hidden:
+            return f"has a layer {layer} {hidden}"
         if aliases.look(layer) is None:
             continue  # (outside this view, as WSL's and systemd-sysext's layers are, or below
             # another user's directory: composefs's; see SECURITY.md, "Not protected", for one
@@ -401,8 +398,11 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
                     "its own, where no mask follows it")
         real = os.path.realpath(layer)
         under = aliases.mount_of(real, mounts)
-        if under is not None and under.id == mount.id:  # (beneath its point, through a link)
-            denied = _covered_denied(point, mount, real, deny, mounts)
+        if under is not None and under.id == mount.id:  # (its own point: what it covers there)
+            hidden = _hidden_layer(real, point, container)
+            if hidden:
+                return f"has a layer {layer} {hidden}"
+            denied = _covered_denied(point, mount, deny, mounts)
             if denied is not None:
                 return (f"shows the denied path {denied} through its layer {layer}, which it "
                         "covers, where no mask follows it")
@@ -467,14 +467,18 @@ def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
             if container:
                 continue
             return f"(at {on.point}) whose layer {layer!r} cannot be told where it is", on.point
-        real = os.path.normpath(layer)
-        if not aliases.at_or_below(real, on.point):  # (beneath its point: its name hidden)
-            real = os.path.realpath(layer)
-            if aliases.look(real) is None or any(_inside(real, place) for place in masked):
-                continue  # (outside this view or out of reach; or masked whole)
+        hidden = _hidden_layer(layer, on.point, container)
+        if hidden:
+            return f"(at {on.point}) whose layer {layer} {hidden}", on.point
+        real = os.path.realpath(layer)
+        if aliases.look(real) is None or any(_inside(real, place) for place in masked):
+            continue  # (outside this view or out of reach; or masked whole)
         under = aliases.mount_of(real, mounts)
         if under is not None and under.id == on.id:  # (beneath its own point: hidden by it)
-            names = [name for name in aliases.beneath(on, real, mounts)
+            hidden = _hidden_layer(real, on.point, container)
+            if hidden:
+                return f"(at {on.point}) whose layer {layer} {hidden}", on.point
+            names = [name for name in aliases.beneath(on, mounts)
                      if _meeting(name, roots) is not None]
             if names:
                 return (f"(at {on.point}) whose layer {layer}, beneath it, a root shows at "
@@ -540,13 +544,24 @@ def _ancestors(path: str) -> list[str]:
     return found
 
 
-def _covered_denied(point: str, mount: aliases.Mount, layer: str,
-                    deny: tuple[PathGrant, ...], mounts: aliases.Mounts) -> str | None:
-    """The denied path the overlay `mount` at `point` gives another name through `layer`, a
-    path it covers (what the layer was when it was mounted: aliases.covered), judged by
-    filesystem and path inside it (attack 25, C1, C2, C5, C6: a bind of a denied directory
-    at or below the point, the overlay mounted over it on its own layer)."""
-    held = aliases.covered(mount, layer, mounts)
+def _hidden_layer(layer: str, point: str, container: bool) -> str:
+    """Why a layer below its overlay's own point cannot be judged, or "": the overlay hides
+    that name, so what it named when mounted (a link, a bind: attacks 25, 26) cannot be looked
+    up. A layer that is the point itself is judged by what the overlay covers there; the
+    process's own root overlay's layers are outside its view."""
+    name = os.path.normpath(layer)
+    if container or name == point or not aliases.at_or_below(name, point):
+        return ""
+    return "below its own point, which it hides: what that name named cannot be told"
+
+
+def _covered_denied(point: str, mount: aliases.Mount, deny: tuple[PathGrant, ...],
+                    mounts: aliases.Mounts) -> str | None:
+    """The denied path the overlay `mount` gives another name through the layer that is its
+    own point: what it covers there (aliases.covered), judged by filesystem and path inside
+    it (attack 25, C1, C5, C6: a bind of a denied directory, the overlay mounted over it on
+    its own layer)."""
+    held = aliases.covered(mount, mounts)
     for grant in deny:
         for device, denied_inner in aliases.inside(grant.path, mounts):
             for layer_device, inner in held:

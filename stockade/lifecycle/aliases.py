@@ -137,12 +137,11 @@ def plain(layer: str) -> bool:
             and "\\" not in layer)
 
 
-def covered(mount: Mount, path: str, mounts: Mounts) -> list[tuple[str, str]]:
-    """What `path`, at or below the point of `mount`, which hides it, may have named before
-    `mount` was mounted there, as (device, path inside that filesystem): through each mount it
-    covers at its point (stacked, in an order the table does not tell: attack 25, C7), the one
-    its point lies on, and each mount it hides below its point on the way to `path` (a bind
-    of the layer there: attack 25, C2, C3)."""
+def covered(mount: Mount, mounts: Mounts) -> list[tuple[str, str]]:
+    """What the point of `mount`, which hides it, may have named before `mount` was mounted
+    there, as (device, path inside that filesystem): through each mount it covers there
+    (stacked, in an order the table does not tell: attack 25, C7), and the one its point lies
+    on."""
     found = []
     under = mounts.by_id.get(mount.parent)
     while under is not None and under.id != mount.id:
@@ -150,19 +149,16 @@ def covered(mount: Mount, path: str, mounts: Mounts) -> list[tuple[str, str]]:
         if under.point != mount.point:
             break
         under = mounts.by_id.get(under.parent)
-    seen = {m.id for m in mounts.at.values()}
-    found += [m for m in mounts.by_id.values() if m.id not in seen and m.point != mount.point
-              and at_or_below(m.point, mount.point) and at_or_below(path, m.point)]
-    return [(m.device, os.path.normpath(os.path.join(m.top, _below(path, m.point))))
-            for m in found if at_or_below(path, m.point)]
+    return [(m.device, os.path.normpath(os.path.join(m.top, _below(mount.point, m.point))))
+            for m in found if at_or_below(mount.point, m.point)]
 
 
-def beneath(mount: Mount, path: str, mounts: Mounts) -> list[str]:
-    """The names other mounts give what lies beneath `mount` at `path` (its point or below it:
-    `covered`) that show it: a bind that is not recursive shows what a mount hides (attack 23,
-    A5: an overlay on its own layer, its filesystem bound elsewhere)."""
+def beneath(mount: Mount, mounts: Mounts) -> list[str]:
+    """The names other mounts give what lies beneath `mount` at its point (`covered`) that
+    show it: a bind that is not recursive shows what a mount hides (attack 23, A5: an overlay
+    on its own layer, its filesystem bound elsewhere)."""
     names = []
-    for device, inner in covered(mount, path, mounts):
+    for device, inner in covered(mount, mounts):
         for m in mounts.of.get(device, []):
             if not at_or_below(inner, m.top):
                 continue
