@@ -491,6 +491,9 @@ point, read, deny = outside + "/m", outside + "/m/sub", (secrets,)
 os.mkdir(point)
 def overlay(options, at, cwd=None):
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, at], check=True, cwd=cwd)
+def secret_to(directory):  # (the denied file moved to directory/secrets/sub)
+    os.makedirs(directory + "/secrets/sub")
+    os.rename(secrets + "/sub/prod.env", directory + "/secrets/sub/prod.env")
 if form == "relative-above":  # (how an engine writes many layers: relative to its store)
     overlay("lowerdir=" + os.path.basename(secrets) + ":" + spare + "/empty", point,
             cwd=os.path.dirname(secrets))
@@ -523,8 +526,7 @@ elif form == "blank-slash":  # (the table writes a blank as \\040; a "/" ends on
     read = outside
 elif form == "store-data-only":  # (NixOS's /etc: names in a metadata layer, their data in a
     # store the read root holds, a data-only layer after "::")
-    os.makedirs(spare + "/meta/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", spare + "/meta/secrets/sub/prod.env")
+    secret_to(spare + "/meta")
     os.mkdir(outside + "/store")
     with open(outside + "/store/prod.env", "w") as f:
         f.write("a library")
@@ -532,46 +534,40 @@ elif form == "store-data-only":  # (NixOS's /etc: names in a metadata layer, the
     read, deny = outside, (point + "/secrets",)
 elif form in ("layer-in-root", "layer-denied"):  # (the denied path lies on an overlay whose
     # lower layer a read root holds, where the file lies under the layer's name; R1)
-    os.makedirs(outside + "/lower/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    secret_to(outside + "/lower")
     os.mkdir(spare + "/ovl")
     overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl/secrets",)
     if form == "layer-denied":  # (the knob its refusal names)
         deny += (outside + "/lower",)
 elif form == "layer-escaped":  # (its layer named with a backslash overlay drops)
-    os.makedirs(outside + "/lower/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    secret_to(outside + "/lower")
     os.mkdir(spare + "/ovl")
     overlay(f"lowerdir={outside}/lowe\\\\r:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl/secrets",)
 elif form == "layer-bound":  # (its layer a bind mount, outside the roots, of the root's lower)
-    os.makedirs(outside + "/lower/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    secret_to(outside + "/lower")
     for name in ("lb", "ovl"):
         os.mkdir(spare + "/" + name)
     subprocess.run(["mount", "--bind", outside + "/lower", spare + "/lb"], check=True)
     overlay(f"lowerdir={spare}/lb:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl/secrets",)
 elif form == "layer-nested":  # (that overlay's layer itself an overlay of the root's lower)
-    os.makedirs(outside + "/lower/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    secret_to(outside + "/lower")
     for name in ("ob", "ovl"):
         os.mkdir(spare + "/" + name)
     overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ob")
     overlay(f"lowerdir={spare}/ob:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl/secrets",)
 elif form == "layer-shared":  # (its layer the lower layer of another overlay, in the root)
-    os.makedirs(spare + "/L/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", spare + "/L/secrets/sub/prod.env")
+    secret_to(spare + "/L")
     for at in (spare + "/ovl", outside + "/view"):
         os.mkdir(at)
         overlay(f"lowerdir={spare}/L:{spare}/empty", at)
     read, deny = outside, (spare + "/ovl/secrets",)
 elif form in ("shared-bound", "shared-nested"):  # (that lower layer shared with an overlay
     # in the root under another name, a bind of it, or through an overlay of it; attack 24)
-    os.makedirs(spare + "/L/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", spare + "/L/secrets/sub/prod.env")
+    secret_to(spare + "/L")
     for name in ("ovl", "second", "e2"):
         os.mkdir(spare + "/" + name)
     overlay(f"lowerdir={spare}/L:{spare}/empty", spare + "/ovl")
@@ -582,25 +578,24 @@ elif form in ("shared-bound", "shared-nested"):  # (that lower layer shared with
     os.mkdir(outside + "/view")
     overlay(f"lowerdir={spare}/second:{spare}/empty", outside + "/view")
     read, deny = outside, (spare + "/ovl/secrets",)
-elif form == "beneath-source":  # (an overlay on its own layer whose point is a bind of a
-    # directory the read root holds: what it covers is that directory; attack 24, B5s)
-    os.makedirs(outside + "/etc/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/etc/secrets/sub/prod.env")
+elif form in ("beneath-source", "covered-denied-child"):  # (an overlay whose layer, a bind
+    # of a directory the read root holds, it hides: at its point (attack 24, B5s), or below
+    # it (attack 25, C3))
+    secret_to(outside + "/etc")
     for name in ("fs/etc", "up", "wk"):
         os.makedirs(spare + "/" + name)
     subprocess.run(["mount", "--bind", outside + "/etc", spare + "/fs/etc"], check=True)
-    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs/etc")
-    read, deny = outside, (spare + "/fs/etc/secrets",)
+    at = spare + ("/fs/etc" if form == "beneath-source" else "/fs")
+    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", at)
+    read, deny = outside, (at + "/secrets",)
 elif form == "point-denied":  # (the overlay's point itself denied; its lower in the root)
-    os.makedirs(outside + "/lower/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/lower/secrets/sub/prod.env")
+    secret_to(outside + "/lower")
     os.mkdir(spare + "/ovl")
     overlay(f"lowerdir={outside}/lower:{spare}/empty", spare + "/ovl")
     read, deny = outside, (spare + "/ovl",)
 elif form == "beneath-bound":  # (an overlay on its own layer, as over /etc, and what it
     # covers bound, not recursively, into the root: attack 23, A5)
-    os.makedirs(spare + "/fs/etc/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", spare + "/fs/etc/secrets/sub/prod.env")
+    secret_to(spare + "/fs/etc")
     for name in ("up", "wk"):
         os.mkdir(spare + "/" + name)
     overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs/etc")
@@ -622,15 +617,6 @@ elif form in ("covered-bind", "covered-child"):  # (an overlay mounted over a bi
     subprocess.run(["mount", "--bind", secrets, bound], check=True)
     overlay(f"lowerdir={bound}:{spare}/empty", point)
     read = outside
-elif form == "covered-denied-child":  # (the denied path on an overlay whose layer, a bind
-    # below its point of a directory the read root holds, it hides; attack 25, C3)
-    os.makedirs(outside + "/etc/secrets/sub")
-    os.rename(secrets + "/sub/prod.env", outside + "/etc/secrets/sub/prod.env")
-    for name in ("fs/etc", "up", "wk"):
-        os.makedirs(spare + "/" + name)
-    subprocess.run(["mount", "--bind", outside + "/etc", spare + "/fs/etc"], check=True)
-    overlay(f"lowerdir={spare}/fs/etc,upperdir={spare}/up,workdir={spare}/wk", spare + "/fs")
-    read, deny = outside, (spare + "/fs/secrets",)
 elif form == "nested":
     os.mkdir(spare + "/o1")
     overlay(f"lowerdir={secrets}:{spare}/empty", spare + "/o1")
