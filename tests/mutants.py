@@ -277,26 +277,24 @@ MUTANTS: tuple[Mutant, ...] = (
             "_is_refused[landlock]",),
            rootless=True),
     Mutant("overlay-of-denied-admitted", "stockade/launch/compile.py",
-           "    _refuse_overlays_of_denied(read, write, deny)\n", "\n",
+           "    refuse_overlays_of_denied(read, write, deny)\n", "\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[plain-namespaces]",
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[plain-landlock]")),
-    Mutant("overlay-layer-judged-by-its-text", "stockade/launch/compile.py",
+    Mutant("overlay-layer-judged-by-its-text", "stockade/launch/overlays.py",
            "            if _same_as(above, layer_is):\n", "            if above == layer:\n",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-namespaces]",
             "tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[parent-link-landlock]")),
-    Mutant("overlay-unplain-layer-judged", "stockade/launch/compile.py",
-           "        if not aliases.plain(layer):\n            if container:\n"
-           "                continue  # (its engine's",
-           "        if False:\n            if container:\n"
-           "                continue  # (its engine's",
+    Mutant("overlay-unplain-layer-judged", "stockade/launch/overlays.py",
+           "    if not aliases.plain(layer):\n        return None if container",
+           "    if False:\n        return None if container",
            ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
             "_refused[relative-namespaces]",
             OVERLAY_UNJUDGED + "[relative-above-landlock]")),
-    Mutant("overlay-unfound-layer-refused", "stockade/launch/compile.py",
+    Mutant("overlay-unfound-layer-refused", "stockade/launch/overlays.py",
            "            continue  # (outside this view, as WSL's",
            "            return 'unfound'  # (outside this view, as WSL's",
            ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[foreign-inside-namespaces]",)),
@@ -304,25 +302,24 @@ MUTANTS: tuple[Mutant, ...] = (
            '            and "\\\\" not in layer)', "            )",
            (OVERLAY_UNJUDGED + "[escaped-above-namespaces]",)),
     Mutant("overlay-layer-copies-admitted", "stockade/launch/compile.py",
-           "    _refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, "
+           "    refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, "
            "deny)\n", "\n",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-in-root-landlock]",)),
-    Mutant("overlay-layer-copies-unplain-passed", "stockade/launch/compile.py",
-           "            return f\"(at {on.point}) whose layer {layer!r} cannot be told where it "
-           "is\", on.point",
-           "            continue",
+    Mutant("overlay-layer-copies-unjudgeable-passed", "stockade/launch/overlays.py",
+           "        if why:\n            return f\"(at {on.point}) whose layer {why}\"",
+           "        if False:\n            return f\"(at {on.point}) whose layer {why}\"",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-escaped-landlock]",)),
-    Mutant("overlay-layer-copies-bound-admitted", "stockade/launch/compile.py",
+    Mutant("overlay-layer-copies-bound-admitted", "stockade/launch/overlays.py",
            "        if seen:  # (a bind mount shows the layer", "        if False:  # (",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-bound-namespaces]",)),
-    Mutant("overlay-layer-shared-admitted", "stockade/launch/compile.py",
+    Mutant("overlay-layer-shared-admitted", "stockade/launch/overlays.py",
            "        if other is not None:\n", "        if False:\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[layer-shared-namespaces]",)),
-    Mutant("overlay-beneath-bound-admitted", "stockade/launch/compile.py",
+    Mutant("overlay-beneath-bound-admitted", "stockade/launch/overlays.py",
            "            if names:\n", "            if False:\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[beneath-bound-landlock]",)),
@@ -330,18 +327,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "_denied_places(fs.deny, ctx) + list(places)", "_denied_places(fs.deny, ctx)",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[state-on-overlay-namespaces]",)),
-    Mutant("overlay-data-only-layer-judged-for-copies", "stockade/launch/compile.py",
+    Mutant("overlay-data-only-layer-judged-for-copies", "stockade/launch/overlays.py",
            "    for layer in on.layers:\n", "    for layer in on.layers + on.data:\n",
            ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[store-data-only-landlock]",)),
     Mutant("overlay-table-escapes-undecoded", "stockade/lifecycle/aliases.py",
            "        value = _unescaped(raw)\n", "        value = os.fsdecode(raw)\n",
            ("tests/test_deny_links.py::test_an_everyday_overlay_in_a_read_root_is_read_as_it_is[blank-slash-namespaces]",)),
-    Mutant("overlay-shared-layer-by-path", "stockade/launch/compile.py",
+    Mutant("overlay-shared-layer-by-path", "stockade/launch/overlays.py",
            "                      and _overlapping(real, shared, info)), None)",
-           "                      and (_inside(real, shared) or _inside(shared, real))), None)",
+           "                      and (inside(real, shared) or inside(shared, real))), None)",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[shared-bound-namespaces]",)),
-    Mutant("overlay-shared-layer-unnested", "stockade/launch/compile.py",
+    Mutant("overlay-shared-layer-unnested", "stockade/launch/overlays.py",
            "                pending.append((under, depth + 1))\n", "                pass\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[shared-nested-landlock]",)),
@@ -351,28 +348,28 @@ MUTANTS: tuple[Mutant, ...] = (
            "if m.id == mount.parent), None)\n",
            ("tests/test_deny_links.py::test_a_denied_path_an_overlay_holds_that_a_root_reaches_another"
             "_way_is_refused[beneath-source-namespaces]",)),
-    Mutant("overlay-hidden-layer-judged", "stockade/launch/compile.py",
+    Mutant("overlay-hidden-layer-judged", "stockade/launch/overlays.py",
            '    return "below its own point, which it hides: what that name named cannot be told"',
            '    return ""',
            (OVERLAY_UNJUDGED + "[covered-child-namespaces]",)),
-    Mutant("overlay-covered-layer-unjudged", "stockade/launch/compile.py",
+    Mutant("overlay-covered-layer-unjudged", "stockade/launch/overlays.py",
            "            denied = _covered_denied(point, mount, deny, mounts)\n",
            "            denied = None\n",
            (OVERLAY_UNJUDGED + "[covered-bind-landlock]",)),
-    Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/compile.py",
+    Mutant("overlay-layer-copies-nested-unfollowed", "stockade/launch/overlays.py",
            "            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, "
            "depth + 1)\n",
            "            why = ''\n",
            ("tests/test_deny_links.py::test_a_denied_path_on_an_overlay_whose_layer_a_root_holds"
             "_is_refused_unless_denied_there[layer-nested-namespaces]",)),
-    Mutant("overlay-nested-unfollowed", "stockade/launch/compile.py",
+    Mutant("overlay-nested-unfollowed", "stockade/launch/overlays.py",
            "        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)"
            "\n",
            "        why = \"\"\n",
            (OVERLAY_UNJUDGED + "[nested-landlock]",)),
-    Mutant("overlay-own-root-judged", "stockade/launch/compile.py",
-           "            if container:\n                continue  # (its engine's",
-           "            if False:\n                continue  # (its engine's",
+    Mutant("overlay-own-root-judged", "stockade/launch/overlays.py",
+           "        return None if container else",
+           "        return None if False else",
            ("tests/test_deny_links.py::test_only_the_overlay_the_processs_own_root_is_goes"
             "_unjudged[/]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
@@ -474,8 +471,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_linux_fs.py::"
             "test_files_that_make_host_tools_run_code_are_read_only_by_default",)),
     Mutant("planted-link-to-write-root-followed", "stockade/launch/compile.py",
-           "            holder = _holder(link, roots)\n            if holder is not None:",
-           "            holder = _holder(link, roots)\n            if holder is None:",
+           "            holder = holding_root(link, roots)\n            if holder is not None:",
+           "            holder = holding_root(link, roots)\n            if holder is None:",
            ("tests/test_helpers_boundary.py::"
             "test_a_write_root_reached_through_a_planted_link_is_refused",)),
     Mutant("proxy-portless-deny-narrowed", "stockade/net/rules.py",
@@ -592,8 +589,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "        names = list(dict.fromkeys([resolved, *(name for found in ()\n",
            (ALIAS + "test_a_direct_run_through_a_bind_mount_keeps_the_home_code_and_the_state",)),
     Mutant("state-alias-root-admitted", "stockade/launch/compile.py",
-           "        if _inside(root.path, state) or aliases.within(state, root.path, mounts):",
-           "        if _inside(root.path, state):",
+           "        if inside(root.path, state) or aliases.within(state, root.path, mounts):",
+           "        if inside(root.path, state):",
            (ALIAS + "test_a_root_inside_the_state_directory_under_another_path_is_refused",)),
     Mutant("apply-home-alias-unseen", "stockade/lifecycle/changeapply.py",
            "        name for root in roots for name in aliases.within(root, resolved, mounts)}",
@@ -616,8 +613,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),
     Mutant("deny-alias-root-admitted", "stockade/launch/compile.py",
-           "            hidden = _holder(name, tuple(grants.values())) if name != root.path else "
-           "None\n",
+           "            hidden = holding_root(name, tuple(grants.values())) if name != root.path "
+           "else None\n",
            "            hidden = None\n",
            (DENIED + "test_a_denied_path_is_masked_at_every_name_a_bind_mount_gives_it"
             "[namespaces]",)),

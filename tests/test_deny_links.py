@@ -696,9 +696,9 @@ def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
     workspace, _ = ws
     said = overlaid_run(ws, tmp_path, isolation, form, workspace / "secrets")
     assert SECRET not in said
-    why = {"relative-above": "has a layer written 'secrets'",
-           "dotdot-above": "has a layer written ",
-           "escaped-above": "has a layer written ",
+    why = {"relative-above": "has a layer 'secrets', written so",
+           "dotdot-above": ", written so that where it lies cannot be told",
+           "escaped-above": ", written so that where it lies cannot be told",
            "nested": f"has a layer {tmp_path}/o1 on the overlay at {tmp_path}/o1, which shows "
                      "the denied path ",
            "covered-bind": f"shows the denied path {workspace}/secrets through its layer "
@@ -763,7 +763,7 @@ def test_a_denied_path_on_an_overlay_whose_layer_a_root_holds_is_refused_unless_
     elif form == "layer-escaped":
         assert "REFUSED unenforceable:filesystem.deny" in said and (
             f"lies on an overlay (at {tmp_path}/ovl) whose layer '{outside}/lowe\\\\r:"
-            f"{tmp_path}/empty' cannot be told where it is") in said, said
+            f"{tmp_path}/empty', written so that where it lies cannot be told") in said, said
     elif form == "layer-bound":
         assert "REFUSED unenforceable:filesystem.deny" in said and (
             f"lies on an overlay (at {tmp_path}/ovl) whose layer {tmp_path}/lb a root shows at "
@@ -1066,5 +1066,5 @@ def test_only_the_overlay_the_processs_own_root_is_goes_unjudged(ws, monkeypatch
     if mounted_at == "/":
         compile_it()
     else:
-        with pytest.raises(UnenforceableError, match="has a layer written 'l/ABC'"):
+        with pytest.raises(UnenforceableError, match="has a layer 'l/ABC', written so"):
             compile_it()

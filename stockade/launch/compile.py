@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from stockade.errors import PolicyError, StockadeError, UnenforceableError, UsageError
 from stockade.launch import homecode, hostcode
 from stockade.launch.env import close_environment
-from stockade.launch.hostpaths import inside
+from stockade.launch.hostpaths import holding_root, inside, meeting_root
+from stockade.launch.overlays import refuse_layer_copies, refuse_overlays_of_denied
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.lifecycle import aliases, statedir
 from stockade.net.env import SANDBOX_PORT, proxy_environment
@@ -115,8 +116,8 @@ def compile_policy(
     state, places = _stockade_state(ctx, read, write, home)
     # (Landlock does not govern chmod: the command may make its own directories searchable)
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
-    _refuse_overlays_of_denied(read, write, deny)
-    _refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
+    refuse_overlays_of_denied(read, write, deny)
+    refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
     host_code = _host_code(ctx, write)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
@@ -134,7 +135,7 @@ def compile_policy(
         stockade_state=places,
         host_code=host_code,
         home_code=tuple(sorted(path for path in home_code.readonly
-                               if not any(_inside(path, code) for code in host_code))),
+                               if not any(inside(path, code) for code in host_code))),
         home_unmade=tuple(sorted(home_code.watched)),
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
@@ -286,7 +287,7 @@ def _refuse_planted_links(read_links: list[tuple[str, str]], write_links: list[t
     for links, roots, key in ((read_links, write, "filesystem.read"),
                               (write_links, read + write, "filesystem.write")):
         for link, alias in links:
-            holder = _holder(link, roots)
+            holder = holding_root(link, roots)
             if holder is not None:
                 raise UnenforceableError(
                     "filesystem.symlink",
@@ -303,7 +304,7 @@ def _refuse_repointable(alias: str, canonical: str, write: tuple[PathGrant, ...]
     kept read-only and pinned where the home is a write root (homecode.py), so not refused."""
     homes = _homes(ctx)
     for link in _links_to(alias, canonical, "filesystem.deny"):
-        holder = _holder(link, write)
+        holder = holding_root(link, write)
         kept = os.path.dirname(link) in homes and os.path.basename(link).startswith(".")
         if holder is not None and not kept:
             raise UnenforceableError(
@@ -325,9 +326,9 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
     replaced) is what it was, nothing of the host's now; a point not there is hidden."""
     mounts = aliases.table()
     for point in [*mounts.at, *mounts.unresolved]:
-        key, holder = "filesystem.write", _meeting(point, write)
+        key, holder = "filesystem.write", meeting_root(point, write)
         if holder is None:
-            key, holder = "filesystem.read", _meeting(point, read)
+            key, holder = "filesystem.read", meeting_root(point, read)
         if holder is None:
             continue
         info = aliases.look(point)
@@ -343,289 +344,11 @@ def _refuse_unjudged_mounts(read: tuple[PathGrant, ...], write: tuple[PathGrant,
                 f"(umount {point}) or choose roots that do not hold it"))
 
 
-def _refuse_overlays_of_denied(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
-                               deny: tuple[PathGrant, ...]) -> None:
-    """Refuse, typed, a root that holds, or lies in, an overlay that may show a denied path
-    under another name: its files are its layers' on a device of its own, so no name of them
-    there is compared with the denied ones, and none masked (attack 18). The table gives each
-    layer as its mounter wrote it, where it stood then: a layer is judged when written plainly
-    (by what it is: a link followed, a bind of a denied directory known by its identity:
-    attack 19; one on another overlay through that one's layers); one written relative, with
-    `..` or with escapes is refused (attacks 20, 21), except in the overlay the process's own
-    root is (a container's, whose engine writes its many layers relative to its store); one
-    not found here is outside this view (WSL's, systemd-sysext's, a container's). Passed over:
-    an overlay out of this user's reach, and one at or below a denied path (masked whole: the
-    knob that lets a root hold such an overlay)."""
-    mounts = aliases.table()
-    own_root = mounts.at.get("/")
-    for point, mount in mounts.at.items():
-        holder = mount.layers and _meeting(point, read + write)
-        if not holder or any(_inside(point, grant.path) for grant in deny) \
-                or aliases.look(point) is None:
-            continue
-        why = _overlay_unjudged(point, mount, deny, mounts, own_root)
-        if why:
-            inside = _holder(point, read + write) is not None and point != holder
-            raise UnenforceableError("filesystem.deny", (
-                f"{point}, an overlay in or above the root {holder}, {why}; unmount it (umount "
-                f"{point}){', deny it (filesystem.deny)' if inside else ''} or choose roots "
-                "that do not hold it"))
-
-
-OVERLAY_DEPTH = 2  # overlays on overlays: the kernel stacks no deeper (FILESYSTEM_MAX_STACK_DEPTH)
-
-
-def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, ...],
-                      mounts: aliases.Mounts, own_root: aliases.Mount | None,
-                      depth: int = 0) -> str:
-    """Why the overlay `mount` at `point` may show a denied path under another name, or ""."""
-    container = own_root is not None and mount.id == own_root.id
-    for layer in mount.layers + mount.data:
-        if not aliases.plain(layer):
-            if container:
-                continue  # (its engine's store, outside its view and the command's)
-            return f"has a layer written {layer!r}, which cannot be told from the denied paths"
-        hidden = _hidden_layer(layer, point, container)
-        if hidden:
-            return f"has a layer {layer} {hidden}"
-        if aliases.look(layer) is None:
-            continue  # (outside this view, as WSL's and systemd-sysext's layers are, or below
-            # another user's directory: composefs's; see SECURITY.md, "Not protected", for one
-            # mounted from a chroot)
-        denied = _overlaid(point, layer, deny)
-        if denied is not None:
-            return (f"shows the denied path {denied} through its layer {layer}, on a device of "
-                    "its own, where no mask follows it")
-        real = os.path.realpath(layer)
-        under = aliases.mount_of(real, mounts)
-        if under is not None and under.id == mount.id:  # (its own point: what it covers there)
-            hidden = _hidden_layer(real, point, container)
-            if hidden:
-                return f"has a layer {layer} {hidden}"
-            denied = _covered_denied(point, mount, deny, mounts)
-            if denied is not None:
-                return (f"shows the denied path {denied} through its layer {layer}, which it "
-                        "covers, where no mask follows it")
-            continue
-        if under is None or not under.layers:
-            continue  # (not on an overlay)
-        if depth >= OVERLAY_DEPTH:
-            return f"has a layer {layer} on overlays stacked deeper than the kernel stacks"
-        why = _overlay_unjudged(under.point, under, deny, mounts, own_root, depth + 1)
-        if why:
-            return f"has a layer {layer} on the overlay at {under.point}, which {why}"
-    return ""
-
-
 def _denied_places(paths: tuple[str, ...], ctx: CompileContext) -> list[str]:
     """Where each denied path is, or would be: one an overlay hides (a whiteout) is still in
     its layers."""
     return [os.path.realpath(alias) for raw in paths
             for alias in _in_every_home(raw.removeprefix("?"), ctx)]
-
-
-def _refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
-                         deny: tuple[PathGrant, ...]) -> None:
-    """Refuse, typed, a denied path (or one of Stockade's state places) that lies on an
-    overlay one of whose layers (or a layer of an overlay that one lies on) a root holds, lies
-    in, shows through a bind, or shares with an overlay in a root: the layer holds its files
-    under other names no name of the overlay tells — its lower copy, a copy renamed since (a
-    redirect, a metacopy), one deleted from the overlay (a whiteout hides it there only), an
-    upper layer the command could write (attacks 21 R1, 22, 23). A layer denied too is masked
-    whole; one not found here, or out of this user's reach, is outside this view; one beneath
-    the overlay's own point (as over /etc) has no other name unless a bind shows what lies
-    beneath; a data-only layer (a store: NixOS's /etc) holds data, not names; one written
-    unplainly cannot be found, and refuses except in the process's own root overlay (a
-    container's engine's store, outside its view)."""
-    mounts = aliases.table()
-    own_root = mounts.at.get("/")
-    masked = [grant.path for grant in deny] + places
-    shown = _shown_layers(mounts, roots)
-    for place in dict.fromkeys(places + [grant.path for grant in deny]):
-        why, overlay = _layer_held(place, roots, masked, mounts, own_root, shown)
-        if why:
-            # (denying a layer an overlay in a root shows makes that overlay show a denied path)
-            remedy = "choose roots that do not hold it" if _meeting(overlay, roots) else \
-                "deny that layer too (filesystem.deny), or choose roots that do not hold it"
-            raise UnenforceableError("filesystem.deny", (
-                f"the denied path {place} lies on an overlay {why}, which holds its files "
-                f"under other names; {remedy}"))
-
-
-def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
-                mounts: aliases.Mounts, own_root: aliases.Mount | None,
-                shown: list[tuple[aliases.Mount, str, os.stat_result]], depth: int = 0
-                ) -> tuple[str, str]:
-    """Which layer of the overlay `path` lies on a root can reach, and that overlay's point;
-    ("", "") if none."""
-    on = aliases.mount_of(path, mounts)
-    if on is None or not on.layers:
-        return "", ""
-    container = own_root is not None and on.id == own_root.id
-    for layer in on.layers:
-        if not aliases.plain(layer):
-            if container:
-                continue
-            return f"(at {on.point}) whose layer {layer!r} cannot be told where it is", on.point
-        hidden = _hidden_layer(layer, on.point, container)
-        if hidden:
-            return f"(at {on.point}) whose layer {layer} {hidden}", on.point
-        real = os.path.realpath(layer)
-        if aliases.look(real) is None or any(_inside(real, place) for place in masked):
-            continue  # (outside this view or out of reach; or masked whole)
-        under = aliases.mount_of(real, mounts)
-        if under is not None and under.id == on.id:  # (beneath its own point: hidden by it)
-            hidden = _hidden_layer(real, on.point, container)
-            if hidden:
-                return f"(at {on.point}) whose layer {layer} {hidden}", on.point
-            names = [name for name in aliases.beneath(on, mounts)
-                     if _meeting(name, roots) is not None]
-            if names:
-                return (f"(at {on.point}) whose layer {layer}, beneath it, a root shows at "
-                        f"{names[0]}", on.point)
-            continue
-        holder = _meeting(real, roots)
-        if holder is not None:
-            return (f"(at {on.point}) whose layer {layer} the root {holder} holds or lies in",
-                    on.point)
-        seen = aliases.seen(real, [root.path for root in roots], mounts)
-        if seen:  # (a bind mount shows the layer, or a part of it, in a root)
-            return f"(at {on.point}) whose layer {layer} a root shows at {seen[0]}", on.point
-        other = next((mount.point for mount, shared, info in shown if mount.id != on.id
-                      and _overlapping(real, shared, info)), None)
-        if other is not None:
-            return (f"(at {on.point}) whose layer {layer} the overlay at {other}, in a root, "
-                    "has too", on.point)
-        if depth < OVERLAY_DEPTH:
-            why, _ = _layer_held(real, roots, masked, mounts, own_root, shown, depth + 1)
-            if why:
-                return f"(at {on.point}) whose layer {layer} lies on an overlay {why}", on.point
-    return "", ""
-
-
-def _shown_layers(mounts: aliases.Mounts, roots: tuple[PathGrant, ...]
-                  ) -> list[tuple[aliases.Mount, str, os.stat_result]]:
-    """The layers the roots show through overlays (each with its overlay and its identity):
-    those of each overlay in or above a root, and of the overlays those layers lie on."""
-    found = []
-    pending = [(mount, 0) for point, mount in mounts.at.items()
-               if mount.layers and _meeting(point, roots)]
-    while pending:
-        mount, depth = pending.pop()
-        for layer in mount.layers + mount.data:
-            real = os.path.realpath(layer)
-            try:
-                info = os.stat(real)
-            except OSError:
-                continue  # (not here, out of reach, or unplain: judged as the overlay is)
-            found.append((mount, real, info))
-            under = aliases.mount_of(real, mounts)
-            if depth < OVERLAY_DEPTH and under is not None and under.layers \
-                    and under.id != mount.id:
-                pending.append((under, depth + 1))
-    return found
-
-
-def _overlapping(path: str, other: str, other_is: os.stat_result) -> bool:
-    """Whether the directories `path` and `other` are one, or one lies in the other, by
-    identity (a bind mount gives a directory a second name: attack 24)."""
-    try:
-        path_is = os.stat(path)
-    except OSError:
-        return False
-    return any(_same_as(above, other_is) for above in _ancestors(path)) \
-        or any(_same_as(above, path_is) for above in _ancestors(other))
-
-
-def _ancestors(path: str) -> list[str]:
-    found = [path]
-    while found[-1] != "/":
-        found.append(os.path.dirname(found[-1]))
-    return found
-
-
-def _hidden_layer(layer: str, point: str, container: bool) -> str:
-    """Why a layer below its overlay's own point cannot be judged, or "": the overlay hides
-    that name, so what it named when mounted (a link, a bind: attacks 25, 26) cannot be looked
-    up. A layer that is the point itself is judged by what the overlay covers there; the
-    process's own root overlay's layers are outside its view."""
-    name = os.path.normpath(layer)
-    if container or name == point or not aliases.at_or_below(name, point):
-        return ""
-    return "below its own point, which it hides: what that name named cannot be told"
-
-
-def _covered_denied(point: str, mount: aliases.Mount, deny: tuple[PathGrant, ...],
-                    mounts: aliases.Mounts) -> str | None:
-    """The denied path the overlay `mount` gives another name through the layer that is its
-    own point: what it covers there (aliases.covered), judged by filesystem and path inside
-    it (attack 25, C1, C5, C6: a bind of a denied directory, the overlay mounted over it on
-    its own layer)."""
-    held = aliases.covered(mount, mounts)
-    for grant in deny:
-        for device, denied_inner in aliases.inside(grant.path, mounts):
-            for layer_device, inner in held:
-                if layer_device != device:
-                    continue
-                if aliases.at_or_below(denied_inner, inner):
-                    name = os.path.normpath(os.path.join(point, os.path.relpath(denied_inner,
-                                                                               inner)))
-                    if name != grant.path:
-                        return grant.path
-                elif aliases.at_or_below(inner, denied_inner) and not _inside(point, grant.path):
-                    return grant.path
-    return None
-
-
-def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:
-    """The denied path the overlay at `point` gives another name through `layer`: one at or
-    below a directory the layer is (by identity), or one the layer lies in (an overlay mounted
-    on its own layer, as over /etc, gives the denied paths no other name)."""
-    try:
-        layer_is = os.stat(layer)
-    except OSError:
-        return None
-    real = os.path.realpath(layer)
-    for grant in deny:
-        above = grant.path
-        while True:
-            if _same_as(above, layer_is):
-                name = os.path.normpath(os.path.join(point, os.path.relpath(grant.path, above)))
-                if name != grant.path:
-                    return grant.path
-                break
-            if above == "/":
-                break
-            above = os.path.dirname(above)
-        try:
-            denied_is = os.stat(grant.path)
-        except OSError:
-            continue
-        part = real
-        while part != "/" and not _same_as(part, denied_is):
-            part = os.path.dirname(part)
-        if part != "/" and not _inside(point, grant.path):
-            return grant.path
-    return None
-
-
-def _same_as(path: str, info: os.stat_result) -> bool:
-    try:
-        return os.path.samestat(os.stat(path), info)
-    except OSError:
-        return False
-
-
-def _holder(path: str, roots: tuple[PathGrant, ...]) -> str | None:
-    """The first of `roots` that `path` lies inside, if any."""
-    return next((root.path for root in roots if _inside(path, root.path)), None)
-
-
-def _meeting(point: str, roots: tuple[PathGrant, ...]) -> str | None:
-    """The first of `roots` that a mount at `point` shows something of: one it lies inside,
-    else one inside it."""
-    return _holder(point, roots) or next(
-        (root.path for root in roots if _inside(root.path, point)), None)
 
 
 def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant, ...],
@@ -665,7 +388,7 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
                                                  [root.path for root in read + write], mounts)
                                    if name not in grants})
                     continue
-                holder = _holder(above, read)
+                holder = holding_root(above, read)
                 if holder is not None and not modes_held:
                     blocked[alias] = f"the read root {holder}"
             if not write:  # (a missing one is no mask, and no command can make it)
@@ -684,14 +407,14 @@ def _denied(paths: tuple[str, ...], ctx: CompileContext, write: tuple[PathGrant,
             grants.update({name: PathGrant(path=name, alias=name) for name in names
                            if name not in grants and os.path.lexists(name)})
             continue
-        holder = _holder(resolved, write) or next(
-            (root.path for root in write if any(_inside(name, root.path) for name in names)),
+        holder = holding_root(resolved, write) or next(
+            (root.path for root in write if any(inside(name, root.path) for name in names)),
             None)
         if holder is not None:
             missing.setdefault(resolved, (alias, holder))
     for root in read + write:
         for name in aliases.within("/", root.path, mounts):
-            hidden = _holder(name, tuple(grants.values())) if name != root.path else None
+            hidden = holding_root(name, tuple(grants.values())) if name != root.path else None
             if hidden is not None:
                 raise PolicyError(f"root {root.path} lies inside denied path {hidden} (a "
                                   f"mount shows it at {name})", key="filesystem.deny")
@@ -839,7 +562,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
         places += names
         _refuse_inside_state([r for r in read + write if r.path not in own], resolved, what,
                              mounts)
-        if not os.path.lexists(resolved) and (_holder(resolved, write) is not None
+        if not os.path.lexists(resolved) and (holding_root(resolved, write) is not None
                                               or any(seen[root.path] for root in write)):
             try:
                 statedir.ensure(resolved)
@@ -856,7 +579,7 @@ def _stockade_state(ctx: CompileContext, read: tuple[PathGrant, ...],
 def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
                          mounts: aliases.Mounts) -> None:
     for root in roots:
-        if _inside(root.path, state) or aliases.within(state, root.path, mounts):
+        if inside(root.path, state) or aliases.within(state, root.path, mounts):
             raise PolicyError(f"root {root.path} lies inside {what} {state}, which no sandbox "
                               f"may see", key="filesystem")
 
@@ -890,10 +613,10 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, 
 def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGrant, ...],
                       kept: set[str]) -> None:
     def covered(path: str) -> bool:
-        return any(_inside(path, other) for other in kept)
+        return any(inside(path, other) for other in kept)
 
     for root in write:
-        if not _inside(root.path, resolved) or place.kind == "start" \
+        if not inside(root.path, resolved) or place.kind == "start" \
                 or (place.kind == "prefix" and root.path != resolved):
             continue  # (a prefix holds more than code: its code directories are places too)
         raise _host_code_refused(place, resolved, f"is the write root {root.path}" if
@@ -933,7 +656,7 @@ def _below(path: str, roots: tuple[PathGrant, ...]) -> bool:
 
 
 def _strictly_inside(path: str, root: str) -> bool:
-    return path != root and _inside(path, root)
+    return path != root and inside(path, root)
 
 
 def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchRequest:
@@ -957,15 +680,12 @@ def with_read_roots(request: LaunchRequest, roots: Sequence[str]) -> LaunchReque
     return replace(request, read=read)
 
 
-_inside = inside  # (this host's: "\\" and without regard to case on Windows, hostpaths.py)
-
-
 def _check_overlaps(read: tuple[PathGrant, ...], write: tuple[PathGrant, ...],
                     deny: tuple[PathGrant, ...]) -> None:
     for hidden in deny:
         for kind, roots in (("read", read), ("write", write)):
             for root in roots:
-                if _inside(root.path, hidden.path):
+                if inside(root.path, hidden.path):
                     raise PolicyError(
                         f"{kind} root {root.path} lies inside denied path {hidden.path}",
                         key="filesystem.deny",
@@ -984,7 +704,7 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
         raise PolicyError(f"working directory {raw} does not exist", key="process.cwd") from None
     if not os.path.isdir(resolved):
         raise PolicyError(f"working directory {raw} is not a directory", key="process.cwd")
-    if not any(_inside(resolved, root.path) for root in roots):
+    if not any(inside(resolved, root.path) for root in roots):
         raise PolicyError(f"working directory {resolved} is not inside any read or write root",
                           key="process.cwd")
     return resolved

@@ -6,6 +6,8 @@ driver (vm/wsb_plan.py). Pure, and importable everywhere.
 - `inside_windows`: "\\"-separated components compared without regard to case, as Windows
   compares names (`upcase`);
 - `inside`: this host's;
+- `holding_root`, `meeting_root`: which of a launch's roots holds a path, or shows something
+  of a mount there;
 - `lexical_refusal`: why a Windows path is not admitted as written (only canonical drive
   paths are: see stockade/windows/admission.py).
 """
@@ -15,7 +17,11 @@ from __future__ import annotations
 import ntpath
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stockade.launch.request import PathGrant
 
 _DRIVE_PATH = re.compile(r"[A-Za-z]:\\")
 _RESERVED_CHARS = re.compile(r'[<>:"|?*\x00-\x1f]')
@@ -79,3 +85,15 @@ def inside_posix(path: str, root: str) -> bool:
 
 
 inside = inside_windows if sys.platform == "win32" else inside_posix
+
+
+def holding_root(path: str, roots: Iterable[PathGrant]) -> str | None:
+    """The first of `roots` that `path` lies inside, if any."""
+    return next((root.path for root in roots if inside(path, root.path)), None)
+
+
+def meeting_root(point: str, roots: Sequence[PathGrant]) -> str | None:
+    """The first of `roots` that a mount at `point` shows something of: one it lies inside,
+    else one inside it."""
+    return holding_root(point, roots) or next(
+        (root.path for root in roots if inside(root.path, point)), None)

@@ -168,12 +168,6 @@ def beneath(mount: Mount, mounts: Mounts) -> list[str]:
     return names
 
 
-def inside(place: str, mounts: Mounts) -> list[tuple[str, str]]:
-    """`place`'s filesystem and path inside it, as (device, path), from the mount it is seen
-    on (none if no mount holds it)."""
-    return [(device, inner) for inner, device in _inner(place, mounts)]
-
-
 def mount_of(path: str, mounts: Mounts) -> Mount | None:
     """The mount the absolute, resolved `path` lies on, as the table tells."""
     return _seen_on(path, mounts.at)
@@ -233,7 +227,7 @@ def seen(place: str, roots: list[str], mounts: Mounts) -> list[str]:
         return any(at_or_below(path, root) for root in roots)
 
     found = [place] if held(place) else []
-    for inner, device in _inner(place, mounts):
+    for device, inner in inside(place, mounts):
         for m in mounts.of[device]:
             if at_or_below(inner, m.top):
                 name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
@@ -253,7 +247,7 @@ def shown(place: str, roots: list[str], mounts: Mounts) -> list[str]:
         return any(at_or_below(path, root) for root in roots)
 
     found: list[str] = []
-    for inner, device in _inner(place, mounts):
+    for device, inner in inside(place, mounts):
         for m in mounts.of[device]:
             if at_or_below(inner, m.top):
                 name = os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
@@ -318,23 +312,23 @@ def first_unsearchable(path: str) -> str:
     return above
 
 
-def _inner(place: str, mounts: Mounts) -> list[tuple[str, str]]:
-    """`place`'s path inside its filesystem and that filesystem's device (none if no mount
-    holds it)."""
+def inside(place: str, mounts: Mounts) -> list[tuple[str, str]]:
+    """`place`'s filesystem and path inside it, as (device, path), from the mount it is seen
+    on (none if no mount holds it)."""
     point = place
     while point not in mounts.at:
         if point == "/":
             return []
         point = os.path.dirname(point)
     mount = mounts.at[point]
-    return [(os.path.normpath(os.path.join(mount.top, _below(place, mount.point))),
-             mount.device)]
+    return [(mount.device,
+             os.path.normpath(os.path.join(mount.top, _below(place, mount.point))))]
 
 
 def _names(place: str, mounts: Mounts) -> list[str]:
     """`place`'s path under each mount of its filesystem that shows it."""
     return [os.path.normpath(os.path.join(m.point, _below(inner, m.top)))
-            for inner, device in _inner(place, mounts)
+            for device, inner in inside(place, mounts)
             for m in mounts.of[device] if at_or_below(inner, m.top)]
 
 
