@@ -367,6 +367,26 @@ MUTANTS: tuple[Mutant, ...] = (
            "\n",
            "        why = \"\"\n",
            (OVERLAY_UNJUDGED + "[nested-landlock]",)),
+    Mutant("overlay-layer-inside-denied-by-bind-admitted", "stockade/launch/overlays.py",
+           "        if not inside(point, grant.path) and any(\n",
+           "        if False and any(\n",
+           ("tests/test_deny_links.py::test_an_overlay_of_a_denied_directory_in_a_read_root_is"
+            "_refused[bind-below-namespaces]",)),
+    Mutant("overlay-proc-layer-judged", "stockade/launch/overlays.py",
+           '    if aliases.at_or_below(layer, "/proc"):\n', "    if False:\n",
+           (OVERLAY_UNJUDGED + "[proc-fd-landlock]",)),
+    Mutant("host-code-other-name-unkept", "stockade/launch/compile.py",
+           "              for name in aliases.seen(resolved, [root.path for root in write], "
+           "mounts)",
+           "              for name in ()",
+           (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
+            "[bind-namespaces]",)),
+    Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
+           "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
+           "write, deny)\n",
+           "\n",
+           (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
+            "[overlay-upper-landlock]",)),
     Mutant("overlay-own-root-judged", "stockade/launch/overlays.py",
            "        return None if container else",
            "        return None if False else",
@@ -491,7 +511,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_vm_qemu.py::"
             "test_written_memory_is_not_executed_without_exec_from_write",)),
     Mutant("host-code-not-found", "stockade/launch/compile.py",
-           "    host_code = _host_code(ctx, write)\n", "    host_code = ()\n",
+           "    host_code = _host_code(ctx, write, deny)\n", "    host_code = ()\n",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
             HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
     Mutant("host-code-not-mounted", "stockade/linux/mnt.py",

@@ -426,13 +426,15 @@ workspace, outside, isolation, _, spare, script, form, secrets = sys.argv[1:]
 lower, cwd = {"plain": (secrets, None),
               "relative": (os.path.basename(secrets), os.path.dirname(secrets)),
               "link": (spare + "/link", None), "bind": (spare + "/bound", None),
+              "bind-below": (spare + "/bound", None),
               "parent-link": (spare + "/link", None),
               "dotdot": (secrets + "/../" + os.path.basename(secrets), None)}[form]
 if form in ("link", "parent-link"):
     os.symlink(secrets if form == "link" else os.path.dirname(secrets), lower)
-if form == "bind":
+if form in ("bind", "bind-below"):
     os.mkdir(lower)
-    subprocess.run(["mount", "--bind", secrets, lower], check=True)
+    subprocess.run(["mount", "--bind", secrets + ("/sub" if form == "bind-below" else ""),
+                    lower], check=True)
 escaped = lower.replace(":", "\\\\:").replace(",", "\\\\,")
 subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                 f"lowerdir={escaped},upperdir={spare}/u,workdir={spare}/w", f"{outside}/m"],
@@ -450,17 +452,19 @@ except stockade.StockadeError as exc:
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("form", ["plain", "relative", "link", "bind", "dotdot", "colon",
-                                  "parent-link"])
+                                  "parent-link", "bind-below"])
 def test_an_overlay_of_a_denied_directory_in_a_read_root_is_refused(ws, tmp_path, isolation,
                                                                     form):
     """Attacks 18 (O1) and 19: an overlay whose layer is a denied directory shows its files on
     a device of its own, where no name is compared with the denied ones: the command read them
     through it in both isolations, and the table gives the layer as its mounter wrote it
     (relative, through a link, a bind of the denied directory, with `..`, with an escaped
-    colon). A root holding such an overlay is refused, typed, naming it."""
+    colon), or a bind of a directory inside the denied one (attack 27 P8: neither the layer's
+    path nor an identity above the denied path tells). A root holding such an overlay is
+    refused, typed, naming it."""
     workspace, outside = ws
     secrets = workspace / ("se:crets" if form == "colon" else "secrets")
-    secret_at(secrets / "prod.env")
+    secret_at(secrets / "sub" / "prod.env" if form == "bind-below" else secrets / "prod.env")
     (outside / "m").mkdir()
     for name in ("u", "w"):
         (tmp_path / name).mkdir()
@@ -499,6 +503,12 @@ if form == "relative-above":  # (how an engine writes many layers: relative to i
             cwd=os.path.dirname(secrets))
 elif form == "dotdot-above":
     overlay(f"lowerdir={spare}/empty/../{os.path.relpath(secrets, spare)}:{spare}/empty", point)
+elif form == "proc-fd":  # (the mounter names the layer by its own descriptor: attack 27 P6)
+    fd = os.open(secrets, os.O_RDONLY | os.O_DIRECTORY)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir=/proc/self/fd/{fd}:{spare}/empty", point],
+                   check=True, pass_fds=(fd,))
+    os.close(fd)
 elif form == "escaped-above":  # (overlay drops a backslash; the table keeps it: attack 21)
     overlay(f"lowerdir={secrets[:-1]}\\{secrets[-1]}:{spare}/empty", point)
 elif form == "foreign-inside":  # (mounted from a chroot, as WSL's are in another view: its
@@ -683,14 +693,15 @@ def overlaid_run(ws, tmp_path, isolation: str, form: str, secrets) -> str:
 @pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("form", ["relative-above", "dotdot-above", "escaped-above", "nested",
-                                  "covered-bind", "covered-child"])
+                                  "covered-bind", "covered-child", "proc-fd"])
 def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
         ws, tmp_path, isolation, form):
     """Attacks 20 (B1, B2, B11, B8), 21 (P2) and 25 (C1, C2): the table gives an overlay's
     layers as its mounter wrote them, where it stood then; one above the roots whose layer was
     written relative (as an engine writes many), with `..`, with a backslash overlay drops,
     one whose layer is another overlay (of the denied directory), or one mounted over a bind
-    of the denied directory with that bind's name for its layer (which it then hides), showed
+    of the denied directory with that bind's name for its layer (which it then hides), or one
+    whose layer the mounter named by its own descriptor through /proc (attack 27 P6), showed
     the denied files to the command in both isolations. Such a root is refused, typed, naming
     the overlay."""
     workspace, _ = ws
@@ -704,7 +715,8 @@ def test_an_overlay_whose_layers_cannot_be_judged_is_refused_in_or_above_a_root(
            "covered-bind": f"shows the denied path {workspace}/secrets through its layer "
                            f"{tmp_path}/outside/m, which it covers",
            "covered-child": f"has a layer {tmp_path}/outside/m/hidden below its own point, "
-                            "which it hides: what that name named cannot be told"}[form]
+                            "which it hides: what that name named cannot be told",
+           "proc-fd": "has a layer /proc/self/fd/"}[form]
     assert "REFUSED unenforceable:filesystem.deny" in said and why in said, said
 
 

@@ -238,3 +238,66 @@ def test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused(tmp_pa
     after = subprocess.run([python, "-c", "import sys; print(sys.path)"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
     assert str(ws / "src") not in after.stdout
+
+
+# In a private mount namespace: the host's import path entry `lib` (outside the workspace)
+# shown in the workspace by a bind mount ("bind", attack 27 H1), or an overlay at `lib` whose
+# upper layer lies in the workspace ("overlay-upper", H2); the command writes json.py there.
+SHOWN_HOST_CODE = """
+import os, subprocess, sys
+from dataclasses import replace
+sys.path.insert(0, sys.argv[1])
+import stockade
+from conftest import PYTHON, policy_for
+ws, lib, spare, isolation, form = sys.argv[2:]
+if form == "bind":
+    os.mkdir(ws + "/pp")
+    subprocess.run(["mount", "--bind", lib, ws + "/pp"], check=True)
+    target = ws + "/pp/json.py"
+else:
+    for name in ("up", "wk"):
+        os.mkdir(ws + "/" + name)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={spare},upperdir={ws}/up,workdir={ws}/wk", lib], check=True)
+    target = ws + "/up/json.py"
+policy = replace(policy_for(pids=None), isolation=isolation)
+try:
+    r = stockade.run([PYTHON, "-c", "import sys; open(sys.argv[1], 'w').write('PLANTED')",
+                      target], policy, workspace=ws)
+    print("EXIT", r.exit_code, r.stderr.decode()[-200:])
+except stockade.StockadeError as exc:
+    print("REFUSED", exc.code, exc)
+print("PLANTED" if os.path.exists(lib + "/json.py") else "CLEAN")
+"""
+
+
+@pytest.mark.root_only("a bind or overlay mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
+@pytest.mark.parametrize("form", ["bind", "overlay-upper"])
+def test_the_host_code_shown_in_the_workspace_under_another_name_is_kept(tmp_path, isolation,
+                                                                         form):
+    """Attack 27 H1, H2: a directory on the host's import path (PYTHONPATH), outside the
+    workspace by path, shown in it by a bind mount, or an overlay whose upper layer lies in
+    the workspace: the command wrote json.py there, and the host's next Python imported it
+    before the standard library's. The bound name is kept read-only like the place itself
+    (the landlock tier, which has no view, refuses); the overlay's layer is refused, typed."""
+    ws, lib, spare = tmp_path / "ws", tmp_path / "lib", tmp_path / "spare"
+    for path in (ws, lib, spare):
+        path.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{lib}"}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           SHOWN_HOST_CODE, os.path.dirname(__file__), str(ws), str(lib),
+                           str(spare), isolation, form],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    assert said.endswith("CLEAN\n"), said
+    if form == "overlay-upper":
+        assert f"REFUSED unenforceable:filesystem.host_code unenforceable:filesystem." \
+               f"host_code: the host's code at {lib} lies on an overlay (at {lib}) whose " \
+               f"layer {ws}/up the root {ws} holds or lies in" in said, said
+    elif isolation == "landlock":
+        assert "REFUSED unenforceable:filesystem.host_code" in said and f"{ws}/pp" in said, said
+    else:
+        assert "EXIT 1" in said and "Read-only file system" in said, said
+    assert not (lib / "json.py").exists()

@@ -20,7 +20,11 @@ from stockade.errors import PolicyError, StockadeError, UnenforceableError, Usag
 from stockade.launch import homecode, hostcode
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import holding_root, inside, meeting_root
-from stockade.launch.overlays import refuse_layer_copies, refuse_overlays_of_denied
+from stockade.launch.overlays import (
+    refuse_host_code_copies,
+    refuse_layer_copies,
+    refuse_overlays_of_denied,
+)
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.lifecycle import aliases, statedir
 from stockade.net.env import SANDBOX_PORT, proxy_environment
@@ -118,7 +122,7 @@ def compile_policy(
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     refuse_overlays_of_denied(read, write, deny)
     refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
-    host_code = _host_code(ctx, write)
+    host_code = _host_code(ctx, write, deny)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
     # (the run's own private home lies inside a masked homes directory: granted back there)
@@ -584,7 +588,8 @@ def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
                               f"may see", key="filesystem")
 
 
-def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, ...]:
+def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
+               deny: tuple[PathGrant, ...]) -> tuple[str, ...]:
     """The places of the code the host runs next (hostcode.py) that lie inside a write root,
     resolved, the outermost of each nest: the view makes each read-only and pins every
     directory above it (a rename would carry the mount away). Refused, typed, what no mount
@@ -602,6 +607,14 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...]) -> tuple[str, 
             except OSError as exc:
                 raise _host_code_refused(place, resolved, f"lies inside a write root and "
                                          f"cannot be made to be kept ({exc.strerror})") from None
+    # (each other name a write root shows a place, or a part of it, by: a bind mount of it
+    # there, which the command writes as the place itself; attack 27 H1)
+    mounts = aliases.table()
+    found += [(hostcode.Place(name, place.kind), name) for place, resolved in list(found)
+              if place.kind != "prefix"
+              for name in aliases.seen(resolved, [root.path for root in write], mounts)
+              if name != resolved]
+    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), write, deny)
     kept = {resolved for _, resolved in found
             if _below(resolved, write) and os.path.lexists(resolved)}
     kept = {path for path in kept if not any(_strictly_inside(path, other) for other in kept)}

@@ -67,7 +67,7 @@ def _overlay_unjudged(point: str, mount: aliases.Mount, deny: tuple[PathGrant, .
             continue  # (outside this view, as WSL's and systemd-sysext's layers are, or below
             # another user's directory: composefs's; see SECURITY.md, "Not protected", for one
             # mounted from a chroot)
-        denied = _overlaid(point, layer, deny)
+        denied = _overlaid(point, layer, deny, mounts)
         if denied is not None:
             return (f"shows the denied path {denied} through its layer {layer}, on a device of "
                     "its own, where no mask follows it")
@@ -103,21 +103,36 @@ def refuse_layer_copies(places: list[str], roots: tuple[PathGrant, ...],
     is masked whole; one not found here, or out of this user's reach, is outside this view;
     one that is the overlay's own point (as over /etc) has no other name unless a bind shows
     what lies beneath; a data-only layer (a store: NixOS's /etc) holds data, not names."""
+    masked = [grant.path for grant in deny] + places
+    _refuse_copies(list(dict.fromkeys(places + [grant.path for grant in deny])), roots, masked,
+                   "filesystem.deny", "the denied path")
+
+
+def refuse_host_code_copies(places: list[str], write: tuple[PathGrant, ...],
+                            deny: tuple[PathGrant, ...]) -> None:
+    """Refuse, typed, a place of the code the host runs next (hostcode.py) that lies on an
+    overlay whose layer a write root reaches: the command writes that layer, and the host runs
+    what it wrote (attack 27 H2)."""
+    _refuse_copies(places, write, [grant.path for grant in deny], "filesystem.host_code",
+                   "the host's code at")
+
+
+def _refuse_copies(places: list[str], roots: tuple[PathGrant, ...], masked: list[str],
+                   key: str, what: str) -> None:
     mounts = aliases.table()
     if not any(mount.layers for mount in mounts.at.values()):
         return  # (no overlay: nothing here holds a copy)
     own_root = mounts.at.get("/")
-    masked = [grant.path for grant in deny] + places
     shown = _shown_layers(mounts, roots)
-    for place in dict.fromkeys(places + [grant.path for grant in deny]):
+    for place in places:
         why, overlay = _layer_held(place, roots, masked, mounts, own_root, shown)
         if why:
             # (denying a layer an overlay in a root shows makes that overlay show a denied path)
             remedy = "choose roots that do not hold it" if meeting_root(overlay, roots) else \
                 "deny that layer too (filesystem.deny), or choose roots that do not hold it"
-            raise UnenforceableError("filesystem.deny", (
-                f"the denied path {place} lies on an overlay {why}, which holds its files "
-                f"under other names; {remedy}"))
+            raise UnenforceableError(key, (
+                f"{what} {place} lies on an overlay {why}, which holds its files under other "
+                f"names; {remedy}"))
 
 
 def _layer_held(path: str, roots: tuple[PathGrant, ...], masked: list[str],
@@ -174,9 +189,14 @@ def _unjudgeable(layer: str, point: str, container: bool) -> str | None:
     None to pass it over. One written relative, with `..` or with escapes cannot be found
     (attacks 20, 21); one below the overlay's own point is hidden by it (`_hidden_layer`). The
     overlay the process's own root is (a container's: `container`) has its engine's store for
-    layers, written relative to it, outside its view and the command's: passed over."""
+    layers, written relative to it, outside its view and the command's: passed over. One named
+    through /proc (a descriptor of the mounter's, another process's root: attack 27 P5, P6)
+    names here what this process sees there, not what the mounter saw."""
     if not aliases.plain(layer):
         return None if container else f"{layer!r}, written so that where it lies cannot be told"
+    if aliases.at_or_below(layer, "/proc"):
+        return (f"{layer}, named through /proc (what one process saw: its descriptor, its "
+                "root), so what it named cannot be told")
     hidden = _hidden_layer(layer, point, container)
     return f"{layer} {hidden}" if hidden else ""
 
@@ -255,15 +275,19 @@ def _covered_denied(point: str, mount: aliases.Mount, deny: tuple[PathGrant, ...
     return None
 
 
-def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None:
+def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...],
+              mounts: aliases.Mounts) -> str | None:
     """The denied path the overlay at `point` gives another name through `layer`: one at or
-    below a directory the layer is (by identity), or one the layer lies in (an overlay mounted
-    on its own layer, as over /etc, gives the denied paths no other name)."""
+    below a directory the layer is (by identity), or one the layer lies in, by its path or by
+    the filesystem and path inside it that the mount it lies on shows (a bind of a directory
+    inside the denied one: attack 27 P8; an overlay mounted on its own layer, as over /etc,
+    gives the denied paths no other name)."""
     try:
         layer_is = os.stat(layer)
     except OSError:
         return None
     real = os.path.realpath(layer)
+    layer_inside = aliases.inside(real, mounts)
     for grant in deny:
         above = grant.path
         while True:
@@ -283,6 +307,11 @@ def _overlaid(point: str, layer: str, deny: tuple[PathGrant, ...]) -> str | None
         while part != "/" and not _same_as(part, denied_is):
             part = os.path.dirname(part)
         if part != "/" and not inside(point, grant.path):
+            return grant.path
+        if not inside(point, grant.path) and any(
+                device == denied_device and aliases.at_or_below(inner, denied_inner)
+                for device, inner in layer_inside
+                for denied_device, denied_inner in aliases.inside(grant.path, mounts)):
             return grant.path
     return None
 

@@ -280,9 +280,8 @@ def look(path: str) -> os.stat_result | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except PermissionError as exc:
-        above = os.path.realpath(first_unsearchable(path))
-        try:
-            if os.lstat(above).st_uid != os.geteuid():
+        try:  # (realpath too may not look: another user's /proc/PID/root; attack 27 P5)
+            if os.lstat(os.path.realpath(first_unsearchable(path))).st_uid != os.geteuid():
                 return None
         except OSError:
             pass
