@@ -329,6 +329,75 @@ def overlay_of_read_root_layer(scene: Scene) -> None:
     scene.watch(Unchanged(scene.root / "ro" / "lower", "the overlay's lower layer"))
 
 
+def overlay_of_shared_layer(scene: Scene) -> None:
+    """A secret at `L/vault/id`, an overlay outside the roots (`ovl`) whose lower layer is `L`,
+    and in a read root another (`ro/view`) whose lower layer is `L` under another name, a bind
+    of it outside the roots (`Lb`; mounts on the host, root's, undone after): the row's policy
+    denies the path the first shows the secret at (`{overlaid}` = ovl/vault), which the second
+    shows again, its layer the same directory by identity, not by name (attack 24, B1)."""
+    scene.plant_secret("L/vault/id")
+    for name in ("e1", "e2", "ovl", "Lb", "ro/view"):
+        (scene.root / name).mkdir(parents=True)
+    layer = scene.root / "L"
+    mounted(scene, OverlayMount(scene.root / "ovl", (str(layer), str(scene.root / "e1"))))
+    mounted(scene, BindMount(layer, scene.root / "Lb"))
+    mounted(scene, OverlayMount(scene.root / "ro" / "view",
+                                (str(scene.root / "Lb"), str(scene.root / "e2"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["overlaid"] = str(scene.root / "ovl" / "vault")
+    scene.watch(Unchanged(layer, "the shared layer"))
+
+
+def overlay_covering_bound_vault(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), bound at `ro/v` in a read
+    root, and an overlay mounted over that bind whose lower layer is its own point, `ro/v`
+    (mounts on the host, root's, undone after): it hides the bind it shows, so the layer's name
+    now names the overlay, where no name is compared with the denied ones (attack 25, C1)."""
+    scene.plant_secret("vault/id")
+    for name in ("empty", "ro/v"):
+        (scene.root / name).mkdir(parents=True)
+    point = scene.root / "ro" / "v"
+    mounted(scene, BindMount(scene.root / "vault", point))
+    mounted(scene, OverlayMount(point, (str(point), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def overlay_hiding_bound_vault(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), bound at `ro/v/sub` in a read
+    root, and an overlay mounted at `ro/v` whose lower layer is that bind, below its own point
+    (mounts on the host, root's, undone after): the overlay hides the name, which no longer
+    names what the layer is (attack 25, C2; a symbolic link there is attack 26, S1)."""
+    scene.plant_secret("vault/id")
+    for name in ("empty", "ro/v/sub"):
+        (scene.root / name).mkdir(parents=True)
+    point = scene.root / "ro" / "v"
+    mounted(scene, BindMount(scene.root / "vault", point / "sub"))
+    mounted(scene, OverlayMount(point, (str(point / "sub"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def state_on_overlay_of_shared_upper(scene: Scene) -> None:
+    """Stockade's state directory (`st/state`, the scene's environment's) on an overlay (`st`)
+    whose upper layer is `up/U`, a bind of `up` at `upb`, and in the write root an overlay
+    (`ws/view`) whose upper layer is `upb/U`, the same directory by identity (mounts on the
+    host, root's, undone after): what the command writes at ws/view/state lands in the host's
+    state directory, as a planted `cli.sock` (attack 24, B4s)."""
+    for name in ("e1", "e2", "st", "up/U/state", "up/W1", "up/W2", "upb", "ws/view"):
+        (scene.root / name).mkdir(parents=True, exist_ok=True)
+    up, upb = scene.root / "up", scene.root / "upb"
+    mounted(scene, OverlayMount(scene.root / "st", (str(scene.root / "e1"),),
+                                upper=(up / "U", up / "W1")))
+    mounted(scene, BindMount(up, upb))
+    mounted(scene, OverlayMount(scene.ws / "view", (str(scene.root / "e2"),),
+                                upper=(upb / "U", upb / "W2")))
+    scene.host_env["STOCKADE_STATE_DIR"] = str(scene.root / "st" / "state")
+    scene.watch(Unchanged(up / "U", "the state directory's upper layer"))
+
+
 def denied_through_link(scene: Scene) -> None:
     """A secret in a directory of the workspace (`b/real`), and the path the row's policy
     denies a symbolic link to it in the workspace (`a/secret -> ../b/real`), which the command

@@ -337,13 +337,17 @@ class BindMount(Mounted):
 
 
 class OverlayMount(Mounted):
-    """A read-only overlay of `layers` (lower layers, the first on top) at `point`, each layer
-    written as given, mounted from `cwd` (so a relative layer stays relative in the mount
-    table, as a container engine writes its layers)."""
+    """An overlay of `layers` (lower layers, the first on top) at `point`, each layer written
+    as given, mounted from `cwd` (so a relative layer stays relative in the mount table, as a
+    container engine writes its layers); read-only, or with `upper` (its upper layer and work
+    directory) writable."""
 
-    def __init__(self, point: Path, layers: tuple[str, ...], cwd: Path | None = None) -> None:
-        super().__init__(point, ["mount", "-t", "overlay", "overlay", "-o",
-                                 "lowerdir=" + ":".join(layers)], cwd)
+    def __init__(self, point: Path, layers: tuple[str, ...], cwd: Path | None = None,
+                 upper: tuple[Path, Path] | None = None) -> None:
+        options = "lowerdir=" + ":".join(layers)
+        if upper is not None:
+            options += f",upperdir={upper[0]},workdir={upper[1]}"
+        super().__init__(point, ["mount", "-t", "overlay", "overlay", "-o", options], cwd)
 
 
 MS_BIND = 0x1000
