@@ -376,11 +376,33 @@ MUTANTS: tuple[Mutant, ...] = (
            '    if aliases.at_or_below(layer, "/proc"):\n', "    if False:\n",
            (OVERLAY_UNJUDGED + "[proc-fd-landlock]",)),
     Mutant("host-code-other-name-unkept", "stockade/launch/compile.py",
-           "              for name in aliases.seen(resolved, [root.path for root in write], "
-           "mounts)",
-           "              for name in ()",
+           "        names = aliases.seen(resolved, roots, mounts)\n",
+           "        names = []\n",
            (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
-            "[bind-namespaces]",)),
+            "[bind-namespaces]",
+            HOST + "test_the_interpreter_shown_in_the_workspace_under_another_name_is_kept"
+            "[prefix-part]")),
+    Mutant("host-code-mount-below-unseen", "stockade/launch/compile.py",
+           "                names += [name for name in aliases.seen(point, roots, mounts) if "
+           "name != point]\n",
+           "                names += []\n",
+           (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
+            "[dir-onto-namespaces]",)),
+    Mutant("host-code-start-kept-in-parts", "stockade/launch/compile.py",
+           '    if place.kind == "start":\n        names = [name for root in roots',
+           '    if False:\n        names = [name for root in roots',
+           (HOST + "test_a_volume_in_the_workspace_stays_the_commands_when_run_from_the_root"
+            "_directory",)),
+    Mutant("host-code-linked-entries-unread", "stockade/launch/hostcode.py",
+           "                found += [entry.path for entry in entries if entry.is_symlink()]\n",
+           "                found += []\n",
+           (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
+            "[symlink-landlock]",)),
+    Mutant("host-code-link-names-unchecked", "stockade/launch/compile.py",
+           "            for name in [link, *aliases.seen(link, roots, mounts)]:\n",
+           "            for name in [link]:\n",
+           (HOST + "test_the_interpreter_shown_in_the_workspace_under_another_name_is_kept"
+            "[link-chain]",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",
@@ -551,8 +573,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if False:",
            ("tests/test_linux_home.py::test_a_private_home_stockade_did_not_make_is_remade",)),
     Mutant("host-code-link-followed", "stockade/launch/compile.py",
-           "            if _below(link, write) and not covered(link):",
-           "            if _below(link, write) and covered(link):",
+           "                if _below(name, write) and not covered(name):",
+           "                if _below(name, write) and covered(name):",
            (HOST + "test_an_import_path_entry_reached_through_a_link_in_the_workspace_is_refused",
             )),
     # --- issue 29 A1, A2: the home as a write root ------------------------------------------

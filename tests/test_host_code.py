@@ -240,64 +240,156 @@ def test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused(tmp_pa
     assert str(ws / "src") not in after.stdout
 
 
-# In a private mount namespace: the host's import path entry `lib` (outside the workspace)
-# shown in the workspace by a bind mount ("bind", attack 27 H1), or an overlay at `lib` whose
-# upper layer lies in the workspace ("overlay-upper", H2); the command writes json.py there.
+# In a private mount namespace, the host's code shown in the workspace `ws` under a name no
+# path tells (attacks 27, 28); the command writes there (`target`). `lib` (outside the
+# workspace) is on the host's import path (PYTHONPATH). Forms: "bind" (lib bound at ws/pp),
+# "overlay-upper" (lib an overlay whose upper layer lies in ws), "file-onto" (ws/sc.py bound
+# onto lib/sitecustomize.py), "dir-onto" (ws/src/mypkg bound onto lib/mypkg), "symlink"
+# (lib/sitecustomize.py a link to ws/sc.py), "start-root" (everyday: run from "/", a volume
+# bound at ws/node_modules stays the command's).
 SHOWN_HOST_CODE = """
 import os, subprocess, sys
 from dataclasses import replace
-sys.path.insert(0, sys.argv[1])
+sys.path.append(sys.argv[1])  # (sys.path[0] stays the starting directory: "start-root")
 import stockade
 from conftest import PYTHON, policy_for
 ws, lib, spare, isolation, form = sys.argv[2:]
+def bind(source, at):
+    subprocess.run(["mount", "--bind", source, at], check=True)
 if form == "bind":
     os.mkdir(ws + "/pp")
-    subprocess.run(["mount", "--bind", lib, ws + "/pp"], check=True)
-    target = ws + "/pp/json.py"
-else:
+    bind(lib, ws + "/pp")
+    target, host = ws + "/pp/json.py", lib + "/json.py"
+elif form == "overlay-upper":
     for name in ("up", "wk"):
         os.mkdir(ws + "/" + name)
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                     f"lowerdir={spare},upperdir={ws}/up,workdir={ws}/wk", lib], check=True)
-    target = ws + "/up/json.py"
+    target, host = ws + "/up/json.py", lib + "/json.py"
+elif form in ("file-onto", "symlink"):
+    with open(ws + "/sc.py", "w") as f:
+        f.write("X = 1\\n")
+    if form == "symlink":
+        os.symlink(ws + "/sc.py", lib + "/sitecustomize.py")
+    else:
+        open(lib + "/sitecustomize.py", "w").close()
+        bind(ws + "/sc.py", lib + "/sitecustomize.py")
+    target, host = ws + "/sc.py", lib + "/sitecustomize.py"
+elif form == "dir-onto":
+    for at in (ws + "/src/mypkg", lib + "/mypkg"):
+        os.makedirs(at)
+        open(at + "/__init__.py", "w").close()
+    bind(ws + "/src/mypkg", lib + "/mypkg")
+    target, host = ws + "/src/mypkg/__init__.py", lib + "/mypkg/__init__.py"
+else:  # start-root
+    os.mkdir(ws + "/node_modules")
+    bind(spare, ws + "/node_modules")
+    target, host = ws + "/node_modules/made", spare + "/made"
 policy = replace(policy_for(pids=None), isolation=isolation)
 try:
-    r = stockade.run([PYTHON, "-c", "import sys; open(sys.argv[1], 'w').write('PLANTED')",
+    r = stockade.run([PYTHON, "-c", "import sys; open(sys.argv[1], 'a').write('PLANTED')",
                       target], policy, workspace=ws)
     print("EXIT", r.exit_code, r.stderr.decode()[-200:])
 except stockade.StockadeError as exc:
     print("REFUSED", exc.code, exc)
-print("PLANTED" if os.path.exists(lib + "/json.py") else "CLEAN")
+try:
+    with open(host) as f:
+        print("PLANTED" if "PLANTED" in f.read() else "CLEAN")
+except FileNotFoundError:
+    print("CLEAN")
 """
 
 
 @pytest.mark.root_only("a bind or overlay mount needs root (rootless users cannot make one)")
 @pytest.mark.parametrize("isolation", ["namespaces", "landlock"])
-@pytest.mark.parametrize("form", ["bind", "overlay-upper"])
+@pytest.mark.parametrize("form", ["bind", "overlay-upper", "file-onto", "dir-onto", "symlink"])
 def test_the_host_code_shown_in_the_workspace_under_another_name_is_kept(tmp_path, isolation,
                                                                          form):
-    """Attack 27 H1, H2: a directory on the host's import path (PYTHONPATH), outside the
-    workspace by path, shown in it by a bind mount, or an overlay whose upper layer lies in
-    the workspace: the command wrote json.py there, and the host's next Python imported it
-    before the standard library's. The bound name is kept read-only like the place itself
-    (the landlock tier, which has no view, refuses); the overlay's layer is refused, typed."""
+    """Attacks 27 H1, H2 and 28 H5, H6, H8: the host's code shown in the workspace under a
+    name no path tells — a directory on its import path (PYTHONPATH) bound there, an overlay
+    over it whose upper layer lies there, a file or package of the workspace bound onto it or
+    linked into it: the command wrote json.py, sitecustomize.py, a package, and the host's
+    next Python ran it. Each such name is kept read-only like the place itself (the landlock
+    tier, which has no view, refuses); an overlay whose layer the workspace holds is refused,
+    typed."""
     ws, lib, spare = tmp_path / "ws", tmp_path / "lib", tmp_path / "spare"
     for path in (ws, lib, spare):
         path.mkdir()
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{lib}"}
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
-                           SHOWN_HOST_CODE, os.path.dirname(__file__), str(ws), str(lib),
-                           str(spare), isolation, form],
-                          capture_output=True, text=True, timeout=180, env=env)
-    assert done.returncode == 0, done.stderr
-    said = done.stdout
+    said = shown_host_code(tmp_path, isolation, form)
     assert said.endswith("CLEAN\n"), said
     if form == "overlay-upper":
         assert f"REFUSED unenforceable:filesystem.host_code unenforceable:filesystem." \
                f"host_code: the host's code at {lib} lies on an overlay (at {lib}) whose " \
                f"layer {ws}/up the root {ws} holds or lies in" in said, said
     elif isolation == "landlock":
-        assert "REFUSED unenforceable:filesystem.host_code" in said and f"{ws}/pp" in said, said
+        assert "REFUSED unenforceable:filesystem.host_code" in said and str(ws) in said, said
     else:
         assert "EXIT 1" in said and "Read-only file system" in said, said
-    assert not (lib / "json.py").exists()
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+def test_a_volume_in_the_workspace_stays_the_commands_when_run_from_the_root_directory(
+        tmp_path):
+    """Attack 28 F11: run from "/" (a container's default working directory), "/" is the
+    program's starting directory, first on its import path; it is host code only whole, so a
+    volume bound into the workspace (node_modules) stays the command's to write."""
+    for name in ("ws", "lib", "spare"):
+        (tmp_path / name).mkdir()
+    said = shown_host_code(tmp_path, "namespaces", "start-root", cwd="/")
+    assert "EXIT 0" in said and (tmp_path / "spare" / "made").read_text() == "PLANTED", said
+
+
+@pytest.mark.root_only("a bind mount needs root (rootless users cannot make one)")
+@pytest.mark.parametrize("form", ["prefix", "prefix-part", "link-chain"])
+def test_the_interpreter_shown_in_the_workspace_under_another_name_is_kept(tmp_path, form):
+    """Attack 28 V1, V2, V3: the interpreter's prefix (a venv: bin/python, pyvenv.cfg) bound
+    into the workspace whole or its bin directory alone, or the interpreter reached through a
+    chain of links (venv/bin/python -> lnk/python3 -> the real one) whose middle link's
+    directory is bound there: the command replaced bin/python or the link, and the host ran
+    its program next. The bound prefix is kept read-only there (request.host_code, which the
+    view mounts read-only: the tests above); the link refuses, typed, naming it at the name
+    the workspace shows it by."""
+    ws, lnk, venv = tmp_path / "ws", tmp_path / "lnk", tmp_path / "venv"
+    for path in (ws / "lnk", ws / "venv", lnk, venv / "bin"):
+        path.mkdir(parents=True)
+    (lnk / "python3").symlink_to(os.path.realpath(sys.executable))
+    (venv / "bin" / "python").symlink_to(lnk / "python3")
+    source, at = {"prefix": (venv, ws / "venv"), "prefix-part": (venv / "bin", ws / "venv"),
+                  "link-chain": (lnk, ws / "lnk")}[form]
+    script = f"""
+import subprocess, sys
+sys.path.insert(0, {REPO!r})
+subprocess.run(["mount", "--bind", {str(source)!r}, {str(at)!r}], check=True)
+if {form!r} == "link-chain":
+    sys.executable = {str(venv / "bin" / "python")!r}
+else:
+    sys.prefix = sys.exec_prefix = {str(venv)!r}
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.policy import preset
+try:
+    request = compile_policy(preset("workspace-write"), ["true"],
+                             CompileContext.current({str(ws)!r}))
+    print("KEPT", *request.host_code)
+except Exception as exc:
+    print("REFUSED", exc)
+"""
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    if form == "link-chain":
+        assert f"symbolic link {ws}/lnk/python3, inside a write root" in said, said
+    else:
+        assert said.startswith("KEPT") and f" {ws}/venv" in said, said
+
+
+def shown_host_code(tmp_path, isolation: str, form: str, cwd: str | None = None) -> str:
+    """What SHOWN_HOST_CODE printed, its mounts made in a private mount namespace."""
+    lib = tmp_path / "lib"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{lib}"}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           SHOWN_HOST_CODE, os.path.dirname(__file__), str(tmp_path / "ws"),
+                           str(lib), str(tmp_path / "spare"), isolation, form],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

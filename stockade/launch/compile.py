@@ -607,24 +607,38 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
             except OSError as exc:
                 raise _host_code_refused(place, resolved, f"lies inside a write root and "
                                          f"cannot be made to be kept ({exc.strerror})") from None
-    # (each other name a write root shows a place, or a part of it, by: a bind mount of it
-    # there, which the command writes as the place itself; attack 27 H1)
     mounts = aliases.table()
+    roots = [root.path for root in write]
     found += [(hostcode.Place(name, place.kind), name) for place, resolved in list(found)
-              if place.kind != "prefix"
-              for name in aliases.seen(resolved, [root.path for root in write], mounts)
-              if name != resolved]
+              for name in _host_code_names(place, resolved, roots, mounts)]
     refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), write, deny)
     kept = {resolved for _, resolved in found
             if _below(resolved, write) and os.path.lexists(resolved)}
     kept = {path for path in kept if not any(_strictly_inside(path, other) for other in kept)}
     for place, resolved in found:
-        _check_host_place(place, resolved, write, kept)
+        _check_host_place(place, resolved, write, kept, mounts)
     return tuple(sorted(kept))
 
 
+def _host_code_names(place: hostcode.Place, resolved: str, roots: list[str],
+                     mounts: aliases.Mounts) -> list[str]:
+    """The other names the write `roots` show the host code at `resolved` by, where the command
+    writes it as if it were there: a bind mount of it, or of a part of it (attacks 27 H1, 28
+    V1, V2), and the source of each mount below it (a file or directory of the workspace
+    bound onto it: attack 28 H5, H8). The program's starting directory is kept only whole, as
+    it is by its own path (with "/" for it, every mount would be)."""
+    if place.kind == "start":
+        names = [name for root in roots for name in aliases.within(root, resolved, mounts)]
+    else:
+        names = aliases.seen(resolved, roots, mounts)
+        for point in mounts.at:
+            if point != resolved and aliases.at_or_below(point, resolved):
+                names += [name for name in aliases.seen(point, roots, mounts) if name != point]
+    return [name for name in dict.fromkeys(names) if name != resolved]
+
+
 def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGrant, ...],
-                      kept: set[str]) -> None:
+                      kept: set[str], mounts: aliases.Mounts) -> None:
     def covered(path: str) -> bool:
         return any(inside(path, other) for other in kept)
 
@@ -641,11 +655,14 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
                                                     if place.kind == "pth_entry"
                                                     else "PYTHONPATH") + ")")
     if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
+        roots = [root.path for root in write]
         for link in _links_to(place.path, resolved, "filesystem.host_code"):
-            if _below(link, write) and not covered(link):
-                raise _host_code_refused(place, resolved, f"is reached through the symbolic "
-                                         f"link {link}, inside a write root, which the command "
-                                         f"could point elsewhere")
+            # (under each name a root shows it by: a bind of its directory; attack 28 V3)
+            for name in [link, *aliases.seen(link, roots, mounts)]:
+                if _below(name, write) and not covered(name):
+                    raise _host_code_refused(place, resolved, f"is reached through the "
+                                             f"symbolic link {name}, inside a write root, "
+                                             "which the command could point elsewhere")
 
 
 def _host_code_refused(place: hostcode.Place, resolved: str, why: str) -> UnenforceableError:

@@ -33,6 +33,7 @@ KINDS = {
     "user_site": "the user's site-packages",
     "pth_entry": "a directory a .pth file in site-packages names",
     "start": "the program's starting directory (first on its import path)",
+    "linked_entry": "a symbolic link at the top of a directory on the import path",
 }
 
 
@@ -76,7 +77,26 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     named = {place.path for place in found}
     found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)
               if entry not in named]
+    found += [Place(link, "linked_entry") for link in _linked_entries(
+        [place.path for place in found if place.kind in ("import_path", "user_site",
+                                                          "pth_entry")])]
     return list(dict.fromkeys(found))
+
+
+def _linked_entries(directories: list[str]) -> list[str]:
+    """The symbolic links at the top of the import-path `directories`: what each names is
+    imported, or run at start-up, as if it lay there (a package, a .pth file or a
+    sitecustomize linked in from elsewhere, as `flit install --symlink` links a package;
+    attack 28 H6). The program's starting directory is not among them: a workspace that is
+    the program's directory stays the command's."""
+    found = []
+    for directory in dict.fromkeys(directories):
+        try:
+            with os.scandir(directory) as entries:
+                found += [entry.path for entry in entries if entry.is_symlink()]
+        except OSError:
+            continue  # (not there, or not a directory: nothing in it is imported)
+    return sorted(found)
 
 
 def _pth_entries(user_site: str | None) -> list[str]:
