@@ -144,6 +144,17 @@ ROWS: tuple[Row, ...] = (
         "host_code_plant.py", "{ws}/src", expect=RefusedBefore(HOST_CODE_REFUSED),
         unproven=COMPILER, setup=setups.pth_names_missing_directory,
         launch=launches.compiled_in_the_venv),
+    row("fs.host-code-other-name", "filesystem",
+        "write a json.py and change a module in a directory on the host's import path, outside "
+        "the write root, that a bind mount shows in it under another name",
+        "tamper.py", "{ws}/pp/json.py", "{ws}/pp/mod.py", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.host_code_bound_in_workspace,
+        root_only=BIND_NEEDS_ROOT),
+    row("fs.host-code-overlay-upper", "filesystem",
+        "write a json.py in the upper layer, in the write root, of an overlay that is a "
+        "directory on the host's import path", "tamper.py", "{ws}/up/json.py",
+        expect=RefusedBefore(HOST_CODE_REFUSED), unproven=COMPILER,
+        setup=setups.host_code_on_overlay_of_workspace_upper, root_only=OVERLAY_NEEDS_ROOT),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "
@@ -403,6 +414,18 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", "{ws}/view/state/cli.sock",
         expect=RefusedBefore("unenforceable:filesystem.deny"), unproven=COMPILER,
         setup=setups.state_on_overlay_of_shared_upper, root_only=OVERLAY_NEEDS_ROOT),
+    row("fs.overlay-bind-below-denied", "filesystem",
+        "read a denied directory's files through an overlay in a read root whose lower layer "
+        "is a bind mount of a directory inside it", "read_paths.py", "{root}/ro/m/id",
+        "{root}/ro/m/", expect=RefusedBefore("unenforceable:filesystem.deny"),
+        unproven=COMPILER, setup=setups.overlay_of_bound_vault_part,
+        root_only=OVERLAY_NEEDS_ROOT, policy={"filesystem": {"deny": ["{scene:vault}"]}}),
+    row("fs.overlay-proc-layer", "filesystem",
+        "read a denied directory's files through an overlay in a read root whose lower layer "
+        "its mounter named by its own descriptor on it (/proc/self/fd/N)", "read_paths.py",
+        "{root}/ro/m/id", "{root}/ro/m/", expect=RefusedBefore("unenforceable:filesystem.deny"),
+        unproven=COMPILER, setup=setups.overlay_of_proc_named_vault,
+        root_only=OVERLAY_NEEDS_ROOT, policy={"filesystem": {"deny": ["{scene:vault}"]}}),
     row("fs.deny-absent", "filesystem",
         "create a denied path that does not exist at launch inside the write root (~/.aws)",
         "tamper.py", "{ws}/.aws", expect=RefusedBefore("unenforceable:filesystem.deny"),

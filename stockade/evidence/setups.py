@@ -133,6 +133,34 @@ def host_code_in_workspace(scene: Scene) -> None:
                           "import path)"))
 
 
+def host_code_bound_in_workspace(scene: Scene) -> None:
+    """A directory on the host's import path (`lib`, the PYTHONPATH the launch's compile sees,
+    as a CLI's would), outside the workspace, holding a module, and bound in the workspace at
+    `pp` (a bind mount on the host, root's, undone after): the command writes the host's code
+    under that other name, as a json.py the host's next Python imports before the standard
+    library's (attack 27, H1)."""
+    lib = scene.plant("lib/mod.py", "VALUE = 1\n").parent
+    (scene.ws / "pp").mkdir()
+    mounted(scene, BindMount(lib, scene.ws / "pp"))
+    scene.host_env["PYTHONPATH"] = str(lib)
+    scene.watch(Unchanged(lib, "lib (on the host's import path)"))
+
+
+def host_code_on_overlay_of_workspace_upper(scene: Scene) -> None:
+    """A directory on the host's import path (`lib`, the PYTHONPATH the launch's compile sees),
+    outside the workspace, that is an overlay (its lower layer `spare`, holding a module) whose
+    upper layer lies in the workspace (`up`, its work directory `wk`; an overlay mount on the
+    host, root's, undone after): what the command writes in `up` the host's next Python
+    imports from `lib` (attack 27, H2)."""
+    spare = scene.plant("spare/mod.py", "VALUE = 1\n").parent
+    for name in ("lib", "ws/up", "ws/wk"):
+        (scene.root / name).mkdir()
+    lib = scene.root / "lib"
+    mounted(scene, OverlayMount(lib, (str(spare),), upper=(scene.ws / "up", scene.ws / "wk")))
+    scene.host_env["PYTHONPATH"] = str(lib)
+    scene.watch(Unchanged(lib, "lib (on the host's import path)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable
@@ -375,6 +403,44 @@ def overlay_hiding_bound_vault(scene: Scene) -> None:
     point = scene.root / "ro" / "v"
     mounted(scene, BindMount(scene.root / "vault", point / "sub"))
     mounted(scene, OverlayMount(point, (str(point / "sub"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def overlay_of_bound_vault_part(scene: Scene) -> None:
+    """A secret in `sub` of a vault the row's policy denies (`{vault}`), `sub` bound outside
+    the roots (`Lb`), and in a read root an overlay (`ro/m`) whose lower layer is that bind
+    (mounts on the host, root's, undone after): neither the layer's path nor any directory
+    above the denied path is the layer; the mount table gives the filesystem and the path
+    inside it that the bind shows (attack 27, P8)."""
+    scene.plant_secret("vault/sub/id")
+    for name in ("empty", "Lb", "ro/m"):
+        (scene.root / name).mkdir(parents=True)
+    mounted(scene, BindMount(scene.root / "vault" / "sub", scene.root / "Lb"))
+    mounted(scene, OverlayMount(scene.root / "ro" / "m",
+                                (str(scene.root / "Lb"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.values["vault"] = str(scene.root / "vault")
+    scene.watch(Unchanged(scene.root / "vault", "the vault"))
+
+
+def overlay_of_proc_named_vault(scene: Scene) -> None:
+    """A secret in a vault the row's policy denies (`{vault}`), and in a read root an overlay
+    (`ro/m`) whose lower layer its mounter named by its own descriptor on the vault,
+    `/proc/self/fd/N` (an overlay mount on the host, root's, undone after): the mount table
+    keeps that name, which names what the process reading it has at N, not the vault
+    (attack 27, P6)."""
+    scene.plant_secret("vault/id")
+    for name in ("empty", "ro/m"):
+        (scene.root / name).mkdir(parents=True)
+    fd = os.open(scene.root / "vault", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        mounted(scene, OverlayMount(scene.root / "ro" / "m",
+                                    (f"/proc/self/fd/{fd}", str(scene.root / "empty")),
+                                    pass_fds=(fd,)))
+    finally:
+        os.close(fd)
     scene.read_roots.append(str(scene.root / "ro"))
     scene.values["vault"] = str(scene.root / "vault")
     scene.watch(Unchanged(scene.root / "vault", "the vault"))

@@ -110,6 +110,9 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "fs.overlay-covered-layer": "filesystem.deny",
              "fs.overlay-hidden-layer": "filesystem.deny",
              "fs.overlay-state-upper": "stockade_state",
+             "fs.overlay-bind-below-denied": "filesystem.deny",
+             "fs.overlay-proc-layer": "filesystem.deny",
+             "fs.host-code-overlay-upper": "filesystem.protected",
              "fs.deny-repointable": "filesystem.deny",
              "fs.planted-root-link": "filesystem.write",
              "env.parent-secrets": "env", "env.loader-variables": "env",
@@ -171,7 +174,7 @@ def _specs() -> dict[str, Tier]:
         "fs.protected-create": gap("filesystem.protected"),
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
-           for row_id in ("fs.host-code", "fs.host-code-rename")},
+           for row_id in ("fs.host-code", "fs.host-code-rename", "fs.host-code-other-name")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a

@@ -310,10 +310,11 @@ class Mounted(Watch):
     run in `cwd`); undone when the scene closes, before its tree is removed. The verdict: the
     mount was still there after the attack."""
 
-    def __init__(self, point: Path, command: list[str], cwd: Path | None = None) -> None:
+    def __init__(self, point: Path, command: list[str], cwd: Path | None = None,
+                 pass_fds: tuple[int, ...] = ()) -> None:
         self.point = point
         done = subprocess.run([*command, str(point)], check=False, capture_output=True,
-                              text=True, cwd=cwd)
+                              text=True, cwd=cwd, pass_fds=pass_fds)
         self.made = done.returncode == 0
         self.why = done.stderr.strip()
 
@@ -340,14 +341,16 @@ class OverlayMount(Mounted):
     """An overlay of `layers` (lower layers, the first on top) at `point`, each layer written
     as given, mounted from `cwd` (so a relative layer stays relative in the mount table, as a
     container engine writes its layers); read-only, or with `upper` (its upper layer and work
-    directory) writable."""
+    directory) writable. `pass_fds`: descriptors the mounter has too (a layer may name one,
+    /proc/self/fd/N)."""
 
     def __init__(self, point: Path, layers: tuple[str, ...], cwd: Path | None = None,
-                 upper: tuple[Path, Path] | None = None) -> None:
+                 upper: tuple[Path, Path] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
         options = "lowerdir=" + ":".join(layers)
         if upper is not None:
             options += f",upperdir={upper[0]},workdir={upper[1]}"
-        super().__init__(point, ["mount", "-t", "overlay", "overlay", "-o", options], cwd)
+        super().__init__(point, ["mount", "-t", "overlay", "overlay", "-o", options], cwd,
+                         pass_fds)
 
 
 MS_BIND = 0x1000
