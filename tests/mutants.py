@@ -403,6 +403,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "            for name in [link]:\n",
            (HOST + "test_the_interpreter_shown_in_the_workspace_under_another_name_is_kept"
             "[link-chain]",)),
+    Mutant("host-code-pycache-prefix-unread", "stockade/launch/hostcode.py",
+           '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")}',
+           "              {sys.pycache_prefix}",
+           (HOST + "test_the_bytecode_cache_prefix_in_the_workspace_is_host_code",)),
+    Mutant("host-code-editable-mapping-unread", "stockade/launch/hostcode.py",
+           '    found += [Place(path, "editable") for path in _editable_mappings()]\n', "\n",
+           (HOST + "test_a_package_an_editable_finder_maps_into_the_workspace_is_host_code",)),
+    Mutant("host-code-link-tree-targets-unkept", "stockade/launch/compile.py",
+           "              and _below(resolved, write) for link in hostcode.links_in(resolved)]",
+           "              and _below(resolved, write) for link in ()]",
+           (HOST + "test_the_files_a_link_tree_on_the_import_path_shows_are_host_code",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

@@ -393,3 +393,51 @@ def shown_host_code(tmp_path, isolation: str, form: str, cwd: str | None = None)
                           capture_output=True, text=True, timeout=180, env=env, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def test_the_bytecode_cache_prefix_in_the_workspace_is_host_code(tmp_path):
+    """Attack 29 N4: with PYTHONPYCACHEPREFIX (direnv style) in the workspace, every module's
+    bytecode, the standard library's and Stockade's too, is read from there: the command
+    forged json's and the host's next `stockade` ran it. Kept read-only; a missing one, which
+    the command could make, is refused, typed, naming the variable."""
+    cache = tmp_path / ".pyc"
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
+                         {"PYTHONPYCACHEPREFIX": str(cache)})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert "unset PYTHONPYCACHEPREFIX" in refused.value.message
+    cache.mkdir()
+    assert str(cache) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_package_an_editable_finder_maps_into_the_workspace_is_host_code(tmp_path,
+                                                                         monkeypatch):
+    """Attack 29 N2: `pip install -e` of a flat-layout project installs an import finder (a
+    .pth file's `import` line) that maps the package to the workspace, where no path entry
+    names it: the command rewrote it and the host's next program imported it. The finder's
+    directories are host code: kept read-only."""
+    package = tmp_path / "proj" / "myagent"
+    package.mkdir(parents=True)
+    finder = type(sys)("__editable___myagent_0_1_finder")
+    finder.MAPPING = {"myagent": str(package)}
+    finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__})
+    monkeypatch.setitem(sys.modules, finder.__name__, finder)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(package) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_the_files_a_link_tree_on_the_import_path_shows_are_host_code(tmp_path):
+    """Attack 29 N2s: setuptools' strict editable install makes a tree of links in the
+    workspace (its .pth names it) to each file of the project: the tree was kept read-only,
+    the files it links to were not, and the command rewrote them. Each link's target in a
+    write root is host code too."""
+    tree, source = tmp_path / "build" / "tree", tmp_path / "src"
+    for path in (tree / "myagent", source):
+        path.mkdir(parents=True)
+    (source / "core.py").write_text("X = 1\n")
+    (tree / "myagent" / "core.py").symlink_to(source / "core.py")
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
+                         {"PYTHONPATH": str(tree)})
+    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    assert str(tree) in kept and str(source / "core.py") in kept, kept

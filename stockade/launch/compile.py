@@ -611,6 +611,12 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
     roots = [root.path for root in write]
     found += [(hostcode.Place(name, place.kind), name) for place, resolved in list(found)
               for name in _host_code_names(place, resolved, roots, mounts)]
+    # (a link tree in a write root, as setuptools' strict editable install makes, shows the
+    # host files the command writes where they lie: each link's target is host code too;
+    # attack 29 N2s)
+    found += [(hostcode.Place(link, "linked_entry"), _resolved(link))
+              for place, resolved in list(found) if place.kind in _LINK_TREES
+              and _below(resolved, write) for link in hostcode.links_in(resolved)]
     refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), write, deny)
     kept = {resolved for _, resolved in found
             if _below(resolved, write) and os.path.lexists(resolved)}
@@ -618,6 +624,9 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
     for place, resolved in found:
         _check_host_place(place, resolved, write, kept, mounts)
     return tuple(sorted(kept))
+
+
+_LINK_TREES = ("import_path", "pth_entry", "editable", "user_site")
 
 
 def _host_code_names(place: hostcode.Place, resolved: str, roots: list[str],
@@ -650,10 +659,11 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
                                  root.path == resolved else f"holds the write root {root.path}")
     if _below(resolved, write) and not covered(resolved):
         raise _host_code_refused(place, resolved, "does not exist inside a write root, so the "
-                                 "command could create it; create it first, or take it off the "
-                                 "import path (" + ("remove the .pth file naming it"
-                                                    if place.kind == "pth_entry"
-                                                    else "PYTHONPATH") + ")")
+                                 "command could create it; create it first, or " + {
+                                     "pth_entry": "take it off the import path (remove the "
+                                                  ".pth file naming it)",
+                                     "pycache": "unset PYTHONPYCACHEPREFIX"}.get(
+                                     place.kind, "take it off the import path (PYTHONPATH)"))
     if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
         roots = [root.path for root in write]
         for link in _links_to(place.path, resolved, "filesystem.host_code"):

@@ -34,6 +34,8 @@ KINDS = {
     "pth_entry": "a directory a .pth file in site-packages names",
     "start": "the program's starting directory (first on its import path)",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
+    "editable": "a directory an editable install's import finder maps packages to",
+    "pycache": "the bytecode cache prefix (PYTHONPYCACHEPREFIX)",
 }
 
 
@@ -77,10 +79,50 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     named = {place.path for place in found}
     found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)
               if entry not in named]
+    found += [Place(path, "editable") for path in _editable_mappings()]
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
-                                                          "pth_entry")])]
+                                                          "pth_entry", "editable")])]
+    # (every module's bytecode, the standard library's too, is read from there when newer
+    # than its source by the source's own record: attack 29 N4)
+    found += [Place(os.path.normpath(prefix), "pycache") for prefix in
+              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")}
+              if prefix and os.path.isabs(prefix)]
     return list(dict.fromkeys(found))
+
+
+def _editable_mappings() -> list[str]:
+    """The directories the import finders of editable installs map packages to (setuptools'
+    `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout):
+    the host imports those packages from there, though no path entry names them (attack 29
+    N2)."""
+    found: list[str] = []
+    for finder in sys.meta_path:
+        module = sys.modules.get(getattr(finder, "__module__", "") or "")
+        for table in (getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)):
+            if not isinstance(table, dict):
+                continue
+            for value in table.values():
+                paths = value if isinstance(value, list) else [value]
+                found += [os.path.normpath(path) for path in paths
+                          if isinstance(path, str) and os.path.isabs(path)]
+    return found
+
+
+def links_in(top: str) -> list[str]:
+    """Every symbolic link below the directory `top`, its own links not followed."""
+    found, pending = [], [top]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        found.append(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue  # (not a directory, or gone: nothing below it)
+    return found
 
 
 def _linked_entries(directories: list[str]) -> list[str]:
