@@ -28,7 +28,7 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from stockade.integrations.workspace import FileError, Workspace
+from stockade.integrations.workspace import FileError, Outcome, Workspace
 
 # Stockade's FileError codes in deepagents' FileOperationError words.
 _ERRORS = {"not_found": "file_not_found", "not_a_directory": "file_not_found",
@@ -48,9 +48,12 @@ class StockadeSandbox(BaseSandbox):
         return f"stockade:{self.workspace.root}"
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        outcome = self.workspace.exec(command, shell=True, timeout=timeout or None)
-        return ExecuteResponse(output=outcome.output, exit_code=outcome.exit_code,
-                               truncated=outcome.truncated)
+        return _response(self.workspace.exec(command, shell=True, timeout=timeout or None))
+
+    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        """`execute`, awaited: cancelling the run (its task) kills the command's tree."""
+        return _response(await self.workspace.aexec(command, shell=True,
+                                                    timeout=timeout or None))
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
@@ -79,6 +82,11 @@ class StockadeSandbox(BaseSandbox):
         if not os.path.isabs(path):
             raise FileError("invalid_path", f"{path}: not an absolute path")
         return path
+
+
+def _response(outcome: Outcome) -> ExecuteResponse:
+    return ExecuteResponse(output=outcome.output, exit_code=outcome.exit_code,
+                           truncated=outcome.truncated)
 
 
 def _error(exc: FileError) -> str:

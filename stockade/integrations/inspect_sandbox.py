@@ -80,8 +80,8 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
         if user is not None:
             raise SandboxUserUnsupportedError(f"a Stockade sandbox runs as its caller, not "
                                               f"as {user!r}")
-        outcome = await anyio.to_thread.run_sync(lambda: self.workspace.exec(
-            cmd, input=input, cwd=cwd, env=env, timeout=timeout))
+        outcome = await self.workspace.aexec(cmd, input=input, cwd=cwd, env=env,
+                                             timeout=timeout)
         if outcome.timed_out:
             raise TimeoutError(f"{cmd[0]}: timed out")
         if outcome.exit_code == NOT_EXECUTABLE and not outcome.stdout:

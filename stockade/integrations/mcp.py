@@ -16,6 +16,7 @@ or limits. The `run` tool and session 0 share one warm sandbox; each session is 
 
 from __future__ import annotations
 
+import inspect
 import json
 import secrets
 import threading
@@ -85,8 +86,10 @@ def build_server(workspace: Workspace) -> tuple[MCPServer, Sessions]:
                  "policy's; `stdin` is the command's input.")
     async def run(argv: list[str] | str, shell: bool = False, cwd: str | None = None,
                   timeout: float | None = None, stdin: str | None = None) -> CallToolResult:
-        return await _call(lambda: workspace.exec(
-            argv, shell=shell, cwd=cwd, timeout=timeout, input=stdin).to_json())
+        async def command() -> dict:
+            return (await workspace.aexec(argv, shell=shell, cwd=cwd, timeout=timeout,
+                                          input=stdin)).to_json()
+        return await _call(command)
 
     @server.tool(description="Read a file of the workspace (text; undecodable bytes are "
                  "replaced).")
@@ -115,8 +118,10 @@ def build_server(workspace: Workspace) -> tuple[MCPServer, Sessions]:
     async def session_exec(session: str, argv: list[str] | str, shell: bool = False,
                            cwd: str | None = None, timeout: float | None = None,
                            stdin: str | None = None) -> CallToolResult:
-        return await _call(lambda: sessions.get(session).exec(
-            argv, shell=shell, cwd=cwd, timeout=timeout, input=stdin).to_json())
+        async def command() -> dict:
+            return (await sessions.get(session).aexec(argv, shell=shell, cwd=cwd,
+                                                      timeout=timeout, input=stdin)).to_json()
+        return await _call(command)
 
     @server.tool(description="Stop a warm session: everything in its sandbox is killed.")
     async def session_stop(session: str) -> CallToolResult:
@@ -144,10 +149,12 @@ def serve(workspace: Workspace, *, http: int | None = None, host: str = "127.0.0
 
 
 async def _call(work: Any) -> CallToolResult:
-    """`work()` in a worker thread (a sandbox call blocks), as a tool result: its structured
-    value, or a typed error (code, message, grant) for a refusal or a mistake."""
+    """`work()` in a worker thread (a sandbox call blocks; a command's is awaited, so that a
+    cancelled call, or a client gone, kills it), as a tool result: its structured value, or a
+    typed error (code, message, grant) for a refusal or a mistake."""
     try:
-        value = await anyio.to_thread.run_sync(work)
+        value = await work() if inspect.iscoroutinefunction(work) else \
+            await anyio.to_thread.run_sync(work)
     except FileError as exc:
         return _error({"error": exc.code, "message": exc.message, "grant": exc.grant})
     except StockadeError as exc:

@@ -70,8 +70,7 @@ class StockadeShellExecutor:
         timeout = action.timeout_ms / 1000 if action.timeout_ms else None
         outputs = []
         for command in action.commands:
-            outcome = await asyncio.to_thread(self.workspace.exec, command, shell=True,
-                                              timeout=timeout)
+            outcome = await self.workspace.aexec(command, shell=True, timeout=timeout)
             outputs.append(_output(command, outcome))
         return ShellResult(output=outputs, max_output_length=action.max_output_length)
 
@@ -152,7 +151,7 @@ class StockadeSandboxSession(UnixLocalSandboxSession):
     async def _exec_internal(self, *command: str | Path,
                              timeout: float | None = None) -> ExecResult:
         argv = [os.fspath(word) for word in command]
-        outcome = await asyncio.to_thread(self.workspace.exec, argv, timeout=timeout)
+        outcome = await self.workspace.aexec(argv, timeout=timeout)
         if outcome.timed_out:
             raise ExecTimeoutError(command=command, timeout_s=timeout)
         return ExecResult(stdout=outcome.stdout.encode(), stderr=outcome.stderr.encode(),

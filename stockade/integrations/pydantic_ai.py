@@ -106,13 +106,9 @@ class StockadeWorkspaceBackend:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(watch)
-                outcome = await anyio.to_thread.run_sync(
-                    lambda: self.workspace.exec(command, shell=shell, env=env, timeout=timeout,
-                                                cancel=cancel), abandon_on_cancel=True)
+                outcome = await self.workspace.aexec(command, shell=shell, env=env,
+                                                     timeout=timeout, cancel=cancel)
                 group.cancel_scope.cancel()
-        except anyio.get_cancelled_exc_class():
-            cancel.set()
-            raise
         except StockadeError as exc:
             raise WorkspaceError(str(exc)) from None
         if gone:

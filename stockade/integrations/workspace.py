@@ -189,6 +189,35 @@ class Workspace:
                            False, False, (Denial("sandbox.lost", exc.message, None),))
         return outcome(result)
 
+    async def aexec(self, command: Sequence[str] | str, *, shell: bool = False,
+                    cwd: str | os.PathLike | None = None, timeout: float | None = None,
+                    input: bytes | str | None = None, env: Mapping[str, str] | None = None,
+                    cancel: threading.Event | None = None) -> Outcome:
+        """`exec`, awaited (same arguments) from asyncio or anyio, in a worker thread.
+        Cancelling the awaiting task (a framework's cancellation, time limit or disconnect)
+        kills the command's process tree, as setting `cancel` does, and waits until the
+        command is over and its sandbox free for the next call before the cancellation goes
+        on. (anyio is the frameworks' own: every one the integrations adapt brings it.)"""
+        import anyio
+
+        cancel = cancel or threading.Event()
+        over = threading.Event()
+
+        def run() -> Outcome:
+            try:
+                return self.exec(command, shell=shell, cwd=cwd, timeout=timeout, input=input,
+                                 env=env, cancel=cancel)
+            finally:
+                over.set()
+
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):  # (bounded: a cancelled command's end is)
+                await anyio.to_thread.run_sync(over.wait)
+            raise
+
     def read_file(self, path: str | os.PathLike, *, confined: bool = True) -> bytes:
         """The bytes of the file at `path` (relative to the workspace, or absolute in it;
         anywhere the sandbox can read it if not `confined`, still never through a link)."""

@@ -4,12 +4,14 @@ tool calls run in the real sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
 from collections.abc import Iterator
 
 import pytest
+from cancelling import check_cancelled, check_next_call, one_slot, tree
 from conftest import policy_for
 from deepagents import create_deep_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -116,3 +118,38 @@ def test_a_deep_agent_runs_its_tools_in_the_sandbox(ws):
     assert (root / ".git" / "config").read_text() == "[core]\n"
     assert sorted(os.listdir(outside)) == ["secret"]  # nothing written outside
     assert state["messages"][-1].content == "done"
+
+
+def test_an_async_run_executes_in_the_sandbox(ws):
+    """`ainvoke`: deepagents awaits `aexecute`, which runs the command as `execute` does."""
+    root, _ = ws
+    script = [call("execute", 1, command="echo made > made.txt; cat made.txt; exit 3"),
+              AIMessage(content="done")]
+    backend = StockadeSandbox(Workspace(policy_for("workspace-write"), workspace=root))
+    try:
+        agent = create_deep_agent(model=ScriptedModel(messages=iter(script)), backend=backend)
+        state = asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
+    finally:
+        backend.close()
+    [reply] = [m.content for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert reply.startswith("made\n") and "exit code 3" in reply, reply
+    assert state["messages"][-1].content == "done"
+
+
+def test_cancelling_the_run_kills_its_command(ws, monkeypatch):
+    """Cancelling the task running a deep agent (`ainvoke`) while its `execute` runs: the
+    command's tree is gone and the workspace's one slot free for the next command."""
+    root, _ = ws
+    one_slot(monkeypatch)
+    command, marker = tree()
+    model = ScriptedModel(messages=iter([call("execute", 1, command=command),
+                                         AIMessage(content="done")]))
+    backend = StockadeSandbox(Workspace(policy_for("workspace-write"), workspace=root))
+
+    agent = create_deep_agent(model=model, backend=backend)
+    try:
+        check_cancelled(
+            lambda: agent.ainvoke({"messages": [HumanMessage("go")]}), marker)
+        check_next_call(lambda: backend.execute("true"))
+    finally:
+        backend.close()

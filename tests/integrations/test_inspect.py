@@ -5,12 +5,14 @@ Inspect eval (mockllm model) whose sample runs its commands in the sandbox."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
-from conftest import policy_for
+from cancelling import GONE_WITHIN, NEXT_WITHIN, one_slot, tree
+from conftest import marked, policy_for
 from inspect_ai import Task, eval, task
 from inspect_ai.dataset import Sample
-from inspect_ai.scorer import match
+from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, match, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 from inspect_ai.util import sandbox
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected here
@@ -76,3 +78,44 @@ def test_an_eval_runs_its_sample_in_the_sandbox(ws, tmp_path):
     assert log.status == "success", log.error
     assert log.results.scores[0].metrics["accuracy"].value == 1.0
     assert sorted(os.listdir(outside)) == ["secret"]
+
+
+def test_a_samples_time_limit_kills_its_command(ws, tmp_path, monkeypatch):
+    """Inspect's own sample `time_limit` ends a sample whose command would run 30 s: the
+    solver ends at the limit, the command's tree is gone by then, and the scorer's command
+    runs at once in the same sandbox (one slot)."""
+    one_slot(monkeypatch)
+    command, marker = tree()
+    seen: dict[str, object] = {}
+
+    @solver
+    def slow():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            seen["began"] = time.monotonic()
+            await sandbox().exec(["sh", "-c", command])
+            return state
+        return solve
+
+    @scorer(metrics=[accuracy()])
+    def next_call():
+        async def score(state: TaskState, target: object) -> Score:
+            seen["limited"] = began = time.monotonic()
+            seen["left"] = marked(marker)
+            done = await sandbox().exec(["true"])
+            seen["next"] = time.monotonic() - began
+            return Score(value=CORRECT if done.success else INCORRECT)
+        return score
+
+    @task
+    def limited():
+        return Task(dataset=[Sample(input="go")], solver=slow(), scorer=next_call(),
+                    sandbox=("stockade", "workspace-write"), time_limit=3)
+
+    [log] = eval(limited(), model="mockllm/model", log_dir=str(tmp_path / "logs"),
+                 display="none")
+    assert log.status == "success", log.error
+    assert log.samples[0].limit is not None and log.samples[0].limit.type == "time"
+    assert seen["limited"] - seen["began"] < 3 + GONE_WITHIN, "the sample outran its limit"
+    assert seen["left"] == []
+    assert seen["next"] < NEXT_WITHIN
+    assert log.results.scores[0].metrics["accuracy"].value == 1.0

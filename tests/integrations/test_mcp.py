@@ -8,14 +8,18 @@ module path, and the checkout's `stockade` is not the installed one the tests ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
+import anyio
 import pytest
+from cancelling import NEXT_WITHIN, arunning, check_gone, check_next_call, running, tree
 from conftest import PYTHON
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -26,11 +30,21 @@ TOOLS = {"run", "read_file", "write_file", "list_dir", "session_start", "session
          "session_stop"}
 
 
-def server(workspace, *flags: str) -> StdioServerParameters:
+# `stockade mcp` whose Workspace runs one sandbox at a time (the cancellation tests)
+ONE_SLOT = ("import sys; from stockade.integrations import workspace; "
+            "workspace.MAX_SANDBOXES = 1; from stockade.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+
+
+def server(workspace, *flags: str, one_slot: bool = False) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[
-        "-m", "stockade", "mcp", "--workspace", str(workspace), *flags], cwd=str(workspace),
-        env={"HOME": os.environ.get("HOME", "/"), "PATH": os.environ["PATH"],
-             "STOCKADE_STATE_DIR": os.environ["STOCKADE_STATE_DIR"]})
+        *(["-c", ONE_SLOT] if one_slot else ["-m", "stockade"]), "mcp", "--workspace",
+        str(workspace), *flags], cwd=str(workspace), env=server_env())
+
+
+def server_env() -> dict[str, str]:
+    return {"HOME": os.environ.get("HOME", "/"), "PATH": os.environ["PATH"],
+            "STOCKADE_STATE_DIR": os.environ["STOCKADE_STATE_DIR"]}
 
 
 def calls(parameters, *steps: tuple[str, dict]) -> list:
@@ -124,12 +138,14 @@ def test_warm_sessions(ws):
     asyncio.run(session())
 
 
-def test_streamable_http_on_loopback(ws):
-    root, _ = ws
+@contextlib.contextmanager
+def http_server(root, one_slot: bool = False) -> Iterator[int]:
+    """`stockade mcp --http PORT` over `root`, listening: its PORT."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    served = subprocess.Popen([sys.executable, "-m", "stockade", "mcp", "--preset",
+    served = subprocess.Popen([sys.executable, *(["-c", ONE_SLOT] if one_slot else
+                                                 ["-m", "stockade"]), "mcp", "--preset",
                                "workspace-write", "--workspace", str(root), "--http", str(port)],
                               cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -138,7 +154,15 @@ def test_streamable_http_on_loopback(ws):
             assert served.poll() is None, served.stderr.read().decode()
             assert time.monotonic() < deadline, "the server did not listen"
             time.sleep(0.2)
+        yield port
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
 
+
+def test_streamable_http_on_loopback(ws):
+    root, _ = ws
+    with http_server(root) as port:
         async def session() -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 ran = await client.call_tool("run", {"argv": ["echo", "over http"]})
@@ -152,9 +176,78 @@ def test_streamable_http_on_loopback(ws):
                 assert any(f"Error: [Errno {code}]" in stderr for code in (
                     errno.EACCES, errno.ENETUNREACH, errno.ECONNREFUSED)), stderr
         asyncio.run(session())
-    finally:
-        served.terminate()
-        served.wait(timeout=30)
+
+
+@pytest.mark.parametrize("tool", ["run", "session_exec"])
+def test_a_call_the_client_cancels_kills_its_command(ws, tool):
+    """The SDK's client cancels a call (an anyio scope around it: it sends
+    notifications/cancelled): the command's tree is gone and its slot free."""
+    root, _ = ws
+    command, marker = tree()
+
+    async def session() -> None:
+        async with Client(server(root, "--preset", "workspace-write", one_slot=True)) as client:
+            where = {}
+            if tool == "session_exec":
+                started = await client.call_tool("session_start", {})
+                where = {"session": started.structured_content["session"]}
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, tool, {**where, "argv": command,
+                                                          "shell": True})
+                await arunning(marker)
+                group.cancel_scope.cancel()
+                cancelled_at = time.monotonic()
+            await asyncio.to_thread(check_gone, marker, cancelled_at)
+            with anyio.fail_after(NEXT_WITHIN):
+                after = await client.call_tool(tool, {**where, "argv": ["true"]})
+            assert after.structured_content["exit_code"] == 0
+    asyncio.run(session())
+
+
+# A client of its own process, killed mid-call: no notifications/cancelled, only its end.
+GONE_CLIENT = """
+import asyncio, sys
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+target, command = sys.argv[1], sys.argv[2]
+if not target.startswith("http"):
+    target = StdioServerParameters(**__import__("json").loads(target))
+
+async def call():
+    async with Client(target) as client:
+        await client.call_tool("run", {"argv": command, "shell": True})
+asyncio.run(call())
+"""
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_client_gone_mid_call_kills_its_command(ws, transport):
+    """A client that disconnects (its process killed) mid-call: the command's tree is gone,
+    and over HTTP, where the server stays, the next client's call runs at once."""
+    root, _ = ws
+    command, marker = tree()
+    with contextlib.ExitStack() as stack:
+        if transport == "http":
+            port = stack.enter_context(http_server(root, one_slot=True))
+            target = f"http://127.0.0.1:{port}/mcp"
+        else:
+            target = server(root, "--preset", "workspace-write").model_dump_json()
+        client = subprocess.Popen([sys.executable, "-c", GONE_CLIENT, target, command],
+                                  cwd=root, stderr=subprocess.DEVNULL)
+        try:
+            running(marker)
+        finally:
+            client.kill()
+            client.wait()
+        check_gone(marker, time.monotonic())
+        if transport == "http":
+            check_next_call(lambda: asyncio.run(next_call(target)))
+
+
+async def next_call(target: str) -> None:
+    async with Client(target) as client:
+        after = await client.call_tool("run", {"argv": ["true"]})
+        assert after.structured_content["exit_code"] == 0
 
 
 def test_the_http_transport_binds_to_loopback_only(ws):

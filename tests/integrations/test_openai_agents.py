@@ -20,6 +20,7 @@ from agents import (
 from agents.run_config import SandboxRunConfig
 from agents.sandbox import Manifest, SandboxAgent
 from agents.testing import ScriptedModel, assistant_message, function_call
+from cancelling import check_cancelled, check_next_call, one_slot, tree
 from conftest import policy_for
 from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
 
@@ -130,3 +131,17 @@ def test_a_sandbox_agent_runs_in_stockade(ws):
     assert "No such file or directory" in outputs["c2"] and "outside\n" not in outputs["c2"]
     assert "127" in outputs["c3"]
     assert sorted(os.listdir(outside)) == ["secret"]
+
+
+def test_cancelling_the_run_kills_its_shell_command(ws, monkeypatch):
+    """Cancelling the task running `Runner.run` while a shell call's command runs: the
+    command's tree is gone and the workspace's one slot free for the next command."""
+    root, _ = ws
+    one_slot(monkeypatch)
+    command, marker = tree()
+    model = ScriptedModel([[shell(1, command)], [assistant_message("done")]])
+    with Workspace(policy_for("workspace-write"), workspace=root) as workspace:
+        agent = Agent(name="coder", model=model,
+                      tools=[ShellTool(executor=StockadeShellExecutor(workspace))])
+        check_cancelled(lambda: Runner.run(agent, "go"), marker)
+        check_next_call(lambda: workspace.exec(["true"]))

@@ -8,6 +8,7 @@ import os
 import shutil
 
 import pytest
+from cancelling import check_cancelled, check_next_call, one_slot, tree
 from conftest import policy_for
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
@@ -133,3 +134,28 @@ def test_an_agents_tool_calls_run_in_the_sandbox(ws):
     assert (root / ".git" / "config").read_text() == "[core]\n"
     # the write outside (c2) landed, at most, in the sandbox's own /tmp: never on the host
     assert sorted(os.listdir(outside)) == ["secret"]
+
+
+def test_cancelling_the_run_kills_its_command(ws, monkeypatch):
+    """Cancelling the task running `Agent.run` while a tool's command runs: the command's
+    tree is gone and the workspace's one slot free for the next command."""
+    root, _ = ws
+    one_slot(monkeypatch)
+    command, marker = tree()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("execute", {"command": command},
+                                                 tool_call_id="c0")])
+
+    capability = StockadeWorkspace(root, policy=policy_for("workspace-write"))
+    agent = Agent(FunctionModel(model), capabilities=[capability])
+
+    @agent.tool
+    async def execute(ctx: RunContext[None], command: str) -> str:
+        return (await ctx.workspace.run(command, shell=True)).stdout
+
+    try:
+        check_cancelled(lambda: agent.run("go"), marker)
+        check_next_call(lambda: capability._backend.workspace.exec(["true"]))
+    finally:
+        capability.close()
