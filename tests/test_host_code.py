@@ -7,6 +7,7 @@ happened is made on the host."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -441,3 +442,50 @@ def test_the_files_a_link_tree_on_the_import_path_shows_are_host_code(tmp_path):
                          {"PYTHONPATH": str(tree)})
     kept = compile_policy(policy_for(), ["true"], ctx).host_code
     assert str(tree) in kept and str(source / "core.py") in kept, kept
+
+
+def test_a_module_an_editable_finder_maps_is_kept_with_its_bytecode_cache(tmp_path,
+                                                                        monkeypatch):
+    """Attack 30 N10: for a single-module project setuptools' finder maps the module's path
+    without its suffix; that was taken for a missing directory (a false refusal), and once
+    made, the module file beside it and its cached bytecode stayed writable. The file each
+    import would take is host code, and its `__pycache__` (made when missing, to be kept)."""
+    module = tmp_path / "proj" / "mymod"
+    module.parent.mkdir()
+    module.with_suffix(".py").write_text("X = 1\n")
+    finder = type(sys)("__editable___mymod_0_1_finder")
+    finder.MAPPING = {"mymod": str(module)}
+    finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__})
+    monkeypatch.setitem(sys.modules, finder.__name__, finder)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    cache = os.path.dirname(importlib.util.cache_from_source(str(module) + ".py"))
+    assert str(module) + ".py" in kept and cache in kept and os.path.isdir(cache), kept
+
+
+def test_a_module_this_process_imported_from_the_workspace_is_host_code(tmp_path,
+                                                                       monkeypatch):
+    """Attack 30 N7: an editable install whose finder keeps its table its own way (hatchling's
+    `editables`, scikit-build-core, meson-python) maps the program's package to the
+    workspace: whatever finder found it, a module this process imported is host code."""
+    package = tmp_path / "proj" / "myagent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n")
+    spec = importlib.util.spec_from_file_location("myagent", package / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "myagent", module)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(package) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_relative_bytecode_cache_prefix_is_host_code_where_it_resolves(tmp_path,
+                                                                        monkeypatch):
+    """Attack 30 N8: PYTHONPYCACHEPREFIX=.pyc, the host run from the project: Python joins it
+    to the working directory at every import; it is host code there."""
+    (tmp_path / ".pyc").mkdir()
+    monkeypatch.chdir(tmp_path)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
+                         {"PYTHONPYCACHEPREFIX": ".pyc"})
+    assert str(tmp_path / ".pyc") in compile_policy(policy_for(), ["true"], ctx).host_code

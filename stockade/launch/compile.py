@@ -600,10 +600,10 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
         return ()
     found = [(place, _resolved(place.path)) for place in hostcode.places(ctx.host_env)]
     for place, resolved in found:
-        if place.kind == "user_site" and not os.path.lexists(resolved) \
+        if place.kind in ("user_site", "pycache_dir") and not os.path.lexists(resolved) \
                 and _below(resolved, write):
             try:
-                os.makedirs(resolved, mode=0o700)
+                os.makedirs(resolved, mode=0o700 if place.kind == "user_site" else 0o777)
             except OSError as exc:
                 raise _host_code_refused(place, resolved, f"lies inside a write root and "
                                          f"cannot be made to be kept ({exc.strerror})") from None

@@ -35,6 +35,8 @@ KINDS = {
     "start": "the program's starting directory (first on its import path)",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
     "editable": "a directory an editable install's import finder maps packages to",
+    "module": "a module this process imported from outside its import path",
+    "pycache_dir": "the bytecode cache of a module this process imports",
     "pycache": "the bytecode cache prefix (PYTHONPYCACHEPREFIX)",
 }
 
@@ -45,7 +47,8 @@ class Place:
     one of KINDS. A "prefix" holds more than code (a write root below /usr is no write to
     the interpreter: its code directories are places of their own); a "start" directory, the
     program's own, is protected only below a write root (a workspace that is the program's
-    directory stays writable); a missing "user_site" is made when it lies in a write root."""
+    directory stays writable); a missing "user_site" or "pycache_dir" is made when it lies in
+    a write root, to be kept."""
 
     path: str
     kind: str
@@ -79,23 +82,29 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     named = {place.path for place in found}
     found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)
               if entry not in named]
-    found += [Place(path, "editable") for path in _editable_mappings()]
+    for path in _editable_mappings():
+        found += _module_places(path, "editable")
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
                                                           "pth_entry", "editable")])]
+    directories = [place.path for place in found if place.kind != "script"]
+    for path in _imported():
+        if not any(path.startswith(directory.rstrip("/") + "/") for directory in directories):
+            found += _module_places(path, "module")
     # (every module's bytecode, the standard library's too, is read from there when newer
-    # than its source by the source's own record: attack 29 N4)
-    found += [Place(os.path.normpath(prefix), "pycache") for prefix in
-              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")}
-              if prefix and os.path.isabs(prefix)]
+    # than its source by the source's own record: attack 29 N4; a relative one from the
+    # working directory, as the next call here resolves it: attack 30 N8)
+    found += [Place(os.path.abspath(prefix), "pycache") for prefix in
+              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]
     return list(dict.fromkeys(found))
 
 
 def _editable_mappings() -> list[str]:
-    """The directories the import finders of editable installs map packages to (setuptools'
-    `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout):
-    the host imports those packages from there, though no path entry names them (attack 29
-    N2)."""
+    """What the import finders of editable installs map packages and modules to (setuptools'
+    `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout: a
+    package's directory, or a module's path without its suffix): the host imports them from
+    there, though no path entry names them (attack 29 N2). Other finders keep their tables
+    their own way: what this process imported through them is found by `_imported`."""
     found: list[str] = []
     for finder in sys.meta_path:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
@@ -106,6 +115,39 @@ def _editable_mappings() -> list[str]:
                 paths = value if isinstance(value, list) else [value]
                 found += [os.path.normpath(path) for path in paths
                           if isinstance(path, str) and os.path.isabs(path)]
+    return found
+
+
+def _imported() -> list[str]:
+    """The files of the modules this process imported, a package's by its `__init__`: the
+    program calling Stockade runs them again, whatever finder found them (an editable
+    install's of any kind: attack 30 N7)."""
+    found = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.isabs(path):
+            found.append(os.path.normpath(path))
+    return found
+
+
+def _module_places(path: str, kind: str) -> list[Place]:
+    """The places of the module at `path`: a package's whole directory (its `__init__`'s,
+    or the directory an editable finder names); a module's file (for a path without its
+    suffix, each file an import would take: attack 30 N10) with its bytecode cache directory,
+    whose forged .pyc an import takes for the source (made, if missing, to be kept)."""
+    import importlib.machinery
+    import importlib.util
+
+    if os.path.basename(path).startswith("__init__.") or os.path.isdir(path):
+        return [Place(os.path.dirname(path) if not os.path.isdir(path) else path, kind)]
+    files = [path] if os.path.splitext(path)[1] else [
+        path + suffix for suffix in importlib.machinery.all_suffixes()
+        if os.path.lexists(path + suffix)] or [path]
+    found = [Place(file, kind) for file in files]
+    sources = [file for file in files if file.endswith(".py")]
+    if sources:
+        found.append(Place(os.path.dirname(importlib.util.cache_from_source(sources[0])),
+                           "pycache_dir"))
     return found
 
 
