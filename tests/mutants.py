@@ -427,6 +427,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")}\n'
            "              if prefix and os.path.isabs(prefix)]",
            (HOST + "test_a_relative_bytecode_cache_prefix_is_host_code_where_it_resolves",)),
+    Mutant("host-code-zip-module-taken-for-a-file", "stockade/launch/hostcode.py",
+           "    if archive != path and os.path.isfile(archive):\n", "    if False:\n",
+           (HOST + "test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

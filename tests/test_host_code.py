@@ -7,12 +7,14 @@ happened is made on the host."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -489,3 +491,19 @@ def test_a_relative_bytecode_cache_prefix_is_host_code_where_it_resolves(tmp_pat
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPYCACHEPREFIX": ".pyc"})
     assert str(tmp_path / ".pyc") in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive(tmp_path,
+                                                                             monkeypatch):
+    """Attack 31 H3: a module this process imported from a zip file in the workspace: its
+    path lies inside the archive, where no `__pycache__` can be made (the launch was refused,
+    "Not a directory"). The archive is the host code, kept read-only."""
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as made:
+        made.writestr("zipmod.py", "X = 1\n")
+    monkeypatch.syspath_prepend(str(archive))
+    monkeypatch.delitem(sys.modules, "zipmod", raising=False)
+    importlib.import_module("zipmod")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(archive)])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(archive) in compile_policy(policy_for(), ["true"], ctx).host_code

@@ -134,10 +134,16 @@ def _module_places(path: str, kind: str) -> list[Place]:
     """The places of the module at `path`: a package's whole directory (its `__init__`'s,
     or the directory an editable finder names); a module's file (for a path without its
     suffix, each file an import would take: attack 30 N10) with its bytecode cache directory,
-    whose forged .pyc an import takes for the source (made, if missing, to be kept)."""
+    whose forged .pyc an import takes for the source (made, if missing, to be kept); the zip
+    file a module was imported from (attack 31 H3)."""
     import importlib.machinery
     import importlib.util
 
+    archive = path
+    while not os.path.lexists(archive) and archive != os.path.dirname(archive):
+        archive = os.path.dirname(archive)
+    if archive != path and os.path.isfile(archive):
+        return [Place(archive, kind)]  # (imported from a zip file: the archive is the code)
     if os.path.basename(path).startswith("__init__.") or os.path.isdir(path):
         return [Place(os.path.dirname(path) if not os.path.isdir(path) else path, kind)]
     files = [path] if os.path.splitext(path)[1] else [
