@@ -155,6 +155,16 @@ ROWS: tuple[Row, ...] = (
         "directory on the host's import path", "tamper.py", "{ws}/up/json.py",
         expect=RefusedBefore(HOST_CODE_REFUSED), unproven=COMPILER,
         setup=setups.host_code_on_overlay_of_workspace_upper, root_only=OVERLAY_NEEDS_ROOT),
+    row("fs.host-code-mount-below", "filesystem",
+        "change a workspace file bound onto a sitecustomize.py in a directory on the host's "
+        "import path, outside the write root", "tamper.py", "{ws}/sc.py",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.workspace_file_bound_onto_host_code, root_only=BIND_NEEDS_ROOT),
+    row("fs.host-code-linked-entry", "filesystem",
+        "change a workspace file a sitecustomize.py in a directory on the host's import path, "
+        "outside the write root, is a symbolic link to", "tamper.py", "{ws}/sc.py",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.host_code_linked_to_workspace),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -161,6 +161,31 @@ def host_code_on_overlay_of_workspace_upper(scene: Scene) -> None:
     scene.watch(Unchanged(lib, "lib (on the host's import path)"))
 
 
+def workspace_file_bound_onto_host_code(scene: Scene) -> None:
+    """A directory on the host's import path (`lib`, the PYTHONPATH the launch's compile
+    sees), outside the workspace, whose sitecustomize.py is a workspace file (`sc.py`) bound
+    onto it (a bind mount on the host, root's, undone after): what the command writes in
+    `sc.py` the host's next Python runs at start-up (attack 28, H5)."""
+    source = scene.plant("ws/sc.py", "VALUE = 1\n")
+    entry = scene.plant("lib/sitecustomize.py", "")
+    mounted(scene, BindMount(source, entry))
+    scene.host_env["PYTHONPATH"] = str(entry.parent)
+    scene.watch(Unchanged(entry.parent, "lib (on the host's import path)"))
+
+
+def host_code_linked_to_workspace(scene: Scene) -> None:
+    """A directory on the host's import path (`lib`, the PYTHONPATH the launch's compile
+    sees), outside the workspace, whose sitecustomize.py is a symbolic link to a workspace
+    file (`sc.py`), as `flit install --symlink` links a package: what the command writes in
+    `sc.py` the host's next Python runs at start-up (attack 28, H6)."""
+    source = scene.plant("ws/sc.py", "VALUE = 1\n")
+    (scene.root / "lib").mkdir()
+    (scene.root / "lib" / "sitecustomize.py").symlink_to(source)
+    scene.host_env["PYTHONPATH"] = str(scene.root / "lib")
+    scene.watch(Unchanged(source, "ws/sc.py (lib/sitecustomize.py, on the host's import "
+                          "path, links to it)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable
