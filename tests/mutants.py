@@ -430,6 +430,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("host-code-zip-module-taken-for-a-file", "stockade/launch/hostcode.py",
            "    if archive != path and os.path.isfile(archive):\n", "    if False:\n",
            (HOST + "test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive",)),
+    Mutant("host-code-start-covers-every-module-below", "stockade/launch/hostcode.py",
+           'if place.kind not in ("script", "start")]', 'if place.kind not in ("script",)]',
+           (HOST + "test_a_module_below_the_starting_directory_is_host_code_unless_imported"
+            "_through_it",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

@@ -507,3 +507,29 @@ def test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive(tm
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(archive)])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(archive) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_module_below_the_starting_directory_is_host_code_unless_imported_through_it(
+        tmp_path, monkeypatch):
+    """Evidence row of attack 31: a host program run from a directory above the workspace
+    (an agent started from ~, workspace ~/proj) whose package another finder imported from
+    the workspace: the module lay below the starting directory, which is kept only whole,
+    so it was kept nowhere. A module an import of its name through the starting directory
+    takes stays the program's own (and the command's, where that directory is the
+    workspace); any other is host code."""
+    ws = tmp_path / "ws"
+    package = ws / "proj" / "myagent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n")
+    (ws / "helper.py").write_text("Y = 1\n")
+    for name, file in (("myagent", package / "__init__.py"), ("helper", ws / "helper.py")):
+        spec = importlib.util.spec_from_file_location(name, file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setitem(sys.modules, name, module)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
+    for start in (tmp_path, ws):
+        monkeypatch.setattr(sys, "path", [str(start), *sys.path[1:]])
+        kept = compile_policy(policy_for(), ["true"], ctx).host_code
+        assert str(package) in kept, (start, kept)
+        assert (str(ws / "helper.py") in kept) == (start == tmp_path), (start, kept)

@@ -87,10 +87,17 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
                                                           "pth_entry", "editable")])]
-    directories = [place.path for place in found if place.kind != "script"]
-    for path in _imported():
-        if not any(path.startswith(directory.rstrip("/") + "/") for directory in directories):
-            found += _module_places(path, "module")
+    # (a module under the starting directory is the program's own only where an import of
+    # its name through that directory takes it: the starting directory stays the command's
+    # where it is the workspace; attack 31's evidence row, a package another finder imported
+    # from a workspace below it)
+    directories = [place.path for place in found if place.kind not in ("script", "start")]
+    starts = [place.path for place in found if place.kind == "start"]
+    for names, path in _imported():
+        if any(path.startswith(directory.rstrip("/") + "/") for directory in directories) \
+                or any(_found_through(names, path, start) for start in starts):
+            continue
+        found += _module_places(path, "module")
     # (every module's bytecode, the standard library's too, is read from there when newer
     # than its source by the source's own record: attack 29 N4; a relative one from the
     # working directory, as the next call here resolves it: attack 30 N8)
@@ -118,16 +125,26 @@ def _editable_mappings() -> list[str]:
     return found
 
 
-def _imported() -> list[str]:
-    """The files of the modules this process imported, a package's by its `__init__`: the
-    program calling Stockade runs them again, whatever finder found them (an editable
-    install's of any kind: attack 30 N7)."""
+def _imported() -> list[tuple[set[str], str]]:
+    """The files of the modules this process imported, a package's by its `__init__`, each
+    with the names it is known by: the program calling Stockade runs them again, whatever
+    finder found them (an editable install's of any kind: attack 30 N7)."""
     found = []
-    for module in list(sys.modules.values()):
+    for key, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and os.path.isabs(path):
-            found.append(os.path.normpath(path))
+            found.append(({key, str(getattr(module, "__name__", key))}, os.path.normpath(path)))
     return found
+
+
+def _found_through(names: set[str], path: str, directory: str) -> bool:
+    """Whether an import of one of `names` through the path entry `directory` takes the
+    module at `path` (directory/a/b.py is `a.b`, directory/a/__init__.py is `a`)."""
+    parts = os.path.relpath(path, directory).split(os.sep)
+    if parts[0] == "..":
+        return False
+    stem = parts[-1].split(".", 1)[0]
+    return ".".join(parts[:-1] + ([] if stem == "__init__" else [stem])) in names
 
 
 def _module_places(path: str, kind: str) -> list[Place]:
