@@ -191,15 +191,44 @@ def compiled_in_the_venv(row: Row, scene: Scene, backend: Backend | None) -> Lau
     row's.)"""
     if backend is None:
         return attack(row, scene, None)
+    return _compiled_by([scene.values["venv_python"], "-c", COMPILER], row, scene, backend)
+
+
+# Before COMPILER: the workspace package `pkg` (the file argv[2] names, its __init__.py)
+# imported by a finder of its own, as an editable install's finder imports it (hatchling's
+# `editables`), no path entry naming its directory (attack 30, N7).
+IMPORTING = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("pkg", sys.argv[2])
+sys.modules["pkg"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+"""
+
+
+def compiled_after_importing(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack, its launch compiled by this interpreter started in the scene's root (the
+    workspace below its starting directory, as an agent run from ~ for a workspace in ~/proj)
+    after it imported the scene's `{package}` by a finder of its own (IMPORTING); run here.
+    (On the host: the attack as every row's.)"""
+    if backend is None:
+        return attack(row, scene, None)
+    return _compiled_by([sys.executable, "-c", IMPORTING + COMPILER], row, scene, backend,
+                        scene.values["package"])
+
+
+def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,
+                 *extra: str) -> Launch:
+    """The attack, its launch compiled by `command` (COMPILER's, with the spec and `extra`
+    after it) in the scene's root, and run here; a launch it refuses ends there, typed."""
     argv = argv_for(row, scene)
     spec = {"policy": policy_to_document(policy_for(row, scene)), "argv": argv,
             "context": vars(context_for(scene))}
-    done = subprocess.run([scene.values["venv_python"], "-c", COMPILER, json.dumps(spec)],
+    done = subprocess.run([*command, json.dumps(spec), *extra],
                           env={**scene.host_env, "PYTHONPATH": PACKAGE_PARENT},
                           cwd=scene.root, capture_output=True, text=True,
                           timeout=HOST_TIMEOUT, check=False)
     if not done.stdout:
-        raise NotRunnable(f"the venv's interpreter compiled nothing: {done.stderr[-300:]}")
+        raise NotRunnable(f"the compiling interpreter compiled nothing: {done.stderr[-300:]}")
     compiled = json.loads(done.stdout)
     if "error" in compiled:
         if compiled["error"].startswith("unenforceable:"):

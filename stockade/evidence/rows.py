@@ -165,6 +165,11 @@ ROWS: tuple[Row, ...] = (
         "outside the write root, is a symbolic link to", "tamper.py", "{ws}/sc.py",
         expect=denied(HOST_CODE), proven=off("host_code"),
         setup=setups.host_code_linked_to_workspace),
+    row("fs.host-code-imported-module", "filesystem",
+        "change a workspace package the host's program imported by a finder of its own (an "
+        "editable install's), started in a directory above the workspace",
+        "tamper.py", "{ws}/pkg/__init__.py", expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.workspace_package_imported, launch=launches.compiled_after_importing),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -186,6 +186,15 @@ def host_code_linked_to_workspace(scene: Scene) -> None:
                           "path, links to it)"))
 
 
+def workspace_package_imported(scene: Scene) -> None:
+    """A workspace package (`{package}`, ws/pkg/__init__.py) the launch's compile imported by
+    a finder of its own, as an editable install's finder imports it, started in the scene's
+    root, above the workspace (launches.compiled_after_importing): the host's program runs
+    what the command writes in it when it next imports `pkg` (attack 30, N7)."""
+    scene.values["package"] = str(scene.plant("ws/pkg/__init__.py", "VALUE = 1\n"))
+    scene.watch(Unchanged(scene.ws / "pkg", "ws/pkg (a package the host imported)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable
