@@ -199,6 +199,7 @@ def compiled_in_the_venv(row: Row, scene: Scene, backend: Backend | None) -> Lau
 # `editables`), no path entry naming its directory (attack 30, N7).
 IMPORTING = """
 import importlib.util, sys
+sys.dont_write_bytecode = True  # (the host's import writes nothing the scene watches)
 spec = importlib.util.spec_from_file_location("pkg", sys.argv[2])
 sys.modules["pkg"] = module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
