@@ -533,3 +533,112 @@ def test_a_module_below_the_starting_directory_is_host_code_unless_imported_thro
         kept = compile_policy(policy_for(), ["true"], ctx).host_code
         assert str(package) in kept, (start, kept)
         assert (str(ws / "helper.py") in kept) == (start == tmp_path), (start, kept)
+
+
+# A host program started in `app` (its starting directory, first on its import path) that
+# imported `myagent` and `helper` through it; `ws` is the workspace. Forms: "package-link"
+# (app/myagent a link to ws/myagent), "module-link" (app/helper.py a link to ws/helper.py),
+# "bind" (ws/myagent bound at app/myagent), "own" (started in ws itself). Prints host_code.
+THROUGH_START = """
+import json, os, subprocess, sys
+ws, app, form = sys.argv[1:]
+if form == "package-link":
+    os.symlink(ws + "/myagent", app + "/myagent")
+elif form == "module-link":
+    os.symlink(ws + "/helper.py", app + "/helper.py")
+elif form == "bind":
+    os.mkdir(app + "/myagent")
+    subprocess.run(["mount", "--bind", ws + "/myagent", app + "/myagent"], check=True)
+import helper, myagent  # noqa: E401, F401 (through the starting directory, or the workspace)
+from conftest import policy_for
+from stockade.launch.compile import CompileContext, compile_policy
+ctx = CompileContext(ws, ws + "-home", os.path.dirname(ws), {})
+print(json.dumps(compile_policy(policy_for(), ["true"], ctx).host_code))
+"""
+
+
+@pytest.mark.parametrize("form", [
+    "package-link", "module-link", "own",
+    pytest.param("bind", marks=pytest.mark.root_only("a bind mount needs root"))])
+def test_a_module_reached_through_the_top_of_the_starting_directory_is_host_code(tmp_path,
+                                                                                form):
+    """Attack 32 S1, S1f, S2: the program's starting directory held a link to (or a mount
+    of) a package or module of the workspace; an import of its name through the starting
+    directory took it, so it was taken for the program's own and kept nowhere: the command
+    rewrote it and the host's next run imported it. What an import through the starting
+    directory takes is the program's own only where it lies there itself; started in the
+    workspace, the workspace's own modules stay the command's."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "myagent", app):
+        path.mkdir(parents=True)
+    (ws / "myagent" / "__init__.py").write_text("X = 1\n")
+    (ws / "helper.py").write_text("Y = 1\n")
+    if form not in ("module-link", "own"):
+        (app / "helper.py").write_text("Y = 2\n")
+    if form == "module-link":
+        (app / "myagent").mkdir()
+        (app / "myagent" / "__init__.py").write_text("X = 2\n")
+    argv = [sys.executable, "-c", THROUGH_START, str(ws), str(app), form]
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", *argv] if form == "bind" else argv,
+        cwd=ws if form == "own" else app, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [REPO, str(Path(__file__).parent)])})
+    assert done.returncode == 0, done.stderr
+    kept = json.loads(done.stdout)
+    shown = {"package-link": ws / "myagent", "module-link": ws / "helper.py",
+             "bind": ws / "myagent"}
+    if form == "own":
+        assert kept == [], kept
+    else:
+        assert str(shown[form]) in kept, kept
+
+
+def test_a_module_below_a_prefix_is_host_code(tmp_path, monkeypatch):
+    """Attack 32 P1-P3: a module the program imported from below the interpreter's prefix but
+    from no directory on its import path (a write root below the prefix is allowed: a prefix
+    holds more than code) was taken as covered by the prefix and kept nowhere."""
+    prefix = tmp_path / "prefix"
+    tool = prefix / "share" / "tool"
+    tool.mkdir(parents=True)
+    (tool / "plugin.py").write_text("X = 1\n")
+    spec = importlib.util.spec_from_file_location("plugin", tool / "plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "plugin", module)
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    ctx = CompileContext(str(tool), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tool / "plugin.py") in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_package_a_finder_class_maps_is_host_code_unimported(tmp_path, monkeypatch):
+    """Attack 32 E1: hatchling's `editables` keeps its table of packages on its finder class
+    (`_redirections`); a package it maps into the workspace that this process has not
+    imported yet was kept nowhere, and the command rewrote it before the host's next run
+    imported it."""
+    package = tmp_path / "proj" / "myagent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n")
+    finder = type("RedirectingFinder", (), {
+        "_redirections": {"myagent": str(package / "__init__.py")},
+        "find_spec": classmethod(lambda cls, name, path=None, target=None: None)})
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(package) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path, monkeypatch):
+    """Attack 32 F1: a script run from its own workspace (`python ws/agent.py`) was taken
+    for an imported module: its `__pycache__` in the workspace was made and kept read-only,
+    though a script is never read from a cache. The script itself stays kept."""
+    script = tmp_path / "agent.py"
+    script.write_text("X = 1\n")
+    main = type(sys)("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path[1:]])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    assert kept == (str(script),), kept
+    assert not (tmp_path / "__pycache__").exists()

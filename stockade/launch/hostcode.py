@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stockade.errors import UnenforceableError
+from stockade.lifecycle import aliases
 
 if TYPE_CHECKING:
     from stockade.launch.request import LaunchRequest
@@ -91,11 +92,16 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # its name through that directory takes it: the starting directory stays the command's
     # where it is the workspace; attack 31's evidence row, a package another finder imported
     # from a workspace below it)
-    directories = [place.path for place in found if place.kind not in ("script", "start")]
+    # (nor is a module below a prefix covered by it: a prefix holds more than code, and a
+    # write root below it is allowed; attack 32 P1-P3)
+    directories = [place.path for place in found
+                   if place.kind not in ("script", "start", "prefix")]
     starts = [place.path for place in found if place.kind == "start"]
+    mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
     for names, path in _imported():
         if any(path.startswith(directory.rstrip("/") + "/") for directory in directories) \
-                or any(_found_through(names, path, start) for start in starts):
+                or any(_found_through(names, path, start) and _lies_in(path, start, mounts)
+                       for start in starts):
             continue
         found += _module_places(path, "module")
     # (every module's bytecode, the standard library's too, is read from there when newer
@@ -110,12 +116,18 @@ def _editable_mappings() -> list[str]:
     """What the import finders of editable installs map packages and modules to (setuptools'
     `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout: a
     package's directory, or a module's path without its suffix): the host imports them from
-    there, though no path entry names them (attack 29 N2). Other finders keep their tables
-    their own way: what this process imported through them is found by `_imported`."""
+    there, though no path entry names them (attack 29 N2); and every table of names to
+    absolute paths the finder or its class holds (hatchling's `editables` keeps its
+    `_redirections` on the finder class: attack 32 E1). What this process imported through
+    finders that keep their tables otherwise is found by `_imported`."""
     found: list[str] = []
     for finder in sys.meta_path:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
-        for table in (getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)):
+        holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
+        tables = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
+            value for holder in holders
+            for value in getattr(holder, "__dict__", {}).values()]
+        for table in tables:
             if not isinstance(table, dict):
                 continue
             for value in table.values():
@@ -131,10 +143,25 @@ def _imported() -> list[tuple[set[str], str]]:
     finder found them (an editable install's of any kind: attack 30 N7)."""
     found = []
     for key, module in list(sys.modules.items()):
+        if key == "__main__":
+            continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and os.path.isabs(path):
             found.append(({key, str(getattr(module, "__name__", key))}, os.path.normpath(path)))
     return found
+
+
+def _lies_in(path: str, start: str, mounts: list[aliases.Mounts]) -> bool:
+    """Whether the file at `path` lies in the directory `start` itself: reached through no
+    symbolic link out of it and no mount below it, which show the workspace's files there
+    (attack 32 S1, S2). `mounts` holds the mount table once it is read."""
+    real, top = os.path.realpath(path), os.path.realpath(start)
+    if not aliases.at_or_below(real, top):
+        return False
+    if not mounts:
+        mounts.append(aliases.table())
+    return not any(point != top and aliases.at_or_below(point, top)
+                   and aliases.at_or_below(real, point) for point in mounts[0].at)
 
 
 def _found_through(names: set[str], path: str, directory: str) -> bool:
