@@ -541,3 +541,27 @@ def test_a_set_is_made_when_another_discard_removes_the_empty_store_meanwhile(
         made_set.finish(0)
         made_set.release()
         made_set.discard()
+
+
+def test_a_set_another_discard_removes_meanwhile_is_not_found_not_untrusted(tmp_path,
+                                                                            monkeypatch):
+    """Attack 27 R1: a discard listing the store while another discard renamed a set aside
+    said `changes_untrusted: ... cannot be read` of a set that was merely gone. A set that
+    vanishes while it is checked is skipped; the only one gone, nothing is found."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    state = str(tmp_path / "state")
+    made_set = changes_store.begin("b" * 32, ["true"], [str(workspace)], protected=(),
+                                   git="protect", deny=(), state=state)
+    made_set.finish(0)
+    made_set.release()
+    check = changes_store.trusted
+
+    def discarded_meanwhile(path: str, meta: dict) -> None:
+        os.rename(path, path + "-aside")  # (what the other discard does first)
+        check(path, meta)
+
+    monkeypatch.setattr(changes_store, "trusted", discarded_meanwhile)
+    with pytest.raises(ChangesError) as refused:
+        changes_store.load(state=state)
+    assert refused.value.code == "changes_not_found", refused.value

@@ -391,7 +391,14 @@ def pending(state: str | None = None, *, check_store: bool = True) -> list[Chang
         if meta.get("format") == FORMAT and meta.get("version") == VERSION \
                 and meta.get("id") == name:
             if check_store:
-                trusted(os.path.join(parent, name), meta)
+                try:
+                    trusted(os.path.join(parent, name), meta)
+                except ChangesError:
+                    # (another discard renamed it aside while it was checked: gone, not
+                    # untrusted; attack 27 R1)
+                    if not os.path.lexists(os.path.join(parent, name)):
+                        continue
+                    raise
             sets.append(ChangeSet(os.path.join(parent, name), meta))
     return sorted(sets, key=lambda s: s.meta["created"])
 
