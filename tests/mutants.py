@@ -60,7 +60,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_network_any_ipv6.py::"
             "test_the_guard_refuses_every_ipv6_address_the_proxy_refuses",)),
     Mutant("landlock-tier-home-code-made", "stockade/linux/backend.py",
-           "            if request.home_unmade:  # (Landlock rules hold paths that exist: none "
+           "            if request.unmade:  # (Landlock rules hold paths that exist: none "
            "is made)",
            "            if False:",
            ("tests/test_home_code.py::"
@@ -456,6 +456,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("host-code-main-taken-for-imported", "stockade/launch/hostcode.py",
            '        if key == "__main__":\n', "        if False:\n",
            (HOST + "test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache",)),
+    Mutant("host-code-shadowing-names-made", "stockade/launch/compile.py",
+           "              and _below(resolved, write) for name in hostcode.shadowing(resolved)]",
+           "              and _below(resolved, write) for name in ()]",
+           (HOST + "test_no_name_an_import_takes_first_is_made_beside_a_module_the_host"
+            "_imported[]",)),
+    Mutant("host-code-missing-pycache-made", "stockade/linux/init.py",
+           " - GIT_MAKES)) + request.unmade\n",
+           " - GIT_MAKES)) + tuple(\n"
+           "        name for name in request.unmade if not name.endswith('__pycache__'))\n",
+           (HOST + "test_no_name_an_import_takes_first_is_made_beside_a_module_the_host"
+            "_imported[]",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",
@@ -586,7 +597,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_vm_qemu.py::"
             "test_written_memory_is_not_executed_without_exec_from_write",)),
     Mutant("host-code-not-found", "stockade/launch/compile.py",
-           "    host_code = _host_code(ctx, write, deny)\n", "    host_code = ()\n",
+           "    host_code, host_unmade = _host_code(ctx, write, deny)\n",
+           "    host_code, host_unmade = (), set()\n",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
             HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
     Mutant("host-code-not-mounted", "stockade/linux/mnt.py",

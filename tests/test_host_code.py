@@ -8,6 +8,7 @@ happened is made on the host."""
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -451,7 +452,8 @@ def test_a_module_an_editable_finder_maps_is_kept_with_its_bytecode_cache(tmp_pa
     """Attack 30 N10: for a single-module project setuptools' finder maps the module's path
     without its suffix; that was taken for a missing directory (a false refusal), and once
     made, the module file beside it and its cached bytecode stayed writable. The file each
-    import would take is host code, and its `__pycache__` (made when missing, to be kept)."""
+    import would take is host code; its missing `__pycache__`, and the names an import would
+    take before it, are not made during the run (nothing is made on the host)."""
     module = tmp_path / "proj" / "mymod"
     module.parent.mkdir()
     module.with_suffix(".py").write_text("X = 1\n")
@@ -461,9 +463,11 @@ def test_a_module_an_editable_finder_maps_is_kept_with_its_bytecode_cache(tmp_pa
     monkeypatch.setitem(sys.modules, finder.__name__, finder)
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
-    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    request = compile_policy(policy_for(), ["true"], ctx)
     cache = os.path.dirname(importlib.util.cache_from_source(str(module) + ".py"))
-    assert str(module) + ".py" in kept and cache in kept and os.path.isdir(cache), kept
+    assert request.host_code == (str(module) + ".py",), request.host_code
+    assert {cache, str(module)} <= set(request.unmade), request.unmade
+    assert not os.path.exists(cache)
 
 
 def test_a_module_this_process_imported_from_the_workspace_is_host_code(tmp_path,
@@ -642,3 +646,72 @@ def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path,
     kept = compile_policy(policy_for(), ["true"], ctx).host_code
     assert kept == (str(script),), kept
     assert not (tmp_path / "__pycache__").exists()
+
+
+# A host program that imported `mod` from ws/lib/mod.py by a finder of its own, then runs
+# the command with Stockade (weakened as asked: tests only) and prints what it did.
+IMPORTED_THEN_RUN = """
+import importlib.util, json, sys
+sys.dont_write_bytecode = True  # (the host's own import makes no __pycache__ here)
+from dataclasses import replace
+from conftest import policy_for
+from stockade.errors import StockadeError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
+module, workspace, isolation, weaken, *argv = sys.argv[1:]
+spec = importlib.util.spec_from_file_location("mod", module)
+sys.modules["mod"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sys.modules["mod"])
+backend = LinuxBackend(frozenset(filter(None, weaken.split(",")))).tier(isolation)
+policy = replace(policy_for(pids=None), isolation=isolation)
+try:
+    request = compile_policy(policy, argv, CompileContext.current(workspace))
+    backend.check(request)
+    result = execute(backend, request)
+except StockadeError as exc:
+    print(json.dumps({"refused": exc.code, "message": exc.message}))
+else:
+    print(json.dumps({"exit": result.exit_code, "stdout": result.stdout.decode(),
+                      "stderr": result.stderr.decode(),
+                      "violations": [[v.kind, v.detail] for v in result.violations]}))
+"""
+
+
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_no_name_an_import_takes_first_is_made_beside_a_module_the_host_imported(tmp_path,
+                                                                                weaken):
+    """Attack 31 H1, H2: the host program imported ws/lib/mod.py (kept read-only as a file);
+    the command made ws/lib/mod/__init__.py, or an extension module mod.<abi>.so, which an
+    import of `mod` takes first, or a `__pycache__` holding forged bytecode, and the host's
+    next run took it. None of those names is made during the run (each refused, recorded
+    `filesystem.host_code`), nothing is made on the host before it, and the rest of the
+    directory stays the command's. With the layer off (control) the same command makes them."""
+    lib = tmp_path / "ws" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "mod.py").write_text("X = 1\n")
+    extension = "mod" + importlib.machinery.EXTENSION_SUFFIXES[0]
+    plant = ATTEMPT + (
+        "import os\n"
+        "attempt('package', lambda: os.mkdir('lib/mod'))\n"
+        f"attempt('extension', lambda: open('lib/{extension}', 'w').close())\n"
+        "attempt('cache', lambda: os.mkdir('lib/__pycache__'))\n"
+        "attempt('everyday', lambda: open('lib/notes.txt', 'w').close())\n")
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED_THEN_RUN, str(lib / "mod.py"), str(tmp_path / "ws"),
+         "namespaces", weaken, PYTHON, "-c", plant], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [REPO, str(Path(__file__).parent)])})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got.get("exit") == 0, got
+    outcomes = dict(line.split(": ", 1) for line in got["stdout"].splitlines())
+    assert outcomes.pop("everyday") == "DONE"
+    made = sorted(path.name for path in lib.iterdir())
+    if weaken:
+        assert set(outcomes.values()) == {"DONE"}, outcomes
+        return
+    assert set(outcomes.values()) == {"EACCES"}, outcomes
+    assert made == ["mod.py", "notes.txt"], made
+    assert [kind for kind, _ in got["violations"]] == ["filesystem.host_code"] * 3, got
+

@@ -122,7 +122,7 @@ def compile_policy(
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     refuse_overlays_of_denied(read, write, deny)
     refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
-    host_code = _host_code(ctx, write, deny)
+    host_code, host_unmade = _host_code(ctx, write, deny)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
     # (the run's own private home lies inside a masked homes directory: granted back there)
@@ -140,7 +140,7 @@ def compile_policy(
         host_code=host_code,
         home_code=tuple(sorted(path for path in home_code.readonly
                                if not any(inside(path, code) for code in host_code))),
-        home_unmade=tuple(sorted(home_code.watched)),
+        unmade=tuple(sorted(home_code.watched | host_unmade)),
         protected=tuple(sorted(set(fs.protected))),
         git=fs.git,
         exec_from_write=fs.exec_from_write,
@@ -589,24 +589,36 @@ def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
 
 
 def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
-               deny: tuple[PathGrant, ...]) -> tuple[str, ...]:
+               deny: tuple[PathGrant, ...]) -> tuple[tuple[str, ...], set[str]]:
     """The places of the code the host runs next (hostcode.py) that lie inside a write root,
     resolved, the outermost of each nest: the view makes each read-only and pins every
-    directory above it (a rename would carry the mount away). Refused, typed, what no mount
-    can keep: a write root that is such a place or lies inside one, a place reached through
-    a symbolic link the command could replace, one missing there (the command could make
-    it; a missing user site-packages is made now instead, empty)."""
+    directory above it (a rename would carry the mount away); and the names the command may
+    not make there (namewatch.c: a kept module's missing bytecode cache, and what an import
+    would take before it: attack 31 H1, H2). Refused, typed, what no mount can keep: a write
+    root that is such a place or lies inside one, a place reached through a symbolic link the
+    command could replace, one missing there (the command could make it; a missing user
+    site-packages is made now instead, empty)."""
     if not write:
-        return ()
+        return (), set()
     found = [(place, _resolved(place.path)) for place in hostcode.places(ctx.host_env)]
     for place, resolved in found:
-        if place.kind in ("user_site", "pycache_dir") and not os.path.lexists(resolved) \
+        if place.kind == "user_site" and not os.path.lexists(resolved) \
                 and _below(resolved, write):
             try:
-                os.makedirs(resolved, mode=0o700 if place.kind == "user_site" else 0o777)
+                os.makedirs(resolved, mode=0o700)
             except OSError as exc:
                 raise _host_code_refused(place, resolved, f"lies inside a write root and "
                                          f"cannot be made to be kept ({exc.strerror})") from None
+    # (names an import takes first, beside a module kept as its file: those there are kept,
+    # the others not made)
+    shadowing = [(hostcode.Place(name, place.kind), name) for place, resolved in found
+                 if place.kind in ("module", "editable") and os.path.isfile(resolved)
+                 and _below(resolved, write) for name in hostcode.shadowing(resolved)]
+    unmade = {resolved for place, resolved in found + shadowing
+              if (place.kind == "pycache_dir" or (place, resolved) in shadowing)
+              and not os.path.lexists(resolved) and _below(resolved, write)}
+    found = [(place, resolved) for place, resolved in found + shadowing
+             if resolved not in unmade]
     mounts = aliases.table()
     roots = [root.path for root in write]
     found += [(hostcode.Place(name, place.kind), name) for place, resolved in list(found)
@@ -623,7 +635,8 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
     kept = {path for path in kept if not any(_strictly_inside(path, other) for other in kept)}
     for place, resolved in found:
         _check_host_place(place, resolved, write, kept, mounts)
-    return tuple(sorted(kept))
+    return tuple(sorted(kept)), {name for name in unmade
+                                 if not any(inside(name, path) for path in kept)}
 
 
 _LINK_TREES = ("import_path", "pth_entry", "editable", "user_site")

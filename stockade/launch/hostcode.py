@@ -201,6 +201,20 @@ def _module_places(path: str, kind: str) -> list[Place]:
     return found
 
 
+def shadowing(path: str) -> list[str]:
+    """The other names beside the module file at `path` that an import of its name takes
+    first once they exist: a package directory of its name, and a file of another suffix (an
+    extension module before the source: attack 31 H1, H2)."""
+    import importlib.machinery
+
+    suffixes = importlib.machinery.all_suffixes()
+    stem = next((path[:-len(suffix)] for suffix in sorted(suffixes, key=len, reverse=True)
+                 if path.endswith(suffix)), None)
+    if stem is None or os.path.basename(stem) == "__init__":
+        return []  # (no module file; a package's: its directory is kept whole)
+    return [stem, *(stem + suffix for suffix in suffixes if stem + suffix != path)]
+
+
 def links_in(top: str) -> list[str]:
     """Every symbolic link below the directory `top`, its own links not followed."""
     found, pending = [], [top]

@@ -63,10 +63,12 @@ class LaunchRequest:
     # lies in a write root, resolved: read-only in the view (launch/hostcode.py)
     host_code: tuple[str, ...] = ()
     # What of the home makes host programs run code (policy.model.HOME_CODE) and lies in a
-    # write root, resolved (launch/homecode.py): read-only in the view (`home_code`); names
-    # the command may not make, each "directory/name" (`home_unmade`: namewatch.c)
+    # write root, resolved (launch/homecode.py): read-only in the view (`home_code`)
     home_code: tuple[str, ...] = ()
-    home_unmade: tuple[str, ...] = ()
+    # Names in write roots the command may not make, each "directory/name" (namewatch.c): the
+    # home's code not there yet (homecode.py), and what an import would take before a kept
+    # module of the host's, or its missing bytecode cache (hostcode.shadowing)
+    unmade: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()  # names read-only whole (a `.git` among them too)
     git: str = "guarded"  # how every other `.git` is protected (policy.model.GIT_MODES)
     exec_from_write: bool = False
@@ -160,7 +162,7 @@ def _build(cls: type, body: dict) -> LaunchRequest:
         elif name == "env":
             values[name] = tuple(_pair(item) for item in _list(value, name))
         elif name in ("argv", "protected", "stockade_state", "host_code", "home_code",
-                      "home_unmade"):
+                      "unmade"):
             values[name] = tuple(_string(item, name) for item in _list(value, name))
         elif name in ("allow", "deny"):
             values[name] = tuple(value)

@@ -134,7 +134,7 @@ class LinuxBackend(Backend):
         if "stockade_state" in self.weaken:  # (Stockade's own state left visible)
             request = _without_stockade_state(request)
         if "host_code" in self.weaken:  # (the host's code left writable)
-            request = replace(request, host_code=(), home_code=(), home_unmade=())
+            request = replace(request, host_code=(), home_code=(), unmade=())
         if "environment" in self.weaken:  # (the launching process's environment)
             request = replace(request, env=tuple(sorted(os.environ.items())))
         return request
@@ -256,12 +256,13 @@ class LandlockTier(LinuxBackend):
         if "host_code" not in self.weaken:  # (tests only: the host's code left writable)
             hostcode.refuse_unkept(request, "the landlock tier (no mount view)",
                                    "or use isolation namespaces")
-            if request.home_unmade:  # (Landlock rules hold paths that exist: none is made)
+            if request.unmade:  # (Landlock rules hold paths that exist: none is made)
                 raise UnenforceableError("filesystem.host_code", (
-                    f"{request.home_unmade[0]} would be the home's code (run by the host's "
-                    "shell, git or login) and a write root holds where it would be made, "
-                    "which the landlock tier cannot stop: use isolation namespaces, or a "
-                    "write root that is not the home or one of its configuration directories"))
+                    f"{request.unmade[0]} would be code this host runs outside the sandbox "
+                    "(the home's configuration its shell, git or login reads, or what an "
+                    "import takes before a module the host imports) and a write root holds "
+                    "where it would be made, which the landlock tier cannot stop: use "
+                    "isolation namespaces, or a write root that does not hold it"))
         super().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
@@ -630,10 +631,11 @@ def protected_refusal(event: dict) -> Violation:
         return Violation("filesystem.protected", "more protected names were refused than are "
                          "recorded")
     where = event["directory"].rstrip("/") or ""
-    if "/" in event["protected"]:  # (the home's code: request.home_unmade)
+    if "/" in event["protected"]:  # (code the host runs: request.unmade)
         return Violation("filesystem.host_code", f"{where}/{event['name']}: not made "
-                         f"({event['call']}): what of the home directory host programs run or "
-                         f"read as configuration is not made from a sandbox whose write roots "
+                         f"({event['call']}): the host would run it outside the sandbox (the "
+                         f"home's configuration, or what an import takes before a module the "
+                         f"host imports), and it is not made from a sandbox whose write roots "
                          f"hold it")
     return Violation("filesystem.protected", f"{where}/{event['name']}: not made "
                      f"({event['call']}): {event['protected']} is a protected name in write "

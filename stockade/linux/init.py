@@ -219,7 +219,8 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
     worktree add` or `git clone` of a repository with submodules makes); none where the
     "names_watch", "protected" (or "mount_view", which takes it) or "seccomp" weakenings (tests
     only) take the watch away, where there is no write root or no seccomp user notification;
-    and the home's names the command may not make (request.home_unmade, "directory/name")."""
+    and the names in write roots the command may not make (request.unmade,
+    "directory/name")."""
     off = switched_off(weaken)
     # (with both "landlock" and "privileges" off, rootless, the starter holds neither
     # no_new_privs nor CAP_SYS_ADMIN, which installing the watch's filter needs: EACCES. Setting
@@ -229,7 +230,7 @@ def watched_names(request: LaunchRequest, weaken: frozenset[str] = frozenset()
             or not request.write or not seccomp.user_notification_available():
         return ()
     whole = protected_whole(request.protected, request.git, guards_git=True)
-    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES)) + request.home_unmade
+    return tuple(sorted({name.lower() for name in whole} - GIT_MAKES)) + request.unmade
 
 
 def scratch_paths(request: LaunchRequest) -> tuple[str, ...]:

@@ -346,9 +346,9 @@ def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: b
     writes = [(m.path, m.source_fd) for m in roots if m.kind == "write" and m.is_dir]
     names, git = (frozenset(request.protected), request.git) if protecting \
         else (frozenset(), "writable")
-    # (the directories of the home's names the command may not make are pinned: namewatch.c
+    # (the directories of the names the command may not make are pinned: namewatch.c
     # knows each by its inode, which a rename would carry away)
-    walked = protect.walk(writes, names, git, masked + request.home_unmade,
+    walked = protect.walk(writes, names, git, masked + request.unmade,
                           pin_sockets=mask_sockets,
                           readonly=request.host_code + request.home_code, denied=linked,
                           shown_in=tuple(m.path for m in roots))
