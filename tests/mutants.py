@@ -467,6 +467,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        name for name in request.unmade if not name.endswith('__pycache__'))\n",
            (HOST + "test_no_name_an_import_takes_first_is_made_beside_a_module_the_host"
             "_imported[]",)),
+    Mutant("host-code-refusal-kind-unsaid", "stockade/launch/hostcode.py",
+           '        kind = (request.host_code_kinds or ("package",))[0]\n',
+           '        kind = "package"\n',
+           (HOST + "test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out"
+            "[imported]",
+            HOST + "test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out"
+            "[pycache-prefix]")),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",
@@ -597,8 +604,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_vm_qemu.py::"
             "test_written_memory_is_not_executed_without_exec_from_write",)),
     Mutant("host-code-not-found", "stockade/launch/compile.py",
-           "    host_code, host_unmade = _host_code(ctx, write, deny)\n",
-           "    host_code, host_unmade = (), set()\n",
+           "    host_code, host_code_kinds, host_unmade = _host_code(ctx, write, deny)\n",
+           "    host_code, host_code_kinds, host_unmade = (), (), set()\n",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",
             HOST + "test_the_landlock_tier_refuses_a_workspace_holding_the_host_code")),
     Mutant("host-code-not-mounted", "stockade/linux/mnt.py",

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import venv
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -715,3 +716,37 @@ def test_no_name_an_import_takes_first_is_made_beside_a_module_the_host_imported
     assert made == ["mod.py", "notes.txt"], made
     assert [kind for kind, _ in got["violations"]] == ["filesystem.host_code"] * 3, got
 
+
+
+@pytest.mark.parametrize("kind", ["imported", "pycache-prefix"])
+def test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out(tmp_path,
+                                                                              kind):
+    """A refusal names the knob that allows the launch: the landlock tier's refusal of a
+    workspace holding host code says what that code is — a module the program imported, the
+    bytecode cache prefix — and what takes it out of the write roots, not only "install
+    Stockade elsewhere" (which would not help)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if kind == "imported":
+        (ws / "mod.py").write_text("X = 1\n")
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORTED_THEN_RUN, str(ws / "mod.py"), str(ws), "landlock",
+             "", PYTHON, "-c", "open('made', 'w')"], cwd=tmp_path, capture_output=True,
+            text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [REPO, str(Path(__file__).parent)])})
+        got = json.loads(done.stdout)
+        assert got.get("refused") == "unenforceable:filesystem.host_code", got
+        assert "a module this process imported" in got["message"], got
+        assert "keep what it imports out of the write roots" in got["message"], got
+        assert not (ws / "made").exists()
+        return
+    from stockade.linux.backend import LinuxBackend
+    (ws / ".pyc").mkdir()
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws),
+                         {"PYTHONPYCACHEPREFIX": str(ws / ".pyc")})
+    policy = policy_for(pids=None)
+    request = compile_policy(replace(policy, isolation="landlock"), ["true"], ctx)
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        LinuxBackend().tier("landlock").check(request)
+    assert "the bytecode cache prefix" in refused.value.message
+    assert "unset PYTHONPYCACHEPREFIX" in refused.value.message

@@ -122,7 +122,7 @@ def compile_policy(
     deny = _denied(fs.deny, ctx, write, read, modes_held=policy.isolation != "landlock") + state
     refuse_overlays_of_denied(read, write, deny)
     refuse_layer_copies(_denied_places(fs.deny, ctx) + list(places), read + write, deny)
-    host_code, host_unmade = _host_code(ctx, write, deny)
+    host_code, host_code_kinds, host_unmade = _host_code(ctx, write, deny)
     home_code = homecode.keep(homecode.places(ctx.home, ctx.host_env), [g.path for g in write],
                               homecode.homes(ctx.home))
     # (the run's own private home lies inside a masked homes directory: granted back there)
@@ -138,6 +138,7 @@ def compile_policy(
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
         stockade_state=places,
         host_code=host_code,
+        host_code_kinds=host_code_kinds,
         home_code=tuple(sorted(path for path in home_code.readonly
                                if not any(inside(path, code) for code in host_code))),
         unmade=tuple(sorted(home_code.watched | host_unmade)),
@@ -589,17 +590,18 @@ def _refuse_inside_state(roots: Sequence[PathGrant], state: str, what: str,
 
 
 def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
-               deny: tuple[PathGrant, ...]) -> tuple[tuple[str, ...], set[str]]:
+               deny: tuple[PathGrant, ...]
+               ) -> tuple[tuple[str, ...], tuple[str, ...], set[str]]:
     """The places of the code the host runs next (hostcode.py) that lie inside a write root,
-    resolved, the outermost of each nest: the view makes each read-only and pins every
-    directory above it (a rename would carry the mount away); and the names the command may
-    not make there (namewatch.c: a kept module's missing bytecode cache, and what an import
-    would take before it: attack 31 H1, H2). Refused, typed, what no mount can keep: a write
-    root that is such a place or lies inside one, a place reached through a symbolic link the
-    command could replace, one missing there (the command could make it; a missing user
-    site-packages is made now instead, empty)."""
+    resolved, the outermost of each nest, and what each is (hostcode.KINDS): the view makes
+    each read-only and pins every directory above it (a rename would carry the mount away);
+    and the names the command may not make there (namewatch.c: a kept module's missing
+    bytecode cache, and what an import would take before it: attack 31 H1, H2). Refused,
+    typed, what no mount can keep: a write root that is such a place or lies inside one, a
+    place reached through a symbolic link the command could replace, one missing there (the
+    command could make it; a missing user site-packages is made now instead, empty)."""
     if not write:
-        return (), set()
+        return (), (), set()
     found = [(place, _resolved(place.path)) for place in hostcode.places(ctx.host_env)]
     for place, resolved in found:
         if place.kind == "user_site" and not os.path.lexists(resolved) \
@@ -635,8 +637,11 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
     kept = {path for path in kept if not any(_strictly_inside(path, other) for other in kept)}
     for place, resolved in found:
         _check_host_place(place, resolved, write, kept, mounts)
-    return tuple(sorted(kept)), {name for name in unmade
-                                 if not any(inside(name, path) for path in kept)}
+    kinds = {}
+    for place, resolved in found:
+        kinds.setdefault(resolved, place.kind)
+    return tuple(sorted(kept)), tuple(kinds[path] for path in sorted(kept)), {
+        name for name in unmade if not any(inside(name, path) for path in kept)}
 
 
 _LINK_TREES = ("import_path", "pth_entry", "editable", "user_site")
@@ -672,11 +677,7 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
                                  root.path == resolved else f"holds the write root {root.path}")
     if _below(resolved, write) and not covered(resolved):
         raise _host_code_refused(place, resolved, "does not exist inside a write root, so the "
-                                 "command could create it; create it first, or " + {
-                                     "pth_entry": "take it off the import path (remove the "
-                                                  ".pth file naming it)",
-                                     "pycache": "unset PYTHONPYCACHEPREFIX"}.get(
-                                     place.kind, "take it off the import path (PYTHONPATH)"))
+                                 "command could create it; create it first, or")
     if place.path != resolved and os.sep == "/":  # (_links_to walks POSIX paths)
         roots = [root.path for root in write]
         for link in _links_to(place.path, resolved, "filesystem.host_code"):
@@ -692,8 +693,8 @@ def _host_code_refused(place: hostcode.Place, resolved: str, why: str) -> Unenfo
     return UnenforceableError(
         "filesystem.host_code",
         f"{resolved} ({hostcode.KINDS[place.kind]}, code this host runs outside the sandbox) "
-        f"{why}; install Stockade outside the write roots (pipx install stockade, or a venv "
-        f"elsewhere) and run it from there, or choose a workspace that does not hold it")
+        f"{why}{'' if why.endswith(' or') else ';'} {hostcode.remedy(place.kind)}, or choose "
+        f"a workspace that does not hold it")
 
 
 def _resolved(path: str) -> str:

@@ -282,13 +282,38 @@ def _user_site() -> str | None:
     return site.getusersitepackages() if site.ENABLE_USER_SITE else None
 
 
-def refuse_unkept(request: LaunchRequest, where: str, remedy: str = "") -> None:
+# What takes each kind of place out of the write roots (said by every refusal of one).
+_REMEDIES = {
+    "script": "run the program from outside the write roots",
+    "start": "start the program from a directory outside the write roots, or with python -P",
+    "import_path": "take it off the import path (PYTHONPATH)",
+    "pth_entry": "take it off the import path (remove the .pth file naming it)",
+    "user_site": "set PYTHONNOUSERSITE=1",
+    "linked_entry": "remove the link from the import path",
+    "editable": "uninstall the editable install, or install the project normally",
+    "module": "the program imported it from there: keep what it imports out of the write "
+              "roots",
+    "pycache_dir": "the program imported from there: keep what it imports out of the write "
+                   "roots",
+    "pycache": "unset PYTHONPYCACHEPREFIX",
+}
+
+
+def remedy(kind: str) -> str:
+    """What takes a place of `kind` (KINDS) out of the write roots, besides choosing a
+    workspace that does not hold it."""
+    return _REMEDIES.get(kind, "install Stockade outside the write roots (pipx install "
+                               "stockade, or a venv elsewhere) and run it from there")
+
+
+def refuse_unkept(request: LaunchRequest, where: str, remedy_here: str = "") -> None:
     """Refuse, typed, a launch whose write roots hold code the host runs next
-    (request.host_code) in a sandbox that cannot make it read-only (`where`)."""
+    (request.host_code, each of request.host_code_kinds) in a sandbox that cannot make it
+    read-only (`where`), saying what the place is and what takes it out."""
     if request.host_code:
+        kind = (request.host_code_kinds or ("package",))[0]
         raise UnenforceableError("filesystem.host_code", (
-            f"{request.host_code[0]} is code this host runs outside the sandbox (Stockade's "
-            f"install, the interpreter or its import path) and lies in a write root, which "
-            f"{where} cannot keep read-only: install Stockade outside the write roots (pipx "
-            f"install stockade, or a venv elsewhere), choose a workspace that does not hold "
-            f"it{', ' + remedy if remedy else ''}"))
+            f"{request.host_code[0]} ({KINDS[kind]}) is code this host runs outside the "
+            f"sandbox and lies in a write root, which {where} cannot keep read-only: "
+            f"{remedy(kind)}, choose a workspace that does not hold it"
+            f"{', ' + remedy_here if remedy_here else ''}"))

@@ -62,6 +62,7 @@ class LaunchRequest:
     # The code the host runs next (Stockade's install, the interpreter, its import path) that
     # lies in a write root, resolved: read-only in the view (launch/hostcode.py)
     host_code: tuple[str, ...] = ()
+    host_code_kinds: tuple[str, ...] = ()  # (what each of host_code is: hostcode.KINDS)
     # What of the home makes host programs run code (policy.model.HOME_CODE) and lies in a
     # write root, resolved (launch/homecode.py): read-only in the view (`home_code`)
     home_code: tuple[str, ...] = ()
@@ -161,7 +162,8 @@ def _build(cls: type, body: dict) -> LaunchRequest:
             values[name] = tuple(_build_flat(PathGrant, item, name) for item in _list(value, name))
         elif name == "env":
             values[name] = tuple(_pair(item) for item in _list(value, name))
-        elif name in ("argv", "protected", "stockade_state", "host_code", "home_code",
+        elif name in ("argv", "protected", "stockade_state", "host_code", "host_code_kinds",
+                      "home_code",
                       "unmade"):
             values[name] = tuple(_string(item, name) for item in _list(value, name))
         elif name in ("allow", "deny"):
