@@ -474,6 +474,9 @@ MUTANTS: tuple[Mutant, ...] = (
             "[imported]",
             HOST + "test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out"
             "[pycache-prefix]")),
+    Mutant("host-code-erofs-unexplained", "stockade/cli/run.py",
+           "        print_host_code_note(result)\n", "        pass\n",
+           (CLI + "test_the_cli_says_why_a_write_to_host_code_failed",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

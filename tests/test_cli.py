@@ -788,3 +788,29 @@ def test_verbose_prints_launch_stages(workspace):
     line = done.stderr.strip().splitlines()[-1]
     for name in ("handoff", "request", "mounts", "confine", "exec", "run", "settle"):
         assert f"{name} " in line, line
+
+
+@sandboxed
+def test_the_cli_says_why_a_write_to_host_code_failed(workspace):
+    """Attack 29 G5s: a directory of the workspace on the host's import path (PYTHONPATH) is
+    read-only in the sandbox; the command's write there failed with only "Read-only file
+    system", and no Stockade line said why. After a failed run the CLI names what was kept
+    read-only as the host's code; after a run that succeeded it says nothing more."""
+    from conftest import PYTHON, PYTHON_ROOT
+    (workspace / "lib").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(workspace / "lib")])}
+
+    def run(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "stockade", "run", "--preset", "workspace-write", "--read",
+             PYTHON_ROOT, "--", PYTHON, "-c", code], cwd=workspace, env=env,
+            capture_output=True, text=True, timeout=120)
+
+    done = run("open('lib/json.py', 'w')")
+    assert done.returncode == 1 and "Read-only file system" in done.stderr, done
+    assert f"stockade: note: read-only in this sandbox, as code this host runs outside it " \
+           f"(its interpreter, import path or imported modules): {workspace / 'lib'}" \
+           in done.stderr, done.stderr
+    assert not (workspace / "lib" / "json.py").exists()
+    done = run("open('notes', 'w')")
+    assert done.returncode == 0 and "stockade: note" not in done.stderr, done

@@ -28,6 +28,7 @@ from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
 from stockade.policy.model import STDIN_MODES, NetworkPolicy
 from stockade.policy.paths import lexical_key, tidy_path
+from stockade.visibletext import visible
 
 
 def add_run(commands: Any) -> None:
@@ -264,6 +265,8 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
                   f"({exc.strerror})", file=sys.stderr)
             drop_stdout()
     print_violations(result)
+    if not as_json and result.exit_status != 0:
+        print_host_code_note(result)
     if overlay and not as_json:
         print_pending(result)
     if result.exit_status == 0 and any(v.kind == OUTPUT_FAILED for v in result.violations):
@@ -338,6 +341,17 @@ def print_pending(result: Result) -> None:
     print(f"stockade: overlay: {counts}, kept as run {run}; review with `stockade changes "
           f"{run[:8]}`, then `stockade apply {run[:8]}` or `stockade discard {run[:8]}`",
           file=sys.stderr)
+
+
+def print_host_code_note(result: Result) -> None:
+    """After a failed run, one stderr line naming what of the write roots was read-only as
+    code this host runs outside the sandbox: a write there fails with only "Read-only file
+    system", which says nothing of why (attack 29 G5s)."""
+    kept = result.enforced.get("host_code_read_only") or []
+    if kept:
+        shown = ", ".join(visible(path) for path in kept[:3]) + (", ..." if kept[3:] else "")
+        print(f"stockade: note: read-only in this sandbox, as code this host runs outside it "
+              f"(its interpreter, import path or imported modules): {shown}", file=sys.stderr)
 
 
 def print_violations(result: Result) -> None:
