@@ -71,7 +71,8 @@ except StockadeError as exc:
     print(json.dumps({"refused": exc.code, "message": exc.message}))
 else:
     print(json.dumps({"exit": result.exit_code, "stdout": result.stdout.decode(),
-                      "stderr": result.stderr.decode(), "enforced": result.enforced}))
+                      "stderr": result.stderr.decode(), "enforced": result.enforced,
+                      "violations": [[v.kind, v.detail] for v in result.violations]}))
 """
 
 
@@ -415,6 +416,25 @@ def test_the_bytecode_cache_prefix_in_the_workspace_is_host_code(tmp_path):
     assert str(cache) in compile_policy(policy_for(), ["true"], ctx).host_code
 
 
+def imported(monkeypatch: pytest.MonkeyPatch, name: str, file: Path) -> None:
+    """This process imports the module `name` from `file` by a finder of its own (as an
+    editable install's or a plugin loader does), for the test's time."""
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def editable_finder(monkeypatch: pytest.MonkeyPatch, name: str, path: Path) -> None:
+    """What `pip install -e` of a flat layout installs (setuptools' finder, put on
+    sys.meta_path by a .pth file's `import` line): a module holding MAPPING, name -> path."""
+    finder = type(sys)(f"__editable___{name}_0_1_finder")
+    finder.MAPPING = {name: str(path)}
+    finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__})
+    monkeypatch.setitem(sys.modules, finder.__name__, finder)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
+
+
 def test_a_package_an_editable_finder_maps_into_the_workspace_is_host_code(tmp_path,
                                                                          monkeypatch):
     """Attack 29 N2: `pip install -e` of a flat-layout project installs an import finder (a
@@ -423,11 +443,7 @@ def test_a_package_an_editable_finder_maps_into_the_workspace_is_host_code(tmp_p
     directories are host code: kept read-only."""
     package = tmp_path / "proj" / "myagent"
     package.mkdir(parents=True)
-    finder = type(sys)("__editable___myagent_0_1_finder")
-    finder.MAPPING = {"myagent": str(package)}
-    finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__})
-    monkeypatch.setitem(sys.modules, finder.__name__, finder)
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
+    editable_finder(monkeypatch, "myagent", package)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(package) in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -458,11 +474,7 @@ def test_a_module_an_editable_finder_maps_is_kept_with_its_bytecode_cache(tmp_pa
     module = tmp_path / "proj" / "mymod"
     module.parent.mkdir()
     module.with_suffix(".py").write_text("X = 1\n")
-    finder = type(sys)("__editable___mymod_0_1_finder")
-    finder.MAPPING = {"mymod": str(module)}
-    finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__})
-    monkeypatch.setitem(sys.modules, finder.__name__, finder)
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder.Finder])
+    editable_finder(monkeypatch, "mymod", module)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     request = compile_policy(policy_for(), ["true"], ctx)
     cache = os.path.dirname(importlib.util.cache_from_source(str(module) + ".py"))
@@ -479,10 +491,7 @@ def test_a_module_this_process_imported_from_the_workspace_is_host_code(tmp_path
     package = tmp_path / "proj" / "myagent"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("X = 1\n")
-    spec = importlib.util.spec_from_file_location("myagent", package / "__init__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "myagent", module)
+    imported(monkeypatch, "myagent", package / "__init__.py")
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(package) in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -528,10 +537,7 @@ def test_a_module_below_the_starting_directory_is_host_code_unless_imported_thro
     (package / "__init__.py").write_text("X = 1\n")
     (ws / "helper.py").write_text("Y = 1\n")
     for name, file in (("myagent", package / "__init__.py"), ("helper", ws / "helper.py")):
-        spec = importlib.util.spec_from_file_location(name, file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        monkeypatch.setitem(sys.modules, name, module)
+        imported(monkeypatch, name, file)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
     for start in (tmp_path, ws):
         monkeypatch.setattr(sys, "path", [str(start), *sys.path[1:]])
@@ -607,10 +613,7 @@ def test_a_module_below_a_prefix_is_host_code(tmp_path, monkeypatch):
     tool = prefix / "share" / "tool"
     tool.mkdir(parents=True)
     (tool / "plugin.py").write_text("X = 1\n")
-    spec = importlib.util.spec_from_file_location("plugin", tool / "plugin.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "plugin", module)
+    imported(monkeypatch, "plugin", tool / "plugin.py")
     monkeypatch.setattr(sys, "prefix", str(prefix))
     ctx = CompileContext(str(tool), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(tool / "plugin.py") in compile_policy(policy_for(), ["true"], ctx).host_code
@@ -649,34 +652,25 @@ def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path,
     assert not (tmp_path / "__pycache__").exists()
 
 
-# A host program that imported `mod` from ws/lib/mod.py by a finder of its own, then runs
-# the command with Stockade (weakened as asked: tests only) and prints what it did.
+# HOST, once it has imported `mod` from the file $IMPORTED by a finder of its own.
 IMPORTED_THEN_RUN = """
-import importlib.util, json, sys
-sys.dont_write_bytecode = True  # (the host's own import makes no __pycache__ here)
-from dataclasses import replace
-from conftest import policy_for
-from stockade.errors import StockadeError
-from stockade.launch.compile import CompileContext, compile_policy
-from stockade.launch.manager import execute
-from stockade.linux.backend import LinuxBackend
-module, workspace, isolation, weaken, *argv = sys.argv[1:]
-spec = importlib.util.spec_from_file_location("mod", module)
+import importlib.util, os, sys
+sys.dont_write_bytecode = True  # (the host's own import makes no __pycache__ there)
+spec = importlib.util.spec_from_file_location("mod", os.environ["IMPORTED"])
 sys.modules["mod"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sys.modules["mod"])
-backend = LinuxBackend(frozenset(filter(None, weaken.split(",")))).tier(isolation)
-policy = replace(policy_for(pids=None), isolation=isolation)
-try:
-    request = compile_policy(policy, argv, CompileContext.current(workspace))
-    backend.check(request)
-    result = execute(backend, request)
-except StockadeError as exc:
-    print(json.dumps({"refused": exc.code, "message": exc.message}))
-else:
-    print(json.dumps({"exit": result.exit_code, "stdout": result.stdout.decode(),
-                      "stderr": result.stderr.decode(),
-                      "violations": [[v.kind, v.detail] for v in result.violations]}))
-"""
+""" + HOST
+
+
+def imported_then_run(module: Path, workspace: Path, isolation: str, weaken: str,
+                      code: str) -> dict:
+    """What HOST printed, run by this interpreter after importing `module`."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED_THEN_RUN, str(workspace), isolation, weaken, PYTHON,
+         "-c", code], cwd=workspace.parent, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO, "IMPORTED": str(module)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("weaken", ["", "host_code"])
@@ -698,13 +692,7 @@ def test_no_name_an_import_takes_first_is_made_beside_a_module_the_host_imported
         f"attempt('extension', lambda: open('lib/{extension}', 'w').close())\n"
         "attempt('cache', lambda: os.mkdir('lib/__pycache__'))\n"
         "attempt('everyday', lambda: open('lib/notes.txt', 'w').close())\n")
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORTED_THEN_RUN, str(lib / "mod.py"), str(tmp_path / "ws"),
-         "namespaces", weaken, PYTHON, "-c", plant], cwd=tmp_path, capture_output=True,
-        text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            [REPO, str(Path(__file__).parent)])})
-    assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout)
+    got = imported_then_run(lib / "mod.py", tmp_path / "ws", "namespaces", weaken, plant)
     assert got.get("exit") == 0, got
     outcomes = dict(line.split(": ", 1) for line in got["stdout"].splitlines())
     assert outcomes.pop("everyday") == "DONE"
@@ -729,12 +717,7 @@ def test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out(t
     ws.mkdir()
     if kind == "imported":
         (ws / "mod.py").write_text("X = 1\n")
-        done = subprocess.run(
-            [sys.executable, "-c", IMPORTED_THEN_RUN, str(ws / "mod.py"), str(ws), "landlock",
-             "", PYTHON, "-c", "open('made', 'w')"], cwd=tmp_path, capture_output=True,
-            text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                [REPO, str(Path(__file__).parent)])})
-        got = json.loads(done.stdout)
+        got = imported_then_run(ws / "mod.py", ws, "landlock", "", "open('made', 'w')")
         assert got.get("refused") == "unenforceable:filesystem.host_code", got
         assert "a module this process imported" in got["message"], got
         assert "keep what it imports out of the write roots" in got["message"], got
