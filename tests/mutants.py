@@ -477,6 +477,26 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("host-code-erofs-unexplained", "stockade/cli/run.py",
            "        print_host_code_note(result)\n", "        pass\n",
            (CLI + "test_the_cli_says_why_a_write_to_host_code_failed",)),
+    Mutant("host-code-relative-entries-skipped", "stockade/launch/hostcode.py",
+           "              if isinstance(entry, str) and entry and not _hooked(entry)]",
+           "              if isinstance(entry, str) and os.path.isabs(entry)]",
+           (HOST + "test_a_relative_entry_on_the_import_path_is_the_directory_it_names",)),
+    Mutant("host-code-hook-keys-taken-for-directories", "stockade/launch/hostcode.py",
+           "    return finder is not None and not isinstance(finder, "
+           "importlib.machinery.FileFinder)",
+           "    return False and finder is not None and not isinstance(finder, "
+           "importlib.machinery.FileFinder)",
+           (HOST + "test_a_path_hooks_key_on_the_import_path_is_no_directory",)),
+    Mutant("host-code-former-entries-unread", "stockade/launch/hostcode.py",
+           '    found += [Place(path, "searched") for path in _searched()',
+           '    found += [Place(path, "searched") for path in ()',
+           (HOST + "test_a_directory_once_on_the_import_path_is_host_code",)),
+    Mutant("host-code-first-entry-taken-for-start", "stockade/launch/hostcode.py",
+           "    start = _start_entry()\n", "    start = sys.path[0] if sys.path else None\n",
+           (HOST + "test_an_entry_put_before_the_starting_directory_is_no_starting_directory"
+            "[script]",
+            HOST + "test_an_entry_put_before_the_starting_directory_is_no_starting_directory"
+            "[module]")),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

@@ -201,11 +201,76 @@ def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypat
     """setuptools' editable install puts a path hook's key, a relative name, on sys.path: it
     names no directory, in the workspace or anywhere (every CLI run from a workspace with an
     editable install was refused, `does not exist inside a write root`)."""
+    key = "__editable__.x-1.0.finder.__path_hook__"
+
+    def hook(entry: str) -> object:
+        if entry != key:
+            raise ImportError(entry)
+        return object()  # (the editable install's finder of its own)
+
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [*sys.path, "__editable__.x-1.0.finder.__path_hook__"])
+    monkeypatch.setattr(sys, "path", [*sys.path, key])
+    monkeypatch.setattr(sys, "path_hooks", [hook, *sys.path_hooks])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": "relative/lib"})
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
+def test_a_relative_entry_on_the_import_path_is_the_directory_it_names(tmp_path, monkeypatch):
+    """Attack 33 A2: a program run from its project put "src" on sys.path; Python joins it to
+    the working directory at every import, yet relative entries were taken for path hooks'
+    keys and kept nowhere: the command planted src/stockade/__init__.py and the program's
+    next run imported it. One that names no directory yet is refused, as an absolute one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, "src"])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert f"{tmp_path / 'src'} (a directory on the interpreter's import path" in \
+        refused.value.message
+    (tmp_path / "src").mkdir()
+    assert str(tmp_path / "src") in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+def test_a_directory_once_on_the_import_path_is_host_code(tmp_path, monkeypatch):
+    """Attack 33 A1: the program put ws/lib on sys.path only while it imported its plugin;
+    every import made meanwhile searched ws/lib first (the plugin's `import colorsys` too),
+    and the next run does the same, but ws/lib was kept nowhere once it left the path: the
+    command planted ws/lib/colorsys.py. A directory the process's imports searched is host
+    code."""
+    import importlib.machinery
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    monkeypatch.setitem(sys.path_importer_cache, str(lib), importlib.machinery.FileFinder(
+        str(lib)))
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(lib) in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+@pytest.mark.parametrize("started", ["script", "module"])
+def test_an_entry_put_before_the_starting_directory_is_no_starting_directory(
+        tmp_path, monkeypatch, started):
+    """Attack 33 A6, F1: the first entry of sys.path was taken for the starting directory,
+    whatever put it there. A host program that put the workspace first (to import a plugin)
+    had it taken for its own, kept nowhere (the command rewrote the plugin); `python -m
+    pytest` run in a project, which puts tests/ first, had the project (its real starting
+    directory) taken for an import-path directory and refused. The starting directory is
+    the one the interpreter put there, as its command line says."""
+    ws, elsewhere = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "tests", elsewhere):
+        path.mkdir(parents=True)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    if started == "script":  # (python app/host.py, which put the workspace first)
+        monkeypatch.setattr(sys, "orig_argv", [sys.executable, str(elsewhere / "host.py")])
+        monkeypatch.setattr(sys, "path", [str(ws), str(elsewhere), *sys.path[1:]])
+        with pytest.raises(stockade.UnenforceableError) as refused:
+            compile_policy(policy_for(), ["true"], ctx)
+        assert f"is the write root {ws}" in refused.value.message
+        return
+    monkeypatch.chdir(ws)  # (python -m pytest, in the project)
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "pytest"])
+    monkeypatch.setattr(sys, "path", [str(ws / "tests"), str(ws), *sys.path[1:]])
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "tests"),)
 
 
 def test_an_ordinary_project_venv_stays_writable(tmp_path):
@@ -541,6 +606,7 @@ def test_a_module_below_the_starting_directory_is_host_code_unless_imported_thro
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
     for start in (tmp_path, ws):
         monkeypatch.setattr(sys, "path", [str(start), *sys.path[1:]])
+        monkeypatch.setattr(sys, "orig_argv", [sys.executable, str(start / "prog.py")])
         kept = compile_policy(policy_for(), ["true"], ctx).host_code
         assert str(package) in kept, (start, kept)
         assert (str(ws / "helper.py") in kept) == (start == tmp_path), (start, kept)
@@ -645,6 +711,7 @@ def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path,
     main.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(sys, "argv", [str(script)])
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, str(script)])
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path[1:]])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     kept = compile_policy(policy_for(), ["true"], ctx).host_code
@@ -733,3 +800,43 @@ def test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out(t
         LinuxBackend().tier("landlock").check(request)
     assert "the bytecode cache prefix" in refused.value.message
     assert "unset PYTHONPYCACHEPREFIX" in refused.value.message
+
+
+# In a private mount namespace: ws/lib bound at app/lib; an editable finder maps `mod` to
+# app/lib/mod (outside the workspace, the same files). Prints the request's unmade names.
+BOUND_MODULE = """
+import json, os, subprocess, sys
+ws, app = sys.argv[1:]
+os.makedirs(app + "/lib")
+subprocess.run(["mount", "--bind", ws + "/lib", app + "/lib"], check=True)
+finder = type(sys)("__editable___mod_0_1_finder")
+finder.MAPPING = {"mod": app + "/lib/mod"}
+finder.Finder = type("_EditableFinder", (), {"__module__": finder.__name__, "find_spec":
+                     classmethod(lambda cls, name, path=None, target=None: None)})
+sys.modules[finder.__name__] = finder
+sys.meta_path.append(finder.Finder)
+from conftest import policy_for
+from stockade.launch.compile import CompileContext, compile_policy
+ctx = CompileContext(ws, ws + "-home", ws, {})
+print(json.dumps(compile_policy(policy_for(), ["true"], ctx).unmade))
+"""
+
+
+@pytest.mark.root_only("a bind mount needs root")
+def test_the_names_an_import_takes_first_are_unmade_under_every_name_of_the_module(tmp_path):
+    """Attack 33 A4: an editable install maps `mod` to app/lib, a bind mount of ws/lib: the
+    module was kept read-only under its name in the workspace, but the names an import takes
+    before it were refused only beside a module whose own path lies in a write root, so the
+    command made ws/lib/mod/__init__.py. They are refused under every name a write root
+    shows the module by."""
+    ws = tmp_path / "ws"
+    (ws / "lib").mkdir(parents=True)
+    (ws / "lib" / "mod.py").write_text("X = 1\n")
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", BOUND_MODULE,
+         str(ws), str(tmp_path / "app")], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([REPO, str(Path(__file__).parent)])})
+    assert done.returncode == 0, done.stderr
+    unmade = json.loads(done.stdout)
+    assert str(ws / "lib" / "mod") in unmade and str(ws / "lib" / "__pycache__") in unmade, \
+        unmade

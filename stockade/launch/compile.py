@@ -611,16 +611,6 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
             except OSError as exc:
                 raise _host_code_refused(place, resolved, f"lies inside a write root and "
                                          f"cannot be made to be kept ({exc.strerror})") from None
-    # (names an import takes first, beside a module kept as its file: those there are kept,
-    # the others not made)
-    shadowing = [(hostcode.Place(name, place.kind), name) for place, resolved in found
-                 if place.kind in ("module", "editable") and os.path.isfile(resolved)
-                 and _below(resolved, write) for name in hostcode.shadowing(resolved)]
-    unmade = {resolved for place, resolved in found + shadowing
-              if (place.kind == "pycache_dir" or (place, resolved) in shadowing)
-              and not os.path.lexists(resolved) and _below(resolved, write)}
-    found = [(place, resolved) for place, resolved in found + shadowing
-             if resolved not in unmade]
     mounts = aliases.table()
     roots = [root.path for root in write]
     found += [(hostcode.Place(name, place.kind), name) for place, resolved in list(found)
@@ -631,6 +621,16 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
     found += [(hostcode.Place(link, "linked_entry"), _resolved(link))
               for place, resolved in list(found) if place.kind in _LINK_TREES
               and _below(resolved, write) for link in hostcode.links_in(resolved)]
+    # (names an import takes first, beside a module kept as its file, under whichever name a
+    # write root shows it by (attack 33 A4): those there are kept, the others not made)
+    shadowing = [(hostcode.Place(name, place.kind), name) for place, resolved in found
+                 if place.kind in ("module", "editable") and os.path.isfile(resolved)
+                 and _below(resolved, write) for name in hostcode.shadowing(resolved)]
+    unmade = {resolved for place, resolved in found + shadowing
+              if (place.kind == "pycache_dir" or (place, resolved) in shadowing)
+              and not os.path.lexists(resolved) and _below(resolved, write)}
+    found = [(place, resolved) for place, resolved in found + shadowing
+             if resolved not in unmade]
     refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), write, deny)
     kept = {resolved for _, resolved in found
             if _below(resolved, write) and os.path.lexists(resolved)}

@@ -34,6 +34,7 @@ KINDS = {
     "user_site": "the user's site-packages",
     "pth_entry": "a directory a .pth file in site-packages names",
     "start": "the program's starting directory (first on its import path)",
+    "searched": "a directory this process's imports searched, once on its import path",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
     "editable": "a directory an editable install's import finder maps packages to",
     "module": "a module this process imported from outside its import path",
@@ -68,15 +69,25 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     if sys.executable:
         found.append(Place(os.path.abspath(sys.executable), "interpreter"))
     entries = list(sys.path)
-    if entries and not sys.flags.safe_path:  # (python -P puts no starting directory first)
-        found.append(Place(os.path.abspath(entries.pop(0)), "start"))
-    entries += host_env.get("PYTHONPATH", "").split(os.pathsep)
-    # (only absolute entries name a directory: site makes sys.path absolute at start-up, and
-    # what is relative then is a path hook's key — setuptools' editable finder adds
-    # "__editable__.NAME.finder.__path_hook__" — or a PYTHONPATH entry the next call resolves
-    # from a working directory not known here)
-    found += [Place(os.path.normpath(entry), "import_path") for entry in entries
-              if os.path.isabs(entry)]
+    # (the entry the interpreter put first, wherever the program moved it: one it put in
+    # front of it is no starting directory; attack 33 A6, F1)
+    start = _start_entry()
+    if start is not None and start in entries:
+        entries.remove(start)
+        found.append(Place(os.path.abspath(start), "start"))
+    # (a relative entry is a directory the working directory is joined to at every import,
+    # unless a path hook of its own takes it — setuptools' editable finder adds
+    # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
+    # the next call resolves from a working directory not known here)
+    found += [Place(os.path.abspath(entry), "import_path") for entry in entries
+              if isinstance(entry, str) and entry and not _hooked(entry)]
+    found += [Place(os.path.normpath(entry), "import_path") for entry
+              in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
+    # (a directory once on the import path, searched by an import then: the next run
+    # searches it again at that point; attack 33 A1)
+    on_path = [place.path for place in found if place.kind in ("start", "import_path")]
+    found += [Place(path, "searched") for path in _searched()
+              if not any(aliases.at_or_below(path, entry) for entry in on_path)]
     user_site = _user_site()
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
@@ -110,6 +121,72 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     found += [Place(os.path.abspath(prefix), "pycache") for prefix in
               {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]
     return list(dict.fromkeys(found))
+
+
+def _start_entry() -> str | None:
+    """What the interpreter put first on sys.path at start-up, as sys.orig_argv tells: "" (the
+    working directory at each import) for -c, a script read from standard input, or none;
+    for -m the working directory (where sys.path names it); a script's own directory, links
+    resolved; a directory or zip file run as a script, as given; None under -P or -I."""
+    if sys.flags.safe_path:
+        return None
+    args = iter(sys.orig_argv[1:])
+    for arg in args:
+        if arg in ("-", "--check-hash-based-pycs") or arg.startswith("--"):
+            if arg == "-":
+                return ""
+            if arg == "--check-hash-based-pycs":
+                next(args, None)  # (its value)
+            continue
+        if not arg.startswith("-"):
+            if os.path.isdir(arg) or (os.path.isfile(arg) and _zip(arg)):
+                return arg  # (a directory or zip file run whole)
+            return os.path.dirname(os.path.realpath(arg))
+        for at, flag in enumerate(arg[1:], 1):  # (flags run together: -bBc, -Wd, -Xdev)
+            if flag == "c":
+                return ""
+            if flag == "m":
+                cwd = os.getcwd()
+                return cwd if cwd in sys.path else None
+            if flag in "WX":
+                if at == len(arg) - 1:
+                    next(args, None)  # (its value, the next word)
+                break
+    return ""  # (interactive)
+
+
+def _zip(path: str) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def _hooked(entry: str) -> bool:
+    """Whether a path hook other than the file system's own takes the relative `entry`
+    (a key such as setuptools' "__editable__.NAME.finder.__path_hook__", no directory)."""
+    import importlib.machinery
+
+    if os.path.isabs(entry):
+        return False
+    finder = sys.path_importer_cache.get(entry)
+    if entry not in sys.path_importer_cache:
+        for hook in sys.path_hooks:
+            try:
+                finder = hook(entry)
+                break
+            except ImportError:
+                continue
+    return finder is not None and not isinstance(finder, importlib.machinery.FileFinder)
+
+
+def _searched() -> list[str]:
+    """The directories the imports of this process searched (sys.path_importer_cache's
+    keys that a finder took), absolute."""
+    return [os.path.abspath(key) for key, finder in list(sys.path_importer_cache.items())
+            if isinstance(key, str) and key and finder is not None and not _hooked(key)]
 
 
 def _editable_mappings() -> list[str]:
@@ -286,6 +363,7 @@ def _user_site() -> str | None:
 _REMEDIES = {
     "script": "run the program from outside the write roots",
     "start": "start the program from a directory outside the write roots, or with python -P",
+    "searched": "keep the directories the program imports from out of the write roots",
     "import_path": "take it off the import path (PYTHONPATH)",
     "pth_entry": "take it off the import path (remove the .pth file naming it)",
     "user_site": "set PYTHONNOUSERSITE=1",
