@@ -143,6 +143,34 @@ def test_a_denied_file_linked_outside_every_root_is_no_refusal(ws, isolation):
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_read_root_the_launch_cannot_look_through_keeps_the_refusal(ws, isolation):
+    """dn3: the other name lies in a directory of the user's own in a read root, mode 0 (the
+    landlock tier's command may chmod it back: Landlock does not govern chmod). Where the launch
+    cannot list it (rootless, without a user namespace's mapped root: the landlock tier) nothing
+    tells where that name lies, and the launch is refused as before, typed, with the remedy;
+    elsewhere the directory is listed and the name found, and the refusal names it."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "dotssh" / "id_key")
+    (outside / "shut").mkdir()
+    os.link(denied, outside / "shut" / "id_key.bak")
+    (outside / "shut").chmod(0)
+    try:
+        with pytest.raises(stockade.UnenforceableError) as refused:
+            run(workspace, [str(outside / "shut" / "id_key.bak")], isolation, (denied,),
+                read=(str(outside),))
+    finally:
+        (outside / "shut").chmod(0o755)
+    message = refused.value.message
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    if os.getuid() != 0 and isolation == "landlock":
+        assert f"{outside}/shut there cannot be read whole" in message, message
+        assert f"find / -xdev -samefile {denied}" in message, message
+    else:
+        assert f"{outside}/shut/id_key.bak shows it in the read root" in message, message
+    assert listing(outside) == ["shut", "shut/id_key.bak"]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_links_that_are_all_denied_need_no_refusal(ws, isolation):
     """No false refusal: every name of a multiply-linked file lies inside what is denied (two
     names in a denied directory, or each name denied itself)."""
