@@ -271,10 +271,13 @@ def _listable(name: str, dir_fd: int | None, path: str, first: DeniedFile) -> bo
     """Whether the directory `name` (in `dir_fd`; at `path`) may be listed and searched by
     this user; False for another user's the command may not enter (nor reach a name in);
     refused, typed (`first`'s old refusal), where the command may enter it, or where it is this
-    user's (whose mode the landlock tier's command can set)."""
-    if os.access(name, os.R_OK | os.X_OK, dir_fd=dir_fd, follow_symlinks=False):
+    user's (whose mode the landlock tier's command can set). Asked with the effective
+    credentials, capabilities included, as the walk's own opens are (a user namespace's root
+    lists what its mapped user owns whatever the mode)."""
+    if os.access(name, os.R_OK | os.X_OK, dir_fd=dir_fd, effective_ids=True,
+                 follow_symlinks=False):
         return True
-    if os.access(name, os.X_OK, dir_fd=dir_fd, follow_symlinks=False) \
+    if os.access(name, os.X_OK, dir_fd=dir_fd, effective_ids=True, follow_symlinks=False) \
             or os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid == os.geteuid():
         raise _unlisted_read(first, path, ".")
     return False
