@@ -248,8 +248,9 @@ def _look_in_read_roots(unmet: dict[tuple[int, int], DeniedFile], read: list[str
                         entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                     except FileNotFoundError:
                         continue  # (gone since it was listed)
-                    _refuse_shown(unmet, entry, here,
-                                  os.path.normpath(os.path.join(start, dirpath, name)), root)
+                    if (entry.st_dev, entry.st_ino) in unmet:  # (its path made only then)
+                        _refuse_shown(unmet, entry, here,
+                                      os.path.normpath(os.path.join(start, dirpath, name)), root)
         finally:
             os.close(fd)
 
