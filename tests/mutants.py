@@ -164,8 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "if stat.S_ISREG(info.st_mode) and info.st_nlink > 2:",
            ("tests/test_linux_fs.py::test_pre_planted_hard_link_to_outside_file_is_read_only",)),
     Mutant("deny-links-counted-by-path", "stockade/linux/protect.py",
-           "        if len(known.places) < known.links:\n",
-           "        if len(known.names) < known.links:\n",
+           "             if len(known.places) < known.links}\n",
+           "             if len(known.names) < known.links}\n",
            ("tests/test_deny_links.py::"
             "test_a_name_a_bind_mount_shows_twice_counts_once[namespaces]",
             "tests/test_deny_links.py::"
@@ -509,11 +509,31 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_deny_links.py::test_only_the_overlay_the_processs_own_root_is_goes"
             "_unjudged[/]",)),
     Mutant("deny-link-unfound-allowed", "stockade/linux/protect.py",
-           "        if len(known.places) < known.links:\n", "        if False:\n",
+           "             if len(known.places) < known.links}\n", "             if False}\n",
            ("tests/test_deny_links.py::"
             "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[namespaces]",
             "tests/test_deny_links.py::"
             "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[landlock]")),
+    Mutant("deny-link-in-read-root-unlooked-for", "stockade/linux/protect.py",
+           "        _look_in_read_roots(unmet, read)\n", "        pass\n",
+           ("tests/test_deny_links.py::"
+            "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_denied_file_linked_into_a_read_root_refuses_the_launch[landlock]")),
+    Mutant("deny-link-outside-every-root-refused", "stockade/linux/protect.py",
+           "        _look_in_read_roots(unmet, read)\n",
+           '        raise _unfound(next(iter(unmet.values())), "not looked for")\n',
+           ("tests/test_deny_links.py::"
+            "test_a_denied_file_linked_outside_every_root_is_no_refusal[namespaces]",
+            "tests/test_deny_links.py::"
+            "test_a_denied_file_linked_outside_every_root_is_no_refusal[landlock]")),
+    Mutant("deny-link-read-root-unlisted-passed-over", "stockade/linux/protect.py",
+           "            or os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid == "
+           "os.geteuid():\n",
+           "            or False:\n",
+           ("tests/test_deny_links.py::"
+            "test_a_read_root_the_launch_cannot_look_through_keeps_the_refusal[landlock]",),
+           rootless=True),
     Mutant("denied-paths-unmasked", "stockade/linux/mnt.py",
            "    _mask(top, [m for m in denied if m not in later], lower)\n",
            "    _mask(top, [], lower)\n",

@@ -2,8 +2,9 @@
 the host before the launch is another name for the same inode, which a mask on the denied path
 does not cover, and a Landlock rule given to it holds for the denied path too (rules attach to
 inodes). Another name in a write root is masked as the denied path is (and in the landlock tier
-carved out as it is); one the launch cannot find (a read root is not walked) refuses it. Real
-children, both isolations; every check of what happened is made on the host."""
+carved out as it is); one in a read root, found by looking through them, refuses it, and one
+outside every root shows nothing. Real children, both isolations; every check of what happened is
+made on the host."""
 
 from __future__ import annotations
 
@@ -101,18 +102,72 @@ def test_a_file_of_a_denied_directory_linked_into_a_write_root_is_denied_too(ws,
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_denied_file_linked_into_a_read_root_refuses_the_launch(ws, isolation):
-    """dn3: read roots are not walked, so a name there cannot be masked: the launch is refused,
-    typed, naming the file, its link count and the remedy, before anything runs."""
+    """dn3: a name in a read root cannot be masked there (a read root is not the write roots'
+    walk's): the read roots are looked through for it, and the launch is refused, typed,
+    naming the file, its link count, the name found, its root and the remedy, before anything
+    runs."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "dotssh" / "id_key")
+    (outside / "old").mkdir()
+    os.link(denied, outside / "old" / "id_key.bak")
+    for deny in ((denied,), (str(workspace / "dotssh"),)):
+        with pytest.raises(stockade.UnenforceableError) as refused:
+            run(workspace, [str(outside / "old" / "id_key.bak")], isolation, deny,
+                read=(str(outside),))
+        assert refused.value.code == "unenforceable:filesystem.deny"
+        assert denied in refused.value.message and "2 hard links" in refused.value.message
+        assert f"{outside}/old/id_key.bak shows it in the read root {outside}" \
+            in refused.value.message, refused.value.message
+        assert "deny that name" in refused.value.message and "remove" in refused.value.message
+    assert listing(outside) == ["old", "old/id_key.bak"]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_denied_file_linked_outside_every_root_is_no_refusal(ws, isolation):
+    """dn3, no false refusal: the denied file's other name lies outside every root (a backup
+    the sandbox never sees), so looking through the read roots finds nothing and the launch
+    runs. The command reads neither name, and nothing outside changed."""
     workspace, outside = ws
     denied = secret_at(workspace / "dotssh" / "id_key")
     os.link(denied, outside / "id_key.bak")
+    before = listing(workspace)
     for deny in ((denied,), (str(workspace / "dotssh"),)):
+        r = run(workspace, ["dotssh/id_key", str(outside / "id_key.bak")], isolation, deny)
+        assert r.exit_code == 0, r.stderr
+        out = r.stdout.decode()
+        assert SECRET not in out + r.stderr.decode()
+        assert "UNREAD dotssh/id_key" in out and f"UNREAD {outside}/id_key.bak" in out, out
+        assert "MOVED" not in out, out
+    assert listing(workspace) == before and listing(outside) == ["id_key.bak"]
+    assert os.stat(denied).st_nlink == 2 and open(outside / "id_key.bak").read() == SECRET
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_read_root_the_launch_cannot_look_through_keeps_the_refusal(ws, isolation):
+    """dn3: the other name lies in a directory of the user's own in a read root, mode 0 (the
+    landlock tier's command may chmod it back: Landlock does not govern chmod). Where the launch
+    cannot list it (rootless, without a user namespace's mapped root: the landlock tier) nothing
+    tells where that name lies, and the launch is refused as before, typed, with the remedy;
+    elsewhere the directory is listed and the name found, and the refusal names it."""
+    workspace, outside = ws
+    denied = secret_at(workspace / "dotssh" / "id_key")
+    (outside / "shut").mkdir()
+    os.link(denied, outside / "shut" / "id_key.bak")
+    (outside / "shut").chmod(0)
+    try:
         with pytest.raises(stockade.UnenforceableError) as refused:
-            run(workspace, [str(outside / "id_key.bak")], isolation, deny, read=(str(outside),))
-        assert refused.value.code == "unenforceable:filesystem.deny"
-        assert denied in refused.value.message and "2 hard links" in refused.value.message
-        assert "deny" in refused.value.message and "remove" in refused.value.message
-    assert listing(outside) == ["id_key.bak"]
+            run(workspace, [str(outside / "shut" / "id_key.bak")], isolation, (denied,),
+                read=(str(outside),))
+    finally:
+        (outside / "shut").chmod(0o755)
+    message = refused.value.message
+    assert refused.value.code == "unenforceable:filesystem.deny"
+    if os.getuid() != 0 and isolation == "landlock":
+        assert f"{outside}/shut there cannot be read whole" in message, message
+        assert f"find / -xdev -samefile {denied}" in message, message
+    else:
+        assert f"{outside}/shut/id_key.bak shows it in the read root" in message, message
+    assert listing(outside) == ["shut", "shut/id_key.bak"]
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)

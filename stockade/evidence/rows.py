@@ -245,8 +245,8 @@ ROWS: tuple[Row, ...] = (
         expect=denied(by("deny_links", "EACCES"), DENY), proven=off("deny_links"),
         setup=setups.denied_file_linked, policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
     row("fs.deny-hard-link-read-root", "filesystem",
-        "read a denied file through a hard link the host made in a read root, which no launch "
-        "walks", "read_paths.py", "{root}/ro/id.bak",
+        "read a denied file through a hard link the host made in a read root, which the launch "
+        "looks through for it", "read_paths.py", "{root}/ro/id.bak",
         expect=RefusedBefore("unenforceable:filesystem.deny"), proven=off("deny_links"),
         setup=setups.denied_file_linked_in_read_root,
         policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),

@@ -275,7 +275,7 @@ def denied_file_linked(scene: Scene) -> None:
 
 def denied_file_linked_in_read_root(scene: Scene) -> None:
     """A secret at a path the row's policy denies, and a hard link of it the host made in a
-    read root (which no launch walks) before the launch."""
+    read root (which the launch looks through for it) before the launch."""
     (scene.root / "ro").mkdir()
     os.link(scene.plant_secret("ws/keys/id"), scene.root / "ro" / "id.bak")
     scene.read_roots.append(str(scene.root / "ro"))

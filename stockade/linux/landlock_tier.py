@@ -239,7 +239,9 @@ def grants(request: LaunchRequest, handled: int, weaken: frozenset[str] = frozen
     linked = {} if weaken & {"deny", "deny_links"} else mnt.denied_files(
         request, [g.path for g in request.deny])
     walked = _walked(request, linked, "protected" not in weaken)
-    protect.refuse_unfound(linked)
+    # (the roots no walk looks through: the read roots, and a write root that is a file)
+    protect.refuse_unfound(linked, [g.path for g in request.read] + [
+        g.path for g in request.write if not os.path.isdir(g.path)])
     excluded: dict[str, int] = {}
     if "deny" not in weaken:
         # (and every other name of a denied file: a rule holds for the inode, every name)

@@ -119,7 +119,9 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
         guarded, sockets, aliases = _walk_write_roots(
             request, found.roots, protecting, mask_sockets, tuple(m.path for m in found.denied),
             linked)
-        protect.refuse_unfound(linked)
+        # (the roots no walk looks through: the read roots, and a write root that is a file)
+        protect.refuse_unfound(linked, [m.path for m in found.roots
+                                        if m.kind == "read" or not m.is_dir])
         # (not `protecting`, a test's weakening: nothing re-mounted read-only, multiply-linked
         # files included; the pins stay, unless weakened apart)
         found.guarded = [m for m in guarded if (protecting or m.kind != "protected")

@@ -20,8 +20,9 @@ denied (`denied_files`: a denied path, or a file inside a denied directory) is k
 inode, and each of its names the walk meets in a write root is masked as the denied path is
 (`aliases`; its directories pinned), and so is every path at which a mount shows such a name in
 any root (`shown_in`: a read root that is a bind mount of a directory of the write root shows
-the link at a second path, attack 9 dl9c). A denied file with more names than were found
-(another may lie in a read root, which is never walked) refuses the launch (`refuse_unfound`).
+the link at a second path, attack 9 dl9c). A denied file with more names than were found has
+the read roots looked through for the others (`refuse_unfound`): one there refuses the launch,
+named; none there lies outside every root, where it shows nothing, and the launch goes on.
 
 A mount covers a name, and moves with it: renaming any directory above a re-mounted or masked
 object carries the mount away and frees the path for a replacement (which a later run, or the
@@ -42,6 +43,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from stockade.errors import UnenforceableError
 from stockade.lifecycle import aliases as mount_aliases
@@ -182,19 +184,120 @@ def _unlisted_denied(denied: str) -> Callable[[str], UnenforceableError]:
     return refusal
 
 
-def refuse_unfound(denied: dict[tuple[int, int], DeniedFile]) -> None:
+# Entries looked at in the read roots, at most, per launch, for the other names of a denied file
+# none of the denied paths and write roots holds: more refuses it (its other names could not all
+# be told apart from what the roots show). The system's read roots hold a few hundred thousand.
+READ_ENTRIES_MAX = 1_000_000
+
+
+def refuse_unfound(denied: dict[tuple[int, int], DeniedFile], read: list[str]) -> None:
     """Refuse, typed, a denied file with a name that is neither denied nor met by the walk of
-    the write roots (where it would be masked): in a read root, or a root that is a file, it
-    would show the file; outside every root it shows nothing, but nothing tells which."""
-    for known in denied.values():
-        if len(known.places) < known.links:
-            raise UnenforceableError(
-                "filesystem.deny",
-                f"the denied file {known.path} has {known.links} hard links, and only "
-                f"{len(known.places)} of its names lie where the sandbox hides them (the denied "
-                "paths and the write roots); another may lie in a read root, where it would "
-                f"show the file: remove the other links (find / -xdev -samefile {known.path} "
-                "lists them) or deny their names too")
+    the write roots (where it would be masked) when that name lies in one of the `read` roots
+    (the read roots, and a write root that is a file: no walk looks there), where it would show
+    the file, or when they cannot all be looked through. A name outside every root shows
+    nothing: no refusal."""
+    unmet = {inode: known for inode, known in denied.items()
+             if len(known.places) < known.links}
+    if unmet:
+        _look_in_read_roots(unmet, read)
+
+
+def _look_in_read_roots(unmet: dict[tuple[int, int], DeniedFile], read: list[str]) -> None:
+    """Walk the `read` roots for another name of an `unmet` file, refusing at the first (the
+    old refusal, `_unfound`, where a directory cannot be looked through). Only what lies on
+    the files' filesystems is walked: each root, and each mount point below one, whose device
+    is a file's or one of its names' directories' (an overlay shows its own to directories, and
+    a file's may be its layer's), no directory of another device, and each directory once
+    (nested roots, a bind of one in another). Each entry is lstat'ed: a directory entry's inode
+    number need not be the file's st_ino (an overlay's)."""
+    devices = {device for device, _ in unmet}
+    devices |= {place[0] for known in unmet.values() for place in known.places}
+    mounts = mount_aliases.table()
+    starts = sorted({(point, root) for root in read
+                     for point in [root, *mounts.at, *mounts.unresolved]
+                     if mount_aliases.at_or_below(point, root)})
+    first = next(iter(unmet.values()))
+    seen: set[tuple[int, int]] = set()
+    budget = READ_ENTRIES_MAX
+    for start, root in starts:
+        info = mount_aliases.look(start)  # (None: the command cannot reach it either)
+        if info is None or info.st_dev not in devices:
+            continue
+        if stat.S_ISREG(info.st_mode):  # (a root that is a file)
+            _refuse_shown(unmet, info, os.stat(os.path.dirname(start)), start, root)
+            continue
+        if not stat.S_ISDIR(info.st_mode) or not _listable(start, None, start, first):
+            continue
+        fd = os.open(start, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for dirpath, dirnames, filenames, dir_fd in _walk(
+                    start, fd, "read root", unlisted=partial(_unlisted_read, first, start)):
+                here = os.fstat(dir_fd)
+                if (here.st_dev, here.st_ino) in seen or here.st_dev not in devices:
+                    dirnames.clear()  # (walked already, or a mount of another filesystem)
+                    continue
+                seen.add((here.st_dev, here.st_ino))
+                budget -= len(dirnames) + len(filenames)
+                if budget < 0:
+                    raise _unfound(first, f"the read roots hold more than {READ_ENTRIES_MAX} "
+                                          "entries, too many to look through at each launch")
+                dirnames[:] = [name for name in dirnames if _listable(
+                    name, dir_fd, os.path.join(start, dirpath, name), first)]
+                for name in filenames:
+                    try:
+                        entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # (gone since it was listed)
+                    if (entry.st_dev, entry.st_ino) in unmet:  # (its path made only then)
+                        _refuse_shown(unmet, entry, here,
+                                      os.path.normpath(os.path.join(start, dirpath, name)), root)
+        finally:
+            os.close(fd)
+
+
+def _refuse_shown(unmet: dict[tuple[int, int], DeniedFile], entry: os.stat_result,
+                  above: os.stat_result, path: str, root: str) -> None:
+    """Refuse, typed, `path` (lstat `entry`, its directory `above`) in the read root `root` if
+    it is a name of an `unmet` file that is not one of its hidden names."""
+    known = unmet.get((entry.st_dev, entry.st_ino))
+    if known is not None and stat.S_ISREG(entry.st_mode) \
+            and (above.st_dev, above.st_ino, os.path.basename(path)) not in known.places:
+        raise UnenforceableError(
+            "filesystem.deny",
+            f"the denied file {known.path} has {known.links} hard links, and its other name "
+            f"{path} shows it in the read root {root}: deny that name too, or remove the link")
+
+
+def _listable(name: str, dir_fd: int | None, path: str, first: DeniedFile) -> bool:
+    """Whether the directory `name` (in `dir_fd`; at `path`) may be listed and searched by
+    this user; False for another user's the command may not enter (nor reach a name in);
+    refused, typed (`first`'s old refusal), where the command may enter it, or where it is this
+    user's (whose mode the landlock tier's command can set). Asked with the effective
+    credentials, capabilities included, as the walk's own opens are (a user namespace's root
+    lists what its mapped user owns whatever the mode)."""
+    if os.access(name, os.R_OK | os.X_OK, dir_fd=dir_fd, effective_ids=True,
+                 follow_symlinks=False):
+        return True
+    if os.access(name, os.X_OK, dir_fd=dir_fd, effective_ids=True, follow_symlinks=False) \
+            or os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid == os.geteuid():
+        raise _unlisted_read(first, path, ".")
+    return False
+
+
+def _unlisted_read(known: DeniedFile, top: str, rel: str) -> UnenforceableError:
+    return _unfound(known, f"{os.path.normpath(os.path.join(top, rel))} there cannot be read "
+                           "whole by this user")
+
+
+def _unfound(known: DeniedFile, why: str) -> UnenforceableError:
+    """The refusal of a denied file whose other names cannot all be looked for: `why`."""
+    return UnenforceableError(
+        "filesystem.deny",
+        f"the denied file {known.path} has {known.links} hard links, and only "
+        f"{len(known.places)} of its names lie where the sandbox hides them (the denied "
+        f"paths and the write roots); another may lie in a read root ({why}), where it would "
+        f"show the file: remove the other links (find / -xdev -samefile {known.path} "
+        "lists them) or deny their names too")
 
 
 def guards(roots: list[tuple[str, int]], names: frozenset[str],
