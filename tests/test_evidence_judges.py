@@ -10,20 +10,22 @@ from stockade.evidence.judges import (
     Denied,
     Logged,
     ProxyRefused,
+    Recorded,
     refused_by,
     worked_everywhere,
 )
 from stockade.evidence.runner import Matrix, Verdict
-from stockade.launch.result import Result
+from stockade.launch.result import Result, Violation
 
 LANDLOCK_OR_VIEW = Denied((refused_by("mount_view", "ENOENT"), refused_by("landlock", "EACCES")))
 
 
-def result(*lines: str, exit_code: int = 0, log: tuple[dict, ...] = ()) -> Result:
+def result(*lines: str, exit_code: int = 0, log: tuple[dict, ...] = (),
+           violations: tuple[Violation, ...] = ()) -> Result:
     return Result(exit_code=exit_code, signal=None, stdout="\n".join(lines).encode(),
                   stderr=b"", stdout_truncated=False, stderr_truncated=False, timed_out=False,
                   cancelled=False, duration=0.1, backend="linux", digest="", request_id="",
-                  network_log=log)
+                  network_log=log, violations=violations)
 
 
 def test_every_attempt_refused_by_a_named_mechanism_passes() -> None:
@@ -83,6 +85,19 @@ def test_a_time_out_is_a_refusal_only_with_the_denial_of_its_destination_logged(
     # (another attempt's time-out is no refusal at all)
     assert expect.check(result("tcp [fd00::2]:80: denied TimeoutError", log=(
         {**denial, "host": "fd00::2", "port": 80},))).error
+
+
+def test_a_refused_name_must_be_recorded_once_per_attempt() -> None:
+    expect = Recorded((refused_by("names_watch", "EACCES"),), kind="filesystem.host_code")
+    lines = ("mkdir ws/lib/mod: denied EACCES", "open ws/lib/mod: denied EACCES")
+    recorded = Violation("filesystem.host_code", "ws/lib/mod: not made")
+    found = expect.check(result(*lines, violations=(recorded, recorded)))
+    assert found.ok and "2 recorded filesystem.host_code" in found.text
+    assert expect.check(result(*lines, violations=(recorded,))).error
+    other = Violation("filesystem.protected", "ws/lib/mod: not made")
+    assert expect.check(result(*lines, violations=(recorded, other))).error
+    escaped = expect.check(result("mkdir ws/lib/mod: ALLOWED the name exists"))
+    assert not escaped.ok and not escaped.error
 
 
 def test_a_control_must_show_an_attempt_working_and_none_failing_as_in_the_sandbox() -> None:

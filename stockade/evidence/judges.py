@@ -281,6 +281,27 @@ class Logged(Denied):
         return f"{super().describe()}; {'/'.join(self.silent)} only with the denial logged"
 
 
+@dataclass(frozen=True)
+class Recorded(Denied):
+    """Denied, and a violation of `kind` recorded for each attempt denied: the mechanism says
+    what it refused (pid 1's name watch records each name it does not make)."""
+
+    kind: str = ""
+
+    def check(self, result: Result) -> Finding:
+        base = super().check(result)
+        if not base.ok:
+            return base
+        denied = sum(line.outcome == "denied" for line in lines(result))
+        recorded = sum(v.kind == self.kind for v in result.violations)
+        if recorded < denied:
+            return error(f"{denied} attempts denied, but {recorded} {self.kind} recorded")
+        return Finding(True, f"{base.text}; {recorded} recorded {self.kind}")
+
+    def describe(self) -> str:
+        return f"{super().describe()}; each recorded {self.kind}"
+
+
 def destination(name: str) -> tuple[str, str, int | None]:
     """(protocol, address, port) of an attempt named `PROTO HOST:PORT` (dns-udp is udp; an
     IPv6 HOST in brackets, its zone dropped), as the network log records a destination."""

@@ -194,39 +194,67 @@ def compiled_in_the_venv(row: Row, scene: Scene, backend: Backend | None) -> Lau
     return _compiled_by([scene.values["venv_python"], "-c", COMPILER], row, scene, backend)
 
 
-# Before COMPILER: the workspace package `pkg` (the file argv[2] names, its __init__.py)
-# imported by a finder of its own, as an editable install's finder imports it (hatchling's
-# `editables`), no path entry naming its directory (attack 30, N7).
+# Before COMPILER: the module `{module}` (a file argv[2] names, a package's __init__.py)
+# imported as `{module_name}` (argv[3]) by a finder of its own, as an editable install's finder
+# imports it (hatchling's `editables`), no path entry naming its directory (attack 30, N7).
 IMPORTING = """
 import importlib.util, sys
 sys.dont_write_bytecode = True  # (the host's import writes nothing the scene watches)
-spec = importlib.util.spec_from_file_location("pkg", sys.argv[2])
-sys.modules["pkg"] = module = importlib.util.module_from_spec(spec)
+spec = importlib.util.spec_from_file_location(sys.argv[3], sys.argv[2])
+sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
+"""
+# Before COMPILER: setuptools' editable finder for a flat layout installed (its module, the
+# file `{finder}`, as the install's .pth file's `import` line installs it), which maps
+# packages to the workspace; none of them imported (attack 29, N2).
+FINDING = """
+import importlib.util, sys
+sys.dont_write_bytecode = True
+spec = importlib.util.spec_from_file_location("__editable___x_finder", sys.argv[2])
+sys.modules[spec.name] = finder = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(finder)
+finder.install()
+"""
+# Before COMPILER: `pkg` imported through the starting directory (first on the import path,
+# as `python -c` and a script's directory put it there), which holds a link to it (attack 32,
+# S1).
+STARTED = """
+import sys
+sys.dont_write_bytecode = True
+import pkg
 """
 
 
-def compiled_after_importing(row: Row, scene: Scene, backend: Backend | None) -> Launch:
-    """The attack, its launch compiled by this interpreter started in the scene's root (the
-    workspace below its starting directory, as an agent run from ~ for a workspace in ~/proj)
-    after it imported the scene's `{package}` by a finder of its own (IMPORTING); run here.
-    (On the host: the attack as every row's.)"""
-    if backend is None:
-        return attack(row, scene, None)
-    return _compiled_by([sys.executable, "-c", IMPORTING + COMPILER], row, scene, backend,
-                        scene.values["package"])
+def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
+    """A launcher: the attack, its launch compiled by this interpreter started in the scene's
+    root (or its directory `start`), after `prelude` ran there with the scene's `values` as its
+    arguments (the workspace below its starting directory, as an agent run from ~ for a
+    workspace in ~/proj); run here. (On the host: the attack as every row's.)"""
+    def launch(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+        if backend is None:
+            return attack(row, scene, None)
+        return _compiled_by([sys.executable, "-c", prelude + COMPILER], row, scene, backend,
+                            *(scene.values[name] for name in values),
+                            cwd=scene.root / start)
+    return launch
+
+
+compiled_after_importing = compiled_after(IMPORTING, "module", "module_name")
+compiled_beside_a_finder = compiled_after(FINDING, "finder")
+compiled_started_through_a_link = compiled_after(STARTED, start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,
-                 *extra: str) -> Launch:
+                 *extra: str, cwd: Path | None = None) -> Launch:
     """The attack, its launch compiled by `command` (COMPILER's, with the spec and `extra`
-    after it) in the scene's root, and run here; a launch it refuses ends there, typed."""
+    after it) in `cwd` (the scene's root), and run here; a launch it refuses ends there,
+    typed."""
     argv = argv_for(row, scene)
     spec = {"policy": policy_to_document(policy_for(row, scene)), "argv": argv,
             "context": vars(context_for(scene))}
     done = subprocess.run([*command, json.dumps(spec), *extra],
                           env={**scene.host_env, "PYTHONPATH": PACKAGE_PARENT},
-                          cwd=scene.root, capture_output=True, text=True,
+                          cwd=cwd or scene.root, capture_output=True, text=True,
                           timeout=HOST_TIMEOUT, check=False)
     if not done.stdout:
         raise NotRunnable(f"the compiling interpreter compiled nothing: {done.stderr[-300:]}")

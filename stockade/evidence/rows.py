@@ -27,6 +27,7 @@ from stockade.evidence.judges import (
     Logged,
     OutputCut,
     ProxyRefused,
+    Recorded,
     Refusal,
     RefusedBefore,
     refused_by,
@@ -170,6 +171,31 @@ ROWS: tuple[Row, ...] = (
         "editable install's), started in a directory above the workspace",
         "tamper.py", "{ws}/pkg/__init__.py", expect=denied(HOST_CODE), proven=off("host_code"),
         setup=setups.workspace_package_imported, launch=launches.compiled_after_importing),
+    row("fs.host-code-pycache-prefix", "filesystem",
+        "forge a .pyc in the host's bytecode cache prefix (PYTHONPYCACHEPREFIX), a directory "
+        "in the write root: the cache of a module the host imports, and a new file there",
+        "tamper.py", "{pyc}", "{prefix}", expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.pycache_prefix_in_workspace),
+    row("fs.host-code-editable-mapping", "filesystem",
+        "change a workspace package an editable install's finder (setuptools', on the host "
+        "program's sys.meta_path) maps its name to, not imported yet",
+        "tamper.py", "{ws}/pkg/__init__.py", "{ws}/pkg", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.workspace_package_mapped,
+        launch=launches.compiled_beside_a_finder),
+    row("fs.host-code-start-link", "filesystem",
+        "change a workspace package the host's program imported through a symbolic link to it "
+        "in its starting directory (first on its import path), outside the write root",
+        "tamper.py", "{ws}/pkg/__init__.py", "{ws}/pkg", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.workspace_package_linked_from_start,
+        launch=launches.compiled_started_through_a_link),
+    row("fs.host-code-shadowing-name", "filesystem",
+        "make, beside a workspace module file the host's program imported by a finder of its "
+        "own, the names its next import takes first: a package directory of its name, an "
+        "extension module, the missing __pycache__ (mkdir, open, symlink, rename)",
+        "host_code_shadow.py", "{ws}/lib/mod", "{ws}/lib/mod{ext}", "{ws}/lib/__pycache__",
+        expect=Recorded((by("names_watch", "EACCES"),), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")), setup=setups.workspace_module_imported,
+        launch=launches.compiled_after_importing),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -187,12 +187,110 @@ def host_code_linked_to_workspace(scene: Scene) -> None:
 
 
 def workspace_package_imported(scene: Scene) -> None:
-    """A workspace package (`{package}`, ws/pkg/__init__.py) the launch's compile imported by
+    """A workspace package (`{module}`, ws/pkg/__init__.py) the launch's compile imported by
     a finder of its own, as an editable install's finder imports it, started in the scene's
     root, above the workspace (launches.compiled_after_importing): the host's program runs
     what the command writes in it when it next imports `pkg` (attack 30, N7)."""
-    scene.values["package"] = str(scene.plant("ws/pkg/__init__.py", "VALUE = 1\n"))
+    scene.values["module"] = str(scene.plant("ws/pkg/__init__.py", "VALUE = 1\n"))
+    scene.values["module_name"] = "pkg"
     scene.watch(Unchanged(scene.ws / "pkg", "ws/pkg (a package the host imported)"))
+
+
+def workspace_module_imported(scene: Scene) -> None:
+    """A workspace module file (`{module}`, ws/lib/mod.py, no `__pycache__` beside it) the
+    launch's compile imported by a finder of its own (launches.compiled_after_importing):
+    the host's next import of `mod` takes a package directory `mod`, an extension module
+    `mod{ext}` or a bytecode cache made beside it first (attack 31, H1, H2)."""
+    import importlib.machinery
+
+    scene.values["module"] = str(scene.plant("ws/lib/mod.py", "VALUE = 1\n"))
+    scene.values["module_name"] = "mod"
+    scene.values["ext"] = importlib.machinery.EXTENSION_SUFFIXES[0]
+    scene.watch(Unchanged(scene.ws / "lib", "ws/lib (holding mod.py, a module the host "
+                          "imported)"))
+
+
+# setuptools' editable finder for a flat layout (its editable_wheel._FINDER_TEMPLATE, the
+# namespace finder left out): a module of site-packages that an `import` line of the
+# install's .pth file installs on sys.meta_path.
+EDITABLE_FINDER = """\
+import sys
+from importlib.machinery import all_suffixes as module_suffixes
+from importlib.util import spec_from_file_location
+from itertools import chain
+from pathlib import Path
+
+MAPPING = {mapping!r}
+NAMESPACES = {{}}
+
+
+class _EditableFinder:  # MetaPathFinder
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        for pkg, pkg_path in reversed(list(MAPPING.items())):
+            if fullname == pkg or fullname.startswith(f"{{pkg}}."):
+                rest = fullname.replace(pkg, "", 1).strip(".").split(".")
+                return cls._find_spec(fullname, Path(pkg_path, *rest))
+        return None
+
+    @classmethod
+    def _find_spec(cls, fullname, candidate_path):
+        init = candidate_path / "__init__.py"
+        candidates = (candidate_path.with_suffix(x) for x in module_suffixes())
+        for candidate in chain([init], candidates):
+            if candidate.exists():
+                return spec_from_file_location(fullname, candidate)
+
+
+def install():
+    if not any(finder == _EditableFinder for finder in sys.meta_path):
+        sys.meta_path.append(_EditableFinder)
+"""
+
+
+def workspace_package_mapped(scene: Scene) -> None:
+    """A workspace package (ws/pkg) that an editable install's finder (`{finder}`, in a
+    site-packages of the scene's, outside the workspace) maps `pkg` to, installed in the
+    launch's compile (launches.compiled_beside_a_finder), which never imported it: the host's
+    program runs what the command writes there when it first imports `pkg` (attack 29, N2)."""
+    package = scene.plant("ws/pkg/__init__.py", "VALUE = 1\n").parent
+    scene.values["finder"] = str(scene.plant(
+        "site/__editable___x_finder.py", EDITABLE_FINDER.format(mapping={"pkg": str(package)})))
+    scene.watch(Unchanged(package, "ws/pkg (a package an editable finder of the host maps)"))
+
+
+def workspace_package_linked_from_start(scene: Scene) -> None:
+    """A workspace package (ws/pkg) that the launch's compile, started in the directory `app`
+    outside the workspace, imported through the link app/pkg to it
+    (launches.compiled_started_through_a_link): an import through the starting directory
+    that is not the program's own, since it lies in the workspace (attack 32, S1)."""
+    package = scene.plant("ws/pkg/__init__.py", "VALUE = 1\n").parent
+    (scene.root / "app").mkdir()
+    (scene.root / "app" / "pkg").symlink_to(package)
+    scene.watch(Unchanged(package, "ws/pkg (imported through app/pkg, a link in the host "
+                          "program's starting directory)"))
+
+
+def pycache_prefix_in_workspace(scene: Scene) -> None:
+    """The host's bytecode cache prefix (PYTHONPYCACHEPREFIX in the environment the launch's
+    compile sees, as a CLI's would) in the workspace (`{prefix}`), holding the cache of a
+    module the host's next Python imports (`{pyc}`, the json package's): an import takes a
+    .pyc there for its source (attack 29, N4)."""
+    import importlib.util
+    import json
+    import py_compile
+
+    prefix = scene.ws / "pycache"
+    prefix.mkdir()
+    scene.host_env["PYTHONPYCACHEPREFIX"] = str(prefix)
+    source = os.path.abspath(json.__file__)
+    # (where an interpreter with that prefix keeps the cache of `source`: its directory below
+    # the prefix, the name it has in a __pycache__)
+    pyc = Path(f"{prefix}{os.path.dirname(source)}",
+               os.path.basename(importlib.util.cache_from_source(source)))
+    py_compile.compile(source, cfile=str(pyc), doraise=True)
+    scene.values.update(prefix=str(prefix), pyc=str(pyc))
+    scene.watch(Unchanged(prefix, "ws/pycache (the host's bytecode cache prefix)"))
 
 
 def pth_names_missing_directory(scene: Scene) -> None:
