@@ -196,6 +196,12 @@ ROWS: tuple[Row, ...] = (
         expect=Recorded((by("names_watch", "EACCES"),), kind="filesystem.host_code"),
         proven=(off("host_code"), off("names_watch")), setup=setups.workspace_module_imported,
         launch=launches.compiled_after_importing),
+    row("fs.host-code-prefix-part", "filesystem",
+        "replace the interpreter, and plant a script, in the bin directory of the venv the "
+        "host's program runs from, outside the write root, that a bind mount shows in it",
+        "tamper.py", "{ws}/vbin/python", "{ws}/vbin/stockade", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.venv_bin_bound_in_workspace,
+        launch=launches.compiled_in_the_venv, root_only=BIND_NEEDS_ROOT),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -307,6 +307,22 @@ def pth_names_missing_directory(scene: Scene) -> None:
     scene.watch(Unchanged(scene.ws, "workspace"))
 
 
+def venv_bin_bound_in_workspace(scene: Scene) -> None:
+    """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
+    installed there; a copy, as `python -m venv --copies` makes it) whose bin directory is
+    bound in the workspace at `vbin` (a bind mount on the host, root's, undone after): the
+    command writes the interpreter the host's next `stockade` runs under that other name
+    (attack 28, V2)."""
+    import venv
+
+    venv.EnvBuilder(symlinks=False, with_pip=False).create(scene.root / "venv")
+    bin_directory = scene.root / "venv" / "bin"
+    (scene.ws / "vbin").mkdir()
+    mounted(scene, BindMount(bin_directory, scene.ws / "vbin"))
+    scene.values["venv_python"] = str(bin_directory / "python")
+    scene.watch(Unchanged(bin_directory, "venv/bin (the interpreter's)"))
+
+
 def protected_create_places(scene: Scene) -> None:
     """The workspace and a/b below it, each with a file to link and rename and a dangling
     symlink to a protected name (fs_protected_create.py): the workspace must stay as made."""
