@@ -12,7 +12,16 @@ primitives of the host, failing closed.
 
 from __future__ import annotations
 
+import os as _os
+
 TYPE_CHECKING = False  # (not imported from typing: `stockade run` starts faster without it)
+
+try:
+    # (the working directory when Stockade was first imported, before the program could move:
+    # what "" and `-m` put first on its import path; launch/hostcode.py)
+    _started_in: str | None = _os.getcwd()
+except OSError:
+    _started_in = None
 
 __version__ = "0.1.0"
 

@@ -478,25 +478,40 @@ MUTANTS: tuple[Mutant, ...] = (
            "        print_host_code_note(result)\n", "        pass\n",
            (CLI + "test_the_cli_says_why_a_write_to_host_code_failed",)),
     Mutant("host-code-relative-entries-skipped", "stockade/launch/hostcode.py",
-           "              if isinstance(entry, str) and entry and not _hooked(entry)]",
+           "              if isinstance(entry, str) and entry and _names_a_path(entry)]",
            "              if isinstance(entry, str) and os.path.isabs(entry)]",
            (HOST + "test_a_relative_entry_on_the_import_path_is_the_directory_it_names",)),
     Mutant("host-code-hook-keys-taken-for-directories", "stockade/launch/hostcode.py",
-           "    return finder is not None and not isinstance(finder, "
-           "importlib.machinery.FileFinder)",
-           "    return False and finder is not None and not isinstance(finder, "
-           "importlib.machinery.FileFinder)",
+           "    return finder is None or isinstance(finder, importlib.machinery.FileFinder)",
+           "    return True",
            (HOST + "test_a_path_hooks_key_on_the_import_path_is_no_directory",)),
     Mutant("host-code-former-entries-unread", "stockade/launch/hostcode.py",
            '    found += [Place(path, "searched") for path in _searched()',
            '    found += [Place(path, "searched") for path in ()',
            (HOST + "test_a_directory_once_on_the_import_path_is_host_code",)),
     Mutant("host-code-first-entry-taken-for-start", "stockade/launch/hostcode.py",
-           "    start = _start_entry()\n", "    start = sys.path[0] if sys.path else None\n",
+           "    start = _start_entry(started_in)\n",
+           "    start = sys.path[0] if sys.path else None\n",
            (HOST + "test_an_entry_put_before_the_starting_directory_is_no_starting_directory"
             "[script]",
             HOST + "test_an_entry_put_before_the_starting_directory_is_no_starting_directory"
             "[module]")),
+    Mutant("host-code-start-judged-from-here", "stockade/launch/hostcode.py",
+           "    started_in = stockade._started_in or os.getcwd()\n",
+           "    started_in = os.getcwd()\n",
+           (HOST + "test_the_starting_directory_is_where_the_program_started_not_where_it_went"
+            "[-m]",
+            HOST + "test_the_starting_directory_is_where_the_program_started_not_where_it_went"
+            "[-c]")),
+    Mutant("host-code-missing-searched-skipped", "stockade/launch/hostcode.py",
+           "            if isinstance(key, str) and key and _names_a_path(key)]",
+           "            if isinstance(key, str) and key and _names_a_path(key)\n"
+           "            and os.path.lexists(key)]",
+           (HOST + "test_a_missing_directory_the_imports_searched_is_not_made",)),
+    Mutant("host-code-hooked-file-skipped", "stockade/launch/hostcode.py",
+           "    if os.path.isabs(entry) or os.path.lexists(entry):\n",
+           "    if os.path.isabs(entry):\n",
+           (HOST + "test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

@@ -268,6 +268,7 @@ def test_an_entry_put_before_the_starting_directory_is_no_starting_directory(
         assert f"is the write root {ws}" in refused.value.message
         return
     monkeypatch.chdir(ws)  # (python -m pytest, in the project)
+    monkeypatch.setattr(stockade, "_started_in", str(ws))
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "pytest"])
     monkeypatch.setattr(sys, "path", [str(ws / "tests"), str(ws), *sys.path[1:]])
     assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "tests"),)
@@ -840,3 +841,54 @@ def test_the_names_an_import_takes_first_are_unmade_under_every_name_of_the_modu
     unmade = json.loads(done.stdout)
     assert str(ws / "lib" / "mod") in unmade and str(ws / "lib" / "__pycache__") in unmade, \
         unmade
+
+
+@pytest.mark.parametrize("started", ["-m", "-c"])
+def test_the_starting_directory_is_where_the_program_started_not_where_it_went(
+        tmp_path, monkeypatch, started):
+    """Attack 34 B1, F5: the starting directory was judged from the working directory at
+    launch. A program started with -m in app/ that put the workspace on its path and moved
+    into it had the workspace taken for its own (kept nowhere: the command rewrote its
+    plugin); one started in the workspace that moved into ws/build had its real starting
+    directory, the workspace, taken for an import-path directory and refused. It is the
+    directory the program was in when it first imported Stockade."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "build", app):
+        path.mkdir(parents=True)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, started, "tool"])
+    if started == "-m":  # (started in app/, the workspace put first, then moved into it)
+        monkeypatch.setattr(stockade, "_started_in", str(app))
+        monkeypatch.setattr(sys, "path", [str(ws), str(app), *sys.path[1:]])
+        monkeypatch.chdir(ws)
+        with pytest.raises(stockade.UnenforceableError) as refused:
+            compile_policy(policy_for(), ["true"], ctx)
+        assert f"is the write root {ws}" in refused.value.message
+        return
+    monkeypatch.setattr(stockade, "_started_in", str(ws))  # (started in ws, moved below)
+    monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
+    monkeypatch.chdir(ws / "build")
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
+def test_a_missing_directory_the_imports_searched_is_not_made(tmp_path, monkeypatch):
+    """Attack 34 B5a: the program put ws/plugins, missing, on its path while it tried an
+    optional import; the command made it with the module, and the next run imported it.
+    A searched place that is missing is not made during the run."""
+    monkeypatch.setitem(sys.path_importer_cache, str(tmp_path / "plugins"), None)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).unmade
+
+
+def test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file(
+        tmp_path, monkeypatch):
+    """Attack 34 B7: "overrides.zip" on sys.path, a zip file in the working directory that
+    the zip importer's hook takes: relative entries a hook takes were all taken for hooks'
+    own keys, and the command rewrote the archive."""
+    with zipfile.ZipFile(tmp_path / "overrides.zip", "w") as made:
+        made.writestr("overrides.py", "X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, "overrides.zip"])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "overrides.zip") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code

@@ -627,8 +627,9 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
                  if place.kind in ("module", "editable") and os.path.isfile(resolved)
                  and _below(resolved, write) for name in hostcode.shadowing(resolved)]
     unmade = {resolved for place, resolved in found + shadowing
-              if (place.kind == "pycache_dir" or (place, resolved) in shadowing)
-              and not os.path.lexists(resolved) and _below(resolved, write)}
+              if (place.kind in ("pycache_dir", "searched") or (place, resolved) in shadowing)
+              and not os.path.lexists(resolved) and _below(resolved, write)
+              and os.path.isdir(os.path.dirname(resolved))}
     found = [(place, resolved) for place, resolved in found + shadowing
              if resolved not in unmade]
     refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), write, deny)

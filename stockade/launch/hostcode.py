@@ -71,16 +71,17 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     entries = list(sys.path)
     # (the entry the interpreter put first, wherever the program moved it: one it put in
     # front of it is no starting directory; attack 33 A6, F1)
-    start = _start_entry()
+    started_in = stockade._started_in or os.getcwd()
+    start = _start_entry(started_in)
     if start is not None and start in entries:
         entries.remove(start)
-        found.append(Place(os.path.abspath(start), "start"))
+        found.append(Place(os.path.normpath(os.path.join(started_in, start)), "start"))
     # (a relative entry is a directory the working directory is joined to at every import,
     # unless a path hook of its own takes it — setuptools' editable finder adds
     # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
     # the next call resolves from a working directory not known here)
     found += [Place(os.path.abspath(entry), "import_path") for entry in entries
-              if isinstance(entry, str) and entry and not _hooked(entry)]
+              if isinstance(entry, str) and entry and _names_a_path(entry)]
     found += [Place(os.path.normpath(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
@@ -123,11 +124,13 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     return list(dict.fromkeys(found))
 
 
-def _start_entry() -> str | None:
-    """What the interpreter put first on sys.path at start-up, as sys.orig_argv tells: "" (the
-    working directory at each import) for -c, a script read from standard input, or none;
-    for -m the working directory (where sys.path names it); a script's own directory, links
-    resolved; a directory or zip file run as a script, as given; None under -P or -I."""
+def _start_entry(started_in: str) -> str | None:
+    """What the interpreter put first on sys.path at start-up, as sys.orig_argv tells, from
+    the working directory `started_in` (the one when Stockade was first imported: the
+    program may have moved since; attack 34 B1, B2, F5): "" (the working directory at each
+    import) for -c, a script read from standard input, or none; for -m that directory (where
+    sys.path names it); a script's own directory, links resolved; a directory or zip file
+    run as a script, as given; None under -P or -I."""
     if sys.flags.safe_path:
         return None
     args = iter(sys.orig_argv[1:])
@@ -139,15 +142,15 @@ def _start_entry() -> str | None:
                 next(args, None)  # (its value)
             continue
         if not arg.startswith("-"):
-            if os.path.isdir(arg) or (os.path.isfile(arg) and _zip(arg)):
+            path = os.path.join(started_in, arg)
+            if os.path.isdir(path) or (os.path.isfile(path) and _zip(path)):
                 return arg  # (a directory or zip file run whole)
-            return os.path.dirname(os.path.realpath(arg))
+            return os.path.dirname(os.path.realpath(path))
         for at, flag in enumerate(arg[1:], 1):  # (flags run together: -bBc, -Wd, -Xdev)
             if flag == "c":
                 return ""
             if flag == "m":
-                cwd = os.getcwd()
-                return cwd if cwd in sys.path else None
+                return started_in if started_in in sys.path else None
             if flag in "WX":
                 if at == len(arg) - 1:
                     next(args, None)  # (its value, the next word)
@@ -164,13 +167,16 @@ def _zip(path: str) -> bool:
         return False
 
 
-def _hooked(entry: str) -> bool:
-    """Whether a path hook other than the file system's own takes the relative `entry`
-    (a key such as setuptools' "__editable__.NAME.finder.__path_hook__", no directory)."""
+def _names_a_path(entry: str) -> bool:
+    """Whether the import-path entry `entry` names a file or directory: an absolute one, or
+    a relative one that names something from the working directory (what a path hook makes
+    of it is searched there too: a zip file, a wrapped finder; attack 34 B6, B7) or that no
+    path hook but the file system's own takes (it may be made). Not a key such as
+    setuptools' "__editable__.NAME.finder.__path_hook__", which a hook of its own takes."""
     import importlib.machinery
 
-    if os.path.isabs(entry):
-        return False
+    if os.path.isabs(entry) or os.path.lexists(entry):
+        return True
     finder = sys.path_importer_cache.get(entry)
     if entry not in sys.path_importer_cache:
         for hook in sys.path_hooks:
@@ -179,14 +185,15 @@ def _hooked(entry: str) -> bool:
                 break
             except ImportError:
                 continue
-    return finder is not None and not isinstance(finder, importlib.machinery.FileFinder)
+    return finder is None or isinstance(finder, importlib.machinery.FileFinder)
 
 
 def _searched() -> list[str]:
-    """The directories the imports of this process searched (sys.path_importer_cache's
-    keys that a finder took), absolute."""
-    return [os.path.abspath(key) for key, finder in list(sys.path_importer_cache.items())
-            if isinstance(key, str) and key and finder is not None and not _hooked(key)]
+    """The places the imports of this process searched (sys.path_importer_cache's keys),
+    absolute: missing ones too, which the next run searches again once they exist (attack
+    34 B5a)."""
+    return [os.path.abspath(key) for key in list(sys.path_importer_cache)
+            if isinstance(key, str) and key and _names_a_path(key)]
 
 
 def _editable_mappings() -> list[str]:
