@@ -148,6 +148,12 @@ class Workspace:
             return limit
         return requested if limit is None else min(requested, limit)
 
+    def own_timeout(self, requested: float | None) -> bool:
+        """Whether a call asking for `requested` runs under its own timeout, shorter than the
+        policy's `limits.timeout` (a timeout then is the call's, not the sandbox's limit)."""
+        limit = self.limits.timeout
+        return requested is not None and (limit is None or requested < limit)
+
     @contextlib.contextmanager
     def _sandbox(self) -> Iterator[Sandbox]:
         """A warm sandbox no other call is using, for one call."""
@@ -190,8 +196,7 @@ class Workspace:
             # everything in it, and the next call starts a new one (denial_lines says so)
             return Outcome(KILLED, "", "", False, False,
                            (Denial("sandbox.lost", exc.message, None),))
-        limit = self.limits.timeout
-        return outcome(result, timeout is not None and (limit is None or timeout < limit))
+        return outcome(result, self.own_timeout(timeout))
 
     async def aexec(self, command: Sequence[str] | str, *, shell: bool = False,
                     cwd: str | os.PathLike | None = None, timeout: float | None = None,
