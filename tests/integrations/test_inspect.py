@@ -16,7 +16,7 @@ from inspect_ai.model import ModelOutput, get_model
 from inspect_ai.model._providers.mockllm import MockLLM
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, includes, match, scorer
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools
-from inspect_ai.tool import bash, text_editor
+from inspect_ai.tool import bash, python, text_editor
 from inspect_ai.util import sandbox
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected here
 
@@ -185,22 +185,27 @@ allow = ["allowed.example"]
 def test_what_the_sandbox_stopped_or_cut_reaches_the_model(tmp_path, counted_offline):
     """Through Inspect's bash() tool: the policy's time limit (not a bare 124), output cut at
     limits.output and a proxy refusal are said in words the model reads, each with the policy
-    grant that would allow it."""
+    grant that would allow it; through python(timeout=1), the call's own timeout, shorter than
+    the policy's, is said as such with Inspect's timeout error."""
     policy = tmp_path / "limited.toml"
     policy.write_text(LIMITED)
 
     @task
     def limited():
         return Task(dataset=[Sample(input="go", target="done", files={"fetch.py": FETCH})],
-                    solver=[use_tools(bash()), generate()], scorer=includes(),
-                    sandbox=("stockade", str(policy)))
+                    solver=[use_tools(bash(), python(timeout=1)), generate()],
+                    scorer=includes(), sandbox=("stockade", str(policy)))
 
-    model = model_calls("bash", {"command": "sleep 30"},
-                        {"command": "head -c 5000 /dev/zero | tr '\\0' a"},
-                        {"command": "python3 fetch.py http://denied.example/"})
+    model = get_model("mockllm/model", custom_outputs=[
+        *(ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command}) for command in (
+            "sleep 30", "head -c 5000 /dev/zero | tr '\\0' a",
+            "python3 fetch.py http://denied.example/")),
+        ModelOutput.for_tool_call("mockllm/model", "python", {"code": "import time\n"
+                                                                      "time.sleep(30)"}),
+        ModelOutput.from_content("mockllm/model", "done")])
     [log] = eval(limited(), model=model, log_dir=str(tmp_path / "logs"), display="none")
     assert log.status == "success", log.error
-    slow, cut, denied = tool_replies(log)
+    slow, cut, denied, shortened = tool_replies(log)
     assert slow.text.startswith(
         "stockade: the command was killed after 2s, the sandbox's time limit; the policy grant "
         "that would allow it: limits.timeout\n"), slow.text
@@ -211,3 +216,8 @@ def test_what_the_sandbox_stopped_or_cut_reaches_the_model(tmp_path, counted_off
     assert denied.text == (
         "stockade: denied network.denied: http denied.example:80: not_allowed; the policy "
         "grant that would allow it: network.allow denied.example:80\n\n403\n"), denied.text
+    assert shortened.error.type == "timeout"  # (python(timeout=1): the call's own timeout)
+    assert shortened.text == (
+        "stockade: the command was killed after 1s, the timeout this call asked for (shorter "
+        "than the sandbox's time limit, limits.timeout): a longer one would let it run on\n"), \
+        shortened.text
