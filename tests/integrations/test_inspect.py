@@ -18,9 +18,10 @@ from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, includes, mat
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools
 from inspect_ai.tool import bash, python, text_editor
 from inspect_ai.util import sandbox
+from inspect_ai.util._sandbox._cli import SANDBOX_TOOLS_DIR
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected here
 
-from stockade.integrations.inspect_sandbox import StockadeSandboxEnvironment
+from stockade.integrations.inspect_sandbox import TOOLS_NAME, StockadeSandboxEnvironment
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -148,10 +149,21 @@ def test_text_editor_works_in_the_sandbox(tmp_path, counted_offline):
     """Inspect's text_editor() (a tool Inspect installs into the sandbox, under /var/tmp, which
     the sandbox cannot write) creates, edits and views a file in the sample's directory: its
     tools go to a directory of the sample's own."""
+    seen = {}
+
+    @scorer(metrics=[accuracy()])
+    def on_the_host():
+        async def score(state: TaskState, target: object) -> Score:
+            directory = sandbox().as_type(StockadeSandboxEnvironment).directory
+            seen["notes"] = open(os.path.join(directory, "notes.txt")).read()
+            seen["tools"] = os.path.isdir(os.path.join(directory, TOOLS_NAME))
+            return Score(value=CORRECT)
+        return score
+
     @task
     def editing():
         return Task(dataset=[Sample(input="go", target="done")],
-                    solver=[use_tools(text_editor()), generate()], scorer=includes(),
+                    solver=[use_tools(text_editor()), generate()], scorer=on_the_host(),
                     sandbox=("stockade", "workspace-write"))
 
     model = model_calls(
@@ -159,8 +171,11 @@ def test_text_editor_works_in_the_sandbox(tmp_path, counted_offline):
         {"command": "create", "path": "notes.txt", "file_text": "one\n"},
         {"command": "str_replace", "path": "notes.txt", "old_str": "one", "new_str": "two"},
         {"command": "view", "path": "notes.txt"})
+    host_tools = os.path.lexists(SANDBOX_TOOLS_DIR)
     [log] = eval(editing(), model=model, log_dir=str(tmp_path / "logs"), display="none")
     assert log.status == "success", log.error
+    assert seen == {"notes": "two\n", "tools": True}  # (in the sample's own directory)
+    assert os.path.lexists(SANDBOX_TOOLS_DIR) == host_tools  # the host's /var/tmp: untouched
     created, replaced, viewed = tool_replies(log)
     assert [reply.error for reply in (created, replaced, viewed)] == [None, None, None]
     assert created.text.startswith("File created successfully"), created.text
