@@ -11,10 +11,17 @@ import threading
 import time
 
 import pytest
-from conftest import PYTHON, policy_for
+from conftest import PYTHON, policy_for, sandbox
 
 from stockade.errors import UsageError
-from stockade.integrations.workspace import Entry, FileError, Workspace
+from stockade.integrations.workspace import (
+    Entry,
+    FileError,
+    Workspace,
+    denial_lines,
+    outcome,
+    with_denials,
+)
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -57,6 +64,42 @@ def test_a_call_cannot_lengthen_the_policys_timeout(ws):
         assert workspace.timeout(0.5) == 0.5
         with pytest.raises(UsageError):
             workspace.exec(["true"], timeout=0)
+
+
+def test_each_limit_is_said_in_words_with_what_would_allow_it(ws):
+    """What the sandbox stopped or cut reaches a model as words (denial_lines): the policy's
+    time limit and its grant, a call's own shorter timeout (no grant: a longer timeout for the
+    call would do), output cut at limits.output."""
+    root, _ = ws
+    policy = policy_for("workspace-write", timeout=1.0, output=1024)
+    with Workspace(policy, workspace=root) as workspace:
+        slow = workspace.exec(["sleep", "30"])
+        assert denial_lines(slow.denials) == [
+            "stockade: the command was killed after 1s, the sandbox's time limit; the policy "
+            "grant that would allow it: limits.timeout"]
+        shortened = workspace.exec(["sleep", "30"], timeout=0.5)
+        assert [(d.kind, d.grant) for d in shortened.denials] == [("limits.timeout", None)]
+        assert denial_lines(shortened.denials) == [
+            "stockade: the command was killed after 0.5s, the timeout this call asked for "
+            "(shorter than the sandbox's time limit, limits.timeout): a longer one would let "
+            "it run on"]
+        cut = workspace.exec("head -c 5000 /dev/zero | tr '\\0' a", shell=True)
+        assert cut.truncated and cut.exit_code == 0
+        assert with_denials(cut.stdout, cut.denials) == "a" * 1024 + (
+            "\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: the rest of it "
+            "was dropped; the policy grant that would allow it: limits.output\n")
+        whole = workspace.exec(["echo", "fine"])
+        assert with_denials(whole.stdout, whole.denials) == "fine\n"
+
+
+def test_a_memory_refusal_is_said_in_words(ws):
+    """A run's limits.memory violation (pid 1 refused an allocation at the limit), in words."""
+    root, _ = ws
+    result = sandbox([PYTHON, "-c", "x = bytearray(1 << 30)"], root, memory=256 << 20)
+    [line] = denial_lines(outcome(result).denials)
+    assert line.startswith("stockade: the sandbox's memory limit refused memory: "), line
+    assert " refused at the 256.0 MiB address-space limit; " in line, line
+    assert line.endswith("; the policy grant that would allow it: limits.memory"), line
 
 
 def test_file_operations_never_follow_a_planted_link(workspace, ws):
@@ -119,6 +162,9 @@ def test_typed_failures(workspace):
 def test_a_lost_sandbox_is_started_again(workspace):
     lost = workspace.exec(["sh", "-c", "kill -9 -1"])
     assert lost.exit_code == 137 and [d.kind for d in lost.denials] == ["sandbox.lost"]
+    assert denial_lines(lost.denials) == [
+        "stockade: the sandbox was lost: the command ended its agent (as kill -9 -1 does), and "
+        "everything in it with it; the next command runs in a new sandbox"]
     assert workspace.exec(["echo", "again"]).stdout == "again\n"
 
 
@@ -153,6 +199,10 @@ def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
         assert first.stdout == "403\n", first
         assert [(d.kind, d.grant) for d in first.denials] == [
             ("network.denied", "network.allow denied.example:80")]
+        [line] = denial_lines(first.denials)
+        assert line.startswith("stockade: denied network.denied: http denied.example:80: "), line
+        assert line.endswith("; the policy grant that would allow it: network.allow "
+                             "denied.example:80"), line
         second = workspace.exec([PYTHON, "-c", fetch, "http://other.example:8080/"])
         assert [d.grant for d in second.denials] == ["network.allow other.example:8080"]
 

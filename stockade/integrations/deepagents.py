@@ -1,18 +1,24 @@
 """A LangChain deepagents sandbox backend that runs in Stockade (`pip install
 'stockade[deepagents]'`):
 
-    backend = StockadeSandbox(Workspace(preset="workspace-write", workspace=path))
-    agent = create_deep_agent(model=..., backend=backend)
+    sandbox = StockadeSandbox(Workspace(preset="workspace-write", workspace=path))
+    agent = create_deep_agent(model=..., backend=sandbox.backend())
 
 What deepagents gets: `execute` runs each shell command in one warm Stockade sandbox over the
 workspace (exit codes in the shell's conventions: not found 127, timed out 124; output within
-`limits.output`, `truncated` when cut). `upload_files` and `download_files` are the
+`limits.output`, `truncated` when cut; what the sandbox stopped or cut said in words at the
+end of the output, with the policy grant that would allow it). `backend()` is the sandbox
+with deepagents' artifacts root (where it offloads large tool results and summarized history,
+`/large_tool_results` and `/conversation_history` by default: read-only in a sandbox, whose
+root is) in the workspace, `ARTIFACTS`. `upload_files` and `download_files` are the
 Workspace's file operations, performed inside the sandbox and never following a link; the
 rest of the file tools (`ls`, `read`, `write`, `edit`, `grep`, `glob`) are deepagents' own
 `BaseSandbox` scripts, run through `execute`, so inside the same sandbox.
 
 What it cannot ask for: a path outside the workspace (deepagents paths are absolute: they must
-lie in the workspace, else `permission_denied`; a relative one is `invalid_path`), a write to a
+lie in the workspace, else `permission_denied`; a relative one is `invalid_path`; an upload
+of a file directly in /tmp goes to the sandbox's own /tmp, where deepagents stages a large
+edit), a write to a
 protected name (`permission_denied`), a link followed by an upload or download
 (`permission_denied`), or a timeout beyond the policy's `limits.timeout` (a longer or zero
 `timeout` runs under the policy's)."""
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import os
 
+from deepagents.backends.composite import CompositeBackend
 from deepagents.backends.protocol import (
     ExecuteResponse,
     FileDownloadResponse,
@@ -28,8 +35,10 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from stockade.integrations.workspace import FileError, Outcome, Workspace
+from stockade.integrations.workspace import FileError, Outcome, Workspace, with_denials
 
+# Where deepagents' artifacts go (large tool results, summarized history), in the workspace.
+ARTIFACTS = ".deepagents-artifacts"
 # Stockade's FileError codes in deepagents' FileOperationError words.
 _ERRORS = {"not_found": "file_not_found", "not_a_directory": "file_not_found",
            "is_a_directory": "is_directory", "permission_denied": "permission_denied",
@@ -59,7 +68,8 @@ class StockadeSandbox(BaseSandbox):
         responses = []
         for path, content in files:
             try:
-                self.workspace.write_file(self._absolute(path), content)
+                self.workspace.write_file(self._absolute(path), content,
+                                          confined=not _in_tmp(path))
                 responses.append(FileUploadResponse(path=path))
             except FileError as exc:
                 responses.append(FileUploadResponse(path=path, error=_error(exc)))
@@ -75,6 +85,15 @@ class StockadeSandbox(BaseSandbox):
                 responses.append(FileDownloadResponse(path=path, error=_error(exc)))
         return responses
 
+    def backend(self, artifacts: str = ARTIFACTS) -> CompositeBackend:
+        """The backend to give `create_deep_agent`: this sandbox, with deepagents' artifacts
+        root `artifacts` in the workspace (relative to it), which the sandbox may write: its
+        own setting, so no other path is made writable. Large tool results are offloaded to
+        `<artifacts>/large_tool_results/<call id>` there, for the model to read back, and
+        summarized history to `<artifacts>/conversation_history`."""
+        return CompositeBackend(default=self, routes={},
+                                artifacts_root=self.workspace.resolve(artifacts))
+
     def close(self) -> None:
         self.workspace.close()
 
@@ -84,9 +103,16 @@ class StockadeSandbox(BaseSandbox):
         return path
 
 
+def _in_tmp(path: str) -> bool:
+    """Whether `path` names a file directly in /tmp, where deepagents stages a large edit's
+    strings for the command that applies it: an upload there lands in the sandbox's own /tmp
+    (the host's only where the policy grants it), as the command's own writes do."""
+    return os.path.dirname(os.path.normpath(path)) == "/tmp"
+
+
 def _response(outcome: Outcome) -> ExecuteResponse:
-    return ExecuteResponse(output=outcome.output, exit_code=outcome.exit_code,
-                           truncated=outcome.truncated)
+    return ExecuteResponse(output=with_denials(outcome.output, outcome.denials),
+                           exit_code=outcome.exit_code, truncated=outcome.truncated)
 
 
 def _error(exc: FileError) -> str:

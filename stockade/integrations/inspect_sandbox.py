@@ -6,12 +6,19 @@ What Inspect gets: each sample runs in a fresh temporary directory (its working 
 removed with everything in it at the sample's cleanup) with a warm Stockade sandbox over it.
 `exec` runs there with the shell's exit codes; a missing program is a failed result (127), a
 file that cannot be executed raises `PermissionError`, `timeout` raises `TimeoutError` (it
-never lengthens the policy's `limits.timeout`), and output past `limits.output` raises
-`OutputLimitExceededError`. `read_file` and `write_file` run inside the sandbox and never
-follow a symbolic link: relative paths are in the sample's directory, absolute ones reach
-what the sandbox can (a read root is read-only, the sandbox's own `/tmp` is its own);
-`FileNotFoundError`, `IsADirectoryError`, `PermissionError`, `UnicodeDecodeError` and
-`OutputLimitExceededError` as Inspect's contract asks.
+never lengthens the policy's `limits.timeout`: a command the policy's limit stops is a failed
+result, 124), and output past `limits.output` raises `OutputLimitExceededError`. What the
+sandbox stopped or cut is said in words, with the policy grant that would allow it, on stderr
+(on the error's message and partial output when it raises), so it reaches the model. Inspect's
+sandbox tools (`text_editor()`), which it installs under /var/tmp, are installed in the
+sample's directory (a hidden directory of its own) instead: the sandbox cannot write /var/tmp,
+and the sample's directory is already its to write.
+
+`read_file` and `write_file` run inside the sandbox and never follow a symbolic link: relative
+paths are in the sample's directory, absolute ones reach what the sandbox can (a read root is
+read-only, the sandbox's own `/tmp` is its own); `FileNotFoundError`, `IsADirectoryError`,
+`PermissionError`, `UnicodeDecodeError` and `OutputLimitExceededError` as Inspect's contract
+asks.
 
 What it cannot ask for: another user (`SandboxUserUnsupportedError`: a sandbox runs as its
 caller), a connection or a service (no `connection()`), a network beyond the policy, or any
@@ -34,11 +41,21 @@ from inspect_ai.util import (
     SandboxUserUnsupportedError,
     sandboxenv,
 )
+from inspect_ai.util._sandbox._cli import SANDBOX_TOOLS_DIR
 
-from stockade.integrations.workspace import NOT_EXECUTABLE, FileError, Workspace
+from stockade.integrations.workspace import (
+    NOT_EXECUTABLE,
+    FileError,
+    Workspace,
+    denial_lines,
+    with_denials,
+)
 from stockade.policy import PRESETS, Policy, load_policy, preset
 
 DEFAULT_PRESET = "workspace-write"
+# Where Inspect installs its sandbox tools (text_editor's): /var/tmp/<name> in every sandbox.
+# In a Stockade sandbox, <name> is in the sample's directory instead (the sandbox has no /var).
+TOOLS_PARENT, TOOLS_NAME = os.path.split(SANDBOX_TOOLS_DIR)
 _FILE_ERRORS: dict[str, type[OSError]] = {
     "not_found": FileNotFoundError, "not_a_directory": NotADirectoryError,
     "is_a_directory": IsADirectoryError, "permission_denied": PermissionError,
@@ -80,17 +97,37 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
         if user is not None:
             raise SandboxUserUnsupportedError(f"a Stockade sandbox runs as its caller, not "
                                               f"as {user!r}")
-        outcome = await self.workspace.aexec(cmd, input=input, cwd=cwd, env=env,
-                                             timeout=timeout)
-        if outcome.timed_out:
-            raise TimeoutError(f"{cmd[0]}: timed out")
+        outcome = await self.workspace.aexec(self._tools_here(cmd), input=input, cwd=cwd,
+                                             env=env, timeout=timeout)
+        if outcome.timed_out and self.workspace.own_timeout(timeout):
+            error = TimeoutError(f"{cmd[0]}: timed out after {timeout} s")
+            # (the output so far, which Inspect gives the model, as its docker sandbox does)
+            error.truncated_output = with_denials(outcome.output, outcome.denials)  # type: ignore[attr-defined]
+            raise error
         if outcome.exit_code == NOT_EXECUTABLE and not outcome.stdout:
             raise PermissionError(outcome.stderr.strip())
         if outcome.truncated:
-            raise OutputLimitExceededError(limit_str=f"{self.workspace.limits.output} bytes",
-                                           truncated_output=outcome.stdout)
+            said = " ".join(denial_lines(outcome.denials))
+            raise OutputLimitExceededError(
+                limit_str=f"{self.workspace.limits.output} bytes ({said})",
+                truncated_output=with_denials(outcome.output, outcome.denials))
         return ExecResult(success=outcome.exit_code == 0, returncode=outcome.exit_code,
-                          stdout=outcome.stdout, stderr=outcome.stderr)
+                          stdout=outcome.stdout,
+                          stderr=with_denials(outcome.stderr, outcome.denials))
+
+    def _tools_here(self, cmd: list[str]) -> list[str]:
+        """`cmd` with Inspect's sandbox-tools directory (SANDBOX_TOOLS_DIR, below /var/tmp,
+        which the sandbox cannot write: it has no /var) moved into the sample's directory,
+        whole and as the parent and name Inspect's framework-directory check takes apart."""
+        tools = os.path.join(self.directory, TOOLS_NAME)
+        moved = []
+        for at, word in enumerate(cmd):
+            if word == TOOLS_PARENT and cmd[at + 1:at + 2] == [TOOLS_NAME]:
+                word = self.directory
+            elif word == SANDBOX_TOOLS_DIR or word.startswith(SANDBOX_TOOLS_DIR + "/"):
+                word = tools + word[len(SANDBOX_TOOLS_DIR):]
+            moved.append(word)
+        return moved
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         data = contents.encode() if isinstance(contents, str) else contents

@@ -27,7 +27,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from stockade.errors import StockadeError, UsageError
-from stockade.integrations.workspace import FileError, Workspace
+from stockade.integrations.workspace import Denial, FileError, Workspace, denial_lines
 from stockade.policy import Policy
 
 MAX_SESSIONS = 8
@@ -169,12 +169,12 @@ def _error(body: dict) -> CallToolResult:
 
 
 def _summary(value: dict) -> str:
-    """The text a client that ignores structured content shows."""
+    """The text a client that ignores structured content shows (what the sandbox stopped
+    or cut in words, with the grant that would allow it)."""
     if "exit_code" in value:
         lines = [f"exit code {value['exit_code']}" + (" (timed out)" if value["timed_out"]
                                                        else "")]
         lines += [value["stdout"], value["stderr"]]
-        lines += [f"denied: {d['kind']} ({d['detail']}); grant: {d['grant']}"
-                  for d in value["denials"]]
+        lines += denial_lines(Denial(**d) for d in value["denials"])
         return "\n".join(line for line in lines if line)
     return json.dumps(value)

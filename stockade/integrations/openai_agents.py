@@ -8,8 +8,9 @@ its shell tool and an editor for its apply_patch tool, both over one Workspace.
 What the SDK gets: each command of a shell call runs with /bin/sh -c in the Workspace's warm
 sandbox, in order, with its own outcome (`exit` with the shell's exit code: not found 127; or
 `timeout`); a call's `timeout_ms` applies to each command, never beyond the policy's
-`limits.timeout`; `max_output_length` trims what the model sees. Denials (a timeout, a proxy
-refusal) are appended to stderr with the grant that would allow them. apply_patch operations
+`limits.timeout`; `max_output_length` trims what the model sees. What the sandbox stopped or
+cut (its time limit, output past `limits.output`, a proxy refusal) is said in words on stderr,
+with the grant that would allow it. apply_patch operations
 read and write files through the Workspace's file operations: inside the sandbox, in the
 workspace only, never following a link; a refused operation is a `failed` result the model
 sees, not an exception.
@@ -21,7 +22,9 @@ it, the workspace persisted and hydrated as a tar), except that every command a 
 runs, the SDK's own helper commands included, runs in a Stockade sandbox over the manifest's
 root, under the client's policy, with the policy's closed environment (the host's is not
 passed in; the manifest's variables are not either: put them in the policy's `env.set`), and
-that reads and writes go through the Workspace's file operations.
+that reads and writes go through the Workspace's file operations. A command's own `timeout`
+raises the SDK's ExecTimeoutError; the policy's time limit, output cut at `limits.output` and
+the sandbox's other denials are said in words on its stderr (never a silent cut).
 
 What it cannot ask for: a command outside the sandbox or the policy (no call changes roots,
 network or limits), the SDK's hosted container environments (they run at OpenAI, not here),
@@ -55,7 +58,7 @@ from agents.sandbox.session import SandboxSession
 from agents.sandbox.types import ExecResult
 from agents.tool import ShellCallOutcome, ShellCommandOutput, ShellCommandRequest, ShellResult
 
-from stockade.integrations.workspace import FileError, Outcome, Workspace
+from stockade.integrations.workspace import FileError, Outcome, Workspace, with_denials
 from stockade.policy import Policy, resolve_policy
 
 
@@ -119,14 +122,11 @@ class StockadeEditor:
 
 
 def _output(command: str, outcome: Outcome) -> ShellCommandOutput:
-    stderr = outcome.stderr + "".join(
-        f"stockade: denied {d.kind} ({d.detail})"
-        + (f"; the grant that would allow it: {d.grant}" if d.grant else "") + "\n"
-        for d in outcome.denials)
     result = ShellCallOutcome("timeout") if outcome.timed_out else \
         ShellCallOutcome("exit", outcome.exit_code)
-    return ShellCommandOutput(stdout=outcome.stdout, stderr=stderr, outcome=result,
-                              command=command)
+    return ShellCommandOutput(stdout=outcome.stdout,
+                              stderr=with_denials(outcome.stderr, outcome.denials),
+                              outcome=result, command=command)
 
 
 class StockadeSandboxSession(UnixLocalSandboxSession):
@@ -152,9 +152,11 @@ class StockadeSandboxSession(UnixLocalSandboxSession):
                              timeout: float | None = None) -> ExecResult:
         argv = [os.fspath(word) for word in command]
         outcome = await self.workspace.aexec(argv, timeout=timeout)
-        if outcome.timed_out:
+        if outcome.timed_out and self.workspace.own_timeout(timeout):
             raise ExecTimeoutError(command=command, timeout_s=timeout)
-        return ExecResult(stdout=outcome.stdout.encode(), stderr=outcome.stderr.encode(),
+        # (the policy's time limit, output cut at limits.output: said on stderr, never silent)
+        return ExecResult(stdout=outcome.stdout.encode(),
+                          stderr=with_denials(outcome.stderr, outcome.denials).encode(),
                           exit_code=outcome.exit_code)
 
     async def read(self, path: Path, *, user: Any = None) -> io.IOBase:

@@ -13,10 +13,11 @@ command runs in one warm Stockade sandbox over the working
 directory, with the shell's exit codes (a missing program exits 127), output decoded with
 U+FFFD for undecodable bytes, `WorkspaceTimeoutError` past `timeout`, and
 `WorkspaceOutputLimitError` when the output passes the policy's `limits.output` (never a
-silently truncated success). It does not implement `SupportsFilesystem`: pydantic-ai then
-performs its file operations through the backend's shell, so they run inside the same sandbox
-and reach only what the policy grants. The backend passes pydantic-ai's own conformance suite
-(`pydantic_ai.workspaces.conformance`).
+silently truncated success); their messages, and a result's stderr, say in words what the
+sandbox stopped or cut, with the policy grant that would allow it. It does not implement
+`SupportsFilesystem`: pydantic-ai then performs its file operations through the backend's
+shell, so they run inside the same sandbox and reach only what the policy grants. The
+backend passes pydantic-ai's own conformance suite (`pydantic_ai.workspaces.conformance`).
 
 What it cannot ask for: a command outside the sandbox, or beyond the policy: a `timeout` never
 lengthens `limits.timeout` (the shorter one applies), and `env` adds variables to the policy's
@@ -45,7 +46,7 @@ from pydantic_ai.workspaces import (
 )
 
 from stockade.errors import StockadeError
-from stockade.integrations.workspace import Workspace
+from stockade.integrations.workspace import Workspace, denial_lines, with_denials
 from stockade.policy import Policy, resolve_policy
 
 PROVIDER = "stockade"
@@ -114,15 +115,14 @@ class StockadeWorkspaceBackend:
         if gone:
             raise WorkspaceUnavailableError(f"the workspace {self.root} was removed while the "
                                             "command ran")
+        said = " ".join(denial_lines(outcome.denials))  # (what stopped or cut it, in words)
         if outcome.timed_out:
-            raise WorkspaceTimeoutError(f"the command outlived its {timeout or 'policy'} s "
-                                        "timeout", stdout=outcome.stdout, stderr=outcome.stderr)
+            raise WorkspaceTimeoutError(said, stdout=outcome.stdout, stderr=outcome.stderr)
         if outcome.truncated:
-            raise WorkspaceOutputLimitError("the output passed limits.output",
-                                            limit=self.workspace.limits.output or 0,
+            raise WorkspaceOutputLimitError(said, limit=self.workspace.limits.output or 0,
                                             stdout=outcome.stdout, stderr=outcome.stderr)
         return CommandResult(exit_code=outcome.exit_code, stdout=outcome.stdout,
-                             stderr=outcome.stderr)
+                             stderr=with_denials(outcome.stderr, outcome.denials))
 
     async def realpath(self, path: str) -> str:
         """`path` resolved inside the sandbox, as it sees the workspace (`readlink -m`)."""

@@ -16,7 +16,8 @@ found exits 127, one that cannot be executed 126, one killed by signal N 128+N, 
 outlived its timeout 124; a command that ends the sandbox itself (kill -9 -1) gets 137 and a
 `sandbox.lost` denial, and the next call starts a new sandbox. Every violation carries the
 grant that would have allowed it (`Denial.grant`), so a host application can build its own
-approval flow."""
+approval flow; `denial_lines` says the same in words, which every integration puts in the tool
+result its model reads (a model sees no bare 124 or silently cut output)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from stockade.errors import StartError, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -45,7 +46,9 @@ _GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
 
 @dataclass(frozen=True)
 class Denial:
-    """A violation, with the policy grant that would have allowed it (None: no grant can)."""
+    """A violation, with the policy grant that would have allowed it (None: no grant can, or,
+    for a `limits.timeout` that the call's own shorter timeout set, a longer one for the call
+    would)."""
 
     kind: str
     detail: str
@@ -145,6 +148,12 @@ class Workspace:
             return limit
         return requested if limit is None else min(requested, limit)
 
+    def own_timeout(self, requested: float | None) -> bool:
+        """Whether a call asking for `requested` runs under its own timeout, shorter than the
+        policy's `limits.timeout` (a timeout then is the call's, not the sandbox's limit)."""
+        limit = self.limits.timeout
+        return requested is not None and (limit is None or requested < limit)
+
     @contextlib.contextmanager
     def _sandbox(self) -> Iterator[Sandbox]:
         """A warm sandbox no other call is using, for one call."""
@@ -184,10 +193,10 @@ class Workspace:
             if exc.code != "session_lost":
                 raise
             # the command ended the sandbox's own agent (kill -9 -1): the sandbox died with
-            # everything in it, and the next call starts a new one
-            return Outcome(KILLED, "", "the sandbox was lost: the command ended its agent\n",
-                           False, False, (Denial("sandbox.lost", exc.message, None),))
-        return outcome(result)
+            # everything in it, and the next call starts a new one (denial_lines says so)
+            return Outcome(KILLED, "", "", False, False,
+                           (Denial("sandbox.lost", exc.message, None),))
+        return outcome(result, self.own_timeout(timeout))
 
     async def aexec(self, command: Sequence[str] | str, *, shell: bool = False,
                     cwd: str | os.PathLike | None = None, timeout: float | None = None,
@@ -279,17 +288,58 @@ class Workspace:
         raise FileError(code, detail, grant)
 
 
-def outcome(result: Result) -> Outcome:
-    """The Outcome of a Result: shell-style exit code, decoded output, denials with grants."""
+def outcome(result: Result, timeout_by_call: bool = False) -> Outcome:
+    """The Outcome of a Result: shell-style exit code, decoded output, denials with grants.
+    `timeout_by_call`: the run's timeout was the call's own, shorter than `limits.timeout`
+    (then no policy grant would have let the command run on)."""
     if result.timed_out:
         code = TIMED_OUT
     elif result.exit_code is None:
         code = 128 + (result.signal or 0)
     else:
         code = result.exit_code
+    denials = (denial(violation) for violation in result.violations)
     return Outcome(code, _text(result.stdout), _text(result.stderr),
                    result.stdout_truncated or result.stderr_truncated, result.timed_out,
-                   tuple(denial(violation) for violation in result.violations))
+                   tuple(replace(d, grant=None) if d.kind == "limits.timeout" and timeout_by_call
+                         else d for d in denials))
+
+
+# What a model reads for a denial of each kind (`detail` is the violation's): what the sandbox
+# stopped or cut. Any other kind is said as "denied KIND: DETAIL".
+_SAID = {
+    "limits.timeout": "the command was {detail}, the sandbox's time limit",
+    "limits.output": "{detail}, the sandbox's output limit: the rest of it was dropped",
+    "limits.memory": "the sandbox's memory limit refused memory: {detail}",
+    "sandbox.lost": "the sandbox was lost: the command ended its agent (as kill -9 -1 does), "
+                    "and everything in it with it; the next command runs in a new sandbox",
+    "cancelled": "the command was {detail}",
+}
+_CALL_TIMEOUT = ("the command was {detail}, the timeout this call asked for (shorter than the "
+                 "sandbox's time limit, limits.timeout): a longer one would let it run on")
+
+
+def denial_lines(denials: Iterable[Denial]) -> list[str]:
+    """Each denial in words, for the tool result a model reads: what the sandbox stopped or
+    cut, and the policy grant that would allow it ("stockade: ...", one line each)."""
+    lines = []
+    for d in denials:
+        if d.kind == "limits.timeout" and d.grant is None:
+            said = _CALL_TIMEOUT.format(detail=d.detail)
+        else:
+            said = _SAID.get(d.kind, "denied {kind}: {detail}").format(kind=d.kind,
+                                                                        detail=d.detail)
+        grant = f"; the policy grant that would allow it: {d.grant}" if d.grant else ""
+        lines.append(f"stockade: {said}{grant}")
+    return lines
+
+
+def with_denials(text: str, denials: Iterable[Denial]) -> str:
+    """`text` (a command's output) followed by `denial_lines`, each on a line of its own."""
+    lines = denial_lines(denials)
+    if not lines:
+        return text
+    return text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(lines) + "\n"
 
 
 def denial(violation: Violation) -> Denial:

@@ -16,9 +16,10 @@ from conftest import policy_for
 from deepagents import create_deep_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_tests.integration_tests import SandboxIntegrationTests
 
-from stockade.integrations.deepagents import StockadeSandbox
+from stockade.integrations.deepagents import ARTIFACTS, StockadeSandbox
 from stockade.integrations.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -75,6 +76,12 @@ class TestStockadeSandboxConformance(SandboxIntegrationTests):
     @property
     def sandbox_root_dir(self) -> str:
         return self.root + "/"
+
+
+# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
+FETCH = ("import urllib.request, sys\n"
+         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+         "except urllib.error.HTTPError as e: print(e.code)\n")
 
 
 class ScriptedModel(GenericFakeChatModel):
@@ -134,6 +141,93 @@ def test_an_async_run_executes_in_the_sandbox(ws):
     [reply] = [m.content for m in state["messages"] if isinstance(m, ToolMessage)]
     assert reply.startswith("made\n") and "exit code 3" in reply, reply
     assert state["messages"][-1].content == "done"
+
+
+def replies(state) -> dict[str, str]:
+    return {m.tool_call_id: m.content for m in state["messages"] if isinstance(m, ToolMessage)}
+
+
+def test_what_the_sandbox_stopped_or_cut_is_said_to_the_model(ws):
+    """`execute`'s result says in words what the sandbox did, with the policy grant that would
+    allow it: its time limit (not a bare exit code 124), output cut at limits.output, a proxy
+    refusal."""
+    root, _ = ws
+    (root / "fetch.py").write_text(FETCH)
+    policy = policy_for("workspace-write", timeout=1.0, output=1024)
+    policy = dataclasses.replace(policy, network=dataclasses.replace(
+        policy.network, mode="allowlist", allow=("allowed.example",)))
+    script = [call("execute", 1, command="sleep 30"),
+              call("execute", 2, command="head -c 5000 /dev/zero | tr '\\0' a"),
+              call("execute", 3, command="python3 fetch.py http://denied.example/"),
+              AIMessage(content="done")]
+    sandbox = StockadeSandbox(Workspace(policy, workspace=root))
+    try:
+        agent = create_deep_agent(model=ScriptedModel(messages=iter(script)),
+                                  backend=sandbox.backend())
+        said = replies(agent.invoke({"messages": [HumanMessage("go")]}))
+    finally:
+        sandbox.close()
+    assert said["call-1"].startswith(
+        "stockade: the command was killed after 1s, the sandbox's time limit; the policy grant "
+        "that would allow it: limits.timeout\n"), said["call-1"]
+    assert "a\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: the rest of it " \
+        "was dropped; the policy grant that would allow it: limits.output\n" in said["call-2"], \
+        said["call-2"][-400:]
+    assert said["call-3"].startswith(
+        "403\nstockade: denied network.denied: http denied.example:80: not_allowed; the policy "
+        "grant that would allow it: network.allow denied.example:80\n"), said["call-3"]
+
+
+def test_a_large_output_is_offloaded_into_the_workspace_and_read_back(ws):
+    """deepagents offloads a large tool result to its artifacts root: with `backend()` that
+    root is in the workspace (the sandbox's `/` is read-only), so the model gets a pointer and a
+    preview instead of the whole output, and reads the rest back with read_file."""
+    root, outside = ws
+    offloaded = root / ARTIFACTS / "large_tool_results" / "call-1"
+    script = [call("execute", 1, command="seq 1 1000000"),
+              call("read_file", 2, file_path=str(offloaded), offset=999990, limit=10),
+              AIMessage(content="done")]
+    sandbox = StockadeSandbox(Workspace(policy_for("workspace-write"), workspace=root))
+    try:
+        agent = create_deep_agent(model=ScriptedModel(messages=iter(script)),
+                                  backend=sandbox.backend())
+        said = replies(agent.invoke({"messages": [HumanMessage("go")]}))
+    finally:
+        sandbox.close()
+    assert len(said["call-1"]) < 5000 and str(offloaded) in said["call-1"], said["call-1"][:500]
+    assert offloaded.read_text().startswith("".join(f"{n}\n" for n in range(1, 1000001)))
+    assert said["call-2"].endswith("\n999999\n1000000"), said["call-2"]
+    assert os.listdir(outside) == []
+
+
+class SummarizingModel(ScriptedModel):
+    """The scripted model, which also answers deepagents' summarization call (the one without
+    the agent's system prompt) with a summary."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if any(message.type == "system" for message in messages):
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="a summary"))])
+
+
+def test_summarized_history_is_offloaded_into_the_workspace(ws):
+    """A conversation past the model's context (a 30,000-token profile) is summarized twice:
+    deepagents saves the summarized messages to conversation_history under its artifacts
+    root, in the workspace with `backend()`, the second time appended by a large edit (staged
+    in the sandbox's own /tmp)."""
+    root, _ = ws
+    script = [call("execute", n, command="seq 1 6000") for n in range(1, 8)]
+    model = SummarizingModel(messages=iter([*script, AIMessage(content="done")]),
+                             profile={"max_input_tokens": 30000})
+    sandbox = StockadeSandbox(Workspace(policy_for("workspace-write"), workspace=root))
+    try:
+        agent = create_deep_agent(model=model, backend=sandbox.backend())
+        state = agent.invoke({"messages": [HumanMessage("go")]})
+    finally:
+        sandbox.close()
+    assert state["messages"][-1].content == "done"
+    [history] = (root / ARTIFACTS / "conversation_history").iterdir()
+    assert history.read_text().count("## Summarized at") == 2
 
 
 def test_cancelling_the_run_kills_its_command(ws, monkeypatch):

@@ -12,12 +12,16 @@ from cancelling import GONE_WITHIN, NEXT_WITHIN, one_slot, tree
 from conftest import marked, policy_for
 from inspect_ai import Task, eval, task
 from inspect_ai.dataset import Sample
-from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, match, scorer
-from inspect_ai.solver import Generate, TaskState, solver
+from inspect_ai.model import ModelOutput, get_model
+from inspect_ai.model._providers.mockllm import MockLLM
+from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, includes, match, scorer
+from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools
+from inspect_ai.tool import bash, python, text_editor
 from inspect_ai.util import sandbox
+from inspect_ai.util._sandbox._cli import SANDBOX_TOOLS_DIR
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected here
 
-from stockade.integrations.inspect_sandbox import StockadeSandboxEnvironment
+from stockade.integrations.inspect_sandbox import TOOLS_NAME, StockadeSandboxEnvironment
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -119,3 +123,116 @@ def test_a_samples_time_limit_kills_its_command(ws, tmp_path, monkeypatch):
     assert seen["left"] == []
     assert seen["next"] < NEXT_WITHIN
     assert log.results.scores[0].metrics["accuracy"].value == 1.0
+
+
+@pytest.fixture
+def counted_offline(monkeypatch):
+    """Inspect's tool loop counts tokens with tiktoken, which downloads its encoding: a stand-in
+    count here (no network)."""
+    async def count(self: MockLLM, text: str) -> int:
+        return len(text) // 4 + 1
+    monkeypatch.setattr(MockLLM, "count_text_tokens", count)
+
+
+def model_calls(tool: str, *calls: dict):
+    """Inspect's mockllm model, calling `tool` with each of `calls` in turn, then saying done."""
+    return get_model("mockllm/model", custom_outputs=[
+        *(ModelOutput.for_tool_call("mockllm/model", tool, arguments) for arguments in calls),
+        ModelOutput.from_content("mockllm/model", "done")])
+
+
+def tool_replies(log) -> list:
+    return [message for message in log.samples[0].messages if message.role == "tool"]
+
+
+def test_text_editor_works_in_the_sandbox(tmp_path, counted_offline):
+    """Inspect's text_editor() (a tool Inspect installs into the sandbox, under /var/tmp, which
+    the sandbox cannot write) creates, edits and views a file in the sample's directory: its
+    tools go to a directory of the sample's own."""
+    seen = {}
+
+    @scorer(metrics=[accuracy()])
+    def on_the_host():
+        async def score(state: TaskState, target: object) -> Score:
+            directory = sandbox().as_type(StockadeSandboxEnvironment).directory
+            seen["notes"] = open(os.path.join(directory, "notes.txt")).read()
+            seen["tools"] = os.path.isdir(os.path.join(directory, TOOLS_NAME))
+            return Score(value=CORRECT)
+        return score
+
+    @task
+    def editing():
+        return Task(dataset=[Sample(input="go", target="done")],
+                    solver=[use_tools(text_editor()), generate()], scorer=on_the_host(),
+                    sandbox=("stockade", "workspace-write"))
+
+    model = model_calls(
+        "text_editor",
+        {"command": "create", "path": "notes.txt", "file_text": "one\n"},
+        {"command": "str_replace", "path": "notes.txt", "old_str": "one", "new_str": "two"},
+        {"command": "view", "path": "notes.txt"})
+    host_tools = os.path.lexists(SANDBOX_TOOLS_DIR)
+    [log] = eval(editing(), model=model, log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    assert seen == {"notes": "two\n", "tools": True}  # (in the sample's own directory)
+    assert os.path.lexists(SANDBOX_TOOLS_DIR) == host_tools  # the host's /var/tmp: untouched
+    created, replaced, viewed = tool_replies(log)
+    assert [reply.error for reply in (created, replaced, viewed)] == [None, None, None]
+    assert created.text.startswith("File created successfully"), created.text
+    assert viewed.text.endswith("notes.txt:\n     1\ttwo\n     2\t\n"), viewed.text
+
+
+# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
+FETCH = ("import urllib.request, sys\n"
+         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+         "except urllib.error.HTTPError as e: print(e.code)\n")
+LIMITED = """version = 1
+preset = "workspace-write"
+[limits]
+timeout = "2s"
+output = "1KiB"
+[network]
+mode = "allowlist"
+allow = ["allowed.example"]
+"""
+
+
+def test_what_the_sandbox_stopped_or_cut_reaches_the_model(tmp_path, counted_offline):
+    """Through Inspect's bash() tool: the policy's time limit (not a bare 124), output cut at
+    limits.output and a proxy refusal are said in words the model reads, each with the policy
+    grant that would allow it; through python(timeout=1), the call's own timeout, shorter than
+    the policy's, is said as such with Inspect's timeout error."""
+    policy = tmp_path / "limited.toml"
+    policy.write_text(LIMITED)
+
+    @task
+    def limited():
+        return Task(dataset=[Sample(input="go", target="done", files={"fetch.py": FETCH})],
+                    solver=[use_tools(bash(), python(timeout=1)), generate()],
+                    scorer=includes(), sandbox=("stockade", str(policy)))
+
+    model = get_model("mockllm/model", custom_outputs=[
+        *(ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command}) for command in (
+            "sleep 30", "head -c 5000 /dev/zero | tr '\\0' a",
+            "python3 fetch.py http://denied.example/")),
+        ModelOutput.for_tool_call("mockllm/model", "python", {"code": "import time\n"
+                                                                      "time.sleep(30)"}),
+        ModelOutput.from_content("mockllm/model", "done")])
+    [log] = eval(limited(), model=model, log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    slow, cut, denied, shortened = tool_replies(log)
+    assert slow.text.startswith(
+        "stockade: the command was killed after 2s, the sandbox's time limit; the policy grant "
+        "that would allow it: limits.timeout\n"), slow.text
+    assert cut.error.message == (
+        "The tool exceeded its output limit of 1024 bytes (stockade: stdout cut at 1024 bytes, "
+        "the sandbox's output limit: the rest of it was dropped; the policy grant that would "
+        "allow it: limits.output)."), cut.error
+    assert denied.text == (
+        "stockade: denied network.denied: http denied.example:80: not_allowed; the policy "
+        "grant that would allow it: network.allow denied.example:80\n\n403\n"), denied.text
+    assert shortened.error.type == "timeout"  # (python(timeout=1): the call's own timeout)
+    assert shortened.text == (
+        "stockade: the command was killed after 1s, the timeout this call asked for (shorter "
+        "than the sandbox's time limit, limits.timeout): a longer one would let it run on\n"), \
+        shortened.text

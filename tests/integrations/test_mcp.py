@@ -118,6 +118,42 @@ def test_a_call_cannot_lengthen_the_policys_timeout(ws, tmp_path):
         {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout"}]
 
 
+# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
+FETCH = ("import urllib.request, sys\n"
+         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+         "except urllib.error.HTTPError as e: print(e.code)")
+LIMITED = """version = 1
+preset = "workspace-write"
+[limits]
+timeout = "1s"
+output = "1KiB"
+[network]
+mode = "allowlist"
+allow = ["allowed.example"]
+"""
+
+
+def test_what_the_sandbox_stopped_is_said_in_the_tool_result(ws, tmp_path):
+    """The text a model reads says what the sandbox stopped or cut, and the policy grant that
+    would allow it: the policy's time limit, output cut at limits.output, a network denial."""
+    root, _ = ws
+    policy = tmp_path / "limited.toml"
+    policy.write_text(LIMITED)
+    slow, cut, denied = (result.content[0].text for result in calls(
+        server(root, "--policy", str(policy)),
+        ("run", {"argv": ["sleep", "30"]}),
+        ("run", {"argv": "head -c 5000 /dev/zero | tr '\\0' a", "shell": True}),
+        ("run", {"argv": ["python3", "-c", FETCH, "http://denied.example/"]})))
+    assert slow.endswith("\nstockade: the command was killed after 1s, the sandbox's time "
+                         "limit; the policy grant that would allow it: limits.timeout"), slow
+    assert cut.endswith("a\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: "
+                        "the rest of it was dropped; the policy grant that would allow it: "
+                        "limits.output"), cut[-300:]
+    assert denied == ("exit code 0\n403\n\nstockade: denied network.denied: http "
+                      "denied.example:80: not_allowed; the policy grant that would allow it: "
+                      "network.allow denied.example:80"), denied
+
+
 def test_warm_sessions(ws):
     root, _ = ws
 

@@ -6,6 +6,7 @@ sandbox."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 
 import pytest
@@ -79,7 +80,39 @@ def test_shell_calls_run_in_the_sandbox(ws):
     assert "no-such-tool: not found\nexit code: 127" in first, first
     assert (root / "made.txt").read_text() == "made\n"
     assert os.listdir(outside) == []  # the touch outside failed
-    assert slow.endswith("the grant that would allow it: limits.timeout\nstatus: timeout"), slow
+    assert slow.endswith("stockade: the command was killed after 2s, the sandbox's time limit; "
+                         "the policy grant that would allow it: limits.timeout\nstatus: "
+                         "timeout"), slow
+
+
+# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
+FETCH = ("import urllib.request, sys\n"
+         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+         "except urllib.error.HTTPError as e: print(e.code)\n")
+
+
+def limited(**changes):
+    """workspace-write, allowing only allowed.example through its proxy, with `changes`."""
+    policy = policy_for("workspace-write", **changes)
+    return dataclasses.replace(policy, network=dataclasses.replace(
+        policy.network, mode="allowlist", allow=("allowed.example",)))
+
+
+def test_a_shell_call_says_what_the_sandbox_cut_or_denied(ws):
+    """Output cut at limits.output and a proxy refusal reach the model in words, each with
+    the policy grant that would allow it."""
+    root, _ = ws
+    (root / "fetch.py").write_text(FETCH)
+    with Workspace(limited(output=1024), workspace=root) as workspace:
+        outputs = run_agent(workspace, shell(1, "head -c 5000 /dev/zero | tr '\\0' a",
+                                             "python3 fetch.py http://denied.example/"))
+    said = str(outputs["call-1"])
+    assert "stderr:\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: the rest " \
+        "of it was dropped; the policy grant that would allow it: limits.output\n" in said, \
+        said[-400:]
+    assert "403\n\nstderr:\nstockade: denied network.denied: http denied.example:80: " \
+        "not_allowed; the policy grant that would allow it: network.allow denied.example:80" \
+        in said, said[-400:]
 
 
 def test_apply_patch_edits_inside_the_workspace_only(ws):
@@ -131,6 +164,34 @@ def test_a_sandbox_agent_runs_in_stockade(ws):
     assert "No such file or directory" in outputs["c2"] and "outside\n" not in outputs["c2"]
     assert "127" in outputs["c3"]
     assert sorted(os.listdir(outside)) == ["secret"]
+
+
+def test_a_sandbox_agent_is_told_what_the_sandbox_cut_or_stopped(ws):
+    """Output past limits.output is never cut silently with exit 0, and the policy's time
+    limit is said as such (not as the call's own timeout): both in words on the command's
+    stderr, with the policy grant that would allow it."""
+    root, _ = ws
+    model = ScriptedModel([
+        [function_call("exec_command", {
+            "cmd": "head -c 100000 /dev/zero | tr '\\0' a; echo END-MARKER",
+            "yield_time_ms": 60_000}, call_id="c1")],
+        [function_call("exec_command", {"cmd": "sleep 30", "yield_time_ms": 60_000},
+                       call_id="c2")],
+        [assistant_message("done")]])
+    agent = SandboxAgent(name="coder", model=model, default_manifest=Manifest(root=str(root)))
+    client = StockadeSandboxClient(policy_for("workspace-write", timeout=2.0, output=65536))
+    result = asyncio.run(Runner.run(agent, "go", run_config=RunConfig(
+        sandbox=SandboxRunConfig(client=client))))
+    outputs = {item.raw_item["call_id"]: item.output for item in result.new_items
+               if item.type == "tool_call_output_item"}
+    cut, slow = outputs["c1"], outputs["c2"]
+    assert "END-MARKER" not in cut
+    assert cut.endswith("a\nstockade: stdout cut at 65536 bytes, the sandbox's output limit: "
+                        "the rest of it was dropped; the policy grant that would allow it: "
+                        "limits.output\n"), cut[-400:]
+    assert "Process exited with code 124" in slow, slow
+    assert slow.endswith("stockade: the command was killed after 2s, the sandbox's time "
+                         "limit; the policy grant that would allow it: limits.timeout\n"), slow
 
 
 def test_cancelling_the_run_kills_its_shell_command(ws, monkeypatch):

@@ -4,6 +4,7 @@ by pydantic-ai's FunctionModel, whose tool calls run in the real sandbox."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -19,6 +20,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.workspaces import WorkspaceError
 from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
 from stockade.integrations.pydantic_ai import StockadeWorkspace, StockadeWorkspaceBackend
@@ -134,6 +136,59 @@ def test_an_agents_tool_calls_run_in_the_sandbox(ws):
     assert (root / ".git" / "config").read_text() == "[core]\n"
     # the write outside (c2) landed, at most, in the sandbox's own /tmp: never on the host
     assert sorted(os.listdir(outside)) == ["secret"]
+
+
+# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
+FETCH = ("import urllib.request, sys\n"
+         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+         "except urllib.error.HTTPError as e: print(e.code)\n")
+
+
+def test_what_the_sandbox_stopped_or_cut_reaches_the_model(ws):
+    """A tool that returns a command's outcome, or the workspace error it raised, gives the
+    model words for what the sandbox did, each with the policy grant that would allow it: the
+    policy's time limit (WorkspaceTimeoutError), output cut (WorkspaceOutputLimitError), a
+    proxy refusal (on stderr)."""
+    root, _ = ws
+    (root / "fetch.py").write_text(FETCH)
+    commands = ["sleep 30", "head -c 5000 /dev/zero | tr '\\0' a",
+                "python3 fetch.py http://denied.example/"]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        made = sum(isinstance(m, ModelResponse) for m in messages)
+        if made < len(commands):
+            return ModelResponse(parts=[ToolCallPart("execute", {"command": commands[made]},
+                                                     tool_call_id=f"c{made}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    policy = policy_for("workspace-write", timeout=1.0, output=1024)
+    policy = dataclasses.replace(policy, network=dataclasses.replace(
+        policy.network, mode="allowlist", allow=("allowed.example",)))
+    capability = StockadeWorkspace(root, policy=policy)
+    agent = Agent(FunctionModel(model), capabilities=[capability])
+
+    @agent.tool
+    async def execute(ctx: RunContext[None], command: str) -> str:
+        try:
+            done = await ctx.workspace.run(command, shell=True)
+        except WorkspaceError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return f"{done.exit_code}: {done.stdout}{done.stderr}"
+
+    try:
+        result = agent.run_sync("go")
+    finally:
+        capability.close()
+    said = {part.tool_call_id: part.content for message in result.all_messages()
+            for part in getattr(message, "parts", ()) if isinstance(part, ToolReturnPart)}
+    assert said == {
+        "c0": "WorkspaceTimeoutError: stockade: the command was killed after 1s, the sandbox's "
+              "time limit; the policy grant that would allow it: limits.timeout",
+        "c1": "WorkspaceOutputLimitError: stockade: stdout cut at 1024 bytes, the sandbox's "
+              "output limit: the rest of it was dropped; the policy grant that would allow it: "
+              "limits.output",
+        "c2": "0: 403\nstockade: denied network.denied: http denied.example:80: not_allowed; "
+              "the policy grant that would allow it: network.allow denied.example:80\n"}
 
 
 def test_cancelling_the_run_kills_its_command(ws, monkeypatch):
