@@ -512,6 +512,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if os.path.isabs(entry) or os.path.lexists(entry):\n",
            "    if os.path.isabs(entry):\n",
            (HOST + "test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file",)),
+    Mutant("deny-link-overlay-layers-unlooked", "stockade/linux/protect.py",
+           "                       for layer in (*mount.layers, *mount.data)})",
+           "                       for layer in ()})",
+           ("tests/test_deny_links.py::test_a_denied_files_link_in_a_layer_of_an_overlay_in_a"
+            "_read_root_refuses[namespaces]",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

@@ -482,10 +482,13 @@ lower, cwd = {"plain": (secrets, None),
               "relative": (os.path.basename(secrets), os.path.dirname(secrets)),
               "link": (spare + "/link", None), "bind": (spare + "/bound", None),
               "bind-below": (spare + "/bound", None),
-              "parent-link": (spare + "/link", None),
+              "parent-link": (spare + "/link", None), "linked-layer": (spare + "/layer", None),
               "dotdot": (secrets + "/../" + os.path.basename(secrets), None)}[form]
 if form in ("link", "parent-link"):
     os.symlink(secrets if form == "link" else os.path.dirname(secrets), lower)
+if form == "linked-layer":  # (a layer holding another name of the denied file)
+    os.mkdir(lower)
+    os.link(secrets + "/prod.env", lower + "/prod.env")
 if form in ("bind", "bind-below"):
     os.mkdir(lower)
     subprocess.run(["mount", "--bind", secrets + ("/sub" if form == "bind-below" else ""),
@@ -533,6 +536,34 @@ def test_an_overlay_of_a_denied_directory_in_a_read_root_is_refused(ws, tmp_path
     assert SECRET not in done.stdout
     assert f"REFUSED unenforceable:filesystem.deny unenforceable:filesystem.deny: {outside}/m, " \
            f"an overlay in or above the root {outside}, " in done.stdout, done.stdout
+
+
+@pytest.mark.root_only("an overlay mount needs root (rootless users cannot make one here)")
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_denied_files_link_in_a_layer_of_an_overlay_in_a_read_root_refuses(ws, tmp_path,
+                                                                            isolation):
+    """Attack 34 H2: a denied file's other name lies in a directory outside every root that
+    is a layer of an overlay in a read root: the read roots were looked through only on the
+    file's own filesystem, which the overlay's directories are not, and the command read the
+    file through the overlay. The overlay is looked through by its layers, and the launch is
+    refused, naming the name the overlay shows."""
+    workspace, outside = ws
+    secrets = workspace / "secrets"
+    secret_at(secrets / "prod.env")
+    (outside / "m").mkdir()
+    for name in ("u", "w"):
+        (tmp_path / name).mkdir()
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(stockade.__file__))}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                           OVERLAID, str(workspace), str(outside), isolation,
+                           os.path.dirname(__file__), str(tmp_path), READ_ALL, "linked-layer",
+                           str(secrets)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout
+    assert "REFUSED unenforceable:filesystem.deny" in done.stdout, done.stdout
+    assert f"{outside}/m/prod.env shows it in the read root {outside}" in done.stdout, \
+        done.stdout
 
 
 # In a private mount namespace: an overlay of the denied directory (its layers written as

@@ -209,17 +209,23 @@ def _look_in_read_roots(unmet: dict[tuple[int, int], DeniedFile], read: list[str
     is a file's or one of its names' directories' (an overlay shows its own to directories, and
     a file's may be its layer's), no directory of another device, and each directory once
     (nested roots, a bind of one in another). Each entry is lstat'ed: a directory entry's inode
-    number need not be the file's st_ino (an overlay's)."""
+    number need not be the file's st_ino (an overlay's). An overlay in a read root is walked
+    through its layers, which lie on their own filesystems: a name there is shown at the
+    overlay's point (attack 34 H2)."""
     devices = {device for device, _ in unmet}
     devices |= {place[0] for known in unmet.values() for place in known.places}
     mounts = mount_aliases.table()
-    starts = sorted({(point, root) for root in read
+    starts = sorted({(point, root, point) for root in read
                      for point in [root, *mounts.at, *mounts.unresolved]
-                     if mount_aliases.at_or_below(point, root)})
+                     if mount_aliases.at_or_below(point, root)}
+                    | {(layer, root, point) for root in read
+                       for point, mount in mounts.at.items()
+                       if mount_aliases.at_or_below(point, root)
+                       for layer in (*mount.layers, *mount.data)})
     first = next(iter(unmet.values()))
     seen: set[tuple[int, int]] = set()
     budget = READ_ENTRIES_MAX
-    for start, root in starts:
+    for start, root, shown in starts:
         info = mount_aliases.look(start)  # (None: the command cannot reach it either)
         if info is None or info.st_dev not in devices:
             continue
@@ -250,7 +256,7 @@ def _look_in_read_roots(unmet: dict[tuple[int, int], DeniedFile], read: list[str
                         continue  # (gone since it was listed)
                     if (entry.st_dev, entry.st_ino) in unmet:  # (its path made only then)
                         _refuse_shown(unmet, entry, here,
-                                      os.path.normpath(os.path.join(start, dirpath, name)), root)
+                                      os.path.normpath(os.path.join(shown, dirpath, name)), root)
         finally:
             os.close(fd)
 
