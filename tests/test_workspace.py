@@ -116,6 +116,25 @@ def test_typed_failures(workspace):
         workspace.exec([])
 
 
+def test_a_read_beyond_limits_output_takes_a_limit_of_the_callers(ws):
+    """A file larger than limits.output is `too_large` (its grant named), unless the caller
+    takes more (Inspect's read bound): then it comes whole, in pieces each within the limit."""
+    root, _ = ws
+    data = os.urandom(2500)
+    (root / "big").write_bytes(data)
+    (root / "exact").write_bytes(data[:1000])
+    with Workspace(policy_for("workspace-write", output=1000), workspace=root) as workspace:
+        with pytest.raises(FileError) as refused:
+            workspace.read_file("big")
+        assert (refused.value.code, refused.value.grant) == ("too_large", "limits.output")
+        assert workspace.read_file("exact") == data[:1000]
+        assert workspace.read_file("big", limit=2500) == data
+        assert workspace.read_file("big", limit=10 << 20) == data
+        with pytest.raises(FileError) as refused:
+            workspace.read_file("big", limit=2499)
+        assert (refused.value.code, refused.value.grant) == ("too_large", None)
+
+
 def test_a_lost_sandbox_is_started_again(workspace):
     lost = workspace.exec(["sh", "-c", "kill -9 -1"])
     assert lost.exit_code == 137 and [d.kind for d in lost.denials] == ["sandbox.lost"]
