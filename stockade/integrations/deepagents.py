@@ -5,8 +5,9 @@
     agent = create_deep_agent(model=..., backend=backend)
 
 What deepagents gets: `execute` runs each shell command in one warm Stockade sandbox over the
-workspace (exit codes in the shell's conventions: not found 127, timed out 124; output within
-`limits.output`, `truncated` when cut). `upload_files` and `download_files` are the
+workspace, with `python` on PATH (python3, as partner sandboxes' images have it; exit codes
+in the shell's conventions: not found 127, timed out 124; output within `limits.output`,
+`truncated` when cut). `upload_files` and `download_files` are the
 Workspace's file operations, performed inside the sandbox and never following a link; the
 rest of the file tools (`ls`, `read`, `write`, `edit`, `grep`, `glob`) are deepagents' own
 `BaseSandbox` scripts, run through `execute`, so inside the same sandbox.
@@ -30,6 +31,7 @@ from deepagents.backends.sandbox import BaseSandbox
 
 from stockade.integrations.workspace import FileError, Outcome, Workspace
 
+ALIASES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "aliases")
 # Stockade's FileError codes in deepagents' FileOperationError words.
 _ERRORS = {"not_found": "file_not_found", "not_a_directory": "file_not_found",
            "is_a_directory": "is_directory", "permission_denied": "permission_denied",
@@ -42,18 +44,23 @@ class StockadeSandbox(BaseSandbox):
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
+        # `python` first on PATH, as the images of deepagents' partner sandboxes have it (the
+        # suite and models call it; a host may have only python3): a script in the package
+        path = workspace.env.get("PATH", os.defpath)
+        self._env = {"PATH": f"{ALIASES}:{path}"}
 
     @property
     def id(self) -> str:
         return f"stockade:{self.workspace.root}"
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        return _response(self.workspace.exec(command, shell=True, timeout=timeout or None))
+        return _response(self.workspace.exec(command, shell=True, timeout=timeout or None,
+                                              env=self._env))
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """`execute`, awaited: cancelling the run (its task) kills the command's tree."""
         return _response(await self.workspace.aexec(command, shell=True,
-                                                    timeout=timeout or None))
+                                                    timeout=timeout or None, env=self._env))
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []

@@ -112,7 +112,9 @@ class Workspace:
                              f"{self.policy.containment!r} (use stockade.run or VmSandbox)")
         context = CompileContext.current(workspace)
         self.root = os.path.realpath(context.workspace)
-        self.limits = compile_policy(self.policy, ["true"], context).limits
+        compiled = compile_policy(self.policy, ["true"], context)
+        self.limits = compiled.limits
+        self.env = dict(compiled.env)  # the closed environment every command starts with
         self._idle: list[Sandbox] = []
         self._started: list[Sandbox] = []
         self._pool = threading.Lock()
