@@ -14,7 +14,7 @@ import pytest
 from conftest import PYTHON, policy_for
 
 from stockade.errors import UsageError
-from stockade.integrations.workspace import Entry, FileError, Workspace
+from stockade.integrations.workspace import Entry, FileError, Workspace, read_only_policy
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -133,6 +133,26 @@ def test_a_read_beyond_limits_output_takes_a_limit_of_the_callers(ws):
         with pytest.raises(FileError) as refused:
             workspace.read_file("big", limit=2499)
         assert (refused.value.code, refused.value.grant) == ("too_large", None)
+
+
+def test_a_read_only_policy_writes_nothing_on_the_host(ws):
+    """read_only_policy (pydantic-ai's `read_only`): a real command that tries to write in the
+    workspace and in its home fails, and nothing appears on the host; reads still work."""
+    root, _ = ws
+    (root / "a.txt").write_text("kept\n")
+    policy = read_only_policy(policy_for("workspace-write"))
+    assert policy.filesystem.write == () and policy.filesystem.home == "host"
+    with Workspace(policy, workspace=root) as workspace:
+        done = workspace.exec("cat a.txt; echo x > made.txt; echo x > a.txt; "
+                              "mkdir -p \"$HOME/.cache\" && echo x > \"$HOME/.cache/made\"",
+                              shell=True)
+        assert done.stdout == "kept\n" and done.exit_code != 0, done
+        assert "Read-only file system" in done.stderr, done.stderr
+        with pytest.raises(FileError) as refused:
+            workspace.write_file("made.txt", "x")
+        assert refused.value.code == "permission_denied"
+    assert sorted(os.listdir(root)) == ["a.txt"] and (root / "a.txt").read_text() == "kept\n"
+    assert not os.path.exists(os.path.expanduser("~/.cache/made"))
 
 
 def test_a_lost_sandbox_is_started_again(workspace):

@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from stockade.errors import StartError, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -302,6 +302,15 @@ class Workspace:
         grant = f"filesystem.write {shown}" if op in ("write", "remove") and \
             code == "permission_denied" else None
         raise FileError(code, detail, grant)
+
+
+def read_only_policy(policy: Policy) -> Policy:
+    """`policy` with nothing on the host writable (a framework's `read_only` option): its
+    write roots read roots instead (the workspace stays readable), and no home of the
+    sandbox's own (HOME is the host's, which no root then lets it write)."""
+    fs = policy.filesystem
+    return replace(policy, filesystem=replace(fs, read=tuple(dict.fromkeys(fs.read + fs.write)),
+                                              write=(), home="host"))
 
 
 def outcome(result: Result) -> Outcome:
