@@ -20,7 +20,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.workspaces import WorkspaceError
+from pydantic_ai.workspaces import LocalWorkspaceBackend, WorkspaceError
 from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
 from stockade.errors import PolicyError
@@ -47,7 +47,7 @@ REFUSED = {
 @pytest.fixture(autouse=True)
 def refused_by_design(request):
     reason = REFUSED.get(request.node.name)
-    if reason is not None:
+    if reason is not None and request.cls is TestStockadeWorkspaceConformance:
         request.applymarker(pytest.mark.xfail(strict=True, run=False, reason=reason))
 
 
@@ -86,6 +86,30 @@ class TestStockadeWorkspaceConformance(WorkspaceBackendSuite):
     def destroy_environment(self):
         async def destroy(backend):
             shutil.rmtree(backend.root)
+        return destroy
+
+
+class TestLocalWorkspaceReference(WorkspaceBackendSuite):
+    """The reference: the same suite, its optional rules on the same way, against pydantic-ai's
+    own LocalWorkspaceBackend (unsandboxed): its skips are Stockade's; it passes the rule
+    REFUSED names, which is Stockade's own choice."""
+
+    @pytest.fixture
+    def backend(self, tmp_path):
+        return LocalWorkspaceBackend(tmp_path)
+
+    @pytest.fixture
+    def attach_backend(self):
+        return lambda ref: LocalWorkspaceBackend(ref.id)
+
+    @pytest.fixture
+    def destructive_backend(self, tmp_path_factory):
+        return lambda: LocalWorkspaceBackend(tmp_path_factory.mktemp("destroyed"))
+
+    @pytest.fixture
+    def destroy_environment(self):
+        async def destroy(backend):
+            shutil.rmtree(await backend.working_dir())
         return destroy
 
 
