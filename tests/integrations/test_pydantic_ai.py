@@ -89,6 +89,12 @@ class TestStockadeWorkspaceConformance(WorkspaceBackendSuite):
         return destroy
 
 
+# The reference's PATH, less what this user cannot search (a rootless run started by root
+# inherits root's, and a missing program is then EACCES, 126, on the host)
+SEARCHABLE = {"PATH": ":".join(directory for directory in os.environ["PATH"].split(":")
+                               if os.access(directory, os.X_OK))}
+
+
 class TestLocalWorkspaceReference(WorkspaceBackendSuite):
     """The reference: the same suite, its optional rules on the same way, against pydantic-ai's
     own LocalWorkspaceBackend (unsandboxed): its skips are Stockade's; it passes the rule
@@ -96,15 +102,16 @@ class TestLocalWorkspaceReference(WorkspaceBackendSuite):
 
     @pytest.fixture
     def backend(self, tmp_path):
-        return LocalWorkspaceBackend(tmp_path)
+        return LocalWorkspaceBackend(tmp_path, env=SEARCHABLE)
 
     @pytest.fixture
     def attach_backend(self):
-        return lambda ref: LocalWorkspaceBackend(ref.id)
+        return lambda ref: LocalWorkspaceBackend(ref.id, env=SEARCHABLE)
 
     @pytest.fixture
     def destructive_backend(self, tmp_path_factory):
-        return lambda: LocalWorkspaceBackend(tmp_path_factory.mktemp("destroyed"))
+        return lambda: LocalWorkspaceBackend(tmp_path_factory.mktemp("destroyed"),
+                                             env=SEARCHABLE)
 
     @pytest.fixture
     def destroy_environment(self):
