@@ -11,7 +11,8 @@
 # fresh copy) and runs the demo, the documentation's examples and the evidence matrix from it.
 # Then the integrations (tests/integrations): Stockade's wheel is built (scripts/build_wheel.sh)
 # and installed with every framework it adapts, binaries only and with no compiler on PATH, into
-# .venv-integrations; their tests run against that install, beside the suites.
+# .venv-integrations (and the MCP Inspector's CLI from npm, pinned, into .mcp-inspector); their
+# tests run against that install, beside the suites.
 #
 # The test venv is .venv-test, never the README's step-1 .venv, which may have been made by
 # another python3 (a venv made over another interpreter's breaks both). `--setup-only` makes
@@ -36,6 +37,10 @@ setup() {  # setup DIR: a venv in DIR/$venv with Stockade and the test tools
     "$1/$venv/bin/pip" install --quiet --disable-pip-version-check -e "$1[test]"
 }
 
+# A second MCP client, nobody's here: the MCP Inspector's CLI (npm; its newest releases need
+# Node >= 22, this one runs on 20), in DIR/.mcp-inspector beside the venv (npm's cache kept).
+MCP_INSPECTOR=@modelcontextprotocol/inspector@0.15.0
+
 integrations_setup() {  # integrations_setup DIR: the wheel and DIR/.venv-integrations from it
     local wheel
     wheel="$(bash "$here/scripts/build_wheel.sh" "$1/dist" | tail -1)"
@@ -44,6 +49,12 @@ integrations_setup() {  # integrations_setup DIR: the wheel and DIR/.venv-integr
     env PATH="$1/.venv-integrations/bin" "$1/.venv-integrations/bin/pip" install --quiet \
         --disable-pip-version-check --only-binary :all: "$wheel[integrations-test]"
     chmod -R a+rX "$1/.venv-integrations"
+    if [ "$(cat "$1/.mcp-inspector/pinned" 2>/dev/null)" != "$MCP_INSPECTOR" ]; then
+        rm -rf "${1:?}/.mcp-inspector"
+        npm install --silent --no-audit --no-fund --prefix "$1/.mcp-inspector" "$MCP_INSPECTOR"
+        echo "$MCP_INSPECTOR" >"$1/.mcp-inspector/pinned"
+    fi
+    chmod -R a+rX "$1/.mcp-inspector"
 }
 
 integrations() {  # integrations DIR VENV_DIR [runner...]: the integration tests, from the wheel
@@ -68,6 +79,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get install -y -qq --no-install-recommends python3-venv git gcc libc6-dev libseccomp2 \
         bubblewrap qemu-system-x86 linux-image-amd64 busybox-static mingw-w64 passt nftables \
         iproute2 >/dev/null
+    # (npm, for the MCP Inspector: the machine's own Node.js where it has one)
+    command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
 setup "$here"

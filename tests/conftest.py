@@ -8,7 +8,8 @@ deselected (the summary counts them, the header says why). Likewise off Windows 
 marked `windows` (real children in the Windows backend), on Windows for those marked
 `not_windows`, and rootless for those marked `root_only` (the summary lists each with its
 reason; the root pass of scripts/test.sh runs them, and its rootless pass those whose
-`unless_env` fixture, made by root, it is given).
+`unless_env` fixture, made by root, it is given); as root, those marked `rootless_only` (its
+rootless pass runs them).
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 ROOT_ONLY: list[tuple[str, str]] = []  # (test id, why) deselected in a rootless run
+ROOTLESS_ONLY: list[tuple[str, str]] = []  # (test id, why) deselected in a root run
 COLLECT_ALL = "STOCKADE_TEST_COLLECT_ALL"
 
 
@@ -132,6 +134,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if marker is not None and not given and item not in elsewhere:
                 elsewhere.append(item)
                 ROOT_ONLY.append((item.nodeid, marker.args[0] if marker.args else "needs root"))
+    if hasattr(os, "getuid") and os.getuid() == 0 and not os.environ.get(COLLECT_ALL):
+        for item in items:  # (likewise: scripts/test.sh runs these in its rootless pass)
+            marker = item.get_closest_marker("rootless_only")
+            if marker is not None and item not in elsewhere:
+                elsewhere.append(item)
+                ROOTLESS_ONLY.append((item.nodeid, marker.args[0]))
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         items[:] = [item for item in items if item not in elsewhere]
@@ -146,6 +154,10 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
     if ROOT_ONLY:
         terminalreporter.section(f"{len(ROOT_ONLY)} root-only tests not run here (rootless)")
         for nodeid, why in ROOT_ONLY:
+            terminalreporter.write_line(f"{nodeid}: {why}")
+    if ROOTLESS_ONLY:
+        terminalreporter.section(f"{len(ROOTLESS_ONLY)} rootless-only tests not run here (root)")
+        for nodeid, why in ROOTLESS_ONLY:
             terminalreporter.write_line(f"{nodeid}: {why}")
 
 

@@ -892,4 +892,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "                    deadline = w->progress + idle_ms;\n", "",
            ("tests/test_proxy.py::"
             "test_a_peer_that_stops_reading_is_cut_after_the_idle_timeout[compiled]",)),
+    # a framework's read_only option (pydantic-ai) leaves nothing on the host writable
+    Mutant("read-only-option-keeps-write-roots", "stockade/integrations/workspace.py",
+           "                                              write=(), home=\"host\"))",
+           "                                              write=fs.write, home=\"host\"))",
+           ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
 )

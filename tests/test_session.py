@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -20,6 +21,7 @@ import stockade
 from stockade.errors import StartError
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
+from stockade.session.protocol import MAX_FRAME
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -60,6 +62,37 @@ def test_twenty_commands_in_one_session_each_with_its_own_argv_cwd_env(sb, ws):
 def test_an_empty_argument_reaches_the_command(sb):
     r = sb.run(["sh", "-c", 'printf "[%s]" "$@"', "sh", "-N", "", "-f"])
     assert (r.exit_code, r.stdout) == (0, b"[-N][][-f]"), r
+
+
+def test_a_command_of_a_megabyte_of_arguments_runs(sb):
+    """An argv of 1 MiB (16 arguments of 64 KiB: within the kernel's ARG_MAX) travels in its
+    one `exec` frame; one past the frame's bound is a usage error, and the session goes on."""
+    chunk = "x" * (64 << 10)
+    r = sb.run(["printf", "%s", *[chunk] * 16])
+    assert (r.exit_code, len(r.stdout)) == (0, 16 << 16), r.stderr
+    with pytest.raises(stockade.UsageError, match="take more than"):
+        sb.run(["true", *[chunk] * (MAX_FRAME // len(chunk) + 1)])
+    assert sb.run(["true"]).exit_code == 0
+
+
+def test_a_command_runs_in_a_directory_of_the_sandboxs_own_tmp(sb, ws):
+    """/tmp and /dev/shm are the sandbox's own: a directory a command made there is a working
+    directory for the next, which the host cannot see (a missing one is `cwd_invalid`); a
+    directory on the host under /tmp that no root holds is not in the sandbox's view."""
+    workspace, _ = ws
+    assert sb.run(["mkdir", "-p", "/tmp/made/in", "/dev/shm/made"]).exit_code == 0
+    assert not os.path.exists("/tmp/made/in")
+    for made in ("/tmp/made/in", "/tmp/made/../made/in", "/dev/shm/made"):
+        r = sb.run(["pwd"], cwd=made)
+        assert r.stdout == os.path.normpath(made).encode() + b"\n", r
+    with tempfile.TemporaryDirectory(dir="/tmp") as hosts:
+        with pytest.raises(StartError) as caught:
+            sb.run(["pwd"], cwd=hosts)
+    assert caught.value.code == "cwd_invalid"
+    # a root under /tmp is the host's directory: the host checks it
+    assert sb.run(["pwd"], cwd=workspace).stdout == f"{workspace}\n".encode()
+    with pytest.raises(stockade.PolicyError, match="does not exist"):
+        sb.run(["pwd"], cwd=workspace / "missing")
 
 
 def test_two_hundred_commands_in_one_session(sb):

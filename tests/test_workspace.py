@@ -20,6 +20,7 @@ from stockade.integrations.workspace import (
     Workspace,
     denial_lines,
     outcome,
+    read_only_policy,
     with_denials,
 )
 
@@ -157,6 +158,45 @@ def test_typed_failures(workspace):
         workspace.exec("echo", shell=False)
     with pytest.raises(UsageError):
         workspace.exec([])
+
+
+def test_a_read_beyond_limits_output_takes_a_limit_of_the_callers(ws):
+    """A file larger than limits.output is `too_large` (its grant named), unless the caller
+    takes more (Inspect's read bound): then it comes whole, in pieces each within the limit."""
+    root, _ = ws
+    data = os.urandom(2500)
+    (root / "big").write_bytes(data)
+    (root / "exact").write_bytes(data[:1000])
+    with Workspace(policy_for("workspace-write", output=1000), workspace=root) as workspace:
+        with pytest.raises(FileError) as refused:
+            workspace.read_file("big")
+        assert (refused.value.code, refused.value.grant) == ("too_large", "limits.output")
+        assert workspace.read_file("exact") == data[:1000]
+        assert workspace.read_file("big", limit=2500) == data
+        assert workspace.read_file("big", limit=10 << 20) == data
+        with pytest.raises(FileError) as refused:
+            workspace.read_file("big", limit=2499)
+        assert (refused.value.code, refused.value.grant) == ("too_large", None)
+
+
+def test_a_read_only_policy_writes_nothing_on_the_host(ws):
+    """read_only_policy (pydantic-ai's `read_only`): a real command that tries to write in the
+    workspace and in its home fails, and nothing appears on the host; reads still work."""
+    root, _ = ws
+    (root / "a.txt").write_text("kept\n")
+    policy = read_only_policy(policy_for("workspace-write"))
+    assert policy.filesystem.write == () and policy.filesystem.home == "host"
+    with Workspace(policy, workspace=root) as workspace:
+        done = workspace.exec("cat a.txt; echo x > made.txt; echo x > a.txt; "
+                              "mkdir -p \"$HOME/.cache\" && echo x > \"$HOME/.cache/made\"",
+                              shell=True)
+        assert done.stdout == "kept\n" and done.exit_code != 0, done
+        assert "Read-only file system" in done.stderr, done.stderr
+        with pytest.raises(FileError) as refused:
+            workspace.write_file("made.txt", "x")
+        assert refused.value.code == "permission_denied"
+    assert sorted(os.listdir(root)) == ["a.txt"] and (root / "a.txt").read_text() == "kept\n"
+    assert not os.path.exists(os.path.expanduser("~/.cache/made"))
 
 
 def test_a_lost_sandbox_is_started_again(workspace):

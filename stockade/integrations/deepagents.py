@@ -5,9 +5,10 @@
     agent = create_deep_agent(model=..., backend=sandbox.backend())
 
 What deepagents gets: `execute` runs each shell command in one warm Stockade sandbox over the
-workspace (exit codes in the shell's conventions: not found 127, timed out 124; output within
-`limits.output`, `truncated` when cut; what the sandbox stopped or cut said in words at the
-end of the output, with the policy grant that would allow it). `backend()` is the sandbox
+workspace, with `python` on PATH (python3, as partner sandboxes' images have it; exit codes
+in the shell's conventions: not found 127, timed out 124; output within `limits.output`,
+`truncated` when cut; what the sandbox stopped or cut said in words at the end of the
+output, with the policy grant that would allow it). `backend()` is the sandbox
 with deepagents' artifacts root (where it offloads large tool results and summarized history,
 `/large_tool_results` and `/conversation_history` by default: read-only in a sandbox, whose
 root is) in the workspace, `ARTIFACTS`. `upload_files` and `download_files` are the
@@ -39,6 +40,7 @@ from stockade.integrations.workspace import FileError, Outcome, Workspace, with_
 
 # Where deepagents' artifacts go (large tool results, summarized history), in the workspace.
 ARTIFACTS = ".deepagents-artifacts"
+ALIASES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "aliases")
 # Stockade's FileError codes in deepagents' FileOperationError words.
 _ERRORS = {"not_found": "file_not_found", "not_a_directory": "file_not_found",
            "is_a_directory": "is_directory", "permission_denied": "permission_denied",
@@ -51,18 +53,23 @@ class StockadeSandbox(BaseSandbox):
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
+        # `python` first on PATH, as the images of deepagents' partner sandboxes have it (the
+        # suite and models call it; a host may have only python3): a script in the package
+        path = workspace.env.get("PATH", os.defpath)
+        self._env = {"PATH": f"{ALIASES}:{path}"}
 
     @property
     def id(self) -> str:
         return f"stockade:{self.workspace.root}"
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        return _response(self.workspace.exec(command, shell=True, timeout=timeout or None))
+        return _response(self.workspace.exec(command, shell=True, timeout=timeout or None,
+                                              env=self._env))
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """`execute`, awaited: cancelling the run (its task) kills the command's tree."""
         return _response(await self.workspace.aexec(command, shell=True,
-                                                    timeout=timeout or None))
+                                                    timeout=timeout or None, env=self._env))
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []

@@ -6,8 +6,10 @@ It walks from ROOT one component at a time, never following a symbolic link (ope
 RESOLVE_BENEATH is not available: the sandbox's seccomp filter answers openat2 with ENOSYS),
 so a link the command planted cannot lead a tool call out of the workspace.
 
-OPs: `read` (the file's bytes on stdout), `write` (stdin into the file; missing parent
-directories are made), `list` (JSON lines: name, kind, size), `remove` (a file or a link).
+OPs: `read` (the file's bytes on stdout; `read ROOT PATH OFFSET COUNT LIMIT`: at most COUNT
+bytes from OFFSET, `too_large` if the file holds more than LIMIT), `write` (stdin into the file;
+missing parent directories are made), `list` (JSON lines: name, kind, size), `remove` (a file
+or a link).
 A failure is one JSON object on stderr, {"error": code, "detail": ...}, and exit status 3.
 Standard library only: it runs without Stockade's package on its path."""
 
@@ -99,7 +101,7 @@ def opened(directory: int, name: str, shown: str, flags: int, mode: int = 0o644)
         raise
 
 
-def read(root: str, path: str) -> None:
+def read(root: str, path: str, offset: str, count: str, limit: str) -> None:
     names = parts(root, path)
     if not names:
         raise Refused("is_a_directory", f"{root}: a directory")
@@ -116,9 +118,14 @@ def read(root: str, path: str) -> None:
             raise Refused("is_a_directory", f"{shown}: a directory")
         if not stat.S_ISREG(mode):
             raise Refused("not_a_regular_file", f"{shown}: not a regular file")
+        if os.fstat(fd).st_size > int(limit):  # (refused before a byte is sent)
+            raise Refused("too_large", f"{shown}: more than {limit} bytes")
         os.set_blocking(fd, True)
-        while chunk := source.read(1 << 16):
+        source.seek(int(offset))
+        left = int(count)
+        while left and (chunk := source.read(min(left, 1 << 16))):
             sys.stdout.buffer.write(chunk)
+            left -= len(chunk)
 
 
 def write(root: str, path: str) -> None:
@@ -172,14 +179,16 @@ def remove(root: str, path: str) -> None:
 
 
 OPERATIONS = {"read": read, "write": write, "list": listing, "remove": remove}
+ARGUMENTS = {"read": 5, "write": 2, "list": 2, "remove": 2}  # (after OP)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in OPERATIONS:
-        raise Refused("usage", "fileop.py read|write|list|remove ROOT PATH")
-    op, root, path = argv
+    if not argv or argv[0] not in OPERATIONS or len(argv) != 1 + ARGUMENTS[argv[0]]:
+        raise Refused("usage", "fileop.py read ROOT PATH OFFSET COUNT LIMIT | "
+                               "write|list|remove ROOT PATH")
+    op, root, path, *rest = argv
     try:
-        OPERATIONS[op](root, path)
+        OPERATIONS[op](root, path, *rest)
     except OSError as exc:
         code = _CODES.get(exc.errno or 0, "failed")
         raise Refused(code, f"{path}: {os.strerror(exc.errno or 0)}") from None

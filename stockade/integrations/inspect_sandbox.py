@@ -17,17 +17,18 @@ and the sample's directory is already its to write.
 `read_file` and `write_file` run inside the sandbox and never follow a symbolic link: relative
 paths are in the sample's directory, absolute ones reach what the sandbox can (a read root is
 read-only, the sandbox's own `/tmp` is its own); `FileNotFoundError`, `IsADirectoryError`,
-`PermissionError`, `UnicodeDecodeError` and `OutputLimitExceededError` as Inspect's contract
-asks.
+`PermissionError`, `UnicodeDecodeError` and `OutputLimitExceededError` (past Inspect's own
+read bound, 100 MiB unless overridden) as Inspect's contract asks.
 
 What it cannot ask for: another user (`SandboxUserUnsupportedError`: a sandbox runs as its
-caller), a connection or a service (no `connection()`), a network beyond the policy, or any
-path the policy does not grant. Escape benchmarks can run their tasks in it: what they find
-is what the policy and `stockade report` say."""
+caller, the one `user` it accepts), a connection or a service (no `connection()`), a network
+beyond the policy, or any path the policy does not grant. Escape benchmarks can run their
+tasks in it: what they find is what the policy and `stockade report` say."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import tempfile
 from typing import Any, Literal, overload
@@ -94,7 +95,7 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
                    cwd: str | None = None, env: dict[str, str] | None = None,
                    user: str | None = None, timeout: int | None = None,
                    timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
-        if user is not None:
+        if user is not None and not _is_caller(user):
             raise SandboxUserUnsupportedError(f"a Stockade sandbox runs as its caller, not "
                                               f"as {user!r}")
         outcome = await self.workspace.aexec(self._tools_here(cmd), input=input, cwd=cwd,
@@ -140,21 +141,33 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
     async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
 
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
-        data = await self._file(lambda: self.workspace.read_file(file, confined=False), file)
-        if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
-            raise OutputLimitExceededError(
-                limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, truncated_output=None)
+        # Inspect's own bound on a read (100 MiB unless overridden), not limits.output: what
+        # the harness reads is its own, not a command's output
+        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
+        data = await self._file(lambda: self.workspace.read_file(
+            file, confined=False, limit=limit), file,
+            limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR)
         # (newlines as they are: Inspect asks for `newline=""` semantics)
         return data.decode("utf-8") if text else data
 
-    async def _file(self, operation: Any, file: str) -> Any:
+    async def _file(self, operation: Any, file: str, limit_str: str | None = None) -> Any:
         try:
             return await anyio.to_thread.run_sync(operation)
         except FileError as exc:
-            if exc.code == "too_large":
-                raise OutputLimitExceededError(limit_str=f"{self.workspace.limits.output} "
-                                               "bytes", truncated_output=None) from None
+            if exc.code == "too_large" and limit_str is not None:
+                raise OutputLimitExceededError(limit_str=limit_str,
+                                               truncated_output=None) from None
             raise _FILE_ERRORS.get(exc.code, OSError)(f"{file}: {exc.message}") from None
+
+
+def _is_caller(user: str) -> bool:
+    """Whether `user` (a name or uid) is this process's effective user, the one a sandbox
+    runs as (so Inspect's local sandbox accepts it too)."""
+    try:
+        uid = int(user) if user.isdecimal() else pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return False
+    return uid == os.geteuid()
 
 
 def _policy(config: Any) -> Policy:

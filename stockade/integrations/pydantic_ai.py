@@ -23,7 +23,9 @@ What it cannot ask for: a command outside the sandbox, or beyond the policy: a `
 lengthens `limits.timeout` (the shorter one applies), and `env` adds variables to the policy's
 closed environment only where the policy allows them (a refused name is a `WorkspaceError`).
 A ref names this working directory only: one from message history that names another
-directory is declined, so history cannot move the agent elsewhere on the host."""
+directory is declined, so history cannot move the agent elsewhere on the host. The capability's
+options (`read_only`, `env`, `authority`, `path_authority`, as `LocalWorkspace` has them) only
+narrow the policy: see `StockadeWorkspace`."""
 
 from __future__ import annotations
 
@@ -36,18 +38,29 @@ from typing import Any
 
 import anyio
 from pydantic_ai.capabilities.abstract import AbstractCapability
-from pydantic_ai.messages import WorkspaceRef
+from pydantic_ai.messages import Authority, WorkspaceRef
 from pydantic_ai.workspaces import (
+    AuthorityWorkspace,
     CommandResult,
+    ReadOnlyWorkspace,
+    WorkspaceBackend,
     WorkspaceError,
     WorkspaceOutputLimitError,
     WorkspaceTimeoutError,
     WorkspaceUnavailableError,
 )
+from pydantic_ai.workspaces import Workspace as PydanticWorkspace
 
-from stockade.errors import StockadeError
-from stockade.integrations.workspace import Workspace, denial_lines, with_denials
-from stockade.policy import Policy, resolve_policy
+from stockade.errors import PolicyError, StockadeError
+from stockade.integrations.workspace import (
+    Workspace,
+    denial_lines,
+    read_only_policy,
+    with_denials,
+)
+from stockade.launch.env import close_environment
+from stockade.launch.hostpaths import inside
+from stockade.policy import Policy, merge, resolve_policy
 
 PROVIDER = "stockade"
 WATCH_INTERVAL = 0.25  # seconds between checks that the workspace directory still exists
@@ -136,24 +149,71 @@ class StockadeWorkspaceBackend:
 class StockadeWorkspace(AbstractCapability[Any]):
     """Gives runs a workspace in a Stockade sandbox over `working_dir`, under `policy` (a
     Policy or a policy file) or `preset` (default "workspace-write"). One warm sandbox serves
-    every run of the agent; `close()` ends it."""
+    every run of the agent; `close()` ends it.
+
+    The options of pydantic-ai's own `LocalWorkspace`, mapped onto the policy, which they can
+    only narrow: `read_only` (the workspace refuses commands and file changes, as pydantic-ai's
+    `ReadOnlyWorkspace` does, and the sandbox under it has no write root and no home of its
+    own: its reads write nothing on the host either); `env` (variables for every command,
+    added to the policy's closed environment as its `env.set` is: a refused name is a
+    PolicyError here); `authority` and `path_authority` (as pydantic-ai's
+    `AuthorityWorkspace`: how file text reaches the model), each path confined to the working
+    directory (one outside is PolicyError `outside_workspace`: a Stockade workspace is its
+    directory, and the sandbox reaches a file elsewhere only where the policy grants it)."""
 
     working_dir: str | Path
     _: KW_ONLY
     policy: Policy | str | None = None
     preset: str | None = None
+    read_only: bool = False
+    authority: Authority = "operator"
+    path_authority: Mapping[str, Authority] | None = None
+    env: Mapping[str, str] | None = None
     id: str | None = "stockade_workspace"
 
     def __post_init__(self) -> None:
         if self.policy is None and self.preset is None:
             self.preset = "workspace-write"
-        self._backend = StockadeWorkspaceBackend(os.path.expanduser(self.working_dir),
-                                                 resolve_policy(self.policy, self.preset))
+        root = os.path.realpath(os.path.expanduser(self.working_dir))
+        policy = resolve_policy(self.policy, self.preset)
+        if self.env:  # (a refused name is refused here, where it is written)
+            close_environment((), tuple(self.env.items()), {})
+            policy = merge(policy, {"env": {"set": dict(self.env)}}, file="StockadeWorkspace")
+        if self.read_only:
+            policy = read_only_policy(policy)
+        if self.path_authority:
+            self.path_authority = _confined(root, self.path_authority)
+        self._backend = StockadeWorkspaceBackend(root, policy)
 
-    def get_workspace(self, ctx: Any, *,
-                      ref: WorkspaceRef | None) -> StockadeWorkspaceBackend | None:
+    def get_workspace(self, ctx: Any, *, ref: WorkspaceRef | None) -> WorkspaceBackend | None:
         # a ref from history never moves the agent to another directory
-        return None if ref is not None and ref != self._backend.ref else self._backend
+        if ref is not None and ref != self._backend.ref:
+            return None
+        workspace: WorkspaceBackend = self._backend
+        if self.read_only:
+            workspace = ReadOnlyWorkspace(PydanticWorkspace(workspace))
+        if self.authority != "operator" or self.path_authority:
+            workspace = AuthorityWorkspace(PydanticWorkspace(workspace),
+                                           authority=self.authority,
+                                           path_authority=self.path_authority)
+        return workspace
 
     def close(self) -> None:
         self._backend.close()
+
+
+_RANK: tuple[Authority, ...] = ("none", "user", "operator")
+
+
+def _confined(root: str, levels: Mapping[str, Authority]) -> dict[str, Authority]:
+    """`levels` with each path absolute (`~` expanded, a relative one in `root`), the lowest
+    level kept for a path named twice; PolicyError for a path outside `root`."""
+    confined: dict[str, Authority] = {}
+    for path, level in levels.items():
+        absolute = os.path.normpath(os.path.join(root, os.path.expanduser(path)))
+        if not inside(absolute, root):
+            raise PolicyError(f"{path}: outside the workspace {root} (a file elsewhere reaches "
+                              "the sandbox only where filesystem.read grants it)",
+                              key="path_authority", code="outside_workspace")
+        confined[absolute] = min(level, confined.get(absolute, level), key=_RANK.index)
+    return confined

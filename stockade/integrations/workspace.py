@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, replace
 
 from stockade.errors import StartError, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
 from stockade.launch.result import Result, Violation
 from stockade.policy import Policy, resolve_policy
 from stockade.session.errors import SessionError
@@ -114,7 +115,9 @@ class Workspace:
                              f"{self.policy.containment!r} (use stockade.run or VmSandbox)")
         context = CompileContext.current(workspace)
         self.root = os.path.realpath(context.workspace)
-        self.limits = compile_policy(self.policy, ["true"], context).limits
+        compiled = compile_policy(self.policy, ["true"], context)
+        self.limits = compiled.limits
+        self.env = dict(compiled.env)  # the closed environment every command starts with
         self._idle: list[Sandbox] = []
         self._started: list[Sandbox] = []
         self._pool = threading.Lock()
@@ -227,10 +230,32 @@ class Workspace:
                 await anyio.to_thread.run_sync(over.wait)
             raise
 
-    def read_file(self, path: str | os.PathLike, *, confined: bool = True) -> bytes:
+    def read_file(self, path: str | os.PathLike, *, confined: bool = True,
+                  limit: int | None = None) -> bytes:
         """The bytes of the file at `path` (relative to the workspace, or absolute in it;
-        anywhere the sandbox can read it if not `confined`, still never through a link)."""
-        return self._fileop("read", path, confined=confined)
+        anywhere the sandbox can read it if not `confined`, still never through a link).
+        A file of more than `limit` bytes (default: the policy's `limits.output`; a host
+        application may take more, as Inspect's contract asks) is FileError `too_large`; one
+        larger than `limits.output` is read in pieces of that size, each a command whose
+        output stays within it (a file changing meanwhile may be read torn)."""
+        piece = self.limits.output or DEFAULT_OUTPUT_LIMIT
+        most = piece if limit is None else limit
+        data = bytearray()
+        while True:
+            count = min(piece, most + 1 - len(data))
+            try:
+                read = self._fileop("read", path, confined=confined,
+                                    arguments=(str(len(data)), str(count), str(most)))
+                data += read
+                if len(data) > most:  # (grown since its size was checked)
+                    raise FileError("too_large", f"{self.resolve(path)}: more than {most} "
+                                    "bytes")
+            except FileError as exc:
+                if exc.code != "too_large" or limit is not None:
+                    raise
+                raise FileError(exc.code, exc.message, "limits.output") from None
+            if len(read) < count:
+                return bytes(data)
 
     def write_file(self, path: str | os.PathLike, data: bytes | str, *,
                    confined: bool = True) -> None:
@@ -257,10 +282,10 @@ class Workspace:
         return None if cwd is None else self.resolve(cwd)
 
     def _fileop(self, op: str, path: str | os.PathLike, data: bytes | None = None, *,
-                confined: bool = True) -> bytes:
+                confined: bool = True, arguments: Sequence[str] = ()) -> bytes:
         root = self.root if confined else "/"
         argv = [os.path.realpath(sys.executable), "-I", "-S", "-B", FILEOP, op, root,
-                self.resolve(path)]
+                self.resolve(path), *arguments]
         result = None
         for attempt in range(2):  # a file operation is repeatable: once more on a new sandbox
             try:
@@ -286,6 +311,15 @@ class Workspace:
         grant = f"filesystem.write {shown}" if op in ("write", "remove") and \
             code == "permission_denied" else None
         raise FileError(code, detail, grant)
+
+
+def read_only_policy(policy: Policy) -> Policy:
+    """`policy` with nothing on the host writable (a framework's `read_only` option): its
+    write roots read roots instead (the workspace stays readable), and no home of the
+    sandbox's own (HOME is the host's, which no root then lets it write)."""
+    fs = policy.filesystem
+    return replace(policy, filesystem=replace(fs, read=tuple(dict.fromkeys(fs.read + fs.write)),
+                                              write=(), home="host"))
 
 
 def outcome(result: Result, timeout_by_call: bool = False) -> Outcome:

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from stockade.session.errors import ProtocolError
 
 VERSION = 1
-MAX_FRAME = 1 << 20       # bound on the length field (bytes after it)
+# bound on the length field (bytes after it): a command's frame holds any argv the kernel
+# takes at the usual 8 MiB stack (ARG_MAX 2 MiB) four times over, room for JSON's escapes
+MAX_FRAME = 8 << 20
 CHUNK = 64 << 10          # senders split data into frames of at most this many bytes
 NONCE_SIZE = 32
 STDIN_WINDOW = 256 << 10  # stdin bytes a host may send ahead of the agent's `window` grants

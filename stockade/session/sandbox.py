@@ -27,6 +27,7 @@ from stockade.errors import UnavailableError, UsageError
 from stockade.launch import calls, registry
 from stockade.launch.compile import CompileContext, check_argv, compile_policy
 from stockade.launch.env import close_environment
+from stockade.launch.hostpaths import inside
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT, MERGE
 from stockade.launch.pump import KEEP, Capture, Forward, Sink, capture_for
 from stockade.launch.request import LaunchRequest
@@ -44,6 +45,7 @@ T = TypeVar("T")
 BACKEND = "linux-session"
 CLOSE_GRACE = 1.0  # seconds an idle agent may take to exit after `shutdown`
 MAX_COMMAND = MAX_FRAME - (4 << 10)  # encoded bytes of one command (its frame's envelope aside)
+SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's own filesystems (namespaces), where cwd may lie
 
 
 class Sandbox:
@@ -274,9 +276,10 @@ class Sandbox:
                  env: Mapping[str, str], timeout: float | None) -> LaunchRequest:
         """The LaunchRequest this command amounts to: the session's roots, network and limits
         with the command's own argv, cwd, environment and timeout (hence its own digest)."""
-        if cwd is None:  # the common case skips resolving every root again
+        scratch = None if cwd is None else self._scratch(cwd)
+        if cwd is None or scratch is not None:  # (the common case resolves no root again)
             check_argv(argv)
-            own = replace(self._default, argv=tuple(argv))
+            own = replace(self._default, argv=tuple(argv), cwd=scratch or self._default.cwd)
         else:
             own = compile_policy(self._policy, list(argv), self._ctx, cwd=cwd)
         variables = dict(own.env)
@@ -288,6 +291,24 @@ class Sandbox:
                        limits=replace(session.limits, timeout=own.limits.timeout
                                       if timeout is None else timeout),
                        request_id=secrets.token_hex(16))
+
+    def _scratch(self, cwd: str | os.PathLike) -> str | None:
+        """`cwd` (normalised) if it lies in the sandbox's own /tmp or /dev/shm, fresh
+        filesystems the host cannot look into: the agent's chdir then decides (a missing one
+        is StartError `cwd_invalid`). None where the host decides: any other path, one in a
+        root mounted there (or /tmp itself a root), and in the landlock tier (no own /tmp)."""
+        path = os.fspath(cwd) if isinstance(cwd, str | os.PathLike) else None
+        if not isinstance(path, str) or "\0" in path or not os.path.isabs(path) or \
+                self.containment != "linux" or self._policy.isolation == "landlock":
+            return None  # (compile_policy checks it, or refuses it)
+        path = os.path.normpath(path)
+        session = self._session.request  # (its roots: the policy's and the agent's own)
+        roots = [grant.path for grant in session.read + session.write]
+        for own in SCRATCH:
+            if inside(path, own):
+                held = any(inside(root, own) and inside(path, root) for root in roots)
+                return None if held else path
+        return None
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:

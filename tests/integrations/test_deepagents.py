@@ -1,5 +1,6 @@
 """The deepagents backend: langchain-tests' own conformance suite for sandbox backends, run
-against StockadeSandbox, and a real deep agent (driven by LangChain's fake chat model) whose
+whole against StockadeSandbox and against deepagents' own BaseSandbox unsandboxed (the checks
+Stockade fails, it fails too), and a real deep agent (driven by LangChain's fake chat model) whose
 tool calls run in the real sandbox."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -14,6 +16,12 @@ import pytest
 from cancelling import check_cancelled, check_next_call, one_slot, tree
 from conftest import policy_for
 from deepagents import create_deep_agent
+from deepagents.backends.protocol import (
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileUploadResponse,
+)
+from deepagents.backends.sandbox import BaseSandbox
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -26,7 +34,8 @@ pytestmark = pytest.mark.usefixtures("linux")
 
 
 # langchain-tests 1.1.9 asks for what deepagents' own BaseSandbox (0.7.32) no longer does:
-# these run through deepagents' unchanged glob and write, whatever the backend.
+# these run through deepagents' unchanged glob and write, whatever the backend, and fail the
+# same on the unsandboxed reference below.
 FRAMEWORK_SKEW = {
     "test_write_existing_file_fails":
         "BaseSandbox.write overwrites an existing file (its documented behaviour)",
@@ -45,20 +54,9 @@ def framework_skew(request):
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
-def with_python(policy):
-    """`policy` with this test's interpreter readable and first on PATH as `python` (the
-    suite's commands call `python`, which a sandbox image has)."""
-    prefix = os.path.realpath(sys.prefix)
-    path = f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"
-    return dataclasses.replace(
-        policy, filesystem=dataclasses.replace(policy.filesystem,
-                                               read=policy.filesystem.read + (prefix,)),
-        env=dataclasses.replace(policy.env, set=tuple(sorted({**dict(policy.env.set),
-                                                               "PATH": path}.items()))))
-
-
 class TestStockadeSandboxConformance(SandboxIntegrationTests):
-    """The suite, over a workspace of its own: its files live under `sandbox_root_dir`."""
+    """The suite, whole, over a workspace of its own under the recommended preset: its files
+    live under `sandbox_root_dir`."""
 
     root = ""  # set when the class's sandbox is made
 
@@ -66,12 +64,80 @@ class TestStockadeSandboxConformance(SandboxIntegrationTests):
     def sandbox(self, tmp_path_factory) -> Iterator[StockadeSandbox]:
         root = tmp_path_factory.mktemp("deepagents-conformance")
         type(self).root = str(root)
-        policy = with_python(policy_for("workspace-write"))
-        backend = StockadeSandbox(Workspace(policy, workspace=root))
+        backend = StockadeSandbox(Workspace(policy_for("workspace-write"), workspace=root))
         try:
             yield backend
         finally:
             backend.close()
+
+    @property
+    def sandbox_root_dir(self) -> str:
+        return self.root + "/"
+
+
+class Unsandboxed(BaseSandbox):
+    """The reference: deepagents' own BaseSandbox over plain subprocesses and file I/O on the
+    host, nothing confined (with `python` on PATH, as the suite needs)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    @property
+    def id(self) -> str:
+        return f"unsandboxed:{self.root}"
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}"
+        done = subprocess.run(["/bin/sh", "-c", command], cwd=self.root, capture_output=True,
+                              timeout=timeout or None, env={**os.environ, "PATH": path})
+        return ExecuteResponse(output=(done.stdout + done.stderr).decode("utf-8", "replace"),
+                               exit_code=done.returncode, truncated=False)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        responses = []
+        for path, content in files:
+            try:
+                _absolute(path)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as file:
+                    file.write(content)
+                responses.append(FileUploadResponse(path=path))
+            except (OSError, ValueError) as exc:
+                responses.append(FileUploadResponse(path=path, error=_error(exc)))
+        return responses
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        responses = []
+        for path in paths:
+            try:
+                with open(_absolute(path), "rb") as file:
+                    responses.append(FileDownloadResponse(path=path, content=file.read()))
+            except (OSError, ValueError) as exc:
+                responses.append(FileDownloadResponse(path=path, error=_error(exc)))
+        return responses
+
+
+def _absolute(path: str) -> str:
+    if not os.path.isabs(path):
+        raise ValueError(path)  # (deepagents' paths are absolute)
+    return path
+
+
+def _error(exc: Exception) -> str:
+    return {FileNotFoundError: "file_not_found", IsADirectoryError: "is_directory",
+            PermissionError: "permission_denied", ValueError: "invalid_path"}.get(
+                type(exc), str(exc))
+
+
+class TestUnsandboxedReference(SandboxIntegrationTests):
+    """The same suite against the reference: FRAMEWORK_SKEW fails there too (strict)."""
+
+    root = ""
+
+    @pytest.fixture(scope="class")
+    def sandbox(self, tmp_path_factory) -> Unsandboxed:
+        type(self).root = str(tmp_path_factory.mktemp("deepagents-reference"))
+        return Unsandboxed(self.root)
 
     @property
     def sandbox_root_dir(self) -> str:

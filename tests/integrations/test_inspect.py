@@ -1,5 +1,6 @@
 """Inspect AI on Stockade: Inspect's own portable conformance checks for sandbox environments
-(inspect_ai.util._sandbox.self_check), run against StockadeSandboxEnvironment, and a real
+(inspect_ai.util._sandbox.self_check), run whole against StockadeSandboxEnvironment (the one
+check it fails, Inspect's own local sandbox fails too: run against it here), and a real
 Inspect eval (mockllm model) whose sample runs its commands in the sandbox."""
 
 from __future__ import annotations
@@ -17,40 +18,49 @@ from inspect_ai.model._providers.mockllm import MockLLM
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, accuracy, includes, match, scorer
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools
 from inspect_ai.tool import bash, python, text_editor
-from inspect_ai.util import sandbox
+from inspect_ai.util import SandboxUserUnsupportedError, sandbox
+from inspect_ai.util._sandbox import self_check
 from inspect_ai.util._sandbox._cli import SANDBOX_TOOLS_DIR
+from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected here
 
 from stockade.integrations.inspect_sandbox import TOOLS_NAME, StockadeSandboxEnvironment
 
 pytestmark = pytest.mark.usefixtures("linux")
 
-# What the checks ask for that Stockade refuses by design, check by check.
-REFUSED = {
-    "test_exec_as_user": "a Stockade sandbox runs as its caller: another user (here root, to "
-                         "run adduser) is SandboxUserUnsupportedError",
-    "test_cwd_absolute": "a working directory must exist on the host inside a granted root; "
-                         "/tmp in the sandbox is the sandbox's own, so a directory made there "
-                         "is no such directory",
-    "test_exec_large_command": "a warm sandbox's command travels in one session frame "
-                               "(at most 1 MiB); this argv is 1 MiB, refused as a usage error",
-    "test_read_and_write_large_file_binary": "a read is bounded by the policy's limits.output "
-                                             "(16 MiB in workspace-write), not Inspect's 100 "
-                                             "MiB: a 50 MiB read is OutputLimitExceededError",
+# The checks Inspect's own local sandbox fails too (Inspect's own runner marks them so): each
+# is run against it below, and fails there as well.
+SHARED = {
+    "test_exec_as_user": "a sandbox runs as its caller, the one `user` it accepts (as Inspect's "
+                         "local sandbox does): rootless, `root` is SandboxUserUnsupportedError; "
+                         "as root, adduser fails (/etc is read-only in the sandbox)",
 }
+FAILED = (AssertionError, SandboxUserUnsupportedError)  # how a check fails
 
 
 @pytest.fixture
 async def sandbox_env(request):
-    reason = REFUSED.get(request.node.originalname)
+    reason = SHARED.get(request.node.originalname)
     if reason is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        request.applymarker(pytest.mark.xfail(strict=True, raises=FAILED, reason=reason))
     environment = StockadeSandboxEnvironment(policy_for("workspace-write"))
     try:
         yield environment
     finally:
         environment.close()
     assert not os.path.exists(environment.directory)
+
+
+@pytest.mark.rootless_only("as root, Inspect's local sandbox would run adduser on this host")
+@pytest.mark.parametrize("check", sorted(SHARED))
+async def test_inspects_local_sandbox_fails_the_check_too(check):
+    """The reference: Inspect's own LocalSandboxEnvironment, through the same check."""
+    environments = await LocalSandboxEnvironment.sample_init("reference", None, {})
+    try:
+        with pytest.raises(FAILED):
+            await getattr(self_check, check)(environments["default"])
+    finally:
+        await LocalSandboxEnvironment.sample_cleanup("reference", None, environments, False)
 
 
 def test_an_eval_runs_its_sample_in_the_sandbox(ws, tmp_path):

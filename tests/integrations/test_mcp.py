@@ -1,5 +1,6 @@
-"""`stockade mcp` end to end: the official SDK's own client talks to the server over stdio (and
-once over streamable HTTP on loopback), and every tool call runs in the real sandbox. Hostile
+"""`stockade mcp` end to end: two clients nobody here wrote, the official SDK's own and the MCP
+Inspector's CLI (npm), talk to the server over stdio and over streamable HTTP on loopback, and
+every tool call runs in the real sandbox. Hostile
 calls (a shell string without `shell`, a path outside, a link the command planted, a protected
 file) come back as typed tool errors, and nothing changes on the host. Every server starts in its
 workspace, never in the checkout: `python -m` and `-c` put the working directory first on the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -284,6 +286,69 @@ async def next_call(target: str) -> None:
     async with Client(target) as client:
         after = await client.call_tool("run", {"argv": ["true"]})
         assert after.structured_content["exit_code"] == 0
+
+
+# The MCP Inspector's CLI (npm; scripts/test.sh installs it beside the integrations' venv): a
+# client nobody here wrote, on the TypeScript SDK.
+INSPECTOR = os.path.join(os.path.dirname(sys.prefix), ".mcp-inspector", "node_modules", ".bin",
+                         "mcp-inspector")
+
+
+def inspector(target: list[str], *arguments: str, cwd) -> dict:
+    """The Inspector CLI's answer (JSON) to one method on `target` (a server's command line,
+    started in `cwd` with this run's state directory, or a URL)."""
+    assert os.access(INSPECTOR, os.X_OK), f"{INSPECTOR}: not installed (scripts/test.sh does)"
+    done = subprocess.run([INSPECTOR, "--cli", "-e",
+                           f"STOCKADE_STATE_DIR={os.environ['STOCKADE_STATE_DIR']}", *target,
+                           *arguments], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_the_mcp_inspector_cli_lists_and_calls_the_tools(ws, transport):
+    """Over stdio and streamable HTTP, the Inspector lists the tools and runs a shell command
+    in the sandbox: its write in the workspace lands, its writes outside and reads of a file
+    outside are refused, and nothing changes outside."""
+    root, outside = ws
+    (outside / "secret").write_text("outside\n")
+    with contextlib.ExitStack() as stack:
+        if transport == "http":
+            target = [f"http://127.0.0.1:{stack.enter_context(http_server(root))}/mcp"]
+        else:
+            target = [sys.executable, "-m", "stockade", "mcp", "--preset", "workspace-write",
+                      "--workspace", str(root)]
+        listed = inspector(target, "--method", "tools/list", cwd=root)
+        ran = inspector(target, "--method", "tools/call", "--tool-name", "run", "--tool-arg",
+                        f"argv=echo $((6*7)) > six.txt; cat six.txt; echo x > {outside}/new",
+                        "--tool-arg", "shell=true", cwd=root)
+        refused = inspector(target, "--method", "tools/call", "--tool-name", "read_file",
+                            "--tool-arg", f"path={outside}/secret", cwd=root)
+    assert {tool["name"] for tool in listed["tools"]} == TOOLS
+    assert ran["structuredContent"]["stdout"] == "42\n"
+    assert ran["structuredContent"]["exit_code"] != 0, ran
+    assert (root / "six.txt").read_text() == "42\n"
+    assert refused["isError"] and refused["structuredContent"]["error"] == "outside_workspace"
+    assert os.listdir(outside) == ["secret"]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_loads_the_installed_stockade_not_the_callers(ws, tmp_path, monkeypatch,
+                                                                 transport):
+    """A `stockade` package in the test's own working directory (a checkout's, say) is not
+    what a server loads: it starts in its workspace, and runs the installed one."""
+    root, _ = ws
+    decoy = tmp_path / "checkout" / "stockade"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the caller\\'s stockade')\n")
+    (decoy / "__main__.py").write_text("raise SystemExit('the caller\\'s stockade')\n")
+    monkeypatch.chdir(decoy.parent)
+    with contextlib.ExitStack() as stack:
+        if transport == "http":
+            target = f"http://127.0.0.1:{stack.enter_context(http_server(root))}/mcp"
+        else:
+            target = server(root, "--preset", "workspace-write")
+        asyncio.run(next_call(target))  # (the caller's would fail it: an ImportError)
 
 
 def test_the_http_transport_binds_to_loopback_only(ws):

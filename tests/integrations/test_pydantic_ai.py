@@ -8,6 +8,7 @@ import dataclasses
 import os
 import shutil
 
+import anyio
 import pytest
 from cancelling import check_cancelled, check_next_call, one_slot, tree
 from conftest import policy_for
@@ -20,9 +21,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.workspaces import WorkspaceError
+from pydantic_ai.workspaces import LocalWorkspaceBackend, WorkspaceError
 from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
+from stockade.errors import PolicyError
 from stockade.integrations.pydantic_ai import StockadeWorkspace, StockadeWorkspaceBackend
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -46,7 +48,7 @@ REFUSED = {
 @pytest.fixture(autouse=True)
 def refused_by_design(request):
     reason = REFUSED.get(request.node.name)
-    if reason is not None:
+    if reason is not None and request.cls is TestStockadeWorkspaceConformance:
         request.applymarker(pytest.mark.xfail(strict=True, run=False, reason=reason))
 
 
@@ -85,6 +87,37 @@ class TestStockadeWorkspaceConformance(WorkspaceBackendSuite):
     def destroy_environment(self):
         async def destroy(backend):
             shutil.rmtree(backend.root)
+        return destroy
+
+
+# The reference's PATH, less what this user cannot search (a rootless run started by root
+# inherits root's, and a missing program is then EACCES, 126, on the host)
+SEARCHABLE = {"PATH": ":".join(directory for directory in os.environ["PATH"].split(":")
+                               if os.access(directory, os.X_OK))}
+
+
+class TestLocalWorkspaceReference(WorkspaceBackendSuite):
+    """The reference: the same suite, its optional rules on the same way, against pydantic-ai's
+    own LocalWorkspaceBackend (unsandboxed): its skips are Stockade's; it passes the rule
+    REFUSED names, which is Stockade's own choice."""
+
+    @pytest.fixture
+    def backend(self, tmp_path):
+        return LocalWorkspaceBackend(tmp_path, env=SEARCHABLE)
+
+    @pytest.fixture
+    def attach_backend(self):
+        return lambda ref: LocalWorkspaceBackend(ref.id, env=SEARCHABLE)
+
+    @pytest.fixture
+    def destructive_backend(self, tmp_path_factory):
+        return lambda: LocalWorkspaceBackend(tmp_path_factory.mktemp("destroyed"),
+                                             env=SEARCHABLE)
+
+    @pytest.fixture
+    def destroy_environment(self):
+        async def destroy(backend):
+            shutil.rmtree(await backend.working_dir())
         return destroy
 
 
@@ -214,3 +247,119 @@ def test_cancelling_the_run_kills_its_command(ws, monkeypatch):
         check_next_call(lambda: capability._backend.workspace.exec(["true"]))
     finally:
         capability.close()
+
+
+def run_tools(capability: StockadeWorkspace, *calls: tuple[str, dict]) -> dict[str, str]:
+    """A real Agent with `capability`, its FunctionModel calling `calls` in turn: each tool
+    call's return (a refusal's exception type and message), by call (c0, c1, ...)."""
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        made = sum(isinstance(m, ModelResponse) for m in messages)
+        if made < len(calls):
+            name, args = calls[made]
+            return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{made}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), capabilities=[capability])
+
+    async def refused(step) -> str:  # noqa: ANN001 - an awaitable
+        try:
+            return str(await step)
+        except WorkspaceError as exc:
+            return f"refused: {type(exc).__name__}: {exc}"
+
+    @agent.tool
+    async def execute(ctx: RunContext[None], command: str) -> str:
+        async def run() -> str:
+            done = await ctx.workspace.run(command, shell=True)
+            return f"{done.exit_code}: {done.stdout}{done.stderr}"
+        return await refused(run())
+
+    @agent.tool
+    async def write(ctx: RunContext[None], path: str, content: str) -> str:
+        return await refused(ctx.workspace.write_text(path, content))
+
+    @agent.tool
+    async def read(ctx: RunContext[None], path: str) -> str:
+        return await refused(ctx.workspace.read_text(path))
+
+    @agent.tool
+    async def authority(ctx: RunContext[None], path: str) -> str:
+        return await ctx.workspace.authority_of(path)
+
+    try:
+        result = agent.run_sync("go")
+    finally:
+        capability.close()
+    return {part.tool_call_id: part.content for message in result.all_messages()
+            for part in getattr(message, "parts", ()) if isinstance(part, ToolReturnPart)}
+
+
+def test_read_only_refuses_changes_and_its_sandbox_writes_nothing(ws):
+    """`read_only=True`, as LocalWorkspace's: reads work, commands and writes are refused by
+    pydantic-ai's ReadOnlyWorkspace, and under it the sandbox has no write root: a real
+    command the backend runs cannot write in the workspace (nothing appears on the host)."""
+    root, _ = ws
+    (root / "a.txt").write_text("kept\n")
+    returns = run_tools(StockadeWorkspace(root, policy=policy_for("workspace-write"),
+                                          read_only=True),
+                        ("read", {"path": "a.txt"}),
+                        ("write", {"path": "a.txt", "content": "changed\n"}),
+                        ("execute", {"command": "echo x > made.txt"}))
+    assert returns["c0"] == "kept\n"
+    assert returns["c1"].startswith("refused: WorkspaceReadOnlyError"), returns
+    assert returns["c2"].startswith("refused: WorkspaceReadOnlyError"), returns
+    capability = StockadeWorkspace(root, policy=policy_for("workspace-write"), read_only=True)
+    try:  # the backend under the wrapper: the sandbox itself refuses the write
+        done = anyio.run(lambda: capability._backend.run("echo x > made.txt", shell=True))
+    finally:
+        capability.close()
+    assert done.exit_code != 0 and "Read-only file system" in done.stderr, done
+    assert sorted(os.listdir(root)) == ["a.txt"] and (root / "a.txt").read_text() == "kept\n"
+
+
+def test_env_reaches_every_command_within_the_closed_environment(ws, monkeypatch):
+    """`env` adds variables for every command to the policy's closed environment: nothing else
+    of this process's environment reaches a command (its secret neither)."""
+    root, _ = ws
+    monkeypatch.setenv("HOST_SECRET", "do-not-pass")
+    returns = run_tools(StockadeWorkspace(root, policy=policy_for("workspace-write"),
+                                          env={"GREETING": "hello"}),
+                        ("execute", {"command": "echo $GREETING ${HOST_SECRET-unset}"}))
+    assert returns["c0"] == "0: hello unset\n", returns
+
+
+def test_path_authority_lowers_levels_inside_the_workspace(ws):
+    """`authority` and `path_authority` label files as LocalWorkspace's do (relative paths in
+    the working directory, the longest match winning)."""
+    root, _ = ws
+    (root / "vendor").mkdir()
+    (root / "vendor" / "x.py").write_text("x\n")
+    (root / "own.py").write_text("y\n")
+    returns = run_tools(StockadeWorkspace(root, policy=policy_for("workspace-write"),
+                                          authority="user", path_authority={"vendor": "none"}),
+                        ("authority", {"path": "vendor/x.py"}),
+                        ("authority", {"path": "own.py"}))
+    assert (returns["c0"], returns["c1"]) == ("none", "user"), returns
+
+
+def test_the_options_cannot_widen_the_policy(ws, monkeypatch):
+    """No option reaches past the policy: `env` cannot set a refused variable, a
+    `path_authority` path outside the working directory is refused (typed, the knob named),
+    and `read_only=False` over the read-only preset leaves a real command unable to write."""
+    root, outside = ws
+    (outside / "secret").write_text("outside\n")
+    with pytest.raises(PolicyError) as refused:
+        StockadeWorkspace(root, policy=policy_for("workspace-write"),
+                          env={"LD_PRELOAD": str(outside / "evil.so")})
+    assert refused.value.code == "env_refused", refused.value
+    for path in (str(outside / "secret"), "../outside/secret", "~/.ssh/id_rsa"):
+        with pytest.raises(PolicyError) as refused:
+            StockadeWorkspace(root, policy=policy_for("workspace-write"),
+                              path_authority={path: "operator"})
+        assert refused.value.code == "outside_workspace", path
+        assert "filesystem.read" in refused.value.message
+    returns = run_tools(StockadeWorkspace(root, policy=policy_for("read-only"), read_only=False,
+                                          env={"TARGET": str(outside / "secret")}),
+                        ("execute", {"command": 'echo x > made.txt; echo x > "$TARGET"'}))
+    assert not returns["c0"].startswith("0: ") and "Read-only file system" in returns["c0"]
+    assert sorted(os.listdir(root)) == [] and (outside / "secret").read_text() == "outside\n"
