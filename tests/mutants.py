@@ -497,8 +497,8 @@ MUTANTS: tuple[Mutant, ...] = (
             HOST + "test_an_entry_put_before_the_starting_directory_is_no_starting_directory"
             "[module]")),
     Mutant("host-code-start-judged-from-here", "stockade/launch/hostcode.py",
-           "    started_in = stockade._started_in or os.getcwd()\n",
-           "    started_in = os.getcwd()\n",
+           "    started_in, here = stockade._started_in or os.getcwd(), os.getcwd()\n",
+           "    started_in, here = os.getcwd(), os.getcwd()\n",
            (HOST + "test_the_starting_directory_is_where_the_program_started_not_where_it_went"
             "[-m]",
             HOST + "test_the_starting_directory_is_where_the_program_started_not_where_it_went"
@@ -517,6 +517,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "                       for layer in ()})",
            ("tests/test_deny_links.py::test_a_denied_files_link_in_a_layer_of_an_overlay_in_a"
             "_read_root_refuses[namespaces]",)),
+    Mutant("host-code-moved-working-directory-unkept", "stockade/launch/hostcode.py",
+           '        found.append(Place(here, "cwd"))\n', "        pass\n",
+           (HOST + "test_the_working_directory_empty_entry_names_is_host_code",)),
+    Mutant("host-code-searched-below-start-passed", "stockade/launch/hostcode.py",
+           '    on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]',
+           '    on_path = [place.path for place in found if place.kind in ("import_path", "cwd",\n'
+           '                                                               "start")]',
+           (HOST + "test_a_directory_searched_below_the_starting_directory_is_host_code",)),
+    Mutant("host-code-own-packages-kept", "stockade/launch/hostcode.py",
+           "              if path != start_path and path not in packages\n",
+           "              if path != start_path\n",
+           (HOST + "test_a_directory_searched_below_the_starting_directory_is_host_code",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

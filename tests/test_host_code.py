@@ -851,7 +851,8 @@ def test_the_starting_directory_is_where_the_program_started_not_where_it_went(
     into it had the workspace taken for its own (kept nowhere: the command rewrote its
     plugin); one started in the workspace that moved into ws/build had its real starting
     directory, the workspace, taken for an import-path directory and refused. It is the
-    directory the program was in when it first imported Stockade."""
+    directory the program was in when it first imported Stockade (and ws/build, which ""
+    names at the program's later imports, is host code: attack 35 B8)."""
     ws, app = tmp_path / "ws", tmp_path / "app"
     for path in (ws / "build", app):
         path.mkdir(parents=True)
@@ -868,7 +869,51 @@ def test_the_starting_directory_is_where_the_program_started_not_where_it_went(
     monkeypatch.setattr(stockade, "_started_in", str(ws))  # (started in ws, moved below)
     monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
     monkeypatch.chdir(ws / "build")
-    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "build"),)
+
+
+def test_the_working_directory_empty_entry_names_is_host_code(tmp_path, monkeypatch):
+    """Attack 35 B8: a program started with -c in app/ ("" first on its path) that moved into
+    the workspace: "" names the workspace at each later import (the same process's `import
+    csv` after the run, the next run doing the same), yet "" was taken for the starting
+    directory alone. The workspace, a write root on the import path, is refused, saying
+    what takes it out."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws, app):
+        path.mkdir()
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-c", "..."])
+    monkeypatch.setattr(stockade, "_started_in", str(app))
+    monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
+    monkeypatch.chdir(ws)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert f"is the write root {ws}" in refused.value.message
+    assert "python -P" in refused.value.message
+
+
+def test_a_directory_searched_below_the_starting_directory_is_host_code(tmp_path, monkeypatch):
+    """Attack 35 B9: an agent started with -m in ~ (kept only whole: it holds the workspace
+    ~/proj) put ~/proj/plugins on its path for an optional import: a searched place below
+    the starting directory was taken as covered by it, and the command planted a plugin the
+    next run imported. It is host code; the program's own packages there (their `__path__`)
+    stay the command's."""
+    ws = tmp_path / "proj"
+    for path in (ws / "plugins", ws / "mypkg"):
+        path.mkdir(parents=True)
+    (ws / "mypkg" / "__init__.py").write_text("X = 1\n")
+    import importlib.machinery
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "agent"])
+    monkeypatch.setattr(stockade, "_started_in", str(tmp_path))
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path[1:]])
+    for searched in (ws / "plugins", ws / "mypkg"):
+        monkeypatch.setitem(sys.path_importer_cache, str(searched),
+                            importlib.machinery.FileFinder(str(searched)))
+    package = type(sys)("mypkg")
+    package.__path__ = [str(ws / "mypkg")]
+    monkeypatch.setitem(sys.modules, "mypkg", package)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "plugins"),)
 
 
 def test_a_missing_directory_the_imports_searched_is_not_made(tmp_path, monkeypatch):

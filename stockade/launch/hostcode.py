@@ -35,6 +35,7 @@ KINDS = {
     "pth_entry": "a directory a .pth file in site-packages names",
     "start": "the program's starting directory (first on its import path)",
     "searched": "a directory this process's imports searched, once on its import path",
+    "cwd": "the working directory, which \"\" on the import path names at each import",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
     "editable": "a directory an editable install's import finder maps packages to",
     "module": "a module this process imported from outside its import path",
@@ -71,11 +72,19 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     entries = list(sys.path)
     # (the entry the interpreter put first, wherever the program moved it: one it put in
     # front of it is no starting directory; attack 33 A6, F1)
-    started_in = stockade._started_in or os.getcwd()
+    started_in, here = stockade._started_in or os.getcwd(), os.getcwd()
     start = _start_entry(started_in)
+    if start is None and "" in entries and here == started_in:
+        start = ""  # (a program put "" where the interpreter put its directory: ipykernel)
+    start_path = None
     if start is not None and start in entries:
         entries.remove(start)
-        found.append(Place(os.path.normpath(os.path.join(started_in, start)), "start"))
+        start_path = os.path.normpath(os.path.join(started_in, start))
+        found.append(Place(start_path, "start"))
+    # ("" is the working directory at each import: where the program is now, if it moved
+    # away from its start, is searched first by its later imports; attack 35 B8)
+    if "" in sys.path and here != start_path:
+        found.append(Place(here, "cwd"))
     # (a relative entry is a directory the working directory is joined to at every import,
     # unless a path hook of its own takes it — setuptools' editable finder adds
     # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
@@ -85,10 +94,13 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     found += [Place(os.path.normpath(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
-    # searches it again at that point; attack 33 A1)
-    on_path = [place.path for place in found if place.kind in ("start", "import_path")]
+    # searches it again at that point; attack 33 A1; below the starting directory too,
+    # which is not kept whole, but for the program's own packages there: attack 35 B9)
+    on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
+    packages = _package_directories()
     found += [Place(path, "searched") for path in _searched()
-              if not any(aliases.at_or_below(path, entry) for entry in on_path)]
+              if path != start_path and path not in packages
+              and not any(aliases.at_or_below(path, entry) for entry in on_path)]
     user_site = _user_site()
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
@@ -194,6 +206,19 @@ def _searched() -> list[str]:
     34 B5a)."""
     return [os.path.abspath(key) for key in list(sys.path_importer_cache)
             if isinstance(key, str) and key and _names_a_path(key)]
+
+
+def _package_directories() -> set[str]:
+    """The directories of the packages this process imported (each one's `__path__`): what an
+    import searched below a path entry, not a path entry of its own."""
+    found: set[str] = set()
+    for module in list(sys.modules.values()):
+        try:
+            found.update(os.path.abspath(path) for path in getattr(module, "__path__", None) or ()
+                         if isinstance(path, str))
+        except Exception:  # noqa: BLE001 (a module's own __path__ may raise: never ours to fix)
+            continue
+    return found
 
 
 def _editable_mappings() -> list[str]:
@@ -371,6 +396,7 @@ _REMEDIES = {
     "script": "run the program from outside the write roots",
     "start": "start the program from a directory outside the write roots, or with python -P",
     "searched": "keep the directories the program imports from out of the write roots",
+    "cwd": "run the program with python -P, or from outside the write roots",
     "import_path": "take it off the import path (PYTHONPATH)",
     "pth_entry": "take it off the import path (remove the .pth file naming it)",
     "user_site": "set PYTHONNOUSERSITE=1",
