@@ -100,6 +100,18 @@ def test_a_refused_name_must_be_recorded_once_per_attempt() -> None:
     assert not escaped.ok and not escaped.error
 
 
+def test_only_the_recorders_denials_must_be_recorded() -> None:
+    """A read-only mount records nothing: its denials are not counted, the watch's are."""
+    expect = Recorded((refused_by("host_code", "EROFS"), refused_by("names_watch", "EACCES")),
+                      kind="filesystem.host_code")
+    lines = ("mkdir ws/lib/x.py: denied EROFS", "open ws/lib/x.py: denied EROFS",
+             "mkdir ws/plugins: denied EACCES")
+    recorded = Violation("filesystem.host_code", "ws/plugins: not made")
+    found = expect.check(result(*lines, violations=(recorded,)))
+    assert found.ok and "1 recorded filesystem.host_code" in found.text, found.text
+    assert expect.check(result(*lines)).error
+
+
 def test_a_control_must_show_an_attempt_working_and_none_failing_as_in_the_sandbox() -> None:
     sandboxed = {"read a": "ENOENT", "read b": "EACCES"}
     worked = worked_everywhere(result("read a: ALLOWED x", "read b: denied EISDIR"),

@@ -283,23 +283,27 @@ class Logged(Denied):
 
 @dataclass(frozen=True)
 class Recorded(Denied):
-    """Denied, and a violation of `kind` recorded for each attempt denied: the mechanism says
-    what it refused (pid 1's name watch records each name it does not make)."""
+    """Denied, and a violation of `kind` recorded for each attempt the layer `recorder`
+    denied (an errno of its refusal): the mechanism says what it refused (pid 1's name watch
+    records each name it does not make; a read-only mount records nothing)."""
 
     kind: str = ""
+    recorder: str = "names_watch"
 
     def check(self, result: Result) -> Finding:
         base = super().check(result)
         if not base.ok:
             return base
-        denied = sum(line.outcome == "denied" for line in lines(result))
+        denied = sum(line.outcome == "denied" and self.recorder in
+                     self.errnos_for(line.name).get(line.detail, ()) for line in lines(result))
         recorded = sum(v.kind == self.kind for v in result.violations)
         if recorded < denied:
-            return error(f"{denied} attempts denied, but {recorded} {self.kind} recorded")
+            return error(f"{denied} attempts denied by {self.recorder}, but {recorded} "
+                         f"{self.kind} recorded")
         return Finding(True, f"{base.text}; {recorded} recorded {self.kind}")
 
     def describe(self) -> str:
-        return f"{super().describe()}; each recorded {self.kind}"
+        return f"{super().describe()}; each {self.recorder} denial recorded {self.kind}"
 
 
 def destination(name: str) -> tuple[str, str, int | None]:

@@ -223,6 +223,32 @@ import sys
 sys.dont_write_bytecode = True
 import pkg
 """
+# Before COMPILER, started in the workspace: the relative entries "src" (a directory) and
+# "overrides.zip" (a zip file, which the zip importer's path hook takes) put on the import
+# path, a module imported through each (attack 33 A2, 34 B7).
+RELATIVE = """
+import sys
+sys.dont_write_bytecode = True
+sys.path[1:1] = ["src", "overrides.zip"]
+import mod, overrides
+"""
+# Before COMPILER, started beside the workspace: `{lib}` (argv[2]) put on the import path
+# for an import of `mod` through it, and the missing `{plugins}` (argv[3]) for an optional
+# import, each taken off again: only sys.path_importer_cache remembers them (attack 33 A1,
+# 34 B5a).
+SEARCHED = """
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[2])
+import mod
+sys.path.remove(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+try:
+    import plugin
+except ImportError:
+    pass
+sys.path.remove(sys.argv[3])
+"""
 
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
@@ -242,6 +268,8 @@ def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
 compiled_after_importing = compiled_after(IMPORTING, "module", "module_name")
 compiled_beside_a_finder = compiled_after(FINDING, "finder")
 compiled_started_through_a_link = compiled_after(STARTED, start="app")
+compiled_with_relative_entries = compiled_after(RELATIVE, start="ws")
+compiled_after_searching = compiled_after(SEARCHED, "lib", "plugins", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

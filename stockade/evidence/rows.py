@@ -202,6 +202,21 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", "{ws}/vbin/python", "{ws}/vbin/stockade", expect=denied(HOST_CODE),
         proven=off("host_code"), setup=setups.venv_bin_bound_in_workspace,
         launch=launches.compiled_in_the_venv, root_only=BIND_NEEDS_ROOT),
+    row("fs.host-code-relative-entry", "filesystem",
+        "plant a json.py in, and rewrite a zip file that is, a relative entry on the import "
+        "path of the host's program (\"src\", \"overrides.zip\"), which runs in the workspace",
+        "tamper.py", "{ws}/src/json.py", "{ws}/src", "{ws}/overrides.zip",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.relative_entries_in_workspace,
+        launch=launches.compiled_with_relative_entries),
+    row("fs.host-code-searched", "filesystem",
+        "plant a module in a workspace directory the host's program (started beside the "
+        "workspace) searched for an import and took off its import path again, and make the "
+        "missing one it searched likewise (mkdir, open, symlink, rename)",
+        "host_code_shadow.py", "{ws}/lib/colorsys.py", "{ws}/plugins",
+        expect=Recorded((HOST_CODE, by("names_watch", "EACCES")), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.workspace_directories_searched, launch=launches.compiled_after_searching),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "
@@ -281,6 +296,13 @@ ROWS: tuple[Row, ...] = (
         "looks through for it", "read_paths.py", "{root}/ro/id.bak",
         expect=RefusedBefore("unenforceable:filesystem.deny"), proven=off("deny_links"),
         setup=setups.denied_file_linked_in_read_root,
+        policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
+    row("fs.deny-hard-link-overlay-layer", "filesystem",
+        "read a denied file through an overlay in a read root whose lower layer, a directory "
+        "outside every root, holds a hard link of it the host made (the overlay's directories "
+        "on a device of its own)", "read_paths.py", "{root}/ro/m/id",
+        expect=RefusedBefore("unenforceable:filesystem.deny"), proven=off("deny_links"),
+        setup=setups.denied_file_linked_in_overlay_layer, root_only=OVERLAY_NEEDS_ROOT,
         policy={"filesystem": {"deny": ["{workspace}/keys/id"]}}),
     row("fs.deny-link-unlisted", "filesystem",
         "read a denied file through a hard link the host made in the write root, the denied "

@@ -293,6 +293,36 @@ def pycache_prefix_in_workspace(scene: Scene) -> None:
     scene.watch(Unchanged(prefix, "ws/pycache (the host's bytecode cache prefix)"))
 
 
+def relative_entries_in_workspace(scene: Scene) -> None:
+    """A directory `src` (holding `mod`) and a zip file `overrides.zip` (holding `overrides`)
+    in the workspace, which the launch's compile, started there, puts on its import path
+    relative, as "src" and "overrides.zip", importing from each
+    (launches.compiled_with_relative_entries): every later import joins them to its working
+    directory, and a path hook of its own (the zip importer's) takes the zip file (attack 33,
+    A2; 34, B7)."""
+    import zipfile
+
+    src = scene.plant("ws/src/mod.py", "VALUE = 1\n").parent
+    with zipfile.ZipFile(scene.ws / "overrides.zip", "w") as archive:
+        archive.writestr("overrides.py", "VALUE = 1\n")
+    scene.watch(Unchanged(src, "ws/src (the relative entry src on the host's import path)"))
+    scene.watch(Unchanged(scene.ws / "overrides.zip", "ws/overrides.zip (the relative entry "
+                          "overrides.zip on the host's import path)"))
+
+
+def workspace_directories_searched(scene: Scene) -> None:
+    """A workspace directory (`{lib}`, ws/lib, holding `mod`) and a missing one (`{plugins}`,
+    ws/plugins) that the launch's compile, started in `app` beside the workspace, put on its
+    import path for an import and took off again (launches.compiled_after_searching), as a
+    plugin loader does: its next run puts them back and imports what the command left there
+    (attack 33, A1; 34, B5a)."""
+    lib = scene.plant("ws/lib/mod.py", "VALUE = 1\n").parent
+    (scene.root / "app").mkdir()
+    scene.values.update(lib=str(lib), plugins=str(scene.ws / "plugins"))
+    scene.watch(Unchanged(scene.ws, "workspace (holding ws/lib, searched by the host's "
+                          "imports, and not ws/plugins, searched missing)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable
@@ -395,6 +425,22 @@ def denied_file_linked_in_read_root(scene: Scene) -> None:
     scene.read_roots.append(str(scene.root / "ro"))
     scene.watch(Unchanged(scene.ws, "workspace"))
     scene.watch(Unchanged(scene.root / "ro", "read-only root"))
+
+
+def denied_file_linked_in_overlay_layer(scene: Scene) -> None:
+    """A secret at a path the row's policy denies, a hard link of it the host made in
+    `layer`, a directory outside every root, and an overlay whose lower layer `layer` is
+    mounted in a read root (`ro/m`; an overlay mount on the host, root's, undone after): the
+    overlay's directories lie on a device of its own, not the file's (attack 34, H2)."""
+    secret = scene.plant_secret("ws/keys/id")
+    for name in ("layer", "empty", "ro/m"):
+        (scene.root / name).mkdir(parents=True)
+    os.link(secret, scene.root / "layer" / "id")
+    mounted(scene, OverlayMount(scene.root / "ro" / "m",
+                                (str(scene.root / "layer"), str(scene.root / "empty"))))
+    scene.read_roots.append(str(scene.root / "ro"))
+    scene.watch(Unchanged(scene.ws, "workspace"))
+    scene.watch(Unchanged(scene.root / "layer", "the overlay's lower layer"))
 
 
 def denied_dir_unlisted(scene: Scene) -> None:

@@ -102,6 +102,7 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "fs.deny-absent": "filesystem.deny", "fs.deny-passwd-home": "filesystem.deny",
              "fs.deny-bind-alias": "filesystem.deny",
              "fs.deny-hard-link-read-root": "filesystem.deny",
+             "fs.deny-hard-link-overlay-layer": "filesystem.deny",
              "fs.mount-of-removed-name": "filesystem.read",
              "fs.mount-unlookable": "filesystem.read",
              "fs.overlay-of-denied": "filesystem.deny", "fs.overlay-unjudged": "filesystem.deny",
@@ -178,7 +179,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-mount-below", "fs.host-code-linked-entry",
                           "fs.host-code-imported-module", "fs.host-code-pycache-prefix",
                           "fs.host-code-editable-mapping", "fs.host-code-start-link",
-                          "fs.host-code-shadowing-name", "fs.host-code-prefix-part")},
+                          "fs.host-code-shadowing-name", "fs.host-code-prefix-part",
+                          "fs.host-code-relative-entry", "fs.host-code-searched")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
