@@ -249,6 +249,31 @@ except ImportError:
     pass
 sys.path.remove(sys.argv[3])
 """
+# Before COMPILER, started with -c ("" first on the import path) beside the workspace: Stockade
+# and what COMPILER imports imported there (where Stockade takes the program to have
+# started), then into `{sub}` (argv[2]), a directory in the workspace, which "" names at every
+# later import, none of them before the compile (attack 35 B8).
+MOVED = """
+import json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+os.chdir(sys.argv[2])
+"""
+# Before COMPILER, started in the scene's root (which holds the workspace: a starting
+# directory kept only whole): its own package `ws.mypkg` imported through it, and the
+# workspace's `{plugins}` (argv[2]) put on the import path for an optional import and taken
+# off again (attack 35 B9).
+PLUGINS = """
+import sys
+sys.dont_write_bytecode = True
+import ws.mypkg
+sys.path.insert(0, sys.argv[2])
+try:
+    import site_plugins
+except ImportError:
+    pass
+sys.path.remove(sys.argv[2])
+"""
 
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
@@ -270,6 +295,8 @@ compiled_beside_a_finder = compiled_after(FINDING, "finder")
 compiled_started_through_a_link = compiled_after(STARTED, start="app")
 compiled_with_relative_entries = compiled_after(RELATIVE, start="ws")
 compiled_after_searching = compiled_after(SEARCHED, "lib", "plugins", start="app")
+compiled_after_moving_in = compiled_after(MOVED, "sub", start="app")
+compiled_after_searching_below_start = compiled_after(PLUGINS, "plugins")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

@@ -217,6 +217,19 @@ ROWS: tuple[Row, ...] = (
         expect=Recorded((HOST_CODE, by("names_watch", "EACCES")), kind="filesystem.host_code"),
         proven=(off("host_code"), off("names_watch")),
         setup=setups.workspace_directories_searched, launch=launches.compiled_after_searching),
+    row("fs.host-code-working-directory", "filesystem",
+        "plant a csv.py in the workspace directory the host's program (started with -c beside "
+        "the workspace, \"\" first on its import path) moved into after importing Stockade",
+        "tamper.py", "{ws}/sub/csv.py", "{ws}/sub", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.working_directory_in_workspace,
+        launch=launches.compiled_after_moving_in),
+    row("fs.host-code-searched-below-start", "filesystem",
+        "plant a module in a workspace directory the host's program (started in the directory "
+        "holding the workspace) searched for an optional import and took off its import path "
+        "again", "tamper.py", "{ws}/plugins/site_plugins.py", "{ws}/plugins",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.workspace_directory_searched_below_start,
+        launch=launches.compiled_after_searching_below_start),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -323,6 +323,33 @@ def workspace_directories_searched(scene: Scene) -> None:
                           "imports, and not ws/plugins, searched missing)"))
 
 
+def working_directory_in_workspace(scene: Scene) -> None:
+    """A directory `{sub}` (ws/sub) in the workspace that the launch's compile, started with
+    -c in `app` beside the workspace, moved into after importing Stockade
+    (launches.compiled_after_moving_in): "" on its import path names it at every later
+    import, the host's `import csv` after the run among them (attack 35, B8)."""
+    sub = scene.ws / "sub"
+    sub.mkdir()
+    (scene.root / "app").mkdir()
+    scene.values.update(sub=str(sub))
+    scene.watch(Unchanged(sub, "ws/sub (the working directory \"\" names on the host's "
+                          "import path)"))
+
+
+def workspace_directory_searched_below_start(scene: Scene) -> None:
+    """The workspace's `{plugins}` (ws/plugins, empty) that the launch's compile, started in
+    the scene's root (which holds the workspace: a starting directory kept only whole), put
+    on its import path for an optional import and took off again, after importing its own
+    package `ws.mypkg` through its starting directory
+    (launches.compiled_after_searching_below_start): its next run imports what the command
+    left in ws/plugins (attack 35, B9)."""
+    plugins = scene.ws / "plugins"
+    plugins.mkdir()
+    scene.plant("ws/mypkg/__init__.py", "VALUE = 1\n")
+    scene.values.update(plugins=str(plugins))
+    scene.watch(Unchanged(plugins, "ws/plugins (searched by the host's imports)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable

@@ -180,7 +180,9 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-imported-module", "fs.host-code-pycache-prefix",
                           "fs.host-code-editable-mapping", "fs.host-code-start-link",
                           "fs.host-code-shadowing-name", "fs.host-code-prefix-part",
-                          "fs.host-code-relative-entry", "fs.host-code-searched")},
+                          "fs.host-code-relative-entry", "fs.host-code-searched",
+                          "fs.host-code-working-directory",
+                          "fs.host-code-searched-below-start")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
