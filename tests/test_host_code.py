@@ -937,3 +937,52 @@ def test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file(
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(tmp_path / "overrides.zip") in \
         compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+@pytest.mark.parametrize("plugins", ["there", "missing"])
+def test_a_directory_a_package_was_given_besides_its_own_is_host_code(tmp_path, monkeypatch,
+                                                                      plugins):
+    """Attack 36 B10: a package outside the workspace whose loader added ws/.app/plugins to
+    its `__path__` (every module there is imported as the package's): the directory was
+    taken for one of the program's own packages and kept nowhere; the command planted a
+    plugin the next run loaded. It is host code; missing, it is not made."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (outside / "hostpkg").mkdir(parents=True)
+    (outside / "hostpkg" / "__init__.py").write_text("X = 1\n")
+    (ws / ".app").mkdir(parents=True)
+    if plugins == "there":
+        (ws / ".app" / "plugins").mkdir()
+    imported(monkeypatch, "hostpkg", outside / "hostpkg" / "__init__.py")
+    sys.modules["hostpkg"].__path__ = [str(outside / "hostpkg"), str(ws / ".app" / "plugins")]
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    request = compile_policy(policy_for(), ["true"], ctx)
+    got = request.host_code if plugins == "there" else request.unmade
+    assert str(ws / ".app" / "plugins") in got, (request.host_code, request.unmade)
+
+
+def test_a_removed_working_directory_is_no_crash(tmp_path, monkeypatch):
+    """Attack 36 C1: a host program whose working directory was removed: the compile asked
+    for it and crashed, FileNotFoundError; "" and relative entries then name nothing."""
+    gone, ws = tmp_path / "gone", tmp_path / "ws"
+    for path in (gone, ws):
+        path.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.setattr(sys, "path", ["", "relative", *sys.path[1:]])
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
+def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, monkeypatch):
+    """Attack 36 F7: a notebook kernel ("" on its path) started in ~/proj, the workspace,
+    that moved to ~: its working directory, holding the workspace, was refused as a place
+    of host code holding a write root. Like the starting directory it is kept only whole
+    (the workspace stays the command's)."""
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "kernel"])
+    monkeypatch.setattr(stockade, "_started_in", str(ws))
+    monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
+    monkeypatch.chdir(tmp_path)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()

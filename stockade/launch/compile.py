@@ -627,7 +627,8 @@ def _host_code(ctx: CompileContext, write: tuple[PathGrant, ...],
                  if place.kind in ("module", "editable") and os.path.isfile(resolved)
                  and _below(resolved, write) for name in hostcode.shadowing(resolved)]
     unmade = {resolved for place, resolved in found + shadowing
-              if (place.kind in ("pycache_dir", "searched") or (place, resolved) in shadowing)
+              if (place.kind in ("pycache_dir", "searched", "package_path")
+                  or (place, resolved) in shadowing)
               and not os.path.lexists(resolved) and _below(resolved, write)
               and os.path.isdir(os.path.dirname(resolved))}
     found = [(place, resolved) for place, resolved in found + shadowing
@@ -672,7 +673,7 @@ def _check_host_place(place: hostcode.Place, resolved: str, write: tuple[PathGra
 
     for root in write:
         if not inside(root.path, resolved) or place.kind == "start" \
-                or (place.kind == "prefix" and root.path != resolved):
+                or (place.kind in ("prefix", "cwd") and root.path != resolved):
             continue  # (a prefix holds more than code: its code directories are places too)
         raise _host_code_refused(place, resolved, f"is the write root {root.path}" if
                                  root.path == resolved else f"holds the write root {root.path}")

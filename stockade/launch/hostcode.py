@@ -36,6 +36,7 @@ KINDS = {
     "start": "the program's starting directory (first on its import path)",
     "searched": "a directory this process's imports searched, once on its import path",
     "cwd": "the working directory, which \"\" on the import path names at each import",
+    "package_path": "a directory a package's __path__ was given besides its own",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
     "editable": "a directory an editable install's import finder maps packages to",
     "module": "a module this process imported from outside its import path",
@@ -72,35 +73,40 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     entries = list(sys.path)
     # (the entry the interpreter put first, wherever the program moved it: one it put in
     # front of it is no starting directory; attack 33 A6, F1)
-    started_in, here = stockade._started_in or os.getcwd(), os.getcwd()
-    start = _start_entry(started_in)
+    here = _working_directory()  # (None: removed; "" and relative entries then name nothing)
+    started_in = stockade._started_in or here
+    start = _start_entry(started_in) if started_in else None
     if start is None and "" in entries and here == started_in:
         start = ""  # (a program put "" where the interpreter put its directory: ipykernel)
     start_path = None
     if start is not None and start in entries:
         entries.remove(start)
-        start_path = os.path.normpath(os.path.join(started_in, start))
+        start_path = os.path.normpath(os.path.join(started_in or "/", start))
         found.append(Place(start_path, "start"))
     # ("" is the working directory at each import: where the program is now, if it moved
     # away from its start, is searched first by its later imports; attack 35 B8)
-    if "" in sys.path and here != start_path:
+    if "" in sys.path and here and here != start_path:
         found.append(Place(here, "cwd"))
     # (a relative entry is a directory the working directory is joined to at every import,
     # unless a path hook of its own takes it — setuptools' editable finder adds
     # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
     # the next call resolves from a working directory not known here)
-    found += [Place(os.path.abspath(entry), "import_path") for entry in entries
-              if isinstance(entry, str) and entry and _names_a_path(entry)]
+    found += [Place(os.path.join(here or "", entry), "import_path") for entry in entries
+              if isinstance(entry, str) and entry and (here or os.path.isabs(entry))
+              and _names_a_path(entry)]
     found += [Place(os.path.normpath(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
     # which is not kept whole, but for the program's own packages there: attack 35 B9)
     on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
-    packages = _package_directories()
-    found += [Place(path, "searched") for path in _searched()
-              if path != start_path and path not in packages
+    own, extended = _package_paths()
+    found += [Place(path, "searched") for path in _searched(here)
+              if path != start_path and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
+    # (a directory a package's __path__ was given besides its own, as a plugin loader does:
+    # every module there is imported as the package's; attack 36 B10)
+    found += [Place(path, "package_path") for path in extended]
     user_site = _user_site()
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
@@ -200,25 +206,42 @@ def _names_a_path(entry: str) -> bool:
     return finder is None or isinstance(finder, importlib.machinery.FileFinder)
 
 
-def _searched() -> list[str]:
+def _searched(here: str | None) -> list[str]:
     """The places the imports of this process searched (sys.path_importer_cache's keys),
-    absolute: missing ones too, which the next run searches again once they exist (attack
-    34 B5a)."""
-    return [os.path.abspath(key) for key in list(sys.path_importer_cache)
-            if isinstance(key, str) and key and _names_a_path(key)]
+    absolute (a relative one from the working directory `here`, if any): missing ones too,
+    which the next run searches again once they exist (attack 34 B5a)."""
+    return [os.path.normpath(os.path.join(here or "", key))
+            for key in list(sys.path_importer_cache)
+            if isinstance(key, str) and key and (here or os.path.isabs(key))
+            and _names_a_path(key)]
 
 
-def _package_directories() -> set[str]:
-    """The directories of the packages this process imported (each one's `__path__`): what an
-    import searched below a path entry, not a path entry of its own."""
-    found: set[str] = set()
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # (removed while the program ran in it)
+        return None
+
+
+def _package_paths() -> tuple[set[str], set[str]]:
+    """The directories the packages this process imported search (`__path__`): each one's
+    own (its `__init__`'s directory; a namespace package's portions, which its path entries
+    give), and the others a package was given (`__path__.append`, plugin loaders), absolute
+    ones only."""
+    own: set[str] = set()
+    extended: set[str] = set()
     for module in list(sys.modules.values()):
         try:
-            found.update(os.path.abspath(path) for path in getattr(module, "__path__", None) or ()
-                         if isinstance(path, str))
-        except Exception:  # noqa: BLE001 (a module's own __path__ may raise: never ours to fix)
+            paths = [os.path.normpath(path) for path in getattr(module, "__path__", None) or ()
+                     if isinstance(path, str) and os.path.isabs(path)]
+            origin = getattr(module, "__file__", None)
+        except Exception:  # noqa: BLE001 (a module's own attributes may raise: not ours)
             continue
-    return found
+        home = os.path.dirname(os.path.abspath(origin)) if isinstance(origin, str) \
+            and os.path.isabs(origin) else None
+        own.update(path for path in paths if home is None or path == home)
+        extended.update(path for path in paths if home is not None and path != home)
+    return own, extended - own
 
 
 def _editable_mappings() -> list[str]:
@@ -396,7 +419,10 @@ _REMEDIES = {
     "script": "run the program from outside the write roots",
     "start": "start the program from a directory outside the write roots, or with python -P",
     "searched": "keep the directories the program imports from out of the write roots",
-    "cwd": "run the program with python -P, or from outside the write roots",
+    "cwd": "do not change into the write roots before running Stockade (\"\" on the import "
+           "path searches the working directory first), or run the program with python -P",
+    "package_path": "keep the directories the program's packages load plugins from out of "
+                    "the write roots",
     "import_path": "take it off the import path (PYTHONPATH)",
     "pth_entry": "take it off the import path (remove the .pth file naming it)",
     "user_site": "set PYTHONNOUSERSITE=1",
