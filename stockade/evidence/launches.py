@@ -274,6 +274,16 @@ except ImportError:
     pass
 sys.path.remove(sys.argv[2])
 """
+# Before COMPILER, started in `app` beside the workspace: its package `hostpkg` imported
+# through it, and the workspace's `{plugins}` (argv[2]) added to the package's __path__, as a
+# plugin loader does (every module there imports as hostpkg's), none imported before the
+# compile (attack 36 B10).
+EXTENDED = """
+import sys
+sys.dont_write_bytecode = True
+import hostpkg
+hostpkg.__path__.append(sys.argv[2])
+"""
 
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
@@ -297,6 +307,7 @@ compiled_with_relative_entries = compiled_after(RELATIVE, start="ws")
 compiled_after_searching = compiled_after(SEARCHED, "lib", "plugins", start="app")
 compiled_after_moving_in = compiled_after(MOVED, "sub", start="app")
 compiled_after_searching_below_start = compiled_after(PLUGINS, "plugins")
+compiled_after_extending_a_package = compiled_after(EXTENDED, "plugins", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

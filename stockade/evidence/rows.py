@@ -230,6 +230,13 @@ ROWS: tuple[Row, ...] = (
         expect=denied(HOST_CODE), proven=off("host_code"),
         setup=setups.workspace_directory_searched_below_start,
         launch=launches.compiled_after_searching_below_start),
+    row("fs.host-code-package-path", "filesystem",
+        "plant a plugin in a workspace directory a package of the host's program (outside the "
+        "workspace) was given on its __path__ besides its own, as a plugin loader does",
+        "tamper.py", "{ws}/.app/plugins/evil.py", "{ws}/.app/plugins",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.package_path_extended_into_workspace,
+        launch=launches.compiled_after_extending_a_package),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -350,6 +350,20 @@ def workspace_directory_searched_below_start(scene: Scene) -> None:
     scene.watch(Unchanged(plugins, "ws/plugins (searched by the host's imports)"))
 
 
+def package_path_extended_into_workspace(scene: Scene) -> None:
+    """A package `hostpkg` in `app`, beside the workspace, that the launch's compile, started
+    there, imports and gives the workspace's `{plugins}` (ws/.app/plugins) on its `__path__`
+    besides its own directory (launches.compiled_after_extending_a_package), as a plugin
+    loader does: the host's next run imports what the command left there as hostpkg's
+    (attack 36, B10)."""
+    scene.plant("app/hostpkg/__init__.py", "VALUE = 1\n")
+    plugins = scene.ws / ".app" / "plugins"
+    plugins.mkdir(parents=True)
+    scene.values.update(plugins=str(plugins))
+    scene.watch(Unchanged(plugins, "ws/.app/plugins (on the __path__ of the host's package "
+                          "hostpkg)"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable

@@ -182,7 +182,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-shadowing-name", "fs.host-code-prefix-part",
                           "fs.host-code-relative-entry", "fs.host-code-searched",
                           "fs.host-code-working-directory",
-                          "fs.host-code-searched-below-start")},
+                          "fs.host-code-searched-below-start",
+                          "fs.host-code-package-path")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
