@@ -909,9 +909,9 @@ def test_a_directory_searched_below_the_starting_directory_is_host_code(tmp_path
     for searched in (ws / "plugins", ws / "mypkg"):
         monkeypatch.setitem(sys.path_importer_cache, str(searched),
                             importlib.machinery.FileFinder(str(searched)))
-    package = type(sys)("mypkg")
-    package.__path__ = [str(ws / "mypkg")]
-    monkeypatch.setitem(sys.modules, "mypkg", package)
+    package = type(sys)("proj.mypkg")  # (imported through the starting directory)
+    package.__file__, package.__path__ = str(ws / "mypkg" / "__init__.py"), [str(ws / "mypkg")]
+    monkeypatch.setitem(sys.modules, "proj.mypkg", package)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
     assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "plugins"),)
 
@@ -986,3 +986,29 @@ def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
+@pytest.mark.parametrize("package", ["namespace", "made-from-a-spec", "relative-entry"])
+def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, package):
+    """Attack 37 N1, N3, N2: a package with no `__init__` file (a namespace package, or one
+    the program made from a spec) had every `__path__` entry taken for its own, and a
+    relative entry was dropped: a plugin directory given to it in the workspace was kept
+    nowhere, and the command planted a plugin the next run imported. Only its name's
+    directory on the path it was found on is its own; any other entry, a relative one from
+    the working directory, is host code."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / ".app" / "plugins", app / "hostns"):
+        path.mkdir(parents=True)
+    monkeypatch.chdir(ws)
+    monkeypatch.setattr(sys, "path", [str(app), *sys.path[1:]])
+    module = type(sys)("hostns")
+    if package == "relative-entry":
+        (app / "hostns" / "__init__.py").write_text("")
+        module.__file__ = str(app / "hostns" / "__init__.py")
+        module.__path__ = [str(app / "hostns"), ".app/plugins"]
+    else:
+        module.__path__ = [str(app / "hostns"), str(ws / ".app" / "plugins")]
+    monkeypatch.setitem(sys.modules, "hostns", module)
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == \
+        (str(ws / ".app" / "plugins"),)

@@ -100,7 +100,7 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # searches it again at that point; attack 33 A1; below the starting directory too,
     # which is not kept whole, but for the program's own packages there: attack 35 B9)
     on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
-    own, extended = _package_paths()
+    own, extended = _package_paths(here)
     found += [Place(path, "searched") for path in _searched(here)
               if path != start_path and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
@@ -223,25 +223,38 @@ def _working_directory() -> str | None:
         return None
 
 
-def _package_paths() -> tuple[set[str], set[str]]:
-    """The directories the packages this process imported search (`__path__`): each one's
-    own (its `__init__`'s directory; a namespace package's portions, which its path entries
-    give), and the others a package was given (`__path__.append`, plugin loaders), absolute
-    ones only."""
+def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
+    """The directories the packages this process imported search (`__path__`, a relative
+    entry from the working directory `here`: attack 37 N2): each one's own — its
+    `__init__`'s directory; for a package with none (a namespace package, one a program made
+    from a spec), its name's directory in each entry of the path it was found on — and the
+    others a package was given (`__path__.append`, plugin loaders: attacks 36 B10, 37 N1,
+    N3)."""
     own: set[str] = set()
     extended: set[str] = set()
-    for module in list(sys.modules.values()):
+    for name, module in list(sys.modules.items()):
         try:
-            paths = [os.path.normpath(path) for path in getattr(module, "__path__", None) or ()
-                     if isinstance(path, str) and os.path.isabs(path)]
+            paths = _absolute_entries(getattr(module, "__path__", None) or (), here)
             origin = getattr(module, "__file__", None)
+            if isinstance(origin, str) and os.path.isabs(origin):
+                homes = {os.path.dirname(os.path.normpath(origin))}
+            else:
+                parent, _, last = name.rpartition(".")
+                found_on = sys.path if not parent else \
+                    getattr(sys.modules.get(parent), "__path__", None) or ()
+                homes = {os.path.join(entry, last)
+                         for entry in _absolute_entries(found_on, here)}
         except Exception:  # noqa: BLE001 (a module's own attributes may raise: not ours)
             continue
-        home = os.path.dirname(os.path.abspath(origin)) if isinstance(origin, str) \
-            and os.path.isabs(origin) else None
-        own.update(path for path in paths if home is None or path == home)
-        extended.update(path for path in paths if home is not None and path != home)
+        own.update(path for path in paths if path in homes)
+        extended.update(path for path in paths if path not in homes)
     return own, extended - own
+
+
+def _absolute_entries(entries: object, here: str | None) -> list[str]:
+    """The import-path `entries` that are strings, absolute (a relative one from `here`)."""
+    return [os.path.normpath(os.path.join(here or "", entry)) for entry in list(entries)
+            if isinstance(entry, str) and (here or os.path.isabs(entry))]
 
 
 def _editable_mappings() -> list[str]:
