@@ -548,6 +548,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if isinstance(entry, str) and (here or os.path.isabs(entry))]\n",
            "            if isinstance(entry, str) and os.path.isabs(entry)]\n",
            (HOST + "test_a_directory_any_package_was_given_is_host_code[relative-entry]",)),
+    Mutant("host-code-module-file-package-owns-its-directory", "stockade/launch/hostcode.py",
+           '                    and os.path.basename(origin).startswith("__init__."):\n',
+           "                    and True:\n",
+           (HOST + "test_a_directory_any_package_was_given_is_host_code[module-made-a-package]",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",

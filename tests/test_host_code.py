@@ -988,21 +988,28 @@ def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, mo
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
 
 
-@pytest.mark.parametrize("package", ["namespace", "made-from-a-spec", "relative-entry"])
+@pytest.mark.parametrize("package", ["namespace", "made-from-a-spec", "relative-entry",
+                                     "module-made-a-package"])
 def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, package):
     """Attack 37 N1, N3, N2: a package with no `__init__` file (a namespace package, or one
     the program made from a spec) had every `__path__` entry taken for its own, and a
     relative entry was dropped: a plugin directory given to it in the workspace was kept
     nowhere, and the command planted a plugin the next run imported. Only its name's
     directory on the path it was found on is its own; any other entry, a relative one from
-    the working directory, is host code."""
+    the working directory, is host code. A module file made a package (attack 38 P1:
+    `spec_from_file_location(..., submodule_search_locations=[])` of ws/.app/loader.py) owns
+    no directory: its `__path__` is host code too."""
     ws, app = tmp_path / "ws", tmp_path / "app"
     for path in (ws / ".app" / "plugins", app / "hostns"):
         path.mkdir(parents=True)
     monkeypatch.chdir(ws)
     monkeypatch.setattr(sys, "path", [str(app), *sys.path[1:]])
     module = type(sys)("hostns")
-    if package == "relative-entry":
+    if package == "module-made-a-package":
+        (ws / ".app" / "loader.py").write_text("")
+        module.__file__ = str(ws / ".app" / "loader.py")
+        module.__path__ = [str(ws / ".app")]
+    elif package == "relative-entry":
         (app / "hostns" / "__init__.py").write_text("")
         module.__file__ = str(app / "hostns" / "__init__.py")
         module.__path__ = [str(app / "hostns"), ".app/plugins"]
@@ -1010,5 +1017,5 @@ def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, p
         module.__path__ = [str(app / "hostns"), str(ws / ".app" / "plugins")]
     monkeypatch.setitem(sys.modules, "hostns", module)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
-    assert compile_policy(policy_for(), ["true"], ctx).host_code == \
-        (str(ws / ".app" / "plugins"),)
+    given = ws / ".app" / ("" if package == "module-made-a-package" else "plugins")
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(given).rstrip("/"),)

@@ -226,8 +226,9 @@ def _working_directory() -> str | None:
 def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
     """The directories the packages this process imported search (`__path__`, a relative
     entry from the working directory `here`: attack 37 N2): each one's own — its
-    `__init__`'s directory; for a package with none (a namespace package, one a program made
-    from a spec), its name's directory in each entry of the path it was found on — and the
+    `__init__`'s directory (a module file given a `__path__` has none); for a package with no
+    file (a namespace package, one a program made from a spec), its name's directory in each
+    entry of the path it was found on — and the
     others a package was given (`__path__.append`, plugin loaders: attacks 36 B10, 37 N1,
     N3)."""
     own: set[str] = set()
@@ -236,8 +237,11 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
         try:
             paths = _absolute_entries(getattr(module, "__path__", None) or (), here)
             origin = getattr(module, "__file__", None)
-            if isinstance(origin, str) and os.path.isabs(origin):
+            if isinstance(origin, str) and os.path.isabs(origin) \
+                    and os.path.basename(origin).startswith("__init__."):
                 homes = {os.path.dirname(os.path.normpath(origin))}
+            elif isinstance(origin, str):  # (a module file made a package: none its own;
+                homes = set()              # attack 38 P1)
             else:
                 parent, _, last = name.rpartition(".")
                 found_on = sys.path if not parent else \
