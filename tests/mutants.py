@@ -552,6 +552,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '                    and os.path.basename(origin).startswith("__init__."):\n',
            "                    and True:\n",
            (HOST + "test_a_directory_any_package_was_given_is_host_code[module-made-a-package]",)),
+    Mutant("host-code-run-time-site-pth-unread", "stockade/launch/hostcode.py",
+           '        user_site, [place.path for place in found if place.kind == "import_path"])',
+           "        user_site, [])",
+           (HOST + "test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time"
+            "_names",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
            "    refuse_host_code_copies(list(dict.fromkeys(resolved for _, resolved in found)), "
            "write, deny)\n",
@@ -711,8 +716,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "readonly=request.home_code, denied=linked,\n",
            (HOST + "test_the_venv_stockade_runs_from_is_read_only_and_immovable_in_the_sandbox",)),
     Mutant("host-code-pth-entries-unread", "stockade/launch/hostcode.py",
-           '    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)\n',
-           '    found += [Place(entry, "pth_entry") for entry in []\n',
+           '    found += [Place(entry, "pth_entry") for entry in _pth_entries(\n',
+           '    found += [Place(entry, "pth_entry") for entry in () if _pth_entries(\n',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
     Mutant("host-code-hidden-pth-unread", "stockade/launch/hostcode.py",
            'if name.endswith(".pth"))', 'if name.endswith(".pth") and name[0] != ".")',

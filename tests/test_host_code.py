@@ -1019,3 +1019,22 @@ def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, p
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
     given = ws / ".app" / ("" if package == "module-made-a-package" else "plugins")
     assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(given).rstrip("/"),)
+
+
+def test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time_names(
+        tmp_path, monkeypatch):
+    """Attack 39 S2: a program activated a venv outside the workspace at run time
+    (`site.addsitedir`, as virtualenv's activate_this.py does); an editable install's .pth
+    there names ws/src, missing, which `site` skipped: only the interpreter's own site
+    directories' .pth files were read, so the command made ws/src/myproj.py and the next
+    run imported it. The .pth files of every directory on the import path are read."""
+    sitedir, ws = tmp_path / "venv-site", tmp_path / "ws"
+    for path in (sitedir, ws):
+        path.mkdir()
+    (sitedir / "__editable__.myproj.pth").write_text(f"{ws / 'src'}\n")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(sitedir)])
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        compile_policy(policy_for(), ["true"], ctx)
+    assert f"{ws / 'src'} (a directory a .pth file in site-packages names" in \
+        refused.value.message, refused.value.message

@@ -111,8 +111,11 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     if user_site:
         found.append(Place(os.path.abspath(user_site), "user_site"))
     named = {place.path for place in found}
-    found += [Place(entry, "pth_entry") for entry in _pth_entries(user_site)
-              if entry not in named]
+    # (and those of every directory on the import path: a program's `site.addsitedir` at
+    # run time, as virtualenv's activate_this.py does, reads them; attack 39 S1, S2)
+    found += [Place(entry, "pth_entry") for entry in _pth_entries(
+        user_site, [place.path for place in found if place.kind == "import_path"])
+        if entry not in named]
     for path in _editable_mappings():
         found += _module_places(path, "editable")
     found += [Place(link, "linked_entry") for link in _linked_entries(
@@ -396,17 +399,19 @@ def _linked_entries(directories: list[str]) -> list[str]:
     return sorted(found)
 
 
-def _pth_entries(user_site: str | None) -> list[str]:
+def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
     """The directories the .pth files of the site directories name, as `site` reads them,
     missing ones too: `site` skips a missing one, so it is on no import path now, yet the
     next interpreter started here puts it there once it exists (an editable install whose
     source directory is gone), ahead of what a later .pth names. Hidden ones (`.x.pth`) too:
     `site` skips them only from Python 3.13 on, and a site directory may be shared by several
-    of the host's pythons (Debian's /usr/lib/python3/dist-packages); reading more is safe."""
+    of the host's pythons (Debian's /usr/lib/python3/dist-packages); reading more is safe.
+    The directories `more` are read too (a site directory added at run time)."""
     import site
 
     found = []
-    for sitedir in [*site.getsitepackages(), *([user_site] if user_site else [])]:
+    for sitedir in dict.fromkeys([*site.getsitepackages(), *([user_site] if user_site else []),
+                                  *more]):
         try:
             names = sorted(name for name in os.listdir(sitedir) if name.endswith(".pth"))
         except OSError:
