@@ -267,10 +267,7 @@ def test_an_entry_put_before_the_starting_directory_is_no_starting_directory(
             compile_policy(policy_for(), ["true"], ctx)
         assert f"is the write root {ws}" in refused.value.message
         return
-    monkeypatch.chdir(ws)  # (python -m pytest, in the project)
-    monkeypatch.setattr(stockade, "_started_in", str(ws))
-    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "pytest"])
-    monkeypatch.setattr(sys, "path", [str(ws / "tests"), str(ws), *sys.path[1:]])
+    started_as(monkeypatch, ["-m", "pytest"], ws, [str(ws / "tests"), str(ws)], ws)
     assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "tests"),)
 
 
@@ -489,6 +486,16 @@ def imported(monkeypatch: pytest.MonkeyPatch, name: str, file: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, name, module)
+
+
+def started_as(monkeypatch: pytest.MonkeyPatch, argv: list[str], started_in: Path,
+               first: list[str], now_in: Path) -> None:
+    """This process as a program started with `argv` in `started_in` (where it first
+    imported Stockade), `first` at the top of its import path, now working in `now_in`."""
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, *argv])
+    monkeypatch.setattr(stockade, "_started_in", str(started_in))
+    monkeypatch.setattr(sys, "path", [*first, *sys.path[1:]])
+    monkeypatch.chdir(now_in)
 
 
 def editable_finder(monkeypatch: pytest.MonkeyPatch, name: str, path: Path) -> None:
@@ -881,10 +888,7 @@ def test_the_working_directory_empty_entry_names_is_host_code(tmp_path, monkeypa
     ws, app = tmp_path / "ws", tmp_path / "app"
     for path in (ws, app):
         path.mkdir()
-    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-c", "..."])
-    monkeypatch.setattr(stockade, "_started_in", str(app))
-    monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
-    monkeypatch.chdir(ws)
+    started_as(monkeypatch, ["-c", "..."], app, [""], ws)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
     with pytest.raises(stockade.UnenforceableError) as refused:
         compile_policy(policy_for(), ["true"], ctx)
@@ -980,10 +984,7 @@ def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, mo
     (the workspace stays the command's)."""
     ws = tmp_path / "proj"
     ws.mkdir()
-    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "kernel"])
-    monkeypatch.setattr(stockade, "_started_in", str(ws))
-    monkeypatch.setattr(sys, "path", ["", *sys.path[1:]])
-    monkeypatch.chdir(tmp_path)
+    started_as(monkeypatch, ["-m", "kernel"], ws, [""], tmp_path)
     ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(tmp_path), {})
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
 
