@@ -937,4 +937,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                              write=(), home=\"host\"))",
            "                                              write=fs.write, home=\"host\"))",
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
+    # attack 40: relative places from every base, whatever hook takes them; every path an
+    # import finder holds; a module loaded by a relative path; ".." after a link
+    Mutant("host-code-dot-dot-collapsed", "stockade/launch/hostcode.py",
+           '    if ".." not in parts:', "    if True:",
+           (HOST + "test_a_directory_after_dot_dot_through_a_link_is_not_made[]",
+            HOST + "test_a_directory_after_dot_dot_through_a_link_is_host_code")),
 )

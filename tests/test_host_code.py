@@ -1039,3 +1039,58 @@ def test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time_na
         compile_policy(policy_for(), ["true"], ctx)
     assert f"{ws / 'src'} (a directory a .pth file in site-packages names" in \
         refused.value.message, refused.value.message
+
+
+def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) -> dict:
+    """What HOST printed, run in `cwd` by this interpreter after `prelude`, the command
+    `code` (its outcomes parsed as ATTEMPT prints them)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nsys.dont_write_bytecode = True\n" + prelude + HOST,
+         str(workspace), "namespaces", weaken, PYTHON, "-c", ATTEMPT + code], cwd=cwd,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got.get("exit") == 0, got
+    return dict(line.split(": ", 1) for line in got["stdout"].splitlines())
+
+
+# A package the program imports through a link into the workspace ($LIB/mypkg -> ws/src/mypkg,
+# as `flit install --symlink` makes), which loads plugins from beside itself.
+DOTDOT_PACKAGE = """import os
+__path__.append(os.path.join(os.path.dirname(__file__), "..", "mypkg_plugins"))
+"""
+
+
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_directory_after_dot_dot_through_a_link_is_not_made(tmp_path, weaken):
+    """Attack 40 T5: the package's `__path__` got $LIB/mypkg/../mypkg_plugins, which the
+    kernel resolves after the link, to ws/src/mypkg_plugins; it was collapsed lexically to
+    $LIB/mypkg_plugins, outside the workspace, and the command made ws/src/mypkg_plugins
+    with a plugin the next run imported. ".." is resolved as the kernel resolves it: the
+    directory is not made during the run (with the layer off, the control, it is)."""
+    ws, lib = tmp_path / "ws", tmp_path / "app" / "lib"
+    for path in (ws / "src" / "mypkg", lib):
+        path.mkdir(parents=True)
+    (ws / "src" / "mypkg" / "__init__.py").write_text(DOTDOT_PACKAGE)
+    (lib / "mypkg").symlink_to(ws / "src" / "mypkg")
+    prelude = f"sys.path.insert(0, {str(lib)!r})\nimport mypkg\n"
+    got = run_after(prelude, ws, "import os\n"
+                    "attempt('make', lambda: os.mkdir('src/mypkg_plugins'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    tmp_path / "app")
+    assert got.pop("everyday") == "DONE"
+    assert got["make"] == ("DONE" if weaken else "EACCES"), got
+    assert (ws / "src" / "mypkg_plugins").exists() == bool(weaken)
+
+
+def test_a_directory_after_dot_dot_through_a_link_is_host_code(tmp_path, monkeypatch):
+    """Attack 40 T5 (the compile): the same directory, there, is kept read-only."""
+    ws, lib = tmp_path / "ws", tmp_path / "app" / "lib"
+    for path in (ws / "src" / "mypkg", ws / "src" / "mypkg_plugins", lib):
+        path.mkdir(parents=True)
+    (ws / "src" / "mypkg" / "__init__.py").write_text(DOTDOT_PACKAGE)
+    (lib / "mypkg").symlink_to(ws / "src" / "mypkg")
+    imported(monkeypatch, "mypkg", lib / "mypkg" / "__init__.py")
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert str(ws / "src" / "mypkg_plugins") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code

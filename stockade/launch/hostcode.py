@@ -81,7 +81,7 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     start_path = None
     if start is not None and start in entries:
         entries.remove(start)
-        start_path = os.path.normpath(os.path.join(started_in or "/", start))
+        start_path = _at(start, started_in or "/")
         found.append(Place(start_path, "start"))
     # ("" is the working directory at each import: where the program is now, if it moved
     # away from its start, is searched first by its later imports; attack 35 B8)
@@ -91,10 +91,10 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # unless a path hook of its own takes it — setuptools' editable finder adds
     # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
     # the next call resolves from a working directory not known here)
-    found += [Place(os.path.join(here or "", entry), "import_path") for entry in entries
+    found += [Place(_at(entry, here or ""), "import_path") for entry in entries
               if isinstance(entry, str) and entry and (here or os.path.isabs(entry))
               and _names_a_path(entry)]
-    found += [Place(os.path.normpath(entry), "import_path") for entry
+    found += [Place(_at(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
@@ -213,10 +213,22 @@ def _searched(here: str | None) -> list[str]:
     """The places the imports of this process searched (sys.path_importer_cache's keys),
     absolute (a relative one from the working directory `here`, if any): missing ones too,
     which the next run searches again once they exist (attack 34 B5a)."""
-    return [os.path.normpath(os.path.join(here or "", key))
-            for key in list(sys.path_importer_cache)
+    return [_at(key, here or "") for key in list(sys.path_importer_cache)
             if isinstance(key, str) and key and (here or os.path.isabs(key))
             and _names_a_path(key)]
+
+
+def _at(path: str, base: str = "") -> str:
+    """`path` (a relative one from `base`) absolute, as the kernel resolves it: ".." after
+    the directory it follows, links resolved (a package reached through a link that adds
+    "its/../plugins" to its path: attack 40 T5), the rest lexically (a link on the way
+    keeps its name, for compile.py to judge)."""
+    parts = os.path.join(base, path).split(os.sep)
+    if ".." not in parts:
+        return os.path.normpath(os.sep.join(parts))
+    last = len(parts) - parts[::-1].index("..")
+    return os.path.normpath(os.path.join(os.path.realpath(os.sep.join(parts[:last]) or "."),
+                                         *parts[last:]))
 
 
 def _working_directory() -> str | None:
@@ -242,7 +254,7 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
             origin = getattr(module, "__file__", None)
             if isinstance(origin, str) and os.path.isabs(origin) \
                     and os.path.basename(origin).startswith("__init__."):
-                homes = {os.path.dirname(os.path.normpath(origin))}
+                homes = {os.path.dirname(_at(origin))}
             elif isinstance(origin, str):  # (a module file made a package: none its own;
                 homes = set()              # attack 38 P1)
             else:
@@ -260,7 +272,7 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
 
 def _absolute_entries(entries: object, here: str | None) -> list[str]:
     """The import-path `entries` that are strings, absolute (a relative one from `here`)."""
-    return [os.path.normpath(os.path.join(here or "", entry)) for entry in list(entries)
+    return [_at(entry, here or "") for entry in list(entries)
             if isinstance(entry, str) and (here or os.path.isabs(entry))]
 
 
@@ -284,7 +296,7 @@ def _editable_mappings() -> list[str]:
                 continue
             for value in table.values():
                 paths = value if isinstance(value, list) else [value]
-                found += [os.path.normpath(path) for path in paths
+                found += [_at(path) for path in paths
                           if isinstance(path, str) and os.path.isabs(path)]
     return found
 
@@ -299,7 +311,7 @@ def _imported() -> list[tuple[set[str], str]]:
             continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and os.path.isabs(path):
-            found.append(({key, str(getattr(module, "__name__", key))}, os.path.normpath(path)))
+            found.append(({key, str(getattr(module, "__name__", key))}, _at(path)))
     return found
 
 
@@ -423,7 +435,7 @@ def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
                     lines = f.read().splitlines()
             except OSError:
                 continue  # (site skips an unreadable one too)
-            found += [os.path.abspath(os.path.join(sitedir, line.rstrip())) for line in lines
+            found += [_at(line.rstrip(), os.path.abspath(sitedir)) for line in lines
                       if line.strip() and not line.startswith(("#", "import ", "import\t"))]
     return found
 
