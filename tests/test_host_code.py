@@ -1054,6 +1054,33 @@ def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) 
     return dict(line.split(": ", 1) for line in got["stdout"].splitlines())
 
 
+@pytest.mark.parametrize("relative", ["entry", "cached-finder", "pycache-prefix"])
+def test_a_relative_place_is_host_code_where_the_next_run_resolves_it(tmp_path, monkeypatch,
+                                                                      relative):
+    """Attack 40 T4: a program started in the workspace put "tools" on its path (or
+    PYTHONPYCACHEPREFIX=.pyc), imported from ws/tools, then moved to its own directory before
+    it called Stockade: relative places were joined to the working directory at the call
+    alone, while the next run, started in the workspace again, resolves them there; the
+    command planted ws/tools/tools_extra.py. A relative place is host code from the starting
+    directory too, and a cached finder's own directory (one made before a move) is."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "tools", ws / ".pyc", app):
+        path.mkdir(parents=True)
+    first, env = [str(app)], {}
+    if relative == "entry":
+        first.append("tools")
+    elif relative == "pycache-prefix":
+        env = {"PYTHONPYCACHEPREFIX": ".pyc"}
+    started_as(monkeypatch, [str(app / "host.py")], ws, first, app)
+    if relative == "cached-finder":  # (started elsewhere: only the finder says where)
+        monkeypatch.setattr(stockade, "_started_in", str(app))
+        monkeypatch.setitem(sys.path_importer_cache, "tools",
+                            importlib.machinery.FileFinder(str(ws / "tools")))
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(app), env)
+    want = ws / (".pyc" if relative == "pycache-prefix" else "tools")
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(want),)
+
+
 # A package the program imports through a link into the workspace ($LIB/mypkg -> ws/src/mypkg,
 # as `flit install --symlink` makes), which loads plugins from beside itself.
 DOTDOT_PACKAGE = """import os

@@ -75,6 +75,9 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # front of it is no starting directory; attack 33 A6, F1)
     here = _working_directory()  # (None: removed; "" and relative entries then name nothing)
     started_in = stockade._started_in or here
+    # (a relative entry is joined to the working directory at each import: to this one, and
+    # to the starting directory, where the program's next run imports from; attack 40 T4)
+    bases = [base for base in dict.fromkeys([here, started_in]) if base]
     start = _start_entry(started_in) if started_in else None
     if start is None and "" in entries and here == started_in:
         start = ""  # (a program put "" where the interpreter put its directory: ipykernel)
@@ -87,21 +90,21 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # away from its start, is searched first by its later imports; attack 35 B8)
     if "" in sys.path and here and here != start_path:
         found.append(Place(here, "cwd"))
-    # (a relative entry is a directory the working directory is joined to at every import,
-    # unless a path hook of its own takes it — setuptools' editable finder adds
-    # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
-    # the next call resolves from a working directory not known here)
-    found += [Place(_at(entry, here or ""), "import_path") for entry in entries
-              if isinstance(entry, str) and entry and (here or os.path.isabs(entry))
-              and _names_a_path(entry)]
+    # (a relative entry is a directory each base is joined to, unless a path hook of its
+    # own takes it — setuptools' editable finder adds "__editable__.NAME.finder.__path_hook__":
+    # attack 33 A2; PYTHONPATH's relative entries the next call resolves from a working
+    # directory not known here)
+    found += [Place(path, "import_path")
+              for entry in entries if isinstance(entry, str) and entry
+              and _names_a_path(entry) for path in _located(entry, bases)]
     found += [Place(_at(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
     # which is not kept whole, but for the program's own packages there: attack 35 B9)
     on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
-    own, extended = _package_paths(here)
-    found += [Place(path, "searched") for path in _searched(here)
+    own, extended = _package_paths(bases)
+    found += [Place(path, "searched") for path in _searched(bases)
               if path != start_path and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
     # (a directory a package's __path__ was given besides its own, as a plugin loader does:
@@ -138,10 +141,11 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
             continue
         found += _module_places(path, "module")
     # (every module's bytecode, the standard library's too, is read from there when newer
-    # than its source by the source's own record: attack 29 N4; a relative one from the
-    # working directory, as the next call here resolves it: attack 30 N8)
-    found += [Place(os.path.abspath(prefix), "pycache") for prefix in
-              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]
+    # than its source by the source's own record: attack 29 N4; a relative one from each
+    # base, as the next call here resolves it: attacks 30 N8, 40 T4)
+    found += [Place(path, "pycache") for prefix in
+              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix
+              for path in _located(prefix, bases)]
     return list(dict.fromkeys(found))
 
 
@@ -209,13 +213,18 @@ def _names_a_path(entry: str) -> bool:
     return finder is None or isinstance(finder, importlib.machinery.FileFinder)
 
 
-def _searched(here: str | None) -> list[str]:
+def _searched(bases: list[str]) -> list[str]:
     """The places the imports of this process searched (sys.path_importer_cache's keys),
-    absolute (a relative one from the working directory `here`, if any): missing ones too,
-    which the next run searches again once they exist (attack 34 B5a)."""
-    return [_at(key, here or "") for key in list(sys.path_importer_cache)
-            if isinstance(key, str) and key and (here or os.path.isabs(key))
-            and _names_a_path(key)]
+    absolute (a relative one from each of `bases`, and where its finder was made: its
+    `path`; attack 40 T4): missing ones too, which the next run searches again once they
+    exist (attack 34 B5a)."""
+    found: list[str] = []
+    for key, finder in list(sys.path_importer_cache.items()):
+        if isinstance(key, str) and key and _names_a_path(key):
+            path = getattr(finder, "path", None)
+            found += _located(key, bases) + ([_at(path)] if isinstance(path, str)
+                                             and os.path.isabs(path) else [])
+    return list(dict.fromkeys(found))
 
 
 def _at(path: str, base: str = "") -> str:
@@ -231,6 +240,13 @@ def _at(path: str, base: str = "") -> str:
                                          *parts[last:]))
 
 
+def _located(path: str, bases: list[str]) -> list[str]:
+    """Where `path` lies: itself if absolute, else joined to each of `bases`."""
+    if os.path.isabs(path):
+        return [_at(path)]
+    return list(dict.fromkeys(_at(path, base) for base in bases))
+
+
 def _working_directory() -> str | None:
     try:
         return os.getcwd()
@@ -238,9 +254,9 @@ def _working_directory() -> str | None:
         return None
 
 
-def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
+def _package_paths(bases: list[str]) -> tuple[set[str], set[str]]:
     """The directories the packages this process imported search (`__path__`, a relative
-    entry from the working directory `here`: attack 37 N2): each one's own — its
+    entry from each of `bases`: attacks 37 N2, 40 T4): each one's own — its
     `__init__`'s directory (a module file given a `__path__` has none); for a package with no
     file (a namespace package, one a program made from a spec), its name's directory in each
     entry of the path it was found on — and the
@@ -250,11 +266,12 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
     extended: set[str] = set()
     for name, module in list(sys.modules.items()):
         try:
-            paths = _absolute_entries(getattr(module, "__path__", None) or (), here)
+            paths = _absolute_entries(getattr(module, "__path__", None) or (), bases)
+            if not paths:
+                continue  # (no package: no directory to tell its own from the others)
             origin = getattr(module, "__file__", None)
-            if isinstance(origin, str) and os.path.isabs(origin) \
-                    and os.path.basename(origin).startswith("__init__."):
-                homes = {os.path.dirname(_at(origin))}
+            if isinstance(origin, str) and os.path.basename(origin).startswith("__init__."):
+                homes = {os.path.dirname(path) for path in _located(origin, bases)}
             elif isinstance(origin, str):  # (a module file made a package: none its own;
                 homes = set()              # attack 38 P1)
             else:
@@ -262,7 +279,7 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
                 found_on = sys.path if not parent else \
                     getattr(sys.modules.get(parent), "__path__", None) or ()
                 homes = {os.path.join(entry, last)
-                         for entry in _absolute_entries(found_on, here)}
+                         for entry in _absolute_entries(found_on, bases)}
         except Exception:  # noqa: BLE001 (a module's own attributes may raise: not ours)
             continue
         own.update(path for path in paths if path in homes)
@@ -270,10 +287,11 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
     return own, extended - own
 
 
-def _absolute_entries(entries: object, here: str | None) -> list[str]:
-    """The import-path `entries` that are strings, absolute (a relative one from `here`)."""
-    return [_at(entry, here or "") for entry in list(entries)
-            if isinstance(entry, str) and (here or os.path.isabs(entry))]
+def _absolute_entries(entries: object, bases: list[str]) -> list[str]:
+    """The import-path `entries` that are strings, absolute (a relative one from each of
+    `bases`)."""
+    return [path for entry in list(entries) if isinstance(entry, str)
+            for path in _located(entry, bases)]
 
 
 def _editable_mappings() -> list[str]:
