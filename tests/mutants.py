@@ -942,6 +942,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
     # attack 40: relative places from every base, whatever hook takes them; every path an
     # import finder holds; a module loaded by a relative path; ".." after a link
+    Mutant("host-code-relative-module-file-skipped", "stockade/launch/hostcode.py",
+           "        if isinstance(path, str) and path:\n",
+           "        if isinstance(path, str) and os.path.isabs(path):\n",
+           (HOST + "test_a_module_loaded_by_a_relative_path_is_host_code",)),
     Mutant("host-code-relative-place-from-here-alone", "stockade/launch/hostcode.py",
            "    bases = [base for base in dict.fromkeys([here, started_in]) if base]",
            "    bases = [here] if here else []",

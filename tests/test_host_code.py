@@ -1054,6 +1054,24 @@ def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) 
     return dict(line.split(": ", 1) for line in got["stdout"].splitlines())
 
 
+def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
+    """Attack 40 T3: a program loaded ws/hooks/agent_hooks.py by a relative path
+    (SourceFileLoader, spec_from_loader): its `__file__` stays relative, and modules with
+    one were skipped; the command rewrote it and the next run loaded it. Joined to the
+    working directory, it is host code."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "agent_hooks.py").write_text("HOOK = 1\n")
+    monkeypatch.chdir(tmp_path)
+    loader = importlib.machinery.SourceFileLoader("agent_hooks", "hooks/agent_hooks.py")
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("agent_hooks",
+                                                                             loader))
+    loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "agent_hooks", module)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "hooks" / "agent_hooks.py") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code
+
+
 @pytest.mark.parametrize("relative", ["entry", "cached-finder", "pycache-prefix"])
 def test_a_relative_place_is_host_code_where_the_next_run_resolves_it(tmp_path, monkeypatch,
                                                                       relative):

@@ -134,7 +134,7 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
                    if place.kind not in ("script", "start", "prefix")]
     starts = [place.path for place in found if place.kind == "start"]
     mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
-    for names, path in _imported():
+    for names, path in _imported(bases):
         if any(path.startswith(directory.rstrip("/") + "/") for directory in directories) \
                 or any(_found_through(names, path, start) and _lies_in(path, start, mounts)
                        for start in starts):
@@ -319,17 +319,19 @@ def _editable_mappings() -> list[str]:
     return found
 
 
-def _imported() -> list[tuple[set[str], str]]:
+def _imported(bases: list[str]) -> list[tuple[set[str], str]]:
     """The files of the modules this process imported, a package's by its `__init__`, each
     with the names it is known by: the program calling Stockade runs them again, whatever
-    finder found them (an editable install's of any kind: attack 30 N7)."""
+    finder found them (an editable install's of any kind: attack 30 N7); a relative one
+    (a loader given a relative path: attack 40 T3) from each of `bases`."""
     found = []
     for key, module in list(sys.modules.items()):
         if key == "__main__":
             continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.isabs(path):
-            found.append(({key, str(getattr(module, "__name__", key))}, _at(path)))
+        if isinstance(path, str) and path:
+            found += [({key, str(getattr(module, "__name__", key))}, located)
+                      for located in _located(path, bases)]
     return found
 
 
