@@ -482,10 +482,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "              for entry in entries if isinstance(entry, str)"
            " and os.path.isabs(entry)\n",
            (HOST + "test_a_relative_entry_on_the_import_path_is_the_directory_it_names",)),
-    Mutant("host-code-hook-keys-taken-for-directories", "stockade/launch/hostcode.py",
-           "    return finder is None or isinstance(finder, importlib.machinery.FileFinder)",
-           "    return True",
-           (HOST + "test_a_path_hooks_key_on_the_import_path_is_no_directory",)),
+    Mutant("host-code-missing-relative-entry-refused", "stockade/launch/hostcode.py",
+           '                    else "searched")', '                    else "import_path")',
+           (HOST + "test_a_path_hooks_key_on_the_import_path_is_not_made",)),
     Mutant("host-code-former-entries-unread", "stockade/launch/hostcode.py",
            '    found += [Place(path, "searched") for path in _searched(bases)',
            '    found += [Place(path, "searched") for path in ()',
@@ -508,10 +507,6 @@ MUTANTS: tuple[Mutant, ...] = (
            "            found += _located(key, bases) + (",
            "            found += [p for p in _located(key, bases) if os.path.lexists(p)] + (",
            (HOST + "test_a_missing_directory_the_imports_searched_is_not_made",)),
-    Mutant("host-code-hooked-file-skipped", "stockade/launch/hostcode.py",
-           "    if os.path.isabs(entry) or os.path.lexists(entry):\n",
-           "    if os.path.isabs(entry):\n",
-           (HOST + "test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file",)),
     Mutant("deny-link-overlay-layers-unlooked", "stockade/linux/protect.py",
            "                       for layer in (*mount.layers, *mount.data)})",
            "                       for layer in ()})",
@@ -942,6 +937,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
     # attack 40: relative places from every base, whatever hook takes them; every path an
     # import finder holds; a module loaded by a relative path; ".." after a link
+    Mutant("host-code-missing-relative-entry-skipped", "stockade/launch/hostcode.py",
+           "              for path in _located(entry, bases)]",
+           "              for path in _located(entry, bases)\n"
+           "              if os.path.isabs(entry) or os.path.lexists(path)]",
+           (HOST + "test_a_missing_relative_entry_a_hook_of_the_programs_own_takes_is_not_made[]",
+            HOST + "test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code")),
     Mutant("host-code-relative-module-file-skipped", "stockade/launch/hostcode.py",
            "        if isinstance(path, str) and path:\n",
            "        if isinstance(path, str) and os.path.isabs(path):\n",

@@ -197,10 +197,12 @@ def test_a_missing_import_path_entry_in_the_workspace_is_refused(tmp_path):
     assert "does not exist inside a write root" in refused.value.message
 
 
-def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypatch):
+def test_a_path_hooks_key_on_the_import_path_is_not_made(tmp_path, monkeypatch):
     """setuptools' editable install puts a path hook's key, a relative name, on sys.path: it
-    names no directory, in the workspace or anywhere (every CLI run from a workspace with an
-    editable install was refused, `does not exist inside a write root`)."""
+    names no directory yet, but the file system's hook, ahead of the editable one, takes a
+    directory the command makes there (attack 40 T1): it is not made during the run, and the
+    launch is not refused (every CLI run from a workspace with an editable install was,
+    `does not exist inside a write root`)."""
     key = "__editable__.x-1.0.finder.__path_hook__"
 
     def hook(entry: str) -> object:
@@ -213,21 +215,20 @@ def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypat
     monkeypatch.setattr(sys, "path_hooks", [hook, *sys.path_hooks])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": "relative/lib"})
-    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+    request = compile_policy(policy_for(), ["true"], ctx)
+    assert request.host_code == () and str(tmp_path / key) in request.unmade, request
 
 
 def test_a_relative_entry_on_the_import_path_is_the_directory_it_names(tmp_path, monkeypatch):
     """Attack 33 A2: a program run from its project put "src" on sys.path; Python joins it to
     the working directory at every import, yet relative entries were taken for path hooks'
     keys and kept nowhere: the command planted src/stockade/__init__.py and the program's
-    next run imported it. One that names no directory yet is refused, as an absolute one."""
+    next run imported it. One that names no directory yet is not made during the run (it may
+    be a path hook's key: attack 40 T1)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, "src"])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
-    with pytest.raises(stockade.UnenforceableError) as refused:
-        compile_policy(policy_for(), ["true"], ctx)
-    assert f"{tmp_path / 'src'} (a directory on the interpreter's import path" in \
-        refused.value.message
+    assert str(tmp_path / "src") in compile_policy(policy_for(), ["true"], ctx).unmade
     (tmp_path / "src").mkdir()
     assert str(tmp_path / "src") in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -1041,6 +1042,22 @@ def test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time_na
         refused.value.message, refused.value.message
 
 
+# A path hook of the program's own, for every entry: a FileFinder wrapped (attack 40 T1).
+WRAPPED_HOOK = """
+import importlib._bootstrap_external, importlib.machinery, sys
+class WrapFinder:
+    def __init__(self, path):
+        self.inner = importlib.machinery.FileFinder(
+            path, *importlib._bootstrap_external._get_supported_file_loaders())
+    def find_spec(self, name, target=None):
+        return self.inner.find_spec(name, target)
+    def invalidate_caches(self):
+        self.inner.invalidate_caches()
+sys.path_hooks.insert(0, WrapFinder)
+sys.path_importer_cache.clear()
+"""
+
+
 def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) -> dict:
     """What HOST printed, run in `cwd` by this interpreter after `prelude`, the command
     `code` (its outcomes parsed as ATTEMPT prints them)."""
@@ -1052,6 +1069,40 @@ def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) 
     got = json.loads(done.stdout)
     assert got.get("exit") == 0, got
     return dict(line.split(": ", 1) for line in got["stdout"].splitlines())
+
+
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_missing_relative_entry_a_hook_of_the_programs_own_takes_is_not_made(tmp_path,
+                                                                              weaken):
+    """Attack 40 T1: a program with a path hook of its own (a FileFinder wrapped) put
+    "plugins", missing, on its path and ran the command from the workspace: a relative entry
+    a hook other than the file system's took was taken for the hook's key and kept nowhere;
+    the command made ws/plugins/myplugin.py and the next run imported it. Every relative
+    entry names its directory, whatever hook takes it: not made during the run (with the
+    layer off, the control, it is)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    prelude = WRAPPED_HOOK + "import os\nsys.path.append('plugins')\nos.chdir(sys.argv[1])\n"
+    got = run_after(prelude, ws, "import os\nattempt('make', lambda: os.mkdir('plugins'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    tmp_path)
+    assert got.pop("everyday") == "DONE"
+    assert got["make"] == ("DONE" if weaken else "EACCES"), got
+    assert (ws / "plugins").exists() == bool(weaken)
+
+
+def test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code(tmp_path,
+                                                                         monkeypatch):
+    """Attack 40 T1 (the compile): the same entry, missing, is not made; once there, kept."""
+    namespace: dict = {}
+    exec(WRAPPED_HOOK.replace("sys.path_importer_cache.clear()", ""), namespace)
+    monkeypatch.setattr(sys, "path_hooks", [namespace["WrapFinder"], *sys.path_hooks[1:]])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, "plugins"])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).unmade
+    (tmp_path / "plugins").mkdir()
+    assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).host_code
 
 
 def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):

@@ -90,13 +90,16 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # away from its start, is searched first by its later imports; attack 35 B8)
     if "" in sys.path and here and here != start_path:
         found.append(Place(here, "cwd"))
-    # (a relative entry is a directory each base is joined to, unless a path hook of its
-    # own takes it — setuptools' editable finder adds "__editable__.NAME.finder.__path_hook__":
-    # attack 33 A2; PYTHONPATH's relative entries the next call resolves from a working
-    # directory not known here)
-    found += [Place(path, "import_path")
+    # (a relative entry names a directory from each base whatever path hook takes it: the
+    # file system's own takes it once it exists, a hook of the program's own searches it
+    # too (attacks 33 A2, 40 T1); one missing there is not made, rather than refused: it may
+    # be a hook's key, as setuptools' "__editable__.NAME.finder.__path_hook__" is, which
+    # the file system's hook would take once made. PYTHONPATH's relative entries the next
+    # call resolves from a working directory not known here)
+    found += [Place(path, "import_path" if os.path.isabs(entry) or os.path.lexists(path)
+                    else "searched")
               for entry in entries if isinstance(entry, str) and entry
-              and _names_a_path(entry) for path in _located(entry, bases)]
+              for path in _located(entry, bases)]
     found += [Place(_at(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
@@ -192,27 +195,6 @@ def _zip(path: str) -> bool:
         return False
 
 
-def _names_a_path(entry: str) -> bool:
-    """Whether the import-path entry `entry` names a file or directory: an absolute one, or
-    a relative one that names something from the working directory (what a path hook makes
-    of it is searched there too: a zip file, a wrapped finder; attack 34 B6, B7) or that no
-    path hook but the file system's own takes (it may be made). Not a key such as
-    setuptools' "__editable__.NAME.finder.__path_hook__", which a hook of its own takes."""
-    import importlib.machinery
-
-    if os.path.isabs(entry) or os.path.lexists(entry):
-        return True
-    finder = sys.path_importer_cache.get(entry)
-    if entry not in sys.path_importer_cache:
-        for hook in sys.path_hooks:
-            try:
-                finder = hook(entry)
-                break
-            except ImportError:
-                continue
-    return finder is None or isinstance(finder, importlib.machinery.FileFinder)
-
-
 def _searched(bases: list[str]) -> list[str]:
     """The places the imports of this process searched (sys.path_importer_cache's keys),
     absolute (a relative one from each of `bases`, and where its finder was made: its
@@ -220,7 +202,7 @@ def _searched(bases: list[str]) -> list[str]:
     exist (attack 34 B5a)."""
     found: list[str] = []
     for key, finder in list(sys.path_importer_cache.items()):
-        if isinstance(key, str) and key and _names_a_path(key):
+        if isinstance(key, str) and key:
             path = getattr(finder, "path", None)
             found += _located(key, bases) + ([_at(path)] if isinstance(path, str)
                                              and os.path.isabs(path) else [])
