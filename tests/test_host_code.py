@@ -1105,6 +1105,48 @@ def test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code(tmp_path
     assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).host_code
 
 
+@pytest.mark.parametrize("held", ["str", "path-table", "path-list"])
+def test_a_path_an_import_finder_holds_is_host_code(tmp_path, monkeypatch, held):
+    """Attack 40 T2: an import finder on sys.meta_path (a plugin loader; scikit-build-core's
+    rebuilding editable finder, which runs cmake in its build directory at import) held its
+    directory as a str attribute, or a table or list of pathlib.Path: only tables of str
+    were read, and the command planted a plugin the next run imported. Every absolute path
+    a finder holds is host code."""
+    plugins = tmp_path / ".plugins"
+    plugins.mkdir()
+    (plugins / "extra.py").write_text("X = 1\n")
+
+    class PluginFinder:
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            return None
+
+    finder = PluginFinder()
+    if held == "str":
+        finder.directory = str(plugins)
+    elif held == "path-table":
+        finder.table = {"extra": plugins / "extra.py"}
+    else:
+        finder.dirs = [plugins]
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    assert kept == ((str(plugins / "extra.py"),) if held == "path-table" else (str(plugins),))
+
+
+def test_a_test_module_pytest_holds_stays_the_commands(tmp_path, monkeypatch):
+    """`python -m pytest` in a project that is the workspace: pytest's assertion rewriter (a
+    finder) holds the test modules it imported, which are the program's own (imported
+    through its starting directory), not host code."""
+    (tmp_path / "test_x.py").write_text("X = 1\n")
+    started_as(monkeypatch, ["-m", "pytest"], tmp_path, [str(tmp_path)], tmp_path)
+    imported(monkeypatch, "test_x", tmp_path / "test_x.py")
+    rewriter = type("AssertionRewritingHook", (), {})()
+    rewriter._rewritten_names = {"test_x": tmp_path / "test_x.py"}
+    monkeypatch.setattr(sys, "meta_path", [rewriter, *sys.meta_path])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
 def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
     """Attack 40 T3: a program loaded ws/hooks/agent_hooks.py by a relative path
     (SourceFileLoader, spec_from_loader): its `__file__` stays relative, and modules with

@@ -38,7 +38,7 @@ KINDS = {
     "cwd": "the working directory, which \"\" on the import path names at each import",
     "package_path": "a directory a package's __path__ was given besides its own",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
-    "editable": "a directory an editable install's import finder maps packages to",
+    "editable": "a path an import finder holds (an editable install's, a plugin loader's)",
     "module": "a module this process imported from outside its import path",
     "pycache_dir": "the bytecode cache of a module this process imports",
     "pycache": "the bytecode cache prefix (PYTHONPYCACHEPREFIX)",
@@ -122,8 +122,13 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     found += [Place(entry, "pth_entry") for entry in _pth_entries(
         user_site, [place.path for place in found if place.kind == "import_path"])
         if entry not in named]
+    imported = _imported(bases)
+    # (a module file a finder holds is judged as the module this process imported: pytest's
+    # assertion rewriter keeps those of the tests it imported)
+    files = {path for _, path in imported}
     for path in _editable_mappings():
-        found += _module_places(path, "editable")
+        if path not in files:
+            found += _module_places(path, "editable")
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
                                                           "pth_entry", "editable")])]
@@ -137,7 +142,7 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
                    if place.kind not in ("script", "start", "prefix")]
     starts = [place.path for place in found if place.kind == "start"]
     mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
-    for names, path in _imported(bases):
+    for names, path in imported:
         if any(path.startswith(directory.rstrip("/") + "/") for directory in directories) \
                 or any(_found_through(names, path, start) and _lies_in(path, start, mounts)
                        for start in starts):
@@ -277,28 +282,39 @@ def _absolute_entries(entries: object, bases: list[str]) -> list[str]:
 
 
 def _editable_mappings() -> list[str]:
-    """What the import finders of editable installs map packages and modules to (setuptools'
-    `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout: a
-    package's directory, or a module's path without its suffix): the host imports them from
-    there, though no path entry names them (attack 29 N2); and every table of names to
-    absolute paths the finder or its class holds (hatchling's `editables` keeps its
-    `_redirections` on the finder class: attack 32 E1). What this process imported through
-    finders that keep their tables otherwise is found by `_imported`."""
+    """What the import finders on sys.meta_path hold: the tables setuptools' editable finder
+    (`__editable___*_finder`, which a .pth file's `import` line installs for a flat layout)
+    keeps in its module, MAPPING and NAMESPACES (a package's directory, or a module's path
+    without its suffix): the host imports them from there, though no path entry names them
+    (attack 29 N2); and every absolute path the finder or its class holds, as a str or
+    os.PathLike, alone or in a list, tuple or table of them: hatchling's `editables` keeps its
+    `_redirections` on the finder class (attack 32 E1); scikit-build-core's rebuilding finder
+    its build directory, where it runs cmake at import; a plugin loader its directory (attack
+    40 T2). Not "/" (a finder's separator, as FrozenImporter's `_SEP`). What this process
+    imported through finders that keep their paths otherwise is found by `_imported`."""
     found: list[str] = []
     for finder in sys.meta_path:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
         holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
-        tables = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
+        values = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
             value for holder in holders
-            for value in getattr(holder, "__dict__", {}).values()]
-        for table in tables:
-            if not isinstance(table, dict):
-                continue
-            for value in table.values():
-                paths = value if isinstance(value, list) else [value]
-                found += [_at(path) for path in paths
-                          if isinstance(path, str) and os.path.isabs(path)]
-    return found
+            for value in list(getattr(holder, "__dict__", {}).values())]
+        for value in values:
+            items = list(value.values()) if isinstance(value, dict) else [value]
+            for item in items:
+                paths = item if isinstance(item, (list, tuple)) else [item]
+                found += [_at(path) for path in map(_path_of, paths)
+                          if path and os.path.isabs(path) and path != os.sep]
+    return list(dict.fromkeys(found))
+
+
+def _path_of(value: object) -> str | None:
+    """`value` as a path, if it is a str or os.PathLike naming one by a str."""
+    try:
+        path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    except Exception:  # noqa: BLE001 (a finder's own __fspath__ may raise: not ours)
+        return None
+    return path if isinstance(path, str) else None
 
 
 def _imported(bases: list[str]) -> list[tuple[set[str], str]]:
@@ -463,7 +479,8 @@ _REMEDIES = {
     "pth_entry": "take it off the import path (remove the .pth file naming it)",
     "user_site": "set PYTHONNOUSERSITE=1",
     "linked_entry": "remove the link from the import path",
-    "editable": "uninstall the editable install, or install the project normally",
+    "editable": "uninstall the editable install, or install the project normally (or keep "
+                "the paths the program's import finders hold out of the write roots)",
     "module": "the program imported it from there: keep what it imports out of the write "
               "roots",
     "pycache_dir": "the program imported from there: keep what it imports out of the write "
