@@ -394,8 +394,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_a_volume_in_the_workspace_stays_the_commands_when_run_from_the_root"
             "_directory",)),
     Mutant("host-code-linked-entries-unread", "stockade/launch/hostcode.py",
-           "                found += [entry.path for entry in entries if entry.is_symlink()]\n",
-           "                found += []\n",
+           "        found += [entry.path for entry in _listed(directory, listing)"
+           " if entry.is_symlink()]\n",
+           "        found += []\n",
            (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
             "[symlink-landlock]",)),
     Mutant("host-code-link-names-unchecked", "stockade/launch/compile.py",
@@ -551,8 +552,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if isinstance(origin, str):\n",
            (HOST + "test_a_directory_any_package_was_given_is_host_code[module-made-a-package]",)),
     Mutant("host-code-run-time-site-pth-unread", "stockade/launch/hostcode.py",
-           '        user_site, [place.path for place in found if place.kind == "import_path"])',
-           "        user_site, [])",
+           '        user_site, [place.path for place in found if place.kind == "import_path"],'
+           ' listing)',
+           "        user_site, [], listing)",
            (HOST + "test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time"
             "_names",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
@@ -718,7 +720,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '    found += [Place(entry, "pth_entry") for entry in () if _pth_entries(\n',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
     Mutant("host-code-hidden-pth-unread", "stockade/launch/hostcode.py",
-           'if name.endswith(".pth"))', 'if name.endswith(".pth") and name[0] != ".")',
+           'if entry.name.endswith(".pth")):',
+           'if entry.name.endswith(".pth") and entry.name[0] != "."):',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused"
             "[.atk.pth]",)),
     # --- issue 29 H1: no run reaches another workspace's private home ------------------

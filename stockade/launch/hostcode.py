@@ -119,8 +119,9 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     named = {place.path for place in found}
     # (and those of every directory on the import path: a program's `site.addsitedir` at
     # run time, as virtualenv's activate_this.py does, reads them; attack 39 S1, S2)
+    listing: dict[str, list[os.DirEntry[str]]] = {}  # (each directory listed once)
     found += [Place(entry, "pth_entry") for entry in _pth_entries(
-        user_site, [place.path for place in found if place.kind == "import_path"])
+        user_site, [place.path for place in found if place.kind == "import_path"], listing)
         if entry not in named]
     imported = _imported(bases)
     # (a module file a finder holds is judged as the module this process imported: pytest's
@@ -131,7 +132,8 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
             found += _module_places(path, "editable")
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
-                                                          "pth_entry", "editable")])]
+                                                          "pth_entry", "editable")],
+        listing)]
     # (a module under the starting directory is the program's own only where an import of
     # its name through that directory takes it: the starting directory stays the command's
     # where it is the workspace; attack 31's evidence row, a package another finder imported
@@ -413,7 +415,21 @@ def links_in(top: str) -> list[str]:
     return found
 
 
-def _linked_entries(directories: list[str]) -> list[str]:
+def _listed(directory: str, listing: dict[str, list[os.DirEntry[str]]]
+            ) -> list[os.DirEntry[str]]:
+    """The entries of `directory` (none if it is not there or no directory), listed once per
+    compile in `listing`: its .pth files and the links at its top are read from one listing."""
+    if directory not in listing:
+        try:
+            with os.scandir(directory) as entries:
+                listing[directory] = list(entries)
+        except OSError:
+            listing[directory] = []
+    return listing[directory]
+
+
+def _linked_entries(directories: list[str], listing: dict[str, list[os.DirEntry[str]]]
+                    ) -> list[str]:
     """The symbolic links at the top of the import-path `directories`: what each names is
     imported, or run at start-up, as if it lay there (a package, a .pth file or a
     sitecustomize linked in from elsewhere, as `flit install --symlink` links a package;
@@ -421,15 +437,12 @@ def _linked_entries(directories: list[str]) -> list[str]:
     the program's directory stays the command's."""
     found = []
     for directory in dict.fromkeys(directories):
-        try:
-            with os.scandir(directory) as entries:
-                found += [entry.path for entry in entries if entry.is_symlink()]
-        except OSError:
-            continue  # (not there, or not a directory: nothing in it is imported)
+        found += [entry.path for entry in _listed(directory, listing) if entry.is_symlink()]
     return sorted(found)
 
 
-def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
+def _pth_entries(user_site: str | None, more: list[str],
+                 listing: dict[str, list[os.DirEntry[str]]]) -> list[str]:
     """The directories the .pth files of the site directories name, as `site` reads them,
     missing ones too: `site` skips a missing one, so it is on no import path now, yet the
     next interpreter started here puts it there once it exists (an editable install whose
@@ -442,11 +455,8 @@ def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
     found = []
     for sitedir in dict.fromkeys([*site.getsitepackages(), *([user_site] if user_site else []),
                                   *more]):
-        try:
-            names = sorted(name for name in os.listdir(sitedir) if name.endswith(".pth"))
-        except OSError:
-            continue  # (no such site directory: nothing there names anything)
-        for name in names:
+        for name in sorted(entry.name for entry in _listed(sitedir, listing)
+                           if entry.name.endswith(".pth")):
             try:
                 with open(os.path.join(sitedir, name), encoding="utf-8-sig",
                           errors="surrogateescape") as f:
