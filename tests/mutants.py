@@ -44,6 +44,18 @@ OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cann
                     "_refused_in_or_above_a_root")
 
 MUTANTS: tuple[Mutant, ...] = (
+    # the CLI server a run starts by itself: the caller's cwd (perhaps a workspace) is not on
+    # its import path, and it serves only its own cgroup
+    Mutant("autoserver-imports-from-the-cwd", "stockade/cli/autoserver.py",
+           '[sys.executable, "-P", "-m", __name__]', '[sys.executable, "-m", __name__]',
+           ("tests/test_autoserver.py::"
+            "test_the_callers_working_directory_is_not_on_the_servers_import_path",)),
+    Mutant("autoserver-never-idles-out", "stockade/cli/server.py",
+           "deadline = None if waiting.idle is None else", "deadline = None if True else",
+           ("tests/test_autoserver.py::test_the_server_ends_by_itself_when_unused",)),
+    Mutant("autoserver-serves-any-cgroup", "stockade/cli/autoserver.py",
+           "idle=idle, context=peer.STARTED_CONTEXT)", "idle=idle, context=peer.RUN_CONTEXT)",
+           ("tests/test_autoserver.py::test_a_client_in_another_cgroup_is_not_served",)),
     # --- the audit's nine (issue 30) -------------------------------------------------------
     Mutant("apply-follows-swapped-dir", "stockade/lifecycle/changeapply.py",
            "    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,",
