@@ -123,7 +123,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "helpers.planted-changes": "stockade_state",
              "helpers.forged-changes": "stockade_state",
              "helpers.forged-state-dir": "stockade_state",
-             "fs.host-code-pth-missing": "filesystem.protected"}
+             "fs.host-code-pth-missing": "filesystem.protected",
+             "fs.host-code-runtime-site-pth": "filesystem.protected"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
@@ -183,7 +184,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-relative-entry", "fs.host-code-searched",
                           "fs.host-code-working-directory",
                           "fs.host-code-searched-below-start",
-                          "fs.host-code-package-path")},
+                          "fs.host-code-package-path", "fs.host-code-namespace-portion",
+                          "fs.host-code-module-as-package")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
