@@ -174,6 +174,8 @@ def _specs() -> dict[str, Tier]:
                         unproven=HOLDS_STATE)
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.protected-create": gap("filesystem.protected"),
+        # (fs.host-code-module-as-package: the module file itself, in the workspace, is host
+        # code, so the tier refuses it whatever its __path__ is judged to be)
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename", "fs.host-code-other-name",
