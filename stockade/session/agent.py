@@ -81,7 +81,10 @@ class Agent:
         try:
             while self.running:
                 for key, _ in self.selector.select(self._step()):
-                    key.data(key.fd)
+                    # (a handler earlier in the batch may have closed it: the command's end
+                    # closes its pipes, whose events may be in the same batch)
+                    if self.selector.get_map().get(key.fd) is key:
+                        key.data(key.fd)
                 self._check_deadline()
         except ProtocolError as exc:
             with contextlib.suppress(OSError):  # best effort: the host may be gone
