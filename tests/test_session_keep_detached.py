@@ -12,6 +12,7 @@ import os
 import select
 import textwrap
 import threading
+import time
 import uuid
 from dataclasses import replace
 
@@ -143,3 +144,21 @@ def test_without_it_a_command_cannot_keep_what_it_detached(ws):
         assert r.stdout.split() == [b"13", b"13"], r  # EACCES, both
         assert sandbox.run(holding(workspace, marker)).stdout == b"up\n"
         assert marked(marker) == []
+
+
+def test_a_kept_process_that_exits_between_commands_is_reaped(ws):
+    """No command runs when it exits: the agent reaps it all the same (a zombie would hold a
+    pid of limits.pids until the next command's end)."""
+    workspace, _ = ws
+    marker = f"stockade-{uuid.uuid4().hex}"
+    brief = "import sys, time; open('ready', 'w').close(); time.sleep(1)"
+    with stockade.Sandbox(policy_for("workspace-write"), workspace=workspace,
+                          keep_detached=True) as sandbox:
+        r = sandbox.run(["sh", "-c", f'setsid {PYTHON} -c "{brief}" {marker} & '
+                                     "while [ ! -f ready ]; do sleep 0.05; done; echo up"])
+        assert r.stdout == b"up\n", r
+        [pid] = marked(marker)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}"):  # (a zombie keeps it, in state Z)
+            assert time.monotonic() < deadline, "the kept process was never reaped"
+            time.sleep(0.05)
