@@ -270,8 +270,8 @@ class Agent:
         # process kept alive (keep_detached) may hold them open, so the result does not wait
         # for their end: what they hold is sent, then they are closed (a later write there
         # gets EPIPE).
-        for fd in list(command.outputs):
-            self._drain(command, fd)
+        for output in list(command.outputs):
+            self._drain(command, output)
         self._maybe_done()
 
     def _drain(self, command: _Command, fd: int) -> None:
