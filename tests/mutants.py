@@ -40,6 +40,7 @@ CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
+KEEP = "tests/test_session_keep_detached.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -949,4 +950,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                              write=(), home=\"host\"))",
            "                                              write=fs.write, home=\"host\"))",
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
+    # a warm sandbox keeps nothing a command started unless its host opened it keep_detached,
+    # and then only what left the command's session, and not past a timeout
+    Mutant("session-keeps-detached-by-default", "stockade/session/agent.py",
+           "        if not self.keep_detached:\n            return lambda session: False\n", "",
+           ("tests/test_session.py::test_what_a_command_leaves_behind_is_killed_when_it_exits",
+            KEEP + "test_without_it_a_command_cannot_keep_what_it_detached")),
+    Mutant("session-keeps-what-left-only-its-group", "stockade/session/agent.py",
+           "        return lambda session: session != own\n",
+           "        return lambda session: True\n",
+           (KEEP + "test_what_a_command_detached_runs_on_until_the_sandbox_closes",
+            KEEP + "test_in_the_landlock_tier_too")),
+    Mutant("session-stop-keeps-what-it-detached", "stockade/session/agent.py",
+           "        if command.timed_out or command.cancelled:\n"
+           "            return command.kept.__contains__\n", "",
+           (KEEP + "test_a_timed_out_command_takes_what_it_detached_with_it",)),
 )
