@@ -1,12 +1,14 @@
 """The `stockade` program (bin/stockade, installed as the `stockade` command, and
 `python -m stockade`).
 
-`stockade run`, `sandbox-exec` and `exec` go to the CLI server when `stockade daemon` runs one
-(stockade/cli/server.py; the wire is stockade/cliwire.py): this process then imports almost
-nothing, passes its argv, working directory, environment and standard streams, and exits with
-the status the server reports. Everything else, and every run when no server answers (or where
-there can be none: any system but Linux), is the ordinary command line in this
-process (stockade/cli).
+`stockade run`, `sandbox-exec` and `exec` go to the CLI server when one listens in the state
+directory (stockade/cli/server.py; the wire is stockade/cliwire.py): this process then imports
+almost nothing, passes its argv, working directory, environment and standard streams, and
+exits with the status the server reports. Everything else, and every run when no server
+answers (or where there can be none: any system but Linux), is the ordinary command line in
+this process (stockade/cli). A run that found no server listening starts one when it is done
+(stockade/cli/autoserver.py: it ends after `STOCKADE_SERVER_IDLE` seconds unused; "0" starts
+none); `stockade daemon` runs one too.
 
 Nothing is sent before the server is known for what it is: a sandbox may have planted a socket
 where the state directory is expected (stockade/linux/servercheck.py checks the directory and,
@@ -37,21 +39,30 @@ from stockade.errors import UsageError
 
 __all__ = ["NOT_SERVED", "SERVED", "SOCKET_NAME", "encode_request", "main", "socket_path"]
 
+EXIT_USAGE = 2
 EXIT_SETUP = 70
 EXIT_INTERRUPTED = 130
+ABSENT = -1  # _through_server: no server listens (statuses are 0-255); one is then started
 
 
 def main(*, check_server: bool = True) -> int:
     """`check_server` False (tests only, never set by the program: it proves the evidence row
     that plants a server can fail) talks to whatever listens on the socket."""
     words = sys.argv[1:]
+    absent = False
     if words and words[0] in SERVED and os.environ.get("STOCKADE_NO_SERVER") != "1":
         status = _through_server(words, check_server=check_server)
-        if status is not None:
+        if status is not None and status != ABSENT:
             return status
+        absent = status == ABSENT
     from stockade.cli import console_main
 
-    return _exit_word(console_main())
+    status = _exit_word(console_main())
+    if absent and status != EXIT_USAGE:
+        from stockade.cli import autoserver
+
+        autoserver.start_in_background()
+    return status
 
 
 def _exit_word(status: int) -> int:
@@ -64,8 +75,8 @@ def _exit_word(status: int) -> int:
 
 
 def _through_server(words: list[str], *, check_server: bool = True) -> int | None:
-    """The command's exit status from the CLI server; None when none answers, or none to be
-    trusted (nothing ran)."""
+    """The command's exit status from the CLI server; ABSENT when none listens, None when the
+    one that answers is not to be trusted or does not serve this process (nothing ran)."""
     if not sys.platform.startswith("linux"):  # (the CLI server is Linux's alone)
         return None
     try:
@@ -83,7 +94,7 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
             else:
                 conn.connect(path)
         except OSError:  # no server answers: run here
-            return None
+            return ABSENT
         except ServerUntrusted as exc:
             print(f"stockade: server_untrusted: not using {path} ({exc.why}): nothing was "
                   "sent to it; the command runs here", file=sys.stderr)

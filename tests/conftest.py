@@ -63,12 +63,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def state_dir(tmp_path_factory):
-    """Launch records and attestations of this test run stay in its own state directory."""
+    """Launch records and attestations of this test run stay in its own state directory, and
+    no `stockade run` of a test starts a CLI server there that outlives it
+    (stockade/cli/autoserver.py; tests/test_autoserver.py starts them in directories of its
+    own)."""
     BASETEMP.append(str(tmp_path_factory.getbasetemp()))
     path = tmp_path_factory.mktemp("stockade-state")
     os.chmod(path, 0o700)
     previous = os.environ.get("STOCKADE_STATE_DIR")
     os.environ["STOCKADE_STATE_DIR"] = str(path)
+    os.environ["STOCKADE_SERVER_IDLE"] = "0"
     yield path
     if previous is None:
         del os.environ["STOCKADE_STATE_DIR"]

@@ -40,10 +40,23 @@ CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
+KEEP = "tests/test_session_keep_detached.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
 MUTANTS: tuple[Mutant, ...] = (
+    # the CLI server a run starts by itself: the caller's cwd (perhaps a workspace) is not on
+    # its import path, and it serves only its own cgroup
+    Mutant("autoserver-imports-from-the-cwd", "stockade/cli/autoserver.py",
+           '[sys.executable, "-P", "-m", __name__]', '[sys.executable, "-m", __name__]',
+           ("tests/test_autoserver.py::"
+            "test_the_callers_working_directory_is_not_on_the_servers_import_path",)),
+    Mutant("autoserver-never-idles-out", "stockade/cli/server.py",
+           "deadline = None if waiting.idle is None else", "deadline = None if True else",
+           ("tests/test_autoserver.py::test_the_server_ends_by_itself_when_unused",)),
+    Mutant("autoserver-serves-any-cgroup", "stockade/cli/autoserver.py",
+           "idle=idle, context=peer.STARTED_CONTEXT)", "idle=idle, context=peer.RUN_CONTEXT)",
+           ("tests/test_autoserver.py::test_a_client_in_another_cgroup_is_not_served",)),
     # --- the audit's nine (issue 30) -------------------------------------------------------
     Mutant("apply-follows-swapped-dir", "stockade/lifecycle/changeapply.py",
            "    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,",
@@ -938,6 +951,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                              write=(), home=\"host\"))",
            "                                              write=fs.write, home=\"host\"))",
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
+    # a warm sandbox keeps nothing a command started unless its host opened it keep_detached,
+    # and then only what left the command's session, and not past a timeout
+    Mutant("session-keeps-detached-by-default", "stockade/session/agent.py",
+           "        if not self.keep_detached:\n            return lambda session: False\n", "",
+           ("tests/test_session.py::test_what_a_command_leaves_behind_is_killed_when_it_exits",
+            KEEP + "test_without_it_a_command_cannot_keep_what_it_detached")),
+    Mutant("session-keeps-what-left-only-its-group", "stockade/session/agent.py",
+           "        return lambda session: session != own\n",
+           "        return lambda session: True\n",
+           (KEEP + "test_what_a_command_detached_runs_on_until_the_sandbox_closes",
+            KEEP + "test_in_the_landlock_tier_too")),
+    Mutant("session-stop-keeps-what-it-detached", "stockade/session/agent.py",
+           "        if command.timed_out or command.cancelled:\n"
+           "            return command.kept.__contains__\n", "",
+           (KEEP + "test_a_timed_out_command_takes_what_it_detached_with_it",)),
     # attack 40: relative places from every base, whatever hook takes them; every path an
     # import finder holds; a module loaded by a relative path; ".." after a link
     Mutant("host-code-missing-relative-entry-skipped", "stockade/launch/hostcode.py",

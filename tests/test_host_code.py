@@ -593,6 +593,8 @@ def test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive(tm
     monkeypatch.delitem(sys.modules, "zipmod", raising=False)
     importlib.import_module("zipmod")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(archive)])
+    # (and no search record of it: the imported module alone names the archive)
+    monkeypatch.delitem(sys.path_importer_cache, str(archive), raising=False)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(archive) in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -723,9 +725,10 @@ def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path,
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, str(script)])
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path[1:]])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
-    kept = compile_policy(policy_for(), ["true"], ctx).host_code
-    assert kept == (str(script),), kept
+    request = compile_policy(policy_for(), ["true"], ctx)
+    assert request.host_code == (str(script),), request.host_code
     assert not (tmp_path / "__pycache__").exists()
+    assert not [name for name in request.unmade if "__pycache__" in name], request.unmade
 
 
 # HOST, once it has imported `mod` from the file $IMPORTED by a finder of its own.

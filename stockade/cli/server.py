@@ -55,6 +55,7 @@ MAX_REQUEST = 1 << 20  # bytes of argv, cwd and environment
 EXIT_LOST = 130  # the client went away: as if interrupted
 PR_SET_PDEATHSIG = 1
 SPARE_RETRY = 0.5  # seconds before forking another spare after one died unused
+IDLE = b"I"  # a spare's word to the server: no request came for the idle time; the socket is gone
 _HEADER = struct.Struct("<I")
 
 
@@ -98,11 +99,14 @@ def stop(pid: int) -> None:
         os.unlink(socket_path())
 
 
-def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> NoReturn:
+def serve(path: str, command_line: CommandLine, *, check_peers: bool = True,
+          idle: float | None = None, context: tuple[str, ...] = peer.RUN_CONTEXT) -> None:
     """Attest the host, listen on `path`, and keep one spare child waiting for the next
-    request, which it runs with `command_line`; never returns. `check_peers` False (tests
-    only, never set by the command line: it proves the evidence row that attacks the server
-    can fail) serves a peer in any context."""
+    request, which it runs with `command_line`. Returns only when `idle` seconds passed with
+    no request (the socket is then gone; runs still being served go on). `context`: the parts
+    of RUN_CONTEXT a client must share besides (peer.py). `check_peers` False (tests only,
+    never set by the command line: it proves the evidence row that attacks the server can
+    fail) serves a peer in any context."""
     from stockade.cli import run as cli_run
     from stockade.launch.compile import CompileContext, compile_policy
     from stockade.launch.manager import SandboxManager
@@ -120,6 +124,8 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
         command_line.build_parser(name)
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)
+    bound = os.stat(path)
+    waiting = _Waiting(path, (bound.st_dev, bound.st_ino), idle, context)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     last_view: bytes | None = None  # the view frame of the last request that launched
     telling: dict[int, bytearray] = {}  # serving children's pipes -> what they said so far
@@ -132,7 +138,7 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
             for fd in (taken_r, *telling):
                 os.close(fd)
             _spare(listener, taken_w, command_line.main, fork_directly(), last_view,
-                   check_peers, server)
+                   check_peers, server, waiting)
         os.close(taken_w)
         while True:  # until the spare takes a request; meanwhile, hear the views
             readable = select.select([taken_r, *telling], [], [])[0]
@@ -141,7 +147,10 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True) -> 
                     last_view = _hear(fd, telling) or last_view
             if taken_r in readable:
                 break
-        if os.read(taken_r, 1):
+        said = os.read(taken_r, 1)
+        if said == IDLE:
+            return  # (the spare took the socket away first: no client can be left waiting)
+        if said:
             telling[taken_r] = bytearray()  # it goes on to say its view, then closes
         else:
             os.close(taken_r)  # the spare died before taking a request
@@ -160,13 +169,25 @@ def _hear(fd: int, telling: dict[int, bytearray]) -> bytes | None:
     return bytes(said[1:]) if said[:1] == b"V" else None
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """How a spare waits: at `path` (the socket file `bound`, device and inode), for at most
+    `idle` seconds (None: for ever), serving clients that share `context` with it."""
+
+    path: str
+    bound: tuple[int, int]
+    idle: float | None
+    context: tuple[str, ...]
+
+
 def _spare(listener: socket.socket, taken_w: int, main: object,
            spawner: ForkSpawner, view: bytes | None, check_peers: bool,
-           server: int) -> NoReturn:
+           server: int, waiting: _Waiting) -> NoReturn:
     """A child waiting for one request, with its sandbox's skeleton already made (namespaces
     entered, pid 1 waiting; with the last request's view, its mounts built and its command
     process confined too): it accepts, tells the server to fork the next spare, serves, and
-    tells the server the view it launched with."""
+    tells the server the view it launched with. After `waiting.idle` seconds with no request
+    it ends the server instead (`_close_idle`)."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # while idle, it ends with the server
@@ -174,8 +195,12 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
             os._exit(70)
         with contextlib.suppress(Exception):
             spawner.prepare(view)  # if this fails, the launch makes one and reports why
-        own = peer.own_context(peer.RUN_CONTEXT)  # (read while waiting, not on a request's time)
+        own = peer.own_context(waiting.context)  # (read while waiting, not on a request's time)
+        deadline = None if waiting.idle is None else time.monotonic() + waiting.idle
         while True:
+            if deadline is not None and not select.select(
+                    [listener], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                _close_idle(listener, waiting, taken_w)
             conn, _ = listener.accept()
             accepted = peer.boottime()
             try:
@@ -203,6 +228,24 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
     except BaseException:  # noqa: BLE001 - the server forks another
         os._exit(70)
     _child(conn, fds, request, main)
+
+
+def _close_idle(listener: socket.socket, waiting: _Waiting, taken_w: int) -> NoReturn:
+    """Take the socket away (if it is still this server's), turn away whoever connected
+    before it went — they run the command line themselves — and tell the server to end."""
+    with contextlib.suppress(OSError):
+        found = os.stat(waiting.path)
+        if (found.st_dev, found.st_ino) == waiting.bound:
+            os.unlink(waiting.path)
+    listener.setblocking(False)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # (BlockingIOError: no one else is waiting, and no one can come)
+            break
+        _turn_away(conn)
+    os.write(taken_w, IDLE)
+    os._exit(0)
 
 
 def _turn_away(conn: socket.socket) -> None:

@@ -284,6 +284,40 @@ sys.dont_write_bytecode = True
 import hostpkg
 hostpkg.__path__.append(sys.argv[2])
 """
+# Before COMPILER, started in `app` beside the workspace: its namespace package `hostns` (a
+# directory with no __init__) imported through it and given the workspace's `{plugins}`
+# (argv[2]) on its __path__, and a package `hostspec` the program made from a spec with no
+# origin, as a plugin system does, given the missing `{extensions}` (argv[3]) (attack 37 N1,
+# N3).
+ORIGINLESS = """
+import importlib.machinery, importlib.util, sys
+sys.dont_write_bytecode = True
+import hostns
+hostns.__path__.append(sys.argv[2])
+spec = importlib.machinery.ModuleSpec("hostspec", None, is_package=True)
+spec.submodule_search_locations.append(sys.argv[3])
+sys.modules["hostspec"] = importlib.util.module_from_spec(spec)
+"""
+# Before COMPILER, started in `app` beside the workspace: the workspace's module file
+# `{loader}` (argv[2]) loaded as a package `hostplug`, its directory its __path__, as a plugin
+# loader does with `spec_from_file_location(..., submodule_search_locations=[])` (attack 38
+# P1).
+AS_PACKAGE = """
+import importlib.util, sys
+sys.dont_write_bytecode = True
+spec = importlib.util.spec_from_file_location("hostplug", sys.argv[2],
+                                              submodule_search_locations=[])
+sys.modules["hostplug"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+"""
+# Before COMPILER, started in `app` beside the workspace: the site directory `{sitedir}`
+# (argv[2]) added at run time, as virtualenv's activate_this.py does; a .pth file there names
+# a missing workspace directory, which `site` skips (attack 39 S1, S2).
+SITE_ADDED = """
+import site, sys
+sys.dont_write_bytecode = True
+site.addsitedir(sys.argv[2])
+"""
 
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
@@ -308,6 +342,10 @@ compiled_after_searching = compiled_after(SEARCHED, "lib", "plugins", start="app
 compiled_after_moving_in = compiled_after(MOVED, "sub", start="app")
 compiled_after_searching_below_start = compiled_after(PLUGINS, "plugins")
 compiled_after_extending_a_package = compiled_after(EXTENDED, "plugins", start="app")
+compiled_after_giving_originless_packages = compiled_after(ORIGINLESS, "plugins", "extensions",
+                                                           start="app")
+compiled_after_loading_a_module_as_a_package = compiled_after(AS_PACKAGE, "loader", start="app")
+compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

@@ -237,6 +237,27 @@ ROWS: tuple[Row, ...] = (
         expect=denied(HOST_CODE), proven=off("host_code"),
         setup=setups.package_path_extended_into_workspace,
         launch=launches.compiled_after_extending_a_package),
+    row("fs.host-code-namespace-portion", "filesystem",
+        "plant a plugin in a workspace directory a namespace package of the host's program "
+        "(outside the workspace) was given on its __path__, and make the missing one a package "
+        "it made from a spec with no origin was given (mkdir, open, symlink, rename)",
+        "host_code_shadow.py", "{ws}/.app/plugins/evil.py", "{ws}/.app/extensions",
+        expect=Recorded((HOST_CODE, by("names_watch", "EACCES")), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.package_paths_given_without_an_origin,
+        launch=launches.compiled_after_giving_originless_packages),
+    row("fs.host-code-module-as-package", "filesystem",
+        "plant a plugin in the workspace directory of a module file the host's program loaded "
+        "as a package (spec_from_file_location with submodule_search_locations), its __path__",
+        "tamper.py", "{ws}/.app/evil.py", "{ws}/.app", expect=denied(HOST_CODE),
+        proven=off("host_code"), setup=setups.module_loaded_as_a_package,
+        launch=launches.compiled_after_loading_a_module_as_a_package),
+    row("fs.host-code-runtime-site-pth", "filesystem",
+        "make the missing directory a .pth file names in a site directory the host's program "
+        "added at run time (site.addsitedir, as activate_this.py does), in a write root",
+        "host_code_plant.py", "{ws}/src", expect=RefusedBefore(HOST_CODE_REFUSED),
+        unproven=COMPILER, setup=setups.site_directory_added_names_missing_directory,
+        launch=launches.compiled_after_adding_a_site_directory),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -364,6 +364,49 @@ def package_path_extended_into_workspace(scene: Scene) -> None:
                           "hostpkg)"))
 
 
+def package_paths_given_without_an_origin(scene: Scene) -> None:
+    """A namespace package `hostns` (app/hostns, no __init__) in `app`, beside the workspace,
+    that the launch's compile, started there, imports and gives the workspace's `{plugins}`
+    (ws/.app/plugins) on its `__path__`, and a package `hostspec` it makes from a spec with
+    no origin and gives the missing `{extensions}` (ws/.app/extensions)
+    (launches.compiled_after_giving_originless_packages): neither has a file whose directory
+    is its own, and the host's next run imports what the command left there as theirs
+    (attack 37, N1, N3)."""
+    (scene.root / "app" / "hostns").mkdir(parents=True)
+    plugins = scene.ws / ".app" / "plugins"
+    plugins.mkdir(parents=True)
+    scene.values.update(plugins=str(plugins), extensions=str(scene.ws / ".app" / "extensions"))
+    scene.watch(Unchanged(scene.ws / ".app", "ws/.app (holding ws/.app/plugins, on the "
+                          "__path__ of the host's namespace package hostns, and not "
+                          "ws/.app/extensions, on that of its package hostspec)"))
+
+
+def module_loaded_as_a_package(scene: Scene) -> None:
+    """A workspace module file `{loader}` (ws/.app/loader.py) that the launch's compile,
+    started in `app` beside the workspace, loads as a package `hostplug`, its directory
+    ws/.app its `__path__` (launches.compiled_after_loading_a_module_as_a_package): that
+    directory is no package's own, and the host's next run imports what the command left
+    there as hostplug's (attack 38, P1)."""
+    loader = scene.plant("ws/.app/loader.py", "VALUE = 1\n")
+    (scene.root / "app").mkdir()
+    scene.values.update(loader=str(loader))
+    scene.watch(Unchanged(loader.parent, "ws/.app (the __path__ of the host's package "
+                          "hostplug, loaded from ws/.app/loader.py)"))
+
+
+def site_directory_added_names_missing_directory(scene: Scene) -> None:
+    """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
+    compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,
+    as virtualenv's activate_this.py does), whose .pth names `{ws}/src`, missing (an editable
+    install whose sources are gone): `site` skips it, yet the host's next run that adds the
+    site directory imports from it once it exists (attack 39, S1, S2). The workspace must stay
+    empty."""
+    sitedir = scene.plant("app/venv-site/__editable__.myproj-0.1.pth",
+                          f"{scene.ws / 'src'}\n").parent
+    scene.values.update(sitedir=str(sitedir))
+    scene.watch(Unchanged(scene.ws, "workspace"))
+
+
 def pth_names_missing_directory(scene: Scene) -> None:
     """A venv (`{venv_python}`, the interpreter the launch is compiled by, as if Stockade were
     installed there) whose site-packages holds a .pth naming `{ws}/src`, missing (an editable

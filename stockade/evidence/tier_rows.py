@@ -123,7 +123,8 @@ UNCHANGED = {"fs.git-absent": "filesystem.git", "fs.deny-in-root": "filesystem.d
              "helpers.planted-changes": "stockade_state",
              "helpers.forged-changes": "stockade_state",
              "helpers.forged-state-dir": "stockade_state",
-             "fs.host-code-pth-missing": "filesystem.protected"}
+             "fs.host-code-pth-missing": "filesystem.protected",
+             "fs.host-code-runtime-site-pth": "filesystem.protected"}
 ROW_ARGS = {row.id: row.args for row in ROWS}
 # The copy-on-write workspace needs a mount namespace: the tier refuses such a policy, typed.
 OVERLAY_ROWS = ("fs.overlay-writes", "fs.overlay-protected", "fs.overlay-deny",
@@ -173,6 +174,8 @@ def _specs() -> dict[str, Tier]:
                         unproven=HOLDS_STATE)
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.protected-create": gap("filesystem.protected"),
+        # (fs.host-code-module-as-package: the module file itself, in the workspace, is host
+        # code, so the tier refuses it whatever its __path__ is judged to be)
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename", "fs.host-code-other-name",
@@ -183,7 +186,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-relative-entry", "fs.host-code-searched",
                           "fs.host-code-working-directory",
                           "fs.host-code-searched-below-start",
-                          "fs.host-code-package-path")},
+                          "fs.host-code-package-path", "fs.host-code-namespace-portion",
+                          "fs.host-code-module-as-package")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a

@@ -5,8 +5,9 @@ Stockade's servers (the daemon, the CLI server) serve only a peer whose *context
 (and their clients talk only to a server whose context is theirs: stockade/linux/servercheck.py):
 the same user, the same namespaces and root, the same capabilities, `no_new_privs`, seccomp
 state and LSM label (and, for the CLI server, whose runs take its place, the same groups and
-resource limits). Every Stockade sandbox has namespaces of its own, so no process inside one
-is ever served, whatever it can reach or send.
+resource limits; for one the command line started by itself, the same cgroup too). Every
+Stockade sandbox has namespaces of its own, so no process inside one is ever served, whatever
+it can reach or send.
 
 The peer is pinned by `SO_PEERPIDFD` (Linux 6.5): the pidfd names the process that connected,
 and its `/proc` directory is opened and then checked to still belong to that live process, so
@@ -33,6 +34,9 @@ CONFINEMENT = ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "
                "Seccomp", "Seccomp_filters")
 # What a served run takes from its server rather than from its client: they must agree too.
 RUN_CONTEXT = ("Groups", "limits")
+# A server the command line started by itself (stockade/cli/autoserver.py) serves only the
+# cgroup it was started in: its runs take its cgroup, which nobody chose for them.
+STARTED_CONTEXT = (*RUN_CONTEXT, "cgroup")
 
 
 class PeerRefused(Exception):
@@ -69,8 +73,9 @@ def context_of(proc: int, parts: Iterable[str] = ()) -> dict[str, str]:
         name, _, value = line.partition(":")
         if name in wanted:
             found[name] = value.strip()
-    if "limits" in wanted:
-        found["limits"] = _read("limits", proc)
+    for part in ("limits", "cgroup"):
+        if part in wanted:
+            found[part] = _read(part, proc)
     try:
         found["lsm"] = _read("attr/current", proc)
     except OSError as exc:
@@ -88,7 +93,7 @@ def check_peer(conn: _socket.socket, own: dict[str, str], *, accepted: float) ->
     _, uid = _peercred(conn)
     if uid != os.geteuid():
         raise PeerRefused("another user")
-    parts = [part for part in RUN_CONTEXT if part in own]
+    parts = [part for part in STARTED_CONTEXT if part in own]
     try:
         pidfd, pinned_by_kernel = _peer_pidfd(conn)
     except OSError:
@@ -179,6 +184,7 @@ def _named(key: str) -> str:
         "root": "the peer has another root directory",
         "lsm": "the peer has another LSM label",
         "limits": "the peer has other resource limits",
+        "cgroup": "the peer runs in another cgroup",
         "Groups": "the peer has other supplementary groups",
         "NoNewPrivs": "the peer runs with no_new_privs",
         "Seccomp": "the peer runs under another seccomp filter",

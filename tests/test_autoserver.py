@@ -1,0 +1,209 @@
+"""The CLI server a run starts by itself (stockade/cli/autoserver.py): a run that found none
+starts one, which serves the next runs of its user in its context and cgroup, holds nothing of
+the run that started it, imports nothing from that run's working directory, and ends by itself
+when unused."""
+
+from __future__ import annotations
+
+import _socket
+import contextlib
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import marked
+
+from stockade.cli.autoserver import IDLE_ENV
+from stockade.program import SOCKET_NAME
+
+pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
+REPO = str(Path(__file__).resolve().parent.parent)
+PROGRAM = os.path.join(REPO, "bin", "stockade")
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A state directory of this test's own; whatever server starts there is ended after."""
+    path = tmp_path / "state"
+    yield path
+    server = _server_pid(path)
+    if server is None:
+        return
+    group = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+             if _group_of(pid) == server]  # it, its spare and the spare's sandbox
+    pidfds = [os.pidfd_open(pid) for pid in group if _group_of(pid) == server]
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server, signal.SIGKILL)
+        for pidfd in pidfds:
+            assert select.select([pidfd], [], [], 30)[0], "a server's process did not end"
+    finally:
+        for pidfd in pidfds:
+            os.close(pidfd)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def _env(state: Path, idle: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": REPO, "STOCKADE_STATE_DIR": str(state), IDLE_ENV: idle}
+
+
+def _run(*command: str, env: dict, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The program as installed (a script), not `python -m`, which puts the cwd on the path.
+    return subprocess.run([sys.executable, PROGRAM, "run", "--preset", "workspace-write",
+                           "--", *command], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+
+
+def _server_pid(state: Path) -> int | None:
+    """The pid of what listens on the state directory's CLI socket, as the kernel says."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(state / SOCKET_NAME))
+        except OSError:
+            return None
+        creds = probe.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return struct.unpack("3i", creds)[0]
+
+
+def _wait_for_server(state: Path) -> int:
+    deadline = time.monotonic() + 60
+    while (pid := _server_pid(state)) is None:
+        assert time.monotonic() < deadline, "no server was started"
+        time.sleep(0.1)
+    return pid
+
+
+def _ancestors(pid: int) -> list[int]:
+    found = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat", "rb") as info:
+            pid = int(info.read().rsplit(b")", 1)[1].split()[1])
+        found.append(pid)
+    return found
+
+
+def _runs_under(env: dict, cwd: Path, marker: str, prefix: list[str] | None = None) -> list[int]:
+    """The host ancestors of a `sleep` the run of a client started (then ended)."""
+    client = subprocess.Popen([*(prefix or []), sys.executable, PROGRAM, "run", "--preset",
+                               "workspace-write", "--", "sleep", marker], env=env, cwd=cwd,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (sleeping := [pid for pid in marked(f"sleep\0{marker}")
+                                if pid != client.pid]):
+            assert time.monotonic() < deadline and client.poll() is None, "it never started"
+            time.sleep(0.05)
+        return _ancestors(sleeping[0])
+    finally:
+        client.kill()
+        client.wait()
+
+
+def test_a_run_that_found_no_server_starts_one_that_serves_the_next(state, workspace):
+    env = _env(state, "600")
+    first = _run("sh", "-c", "echo first; exit 3", env=env, cwd=workspace)
+    # (capture_output returned: the server it started holds none of the run's streams)
+    assert (first.returncode, first.stdout) == (3, "first\n"), first.stderr
+    server = _wait_for_server(state)
+    assert os.getsid(server) == server  # out of the caller's session: its Ctrl-C is not ours
+    assert os.readlink(f"/proc/{server}/cwd") == "/"  # it keeps no workspace busy
+    for fd in (0, 1, 2):
+        assert os.readlink(f"/proc/{server}/fd/{fd}") == os.devnull
+    assert server in _runs_under(env, workspace, f"4{time.monotonic_ns() % 10**9}")
+    second = _run("sh", "-c", "echo second; exit 4", env=env, cwd=workspace)
+    assert (second.returncode, second.stdout) == (4, "second\n"), second.stderr
+    assert _server_pid(state) == server  # served, not replaced
+
+
+def test_the_server_ends_by_itself_when_unused(state, workspace):
+    env = _env(state, "2")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    pidfd = os.pidfd_open(server)
+    try:
+        assert _run("true", env=env, cwd=workspace).returncode == 0  # (served: it waits again)
+        assert select.select([pidfd], [], [], 30)[0], "the server did not end when unused"
+    finally:
+        os.close(pidfd)
+    assert not (state / SOCKET_NAME).exists()
+
+
+def test_idle_zero_starts_no_server(state, workspace):
+    env = _env(state, "0")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    time.sleep(1)
+    assert _server_pid(state) is None and not (state / SOCKET_NAME).exists()
+
+
+def test_the_callers_working_directory_is_not_on_the_servers_import_path(state, workspace):
+    """A run's working directory may be a workspace a sandbox wrote: a `stockade` package
+    planted there must not be what the started server imports (it would run unsandboxed)."""
+    planted = workspace / "stockade" / "cli"
+    planted.mkdir(parents=True)
+    touched = workspace.parent / "planted-ran"
+    (workspace / "stockade" / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "autoserver.py").write_text(f"open({str(touched)!r}, 'w').close()\n")
+    assert _run("true", env=_env(state, "600"), cwd=workspace).returncode == 0
+    deadline = time.monotonic() + 60
+    while _server_pid(state) is None and not touched.exists():
+        assert time.monotonic() < deadline, "no server was started"
+        time.sleep(0.1)
+    assert not touched.exists()
+
+
+def _other_cgroup(tmp_path: Path) -> Path:
+    """A new cgroup below this process's own memory (v1) or unified (v2) cgroup."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        base = {"memory": "/sys/fs/cgroup/memory", "": "/sys/fs/cgroup"}.get(controllers)
+        if base is not None and os.access(f"{base}{path}/cgroup.procs", os.W_OK):
+            made = Path(f"{base}{path.rstrip('/')}/stockade-test-{tmp_path.name}-{os.getpid()}")
+            made.mkdir()
+            return made
+    pytest.skip("no cgroup of this process's own can be made here (a memory v1 or v2 one)")
+
+
+@pytest.mark.root_only(reason="making a cgroup to move a client into needs root here")
+def test_a_client_in_another_cgroup_is_not_served(state, workspace, tmp_path):
+    """Its runs would take the server's cgroup (and its limits), which nobody chose for them:
+    it runs the command line itself."""
+    env = _env(state, "600")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    cgroup = _other_cgroup(tmp_path)
+    try:
+        moved = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh"]
+        ancestors = _runs_under(env, workspace, f"5{time.monotonic_ns() % 10**9}", moved)
+        assert server not in ancestors
+        assert _server_pid(state) == server  # (and no second server replaced it)
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
