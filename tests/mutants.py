@@ -48,9 +48,30 @@ MUTANTS: tuple[Mutant, ...] = (
     # the CLI server a run starts by itself: the caller's cwd (perhaps a workspace) is not on
     # its import path, and it serves only its own cgroup
     Mutant("autoserver-imports-from-the-cwd", "stockade/cli/autoserver.py",
-           '[sys.executable, "-P", "-m", __name__]', '[sys.executable, "-m", __name__]',
+           '"-P", "-m", __name__], cwd="/",', '"-m", __name__], cwd=None,',
            ("tests/test_autoserver.py::"
             "test_the_callers_working_directory_is_not_on_the_servers_import_path",)),
+    Mutant("autoserver-started-in-the-callers-directory", "stockade/cli/autoserver.py",
+           '__name__], cwd="/",', "__name__], cwd=None,",
+           ("tests/test_autoserver.py::test_a_relative_import_path_entry_of_the_caller_names"
+            "_nothing_of_its_directory",)),
+    Mutant("autoserver-started-under-a-tracer", "stockade/cli/autoserver.py",
+           "idle_seconds(dict(os.environ)) is None or _traced():",
+           "idle_seconds(dict(os.environ)) is None:",
+           ("tests/test_autoserver.py::test_a_traced_run_starts_no_server",)),
+    Mutant("autoserver-lock-shared", "stockade/cli/autoserver.py",
+           "fcntl.LOCK_EX | fcntl.LOCK_NB", "fcntl.LOCK_SH | fcntl.LOCK_NB",
+           ("tests/test_autoserver.py::test_one_server_at_a_time_whatever_starts_together",)),
+    Mutant("cli-server-judges-its-own-host-code", "stockade/cli/server.py",
+           "            request.program.become(request.cwd)\n", "            pass\n",
+           ("tests/test_autoserver.py::test_a_served_run_keeps_its_clients_own_code_read_only",)),
+    Mutant("cli-server-serves-another-venv", "stockade/cli/server.py",
+           "and request.program.imports_as_this_process()):", "and True):",
+           ("tests/test_autoserver.py::test_a_client_of_another_interpreter_or_venv_is_not"
+            "_served",)),
+    Mutant("cli-server-serves-another-nice-value", "stockade/linux/peer.py",
+           '"Cpus_allowed_list", "sched", "oom_score_adj")', '"Cpus_allowed_list")',
+           ("tests/test_autoserver.py::test_a_client_with_another_nice_value_is_not_served",)),
     Mutant("autoserver-never-idles-out", "stockade/cli/server.py",
            "deadline = None if waiting.idle is None else", "deadline = None if True else",
            ("tests/test_autoserver.py::test_the_server_ends_by_itself_when_unused",)),

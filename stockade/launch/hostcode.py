@@ -45,6 +45,11 @@ KINDS = {
 }
 
 
+# The CLI server's child judges its client's host code (stockade/cli/server.py
+# `Program.become`): the client's -P, which the server (started with -P) cannot take on.
+client_safe_path: bool | None = None
+
+
 @dataclass(frozen=True)
 class Place:
     """One place of host code: `path` absolute as the host names it (not resolved); `kind`
@@ -166,7 +171,7 @@ def _start_entry(started_in: str) -> str | None:
     import) for -c, a script read from standard input, or none; for -m that directory (where
     sys.path names it); a script's own directory, links resolved; a directory or zip file
     run as a script, as given; None under -P or -I."""
-    if sys.flags.safe_path:
+    if sys.flags.safe_path if client_safe_path is None else client_safe_path:
         return None
     args = iter(sys.orig_argv[1:])
     for arg in args:
