@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 from conftest import PYTHON, policy_for
+from test_protected_create import MANY_REFUSALS
 
 import stockade
 from stockade.integrations.workspace import Workspace, with_denials
@@ -56,6 +57,18 @@ def test_a_protected_name_not_made_is_the_violation_of_that_command(ws):
     assert f"{workspace}/.codex: not made (mkdir)" in details[1], details
     assert after.violations == () and (workspace / "plain.txt").is_file()
     assert not (workspace / ".envrc").exists() and not (workspace / ".codex").exists()
+
+
+def test_refusals_are_read_as_they_come_while_the_command_runs(ws):
+    """pid 1 never waits for room in its status pipe: the session reads it while the command
+    runs, so a command that fills it (101 refusals, each record some 3 KiB) still gets most of
+    its records, as a one-shot run does (test_protected_create.py)."""
+    workspace, _ = ws
+    with stockade.Sandbox(policy_for(), workspace=workspace) as sb:
+        r = sb.run([PYTHON, "-c", MANY_REFUSALS, "0.1"], timeout=20)
+    assert r.exit_code == 0 and r.stdout == b"AFTER\n", r.stderr
+    refused = [v.detail for v in r.violations if v.kind == "filesystem.protected"]
+    assert sum("/.codex: not made (mkdir)" in detail for detail in refused) >= 50, refused
 
 
 def test_a_write_the_git_guard_stopped_is_the_violation_of_that_command(ws):
