@@ -977,4 +977,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("session-memory-refusals-counted-since-boot", "stockade/linux/backend.py",
            '            self._refused = memory[-1]["refused"]\n', "",
            (STATUS + "test_each_call_takes_the_refusals_that_came_since_the_last",)),
+    Mutant("status-records-bounded-for-life", "stockade/linux/supervisor.c",
+           "    if (b->used == 0 || now.tv_sec - b->since >= EVENT_WINDOW)\n",
+           "    if (b->used == 0)\n",
+           ("tests/test_session_refusals.py::"
+            "test_past_the_bound_a_later_command_is_recorded_again",)),
 )

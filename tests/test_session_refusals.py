@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 
 import pytest
 from conftest import PYTHON, policy_for
@@ -69,6 +70,20 @@ def test_refusals_are_read_as_they_come_while_the_command_runs(ws):
     assert r.exit_code == 0 and r.stdout == b"AFTER\n", r.stderr
     refused = [v.detail for v in r.violations if v.kind == "filesystem.protected"]
     assert sum("/.codex: not made (mkdir)" in detail for detail in refused) >= 50, refused
+
+
+def test_past_the_bound_a_later_command_is_recorded_again(ws):
+    """pid 1 records at most 100 refusals of a kind in 10 seconds (supervisor.h's budget),
+    not 100 in a sandbox's life: a warm sandbox's later command still gets its own."""
+    workspace, _ = ws
+    with stockade.Sandbox(policy_for(), workspace=workspace) as sb:
+        flood = sb.run([PYTHON, "-c", MANY_REFUSALS, "0"], timeout=20)
+        time.sleep(10.5)  # (EVENT_WINDOW)
+        later = sb.run(["sh", "-c", "touch .envrc"])
+    assert any(v.detail.startswith("more protected names were refused")
+               for v in flood.violations), flood.violations
+    assert [v.detail.split(":")[0] for v in later.violations] == [f"{workspace}/.envrc"], \
+        later.violations
 
 
 def test_a_write_the_git_guard_stopped_is_the_violation_of_that_command(ws):
