@@ -362,11 +362,13 @@ def _event(line: bytes) -> dict | None:
 
 class StatusLines:
     """pid 1's status pipe, read as it comes: one JSON event a line. pid 1's own lines are
-    few and small (some 20 stages, at most 2 x 101 records, started, exit; started, the
-    largest, some KiB): what is not one of its events (a line that is not one, longer than
-    LINE_MAX, or past EVENTS_MAX events or KEPT_MAX bytes, but for a first end: exit or
-    error) is ignored and counted, never a traceback nor memory without bound. (Only pid 1
-    holds the pipe's write end: these bounds are a second layer.)"""
+    few and small (some 20 stages, at most 3 x 101 records in 10 seconds, started, exit;
+    started, the largest, some KiB): what is not one of its events (a line that is not one,
+    longer than LINE_MAX, or past EVENTS_MAX events or KEPT_MAX bytes, but for a first end:
+    exit or error) is ignored and counted, never a traceback nor memory without bound. (Only
+    pid 1 holds the pipe's write end: these bounds are a second layer. A warm sandbox that
+    lives long enough to pass them has its later records counted, as its commands' Results
+    say: LinuxHandle.refusals.)"""
 
     LINE_MAX = 1 << 20
     EVENTS_MAX = 4096
