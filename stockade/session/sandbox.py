@@ -215,7 +215,7 @@ class Sandbox:
                                 request.limits.timeout, cancel)
             began = time.monotonic()
             seen = len(self._network_records())
-            self._session.handle.refusals()  # (what came between commands is no command's)
+            self._refusals()  # (what came between commands is no command's)
             try:
                 ending = yield from exchange.run(body)
             except GeneratorExit:
@@ -227,7 +227,7 @@ class Sandbox:
             # (commands take turns: the proxy's records since this one began are its own, and
             # so are the sandbox's refusals, each reported before the refused call returned)
             records = self._network_records()[seen:]
-            refused = self._session.handle.refusals()
+            refused = self._refusals()
         yield self._result(request, ending, time.monotonic() - began, records, refused)
 
     def _output_limit(self) -> int:
@@ -363,6 +363,10 @@ class Sandbox:
     def _network_records(self) -> list[dict]:
         """The egress proxy's records so far for this sandbox (none without a proxy)."""
         return self._session.handle.network_records()
+
+    def _refusals(self) -> list[Violation]:
+        """What the sandbox refused since the last call (Handle.refusals)."""
+        return self._session.handle.refusals()
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
                 records: list[dict], refused: list[Violation]) -> Result:

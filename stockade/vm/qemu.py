@@ -263,6 +263,9 @@ class VmSandbox(Sandbox):
     def _network_records(self) -> list[dict]:
         return _denials(self._session)
 
+    def _refusals(self) -> list[Violation]:
+        return []  # (no watch in the guest reports what it refused: docs/vm.md)
+
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
                 records: list[dict], refused: list[Violation]) -> Result:
         return replace(super()._result(request, ending, duration, records, refused),
