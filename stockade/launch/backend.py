@@ -81,7 +81,7 @@ class Handle(abc.ABC):
     def refusals(self) -> list:
         """The Violations the sandbox reported since the last call (read now, without
         waiting), while it runs: a warm sandbox's commands each take those that came while
-        they ran (memory refused, protected names not made, git's files guarded). None where
+        they ran (memory refused, protected names not made, git's files guarded). Empty where
         the backend reports them only at the end, or not at all."""
         return []
 
