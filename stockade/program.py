@@ -33,6 +33,7 @@ from stockade.cliwire import (
     SERVED,
     SOCKET_NAME,
     encode_request,
+    program_facts,
     socket_path,
 )
 from stockade.errors import UsageError
@@ -101,7 +102,7 @@ def _through_server(words: list[str], *, check_server: bool = True) -> int | Non
             return None
         umask = os.umask(0o077)
         os.umask(umask)
-        message = encode_request(words, cwd, umask, os.environb)
+        message = encode_request(words, cwd, umask, os.environb, program_facts())
         try:
             sent = conn.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
                                              struct.pack("3i", 0, 1, 2))])

@@ -9,6 +9,7 @@ import _socket
 import contextlib
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import marked
 
-from stockade.cli.autoserver import IDLE_ENV
+from stockade.cli.autoserver import IDLE_ENV, IDLE_MOST, idle_seconds
 from stockade.program import SOCKET_NAME
 
 pytestmark = [pytest.mark.linux, pytest.mark.usefixtures("linux")]
@@ -102,9 +103,11 @@ def _ancestors(pid: int) -> list[int]:
     return found
 
 
-def _runs_under(env: dict, cwd: Path, marker: str, prefix: list[str] | None = None) -> list[int]:
+def _runs_under(env: dict, cwd: Path, marker: str, prefix: list[str] | None = None,
+                program: list[str] | None = None) -> list[int]:
     """The host ancestors of a `sleep` the run of a client started (then ended)."""
-    client = subprocess.Popen([*(prefix or []), sys.executable, PROGRAM, "run", "--preset",
+    client = subprocess.Popen([*(prefix or []), *(program or [sys.executable, PROGRAM]), "run",
+                               "--preset",
                                "workspace-write", "--", "sleep", marker], env=env, cwd=cwd,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -207,3 +210,121 @@ def test_a_client_in_another_cgroup_is_not_served(state, workspace, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
+
+
+def test_a_relative_import_path_entry_of_the_caller_names_nothing_of_its_directory(state,
+                                                                                   workspace):
+    """Attack A1: PYTHONPATH's relative entries (and "") are joined to the directory the
+    server starts in; started in the caller's, perhaps a workspace, they would put it on the
+    import path of a process that runs unsandboxed for ten minutes."""
+    ran = workspace.parent / "sitecustomize-ran"
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if 'stockade.cli.autoserver' in sys.orig_argv:\n"
+        f"    open({str(ran)!r}, 'w').close()\n")
+    env = {**_env(state, "600"), "PYTHONPATH": os.pathsep.join(["lib", REPO])}
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    _wait_for_server(state)
+    assert not ran.exists()
+
+
+def test_the_server_holds_no_descriptor_of_the_run_that_started_it(state, workspace):
+    """Attack A8: a descriptor the caller inherited (`$(stockade run ... 3>&1)`, a `flock 9`
+    guard) is not held open by the server it starts."""
+    read, write = os.pipe()
+    try:
+        first = subprocess.run([sys.executable, PROGRAM, "run", "--preset", "workspace-write",
+                                "--", "true"], env=_env(state, "600"), cwd=workspace,
+                               pass_fds=(write,), capture_output=True, timeout=60)
+        assert first.returncode == 0, first.stderr
+        os.close(write)
+        write = -1
+        _wait_for_server(state)
+        assert select.select([read], [], [], 10)[0] and os.read(read, 1) == b""
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+def test_a_served_run_keeps_its_clients_own_code_read_only(state, workspace):
+    """Attack A11: the client's own script in the workspace (the `stockade` it was started
+    as) stays read-only in a served run as in a run of its own: the server's child judges the
+    client's host code, not the server's."""
+    script = workspace / "bin" / "stockade"
+    script.parent.mkdir()
+    shutil.copy(PROGRAM, script)
+    before = script.read_bytes()
+    env = _env(state, "600")
+    client = [sys.executable, str(script)]
+    assert subprocess.run([*client, "run", "--", "true"], env=env, cwd=workspace,
+                          timeout=60).returncode == 0
+    server = _wait_for_server(state)
+    assert server in _runs_under(env, workspace, f"6{time.monotonic_ns() % 10**9}",
+                                 program=client)  # (served)
+    done = subprocess.run([*client, "run", "--preset", "workspace-write", "--", "sh", "-c",
+                           "echo pwned >> bin/stockade"], env=env, cwd=workspace,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and script.read_bytes() == before, done.stderr
+
+
+def test_a_client_of_another_interpreter_or_venv_is_not_served(state, workspace, tmp_path):
+    """Attack A14: a server of one installation serves no client of another (a project's own
+    venv): its run would judge the server's host code, and the client's venv in the
+    workspace would be writable."""
+    env = _env(state, "600")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    venv = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    other = [str(venv / "bin" / "python"), PROGRAM]
+    assert server not in _runs_under(env, workspace, f"7{time.monotonic_ns() % 10**9}",
+                                     program=other)
+    assert server in _runs_under(env, workspace, f"8{time.monotonic_ns() % 10**9}")
+
+
+def test_a_client_with_another_nice_value_is_not_served(state, workspace):
+    """Attack A16: a served run takes the server's nice value, CPU affinity, scheduling
+    policy and OOM score adjustment, so they must be the client's."""
+    env = _env(state, "600")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    assert server not in _runs_under(env, workspace, f"9{time.monotonic_ns() % 10**9}",
+                                     prefix=["nice", "-n", "5"])
+
+
+def test_one_server_at_a_time_whatever_starts_together(state):
+    """Attack A5: servers started together take the socket from one another, and all but the
+    last would wait unreachable for their idle time: the lock lets one start."""
+    env = {**_env(state, "600"), "STOCKADE_STATE_DIR": str(state)}
+    started = [subprocess.Popen([sys.executable, "-P", "-m", "stockade.cli.autoserver"],
+                                env=env, cwd="/", start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for _ in range(3)]
+    server = _wait_for_server(state)
+    deadline = time.monotonic() + 30
+    while sum(p.poll() is None for p in started) > 1:
+        assert time.monotonic() < deadline, "more than one server kept running"
+        time.sleep(0.1)
+    assert [p.pid for p in started if p.poll() is None] == [server]
+    assert all(p.returncode == 0 for p in started if p.poll() is not None)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed here")
+def test_a_traced_run_starts_no_server(state, workspace):
+    """Attack A17: under `strace -f` the server would be traced too, and the trace would
+    wait for it (and show the environments of the runs it serves)."""
+    done = subprocess.run(["strace", "-f", "-o", os.devnull, sys.executable, PROGRAM, "run",
+                           "--", "true"], env=_env(state, "600"), cwd=workspace, timeout=60)
+    assert done.returncode == 0
+    time.sleep(2)
+    assert _server_pid(state) is None
+
+
+def test_the_idle_time_is_bounded():
+    """Attack A3: an idle time past what a wait can take made every spare fail at once."""
+    assert idle_seconds({IDLE_ENV: "1e10"}) == idle_seconds({IDLE_ENV: "inf"}) == IDLE_MOST
+    assert idle_seconds({IDLE_ENV: "nan"}) is None and idle_seconds({IDLE_ENV: "-1"}) is None
+    assert idle_seconds({IDLE_ENV: "soon"}) is None and idle_seconds({}) == 600

@@ -23,6 +23,7 @@ import pytest
 from conftest import interrupted_json_run, marked
 
 from stockade import program
+from stockade.cliwire import program_facts
 from stockade.lifecycle import homes, statedir
 from stockade.program import NOT_SERVED, SOCKET_NAME, encode_request
 
@@ -245,7 +246,7 @@ def test_a_server_that_answers_at_once_is_heard(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
     umask = os.umask(0o22)
     os.umask(umask)
-    request = encode_request(["run", "--", "true"], os.getcwd(), umask, {})
+    request = encode_request(["run", "--", "true"], os.getcwd(), umask, {}, program_facts())
     server, closed = _one_connection(path, len(request), b"2\n")
 
     class Slow(_socket.socket):
@@ -333,7 +334,8 @@ def test_another_user_is_not_served(served, workspace, tmp_path):
     state = Path(env["STOCKADE_STATE_DIR"])
     opened = [p for p in (state, *state.parents) if p.is_relative_to(tmp_path.parents[2])]
     modes = {p: p.stat().st_mode & 0o7777 for p in opened}
-    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", 0o22, {})
+    request = encode_request(["run", "--", "touch", str(workspace / "made")], "/", 0o22, {},
+                             program_facts())
     code = textwrap.dedent("""
         import os, socket, struct, sys
         os.setgid(65534)

@@ -21,6 +21,7 @@ import pytest
 from conftest import PYTHON, policy_for, py, sandbox
 
 import stockade
+from stockade.cliwire import FACTS, program_facts
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.linux.backend import LinuxBackend
@@ -67,13 +68,13 @@ def answers(path: Path) -> bool:
             return False
 
 
-# A client of the CLI server that sends one request (argv as JSON in argv[2]) with its own
-# standard streams, and prints the server's answer.
+# A client of the CLI server that sends one request (argv as JSON in argv[2], after the program
+# facts in argv[3]: FACTS_WORDS) with its own standard streams, and prints the server's answer.
 CLI_CLIENT = textwrap.dedent("""
     import json, os, socket, struct, sys
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
-    argv = [word.encode() for word in json.loads(sys.argv[2])]
+    argv = [word.encode() for word in [*json.loads(sys.argv[3]), *json.loads(sys.argv[2])]]
     fields = [str(len(argv)).encode(), *argv, os.getcwd().encode(), b"22", b"PATH=/usr/bin:/bin"]
     body = b"".join(field + b"\\0" for field in fields)
     request = struct.pack("<I", len(body)) + body  # (stockade.program.encode_request)
@@ -86,6 +87,9 @@ CLI_CLIENT = textwrap.dedent("""
         answer += chunk
     print("ANSWER", repr(answer))
 """)
+
+# What a program of this interpreter sends before its argv (stockade.cliwire): the server's own.
+FACTS_WORDS = json.dumps([FACTS, *program_facts()])
 
 # A client of the daemon that sends one JSON request (argv[2]) and prints every answer line.
 DAEMON_CLIENT = textwrap.dedent("""
@@ -163,13 +167,14 @@ def test_the_cli_server_serves_no_process_inside_a_sandbox(daemon, tmp_path):
               "-c", f"touch {outside}/escaped"]
     for argv in (escape, ["agent"]):
         r = run_with(LinuxBackend(weaken=frozenset({"stockade_state", "unix_sockets"})),
-                     [PYTHON, "-c", CLI_CLIENT, socket_path, json.dumps(argv), REPO], workspace,
+                     [PYTHON, "-c", CLI_CLIENT, socket_path, json.dumps(argv), FACTS_WORDS],
+                     workspace,
                      name="read-only")
         assert r.exit_code == 0, r.stderr
         assert answer_of(r.stdout) == repr(NOT_SERVED)
     assert list(outside.iterdir()) == []
     control = subprocess.run([sys.executable, "-c", CLI_CLIENT, socket_path, json.dumps(escape),
-                              REPO], capture_output=True, text=True, timeout=60, env=env)
+                              FACTS_WORDS], capture_output=True, text=True, timeout=60, env=env)
     assert answer_of(control.stdout) == repr(b"0\n"), control.stderr
     assert (outside / "escaped").exists()
 
@@ -183,7 +188,7 @@ def test_the_cli_server_runs_only_the_command_lines_it_serves(daemon, tmp_path):
                  ["--state-dir", str(tmp_path), "run", "--", "touch", str(made)],
                  ["session", "list"], ["reconcile"]):
         done = subprocess.run([sys.executable, "-c", CLI_CLIENT, str(state / SOCKET_NAME),
-                               json.dumps(argv), REPO], capture_output=True, text=True,
+                               json.dumps(argv), FACTS_WORDS], capture_output=True, text=True,
                               timeout=60, env=env, stdin=subprocess.DEVNULL)
         assert answer_of(done.stdout) == repr(NOT_SERVED), (argv, done.stderr)
     assert not made.exists() and not (tmp_path / "d.sock").exists()

@@ -8,8 +8,9 @@ cgroup; it ends by itself after `STOCKADE_SERVER_IDLE` seconds with no request (
 IDLE_DEFAULT; "0" means no server is started at all); and it holds nothing of the run that
 started it — no standard stream, no working directory in a workspace.
 
-Started as `python -P -m stockade.cli.autoserver` with the caller's environment: `-P` keeps
-the caller's working directory (perhaps a workspace a sandbox wrote) off the import path.
+Started as `python -P -m stockade.cli.autoserver` in `/` with the caller's environment and
+import flags: neither the caller's working directory (perhaps a workspace a sandbox wrote) nor
+a relative PYTHONPATH entry names a directory of it on the server's import path.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 
 IDLE_ENV = "STOCKADE_SERVER_IDLE"
 IDLE_DEFAULT = 600.0  # seconds
+IDLE_MOST = 7 * 86400.0  # a longer idle time is this one
+LOCK_NAME = "cli.lock"  # in the state directory: held by the server a run started, for life
 
 
 def idle_seconds(env: dict[str, str]) -> float | None:
@@ -28,27 +31,38 @@ def idle_seconds(env: dict[str, str]) -> float | None:
         seconds = float(env.get(IDLE_ENV, IDLE_DEFAULT))
     except ValueError:
         return None
-    return seconds if 0 < seconds < float("inf") else None
+    return min(seconds, IDLE_MOST) if seconds > 0 and seconds == seconds else None
 
 
 def start_in_background() -> None:
     """Start a server for the next command lines of this user in this context, detached (a
-    session of its own, /dev/null for its streams); nothing is waited for, and a failure to
-    start one changes nothing but the next run's speed."""
-    if idle_seconds(dict(os.environ)) is None:
+    session of its own, in /, /dev/null for its streams, no other descriptor of ours, the
+    interpreter's import flags ours); nothing is waited for, and a failure to start one
+    changes nothing but the next run's speed. None is started under a tracer (whose trace it
+    would join, and whose end it would hold up)."""
+    if idle_seconds(dict(os.environ)) is None or _traced():
         return
+    import subprocess
+
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-E", sys.flags.ignore_environment),
+                                   ("-s", sys.flags.no_user_site), ("-S", sys.flags.no_site)) if on]
     try:
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", __name__], os.environ,
-                       file_actions=[(os.POSIX_SPAWN_DUP2, null, fd) for fd in (0, 1, 2)],
-                       setsid=True)
+        subprocess.Popen([sys.executable, *flags, "-P", "-m", __name__], cwd="/",
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         pass
-    finally:
-        os.close(null)
+
+
+def _traced() -> bool:
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"TracerPid:"):
+                    return line.split()[1] != b"0"
+    except OSError:
+        pass
+    return False
 
 
 def main() -> int:
@@ -66,15 +80,42 @@ def main() -> int:
     except (StockadeError, OSError, RuntimeError):
         return 70  # (no state directory to be had: every run goes on cold, and says why)
     try:
+        lock = _lock(os.path.dirname(path))
+    except (StockadeError, OSError):
+        return 70  # (the state directory cannot hold a socket: every run goes on cold)
+    if lock is None:
+        return 0  # another run's server is starting or serving
+    try:
         if servercheck.answers(path):
-            return 0  # another run started one first
+            return 0  # (a daemon's)
     except servercheck.ServerUntrusted:
         pass  # (replaced, as `stockade daemon` replaces it: see server._bind)
     try:
         server.serve(path, COMMAND_LINE, idle=idle, context=peer.STARTED_CONTEXT)
     except (StockadeError, OSError):
-        return 70  # (the state directory cannot hold a socket: every run goes on cold)
+        return 70
+    finally:
+        os.close(lock)
     return 0
+
+
+def _lock(state: str) -> int | None:
+    """The lock of the server a run starts (its descriptor, held for this process's life), or
+    None when another holds it: first runs ending together start one server, not several
+    that would each take the socket from the last."""
+    import fcntl
+
+    from stockade.lifecycle import statedir
+
+    statedir.ensure(state)
+    fd = os.open(os.path.join(state, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+                 | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from stockade.cli.common import CommandLine
-from stockade.cliwire import CANCEL, CANCEL_IF_TAKEN, NOT_SERVED, SERVED, socket_path
+from stockade.cliwire import CANCEL, CANCEL_IF_TAKEN, FACTS, NOT_SERVED, SERVED, socket_path
 from stockade.errors import StockadeError
 from stockade.linux import peer, servercheck
 from stockade.linux.fdpass import close_all, recv_fds
@@ -60,11 +60,50 @@ _HEADER = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
+class Program:
+    """The client program's facts (stockade.cliwire.program_facts)."""
+
+    executable: str
+    prefix: str
+    base_prefix: str
+    package: str
+    flags: str  # isolated, ignore_environment, no_user_site, no_site, safe_path: "0"/"1" each
+    argv0: str
+    orig_argv: list[str]
+    path: list[str]
+
+    def imports_as_this_process(self) -> bool:
+        """Whether its imports are this process's: the same interpreter as named, prefixes,
+        Stockade package and import flags (safe_path aside: the server starts with -P)."""
+        import stockade
+
+        own = sys.flags
+        return (self.executable, self.prefix, self.base_prefix, self.package, self.flags[:4]) \
+            == (sys.executable, sys.prefix, sys.base_prefix,
+                os.path.dirname(stockade.__file__),
+                "".join(str(int(bool(flag))) for flag in (
+                    own.isolated, own.ignore_environment, own.no_user_site, own.no_site)))
+
+    def become(self, cwd: str) -> None:
+        """Make this process's host code, as stockade/launch/hostcode.py reads it, the
+        client's: how it was started, its script, its import path, where it started."""
+        import stockade
+        from stockade.launch import hostcode
+
+        sys.orig_argv = list(self.orig_argv)
+        sys.argv = [self.argv0]
+        sys.path[:] = self.path
+        stockade._started_in = cwd
+        hostcode.client_safe_path = self.flags[4:] == "1"
+
+
+@dataclass(frozen=True)
 class Request:
     argv: list[str]
     cwd: str
     umask: int
     env: dict[bytes, bytes]
+    program: Program | None = None  # None: a client that sent no facts (it is not served)
 
 
 def start(command_line: CommandLine) -> int | None:
@@ -217,8 +256,9 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
             except (OSError, ValueError):
                 conn.close()  # not a request: go on waiting
                 continue
-            if request.argv[0] in SERVED:
-                break
+            if (request.argv[0] in SERVED and request.program is not None
+                    and request.program.imports_as_this_process()):
+                break  # (another interpreter, venv or install runs the command line itself)
             close_all(fds)
             _turn_away(conn)
         prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client
@@ -306,8 +346,9 @@ def decode_request(body: bytes) -> Request:
     count = int(fields[0]) if fields[0].isdigit() else -1
     if not 0 < count <= len(fields) - 3:
         raise ValueError("not a request")
-    argv = [os.fsdecode(word) for word in fields[1:count + 1]]
+    words = [os.fsdecode(word) for word in fields[1:count + 1]]
     cwd, umask = os.fsdecode(fields[count + 1]), fields[count + 2]
+    program, argv = _program(words)
     if not (umask and len(umask) <= 3 and set(umask) <= set(b"01234567")):
         raise ValueError("not a umask")
     env = {}
@@ -316,7 +357,30 @@ def decode_request(body: bytes) -> Request:
         if not name or not equals:
             raise ValueError("not a variable")
         env[name] = value
-    return Request(argv, cwd, int(umask, 8), env)
+    if not argv:
+        raise ValueError("no command line")
+    return Request(argv, cwd, int(umask, 8), env, program)
+
+
+def _program(words: list[str]) -> tuple[Program | None, list[str]]:
+    """The client's Program and its argv, from a request's words (ValueError if malformed)."""
+    if not words or words[0] != FACTS:
+        return None, words
+    fixed, rest = words[1:7], iter(words[7:])
+    if len(fixed) != 6:
+        raise ValueError("no program facts")
+
+    def counted() -> list[str]:
+        size = next(rest, "")
+        if not size.isdigit():
+            raise ValueError("not a count")
+        listed = [next(rest, None) for _ in range(int(size))]
+        if None in listed:
+            raise ValueError("truncated facts")
+        return listed  # type: ignore[return-value]
+
+    orig_argv, path = counted(), counted()
+    return Program(*fixed, orig_argv, path), list(rest)
 
 
 def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
@@ -331,6 +395,8 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
         os.environb.clear()
         os.environb.update(request.env)
         os.umask(request.umask)  # what each launch hands its command (see linux/frame.py)
+        if request.program is not None:  # (always: `_spare` serves no other)
+            request.program.become(request.cwd)
         try:
             os.chdir(request.cwd)
         except OSError as exc:

@@ -4,10 +4,10 @@ through a pidfd and its own `/proc` directory, never what the peer says about it
 Stockade's servers (the daemon, the CLI server) serve only a peer whose *context* is their own
 (and their clients talk only to a server whose context is theirs: stockade/linux/servercheck.py):
 the same user, the same namespaces and root, the same capabilities, `no_new_privs`, seccomp
-state and LSM label (and, for the CLI server, whose runs take its place, the same groups and
-resource limits; for one the command line started by itself, the same cgroup too). Every
-Stockade sandbox has namespaces of its own, so no process inside one is ever served, whatever
-it can reach or send.
+state and LSM label (and, for the CLI server, whose runs take its place, the same groups,
+resource limits, CPU affinity, nice value, scheduling policy and OOM score adjustment; for one
+the command line started by itself, the same cgroup too). Every Stockade sandbox has
+namespaces of its own, so no process inside one is ever served, whatever it can reach or send.
 
 The peer is pinned by `SO_PEERPIDFD` (Linux 6.5): the pidfd names the process that connected,
 and its `/proc` directory is opened and then checked to still belong to that live process, so
@@ -32,8 +32,10 @@ SO_PEERPIDFD = 77
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 CONFINEMENT = ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
                "Seccomp", "Seccomp_filters")
-# What a served run takes from its server rather than from its client: they must agree too.
-RUN_CONTEXT = ("Groups", "limits")
+# What a served run takes from its server rather than from its client: they must agree too
+# (supplementary groups, resource limits, CPU affinity, nice value and scheduling policy, OOM
+# score adjustment).
+RUN_CONTEXT = ("Groups", "limits", "Cpus_allowed_list", "sched", "oom_score_adj")
 # A server the command line started by itself (stockade/cli/autoserver.py) serves only the
 # cgroup it was started in: its runs take its cgroup, which nobody chose for them.
 STARTED_CONTEXT = (*RUN_CONTEXT, "cgroup")
@@ -73,9 +75,12 @@ def context_of(proc: int, parts: Iterable[str] = ()) -> dict[str, str]:
         name, _, value = line.partition(":")
         if name in wanted:
             found[name] = value.strip()
-    for part in ("limits", "cgroup"):
+    for part in ("limits", "cgroup", "oom_score_adj"):
         if part in wanted:
             found[part] = _read(part, proc)
+    if "sched" in wanted:  # nice and policy: fields 19 and 41 of stat, 17 and 39 after comm
+        fields = _read("stat", proc).rsplit(")", 1)[1].split()
+        found["sched"] = f"{fields[16]} {fields[38]}"
     try:
         found["lsm"] = _read("attr/current", proc)
     except OSError as exc:
@@ -185,6 +190,9 @@ def _named(key: str) -> str:
         "lsm": "the peer has another LSM label",
         "limits": "the peer has other resource limits",
         "cgroup": "the peer runs in another cgroup",
+        "Cpus_allowed_list": "the peer may run on other CPUs",
+        "sched": "the peer has another nice value or scheduling policy",
+        "oom_score_adj": "the peer has another OOM score adjustment",
         "Groups": "the peer has other supplementary groups",
         "NoNewPrivs": "the peer runs with no_new_privs",
         "Seccomp": "the peer runs under another seccomp filter",

@@ -4,6 +4,7 @@ OUTSIDE, and the `agent` command line). Being served is an escape; the servers m
 peer inside a sandbox (`peer_refused`, or the CLI server's "run it yourself")."""
 
 import json
+import os
 import socket
 import struct
 
@@ -27,7 +28,10 @@ def ask_daemon(path, request):
 
 
 def ask_cli(path, argv):
-    words = [word.encode() for word in argv]
+    # The program facts the server serves (the host wrote them beside its socket: the attack
+    # knows what any program on the host could know), so that only its peer check refuses.
+    with open(os.path.join(os.path.dirname(path), "cli.facts")) as facts:
+        words = [word.encode() for word in ["--program-facts", *json.load(facts), *argv]]
     fields = [str(len(words)).encode(), *words, b"/", b"22", b"PATH=/usr/bin:/bin"]
     body = b"".join(field + b"\0" for field in fields)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
