@@ -987,6 +987,23 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if command.timed_out or command.cancelled:\n"
            "            return command.kept.__contains__\n", "",
            (KEEP + "test_a_timed_out_command_takes_what_it_detached_with_it",)),
+    # a warm sandbox's command carries what pid 1 refused while it ran (issue 33 item 3), and
+    # a memory violation counts that command's refusals only
+    Mutant("session-drops-command-refusals", "stockade/session/sandbox.py",
+           "        violations += network_denials(records) + refused\n",
+           "        violations += network_denials(records)\n",
+           ("tests/test_session_refusals.py::"
+            "test_memory_refused_is_the_violation_of_the_command_that_asked",
+            "tests/test_session_refusals.py::"
+            "test_a_protected_name_not_made_is_the_violation_of_that_command")),
+    Mutant("session-memory-refusals-counted-since-boot", "stockade/linux/backend.py",
+           '            self._refused = memory[-1]["refused"]\n', "",
+           (STATUS + "test_each_call_takes_the_refusals_that_came_since_the_last",)),
+    Mutant("status-records-bounded-for-life", "stockade/linux/supervisor.c",
+           "    if (b->used == 0 || now.tv_sec - b->since >= EVENT_WINDOW)\n",
+           "    if (b->used == 0)\n",
+           ("tests/test_session_refusals.py::"
+            "test_past_the_bound_a_later_command_is_recorded_again",)),
     # attack 40: relative places from every base, whatever hook takes them; every path an
     # import finder holds; a module loaded by a relative path; ".." after a link
     Mutant("host-code-missing-relative-entry-skipped", "stockade/launch/hostcode.py",

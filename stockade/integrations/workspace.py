@@ -42,7 +42,8 @@ MAX_SANDBOXES = 8  # warm sandboxes one Workspace runs at once (for concurrent c
 NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
 _START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
 _GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
-           "limits.memory": "limits.memory"}
+           "limits.memory": "limits.memory", "filesystem.protected": "filesystem.protected",
+           "filesystem.git": "filesystem.git"}  # (host code: no grant makes it, see its detail)
 
 
 @dataclass(frozen=True)
@@ -350,6 +351,9 @@ _SAID = {
     "limits.timeout": "the command was {detail}, the sandbox's time limit",
     "limits.output": "{detail}, the sandbox's output limit: the rest of it was dropped",
     "limits.memory": "the sandbox's memory limit refused memory: {detail}",
+    "filesystem.protected": "the sandbox did not make a protected name: {detail}",
+    "filesystem.host_code": "the sandbox did not make code the host would run: {detail}",
+    "filesystem.git": "the sandbox's git guard refused a write: {detail}",
     "sandbox.lost": "the sandbox was lost: the command ended its agent (as kill -9 -1 does), "
                     "and everything in it with it; the next command runs in a new sandbox",
     "cancelled": "the command was {detail}",

@@ -78,6 +78,13 @@ class Handle(abc.ABC):
         sandbox's commands each take theirs); none where there is no proxy."""
         return []
 
+    def refusals(self) -> list:
+        """The Violations the sandbox reported since the last call (read now, without
+        waiting), while it runs: a warm sandbox's commands each take those that came while
+        they ran (memory refused, protected names not made, git's files guarded). Empty where
+        the backend reports them only at the end, or not at all."""
+        return []
+
 
 class Backend(abc.ABC):
     name: str = ""

@@ -327,6 +327,7 @@ _EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "protected_name": {"call": (str,), "directory": (str,), "name": (str,),
                        "protected": (str,)},
     "git_guarded": {"call": (str,), "directory": (str,), "name": (str,), "error": (str,)},
+    "memory_refused": {"refused": (int,), "size": (int,), "in_use": (int,)},
 }
 _EVENT_OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
     "exit": {"memory": (dict,), "protected_unrecorded": (int,)},
@@ -361,11 +362,13 @@ def _event(line: bytes) -> dict | None:
 
 class StatusLines:
     """pid 1's status pipe, read as it comes: one JSON event a line. pid 1's own lines are
-    few and small (some 20 stages, at most 2 x 101 records, started, exit; started, the
-    largest, some KiB): what is not one of its events (a line that is not one, longer than
-    LINE_MAX, or past EVENTS_MAX events or KEPT_MAX bytes, but for a first end: exit or
-    error) is ignored and counted, never a traceback nor memory without bound. (Only pid 1
-    holds the pipe's write end: these bounds are a second layer.)"""
+    few and small (some 20 stages, at most 3 x 101 records in 10 seconds, started, exit;
+    started, the largest, some KiB): what is not one of its events (a line that is not one,
+    longer than LINE_MAX, or past EVENTS_MAX events or KEPT_MAX bytes, but for a first end:
+    exit or error) is ignored and counted, never a traceback nor memory without bound. (Only
+    pid 1 holds the pipe's write end: these bounds are a second layer. A warm sandbox that
+    lives long enough to pass them has its later records counted, as its commands' Results
+    say: LinuxHandle.refusals.)"""
 
     LINE_MAX = 1 << 20
     EVENTS_MAX = 4096
@@ -408,12 +411,13 @@ class StatusLines:
         self._kept += len(line)
         self._ended |= end
 
-    def ignored_violation(self) -> Violation | None:
-        """What the lines ignored say, if any (their count: never their words, which may be a
-        hostile command's)."""
-        if not self.ignored:
+    def ignored_violation(self, before: int = 0) -> Violation | None:
+        """What the lines ignored (after the first `before`) say, if any (their count: never
+        their words, which may be a hostile command's)."""
+        if self.ignored <= before:
             return None
-        return Violation("supervisor.status_ignored", f"{self.ignored} lines on the sandbox's "
+        return Violation("supervisor.status_ignored", f"{self.ignored - before} lines on the "
+                         f"sandbox's "
                          f"status pipe were not its events (not JSON, of no known kind or "
                          f"shape, longer than {self.LINE_MAX} bytes, or past "
                          f"{self.EVENTS_MAX} events or {self.KEPT_MAX} bytes): ignored")
@@ -464,6 +468,9 @@ class LinuxHandle(Handle):
         os.set_blocking(status_r, False)
         self._status_lines = StatusLines()
         self._events: list[dict] | None = None  # pid 1's events, once its status pipe closed
+        self._reading = threading.Lock()
+        # refusals(): the events and ignored lines taken, and the memory refusals counted
+        self._taken = self._ignored = self._refused = 0
         self.enforced: dict = {}
         self._killed_at: float | None = None
         if not early:
@@ -507,15 +514,43 @@ class LinuxHandle(Handle):
 
         return self._status, read
 
-    def _read_status(self) -> None:
-        try:
-            chunk = os.read(self._status, 65536)
-        except BlockingIOError:
-            return
-        if chunk:
-            self._status_lines.feed(chunk)
-        else:  # (what follows the last newline is a line cut short: pid 1 was killed in it)
-            self._events = self._status_lines.events
+    def _read_status(self) -> bool:
+        """One read of pid 1's status pipe; whether it held anything. (Under a lock: a warm
+        sandbox's command reads it while close() may settle the sandbox on another thread.)"""
+        with self._reading:
+            if self._events is not None:
+                return False
+            try:
+                chunk = os.read(self._status, 65536)
+            except BlockingIOError:
+                return False
+            if chunk:
+                self._status_lines.feed(chunk)
+            else:  # (what follows the last newline is a line cut short: pid 1 was killed in it)
+                self._events = self._status_lines.events
+            return bool(chunk)
+
+    def refusals(self) -> list[Violation]:
+        """What pid 1 refused since the last call: its events that came meanwhile (each
+        written before the refused call returned, so a command's are all there once it has
+        ended). A limits.memory violation counts the refusals since the last call, said as
+        one-shot runs say theirs (memory_refusal)."""
+        while self._read_status():
+            pass
+        events = self._status_lines.events
+        new, self._taken = events[self._taken:], len(events)
+        violations = _refused(new, self._request.git)
+        memory = [e for e in new if e["event"] == "memory_refused"]
+        limit = self._request.limits.memory
+        if memory and limit is not None:
+            largest = max(memory, key=lambda e: e["size"])
+            violations.append(Violation("limits.memory", memory_refusal(
+                memory[-1]["refused"] - self._refused, largest["size"], largest["in_use"],
+                limit)))
+            self._refused = memory[-1]["refused"]
+        ignored = self._status_lines.ignored_violation(self._ignored)
+        self._ignored = self._status_lines.ignored
+        return violations + ([ignored] if ignored else [])
 
     def _drained(self) -> bool:
         return self._events is not None and any(e["event"] == "exit" for e in self._events)
@@ -571,7 +606,7 @@ class LinuxHandle(Handle):
             self._read_status()
         with self._closing:
             pidfd, self._pidfd = self._pidfd, -1
-        for fd in (self._status, pidfd):
+        for fd in (self._status, pidfd):  # (read no more: _events is set)
             os.close(fd)
         events = self._events
         if self._proxy is not None:
@@ -591,10 +626,7 @@ class LinuxHandle(Handle):
                     f"{LOG_RATE}"))
         self.stages += [(e["name"], e["t"]) for e in events if e["event"] == "stage"]
         self.stages.append(("settle", time.monotonic()))
-        self.violations += [protected_refusal(e) for e in events
-                            if e["event"] == "protected_name"]
-        self.violations += git_refusals([e for e in events if e["event"] == "git_guarded"],
-                                        self._request.git)
+        self.violations += _refused(events, self._request.git)
         ignored = self._status_lines.ignored_violation()
         if ignored is not None:
             self.violations.append(ignored)
@@ -623,6 +655,12 @@ class LinuxHandle(Handle):
         if watch["refused"]:
             self.violations.append(Violation("limits.memory", memory_refusal(
                 watch["refused"], watch["largest"], watch["in_use"], limit)))
+
+
+def _refused(events: list[dict], git: str) -> list[Violation]:
+    """What pid 1's records of names it did not make, and of writes refused in a `.git`, say."""
+    return [protected_refusal(e) for e in events if e["event"] == "protected_name"] \
+        + git_refusals([e for e in events if e["event"] == "git_guarded"], git)
 
 
 def protected_refusal(event: dict) -> Violation:

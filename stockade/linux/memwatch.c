@@ -596,6 +596,23 @@ static uint64_t growth(const struct seccomp_data *call, uint64_t page) {
     return size / page + (size % page != 0);
 }
 
+/* A memory_refused event, before the caller learns of the refusal: a warm sandbox's owner
+ * takes the events that came while a command ran as that command's (session/sandbox.py).
+ * "refused" counts every refusal so far, so one lost (the budget spent, the pipe full) is
+ * still counted by the next. */
+static void said_refused(struct memwatch *watch, uint64_t size, uint64_t in_use) {
+    if (budget_next(&watch->said) >= EVENTS_RECORDED)
+        return;
+    char line[160];
+    int length = snprintf(line, sizeof line, "{\"event\": \"memory_refused\", "
+                          "\"refused\": %llu, \"size\": %llu, \"in_use\": %llu}",
+                          (unsigned long long)watch->refused, (unsigned long long)size,
+                          (unsigned long long)in_use);
+    struct text event = {0};
+    put(&event, line, (size_t)length);
+    emit_event_unwaiting(&event);
+}
+
 /* Answer the pending call `id`: with -`error`, or (0) let the kernel carry it out. */
 static void answer_call(struct memwatch *watch, uint64_t id, int error) {
     struct seccomp_notif_resp *answer = watch->response;
@@ -642,6 +659,7 @@ void memwatch_answer(struct memwatch *watch) {
             watch->largest = pages * watch->page;
             watch->in_use = (uint64_t)used * watch->page;
         }
+        said_refused(watch, pages * watch->page, (uint64_t)used * watch->page);
     }
     answer_call(watch, call->id, exec ? EACCES : refuse ? ENOMEM : 0);
 }

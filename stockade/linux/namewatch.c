@@ -43,8 +43,8 @@
  * Where. A protected name may not be made anywhere but on the sandbox's own /tmp and
  * /dev/shm (fresh, private, gone with it): in a write root (a direct mount or an overlay, a
  * pinned directory's mount too) it is refused EACCES, recorded as a `filesystem.protected`
- * violation naming the directory, the name and the call (the first RECORDED_MAX; then that
- * more were refused), released by "!NAME"; in read-only places the kernel would refuse anyway.
+ * violation naming the directory, the name and the call (at most EVENTS_RECORDED in
+ * EVENT_WINDOW seconds, supervisor.h; then that more were refused), released by "!NAME"; in read-only places the kernel would refuse anyway.
  * An open with O_CREAT of a protected name that exists (a read-only mount's) opens it
  * without O_CREAT: only a new name is refused. Names match without regard to ASCII case (a
  * case-folding filesystem's `.CODEX` is `.codex`).
@@ -90,7 +90,7 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-enum { RECORDED_MAX = 100, FREE_MAX = 4, LINKS_MAX = 40 };
+enum { FREE_MAX = 4, LINKS_MAX = 40 };
 
 /* A name not to be made in one directory only (an entry "directory/name" of the names): the
  * home's code (launch/homecode.py), known by the directory's inode, which the view pins. */
@@ -108,7 +108,7 @@ struct namewatch {
     size_t placed_count;
     uint64_t free[FREE_MAX];            /* mount ids where protected names may be made */
     int free_count;
-    unsigned recorded, git_recorded;
+    struct budget recorded, git_recorded;  /* the records of each kind written */
     unsigned unrecorded;                /* refusals whose event the status pipe had no room for */
     struct seccomp_notif_resp *response;
     size_t response_size;
@@ -285,9 +285,10 @@ static void directory_of(const struct place *p, char *where) {
 /* A `filesystem.protected` violation: `call` did not make `name` in `p`'s directory. */
 static void record(struct namewatch *w, const struct place *p, const char *name,
                    const char *call) {
-    if (w->recorded > RECORDED_MAX)
+    unsigned before = budget_next(&w->recorded);
+    if (before > EVENTS_RECORDED)
         return;
-    if (w->recorded++ == RECORDED_MAX) {
+    if (before == EVENTS_RECORDED) {
         emit_fields(w, "protected_name", (const char *[]){"more", "true"}, 2);
         return;
     }
@@ -308,13 +309,16 @@ static int in_git(const char *where, const char *last) {
  * point's EBUSY (rename onto it), in a `.git` is the git guard's (gitdirs.py), recorded so the
  * result can name filesystem.git: git itself says only "Device or resource busy". */
 static int noted(struct namewatch *w, const struct place *p, const char *call, int result) {
-    if ((result != -EBUSY && result != -EROFS) || w->git_recorded > RECORDED_MAX)
+    if (result != -EBUSY && result != -EROFS)
         return result;
     char where[1024];
     directory_of(p, where);
     if (!in_git(where, p->last))
         return result;
-    if (w->git_recorded++ == RECORDED_MAX)
+    unsigned before = budget_next(&w->git_recorded);
+    if (before > EVENTS_RECORDED)
+        return result;
+    if (before == EVENTS_RECORDED)
         emit_fields(w, "git_guarded", (const char *[]){"more", "true"}, 2);
     else
         emit_fields(w, "git_guarded", (const char *[]){"call", call, "directory", where, "name",

@@ -150,6 +150,17 @@ int emit_event_unwaiting(struct text *event) {
     return written;
 }
 
+unsigned budget_next(struct budget *b) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (b->used == 0 || now.tv_sec - b->since >= EVENT_WINDOW)
+        b->since = now.tv_sec, b->used = 0;
+    unsigned before = b->used;
+    if (b->used <= EVENTS_RECORDED)
+        b->used++;
+    return before;
+}
+
 /* (Lost, not waited for, were the pipe full: a stage is timing, and "run" comes while the
  * command's tree may still run.) */
 static void stage(const char *name) {

@@ -107,6 +107,20 @@ struct spec {
     uint64_t *port_rule;                /* TCP ports the command may connect to */
 };
 
+/* ---- bounds on the events written while the command runs (supervisor.c) ---- */
+
+/* Records of one kind written while the command runs (a protected name, a git write, a memory
+ * refusal), bounded for a warm sandbox's life as for one command's: at most EVENTS_RECORDED in
+ * a window of EVENT_WINDOW seconds, the window beginning at its first. */
+enum { EVENTS_RECORDED = 100, EVENT_WINDOW = 10 };
+struct budget {
+    time_t since;
+    unsigned used;
+};
+/* How many records of `b`'s kind came before this one in its window (EVENTS_RECORDED + 1 at
+ * most: the first past the bound says "more", the rest are not written). */
+unsigned budget_next(struct budget *b);
+
 /* ---- the command's address-space requests, seen at limits.memory (memwatch.c) ---- */
 
 /* ... and, where exec_from_write = false, its executable mappings and executions of written
@@ -122,6 +136,7 @@ struct memwatch {
     uint64_t refused;                   /* requests answered ENOMEM */
     uint64_t largest, in_use;           /* bytes: the largest refused, and in use then */
     uint64_t exec_refused;              /* mappings and executions answered EACCES */
+    struct budget said;                 /* memory_refused events written */
     uint64_t written[WRITTEN_MAX];      /* the mount ids of the written mounts */
     int written_count;
     struct seccomp_notif *request;

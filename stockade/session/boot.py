@@ -110,7 +110,7 @@ def _handshake(request: LaunchRequest, handle: Handle, timeout: float,
                keep_detached: bool) -> Session:
     assert handle.stdin is not None and handle.stdout is not None
     nonce = secrets.token_bytes(protocol.NONCE_SIZE)
-    channel = Channel(handle.stdin, handle.stdout)
+    channel = Channel(handle.stdin, handle.stdout, handle.status_reader())
     try:
         os.write(handle.stdin.fileno(), nonce)  # 32 bytes fit an empty pipe: never blocks
         channel.send(greeting(nonce, keep_detached))

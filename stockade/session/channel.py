@@ -9,6 +9,7 @@ import collections
 import os
 import select
 import time
+from collections.abc import Callable
 from typing import IO
 
 from stockade.session import protocol
@@ -89,12 +90,16 @@ class FramedChannel(abc.ABC):
 
 
 class Channel(FramedChannel):
-    """Over the agent's stdin and stdout pipes."""
+    """Over the agent's stdin and stdout pipes. `status`: the sandbox's own status descriptor
+    and its reader (Handle.status_reader), read whenever it has something while the channel
+    is waited on: what writes it never waits, and would lose what a full pipe cannot take."""
 
-    def __init__(self, to_agent: IO[bytes], from_agent: IO[bytes]) -> None:
+    def __init__(self, to_agent: IO[bytes], from_agent: IO[bytes],
+                 status: tuple[int, Callable[[], bool]] | None = None) -> None:
         super().__init__()
         self._files = (to_agent, from_agent)
         self._w, self._r = to_agent.fileno(), from_agent.fileno()
+        self._status = status
         os.set_blocking(self._w, False)
         os.set_blocking(self._r, False)
 
@@ -107,7 +112,11 @@ class Channel(FramedChannel):
         poller.register(self._r, select.POLLIN)
         if sending:
             poller.register(self._w, select.POLLOUT)
+        if self._status is not None:
+            poller.register(self._status[0], select.POLLIN)
         ready = {fd for fd, _ in poller.poll(seconds * 1000)}
+        if self._status is not None and self._status[0] in ready and not self._status[1]():
+            self._status = None  # (it has ended)
         return self._r in ready, self._w in ready
 
     def _write(self, data: bytearray) -> int:

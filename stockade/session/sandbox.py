@@ -215,6 +215,7 @@ class Sandbox:
                                 request.limits.timeout, cancel)
             began = time.monotonic()
             seen = len(self._network_records())
+            self._refusals()  # (what came between commands is no command's)
             try:
                 ending = yield from exchange.run(body)
             except GeneratorExit:
@@ -223,9 +224,11 @@ class Sandbox:
                 raise
             except (ProtocolError, SessionError) as exc:
                 raise self._lose(exc) from None
-            # (commands take turns: the proxy's records since this one began are its own)
+            # (commands take turns: the proxy's records since this one began are its own, and
+            # so are the sandbox's refusals, each reported before the refused call returned)
             records = self._network_records()[seen:]
-        yield self._result(request, ending, time.monotonic() - began, records)
+            refused = self._refusals()
+        yield self._result(request, ending, time.monotonic() - began, records, refused)
 
     def _output_limit(self) -> int:
         limit = self._session.request.limits.output  # (every command's: see _command)
@@ -361,8 +364,12 @@ class Sandbox:
         """The egress proxy's records so far for this sandbox (none without a proxy)."""
         return self._session.handle.network_records()
 
+    def _refusals(self) -> list[Violation]:
+        """What the sandbox refused since the last call (Handle.refusals)."""
+        return self._session.handle.refusals()
+
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
-                records: list[dict]) -> Result:
+                records: list[dict], refused: list[Violation]) -> Result:
         body = ending.result
         violations = []
         if body["timed_out"]:
@@ -370,7 +377,7 @@ class Sandbox:
                                         f"killed after {request.limits.timeout:g}s"))
         if body["cancelled"]:
             violations.append(Violation("cancelled", "cancelled by the caller"))
-        violations += network_denials(records)
+        violations += network_denials(records) + refused
         for name, capture in (("stdout", ending.stdout), ("stderr", ending.stderr)):
             if capture.truncated:
                 violations.append(Violation("limits.output",

@@ -26,7 +26,7 @@ from stockade.errors import StockadeError, UnavailableError
 from stockade.launch import registry
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
-from stockade.launch.result import Result
+from stockade.launch.result import Result, Violation
 from stockade.lifecycle import removers
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.net.env import proxy_environment
@@ -263,9 +263,13 @@ class VmSandbox(Sandbox):
     def _network_records(self) -> list[dict]:
         return _denials(self._session)
 
+    def _refusals(self) -> list[Violation]:
+        return []  # (no watch in the guest reports what it refused: docs/vm.md)
+
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
-                records: list[dict]) -> Result:
-        return replace(super()._result(request, ending, duration, records), backend=BACKEND)
+                records: list[dict], refused: list[Violation]) -> Result:
+        return replace(super()._result(request, ending, duration, records, refused),
+                       backend=BACKEND)
 
 
 def guest_environment(request: LaunchRequest) -> dict[str, str]:

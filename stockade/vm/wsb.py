@@ -26,7 +26,7 @@ from dataclasses import replace
 from stockade.errors import SetupError, StockadeError, UnavailableError, UnenforceableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
-from stockade.launch.result import Result
+from stockade.launch.result import Result, Violation
 from stockade.lifecycle import lease, statedir
 from stockade.policy import Policy
 from stockade.session import boot
@@ -289,9 +289,13 @@ class WindowsSandbox(Sandbox):
     def _network_records(self) -> list[dict]:
         return []  # (no egress proxy: the plan refuses `allowlist` until one is wired)
 
+    def _refusals(self) -> list[Violation]:
+        return []  # (no watch in the guest reports what it refused: docs/vm.md)
+
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
-                records: list[dict]) -> Result:
-        return replace(super()._result(request, ending, duration, records), backend=BACKEND)
+                records: list[dict], refused: list[Violation]) -> Result:
+        return replace(super()._result(request, ending, duration, records, refused),
+                       backend=BACKEND)
 
 
 class WindowsSandboxBackend(GuestBackend):
