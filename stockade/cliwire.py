@@ -30,21 +30,55 @@ def socket_path() -> str:
 def program_facts() -> list[str]:
     """What of this program its host code is judged from (stockade/launch/hostcode.py), and
     what makes its imports what they are: its interpreter, prefixes, Stockade's package
-    directory, the flags that change the import path (-I -E -s -S -P), how it was started
-    (sys.orig_argv), its script (sys.argv[0]) and its import path. The server runs a request
-    only for a program whose interpreter, prefixes, package and flags are its own, and judges
-    the host code of the run from these (a served run keeps what a run here would keep)."""
+    directory, the flags that change the import path (-I -E -s -S -P), its script
+    (sys.argv[0]), where it started, its bytecode cache prefix, its user site; then, counted,
+    how it was started (sys.orig_argv), its import path, the files of the modules it imported,
+    its import finders and path hooks, and the places its imports searched. The server runs a
+    request only for a program that imports as it does (the same interpreter, prefixes,
+    package, flags, cache prefix and user site; nothing imported nor any finder it has not),
+    and judges the run's host code from these: a served run keeps what a run here would."""
+    fixed, lists = program_parts()
+    return [*fixed, *(word for listed in lists for word in (str(len(listed)), *listed))]
+
+
+def program_parts() -> tuple[list[str], list[list[str]]]:
+    """`program_facts` before it is flattened: the nine single facts, and the five lists."""
     import sys
 
     import stockade
 
     flags = sys.flags
-    return [sys.executable, sys.prefix, sys.base_prefix, os.path.dirname(stockade.__file__),
-            "".join(str(int(bool(flag))) for flag in (
-                flags.isolated, flags.ignore_environment, flags.no_user_site, flags.no_site,
-                flags.safe_path)),
-            sys.argv[0] if sys.argv else "",
-            str(len(sys.orig_argv)), *sys.orig_argv, str(len(sys.path)), *sys.path]
+    site = sys.modules.get("site")
+    # (what lies in the interpreter's prefixes or Stockade's package is kept with them, the
+    # script is argv0)
+    package = os.path.dirname(stockade.__file__)
+    prefixes = tuple(os.path.join(prefix, "") for prefix in {
+        sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, package})
+    modules = sorted({where for name, module in list(sys.modules.items()) if name != "__main__"
+                      and isinstance(where := getattr(module, "__file__", None) or getattr(
+                          getattr(module, "__spec__", None), "origin", None), str)
+                      and not where.startswith(prefixes)})
+    finders = [_named(finder) for finder in (*sys.meta_path, *sys.path_hooks)]
+    searched = [key for key in list(sys.path_importer_cache) if isinstance(key, str)]
+    return ([sys.executable, sys.prefix, sys.base_prefix, package,
+             "".join(str(int(bool(flag))) for flag in (
+                 flags.isolated, flags.ignore_environment, flags.no_user_site, flags.no_site,
+                 flags.safe_path)),
+             sys.argv[0] if sys.argv else "", stockade._started_in or "",
+             sys.pycache_prefix or "", user_site(site)],
+            [list(sys.orig_argv), list(sys.path), modules, finders, searched])
+
+
+def user_site(site: object) -> str:
+    """The user site the `site` module (or None: -S) read, and whether it reads one."""
+    return "|".join(str(getattr(site, name, None))
+                    for name in ("ENABLE_USER_SITE", "USER_BASE", "USER_SITE"))
+
+
+def _named(finder: object) -> str:
+    """An import finder or path hook by its class's (a function's own) qualified name."""
+    kind = finder if hasattr(finder, "__qualname__") else type(finder)  # (an instance has none)
+    return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
 
 
 def encode_request(argv: list[str], cwd: str, umask: int, env: dict[bytes, bytes],

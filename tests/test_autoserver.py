@@ -121,6 +121,10 @@ def _runs_under(env: dict, cwd: Path, marker: str, prefix: list[str] | None = No
     finally:
         client.kill()
         client.wait()
+        deadline = time.monotonic() + 10  # (its sandbox, and a run it forked, end with it)
+        while marked(marker):
+            assert time.monotonic() < deadline, "a run outlived its client"
+            time.sleep(0.05)
 
 
 def test_a_run_that_found_no_server_starts_one_that_serves_the_next(state, workspace):
@@ -328,3 +332,88 @@ def test_the_idle_time_is_bounded():
     assert idle_seconds({IDLE_ENV: "1e10"}) == idle_seconds({IDLE_ENV: "inf"}) == IDLE_MOST
     assert idle_seconds({IDLE_ENV: "nan"}) is None and idle_seconds({IDLE_ENV: "-1"}) is None
     assert idle_seconds({IDLE_ENV: "soon"}) is None and idle_seconds({}) == 600
+
+
+@pytest.mark.parametrize("differs", ["pycache-prefix", "user-base", "module-of-its-own"])
+def test_a_client_that_imports_otherwise_is_not_served(state, workspace, tmp_path, differs):
+    """Attack B1, B2, B5: a client whose bytecode cache prefix (`-X pycache_prefix`) or user
+    site differs from the server's, or that imported a module the server has not (a wrapper
+    that loads a file of the workspace): the server's child would judge the host code of
+    neither, so it runs the command line itself."""
+    env = _env(state, "600")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    program = [sys.executable, PROGRAM]
+    if differs == "pycache-prefix":
+        program = [sys.executable, "-X", f"pycache_prefix={workspace / 'pyc'}", PROGRAM]
+    elif differs == "user-base":
+        env = {**env, "PYTHONUSERBASE": str(workspace / "userbase")}
+    else:
+        (workspace / "toolrc.py").write_text("X = 1\n")
+        wrapper = tmp_path / "wrapper.py"
+        wrapper.write_text(
+            "import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('toolrc', {str(workspace)!r} "
+            "+ '/toolrc.py')\n"
+            "sys.modules['toolrc'] = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(sys.modules['toolrc'])\n"
+            "from stockade.program import main\n"
+            "sys.exit(main())\n")
+        program = [sys.executable, str(wrapper)]
+    assert server not in _runs_under(env, workspace, f"5{time.monotonic_ns() % 10**9}",
+                                     program=program)
+
+
+def test_a_served_run_starts_where_its_client_started():
+    """Attack B11: the client's starting directory (stockade._started_in, where it first
+    imported Stockade) is the served run's, not the directory its request names."""
+    import stockade
+    from stockade.cli import server
+    from stockade.cliwire import FACTS, program_facts
+
+    words = [FACTS, *program_facts(), "run", "--", "true"]
+    words[7] = "/where/it/started"  # (program_parts' seventh fact, after FACTS)
+    program, argv = server._program(words)
+    assert argv == ["run", "--", "true"]
+    saved = (sys.orig_argv, sys.argv, list(sys.path), stockade._started_in)
+    try:
+        program.become()
+        assert stockade._started_in == "/where/it/started"
+    finally:
+        sys.orig_argv, sys.argv, sys.path[:], stockade._started_in = saved
+
+
+def test_a_request_the_server_cannot_read_runs_here(state, workspace):
+    """Attack B9: a request the server cannot decode (a variable with an empty name) is
+    answered "run it yourself", never with a lost server."""
+    from stockade.cliwire import NOT_SERVED, encode_request, program_facts
+
+    assert _run("true", env=_env(state, "600"), cwd=workspace).returncode == 0
+    _wait_for_server(state)
+    body = encode_request(["run", "--", "true"], str(workspace), 0o22, {b"": b"x"},
+                          program_facts())
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(str(state / SOCKET_NAME))
+        conn.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                               struct.pack("3i", 0, 1, 2))])
+        conn.settimeout(30)
+        assert conn.recv(64) == NOT_SERVED
+
+
+def test_a_server_whose_code_changed_on_disk_ends(state, workspace):
+    """Attack B12: after an upgrade or a checkout, the server would run its old code for a
+    client of the new one; it turns the client away (it runs the command line itself) and
+    ends. (The change here is a module file's change time: chmod to its own mode.)"""
+    import stockade.cliwire
+
+    env = _env(state, "600")
+    assert _run("true", env=env, cwd=workspace).returncode == 0
+    server = _wait_for_server(state)
+    pidfd = os.pidfd_open(server)
+    try:
+        module = stockade.cliwire.__file__
+        os.chmod(module, os.stat(module).st_mode & 0o7777)
+        assert server not in _runs_under(env, workspace, f"6{time.monotonic_ns() % 10**9}")
+        assert select.select([pidfd], [], [], 30)[0], "the server did not end"
+    finally:
+        os.close(pidfd)

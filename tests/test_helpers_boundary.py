@@ -21,7 +21,6 @@ import pytest
 from conftest import PYTHON, policy_for, py, sandbox
 
 import stockade
-from stockade.cliwire import FACTS, program_facts
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.linux.backend import LinuxBackend
@@ -88,8 +87,12 @@ CLI_CLIENT = textwrap.dedent("""
     print("ANSWER", repr(answer))
 """)
 
-# What a program of this interpreter sends before its argv (stockade.cliwire): the server's own.
-FACTS_WORDS = json.dumps([FACTS, *program_facts()])
+# What a thin program of this interpreter sends before its argv (stockade.cliwire): one the
+# server takes for its own (this process has imported what it has not: the tests).
+FACTS_WORDS = subprocess.run(
+    [sys.executable, "-c", "import json; from stockade.cliwire import FACTS, program_facts; "
+     "print(json.dumps([FACTS, *program_facts()]))"], capture_output=True, text=True,
+    check=True, env={**os.environ, "PYTHONPATH": REPO}).stdout.strip()
 
 # A client of the daemon that sends one JSON request (argv[2]) and prints every answer line.
 DAEMON_CLIENT = textwrap.dedent("""

@@ -69,32 +69,58 @@ class Program:
     package: str
     flags: str  # isolated, ignore_environment, no_user_site, no_site, safe_path: "0"/"1" each
     argv0: str
+    started_in: str
+    pycache_prefix: str
+    user_site: str
     orig_argv: list[str]
     path: list[str]
+    modules: list[str]  # the files (or origins) of what it imported
+    finders: list[str]  # its meta-path finders and path hooks, by class
+    searched: list[str]  # sys.path_importer_cache's keys
 
-    def imports_as_this_process(self) -> bool:
-        """Whether its imports are this process's: the same interpreter as named, prefixes,
-        Stockade package and import flags (safe_path aside: the server starts with -P)."""
-        import stockade
+    def imports_as(self, own: Imports) -> bool:
+        """Whether its imports are this process's (`own`): the same interpreter as named,
+        prefixes, Stockade package, import flags (safe_path aside: the server starts with
+        -P), bytecode cache prefix and user site, and nothing imported nor any finder that
+        this process has not — so that the host code judged here holds all of its own."""
+        return (self.kind() == own.facts and own.modules.issuperset(self.modules)
+                and own.finders.issuperset(self.finders))
 
-        own = sys.flags
-        return (self.executable, self.prefix, self.base_prefix, self.package, self.flags[:4]) \
-            == (sys.executable, sys.prefix, sys.base_prefix,
-                os.path.dirname(stockade.__file__),
-                "".join(str(int(bool(flag))) for flag in (
-                    own.isolated, own.ignore_environment, own.no_user_site, own.no_site)))
+    def kind(self) -> tuple[str, ...]:
+        """What two programs that import alike share (safe_path aside)."""
+        return (self.executable, self.prefix, self.base_prefix, self.package, self.flags[:4],
+                self.pycache_prefix, self.user_site)
 
-    def become(self, cwd: str) -> None:
+    def become(self) -> None:
         """Make this process's host code, as stockade/launch/hostcode.py reads it, the
-        client's: how it was started, its script, its import path, where it started."""
+        client's: how it was started, its script, its import path, where it started, what
+        its imports searched."""
         import stockade
         from stockade.launch import hostcode
 
         sys.orig_argv = list(self.orig_argv)
         sys.argv = [self.argv0]
         sys.path[:] = self.path
-        stockade._started_in = cwd
+        stockade._started_in = self.started_in or None
         hostcode.client_safe_path = self.flags[4:] == "1"
+        for key in self.searched:
+            sys.path_importer_cache.setdefault(key, None)
+
+
+@dataclass(frozen=True)
+class Imports:
+    """What this process's imports are, for `Program.imports_as`."""
+
+    facts: tuple[str, ...]
+    modules: frozenset[str]
+    finders: frozenset[str]
+
+    @classmethod
+    def here(cls) -> Imports:
+        from stockade.cliwire import program_parts
+
+        fixed, lists = program_parts()
+        return cls(Program(*fixed, *lists).kind(), frozenset(lists[2]), frozenset(lists[3]))
 
 
 @dataclass(frozen=True)
@@ -164,7 +190,7 @@ def serve(path: str, command_line: CommandLine, *, check_peers: bool = True,
     gc.freeze()  # the collector leaves these objects alone: fewer copy-on-write faults per child
     listener = _bind(path)
     bound = os.stat(path)
-    waiting = _Waiting(path, (bound.st_dev, bound.st_ino), idle, context)
+    waiting = _Waiting(path, (bound.st_dev, bound.st_ino), idle, context, _installed())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     last_view: bytes | None = None  # the view frame of the last request that launched
     telling: dict[int, bytearray] = {}  # serving children's pipes -> what they said so far
@@ -211,12 +237,14 @@ def _hear(fd: int, telling: dict[int, bytearray]) -> bytes | None:
 @dataclass(frozen=True)
 class _Waiting:
     """How a spare waits: at `path` (the socket file `bound`, device and inode), for at most
-    `idle` seconds (None: for ever), serving clients that share `context` with it."""
+    `idle` seconds (None: for ever), serving clients that share `context` with it, while
+    Stockade's code on disk is still what this server runs (`installed`)."""
 
     path: str
     bound: tuple[int, int]
     idle: float | None
     context: tuple[str, ...]
+    installed: tuple[tuple[str, int, int, int], ...]  # `_installed()` when the server began
 
 
 def _spare(listener: socket.socket, taken_w: int, main: object,
@@ -235,6 +263,7 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
         with contextlib.suppress(Exception):
             spawner.prepare(view)  # if this fails, the launch makes one and reports why
         own = peer.own_context(waiting.context)  # (read while waiting, not on a request's time)
+        imports = Imports.here()
         deadline = None if waiting.idle is None else time.monotonic() + waiting.idle
         while True:
             if deadline is not None and not select.select(
@@ -253,11 +282,18 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
                 continue
             try:
                 request, fds = _read(conn)
-            except (OSError, ValueError):
+            except OSError:
                 conn.close()  # not a request: go on waiting
                 continue
+            except ValueError:  # (one it cannot read is run there, not lost: attack B9)
+                _turn_away(conn)
+                continue
+            if _changed(waiting.installed):  # (the code here is not the code there)
+                close_all(fds)
+                _turn_away(conn)
+                _close_idle(listener, waiting, taken_w)
             if (request.argv[0] in SERVED and request.program is not None
-                    and request.program.imports_as_this_process()):
+                    and request.program.imports_as(imports)):
                 break  # (another interpreter, venv or install runs the command line itself)
             close_all(fds)
             _turn_away(conn)
@@ -268,6 +304,30 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
     except BaseException:  # noqa: BLE001 - the server forks another
         os._exit(70)
     _child(conn, fds, request, main)
+
+
+def _installed() -> tuple[tuple[str, int, int, int], ...]:
+    """Each file of a Stockade module this process imported, with its inode, size and change
+    time: an upgrade or checkout changes some (attack B12), and the server then ends rather
+    than run its old code for a client of the new."""
+    import stockade
+
+    package = os.path.dirname(stockade.__file__) + os.sep
+    return tuple(sorted(_stat(path) for module in list(sys.modules.values())
+                        if isinstance(path := getattr(module, "__file__", None), str)
+                        and path.startswith(package)))
+
+
+def _changed(installed: tuple[tuple[str, int, int, int], ...]) -> bool:
+    return any(_stat(was[0]) != was for was in installed)
+
+
+def _stat(path: str) -> tuple[str, int, int, int]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (path, 0, 0, 0)
+    return (path, info.st_ino, info.st_size, info.st_ctime_ns)
 
 
 def _close_idle(listener: socket.socket, waiting: _Waiting, taken_w: int) -> NoReturn:
@@ -366,21 +426,21 @@ def _program(words: list[str]) -> tuple[Program | None, list[str]]:
     """The client's Program and its argv, from a request's words (ValueError if malformed)."""
     if not words or words[0] != FACTS:
         return None, words
-    fixed, rest = words[1:7], iter(words[7:])
-    if len(fixed) != 6:
+    fixed, rest = words[1:10], iter(words[10:])
+    if len(fixed) != 9:
         raise ValueError("no program facts")
 
     def counted() -> list[str]:
         size = next(rest, "")
-        if not size.isdigit():
+        if not size.isdigit() or int(size) > len(words):
             raise ValueError("not a count")
         listed = [next(rest, None) for _ in range(int(size))]
         if None in listed:
             raise ValueError("truncated facts")
         return listed  # type: ignore[return-value]
 
-    orig_argv, path = counted(), counted()
-    return Program(*fixed, orig_argv, path), list(rest)
+    lists = [counted() for _ in range(5)]  # orig_argv, path, modules, finders, searched
+    return Program(*fixed, *lists), list(rest)
 
 
 def _child(conn: socket.socket, fds: list[int], request: Request, main: object) -> NoReturn:
@@ -396,7 +456,7 @@ def _child(conn: socket.socket, fds: list[int], request: Request, main: object) 
         os.environb.update(request.env)
         os.umask(request.umask)  # what each launch hands its command (see linux/frame.py)
         if request.program is not None:  # (always: `_spare` serves no other)
-            request.program.become(request.cwd)
+            request.program.become()
         try:
             os.chdir(request.cwd)
         except OSError as exc:

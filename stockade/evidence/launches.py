@@ -434,7 +434,6 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     (a process of its own, as `stockade daemon` forks it). Their peer check is what the row
     tests, behind the mask of host sockets in a root (unix_sockets); the `peer_check`
     weakening (tests only) switches it off."""
-    from stockade.cliwire import program_facts
     from stockade.session.daemon import Daemon
 
     check = "peer_check" not in weakenings(backend)
@@ -443,8 +442,12 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     serving = threading.Thread(target=daemon.serve, daemon=True)
     serving.start()
     cli_path = scene.ws / "cli.sock"
-    # (what a client of this interpreter sends: the attack sends the same, see helper_servers)
-    (scene.ws / "cli.facts").write_text(json.dumps(program_facts()))
+    # (what a thin client of this interpreter sends, as `stockade run` is: the attack sends
+    # the same, see helper_servers)
+    (scene.ws / "cli.facts").write_text(subprocess.run(
+        [sys.executable, "-c", "import json; from stockade.cliwire import program_facts; "
+         "print(json.dumps(program_facts()))"], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}).stdout)
     cli = scene.watch(HelperGroup(subprocess.Popen(
         [sys.executable, "-c", "import sys; from stockade.cli import COMMAND_LINE, server; "
          "server.serve(sys.argv[1], COMMAND_LINE, check_peers=sys.argv[2] == 'check')",
