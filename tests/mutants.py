@@ -1071,4 +1071,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '    if ".." not in parts:', "    if True:",
            (HOST + "test_a_directory_after_dot_dot_through_a_link_is_not_made[]",
             HOST + "test_a_directory_after_dot_dot_through_a_link_is_host_code")),
+    Mutant("agent-sigchld-interrupts-calls", "stockade/session/agent.py",
+           "        signal.siginterrupt(signal.SIGCHLD, False)\n", "",
+           ("tests/test_session_keep_detached.py::"
+            "test_a_child_exiting_fails_no_call_of_the_agent",)),
 )

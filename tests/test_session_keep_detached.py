@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import select
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -128,6 +130,28 @@ def test_a_timed_out_command_takes_what_it_detached_with_it(ws):
         assert marked(stopped) == []
         assert len(marked(f"{earlier}-session")) == 1
     assert gone(earlier, within=5)
+
+
+# The agent's SIGCHLD disposition after a keep_detached hello: whether SA_RESTART is set
+# (glibc's struct sigaction: the handler, a 128-byte mask, then the int flags; SA_RESTART is
+# 0x10000000).
+RESTARTS = textwrap.dedent("""
+    import ctypes, os, signal
+    from stockade.session.agent import Agent
+    Agent(bytes(32), *os.pipe())._keep_detached()
+    action = ctypes.create_string_buffer(256)
+    assert ctypes.CDLL(None).sigaction(signal.SIGCHLD, None, action) == 0
+    print(int.from_bytes(action.raw[136:140], "little") & 0x10000000 != 0)
+""")
+
+
+def test_a_child_exiting_fails_no_call_of_the_agent():
+    """The SIGCHLD that wakes the agent (to reap a kept process) restarts the call it
+    interrupts: without SA_RESTART, C code that does not retry EINTR fails — a mmap that
+    pid 1's memory watch holds (seccomp user notification) in malloc or dlopen — and the
+    agent died (one timed-out test run in six: dlopen in os.wait4's first import)."""
+    done = subprocess.run([sys.executable, "-c", RESTARTS], capture_output=True, text=True)
+    assert done.stdout == "True\n", done
 
 
 def test_without_it_a_command_cannot_keep_what_it_detached(ws):

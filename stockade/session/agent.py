@@ -304,6 +304,10 @@ class Agent:
         self.keep_detached = True
         wake, woken = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        # SA_RESTART: Python installs handlers without it, and then a SIGCHLD fails with EINTR
+        # what C code does not retry — a mmap pid 1 holds under its memory watch (seccomp user
+        # notification), in malloc or dlopen (os.wait4's first import), ending the agent.
+        signal.siginterrupt(signal.SIGCHLD, False)
         signal.set_wakeup_fd(woken)
         self.selector.register(wake, selectors.EVENT_READ, self._child_exited)
 
