@@ -1012,4 +1012,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '    if ".." not in parts:', "    if True:",
            (HOST + "test_a_directory_after_dot_dot_through_a_link_is_not_made[]",
             HOST + "test_a_directory_after_dot_dot_through_a_link_is_host_code")),
+    # attack 41: a module's file by its spec's origin; modules below a working directory
+    # that may hold the write root; every shape of path an import finder holds
+    Mutant("host-code-module-origin-unread", "stockade/launch/hostcode.py",
+           "            files = [located for located in named if os.path.isfile(located)]",
+           "            files = []",
+           (HOST + "test_a_module_whose_spec_names_its_file_only_as_its_origin_is_host_code"
+            "[absolute]",)),
 )

@@ -8,6 +8,7 @@ happened is made on the host."""
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -1165,6 +1166,39 @@ def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "agent_hooks", module)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(tmp_path / "hooks" / "agent_hooks.py") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+class PluginLoader(importlib.abc.Loader):
+    """A plugin loader of a program's own: it reads the file it was given."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def exec_module(self, module: object) -> None:
+        exec(compile(Path(self.path).read_text(), self.path, "exec"), vars(module))
+
+
+@pytest.mark.parametrize("origin", ["absolute", "relative"])
+def test_a_module_whose_spec_names_its_file_only_as_its_origin_is_host_code(tmp_path,
+                                                                            monkeypatch,
+                                                                            origin):
+    """Attack 41 U3: a plugin loaded by a loader of the program's own through importlib's
+    documented route, `spec_from_loader(name, loader, origin=path)`, has no `__file__` (its
+    spec has no location): only `__file__` was read, and the command rewrote the plugin the
+    next run loaded. The file its origin names is the module's."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "myplug.py").write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "plugins" / "myplug.py") if origin == "absolute" \
+        else "plugins/myplug.py"
+    spec = importlib.util.spec_from_loader("myplug", PluginLoader(path), origin=path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not hasattr(module, "__file__")
+    monkeypatch.setitem(sys.modules, "myplug", module)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "plugins" / "myplug.py") in \
         compile_policy(policy_for(), ["true"], ctx).host_code
 
 

@@ -323,16 +323,28 @@ def _imported(bases: list[str]) -> list[tuple[set[str], str]]:
     """The files of the modules this process imported, a package's by its `__init__`, each
     with the names it is known by: the program calling Stockade runs them again, whatever
     finder found them (an editable install's of any kind: attack 30 N7); a relative one
-    (a loader given a relative path: attack 40 T3) from each of `bases`."""
+    (a loader given a relative path: attack 40 T3) from each of `bases`. A module with no
+    `__file__` by the file its spec's origin names, if one is there."""
     found = []
     for key, module in list(sys.modules.items()):
         if key == "__main__":
             continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and path:
-            found += [({key, str(getattr(module, "__name__", key))}, located)
-                      for located in _located(path, bases)]
+            files = _located(path, bases)
+        else:  # (a module made from a spec with no location, `spec_from_loader(name, loader,
+            # origin=path)`, names its file by its origin alone; attack 41 U3)
+            origin = getattr(getattr(module, "__spec__", None), "origin", None)
+            named = _located(origin, bases) if isinstance(origin, str) \
+                and origin not in _NO_FILE else []
+            files = [located for located in named if os.path.isfile(located)]
+        found += [({key, str(getattr(module, "__name__", key))}, file) for file in files]
     return found
+
+
+# (what a module's spec gives as its origin where it names no file: importlib's built-in
+# and frozen modules)
+_NO_FILE = ("", "built-in", "frozen")
 
 
 def _lies_in(path: str, start: str, mounts: list[aliases.Mounts]) -> bool:
