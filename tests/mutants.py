@@ -1019,4 +1019,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "            files = []",
            (HOST + "test_a_module_whose_spec_names_its_file_only_as_its_origin_is_host_code"
             "[absolute]",)),
+    Mutant("host-code-module-below-the-working-directory-skipped",
+           "stockade/launch/hostcode.py",
+           'if place.kind not in ("script", "start", "prefix", "cwd")]',
+           'if place.kind not in ("script", "start", "prefix")]',
+           (HOST + "test_a_module_below_a_working_directory_holding_the_workspace_is_host_code"
+            "[]",)),
+    Mutant("host-code-searched-below-the-working-directory-skipped",
+           "stockade/launch/hostcode.py",
+           'on_path = [place.path for place in found if place.kind == "import_path"]',
+           'on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]',
+           (HOST + "test_a_directory_searched_below_a_working_directory_holding_the_workspace"
+            "_is_host_code",)),
 )

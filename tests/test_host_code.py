@@ -994,6 +994,49 @@ def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, mo
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
 
 
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_module_below_a_working_directory_holding_the_workspace_is_host_code(tmp_path,
+                                                                               weaken):
+    """Attack 41 U2: a program ("" on its path, as a notebook kernel) started in app/ moved
+    into the directory holding its workspace and loaded the plugin ws/plugins/myplug.py:
+    a module below any place of host code was taken as covered by it, yet the working
+    directory, holding the write root, is kept only whole (not at all), and the command
+    rewrote the plugin the next run loaded. The module is host code of its own (with the
+    layer off, the control, the command rewrites it)."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "plugins", app):
+        path.mkdir(parents=True)
+    (ws / "plugins" / "myplug.py").write_text("X = 1\n")
+    prelude = ("import importlib.util, os, stockade\n"
+               f"os.chdir({str(tmp_path)!r})\n"
+               "spec = importlib.util.spec_from_file_location('myplug', "
+               "'ws/plugins/myplug.py')\n"
+               "sys.modules['myplug'] = importlib.util.module_from_spec(spec)\n"
+               "spec.loader.exec_module(sys.modules['myplug'])\n")
+    got = run_after(prelude, ws, "attempt('write', lambda: open('plugins/myplug.py', 'w'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    app)
+    assert got.pop("everyday") == "DONE"
+    assert got["write"] == ("DONE" if weaken else "EROFS"), got
+    assert (ws / "plugins" / "myplug.py").read_text() == ("" if weaken else "X = 1\n")
+
+
+def test_a_directory_searched_below_a_working_directory_holding_the_workspace_is_host_code(
+        tmp_path, monkeypatch):
+    """Attack 41 U2 (the same for a directory once on the import path): the program, moved
+    into the directory holding its workspace, searched ws/plugins for an optional import; a
+    searched place below the working directory was taken as covered by it. It is host
+    code."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "plugins", app):
+        path.mkdir(parents=True)
+    started_as(monkeypatch, ["-c", "..."], app, [""], tmp_path)
+    monkeypatch.setitem(sys.path_importer_cache, str(ws / "plugins"),
+                        importlib.machinery.FileFinder(str(ws / "plugins")))
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "plugins"),)
+
+
 @pytest.mark.parametrize("package", ["namespace", "made-from-a-spec", "relative-entry",
                                      "module-made-a-package"])
 def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, package):

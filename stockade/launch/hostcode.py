@@ -88,8 +88,9 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
         found.append(Place(start_path, "start"))
     # ("" is the working directory at each import: where the program is now, if it moved
     # away from its start, is searched first by its later imports; attack 35 B8)
-    if "" in sys.path and here and here != start_path:
-        found.append(Place(here, "cwd"))
+    moved_to = here if "" in sys.path and here and here != start_path else None
+    if moved_to:
+        found.append(Place(moved_to, "cwd"))
     # (a relative entry names a directory from each base whatever path hook takes it: the
     # file system's own takes it once it exists, a hook of the program's own searches it
     # too (attacks 33 A2, 40 T1); one missing there is not made, rather than refused: it may
@@ -104,11 +105,12 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
-    # which is not kept whole, but for the program's own packages there: attack 35 B9)
-    on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
+    # which is not kept whole, but for the program's own packages there: attack 35 B9; nor
+    # the working directory, kept only whole where it holds the write root: attack 41 U2)
+    on_path = [place.path for place in found if place.kind == "import_path"]
     own, extended = _package_paths(bases)
     found += [Place(path, "searched") for path in _searched(bases)
-              if path != start_path and path not in own
+              if path not in (start_path, moved_to) and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
     # (a directory a package's __path__ was given besides its own, as a plugin loader does:
     # every module there is imported as the package's; attack 36 B10)
@@ -139,9 +141,11 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # where it is the workspace; attack 31's evidence row, a package another finder imported
     # from a workspace below it)
     # (nor is a module below a prefix covered by it: a prefix holds more than code, and a
-    # write root below it is allowed; attack 32 P1-P3)
+    # write root below it is allowed; attack 32 P1-P3; nor below the working directory,
+    # kept only whole where it holds the write root, as a notebook moved above its
+    # workspace: attack 41 U2)
     directories = [place.path for place in found
-                   if place.kind not in ("script", "start", "prefix")]
+                   if place.kind not in ("script", "start", "prefix", "cwd")]
     starts = [place.path for place in found if place.kind == "start"]
     mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
     for names, path in imported:
