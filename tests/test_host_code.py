@@ -1152,29 +1152,50 @@ def test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code(tmp_path
     assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).host_code
 
 
-@pytest.mark.parametrize("held", ["str", "path-table", "path-list"])
+class PluginFinder:
+    """A plugin loader's import finder (its shapes: attacks 40 T2, 41 U1)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        return None
+
+
+class SlotsFinder(PluginFinder):
+    __slots__ = ("directory",)
+
+
+@pytest.mark.parametrize("held", ["str", "path-table", "path-list", "slots", "set", "keys",
+                                  "path-entry"])
 def test_a_path_an_import_finder_holds_is_host_code(tmp_path, monkeypatch, held):
     """Attack 40 T2: an import finder on sys.meta_path (a plugin loader; scikit-build-core's
     rebuilding editable finder, which runs cmake in its build directory at import) held its
     directory as a str attribute, or a table or list of pathlib.Path: only tables of str
-    were read, and the command planted a plugin the next run imported. Every absolute path
-    a finder holds is host code."""
+    were read, and the command planted a plugin the next run imported. Attack 41 U1: nor
+    were its `__slots__`, a set of paths, a table's keys, nor a path-entry finder a hook of
+    the program's own made for an entry naming no directory ("myapp-plugins"). Every
+    absolute path a finder holds is host code."""
     plugins = tmp_path / ".plugins"
     plugins.mkdir()
     (plugins / "extra.py").write_text("X = 1\n")
-
-    class PluginFinder:
-        def find_spec(self, name: str, path: object, target: object = None) -> None:
-            return None
-
-    finder = PluginFinder()
-    if held == "str":
+    finder = SlotsFinder() if held == "slots" else PluginFinder()
+    if held in ("str", "slots", "path-entry"):
         finder.directory = str(plugins)
     elif held == "path-table":
         finder.table = {"extra": plugins / "extra.py"}
+    elif held == "set":
+        finder.dirs = {str(plugins)}
+    elif held == "keys":
+        finder.roots = {str(plugins): "myapp_"}
     else:
         finder.dirs = [plugins]
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    if held == "path-entry":  # (and the workspace, where the program started, that a
+        # path-entry finder searches: the command's, judged as the starting directory)
+        started_as(monkeypatch, ["-m", "app"], tmp_path, [str(tmp_path)], tmp_path)
+        searcher = PluginFinder()
+        searcher.path = str(tmp_path)
+        monkeypatch.setitem(sys.path_importer_cache, str(tmp_path), searcher)
+        monkeypatch.setitem(sys.path_importer_cache, "myapp-plugins", finder)
+    else:
+        monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     kept = compile_policy(policy_for(), ["true"], ctx).host_code
     assert kept == ((str(plugins / "extra.py"),) if held == "path-table" else (str(plugins),))

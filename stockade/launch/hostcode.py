@@ -288,30 +288,51 @@ def _absolute_entries(entries: object, bases: list[str]) -> list[str]:
 
 
 def _editable_mappings() -> list[str]:
-    """What the import finders on sys.meta_path hold: the tables setuptools' editable finder
+    """What the import finders hold, those on sys.meta_path and the path-entry finders
+    sys.path_importer_cache keeps (one a path hook of the program's own made for an entry
+    that names no directory: attack 41 U1): the tables setuptools' editable finder
     (`__editable___*_finder`, which a .pth file's `import` line installs for a flat layout)
     keeps in its module, MAPPING and NAMESPACES (a package's directory, or a module's path
     without its suffix): the host imports them from there, though no path entry names them
-    (attack 29 N2); and every absolute path the finder or its class holds, as a str or
-    os.PathLike, alone or in a list, tuple or table of them: hatchling's `editables` keeps its
-    `_redirections` on the finder class (attack 32 E1); scikit-build-core's rebuilding finder
-    its build directory, where it runs cmake at import; a plugin loader its directory (attack
-    40 T2). Not "/" (a finder's separator, as FrozenImporter's `_SEP`). What this process
-    imported through finders that keep their paths otherwise is found by `_imported`."""
+    (attack 29 N2); and every absolute path the finder or its class holds (in its `__dict__`
+    or its `__slots__`), as a str or os.PathLike, alone or in a list, tuple, set or table of
+    them (its keys too): hatchling's `editables` keeps its `_redirections` on the finder class
+    (attack 32 E1); scikit-build-core's rebuilding finder its build directory, where it runs
+    cmake at import; a plugin loader its directory (attacks 40 T2, 41 U1). Not "/" (a
+    finder's separator, as FrozenImporter's `_SEP`), nor a path-entry finder's `path`, the
+    directory it searches (`_searched` judges it). What this process imported through
+    finders that keep their paths otherwise is found by `_imported`."""
+    finders = [(finder, True) for finder in sys.meta_path] + [
+        (finder, False) for finder in list(sys.path_importer_cache.values())
+        if finder is not None]
     found: list[str] = []
-    for finder in sys.meta_path:
+    for finder, on_meta_path in finders:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
-        holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
         values = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
-            value for holder in holders
-            for value in list(getattr(holder, "__dict__", {}).values())]
+            value for name, value in _attributes(finder)
+            if on_meta_path or name != "path"]
         for value in values:
-            items = list(value.values()) if isinstance(value, dict) else [value]
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else [value]
             for item in items:
-                paths = item if isinstance(item, (list, tuple)) else [item]
+                paths = item if isinstance(item, (list, tuple, set, frozenset)) else [item]
                 found += [_at(path) for path in map(_path_of, paths)
                           if path and os.path.isabs(path) and path != os.sep]
     return list(dict.fromkeys(found))
+
+
+def _attributes(finder: object) -> list[tuple[str, object]]:
+    """What an import finder holds, by name: its own attributes (its `__dict__`, its
+    `__slots__`; attack 41 U1) and its class's (a finder that is a class: its own)."""
+    holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
+    found = [item for holder in holders
+             for item in list(getattr(holder, "__dict__", {}).items())]
+    if not isinstance(finder, type):
+        for cls in type(finder).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            for name in [slots] if isinstance(slots, str) else list(slots):
+                if isinstance(name, str) and not name.startswith("__"):
+                    found.append((name, getattr(finder, name, None)))
+    return found
 
 
 def _path_of(value: object) -> str | None:
