@@ -1051,4 +1051,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("host-code-path-entry-finder-directory-taken-for-held", "stockade/launch/hostcode.py",
            'if on_meta_path or name != "path"]', "]",
            (HOST + "test_a_path_an_import_finder_holds_is_host_code[path-entry]",)),
+    Mutant("host-code-landlock-unmade-refusal-names-no-remedy", "stockade/linux/backend.py",
+           '"made, which the landlock tier cannot stop: run the program from a "\n'
+           '                    "directory outside the write roots, use',
+           '"made, which the landlock tier cannot stop: use',
+           (HOST + "test_the_landlock_refusal_of_an_editable_hook_key_says_what_it_is_and_the"
+            "_remedy",)),
 )

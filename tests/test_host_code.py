@@ -815,6 +815,29 @@ def test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out(t
     assert "unset PYTHONPYCACHEPREFIX" in refused.value.message
 
 
+def test_the_landlock_refusal_of_an_editable_hook_key_says_what_it_is_and_the_remedy(
+        tmp_path, monkeypatch):
+    """Attack 41 F1: setuptools' flat-layout editable install puts the relative key
+    `__editable__.NAME.finder.__path_hook__` on sys.path; a program run from its workspace
+    has it name a directory there, which the file system's hook would take in the next run
+    (which has no cache entry for it): no false refusal, but the landlock tier, which
+    cannot keep it unmade, says what it is and what allows the launch."""
+    from stockade.linux.backend import LinuxBackend
+    key = "__editable__.demo-0.1.finder.__path_hook__"
+    monkeypatch.setattr(sys, "path", [*sys.path, key])
+    monkeypatch.chdir(tmp_path)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    request = compile_policy(replace(policy_for(pids=None), isolation="landlock"), ["true"],
+                             ctx)
+    assert str(tmp_path / key) in request.unmade
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        LinuxBackend().tier("landlock").check(request)
+    message = refused.value.message
+    assert str(tmp_path / key) in message and "__path_hook__ is" in message, message
+    assert "run the program from a directory outside the write roots" in message, message
+    assert "isolation namespaces" in message, message
+
+
 # In a private mount namespace: ws/lib bound at app/lib; an editable finder maps `mod` to
 # app/lib/mod (outside the workspace, the same files). Prints the request's unmade names.
 BOUND_MODULE = """
