@@ -8,6 +8,7 @@ happened is made on the host."""
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -814,6 +815,29 @@ def test_the_landlock_refusal_says_what_the_host_code_is_and_what_takes_it_out(t
     assert "unset PYTHONPYCACHEPREFIX" in refused.value.message
 
 
+def test_the_landlock_refusal_of_an_editable_hook_key_says_what_it_is_and_the_remedy(
+        tmp_path, monkeypatch):
+    """Attack 41 F1: setuptools' flat-layout editable install puts the relative key
+    `__editable__.NAME.finder.__path_hook__` on sys.path; a program run from its workspace
+    has it name a directory there, which the file system's hook would take in the next run
+    (which has no cache entry for it): no false refusal, but the landlock tier, which
+    cannot keep it unmade, says what it is and what allows the launch."""
+    from stockade.linux.backend import LinuxBackend
+    key = "__editable__.demo-0.1.finder.__path_hook__"
+    monkeypatch.setattr(sys, "path", [*sys.path, key])
+    monkeypatch.chdir(tmp_path)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    request = compile_policy(replace(policy_for(pids=None), isolation="landlock"), ["true"],
+                             ctx)
+    assert str(tmp_path / key) in request.unmade
+    with pytest.raises(stockade.UnenforceableError) as refused:
+        LinuxBackend().tier("landlock").check(request)
+    message = refused.value.message
+    assert str(tmp_path / key) in message and "__path_hook__ is" in message, message
+    assert "run the program from a directory outside the write roots" in message, message
+    assert "isolation namespaces" in message, message
+
+
 # In a private mount namespace: ws/lib bound at app/lib; an editable finder maps `mod` to
 # app/lib/mod (outside the workspace, the same files). Prints the request's unmade names.
 BOUND_MODULE = """
@@ -993,6 +1017,49 @@ def test_a_working_directory_above_the_workspace_is_kept_only_whole(tmp_path, mo
     assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
 
 
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_module_below_a_working_directory_holding_the_workspace_is_host_code(tmp_path,
+                                                                               weaken):
+    """Attack 41 U2: a program ("" on its path, as a notebook kernel) started in app/ moved
+    into the directory holding its workspace and loaded the plugin ws/plugins/myplug.py:
+    a module below any place of host code was taken as covered by it, yet the working
+    directory, holding the write root, is kept only whole (not at all), and the command
+    rewrote the plugin the next run loaded. The module is host code of its own (with the
+    layer off, the control, the command rewrites it)."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "plugins", app):
+        path.mkdir(parents=True)
+    (ws / "plugins" / "myplug.py").write_text("X = 1\n")
+    prelude = ("import importlib.util, os, stockade\n"
+               f"os.chdir({str(tmp_path)!r})\n"
+               "spec = importlib.util.spec_from_file_location('myplug', "
+               "'ws/plugins/myplug.py')\n"
+               "sys.modules['myplug'] = importlib.util.module_from_spec(spec)\n"
+               "spec.loader.exec_module(sys.modules['myplug'])\n")
+    got = run_after(prelude, ws, "attempt('write', lambda: open('plugins/myplug.py', 'w'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    app)
+    assert got.pop("everyday") == "DONE"
+    assert got["write"] == ("DONE" if weaken else "EROFS"), got
+    assert (ws / "plugins" / "myplug.py").read_text() == ("" if weaken else "X = 1\n")
+
+
+def test_a_directory_searched_below_a_working_directory_holding_the_workspace_is_host_code(
+        tmp_path, monkeypatch):
+    """Attack 41 U2 (the same for a directory once on the import path): the program, moved
+    into the directory holding its workspace, searched ws/plugins for an optional import; a
+    searched place below the working directory was taken as covered by it. It is host
+    code."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "plugins", app):
+        path.mkdir(parents=True)
+    started_as(monkeypatch, ["-c", "..."], app, [""], tmp_path)
+    monkeypatch.setitem(sys.path_importer_cache, str(ws / "plugins"),
+                        importlib.machinery.FileFinder(str(ws / "plugins")))
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(ws / "plugins"),)
+
+
 @pytest.mark.parametrize("package", ["namespace", "made-from-a-spec", "relative-entry",
                                      "module-made-a-package"])
 def test_a_directory_any_package_was_given_is_host_code(tmp_path, monkeypatch, package):
@@ -1108,29 +1175,50 @@ def test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code(tmp_path
     assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).host_code
 
 
-@pytest.mark.parametrize("held", ["str", "path-table", "path-list"])
+class PluginFinder:
+    """A plugin loader's import finder (its shapes: attacks 40 T2, 41 U1)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        return None
+
+
+class SlotsFinder(PluginFinder):
+    __slots__ = ("directory",)
+
+
+@pytest.mark.parametrize("held", ["str", "path-table", "path-list", "slots", "set", "keys",
+                                  "path-entry"])
 def test_a_path_an_import_finder_holds_is_host_code(tmp_path, monkeypatch, held):
     """Attack 40 T2: an import finder on sys.meta_path (a plugin loader; scikit-build-core's
     rebuilding editable finder, which runs cmake in its build directory at import) held its
     directory as a str attribute, or a table or list of pathlib.Path: only tables of str
-    were read, and the command planted a plugin the next run imported. Every absolute path
-    a finder holds is host code."""
+    were read, and the command planted a plugin the next run imported. Attack 41 U1: nor
+    were its `__slots__`, a set of paths, a table's keys, nor a path-entry finder a hook of
+    the program's own made for an entry naming no directory ("myapp-plugins"). Every
+    absolute path a finder holds is host code."""
     plugins = tmp_path / ".plugins"
     plugins.mkdir()
     (plugins / "extra.py").write_text("X = 1\n")
-
-    class PluginFinder:
-        def find_spec(self, name: str, path: object, target: object = None) -> None:
-            return None
-
-    finder = PluginFinder()
-    if held == "str":
+    finder = SlotsFinder() if held == "slots" else PluginFinder()
+    if held in ("str", "slots", "path-entry"):
         finder.directory = str(plugins)
     elif held == "path-table":
         finder.table = {"extra": plugins / "extra.py"}
+    elif held == "set":
+        finder.dirs = {str(plugins)}
+    elif held == "keys":
+        finder.roots = {str(plugins): "myapp_"}
     else:
         finder.dirs = [plugins]
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    if held == "path-entry":  # (and the workspace, where the program started, that a
+        # path-entry finder searches: the command's, judged as the starting directory)
+        started_as(monkeypatch, ["-m", "app"], tmp_path, [str(tmp_path)], tmp_path)
+        searcher = PluginFinder()
+        searcher.path = str(tmp_path)
+        monkeypatch.setitem(sys.path_importer_cache, str(tmp_path), searcher)
+        monkeypatch.setitem(sys.path_importer_cache, "myapp-plugins", finder)
+    else:
+        monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     kept = compile_policy(policy_for(), ["true"], ctx).host_code
     assert kept == ((str(plugins / "extra.py"),) if held == "path-table" else (str(plugins),))
@@ -1165,6 +1253,39 @@ def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "agent_hooks", module)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(tmp_path / "hooks" / "agent_hooks.py") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+class PluginLoader(importlib.abc.Loader):
+    """A plugin loader of a program's own: it reads the file it was given."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def exec_module(self, module: object) -> None:
+        exec(compile(Path(self.path).read_text(), self.path, "exec"), vars(module))
+
+
+@pytest.mark.parametrize("origin", ["absolute", "relative"])
+def test_a_module_whose_spec_names_its_file_only_as_its_origin_is_host_code(tmp_path,
+                                                                            monkeypatch,
+                                                                            origin):
+    """Attack 41 U3: a plugin loaded by a loader of the program's own through importlib's
+    documented route, `spec_from_loader(name, loader, origin=path)`, has no `__file__` (its
+    spec has no location): only `__file__` was read, and the command rewrote the plugin the
+    next run loaded. The file its origin names is the module's."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "myplug.py").write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "plugins" / "myplug.py") if origin == "absolute" \
+        else "plugins/myplug.py"
+    spec = importlib.util.spec_from_loader("myplug", PluginLoader(path), origin=path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not hasattr(module, "__file__")
+    monkeypatch.setitem(sys.modules, "myplug", module)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "plugins" / "myplug.py") in \
         compile_policy(policy_for(), ["true"], ctx).host_code
 
 

@@ -93,8 +93,9 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
         found.append(Place(start_path, "start"))
     # ("" is the working directory at each import: where the program is now, if it moved
     # away from its start, is searched first by its later imports; attack 35 B8)
-    if "" in sys.path and here and here != start_path:
-        found.append(Place(here, "cwd"))
+    moved_to = here if "" in sys.path and here and here != start_path else None
+    if moved_to:
+        found.append(Place(moved_to, "cwd"))
     # (a relative entry names a directory from each base whatever path hook takes it: the
     # file system's own takes it once it exists, a hook of the program's own searches it
     # too (attacks 33 A2, 40 T1); one missing there is not made, rather than refused: it may
@@ -109,11 +110,12 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
-    # which is not kept whole, but for the program's own packages there: attack 35 B9)
-    on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
+    # which is not kept whole, but for the program's own packages there: attack 35 B9; nor
+    # the working directory, kept only whole where it holds the write root: attack 41 U2)
+    on_path = [place.path for place in found if place.kind == "import_path"]
     own, extended = _package_paths(bases)
     found += [Place(path, "searched") for path in _searched(bases)
-              if path != start_path and path not in own
+              if path not in (start_path, moved_to) and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
     # (a directory a package's __path__ was given besides its own, as a plugin loader does:
     # every module there is imported as the package's; attack 36 B10)
@@ -144,9 +146,11 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # where it is the workspace; attack 31's evidence row, a package another finder imported
     # from a workspace below it)
     # (nor is a module below a prefix covered by it: a prefix holds more than code, and a
-    # write root below it is allowed; attack 32 P1-P3)
+    # write root below it is allowed; attack 32 P1-P3; nor below the working directory,
+    # kept only whole where it holds the write root, as a notebook moved above its
+    # workspace: attack 41 U2)
     directories = [place.path for place in found
-                   if place.kind not in ("script", "start", "prefix")]
+                   if place.kind not in ("script", "start", "prefix", "cwd")]
     starts = [place.path for place in found if place.kind == "start"]
     mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
     for names, path in imported:
@@ -289,30 +293,51 @@ def _absolute_entries(entries: object, bases: list[str]) -> list[str]:
 
 
 def _editable_mappings() -> list[str]:
-    """What the import finders on sys.meta_path hold: the tables setuptools' editable finder
+    """What the import finders hold, those on sys.meta_path and the path-entry finders
+    sys.path_importer_cache keeps (one a path hook of the program's own made for an entry
+    that names no directory: attack 41 U1): the tables setuptools' editable finder
     (`__editable___*_finder`, which a .pth file's `import` line installs for a flat layout)
     keeps in its module, MAPPING and NAMESPACES (a package's directory, or a module's path
     without its suffix): the host imports them from there, though no path entry names them
-    (attack 29 N2); and every absolute path the finder or its class holds, as a str or
-    os.PathLike, alone or in a list, tuple or table of them: hatchling's `editables` keeps its
-    `_redirections` on the finder class (attack 32 E1); scikit-build-core's rebuilding finder
-    its build directory, where it runs cmake at import; a plugin loader its directory (attack
-    40 T2). Not "/" (a finder's separator, as FrozenImporter's `_SEP`). What this process
-    imported through finders that keep their paths otherwise is found by `_imported`."""
+    (attack 29 N2); and every absolute path the finder or its class holds (in its `__dict__`
+    or its `__slots__`), as a str or os.PathLike, alone or in a list, tuple, set or table of
+    them (its keys too): hatchling's `editables` keeps its `_redirections` on the finder class
+    (attack 32 E1); scikit-build-core's rebuilding finder its build directory, where it runs
+    cmake at import; a plugin loader its directory (attacks 40 T2, 41 U1). Not "/" (a
+    finder's separator, as FrozenImporter's `_SEP`), nor a path-entry finder's `path`, the
+    directory it searches (`_searched` judges it). What this process imported through
+    finders that keep their paths otherwise is found by `_imported`."""
+    finders = [(finder, True) for finder in sys.meta_path] + [
+        (finder, False) for finder in list(sys.path_importer_cache.values())
+        if finder is not None]
     found: list[str] = []
-    for finder in sys.meta_path:
+    for finder, on_meta_path in finders:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
-        holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
         values = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
-            value for holder in holders
-            for value in list(getattr(holder, "__dict__", {}).values())]
+            value for name, value in _attributes(finder)
+            if on_meta_path or name != "path"]
         for value in values:
-            items = list(value.values()) if isinstance(value, dict) else [value]
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else [value]
             for item in items:
-                paths = item if isinstance(item, (list, tuple)) else [item]
+                paths = item if isinstance(item, (list, tuple, set, frozenset)) else [item]
                 found += [_at(path) for path in map(_path_of, paths)
                           if path and os.path.isabs(path) and path != os.sep]
     return list(dict.fromkeys(found))
+
+
+def _attributes(finder: object) -> list[tuple[str, object]]:
+    """What an import finder holds, by name: its own attributes (its `__dict__`, its
+    `__slots__`; attack 41 U1) and its class's (a finder that is a class: its own)."""
+    holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
+    found = [item for holder in holders
+             for item in list(getattr(holder, "__dict__", {}).items())]
+    if not isinstance(finder, type):
+        for cls in type(finder).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            for name in [slots] if isinstance(slots, str) else list(slots):
+                if isinstance(name, str) and not name.startswith("__"):
+                    found.append((name, getattr(finder, name, None)))
+    return found
 
 
 def _path_of(value: object) -> str | None:
@@ -328,16 +353,28 @@ def _imported(bases: list[str]) -> list[tuple[set[str], str]]:
     """The files of the modules this process imported, a package's by its `__init__`, each
     with the names it is known by: the program calling Stockade runs them again, whatever
     finder found them (an editable install's of any kind: attack 30 N7); a relative one
-    (a loader given a relative path: attack 40 T3) from each of `bases`."""
+    (a loader given a relative path: attack 40 T3) from each of `bases`. A module with no
+    `__file__` by the file its spec's origin names, if one is there."""
     found = []
     for key, module in list(sys.modules.items()):
         if key == "__main__":
             continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and path:
-            found += [({key, str(getattr(module, "__name__", key))}, located)
-                      for located in _located(path, bases)]
+            files = _located(path, bases)
+        else:  # (a module made from a spec with no location, `spec_from_loader(name, loader,
+            # origin=path)`, names its file by its origin alone; attack 41 U3)
+            origin = getattr(getattr(module, "__spec__", None), "origin", None)
+            named = _located(origin, bases) if isinstance(origin, str) \
+                and origin not in _NO_FILE else []
+            files = [located for located in named if os.path.isfile(located)]
+        found += [({key, str(getattr(module, "__name__", key))}, file) for file in files]
     return found
+
+
+# (what a module's spec gives as its origin where it names no file: importlib's built-in
+# and frozen modules)
+_NO_FILE = ("", "built-in", "frozen")
 
 
 def _lies_in(path: str, start: str, mounts: list[aliases.Mounts]) -> bool:

@@ -259,10 +259,14 @@ class LandlockTier(LinuxBackend):
             if request.unmade:  # (Landlock rules hold paths that exist: none is made)
                 raise UnenforceableError("filesystem.host_code", (
                     f"{request.unmade[0]} would be code this host runs outside the sandbox "
-                    "(the home's configuration its shell, git or login reads, or what an "
-                    "import takes before a module the host imports) and a write root holds "
-                    "where it would be made, which the landlock tier cannot stop: use "
-                    "isolation namespaces, or a write root that does not hold it"))
+                    "(the home's configuration its shell, git or login reads; what an import "
+                    "takes before a module the host imports; or a directory its import path "
+                    "names, a relative entry joined to the working directory, as setuptools' "
+                    "editable key __editable__.NAME.finder.__path_hook__ is, which the next "
+                    "run imports from once made) and a write root holds where it would be "
+                    "made, which the landlock tier cannot stop: run the program from a "
+                    "directory outside the write roots, use isolation namespaces (which keep "
+                    "the name unmade), or a write root that does not hold it"))
         super().check(request)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> LinuxHandle:
