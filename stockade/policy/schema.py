@@ -16,14 +16,14 @@ from stockade.policy import domains, paths, reach, units
 from stockade.policy.model import (
     CONTAINMENTS,
     GIT_MODES,
-    Credential,
-    HttpRule,
     HOME_MODES,
     ISOLATIONS,
     NETWORK_MODES,
     STDIN_MODES,
     UNIX_SOCKET_MODES,
     WORKSPACE_MODES,
+    Credential,
+    HttpRule,
 )
 from stockade.policy.render import kind, show
 
