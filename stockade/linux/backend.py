@@ -597,9 +597,9 @@ class LinuxHandle(Handle):
         if self._proxy is not None:
             self._proxy.stop()
             self.network_log = self._proxy.denials()
+            self.violations += network_denials(self.network_log)
         if self._intercepting is not None:
             self._intercepting[1].close()
-            self.violations += network_denials(self.network_log)
         if self._way_out is not None:
             self._way_out.close()
             self.network_log = self._way_out.denials()
