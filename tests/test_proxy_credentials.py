@@ -8,6 +8,7 @@ import json
 import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -183,12 +184,14 @@ def test_a_body_placeholder_split_across_reads_is_found(setup, plain_server):
     body = b"x" * 70000 + PLACEHOLDER.encode()
     sock.sendall(f"PUT http://127.0.0.1:{port}/up HTTP/1.1\r\nHost: x\r\nContent-Length: "
                  f"{len(body)}\r\n\r\n".encode() + body[:70000 + half])
+    time.sleep(0.5)  # (the proxy reads the first half alone)
     sock.sendall(body[70000 + half:])
     assert _all(sock).startswith(b"HTTP/1.1 403")
     assert plain_server.seen == []  # (the server never got a whole request)
 
 
-@pytest.mark.parametrize("host", [f"{PLACEHOLDER}.other.test", f"{PLACEHOLDER}.api.test"])
+@pytest.mark.parametrize("host", [f"{PLACEHOLDER}.other.test", f"{PLACEHOLDER}.api.test"],
+                         ids=["other", "own"])
 def test_the_placeholder_in_a_host_name_is_refused_before_any_lookup(setup, host):
     looked_up = []
     setup.proxy.gate.resolver = looked_up.append
@@ -243,7 +246,7 @@ def test_an_allowed_https_request_passes(setup, tls_server):
     "Content-Length: 5\r\nTransfer-Encoding: chunked",
     "Content-Length: 5\r\nContent-Length: 6",
     "Transfer-Encoding: gzip, chunked",
-])
+], ids=["both", "two-lengths", "gzip"])
 def test_ambiguous_framing_is_refused(setup, tls_server, framing):
     reply = setup.https("api.test", tls_server.port, (
         f"GET /repos/org/a HTTP/1.1\r\nHost: api.test\r\n{framing}\r\n\r\n0\r\n\r\n").encode())
@@ -273,7 +276,7 @@ def test_a_chunked_body_is_passed_exactly(setup, tls_server):
 @pytest.mark.parametrize(("raw", "reason"), [
     (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "http2_refused"),
     (b"CONNECT inner.test:443 HTTP/1.1\r\nHost: inner.test\r\n\r\n", "connect_in_tunnel"),
-])
+], ids=["http2", "connect"])
 def test_http2_and_connect_inside_an_intercepted_tunnel_are_refused(setup, tls_server, raw,
                                                                      reason):
     reply = setup.https("api.test", tls_server.port, raw)
