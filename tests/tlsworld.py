@@ -77,6 +77,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _any(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
         self.server.record.seen.append(Seen(self.command, self.path, dict(self.headers), body))
         reply = f"seen {self.command} {self.path}".encode()
         self.send_response(200)
