@@ -1,7 +1,7 @@
 """The proxy's decision log: JSON lines on disk, denials also kept in memory for the result.
 
 One entry per request: time (UTC, ISO 8601), request_id, protocol (`connect`, `http`,
-`socks5`), host, port, decision (`allow`, `deny`, `error` for an allowed request whose
+`socks5`, and `https` for a request read inside an intercepted tunnel), host, port, decision (`allow`, `deny`, `error` for an allowed request whose
 resolution or dial failed), rule (the pattern that decided, or null), reason (a stable code),
 message (for people) and, when an address was judged, address.
 

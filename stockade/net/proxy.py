@@ -2,7 +2,8 @@
 
 One unix-socket listener (a socket file, mode 0600, in a fresh private directory) speaks SOCKS5
 when a client's first byte is 0x05 and HTTP otherwise (CONNECT tunnels and absolute-form plain
-HTTP). Every destination goes through `Gate`; every denial is recorded.
+HTTP). Every destination goes through `Gate`; every denial is recorded. With credentials or
+HTTP rules, requests are also read and judged (`stockade.net.inspect`).
 
 Threading: an accept thread plus one thread per connection (two once it is a tunnel, one per
 direction), all daemons, started and stopped from synchronous code. Blocking sockets keep each
