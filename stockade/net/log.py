@@ -1,9 +1,10 @@
 """The proxy's decision log: JSON lines on disk, denials also kept in memory for the result.
 
-One entry per request: time (UTC, ISO 8601), request_id, protocol (`connect`, `http`,
-`socks5`, and `https` for a request read inside an intercepted tunnel), host, port, decision (`allow`, `deny`, `error` for an allowed request whose
-resolution or dial failed), rule (the pattern that decided, or null), reason (a stable code),
-message (for people) and, when an address was judged, address.
+One entry per request: time (UTC, ISO 8601), request_id, protocol (`connect`, `http`, `socks5`,
+and `https` for a request read inside an intercepted tunnel), host, port, decision (`allow`,
+`deny`, `error` for an allowed request whose resolution or dial failed), rule (the pattern that
+decided, or null), reason (a stable code), message (for people) and, when an address was
+judged, address.
 
 Denials are always recorded; other decisions only with `log_all`. The in-memory list keeps the
 first `max_kept` denials (a child looping on denied requests must not grow the proxy without
