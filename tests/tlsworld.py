@@ -85,7 +85,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 pass
         self.server.record.seen.append(Seen(self.command, self.path, dict(self.headers), body))
         reply = f"seen {self.command} {self.path}".encode()
-        self.send_response(200)
+        target = self.path.partition("?to=")[2]
+        self.send_response(302 if target else 200)
+        if target:  # (a redirect: where the client goes next is its own choice)
+            self.send_header("Location", target)
         self.send_header("Content-Length", str(len(reply)))
         self.send_header("Connection", "close")
         self.end_headers()
