@@ -179,8 +179,8 @@ def test_the_server_gets_the_secret_and_the_sandbox_never_holds_it(ws, pki, tls_
     lines = dict(line.split(" ", 1) for line in r.stdout.decode().splitlines())
     assert lines == {"placeholder": "True", "injected": "200", "exfil": "403",
                      "https-method": "403", "https-path": "403", "http-path": "403",
-                     "http-ok": "200", "redirect": "403", "found": "[]", "ca-dir": "['bundle.pem', 'ca.pem']",
-                     "trust": "True"}, r.stderr
+                     "http-ok": "200", "redirect": "403", "found": "[]",
+                     "ca-dir": "['bundle.pem', 'ca.pem']", "trust": "True"}, r.stderr
     assert tls_server.seen[0].headers["Authorization"] == f"Bearer {secret}"
     assert [s.path for s in tls_server.seen] == [
         "/repos/org/x", f"/repos/org/r?to=http://other.test:{plain_server.port}/ok/r"]
