@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import functools
 import json
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from stockade.launch.probe import Attestation
     from stockade.launch.report import Row
     from stockade.linux.probe import LinuxProbe
+    from stockade.net.approve import Approval
     from stockade.net.authority import Authority
     from stockade.net.gate import Dialer
     from stockade.net.inspect import Inspector
@@ -86,6 +88,7 @@ class LinuxBackend(Backend):
         self.resolver = resolver  # for tests: the proxy's name resolution, host -> addresses
         self.dialer = dialer      # for tests: the proxy's connection to checked addresses
         self.upstream_ca = upstream_ca
+        self.approval: Approval | None = None  # (with_approval)
 
     def weakened(self, layers: frozenset[str]) -> LinuxBackend:
         """This backend (or tier) with `layers` switched off too (tests: the evidence's
@@ -96,6 +99,13 @@ class LinuxBackend(Backend):
                        dialer: Dialer | None) -> LinuxBackend:
         """This backend (or tier), its proxy resolving and connecting through stand-ins."""
         return type(self)(self.weaken, resolver, dialer, self.upstream_ca)
+
+    def with_approval(self, approval: Approval | None) -> LinuxBackend:
+        """This backend (or tier), its allowlist proxy asking `approval` about destinations
+        outside network.allow (stockade/net/approve.py)."""
+        other = copy.copy(self)
+        other.approval = approval
+        return other
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -131,7 +141,8 @@ class LinuxBackend(Backend):
         request = self._tested(request)
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
-                           self.weaken, self.resolver, self.dialer, self.upstream_ca)
+                           self.weaken, self.resolver, self.dialer, self.upstream_ca,
+                           self.approval)
 
     def _tested(self, request: LaunchRequest) -> LaunchRequest:
         """`request` as the test-only weakenings that act on it leave it."""
@@ -430,8 +441,10 @@ class LinuxHandle(Handle):
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None,
-                 dialer: Dialer | None = None, upstream_ca: str | None = None) -> None:
+                 dialer: Dialer | None = None, upstream_ca: str | None = None,
+                 approval: Approval | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self._approval = approval
         self._intercepting = None
         if request.network.credentials or request.network.http:
             from stockade.launch import credentials  # only launches that read requests pay
@@ -493,7 +506,7 @@ class LinuxHandle(Handle):
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
         self._proxy = _start_proxy(request, control, resolver, dialer, weaken,
-                                   self._intercepting) \
+                                   self._intercepting, self._approval) \
             if request.network.mode == "allowlist" else None
         self._way_out = _usernet().WayOut.open(request, control, weaken) \
             if request.network.mode == "any" and "network" not in weaken else None
@@ -706,7 +719,8 @@ KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it 
 def _start_proxy(request: LaunchRequest, control: socket.socket,
                  resolver: Callable[[str], list[str]] | None, dialer: Dialer | None,
                  weaken: frozenset[str], intercepting: tuple[Inspector, Authority,
-                                                             str | None] | None) -> Proxy | None:
+                                                             str | None] | None,
+                 approval: Approval | None = None) -> Proxy | None:
     """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
     pid 1 failed first (its error event says why). With `intercepting` (the inspector, the
     launch's CA, a CA file for upstreams or None), it reads requests (inspect.py)."""
@@ -725,7 +739,8 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
         reading = {"inspector": inspector, "authority": authority,
                    "upstream_tls": upstream_context(upstream_ca)}
     proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
-                  resolver=resolver, dialer=dialer, unchecked=unchecked, **reading)
+                  resolver=resolver, dialer=dialer, unchecked=unchecked, approval=approval,
+                  **reading)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
 

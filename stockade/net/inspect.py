@@ -88,7 +88,10 @@ class Inspector:
         return any(_matches(rule, host, port) for rule, _ in (*self.injections, *self.limits))
 
     def injection(self, host: str, port: int) -> Injection | None:
-        return next((i for rule, i in self.injections if _matches(rule, host, port)), None)
+        return next(iter(self.injections_for(host, port)), None)
+
+    def injections_for(self, host: str, port: int) -> list[Injection]:
+        return [i for rule, i in self.injections if _matches(rule, host, port)]
 
     def foreign(self, host: str, port: int) -> list[Injection]:
         """The credentials whose placeholders must not go to `host`:`port`."""

@@ -45,6 +45,7 @@ from stockade.net.rules import Ruleset, target_host
 from stockade.net.stream import Closed, Stream, TooLarge
 
 if TYPE_CHECKING:
+    from stockade.net.approve import Approval
     from stockade.net.authority import Authority
 
 _STOP_JOIN_SECONDS = 2.0
@@ -97,7 +98,8 @@ class Proxy:
     With an `inspector` that has credentials or HTTP rules (inspect.py), plain HTTP is read
     and judged, and HTTPS to the hosts it names is intercepted with `authority`'s
     certificates and sent on verified by `upstream_tls` (default: the system's trust store);
-    SOCKS5 to those hosts is refused (a SOCKS tunnel cannot be read as HTTP).
+    SOCKS5 to those hosts is refused (a SOCKS tunnel cannot be read as HTTP). With an
+    `approval` (approve.py), a destination outside the allow list is asked about.
     """
 
     def __init__(self, allow: Iterable[str], deny: Iterable[str] = (), request_id: str = "", *,
@@ -106,9 +108,11 @@ class Proxy:
                  socket_dir: str | None = None, dialer: Dialer | None = None,
                  unchecked: frozenset[str] = frozenset(), inspector: Inspector | None = None,
                  authority: Authority | None = None,
-                 upstream_tls: ssl.SSLContext | None = None) -> None:
-        self.gate = Gate(Ruleset(allow, deny), resolver, unchecked)
+                 upstream_tls: ssl.SSLContext | None = None,
+                 approval: Approval | None = None) -> None:
         self._inspector = inspector if inspector is not None and inspector.active else None
+        self.gate = Gate(Ruleset(allow, deny), resolver, unchecked, approval,
+                         self._credential_names)
         if self._inspector is not None and authority is None:
             raise UsageError("a proxy that reads requests needs an authority for HTTPS")
         self._authority = authority
@@ -316,6 +320,12 @@ class Proxy:
         else:
             early = http.forward_head(request, verdict.host) + stream.rest()
         self._tunnel(conn, upstream, early)
+
+    def _credential_names(self, host: str, port: int) -> tuple[str, ...]:
+        """The credentials whose host `host`:`port` is (what an approval would let it use)."""
+        if self._inspector is None:
+            return ()
+        return tuple(i.name for i in self._inspector.injections_for(host, port))
 
     def _inspect(self, request: http.Request, *, tls: bool) -> tuple[Refusal | None, int | None]:
         """The inspector's refusal of a request head (and the body's framing)."""
