@@ -1010,4 +1010,24 @@ MUTANTS: tuple[Mutant, ...] = (
            "placed = {spec.env: os.environ.get(spec.from_env, spec.placeholder) "
            "for spec in credentials}",
            ("tests/test_linux_credentials.py::test_the_server_gets_the_secret_and_the_sandbox_never_holds_it",)),
+    # approvals while running (issue 34 item 3): bounded, and lifting only the name rules
+    Mutant("approval-lifts-the-address-checks", "stockade/net/gate.py",
+           'problem = None if "addresses" in self.unchecked else self._refuse(address, port)',
+           'problem = None if "addresses" in self.unchecked or asked '
+           "else self._refuse(address, port)",
+           ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
+    Mutant("approval-asked-about-a-deny-pattern", "stockade/net/gate.py",
+           "if not by_rule.allowed and by_rule.reason in ASKED and self.approval is not None:",
+           "if not by_rule.allowed and self.approval is not None:",
+           ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
+    Mutant("approval-waits-for-ever", "stockade/net/approve.py",
+           "asker.join(self.timeout)", "asker.join()",
+           ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[slow]",)),
+    Mutant("approval-takes-any-answer", "stockade/net/approve.py",
+           "answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) else DENY",
+           "answer = answers[0] if answers else DENY",
+           ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[yes]",)),
+    Mutant("approval-once-kept-for-the-run", "stockade/net/approve.py",
+           "        if answer == ALLOW_RUN:\n", "        if answer != DENY:\n",
+           ("tests/test_linux_approve.py::test_an_approved_host_is_reached_and_logged",)),
 )
