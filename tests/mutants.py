@@ -1030,4 +1030,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("approval-once-kept-for-the-run", "stockade/net/approve.py",
            "        if answer == ALLOW_RUN:\n", "        if answer != DENY:\n",
            ("tests/test_linux_approve.py::test_an_approved_host_is_reached_and_logged",)),
+    Mutant("credential-reflected-to-the-sandbox", "stockade/net/inspect.py",
+           "if any(needle in lowered for needle in self.needles):", "if False:",
+           ("tests/test_proxy_credentials.py::test_a_response_that_echoes_the_secret_is_cut_before_it[header]",)),
+    Mutant("credential-compressed-response-asked", "stockade/net/inspect.py",
+           'headers = [(n, v) for n, v in request.headers if n.lower() != "accept-encoding"]',
+           "headers = list(request.headers)",
+           ("tests/test_proxy_credentials.py::test_a_response_that_echoes_the_secret_is_cut_before_it[header]",)),
 )

@@ -4,11 +4,13 @@ only by the proxy's resolver hook."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import ssl
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -319,3 +321,34 @@ def test_an_upstream_that_fails_verification_is_not_sent_the_secret(pki, tls_ser
     finally:
         proxy.stop()
     assert reply.startswith(b"HTTP/1.1 502") and tls_server.seen == []
+
+
+@pytest.mark.parametrize("mode", ["header", "basic_user", "query"])
+def test_a_response_that_echoes_the_secret_is_cut_before_it(pki, tls_server, tmp_path, mode):
+    """The secret as it was sent (clear, base64, percent-encoded), past a first piece of the
+    response: the client gets what came before, never the secret."""
+    place = {"header": {"header": "X-Key"}, "basic_user": {"basic_user": "u"},
+             "query": {"query": "key"}}[mode]
+    secret = SECRET + "/+="  # (percent-encoded in a query, not in base64's alphabet alone)
+    inspector = Inspector([Injection("gh", "api.test", PLACEHOLDER, secret, **place)])
+    authority = Authority("t")
+    log = str(tmp_path / "log")
+    proxy = Proxy([f"api.test:{tls_server.port}", f"127.0.0.1:{tls_server.port}"], (), "r",
+                  limits=FAST, resolver=lambda h: ["127.0.0.1"], inspector=inspector,
+                  authority=authority, log_path=log, upstream_tls=upstream_context(pki[0]))
+    proxy.start()
+    try:
+        setup = Setup(proxy, authority, log)
+        reply = setup.https("api.test", tls_server.port, get(
+            "/a/echo?x=1", "api.test", "Accept-Encoding: gzip"))
+    finally:
+        proxy.stop()
+    (seen,) = tls_server.seen
+    assert "Accept-Encoding" not in seen.headers
+    sent = {"header": secret, "basic_user": "Basic ", "query": "key="}[mode]
+    assert sent in str(seen.headers) + seen.path
+    assert reply.startswith(b"HTTP/1.1 200") and b"xxxx" in reply
+    for form in (secret, urllib.parse.quote(secret, safe=""),
+                 base64.b64encode(f"u:{secret}".encode()).decode()):
+        assert form.encode() not in reply
+    assert setup.logged()[0]["reason"] == "credential_reflected"

@@ -85,6 +85,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 pass
         self.server.record.seen.append(Seen(self.command, self.path, dict(self.headers), body))
         reply = f"seen {self.command} {self.path}".encode()
+        if self.path.partition("?")[0].endswith("/echo"):  # (a server that shows what it was sent)
+            reply = b"x" * 70000 + (self.path + str(dict(self.headers))).encode()
         target = self.path.partition("?to=")[2]
         self.send_response(302 if target else 200)
         if target:  # (a redirect: where the client goes next is its own choice)

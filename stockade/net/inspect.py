@@ -135,13 +135,20 @@ class Inspector:
     def body_scanner(self, host: str, port: int) -> Scanner:
         return Scanner(self.foreign(host, port))
 
+    def withholder(self, host: str, port: int) -> Withholder:
+        """What keeps the secret of `host`'s credential out of its responses."""
+        injection = self.injection(host, port)
+        return Withholder(injection)
+
     def forward_head(self, request: http.Request, host: str, port: int) -> bytes:
         """The head sent upstream (origin form, Host set, hop-by-hop headers dropped), with
         the credential of `host`, if any, in its place."""
         injection = self.injection(host, port)
         if injection is None:
             return http.forward_head(request, host)
-        path, headers = request.path, list(request.headers)
+        path = request.path
+        # (identity only: a compressed response would hide an echoed secret from Withholder)
+        headers = [(n, v) for n, v in request.headers if n.lower() != "accept-encoding"]
         if injection.query:
             base, _, query = path.partition("?")
             kept = [p for p in query.split("&") if p and p.partition("=")[0] != injection.query]
@@ -238,6 +245,40 @@ class Scanner:
                 return _exfiltration(injection, "the request's body")
         self.tail = window[-self.keep:] if self.keep else b""
         return None
+
+
+class Withholder:
+    """Passes a credential host's response on, holding back each piece's last bytes until the
+    next shows they do not begin the secret: a response that carries the secret as it was sent
+    (in the clear, base64 in basic auth, percent-encoded in a query) is cut before it."""
+
+    def __init__(self, injection: Injection | None) -> None:
+        self.injection = injection
+        self.needles = [] if injection is None else sorted({
+            text.lower().encode("latin-1") for text in (
+                injection.secret, urllib.parse.quote(injection.secret, safe=""),
+                base64.b64encode(f"{injection.basic_user}:{injection.secret}".encode()).decode())
+        }, key=len)
+        self.keep = max((len(n) for n in self.needles), default=1) - 1
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes | None:
+        """What may go to the client now; None if the secret is in the response."""
+        if not self.needles:
+            return data
+        window = self.held + data
+        lowered = window.lower()
+        if any(needle in lowered for needle in self.needles):
+            return None
+        cut = max(0, len(window) - self.keep)
+        self.held = window[cut:]
+        return window[:cut]
+
+    def refusal(self) -> Refusal:
+        assert self.injection is not None
+        return Refusal("credential_reflected", f"the response of {self.injection.host} "
+                       f"carried the secret of credential {self.injection.name!r}: cut before "
+                       "it", self.injection.host)
 
 
 def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], None],

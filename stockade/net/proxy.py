@@ -361,8 +361,14 @@ class Proxy:
             return
         upstream.settimeout(self.limits.idle_timeout)
         client.settimeout(self.limits.idle_timeout)
+        withholder = self._inspector.withholder(host, request.port)
         while data := upstream.recv(_RESPONSE_CHUNK):
-            client.sendall(data)
+            safe = withholder.feed(data)
+            if safe is None:  # (what came before the secret went; the rest never does)
+                self._refuse(protocol, host, request.port, withholder.refusal())
+                return
+            client.sendall(safe)
+        client.sendall(withholder.held)
 
     def _intercept(self, conn: socket.socket, stream: Stream, upstream: socket.socket,
                    verdict: Verdict) -> None:
