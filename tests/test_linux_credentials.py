@@ -246,3 +246,15 @@ def test_the_source_variable_passed_into_the_sandbox_is_refused(ws, secret):
         compile_policy(passing, [PYTHON, "-c", "pass"], CompileContext.current(workspace))
     assert caught.value.code == "credential_exposed"
     assert caught.value.key == "network.credentials[0].from_env"
+
+
+def test_a_warm_sandbox_refuses_credentials(ws, secret):
+    """Each command of a session is compiled with placeholders of its own, which the session's
+    proxy would not know: refused, until sessions keep one set."""
+    import stockade
+
+    workspace, _ = ws
+    with pytest.raises(stockade.UnenforceableError) as caught:
+        with stockade.Sandbox(policy([443]), workspace=workspace):
+            pass
+    assert caught.value.code == "unenforceable:network.credentials"

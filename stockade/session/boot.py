@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from stockade.errors import StockadeError, UsageError
+from stockade.errors import StockadeError, UnenforceableError, UsageError
 from stockade.launch.backend import Handle, Stdio
 from stockade.launch.compile import CompileContext, compile_policy, with_read_roots
 from stockade.launch.manager import SandboxManager
@@ -67,7 +67,12 @@ def agent_request(policy: Policy, ctx: CompileContext) -> LaunchRequest:
 def agent_launch(request: LaunchRequest) -> LaunchRequest:
     """The agent's launch for a compiled `request` (a command's): its roots, network and
     limits, plus `agent_roots()` readable, the agent as the command, stdin null, no wall-clock
-    limit, and a request id of its own."""
+    limit, and a request id of its own. Credentials are refused: each command of a session is
+    compiled with placeholders of its own, which its proxy would not know."""
+    if request.network.credentials:
+        raise UnenforceableError("network.credentials", "network.credentials are kept for "
+                                 "one launch (stockade.run, stockade run), not yet in a warm "
+                                 "Sandbox or session")
     request = with_read_roots(request, agent_roots())
     return replace(request, argv=tuple(_agent_argv()), stdin="null",
                    limits=replace(request.limits, timeout=None),
