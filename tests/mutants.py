@@ -1037,4 +1037,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'headers = [(n, v) for n, v in request.headers if n.lower() != "accept-encoding"]',
            "headers = list(request.headers)",
            ("tests/test_proxy_credentials.py::test_a_response_that_echoes_the_secret_is_cut_before_it[header]",)),
+    Mutant("ask-takes-no-for-yes", "stockade/cli/ask.py",
+           "return _ANSWERS.get(line, DENY)", "return ALLOW_RUN",
+           ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[n\\n-not_allowed]",)),
 )

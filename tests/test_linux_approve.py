@@ -5,9 +5,18 @@ destination network.allow leaves out. Names resolve only by the proxy's hook."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, policy_for
@@ -145,3 +154,60 @@ def test_approve_needs_the_allowlist(ws):
     with pytest.raises(UsageError, match="allowlist"):
         stockade.run(["true"], preset="read-only", workspace=workspace,
                      approve=lambda ask: DENY)
+
+
+def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.CompletedProcess,
+                                                                  bytes]:
+    """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
+    pty; `answer` typed there once the question shows. Returns the run and what the terminal
+    showed."""
+    master, slave = pty.openpty()
+
+    def take_the_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "STOCKADE_SERVER_IDLE": "0"}
+    process = subprocess.Popen([sys.executable, "-m", "stockade", *args], stdin=slave,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
+                               start_new_session=True, preexec_fn=take_the_terminal)
+    os.close(slave)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"[N]o?" not in shown and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                shown += os.read(master, 4096)
+        os.write(master, answer)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(master)
+    return subprocess.CompletedProcess(args, process.returncode, out, err), shown
+
+
+@pytest.mark.parametrize(("answer", "reason"), [(b"r\n", "address_loopback"),
+                                                (b"n\n", "not_allowed")])
+def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
+                                                                      answer, reason):
+    """`stockade run --ask`: the question shows on the terminal (never in the command's
+    output), names the destination, takes the answer typed there; approved, a loopback
+    address is refused all the same."""
+    workspace, _ = ws
+    log = tmp_path / "network.jsonl"
+    code = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=90)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+    done, shown = _at_a_terminal(
+        ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
+         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace)
+    assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
+    assert done.stdout.split() == [b"403"], done.stderr
+    assert b"asks to reach" not in done.stdout + done.stderr
+    assert server.seen == []
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["reason"] == reason

@@ -217,8 +217,8 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
             except (OSError, ValueError):
                 conn.close()  # not a request: go on waiting
                 continue
-            if request.argv[0] in SERVED:
-                break
+            if request.argv[0] in SERVED and "--ask" not in request.argv:
+                break  # (--ask asks at the client's terminal, which this process has not)
             close_all(fds)
             _turn_away(conn)
         prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client
