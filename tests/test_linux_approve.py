@@ -211,3 +211,26 @@ def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server
     assert server.seen == []
     (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert entry["reason"] == reason
+
+
+def test_a_warm_sandbox_asks_for_each_of_its_commands(ws, server):
+    workspace, _ = ws
+    asked: list[Ask] = []
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    fetch = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+    with stockade.Sandbox(policy, workspace=workspace,
+                          approve=lambda ask: asked.append(ask) or ALLOW_ONCE) as sandbox:
+        results = [sandbox.run([PYTHON, "-c", fetch]) for _ in range(2)]
+    assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
+    assert asked == [Ask("127.0.0.1", server.port, "not_allowed")] * 2
+    assert [[e["reason"] for e in r.network_log] for r in results] == [["address_loopback"]] * 2
+    assert server.seen == []
+    with pytest.raises(UsageError, match="allowlist"):
+        stockade.Sandbox(preset="read-only", workspace=workspace, approve=lambda ask: DENY)

@@ -19,6 +19,7 @@ from stockade.launch.backend import Handle, Stdio
 from stockade.launch.compile import CompileContext, compile_policy, with_read_roots
 from stockade.launch.manager import SandboxManager
 from stockade.launch.request import LaunchRequest
+from stockade.net.approve import Approval
 from stockade.policy.model import Policy
 from stockade.session import protocol
 from stockade.session.channel import Channel
@@ -84,15 +85,23 @@ def _agent_argv() -> list[str]:
 
 
 def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
-         timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None) -> Session:
+         timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None,
+         approval: Approval | None = None) -> Session:
     """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
     unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
-    in all, then `session_boot_failed`."""
+    in all, then `session_boot_failed`. With `approval`, its proxy asks it about
+    destinations outside network.allow."""
     if policy.containment != "native":
         raise UsageError(f'containment = "{policy.containment}" does not boot in namespaces '
                          "(stockade.Sandbox picks the VM driver for it)")
     request = request or agent_request(policy, ctx)  # (given: an overlaid one's, see Sandbox)
     backend = SandboxManager("linux", "require").select(request)
+    if approval is not None:
+        if request.network.mode != "allowlist":
+            raise UsageError(f"approve= asks about what network.allow leaves out: it needs "
+                             f'network.mode "allowlist" (the policy\'s is '
+                             f'"{request.network.mode}")')
+        backend = backend.with_approval(approval)
     failures = []
     for _ in range(attempts):
         handle = backend.spawn(request, Stdio(subprocess.PIPE, subprocess.PIPE, subprocess.PIPE))
