@@ -29,7 +29,7 @@ from stockade.launch.calls import DEVNULL, PIPE, STDOUT, Args, Destination
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager
 from stockade.launch.result import CommandFailed, CommandTimedOut, Result
-from stockade.net.approve import DEFAULT_TIMEOUT, Approval, Ask
+from stockade.net.approve import DEFAULT_TIMEOUT, Approval, Ask, on_loop
 from stockade.policy import Policy, merge, resolve_policy
 
 P = ParamSpec("P")
@@ -164,6 +164,8 @@ def _in_a_thread(blocking: Callable[P, Result]) -> Callable[P, Coroutine[Any, An
 
         cancel = kwargs.get("cancel") or threading.Event()
         kwargs["cancel"] = cancel
+        if kwargs.get("approve") is not None:
+            kwargs["approve"] = on_loop(kwargs["approve"])  # type: ignore[arg-type]
         task = asyncio.ensure_future(asyncio.to_thread(blocking, *args, **kwargs))
         try:
             return await asyncio.shield(task)

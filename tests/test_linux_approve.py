@@ -234,3 +234,40 @@ def test_a_warm_sandbox_asks_for_each_of_its_commands(ws, server):
     assert server.seen == []
     with pytest.raises(UsageError, match="allowlist"):
         stockade.Sandbox(preset="read-only", workspace=workspace, approve=lambda ask: DENY)
+
+
+def test_an_async_approver_answers_on_the_callers_loop(ws, server):
+    import asyncio
+
+    workspace, _ = ws
+    asked: list[tuple[Ask, asyncio.AbstractEventLoop]] = []
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    fetch = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+
+    async def approve(ask: Ask) -> str:
+        await asyncio.sleep(0.01)
+        asked.append((ask, asyncio.get_running_loop()))
+        return ALLOW_ONCE
+
+    async def main() -> tuple[stockade.Result, stockade.Result]:
+        one = await stockade.arun([PYTHON, "-c", fetch], policy, workspace=workspace,
+                                  approve=approve)
+        async with stockade.AsyncSandbox(policy, workspace=workspace,
+                                         approve=approve) as sandbox:
+            two = await sandbox.run([PYTHON, "-c", fetch])
+        return one, two
+
+    loop = asyncio.new_event_loop()
+    try:
+        results = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
+    assert [(ask.host, running is loop) for ask, running in asked] == [("127.0.0.1", True)] * 2

@@ -7,7 +7,8 @@ resolves to a loopback, private or metadata address is refused as before. The ca
 function gets an `Ask` and answers `ALLOW_ONCE` (this connection), `ALLOW_RUN` (this host and
 port for the rest of the run) or `DENY`; anything else, an exception, or no answer within
 `timeout` seconds is a denial. The function runs in a thread of its own, one question at a
-time, so a slow answer holds up only the connections waiting for one.
+time, so a slow answer holds up only the connections waiting for one. An `async def` function
+(given to `arun` or `AsyncSandbox`) runs on the caller's event loop (`on_loop`).
 """
 
 from __future__ import annotations
@@ -71,3 +72,22 @@ class Approval:
             with self._lock:
                 self._for_run.add((ask.host, ask.port))
         return answer
+
+
+def on_loop(approver: Callable[[Ask], object]) -> Callable[[Ask], object]:
+    """`approver` as the proxy's threads can call it: an `async def` one run on the event loop
+    running now (call this from it), each answer awaited there; any other, itself."""
+    import asyncio  # (here: only asyncio programs pay for it)
+    import inspect
+
+    if not inspect.iscoroutinefunction(approver):
+        return approver
+    loop = asyncio.get_running_loop()
+
+    def ask(question: Ask) -> object:
+        future = asyncio.run_coroutine_threadsafe(approver(question), loop)
+        try:
+            return future.result(DEFAULT_TIMEOUT * 10)  # (Approval's own timeout comes first)
+        finally:
+            future.cancel()  # (an answer not awaited to its end is not left running)
+    return ask
