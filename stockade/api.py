@@ -29,6 +29,7 @@ from stockade.launch.calls import DEVNULL, PIPE, STDOUT, Args, Destination
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import SandboxManager
 from stockade.launch.result import CommandFailed, CommandTimedOut, Result
+from stockade.net.approve import DEFAULT_TIMEOUT, Approval, Ask, on_loop
 from stockade.policy import Policy, merge, resolve_policy
 
 P = ParamSpec("P")
@@ -57,6 +58,8 @@ def run(
     backend: str | None = None,
     cancel: threading.Event | None = None,
     overlay: bool = False,
+    approve: Callable[[Ask], str] | None = None,
+    approve_timeout: float = DEFAULT_TIMEOUT,
 ) -> Result:
     """Run `args` in a fresh sandbox and return its Result, as subprocess.run returns a
     CompletedProcess (`returncode`, `args`, `stdout`, `stderr`, `check_returncode()`).
@@ -114,6 +117,13 @@ def run(
     in the real workspace (refused, listing each, if the host changed meanwhile) or
     `discard()` drops them.
 
+    `approve` (network.mode "allowlist"; the Linux backend) is asked, while the command runs,
+    about each destination network.allow leaves out: it gets a `stockade.Ask` (host, port,
+    reason, the names of the credentials of that host) and answers "allow-once",
+    "allow-run" (that host and port for the rest of the run) or "deny"; no answer within
+    `approve_timeout` seconds, or an exception, is "deny". A deny pattern is never asked about,
+    and an approval lifts no address check. Approvals are in the Result's `network_log`.
+
         >>> stockade.run(["python3", "-c", "print(1)"], preset="workspace-write").stdout
         b'1\\n'
     """
@@ -135,7 +145,9 @@ def run(
     # (the manager chooses among the backends of the policy's containment: native or a VM)
     manager = SandboxManager(backend, "require" if backend else "auto")
     result = manager.run(request, input=given.data, cancel=cancel, stdout=sinks[0],
-                         stderr=sinks[1], stdin_from=given.source)
+                         stderr=sinks[1], stdin_from=given.source,
+                         approval=None if approve is None else Approval(approve,
+                                                                         approve_timeout))
     result = calls.shaped(result, args, encoding, errors)
     if check:
         result.check_returncode()
@@ -152,6 +164,8 @@ def _in_a_thread(blocking: Callable[P, Result]) -> Callable[P, Coroutine[Any, An
 
         cancel = kwargs.get("cancel") or threading.Event()
         kwargs["cancel"] = cancel
+        if kwargs.get("approve") is not None:
+            kwargs["approve"] = on_loop(kwargs["approve"])  # type: ignore[arg-type]
         task = asyncio.ensure_future(asyncio.to_thread(blocking, *args, **kwargs))
         try:
             return await asyncio.shield(task)

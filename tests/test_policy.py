@@ -296,7 +296,7 @@ GIT_IS_NOT_A_NAME = ('{}: .git is not a protected name; filesystem.git says how 
      'unknown key "reed" (known: read, write, deny, protected, git, home, exec_from_write, '
      'workspace)'),
     (doc(network={"modes": "none"}), "network",
-     'unknown key "modes" (known: mode, allow, deny, reach, unix_sockets)'),
+     'unknown key "modes" (known: mode, allow, deny, reach, unix_sockets, credentials, http)'),
     (doc(env={"passthrough": []}), "env", 'unknown key "passthrough" (known: pass, set)'),
     (doc(limits={"mem": 1}), "limits",
      'unknown key "mem" (known: timeout, memory, cpu, pids, output, file_size)'),

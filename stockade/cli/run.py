@@ -68,6 +68,12 @@ def add_run(commands: Any) -> None:
                           "reaches the command only with --stdin inherit. In a VM "
                           "(containment vm) only an explicit inherit reads stdin, whole, "
                           "before the command starts")
+    run.add_argument("--ask", action="store_true",
+                     help="network allowlist: while the command runs, ask at this terminal "
+                          "(/dev/tty, never the command's stdio) about each destination "
+                          "network.allow leaves out: allow it once, for the run, or not; no "
+                          f"answer in {ASK_SECONDS:g}s denies it. An approval lifts no "
+                          "address check and no network.deny pattern")
     run.add_argument("--network-log", metavar="FILE",
                      help="append the egress proxy's decision records (JSON lines) to FILE")
     run.add_argument("--verbose", "-v", action="store_true",
@@ -99,7 +105,8 @@ def _run(args: argparse.Namespace, command: list[str] | None) -> int:
     if stdin is None and chosen.containment != "vm":
         stdin = stdin_by_default()
     status = run_sandboxed(chosen, argv, args.workspace, as_json=args.json,
-                           verbose=args.verbose, network_log=args.network_log, stdin=stdin)
+                           verbose=args.verbose, network_log=args.network_log, stdin=stdin,
+                           ask=args.ask)
     if status != 0 and args.stdin is None and stdin in (None, "null") and os.isatty(0):
         # (a prompt read EOF at once, and nothing said why: the terminal is not passed)
         print("stockade: hint: the command's stdin was /dev/null, not this terminal; if it "
@@ -179,6 +186,8 @@ def _lexical(path: str) -> tuple[str, ...] | str:
         return path  # invalid: the policy parser reports it, located
 
 
+ASK_SECONDS = 60.0  # how long --ask waits for an answer at the terminal
+
 # Set by the `stockade` program (not by callers of `main`, who may have threads): fork the
 # one sandbox from this process rather than start a zygote.
 fork_directly = False
@@ -186,11 +195,12 @@ fork_directly = False
 
 def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
                   verbose: bool = False, network_log: str | None = None,
-                  stdin: str | None = None) -> int:
+                  stdin: str | None = None, ask: bool = False) -> int:
     """Run `argv` in a fresh sandbox (`stockade run`, `sandbox-exec`, `exec`): output passed
     through live, or captured and printed as one JSON object; returns the exit status.
     `stdin` ("null" | "inherit") overrides the policy's `process.stdin` (unset: null). What
-    it writes to is opened first, so that it cannot fail once the command has run."""
+    it writes to is opened first, so that it cannot fail once the command has run. `ask`:
+    the proxy's questions go to this terminal (cli/ask.py)."""
     stdin = stdin or policy.process.stdin or "null"
     if as_json:
         _check_stdout()
@@ -199,7 +209,7 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
     log = None if network_log is None else _open_for_appending(network_log, "--network-log")
     try:
         return _launch(policy, argv, workspace, as_json=as_json, verbose=verbose, stdin=stdin,
-                       log=log)
+                       log=log, ask=ask)
     finally:
         if log is not None:
             with contextlib.suppress(OSError):  # (finish said it if the lines did not go)
@@ -207,7 +217,7 @@ def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_
 
 
 def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
-            verbose: bool, stdin: str, log: TextIO | None) -> int:
+            verbose: bool, stdin: str, log: TextIO | None, ask: bool = False) -> int:
     """The one launch, in the backend the manager chooses for the policy's containment
     (native, or a VM guest: registry.py)."""
     if fork_directly:
@@ -216,6 +226,13 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
     request = compile_policy(policy, argv, CompileContext.current(workspace), stdin=stdin)
     compiled = time.monotonic()
     backend = SandboxManager().select(request)  # the first time: readiness probe and ledger
+    if ask:
+        if request.network.mode != "allowlist" or not hasattr(backend, "with_approval"):
+            raise UsageError('--ask asks about what network.allow leaves out: it needs '
+                             'network mode "allowlist" on the Linux backend')
+        from stockade.cli.ask import terminal_approval
+
+        backend = backend.with_approval(terminal_approval(ASK_SECONDS))
     selected = time.monotonic()
     if request.limits.pids is None and policy.limits.pids is not None:  # (once it will run)
         print(f"stockade: warning: limits.pids (the preset's {policy.limits.pids}) is not "

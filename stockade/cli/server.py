@@ -292,9 +292,11 @@ def _spare(listener: socket.socket, taken_w: int, main: object,
                 close_all(fds)
                 _turn_away(conn)
                 _close_idle(listener, waiting, taken_w)
-            if (request.argv[0] in SERVED and request.program is not None
-                    and request.program.imports_as(imports)):
-                break  # (another interpreter, venv or install runs the command line itself)
+            # (another interpreter, venv or install runs the command line itself; so does
+            # --ask, which asks at the client's terminal, which this process has not)
+            if (request.argv[0] in SERVED and "--ask" not in request.argv
+                    and request.program is not None and request.program.imports_as(imports)):
+                break
             close_all(fds)
             _turn_away(conn)
         prctl(PR_SET_PDEATHSIG, 0)  # now it belongs to its client

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ntpath
 import os
 import re
+import secrets
 import shlex
 import stat
 import sys
@@ -25,7 +26,14 @@ from stockade.launch.overlays import (
     refuse_layer_copies,
     refuse_overlays_of_denied,
 )
-from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.launch.request import (
+    CredentialSpec,
+    HttpSpec,
+    LaunchRequest,
+    LimitSpec,
+    NetworkSpec,
+    PathGrant,
+)
 from stockade.lifecycle import aliases, statedir
 from stockade.net.env import SANDBOX_PORT, proxy_environment
 from stockade.policy.model import Policy
@@ -128,11 +136,13 @@ def compile_policy(
     # (the run's own private home lies inside a masked homes directory: granted back there)
     _check_overlaps(read, write, tuple(g for g in deny if g.path not in places))
     workdir = _resolve_cwd(cwd, policy, ctx, read + write)
+    credentials = _credentials(policy, ctx, read + write, deny)
+    env = _with_proxy(policy, _with_credentials(credentials, _with_home(home, policy,
+        close_environment(policy.env.passthrough, _expand_env(policy, ctx), ctx.host_env))))
     return LaunchRequest(
         argv=tuple(argv),
         cwd=workdir,
-        env=_with_proxy(policy, _with_home(home, policy, close_environment(
-            policy.env.passthrough, _expand_env(policy, ctx), ctx.host_env))),
+        env=env,
         read=read,
         write=write,
         deny=tuple(sorted(set(deny), key=lambda g: g.path)),
@@ -152,6 +162,8 @@ def compile_policy(
             deny=tuple(sorted(set(policy.network.deny))),
             reach=tuple(sorted(set(policy.network.reach))),
             unix_sockets=policy.network.unix_sockets,
+            credentials=credentials,
+            http=tuple(HttpSpec(r.host, r.methods, r.paths) for r in policy.network.http),
         ),
         limits=LimitSpec(**vars(policy.limits) | ({"pids": None} if pids_lifted(policy)
                                                    else {})),
@@ -764,6 +776,52 @@ def _resolve_cwd(cwd: str | os.PathLike | None, policy: Policy, ctx: CompileCont
         raise PolicyError(f"working directory {resolved} is not inside any read or write root",
                           key="process.cwd")
     return resolved
+
+
+def _credentials(policy: Policy, ctx: CompileContext, roots: tuple[PathGrant, ...],
+                 deny: list[PathGrant] | tuple[PathGrant, ...]) -> tuple[CredentialSpec, ...]:
+    """`network.credentials` for this launch: each with a fresh placeholder, its file absolute.
+    A file the sandbox could read (in a root, not denied) is refused: its secret would be
+    there for the command to take."""
+    specs = []
+    proxy_names = proxy_environment(SANDBOX_PORT)
+    for index, credential in enumerate(policy.network.credentials):
+        key = f"network.credentials[{index}]"
+        if credential.env in proxy_names:
+            raise PolicyError(f"{credential.env} is a variable the proxy sets", key=f"{key}.env")
+        source = ""
+        if credential.from_file:
+            source = os.path.abspath(expand(credential.from_file, ctx))
+            real = os.path.realpath(source)
+            seen = [root.path for root in roots if inside(real, root.path)]
+            if seen and not any(inside(real, hidden.path) for hidden in deny):
+                raise PolicyError(f"{credential.from_file} lies in {seen[0]}, which the sandbox "
+                                  "reads: its secret would be in the sandbox; keep the file "
+                                  "outside the roots, or deny it (filesystem.deny)",
+                                  key=f"{key}.from_file", code="credential_exposed")
+        specs.append(CredentialSpec(
+            credential.name, credential.host, credential.env,
+            f"stockade-cred-{credential.name}-{secrets.token_hex(16)}", credential.header,
+            credential.prefix, credential.basic_user, credential.query, credential.from_env,
+            source))
+    return tuple(specs)
+
+
+def _with_credentials(credentials: tuple[CredentialSpec, ...],
+                      env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Each credential's placeholder in its variable (over anything else of that name). A
+    credential's source variable passed in under its own name is refused: the secret would be
+    in the sandbox's environment."""
+    if not credentials:
+        return env
+    placed = {spec.env: spec.placeholder for spec in credentials}
+    for index, spec in enumerate(credentials):
+        if spec.from_env and spec.from_env not in placed and spec.from_env in dict(env):
+            raise PolicyError(f"{spec.from_env} would be passed into the sandbox (env.pass or "
+                              "env.set) and holds the secret: drop it there, or name it in "
+                              "this credential's env", key=f"network.credentials[{index}]."
+                              "from_env", code="credential_exposed")
+    return tuple(sorted((dict(env) | placed).items()))
 
 
 def _with_proxy(policy: Policy,

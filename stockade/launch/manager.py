@@ -22,6 +22,7 @@ from stockade.policy.model import Policy
 
 if TYPE_CHECKING:
     from stockade.lifecycle.changes import ChangeSet
+    from stockade.net.approve import Approval
 
 MODES = ("require", "auto")
 DEFAULT_OUTPUT_LIMIT = 16 << 20
@@ -80,10 +81,21 @@ class SandboxManager:
 
     def run(self, request: LaunchRequest, *, input: bytes | None = None,
             stdio_inherit: bool = False, cancel: threading.Event | None = None,
-            stdout: Sink = KEEP, stderr: Sink = KEEP, stdin_from: int = 0) -> Result:
+            stdout: Sink = KEEP, stderr: Sink = KEEP, stdin_from: int = 0,
+            approval: Approval | None = None) -> Result:
         """Run `request` to completion, capturing output within `limits.output` (see
-        `execute` for the output's other destinations, and stdin's source)."""
+        `execute` for the output's other destinations, and stdin's source). With `approval`,
+        the allowlist proxy asks it about destinations outside network.allow."""
         backend = self.select(request)
+        if approval is not None:
+            if request.network.mode != "allowlist":
+                raise UsageError(f"approve= asks about what network.allow leaves out: it needs "
+                                 f'network.mode "allowlist" (the policy\'s is '
+                                 f'"{request.network.mode}")')
+            if not hasattr(backend, "with_approval"):
+                raise UnenforceableError("network.approve", f"the {backend.name} backend "
+                                         "cannot ask about a destination while it runs")
+            backend = backend.with_approval(approval)
         return execute(backend, request, input=input, stdio_inherit=stdio_inherit,
                        cancel=cancel, stdout=stdout, stderr=stderr, stdin_from=stdin_from)
 

@@ -30,12 +30,41 @@ class PathGrant:
 
 
 @dataclass(frozen=True)
+class CredentialSpec:
+    """A `network.credentials` entry, compiled: `placeholder` is this launch's own text for the
+    secret (in the command's variable `env`), `from_file` an absolute path. The secret itself
+    is read by the backend at launch and is never in a request."""
+
+    name: str
+    host: str
+    env: str
+    placeholder: str
+    header: str = ""
+    prefix: str = ""
+    basic_user: str = ""
+    query: str = ""
+    from_env: str = ""
+    from_file: str = ""
+
+
+@dataclass(frozen=True)
+class HttpSpec:
+    """A `network.http` rule: methods and path prefixes allowed to `host` (empty: any)."""
+
+    host: str
+    methods: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class NetworkSpec:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     reach: tuple[str, ...] = ()
     unix_sockets: str = "own"  # (see stockade.policy.model.UNIX_SOCKET_MODES)
+    credentials: tuple[CredentialSpec, ...] = ()
+    http: tuple[HttpSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,7 +172,9 @@ def _dumps(body: dict) -> bytes:
 
 _NESTED = {"network": NetworkSpec, "limits": LimitSpec}
 _FIELDS = {kind: tuple(f.name for f in fields(kind))
-           for kind in (LaunchRequest, PathGrant, NetworkSpec, LimitSpec)}
+           for kind in (LaunchRequest, PathGrant, NetworkSpec, LimitSpec, CredentialSpec,
+                        HttpSpec)}
+_NETWORK_ITEMS = {"credentials": CredentialSpec, "http": HttpSpec}
 
 
 def _build(cls: type, body: dict) -> LaunchRequest:
@@ -182,7 +213,13 @@ def _build_flat(cls: type, value: object, where: str):
     unknown = sorted(set(value) - known)
     if unknown:
         raise ValueError(f"unknown field {where}.{unknown[0]}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    if cls is NetworkSpec:
+        for name, kind in _NETWORK_ITEMS.items():
+            if name in values:
+                values[name] = tuple(_build_flat(kind, item, f"{where}.{name}")
+                                     for item in values[name])
+    return cls(**values)
 
 
 def _list(value: object, where: str) -> list:

@@ -37,7 +37,7 @@ def network_denials(records: list[dict]) -> list[Violation]:
     return [Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
                                         f"{d.get('reason') or d.get('rule')}"
                                         + (f" ({d['message']})" if _resolved(d) else ""))
-            for d in records]
+            for d in records if d.get("decision", "deny") == "deny"]
 
 
 def _resolved(record: dict) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import functools
 import json
@@ -46,7 +47,10 @@ if TYPE_CHECKING:
     from stockade.launch.probe import Attestation
     from stockade.launch.report import Row
     from stockade.linux.probe import LinuxProbe
+    from stockade.net.approve import Approval
+    from stockade.net.authority import Authority
     from stockade.net.gate import Dialer
+    from stockade.net.inspect import Inspector
     from stockade.net.proxy import Proxy
 
 _SYSTEM_PREFIXES = ("/proc", "/dev")
@@ -68,30 +72,40 @@ class LinuxBackend(Backend):
     matrix can fail; it is a constructor argument only, never read from the environment or a
     policy. `resolver` and `dialer` stand in for the allowlist proxy's DNS and connections
     (tests, and the evidence rows that need a name to resolve to an address no test may
-    reach)."""
+    reach); `upstream_ca`, a CA file, for the system trust store the proxy verifies
+    intercepted hosts with (tests: a server of their own)."""
 
     name = "linux"
     overlay_workspace = True  # filesystem.workspace = "overlay" (stockade/linux/overlay.py)
 
     def __init__(self, weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None,
-                 dialer: Dialer | None = None) -> None:
+                 dialer: Dialer | None = None, upstream_ca: str | None = None) -> None:
         unknown = weaken - WEAKENINGS
         if unknown:
             raise ValueError(f"unknown weakening {sorted(unknown)[0]!r}")
         self.weaken = frozenset(weaken)
         self.resolver = resolver  # for tests: the proxy's name resolution, host -> addresses
         self.dialer = dialer      # for tests: the proxy's connection to checked addresses
+        self.upstream_ca = upstream_ca
+        self.approval: Approval | None = None  # (with_approval)
 
     def weakened(self, layers: frozenset[str]) -> LinuxBackend:
         """This backend (or tier) with `layers` switched off too (tests: the evidence's
         controls)."""
-        return type(self)(self.weaken | layers, self.resolver, self.dialer)
+        return type(self)(self.weaken | layers, self.resolver, self.dialer, self.upstream_ca)
 
     def with_stand_ins(self, resolver: Callable[[str], list[str]] | None,
                        dialer: Dialer | None) -> LinuxBackend:
         """This backend (or tier), its proxy resolving and connecting through stand-ins."""
-        return type(self)(self.weaken, resolver, dialer)
+        return type(self)(self.weaken, resolver, dialer, self.upstream_ca)
+
+    def with_approval(self, approval: Approval | None) -> LinuxBackend:
+        """This backend (or tier), its allowlist proxy asking `approval` about destinations
+        outside network.allow (stockade/net/approve.py)."""
+        other = copy.copy(self)
+        other.approval = approval
+        return other
 
     def probe(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -127,7 +141,8 @@ class LinuxBackend(Backend):
         request = self._tested(request)
         return LinuxHandle(request, stdio,
                            _seccomp_program(request.network.unix_sockets != "none"),
-                           self.weaken, self.resolver, self.dialer)
+                           self.weaken, self.resolver, self.dialer, self.upstream_ca,
+                           self.approval)
 
     def _tested(self, request: LaunchRequest) -> LaunchRequest:
         """`request` as the test-only weakenings that act on it leave it."""
@@ -143,7 +158,7 @@ class LinuxBackend(Backend):
         """This backend's sandboxes isolated as `isolation` asks (policy.model.ISOLATIONS)."""
         if isolation == "namespaces":
             return self
-        return LandlockTier(self.weaken, self.resolver, self.dialer)
+        return LandlockTier(self.weaken, self.resolver, self.dialer, self.upstream_ca)
 
     def readiness_probe(self) -> LinuxProbe:
         from stockade.linux.probe import LinuxProbe
@@ -277,7 +292,7 @@ class LandlockTier(LinuxBackend):
     def tier(self, isolation: str) -> Backend:
         if isolation == "landlock":
             return self
-        return LinuxBackend(self.weaken, self.resolver, self.dialer)
+        return LinuxBackend(self.weaken, self.resolver, self.dialer, self.upstream_ca)
 
     def report(self) -> list[Capability]:
         return _landlock_tier().capabilities()
@@ -434,8 +449,25 @@ class LinuxHandle(Handle):
     def __init__(self, request: LaunchRequest, stdio: Stdio, bpf: bytes,
                  weaken: frozenset[str] = frozenset(),
                  resolver: Callable[[str], list[str]] | None = None,
-                 dialer: Dialer | None = None) -> None:
+                 dialer: Dialer | None = None, upstream_ca: str | None = None,
+                 approval: Approval | None = None) -> None:
         self.stages: list[tuple[str, float]] = [("spawn", time.monotonic())]
+        self._approval = approval
+        self._intercepting = None
+        if request.network.credentials or request.network.http:
+            from stockade.launch import credentials  # only launches that read requests pay
+
+            request, inspector, authority = credentials.prepare(request, os.environ)
+            self._intercepting = (inspector, authority, upstream_ca)
+        try:
+            self._start(request, stdio, bpf, weaken, resolver, dialer)
+        except BaseException:
+            if self._intercepting is not None:
+                self._intercepting[1].close()
+            raise
+
+    def _start(self, request: LaunchRequest, stdio: Stdio, bpf: bytes, weaken: frozenset[str],
+               resolver: Callable[[str], list[str]] | None, dialer: Dialer | None) -> None:
         self._request = request
         self._bound = "lifeline" not in weaken  # (tests only: nothing ends it but its command)
         self._closing = threading.Lock()
@@ -484,7 +516,8 @@ class LinuxHandle(Handle):
                 pass  # the sandbox died already; wait() reports why
         self.violations: list[Violation] = []
         self.network_log: list[dict] = []
-        self._proxy = _start_proxy(request, control, resolver, dialer, weaken) \
+        self._proxy = _start_proxy(request, control, resolver, dialer, weaken,
+                                   self._intercepting, self._approval) \
             if request.network.mode == "allowlist" else None
         self._way_out = _usernet().WayOut.open(request, control, weaken) \
             if request.network.mode == "any" and "network" not in weaken else None
@@ -617,6 +650,8 @@ class LinuxHandle(Handle):
             self._proxy.stop()
             self.network_log = self._proxy.denials()
             self.violations += network_denials(self.network_log)
+        if self._intercepting is not None:
+            self._intercepting[1].close()
         if self._way_out is not None:
             self._way_out.close()
             self.network_log = self._way_out.denials()
@@ -725,9 +760,12 @@ KILL_GRACE = 1.0  # seconds a killed sandbox's pid 1 may take to exit before it 
 
 def _start_proxy(request: LaunchRequest, control: socket.socket,
                  resolver: Callable[[str], list[str]] | None, dialer: Dialer | None,
-                 weaken: frozenset[str]) -> Proxy | None:
+                 weaken: frozenset[str], intercepting: tuple[Inspector, Authority,
+                                                             str | None] | None,
+                 approval: Approval | None = None) -> Proxy | None:
     """The allowlist proxy, serving on the listener the sandbox's pid 1 passes out. None when
-    pid 1 failed first (its error event says why)."""
+    pid 1 failed first (its error event says why). With `intercepting` (the inspector, the
+    launch's CA, a CA file for upstreams or None), it reads requests (inspect.py)."""
     from stockade.net.proxy import Proxy  # only allowlist launches pay for it
 
     _, fds = recv_fds(control, 1)
@@ -735,8 +773,16 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
         return None
     unchecked = frozenset(name.removeprefix("proxy_") for name in weaken
                           if name in ("proxy_rules", "proxy_addresses"))
+    reading = {}
+    if intercepting is not None:
+        from stockade.net.authority import upstream_context
+
+        inspector, authority, upstream_ca = intercepting
+        reading = {"inspector": inspector, "authority": authority,
+                   "upstream_tls": upstream_context(upstream_ca)}
     proxy = Proxy(request.network.allow, request.network.deny, request.request_id,
-                  resolver=resolver, dialer=dialer, unchecked=unchecked)
+                  resolver=resolver, dialer=dialer, unchecked=unchecked, approval=approval,
+                  **reading)
     proxy.start(listener=socket.socket(fileno=fds[0]))
     return proxy
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stockade.net import addresses
-from stockade.net.rules import Ruleset, host_form, target_host
+from stockade.net.approve import ALLOW_ONCE, ASKED, DENY, Approval, Ask
+from stockade.net.rules import RuleDecision, Ruleset, host_form, target_host
 
 Resolver = Callable[[str], Sequence[str]]
 # (checked addresses, port, timeout, a hook that sees each socket first) -> a connected socket
@@ -59,10 +60,13 @@ class Gate:
     ("addresses")."""
 
     def __init__(self, rules: Ruleset, resolver: Resolver | None = None,
-                 unchecked: frozenset[str] = frozenset()) -> None:
+                 unchecked: frozenset[str] = frozenset(), approval: Approval | None = None,
+                 credentials: Callable[[str, int], tuple[str, ...]] = lambda h, p: ()) -> None:
         self.rules = rules
         self.resolver = resolver or system_resolver
         self.unchecked = unchecked
+        self.approval = approval  # (approve.py: asked about a destination outside the allow list)
+        self.credentials = credentials  # (host, port) -> the names of its credentials
 
     def decide(self, host: str, port: int) -> Verdict:
         try:
@@ -72,8 +76,18 @@ class Gate:
         if not 1 <= port <= 65535:
             return Verdict("deny", name, port, "invalid_port", "not a valid port")
         by_rule = self.rules.decide(name, port)
+        asked = False
+        if not by_rule.allowed and by_rule.reason in ASKED and self.approval is not None:
+            asked = True
+            answer = self.approval.answer(Ask(name, port, by_rule.reason,
+                                              self.credentials(name, port)))
+            if answer != DENY:  # (the address checks below still apply)
+                by_rule = RuleDecision(True, "approved_once" if answer == ALLOW_ONCE
+                                       else "approved_for_run", f"approved {name}:{port}")
         if not by_rule.allowed and "rules" not in self.unchecked:
             message = _RULE_MESSAGES[by_rule.reason].format(rule=by_rule.rule, port=port)
+            if asked:
+                message += " (the caller was asked, and did not approve it in time)"
             return Verdict("deny", name, port, by_rule.reason, message, by_rule.rule)
         try:
             answers = self._resolve(name)
@@ -89,7 +103,8 @@ class Gate:
                 refusals.append(Verdict("deny", name, port, *problem, address=str(address)))
         if not checked:
             return refusals[0]
-        return Verdict("allow", name, port, "allowed_by_rule", "allowed", by_rule.rule,
+        return Verdict("allow", name, port, by_rule.reason,
+                       "approved by the caller" if asked else "allowed", by_rule.rule,
                        addresses=tuple(checked))
 
     def _resolve(self, name: str) -> list[addresses.IPAddress]:

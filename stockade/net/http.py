@@ -28,10 +28,11 @@ _HOP_BY_HOP = frozenset({
 class HttpError(Exception):
     """The request cannot be served; `status` is the response to send before closing."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str = "malformed_request") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,20 @@ class Request:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-def read_request(stream: Stream, limit: int) -> Request:
-    """Read and parse a request head of at most `limit` bytes; HttpError if it is unusable."""
+def read_request(stream: Stream, limit: int, tunnel: tuple[str, int] | None = None) -> Request:
+    """Read and parse a request head of at most `limit` bytes; HttpError if it is unusable.
+
+    With `tunnel` (host, port), the request comes inside an intercepted HTTPS tunnel to that
+    destination: origin form only, HTTP/1.x only, no CONNECT (a tunnel in the tunnel would be
+    one the proxy cannot read)."""
     try:
         head = stream.read_head(limit).decode("latin-1")
     except TooLarge:
         raise HttpError(431, f"request head over {limit} bytes") from None
     line, *fields = head[:-4].split("\r\n")
+    if tunnel is not None and line == "PRI * HTTP/2.0":
+        raise HttpError(505, "HTTP/2 inside an intercepted tunnel (only HTTP/1.1 is read)",
+                        "http2_refused")
     parts = line.split(" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not _VERSION.fullmatch(parts[2]):
         raise HttpError(400, "malformed request line")
@@ -63,6 +71,12 @@ def read_request(stream: Stream, limit: int) -> Request:
         if not colon or not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
             raise HttpError(400, "malformed header field")
         headers.append((name, value.strip(" \t")))
+    if tunnel is not None:
+        if method == "CONNECT":
+            raise HttpError(405, "CONNECT inside an intercepted tunnel", "connect_in_tunnel")
+        if not target.startswith("/"):
+            raise HttpError(400, "a request in a tunnel needs an origin-form target (/path)")
+        return Request(method, *tunnel, version, target.partition("#")[0], tuple(headers))
     if method == "CONNECT":
         host, port = _authority(target, None)
         return Request(method, host, port, version)

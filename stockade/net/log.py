@@ -1,13 +1,15 @@
 """The proxy's decision log: JSON lines on disk, denials also kept in memory for the result.
 
-One entry per request: time (UTC, ISO 8601), request_id, protocol (`connect`, `http`,
-`socks5`), host, port, decision (`allow`, `deny`, `error` for an allowed request whose
-resolution or dial failed), rule (the pattern that decided, or null), reason (a stable code),
-message (for people) and, when an address was judged, address.
+One entry per request: time (UTC, ISO 8601), request_id, protocol (`connect`, `http`, `socks5`,
+and `https` for a request read inside an intercepted tunnel), host, port, decision (`allow`,
+`deny`, `error` for an allowed request whose resolution or dial failed), rule (the pattern that
+decided, or null), reason (a stable code), message (for people) and, when an address was
+judged, address.
 
-Denials are always recorded; other decisions only with `log_all`. The in-memory list keeps the
-first `max_kept` denials (a child looping on denied requests must not grow the proxy without
-bound); `dropped` counts the rest, which still reach the file.
+Denials and the caller's approvals (reason `approved_once`, `approved_for_run`: approve.py) are
+always recorded, and kept in memory; other decisions only with `log_all`. The in-memory list
+keeps the first `max_kept` of them (a child looping on denied requests must not grow the proxy
+without bound); `dropped` counts the rest, which still reach the file.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class DecisionLog:
 
     def record(self, *, protocol: str, host: str, port: int, decision: str, reason: str,
                message: str, rule: str | None = None, address: str | None = None) -> None:
-        if decision != "deny" and not self.log_all:
+        approved = decision == "allow" and reason.startswith("approved")
+        if decision != "deny" and not self.log_all and not approved:
             return
         entry: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -47,7 +50,7 @@ class DecisionLog:
         if address is not None:
             entry["address"] = address
         with self._lock:
-            if decision == "deny":
+            if decision == "deny" or approved:
                 if len(self._denials) < self.max_kept:
                     self._denials.append(entry)
                 else:
@@ -57,7 +60,7 @@ class DecisionLog:
                 self._file.flush()
 
     def denials(self) -> list[dict[str, Any]]:
-        """A copy of the denials kept so far, oldest first."""
+        """A copy of the denials (and approvals) kept so far, oldest first."""
         with self._lock:
             return [dict(entry) for entry in self._denials]
 

@@ -2,7 +2,8 @@
 
 One unix-socket listener (a socket file, mode 0600, in a fresh private directory) speaks SOCKS5
 when a client's first byte is 0x05 and HTTP otherwise (CONNECT tunnels and absolute-form plain
-HTTP). Every destination goes through `Gate`; every denial is recorded.
+HTTP). Every destination goes through `Gate`; every denial is recorded. With credentials or
+HTTP rules, requests are also read and judged (`stockade.net.inspect`).
 
 Threading: an accept thread plus one thread per connection (two once it is a tunnel, one per
 direction), all daemons, started and stopped from synchronous code. Blocking sockets keep each
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import sys
 import tempfile
 import threading
@@ -31,15 +33,20 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stockade.errors import SetupError, UsageError
 from stockade.net import http, socks
 from stockade.net.gate import Dialer, Gate, Resolver, Verdict, dial
+from stockade.net.inspect import FramingError, Inspector, Refusal, forward_body, framing
 from stockade.net.log import DecisionLog
 from stockade.net.relay import relay
-from stockade.net.rules import Ruleset
-from stockade.net.stream import Closed, Stream
+from stockade.net.rules import Ruleset, target_host
+from stockade.net.stream import Closed, Stream, TooLarge
+
+if TYPE_CHECKING:
+    from stockade.net.approve import Approval
+    from stockade.net.authority import Authority
 
 _STOP_JOIN_SECONDS = 2.0
 RESERVED_DESCRIPTORS = 128  # kept for the process's own work whatever its proxies hold
@@ -87,14 +94,29 @@ class Proxy:
     checked addresses, for tests; so does `unchecked` (see Gate). Denials are kept for
     `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`, allowed
     and failed requests are logged too.
+
+    With an `inspector` that has credentials or HTTP rules (inspect.py), plain HTTP is read
+    and judged, and HTTPS to the hosts it names is intercepted with `authority`'s
+    certificates and sent on verified by `upstream_tls` (default: the system's trust store);
+    SOCKS5 to those hosts is refused (a SOCKS tunnel cannot be read as HTTP). With an
+    `approval` (approve.py), a destination outside the allow list is asked about.
     """
 
     def __init__(self, allow: Iterable[str], deny: Iterable[str] = (), request_id: str = "", *,
                  log_path: str | os.PathLike[str] | None = None, log_all: bool = False,
                  resolver: Resolver | None = None, limits: ProxyLimits = ProxyLimits(),
                  socket_dir: str | None = None, dialer: Dialer | None = None,
-                 unchecked: frozenset[str] = frozenset()) -> None:
-        self.gate = Gate(Ruleset(allow, deny), resolver, unchecked)
+                 unchecked: frozenset[str] = frozenset(), inspector: Inspector | None = None,
+                 authority: Authority | None = None,
+                 upstream_tls: ssl.SSLContext | None = None,
+                 approval: Approval | None = None) -> None:
+        self._inspector = inspector if inspector is not None and inspector.active else None
+        self.gate = Gate(Ruleset(allow, deny), resolver, unchecked, approval,
+                         self._credential_names)
+        if self._inspector is not None and authority is None:
+            raise UsageError("a proxy that reads requests needs an authority for HTTPS")
+        self._authority = authority
+        self._upstream_tls = upstream_tls
         self._dial = dialer or dial
         self.limits = limits
         self._log = DecisionLog(request_id, None if log_path is None else os.fspath(log_path),
@@ -241,6 +263,17 @@ class Proxy:
                                            "only CONNECT is supported (no BIND, no UDP)"))
             conn.sendall(socks.reply(socks.COMMAND_NOT_SUPPORTED))
             return
+        if self._inspector is not None:
+            refusal = self._inspector.in_name(host)
+            name = _name(host)
+            if refusal is None and name and self._inspector.intercepts(name, port):
+                refusal = Refusal("socks_to_inspected_host", "network.credentials or "
+                                  "network.http name this host: its requests must be read, so "
+                                  "reach it through the HTTP proxy (HTTPS_PROXY), not SOCKS5")
+            if refusal is not None:
+                self._refuse("socks5", name or host[:255], port, refusal)
+                conn.sendall(socks.reply(socks.NOT_ALLOWED))
+                return
         verdict, upstream = self._open("socks5", host, port)
         if upstream is None:
             code = (socks.NOT_ALLOWED if verdict.decision == "deny"
@@ -258,6 +291,14 @@ class Proxy:
             conn.sendall(http.response(exc.status, f"stockade proxy: {exc.message}\n"))
             return
         protocol = "connect" if request.method == "CONNECT" else "http"
+        length: int | None = 0
+        if self._inspector is not None:
+            refusal, length = self._inspect(request, tls=False)
+            if refusal is not None:
+                self._refuse(protocol, _name(request.host) or request.host[:255],
+                             request.port, refusal)
+                conn.sendall(_refused(refusal))
+                return
         verdict, upstream = self._open(protocol, request.host, request.port)
         if upstream is None:
             denied = verdict.decision == "deny"
@@ -266,12 +307,123 @@ class Proxy:
                 f"stockade proxy: {verdict.host}:{verdict.port} "
                 f"{'denied' if denied else 'unreachable'} ({verdict.reason}): {verdict.message}\n"))
             return
+        if self._inspector is not None:
+            if protocol == "http":
+                self._forward(conn, stream, upstream, request, verdict.host, length)
+                return
+            if self._inspector.intercepts(verdict.host, request.port):
+                self._intercept(conn, stream, upstream, verdict)
+                return
         if protocol == "connect":
             conn.sendall(http.ESTABLISHED)
             early = stream.rest()
         else:
             early = http.forward_head(request, verdict.host) + stream.rest()
         self._tunnel(conn, upstream, early)
+
+    def _credential_names(self, host: str, port: int) -> tuple[str, ...]:
+        """The credentials whose host `host`:`port` is (what an approval would let it use)."""
+        if self._inspector is None:
+            return ()
+        return tuple(i.name for i in self._inspector.injections_for(host, port))
+
+    def _inspect(self, request: http.Request, *, tls: bool) -> tuple[Refusal | None, int | None]:
+        """The inspector's refusal of a request head (and the body's framing)."""
+        assert self._inspector is not None
+        refusal = self._inspector.in_name(request.host)
+        name = _name(request.host)
+        if refusal is not None or request.method == "CONNECT" or not name:
+            return refusal, 0  # (an invalid host: the gate refuses it)
+        refusal = self._inspector.judge(request, name, request.port, tls=tls)
+        if refusal is not None:
+            return refusal, 0
+        try:
+            return None, framing(request)
+        except FramingError as exc:
+            return exc.refusal(), 0
+
+    def _forward(self, client: socket.socket, stream: Stream, upstream: socket.socket,
+                 request: http.Request, host: str, length: int | None) -> None:
+        """Send a read request's head (its credential in place) and exactly its framed body,
+        then pass the response back; nothing else the client sends goes upstream."""
+        assert self._inspector is not None
+        protocol = "https" if isinstance(upstream, ssl.SSLSocket) else "http"
+        upstream.sendall(self._inspector.forward_head(request, host, request.port))
+        scanner = self._inspector.body_scanner(host, request.port)
+        try:
+            refusal = forward_body(stream, length, upstream.sendall, scanner,
+                                   self.limits.idle_timeout)
+        except TooLarge:
+            refusal = FramingError("a chunk size line too long").refusal()
+        if refusal is not None:
+            self._refuse(protocol, host, request.port, refusal)
+            client.sendall(_refused(refusal))
+            return
+        upstream.settimeout(self.limits.idle_timeout)
+        client.settimeout(self.limits.idle_timeout)
+        withholder = self._inspector.withholder(host, request.port)
+        while data := upstream.recv(_RESPONSE_CHUNK):
+            safe = withholder.feed(data)
+            if safe is None:  # (what came before the secret went; the rest never does)
+                self._refuse(protocol, host, request.port, withholder.refusal())
+                return
+            client.sendall(safe)
+        client.sendall(withholder.held)
+
+    def _intercept(self, conn: socket.socket, stream: Stream, upstream: socket.socket,
+                   verdict: Verdict) -> None:
+        """HTTPS to a host the inspector names: TLS with the client under a leaf of the
+        launch's CA, one request read and judged, sent on over TLS verified upstream."""
+        assert self._inspector is not None and self._authority is not None
+        if stream.rest():  # (a TLS client waits for the 200 before its first byte)
+            return
+        conn.sendall(http.ESTABLISHED)
+        conn.settimeout(self.limits.handshake_timeout)
+        try:
+            client = self._hold(self._authority.issue(verdict.host).wrap_socket(
+                conn, server_side=True))
+        except (ssl.SSLError, OSError) as exc:
+            self._record("https", replace(verdict, decision="error", reason="client_tls_failed",
+                                          message=f"the client's TLS failed (does it trust "
+                                          f"the launch's CA?): {exc}"))
+            return
+        inner = Stream(client, time.monotonic() + self.limits.handshake_timeout)
+        port = verdict.port
+        try:
+            request = http.read_request(inner, self.limits.max_header_bytes,
+                                        tunnel=(verdict.host, port))
+        except http.HttpError as exc:
+            self._refuse("https", verdict.host, port, Refusal(exc.reason, exc.message,
+                                                              status=exc.status))
+            client.sendall(http.response(exc.status, f"stockade proxy: {exc.message}\n"))
+            return
+        refusal, length = self._inspect(request, tls=True)
+        if refusal is not None:
+            self._refuse("https", verdict.host, port, refusal)
+            client.sendall(_refused(refusal))
+            return
+        upstream.settimeout(self.limits.connect_timeout)
+        try:
+            secure = self._hold((self._upstream_tls or _system_tls()).wrap_socket(
+                upstream, server_hostname=verdict.host.strip("[]")))
+        except (ssl.SSLError, OSError) as exc:
+            self._record("https", replace(verdict, decision="error",
+                                          reason="upstream_tls_failed",
+                                          message=f"the host's TLS failed verification: {exc}"))
+            client.sendall(http.response(502, f"stockade proxy: {verdict.host}:{port} "
+                                              "failed TLS verification\n"))
+            return
+        self._forward(client, inner, secure, request, verdict.host, length)
+
+    def _hold(self, sock: ssl.SSLSocket) -> ssl.SSLSocket:
+        """Register a wrapped socket with this connection (closed with it, cut by stop())."""
+        with self._lock:
+            self._live[threading.current_thread()].append(sock)
+        return sock
+
+    def _refuse(self, protocol: str, host: str, port: int, refusal: Refusal) -> None:
+        self._record(protocol, Verdict("deny", host, port, refusal.reason, refusal.message,
+                                       refusal.rule))
 
     def _open(self, protocol: str, host: str, port: int) -> tuple[Verdict, socket.socket | None]:
         """Decide, dial if allowed, record the outcome."""
@@ -305,6 +457,28 @@ class Proxy:
         self._log.record(protocol=protocol, host=verdict.host, port=verdict.port,
                          decision=verdict.decision, reason=verdict.reason,
                          message=verdict.message, rule=verdict.rule, address=verdict.address)
+
+
+_RESPONSE_CHUNK = 64 * 1024
+
+
+def _name(host: str) -> str:
+    """The normalised host (as the gate and the rules see it), "" if it is not valid."""
+    try:
+        return target_host(host)
+    except ValueError:
+        return ""
+
+
+def _refused(refusal: Refusal) -> bytes:
+    return http.response(refusal.status, f"stockade proxy: denied ({refusal.reason}): "
+                                         f"{refusal.message}\n")
+
+
+def _system_tls() -> ssl.SSLContext:
+    from stockade.net.authority import upstream_context
+
+    return upstream_context()
 
 
 def _shutdown(sock: socket.socket) -> None:

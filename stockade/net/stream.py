@@ -72,3 +72,32 @@ class Stream:
         data = bytes(self.buffer)
         self.buffer.clear()
         return data
+
+    # A request's body is read after its head, each read within `timeout` of the last: a long
+    # upload is not a slow handshake.
+
+    def read_some(self, size: int, timeout: float) -> bytes:
+        """Between 1 and `size` bytes."""
+        if not self.buffer:
+            self.deadline = time.monotonic() + timeout
+            self._fill()
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def read_exactly(self, size: int, timeout: float) -> bytes:
+        data = b""
+        while len(data) < size:
+            data += self.read_some(size - len(data), timeout)
+        return data
+
+    def read_line(self, limit: int, timeout: float) -> bytes:
+        """Bytes up to and including the next CRLF, at most `limit`; TooLarge past it."""
+        while (end := self.buffer.find(b"\r\n")) < 0:
+            if len(self.buffer) >= limit:
+                raise TooLarge
+            self.deadline = time.monotonic() + timeout
+            self._fill()
+        if end + 2 > limit:
+            raise TooLarge
+        return self.read(end + 2)

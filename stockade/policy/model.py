@@ -153,12 +153,42 @@ class FilesystemPolicy:
 
 
 @dataclass(frozen=True)
+class Credential:
+    """`[[network.credentials]]`: a secret the proxy adds to requests to `host`, which the
+    sandbox never holds (it sees `placeholder` text in variable `env`). Exactly one place
+    (`header`, with `prefix`; `basic_user`, the secret as the password; `query`, a parameter)
+    and one source on the host (`from_env`, a variable; `from_file`, a file, tidied)."""
+
+    name: str
+    host: str
+    env: str
+    header: str = ""
+    prefix: str = ""
+    basic_user: str = ""
+    query: str = ""
+    from_env: str = ""
+    from_file: str = ""
+
+
+@dataclass(frozen=True)
+class HttpRule:
+    """`[[network.http]]`: requests to `host` may use only `methods` (upper case; empty: any)
+    on paths starting with one of `paths` (empty: any)."""
+
+    host: str
+    methods: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class NetworkPolicy:
     mode: str = "none"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     reach: tuple[str, ...] = ()  # past the destination guard of mode "any"
     unix_sockets: str = "own"
+    credentials: tuple[Credential, ...] = ()
+    http: tuple[HttpRule, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,14 @@ def policy_to_document(policy: Policy) -> dict[str, Any]:
         "reach": list(sorted_unique(net.reach)),
         "unix_sockets": net.unix_sockets,
     }
+    if net.credentials:  # (said only when there are some, as are the rules below)
+        document["network"]["credentials"] = [
+            {name: value for name, value in asdict(credential).items() if value}
+            for credential in net.credentials]
+    if net.http:
+        document["network"]["http"] = [
+            {"host": rule.host, "methods": list(rule.methods), "paths": list(rule.paths)}
+            for rule in net.http]
     document["env"] = {"pass": list(sorted_unique(env.passthrough)), "set": dict(sorted(env.set))}
     document["limits"] = {
         name: format_size(value) if name in SIZE_LIMITS else _plain(value)
@@ -250,6 +258,11 @@ def _check_network(net: NetworkPolicy) -> None:
     if net.mode == "any" and net.deny:
         raise Invalid('mode "any" guards destinations by address and cannot deny a name; '
                       'deny patterns need mode "allowlist"', "network.deny")
+    for name in ("credentials", "http"):
+        if net.mode != "allowlist" and getattr(net, name):
+            raise Invalid(f'{name} are kept by the proxy of mode "allowlist" (mode is '
+                          f"{show(net.mode)}); set {name} = [] or change the mode",
+                          f"network.{name}")
     if net.mode != "any" and net.reach:
         raise Invalid(f'reach entries lift the destination guard of mode "any" (mode is '
                       f'{show(net.mode)}); set reach = [] or change the mode', "network.reach")

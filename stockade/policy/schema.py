@@ -22,6 +22,8 @@ from stockade.policy.model import (
     STDIN_MODES,
     UNIX_SOCKET_MODES,
     WORKSPACE_MODES,
+    Credential,
+    HttpRule,
 )
 from stockade.policy.render import kind, show
 
@@ -133,6 +135,111 @@ def _env_set(value: object, key: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+_CREDENTIAL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}", re.ASCII)
+_HEADER = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII)  # an HTTP token (RFC 9110)
+_QUERY_NAME = re.compile(r"[A-Za-z0-9._~-]+", re.ASCII)  # needs no percent-encoding
+_METHOD = re.compile(r"[A-Z]+", re.ASCII)
+_PATH_PREFIX = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/-]*", re.ASCII)
+_PLACES = ("header", "basic_user", "query")
+_SOURCES = ("from_env", "from_file")
+_CREDENTIAL_KEYS = ("name", "host", "env", *_PLACES, "prefix", *_SOURCES)
+
+
+def _text(pattern: re.Pattern[str], example: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(f"expected {example}, got {show(value)}")
+        return value
+    return parse
+
+
+def _prefix(value: object) -> str:
+    if not isinstance(value, str) or not all(" " <= c <= "~" for c in value):
+        raise ValueError(f'expected printable ASCII such as "Bearer ", got {show(value)}')
+    return value
+
+
+def _basic_user(value: object) -> str:
+    if not isinstance(value, str) or ":" in value or not all(" " <= c <= "~" for c in value):
+        raise ValueError(f'expected a user name of printable ASCII without ":", got '
+                         f"{show(value)}")
+    return value
+
+
+_CREDENTIAL_FIELDS: dict[str, Callable[[object], str]] = {
+    "name": _text(_CREDENTIAL_NAME, 'a name of lower-case letters, digits, "-" and "_" such '
+                  'as "github" (at most 32)'),
+    "host": domains.normalise_pattern,
+    "env": _env_name,
+    "header": _text(_HEADER, 'a header name such as "Authorization"'),
+    "prefix": _prefix,
+    "basic_user": _basic_user,
+    "query": _text(_QUERY_NAME, 'a query parameter name such as "api_key"'),
+    "from_env": _env_name,
+    "from_file": paths.tidy_path,
+}
+
+
+def _tables(value: object, key: str) -> list[tuple[str, Mapping[Any, Any]]]:
+    """An array of tables, each with its key (`key[index]`)."""
+    if not isinstance(value, list | tuple):
+        raise Invalid(f"expected an array of tables, got {kind(value)}", key)
+    return [(f"{key}[{index}]", table(item, f"{key}[{index}]")) for index, item in enumerate(value)]
+
+
+def _credentials(value: object, key: str) -> tuple[Credential, ...]:
+    """`[[network.credentials]]`: every key known, one place and one source each, names and
+    sandbox variables unique (a placeholder stands for one secret)."""
+    credentials: list[Credential] = []
+    for where, entry in _tables(value, key):
+        check_keys(entry, _CREDENTIAL_KEYS, where)
+        for required in ("name", "host", "env"):
+            if required not in entry:
+                raise Invalid(f'missing required key "{required}"', where)
+        fields = {name: _scalar(_CREDENTIAL_FIELDS[name])(item, f"{where}.{name}")
+                  for name, item in entry.items()}
+        for group, what in ((_PLACES, "where the secret goes"), (_SOURCES, "where it comes "
+                                                                 "from on the host")):
+            given = [name for name in group if name in fields]
+            if len(given) != 1:
+                raise Invalid(f"expected exactly one of {', '.join(group)} ({what}), got "
+                              f"{len(given)}", where)
+        if "prefix" in fields and "header" not in fields:
+            raise Invalid('prefix needs header (it starts that header\'s value)',
+                          f"{where}.prefix")
+        credential = Credential(**fields)
+        for other in credentials:
+            if credential.name == other.name or credential.env == other.env:
+                same = "name" if credential.name == other.name else "env"
+                raise Invalid(f"{same} {show(getattr(credential, same))} is also another "
+                              "credential's", f"{where}.{same}")
+        credentials.append(credential)
+    return tuple(credentials)
+
+
+def _http_rules(value: object, key: str) -> tuple[HttpRule, ...]:
+    """`[[network.http]]`: a host pattern (one rule each), methods and path prefixes."""
+    rules: list[HttpRule] = []
+    for where, entry in _tables(value, key):
+        check_keys(entry, ("host", "methods", "paths"), where)
+        if "host" not in entry:
+            raise Invalid('missing required key "host"', where)
+        host = _scalar(domains.normalise_pattern)(entry["host"], f"{where}.host")
+        if any(rule.host == host for rule in rules):
+            raise Invalid(f"{show(host)} has another rule: write one rule per host pattern",
+                          f"{where}.host")
+        methods = _list_of(_text(_METHOD, 'an upper-case method such as "GET"'))(
+            entry.get("methods", []), f"{where}.methods")
+        prefixes = _list_of(_text(_PATH_PREFIX, 'a path prefix such as "/repos/org/" (no '
+                                  '"%", "?" or "#")'))(entry.get("paths", []), f"{where}.paths")
+        for index, prefix in enumerate(prefixes):
+            if any(part in (".", "..") for part in prefix.split("/")):
+                raise Invalid(f'expected a path prefix without "." or ".." segments, got '
+                              f"{show(prefix)}", f"{where}.paths[{index}]")
+        rules.append(HttpRule(host, sorted_unique(methods), sorted_unique(prefixes)))
+    return tuple(rules)
+
+
 def _cpu(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"expected a number of cores such as 2 or 0.5, got {show(value)}")
@@ -228,6 +335,8 @@ FIELDS: dict[str, dict[str, tuple[str, Convert, Combine | None]]] = {
         "deny": ("deny", _domains, _add),
         "reach": ("reach", _reach, None),
         "unix_sockets": ("unix_sockets", _scalar(_choice(UNIX_SOCKET_MODES)), None),
+        "credentials": ("credentials", _credentials, None),
+        "http": ("http", _http_rules, None),
     },
     "env": {
         "pass": ("passthrough", _list_of(_env_name), None),

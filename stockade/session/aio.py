@@ -19,6 +19,7 @@ from typing import Any
 
 from stockade.errors import UsageError
 from stockade.launch.result import Result
+from stockade.net.approve import on_loop
 from stockade.session.exchange import Output
 from stockade.session.sandbox import Sandbox
 
@@ -34,6 +35,8 @@ class AsyncSandbox:
 
     async def start(self) -> AsyncSandbox:
         if self._sandbox is None:
+            if self._kwargs.get("approve") is not None:  # (an async one: on this loop)
+                self._kwargs["approve"] = on_loop(self._kwargs["approve"])
             self._sandbox = await asyncio.to_thread(Sandbox, *self._args, **self._kwargs)
         return self
 

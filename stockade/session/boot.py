@@ -14,11 +14,12 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from stockade.errors import StockadeError, UsageError
+from stockade.errors import StockadeError, UnenforceableError, UsageError
 from stockade.launch.backend import Handle, Stdio
 from stockade.launch.compile import CompileContext, compile_policy, with_read_roots
 from stockade.launch.manager import SandboxManager
 from stockade.launch.request import LaunchRequest
+from stockade.net.approve import Approval
 from stockade.policy.model import Policy
 from stockade.session import protocol
 from stockade.session.channel import Channel
@@ -67,7 +68,12 @@ def agent_request(policy: Policy, ctx: CompileContext) -> LaunchRequest:
 def agent_launch(request: LaunchRequest) -> LaunchRequest:
     """The agent's launch for a compiled `request` (a command's): its roots, network and
     limits, plus `agent_roots()` readable, the agent as the command, stdin null, no wall-clock
-    limit, and a request id of its own."""
+    limit, and a request id of its own. Credentials are refused: each command of a session is
+    compiled with placeholders of its own, which its proxy would not know."""
+    if request.network.credentials:
+        raise UnenforceableError("network.credentials", "network.credentials are kept for "
+                                 "one launch (stockade.run, stockade run), not yet in a warm "
+                                 "Sandbox or session")
     request = with_read_roots(request, agent_roots())
     return replace(request, argv=tuple(_agent_argv()), stdin="null",
                    limits=replace(request.limits, timeout=None),
@@ -86,15 +92,22 @@ def greeting(nonce: bytes, keep_detached: bool) -> Message:
 
 def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
          timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None,
-         keep_detached: bool = False) -> Session:
+         keep_detached: bool = False, approval: Approval | None = None) -> Session:
     """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
     unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
-    in all, then `session_boot_failed`."""
+    in all, then `session_boot_failed`. With `approval`, its proxy asks it about
+    destinations outside network.allow."""
     if policy.containment != "native":
         raise UsageError(f'containment = "{policy.containment}" does not boot in namespaces '
                          "(stockade.Sandbox picks the VM driver for it)")
     request = request or agent_request(policy, ctx)  # (given: an overlaid one's, see Sandbox)
     backend = SandboxManager("linux", "require").select(request)
+    if approval is not None:
+        if request.network.mode != "allowlist":
+            raise UsageError(f"approve= asks about what network.allow leaves out: it needs "
+                             f'network.mode "allowlist" (the policy\'s is '
+                             f'"{request.network.mode}")')
+        backend = backend.with_approval(approval)
     failures = []
     for _ in range(attempts):
         handle = backend.spawn(request, Stdio(subprocess.PIPE, subprocess.PIPE, subprocess.PIPE))

@@ -32,6 +32,7 @@ from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT, MERGE
 from stockade.launch.pump import KEEP, Capture, Forward, Sink, capture_for
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation, network_denials
+from stockade.net.approve import DEFAULT_TIMEOUT, Approval, Ask
 from stockade.policy import Policy, merge, resolve_policy
 from stockade.session import boot
 from stockade.session.errors import ProtocolError, SessionError
@@ -66,7 +67,10 @@ class Sandbox:
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
-                 keep_detached: bool = False) -> None:
+                 keep_detached: bool = False, approve: Callable[[Ask], str] | None = None,
+                 approve_timeout: float = DEFAULT_TIMEOUT) -> None:
+        # (approve: as stockade.run's, for every command of the session; net/approve.py)
+        self._approval = None if approve is None else Approval(approve, approve_timeout)
         self._policy = resolve_policy(policy, preset)
         self.keep_detached = keep_detached  # fixed at boot: the agent is told in its hello
         self._ctx = CompileContext.current(workspace)
@@ -92,12 +96,14 @@ class Sandbox:
         """Start the agent in its sandbox and greet it (an overlaid workspace's layers made
         first, in a change set of the session's own)."""
         if policy.filesystem.workspace != "overlay":
-            return boot.boot(policy, ctx, keep_detached=self.keep_detached)
+            return boot.boot(policy, ctx, keep_detached=self.keep_detached,
+                             approval=self._approval)
         from stockade.launch.manager import with_changes
 
         request, self.changes = with_changes(boot.agent_request(policy, ctx))
         try:
-            return boot.boot(policy, ctx, request=request, keep_detached=self.keep_detached)
+            return boot.boot(policy, ctx, request=request, keep_detached=self.keep_detached,
+                             approval=self._approval)
         except BaseException:
             self.changes.finish(None)
             self.changes.discard()

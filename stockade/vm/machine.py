@@ -82,6 +82,10 @@ def plan(request: LaunchRequest) -> Guest:
     if request.network.mode not in ("none", "allowlist"):
         raise UnenforceableError("network", f"network mode {request.network.mode!r}: the VM "
                                  "driver has no device for it ('none' and 'allowlist' only)")
+    if request.network.credentials or request.network.http:
+        raise UnenforceableError("network.credentials", "network.credentials and network.http "
+                                 "are kept by the native Linux backend's proxy only, not yet "
+                                 "in a VM")
     if request.limits.cpu is not None and request.limits.cpu < VCPUS:
         raise UnenforceableError("limits.cpu", f"limits.cpu = {request.limits.cpu:g}: the "
                                  f"guest has {VCPUS} vCPU and no finer CPU limit")

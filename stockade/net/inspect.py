@@ -1,0 +1,323 @@
+"""What the proxy does to the requests it reads: `network.credentials` and `network.http`.
+
+The proxy reads a request when it is plain HTTP, or HTTPS to a host a credential or an HTTP
+rule names (intercepted: see authority.py); every other tunnel stays blind. For a request it
+reads:
+
+- a credential's placeholder bound for any host but the credential's own (in the host name, the
+  request line, a header, or the body) is refused: `credential_exfiltration`. Only the proxy
+  turns a placeholder's credential into its secret, and only in the place the policy names, for
+  the credential's host, over TLS (plain HTTP to that host is refused,
+  `credential_needs_https`: the secret would cross the network readable);
+- each HTTP rule whose host matches must allow the method (`method_not_allowed`) and the path
+  (`path_not_allowed`; a path whose meaning a server could read differently from its text, with
+  dot segments or encoded `/`, `\\` or `.`, is refused, `path_ambiguous`);
+- framing must be unambiguous (`ambiguous_framing`: both Content-Length and Transfer-Encoding,
+  differing lengths, a transfer coding other than chunked), and exactly the framed body is passed
+  on: nothing a client sends after it reaches the server, so no second request rides inside the
+  first past the rules.
+
+The secret itself is never logged, shown in a message, or put anywhere but the request's slot.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from stockade.net import http
+from stockade.net.rules import Rule, compile_rules
+from stockade.net.stream import Stream
+
+_BODY_CHUNK = 64 * 1024
+_MAX_CHUNK_LINE = 4096
+_AMBIGUOUS = re.compile(r"%2f|%5c|%2e|\\", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One credential at launch: the secret the proxy puts in requests to `host` (a pattern)
+    in place of `placeholder` (see policy.model.Credential for the places)."""
+
+    name: str
+    host: str
+    placeholder: str
+    secret: str = field(repr=False)
+    header: str = ""
+    prefix: str = ""
+    basic_user: str = ""
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class HttpLimit:
+    """One `[[network.http]]` rule: methods and path prefixes (empty: any)."""
+
+    host: str
+    methods: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request the proxy will not pass on: a stable `reason`, words, the rule that decided."""
+
+    reason: str
+    message: str
+    rule: str | None = None
+    status: int = 403
+
+
+class Inspector:
+    """The decisions on read requests, for one launch's credentials and HTTP rules."""
+
+    def __init__(self, injections: Sequence[Injection] = (),
+                 limits: Sequence[HttpLimit] = ()) -> None:
+        self.injections = [(_rule(i.host, "network.credentials"), i) for i in injections]
+        self.limits = [(_rule(limit.host, "network.http"), limit) for limit in limits]
+
+    @property
+    def active(self) -> bool:
+        return bool(self.injections or self.limits)
+
+    def intercepts(self, host: str, port: int) -> bool:
+        """Whether HTTPS to `host`:`port` is read (a credential or a rule names the host)."""
+        return any(_matches(rule, host, port) for rule, _ in (*self.injections, *self.limits))
+
+    def injection(self, host: str, port: int) -> Injection | None:
+        return next(iter(self.injections_for(host, port)), None)
+
+    def injections_for(self, host: str, port: int) -> list[Injection]:
+        return [i for rule, i in self.injections if _matches(rule, host, port)]
+
+    def foreign(self, host: str, port: int) -> list[Injection]:
+        """The credentials whose placeholders must not go to `host`:`port`."""
+        return [i for rule, i in self.injections if not _matches(rule, host, port)]
+
+    def in_name(self, host: str) -> Refusal | None:
+        """A refusal if a host name carries any placeholder (it would reach DNS, and SNI)."""
+        lowered = host.lower()
+        for _, injection in self.injections:
+            if injection.placeholder.lower() in lowered:
+                return _exfiltration(injection, "the host name")
+        return None
+
+    def exfiltration(self, text: str, host: str, port: int) -> Refusal | None:
+        """A refusal if `text` carries the placeholder of a credential of another host."""
+        lowered = text.lower()
+        for injection in self.foreign(host, port):
+            if injection.placeholder.lower() in lowered:
+                return _exfiltration(injection, "the request")
+        return None
+
+    def judge(self, request: http.Request, host: str, port: int, *, tls: bool) -> Refusal | None:
+        """The refusal of a read request's head to `host`:`port`, or None to pass it on."""
+        head = "\n".join([request.method, request.path,
+                          *(f"{name}: {value}" for name, value in request.headers)])
+        refusal = self.exfiltration(head, host, port)
+        if refusal is not None:
+            return refusal
+        injection = self.injection(host, port)
+        if injection is not None and not tls:
+            return Refusal("credential_needs_https", f"credential {injection.name!r} is sent "
+                           "only over HTTPS (plain HTTP would carry it readable)",
+                           injection.host)
+        for rule, limit in self.limits:
+            if _matches(rule, host, port):
+                refusal = _limited(limit, request)
+                if refusal is not None:
+                    return refusal
+        return None
+
+    def body_scanner(self, host: str, port: int) -> Scanner:
+        return Scanner(self.foreign(host, port))
+
+    def withholder(self, host: str, port: int) -> Withholder:
+        """What keeps the secret of `host`'s credential out of its responses."""
+        injection = self.injection(host, port)
+        return Withholder(injection)
+
+    def forward_head(self, request: http.Request, host: str, port: int) -> bytes:
+        """The head sent upstream (origin form, Host set, hop-by-hop headers dropped), with
+        the credential of `host`, if any, in its place."""
+        injection = self.injection(host, port)
+        if injection is None:
+            return http.forward_head(request, host)
+        path = request.path
+        # (identity only: a compressed response would hide an echoed secret from Withholder)
+        headers = [(n, v) for n, v in request.headers if n.lower() != "accept-encoding"]
+        if injection.query:
+            base, _, query = path.partition("?")
+            kept = [p for p in query.split("&") if p and p.partition("=")[0] != injection.query]
+            kept.append(f"{injection.query}={urllib.parse.quote(injection.secret, safe='')}")
+            path = f"{base}?{'&'.join(kept)}"
+        else:
+            name = injection.header or "Authorization"
+            value = injection.prefix + injection.secret if injection.header else "Basic " + \
+                base64.b64encode(f"{injection.basic_user}:{injection.secret}".encode()).decode()
+            headers = [(n, v) for n, v in headers if n.lower() != name.lower()]
+            headers.append((name, value))
+        return http.forward_head(http.Request(request.method, request.host, request.port,
+                                              request.version, path, tuple(headers)), host)
+
+
+def _rule(pattern: str, key: str) -> Rule:
+    return compile_rules([pattern], key)[0]
+
+
+def _matches(rule: Rule, host: str, port: int) -> bool:
+    return rule.matches_host(host) and rule.port in (None, port)
+
+
+def _exfiltration(injection: Injection, where: str) -> Refusal:
+    return Refusal("credential_exfiltration", f"{where} carries the placeholder of credential "
+                   f"{injection.name!r} to a host other than {injection.host} (an exfiltration "
+                   "attempt)", injection.host)
+
+
+def _limited(limit: HttpLimit, request: http.Request) -> Refusal | None:
+    if limit.methods and request.method not in limit.methods:
+        return Refusal("method_not_allowed", f"method {request.method} is not in "
+                       f"network.http methods {list(limit.methods)} for {limit.host}",
+                       limit.host)
+    if not limit.paths:
+        return None
+    path = request.path.partition("?")[0]
+    segments = urllib.parse.unquote(path).split("/")
+    if _AMBIGUOUS.search(path) or any(s in (".", "..") for s in segments):
+        return Refusal("path_ambiguous", "the path has dot segments or encoded separators, "
+                       f"which network.http paths for {limit.host} cannot judge", limit.host)
+    if not any(path.startswith(prefix) for prefix in limit.paths):
+        return Refusal("path_not_allowed", f"the path is not under network.http paths "
+                       f"{list(limit.paths)} for {limit.host}", limit.host)
+    return None
+
+
+def framing(request: http.Request) -> int | None:
+    """The body's length (0: none), or None when chunked; Refusal (raised as FramingError)
+    when the head frames it ambiguously."""
+    lengths = {value.strip() for name, value in request.headers
+               if name.lower() == "content-length"}
+    codings = [value.strip().lower() for name, value in request.headers
+               if name.lower() == "transfer-encoding"]
+    if codings and lengths:
+        raise FramingError("both Content-Length and Transfer-Encoding")
+    if codings:
+        if codings != ["chunked"]:
+            raise FramingError("a transfer coding other than chunked")
+        return None
+    if len(lengths) > 1:
+        raise FramingError("differing Content-Length values")
+    if not lengths:
+        return 0
+    (text,) = lengths
+    if not text.isdigit() or not text.isascii() or len(text) > 18:
+        raise FramingError("an invalid Content-Length")
+    return int(text)
+
+
+class FramingError(Exception):
+    """A request whose end cannot be told for sure: refused, `ambiguous_framing`."""
+
+    def refusal(self) -> Refusal:
+        return Refusal("ambiguous_framing", f"the request has {self}: its end is ambiguous",
+                       status=400)
+
+
+class Scanner:
+    """Finds the placeholders of `injections` in a body passed in pieces (a placeholder split
+    between two pieces is found)."""
+
+    def __init__(self, injections: Iterable[Injection]) -> None:
+        self.needles = [(i.placeholder.lower().encode(), i) for i in injections]
+        self.keep = max((len(n) for n, _ in self.needles), default=1) - 1
+        self.tail = b""
+
+    def feed(self, data: bytes) -> Refusal | None:
+        if not self.needles:
+            return None
+        window = self.tail + data.lower()
+        for needle, injection in self.needles:
+            if needle in window:
+                return _exfiltration(injection, "the request's body")
+        self.tail = window[-self.keep:] if self.keep else b""
+        return None
+
+
+class Withholder:
+    """Passes a credential host's response on, holding back each piece's last bytes until the
+    next shows they do not begin the secret: a response that carries the secret as it was sent
+    (in the clear, base64 in basic auth, percent-encoded in a query) is cut before it."""
+
+    def __init__(self, injection: Injection | None) -> None:
+        self.injection = injection
+        self.needles = [] if injection is None else sorted({
+            text.lower().encode("latin-1") for text in (
+                injection.secret, urllib.parse.quote(injection.secret, safe=""),
+                base64.b64encode(f"{injection.basic_user}:{injection.secret}".encode()).decode())
+        }, key=len)
+        self.keep = max((len(n) for n in self.needles), default=1) - 1
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes | None:
+        """What may go to the client now; None if the secret is in the response."""
+        if not self.needles:
+            return data
+        window = self.held + data
+        lowered = window.lower()
+        if any(needle in lowered for needle in self.needles):
+            return None
+        cut = max(0, len(window) - self.keep)
+        self.held = window[cut:]
+        return window[:cut]
+
+    def refusal(self) -> Refusal:
+        assert self.injection is not None
+        return Refusal("credential_reflected", f"the response of {self.injection.host} "
+                       f"carried the secret of credential {self.injection.name!r}: cut before "
+                       "it", self.injection.host)
+
+
+def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], None],
+                 scanner: Scanner, timeout: float) -> Refusal | None:
+    """Pass exactly the framed body from `stream` to `send`, scanning it; stop at the first
+    refusal (what went before it is harmless: a placeholder is no secret)."""
+    if length is not None:
+        return _copy(stream, length, send, scanner, timeout)
+    while True:
+        line = stream.read_line(_MAX_CHUNK_LINE, timeout)
+        size_text = line.partition(b";")[0].strip()
+        if not size_text or len(size_text) > 16 or any(c not in b"0123456789abcdefABCDEF"
+                                                       for c in size_text):
+            return FramingError("a malformed chunk size").refusal()
+        send(line)
+        size = int(size_text, 16)
+        if size == 0:
+            while (trailer := stream.read_line(_MAX_CHUNK_LINE, timeout)) != b"\r\n":
+                refusal = scanner.feed(trailer)
+                if refusal is not None:
+                    return refusal
+                send(trailer)
+            send(b"\r\n")
+            return None
+        refusal = _copy(stream, size, send, scanner, timeout)
+        if refusal is not None:
+            return refusal
+        if stream.read_exactly(2, timeout) != b"\r\n":
+            return FramingError("a chunk not ended by CRLF").refusal()
+        send(b"\r\n")
+
+
+def _copy(stream: Stream, length: int, send: Callable[[bytes], None], scanner: Scanner,
+          timeout: float) -> Refusal | None:
+    while length > 0:
+        data = stream.read_some(min(length, _BODY_CHUNK), timeout)
+        refusal = scanner.feed(data)
+        if refusal is not None:
+            return refusal
+        send(data)
+        length -= len(data)
+    return None

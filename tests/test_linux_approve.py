@@ -1,0 +1,273 @@
+"""Approvals while a sandbox runs (issue 34 item 3, the Python API part): real children whose
+requests leave through the allowlist proxy, which asks the caller's function about each
+destination network.allow leaves out. Names resolve only by the proxy's hook."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, policy_for
+from tlsworld import Server, serving
+
+import stockade
+from stockade.errors import UsageError
+from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.manager import execute
+from stockade.linux.backend import LinuxBackend
+from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, Approval, Ask
+from stockade.policy.model import Credential, NetworkPolicy
+
+pytestmark = pytest.mark.usefixtures("linux")
+NAMES = {"asked.test": "127.0.0.1", "private.test": "10.0.0.1", "denied.test": "127.0.0.1"}
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with serving() as running:
+        yield running
+
+
+def run(workspace, port: int, paths: list[str], approver, timeout: float = 5.0,
+        **network: object) -> stockade.Result:
+    """Each of `paths` (a URL on a test name) fetched in turn by a child; prints each status."""
+    code = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        for url in {paths!r}:
+            try:
+                print(urllib.request.urlopen(url, timeout=30).status)
+            except urllib.error.HTTPError as e:
+                print(e.code)
+            except OSError as e:  # (a refused CONNECT)
+                print("refused")
+    """)
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", (f"127.0.0.1:{port}",), **network))
+    request = compile_policy(policy, [PYTHON, "-c", code], CompileContext.current(workspace))
+    backend = LinuxBackend(resolver=lambda host: [NAMES[host]] if host in NAMES else [])
+    return execute(backend.with_approval(Approval(approver, timeout)), request)
+
+
+def test_an_approved_host_is_reached_and_logged(ws, server):
+    workspace, _ = ws
+    asked: list[Ask] = []
+
+    def approver(ask: Ask) -> str:
+        asked.append(ask)
+        return ALLOW_ONCE
+
+    url = f"http://asked.test:{server.port}/once"
+    r = run(workspace, server.port, [url, url], approver)
+    assert r.stdout.split() == [b"200", b"200"], r.stderr
+    assert asked == [Ask("asked.test", server.port, "not_allowed")] * 2  # (once: asked again)
+    assert [s.path for s in server.seen] == ["/once", "/once"]
+    assert [(e["decision"], e["reason"]) for e in r.network_log] == [
+        ("allow", "approved_once")] * 2
+    assert r.violations == ()
+
+
+def test_allowed_for_the_run_is_asked_once(ws, server):
+    workspace, _ = ws
+    asked: list[Ask] = []
+    url = f"http://asked.test:{server.port}/run"
+    r = run(workspace, server.port, [url, url, url],
+            lambda ask: asked.append(ask) or ALLOW_RUN)
+    assert r.stdout.split() == [b"200"] * 3 and len(asked) == 1
+    assert [e["reason"] for e in r.network_log] == ["approved_for_run"] * 3
+
+
+@pytest.mark.parametrize("answer", ["slow", "deny", "raises", "yes"])
+def test_no_timely_approval_is_a_denial(ws, server, answer):
+    workspace, _ = ws
+
+    def approver(ask: Ask) -> str:
+        if answer == "slow":
+            time.sleep(3)
+            return ALLOW_RUN
+        if answer == "raises":
+            raise RuntimeError("the caller's bug")
+        return DENY if answer == "deny" else answer
+
+    url = f"http://asked.test:{server.port}/no"
+    started = time.monotonic()
+    r = run(workspace, server.port, [url], approver, timeout=0.5)
+    assert r.stdout.split() == [b"403"] and server.seen == []
+    assert time.monotonic() - started < 30
+    (entry,) = r.network_log
+    assert entry["reason"] == "not_allowed" and "was asked" in entry["message"]
+
+
+def test_an_approval_lifts_no_address_check_nor_a_deny_pattern(ws, server):
+    workspace, _ = ws
+    asked: list[Ask] = []
+    r = run(workspace, server.port, ["http://private.test/", f"http://denied.test:{server.port}/"],
+            lambda ask: asked.append(ask) or ALLOW_RUN, deny=("denied.test",))
+    assert r.stdout.split() == [b"403", b"403"] and server.seen == []
+    assert [a.host for a in asked] == ["private.test"]  # (a deny pattern is never asked)
+    assert [e["reason"] for e in r.network_log] == ["address_private", "denied_by_rule"]
+
+
+def test_the_ask_names_the_credentials_of_the_host(ws, server, monkeypatch):
+    workspace, _ = ws
+    monkeypatch.setenv("STOCKADE_TEST_APPROVE_TOKEN", "t0ken")
+    asked: list[Ask] = []
+    run(workspace, server.port, [f"https://asked.test:{server.port}/"],  # (a CONNECT)
+        lambda ask: asked.append(ask) or DENY,
+        credentials=(Credential("tok", "asked.test", "TOKEN", header="X-Token",
+                                from_env="STOCKADE_TEST_APPROVE_TOKEN"),))
+    assert asked == [Ask("asked.test", server.port, "not_allowed", ("tok",))]
+
+
+def test_the_api_asks_and_still_refuses_a_loopback_address(ws, server):
+    """stockade.run(approve=...): asked about a loopback destination, approved, and refused
+    all the same by the address checks (no approval lifts them)."""
+    workspace, _ = ws
+    asked: list[Ask] = []
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    r = stockade.run([PYTHON, "-c", textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)], policy, workspace=workspace, approve=lambda ask: asked.append(ask) or ALLOW_RUN)
+    assert r.stdout.split() == [b"403"] and server.seen == []
+    assert asked == [Ask("127.0.0.1", server.port, "not_allowed")]
+    assert [e["reason"] for e in r.network_log] == ["address_loopback"]
+
+
+def test_approve_needs_the_allowlist(ws):
+    workspace, _ = ws
+    with pytest.raises(UsageError, match="allowlist"):
+        stockade.run(["true"], preset="read-only", workspace=workspace,
+                     approve=lambda ask: DENY)
+
+
+def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.CompletedProcess,
+                                                                  bytes]:
+    """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
+    pty; `answer` typed there once the question shows. Returns the run and what the terminal
+    showed."""
+    master, slave = pty.openpty()
+
+    def take_the_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "STOCKADE_SERVER_IDLE": "0"}
+    process = subprocess.Popen([sys.executable, "-m", "stockade", *args], stdin=slave,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
+                               start_new_session=True, preexec_fn=take_the_terminal)
+    os.close(slave)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"[N]o?" not in shown and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                shown += os.read(master, 4096)
+        os.write(master, answer)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(master)
+    return subprocess.CompletedProcess(args, process.returncode, out, err), shown
+
+
+@pytest.mark.parametrize(("answer", "reason"), [(b"r\n", "address_loopback"),
+                                                (b"n\n", "not_allowed")])
+def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
+                                                                      answer, reason):
+    """`stockade run --ask`: the question shows on the terminal (never in the command's
+    output), names the destination, takes the answer typed there; approved, a loopback
+    address is refused all the same."""
+    workspace, _ = ws
+    log = tmp_path / "network.jsonl"
+    code = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=90)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+    done, shown = _at_a_terminal(
+        ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
+         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace)
+    assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
+    assert done.stdout.split() == [b"403"], done.stderr
+    assert b"asks to reach" not in done.stdout + done.stderr
+    assert server.seen == []
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["reason"] == reason
+
+
+def test_a_warm_sandbox_asks_for_each_of_its_commands(ws, server):
+    workspace, _ = ws
+    asked: list[Ask] = []
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    fetch = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+    with stockade.Sandbox(policy, workspace=workspace,
+                          approve=lambda ask: asked.append(ask) or ALLOW_ONCE) as sandbox:
+        results = [sandbox.run([PYTHON, "-c", fetch]) for _ in range(2)]
+    assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
+    assert asked == [Ask("127.0.0.1", server.port, "not_allowed")] * 2
+    assert [[e["reason"] for e in r.network_log] for r in results] == [["address_loopback"]] * 2
+    assert server.seen == []
+    with pytest.raises(UsageError, match="allowlist"):
+        stockade.Sandbox(preset="read-only", workspace=workspace, approve=lambda ask: DENY)
+
+
+def test_an_async_approver_answers_on_the_callers_loop(ws, server):
+    import asyncio
+
+    workspace, _ = ws
+    asked: list[tuple[Ask, asyncio.AbstractEventLoop]] = []
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    fetch = textwrap.dedent(f"""
+        import urllib.request, urllib.error
+        try:
+            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+    """)
+
+    async def approve(ask: Ask) -> str:
+        await asyncio.sleep(0.01)
+        asked.append((ask, asyncio.get_running_loop()))
+        return ALLOW_ONCE
+
+    async def main() -> tuple[stockade.Result, stockade.Result]:
+        one = await stockade.arun([PYTHON, "-c", fetch], policy, workspace=workspace,
+                                  approve=approve)
+        async with stockade.AsyncSandbox(policy, workspace=workspace,
+                                         approve=approve) as sandbox:
+            two = await sandbox.run([PYTHON, "-c", fetch])
+        return one, two
+
+    loop = asyncio.new_event_loop()
+    try:
+        results = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
+    assert [(ask.host, running is loop) for ask, running in asked] == [("127.0.0.1", True)] * 2

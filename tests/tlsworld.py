@@ -1,0 +1,125 @@
+"""A loopback HTTPS (and HTTP) server under a test CA of the tests' own, which records every
+request it receives (method, path, headers, body)."""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import ipaddress
+import os
+import ssl
+import threading
+from dataclasses import dataclass, field
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Server:
+    port: int
+    seen: list[Seen] = field(default_factory=list)
+
+
+def _name(text: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+
+def make_ca(directory: str, names: list[str]) -> tuple[str, str]:
+    """A test CA (its certificate in DIRECTORY/test-ca.pem) and a server certificate and key
+    for `names` (DIRECTORY/server.pem); returns (ca file, server file)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("stockade test CA"))
+          .issuer_name(_name("stockade test CA")).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    alternatives: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alternatives.append(x509.DNSName(name))
+    leaf = (x509.CertificateBuilder().subject_name(_name(names[0])).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    ca_file, server_file = (os.path.join(directory, n) for n in ("test-ca.pem", "server.pem"))
+    with open(ca_file, "wb") as handle:
+        handle.write(ca.public_bytes(serialization.Encoding.PEM))
+    with open(server_file, "wb") as handle:
+        handle.write(leaf.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+    os.chmod(ca_file, 0o644)
+    return ca_file, server_file
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _any(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
+        self.server.record.seen.append(Seen(self.command, self.path, dict(self.headers), body))
+        reply = f"seen {self.command} {self.path}".encode()
+        if self.path.partition("?")[0].endswith("/echo"):  # (a server that shows what it was sent)
+            reply = b"x" * 70000 + (self.path + str(dict(self.headers))).encode()
+        target = self.path.partition("?to=")[2]
+        self.send_response(302 if target else 200)
+        if target:  # (a redirect: where the client goes next is its own choice)
+            self.send_header("Location", target)
+        self.send_header("Content-Length", str(len(reply)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply)
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _any  # noqa: N815
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class serving:  # noqa: N801 - used as a context manager, like open()
+    """A threaded loopback server (TLS with `certfile`, else plain) for the `with` block."""
+
+    def __init__(self, certfile: str | None = None) -> None:
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        if certfile is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(certfile)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd.record = Server(self.httpd.server_address[1])
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        return self.httpd.record
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
