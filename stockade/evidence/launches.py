@@ -319,6 +319,33 @@ sys.dont_write_bytecode = True
 site.addsitedir(sys.argv[2])
 """
 
+# Before COMPILER, started in `app` beside the workspace: import finders of a plugin loader's
+# holding the directories of `{held}` (argv[2]) as their attributes, one shape each (a str, a
+# table's pathlib.Path value, a list of them, a set, a table's key, a __slots__ slot), on
+# sys.meta_path, and a path-entry finder a hook of the
+# program's own made for an entry naming no directory, in sys.path_importer_cache, holding
+# `entry` (attacks 40 T2, 41 U1).
+HELD = """
+import os, pathlib, sys
+sys.dont_write_bytecode = True
+held = sys.argv[2]
+class PluginFinder:
+    def find_spec(self, name, path=None, target=None):
+        return None
+class SlotsFinder(PluginFinder):
+    __slots__ = ("directory",)
+finder, slotted, entry = PluginFinder(), SlotsFinder(), PluginFinder()
+finder.directory = os.path.join(held, "str")
+finder.table = {"extra": pathlib.Path(held, "table")}
+finder.dirs = [pathlib.Path(held, "list")]
+finder.roots = {os.path.join(held, "set")}
+finder.prefixes = {os.path.join(held, "keys"): "myapp_"}
+slotted.directory = os.path.join(held, "slots")
+entry.directory = os.path.join(held, "entry")
+sys.meta_path += [finder, slotted]
+sys.path_importer_cache["myapp-plugins"] = entry
+"""
+
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
     """A launcher: the attack, its launch compiled by this interpreter started in the scene's
@@ -346,6 +373,7 @@ compiled_after_giving_originless_packages = compiled_after(ORIGINLESS, "plugins"
                                                            start="app")
 compiled_after_loading_a_module_as_a_package = compiled_after(AS_PACKAGE, "loader", start="app")
 compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", start="app")
+compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

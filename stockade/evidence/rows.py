@@ -258,6 +258,14 @@ ROWS: tuple[Row, ...] = (
         "host_code_plant.py", "{ws}/src", expect=RefusedBefore(HOST_CODE_REFUSED),
         unproven=COMPILER, setup=setups.site_directory_added_names_missing_directory,
         launch=launches.compiled_after_adding_a_site_directory),
+    row("fs.host-code-finder-held-path", "filesystem",
+        "plant a plugin in each workspace directory an import finder of the host's program "
+        "(a plugin loader's, outside the workspace) holds: as a str, a pathlib.Path in a table "
+        "or a list, in a set, as a table's key, in a __slots__ slot, and held by a path-entry "
+        "finder a hook of its own made",
+        "tamper.py", *(f"{{held}}/{shape}" for shape in setups.HELD_SHAPES),
+        expect=denied(HOST_CODE), proven=off("host_code"), setup=setups.directories_finders_hold,
+        launch=launches.compiled_beside_holding_finders),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

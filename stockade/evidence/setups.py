@@ -394,6 +394,24 @@ def module_loaded_as_a_package(scene: Scene) -> None:
                           "hostplug, loaded from ws/.app/loader.py)"))
 
 
+HELD_SHAPES = ("str", "table", "list", "set", "keys", "slots", "entry")
+
+
+def directories_finders_hold(scene: Scene) -> None:
+    """Workspace directories below `{held}` (ws/.held) that import finders of a plugin
+    loader's hold, which the launch's compile, started in `app` beside the workspace,
+    installs (launches.compiled_beside_holding_finders), each directory of HELD_SHAPES held in
+    that shape: no import path entry names them, yet the host's next run imports what the
+    command left there (attacks 40 T2, 41 U1). (One held missing is refused: the launch
+    cannot keep it unmade.)"""
+    held = scene.ws / ".held"
+    for shape in HELD_SHAPES:
+        (held / shape).mkdir(parents=True)
+    (scene.root / "app").mkdir()
+    scene.values.update(held=str(held))
+    scene.watch(Unchanged(held, "ws/.held (holding the directories the host's import finders "
+                          "hold)"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

@@ -187,7 +187,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-working-directory",
                           "fs.host-code-searched-below-start",
                           "fs.host-code-package-path", "fs.host-code-namespace-portion",
-                          "fs.host-code-module-as-package")},
+                          "fs.host-code-module-as-package",
+                          "fs.host-code-finder-held-path")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
