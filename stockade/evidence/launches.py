@@ -346,6 +346,34 @@ sys.meta_path += [finder, slotted]
 sys.path_importer_cache["myapp-plugins"] = entry
 """
 
+# Before COMPILER, started in the workspace: Stockade and what COMPILER imports imported there
+# (where Stockade takes the program to have started), a path hook of the program's own (a
+# FileFinder wrapped) first, the relative entries "tools" and "plugins" (missing: that hook
+# takes it, as it takes every entry) put on the import path, neither searched yet (a module
+# imported from one is host code by its file), then a move to
+# `{app}` (argv[2]) outside it: the next run, started in the workspace again, resolves both
+# there (attack 40 T1, T4).
+RELATIVE_MOVED = """
+import importlib._bootstrap_external, importlib.machinery, json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+class WrapFinder:
+    def __init__(self, path):
+        self.inner = importlib.machinery.FileFinder(
+            path, *importlib._bootstrap_external._get_supported_file_loaders())
+    def find_spec(self, name, target=None):
+        return self.inner.find_spec(name, target)
+    def invalidate_caches(self):
+        self.inner.invalidate_caches()
+sys.path_hooks.insert(0, WrapFinder)
+sys.path_importer_cache.clear()
+# (a path hook's key an editable install of Stockade put there, relative: a name the landlock
+# tier refuses to leave makeable whatever this row's entries are)
+sys.path[:] = [entry for entry in sys.path if not entry.endswith(".__path_hook__")]
+sys.path += ["tools", "plugins"]
+os.chdir(sys.argv[2])
+"""
+
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
     """A launcher: the attack, its launch compiled by this interpreter started in the scene's
@@ -374,6 +402,7 @@ compiled_after_giving_originless_packages = compiled_after(ORIGINLESS, "plugins"
 compiled_after_loading_a_module_as_a_package = compiled_after(AS_PACKAGE, "loader", start="app")
 compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", start="app")
 compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
+compiled_after_moving_out = compiled_after(RELATIVE_MOVED, "app", start="ws")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

@@ -266,6 +266,16 @@ ROWS: tuple[Row, ...] = (
         "tamper.py", *(f"{{held}}/{shape}" for shape in setups.HELD_SHAPES),
         expect=denied(HOST_CODE), proven=off("host_code"), setup=setups.directories_finders_hold,
         launch=launches.compiled_beside_holding_finders),
+    row("fs.host-code-relative-next-run", "filesystem",
+        "make the missing relative entry \"plugins\" on the import path of the host's "
+        "program, which a path hook of its own takes (mkdir, open, symlink, rename), and plant "
+        "a module in the relative entry \"tools\", each resolved from the workspace, where the "
+        "program started, though it moved out before the run",
+        "host_code_shadow.py", "{ws}/plugins", "{ws}/tools/tools_extra.py",
+        expect=Recorded((HOST_CODE, by("names_watch", "EACCES")), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.relative_entries_of_a_program_moved_out,
+        launch=launches.compiled_after_moving_out),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -412,6 +412,20 @@ def directories_finders_hold(scene: Scene) -> None:
     scene.watch(Unchanged(held, "ws/.held (holding the directories the host's import finders "
                           "hold)"))
 
+def relative_entries_of_a_program_moved_out(scene: Scene) -> None:
+    """The workspace's `tools` (holding `tool`) and `plugins`, missing, that the launch's
+    compile, started in the workspace with a path hook of its own, puts on its import path
+    relative, as "tools" and "plugins", before it moves to `{app}` outside the workspace
+    (launches.compiled_after_moving_out): the host's next run, started in the workspace
+    again, joins them to it, whatever hook takes them (attack 40 T1, T4)."""
+    tools = scene.plant("ws/tools/tool.py", "VALUE = 1\n").parent
+    (scene.root / "app").mkdir()
+    scene.values.update(app=str(scene.root / "app"))
+    scene.watch(Unchanged(scene.ws, "workspace (holding ws/tools and not ws/plugins, relative "
+                          "entries on the host's import path)"))
+    scene.watch(Unchanged(tools, "ws/tools (the relative entry tools on the host's import "
+                          "path)"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

@@ -188,7 +188,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-searched-below-start",
                           "fs.host-code-package-path", "fs.host-code-namespace-portion",
                           "fs.host-code-module-as-package",
-                          "fs.host-code-finder-held-path")},
+                          "fs.host-code-finder-held-path",
+                          "fs.host-code-relative-next-run")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
