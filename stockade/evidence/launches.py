@@ -374,6 +374,16 @@ sys.path += ["tools", "plugins"]
 os.chdir(sys.argv[2])
 """
 
+# Before COMPILER, started in `app` beside the workspace: `mypkg` imported through `{lib}`
+# (argv[2]), where it is a link into the workspace; it gave its __path__
+# "<its directory>/../mypkg_plugins" (attack 40 T5).
+THROUGH_A_LINK = """
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[2])
+import mypkg
+"""
+
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
     """A launcher: the attack, its launch compiled by this interpreter started in the scene's
@@ -403,6 +413,7 @@ compiled_after_loading_a_module_as_a_package = compiled_after(AS_PACKAGE, "loade
 compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", start="app")
 compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
 compiled_after_moving_out = compiled_after(RELATIVE_MOVED, "app", start="ws")
+compiled_after_importing_through_a_link = compiled_after(THROUGH_A_LINK, "lib", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

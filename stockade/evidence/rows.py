@@ -276,6 +276,16 @@ ROWS: tuple[Row, ...] = (
         proven=(off("host_code"), off("names_watch")),
         setup=setups.relative_entries_of_a_program_moved_out,
         launch=launches.compiled_after_moving_out),
+    row("fs.host-code-dot-dot-link", "filesystem",
+        "make the missing workspace directory a package of the host's program, imported "
+        "through a link to it outside the workspace, put on its __path__ as \"<its "
+        "directory>/../mypkg_plugins\", which the kernel resolves after the link into the "
+        "workspace (mkdir, open, symlink, rename)",
+        "host_code_shadow.py", "{ws}/src/mypkg_plugins",
+        expect=Recorded((by("names_watch", "EACCES"),), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.package_linked_with_dot_dot_path,
+        launch=launches.compiled_after_importing_through_a_link),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

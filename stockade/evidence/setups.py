@@ -426,6 +426,27 @@ def relative_entries_of_a_program_moved_out(scene: Scene) -> None:
     scene.watch(Unchanged(tools, "ws/tools (the relative entry tools on the host's import "
                           "path)"))
 
+# A package that loads plugins from beside itself, "<its directory>/../mypkg_plugins".
+DOT_DOT_PACKAGE = """import os
+__path__.append(os.path.join(os.path.dirname(__file__), "..", "mypkg_plugins"))
+"""
+
+
+def package_linked_with_dot_dot_path(scene: Scene) -> None:
+    """A workspace package ws/src/mypkg that `{lib}` (app/lib, outside the workspace) links to
+    as mypkg (as `flit install --symlink` makes it), which the launch's compile imports
+    through the link (launches.compiled_after_importing_through_a_link): it gives its
+    __path__ app/lib/mypkg/../mypkg_plugins, which the kernel resolves after the link, to the
+    missing ws/src/mypkg_plugins, not lexically to app/lib/mypkg_plugins; the host's next run
+    imports what the command made there (attack 40 T5)."""
+    package = scene.plant("ws/src/mypkg/__init__.py", DOT_DOT_PACKAGE).parent
+    lib = scene.root / "app" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "mypkg").symlink_to(package)
+    scene.values.update(lib=str(lib))
+    scene.watch(Unchanged(package.parent, "ws/src (holding the package mypkg, and not "
+                          "ws/src/mypkg_plugins, on its __path__ through a link)"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

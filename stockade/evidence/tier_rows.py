@@ -175,7 +175,8 @@ def _specs() -> dict[str, Tier]:
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.protected-create": gap("filesystem.protected"),
         # (fs.host-code-module-as-package: the module file itself, in the workspace, is host
-        # code, so the tier refuses it whatever its __path__ is judged to be)
+        # code, so the tier refuses it whatever its __path__ is judged to be; so with
+        # fs.host-code-dot-dot-link's package, imported through a link into the workspace)
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename", "fs.host-code-other-name",
@@ -189,7 +190,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-package-path", "fs.host-code-namespace-portion",
                           "fs.host-code-module-as-package",
                           "fs.host-code-finder-held-path",
-                          "fs.host-code-relative-next-run")},
+                          "fs.host-code-relative-next-run",
+                          "fs.host-code-dot-dot-link")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
