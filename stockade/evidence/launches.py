@@ -367,9 +367,6 @@ class WrapFinder:
         self.inner.invalidate_caches()
 sys.path_hooks.insert(0, WrapFinder)
 sys.path_importer_cache.clear()
-# (a path hook's key an editable install of Stockade put there, relative: a name the landlock
-# tier refuses to leave makeable whatever this row's entries are)
-sys.path[:] = [entry for entry in sys.path if not entry.endswith(".__path_hook__")]
 sys.path += ["tools", "plugins"]
 os.chdir(sys.argv[2])
 """
@@ -382,6 +379,30 @@ import sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[2])
 import mypkg
+"""
+
+# Before COMPILER, started in `app` beside the workspace: a module loaded by the relative path
+# "../ws/hooks/agent_hooks.py" (its __file__ stays relative; attack 40 T3), and the plugin
+# `{plugin}` (argv[2]) loaded by a loader of the program's own through
+# `spec_from_loader(name, loader, origin=path)`: no __file__, its path only its spec's origin
+# (attack 41 U3).
+BY_ORIGIN = """
+import importlib.machinery, importlib.util, sys
+sys.dont_write_bytecode = True
+loader = importlib.machinery.SourceFileLoader("agent_hooks", "../ws/hooks/agent_hooks.py")
+module = importlib.util.module_from_spec(importlib.util.spec_from_loader("agent_hooks", loader))
+loader.exec_module(module)
+sys.modules["agent_hooks"] = module
+class PluginLoader:
+    def __init__(self, path):
+        self.path = path
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(open(self.path).read(), self.path, "exec"), vars(module))
+spec = importlib.util.spec_from_loader("myplug", PluginLoader(sys.argv[2]), origin=sys.argv[2])
+sys.modules["myplug"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
 """
 
 
@@ -414,6 +435,7 @@ compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", s
 compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
 compiled_after_moving_out = compiled_after(RELATIVE_MOVED, "app", start="ws")
 compiled_after_importing_through_a_link = compiled_after(THROUGH_A_LINK, "lib", start="app")
+compiled_after_loading_by_origin = compiled_after(BY_ORIGIN, "plugin", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

@@ -286,6 +286,13 @@ ROWS: tuple[Row, ...] = (
         proven=(off("host_code"), off("names_watch")),
         setup=setups.package_linked_with_dot_dot_path,
         launch=launches.compiled_after_importing_through_a_link),
+    row("fs.host-code-module-origin", "filesystem",
+        "rewrite the workspace modules the host's program (started beside the workspace) "
+        "loaded: one by a relative path, and a plugin whose spec carries its path only as its "
+        "origin (no __file__)", "tamper.py", "{ws}/hooks/agent_hooks.py", "{plugin}",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.modules_loaded_by_relative_path_and_origin,
+        launch=launches.compiled_after_loading_by_origin),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -447,6 +447,20 @@ def package_linked_with_dot_dot_path(scene: Scene) -> None:
     scene.watch(Unchanged(package.parent, "ws/src (holding the package mypkg, and not "
                           "ws/src/mypkg_plugins, on its __path__ through a link)"))
 
+def modules_loaded_by_relative_path_and_origin(scene: Scene) -> None:
+    """Workspace modules the launch's compile, started in `app` beside the workspace, loads
+    (launches.compiled_after_loading_by_origin): ws/hooks/agent_hooks.py by the relative path
+    "../ws/hooks/agent_hooks.py", and `{plugin}` (ws/plugins/myplug.py) by a loader of its own, the
+    path only its spec's origin; the host's next run loads what the command wrote there
+    (attack 40 T3, 41 U3)."""
+    hook = scene.plant("ws/hooks/agent_hooks.py", "HOOK = 1\n")
+    plugin = scene.plant("ws/plugins/myplug.py", "X = 1\n")
+    (scene.root / "app").mkdir()
+    scene.values.update(plugin=str(plugin))
+    for path, what in ((hook, "loaded by a relative path"), (plugin, "its spec's origin")):
+        scene.watch(Unchanged(path, f"{path.relative_to(scene.root)} (a module the host "
+                              f"loaded, {what})"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,
