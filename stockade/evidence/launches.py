@@ -405,6 +405,21 @@ sys.modules["myplug"] = module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 """
 
+# Before COMPILER, started with -c ("" first on the import path) in `app` beside the
+# workspace: Stockade and what COMPILER imports imported there (where Stockade takes the
+# program to have started), then into `{root}` (argv[2]), the directory holding the
+# workspace, as a notebook kernel moves, and the plugin `{plugin}` (argv[3]) loaded from there
+# (attack 41 U2).
+MOVED_ABOVE = """
+import importlib.util, json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+os.chdir(sys.argv[2])
+spec = importlib.util.spec_from_file_location("myplug", sys.argv[3])
+sys.modules["myplug"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+"""
+
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
     """A launcher: the attack, its launch compiled by this interpreter started in the scene's
@@ -436,6 +451,7 @@ compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
 compiled_after_moving_out = compiled_after(RELATIVE_MOVED, "app", start="ws")
 compiled_after_importing_through_a_link = compiled_after(THROUGH_A_LINK, "lib", start="app")
 compiled_after_loading_by_origin = compiled_after(BY_ORIGIN, "plugin", start="app")
+compiled_after_moving_above = compiled_after(MOVED_ABOVE, "root", "plugin", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,

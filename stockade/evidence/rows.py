@@ -293,6 +293,12 @@ ROWS: tuple[Row, ...] = (
         expect=denied(HOST_CODE), proven=off("host_code"),
         setup=setups.modules_loaded_by_relative_path_and_origin,
         launch=launches.compiled_after_loading_by_origin),
+    row("fs.host-code-below-moved-cwd", "filesystem",
+        "rewrite a workspace plugin the host's program (started with -c beside the workspace, "
+        "\"\" first on its import path) loaded after moving into the directory holding the "
+        "workspace", "tamper.py", "{plugin}", expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.plugin_below_a_working_directory,
+        launch=launches.compiled_after_moving_above),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "

@@ -461,6 +461,18 @@ def modules_loaded_by_relative_path_and_origin(scene: Scene) -> None:
         scene.watch(Unchanged(path, f"{path.relative_to(scene.root)} (a module the host "
                               f"loaded, {what})"))
 
+def plugin_below_a_working_directory(scene: Scene) -> None:
+    """A workspace plugin `{plugin}` (ws/plugins/myplug.py) the launch's compile, started in
+    `app` beside the workspace, loads after moving into the scene's root, which holds the
+    workspace (launches.compiled_after_moving_above): that working directory is kept only
+    whole (not at all), so it covers no module below it, and the host's next run loads what
+    the command wrote (attack 41 U2)."""
+    plugin = scene.plant("ws/plugins/myplug.py", "X = 1\n")
+    (scene.root / "app").mkdir()
+    scene.values.update(plugin=str(plugin))
+    scene.watch(Unchanged(plugin, "ws/plugins/myplug.py (a module the host loaded below its "
+                          "working directory)"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

@@ -191,7 +191,8 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-module-as-package",
                           "fs.host-code-finder-held-path",
                           "fs.host-code-relative-next-run",
-                          "fs.host-code-dot-dot-link", "fs.host-code-module-origin")},
+                          "fs.host-code-dot-dot-link", "fs.host-code-module-origin",
+                          "fs.host-code-below-moved-cwd")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
