@@ -35,6 +35,7 @@ from stockade.evidence.watch import (
     CallerTerminal,
     Finding,
     HelperGroup,
+    group_processes,
     processes_with,
 )
 from stockade.launch.backend import Backend
@@ -576,6 +577,76 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         serving.join(30)
 
 
+def served_by_a_cli_server(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack as `stockade run --json --policy` (the row's policy) of the client
+    `{client}` (a script in the workspace), started in the scene's root (from the workspace,
+    the editable hook key a test venv puts on the import path would be refused by the landlock
+    tier first), runs it where a CLI server serves that client: one
+    started as a run starts it (stockade/cli/autoserver.py), its state directory the scene's.
+    The server's own backend makes the sandbox: no switch of the row's backend reaches it. A
+    client the server did not serve (its waiting child still there after the run) makes the
+    row not runnable: a run of its own proves nothing of the server."""
+    if backend is None:
+        return attack(row, scene, None)
+    from stockade.cli.autoserver import IDLE_ENV
+    from stockade.linux import servercheck
+    from stockade.program import SOCKET_NAME
+
+    state = scene.root / "state"
+    env = {**host_env_for(row, scene), "PYTHONPATH": PACKAGE_PARENT,
+           "STOCKADE_STATE_DIR": str(state), IDLE_ENV: "600"}
+    env.pop("STOCKADE_NO_SERVER", None)
+    server = scene.watch(HelperGroup(subprocess.Popen(
+        [sys.executable, "-P", "-m", "stockade.cli.autoserver"], cwd="/", env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True), "the CLI server"))
+    try:
+        deadline = time.monotonic() + 60
+        # (one spare: one that went, as when it was started before the server could see it,
+        # may still be seen)
+        while not (servercheck.answers(str(state / SOCKET_NAME))
+                   and len(waiting := _spares(server.process.pid)) == 1):
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                raise NotRunnable("the CLI server did not start here")
+            time.sleep(0.05)
+        policy = scene.root / "policy.json"
+        policy.write_text(json.dumps(policy_to_document(policy_for(row, scene))))
+        done = subprocess.run(
+            [sys.executable, scene.values["client"], "run", "--json", "--policy", str(policy),
+             "--workspace", str(scene.ws), "--", *argv_for(row, scene)], env=env,
+            cwd=scene.root, stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=HOST_TIMEOUT, check=False)
+        deadline = time.monotonic() + 10  # (the child that served exits after its answer)
+        while waiting <= _spares(server.process.pid):
+            if time.monotonic() > deadline:
+                raise NotRunnable("the CLI server did not serve the client")
+            time.sleep(0.05)
+    finally:
+        server.end()
+    summary = json.loads(done.stdout or b"{}")
+    if "error" in summary:
+        code, message = summary["error"]["code"], summary["error"]["message"]
+        if code.startswith("unenforceable:"):
+            raise UnenforceableError(code.removeprefix("unenforceable:"), message)
+        return Launch(error=StockadeError(code, message))
+    if "exit_code" not in summary:
+        raise NotRunnable(f"the client printed no result: {done.stderr[-300:]!r}")
+    return Launch(summarised(summary, summary["stdout"].encode(), summary["stderr"].encode()))
+
+
+def _spares(server: int) -> set[int]:
+    """The CLI server's children, the spare waiting for a request (it leaves once it took
+    one, and the server forks the next; a client turned away leaves it waiting)."""
+    found = set()
+    for pid in group_processes(server):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                # (the parent's pid: the second field after the command's parenthesis)
+                if int(stat.read().rpartition(b")")[2].split()[1]) == server:
+                    found.add(pid)
+    return found
+
+
 def planted_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack plants cli.sock and daemon.sock in `{ws}/state` and listens; meanwhile the
     host's clients take that directory for their state directory: `stockade run` (a process
@@ -734,14 +805,19 @@ class Caller:
         summary = json.loads(body)
         if "error" in summary:
             return Launch(error=StockadeError(summary["error"], summary["message"]))
-        return Launch(Result(
-            exit_code=summary["exit_code"], signal=summary["signal"], stdout=shown, stderr=b"",
-            stdout_truncated=False, stderr_truncated=False, timed_out=summary["timed_out"],
-            cancelled=summary["cancelled"], duration=summary["duration"],
-            backend=summary["backend"], digest=summary["digest"],
-            request_id=summary["request_id"],
-            violations=tuple(Violation(**v) for v in summary["violations"]),
-            enforced=summary["enforced"], network_log=tuple(summary["network_log"])))
+        return Launch(summarised(summary, shown))
+
+
+def summarised(summary: dict, stdout: bytes, stderr: bytes = b"") -> Result:
+    """The Result a run's JSON summary (Result.to_json) says, its command's output `stdout`
+    and `stderr`."""
+    return Result(
+        exit_code=summary["exit_code"], signal=summary["signal"], stdout=stdout, stderr=stderr,
+        stdout_truncated=False, stderr_truncated=False, timed_out=summary["timed_out"],
+        cancelled=summary["cancelled"], duration=summary["duration"],
+        backend=summary["backend"], digest=summary["digest"], request_id=summary["request_id"],
+        violations=tuple(Violation(**v) for v in summary["violations"]),
+        enforced=summary["enforced"], network_log=tuple(summary["network_log"]))
 
 
 def start_caller(row: Row, scene: Scene, backend: Backend | None,

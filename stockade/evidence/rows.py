@@ -105,6 +105,9 @@ NESTED_TARGETS = ("{ws}/a/b/.agents/rules", "{ws}/a/b/.agents", f"{GIT}/config",
 EXEC_DIRECTORIES = ("{ws}", "/tmp", "/dev/shm")
 VM_UNPROVEN = "a guest's kernel is the layer: the Linux backend's switches do not reach it"
 COMPILER = "the policy compiler refuses it before any backend runs: no switch reaches it"
+SERVED = ("the CLI server's own backend makes a served run's sandbox: no switch of the row's "
+          "reaches it (mutant cli-server-judges-its-own-host-code, tests/test_autoserver.py, "
+          "proves it)")
 BIND_NEEDS_ROOT = "a bind mount needs root (rootless users cannot make one)"
 OVERLAY_NEEDS_ROOT = "an overlay mount needs root (rootless users cannot make one here)"
 DEVICES = "only host root can open the host's devices: rootless there is nothing to keep away"
@@ -941,6 +944,11 @@ ROWS: tuple[Row, ...] = (
                       by("unix_sockets", "EACCES", "ECONNREFUSED")),
         proven=off("peer_check", "unix_sockets"), preset="read-only",
         launch=launches.against_servers),
+    row("helpers.served-host-code", "helpers",
+        "rewrite the script of the host's `stockade` client, in the workspace, from a run a CLI "
+        "server serves that client", "tamper.py", "{client}", expect=denied(HOST_CODE),
+        unproven=SERVED, setup=setups.client_script_in_workspace,
+        launch=launches.served_by_a_cli_server),
     row("helpers.planted-servers", "helpers",
         "plant cli.sock and daemon.sock where the host's clients look for the state directory, "
         "and hear what a host `stockade run` and `stockade session list` send",

@@ -473,6 +473,15 @@ def plugin_below_a_working_directory(scene: Scene) -> None:
     scene.watch(Unchanged(plugin, "ws/plugins/myplug.py (a module the host loaded below its "
                           "working directory)"))
 
+def client_script_in_workspace(scene: Scene) -> None:
+    """The `stockade` script a client runs, `{client}` (ws/bin/stockade, as a project's venv
+    keeps it), in the workspace (launches.served_by_a_cli_server): a served run must judge
+    the client's host code, not the server's (attack A11)."""
+    client = scene.plant("ws/bin/stockade", "import sys\n\nfrom stockade.program import "
+                         "main\n\nsys.exit(main())\n")
+    scene.values.update(client=str(client))
+    scene.watch(Unchanged(client, "ws/bin/stockade (the script of the host's client)"))
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

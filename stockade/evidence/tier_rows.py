@@ -26,7 +26,7 @@ from typing import Any
 from stockade.evidence.judges import Bounded, NotEnforced, RefusedBefore, refused_by
 from stockade.evidence.launches import Soak
 from stockade.evidence.row import Mutation, Row, off, without
-from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, denied, knob
+from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, SERVED, denied, knob
 
 ISOLATION = "landlock"
 # The switches of frame.LAYERS the tier honours (LinuxBackend(weaken=...).tier("landlock")).
@@ -312,6 +312,9 @@ def _specs() -> dict[str, Tier]:
             # capabilities: with all of them off, it is a host process like any other)
             proven_by=(off("unix_sockets", "peer_check"),
                        off("seccomp", "privileges", "landlock"))),
+        "helpers.served-host-code": tier("filesystem.protected",
+                                         expect=RefusedBefore(HOST_CODE_REFUSED), proven_by=(),
+                                         unproven=SERVED),
         "helpers.planted-servers": tier("stockade_state", expect=denied(NO_UNIX, refused_by(
             "server_check", "NOTHING_SENT")),
             # (the clients tell a tier process by its seccomp filter, no_new_privs and
