@@ -323,9 +323,8 @@ site.addsitedir(sys.argv[2])
 # Before COMPILER, started in `app` beside the workspace: import finders of a plugin loader's
 # holding the directories of `{held}` (argv[2]) as their attributes, one shape each (a str, a
 # table's pathlib.Path value, a list of them, a set, a table's key, a __slots__ slot), on
-# sys.meta_path, and a path-entry finder a hook of the
-# program's own made for an entry naming no directory, in sys.path_importer_cache, holding
-# `entry` (attacks 40 T2, 41 U1).
+# sys.meta_path, and a path-entry finder a hook of the program's own made for an entry naming
+# no directory, in sys.path_importer_cache, holding `entry` (attacks 40 T2, 41 U1).
 HELD = """
 import os, pathlib, sys
 sys.dont_write_bytecode = True
@@ -351,9 +350,8 @@ sys.path_importer_cache["myapp-plugins"] = entry
 # (where Stockade takes the program to have started), a path hook of the program's own (a
 # FileFinder wrapped) first, the relative entries "tools" and "plugins" (missing: that hook
 # takes it, as it takes every entry) put on the import path, neither searched yet (a module
-# imported from one is host code by its file), then a move to
-# `{app}` (argv[2]) outside it: the next run, started in the workspace again, resolves both
-# there (attack 40 T1, T4).
+# imported from one is host code by its file), then a move to `{app}` (argv[2]) outside it:
+# the next run, started in the workspace again, resolves both there (attack 40 T1, T4).
 RELATIVE_MOVED = """
 import importlib._bootstrap_external, importlib.machinery, json, os, sys
 sys.dont_write_bytecode = True
@@ -581,11 +579,11 @@ def served_by_a_cli_server(row: Row, scene: Scene, backend: Backend | None) -> L
     """The attack as `stockade run --json --policy` (the row's policy) of the client
     `{client}` (a script in the workspace), started in the scene's root (from the workspace,
     the editable hook key a test venv puts on the import path would be refused by the landlock
-    tier first), runs it where a CLI server serves that client: one
-    started as a run starts it (stockade/cli/autoserver.py), its state directory the scene's.
-    The server's own backend makes the sandbox: no switch of the row's backend reaches it. A
-    client the server did not serve (its waiting child still there after the run) makes the
-    row not runnable: a run of its own proves nothing of the server."""
+    tier first), runs it where a CLI server serves that client: one started as a run starts it
+    (stockade/cli/autoserver.py), its state directory the scene's. The server's own backend
+    makes the sandbox: no switch of the row's backend reaches it. A client the server did not
+    serve (its waiting child still there after the run) makes the row not runnable: a run of
+    its own proves nothing of the server."""
     if backend is None:
         return attack(row, scene, None)
     from stockade.cli.autoserver import IDLE_ENV

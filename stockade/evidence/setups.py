@@ -412,6 +412,7 @@ def directories_finders_hold(scene: Scene) -> None:
     scene.watch(Unchanged(held, "ws/.held (holding the directories the host's import finders "
                           "hold)"))
 
+
 def relative_entries_of_a_program_moved_out(scene: Scene) -> None:
     """The workspace's `tools` (holding `tool`) and `plugins`, missing, that the launch's
     compile, started in the workspace with a path hook of its own, puts on its import path
@@ -425,6 +426,7 @@ def relative_entries_of_a_program_moved_out(scene: Scene) -> None:
                           "entries on the host's import path)"))
     scene.watch(Unchanged(tools, "ws/tools (the relative entry tools on the host's import "
                           "path)"))
+
 
 # A package that loads plugins from beside itself, "<its directory>/../mypkg_plugins".
 DOT_DOT_PACKAGE = """import os
@@ -447,11 +449,12 @@ def package_linked_with_dot_dot_path(scene: Scene) -> None:
     scene.watch(Unchanged(package.parent, "ws/src (holding the package mypkg, and not "
                           "ws/src/mypkg_plugins, on its __path__ through a link)"))
 
+
 def modules_loaded_by_relative_path_and_origin(scene: Scene) -> None:
     """Workspace modules the launch's compile, started in `app` beside the workspace, loads
     (launches.compiled_after_loading_by_origin): ws/hooks/agent_hooks.py by the relative path
-    "../ws/hooks/agent_hooks.py", and `{plugin}` (ws/plugins/myplug.py) by a loader of its own, the
-    path only its spec's origin; the host's next run loads what the command wrote there
+    "../ws/hooks/agent_hooks.py", and `{plugin}` (ws/plugins/myplug.py) by a loader of its
+    own, the path only its spec's origin; the host's next run loads what the command wrote there
     (attack 40 T3, 41 U3)."""
     hook = scene.plant("ws/hooks/agent_hooks.py", "HOOK = 1\n")
     plugin = scene.plant("ws/plugins/myplug.py", "X = 1\n")
@@ -460,6 +463,7 @@ def modules_loaded_by_relative_path_and_origin(scene: Scene) -> None:
     for path, what in ((hook, "loaded by a relative path"), (plugin, "its spec's origin")):
         scene.watch(Unchanged(path, f"{path.relative_to(scene.root)} (a module the host "
                               f"loaded, {what})"))
+
 
 def plugin_below_a_working_directory(scene: Scene) -> None:
     """A workspace plugin `{plugin}` (ws/plugins/myplug.py) the launch's compile, started in
@@ -473,6 +477,7 @@ def plugin_below_a_working_directory(scene: Scene) -> None:
     scene.watch(Unchanged(plugin, "ws/plugins/myplug.py (a module the host loaded below its "
                           "working directory)"))
 
+
 def client_script_in_workspace(scene: Scene) -> None:
     """The `stockade` script a client runs, `{client}` (ws/bin/stockade, as a project's venv
     keeps it), in the workspace (launches.served_by_a_cli_server): a served run must judge
@@ -481,6 +486,7 @@ def client_script_in_workspace(scene: Scene) -> None:
                          "main\n\nsys.exit(main())\n")
     scene.values.update(client=str(client))
     scene.watch(Unchanged(client, "ws/bin/stockade (the script of the host's client)"))
+
 
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
