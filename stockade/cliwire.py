@@ -18,6 +18,9 @@ CANCEL = b"C"  # the client's one byte after its request: Ctrl-C was pressed the
 # server's child takes it only where the command line takes SIGINT itself, as it would here
 CANCEL_IF_TAKEN = b"c"
 FACTS = "--program-facts"  # a request's first word: the client program's facts follow
+# A module's origin that names no file: no host code of its own. (`_frozen_importlib` is one
+# until something imports `importlib`, which a thin client need not do and the server has.)
+FILELESS = ("built-in", "frozen")
 
 
 def socket_path() -> str:
@@ -57,7 +60,7 @@ def program_parts() -> tuple[list[str], list[list[str]]]:
     modules = sorted({where for name, module in list(sys.modules.items()) if name != "__main__"
                       and isinstance(where := getattr(module, "__file__", None) or getattr(
                           getattr(module, "__spec__", None), "origin", None), str)
-                      and not where.startswith(prefixes)})
+                      and not where.startswith(prefixes) and where not in FILELESS})
     finders = [_named(finder) for finder in (*sys.meta_path, *sys.path_hooks)]
     searched = [key for key in list(sys.path_importer_cache) if isinstance(key, str)]
     return ([sys.executable, sys.prefix, sys.base_prefix, package,

@@ -65,6 +65,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cli-server-judges-its-own-host-code", "stockade/cli/server.py",
            "            request.program.become()\n", "            pass\n",
            ("tests/test_autoserver.py::test_a_served_run_keeps_its_clients_own_code_read_only",)),
+    Mutant("cli-facts-count-fileless-modules", "stockade/cliwire.py",
+           " and where not in FILELESS})", "})",
+           ("tests/test_autoserver.py::test_a_client_that_imported_no_importlib_is_served",)),
     Mutant("cli-server-serves-another-venv", "stockade/cli/server.py",
            "and request.program.imports_as(imports)):", "and True):",
            ("tests/test_autoserver.py::test_a_client_of_another_interpreter_or_venv_is_not"

@@ -364,6 +364,21 @@ def test_a_client_that_imports_otherwise_is_not_served(state, workspace, tmp_pat
                                      program=program)
 
 
+def test_a_client_that_imported_no_importlib_is_served(state, workspace):
+    """A thin client that never imports `importlib` (here with -S; a non-editable install's
+    `stockade` script under a Python whose site imports none) holds `_frozen_importlib` with
+    no file, its origin "frozen"; the server (started with -m) named that module by its file,
+    so the client, judged to have imported a module the server has not, was never served.
+    A module with no file is no fact."""
+    env = _env(state, "600")
+    program = [sys.executable, "-S", PROGRAM]
+    assert subprocess.run([*program, "run", "--", "true"], env=env, cwd=workspace,
+                          timeout=60).returncode == 0
+    server = _wait_for_server(state)
+    assert server in _runs_under(env, workspace, f"4{time.monotonic_ns() % 10**9}",
+                                 program=program)
+
+
 def test_a_served_run_starts_where_its_client_started():
     """Attack B11: the client's starting directory (stockade._started_in, where it first
     imported Stockade) is the served run's, not the directory its request names."""

@@ -35,6 +35,7 @@ from stockade.evidence.watch import (
     CallerTerminal,
     Finding,
     HelperGroup,
+    group_processes,
     processes_with,
 )
 from stockade.launch.backend import Backend
@@ -319,6 +320,105 @@ sys.dont_write_bytecode = True
 site.addsitedir(sys.argv[2])
 """
 
+# Before COMPILER, started in `app` beside the workspace: import finders of a plugin loader's
+# holding the directories of `{held}` (argv[2]) as their attributes, one shape each (a str, a
+# table's pathlib.Path value, a list of them, a set, a table's key, a __slots__ slot), on
+# sys.meta_path, and a path-entry finder a hook of the program's own made for an entry naming
+# no directory, in sys.path_importer_cache, holding `entry` (attacks 40 T2, 41 U1).
+HELD = """
+import os, pathlib, sys
+sys.dont_write_bytecode = True
+held = sys.argv[2]
+class PluginFinder:
+    def find_spec(self, name, path=None, target=None):
+        return None
+class SlotsFinder(PluginFinder):
+    __slots__ = ("directory",)
+finder, slotted, entry = PluginFinder(), SlotsFinder(), PluginFinder()
+finder.directory = os.path.join(held, "str")
+finder.table = {"extra": pathlib.Path(held, "table")}
+finder.dirs = [pathlib.Path(held, "list")]
+finder.roots = {os.path.join(held, "set")}
+finder.prefixes = {os.path.join(held, "keys"): "myapp_"}
+slotted.directory = os.path.join(held, "slots")
+entry.directory = os.path.join(held, "entry")
+sys.meta_path += [finder, slotted]
+sys.path_importer_cache["myapp-plugins"] = entry
+"""
+
+# Before COMPILER, started in the workspace: Stockade and what COMPILER imports imported there
+# (where Stockade takes the program to have started), a path hook of the program's own (a
+# FileFinder wrapped) first, the relative entries "tools" and "plugins" (missing: that hook
+# takes it, as it takes every entry) put on the import path, neither searched yet (a module
+# imported from one is host code by its file), then a move to `{app}` (argv[2]) outside it:
+# the next run, started in the workspace again, resolves both there (attack 40 T1, T4).
+RELATIVE_MOVED = """
+import importlib._bootstrap_external, importlib.machinery, json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+class WrapFinder:
+    def __init__(self, path):
+        self.inner = importlib.machinery.FileFinder(
+            path, *importlib._bootstrap_external._get_supported_file_loaders())
+    def find_spec(self, name, target=None):
+        return self.inner.find_spec(name, target)
+    def invalidate_caches(self):
+        self.inner.invalidate_caches()
+sys.path_hooks.insert(0, WrapFinder)
+sys.path_importer_cache.clear()
+sys.path += ["tools", "plugins"]
+os.chdir(sys.argv[2])
+"""
+
+# Before COMPILER, started in `app` beside the workspace: `mypkg` imported through `{lib}`
+# (argv[2]), where it is a link into the workspace; it gave its __path__
+# "<its directory>/../mypkg_plugins" (attack 40 T5).
+THROUGH_A_LINK = """
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[2])
+import mypkg
+"""
+
+# Before COMPILER, started in `app` beside the workspace: a module loaded by the relative path
+# "../ws/hooks/agent_hooks.py" (its __file__ stays relative; attack 40 T3), and the plugin
+# `{plugin}` (argv[2]) loaded by a loader of the program's own through
+# `spec_from_loader(name, loader, origin=path)`: no __file__, its path only its spec's origin
+# (attack 41 U3).
+BY_ORIGIN = """
+import importlib.machinery, importlib.util, sys
+sys.dont_write_bytecode = True
+loader = importlib.machinery.SourceFileLoader("agent_hooks", "../ws/hooks/agent_hooks.py")
+module = importlib.util.module_from_spec(importlib.util.spec_from_loader("agent_hooks", loader))
+loader.exec_module(module)
+sys.modules["agent_hooks"] = module
+class PluginLoader:
+    def __init__(self, path):
+        self.path = path
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(open(self.path).read(), self.path, "exec"), vars(module))
+spec = importlib.util.spec_from_loader("myplug", PluginLoader(sys.argv[2]), origin=sys.argv[2])
+sys.modules["myplug"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+"""
+
+# Before COMPILER, started with -c ("" first on the import path) in `app` beside the
+# workspace: Stockade and what COMPILER imports imported there (where Stockade takes the
+# program to have started), then into `{root}` (argv[2]), the directory holding the
+# workspace, as a notebook kernel moves, and the plugin `{plugin}` (argv[3]) loaded from there
+# (attack 41 U2).
+MOVED_ABOVE = """
+import importlib.util, json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+os.chdir(sys.argv[2])
+spec = importlib.util.spec_from_file_location("myplug", sys.argv[3])
+sys.modules["myplug"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+"""
+
 
 def compiled_after(prelude: str, *values: str, start: str = "") -> Launcher:
     """A launcher: the attack, its launch compiled by this interpreter started in the scene's
@@ -346,6 +446,11 @@ compiled_after_giving_originless_packages = compiled_after(ORIGINLESS, "plugins"
                                                            start="app")
 compiled_after_loading_a_module_as_a_package = compiled_after(AS_PACKAGE, "loader", start="app")
 compiled_after_adding_a_site_directory = compiled_after(SITE_ADDED, "sitedir", start="app")
+compiled_beside_holding_finders = compiled_after(HELD, "held", start="app")
+compiled_after_moving_out = compiled_after(RELATIVE_MOVED, "app", start="ws")
+compiled_after_importing_through_a_link = compiled_after(THROUGH_A_LINK, "lib", start="app")
+compiled_after_loading_by_origin = compiled_after(BY_ORIGIN, "plugin", start="app")
+compiled_after_moving_above = compiled_after(MOVED_ABOVE, "root", "plugin", start="app")
 
 
 def _compiled_by(command: list[str], row: Row, scene: Scene, backend: Backend,
@@ -468,6 +573,76 @@ def against_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
         cli.end()
         daemon.stop()
         serving.join(30)
+
+
+def served_by_a_cli_server(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """The attack as `stockade run --json --policy` (the row's policy) of the client
+    `{client}` (a script in the workspace), started in the scene's root (from the workspace,
+    the editable hook key a test venv puts on the import path would be refused by the landlock
+    tier first), runs it where a CLI server serves that client: one started as a run starts it
+    (stockade/cli/autoserver.py), its state directory the scene's. The server's own backend
+    makes the sandbox: no switch of the row's backend reaches it. A client the server did not
+    serve (its waiting child still there after the run) makes the row not runnable: a run of
+    its own proves nothing of the server."""
+    if backend is None:
+        return attack(row, scene, None)
+    from stockade.cli.autoserver import IDLE_ENV
+    from stockade.linux import servercheck
+    from stockade.program import SOCKET_NAME
+
+    state = scene.root / "state"
+    env = {**host_env_for(row, scene), "PYTHONPATH": PACKAGE_PARENT,
+           "STOCKADE_STATE_DIR": str(state), IDLE_ENV: "600"}
+    env.pop("STOCKADE_NO_SERVER", None)
+    server = scene.watch(HelperGroup(subprocess.Popen(
+        [sys.executable, "-P", "-m", "stockade.cli.autoserver"], cwd="/", env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True), "the CLI server"))
+    try:
+        deadline = time.monotonic() + 60
+        # (one spare: one that went, as when it was started before the server could see it,
+        # may still be seen)
+        while not (servercheck.answers(str(state / SOCKET_NAME))
+                   and len(waiting := _spares(server.process.pid)) == 1):
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                raise NotRunnable("the CLI server did not start here")
+            time.sleep(0.05)
+        policy = scene.root / "policy.json"
+        policy.write_text(json.dumps(policy_to_document(policy_for(row, scene))))
+        done = subprocess.run(
+            [sys.executable, scene.values["client"], "run", "--json", "--policy", str(policy),
+             "--workspace", str(scene.ws), "--", *argv_for(row, scene)], env=env,
+            cwd=scene.root, stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=HOST_TIMEOUT, check=False)
+        deadline = time.monotonic() + 10  # (the child that served exits after its answer)
+        while waiting <= _spares(server.process.pid):
+            if time.monotonic() > deadline:
+                raise NotRunnable("the CLI server did not serve the client")
+            time.sleep(0.05)
+    finally:
+        server.end()
+    summary = json.loads(done.stdout or b"{}")
+    if "error" in summary:
+        code, message = summary["error"]["code"], summary["error"]["message"]
+        if code.startswith("unenforceable:"):
+            raise UnenforceableError(code.removeprefix("unenforceable:"), message)
+        return Launch(error=StockadeError(code, message))
+    if "exit_code" not in summary:
+        raise NotRunnable(f"the client printed no result: {done.stderr[-300:]!r}")
+    return Launch(summarised(summary, summary["stdout"].encode(), summary["stderr"].encode()))
+
+
+def _spares(server: int) -> set[int]:
+    """The CLI server's children, the spare waiting for a request (it leaves once it took
+    one, and the server forks the next; a client turned away leaves it waiting)."""
+    found = set()
+    for pid in group_processes(server):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                # (the parent's pid: the second field after the command's parenthesis)
+                if int(stat.read().rpartition(b")")[2].split()[1]) == server:
+                    found.add(pid)
+    return found
 
 
 def planted_servers(row: Row, scene: Scene, backend: Backend | None) -> Launch:
@@ -628,14 +803,19 @@ class Caller:
         summary = json.loads(body)
         if "error" in summary:
             return Launch(error=StockadeError(summary["error"], summary["message"]))
-        return Launch(Result(
-            exit_code=summary["exit_code"], signal=summary["signal"], stdout=shown, stderr=b"",
-            stdout_truncated=False, stderr_truncated=False, timed_out=summary["timed_out"],
-            cancelled=summary["cancelled"], duration=summary["duration"],
-            backend=summary["backend"], digest=summary["digest"],
-            request_id=summary["request_id"],
-            violations=tuple(Violation(**v) for v in summary["violations"]),
-            enforced=summary["enforced"], network_log=tuple(summary["network_log"])))
+        return Launch(summarised(summary, shown))
+
+
+def summarised(summary: dict, stdout: bytes, stderr: bytes = b"") -> Result:
+    """The Result a run's JSON summary (Result.to_json) says, its command's output `stdout`
+    and `stderr`."""
+    return Result(
+        exit_code=summary["exit_code"], signal=summary["signal"], stdout=stdout, stderr=stderr,
+        stdout_truncated=False, stderr_truncated=False, timed_out=summary["timed_out"],
+        cancelled=summary["cancelled"], duration=summary["duration"],
+        backend=summary["backend"], digest=summary["digest"], request_id=summary["request_id"],
+        violations=tuple(Violation(**v) for v in summary["violations"]),
+        enforced=summary["enforced"], network_log=tuple(summary["network_log"]))
 
 
 def start_caller(row: Row, scene: Scene, backend: Backend | None,

@@ -105,6 +105,9 @@ NESTED_TARGETS = ("{ws}/a/b/.agents/rules", "{ws}/a/b/.agents", f"{GIT}/config",
 EXEC_DIRECTORIES = ("{ws}", "/tmp", "/dev/shm")
 VM_UNPROVEN = "a guest's kernel is the layer: the Linux backend's switches do not reach it"
 COMPILER = "the policy compiler refuses it before any backend runs: no switch reaches it"
+SERVED = ("the CLI server's own backend makes a served run's sandbox: no switch of the row's "
+          "reaches it (mutant cli-server-judges-its-own-host-code, tests/test_autoserver.py, "
+          "proves it)")
 BIND_NEEDS_ROOT = "a bind mount needs root (rootless users cannot make one)"
 OVERLAY_NEEDS_ROOT = "an overlay mount needs root (rootless users cannot make one here)"
 DEVICES = "only host root can open the host's devices: rootless there is nothing to keep away"
@@ -258,6 +261,47 @@ ROWS: tuple[Row, ...] = (
         "host_code_plant.py", "{ws}/src", expect=RefusedBefore(HOST_CODE_REFUSED),
         unproven=COMPILER, setup=setups.site_directory_added_names_missing_directory,
         launch=launches.compiled_after_adding_a_site_directory),
+    row("fs.host-code-finder-held-path", "filesystem",
+        "plant a plugin in each workspace directory an import finder of the host's program "
+        "(a plugin loader's, outside the workspace) holds: as a str, a pathlib.Path in a table "
+        "or a list, in a set, as a table's key, in a __slots__ slot, and held by a path-entry "
+        "finder a hook of its own made",
+        "tamper.py", *(f"{{held}}/{shape}" for shape in setups.HELD_SHAPES),
+        expect=denied(HOST_CODE), proven=off("host_code"), setup=setups.directories_finders_hold,
+        launch=launches.compiled_beside_holding_finders),
+    row("fs.host-code-relative-next-run", "filesystem",
+        "make the missing relative entry \"plugins\" on the import path of the host's "
+        "program, which a path hook of its own takes (mkdir, open, symlink, rename), and plant "
+        "a module in the relative entry \"tools\", each resolved from the workspace, where the "
+        "program started, though it moved out before the run",
+        "host_code_shadow.py", "{ws}/plugins", "{ws}/tools/tools_extra.py",
+        expect=Recorded((HOST_CODE, by("names_watch", "EACCES")), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.relative_entries_of_a_program_moved_out,
+        launch=launches.compiled_after_moving_out),
+    row("fs.host-code-dot-dot-link", "filesystem",
+        "make the missing workspace directory a package of the host's program, imported "
+        "through a link to it outside the workspace, put on its __path__ as \"<its "
+        "directory>/../mypkg_plugins\", which the kernel resolves after the link into the "
+        "workspace (mkdir, open, symlink, rename)",
+        "host_code_shadow.py", "{ws}/src/mypkg_plugins",
+        expect=Recorded((by("names_watch", "EACCES"),), kind="filesystem.host_code"),
+        proven=(off("host_code"), off("names_watch")),
+        setup=setups.package_linked_with_dot_dot_path,
+        launch=launches.compiled_after_importing_through_a_link),
+    row("fs.host-code-module-origin", "filesystem",
+        "rewrite the workspace modules the host's program (started beside the workspace) "
+        "loaded: one by a relative path, and a plugin whose spec carries its path only as its "
+        "origin (no __file__)", "tamper.py", "{ws}/hooks/agent_hooks.py", "{plugin}",
+        expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.modules_loaded_by_relative_path_and_origin,
+        launch=launches.compiled_after_loading_by_origin),
+    row("fs.host-code-below-moved-cwd", "filesystem",
+        "rewrite a workspace plugin the host's program (started with -c beside the workspace, "
+        "\"\" first on its import path) loaded after moving into the directory holding the "
+        "workspace", "tamper.py", "{plugin}", expect=denied(HOST_CODE), proven=off("host_code"),
+        setup=setups.plugin_below_a_working_directory,
+        launch=launches.compiled_after_moving_above),
     row("fs.home-code", "filesystem",
         "with the home as the workspace: write, move or make the home's hidden entries, "
         "every one, and its code (git's configuration, ~/.local/bin, a .pth in the user "
@@ -900,6 +944,11 @@ ROWS: tuple[Row, ...] = (
                       by("unix_sockets", "EACCES", "ECONNREFUSED")),
         proven=off("peer_check", "unix_sockets"), preset="read-only",
         launch=launches.against_servers),
+    row("helpers.served-host-code", "helpers",
+        "rewrite the script of the host's `stockade` client, in the workspace, from a run a CLI "
+        "server serves that client", "tamper.py", "{client}", expect=denied(HOST_CODE),
+        unproven=SERVED, setup=setups.client_script_in_workspace,
+        launch=launches.served_by_a_cli_server),
     row("helpers.planted-servers", "helpers",
         "plant cli.sock and daemon.sock where the host's clients look for the state directory, "
         "and hear what a host `stockade run` and `stockade session list` send",

@@ -394,6 +394,100 @@ def module_loaded_as_a_package(scene: Scene) -> None:
                           "hostplug, loaded from ws/.app/loader.py)"))
 
 
+HELD_SHAPES = ("str", "table", "list", "set", "keys", "slots", "entry")
+
+
+def directories_finders_hold(scene: Scene) -> None:
+    """Workspace directories below `{held}` (ws/.held) that import finders of a plugin
+    loader's hold, which the launch's compile, started in `app` beside the workspace,
+    installs (launches.compiled_beside_holding_finders), each directory of HELD_SHAPES held in
+    that shape: no import path entry names them, yet the host's next run imports what the
+    command left there (attacks 40 T2, 41 U1). (One held missing is refused: the launch
+    cannot keep it unmade.)"""
+    held = scene.ws / ".held"
+    for shape in HELD_SHAPES:
+        (held / shape).mkdir(parents=True)
+    (scene.root / "app").mkdir()
+    scene.values.update(held=str(held))
+    scene.watch(Unchanged(held, "ws/.held (holding the directories the host's import finders "
+                          "hold)"))
+
+
+def relative_entries_of_a_program_moved_out(scene: Scene) -> None:
+    """The workspace's `tools` (holding `tool`) and `plugins`, missing, that the launch's
+    compile, started in the workspace with a path hook of its own, puts on its import path
+    relative, as "tools" and "plugins", before it moves to `{app}` outside the workspace
+    (launches.compiled_after_moving_out): the host's next run, started in the workspace
+    again, joins them to it, whatever hook takes them (attack 40 T1, T4)."""
+    tools = scene.plant("ws/tools/tool.py", "VALUE = 1\n").parent
+    (scene.root / "app").mkdir()
+    scene.values.update(app=str(scene.root / "app"))
+    scene.watch(Unchanged(scene.ws, "workspace (holding ws/tools and not ws/plugins, relative "
+                          "entries on the host's import path)"))
+    scene.watch(Unchanged(tools, "ws/tools (the relative entry tools on the host's import "
+                          "path)"))
+
+
+# A package that loads plugins from beside itself, "<its directory>/../mypkg_plugins".
+DOT_DOT_PACKAGE = """import os
+__path__.append(os.path.join(os.path.dirname(__file__), "..", "mypkg_plugins"))
+"""
+
+
+def package_linked_with_dot_dot_path(scene: Scene) -> None:
+    """A workspace package ws/src/mypkg that `{lib}` (app/lib, outside the workspace) links to
+    as mypkg (as `flit install --symlink` makes it), which the launch's compile imports
+    through the link (launches.compiled_after_importing_through_a_link): it gives its
+    __path__ app/lib/mypkg/../mypkg_plugins, which the kernel resolves after the link, to the
+    missing ws/src/mypkg_plugins, not lexically to app/lib/mypkg_plugins; the host's next run
+    imports what the command made there (attack 40 T5)."""
+    package = scene.plant("ws/src/mypkg/__init__.py", DOT_DOT_PACKAGE).parent
+    lib = scene.root / "app" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "mypkg").symlink_to(package)
+    scene.values.update(lib=str(lib))
+    scene.watch(Unchanged(package.parent, "ws/src (holding the package mypkg, and not "
+                          "ws/src/mypkg_plugins, on its __path__ through a link)"))
+
+
+def modules_loaded_by_relative_path_and_origin(scene: Scene) -> None:
+    """Workspace modules the launch's compile, started in `app` beside the workspace, loads
+    (launches.compiled_after_loading_by_origin): ws/hooks/agent_hooks.py by the relative path
+    "../ws/hooks/agent_hooks.py", and `{plugin}` (ws/plugins/myplug.py) by a loader of its
+    own, the path only its spec's origin; the host's next run loads what the command wrote there
+    (attack 40 T3, 41 U3)."""
+    hook = scene.plant("ws/hooks/agent_hooks.py", "HOOK = 1\n")
+    plugin = scene.plant("ws/plugins/myplug.py", "X = 1\n")
+    (scene.root / "app").mkdir()
+    scene.values.update(plugin=str(plugin))
+    for path, what in ((hook, "loaded by a relative path"), (plugin, "its spec's origin")):
+        scene.watch(Unchanged(path, f"{path.relative_to(scene.root)} (a module the host "
+                              f"loaded, {what})"))
+
+
+def plugin_below_a_working_directory(scene: Scene) -> None:
+    """A workspace plugin `{plugin}` (ws/plugins/myplug.py) the launch's compile, started in
+    `app` beside the workspace, loads after moving into the scene's root, which holds the
+    workspace (launches.compiled_after_moving_above): that working directory is kept only
+    whole (not at all), so it covers no module below it, and the host's next run loads what
+    the command wrote (attack 41 U2)."""
+    plugin = scene.plant("ws/plugins/myplug.py", "X = 1\n")
+    (scene.root / "app").mkdir()
+    scene.values.update(plugin=str(plugin))
+    scene.watch(Unchanged(plugin, "ws/plugins/myplug.py (a module the host loaded below its "
+                          "working directory)"))
+
+
+def client_script_in_workspace(scene: Scene) -> None:
+    """The `stockade` script a client runs, `{client}` (ws/bin/stockade, as a project's venv
+    keeps it), in the workspace (launches.served_by_a_cli_server): a served run must judge
+    the client's host code, not the server's (attack A11)."""
+    client = scene.plant("ws/bin/stockade", "import sys\n\nfrom stockade.program import "
+                         "main\n\nsys.exit(main())\n")
+    scene.values.update(client=str(client))
+    scene.watch(Unchanged(client, "ws/bin/stockade (the script of the host's client)"))
+
+
 def site_directory_added_names_missing_directory(scene: Scene) -> None:
     """A site directory `{sitedir}` (app/venv-site, outside the workspace) that the launch's
     compile, started in `app`, adds at run time (launches.compiled_after_adding_a_site_directory,

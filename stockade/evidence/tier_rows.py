@@ -26,7 +26,7 @@ from typing import Any
 from stockade.evidence.judges import Bounded, NotEnforced, RefusedBefore, refused_by
 from stockade.evidence.launches import Soak
 from stockade.evidence.row import Mutation, Row, off, without
-from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, denied, knob
+from stockade.evidence.rows import FORK_LIMIT, HOST_CODE_REFUSED, ROWS, SERVED, denied, knob
 
 ISOLATION = "landlock"
 # The switches of frame.LAYERS the tier honours (LinuxBackend(weaken=...).tier("landlock")).
@@ -175,7 +175,8 @@ def _specs() -> dict[str, Tier]:
            for row_id in ("fs.deny-whole-tree", "env.home-credentials")},
         "fs.protected-create": gap("filesystem.protected"),
         # (fs.host-code-module-as-package: the module file itself, in the workspace, is host
-        # code, so the tier refuses it whatever its __path__ is judged to be)
+        # code, so the tier refuses it whatever its __path__ is judged to be; so with
+        # fs.host-code-dot-dot-link's package, imported through a link into the workspace)
         **{row_id: tier("filesystem.protected", expect=RefusedBefore(HOST_CODE_REFUSED),
                         proven_by=off("host_code"))
            for row_id in ("fs.host-code", "fs.host-code-rename", "fs.host-code-other-name",
@@ -187,7 +188,11 @@ def _specs() -> dict[str, Tier]:
                           "fs.host-code-working-directory",
                           "fs.host-code-searched-below-start",
                           "fs.host-code-package-path", "fs.host-code-namespace-portion",
-                          "fs.host-code-module-as-package")},
+                          "fs.host-code-module-as-package",
+                          "fs.host-code-finder-held-path",
+                          "fs.host-code-relative-next-run",
+                          "fs.host-code-dot-dot-link", "fs.host-code-module-origin",
+                          "fs.host-code-below-moved-cwd")},
         # (the home holds the place of a rootless user's state directory, whatever the
         # environment says: refused first; with that refusal off, the carve-outs keep the
         # home's code that exists, and a missing name only in a directory that holds a
@@ -307,6 +312,9 @@ def _specs() -> dict[str, Tier]:
             # capabilities: with all of them off, it is a host process like any other)
             proven_by=(off("unix_sockets", "peer_check"),
                        off("seccomp", "privileges", "landlock"))),
+        "helpers.served-host-code": tier("filesystem.protected",
+                                         expect=RefusedBefore(HOST_CODE_REFUSED), proven_by=(),
+                                         unproven=SERVED),
         "helpers.planted-servers": tier("stockade_state", expect=denied(NO_UNIX, refused_by(
             "server_check", "NOTHING_SENT")),
             # (the clients tell a tier process by its seccomp filter, no_new_privs and
