@@ -1250,6 +1250,7 @@ def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader("agent_hooks",
                                                                              loader))
     loader.exec_module(module)
+    module.__spec__ = None  # (its `__file__` alone names it, as a module made by hand may)
     monkeypatch.setitem(sys.modules, "agent_hooks", module)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(tmp_path / "hooks" / "agent_hooks.py") in \
