@@ -78,11 +78,13 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Entry:
-    """One directory entry: `kind` is file, directory, symlink or other."""
+    """One directory entry: `kind` is file, directory, symlink or other; `mtime` its last
+    modification (seconds since the epoch; of a link itself, not of its target)."""
 
     name: str
     kind: str
     size: int
+    mtime: float
 
 
 class FileError(StockadeError):
