@@ -32,7 +32,6 @@ import signal
 import socket
 import sys
 import urllib.parse
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
