@@ -949,4 +949,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                              write=(), home=\"host\"))",
            "                                              write=fs.write, home=\"host\"))",
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
+    # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
+    # only with --allow-remote, and bounds every request body
+    Mutant("agent-sandbox-any-host-is-loopback", "stockade/integrations/agent_sandbox.py",
+           "return ipaddress.ip_address(host).is_loopback", "return True",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_binding_beyond_loopback_must_be_asked_for",)),
+    Mutant("agent-sandbox-unbounded-body", "stockade/integrations/agent_sandbox.py",
+           "if length > limit or length < 0:", "if length < 0:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
 )

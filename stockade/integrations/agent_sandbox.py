@@ -200,10 +200,11 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise Refusal(400, "usage", "a Content-Length that is not a number") from None
         if length > limit or length < 0:
-            self._refuse_body(length, what, limit, knob)
+            self._drain(length)
+            self._too_large(what, limit, knob)
         if not chunked:
             return self.rfile.read(length)
-        data = bytearray()
+        data, total = bytearray(), 0
         while True:
             line = self.rfile.readline(1 << 10)
             try:
@@ -214,24 +215,32 @@ class Handler(BaseHTTPRequestHandler):
             if size == 0:
                 while self.rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
                     pass  # (trailers)
-                return bytes(data)
-            if len(data) + size > limit:
-                self._refuse_body(size, what, limit, knob, chunked=True)
-            data += self.rfile.read(size)
+                break
+            total += size
+            if total > DRAIN_BYTES:
+                self.close_connection = True
+                break
+            chunk = self.rfile.read(size)
+            if total <= limit:  # (past it, the rest is read and dropped, never kept)
+                data += chunk
             self.rfile.readline(8)  # (the chunk's CRLF)
+        if total > limit:
+            self._too_large(what, limit, knob)
+        return bytes(data)
 
-    def _refuse_body(self, length: int, what: str, limit: int, knob: str | None, *,
-                     chunked: bool = False) -> NoReturn:
-        # A client still sending would see its connection reset, not the answer: what it
-        # sends is read and dropped (never kept), up to DRAIN_BYTES, then the connection ends.
+    def _drain(self, length: int) -> None:
+        """Read and drop a refused body, up to DRAIN_BYTES (a client still sending would
+        see its connection reset, not the answer), then end the connection."""
         self.close_connection = True
         drained = 0
-        if not chunked:
-            while drained < min(length, DRAIN_BYTES):
-                chunk = self.rfile.read(min(1 << 16, length - drained))
-                if not chunk:
-                    break
-                drained += len(chunk)
+        while drained < min(length, DRAIN_BYTES):
+            chunk = self.rfile.read(min(1 << 16, length - drained))
+            if not chunk:
+                break
+            drained += len(chunk)
+
+    def _too_large(self, what: str, limit: int, knob: str | None) -> NoReturn:
+        self.close_connection = True
         said = f" (the server's {knob})" if knob else ""
         raise Refusal(413, "too_large", f"{what} is larger than {limit} bytes{said}")
 
