@@ -92,6 +92,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "stockade-agent-sandbox"
     protocol_version = "HTTP/1.1"  # (keep-alive: the SDK pools its connections)
     timeout = IDLE_SECONDS
+    disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms delayed ACK)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._answer(self._get)
