@@ -21,22 +21,27 @@ from stockade.integrations.agent_sandbox import loopback
 MAX_UPLOAD = 4096
 
 
-def stockade(*args: str, cwd) -> subprocess.Popen:
+def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=stderr, text=True)
 
 
 @pytest.fixture
 def server(ws, linux) -> Iterator[int]:
     root, _ = ws
-    process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
-                       "--preset", "workspace-write", "--max-upload", str(MAX_UPLOAD), cwd=root)
-    said = process.stderr.readline()
-    assert "serving" in said, said + process.stderr.read()
+    log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
+    with log.open("w") as stderr:
+        process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
+                           "--preset", "workspace-write", "--max-upload", str(MAX_UPLOAD),
+                           cwd=root, stderr=stderr)
+    deadline = time.monotonic() + 60
+    while "serving" not in (said := log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, said
+        time.sleep(0.05)
     yield int(said.split("http://127.0.0.1:")[1].split()[0])
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
+    assert process.wait(timeout=30) == 0, log.read_text()
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,
