@@ -324,8 +324,9 @@ def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
         workspace.close()
         raise
     signal.signal(signal.SIGTERM, _stop)  # (a pod's end: the sandboxes die with the server)
-    bound = server.server_address
-    print(f"stockade: serving the agent-sandbox runtime on http://{host}:{bound[1]} "
+    shown = f"[{host}]" if ":" in host else host
+    print(f"stockade: serving the agent-sandbox runtime on http://{shown}:"
+          f"{server.server_address[1]} "
           f"(workspace {workspace.root})", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

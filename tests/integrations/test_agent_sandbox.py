@@ -154,8 +154,13 @@ def test_the_sdks_claim_flow_creates_waits_runs_and_deletes(ws, serve, kubernete
 def test_hostile_paths_and_planted_links_are_refused_typed(ws, serve, kubernetes):
     root, outside = ws
     (outside / "secret").write_text("outside\n")
-    sandbox = direct(serve("--preset", "workspace-write"), kubernetes)
+    server = serve("--preset", "workspace-write")
+    sandbox = direct(server, kubernetes)
     before = sorted(os.listdir(outside))
+    # a command cannot reach the server that runs it (its loopback is its own)
+    reach = sandbox.commands.run(f"python3 -c 'import socket; socket.create_connection("
+                                 f"(\"127.0.0.1\", {server.port}), 5)'")
+    assert reach.exit_code == 1 and "Error: [Errno" in reach.stderr, reach  # (refused)
 
     with pytest.raises(SandboxRequestError) as raised:
         sandbox.files.read("../outside/secret", allow_unsafe_paths=True)
