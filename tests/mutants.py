@@ -40,6 +40,7 @@ CREATE = "tests/test_protected_create.py::"
 MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
+KEEP = "tests/test_session_keep_detached.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -406,8 +407,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_a_volume_in_the_workspace_stays_the_commands_when_run_from_the_root"
             "_directory",)),
     Mutant("host-code-linked-entries-unread", "stockade/launch/hostcode.py",
-           "                found += [entry.path for entry in entries if entry.is_symlink()]\n",
-           "                found += []\n",
+           "        found += [entry.path for entry in _listed(directory, listing)"
+           " if entry.is_symlink()]\n",
+           "        found += []\n",
            (HOST + "test_the_host_code_shown_in_the_workspace_under_another_name_is_kept"
             "[symlink-landlock]",)),
     Mutant("host-code-link-names-unchecked", "stockade/launch/compile.py",
@@ -416,8 +418,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_the_interpreter_shown_in_the_workspace_under_another_name_is_kept"
             "[link-chain]",)),
     Mutant("host-code-pycache-prefix-unread", "stockade/launch/hostcode.py",
-           '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]',
-           "              {sys.pycache_prefix} if prefix]",
+           '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix\n',
+           "              {sys.pycache_prefix} if prefix\n",
            (HOST + "test_the_bytecode_cache_prefix_in_the_workspace_is_host_code",)),
     Mutant("host-code-editable-mapping-unread", "stockade/launch/hostcode.py",
            '        found += _module_places(path, "editable")\n', "        pass\n",
@@ -435,9 +437,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "    files = [path] if True else [",
            (HOST + "test_a_module_an_editable_finder_maps_is_kept_with_its_bytecode_cache",)),
     Mutant("host-code-relative-pycache-prefix-passed", "stockade/launch/hostcode.py",
-           '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]',
+           '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix\n',
            '              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")}\n'
-           "              if prefix and os.path.isabs(prefix)]",
+           "              if prefix and os.path.isabs(prefix)\n",
            (HOST + "test_a_relative_bytecode_cache_prefix_is_host_code_where_it_resolves",)),
     Mutant("host-code-zip-module-taken-for-a-file", "stockade/launch/hostcode.py",
            "    if archive != path and os.path.isfile(archive):\n", "    if False:\n",
@@ -462,7 +464,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'if place.kind not in ("script", "start")]',
            (HOST + "test_a_module_below_a_prefix_is_host_code",)),
     Mutant("host-code-finder-class-tables-unread", "stockade/launch/hostcode.py",
-           '            for value in getattr(holder, "__dict__", {}).values()]',
+           '            for value in list(getattr(holder, "__dict__", {}).values())]',
            "            for value in ()]",
            (HOST + "test_a_package_a_finder_class_maps_is_host_code_unimported",)),
     Mutant("host-code-main-taken-for-imported", "stockade/launch/hostcode.py",
@@ -490,15 +492,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        print_host_code_note(result)\n", "        pass\n",
            (CLI + "test_the_cli_says_why_a_write_to_host_code_failed",)),
     Mutant("host-code-relative-entries-skipped", "stockade/launch/hostcode.py",
-           "              and _names_a_path(entry)]",
-           "              and os.path.isabs(entry)]",
+           "              for entry in entries if isinstance(entry, str) and entry\n",
+           "              for entry in entries if isinstance(entry, str)"
+           " and os.path.isabs(entry)\n",
            (HOST + "test_a_relative_entry_on_the_import_path_is_the_directory_it_names",)),
-    Mutant("host-code-hook-keys-taken-for-directories", "stockade/launch/hostcode.py",
-           "    return finder is None or isinstance(finder, importlib.machinery.FileFinder)",
-           "    return True",
-           (HOST + "test_a_path_hooks_key_on_the_import_path_is_no_directory",)),
+    Mutant("host-code-missing-relative-entry-refused", "stockade/launch/hostcode.py",
+           '                    else "searched")', '                    else "import_path")',
+           (HOST + "test_a_path_hooks_key_on_the_import_path_is_not_made",)),
     Mutant("host-code-former-entries-unread", "stockade/launch/hostcode.py",
-           '    found += [Place(path, "searched") for path in _searched(here)',
+           '    found += [Place(path, "searched") for path in _searched(bases)',
            '    found += [Place(path, "searched") for path in ()',
            (HOST + "test_a_directory_once_on_the_import_path_is_host_code",)),
     Mutant("host-code-first-entry-taken-for-start", "stockade/launch/hostcode.py",
@@ -516,13 +518,9 @@ MUTANTS: tuple[Mutant, ...] = (
             HOST + "test_the_starting_directory_is_where_the_program_started_not_where_it_went"
             "[-c]")),
     Mutant("host-code-missing-searched-skipped", "stockade/launch/hostcode.py",
-           "            and _names_a_path(key)]",
-           "            and _names_a_path(key) and os.path.lexists(key)]",
+           "            found += _located(key, bases) + (",
+           "            found += [p for p in _located(key, bases) if os.path.lexists(p)] + (",
            (HOST + "test_a_missing_directory_the_imports_searched_is_not_made",)),
-    Mutant("host-code-hooked-file-skipped", "stockade/launch/hostcode.py",
-           "    if os.path.isabs(entry) or os.path.lexists(entry):\n",
-           "    if os.path.isabs(entry):\n",
-           (HOST + "test_a_relative_entry_a_path_hook_takes_is_host_code_where_it_names_a_file",)),
     Mutant("deny-link-overlay-layers-unlooked", "stockade/linux/protect.py",
            "                       for layer in (*mount.layers, *mount.data)})",
            "                       for layer in ()})",
@@ -557,16 +555,19 @@ MUTANTS: tuple[Mutant, ...] = (
            (HOST + "test_a_directory_any_package_was_given_is_host_code[namespace]",
             HOST + "test_a_directory_any_package_was_given_is_host_code[made-from-a-spec]")),
     Mutant("host-code-relative-package-path-dropped", "stockade/launch/hostcode.py",
-           "            if isinstance(entry, str) and (here or os.path.isabs(entry))]\n",
-           "            if isinstance(entry, str) and os.path.isabs(entry)]\n",
+           "    return [path for entry in list(entries) if isinstance(entry, str)\n",
+           "    return [path for entry in list(entries) if isinstance(entry, str)"
+           " and os.path.isabs(entry)\n",
            (HOST + "test_a_directory_any_package_was_given_is_host_code[relative-entry]",)),
     Mutant("host-code-module-file-package-owns-its-directory", "stockade/launch/hostcode.py",
-           '                    and os.path.basename(origin).startswith("__init__."):\n',
-           "                    and True:\n",
+           '            if isinstance(origin, str) and os.path.basename(origin).startswith('
+           '"__init__."):\n',
+           "            if isinstance(origin, str):\n",
            (HOST + "test_a_directory_any_package_was_given_is_host_code[module-made-a-package]",)),
     Mutant("host-code-run-time-site-pth-unread", "stockade/launch/hostcode.py",
-           '        user_site, [place.path for place in found if place.kind == "import_path"])',
-           "        user_site, [])",
+           '        user_site, [place.path for place in found if place.kind == "import_path"],'
+           ' listing)',
+           "        user_site, [], listing)",
            (HOST + "test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time"
             "_names",)),
     Mutant("host-code-overlay-layer-admitted", "stockade/launch/compile.py",
@@ -732,7 +733,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '    found += [Place(entry, "pth_entry") for entry in () if _pth_entries(\n',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused",)),
     Mutant("host-code-hidden-pth-unread", "stockade/launch/hostcode.py",
-           'if name.endswith(".pth"))', 'if name.endswith(".pth") and name[0] != ".")',
+           'if entry.name.endswith(".pth")):',
+           'if entry.name.endswith(".pth") and entry.name[0] != "."):',
            (HOST + "test_a_missing_directory_a_pth_file_names_in_the_workspace_is_refused"
             "[.atk.pth]",)),
     # --- issue 29 H1: no run reaches another workspace's private home ------------------
@@ -949,6 +951,67 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                              write=(), home=\"host\"))",
            "                                              write=fs.write, home=\"host\"))",
            ("tests/test_workspace.py::test_a_read_only_policy_writes_nothing_on_the_host",)),
+    # a warm sandbox keeps nothing a command started unless its host opened it keep_detached,
+    # and then only what left the command's session, and not past a timeout
+    Mutant("session-keeps-detached-by-default", "stockade/session/agent.py",
+           "        if not self.keep_detached:\n            return lambda session: False\n", "",
+           ("tests/test_session.py::test_what_a_command_leaves_behind_is_killed_when_it_exits",
+            KEEP + "test_without_it_a_command_cannot_keep_what_it_detached")),
+    Mutant("session-keeps-what-left-only-its-group", "stockade/session/agent.py",
+           "        return lambda session: session != own\n",
+           "        return lambda session: True\n",
+           (KEEP + "test_what_a_command_detached_runs_on_until_the_sandbox_closes",
+            KEEP + "test_in_the_landlock_tier_too")),
+    Mutant("session-stop-keeps-what-it-detached", "stockade/session/agent.py",
+           "        if command.timed_out or command.cancelled:\n"
+           "            return command.kept.__contains__\n", "",
+           (KEEP + "test_a_timed_out_command_takes_what_it_detached_with_it",)),
+    # attack 40: relative places from every base, whatever hook takes them; every path an
+    # import finder holds; a module loaded by a relative path; ".." after a link
+    Mutant("host-code-missing-relative-entry-skipped", "stockade/launch/hostcode.py",
+           "              for path in _located(entry, bases)]",
+           "              for path in _located(entry, bases)\n"
+           "              if os.path.isabs(entry) or os.path.lexists(path)]",
+           (HOST + "test_a_missing_relative_entry_a_hook_of_the_programs_own_takes_is_not_made[]",
+            HOST + "test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code")),
+    Mutant("host-code-finder-path-attributes-unread", "stockade/launch/hostcode.py",
+           "            items = list(value.values()) if isinstance(value, dict) else [value]",
+           "            items = list(value.values()) if isinstance(value, dict) else []",
+           (HOST + "test_a_path_an_import_finder_holds_is_host_code[str]",)),
+    Mutant("host-code-finder-pathlike-unread", "stockade/launch/hostcode.py",
+           "        path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None",
+           "        path = value if isinstance(value, str) else None",
+           (HOST + "test_a_path_an_import_finder_holds_is_host_code[path-table]",)),
+    Mutant("host-code-finder-lists-unread", "stockade/launch/hostcode.py",
+           "                paths = item if isinstance(item, (list, tuple)) else [item]",
+           "                paths = [item]",
+           (HOST + "test_a_path_an_import_finder_holds_is_host_code[path-list]",)),
+    Mutant("host-code-finder-separator-taken-for-a-path", "stockade/launch/hostcode.py",
+           "if path and os.path.isabs(path) and path != os.sep]",
+           "if path and os.path.isabs(path)]",
+           (HOST + "test_an_ordinary_project_venv_stays_writable",)),
+    Mutant("host-code-finder-held-test-module-kept", "stockade/launch/hostcode.py",
+           "        if path not in files:\n", "        if True:\n",
+           (HOST + "test_a_test_module_pytest_holds_stays_the_commands",)),
+    Mutant("host-code-relative-module-file-skipped", "stockade/launch/hostcode.py",
+           "        if isinstance(path, str) and path:\n",
+           "        if isinstance(path, str) and os.path.isabs(path):\n",
+           (HOST + "test_a_module_loaded_by_a_relative_path_is_host_code",)),
+    Mutant("host-code-relative-place-from-here-alone", "stockade/launch/hostcode.py",
+           "    bases = [base for base in dict.fromkeys([here, started_in]) if base]",
+           "    bases = [here] if here else []",
+           (HOST + "test_a_relative_place_is_host_code_where_the_next_run_resolves_it[entry]",
+            HOST + "test_a_relative_place_is_host_code_where_the_next_run_resolves_it"
+            "[pycache-prefix]")),
+    Mutant("host-code-cached-finder-path-unread", "stockade/launch/hostcode.py",
+           "            found += _located(key, bases) + ([_at(path)] if",
+           "            found += _located(key, bases) + ([] if",
+           (HOST + "test_a_relative_place_is_host_code_where_the_next_run_resolves_it"
+            "[cached-finder]",)),
+    Mutant("host-code-dot-dot-collapsed", "stockade/launch/hostcode.py",
+           '    if ".." not in parts:', "    if True:",
+           (HOST + "test_a_directory_after_dot_dot_through_a_link_is_not_made[]",
+            HOST + "test_a_directory_after_dot_dot_through_a_link_is_host_code")),
     # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
     # only with --allow-remote, and bounds every request body
     Mutant("agent-sandbox-any-host-is-loopback", "stockade/integrations/agent_sandbox.py",

@@ -197,10 +197,12 @@ def test_a_missing_import_path_entry_in_the_workspace_is_refused(tmp_path):
     assert "does not exist inside a write root" in refused.value.message
 
 
-def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypatch):
+def test_a_path_hooks_key_on_the_import_path_is_not_made(tmp_path, monkeypatch):
     """setuptools' editable install puts a path hook's key, a relative name, on sys.path: it
-    names no directory, in the workspace or anywhere (every CLI run from a workspace with an
-    editable install was refused, `does not exist inside a write root`)."""
+    names no directory yet, but the file system's hook, ahead of the editable one, takes a
+    directory the command makes there (attack 40 T1): it is not made during the run, and the
+    launch is not refused (every CLI run from a workspace with an editable install was,
+    `does not exist inside a write root`)."""
     key = "__editable__.x-1.0.finder.__path_hook__"
 
     def hook(entry: str) -> object:
@@ -213,21 +215,20 @@ def test_a_path_hooks_key_on_the_import_path_is_no_directory(tmp_path, monkeypat
     monkeypatch.setattr(sys, "path_hooks", [hook, *sys.path_hooks])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path),
                          {"PYTHONPATH": "relative/lib"})
-    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+    request = compile_policy(policy_for(), ["true"], ctx)
+    assert request.host_code == () and str(tmp_path / key) in request.unmade, request
 
 
 def test_a_relative_entry_on_the_import_path_is_the_directory_it_names(tmp_path, monkeypatch):
     """Attack 33 A2: a program run from its project put "src" on sys.path; Python joins it to
     the working directory at every import, yet relative entries were taken for path hooks'
     keys and kept nowhere: the command planted src/stockade/__init__.py and the program's
-    next run imported it. One that names no directory yet is refused, as an absolute one."""
+    next run imported it. One that names no directory yet is not made during the run (it may
+    be a path hook's key: attack 40 T1)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, "src"])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
-    with pytest.raises(stockade.UnenforceableError) as refused:
-        compile_policy(policy_for(), ["true"], ctx)
-    assert f"{tmp_path / 'src'} (a directory on the interpreter's import path" in \
-        refused.value.message
+    assert str(tmp_path / "src") in compile_policy(policy_for(), ["true"], ctx).unmade
     (tmp_path / "src").mkdir()
     assert str(tmp_path / "src") in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -592,6 +593,8 @@ def test_a_module_imported_from_a_zip_file_in_the_workspace_keeps_the_archive(tm
     monkeypatch.delitem(sys.modules, "zipmod", raising=False)
     importlib.import_module("zipmod")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(archive)])
+    # (and no search record of it: the imported module alone names the archive)
+    monkeypatch.delitem(sys.path_importer_cache, str(archive), raising=False)
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
     assert str(archive) in compile_policy(policy_for(), ["true"], ctx).host_code
 
@@ -722,9 +725,10 @@ def test_the_script_run_from_its_own_workspace_keeps_no_bytecode_cache(tmp_path,
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, str(script)])
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path[1:]])
     ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
-    kept = compile_policy(policy_for(), ["true"], ctx).host_code
-    assert kept == (str(script),), kept
+    request = compile_policy(policy_for(), ["true"], ctx)
+    assert request.host_code == (str(script),), request.host_code
     assert not (tmp_path / "__pycache__").exists()
+    assert not [name for name in request.unmade if "__pycache__" in name], request.unmade
 
 
 # HOST, once it has imported `mod` from the file $IMPORTED by a finder of its own.
@@ -1039,3 +1043,195 @@ def test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time_na
         compile_policy(policy_for(), ["true"], ctx)
     assert f"{ws / 'src'} (a directory a .pth file in site-packages names" in \
         refused.value.message, refused.value.message
+
+
+# A path hook of the program's own, for every entry: a FileFinder wrapped (attack 40 T1).
+WRAPPED_HOOK = """
+import importlib._bootstrap_external, importlib.machinery, sys
+class WrapFinder:
+    def __init__(self, path):
+        self.inner = importlib.machinery.FileFinder(
+            path, *importlib._bootstrap_external._get_supported_file_loaders())
+    def find_spec(self, name, target=None):
+        return self.inner.find_spec(name, target)
+    def invalidate_caches(self):
+        self.inner.invalidate_caches()
+sys.path_hooks.insert(0, WrapFinder)
+sys.path_importer_cache.clear()
+"""
+
+
+def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) -> dict:
+    """What HOST printed, run in `cwd` by this interpreter after `prelude`, the command
+    `code` (its outcomes parsed as ATTEMPT prints them)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nsys.dont_write_bytecode = True\n" + prelude + HOST,
+         str(workspace), "namespaces", weaken, PYTHON, "-c", ATTEMPT + code], cwd=cwd,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got.get("exit") == 0, got
+    return dict(line.split(": ", 1) for line in got["stdout"].splitlines())
+
+
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_missing_relative_entry_a_hook_of_the_programs_own_takes_is_not_made(tmp_path,
+                                                                              weaken):
+    """Attack 40 T1: a program with a path hook of its own (a FileFinder wrapped) put
+    "plugins", missing, on its path and ran the command from the workspace: a relative entry
+    a hook other than the file system's took was taken for the hook's key and kept nowhere;
+    the command made ws/plugins/myplugin.py and the next run imported it. Every relative
+    entry names its directory, whatever hook takes it: not made during the run (with the
+    layer off, the control, it is)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    prelude = WRAPPED_HOOK + "import os\nsys.path.append('plugins')\nos.chdir(sys.argv[1])\n"
+    got = run_after(prelude, ws, "import os\nattempt('make', lambda: os.mkdir('plugins'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    tmp_path)
+    assert got.pop("everyday") == "DONE"
+    assert got["make"] == ("DONE" if weaken else "EACCES"), got
+    assert (ws / "plugins").exists() == bool(weaken)
+
+
+def test_a_relative_entry_a_hook_of_the_programs_own_takes_is_host_code(tmp_path,
+                                                                         monkeypatch):
+    """Attack 40 T1 (the compile): the same entry, missing, is not made; once there, kept."""
+    namespace: dict = {}
+    exec(WRAPPED_HOOK.replace("sys.path_importer_cache.clear()", ""), namespace)
+    monkeypatch.setattr(sys, "path_hooks", [namespace["WrapFinder"], *sys.path_hooks[1:]])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, "plugins"])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).unmade
+    (tmp_path / "plugins").mkdir()
+    assert str(tmp_path / "plugins") in compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+@pytest.mark.parametrize("held", ["str", "path-table", "path-list"])
+def test_a_path_an_import_finder_holds_is_host_code(tmp_path, monkeypatch, held):
+    """Attack 40 T2: an import finder on sys.meta_path (a plugin loader; scikit-build-core's
+    rebuilding editable finder, which runs cmake in its build directory at import) held its
+    directory as a str attribute, or a table or list of pathlib.Path: only tables of str
+    were read, and the command planted a plugin the next run imported. Every absolute path
+    a finder holds is host code."""
+    plugins = tmp_path / ".plugins"
+    plugins.mkdir()
+    (plugins / "extra.py").write_text("X = 1\n")
+
+    class PluginFinder:
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            return None
+
+    finder = PluginFinder()
+    if held == "str":
+        finder.directory = str(plugins)
+    elif held == "path-table":
+        finder.table = {"extra": plugins / "extra.py"}
+    else:
+        finder.dirs = [plugins]
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    kept = compile_policy(policy_for(), ["true"], ctx).host_code
+    assert kept == ((str(plugins / "extra.py"),) if held == "path-table" else (str(plugins),))
+
+
+def test_a_test_module_pytest_holds_stays_the_commands(tmp_path, monkeypatch):
+    """`python -m pytest` in a project that is the workspace: pytest's assertion rewriter (a
+    finder) holds the test modules it imported, which are the program's own (imported
+    through its starting directory), not host code."""
+    (tmp_path / "test_x.py").write_text("X = 1\n")
+    started_as(monkeypatch, ["-m", "pytest"], tmp_path, [str(tmp_path)], tmp_path)
+    imported(monkeypatch, "test_x", tmp_path / "test_x.py")
+    rewriter = type("AssertionRewritingHook", (), {})()
+    rewriter._rewritten_names = {"test_x": tmp_path / "test_x.py"}
+    monkeypatch.setattr(sys, "meta_path", [rewriter, *sys.meta_path])
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == ()
+
+
+def test_a_module_loaded_by_a_relative_path_is_host_code(tmp_path, monkeypatch):
+    """Attack 40 T3: a program loaded ws/hooks/agent_hooks.py by a relative path
+    (SourceFileLoader, spec_from_loader): its `__file__` stays relative, and modules with
+    one were skipped; the command rewrote it and the next run loaded it. Joined to the
+    working directory, it is host code."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "agent_hooks.py").write_text("HOOK = 1\n")
+    monkeypatch.chdir(tmp_path)
+    loader = importlib.machinery.SourceFileLoader("agent_hooks", "hooks/agent_hooks.py")
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("agent_hooks",
+                                                                             loader))
+    loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "agent_hooks", module)
+    ctx = CompileContext(str(tmp_path), str(tmp_path) + "-home", str(tmp_path), {})
+    assert str(tmp_path / "hooks" / "agent_hooks.py") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code
+
+
+@pytest.mark.parametrize("relative", ["entry", "cached-finder", "pycache-prefix"])
+def test_a_relative_place_is_host_code_where_the_next_run_resolves_it(tmp_path, monkeypatch,
+                                                                      relative):
+    """Attack 40 T4: a program started in the workspace put "tools" on its path (or
+    PYTHONPYCACHEPREFIX=.pyc), imported from ws/tools, then moved to its own directory before
+    it called Stockade: relative places were joined to the working directory at the call
+    alone, while the next run, started in the workspace again, resolves them there; the
+    command planted ws/tools/tools_extra.py. A relative place is host code from the starting
+    directory too, and a cached finder's own directory (one made before a move) is."""
+    ws, app = tmp_path / "ws", tmp_path / "app"
+    for path in (ws / "tools", ws / ".pyc", app):
+        path.mkdir(parents=True)
+    first, env = [str(app)], {}
+    if relative == "entry":
+        first.append("tools")
+    elif relative == "pycache-prefix":
+        env = {"PYTHONPYCACHEPREFIX": ".pyc"}
+    started_as(monkeypatch, [str(app / "host.py")], ws, first, app)
+    if relative == "cached-finder":  # (started elsewhere: only the finder says where)
+        monkeypatch.setattr(stockade, "_started_in", str(app))
+        monkeypatch.setitem(sys.path_importer_cache, "tools",
+                            importlib.machinery.FileFinder(str(ws / "tools")))
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(app), env)
+    want = ws / (".pyc" if relative == "pycache-prefix" else "tools")
+    assert compile_policy(policy_for(), ["true"], ctx).host_code == (str(want),)
+
+
+# A package the program imports through a link into the workspace ($LIB/mypkg -> ws/src/mypkg,
+# as `flit install --symlink` makes), which loads plugins from beside itself.
+DOTDOT_PACKAGE = """import os
+__path__.append(os.path.join(os.path.dirname(__file__), "..", "mypkg_plugins"))
+"""
+
+
+@pytest.mark.parametrize("weaken", ["", "host_code"])
+def test_a_directory_after_dot_dot_through_a_link_is_not_made(tmp_path, weaken):
+    """Attack 40 T5: the package's `__path__` got $LIB/mypkg/../mypkg_plugins, which the
+    kernel resolves after the link, to ws/src/mypkg_plugins; it was collapsed lexically to
+    $LIB/mypkg_plugins, outside the workspace, and the command made ws/src/mypkg_plugins
+    with a plugin the next run imported. ".." is resolved as the kernel resolves it: the
+    directory is not made during the run (with the layer off, the control, it is)."""
+    ws, lib = tmp_path / "ws", tmp_path / "app" / "lib"
+    for path in (ws / "src" / "mypkg", lib):
+        path.mkdir(parents=True)
+    (ws / "src" / "mypkg" / "__init__.py").write_text(DOTDOT_PACKAGE)
+    (lib / "mypkg").symlink_to(ws / "src" / "mypkg")
+    prelude = f"sys.path.insert(0, {str(lib)!r})\nimport mypkg\n"
+    got = run_after(prelude, ws, "import os\n"
+                    "attempt('make', lambda: os.mkdir('src/mypkg_plugins'))\n"
+                    "attempt('everyday', lambda: open('notes.txt', 'w').close())\n", weaken,
+                    tmp_path / "app")
+    assert got.pop("everyday") == "DONE"
+    assert got["make"] == ("DONE" if weaken else "EACCES"), got
+    assert (ws / "src" / "mypkg_plugins").exists() == bool(weaken)
+
+
+def test_a_directory_after_dot_dot_through_a_link_is_host_code(tmp_path, monkeypatch):
+    """Attack 40 T5 (the compile): the same directory, there, is kept read-only."""
+    ws, lib = tmp_path / "ws", tmp_path / "app" / "lib"
+    for path in (ws / "src" / "mypkg", ws / "src" / "mypkg_plugins", lib):
+        path.mkdir(parents=True)
+    (ws / "src" / "mypkg" / "__init__.py").write_text(DOTDOT_PACKAGE)
+    (lib / "mypkg").symlink_to(ws / "src" / "mypkg")
+    imported(monkeypatch, "mypkg", lib / "mypkg" / "__init__.py")
+    ctx = CompileContext(str(ws), str(tmp_path) + "-home", str(ws), {})
+    assert str(ws / "src" / "mypkg_plugins") in \
+        compile_policy(policy_for(), ["true"], ctx).host_code

@@ -188,6 +188,22 @@ def test_what_a_command_leaves_behind_is_killed_when_it_exits(sb):
     assert marked(marker) == []  # killed before the result was reported
 
 
+def test_a_commands_end_and_late_output_in_one_wakeup_end_it_once(sb):
+    """The agent wakes once for a command's exit and for what a process it left wrote after
+    it (the agent is stopped meanwhile): ending the command closes its pipes, and their
+    events in the same wakeup are not acted on (they ended the agent: session_lost)."""
+    with open(f"/proc/{sb.pid}/task/{sb.pid}/children") as f:
+        [agent] = map(int, f.read().split())
+    events = sb.stream(["sh", "-c", "(sleep 1; echo late; echo late >&2) & echo up; sleep 0.5"])
+    assert next(events) == Output("stdout", b"up\n")
+    os.kill(agent, signal.SIGSTOP)
+    time.sleep(2)  # the command exits, then what it left writes and exits
+    os.kill(agent, signal.SIGCONT)
+    result = list(events)[-1]
+    assert (result.exit_code, result.stdout, result.stderr) == (0, b"up\nlate\n", b"late\n")
+    assert sb.run(["echo", "ok"]).stdout == b"ok\n"
+
+
 def test_output_bound_truncates_the_capture_but_not_the_live_stream(ws):
     workspace, _ = ws
     policy = policy_for("workspace-write", output=1000)

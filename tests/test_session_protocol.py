@@ -81,7 +81,9 @@ EXEC = protocol.TYPES["exec"]
 GOOD_EXEC = {"argv": ["true"], "cwd": "/", "env": {}}
 
 REJECTIONS = [
-    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=2)),
+    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=1)),  # the last
+    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=3)),
+    ("field_invalid", frame(HELLO, body({"nonce": NONCE.hex(), "keep_detached": 1}))),
     ("type_unknown", frame(99, b"{}")),
     ("type_unknown", frame(protocol.TYPES["result"], b"{}", command=1)),  # wrong direction
     ("field_unknown", frame(HELLO, body({"nonce": NONCE.hex(), "extra": 1}))),

@@ -418,6 +418,22 @@ def test_timings(guest):
     assert sb.ping() < 5
 
 
+def test_keep_detached_reaches_the_guests_agent(vm_ready, tmp_path):
+    """The guest runs the same agent, told in the same hello: what a command detached (its
+    stdout still the command's) runs on after the command, whose result does not wait for
+    it, and answers a file the next command writes; closing ends the guest with it."""
+    detach = ("setsid sh -c ': > started; while [ ! -f release ]; do sleep 0.1; done; "
+              "echo > finished' & while [ ! -f started ]; do sleep 0.05; done; echo up")
+    with qemu.VmSandbox(preset="workspace-write-no-exec", workspace=tmp_path,
+                        keep_detached=True) as sb:
+        assert sb.run(["sh", "-c", detach], cwd=tmp_path, timeout=30).stdout == b"up\n"
+        assert sb.run(["touch", "release"], cwd=tmp_path).exit_code == 0
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "finished").exists():
+            assert time.monotonic() < deadline, "the detached process did not run on"
+            time.sleep(0.1)
+
+
 def test_close_leaves_no_qemu_and_no_directory(vm_ready, tmp_path):
     before = _qemus()
     sb = qemu.VmSandbox(preset="read-only", workspace=tmp_path)

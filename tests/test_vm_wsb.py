@@ -546,3 +546,13 @@ def _wait_ready(rendezvous) -> rz.Ready:
     record = rz.parse((rendezvous / rz.RENDEZVOUS_FILE).read_bytes())
     assert isinstance(record, rz.Ready)
     return record
+
+
+def test_keep_detached_is_refused_not_ignored(monkeypatch):
+    """A Windows guest has no agent that keeps detached processes: asked for it, the
+    sandbox is refused, typed, before anything boots."""
+    monkeypatch.setattr(wsb, "_refuse_elsewhere", lambda: None)
+    monkeypatch.setattr(wsb, "boot_wsb", lambda *a, **k: pytest.fail("booted"))
+    with pytest.raises(UnenforceableError) as refused:
+        wsb.WindowsSandbox(preset="read-only", keep_detached=True)
+    assert refused.value.code == "unenforceable:keep_detached"

@@ -16,8 +16,11 @@ U+FFFD for undecodable bytes, `WorkspaceTimeoutError` past `timeout`, and
 silently truncated success); their messages, and a result's stderr, say in words what the
 sandbox stopped or cut, with the policy grant that would allow it. It does not implement
 `SupportsFilesystem`: pydantic-ai then performs its file operations through the backend's
-shell, so they run inside the same sandbox and reach only what the policy grants. The
-backend passes pydantic-ai's own conformance suite (`pydantic_ai.workspaces.conformance`).
+shell, so they run inside the same sandbox and reach only what the policy grants. As with
+pydantic-ai's local backend, a process a command detaches (`setsid`, a daemon) runs on after
+the command, inside its sandbox, until the backend closes (Stockade's `keep_detached`; a
+timeout or cancellation still kills everything the command started). The backend passes
+pydantic-ai's own conformance suite (`pydantic_ai.workspaces.conformance`).
 
 What it cannot ask for: a command outside the sandbox, or beyond the policy: a `timeout` never
 lengthens `limits.timeout` (the shorter one applies), and `env` adds variables to the policy's
@@ -69,11 +72,14 @@ WATCH_INTERVAL = 0.25  # seconds between checks that the workspace directory sti
 class StockadeWorkspaceBackend:
     """pydantic-ai's workspace backend in a Stockade sandbox over `root` under `policy`
     (commands, and `realpath` resolved inside the sandbox). The sandbox starts on the first
-    operation; `close()` ends it."""
+    operation; `close()` ends it, and what its commands detached (`keep_detached`: on, as
+    pydantic-ai's local backend keeps them; off, nothing outlives its command)."""
 
-    def __init__(self, root: str | os.PathLike, policy: Policy) -> None:
+    def __init__(self, root: str | os.PathLike, policy: Policy, *,
+                 keep_detached: bool = True) -> None:
         self.root = os.path.realpath(root)
         self.policy = policy
+        self.keep_detached = keep_detached
         self._workspace: Workspace | None = None
         self._opening = threading.Lock()
 
@@ -85,7 +91,8 @@ class StockadeWorkspaceBackend:
     def workspace(self) -> Workspace:
         with self._opening:
             if self._workspace is None:
-                self._workspace = Workspace(self.policy, workspace=self.root)
+                self._workspace = Workspace(self.policy, workspace=self.root,
+                                            keep_detached=self.keep_detached)
             return self._workspace
 
     def close(self) -> None:
@@ -159,7 +166,10 @@ class StockadeWorkspace(AbstractCapability[Any]):
     PolicyError here); `authority` and `path_authority` (as pydantic-ai's
     `AuthorityWorkspace`: how file text reaches the model), each path confined to the working
     directory (one outside is PolicyError `outside_workspace`: a Stockade workspace is its
-    directory, and the sandbox reaches a file elsewhere only where the policy grants it)."""
+    directory, and the sandbox reaches a file elsewhere only where the policy grants it).
+    `keep_detached` (default on, as `LocalWorkspace` keeps background processes): what a
+    command detaches runs on in the sandbox until `close()`; off, nothing outlives its
+    command."""
 
     working_dir: str | Path
     _: KW_ONLY
@@ -169,6 +179,7 @@ class StockadeWorkspace(AbstractCapability[Any]):
     authority: Authority = "operator"
     path_authority: Mapping[str, Authority] | None = None
     env: Mapping[str, str] | None = None
+    keep_detached: bool = True
     id: str | None = "stockade_workspace"
 
     def __post_init__(self) -> None:
@@ -183,7 +194,7 @@ class StockadeWorkspace(AbstractCapability[Any]):
             policy = read_only_policy(policy)
         if self.path_authority:
             self.path_authority = _confined(root, self.path_authority)
-        self._backend = StockadeWorkspaceBackend(root, policy)
+        self._backend = StockadeWorkspaceBackend(root, policy, keep_detached=self.keep_detached)
 
     def get_workspace(self, ctx: Any, *, ref: WorkspaceRef | None) -> WorkspaceBackend | None:
         # a ref from history never moves the agent to another directory

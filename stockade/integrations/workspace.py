@@ -104,11 +104,14 @@ class Workspace:
     Calls may come from several threads at once: each runs in a warm sandbox of its own that
     no other call is using (at most MAX_SANDBOXES; more wait), all over the same directory and
     policy. Sandboxes start on first use and again after one is lost (a command that kills its
-    own agent); `close()` (or leaving the `with` block) kills everything in them."""
+    own agent); `close()` (or leaving the `with` block) kills everything in them.
+    `keep_detached`: what a command detaches (setsid, a daemon) runs on in its sandbox until
+    the Workspace closes (stockade.Sandbox's option); by default nothing outlives a command."""
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None,
-                 workspace: str | os.PathLike | None = None) -> None:
+                 workspace: str | os.PathLike | None = None,
+                 keep_detached: bool = False) -> None:
         if policy is None and preset is None:
             preset = "workspace-write"
         self.policy = resolve_policy(policy, preset)
@@ -120,6 +123,7 @@ class Workspace:
         compiled = compile_policy(self.policy, ["true"], context)
         self.limits = compiled.limits
         self.env = dict(compiled.env)  # the closed environment every command starts with
+        self.keep_detached = keep_detached
         self._idle: list[Sandbox] = []
         self._started: list[Sandbox] = []
         self._pool = threading.Lock()
@@ -168,7 +172,8 @@ class Workspace:
                     raise UsageError("this Workspace is closed")
                 sandbox = self._idle.pop() if self._idle else None
             if sandbox is None or sandbox.closed:
-                sandbox = Sandbox(self.policy, workspace=self.root)
+                sandbox = Sandbox(self.policy, workspace=self.root,
+                                  keep_detached=self.keep_detached)
                 with self._pool:
                     self._started = [s for s in self._started if not s.closed] + [sandbox]
             try:

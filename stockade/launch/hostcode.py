@@ -38,7 +38,7 @@ KINDS = {
     "cwd": "the working directory, which \"\" on the import path names at each import",
     "package_path": "a directory a package's __path__ was given besides its own",
     "linked_entry": "a symbolic link at the top of a directory on the import path",
-    "editable": "a directory an editable install's import finder maps packages to",
+    "editable": "a path an import finder holds (an editable install's, a plugin loader's)",
     "module": "a module this process imported from outside its import path",
     "pycache_dir": "the bytecode cache of a module this process imports",
     "pycache": "the bytecode cache prefix (PYTHONPYCACHEPREFIX)",
@@ -75,33 +75,39 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     # front of it is no starting directory; attack 33 A6, F1)
     here = _working_directory()  # (None: removed; "" and relative entries then name nothing)
     started_in = stockade._started_in or here
+    # (a relative entry is joined to the working directory at each import: to this one, and
+    # to the starting directory, where the program's next run imports from; attack 40 T4)
+    bases = [base for base in dict.fromkeys([here, started_in]) if base]
     start = _start_entry(started_in) if started_in else None
     if start is None and "" in entries and here == started_in:
         start = ""  # (a program put "" where the interpreter put its directory: ipykernel)
     start_path = None
     if start is not None and start in entries:
         entries.remove(start)
-        start_path = os.path.normpath(os.path.join(started_in or "/", start))
+        start_path = _at(start, started_in or "/")
         found.append(Place(start_path, "start"))
     # ("" is the working directory at each import: where the program is now, if it moved
     # away from its start, is searched first by its later imports; attack 35 B8)
     if "" in sys.path and here and here != start_path:
         found.append(Place(here, "cwd"))
-    # (a relative entry is a directory the working directory is joined to at every import,
-    # unless a path hook of its own takes it — setuptools' editable finder adds
-    # "__editable__.NAME.finder.__path_hook__": attack 33 A2; PYTHONPATH's relative entries
-    # the next call resolves from a working directory not known here)
-    found += [Place(os.path.join(here or "", entry), "import_path") for entry in entries
-              if isinstance(entry, str) and entry and (here or os.path.isabs(entry))
-              and _names_a_path(entry)]
-    found += [Place(os.path.normpath(entry), "import_path") for entry
+    # (a relative entry names a directory from each base whatever path hook takes it: the
+    # file system's own takes it once it exists, a hook of the program's own searches it
+    # too (attacks 33 A2, 40 T1); one missing there is not made, rather than refused: it may
+    # be a hook's key, as setuptools' "__editable__.NAME.finder.__path_hook__" is, which
+    # the file system's hook would take once made. PYTHONPATH's relative entries the next
+    # call resolves from a working directory not known here)
+    found += [Place(path, "import_path" if os.path.isabs(entry) or os.path.lexists(path)
+                    else "searched")
+              for entry in entries if isinstance(entry, str) and entry
+              for path in _located(entry, bases)]
+    found += [Place(_at(entry), "import_path") for entry
               in host_env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
     # (a directory once on the import path, searched by an import then: the next run
     # searches it again at that point; attack 33 A1; below the starting directory too,
     # which is not kept whole, but for the program's own packages there: attack 35 B9)
     on_path = [place.path for place in found if place.kind in ("import_path", "cwd")]
-    own, extended = _package_paths(here)
-    found += [Place(path, "searched") for path in _searched(here)
+    own, extended = _package_paths(bases)
+    found += [Place(path, "searched") for path in _searched(bases)
               if path != start_path and path not in own
               and not any(aliases.at_or_below(path, entry) for entry in on_path)]
     # (a directory a package's __path__ was given besides its own, as a plugin loader does:
@@ -113,14 +119,21 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
     named = {place.path for place in found}
     # (and those of every directory on the import path: a program's `site.addsitedir` at
     # run time, as virtualenv's activate_this.py does, reads them; attack 39 S1, S2)
+    listing: dict[str, list[os.DirEntry[str]]] = {}  # (each directory listed once)
     found += [Place(entry, "pth_entry") for entry in _pth_entries(
-        user_site, [place.path for place in found if place.kind == "import_path"])
+        user_site, [place.path for place in found if place.kind == "import_path"], listing)
         if entry not in named]
+    imported = _imported(bases)
+    # (a module file a finder holds is judged as the module this process imported: pytest's
+    # assertion rewriter keeps those of the tests it imported)
+    files = {path for _, path in imported}
     for path in _editable_mappings():
-        found += _module_places(path, "editable")
+        if path not in files:
+            found += _module_places(path, "editable")
     found += [Place(link, "linked_entry") for link in _linked_entries(
         [place.path for place in found if place.kind in ("import_path", "user_site",
-                                                          "pth_entry", "editable")])]
+                                                          "pth_entry", "editable")],
+        listing)]
     # (a module under the starting directory is the program's own only where an import of
     # its name through that directory takes it: the starting directory stays the command's
     # where it is the workspace; attack 31's evidence row, a package another finder imported
@@ -131,17 +144,18 @@ def places(host_env: Mapping[str, str]) -> list[Place]:
                    if place.kind not in ("script", "start", "prefix")]
     starts = [place.path for place in found if place.kind == "start"]
     mounts: list[aliases.Mounts] = []  # (read at the first module found through a start)
-    for names, path in _imported():
+    for names, path in imported:
         if any(path.startswith(directory.rstrip("/") + "/") for directory in directories) \
                 or any(_found_through(names, path, start) and _lies_in(path, start, mounts)
                        for start in starts):
             continue
         found += _module_places(path, "module")
     # (every module's bytecode, the standard library's too, is read from there when newer
-    # than its source by the source's own record: attack 29 N4; a relative one from the
-    # working directory, as the next call here resolves it: attack 30 N8)
-    found += [Place(os.path.abspath(prefix), "pycache") for prefix in
-              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix]
+    # than its source by the source's own record: attack 29 N4; a relative one from each
+    # base, as the next call here resolves it: attacks 30 N8, 40 T4)
+    found += [Place(path, "pycache") for prefix in
+              {sys.pycache_prefix, host_env.get("PYTHONPYCACHEPREFIX")} if prefix
+              for path in _located(prefix, bases)]
     return list(dict.fromkeys(found))
 
 
@@ -188,35 +202,38 @@ def _zip(path: str) -> bool:
         return False
 
 
-def _names_a_path(entry: str) -> bool:
-    """Whether the import-path entry `entry` names a file or directory: an absolute one, or
-    a relative one that names something from the working directory (what a path hook makes
-    of it is searched there too: a zip file, a wrapped finder; attack 34 B6, B7) or that no
-    path hook but the file system's own takes (it may be made). Not a key such as
-    setuptools' "__editable__.NAME.finder.__path_hook__", which a hook of its own takes."""
-    import importlib.machinery
-
-    if os.path.isabs(entry) or os.path.lexists(entry):
-        return True
-    finder = sys.path_importer_cache.get(entry)
-    if entry not in sys.path_importer_cache:
-        for hook in sys.path_hooks:
-            try:
-                finder = hook(entry)
-                break
-            except ImportError:
-                continue
-    return finder is None or isinstance(finder, importlib.machinery.FileFinder)
-
-
-def _searched(here: str | None) -> list[str]:
+def _searched(bases: list[str]) -> list[str]:
     """The places the imports of this process searched (sys.path_importer_cache's keys),
-    absolute (a relative one from the working directory `here`, if any): missing ones too,
-    which the next run searches again once they exist (attack 34 B5a)."""
-    return [os.path.normpath(os.path.join(here or "", key))
-            for key in list(sys.path_importer_cache)
-            if isinstance(key, str) and key and (here or os.path.isabs(key))
-            and _names_a_path(key)]
+    absolute (a relative one from each of `bases`, and where its finder was made: its
+    `path`; attack 40 T4): missing ones too, which the next run searches again once they
+    exist (attack 34 B5a)."""
+    found: list[str] = []
+    for key, finder in list(sys.path_importer_cache.items()):
+        if isinstance(key, str) and key:
+            path = getattr(finder, "path", None)
+            found += _located(key, bases) + ([_at(path)] if isinstance(path, str)
+                                             and os.path.isabs(path) else [])
+    return list(dict.fromkeys(found))
+
+
+def _at(path: str, base: str = "") -> str:
+    """`path` (a relative one from `base`) absolute, as the kernel resolves it: ".." after
+    the directory it follows, links resolved (a package reached through a link that adds
+    "its/../plugins" to its path: attack 40 T5), the rest lexically (a link on the way
+    keeps its name, for compile.py to judge)."""
+    parts = os.path.join(base, path).split(os.sep)
+    if ".." not in parts:
+        return os.path.normpath(os.sep.join(parts))
+    last = len(parts) - parts[::-1].index("..")
+    return os.path.normpath(os.path.join(os.path.realpath(os.sep.join(parts[:last]) or "."),
+                                         *parts[last:]))
+
+
+def _located(path: str, bases: list[str]) -> list[str]:
+    """Where `path` lies: itself if absolute, else joined to each of `bases`."""
+    if os.path.isabs(path):
+        return [_at(path)]
+    return list(dict.fromkeys(_at(path, base) for base in bases))
 
 
 def _working_directory() -> str | None:
@@ -226,9 +243,9 @@ def _working_directory() -> str | None:
         return None
 
 
-def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
+def _package_paths(bases: list[str]) -> tuple[set[str], set[str]]:
     """The directories the packages this process imported search (`__path__`, a relative
-    entry from the working directory `here`: attack 37 N2): each one's own — its
+    entry from each of `bases`: attacks 37 N2, 40 T4): each one's own — its
     `__init__`'s directory (a module file given a `__path__` has none); for a package with no
     file (a namespace package, one a program made from a spec), its name's directory in each
     entry of the path it was found on — and the
@@ -238,11 +255,12 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
     extended: set[str] = set()
     for name, module in list(sys.modules.items()):
         try:
-            paths = _absolute_entries(getattr(module, "__path__", None) or (), here)
+            paths = _absolute_entries(getattr(module, "__path__", None) or (), bases)
+            if not paths:
+                continue  # (no package: no directory to tell its own from the others)
             origin = getattr(module, "__file__", None)
-            if isinstance(origin, str) and os.path.isabs(origin) \
-                    and os.path.basename(origin).startswith("__init__."):
-                homes = {os.path.dirname(os.path.normpath(origin))}
+            if isinstance(origin, str) and os.path.basename(origin).startswith("__init__."):
+                homes = {os.path.dirname(path) for path in _located(origin, bases)}
             elif isinstance(origin, str):  # (a module file made a package: none its own;
                 homes = set()              # attack 38 P1)
             else:
@@ -250,7 +268,7 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
                 found_on = sys.path if not parent else \
                     getattr(sys.modules.get(parent), "__path__", None) or ()
                 homes = {os.path.join(entry, last)
-                         for entry in _absolute_entries(found_on, here)}
+                         for entry in _absolute_entries(found_on, bases)}
         except Exception:  # noqa: BLE001 (a module's own attributes may raise: not ours)
             continue
         own.update(path for path in paths if path in homes)
@@ -258,48 +276,62 @@ def _package_paths(here: str | None) -> tuple[set[str], set[str]]:
     return own, extended - own
 
 
-def _absolute_entries(entries: object, here: str | None) -> list[str]:
-    """The import-path `entries` that are strings, absolute (a relative one from `here`)."""
-    return [os.path.normpath(os.path.join(here or "", entry)) for entry in list(entries)
-            if isinstance(entry, str) and (here or os.path.isabs(entry))]
+def _absolute_entries(entries: object, bases: list[str]) -> list[str]:
+    """The import-path `entries` that are strings, absolute (a relative one from each of
+    `bases`)."""
+    return [path for entry in list(entries) if isinstance(entry, str)
+            for path in _located(entry, bases)]
 
 
 def _editable_mappings() -> list[str]:
-    """What the import finders of editable installs map packages and modules to (setuptools'
-    `__editable___*_finder`, which a .pth file's `import` line installs for a flat layout: a
-    package's directory, or a module's path without its suffix): the host imports them from
-    there, though no path entry names them (attack 29 N2); and every table of names to
-    absolute paths the finder or its class holds (hatchling's `editables` keeps its
-    `_redirections` on the finder class: attack 32 E1). What this process imported through
-    finders that keep their tables otherwise is found by `_imported`."""
+    """What the import finders on sys.meta_path hold: the tables setuptools' editable finder
+    (`__editable___*_finder`, which a .pth file's `import` line installs for a flat layout)
+    keeps in its module, MAPPING and NAMESPACES (a package's directory, or a module's path
+    without its suffix): the host imports them from there, though no path entry names them
+    (attack 29 N2); and every absolute path the finder or its class holds, as a str or
+    os.PathLike, alone or in a list, tuple or table of them: hatchling's `editables` keeps its
+    `_redirections` on the finder class (attack 32 E1); scikit-build-core's rebuilding finder
+    its build directory, where it runs cmake at import; a plugin loader its directory (attack
+    40 T2). Not "/" (a finder's separator, as FrozenImporter's `_SEP`). What this process
+    imported through finders that keep their paths otherwise is found by `_imported`."""
     found: list[str] = []
     for finder in sys.meta_path:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
         holders = [finder] if isinstance(finder, type) else [finder, type(finder)]
-        tables = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
+        values = [getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)] + [
             value for holder in holders
-            for value in getattr(holder, "__dict__", {}).values()]
-        for table in tables:
-            if not isinstance(table, dict):
-                continue
-            for value in table.values():
-                paths = value if isinstance(value, list) else [value]
-                found += [os.path.normpath(path) for path in paths
-                          if isinstance(path, str) and os.path.isabs(path)]
-    return found
+            for value in list(getattr(holder, "__dict__", {}).values())]
+        for value in values:
+            items = list(value.values()) if isinstance(value, dict) else [value]
+            for item in items:
+                paths = item if isinstance(item, (list, tuple)) else [item]
+                found += [_at(path) for path in map(_path_of, paths)
+                          if path and os.path.isabs(path) and path != os.sep]
+    return list(dict.fromkeys(found))
 
 
-def _imported() -> list[tuple[set[str], str]]:
+def _path_of(value: object) -> str | None:
+    """`value` as a path, if it is a str or os.PathLike naming one by a str."""
+    try:
+        path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    except Exception:  # noqa: BLE001 (a finder's own __fspath__ may raise: not ours)
+        return None
+    return path if isinstance(path, str) else None
+
+
+def _imported(bases: list[str]) -> list[tuple[set[str], str]]:
     """The files of the modules this process imported, a package's by its `__init__`, each
     with the names it is known by: the program calling Stockade runs them again, whatever
-    finder found them (an editable install's of any kind: attack 30 N7)."""
+    finder found them (an editable install's of any kind: attack 30 N7); a relative one
+    (a loader given a relative path: attack 40 T3) from each of `bases`."""
     found = []
     for key, module in list(sys.modules.items()):
         if key == "__main__":
             continue  # (the script: run from its source, never from a cache; attack 32 F1)
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.isabs(path):
-            found.append(({key, str(getattr(module, "__name__", key))}, os.path.normpath(path)))
+        if isinstance(path, str) and path:
+            found += [({key, str(getattr(module, "__name__", key))}, located)
+                      for located in _located(path, bases)]
     return found
 
 
@@ -383,7 +415,21 @@ def links_in(top: str) -> list[str]:
     return found
 
 
-def _linked_entries(directories: list[str]) -> list[str]:
+def _listed(directory: str, listing: dict[str, list[os.DirEntry[str]]]
+            ) -> list[os.DirEntry[str]]:
+    """The entries of `directory` (none if it is not there or no directory), listed once per
+    compile in `listing`: its .pth files and the links at its top are read from one listing."""
+    if directory not in listing:
+        try:
+            with os.scandir(directory) as entries:
+                listing[directory] = list(entries)
+        except OSError:
+            listing[directory] = []
+    return listing[directory]
+
+
+def _linked_entries(directories: list[str], listing: dict[str, list[os.DirEntry[str]]]
+                    ) -> list[str]:
     """The symbolic links at the top of the import-path `directories`: what each names is
     imported, or run at start-up, as if it lay there (a package, a .pth file or a
     sitecustomize linked in from elsewhere, as `flit install --symlink` links a package;
@@ -391,15 +437,12 @@ def _linked_entries(directories: list[str]) -> list[str]:
     the program's directory stays the command's."""
     found = []
     for directory in dict.fromkeys(directories):
-        try:
-            with os.scandir(directory) as entries:
-                found += [entry.path for entry in entries if entry.is_symlink()]
-        except OSError:
-            continue  # (not there, or not a directory: nothing in it is imported)
+        found += [entry.path for entry in _listed(directory, listing) if entry.is_symlink()]
     return sorted(found)
 
 
-def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
+def _pth_entries(user_site: str | None, more: list[str],
+                 listing: dict[str, list[os.DirEntry[str]]]) -> list[str]:
     """The directories the .pth files of the site directories name, as `site` reads them,
     missing ones too: `site` skips a missing one, so it is on no import path now, yet the
     next interpreter started here puts it there once it exists (an editable install whose
@@ -412,18 +455,15 @@ def _pth_entries(user_site: str | None, more: list[str]) -> list[str]:
     found = []
     for sitedir in dict.fromkeys([*site.getsitepackages(), *([user_site] if user_site else []),
                                   *more]):
-        try:
-            names = sorted(name for name in os.listdir(sitedir) if name.endswith(".pth"))
-        except OSError:
-            continue  # (no such site directory: nothing there names anything)
-        for name in names:
+        for name in sorted(entry.name for entry in _listed(sitedir, listing)
+                           if entry.name.endswith(".pth")):
             try:
                 with open(os.path.join(sitedir, name), encoding="utf-8-sig",
                           errors="surrogateescape") as f:
                     lines = f.read().splitlines()
             except OSError:
                 continue  # (site skips an unreadable one too)
-            found += [os.path.abspath(os.path.join(sitedir, line.rstrip())) for line in lines
+            found += [_at(line.rstrip(), os.path.abspath(sitedir)) for line in lines
                       if line.strip() and not line.startswith(("#", "import ", "import\t"))]
     return found
 
@@ -449,7 +489,8 @@ _REMEDIES = {
     "pth_entry": "take it off the import path (remove the .pth file naming it)",
     "user_site": "set PYTHONNOUSERSITE=1",
     "linked_entry": "remove the link from the import path",
-    "editable": "uninstall the editable install, or install the project normally",
+    "editable": "uninstall the editable install, or install the project normally (or keep "
+                "the paths the program's import finders hold out of the write roots)",
     "module": "the program imported it from there: keep what it imports out of the write "
               "roots",
     "pycache_dir": "the program imported from there: keep what it imports out of the write "

@@ -6,17 +6,23 @@ host, so this is the out-of-band hand-over); the first frame must then be a `hel
 same secret, compared in constant time. Every command is a child of the agent (see child.py),
 its output is forwarded as it arrives, its stdin is fed within the window the agent grants, and
 its whole process group is killed at its timeout, on `cancel`, and — with everything else it
-left behind — when it exits. Any protocol violation is answered with a fatal `error` and ends
+left behind — when it exits. A session the host opens with `keep_detached` keeps what a command
+detached (processes in a session of their own) when the command exits by itself, until the
+session ends (see `_spared`). Any protocol violation is answered with a fatal `error` and ends
 the agent, which ends the sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hmac
 import os
 import selectors
+import signal
+import struct
 import sys
+import termios
 import time
 from collections.abc import Callable
 
@@ -24,7 +30,7 @@ from stockade import __version__
 from stockade.linux.privilege import capabilities_now
 from stockade.linux.syscalls import prctl
 from stockade.session import protocol
-from stockade.session.child import Child, StartFailure
+from stockade.session.child import Child, StartFailure, reap_exited, sessions, sweep
 from stockade.session.errors import ProtocolError
 from stockade.session.protocol import CHUNK, STDERR, STDOUT, Message
 
@@ -37,8 +43,10 @@ MAX_WAIT = 3600.0  # seconds one wait may last (far deadlines are reached in sev
 class _Command:
     """The command being run: its child, its stdin backlog, and how it ended."""
 
-    def __init__(self, number: int, child: Child, timeout: float | None, received: float) -> None:
+    def __init__(self, number: int, child: Child, timeout: float | None, received: float,
+                 kept: frozenset[int]) -> None:
         self.number = number
+        self.kept = kept  # the sessions kept before it started (keep_detached)
         self.child = child
         self.received = received
         self.deadline = None if timeout is None else child.started + timeout
@@ -63,6 +71,7 @@ class Agent:
         self.last = 0  # the highest command number seen
         self.command: _Command | None = None
         self.running = True
+        self.keep_detached = False  # the host's, in its hello: a command cannot set it
 
     def serve(self) -> int:
         """Run until the host shuts the session down or goes away; the exit status."""
@@ -72,7 +81,10 @@ class Agent:
         try:
             while self.running:
                 for key, _ in self.selector.select(self._step()):
-                    key.data(key.fd)
+                    # (a handler earlier in the batch may have closed it: the command's end
+                    # closes its pipes, whose events may be in the same batch)
+                    if self.selector.get_map().get(key.fd) is key:
+                        key.data(key.fd)
                 self._check_deadline()
         except ProtocolError as exc:
             with contextlib.suppress(OSError):  # best effort: the host may be gone
@@ -119,6 +131,8 @@ class Agent:
             if not hmac.compare_digest(bytes.fromhex(message.body["nonce"]), self.nonce):
                 raise ProtocolError("auth_failed", "wrong session secret")
             self.authenticated = True
+            if message.body.get("keep_detached"):
+                self._keep_detached()
             self.send(Message("hello", body=_introduce()))
             return
         handler: Callable[[Message], None] | None = {
@@ -138,13 +152,14 @@ class Agent:
         self.last = message.command
         received = time.monotonic()
         body = message.body
+        kept = sessions() if self.keep_detached else frozenset()  # (no command runs: all kept)
         try:
             child = Child(body["argv"], body["cwd"], body["env"])
         except StartFailure as exc:
             self.send(Message("error", message.command,
                               body={"code": exc.code, "message": str(exc)}))
             return
-        self.command = _Command(message.command, child, body.get("timeout"), received)
+        self.command = _Command(message.command, child, body.get("timeout"), received, kept)
         for stream in (child.stdin, child.stdout, child.stderr):
             os.set_blocking(stream.fileno(), False)
         self.selector.register(child.pidfd, selectors.EVENT_READ, self._exited)
@@ -232,24 +247,73 @@ class Agent:
             chunk = os.read(fd, CHUNK)
         except BlockingIOError:
             return
-        stream, pipe = command.outputs[fd]
         if chunk:
-            self.send(Message("data", command.number, stream, chunk))
+            self.send(Message("data", command.number, command.outputs[fd][0], chunk))
             return
+        self._end_output(command, fd)
+        self._maybe_done()
+
+    def _end_output(self, command: _Command, fd: int) -> None:
+        stream, pipe = command.outputs.pop(fd)
         self._watch(fd, selectors.EVENT_READ, self._from_output, False)
-        del command.outputs[fd]
         pipe.close()
         self.send(Message("eof", command.number, stream))
-        self._maybe_done()
 
     def _exited(self, fd: int) -> None:
         command = self.command
         assert command is not None
         self.selector.unregister(fd)
-        command.status = command.child.reap()  # every writer of its pipes is gone now
+        command.status = command.child.reap(self._spared(command))
         if command.stdin_open:
             self._close_stdin(command)
+        # What the command and every process killed with it wrote is in its pipes now; a
+        # process kept alive (keep_detached) may hold them open, so the result does not wait
+        # for their end: what they hold is sent, then they are closed (a later write there
+        # gets EPIPE).
+        for output in list(command.outputs):
+            self._drain(command, output)
         self._maybe_done()
+
+    def _drain(self, command: _Command, fd: int) -> None:
+        left = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        while left > 0:
+            chunk = os.read(fd, min(left, CHUNK))
+            if not chunk:
+                break
+            left -= len(chunk)
+            self.send(Message("data", command.number, command.outputs[fd][0], chunk))
+        self._end_output(command, fd)
+
+    def _spared(self, command: _Command) -> Callable[[int], bool]:
+        """Which sessions' processes outlive `command` (by their session id): none, unless
+        the host opened the session with keep_detached. Then, when it exited by itself, every
+        session but the agent's own — the command's process group, and what left the group
+        but not the session, are killed; what detached (setsid) lives on — and when it was
+        stopped (timeout, cancel), only the sessions kept before it started: a stop kills
+        everything the command started."""
+        if not self.keep_detached:
+            return lambda session: False
+        if command.timed_out or command.cancelled:
+            return command.kept.__contains__
+        own = os.getsid(0)
+        return lambda session: session != own
+
+    def _keep_detached(self) -> None:
+        """Keep what commands detach (see `_spared`), and reap it when it exits between
+        commands: SIGCHLD wakes the loop."""
+        self.keep_detached = True
+        wake, woken = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(woken)
+        self.selector.register(wake, selectors.EVENT_READ, self._child_exited)
+
+    def _child_exited(self, fd: int) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 256):
+                pass
+        command = self.command
+        reap_exited(command.child.pid if command is not None and command.status is None
+                    else None)
 
     def _maybe_done(self) -> None:
         command = self.command
@@ -293,6 +357,7 @@ class Agent:
             self.command.child.kill()
             if self.command.status is None:
                 self.command.child.reap()
+        sweep()  # what a session kept (keep_detached) ends with it
         os.set_blocking(self.wfd, True)
         try:
             os.write(self.wfd, self.outbox)

@@ -78,8 +78,15 @@ def _agent_argv() -> list[str]:
     return [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, PACKAGE_DIR]
 
 
+def greeting(nonce: bytes, keep_detached: bool) -> Message:
+    """The host's hello: the session's secret, and whether the agent keeps what commands
+    detach (docs/sessions.md); a command never sends it (it cannot reach the channel)."""
+    return Message("hello", body={"nonce": nonce.hex(), "keep_detached": keep_detached})
+
+
 def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
-         timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None) -> Session:
+         timeout: float = BOOT_TIMEOUT, request: LaunchRequest | None = None,
+         keep_detached: bool = False) -> Session:
     """A sandbox whose agent has said hello. A sandbox the host refuses (policy, unavailable,
     unenforceable) raises at once; an agent that fails to answer is retried, `attempts` times
     in all, then `session_boot_failed`."""
@@ -92,20 +99,21 @@ def boot(policy: Policy, ctx: CompileContext, *, attempts: int = BOOT_ATTEMPTS,
     for _ in range(attempts):
         handle = backend.spawn(request, Stdio(subprocess.PIPE, subprocess.PIPE, subprocess.PIPE))
         try:
-            return _handshake(request, handle, timeout)
+            return _handshake(request, handle, timeout, keep_detached)
         except SessionError as exc:
             failures.append(exc.message)
     raise SessionError("session_boot_failed",
                        f"the agent did not start after {attempts} attempts: {failures[-1]}")
 
 
-def _handshake(request: LaunchRequest, handle: Handle, timeout: float) -> Session:
+def _handshake(request: LaunchRequest, handle: Handle, timeout: float,
+               keep_detached: bool) -> Session:
     assert handle.stdin is not None and handle.stdout is not None
     nonce = secrets.token_bytes(protocol.NONCE_SIZE)
     channel = Channel(handle.stdin, handle.stdout)
     try:
         os.write(handle.stdin.fileno(), nonce)  # 32 bytes fit an empty pipe: never blocks
-        channel.send(Message("hello", body={"nonce": nonce.hex()}))
+        channel.send(greeting(nonce, keep_detached))
         reply = channel.receive(timeout)
         if reply is None:
             raise SessionError("session_boot_failed", f"no hello from the agent in {timeout:g}s")

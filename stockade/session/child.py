@@ -9,7 +9,8 @@ the command inherits exactly 0, 1 and 2.
 
 The agent is a child subreaper: whatever a command leaves behind, even processes that left its
 process group or session, is re-parented to the agent, and `sweep` kills and reaps it when the
-command ends.
+command ends — all of it, or (a session opened with `keep_detached`) all but the sessions the
+agent says to spare.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import signal
 import stat
 import time
+from collections.abc import Callable
 from typing import IO
 
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; a command must not
@@ -69,21 +71,26 @@ class Child:
         except ProcessLookupError:
             pass
 
-    def reap(self) -> tuple[int | None, int | None, float, float]:
+    def reap(self, spare: Callable[[int], bool] = lambda session: False
+             ) -> tuple[int | None, int | None, float, float]:
         """(exit code, signal, user s, system s) of the exited command; then kills what it
-        left behind (its process group, and every other descendant: see `sweep`)."""
+        left behind (its process group, and every other descendant but those in a session
+        `spare` keeps: see `sweep`)."""
         self.kill()  # while its zombie still holds the group's id
         _, status, usage = os.wait4(self.pid, 0)
         self.exited = time.monotonic()
         os.close(self.pidfd)
-        sweep()
+        sweep(spare)
         if os.WIFSIGNALED(status):
             return None, os.WTERMSIG(status), usage.ru_utime, usage.ru_stime
         return os.WEXITSTATUS(status), None, usage.ru_utime, usage.ru_stime
 
 
-def sweep() -> None:
-    """Kill and reap every child this process still has (orphans are re-parented to it)."""
+def sweep(spare: Callable[[int], bool] = lambda session: False) -> None:
+    """Kill and reap every child this process still has (orphans are re-parented to it), but
+    those whose session id `spare` keeps. A process never joins a session it was not born in
+    but by making its own (setsid), so what is in the agent's session stays killable, and a
+    kept process's descendants are all in kept sessions or new ones."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -91,17 +98,38 @@ def sweep() -> None:
             return
         if pid:
             continue
-        victims = _children()
+        victims = [child for child, session in _children() if not spare(session)]
         for victim in victims:
             try:
                 os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if victims:
-            os.waitpid(-1, 0)
+        if not victims:
+            return
+        os.waitpid(-1, 0)
 
 
-def _children() -> list[int]:
+def reap_exited(running: int | None) -> None:
+    """Reap every child that has exited, but the command `running` (its own wait takes its
+    status): processes a session keeps (keep_detached) exit between commands too, and a
+    zombie would hold a pid of limits.pids."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == running:
+            return  # (the rest waits for the command's own reap, which sweeps them)
+        os.waitpid(info.si_pid, 0)
+
+
+def sessions() -> frozenset[int]:
+    """The session ids of this process's children."""
+    return frozenset(session for _, session in _children())
+
+
+def _children() -> list[tuple[int, int]]:
+    """(pid, session id) of each child of this process."""
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
@@ -112,7 +140,7 @@ def _children() -> list[int]:
             except OSError:
                 continue  # it is gone already
             if int(fields[1]) == me:
-                found.append(int(entry))
+                found.append((int(entry), int(fields[3])))
     return found
 
 

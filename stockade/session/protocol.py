@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from stockade.session.errors import ProtocolError
 
-VERSION = 1
+VERSION = 2  # 2: the host's hello may say keep_detached (docs/protocol.md)
 # bound on the length field (bytes after it): a command's frame holds any argv the kernel
 # takes at the usual 8 MiB stack (ARG_MAX 2 MiB) four times over, room for JSON's escapes
 MAX_FRAME = 8 << 20
@@ -131,7 +131,8 @@ _CODE_MESSAGE = {"code": _TEXT, "message": _TEXT}
 Table = dict[str, tuple[str, dict[str, Check] | None]]
 
 TO_AGENT: Table = {
-    "hello": ("session", {"nonce": _is_nonce}),
+    "hello": ("session", {"nonce": _is_nonce,
+                          "keep_detached": _optional(lambda v: isinstance(v, bool))}),
     "exec": ("command", {"argv": _is_argv, "cwd": _is_path, "env": _is_env,
                          "timeout": _optional(_is_positive)}),
     "data": ("command", None),

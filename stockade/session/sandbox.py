@@ -51,7 +51,10 @@ SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's own filesystems (namespaces), wh
 class Sandbox:
     """A warm sandbox. `policy` is a Policy or a policy file path; otherwise `preset` names one
     (default "read-only"); `workspace` is what `{workspace}` means. Closing it (or leaving the
-    `with` block) kills everything in it; so does the owning process's death."""
+    `with` block) kills everything in it; so does the owning process's death. Every process a
+    command starts dies with it, unless `keep_detached`: then what a command detaches (a
+    process in a session of its own: setsid, a daemon) runs on, in the sandbox, until the
+    sandbox closes, when the command exits by itself (a timeout or cancel still kills it)."""
 
     def __new__(cls, policy: Policy | str | os.PathLike | None = None, *,
                 preset: str | None = None, **kwargs: object) -> Sandbox:
@@ -62,8 +65,10 @@ class Sandbox:
         return super().__new__(cls)
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
-                 preset: str | None = None, workspace: str | os.PathLike | None = None) -> None:
+                 preset: str | None = None, workspace: str | os.PathLike | None = None,
+                 keep_detached: bool = False) -> None:
         self._policy = resolve_policy(policy, preset)
+        self.keep_detached = keep_detached  # fixed at boot: the agent is told in its hello
         self._ctx = CompileContext.current(workspace)
         self._default = compile_policy(self._policy, ["true"], self._ctx)  # cwd, env, limits
         # filesystem.workspace = "overlay": one change set for the session's life, pending
@@ -87,12 +92,12 @@ class Sandbox:
         """Start the agent in its sandbox and greet it (an overlaid workspace's layers made
         first, in a change set of the session's own)."""
         if policy.filesystem.workspace != "overlay":
-            return boot.boot(policy, ctx)
+            return boot.boot(policy, ctx, keep_detached=self.keep_detached)
         from stockade.launch.manager import with_changes
 
         request, self.changes = with_changes(boot.agent_request(policy, ctx))
         try:
-            return boot.boot(policy, ctx, request=request)
+            return boot.boot(policy, ctx, request=request, keep_detached=self.keep_detached)
         except BaseException:
             self.changes.finish(None)
             self.changes.discard()
@@ -117,7 +122,8 @@ class Sandbox:
             self._session.channel.close()
             changes.rollback(checkpoint)
             request = replace(self._session.request, request_id=secrets.token_hex(16))
-            self._session = boot.boot(self._policy, self._ctx, request=request)
+            self._session = boot.boot(self._policy, self._ctx, request=request,
+                                      keep_detached=self.keep_detached)
             self._ended = False
             weakref.finalize(self, self._session.handle.kill)
 

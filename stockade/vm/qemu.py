@@ -38,7 +38,6 @@ from stockade.session.channel import Channel
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
 from stockade.session.guest import GuestBackend
-from stockade.session.protocol import Message
 from stockade.session.sandbox import Sandbox
 from stockade.vm import egress, initramfs, machine
 
@@ -118,7 +117,8 @@ def _in_the_guest(agent: LaunchRequest) -> LaunchRequest:
 
 
 def boot_vm(agent: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
-            timeout: float = BOOT_TIMEOUT, resolver: Resolver | None = None) -> boot.Session:
+            timeout: float = BOOT_TIMEOUT, resolver: Resolver | None = None,
+            keep_detached: bool = False) -> boot.Session:
     """A guest running the agent's launch `agent`, whose agent has said hello. What the VM
     cannot enforce, or a host without QEMU or a suitable kernel, raises at once; a guest that
     does not answer is retried, `attempts` times in all, then `session_boot_failed`.
@@ -135,7 +135,7 @@ def boot_vm(agent: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
     for _ in range(attempts):
         handle, listener = _start(kernel, image, guest, request, resolver, ledger)
         try:
-            channel, hello = _handshake(handle, listener, timeout)
+            channel, hello = _handshake(handle, listener, timeout, keep_detached)
         except (StockadeError, OSError) as exc:
             failures.append(f"{exc} ({handle.log_tail()})")
             handle.kill()
@@ -195,8 +195,8 @@ def _start(kernel: initramfs.Kernel, image: bytes, guest: machine.Guest,
     return VmHandle(process, workdir, record, proxy), listener
 
 
-def _handshake(handle: VmHandle, listener: socket.socket,
-               timeout: float) -> tuple[Channel, dict]:
+def _handshake(handle: VmHandle, listener: socket.socket, timeout: float,
+               keep_detached: bool) -> tuple[Channel, dict]:
     deadline = time.monotonic() + timeout
     conn = None
     while conn is None:
@@ -221,7 +221,7 @@ def _handshake(handle: VmHandle, listener: socket.socket,
     reader = os.fdopen(conn.detach(), "rb", buffering=0)
     channel = Channel(os.fdopen(os.dup(reader.fileno()), "wb", buffering=0), reader)
     try:
-        channel.send(Message("hello", body={"nonce": nonce.hex()}))
+        channel.send(boot.greeting(nonce, keep_detached))
         reply = channel.receive(max(deadline - time.monotonic(), 0))
         if reply is None:
             raise SessionError("session_boot_failed", f"no hello from the agent in {timeout:g}s")
@@ -243,13 +243,15 @@ class VmSandbox(Sandbox):
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
                  attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT,
-                 resolver: Resolver | None = None) -> None:
+                 resolver: Resolver | None = None, keep_detached: bool = False) -> None:
         self._attempts, self._timeout, self._resolver = attempts, timeout, resolver
-        super().__init__(policy, preset=preset, workspace=workspace)
+        super().__init__(policy, preset=preset, workspace=workspace,
+                         keep_detached=keep_detached)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
         return boot_vm(boot.agent_request(policy, ctx), attempts=self._attempts,
-                       timeout=self._timeout, resolver=self._resolver)
+                       timeout=self._timeout, resolver=self._resolver,
+                       keep_detached=self.keep_detached)
 
     def _command(self, argv: Sequence[str], cwd: str | os.PathLike | None,
                  env: Mapping[str, str] | None, timeout: float | None) -> LaunchRequest:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from stockade.errors import SetupError, StockadeError, UnavailableError
+from stockade.errors import SetupError, StockadeError, UnavailableError, UnenforceableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result
@@ -272,8 +272,13 @@ class WindowsSandbox(Sandbox):
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
-                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT) -> None:
+                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT,
+                 keep_detached: bool = False) -> None:
         _refuse_elsewhere()
+        if keep_detached:  # (refused, never ignored: a Windows guest has no such agent yet)
+            raise UnenforceableError("keep_detached", "keep_detached: the Windows guest's agent "
+                                     "cannot keep detached processes; open the sandbox "
+                                     "without it")
         self._attempts, self._timeout = attempts, timeout
         super().__init__(policy, preset=preset, workspace=workspace)
 

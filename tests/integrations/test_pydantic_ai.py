@@ -35,23 +35,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# What the suite asks for that Stockade refuses by design. (Not run: the check waits its full
-# 60 s for a process that is gone; it was run and failed so when this list was made.)
-REFUSED = {
-    "test_a_backend_attached_by_ref_reaches_a_detached_process":
-        "a warm Stockade sandbox kills what a command leaves behind when it exits (its "
-        "process group and every other descendant, setsid'd ones included): nothing a "
-        "command starts outlives it",
-}
-
-
-@pytest.fixture(autouse=True)
-def refused_by_design(request):
-    reason = REFUSED.get(request.node.name)
-    if reason is not None and request.cls is TestStockadeWorkspaceConformance:
-        request.applymarker(pytest.mark.xfail(strict=True, run=False, reason=reason))
-
-
 class TestStockadeWorkspaceConformance(WorkspaceBackendSuite):
     """The suite, with its optional rules on (not `fresh_backend`: like pydantic-ai's local
     backend, a directory is its environment, so the ref exists before the first operation)."""
@@ -98,8 +81,7 @@ SEARCHABLE = {"PATH": ":".join(directory for directory in os.environ["PATH"].spl
 
 class TestLocalWorkspaceReference(WorkspaceBackendSuite):
     """The reference: the same suite, its optional rules on the same way, against pydantic-ai's
-    own LocalWorkspaceBackend (unsandboxed): its skips are Stockade's; it passes the rule
-    REFUSED names, which is Stockade's own choice."""
+    own LocalWorkspaceBackend (unsandboxed): its skips are Stockade's."""
 
     @pytest.fixture
     def backend(self, tmp_path):
