@@ -33,7 +33,8 @@ from stockade.policy import Policy
 
 class PoolError(StockadeError):
     """A task that did not finish: `task_lost` (its actor or node died; the sandbox with it),
-    `cancelled`, or `timeout` (the result was not there within `result(timeout=...)`)."""
+    `cancelled`, or `timeout` (the result was not there within `result(timeout=...)`); or
+    `actor_failed` (`ready()`: an actor died for good, its creation failed)."""
 
 
 class SandboxActor:
@@ -170,6 +171,9 @@ class SandboxPool:
                     places.append(ray.get(actor.where.remote(),
                                           timeout=max(0.1, deadline - time.monotonic())))
                     break
+                except ray.exceptions.ActorDiedError as exc:  # (for good: it says why)
+                    raise PoolError("actor_failed", f"an actor died and will not be "
+                                    f"restarted: {exc}") from None
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                     if time.monotonic() >= deadline:
                         raise PoolError("timeout", f"an actor did not answer within "
