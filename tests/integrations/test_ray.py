@@ -97,12 +97,22 @@ def test_a_node_killed_mid_run_fails_its_tasks_typed_and_the_pool_recovers(clust
     root, _ = ws
     doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     cluster.wait_for_nodes()
+    deadline = time.monotonic() + 60
+    while ray.cluster_resources().get("CPU") != 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # (until its resources reach the scheduler: placed there then)
     marker = f"stockade-ray-node-{os.getpid()}"
     placed = NodeAffinitySchedulingStrategy(node_id=doomed.node_id, soft=True)
-    with SandboxPool(2, preset="workspace-write", workspace=root,
-                     actor_options={"scheduling_strategy": placed}) as pool:
+    pool = None
+    for _ in range(10):  # (soft affinity: Ray may place an actor elsewhere; then again)
+        pool = SandboxPool(2, preset="workspace-write", workspace=root,
+                           actor_options={"scheduling_strategy": placed})
         nodes = [node for node, _ in pool.ready()]
-        assert doomed.node_id in nodes  # (soft affinity: Ray may still place one elsewhere)
+        if doomed.node_id in nodes:
+            break
+        pool.close()
+        time.sleep(1)
+    assert doomed.node_id in nodes
+    with pool:
         tasks = [pool.submit(["python3", "-c", "import time; time.sleep(120)", marker])
                  for _ in range(2)]
         deadline = time.monotonic() + 30
