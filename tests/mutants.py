@@ -1215,4 +1215,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "return _ANSWERS.get(line, DENY)", "return ALLOW_RUN",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
             "commands_stdio[n\\n-not_allowed]",)),
+    # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
+    # only with --allow-remote, and bounds every request body
+    Mutant("agent-sandbox-any-host-is-loopback", "stockade/integrations/agent_sandbox.py",
+           "return ipaddress.ip_address(host).is_loopback", "return True",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_binding_beyond_loopback_must_be_asked_for",)),
+    Mutant("agent-sandbox-unbounded-body", "stockade/integrations/agent_sandbox.py",
+           "if length > limit or length < 0:", "if length < 0:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
 )

@@ -37,7 +37,8 @@ def workspace(ws):
 def test_files_and_commands_round_trip(workspace):
     workspace.write_file("notes/a.txt", "one\n")
     assert workspace.read_file("notes/a.txt") == b"one\n"
-    assert workspace.list_dir("notes") == [Entry("a.txt", "file", 4)]
+    mtime = os.lstat(os.path.join(workspace.root, "notes", "a.txt")).st_mtime
+    assert workspace.list_dir("notes") == [Entry("a.txt", "file", 4, mtime)]
     done = workspace.exec(["sh", "-c", "cat notes/a.txt; echo two >> notes/a.txt"])
     assert (done.exit_code, done.stdout) == (0, "one\n")
     assert workspace.read_file(os.path.join(workspace.root, "notes/a.txt")) == b"one\ntwo\n"

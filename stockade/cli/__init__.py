@@ -21,6 +21,8 @@
     stockade session stop NAME
     stockade session list [--json]
     stockade mcp [--policy FILE | --preset NAME] [--workspace DIR] [--http PORT]
+    stockade serve --agent-sandbox [--policy FILE | --preset NAME] [--workspace DIR]
+                   [--host ADDR [--allow-remote]] [--port PORT] [--max-upload BYTES]
     (every `session` action takes --socket PATH; default: the daemon's)
 
 Exit codes:
@@ -69,7 +71,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 from stockade import __version__
-from stockade.cli import changes, execconfig, host, mcp, policy, run, session, tools
+from stockade.cli import changes, execconfig, host, mcp, policy, run, serve, session, tools
 from stockade.cli.common import EXIT_OUTPUT_FAILED, CommandLine, drop_stdout, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
@@ -191,7 +193,7 @@ ADDERS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
     (("evidence",), tools.add_evidence), (("proxy",), tools.add_proxy),
     (("agent",), tools.add_agent), (("daemon",), tools.add_daemon),
     (("session",), session.add_session), (("exec",), execconfig.add_exec),
-    (("mcp",), mcp.add_mcp),
+    (("mcp",), mcp.add_mcp), (("serve",), serve.add_serve),
 )
 
 

@@ -8,7 +8,7 @@ so a link the command planted cannot lead a tool call out of the workspace.
 
 OPs: `read` (the file's bytes on stdout; `read ROOT PATH OFFSET COUNT LIMIT`: at most COUNT
 bytes from OFFSET, `too_large` if the file holds more than LIMIT), `write` (stdin into the file;
-missing parent directories are made), `list` (JSON lines: name, kind, size), `remove` (a file
+missing parent directories are made), `list` (JSON lines: name, kind, size, mtime), `remove` (a file
 or a link).
 A failure is one JSON object on stderr, {"error": code, "detail": ...}, and exit status 3.
 Standard library only: it runs without Stockade's package on its path."""
@@ -161,7 +161,8 @@ def listing(root: str, path: str) -> None:
             kind = ("directory" if stat.S_ISDIR(info.st_mode) else "file"
                     if stat.S_ISREG(info.st_mode) else "symlink"
                     if stat.S_ISLNK(info.st_mode) else "other")
-            print(json.dumps({"name": entry.name, "kind": kind, "size": info.st_size}))
+            print(json.dumps({"name": entry.name, "kind": kind, "size": info.st_size,
+                              "mtime": info.st_mtime}))
     finally:
         os.close(directory)
 

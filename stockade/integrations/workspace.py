@@ -79,11 +79,13 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Entry:
-    """One directory entry: `kind` is file, directory, symlink or other."""
+    """One directory entry: `kind` is file, directory, symlink or other; `mtime` its last
+    modification (seconds since the epoch; of a link itself, not of its target)."""
 
     name: str
     kind: str
     size: int
+    mtime: float
 
 
 class FileError(StockadeError):
@@ -94,6 +96,9 @@ class FileError(StockadeError):
     def __init__(self, code: str, message: str, grant: str | None = None) -> None:
         super().__init__(code, message)
         self.grant = grant
+
+    def __reduce__(self) -> tuple:  # (pickled whole: it crosses processes, in a Ray pool)
+        return FileError, (self.code, self.message, self.grant)
 
 
 class Workspace:

@@ -1,0 +1,344 @@
+"""`stockade serve --agent-sandbox`: the in-pod runtime of kubernetes-sigs/agent-sandbox, on
+the standard library's HTTP server, every command and file operation in a warm Stockade
+sandbox (a Workspace).
+
+It speaks the contract of agent-sandbox's python-runtime example, which its Python SDK
+(`k8s-agent-sandbox`) calls when a connection is not sandboxd's:
+
+    GET  /                  {"status": "ok", "message": ...}
+    POST /execute           {"command": STR, "timeout_seconds": N?}
+                            -> {"stdout", "stderr", "exit_code", "timed_out", "denials"}
+    POST /upload            multipart/form-data, one part "file" whose filename is the path
+    GET  /download/{path}   the file's bytes
+    GET  /list/{path}       [{"name", "size", "type", "mod_time", "kind"}]
+    GET  /exists/{path}     {"path", "exists"}
+
+As there, a path is relative to the workspace (leading slashes are dropped), and a command is
+a shell string (run by /bin/sh -c inside the sandbox, as the SDK's sandboxd path also does).
+What Stockade adds: the policy is fixed when the server starts and no request can widen it (a
+`timeout_seconds` only shortens `limits.timeout`); file operations are the Workspace's, so a
+path never leaves the workspace and no link is followed; every refusal is typed, a JSON body
+{"error": CODE, "message", "grant"}, and what the sandbox stopped or cut comes back as
+`denials`, each with the policy grant that would allow it (and in words at the end of
+`stderr`, for a model that reads only the output). Request bodies are bounded
+(MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return)."""
+
+from __future__ import annotations
+
+import email.message
+import ipaddress
+import json
+import signal
+import socket
+import sys
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NoReturn
+
+from stockade.errors import StockadeError, UsageError
+from stockade.integrations.workspace import FileError, Workspace, with_denials
+
+MAX_COMMAND_BYTES = 1 << 20  # an /execute body
+DEFAULT_MAX_UPLOAD = 64 << 20  # an /upload body, and the largest file /download returns
+IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
+DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
+
+# A FileError's code as an HTTP status (the body carries the code itself). No refusal is a
+# 5xx: the SDK retries those.
+_STATUS = {"outside_workspace": 403, "symlink_refused": 403, "permission_denied": 403,
+           "not_found": 404, "not_a_directory": 404, "is_a_directory": 409,
+           "not_a_regular_file": 409, "exists": 409, "too_large": 413, "no_space": 507,
+           "usage": 400}
+
+
+class Refusal(Exception):
+    """A request answered with a typed error: HTTP `status`, body {error, message, grant}."""
+
+    def __init__(self, status: int, code: str, message: str, grant: str | None = None) -> None:
+        super().__init__(code, message)
+        self.status, self.code, self.message, self.grant = status, code, message, grant
+
+
+def loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine (this pod)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # (a name that may resolve anywhere)
+
+
+class AgentSandboxServer(ThreadingHTTPServer):
+    """The HTTP server around one Workspace (closed with it)."""
+
+    daemon_threads = True
+
+    def __init__(self, workspace: Workspace, host: str, port: int, *,
+                 max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.workspace, self.max_upload = workspace, max_upload
+        super().__init__((host, port), Handler)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.workspace.close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection: each request answered as the contract says, or typed refusal."""
+
+    server: AgentSandboxServer
+    server_version = "stockade-agent-sandbox"
+    protocol_version = "HTTP/1.1"  # (keep-alive: the SDK pools its connections)
+    timeout = IDLE_SECONDS
+    disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms delayed ACK)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._answer(self._get)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer(self._post)
+
+    def _answer(self, route: Any) -> None:
+        try:
+            status, body, kind = route(urllib.parse.urlsplit(self.path).path)
+        except Refusal as refusal:
+            status, kind = refusal.status, "application/json"
+            body = json.dumps({"error": refusal.code, "message": refusal.message,
+                               "grant": refusal.grant}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _get(self, path: str) -> tuple[int, bytes, str]:
+        workspace = self.server.workspace
+        if path == "/":
+            return _json({"status": "ok", "message": "Sandbox Runtime is active.",
+                          "runtime": "stockade"})
+        action, _, rest = path.lstrip("/").partition("/")
+        target = _relative(urllib.parse.unquote(rest))
+        if action == "download":
+            data = _file(lambda: workspace.read_file(target, limit=self.server.max_upload))
+            return 200, data, "application/octet-stream"
+        if action == "list":
+            entries = _file(lambda: workspace.list_dir(target))
+            # The SDK knows two types: a link or a device is listed as a file, `kind` says
+            # what it is (a link is never followed: its size is the link's own)
+            return _json([{"name": e.name, "size": e.size, "mod_time": e.mtime,
+                           "type": "directory" if e.kind == "directory" else "file",
+                           "kind": e.kind} for e in entries])
+        if action == "exists":
+            return _json({"path": urllib.parse.unquote(rest), "exists": _exists(workspace,
+                                                                                target)})
+        raise Refusal(404, "not_found", f"no endpoint {path}")
+
+    def _post(self, path: str) -> tuple[int, bytes, str]:
+        if path == "/execute":
+            return _json(self._execute(self._body(MAX_COMMAND_BYTES, "the command")))
+        if path == "/upload":
+            name, data = self._upload()
+            _file(lambda: self.server.workspace.write_file(name, data))
+            return _json({"message": f"File '{name}' uploaded successfully."})
+        self._body(MAX_COMMAND_BYTES, "the request")  # (read, so the connection stays usable)
+        raise Refusal(404, "not_found", f"no endpoint {path}")
+
+    def _execute(self, body: bytes) -> dict:
+        try:
+            request = json.loads(body)
+            command = request["command"]
+            timeout = request.get("timeout_seconds")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise Refusal(400, "usage", 'the body must be JSON {"command": "..."}') from None
+        if not isinstance(command, str) or not command.strip():
+            raise Refusal(400, "usage", "command must be a non-empty string")
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, int | float) or timeout <= 0):
+            raise Refusal(400, "usage", "timeout_seconds must be a positive number")
+        try:
+            done = self.server.workspace.exec(command, shell=True, timeout=timeout)
+        except StockadeError as exc:
+            raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
+                          exc.message) from None
+        return {"stdout": done.stdout, "stderr": with_denials(done.stderr, done.denials),
+                "exit_code": done.exit_code, "timed_out": done.timed_out,
+                "truncated": done.truncated,
+                "denials": [{"kind": d.kind, "detail": d.detail, "grant": d.grant}
+                            for d in done.denials]}
+
+    def _upload(self) -> tuple[str, bytes]:
+        """The path and bytes of an /upload's "file" part."""
+        declared = email.message.Message()
+        declared["Content-Type"] = self.headers.get("Content-Type", "")
+        boundary = declared.get_param("boundary")
+        if declared.get_content_type() != "multipart/form-data" or not isinstance(boundary,
+                                                                                  str):
+            self._body(MAX_COMMAND_BYTES, "the request")
+            raise Refusal(400, "usage", "an upload is multipart/form-data with a 'file' part")
+        body = self._body(self.server.max_upload + (64 << 10), "the upload", "--max-upload")
+        for headers, data in _parts(body, boundary.encode()):
+            if headers.get_param("name", header="content-disposition") != "file":
+                continue
+            name = headers.get_filename()
+            if not name:
+                raise Refusal(400, "usage", "the 'file' part names no file (its filename)")
+            if len(data) > self.server.max_upload:
+                raise Refusal(413, "too_large", f"the upload is larger than --max-upload "
+                              f"({self.server.max_upload} bytes)")
+            return _relative(name), data
+        raise Refusal(400, "usage", "an upload is multipart/form-data with a 'file' part")
+
+    def _body(self, limit: int, what: str, knob: str | None = None) -> bytes:
+        """The request's body (Content-Length or chunked), refused past `limit` bytes."""
+        chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+        try:
+            length = 0 if chunked else int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            raise Refusal(400, "usage", "a Content-Length that is not a number") from None
+        if length > limit or length < 0:
+            self._drain(length)
+            self._too_large(what, limit, knob)
+        if not chunked:
+            return self.rfile.read(length)
+        data, total = bytearray(), 0
+        while True:
+            line = self.rfile.readline(1 << 10)
+            try:
+                size = int(line.split(b";")[0], 16)
+            except ValueError:
+                self.close_connection = True
+                raise Refusal(400, "usage", "a malformed chunked body") from None
+            if size == 0:
+                while self.rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
+                    pass  # (trailers)
+                break
+            total += size
+            if total > DRAIN_BYTES:
+                self.close_connection = True
+                break
+            chunk = self.rfile.read(size)
+            if total <= limit:  # (past it, the rest is read and dropped, never kept)
+                data += chunk
+            self.rfile.readline(8)  # (the chunk's CRLF)
+        if total > limit:
+            self._too_large(what, limit, knob)
+        return bytes(data)
+
+    def _drain(self, length: int) -> None:
+        """Read and drop a refused body, up to DRAIN_BYTES (a client still sending would
+        see its connection reset, not the answer), then end the connection."""
+        self.close_connection = True
+        drained = 0
+        while drained < min(length, DRAIN_BYTES):
+            chunk = self.rfile.read(min(1 << 16, length - drained))
+            if not chunk:
+                break
+            drained += len(chunk)
+
+    def _too_large(self, what: str, limit: int, knob: str | None) -> NoReturn:
+        self.close_connection = True
+        said = f" (the server's {knob})" if knob else ""
+        raise Refusal(413, "too_large", f"{what} is larger than {limit} bytes{said}")
+
+
+def _file(operation: Any) -> Any:
+    """`operation()`, a Workspace file operation, with its refusal typed for HTTP."""
+    try:
+        return operation()
+    except FileError as exc:
+        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+    except StockadeError as exc:
+        raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
+                      exc.message) from None
+
+
+def _exists(workspace: Workspace, path: str) -> bool:
+    """Whether `path` names an entry (a link counts, and is not followed), found by listing
+    its directory inside the sandbox."""
+    parent, _, name = path.rpartition("/")
+    if not name or name in (".", ".."):
+        target = workspace.resolve(path)
+        if target != workspace.root and not target.startswith(workspace.root + "/"):
+            raise Refusal(403, "outside_workspace", f"{target}: outside the workspace "
+                          f"{workspace.root}")
+        parent, name = path, ""
+    try:
+        entries = workspace.list_dir(parent or ".")
+    except FileError as exc:
+        if exc.code in ("not_found", "not_a_directory"):
+            return False
+        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+    return not name or any(entry.name == name for entry in entries)
+
+
+def _relative(path: str) -> str:
+    """A request's path, as the python-runtime reads it: relative to the workspace."""
+    if "\0" in path:
+        raise Refusal(400, "usage", "a path with a NUL byte")
+    return path.lstrip("/") or "."
+
+
+def _parts(body: bytes, boundary: bytes) -> list[tuple[email.message.Message, bytes]]:
+    """The parts of a multipart body: each one's headers and its bytes, exactly."""
+    parts = []
+    for segment in (b"\r\n" + body).split(b"\r\n--" + boundary)[1:]:
+        if segment.startswith(b"--"):
+            break
+        head, separator, data = segment.partition(b"\r\n\r\n")
+        if not separator:
+            raise Refusal(400, "usage", "a malformed multipart body")
+        headers = email.message_from_bytes(head.lstrip(b" \t").removeprefix(b"\r\n"))
+        parts.append((headers, data))
+    return parts
+
+
+def _json(value: Any) -> tuple[int, bytes, str]:
+    return 200, json.dumps(value).encode(), "application/json"
+
+
+def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
+          allow_remote: bool = False, max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
+    """Serve until SIGTERM or SIGINT; the sandboxes die with the server. Binding other than
+    loopback needs `allow_remote` (in a pod, whose network is the boundary)."""
+    if not loopback(host) and not allow_remote:
+        raise UsageError(f"--host {host}: not a loopback address; the server has no "
+                         "authentication of its own, so binding it beyond this machine must "
+                         "be asked for with --allow-remote (as in a pod, behind the "
+                         "sandbox router)")
+    if not 0 <= port < 65536:
+        raise UsageError(f"--port {port}: not a port")
+    if max_upload <= 0:
+        raise UsageError("--max-upload must be a positive number of bytes")
+    try:
+        workspace.start()  # (a sandbox that cannot start here is said now, not per request)
+        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload)
+    except OSError as exc:
+        workspace.close()
+        raise UsageError(f"--host {host} --port {port}: cannot listen: {exc.strerror}") from None
+    except BaseException:
+        workspace.close()
+        raise
+    signal.signal(signal.SIGTERM, _stop)  # (a pod's end: the sandboxes die with the server)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"stockade: serving the agent-sandbox runtime on http://{shown}:"
+          f"{server.server_address[1]} "
+          f"(workspace {workspace.root})", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except _Stopped:
+        pass
+    finally:
+        server.server_close()
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop(*_: object) -> NoReturn:
+    raise _Stopped

@@ -1,0 +1,111 @@
+"""`stockade serve --agent-sandbox`'s own decisions, over raw HTTP (the SDK's end-to-end tests
+are tests/integrations/test_agent_sandbox.py): it binds beyond loopback only when asked, and
+every request body is bounded, a refused one answered 413 `too_large` (naming the knob) with
+nothing written and the server still serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from stockade.integrations.agent_sandbox import loopback
+
+MAX_UPLOAD = 4096
+
+
+def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=stderr, text=True)
+
+
+@pytest.fixture
+def server(ws, linux) -> Iterator[int]:
+    root, _ = ws
+    log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
+    with log.open("w") as stderr:
+        process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
+                           "--preset", "workspace-write", "--max-upload", str(MAX_UPLOAD),
+                           cwd=root, stderr=stderr)
+    deadline = time.monotonic() + 60
+    while "serving" not in (said := log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, said
+        time.sleep(0.05)
+    yield int(said.split("http://127.0.0.1:")[1].split()[0])
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0, log.read_text()
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            headers: dict | None = None) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = headers or {}
+        connection.request(method, path, body=body, headers=headers,
+                           encode_chunked="Transfer-Encoding" in headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def multipart(name: str, data: bytes) -> tuple[bytes, dict]:
+    body = (b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
+            name.encode() + b"\"\r\n\r\n" + data + b"\r\n--B--\r\n")
+    return body, {"Content-Type": "multipart/form-data; boundary=B"}
+
+
+def test_binding_beyond_loopback_must_be_asked_for(tmp_path):
+    assert all(loopback(host) for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(loopback(host) for host in ("0.0.0.0", "::", "10.0.0.1", "pod.example"))
+    for flags, said in ((["--agent-sandbox", "--host", "0.0.0.0"], "--allow-remote"),
+                        (["--host", "127.0.0.1"], "--agent-sandbox")):
+        process = stockade("serve", "--port", "0", *flags, cwd=tmp_path)
+        _, error = process.communicate(timeout=60)
+        assert process.returncode == 2 and "stockade: usage:" in error and said in error, error
+
+
+def test_request_bodies_are_bounded_and_a_refusal_writes_nothing(server, ws):
+    root, _ = ws
+    status, body = request(server, "POST", "/execute", b"x" * (2 << 20))
+    assert (status, body["error"]) == (413, "too_large")
+    upload, headers = multipart("big.bin", b"y" * (MAX_UPLOAD + 1))
+    status, body = request(server, "POST", "/upload", upload, headers)
+    assert (status, body["error"]) == (413, "too_large") and "--max-upload" in body["message"]
+    past = upload + b"z" * (64 << 10)  # (past the bound with the multipart framing's margin)
+    status, body = request(server, "POST", "/upload", past, headers)
+    assert (status, body["error"]) == (413, "too_large")
+    chunks = iter([past[:1000], past[1000:]])  # http.client sends an iterable chunked
+    status, body = request(server, "POST", "/upload", chunks,  # type: ignore[arg-type]
+                           {**headers, "Transfer-Encoding": "chunked"})
+    assert (status, body["error"]) == (413, "too_large")
+    assert os.listdir(root) == []
+    exact, headers = multipart("fits.bin", b"y" * MAX_UPLOAD)
+    assert request(server, "POST", "/upload", exact, headers)[0] == 200
+    assert (root / "fits.bin").read_bytes() == b"y" * MAX_UPLOAD
+    status, body = request(server, "POST", "/execute", json.dumps({"command": "echo ok"}).encode())
+    assert (status, body["stdout"], body["exit_code"]) == (200, "ok\n", 0)
+
+
+def test_malformed_requests_get_typed_answers(server, ws):
+    root, _ = ws
+    for method, path, body, headers, code in (
+            ("POST", "/execute", b"{", {}, "usage"),
+            ("POST", "/execute", b'{"command": ["ls"]}', {}, "usage"),
+            ("POST", "/upload", b"plain", {"Content-Type": "text/plain"}, "usage"),
+            ("GET", "/download/a%00b", None, {}, "usage"),
+            ("GET", "/no-such-endpoint", None, {}, "not_found"),
+            ("POST", "/elsewhere", b"", {}, "not_found")):
+        status, answer = request(server, method, path, body, headers)
+        assert answer["error"] == code and 400 <= status < 500, (path, answer)
+    started = time.monotonic()
+    assert request(server, "GET", "/")[1]["status"] == "ok"
+    assert time.monotonic() - started < 5 and os.listdir(root) == []
