@@ -1122,15 +1122,15 @@ MUTANTS: tuple[Mutant, ...] = (
             "_remedy",)),
     # --- network.credentials and network.http (issue 34): the proxy's reading of requests --
     Mutant("credential-placeholder-sent-elsewhere", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the request")', "continue",
+           'return _exfiltration(injection, "the request", what)', "continue",
            ("tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the host name")', "continue",
+           'return _exfiltration(injection, "the host name", what)', "continue",
            ("tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the request\'s body")', "continue",
+           'return _exfiltration(injection, "the request\'s body", what)', "continue",
            ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-body-scan-forgets-the-last-piece", "stockade/net/inspect.py",
            'self.tail = window[-self.keep:] if self.keep else b""', 'self.tail = b""',
@@ -1212,4 +1212,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "return _ANSWERS.get(line, DENY)", "return ALLOW_RUN",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
             "commands_stdio[n\\n-not_allowed]",)),
+    Mutant("credential-chunked-response-scanned-raw", "stockade/net/inspect.py",
+           'if ("transfer-encoding", "chunked") not in headers:', "if True:",
+           ("tests/test_proxy_credentials.py::test_a_secret_split_by_the_servers_chunks_is_cut"
+            "_before_it",)),
+    Mutant("credential-compressed-response-passed", "stockade/net/inspect.py",
+           'if any(n == "content-encoding" and v not in ("", "identity") for n, v in headers):',
+           "if False:",
+           ("tests/test_proxy_credentials.py::test_a_response_the_check_cannot_read_decoded_is"
+            "_refused[gzip]",)),
+    Mutant("credential-secret-to-another-host-passed", "stockade/net/inspect.py",
+           '            *((form, "secret") for form in secret_forms(injection))]', "]",
+           ("tests/test_proxy_credentials.py::test_the_secret_itself_to_another_host_is_refused"
+            "[hex]",)),
 )

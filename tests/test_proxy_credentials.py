@@ -5,13 +5,15 @@ only by the proxy's resolver hook."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import ssl
 import tempfile
+import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from tlsworld import Server, make_ca, serving
@@ -352,3 +354,119 @@ def test_a_response_that_echoes_the_secret_is_cut_before_it(pki, tls_server, tmp
                  base64.b64encode(f"u:{secret}".encode()).decode()):
         assert form.encode() not in reply
     assert setup.logged()[0]["reason"] == "credential_reflected"
+
+
+class Canned:
+    """A loopback HTTPS server whose reply is `reply(request head)`, raw: the framing a test
+    needs (chunks that split what the server echoes, compressed bodies, ranges)."""
+
+    def __init__(self, certfile: str, reply: Callable[[bytes], bytes]) -> None:
+        self.reply, self.heads = reply, []
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certfile)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+                with self.context.wrap_socket(raw, server_side=True) as conn:
+                    head = _head(conn)
+                    self.heads.append(head)
+                    conn.sendall(self.reply(head))
+            except (OSError, ssl.SSLError):
+                if self.sock.fileno() < 0:
+                    return
+
+
+def _chunked(*pieces: bytes, head: bytes = b"") -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n" + head
+            + b"\r\n" + b"".join(b"%x;e=1\r\n%b\r\n" % (len(p), p) for p in pieces)
+            + b"0\r\n\r\n")
+
+
+def _echo_split(head: bytes) -> bytes:
+    """The request head echoed in two chunks, split in the middle of the secret."""
+    at = head.index(SECRET.encode()) + len(SECRET) // 2
+    return _chunked(b"x" * 9000, head[:at], head[at:])
+
+
+def _dechunk(reply: bytes) -> bytes:
+    """What a client library hands the application of a chunked reply."""
+    body, out = reply.partition(b"\r\n\r\n")[2], b""
+    while body:
+        line, _, body = body.partition(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, body = out + body[:size], body[size + 2:]
+    return out
+
+
+@contextlib.contextmanager
+def canned(pki: tuple[str, str], tmp_path, reply: Callable[[bytes], bytes]
+           ) -> Iterator[tuple[Setup, Canned]]:
+    server = Canned(pki[1], reply)
+    inspector = Inspector([Injection("gh", "api.test", PLACEHOLDER, SECRET,
+                                     header="Authorization", prefix="Bearer ")])
+    authority = Authority("t")
+    log = str(tmp_path / "log")
+    proxy = Proxy([f"api.test:{server.port}", f"127.0.0.1:{server.port}"], (), "r", limits=FAST,
+                  resolver=lambda h: ["127.0.0.1"], inspector=inspector, authority=authority,
+                  log_path=log, upstream_tls=upstream_context(pki[0]))
+    proxy.start()
+    try:
+        yield Setup(proxy, authority, log), server
+    finally:
+        proxy.stop()
+        server.sock.close()
+
+
+def test_a_secret_split_by_the_servers_chunks_is_cut_before_it(pki, tmp_path):
+    """C1: the server echoes the request with the secret split between two chunks; the
+    client's library joins the chunks, so the check reads the body de-chunked."""
+    with canned(pki, tmp_path, _echo_split) as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert SECRET.encode() in server.heads[0]  # (the secret was sent, and echoed)
+        body = _dechunk(reply)
+        assert SECRET.encode() not in body and SECRET[:8].encode() not in body
+        assert body.startswith(b"x" * 9000)  # (what came before the secret went)
+        assert b";e=1" not in reply  # (re-chunked: the server's extensions stay behind)
+        assert setup.logged()[0]["reason"] == "credential_reflected"
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n",
+    b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/99\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: multipart/byteranges; boundary=b\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+], ids=["gzip", "206", "byteranges", "te-gzip"])
+def test_a_response_the_check_cannot_read_decoded_is_refused(pki, tmp_path, head):
+    with canned(pki, tmp_path, lambda _: head + b"opaque") as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert reply.startswith(b"HTTP/1.1 502") and b"opaque" not in reply, reply
+        assert setup.logged()[0]["reason"] == "credential_response_unreadable"
+
+
+def test_a_plain_chunked_response_passes_whole(pki, tmp_path):
+    with canned(pki, tmp_path, lambda _: _chunked(b"hello ", b"world")) as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert reply.startswith(b"HTTP/1.1 200") and _dechunk(reply) == b"hello world", reply
+
+
+@pytest.mark.parametrize("form", [
+    SECRET, urllib.parse.quote(SECRET, safe=""), SECRET.encode().hex().upper(),
+    base64.b64encode(b"ab" + SECRET.encode()).decode()[4:],
+    base64.b64encode(b"a" + SECRET.encode()).decode(),
+], ids=["clear", "percent", "hex", "base64-shifted", "base64-other-shift"])
+def test_the_secret_itself_to_another_host_is_refused(setup, tls_server, form):
+    """The second line: a secret that got out of its host's responses re-encoded (a form the
+    response check does not know) still does not reach another host in a request it reads."""
+    reply = setup.https("other.test", tls_server.port, get(f"/ok/?t={form}", "other.test"))
+    assert reply.startswith(b"HTTP/1.1 403") and b"credential_exfiltration" in reply, reply
+    assert tls_server.seen == []
+    (entry,) = setup.logged()
+    assert entry["reason"] == "credential_exfiltration" and "secret" in entry["message"]
+    assert SECRET not in json.dumps(entry)
