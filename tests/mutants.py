@@ -1209,9 +1209,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "headers = list(request.headers)",
            ("tests/test_proxy_credentials.py::test_a_response_that_echoes_the_secret_is_cut_before_it[header]",)),
     Mutant("ask-takes-no-for-yes", "stockade/cli/ask.py",
-           "return _ANSWERS.get(line, DENY)", "return ALLOW_RUN",
+           "return _ANSWERS.get(choice, DENY)", "return ALLOW_RUN",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
-            "commands_stdio[n\\n-not_allowed]",)),
+            "commands_stdio[no]",)),
     Mutant("credential-chunked-response-scanned-raw", "stockade/net/inspect.py",
            'if ("transfer-encoding", "chunked") not in headers:', "if True:",
            ("tests/test_proxy_credentials.py::test_a_secret_split_by_the_servers_chunks_is_cut"
@@ -1225,4 +1225,12 @@ MUTANTS: tuple[Mutant, ...] = (
            '            *((form, "secret") for form in secret_forms(injection))]', "]",
            ("tests/test_proxy_credentials.py::test_the_secret_itself_to_another_host_is_refused"
             "[hex]",)),
+    Mutant("ask-allows-without-the-code", "stockade/cli/ask.py",
+           "if typed.strip() != code:", "if False:",
+           ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[without-code]",)),
+    Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
+           "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
+           ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[typed-ahead]",)),
 )

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -156,11 +157,11 @@ def test_approve_needs_the_allowlist(ws):
                      approve=lambda ask: DENY)
 
 
-def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.CompletedProcess,
-                                                                  bytes]:
+def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
+                   ) -> tuple[subprocess.CompletedProcess, bytes]:
     """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
-    pty; `answer` typed there once the question shows. Returns the run and what the terminal
-    showed."""
+    pty; `ahead` typed at once, `answer` once the question shows (`{code}` in it: the code
+    the question shows). Returns the run and what the terminal showed."""
     master, slave = pty.openpty()
 
     def take_the_terminal() -> None:
@@ -172,13 +173,15 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.Comp
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
                                start_new_session=True, preexec_fn=take_the_terminal)
     os.close(slave)
+    os.write(master, ahead)
     shown = b""
     try:
         deadline = time.monotonic() + 60
-        while b"[N]o?" not in shown and time.monotonic() < deadline:
+        while not re.search(rb"\(\d+s\):? $", shown) and time.monotonic() < deadline:
             if select.select([master], [], [], 1)[0]:
                 shown += os.read(master, 4096)
-        os.write(master, answer)
+        code = re.search(rb"'o (\w+)'", shown)
+        os.write(master, answer.replace(b"{code}", code[1] if code else b"?"))
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()
@@ -186,13 +189,17 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.Comp
     return subprocess.CompletedProcess(args, process.returncode, out, err), shown
 
 
-@pytest.mark.parametrize(("answer", "reason"), [(b"r\n", "address_loopback"),
-                                                (b"n\n", "not_allowed")])
+@pytest.mark.parametrize(("ahead", "answer", "reason"), [
+    (b"", b"r {code}\n", "address_loopback"), (b"", b"n {code}\n", "not_allowed"),
+    (b"", b"r\n", "not_allowed"), (b"n\n", b"r {code}\n", "address_loopback")],
+    ids=["run", "no", "without-code", "typed-ahead"])
 def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
-                                                                      answer, reason):
+                                                                      ahead, answer, reason):
     """`stockade run --ask`: the question shows on the terminal (never in the command's
-    output), names the destination, takes the answer typed there; approved, a loopback
-    address is refused all the same."""
+    output), names the destination, takes the answer typed there with the code the question
+    showed (a choice without it, what a question the command printed itself would get, is a
+    denial; what was typed before the question is discarded); approved, a loopback address
+    is refused all the same."""
     workspace, _ = ws
     log = tmp_path / "network.jsonl"
     code = textwrap.dedent(f"""
@@ -204,7 +211,7 @@ def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server
     """)
     done, shown = _at_a_terminal(
         ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
-         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace)
+         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace, ahead)
     assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
     assert done.stdout.split() == [b"403"], done.stderr
     assert b"asks to reach" not in done.stdout + done.stderr
