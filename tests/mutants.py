@@ -1233,4 +1233,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
             "commands_stdio[typed-ahead]",)),
+    Mutant("path-rule-passes-unclear-paths", "stockade/net/inspect.py",
+           "    if _UNCLEAR.search(path):", "    if False:",
+           ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
+            "[semicolon]",)),
 )

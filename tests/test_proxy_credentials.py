@@ -470,3 +470,16 @@ def test_the_secret_itself_to_another_host_is_refused(setup, tls_server, form):
     (entry,) = setup.logged()
     assert entry["reason"] == "credential_exfiltration" and "secret" in entry["message"]
     assert SECRET not in json.dumps(entry)
+
+
+@pytest.mark.parametrize("path", [
+    "/repos/org/..;/admin", "/repos/org/%252e%252e/admin", "/repos/org/%c0%ae%c0%ae/admin",
+    "/repos/org/\uff0e\uff0e/admin", "/repos/org/%u002e%u002e/admin", "/repos/org/..%09/admin",
+    "/repos/org/..%00/admin", "/repos/org/x\x7f",
+], ids=["semicolon", "double-encoded", "overlong", "fullwidth", "u-escape", "tab", "nul", "del"])
+def test_a_path_servers_may_read_as_another_is_refused(setup, tls_server, path):
+    """P1: under a path rule, forms that Tomcat, IIS, double-decoding or Unicode-normalising
+    servers read as a path outside the prefix never reach the server."""
+    reply = setup.https("api.test", tls_server.port, get(path, "api.test"))
+    assert reply.startswith(b"HTTP/1.1 403"), reply
+    assert tls_server.seen == [] and setup.logged()[0]["reason"] == "path_ambiguous"

@@ -11,7 +11,8 @@ reads:
   `credential_needs_https`: the secret would cross the network readable);
 - each HTTP rule whose host matches must allow the method (`method_not_allowed`) and the path
   (`path_not_allowed`; a path whose meaning a server could read differently from its text, with
-  dot segments or encoded `/`, `\\` or `.`, is refused, `path_ambiguous`);
+  dot segments, encoded `/`, `\\` or `.`, `;`, `%25`, `%u`, or control or non-ASCII bytes, is
+  refused, `path_ambiguous`);
 - framing must be unambiguous (`ambiguous_framing`: both Content-Length and Transfer-Encoding,
   differing lengths, a transfer coding other than chunked), and exactly the framed body is passed
   on: nothing a client sends after it reaches the server, so no second request rides inside the
@@ -36,6 +37,12 @@ from stockade.net.stream import Closed, Stream
 _BODY_CHUNK = 64 * 1024
 _MAX_CHUNK_LINE = 4096
 _AMBIGUOUS = re.compile(r"%2f|%5c|%2e|\\", re.IGNORECASE)
+# What servers read differently from its text: `;` (path parameters: Tomcat's `..;/`), a
+# second round of decoding (`%25`), IIS's `%u`, control and non-ASCII bytes, encoded or not
+# (overlong UTF-8, full-width dots, `..%09` trimmed, `%00` cut).
+# (no IGNORECASE: case folding would let the non-ASCII range match `s` and `k`)
+_UNCLEAR = re.compile(r"[;\x00-\x1f\x7f-\uffff]|%(?:25|[uU]|[01][0-9a-fA-F]|7[fF]"
+                      r"|[89a-fA-F][0-9a-fA-F])")
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,10 @@ def _limited(limit: HttpLimit, request: http.Request) -> Refusal | None:
     if _AMBIGUOUS.search(path) or any(s in (".", "..") for s in segments):
         return Refusal("path_ambiguous", "the path has dot segments or encoded separators, "
                        f"which network.http paths for {limit.host} cannot judge", limit.host)
+    if _UNCLEAR.search(path):
+        return Refusal("path_ambiguous", "the path has `;`, `%25`, `%u`, or control or "
+                       "non-ASCII bytes (encoded or not), which servers may read as another "
+                       f"path: network.http paths for {limit.host} cannot judge it", limit.host)
     if not any(path.startswith(prefix) for prefix in limit.paths):
         return Refusal("path_not_allowed", f"the path is not under network.http paths "
                        f"{list(limit.paths)} for {limit.host}", limit.host)
