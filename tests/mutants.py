@@ -1237,4 +1237,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if _UNCLEAR.search(path):", "    if False:",
            ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
             "[semicolon]",)),
+    Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
+           "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
+            "laceholder_nor_a_bare_line_break[extension]",)),
+    Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
+           "        if _bare_break(line):", "        if False:",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
+            "laceholder_nor_a_bare_line_break[bare-lf-line]",)),
+    Mutant("chunk-trailer-bare-lf-passed", "stockade/net/inspect.py",
+           "                if _bare_break(trailer):", "                if False:",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
+            "laceholder_nor_a_bare_line_break[bare-lf-trailer]",)),
 )

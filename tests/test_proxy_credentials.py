@@ -483,3 +483,20 @@ def test_a_path_servers_may_read_as_another_is_refused(setup, tls_server, path):
     reply = setup.https("api.test", tls_server.port, get(path, "api.test"))
     assert reply.startswith(b"HTTP/1.1 403"), reply
     assert tls_server.seen == [] and setup.logged()[0]["reason"] == "path_ambiguous"
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (f"5;leak={PLACEHOLDER}\r\nhello\r\n0\r\n\r\n", "credential_exfiltration"),
+    (f"10;x\n{PLACEHOLDER}\r\n0\r\n\r\n{'x' * 11}\r\n0\r\n\r\n", "ambiguous_framing"),
+    ("5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n", "ambiguous_framing"),
+], ids=["extension", "bare-lf-line", "bare-lf-trailer"])
+def test_chunk_lines_carry_no_placeholder_nor_a_bare_line_break(setup, plain_server, body,
+                                                                reason):
+    """X1/X2: a chunk extension is scanned like the body, and a chunk line or trailer with a
+    bare LF (which an LF-tolerant server ends the line at, reading the rest as data) is
+    refused."""
+    port = plain_server.port
+    reply = setup.plain((f"POST http://127.0.0.1:{port}/up HTTP/1.1\r\nHost: x\r\n"
+                         f"Transfer-Encoding: chunked\r\n\r\n{body}").encode())
+    assert reply.startswith(b"HTTP/1.1 4"), reply
+    assert plain_server.seen == [] and setup.logged()[0]["reason"] == reason

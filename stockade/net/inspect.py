@@ -14,7 +14,8 @@ reads:
   dot segments, encoded `/`, `\\` or `.`, `;`, `%25`, `%u`, or control or non-ASCII bytes, is
   refused, `path_ambiguous`);
 - framing must be unambiguous (`ambiguous_framing`: both Content-Length and Transfer-Encoding,
-  differing lengths, a transfer coding other than chunked), and exactly the framed body is passed
+  differing lengths, a transfer coding other than chunked, a bare CR or LF in a chunk line or
+  a trailer), and exactly the framed body is passed
   on: nothing a client sends after it reaches the server, so no second request rides inside the
   first past the rules.
 
@@ -424,9 +425,16 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
         size = _chunk_size(line)
         if size is None:
             return FramingError("a malformed chunk size").refusal()
+        if _bare_break(line):
+            return FramingError("a bare CR or LF in a chunk line").refusal()
+        refusal = scanner.feed(line)  # (its extension goes on too)
+        if refusal is not None:
+            return refusal
         send(line)
         if size == 0:
             while (trailer := stream.read_line(_MAX_CHUNK_LINE, timeout)) != b"\r\n":
+                if _bare_break(trailer):
+                    return FramingError("a bare CR or LF in a trailer").refusal()
                 refusal = scanner.feed(trailer)
                 if refusal is not None:
                     return refusal
@@ -439,6 +447,12 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
         if stream.read_exactly(2, timeout) != b"\r\n":
             return FramingError("a chunk not ended by CRLF").refusal()
         send(b"\r\n")
+
+
+def _bare_break(line: bytes) -> bool:
+    """Whether a CRLF-ended line holds a CR or LF of its own: a server that ends lines at a
+    bare LF would read the rest as chunk data the proxy took for an extension."""
+    return b"\r" in line[:-2] or b"\n" in line[:-2]
 
 
 def _copy(stream: Stream, length: int, send: Callable[[bytes], None], scanner: Scanner,
