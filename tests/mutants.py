@@ -1239,14 +1239,24 @@ MUTANTS: tuple[Mutant, ...] = (
             "[semicolon]",)),
     Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
            "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
-           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
-            "laceholder_nor_a_bare_line_break[extension]",)),
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[extension]",)),
     Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
            "        if _bare_break(line):", "        if False:",
-           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
-            "laceholder_nor_a_bare_line_break[bare-lf-line]",)),
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[bare-lf-line]",)),
     Mutant("chunk-trailer-bare-lf-passed", "stockade/net/inspect.py",
            "                if _bare_break(trailer):", "                if False:",
-           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_p"
-            "laceholder_nor_a_bare_line_break[bare-lf-trailer]",)),
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[bare-lf-trailer]",)),
+    Mutant("approval-questions-unbounded", "stockade/net/approve.py",
+           "if self._pending >= MAX_PENDING:", "if False:",
+           ("tests/test_linux_approve.py::test_unanswered_questions_are_bounded",)),
+    Mutant("approval-asks-after-the-denial", "stockade/net/approve.py",
+           "if gone.is_set():", "if False:",
+           ("tests/test_linux_approve.py::test_a_question_whose_connection_was_denied_is_not"
+            "_asked_late",)),
+    Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
+           "while len(self._contexts) > LEAVES:", "while False:",
+           ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
 )

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import termios
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.linux.backend import LinuxBackend
-from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, Approval, Ask
+from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, MAX_PENDING, Approval, Ask
 from stockade.policy.model import Credential, NetworkPolicy
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -278,3 +279,47 @@ def test_an_async_approver_answers_on_the_callers_loop(ws, server):
         loop.close()
     assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
     assert [(ask.host, running is loop) for ask, running in asked] == [("127.0.0.1", True)] * 2
+
+
+def test_unanswered_questions_are_bounded():
+    """A3: a person who does not answer and a command that keeps asking: past MAX_PENDING
+    questions waiting at once, a new one is denied without a thread to wait in."""
+    gate = threading.Event()
+    calls = []
+
+    def away(ask: Ask) -> str:
+        calls.append(ask.host)
+        gate.wait(30)
+        return DENY
+
+    approval = Approval(away, timeout=0.01)
+    before = threading.active_count()
+    try:
+        assert {approval.answer(Ask(f"h{i}.test", 443, "not_allowed"))
+                for i in range(300)} == {DENY}
+        assert threading.active_count() - before <= MAX_PENDING
+    finally:
+        gate.set()
+    assert calls == ["h0.test"]  # (the others were denied before their turn came)
+
+
+def test_a_question_whose_connection_was_denied_is_not_asked_late():
+    """A2: questions that waited their turn past the timeout (their connections denied) are
+    not put to the person afterwards, where an answer for the run would stick."""
+    asked = []
+
+    def slow(ask: Ask) -> str:
+        asked.append(ask.host)
+        time.sleep(0.6)
+        return ALLOW_RUN
+
+    approval = Approval(slow, timeout=0.2)
+    threads = [threading.Thread(target=approval.answer, args=(Ask(h, 443, "not_allowed"),))
+               for h in ("a.test", "b.test", "c.test")]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)  # (a.test first)
+    for thread in threads:
+        thread.join()
+    time.sleep(1.5)
+    assert asked == ["a.test"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from tlsworld import Server, make_ca, serving
 
-from stockade.net.authority import Authority, upstream_context
+from stockade.net.authority import LEAVES, Authority, upstream_context
 from stockade.net.inspect import HttpLimit, Injection, Inspector
 from stockade.net.proxy import Proxy, ProxyLimits
 
@@ -500,3 +500,14 @@ def test_chunk_lines_carry_no_placeholder_nor_a_bare_line_break(setup, plain_ser
                          f"Transfer-Encoding: chunked\r\n\r\n{body}").encode())
     assert reply.startswith(b"HTTP/1.1 4"), reply
     assert plain_server.seen == [] and setup.logged()[0]["reason"] == reason
+
+
+def test_the_leaf_cache_is_bounded():
+    """D1: under a wildcard credential host every name the sandbox invents makes a leaf; the
+    proxy keeps only the LEAVES used last."""
+    authority = Authority("t")
+    first = authority.issue("n0.example.com")
+    for i in range(1, LEAVES + 5):
+        authority.issue(f"n{i}.example.com")
+        assert authority.issue("n0.example.com") is first  # (used last: kept)
+    assert len(authority._contexts) == LEAVES and "n1.example.com" not in authority._contexts
