@@ -10,13 +10,12 @@ import json
 import socket
 import ssl
 import tempfile
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 
 import pytest
-from tlsworld import Server, make_ca, serving
+from tlsworld import Canned, Server, chunked, make_ca, serving
 
 from stockade.net.authority import LEAVES, Authority, upstream_context
 from stockade.net.inspect import HttpLimit, Injection, Inspector
@@ -356,41 +355,10 @@ def test_a_response_that_echoes_the_secret_is_cut_before_it(pki, tls_server, tmp
     assert setup.logged()[0]["reason"] == "credential_reflected"
 
 
-class Canned:
-    """A loopback HTTPS server whose reply is `reply(request head)`, raw: the framing a test
-    needs (chunks that split what the server echoes, compressed bodies, ranges)."""
-
-    def __init__(self, certfile: str, reply: Callable[[bytes], bytes]) -> None:
-        self.reply, self.heads = reply, []
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(certfile)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.sock.accept()
-                with self.context.wrap_socket(raw, server_side=True) as conn:
-                    head = _head(conn)
-                    self.heads.append(head)
-                    conn.sendall(self.reply(head))
-            except (OSError, ssl.SSLError):
-                if self.sock.fileno() < 0:
-                    return
-
-
-def _chunked(*pieces: bytes, head: bytes = b"") -> bytes:
-    return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n" + head
-            + b"\r\n" + b"".join(b"%x;e=1\r\n%b\r\n" % (len(p), p) for p in pieces)
-            + b"0\r\n\r\n")
-
-
 def _echo_split(head: bytes) -> bytes:
     """The request head echoed in two chunks, split in the middle of the secret."""
     at = head.index(SECRET.encode()) + len(SECRET) // 2
-    return _chunked(b"x" * 9000, head[:at], head[at:])
+    return chunked(b"x" * 9000, head[:at], head[at:])
 
 
 def _dechunk(reply: bytes) -> bytes:
@@ -451,7 +419,7 @@ def test_a_response_the_check_cannot_read_decoded_is_refused(pki, tmp_path, head
 
 
 def test_a_plain_chunked_response_passes_whole(pki, tmp_path):
-    with canned(pki, tmp_path, lambda _: _chunked(b"hello ", b"world")) as (setup, server):
+    with canned(pki, tmp_path, lambda _: chunked(b"hello ", b"world")) as (setup, server):
         reply = setup.https("api.test", server.port, get("/a", "api.test"))
         assert reply.startswith(b"HTTP/1.1 200") and _dechunk(reply) == b"hello world", reply
 
