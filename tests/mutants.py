@@ -1261,4 +1261,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
+    Mutant("credential-folded-response-head-passed", "stockade/net/inspect.py",
+           'if refusal is None and any(line[:1] in (" ", "\\t") for line in lines[1:]):',
+           "if False:",
+           ("tests/test_proxy_credentials.py::test_a_response_the_check_cannot_read_decoded_is"
+            "_refused[folded]",)),
 )

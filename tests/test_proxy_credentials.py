@@ -410,7 +410,8 @@ def test_a_secret_split_by_the_servers_chunks_is_cut_before_it(pki, tmp_path):
     b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/99\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nContent-Type: multipart/byteranges; boundary=b\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-], ids=["gzip", "206", "byteranges", "te-gzip"])
+    b"HTTP/1.1 200 OK\r\nContent-Encoding:\r\n gzip\r\n\r\n",
+], ids=["gzip", "206", "byteranges", "te-gzip", "folded"])
 def test_a_response_the_check_cannot_read_decoded_is_refused(pki, tmp_path, head):
     with canned(pki, tmp_path, lambda _: head + b"opaque") as (setup, server):
         reply = setup.https("api.test", server.port, get("/a", "api.test"))

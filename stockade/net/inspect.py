@@ -346,6 +346,9 @@ def forward_response(stream: Stream, send: Callable[[bytes], None], withholder: 
         headers = [(n.strip().lower(), v.strip().lower())
                    for n, _, v in (line.partition(":") for line in lines[1:])]
         refusal = _unreadable(status, headers, withholder)
+        if refusal is None and any(line[:1] in (" ", "\t") for line in lines[1:]):
+            refusal = withholder.unreadable("a head with folded lines (a coding could hide in "
+                                            "one)")
         if refusal is not None:
             return refusal
         safe = withholder.feed(head)
