@@ -378,7 +378,7 @@ class Proxy:
                                        request.method, self.limits.max_header_bytes,
                                        self.limits.idle_timeout)
         except TooLarge:
-            refusal = withholder.unreadable("a response head over the size limit")
+            refusal = withholder.unreadable("a response head or chunk line over the size limit")
         except Closed:
             return  # (the server closed mid-response: the client sees it cut)
         if refusal is not None:  # (what came before the secret went; the rest never does)
