@@ -1125,15 +1125,15 @@ MUTANTS: tuple[Mutant, ...] = (
             "_remedy",)),
     # --- network.credentials and network.http (issue 34): the proxy's reading of requests --
     Mutant("credential-placeholder-sent-elsewhere", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the request")', "continue",
+           'return _exfiltration(injection, "the request", what)', "continue",
            ("tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the host name")', "continue",
+           'return _exfiltration(injection, "the host name", what)', "continue",
            ("tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the request\'s body")', "continue",
+           'return _exfiltration(injection, "the request\'s body", what)', "continue",
            ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-body-scan-forgets-the-last-piece", "stockade/net/inspect.py",
            'self.tail = window[-self.keep:] if self.keep else b""', 'self.tail = b""',
@@ -1212,7 +1212,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "headers = list(request.headers)",
            ("tests/test_proxy_credentials.py::test_a_response_that_echoes_the_secret_is_cut_before_it[header]",)),
     Mutant("ask-takes-no-for-yes", "stockade/cli/ask.py",
-           "return _ANSWERS.get(line, DENY)", "return ALLOW_RUN",
+           "return _ANSWERS.get(choice, DENY)", "return ALLOW_RUN",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
             "commands_stdio[n\\n-not_allowed]",)),
     # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
@@ -1225,4 +1225,59 @@ MUTANTS: tuple[Mutant, ...] = (
            "if length > limit or length < 0:", "if length < 0:",
            ("tests/test_agent_sandbox_server.py::"
             "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
+            "commands_stdio[no]",)),
+    Mutant("credential-chunked-response-scanned-raw", "stockade/net/inspect.py",
+           'if ("transfer-encoding", "chunked") not in headers:', "if True:",
+           ("tests/test_proxy_credentials.py::test_a_secret_split_by_the_servers_chunks_is_cut"
+            "_before_it",
+            "tests/test_linux_credentials.py::test_a_secret_echoed_in_split_chunks_never_reaches"
+            "_the_sandbox")),
+    Mutant("credential-compressed-response-passed", "stockade/net/inspect.py",
+           'if any(n == "content-encoding" and v not in ("", "identity") for n, v in headers):',
+           "if False:",
+           ("tests/test_proxy_credentials.py::test_a_response_the_check_cannot_read_decoded_is"
+            "_refused[gzip]",)),
+    Mutant("credential-secret-to-another-host-passed", "stockade/net/inspect.py",
+           '            *((form, "secret") for form in secret_forms(injection))]', "]",
+           ("tests/test_proxy_credentials.py::test_the_secret_itself_to_another_host_is_refused"
+            "[hex]",)),
+    Mutant("ask-allows-without-the-code", "stockade/cli/ask.py",
+           "if typed.strip() != code:", "if False:",
+           ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[without-code]",)),
+    Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
+           "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
+           ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[typed-ahead]",)),
+    Mutant("path-rule-passes-unclear-paths", "stockade/net/inspect.py",
+           "    if _UNCLEAR.search(path):", "    if False:",
+           ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
+            "[semicolon]",)),
+    Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
+           "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[extension]",)),
+    Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
+           "        if _bare_break(line):", "        if False:",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[bare-lf-line]",)),
+    Mutant("chunk-trailer-bare-lf-passed", "stockade/net/inspect.py",
+           "                if _bare_break(trailer):", "                if False:",
+           ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
+            "line_break[bare-lf-trailer]",)),
+    Mutant("approval-questions-unbounded", "stockade/net/approve.py",
+           "if self._pending >= MAX_PENDING:", "if False:",
+           ("tests/test_linux_approve.py::test_unanswered_questions_are_bounded",)),
+    Mutant("approval-asks-after-the-denial", "stockade/net/approve.py",
+           "if gone.is_set():", "if False:",
+           ("tests/test_linux_approve.py::test_a_question_whose_connection_was_denied_is_not"
+            "_asked_late",)),
+    Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
+           "while len(self._contexts) > LEAVES:", "while False:",
+           ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
+    Mutant("credential-folded-response-head-passed", "stockade/net/inspect.py",
+           'if refusal is None and any(line[:1] in (" ", "\\t") for line in lines[1:]):',
+           "if False:",
+           ("tests/test_proxy_credentials.py::test_a_response_the_check_cannot_read_decoded_is"
+            "_refused[folded]",)),
 )

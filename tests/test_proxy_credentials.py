@@ -5,18 +5,19 @@ only by the proxy's resolver hook."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import ssl
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from tlsworld import Server, make_ca, serving
+from tlsworld import Canned, Server, chunked, make_ca, serving
 
-from stockade.net.authority import Authority, upstream_context
+from stockade.net.authority import LEAVES, Authority, upstream_context
 from stockade.net.inspect import HttpLimit, Injection, Inspector
 from stockade.net.proxy import Proxy, ProxyLimits
 
@@ -352,3 +353,132 @@ def test_a_response_that_echoes_the_secret_is_cut_before_it(pki, tls_server, tmp
                  base64.b64encode(f"u:{secret}".encode()).decode()):
         assert form.encode() not in reply
     assert setup.logged()[0]["reason"] == "credential_reflected"
+
+
+def _echo_split(head: bytes) -> bytes:
+    """The request head echoed in two chunks, split in the middle of the secret."""
+    at = head.index(SECRET.encode()) + len(SECRET) // 2
+    return chunked(b"x" * 9000, head[:at], head[at:])
+
+
+def _dechunk(reply: bytes) -> bytes:
+    """What a client library hands the application of a chunked reply."""
+    body, out = reply.partition(b"\r\n\r\n")[2], b""
+    while body:
+        line, _, body = body.partition(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, body = out + body[:size], body[size + 2:]
+    return out
+
+
+@contextlib.contextmanager
+def canned(pki: tuple[str, str], tmp_path, reply: Callable[[bytes], bytes]
+           ) -> Iterator[tuple[Setup, Canned]]:
+    server = Canned(pki[1], reply)
+    inspector = Inspector([Injection("gh", "api.test", PLACEHOLDER, SECRET,
+                                     header="Authorization", prefix="Bearer ")])
+    authority = Authority("t")
+    log = str(tmp_path / "log")
+    proxy = Proxy([f"api.test:{server.port}", f"127.0.0.1:{server.port}"], (), "r", limits=FAST,
+                  resolver=lambda h: ["127.0.0.1"], inspector=inspector, authority=authority,
+                  log_path=log, upstream_tls=upstream_context(pki[0]))
+    proxy.start()
+    try:
+        yield Setup(proxy, authority, log), server
+    finally:
+        proxy.stop()
+        server.sock.close()
+
+
+def test_a_secret_split_by_the_servers_chunks_is_cut_before_it(pki, tmp_path):
+    """C1: the server echoes the request with the secret split between two chunks; the
+    client's library joins the chunks, so the check reads the body de-chunked."""
+    with canned(pki, tmp_path, _echo_split) as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert SECRET.encode() in server.heads[0]  # (the secret was sent, and echoed)
+        body = _dechunk(reply)
+        assert SECRET.encode() not in body and SECRET[:8].encode() not in body
+        assert body.startswith(b"x" * 9000)  # (what came before the secret went)
+        assert b";e=1" not in reply  # (re-chunked: the server's extensions stay behind)
+        assert setup.logged()[0]["reason"] == "credential_reflected"
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n",
+    b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/99\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: multipart/byteranges; boundary=b\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Encoding:\r\n gzip\r\n\r\n",
+], ids=["gzip", "206", "byteranges", "te-gzip", "folded"])
+def test_a_response_the_check_cannot_read_decoded_is_refused(pki, tmp_path, head):
+    with canned(pki, tmp_path, lambda _: head + b"opaque") as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert reply.startswith(b"HTTP/1.1 502") and b"opaque" not in reply, reply
+        assert setup.logged()[0]["reason"] == "credential_response_unreadable"
+
+
+def test_a_plain_chunked_response_passes_whole(pki, tmp_path):
+    with canned(pki, tmp_path, lambda _: chunked(b"hello ", b"world")) as (setup, server):
+        reply = setup.https("api.test", server.port, get("/a", "api.test"))
+        assert reply.startswith(b"HTTP/1.1 200") and _dechunk(reply) == b"hello world", reply
+
+
+@pytest.mark.parametrize("form", [
+    SECRET, urllib.parse.quote(SECRET, safe=""), SECRET.encode().hex().upper(),
+    base64.b64encode(b"ab" + SECRET.encode()).decode()[4:],
+    base64.b64encode(b"a" + SECRET.encode()).decode(),
+], ids=["clear", "percent", "hex", "base64-shifted", "base64-other-shift"])
+def test_the_secret_itself_to_another_host_is_refused(setup, tls_server, form):
+    """The second line: a secret that got out of its host's responses re-encoded (a form the
+    response check does not know) still does not reach another host in a request it reads."""
+    reply = setup.https("other.test", tls_server.port, get(f"/ok/?t={form}", "other.test"))
+    assert reply.startswith(b"HTTP/1.1 403") and b"credential_exfiltration" in reply, reply
+    assert tls_server.seen == []
+    (entry,) = setup.logged()
+    assert entry["reason"] == "credential_exfiltration" and "secret" in entry["message"]
+    assert SECRET not in json.dumps(entry)
+
+
+@pytest.mark.parametrize("path", [
+    "/repos/org/..;/admin", "/repos/org/%252e%252e/admin", "/repos/org/%c0%ae%c0%ae/admin",
+    "/repos/org/\uff0e\uff0e/admin", "/repos/org/%u002e%u002e/admin", "/repos/org/..%09/admin",
+    "/repos/org/..%00/admin", "/repos/org/x\x7f",
+], ids=["semicolon", "double-encoded", "overlong", "fullwidth", "u-escape", "tab", "nul", "del"])
+def test_a_path_servers_may_read_as_another_is_refused(setup, tls_server, path):
+    """P1: under a path rule, forms that Tomcat, IIS, double-decoding or Unicode-normalising
+    servers read as a path outside the prefix never reach the server."""
+    reply = setup.https("api.test", tls_server.port, get(path, "api.test"))
+    assert reply.startswith(b"HTTP/1.1 403"), reply
+    assert tls_server.seen == [] and setup.logged()[0]["reason"] == "path_ambiguous"
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (f"5;leak={PLACEHOLDER}\r\nhello\r\n0\r\n\r\n", "credential_exfiltration"),
+    (f"10;x\n{PLACEHOLDER}\r\n0\r\n\r\n{'x' * 11}\r\n0\r\n\r\n", "ambiguous_framing"),
+    ("5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n", "ambiguous_framing"),
+], ids=["extension", "bare-lf-line", "bare-lf-trailer"])
+def test_chunk_lines_carry_no_placeholder_nor_a_bare_line_break(setup, plain_server, body,
+                                                                reason):
+    """X1/X2: a chunk extension is scanned like the body, and a chunk line or trailer with a
+    bare LF (which an LF-tolerant server ends the line at, reading the rest as data) is
+    refused."""
+    port = plain_server.port
+    reply = setup.plain((f"POST http://127.0.0.1:{port}/up HTTP/1.1\r\nHost: x\r\n"
+                         f"Transfer-Encoding: chunked\r\n\r\n{body}").encode())
+    assert reply.startswith(b"HTTP/1.1 4"), reply
+    assert setup.logged()[0]["reason"] == reason
+    # (what came before the refusal may reach the server, whole at most up to the last chunk)
+    assert all(seen.body == b"hello" for seen in plain_server.seen), plain_server.seen
+
+
+def test_the_leaf_cache_is_bounded():
+    """D1: under a wildcard credential host every name the sandbox invents makes a leaf; the
+    proxy keeps only the LEAVES used last."""
+    authority = Authority("t")
+    first = authority.issue("n0.example.com")
+    for i in range(1, LEAVES + 5):
+        authority.issue(f"n{i}.example.com")
+        assert authority.issue("n0.example.com") is first  # (used last: kept)
+    assert len(authority._contexts) == LEAVES and "n1.example.com" not in authority._contexts

@@ -7,8 +7,10 @@ import datetime
 import http.server
 import ipaddress
 import os
+import socket
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography import x509
@@ -123,3 +125,43 @@ class serving:  # noqa: N801 - used as a context manager, like open()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()
+
+
+class Canned:
+    """A loopback HTTPS server whose reply is `reply(request head)`, raw: the framing a test
+    needs (chunks that split what the server echoes, compressed bodies, ranges). `heads`
+    keeps the request heads it got."""
+
+    def __init__(self, certfile: str, reply: Callable[[bytes], bytes]) -> None:
+        self.reply, self.heads = reply, []
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certfile)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+                with self.context.wrap_socket(raw, server_side=True) as conn:
+                    head = _read_head(conn)
+                    self.heads.append(head)
+                    conn.sendall(self.reply(head))
+            except (OSError, ssl.SSLError):
+                if self.sock.fileno() < 0:
+                    return
+
+
+def chunked(*pieces: bytes, head: bytes = b"") -> bytes:
+    """A chunked 200 of `pieces` (each chunk with an extension), `head` added to its head."""
+    return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n" + head
+            + b"\r\n" + b"".join(b"%x;e=1\r\n%b\r\n" % (len(p), p) for p in pieces)
+            + b"0\r\n\r\n")
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data and (byte := sock.recv(1)):
+        data += byte
+    return data

@@ -7,7 +7,9 @@ resolves to a loopback, private or metadata address is refused as before. The ca
 function gets an `Ask` and answers `ALLOW_ONCE` (this connection), `ALLOW_RUN` (this host and
 port for the rest of the run) or `DENY`; anything else, an exception, or no answer within
 `timeout` seconds is a denial. The function runs in a thread of its own, one question at a
-time, so a slow answer holds up only the connections waiting for one. An `async def` function
+time, so a slow answer holds up only the connections waiting for one; a question whose
+connection was denied by the timeout while it waited its turn is not asked, and past
+`MAX_PENDING` questions waiting at once a new one is denied unasked. An `async def` function
 (given to `arun` or `AsyncSandbox`) runs on the caller's event loop (`on_loop`).
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 ALLOW_ONCE, ALLOW_RUN, DENY = "allow-once", "allow-run", "deny"
 ASKED = ("not_allowed", "port_not_allowed")  # the refusals an approval may lift
 DEFAULT_TIMEOUT = 30.0
+MAX_PENDING = 32  # questions asked or waiting at once; more are denied unasked
 
 
 @dataclass(frozen=True)
@@ -45,28 +48,40 @@ class Approval:
         self._for_run: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self._asking = threading.Lock()  # (one question at a time: a person answers them)
+        self._pending = 0  # questions asked or waiting their turn
 
     def answer(self, ask: Ask) -> str:
         """ALLOW_ONCE, ALLOW_RUN or DENY for `ask`."""
         with self._lock:
             if (ask.host, ask.port) in self._for_run:
                 return ALLOW_RUN
+            if self._pending >= MAX_PENDING:  # (a flood of questions: each a thread waiting)
+                return DENY
+            self._pending += 1
         answers: list[str] = []
+        gone = threading.Event()
 
         def call() -> None:
-            with self._asking:
-                with self._lock:  # (answered for the run while this one waited its turn)
-                    if (ask.host, ask.port) in self._for_run:
-                        answers.append(ALLOW_RUN)
+            try:
+                with self._asking:
+                    with self._lock:  # (answered for the run while this one waited its turn)
+                        if (ask.host, ask.port) in self._for_run:
+                            answers.append(ALLOW_RUN)
+                            return
+                    if gone.is_set():  # (its connection was denied meanwhile: not asked)
                         return
-                try:
-                    answers.append(self.approver(ask))
-                except Exception:  # noqa: BLE001 - the caller's code: a failure is a denial
-                    answers.append(DENY)
+                    try:
+                        answers.append(self.approver(ask))
+                    except Exception:  # noqa: BLE001 - the caller's code: a failure denies
+                        answers.append(DENY)
+            finally:
+                with self._lock:
+                    self._pending -= 1
 
         asker = threading.Thread(target=call, name="stockade-approve", daemon=True)
         asker.start()
         asker.join(self.timeout)
+        gone.set()
         answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) else DENY
         if answer == ALLOW_RUN:
             with self._lock:

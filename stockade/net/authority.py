@@ -19,6 +19,7 @@ import shutil
 import ssl
 import tempfile
 import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from stockade.errors import UnenforceableError
@@ -62,6 +63,9 @@ def system_bundle() -> str:
     return ""
 
 
+LEAVES = 64  # leaf contexts kept (the hosts used last)
+
+
 class Authority:
     """A CA made for one launch: `issue(host)` gives a server-side SSLContext for `host`."""
 
@@ -85,7 +89,7 @@ class Authority:
                            critical=False)
             .sign(self._key, hashes.SHA256()))
         self.pem = self.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
         self._lock = threading.Lock()
         self.bundle_dir = ""
 
@@ -114,12 +118,17 @@ class Authority:
             shutil.rmtree(self.bundle_dir, ignore_errors=True)
 
     def issue(self, host: str) -> ssl.SSLContext:
-        """A server context presenting a leaf for `host` (a name or an address), made once.
-        Only HTTP/1.1 is offered by ALPN: the proxy reads nothing else."""
+        """A server context presenting a leaf for `host` (a name or an address), kept for the
+        `LEAVES` hosts used last (a wildcard credential host would otherwise let the sandbox
+        make the proxy keep one per name it invents). Only HTTP/1.1 is offered by ALPN: the
+        proxy reads nothing else."""
         with self._lock:
-            context = self._contexts.get(host)
+            context = self._contexts.pop(host, None)
             if context is None:
-                context = self._contexts[host] = self._leaf_context(host)
+                context = self._leaf_context(host)
+            self._contexts[host] = context
+            while len(self._contexts) > LEAVES:
+                self._contexts.popitem(last=False)
             return context
 
     def _leaf_context(self, host: str) -> ssl.SSLContext:

@@ -11,9 +11,11 @@ reads:
   `credential_needs_https`: the secret would cross the network readable);
 - each HTTP rule whose host matches must allow the method (`method_not_allowed`) and the path
   (`path_not_allowed`; a path whose meaning a server could read differently from its text, with
-  dot segments or encoded `/`, `\\` or `.`, is refused, `path_ambiguous`);
+  dot segments, encoded `/`, `\\` or `.`, `;`, `%25`, `%u`, or control or non-ASCII bytes, is
+  refused, `path_ambiguous`);
 - framing must be unambiguous (`ambiguous_framing`: both Content-Length and Transfer-Encoding,
-  differing lengths, a transfer coding other than chunked), and exactly the framed body is passed
+  differing lengths, a transfer coding other than chunked, a bare CR or LF in a chunk line or
+  a trailer), and exactly the framed body is passed
   on: nothing a client sends after it reaches the server, so no second request rides inside the
   first past the rules.
 
@@ -24,17 +26,24 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from stockade.net import http
 from stockade.net.rules import Rule, compile_rules
-from stockade.net.stream import Stream
+from stockade.net.stream import Closed, Stream
 
 _BODY_CHUNK = 64 * 1024
 _MAX_CHUNK_LINE = 4096
 _AMBIGUOUS = re.compile(r"%2f|%5c|%2e|\\", re.IGNORECASE)
+# What servers read differently from its text: `;` (path parameters: Tomcat's `..;/`), a
+# second round of decoding (`%25`), IIS's `%u`, control and non-ASCII bytes, encoded or not
+# (overlong UTF-8, full-width dots, `..%09` trimmed, `%00` cut).
+# (no IGNORECASE: case folding would let the non-ASCII range match `s` and `k`)
+_UNCLEAR = re.compile(r"[;\x00-\x1f\x7f-\uffff]|%(?:25|[uU]|[01][0-9a-fA-F]|7[fF]"
+                      r"|[89a-fA-F][0-9a-fA-F])")
 
 
 @dataclass(frozen=True)
@@ -99,18 +108,21 @@ class Inspector:
 
     def in_name(self, host: str) -> Refusal | None:
         """A refusal if a host name carries any placeholder (it would reach DNS, and SNI)."""
-        lowered = host.lower()
+        lowered = host.lower().encode("latin-1", "replace")
         for _, injection in self.injections:
-            if injection.placeholder.lower() in lowered:
-                return _exfiltration(injection, "the host name")
+            for needle, what in _carried(injection):
+                if needle in lowered:
+                    return _exfiltration(injection, "the host name", what)
         return None
 
     def exfiltration(self, text: str, host: str, port: int) -> Refusal | None:
-        """A refusal if `text` carries the placeholder of a credential of another host."""
-        lowered = text.lower()
+        """A refusal if `text` carries the placeholder of a credential of another host, or
+        its secret (which a response of its own host let through re-encoded, say)."""
+        lowered = text.lower().encode("latin-1", "replace")
         for injection in self.foreign(host, port):
-            if injection.placeholder.lower() in lowered:
-                return _exfiltration(injection, "the request")
+            for needle, what in _carried(injection):
+                if needle in lowered:
+                    return _exfiltration(injection, "the request", what)
         return None
 
     def judge(self, request: http.Request, host: str, port: int, *, tls: bool) -> Refusal | None:
@@ -172,10 +184,16 @@ def _matches(rule: Rule, host: str, port: int) -> bool:
     return rule.matches_host(host) and rule.port in (None, port)
 
 
-def _exfiltration(injection: Injection, where: str) -> Refusal:
-    return Refusal("credential_exfiltration", f"{where} carries the placeholder of credential "
+def _exfiltration(injection: Injection, where: str, what: str = "placeholder") -> Refusal:
+    return Refusal("credential_exfiltration", f"{where} carries the {what} of credential "
                    f"{injection.name!r} to a host other than {injection.host} (an exfiltration "
                    "attempt)", injection.host)
+
+
+def _carried(injection: Injection) -> list[tuple[bytes, str]]:
+    """What of `injection` no request to another host may carry (lowered), and its name."""
+    return [(injection.placeholder.lower().encode(), "placeholder"),
+            *((form, "secret") for form in secret_forms(injection))]
 
 
 def _limited(limit: HttpLimit, request: http.Request) -> Refusal | None:
@@ -190,6 +208,10 @@ def _limited(limit: HttpLimit, request: http.Request) -> Refusal | None:
     if _AMBIGUOUS.search(path) or any(s in (".", "..") for s in segments):
         return Refusal("path_ambiguous", "the path has dot segments or encoded separators, "
                        f"which network.http paths for {limit.host} cannot judge", limit.host)
+    if _UNCLEAR.search(path):
+        return Refusal("path_ambiguous", "the path has `;`, `%25`, `%u`, or control or "
+                       "non-ASCII bytes (encoded or not), which servers may read as another "
+                       f"path: network.http paths for {limit.host} cannot judge it", limit.host)
     if not any(path.startswith(prefix) for prefix in limit.paths):
         return Refusal("path_not_allowed", f"the path is not under network.http paths "
                        f"{list(limit.paths)} for {limit.host}", limit.host)
@@ -228,37 +250,34 @@ class FramingError(Exception):
 
 
 class Scanner:
-    """Finds the placeholders of `injections` in a body passed in pieces (a placeholder split
-    between two pieces is found)."""
+    """Finds the placeholders and secrets of `injections` in a body passed in pieces (one
+    split between two pieces is found)."""
 
     def __init__(self, injections: Iterable[Injection]) -> None:
-        self.needles = [(i.placeholder.lower().encode(), i) for i in injections]
-        self.keep = max((len(n) for n, _ in self.needles), default=1) - 1
+        self.needles = [(needle, what, i) for i in injections for needle, what in _carried(i)]
+        self.keep = max((len(n) for n, _, _ in self.needles), default=1) - 1
         self.tail = b""
 
     def feed(self, data: bytes) -> Refusal | None:
         if not self.needles:
             return None
         window = self.tail + data.lower()
-        for needle, injection in self.needles:
+        for needle, what, injection in self.needles:
             if needle in window:
-                return _exfiltration(injection, "the request's body")
+                return _exfiltration(injection, "the request's body", what)
         self.tail = window[-self.keep:] if self.keep else b""
         return None
 
 
 class Withholder:
     """Passes a credential host's response on, holding back each piece's last bytes until the
-    next shows they do not begin the secret: a response that carries the secret as it was sent
-    (in the clear, base64 in basic auth, percent-encoded in a query) is cut before it."""
+    next shows they do not begin the secret: a response that carries the secret in a form
+    `secret_forms` names is cut before it. The body is judged decoded (see
+    `forward_response`), so a server's chunk framing cannot split the secret past it."""
 
     def __init__(self, injection: Injection | None) -> None:
         self.injection = injection
-        self.needles = [] if injection is None else sorted({
-            text.lower().encode("latin-1") for text in (
-                injection.secret, urllib.parse.quote(injection.secret, safe=""),
-                base64.b64encode(f"{injection.basic_user}:{injection.secret}".encode()).decode())
-        }, key=len)
+        self.needles = [] if injection is None else secret_forms(injection)
         self.keep = max((len(n) for n in self.needles), default=1) - 1
         self.held = b""
 
@@ -274,11 +293,128 @@ class Withholder:
         self.held = window[cut:]
         return window[:cut]
 
+    def flush(self) -> bytes:
+        """The bytes held back, released (at the end of a part the client reads apart)."""
+        held, self.held = self.held, b""
+        return held
+
     def refusal(self) -> Refusal:
         assert self.injection is not None
         return Refusal("credential_reflected", f"the response of {self.injection.host} "
                        f"carried the secret of credential {self.injection.name!r}: cut before "
                        "it", self.injection.host)
+
+    def unreadable(self, what: str) -> Refusal:
+        assert self.injection is not None
+        return Refusal("credential_response_unreadable", f"the response of "
+                       f"{self.injection.host} (credential {self.injection.name!r}) is {what}, "
+                       "which could carry its secret past the check: refused",
+                       self.injection.host, status=502)
+
+
+def secret_forms(injection: Injection) -> list[bytes]:
+    """The lowered forms of `injection`'s secret looked for: as is, percent-encoded, hex, and
+    base64 (of `user:secret` as basic auth sends it, and of the secret at each of the three
+    alignments it can have inside longer base64 text)."""
+    secret = injection.secret.encode()
+    forms = {secret, urllib.parse.quote(secret, safe="").encode(), secret.hex().encode(),
+             base64.b64encode(injection.basic_user.encode() + b":" + secret)}
+    for shift in range(3):
+        text = base64.b64encode(b"\0" * shift + secret)
+        tail = 4 if (shift + len(secret)) % 3 else 0  # (depends on the bytes after it)
+        aligned = text[4 if shift else 0:len(text) - tail]
+        if len(aligned) >= _MIN_ALIGNED:
+            forms.add(aligned)
+    return sorted({form.lower() for form in forms}, key=len)
+
+
+_MIN_ALIGNED = 8
+
+
+def forward_response(stream: Stream, send: Callable[[bytes], None], withholder: Withholder,
+                     method: str, limit: int, timeout: float) -> Refusal | None:
+    """Pass a credential host's response from `stream` to `send`, judged as a client reads it:
+    the head, then the body de-chunked (and sent re-chunked, without the server's extensions
+    and trailers), so no framing splits the secret past `withholder`. A body the proxy could
+    not read as the client will (compressed, a transfer coding other than chunked, ranges) is
+    refused; so is a switch of protocols."""
+    while True:
+        stream.deadline = time.monotonic() + timeout
+        head = stream.read_head(limit)
+        lines = head[:-4].decode("latin-1").split("\r\n")
+        status = lines[0][9:12]
+        headers = [(n.strip().lower(), v.strip().lower())
+                   for n, _, v in (line.partition(":") for line in lines[1:])]
+        refusal = _unreadable(status, headers, withholder)
+        if refusal is None and any(line[:1] in (" ", "\t") for line in lines[1:]):
+            refusal = withholder.unreadable("a head with folded lines (a coding could hide in "
+                                            "one)")
+        if refusal is not None:
+            return refusal
+        safe = withholder.feed(head)
+        if safe is None:
+            return withholder.refusal()
+        send(safe + withholder.flush())
+        if not status.startswith("1"):
+            break
+    if method == "HEAD" or status in ("204", "304"):
+        return None
+    if ("transfer-encoding", "chunked") not in headers:
+        while True:
+            try:
+                data = stream.read_some(_BODY_CHUNK, timeout)
+            except Closed:
+                send(withholder.flush())
+                return None
+            safe = withholder.feed(data)
+            if safe is None:
+                return withholder.refusal()
+            send(safe)
+    while True:
+        line = stream.read_line(_MAX_CHUNK_LINE, timeout)
+        size = _chunk_size(line)
+        if size is None:
+            return FramingError("a malformed chunk size in the response").refusal()
+        if size == 0:
+            break
+        while size > 0:
+            data = stream.read_some(min(size, _BODY_CHUNK), timeout)
+            size -= len(data)
+            safe = withholder.feed(data)
+            if safe is None:
+                return withholder.refusal()
+            if safe:
+                send(b"%x\r\n%b\r\n" % (len(safe), safe))
+        if stream.read_exactly(2, timeout) != b"\r\n":
+            return FramingError("a response chunk not ended by CRLF").refusal()
+    held = withholder.flush()
+    send((b"%x\r\n%b\r\n" % (len(held), held) if held else b"") + b"0\r\n\r\n")
+    return None
+
+
+def _unreadable(status: str, headers: list[tuple[str, str]],
+                withholder: Withholder) -> Refusal | None:
+    """Why a response's body could hide the secret from a scan of its decoded bytes."""
+    codings = [v for n, v in headers if n == "transfer-encoding"]
+    if status == "101":
+        return withholder.unreadable("a switch of protocols")
+    if status == "206" or any(n == "content-type" and v.startswith("multipart/byteranges")
+                              for n, v in headers):
+        return withholder.unreadable("a range of a body (206, multipart/byteranges)")
+    if any(n == "content-encoding" and v not in ("", "identity") for n, v in headers):
+        return withholder.unreadable("compressed (Content-Encoding)")
+    if codings and codings != ["chunked"]:
+        return withholder.unreadable("in a transfer coding other than chunked")
+    return None
+
+
+def _chunk_size(line: bytes) -> int | None:
+    """A chunk line's size, or None if the line is malformed."""
+    size_text = line.partition(b";")[0].strip()
+    if not size_text or len(size_text) > 16 or any(c not in b"0123456789abcdefABCDEF"
+                                                   for c in size_text):
+        return None
+    return int(size_text, 16)
 
 
 def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], None],
@@ -289,14 +425,19 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
         return _copy(stream, length, send, scanner, timeout)
     while True:
         line = stream.read_line(_MAX_CHUNK_LINE, timeout)
-        size_text = line.partition(b";")[0].strip()
-        if not size_text or len(size_text) > 16 or any(c not in b"0123456789abcdefABCDEF"
-                                                       for c in size_text):
+        size = _chunk_size(line)
+        if size is None:
             return FramingError("a malformed chunk size").refusal()
+        if _bare_break(line):
+            return FramingError("a bare CR or LF in a chunk line").refusal()
+        refusal = scanner.feed(line)  # (its extension goes on too)
+        if refusal is not None:
+            return refusal
         send(line)
-        size = int(size_text, 16)
         if size == 0:
             while (trailer := stream.read_line(_MAX_CHUNK_LINE, timeout)) != b"\r\n":
+                if _bare_break(trailer):
+                    return FramingError("a bare CR or LF in a trailer").refusal()
                 refusal = scanner.feed(trailer)
                 if refusal is not None:
                     return refusal
@@ -309,6 +450,12 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
         if stream.read_exactly(2, timeout) != b"\r\n":
             return FramingError("a chunk not ended by CRLF").refusal()
         send(b"\r\n")
+
+
+def _bare_break(line: bytes) -> bool:
+    """Whether a CRLF-ended line holds a CR or LF of its own: a server that ends lines at a
+    bare LF would read the rest as chunk data the proxy took for an extension."""
+    return b"\r" in line[:-2] or b"\n" in line[:-2]
 
 
 def _copy(stream: Stream, length: int, send: Callable[[bytes], None], scanner: Scanner,

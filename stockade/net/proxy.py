@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 from stockade.errors import SetupError, UsageError
 from stockade.net import http, socks
 from stockade.net.gate import Dialer, Gate, Resolver, Verdict, dial
-from stockade.net.inspect import FramingError, Inspector, Refusal, forward_body, framing
+from stockade.net.inspect import (
+    FramingError,
+    Inspector,
+    Refusal,
+    forward_body,
+    forward_response,
+    framing,
+)
 from stockade.net.log import DecisionLog
 from stockade.net.relay import relay
 from stockade.net.rules import Ruleset, target_host
@@ -359,16 +366,25 @@ class Proxy:
             self._refuse(protocol, host, request.port, refusal)
             client.sendall(_refused(refusal))
             return
-        upstream.settimeout(self.limits.idle_timeout)
         client.settimeout(self.limits.idle_timeout)
         withholder = self._inspector.withholder(host, request.port)
-        while data := upstream.recv(_RESPONSE_CHUNK):
-            safe = withholder.feed(data)
-            if safe is None:  # (what came before the secret went; the rest never does)
-                self._refuse(protocol, host, request.port, withholder.refusal())
-                return
-            client.sendall(safe)
-        client.sendall(withholder.held)
+        if withholder.injection is None:  # (no secret to keep out: the response as it comes)
+            upstream.settimeout(self.limits.idle_timeout)
+            while data := upstream.recv(_RESPONSE_CHUNK):
+                client.sendall(data)
+            return
+        try:
+            refusal = forward_response(Stream(upstream, 0.0), client.sendall, withholder,
+                                       request.method, self.limits.max_header_bytes,
+                                       self.limits.idle_timeout)
+        except TooLarge:
+            refusal = withholder.unreadable("a response head or chunk line over the size limit")
+        except Closed:
+            return  # (the server closed mid-response: the client sees it cut)
+        if refusal is not None:  # (what came before the secret went; the rest never does)
+            self._refuse(protocol, host, request.port, refusal)
+            if refusal.reason == "credential_response_unreadable":  # (judged before its head)
+                client.sendall(_refused(refusal))
 
     def _intercept(self, conn: socket.socket, stream: Stream, upstream: socket.socket,
                    verdict: Verdict) -> None:
@@ -457,6 +473,7 @@ class Proxy:
         self._log.record(protocol=protocol, host=verdict.host, port=verdict.port,
                          decision=verdict.decision, reason=verdict.reason,
                          message=verdict.message, rule=verdict.rule, address=verdict.address)
+
 
 
 _RESPONSE_CHUNK = 64 * 1024
