@@ -65,9 +65,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cli-server-judges-its-own-host-code", "stockade/cli/server.py",
            "            request.program.become()\n", "            pass\n",
            ("tests/test_autoserver.py::test_a_served_run_keeps_its_clients_own_code_read_only",)),
-    Mutant("cli-facts-count-fileless-modules", "stockade/cliwire.py",
-           " and where not in FILELESS})", "})",
-           ("tests/test_autoserver.py::test_a_client_that_imported_no_importlib_is_served",)),
     Mutant("cli-server-serves-another-venv", "stockade/cli/server.py",
            "and request.program.imports_as(imports)):", "and True):",
            ("tests/test_autoserver.py::test_a_client_of_another_interpreter_or_venv_is_not"
@@ -1214,17 +1211,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("ask-takes-no-for-yes", "stockade/cli/ask.py",
            "return _ANSWERS.get(choice, DENY)", "return ALLOW_RUN",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
-            "commands_stdio[n\\n-not_allowed]",)),
-    # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
-    # only with --allow-remote, and bounds every request body
-    Mutant("agent-sandbox-any-host-is-loopback", "stockade/integrations/agent_sandbox.py",
-           "return ipaddress.ip_address(host).is_loopback", "return True",
-           ("tests/test_agent_sandbox_server.py::"
-            "test_binding_beyond_loopback_must_be_asked_for",)),
-    Mutant("agent-sandbox-unbounded-body", "stockade/integrations/agent_sandbox.py",
-           "if length > limit or length < 0:", "if length < 0:",
-           ("tests/test_agent_sandbox_server.py::"
-            "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
             "commands_stdio[no]",)),
     Mutant("credential-chunked-response-scanned-raw", "stockade/net/inspect.py",
            'if ("transfer-encoding", "chunked") not in headers:', "if True:",
@@ -1280,4 +1266,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "if False:",
            ("tests/test_proxy_credentials.py::test_a_response_the_check_cannot_read_decoded_is"
             "_refused[folded]",)),
+    Mutant("cli-facts-count-fileless-modules", "stockade/cliwire.py",
+           " and where not in FILELESS})", "})",
+           ("tests/test_autoserver.py::test_a_client_that_imported_no_importlib_is_served",)),
+    # `stockade serve --agent-sandbox` (no authentication of its own) binds beyond loopback
+    # only with --allow-remote, and bounds every request body
+    Mutant("agent-sandbox-any-host-is-loopback", "stockade/integrations/agent_sandbox.py",
+           "return ipaddress.ip_address(host).is_loopback", "return True",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_binding_beyond_loopback_must_be_asked_for",)),
+    Mutant("agent-sandbox-unbounded-body", "stockade/integrations/agent_sandbox.py",
+           "if length > limit or length < 0:", "if length < 0:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
 )
