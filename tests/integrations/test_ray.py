@@ -33,8 +33,11 @@ from stockade.integrations.workspace import FileError  # noqa: E402
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     # a directory of its own (Ray's default, /tmp/ray, is one user's: root and rootless runs
-    # go on at once), short (Ray's unix sockets live below it)
+    # go on at once), short (Ray's unix sockets live below it); RAY_TMPDIR for what Ray
+    # writes besides the nodes' (the current cluster's address file)
     temp = tempfile.mkdtemp(prefix="ray-")
+    os.environ["RAY_TMPDIR"] = temp
+    os.mkdir(os.path.join(temp, "ray"))  # (where that file goes: RAY_TMPDIR/ray)
     made = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
         "temp_dir": temp})
@@ -45,6 +48,7 @@ def cluster() -> Iterator[Cluster]:
     yield made
     ray.shutdown()
     made.shutdown()
+    del os.environ["RAY_TMPDIR"]
     shutil.rmtree(temp, ignore_errors=True)
 
 
