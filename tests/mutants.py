@@ -1279,4 +1279,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "if length > limit or length < 0:", "if length < 0:",
            ("tests/test_agent_sandbox_server.py::"
             "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
+    # a web page (no preflight, or DNS rebinding) cannot drive it: Origin, foreign Host and a
+    # non-JSON /execute are refused
+    Mutant("agent-sandbox-origin-served", "stockade/integrations/agent_sandbox.py",
+           'if self.headers.get("Origin") is not None:', "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
+    Mutant("agent-sandbox-any-host-served", "stockade/integrations/agent_sandbox.py",
+           "if self.server.hosts is not None and host not in self.server.hosts:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
+    Mutant("agent-sandbox-execute-not-json-served", "stockade/integrations/agent_sandbox.py",
+           '                and kind != "application/json":', "                and False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
 )

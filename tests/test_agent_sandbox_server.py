@@ -13,18 +13,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from stockade.integrations.agent_sandbox import loopback
 
 MAX_UPLOAD = 4096
+REPO = str(Path(__file__).resolve().parents[1])  # (the server imports this tree's package)
+JSON = {"Content-Type": "application/json"}
 
 
 def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=stderr, text=True)
+                            stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
 @pytest.fixture
@@ -75,7 +78,7 @@ def test_binding_beyond_loopback_must_be_asked_for(tmp_path):
 
 def test_request_bodies_are_bounded_and_a_refusal_writes_nothing(server, ws):
     root, _ = ws
-    status, body = request(server, "POST", "/execute", b"x" * (2 << 20))
+    status, body = request(server, "POST", "/execute", b"x" * (2 << 20), JSON)
     assert (status, body["error"]) == (413, "too_large")
     upload, headers = multipart("big.bin", b"y" * (MAX_UPLOAD + 1))
     status, body = request(server, "POST", "/upload", upload, headers)
@@ -91,15 +94,16 @@ def test_request_bodies_are_bounded_and_a_refusal_writes_nothing(server, ws):
     exact, headers = multipart("fits.bin", b"y" * MAX_UPLOAD)
     assert request(server, "POST", "/upload", exact, headers)[0] == 200
     assert (root / "fits.bin").read_bytes() == b"y" * MAX_UPLOAD
-    status, body = request(server, "POST", "/execute", json.dumps({"command": "echo ok"}).encode())
+    status, body = request(server, "POST", "/execute", json.dumps({"command": "echo ok"}).encode(),
+                           JSON)
     assert (status, body["stdout"], body["exit_code"]) == (200, "ok\n", 0)
 
 
 def test_malformed_requests_get_typed_answers(server, ws):
     root, _ = ws
     for method, path, body, headers, code in (
-            ("POST", "/execute", b"{", {}, "usage"),
-            ("POST", "/execute", b'{"command": ["ls"]}', {}, "usage"),
+            ("POST", "/execute", b"{", JSON, "usage"),
+            ("POST", "/execute", b'{"command": ["ls"]}', JSON, "usage"),
             ("POST", "/upload", b"plain", {"Content-Type": "text/plain"}, "usage"),
             ("GET", "/download/a%00b", None, {}, "usage"),
             ("GET", "/no-such-endpoint", None, {}, "not_found"),
@@ -109,3 +113,27 @@ def test_malformed_requests_get_typed_answers(server, ws):
     started = time.monotonic()
     assert request(server, "GET", "/")[1]["status"] == "ok"
     assert time.monotonic() - started < 5 and os.listdir(root) == []
+
+
+def test_what_a_web_page_can_send_is_refused(server, ws):
+    """A page the user visits can POST to loopback (a "simple" request, no preflight) and can
+    rebind its own name to 127.0.0.1: a request with an Origin, a foreign Host, or an /execute
+    that is not JSON is refused, and nothing runs or is written."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    upload, form = multipart("planted", b"x")
+    for path, body, headers, code in (
+            ("/execute", run, {**JSON, "Origin": "http://evil.example"}, "cross_origin"),
+            ("/upload", upload, {**form, "Origin": "null"}, "cross_origin"),
+            ("/execute", run, {**JSON, "Host": f"rebind.evil.example:{server}"}, "foreign_host"),
+            ("/upload", upload, {**form, "Host": "127.0.0.1"}, "foreign_host"),
+            ("/execute", run, {"Content-Type": "text/plain;charset=UTF-8"}, "not_json"),
+            ("/execute", run, {}, "not_json")):
+        status, answer = request(server, "POST", path, body, headers)
+        assert (status, answer["error"]) == (403, code), (path, headers, answer)
+    status, answer = request(server, "GET", "/list/.", None, {"Host": "evil.example"})
+    assert (status, answer["error"]) == (403, "foreign_host")
+    assert os.listdir(root) == []
+    for host in (f"localhost:{server}", f"[::1]:{server}"):
+        assert request(server, "POST", "/execute", run, {**JSON, "Host": host})[0] == 200
+    assert os.listdir(root) == ["ran"]

@@ -75,10 +75,16 @@ class AgentSandboxServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, workspace: Workspace, host: str, port: int, *,
-                 max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
+                 max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.workspace, self.max_upload = workspace, max_upload
         super().__init__((host, port), Handler)
+        # The Host a request may name (None: any, behind --allow-remote): a page rebinding
+        # its own name to 127.0.0.1 names itself
+        bound = self.server_address[1]
+        self.hosts = None if allow_remote else {
+            f"{name}:{bound}" for name in (f"[{host}]" if ":" in host else host, "localhost",
+                                           "127.0.0.1", "[::1]")}
 
     def server_close(self) -> None:
         super().server_close()
@@ -102,6 +108,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, route: Any) -> None:
         try:
+            self._from_no_browser()
             status, body, kind = route(urllib.parse.urlsplit(self.path).path)
         except Refusal as refusal:
             status, kind = refusal.status, "application/json"
@@ -114,6 +121,26 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+
+    def _from_no_browser(self) -> None:
+        """Refuse what a web page can send here: a browser always says its Origin (the SDK
+        never does), a page that rebinds its name to this address still names itself as
+        Host, and a page's POST without a CORS preflight cannot be application/json."""
+        if self.headers.get("Origin") is not None:
+            self.close_connection = True  # (its body, if any, is not read)
+            raise Refusal(403, "cross_origin", "a request with an Origin header (a web "
+                          "browser's) is refused: the server has no authentication")
+        host = (self.headers.get("Host") or "").lower()
+        if self.server.hosts is not None and host not in self.server.hosts:
+            self.close_connection = True
+            raise Refusal(403, "foreign_host", f"Host {host!r} is not this loopback server's "
+                          "address (a name rebound to it?); serving other names needs "
+                          "--allow-remote")
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if self.command == "POST" and urllib.parse.urlsplit(self.path).path == "/execute" \
+                and kind != "application/json":
+            self.close_connection = True
+            raise Refusal(403, "not_json", "/execute takes Content-Type application/json only")
 
     def _get(self, path: str) -> tuple[int, bytes, str]:
         workspace = self.server.workspace
@@ -316,7 +343,8 @@ def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
         raise UsageError("--max-upload must be a positive number of bytes")
     try:
         workspace.start()  # (a sandbox that cannot start here is said now, not per request)
-        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload)
+        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload,
+                                    allow_remote=allow_remote)
     except OSError as exc:
         workspace.close()
         raise UsageError(f"--host {host} --port {port}: cannot listen: {exc.strerror}") from None
