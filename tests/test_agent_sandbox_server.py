@@ -8,7 +8,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,7 +33,8 @@ def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
 
 
 @pytest.fixture
-def server(ws, linux) -> Iterator[int]:
+def served(ws, linux) -> Iterator[tuple[int, int]]:
+    """The server's port and process id."""
     root, _ = ws
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
@@ -42,9 +45,14 @@ def server(ws, linux) -> Iterator[int]:
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
         time.sleep(0.05)
-    yield int(said.split("http://127.0.0.1:")[1].split()[0])
+    yield int(said.split("http://127.0.0.1:")[1].split()[0]), process.pid
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0, log.read_text()
+
+
+@pytest.fixture
+def server(served) -> int:
+    return served[0]
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,
@@ -58,6 +66,18 @@ def request(port: int, method: str, path: str, body: bytes | None = None,
         return response.status, json.loads(response.read())
     finally:
         connection.close()
+
+
+def raw(port: int, data: bytes) -> list[bytes]:
+    """The statuses of what the server answers to `data` sent as is (then the sending side
+    shut, so a server keeping the connection reads its end)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(data)
+        connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(1 << 16):
+            answer += chunk
+    return re.findall(rb"^HTTP/1.1 ([0-9]{3})", answer, re.MULTILINE)
 
 
 def multipart(name: str, data: bytes) -> tuple[bytes, dict]:
@@ -137,3 +157,54 @@ def test_what_a_web_page_can_send_is_refused(server, ws):
     for host in (f"localhost:{server}", f"[::1]:{server}"):
         assert request(server, "POST", "/execute", run, {**JSON, "Host": host})[0] == 200
     assert os.listdir(root) == ["ran"]
+
+
+def test_request_framing_is_read_strictly(server, ws):
+    """Attack A6 and A1: framing a proxy in front could read otherwise (a sign, 0x or _ in a
+    size, a Transfer-Encoding merely containing "chunked", both framings, a GET's body) is
+    refused 400 and the connection closed, so nothing inside it runs as a request."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    head = (f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    inner = head + b"Content-Length: %d\r\n\r\n" % len(run) + run
+    chunk, length = b"%x" % len(run), b"%d" % len(run)
+    for size in (b"0x" + chunk, b"+" + chunk, chunk[:1] + b"_" + chunk[1:], b" " + chunk):
+        framing = b"Transfer-Encoding: chunked\r\n\r\n%s\r\n%s\r\n0\r\n\r\n" % (size, run)
+        assert raw(server, head + framing) == [b"400"], size
+    for size in (b"+" + length, length[:1] + b"_" + length[1:]):
+        assert raw(server, head + b"Content-Length: %s\r\n\r\n%s" % (size, run)) == [b"400"]
+    for framing in (b"Transfer-Encoding: xchunked\r\n", b"Transfer-Encoding: chunked, chunked\r\n",
+                    b"Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+                    b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(run), len(run))):
+        assert raw(server, head + framing + b"\r\n" + b"%x\r\n" % len(run) + run
+                   + b"\r\n0\r\n\r\n") == [b"400"], framing
+    assert raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n" + run) == [b"400"]
+    smuggled = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+                f"Content-Length: {len(inner)}\r\n\r\n").encode() + inner
+    assert raw(server, smuggled) == [b"400"]
+    assert os.listdir(root) == []
+    assert raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n%X;x=1\r\n" % len(run) + run
+               + b"\r\n0\r\n\r\n") == [b"200"]
+    assert os.listdir(root) == ["ran"]
+
+
+def test_a_chunk_past_the_limit_is_never_held(served):
+    """Attack A2: one chunk declared far past the /execute limit is dropped as it arrives
+    (the limit checked before it is read), not read whole into memory and then refused."""
+    port, pid = served
+    def peak() -> int:
+        status = open(f"/proc/{pid}/status").read()
+        return int(re.search(r"VmHWM:\s+([0-9]+) kB", status).group(1)) << 10
+    before = peak()
+    size = 128 << 20
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        connection.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                           f"\r\n{size:x}\r\n".encode())
+        piece = b"x" * (1 << 20)
+        for _ in range(size >> 20):
+            connection.sendall(piece)
+        connection.sendall(b"\r\n0\r\n\r\n")
+        assert connection.recv(1 << 16).startswith(b"HTTP/1.1 413")
+    assert peak() - before < size // 2, (before, peak())

@@ -21,13 +21,15 @@ path never leaves the workspace and no link is followed; every refusal is typed,
 {"error": CODE, "message", "grant"}, and what the sandbox stopped or cut comes back as
 `denials`, each with the policy grant that would allow it (and in words at the end of
 `stderr`, for a model that reads only the output). Request bodies are bounded
-(MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return)."""
+(MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return) and framed
+strictly; what a web browser sends is refused (see _from_no_browser)."""
 
 from __future__ import annotations
 
 import email.message
 import ipaddress
 import json
+import re
 import signal
 import socket
 import sys
@@ -42,6 +44,8 @@ MAX_COMMAND_BYTES = 1 << 20  # an /execute body
 DEFAULT_MAX_UPLOAD = 64 << 20  # an /upload body, and the largest file /download returns
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int() takes those)
+_LENGTH = re.compile(r"[0-9]{1,18}")
 
 # A FileError's code as an HTTP status (the body carries the code itself). No refusal is a
 # 5xx: the SDK retries those.
@@ -144,6 +148,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _get(self, path: str) -> tuple[int, bytes, str]:
         workspace = self.server.workspace
+        if self._framing() != (False, 0):  # (left unread, it would be read as a request)
+            self._malformed("a GET with a body")
         if path == "/":
             return _json({"status": "ok", "message": "Sandbox Runtime is active.",
                           "runtime": "stockade"})
@@ -220,14 +226,11 @@ class Handler(BaseHTTPRequestHandler):
         raise Refusal(400, "usage", "an upload is multipart/form-data with a 'file' part")
 
     def _body(self, limit: int, what: str, knob: str | None = None) -> bytes:
-        """The request's body (Content-Length or chunked), refused past `limit` bytes."""
-        chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
-        try:
-            length = 0 if chunked else int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            raise Refusal(400, "usage", "a Content-Length that is not a number") from None
-        if length > limit or length < 0:
+        """The request's body (Content-Length or chunked), refused past `limit` bytes. The
+        framing is read strictly: a lenient reading a proxy in front reads otherwise is a
+        request smuggled past it."""
+        chunked, length = self._framing()
+        if length > limit:
             self._drain(length)
             self._too_large(what, limit, knob)
         if not chunked:
@@ -235,30 +238,49 @@ class Handler(BaseHTTPRequestHandler):
         data, total = bytearray(), 0
         while True:
             line = self.rfile.readline(1 << 10)
-            try:
-                size = int(line.split(b";")[0], 16)
-            except ValueError:
-                self.close_connection = True
-                raise Refusal(400, "usage", "a malformed chunked body") from None
-            if size == 0:
+            size = line.split(b";")[0].rstrip(b"\r\n")
+            if not line.endswith(b"\n") or not _CHUNK_SIZE.fullmatch(size):
+                self._malformed("a chunk size that is not 1 to 8 hex digits")
+            if int(size, 16) == 0:
                 while self.rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
                     pass  # (trailers)
                 break
-            total += size
+            total += int(size, 16)
             if total > DRAIN_BYTES:
                 self.close_connection = True
                 break
-            chunk = self.rfile.read(size)
-            if total <= limit:  # (past it, the rest is read and dropped, never kept)
-                data += chunk
-            self.rfile.readline(8)  # (the chunk's CRLF)
+            if total > limit:  # (checked before the chunk is read: past it, nothing is kept)
+                self._drain(int(size, 16))
+            else:
+                data += self.rfile.read(int(size, 16))
+            if self.rfile.readline(8) not in (b"\r\n", b"\n"):
+                self._malformed("a chunk not ended by its line break")
         if total > limit:
             self._too_large(what, limit, knob)
         return bytes(data)
 
+    def _framing(self) -> tuple[bool, int]:
+        """Whether the body is chunked, and else its Content-Length, read strictly."""
+        codings = self.headers.get_all("Transfer-Encoding") or []
+        lengths = self.headers.get_all("Content-Length") or []
+        if codings and lengths:
+            self._malformed("both Transfer-Encoding and Content-Length")
+        if codings:
+            if codings != ["chunked"]:
+                self._malformed(f"Transfer-Encoding {', '.join(codings)!r} (only 'chunked')")
+            return True, 0
+        if len(lengths) > 1 or (lengths and not _LENGTH.fullmatch(lengths[0])):
+            self._malformed("a Content-Length that is not one number")
+        return False, int(lengths[0]) if lengths else 0
+
+    def _malformed(self, what: str) -> NoReturn:
+        self.close_connection = True  # (where this request ends is not known)
+        raise Refusal(400, "usage", f"a malformed request: {what}")
+
     def _drain(self, length: int) -> None:
-        """Read and drop a refused body, up to DRAIN_BYTES (a client still sending would
-        see its connection reset, not the answer), then end the connection."""
+        """Read and drop a refused body (or chunk) in 64 KiB pieces, up to DRAIN_BYTES (a
+        client still sending would see its connection reset, not the answer), then end the
+        connection."""
         self.close_connection = True
         drained = 0
         while drained < min(length, DRAIN_BYTES):
