@@ -1311,4 +1311,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("agent-sandbox-get-body-unread", "stockade/integrations/agent_sandbox.py",
            "if self._framing() != (False, 0):", "if False:",
            ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    # an upload's multipart body is parsed only up to its "file" part, its parts bounded
+    Mutant("agent-sandbox-multipart-parts-unbounded", "stockade/integrations/agent_sandbox.py",
+           "for _ in range(MAX_PARTS):", "while True:",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
+    Mutant("agent-sandbox-multipart-head-unbounded", "stockade/integrations/agent_sandbox.py",
+           "min(end, start + MAX_PART_HEAD)", "end",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
+    Mutant("agent-sandbox-multipart-parsed-whole", "stockade/integrations/agent_sandbox.py",
+           "for headers, data in _parts(body, boundary.encode()):",
+           "for headers, data in list(_parts(body, boundary.encode())):",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
 )

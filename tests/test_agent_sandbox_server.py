@@ -208,3 +208,21 @@ def test_a_chunk_past_the_limit_is_never_held(served):
         connection.sendall(b"\r\n0\r\n\r\n")
         assert connection.recv(1 << 16).startswith(b"HTTP/1.1 413")
     assert peak() - before < size // 2, (before, peak())
+
+
+def test_a_multipart_upload_is_parsed_only_up_to_its_file_part(server, ws):
+    """Attack A3: an upload's parts are bounded (16, each one's headers 8 KiB) and parsing
+    stops at the "file" part: millions of empty parts cost nothing, and what follows the
+    file is not read."""
+    root, _ = ws
+    form = {"Content-Type": "multipart/form-data; boundary=B"}
+    empty = b"--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\r\n"
+    upload, _ = multipart("kept", b"data")
+    for before, code in ((empty * 2, 200), (empty * 16, 400),
+                         (b"--B\r\nX: " + b"y" * (8 << 10) + b"\r\n\r\n\r\n", 400)):
+        status, answer = request(server, "POST", "/upload", before + upload, form)
+        assert status == code, answer
+    after = upload.removesuffix(b"--B--\r\n") + b"--B\r\nno header end" + empty * 50
+    status, answer = request(server, "POST", "/upload", after.replace(b"kept", b"also"), form)
+    assert status == 200, answer
+    assert sorted(os.listdir(root)) == ["also", "kept"]

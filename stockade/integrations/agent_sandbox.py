@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
@@ -44,6 +45,8 @@ MAX_COMMAND_BYTES = 1 << 20  # an /execute body
 DEFAULT_MAX_UPLOAD = 64 << 20  # an /upload body, and the largest file /download returns
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
+MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
+MAX_PART_HEAD = 8 << 10  # bytes of one part's headers
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int() takes those)
 _LENGTH = re.compile(r"[0-9]{1,18}")
 
@@ -332,18 +335,30 @@ def _relative(path: str) -> str:
     return path.lstrip("/") or "."
 
 
-def _parts(body: bytes, boundary: bytes) -> list[tuple[email.message.Message, bytes]]:
-    """The parts of a multipart body: each one's headers and its bytes, exactly."""
-    parts = []
-    for segment in (b"\r\n" + body).split(b"\r\n--" + boundary)[1:]:
-        if segment.startswith(b"--"):
-            break
-        head, separator, data = segment.partition(b"\r\n\r\n")
-        if not separator:
-            raise Refusal(400, "usage", "a malformed multipart body")
-        headers = email.message_from_bytes(head.lstrip(b" \t").removeprefix(b"\r\n"))
-        parts.append((headers, data))
-    return parts
+def _parts(body: bytes, boundary: bytes) -> Iterator[tuple[email.message.Message, bytes]]:
+    """The parts of a multipart body, one at a time (the caller stops at the one it wants):
+    each one's headers and its bytes, exactly. At most MAX_PARTS parts, each one's headers
+    at most MAX_PART_HEAD bytes: a body of millions of empty parts is refused, not parsed."""
+    delimiter = b"\r\n--" + boundary
+    body = b"\r\n" + body
+    start = body.find(delimiter)
+    for _ in range(MAX_PARTS):
+        if start < 0:
+            return
+        start += len(delimiter)
+        if body.startswith(b"--", start):
+            return
+        end = body.find(delimiter, start)
+        end = len(body) if end < 0 else end
+        head = body.find(b"\r\n\r\n", start, min(end, start + MAX_PART_HEAD))
+        if head < 0:
+            raise Refusal(400, "usage", "a malformed multipart body (a part's headers unended "
+                          f"within {MAX_PART_HEAD} bytes)")
+        headers = email.message_from_bytes(body[start:head].lstrip(b" \t")
+                                           .removeprefix(b"\r\n"))
+        yield headers, body[head + 4:end]
+        start = end if end < len(body) else -1
+    raise Refusal(400, "usage", f"more than {MAX_PARTS} multipart parts before the 'file' one")
 
 
 def _json(value: Any) -> tuple[int, bytes, str]:
