@@ -1325,4 +1325,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "for headers, data in list(_parts(body, boundary.encode())):",
            ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
             "_part",)),
+    # what the kernel refuses is a typed 4xx (a 5xx, the SDK retries)
+    Mutant("file-name-too-long-untyped", "stockade/integrations/fileop.py",
+           'errno.ENAMETOOLONG: "name_too_long",', "",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
+    Mutant("file-fifo-without-reader-untyped", "stockade/integrations/fileop.py",
+           'errno.ENXIO: "not_a_regular_file"}', "}",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
+    Mutant("agent-sandbox-command-past-one-argument", "stockade/integrations/agent_sandbox.py",
+           'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
 )

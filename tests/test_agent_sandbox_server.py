@@ -226,3 +226,24 @@ def test_a_multipart_upload_is_parsed_only_up_to_its_file_part(server, ws):
     status, answer = request(server, "POST", "/upload", after.replace(b"kept", b"also"), form)
     assert status == 200, answer
     assert sorted(os.listdir(root)) == ["also", "kept"]
+
+
+def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
+    """Attack A5: a name longer than the kernel takes, a FIFO written to, a command past one
+    argument's bound get a 4xx (a 5xx, the SDK retries), typed, and nothing is written."""
+    root, _ = ws
+    def run(command: str) -> tuple[int, dict]:
+        return request(server, "POST", "/execute", json.dumps({"command": command}).encode(),
+                       JSON)
+    assert run("mkfifo fifo")[0] == 200
+    long = "a" * 300
+    for method, path, body, headers, expected in (
+            ("POST", "/upload", *multipart(long, b"x"), (400, "name_too_long")),
+            ("GET", f"/download/{long}", None, {}, (400, "name_too_long")),
+            ("GET", f"/list/{long}", None, {}, (400, "name_too_long")),
+            ("POST", "/upload", *multipart("fifo", b"x"), (409, "not_a_regular_file"))):
+        status, answer = request(server, method, path, body, headers)
+        assert (status, answer["error"]) == expected, (path[:20], answer)
+    status, answer = run("true " + "x" * (128 << 10))
+    assert (status, answer["error"]) == (400, "usage"), answer
+    assert os.listdir(root) == ["fifo"]

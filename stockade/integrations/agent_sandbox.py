@@ -50,12 +50,13 @@ MAX_PART_HEAD = 8 << 10  # bytes of one part's headers
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int() takes those)
 _LENGTH = re.compile(r"[0-9]{1,18}")
 
-# A FileError's code as an HTTP status (the body carries the code itself). No refusal is a
-# 5xx: the SDK retries those.
+# A FileError's code as an HTTP status (the body carries the code itself; one not here is
+# 400). No refusal is a 5xx: the SDK retries those.
 _STATUS = {"outside_workspace": 403, "symlink_refused": 403, "permission_denied": 403,
            "not_found": 404, "not_a_directory": 404, "is_a_directory": 409,
            "not_a_regular_file": 409, "exists": 409, "too_large": 413, "no_space": 507,
-           "usage": 400}
+           "usage": 400, "name_too_long": 400}
+MAX_ARGUMENT = 128 << 10  # the kernel's bound on one argument (MAX_ARG_STRLEN): sh -c's command
 
 
 class Refusal(Exception):
@@ -192,6 +193,9 @@ class Handler(BaseHTTPRequestHandler):
             raise Refusal(400, "usage", 'the body must be JSON {"command": "..."}') from None
         if not isinstance(command, str) or not command.strip():
             raise Refusal(400, "usage", "command must be a non-empty string")
+        if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:
+            raise Refusal(400, "usage", f"a command of {MAX_ARGUMENT} bytes or more (the "
+                          "kernel's bound on one argument; write a script with /upload)")
         if timeout is not None and (isinstance(timeout, bool)
                                     or not isinstance(timeout, int | float) or timeout <= 0):
             raise Refusal(400, "usage", "timeout_seconds must be a positive number")
@@ -303,7 +307,7 @@ def _file(operation: Any) -> Any:
     try:
         return operation()
     except FileError as exc:
-        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
     except StockadeError as exc:
         raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                       exc.message) from None
@@ -324,7 +328,7 @@ def _exists(workspace: Workspace, path: str) -> bool:
     except FileError as exc:
         if exc.code in ("not_found", "not_a_directory"):
             return False
-        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
     return not name or any(entry.name == name for entry in entries)
 
 
