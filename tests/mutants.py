@@ -1338,4 +1338,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
+           "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
 )

@@ -246,4 +246,6 @@ def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
         assert (status, answer["error"]) == expected, (path[:20], answer)
     status, answer = run("true " + "x" * (128 << 10))
     assert (status, answer["error"]) == (400, "usage"), answer
+    status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
+    assert (status, answer["error"]) == (400, "usage"), answer
     assert os.listdir(root) == ["fifo"]
