@@ -1276,7 +1276,70 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_agent_sandbox_server.py::"
             "test_binding_beyond_loopback_must_be_asked_for",)),
     Mutant("agent-sandbox-unbounded-body", "stockade/integrations/agent_sandbox.py",
-           "if length > limit or length < 0:", "if length < 0:",
+           "if length > limit:", "if False:",
            ("tests/test_agent_sandbox_server.py::"
             "test_request_bodies_are_bounded_and_a_refusal_writes_nothing",)),
+    # a web page (no preflight, or DNS rebinding) cannot drive it: Origin, foreign Host and a
+    # non-JSON /execute are refused
+    Mutant("agent-sandbox-origin-served", "stockade/integrations/agent_sandbox.py",
+           'if self.headers.get("Origin") is not None:', "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
+    Mutant("agent-sandbox-any-host-served", "stockade/integrations/agent_sandbox.py",
+           "if self.server.hosts is not None and host not in self.server.hosts:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
+    Mutant("agent-sandbox-execute-not-json-served", "stockade/integrations/agent_sandbox.py",
+           '                and kind != "application/json":', "                and False:",
+           ("tests/test_agent_sandbox_server.py::test_what_a_web_page_can_send_is_refused",)),
+    # the framing is read strictly (no request smuggled past a proxy reading it otherwise), and
+    # a chunk past the body limit is dropped as it arrives, never held
+    Mutant("agent-sandbox-chunk-size-lenient", "stockade/integrations/agent_sandbox.py",
+           'if not line.endswith(b"\\n") or not _CHUNK_SIZE.fullmatch(size):',
+           'if not line.endswith(b"\\n"):',
+           ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    Mutant("agent-sandbox-chunk-read-before-the-limit", "stockade/integrations/agent_sandbox.py",
+           "if total > limit:  # (checked before the chunk is read", "if False:  # (",
+           ("tests/test_agent_sandbox_server.py::test_a_chunk_past_the_limit_is_never_held",)),
+    Mutant("agent-sandbox-any-transfer-coding-chunked", "stockade/integrations/agent_sandbox.py",
+           'if codings != ["chunked"]:', "if False:",
+           ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    Mutant("agent-sandbox-both-framings-served", "stockade/integrations/agent_sandbox.py",
+           "if codings and lengths:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    Mutant("agent-sandbox-content-length-lenient", "stockade/integrations/agent_sandbox.py",
+           "(lengths and not _LENGTH.fullmatch(lengths[0]))", "False",
+           ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    Mutant("agent-sandbox-get-body-unread", "stockade/integrations/agent_sandbox.py",
+           "if self._framing() != (False, 0):", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    # an upload's multipart body is parsed only up to its "file" part, its parts bounded
+    Mutant("agent-sandbox-multipart-parts-unbounded", "stockade/integrations/agent_sandbox.py",
+           "for _ in range(MAX_PARTS):", "while True:",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
+    Mutant("agent-sandbox-multipart-head-unbounded", "stockade/integrations/agent_sandbox.py",
+           "min(end, start + MAX_PART_HEAD)", "end",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
+    Mutant("agent-sandbox-multipart-parsed-whole", "stockade/integrations/agent_sandbox.py",
+           "for headers, data in _parts(body, boundary.encode()):",
+           "for headers, data in list(_parts(body, boundary.encode())):",
+           ("tests/test_agent_sandbox_server.py::test_a_multipart_upload_is_parsed_only_up_to_its_file"
+            "_part",)),
+    # what the kernel refuses is a typed 4xx (a 5xx, the SDK retries)
+    Mutant("file-name-too-long-untyped", "stockade/integrations/fileop.py",
+           'errno.ENAMETOOLONG: "name_too_long",', "",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
+    Mutant("file-fifo-without-reader-untyped", "stockade/integrations/fileop.py",
+           'errno.ENXIO: "not_a_regular_file"}', "}",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
+    Mutant("agent-sandbox-command-past-one-argument", "stockade/integrations/agent_sandbox.py",
+           'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
+    Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
+           "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
+           ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
+            "_error",)),
 )

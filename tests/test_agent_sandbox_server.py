@@ -8,27 +8,33 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from stockade.integrations.agent_sandbox import loopback
 
 MAX_UPLOAD = 4096
+REPO = str(Path(__file__).resolve().parents[1])  # (the server imports this tree's package)
+JSON = {"Content-Type": "application/json"}
 
 
 def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=stderr, text=True)
+                            stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
 @pytest.fixture
-def server(ws, linux) -> Iterator[int]:
+def served(ws, linux) -> Iterator[tuple[int, int]]:
+    """The server's port and process id."""
     root, _ = ws
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
@@ -39,9 +45,14 @@ def server(ws, linux) -> Iterator[int]:
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
         time.sleep(0.05)
-    yield int(said.split("http://127.0.0.1:")[1].split()[0])
+    yield int(said.split("http://127.0.0.1:")[1].split()[0]), process.pid
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0, log.read_text()
+
+
+@pytest.fixture
+def server(served) -> int:
+    return served[0]
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,
@@ -55,6 +66,18 @@ def request(port: int, method: str, path: str, body: bytes | None = None,
         return response.status, json.loads(response.read())
     finally:
         connection.close()
+
+
+def raw(port: int, data: bytes) -> list[bytes]:
+    """The statuses of what the server answers to `data` sent as is (then the sending side
+    shut, so a server keeping the connection reads its end)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(data)
+        connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(1 << 16):
+            answer += chunk
+    return re.findall(rb"^HTTP/1.1 ([0-9]{3})", answer, re.MULTILINE)
 
 
 def multipart(name: str, data: bytes) -> tuple[bytes, dict]:
@@ -75,7 +98,7 @@ def test_binding_beyond_loopback_must_be_asked_for(tmp_path):
 
 def test_request_bodies_are_bounded_and_a_refusal_writes_nothing(server, ws):
     root, _ = ws
-    status, body = request(server, "POST", "/execute", b"x" * (2 << 20))
+    status, body = request(server, "POST", "/execute", b"x" * (2 << 20), JSON)
     assert (status, body["error"]) == (413, "too_large")
     upload, headers = multipart("big.bin", b"y" * (MAX_UPLOAD + 1))
     status, body = request(server, "POST", "/upload", upload, headers)
@@ -91,15 +114,16 @@ def test_request_bodies_are_bounded_and_a_refusal_writes_nothing(server, ws):
     exact, headers = multipart("fits.bin", b"y" * MAX_UPLOAD)
     assert request(server, "POST", "/upload", exact, headers)[0] == 200
     assert (root / "fits.bin").read_bytes() == b"y" * MAX_UPLOAD
-    status, body = request(server, "POST", "/execute", json.dumps({"command": "echo ok"}).encode())
+    status, body = request(server, "POST", "/execute", json.dumps({"command": "echo ok"}).encode(),
+                           JSON)
     assert (status, body["stdout"], body["exit_code"]) == (200, "ok\n", 0)
 
 
 def test_malformed_requests_get_typed_answers(server, ws):
     root, _ = ws
     for method, path, body, headers, code in (
-            ("POST", "/execute", b"{", {}, "usage"),
-            ("POST", "/execute", b'{"command": ["ls"]}', {}, "usage"),
+            ("POST", "/execute", b"{", JSON, "usage"),
+            ("POST", "/execute", b'{"command": ["ls"]}', JSON, "usage"),
             ("POST", "/upload", b"plain", {"Content-Type": "text/plain"}, "usage"),
             ("GET", "/download/a%00b", None, {}, "usage"),
             ("GET", "/no-such-endpoint", None, {}, "not_found"),
@@ -109,3 +133,119 @@ def test_malformed_requests_get_typed_answers(server, ws):
     started = time.monotonic()
     assert request(server, "GET", "/")[1]["status"] == "ok"
     assert time.monotonic() - started < 5 and os.listdir(root) == []
+
+
+def test_what_a_web_page_can_send_is_refused(server, ws):
+    """A page the user visits can POST to loopback (a "simple" request, no preflight) and can
+    rebind its own name to 127.0.0.1: a request with an Origin, a foreign Host, or an /execute
+    that is not JSON is refused, and nothing runs or is written."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    upload, form = multipart("planted", b"x")
+    for path, body, headers, code in (
+            ("/execute", run, {**JSON, "Origin": "http://evil.example"}, "cross_origin"),
+            ("/upload", upload, {**form, "Origin": "null"}, "cross_origin"),
+            ("/execute", run, {**JSON, "Host": f"rebind.evil.example:{server}"}, "foreign_host"),
+            ("/upload", upload, {**form, "Host": "127.0.0.1"}, "foreign_host"),
+            ("/execute", run, {"Content-Type": "text/plain;charset=UTF-8"}, "not_json"),
+            ("/execute", run, {}, "not_json")):
+        status, answer = request(server, "POST", path, body, headers)
+        assert (status, answer["error"]) == (403, code), (path, headers, answer)
+    status, answer = request(server, "GET", "/list/.", None, {"Host": "evil.example"})
+    assert (status, answer["error"]) == (403, "foreign_host")
+    assert os.listdir(root) == []
+    for host in (f"localhost:{server}", f"[::1]:{server}"):
+        assert request(server, "POST", "/execute", run, {**JSON, "Host": host})[0] == 200
+    assert os.listdir(root) == ["ran"]
+
+
+def test_request_framing_is_read_strictly(server, ws):
+    """Attack A6 and A1: framing a proxy in front could read otherwise (a sign, 0x or _ in a
+    size, a Transfer-Encoding merely containing "chunked", both framings, a GET's body) is
+    refused 400 and the connection closed, so nothing inside it runs as a request."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    head = (f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    inner = head + b"Content-Length: %d\r\n\r\n" % len(run) + run
+    chunk, length = b"%x" % len(run), b"%d" % len(run)
+    for size in (b"0x" + chunk, b"+" + chunk, chunk[:1] + b"_" + chunk[1:], b" " + chunk):
+        framing = b"Transfer-Encoding: chunked\r\n\r\n%s\r\n%s\r\n0\r\n\r\n" % (size, run)
+        assert raw(server, head + framing) == [b"400"], size
+    for size in (b"+" + length, length[:1] + b"_" + length[1:]):
+        assert raw(server, head + b"Content-Length: %s\r\n\r\n%s" % (size, run)) == [b"400"]
+    for framing in (b"Transfer-Encoding: xchunked\r\n", b"Transfer-Encoding: chunked, chunked\r\n",
+                    b"Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+                    b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(run), len(run))):
+        assert raw(server, head + framing + b"\r\n" + b"%x\r\n" % len(run) + run
+                   + b"\r\n0\r\n\r\n") == [b"400"], framing
+    assert raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n" + run) == [b"400"]
+    smuggled = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+                f"Content-Length: {len(inner)}\r\n\r\n").encode() + inner
+    assert raw(server, smuggled) == [b"400"]
+    assert os.listdir(root) == []
+    assert raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n%X;x=1\r\n" % len(run) + run
+               + b"\r\n0\r\n\r\n") == [b"200"]
+    assert os.listdir(root) == ["ran"]
+
+
+def test_a_chunk_past_the_limit_is_never_held(served):
+    """Attack A2: one chunk declared far past the /execute limit is dropped as it arrives
+    (the limit checked before it is read), not read whole into memory and then refused."""
+    port, pid = served
+    def peak() -> int:
+        status = open(f"/proc/{pid}/status").read()
+        return int(re.search(r"VmHWM:\s+([0-9]+) kB", status).group(1)) << 10
+    before = peak()
+    size = 128 << 20
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        connection.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                           f"\r\n{size:x}\r\n".encode())
+        piece = b"x" * (1 << 20)
+        for _ in range(size >> 20):
+            connection.sendall(piece)
+        connection.sendall(b"\r\n0\r\n\r\n")
+        assert connection.recv(1 << 16).startswith(b"HTTP/1.1 413")
+    assert peak() - before < size // 2, (before, peak())
+
+
+def test_a_multipart_upload_is_parsed_only_up_to_its_file_part(server, ws):
+    """Attack A3: an upload's parts are bounded (16, each one's headers 8 KiB) and parsing
+    stops at the "file" part: millions of empty parts cost nothing, and what follows the
+    file is not read."""
+    root, _ = ws
+    form = {"Content-Type": "multipart/form-data; boundary=B"}
+    empty = b"--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\r\n"
+    upload, _ = multipart("kept", b"data")
+    for before, code in ((empty * 2, 200), (empty * 16, 400),
+                         (b"--B\r\nX: " + b"y" * (8 << 10) + b"\r\n\r\n\r\n", 400)):
+        status, answer = request(server, "POST", "/upload", before + upload, form)
+        assert status == code, answer
+    after = upload.removesuffix(b"--B--\r\n") + b"--B\r\nno header end" + empty * 50
+    status, answer = request(server, "POST", "/upload", after.replace(b"kept", b"also"), form)
+    assert status == 200, answer
+    assert sorted(os.listdir(root)) == ["also", "kept"]
+
+
+def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
+    """Attack A5: a name longer than the kernel takes, a FIFO written to, a command past one
+    argument's bound get a 4xx (a 5xx, the SDK retries), typed, and nothing is written."""
+    root, _ = ws
+    def run(command: str) -> tuple[int, dict]:
+        return request(server, "POST", "/execute", json.dumps({"command": command}).encode(),
+                       JSON)
+    assert run("mkfifo fifo")[0] == 200
+    long = "a" * 300
+    for method, path, body, headers, expected in (
+            ("POST", "/upload", *multipart(long, b"x"), (400, "name_too_long")),
+            ("GET", f"/download/{long}", None, {}, (400, "name_too_long")),
+            ("GET", f"/list/{long}", None, {}, (400, "name_too_long")),
+            ("POST", "/upload", *multipart("fifo", b"x"), (409, "not_a_regular_file"))):
+        status, answer = request(server, method, path, body, headers)
+        assert (status, answer["error"]) == expected, (path[:20], answer)
+    status, answer = run("true " + "x" * (128 << 10))
+    assert (status, answer["error"]) == (400, "usage"), answer
+    status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
+    assert (status, answer["error"]) == (400, "usage"), answer
+    assert os.listdir(root) == ["fifo"]

@@ -21,17 +21,20 @@ path never leaves the workspace and no link is followed; every refusal is typed,
 {"error": CODE, "message", "grant"}, and what the sandbox stopped or cut comes back as
 `denials`, each with the policy grant that would allow it (and in words at the end of
 `stderr`, for a model that reads only the output). Request bodies are bounded
-(MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return)."""
+(MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return) and framed
+strictly; what a web browser sends is refused (see _from_no_browser)."""
 
 from __future__ import annotations
 
 import email.message
 import ipaddress
 import json
+import re
 import signal
 import socket
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
@@ -42,13 +45,18 @@ MAX_COMMAND_BYTES = 1 << 20  # an /execute body
 DEFAULT_MAX_UPLOAD = 64 << 20  # an /upload body, and the largest file /download returns
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
+MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
+MAX_PART_HEAD = 8 << 10  # bytes of one part's headers
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int() takes those)
+_LENGTH = re.compile(r"[0-9]{1,18}")
 
-# A FileError's code as an HTTP status (the body carries the code itself). No refusal is a
-# 5xx: the SDK retries those.
+# A FileError's code as an HTTP status (the body carries the code itself; one not here is
+# 400). No refusal is a 5xx: the SDK retries those.
 _STATUS = {"outside_workspace": 403, "symlink_refused": 403, "permission_denied": 403,
            "not_found": 404, "not_a_directory": 404, "is_a_directory": 409,
            "not_a_regular_file": 409, "exists": 409, "too_large": 413, "no_space": 507,
-           "usage": 400}
+           "usage": 400, "name_too_long": 400}
+MAX_ARGUMENT = 128 << 10  # the kernel's bound on one argument (MAX_ARG_STRLEN): sh -c's command
 
 
 class Refusal(Exception):
@@ -75,10 +83,16 @@ class AgentSandboxServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, workspace: Workspace, host: str, port: int, *,
-                 max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
+                 max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.workspace, self.max_upload = workspace, max_upload
         super().__init__((host, port), Handler)
+        # The Host a request may name (None: any, behind --allow-remote): a page rebinding
+        # its own name to 127.0.0.1 names itself
+        bound = self.server_address[1]
+        self.hosts = None if allow_remote else {
+            f"{name}:{bound}" for name in (f"[{host}]" if ":" in host else host, "localhost",
+                                           "127.0.0.1", "[::1]")}
 
     def server_close(self) -> None:
         super().server_close()
@@ -102,6 +116,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, route: Any) -> None:
         try:
+            self._from_no_browser()
             status, body, kind = route(urllib.parse.urlsplit(self.path).path)
         except Refusal as refusal:
             status, kind = refusal.status, "application/json"
@@ -115,8 +130,30 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _from_no_browser(self) -> None:
+        """Refuse what a web page can send here: a browser always says its Origin (the SDK
+        never does), a page that rebinds its name to this address still names itself as
+        Host, and a page's POST without a CORS preflight cannot be application/json."""
+        if self.headers.get("Origin") is not None:
+            self.close_connection = True  # (its body, if any, is not read)
+            raise Refusal(403, "cross_origin", "a request with an Origin header (a web "
+                          "browser's) is refused: the server has no authentication")
+        host = (self.headers.get("Host") or "").lower()
+        if self.server.hosts is not None and host not in self.server.hosts:
+            self.close_connection = True
+            raise Refusal(403, "foreign_host", f"Host {host!r} is not this loopback server's "
+                          "address (a name rebound to it?); serving other names needs "
+                          "--allow-remote")
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if self.command == "POST" and urllib.parse.urlsplit(self.path).path == "/execute" \
+                and kind != "application/json":
+            self.close_connection = True
+            raise Refusal(403, "not_json", "/execute takes Content-Type application/json only")
+
     def _get(self, path: str) -> tuple[int, bytes, str]:
         workspace = self.server.workspace
+        if self._framing() != (False, 0):  # (left unread, it would be read as a request)
+            self._malformed("a GET with a body")
         if path == "/":
             return _json({"status": "ok", "message": "Sandbox Runtime is active.",
                           "runtime": "stockade"})
@@ -156,6 +193,9 @@ class Handler(BaseHTTPRequestHandler):
             raise Refusal(400, "usage", 'the body must be JSON {"command": "..."}') from None
         if not isinstance(command, str) or not command.strip():
             raise Refusal(400, "usage", "command must be a non-empty string")
+        if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:
+            raise Refusal(400, "usage", f"a command of {MAX_ARGUMENT} bytes or more (the "
+                          "kernel's bound on one argument; write a script with /upload)")
         if timeout is not None and (isinstance(timeout, bool)
                                     or not isinstance(timeout, int | float) or timeout <= 0):
             raise Refusal(400, "usage", "timeout_seconds must be a positive number")
@@ -193,14 +233,11 @@ class Handler(BaseHTTPRequestHandler):
         raise Refusal(400, "usage", "an upload is multipart/form-data with a 'file' part")
 
     def _body(self, limit: int, what: str, knob: str | None = None) -> bytes:
-        """The request's body (Content-Length or chunked), refused past `limit` bytes."""
-        chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
-        try:
-            length = 0 if chunked else int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            raise Refusal(400, "usage", "a Content-Length that is not a number") from None
-        if length > limit or length < 0:
+        """The request's body (Content-Length or chunked), refused past `limit` bytes. The
+        framing is read strictly: a lenient reading a proxy in front reads otherwise is a
+        request smuggled past it."""
+        chunked, length = self._framing()
+        if length > limit:
             self._drain(length)
             self._too_large(what, limit, knob)
         if not chunked:
@@ -208,30 +245,49 @@ class Handler(BaseHTTPRequestHandler):
         data, total = bytearray(), 0
         while True:
             line = self.rfile.readline(1 << 10)
-            try:
-                size = int(line.split(b";")[0], 16)
-            except ValueError:
-                self.close_connection = True
-                raise Refusal(400, "usage", "a malformed chunked body") from None
-            if size == 0:
+            size = line.split(b";")[0].rstrip(b"\r\n")
+            if not line.endswith(b"\n") or not _CHUNK_SIZE.fullmatch(size):
+                self._malformed("a chunk size that is not 1 to 8 hex digits")
+            if int(size, 16) == 0:
                 while self.rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
                     pass  # (trailers)
                 break
-            total += size
+            total += int(size, 16)
             if total > DRAIN_BYTES:
                 self.close_connection = True
                 break
-            chunk = self.rfile.read(size)
-            if total <= limit:  # (past it, the rest is read and dropped, never kept)
-                data += chunk
-            self.rfile.readline(8)  # (the chunk's CRLF)
+            if total > limit:  # (checked before the chunk is read: past it, nothing is kept)
+                self._drain(int(size, 16))
+            else:
+                data += self.rfile.read(int(size, 16))
+            if self.rfile.readline(8) not in (b"\r\n", b"\n"):
+                self._malformed("a chunk not ended by its line break")
         if total > limit:
             self._too_large(what, limit, knob)
         return bytes(data)
 
+    def _framing(self) -> tuple[bool, int]:
+        """Whether the body is chunked, and else its Content-Length, read strictly."""
+        codings = self.headers.get_all("Transfer-Encoding") or []
+        lengths = self.headers.get_all("Content-Length") or []
+        if codings and lengths:
+            self._malformed("both Transfer-Encoding and Content-Length")
+        if codings:
+            if codings != ["chunked"]:
+                self._malformed(f"Transfer-Encoding {', '.join(codings)!r} (only 'chunked')")
+            return True, 0
+        if len(lengths) > 1 or (lengths and not _LENGTH.fullmatch(lengths[0])):
+            self._malformed("a Content-Length that is not one number")
+        return False, int(lengths[0]) if lengths else 0
+
+    def _malformed(self, what: str) -> NoReturn:
+        self.close_connection = True  # (where this request ends is not known)
+        raise Refusal(400, "usage", f"a malformed request: {what}")
+
     def _drain(self, length: int) -> None:
-        """Read and drop a refused body, up to DRAIN_BYTES (a client still sending would
-        see its connection reset, not the answer), then end the connection."""
+        """Read and drop a refused body (or chunk) in 64 KiB pieces, up to DRAIN_BYTES (a
+        client still sending would see its connection reset, not the answer), then end the
+        connection."""
         self.close_connection = True
         drained = 0
         while drained < min(length, DRAIN_BYTES):
@@ -251,7 +307,7 @@ def _file(operation: Any) -> Any:
     try:
         return operation()
     except FileError as exc:
-        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
     except StockadeError as exc:
         raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                       exc.message) from None
@@ -272,7 +328,7 @@ def _exists(workspace: Workspace, path: str) -> bool:
     except FileError as exc:
         if exc.code in ("not_found", "not_a_directory"):
             return False
-        raise Refusal(_STATUS.get(exc.code, 500), exc.code, exc.message, exc.grant) from None
+        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
     return not name or any(entry.name == name for entry in entries)
 
 
@@ -283,18 +339,30 @@ def _relative(path: str) -> str:
     return path.lstrip("/") or "."
 
 
-def _parts(body: bytes, boundary: bytes) -> list[tuple[email.message.Message, bytes]]:
-    """The parts of a multipart body: each one's headers and its bytes, exactly."""
-    parts = []
-    for segment in (b"\r\n" + body).split(b"\r\n--" + boundary)[1:]:
-        if segment.startswith(b"--"):
-            break
-        head, separator, data = segment.partition(b"\r\n\r\n")
-        if not separator:
-            raise Refusal(400, "usage", "a malformed multipart body")
-        headers = email.message_from_bytes(head.lstrip(b" \t").removeprefix(b"\r\n"))
-        parts.append((headers, data))
-    return parts
+def _parts(body: bytes, boundary: bytes) -> Iterator[tuple[email.message.Message, bytes]]:
+    """The parts of a multipart body, one at a time (the caller stops at the one it wants):
+    each one's headers and its bytes, exactly. At most MAX_PARTS parts, each one's headers
+    at most MAX_PART_HEAD bytes: a body of millions of empty parts is refused, not parsed."""
+    delimiter = b"\r\n--" + boundary
+    body = b"\r\n" + body
+    start = body.find(delimiter)
+    for _ in range(MAX_PARTS):
+        if start < 0:
+            return
+        start += len(delimiter)
+        if body.startswith(b"--", start):
+            return
+        end = body.find(delimiter, start)
+        end = len(body) if end < 0 else end
+        head = body.find(b"\r\n\r\n", start, min(end, start + MAX_PART_HEAD))
+        if head < 0:
+            raise Refusal(400, "usage", "a malformed multipart body (a part's headers unended "
+                          f"within {MAX_PART_HEAD} bytes)")
+        headers = email.message_from_bytes(body[start:head].lstrip(b" \t")
+                                           .removeprefix(b"\r\n"))
+        yield headers, body[head + 4:end]
+        start = end if end < len(body) else -1
+    raise Refusal(400, "usage", f"more than {MAX_PARTS} multipart parts before the 'file' one")
 
 
 def _json(value: Any) -> tuple[int, bytes, str]:
@@ -316,7 +384,8 @@ def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
         raise UsageError("--max-upload must be a positive number of bytes")
     try:
         workspace.start()  # (a sandbox that cannot start here is said now, not per request)
-        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload)
+        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload,
+                                    allow_remote=allow_remote)
     except OSError as exc:
         workspace.close()
         raise UsageError(f"--host {host} --port {port}: cannot listen: {exc.strerror}") from None

@@ -24,7 +24,9 @@ _CODES = {errno.ENOENT: "not_found", errno.ENOTDIR: "not_a_directory",
           errno.EISDIR: "is_a_directory", errno.EACCES: "permission_denied",
           errno.EPERM: "permission_denied", errno.EROFS: "permission_denied",
           errno.ELOOP: "symlink_refused", errno.EEXIST: "exists",
-          errno.ENOSPC: "no_space", errno.EDQUOT: "no_space", errno.EFBIG: "too_large"}
+          errno.ENOSPC: "no_space", errno.EDQUOT: "no_space", errno.EFBIG: "too_large",
+          errno.ENAMETOOLONG: "name_too_long",
+          errno.ENXIO: "not_a_regular_file"}  # (opening a FIFO with no reader for writing)
 
 
 class Refused(Exception):

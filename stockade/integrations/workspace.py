@@ -91,7 +91,7 @@ class Entry:
 class FileError(StockadeError):
     """A file operation refused or failed. `code` is stable: not_found, not_a_directory,
     is_a_directory, not_a_regular_file, symlink_refused, outside_workspace,
-    permission_denied, too_large, no_space, failed; `grant` as in Denial."""
+    permission_denied, too_large, no_space, name_too_long, failed; `grant` as in Denial."""
 
     def __init__(self, code: str, message: str, grant: str | None = None) -> None:
         super().__init__(code, message)

@@ -200,6 +200,11 @@ def check_argv(argv: Sequence[str]) -> None:
             raise UsageError(f"argv[{index}] must be a string, got {value_kind(argument)}")
         if "\0" in argument:
             raise UsageError(f"argv[{index}] contains a NUL byte, which no argument can hold")
+        try:
+            os.fsencode(argument)  # (a lone surrogate, which no byte string holds)
+        except UnicodeEncodeError:
+            raise UsageError(f"argv[{index}] is not text the system can encode (a lone "
+                             "surrogate?)") from None
     if not argv[0]:
         raise UsageError("argv[0], the command, is an empty string")
 
