@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import stockade  # noqa: E402
-from stockade.cli.autoserver import IDLE_ENV  # noqa: E402
+from stockade.cliwire import IDLE_ENV  # noqa: E402
 from stockade.policy import preset  # noqa: E402
 
 ROOTS = ("/usr", "/etc")

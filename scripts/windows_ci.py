@@ -36,14 +36,16 @@ EXIT_USAGE, EXIT_SETUP, EXIT_START = 2, 70, 71
 # POSIX-only today: vm/wsb_guest.py refuses it typed on Windows); the QEMU driver. Every other
 # module imports on Windows: here, and in tests/test_windows_import.py's Windows-like guard.
 POSIX_ONLY = ("stockade.linux", "stockade.cli.server", "stockade.session.agent",
-              "stockade.session.child", "stockade.vm.qemu", "stockade.vm.machine")
+              "stockade.session.child", "stockade.vm.qemu", "stockade.vm.machine",
+              "stockade.cli.ask")
 
 
 # Not imported by the smoke at all: the integrations that need their framework (an extra;
 # tests/integrations imports each with it), and fileop, a script run inside a Linux sandbox.
 NOT_IMPORTED = ("stockade.integrations.mcp", "stockade.integrations.pydantic_ai",
                 "stockade.integrations.openai_agents", "stockade.integrations.deepagents",
-                "stockade.integrations.inspect_sandbox", "stockade.integrations.fileop")
+                "stockade.integrations.inspect_sandbox", "stockade.integrations.fileop",
+                "stockade.integrations.ray")
 
 
 def on_the_windows_path(name: str) -> bool:

@@ -18,6 +18,7 @@ CANCEL = b"C"  # the client's one byte after its request: Ctrl-C was pressed the
 # server's child takes it only where the command line takes SIGINT itself, as it would here
 CANCEL_IF_TAKEN = b"c"
 FACTS = "--program-facts"  # a request's first word: the client program's facts follow
+IDLE_ENV = "STOCKADE_SERVER_IDLE"  # how long a server a run started waits (cli/autoserver.py)
 # A module's origin that names no file: no host code of its own. (`_frozen_importlib` is one
 # until something imports `importlib`, which a thin client need not do and the server has.)
 FILELESS = ("built-in", "frozen")

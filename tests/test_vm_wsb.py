@@ -438,6 +438,9 @@ class _GuestHandle:
     def network_records(self) -> list[dict]:
         return []  # (no egress proxy here)
 
+    def refusals(self) -> list:
+        return []  # (nothing in the guest reports them: docs/vm.md)
+
 
 def _guest(rendezvous, secret: bytes | None = SECRET) -> subprocess.Popen:
     """The guest entry as the bootstrap starts it, with loopback as the host."""

@@ -164,6 +164,10 @@ def look_like_windows() -> None:
         stub = types.ModuleType(name, f"a stub of {name} (see tests/windows_like.py)")
         stub.__getattr__ = _stub  # type: ignore[attr-defined]  (every name: a raising stub)
         sys.modules[name] = stub
+    import _ssl  # (Windows' has two functions more, which ssl.py imports there)
+
+    for name in ("enum_certificates", "enum_crls"):
+        setattr(_ssl, name, _stub(name))
 
     class WinDLL:
         def __init__(self, name: str, *args: object, **kwargs: object) -> None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
-IDLE_ENV = "STOCKADE_SERVER_IDLE"
+from stockade.cliwire import IDLE_ENV
+
 IDLE_DEFAULT = 600.0  # seconds
 IDLE_MOST = 7 * 86400.0  # a longer idle time is this one
 LOCK_NAME = "cli.lock"  # in the state directory: held by the server a run started, for life

@@ -586,9 +586,8 @@ def served_by_a_cli_server(row: Row, scene: Scene, backend: Backend | None) -> L
     its own proves nothing of the server."""
     if backend is None:
         return attack(row, scene, None)
-    from stockade.cli.autoserver import IDLE_ENV
+    from stockade.cliwire import IDLE_ENV, SOCKET_NAME
     from stockade.linux import servercheck
-    from stockade.program import SOCKET_NAME
 
     state = scene.root / "state"
     env = {**host_env_for(row, scene), "PYTHONPATH": PACKAGE_PARENT,
