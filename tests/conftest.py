@@ -109,6 +109,8 @@ POSIX_ONLY_MODULES = {
     "test_server_clients.py": "the clients of the unix-socket servers",
     "test_proxy.py": "the allowlist proxy on its unix socket (refused on Windows)",
     "test_vm_qemu.py": "the QEMU driver",
+    "test_linux_approve.py": "the Linux backend's approvals and `run --ask` (a terminal)",
+    "test_linux_credentials.py": "the Linux backend's credential injection",
 }
 collect_ignore = [] if LINUX else sorted(POSIX_ONLY_MODULES)
 
