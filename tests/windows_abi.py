@@ -157,13 +157,14 @@ def constants() -> dict[str, int]:
 
 
 def c_source(layouts: list[Layout] | None = None, values: dict[str, int] | None = None,
-             functions: list[str] | None = None) -> str:
+             functions: list[str] | None = None, headers: tuple[str, ...] = ()) -> str:
     """The C file: static assertions on `layouts`, `values` (default: structs.py's, constants.py's)
-    and declarations of `functions` (default: api.py's)."""
+    and declarations of `functions` (default: api.py's), with `headers` included too."""
     layouts = Layouts().all() if layouts is None else layouts
     values = constants() if values is None else values
     functions = list(api._SIGNATURES) if functions is None else functions
-    lines = [PREAMBLE, *(f"#include <{h}>" for h in HEADERS), "#include <stddef.h>", ""]
+    lines = [PREAMBLE, *(f"#include <{h}>" for h in HEADERS + headers), "#include <stddef.h>",
+             ""]
     for layout in layouts:
         t = layout.name
         lines.append(f'_Static_assert(sizeof({t}) == {layout.size}, "sizeof({t})");')

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from stockade.errors import UnavailableError
 from stockade.launch.backend import Backend, Capability, Stdio, refuse_other_containment
 from stockade.launch.request import LaunchRequest
-from stockade.windows import fsinfo, rules
+from stockade.windows import fenceclient, fsinfo, rules
 from stockade.windows.api import win32
 from stockade.windows.handle import WindowsHandle
 
@@ -48,7 +48,9 @@ class WindowsBackend(Backend):
 
     def check(self, request: LaunchRequest) -> None:
         refuse_other_containment(request, self.name, "native")
-        rules.check(request, fsinfo.long_path if sys.platform == "win32" else None)
+        windows = sys.platform == "win32"
+        rules.check(request, fsinfo.long_path if windows else None,
+                    fenceclient.helper_refusal if windows else None)
 
     def spawn(self, request: LaunchRequest, stdio: Stdio) -> WindowsHandle:
         return WindowsHandle(request, stdio)
@@ -93,10 +95,16 @@ REPORT = [
                "its other names too (the same content)"),
     Capability("network.none", True, "an AppContainer without network capabilities",
                "whether it may open listening sockets is for the Windows workflow to verify"),
-    Capability("network.allowlist", False, "needs an elevated helper (loopback exemption, "
-               "filtering-platform rules) that Stockade does not ship yet"),
-    Capability("network.any", False, "link-local and metadata addresses cannot be blocked "
-               "for one AppContainer without filtering-platform rules"),
+    # (Not claimed here: both need the fence service, which `check` asks for and the report's
+    # rows show per host: stockade/windows/report.py.)
+    Capability("network.allowlist", False, "Stockade's proxy on the host's loopback; the "
+               "egress fence service exempts the launch's AppContainer from loopback isolation "
+               "and adds WFP filters for its package SID that leave it the proxy's port alone",
+               "refused without the fence service (`stockade fence install`)"),
+    Capability("network.any", False, "the internetClient capability, loopback isolation kept; "
+               "the fence service's WFP filters for the package SID keep it from the "
+               "destination guard's ranges (link-local, metadata, private, reserved)",
+               "refused without the fence service (`stockade fence install`)"),
     Capability("env", True, "a closed, sorted environment block"),
     Capability("limits.memory", True, "Job memory limit", "the whole tree's committed memory"),
     Capability("limits.pids", True, "Job active-process limit", "processes, not threads"),

@@ -46,6 +46,7 @@ from stockade.windows import (
     identity,
     job,
     leases,
+    netfence,
     process,
     records,
     standing,
@@ -124,6 +125,7 @@ class WindowsHandle(Handle):
         self._job: int | None = None
         self._process: int | None = None
         self._pipes: ChildStdio | None = None
+        self._network: netfence.LaunchNetwork | None = None
         self._kept_leases: contextlib.ExitStack | None = None
         self._stack = contextlib.ExitStack()
         self._stage = "identity"
@@ -178,6 +180,9 @@ class WindowsHandle(Handle):
         desk = desktop.desktop_name()
         desk_handle = desktop.create_desktop(desk, desktop.desktop_sddl(user, package))
         self._stack.callback(api.CloseDesktop, desk_handle)
+        # The proxy and the fence (network modes past "none") go once the Job has drained.
+        network = self._network = self._stack.enter_context(netfence.LaunchNetwork(request))
+        capabilities = prepared.capabilities + network.capabilities
         # Runs once the child's handles are closed, before the desktop and the record go.
         self._stack.callback(self._drain, self._job, record, held)
         desk_aces = desktop.object_aces(desk_handle)
@@ -193,10 +198,11 @@ class WindowsHandle(Handle):
         try:
             created, plan = start(process.Launch(
                 application=application, command_line=cmdline.command_line(request.argv),
-                environment=envblock.environment_block(envblock.with_temp(request.env, temp)),
+                environment=envblock.environment_block(
+                    envblock.with_temp(network.environment(request.env), temp)),
                 cwd=request.cwd,
                 desktop=f"{station}\\{desk}", package_sid=package,
-                capabilities=prepared.capabilities, job=self._job,
+                capabilities=capabilities, job=self._job,
                 stdio=tuple(pipes.handles), mitigations=wanted_mitigations),
                 plan, nested, request.argv[0])
             self._process = created.process
@@ -210,17 +216,16 @@ class WindowsHandle(Handle):
                 "job": job.observed(self._job), "handles": held_handles,
                 "mitigations": process.observed_mitigations(created.process),
                 "desktop": seen_desktop}
-        refusal = confinement_refusal(package, plan, wanted_mitigations, seen,
-                                      prepared.capabilities)
+        refusal = confinement_refusal(package, plan, wanted_mitigations, seen, capabilities)
         if refusal:
             raise SetupError("confinement_unverified", refusal, stage="verify")
+        fenced = network.attach(name, created.pid)  # before the child's first instruction
         if api.ResumeThread(created.thread) == 0xFFFFFFFF:
             raise SetupError("resume_failed", "the child could not be resumed", stage="start")
         pipes.start_relays()
         self.stdin, self.stdout, self.stderr = pipes.files
-        self.enforced = _enforced(request, plan, done, seen, package,
-                                  prepared.capabilities) | {
-            "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions}
+        self.enforced = _enforced(request, plan, done, seen, package, capabilities) | {
+            "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions} | fenced
         self.stages.append(("start", time.monotonic()))
 
     def _drain(self, job_handle: int, record: LaunchRecord, held: contextlib.ExitStack) -> None:
@@ -263,6 +268,8 @@ class WindowsHandle(Handle):
         code = DWORD()
         win32().GetExitCodeProcess(self._process, ctypes.byref(code))
         failure = self._close()
+        if self._network is not None:
+            self.network_log = self._network.denials()
         self.stages.append(("settle", time.monotonic()))
         self._exit = Exit(None, KILLED_SIGNAL, failure) if self._killed \
             else Exit(code.value, None, failure)

@@ -17,6 +17,14 @@ from stockade.launch.report import ENFORCED, UNAVAILABLE, Row, accepted, row_mak
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.windows.probe import NESTED_UI, verified
 
+# What enforces the network modes past `none`, through the egress fence service (netfence.py):
+# `accepted` makes each row unavailable, with check's reason, where the service does not answer.
+ALLOWLIST = ("Stockade's proxy on the host's 127.0.0.1 (domain rules, address guard, denial "
+             "log); the fence service's loopback exemption for the launch's AppContainer and "
+             "WFP filters keyed to its package SID blocking every loopback port but the proxy's")
+ANY = ("the internetClient capability, loopback isolation kept; the fence service's WFP "
+       "filters keyed to the launch's package SID blocking the destination guard's ranges "
+       "(link-local, metadata, private, reserved) and the host itself")
 # What rules.check accepts, on any platform: a drive path for the root and working directory.
 _PLAIN = LaunchRequest(argv=("cmd.exe",), cwd="C:\\", env=(), read=(PathGrant("C:\\", "C:\\"),))
 
@@ -70,11 +78,13 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
         row("network.none", no_network, {"token": token, "child": ("tcp_loopback",)},
             "the probe shows a loopback connection refused; TCP and UDP elsewhere, DNS and "
             "listeners are for the Windows real-child tests"),
-        row("network.loopback", "AppContainer loopback isolation; no loopback exemption is "
-            "added for the launch", {"token": token, "child": ("tcp_loopback",)},
+        row("network.loopback", "AppContainer loopback isolation; a loopback exemption only "
+            "under `allowlist`, confined by the fence's WFP filters to the proxy's port",
+            {"token": token, "child": ("tcp_loopback",)},
             "host services on 127.0.0.1 are unreachable"),
         row("network.link_local", no_network, {"token": token},
-            "under network `any` they would be reachable, which is why `any` is refused"),
+            "under network `any`, the fence service's WFP filters for the launch's package SID "
+            "(see network.any)"),
         row("network.listeners", "no internetClientServer or privateNetworkClientServer "
             "capability: nothing outside can connect in", {"token": token},
             partial="whether it may open a listening socket at all is not verified (the "
@@ -83,9 +93,8 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "and stderr are inherited",
             {"handles": ("inherited_standard", "inherited_outside_list")}),
         accepted(backend, "network.allowlist", NetworkSpec("allowlist", ("example.com",)),
-                 "Stockade's proxy", base=_PLAIN),
-        accepted(backend, "network.any", NetworkSpec("any"), "network capabilities",
-                 base=_PLAIN),
+                 ALLOWLIST, base=_PLAIN),
+        accepted(backend, "network.any", NetworkSpec("any"), ANY, base=_PLAIN),
         row("env", "the request's closed environment as the environment block",
             {"environment": ("environment",)}),
         row("limits.memory", "Job memory limit", {"job": ("job_memory",)},

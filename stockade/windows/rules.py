@@ -1,11 +1,9 @@
 """What the Windows backend refuses before anything happens (`Backend.check`), pure: every
 refusal is a typed UnenforceableError naming the capability.
 
-- `network.allowlist`: the proxy needs a loopback exemption for the launch's AppContainer and
-  filtering-platform rules confining it to the proxy's port, set by an elevated helper that
-  Stockade does not ship yet;
-- `network.any`: an AppContainer with the internetClient capability can still reach link-local
-  and metadata addresses, and nothing short of filtering-platform rules stops that;
+- `network.allowlist`, `network.any`: without the egress fence service (`fence()` says why it
+  cannot be used; netfence.py), and `network.credentials`, `network.http` and `network.reach`,
+  which the Windows fence does not offer;
 - `limits.file_size`: Windows has no per-file size limit for a process tree;
 - `limits.memory`, `limits.pids`, `limits.cpu` out of what a Job can hold (job.py);
 - `filesystem.path`: a root, denied path or working directory that is not a canonical drive
@@ -23,25 +21,15 @@ from collections.abc import Callable
 from stockade.errors import UnenforceableError
 from stockade.launch import hostcode
 from stockade.launch.request import LaunchRequest
-from stockade.windows import cmdline, envblock
+from stockade.windows import cmdline, envblock, netfence
 from stockade.windows.admission import inside, lexical_refusal
 from stockade.windows.job import job_plan
 
 CWD_LIMIT = 258  # SetCurrentDirectoryW, CreateProcessW's lpCurrentDirectory: 260 with "\\" and NUL
 
 
-def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None) -> None:
-    mode = request.network.mode
-    if mode == "allowlist":
-        raise UnenforceableError(
-            "network.allowlist", "the Windows backend cannot confine an AppContainer to "
-            "Stockade's proxy yet (it needs an elevated helper for a loopback exemption and "
-            "filtering-platform rules); use network mode 'none'")
-    if mode == "any":
-        raise UnenforceableError(
-            "network.any", "an AppContainer allowed onto the network still reaches "
-            "link-local and metadata addresses; the Windows backend offers network mode "
-            "'none' only")
+def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None,
+          fence: Callable[[], str | None] | None = None) -> None:
     if request.limits.file_size is not None:
         raise UnenforceableError("limits.file_size",
                                  "Windows has no per-file size limit for a process tree")
@@ -71,6 +59,7 @@ def check(request: LaunchRequest, long_path: Callable[[str], str] | None = None)
         envblock.environment_block(request.env)
     except ValueError as exc:
         raise UnenforceableError("env", str(exc)) from None
+    netfence.check(request, fence)  # (last: it may ask the fence service over its pipe)
 
 
 def _admit(path: str, long_path: Callable[[str], str] | None) -> None:

@@ -99,7 +99,7 @@ def current_user_sid() -> str:
     token = HANDLE()
     api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
     try:
-        buffer = _information(token, c.TOKEN_USER)
+        buffer = information(token, c.TOKEN_USER)
         return sid_in(buffer.raw, ctypes.addressof(buffer),
                       SID_AND_ATTRIBUTES.from_buffer_copy(buffer.raw).Sid)
     finally:
@@ -121,7 +121,7 @@ def _own_dword(info_class: int) -> int:
     token = HANDLE()
     api.OpenProcessToken(api.GetCurrentProcess(), c.TOKEN_QUERY, ctypes.byref(token))
     try:
-        return DWORD.from_buffer(_information(token, info_class)).value
+        return DWORD.from_buffer(information(token, info_class)).value
     finally:
         api.CloseHandle(token)
 
@@ -134,17 +134,17 @@ def child_token(process: int, job: int) -> ChildToken:
     token = HANDLE()
     api.OpenProcessToken(process, c.TOKEN_QUERY, ctypes.byref(token))
     try:
-        is_appcontainer = DWORD.from_buffer(_information(token, c.TOKEN_IS_APP_CONTAINER)).value
-        buffer = _information(token, c.TOKEN_APP_CONTAINER_SID)  # holds the SID: kept alive
+        is_appcontainer = DWORD.from_buffer(information(token, c.TOKEN_IS_APP_CONTAINER)).value
+        buffer = information(token, c.TOKEN_APP_CONTAINER_SID)  # holds the SID: kept alive
         package = package_sid(buffer.raw, ctypes.addressof(buffer))
-        groups = _information(token, c.TOKEN_CAPABILITIES)  # holds the SIDs: kept alive
+        groups = information(token, c.TOKEN_CAPABILITIES)  # holds the SIDs: kept alive
         capabilities = capability_sids(groups.raw, ctypes.addressof(groups))
         return ChildToken(bool(in_job.value), bool(is_appcontainer), package, capabilities)
     finally:
         api.CloseHandle(token)
 
 
-def _information(token: HANDLE, info_class: int) -> ctypes.Array:
+def information(token: HANDLE, info_class: int) -> ctypes.Array:
     """GetTokenInformation's answer, in a buffer of the size it asks for."""
     api = win32()
     size = DWORD()
