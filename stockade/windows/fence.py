@@ -245,7 +245,7 @@ class Connection:
         self._target = target
         self._derive = derive
         self._held: Held | None = None
-        self.open = self._refusal is None
+        self.open = True  # (a caller that may not ask is answered once, then cut off)
 
     def answer(self, body: dict) -> dict:
         """The response to one frame's object. A frame the protocol refuses, or any request

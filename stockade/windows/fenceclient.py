@@ -46,11 +46,15 @@ class FenceClient:
         self._transport = (connect or _pipe)()
 
     def ask(self, body: dict) -> dict:
-        self._transport.write(fenceproto.encode(body))
         try:
+            self._transport.write(fenceproto.encode(body))
             return fenceproto.answer(fenceproto.read_frame(self._transport.read))
         except fenceproto.ProtocolError as exc:
             raise SetupError(exc.code, f"the fence service's answer: {exc.message}",
+                             stage="network") from None
+        except OSError as exc:
+            raise SetupError("fence_lost", "the connection to the fence service broke "
+                             f"({exc.strerror or exc.__class__.__name__})",
                              stage="network") from None
 
     def status(self) -> dict:

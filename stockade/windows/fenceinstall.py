@@ -24,6 +24,7 @@ install's reconcile to take back.
 
 from __future__ import annotations
 
+import ntpath
 import os
 import subprocess
 import sys
@@ -33,10 +34,11 @@ from collections.abc import Callable, Iterable, Iterator
 from stockade.errors import SetupError
 from stockade.windows import acl, fenceclient
 from stockade.windows import constants as c
+from stockade.windows.admission import inside
 
 SERVICE_NAME = "StockadeFence"
 _DATA = os.environ.get("ProgramData", "C:\\ProgramData")
-STATES = (os.path.join(_DATA, "Stockade"), os.path.join(_DATA, "Stockade", "fence"))
+STATES = (ntpath.join(_DATA, "Stockade"), ntpath.join(_DATA, "Stockade", "fence"))
 STATE = STATES[-1]
 SYSTEM, ADMINISTRATORS = "S-1-5-18", "S-1-5-32-544"
 TRUSTED_INSTALLER = "S-1-5-80-956008885-3418522649-1831038044-1853292631-2271478464"
@@ -66,8 +68,7 @@ def writable_by_others(owner: str, aces: Iterable[acl.Ace], rights: int = WRITE_
 
 
 def interpreter_refusal(prefix: str, base_prefix: str) -> str | None:
-    if os.path.normcase(os.path.abspath(prefix)) != os.path.normcase(os.path.abspath(
-            base_prefix)):
+    if ntpath.normcase(prefix.rstrip("\\")) != ntpath.normcase(base_prefix.rstrip("\\")):
         return ("this is a virtual environment, whose files its user may change; install "
                 "Stockade into an interpreter only administrators can change (python.org's "
                 "installer for all users, in C:\\Program Files) and run this from it")
@@ -85,19 +86,21 @@ def tree(top: str) -> Iterator[str]:
 def ancestors(path: str) -> list[str]:
     out = []
     while True:
-        parent = os.path.dirname(path)
+        parent = ntpath.dirname(path)
         if parent == path:
             return out
         out.append(parent)
         path = parent
 
 
-def code_refusal(security: Security, interpreter: str, package: str) -> str | None:
+def code_refusal(security: Security, walk: Callable[[str], Iterable[str]], interpreter: str,
+                 package: str) -> str | None:
     """Why the code the service would run is not an administrator's alone (`interpreter`: the
-    interpreter's tree; `package`: the directory of `stockade`), or None."""
-    places = list(tree(interpreter))
-    if os.path.commonpath([interpreter, package]) != interpreter:
-        places += list(tree(package))
+    interpreter's tree; `package`: the directory of `stockade`; `walk(top)`: `top` and all
+    below it), or None."""
+    places = list(walk(interpreter))
+    if not inside(package, interpreter):
+        places += list(walk(package))
     for path in places:
         who = writable_by_others(*security(path))
         if who:
@@ -159,11 +162,12 @@ def read_security(path: str) -> tuple[str, tuple[acl.Ace, ...]]:
     return who, WindowsAclStore().read(path).aces
 
 
-def plan(security: Security, exists: Callable[[str], bool], prefix: str, base_prefix: str,
-         package: str, python: str) -> tuple[list[str], list[list[str]]]:
+def plan(security: Security, exists: Callable[[str], bool], walk: Callable[[str], Iterable[str]],
+         prefix: str, base_prefix: str, package: str, python: str
+         ) -> tuple[list[str], list[list[str]]]:
     """The state directories to make and the commands to run then; SetupError
     `fence_install_unsafe` when the service would run what others can change."""
-    why = interpreter_refusal(prefix, base_prefix) or code_refusal(security, base_prefix,
+    why = interpreter_refusal(prefix, base_prefix) or code_refusal(security, walk, base_prefix,
                                                                    package)
     made = []
     for path in STATES:
@@ -187,7 +191,7 @@ def install(run: Callable[[list[str]], int] | None = None) -> None:
     if not tokens.elevated():
         raise SetupError("fence_install_not_elevated", "installing the fence service takes an "
                          "administrator: run it from an elevated prompt", stage="install")
-    made, commands = plan(read_security, os.path.lexists, sys.prefix, sys.base_prefix,
+    made, commands = plan(read_security, os.path.lexists, tree, sys.prefix, sys.base_prefix,
                           os.path.dirname(os.path.dirname(os.path.abspath(stockade.__file__))),
                           sys.executable)
     for path in made:

@@ -116,8 +116,8 @@ def _value(condition: wfp.Condition, keep: list) -> int:
             held = FWP_V6_ADDR_AND_MASK()
             held.addr[:] = network.network_address.packed
             held.prefixLength = network.prefixlen
-    elif condition.field == "IP_REMOTE_ADDRESS":
-        return int(ipaddress.IPv4Address(condition.value))  # host order
+    elif condition.field == "IP_REMOTE_ADDRESS":  # one IPv4 address ("a.b.c.d" or "/32")
+        return int(ipaddress.ip_network(condition.value).network_address)  # host order
     else:
         return int(condition.value)
     keep.append(held)
