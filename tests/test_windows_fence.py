@@ -35,6 +35,7 @@ from stockade.windows import (
     fence,
     fenceclient,
     fenceinstall,
+    fencepipe,
     fenceproto,
     identity,
     netfence,
@@ -501,10 +502,11 @@ def test_a_service_that_answers_is_used(state, firewall):
         assert fenceclient.helper_refusal(lambda: transport) is None
 
 
-def test_only_localsystem_may_serve_the_pipe():
-    assert fenceclient.server_refusal("S-1-5-18") is None
+def test_only_a_pipe_localsystem_owns_is_the_services():
+    assert fencepipe.server_refusal("S-1-5-18") is None
     for squatter in (USER, ADMINS, "S-1-5-19"):
-        assert fenceclient.server_refusal(squatter)
+        assert fencepipe.server_refusal(squatter)
+    assert fencepipe.PIPE_SDDL.startswith("O:SY")  # what the service's own pipe is made with
 
 
 def request(**network) -> LaunchRequest:

@@ -27,8 +27,19 @@ from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import facts
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.windows import constants as c
-from stockade.windows import desktop, handle, identity, job, process, structs, tokens
+from stockade.windows import (
+    desktop,
+    fenceclient,
+    handle,
+    identity,
+    job,
+    process,
+    rules,
+    structs,
+    tokens,
+)
 from stockade.windows import probe as windows_probe
+from stockade.windows import report as windows_report
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
 from stockade.windows.admission import Entry
@@ -609,9 +620,28 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     # Unavailable, with the backend's own reasons.
     for name in ("network.allowlist", "network.any", "limits.file_size"):
         assert status[name] == "unavailable", name
-    assert "link-local" in rows["network.any"].reason
-    assert "`any` is refused" in rows["network.link_local"].reason
+    # (without the egress fence service: how to install it; docs/windows.md)
+    for name in ("network.allowlist", "network.any"):
+        assert "stockade fence install" in rows[name].reason
+    assert "link-local" in rows["network.any"].mechanism
+    assert "fence service's WFP filters" in rows["network.link_local"].reason
     assert "per-file size" in rows["limits.file_size"].reason
+
+
+def test_with_the_fence_service_the_report_names_what_enforces_allowlist_and_any(ledger, host):
+    class Fenced(FakeWindowsBackend):
+        def check(self, request: LaunchRequest) -> None:  # (the service answers)
+            if request.argv[4:5] != (probe_source(),):
+                rules.check(request, fence=lambda: None)
+
+    backend = Fenced()
+    rows = {row.name: row for row in report.build(probed(backend, ledger, host), backend).rows}
+    for name, mechanism in (("network.allowlist", windows_report.ALLOWLIST),
+                            ("network.any", windows_report.ANY)):
+        assert (rows[name].status, rows[name].mechanism) == ("partial", mechanism)
+        assert rows[name].reason == "accepted by the backend, not verified by the readiness probe"
+    assert "loopback exemption" in rows["network.allowlist"].mechanism
+    assert "WFP filters keyed to" in rows["network.any"].mechanism
 
 
 def test_an_owner_in_a_job_is_ready_without_ui_limits_and_the_report_says_so(ledger, host):
@@ -699,7 +729,8 @@ def test_the_real_probe_on_windows():
         assert leak not in text
     rows = {row.name: row.status for row in report.build(a, backend).rows}
     assert rows["identity"] == rows["kill_on_close"] == rows["settlement"] == "enforced"
-    assert rows["network.any"] == "unavailable"
+    assert rows["network.any"] == ("partial" if fenceclient.helper_refusal() is None
+                                   else "unavailable")
 
 
 def test_the_probe_reads_and_runs_the_store_pythons_program_not_its_alias(monkeypatch):

@@ -299,6 +299,7 @@ def test_two_callers_waiting_at_once_share_one_settlement(monkeypatch):
     settling, release, settled = threading.Event(), threading.Event(), []
     h = handle.WindowsHandle.__new__(handle.WindowsHandle)
     h._lock, h._waiting, h._killed, h._pipes = threading.Lock(), threading.Lock(), False, None
+    h._network = None
     h._job, h._exit, h._process, h.stages = None, None, process_, []
     h._stack = contextlib.ExitStack()
 

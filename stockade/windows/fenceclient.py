@@ -1,8 +1,8 @@
 """The fence service's client: whether the service is there (`helper_refusal`, which the
 backend's `check` asks for `network.mode` "allowlist" and "any"), and one launch's fence
 (`FenceClient.fence`, then `release`). The transport is the service's named pipe
-(fencepipe.connect on Windows, which refuses a server that is not LocalSystem: a squatter on
-the pipe's name could otherwise answer "fenced" for filters it never added); tests give their
+(fencepipe.connect on Windows, which refuses a pipe that is not LocalSystem's: a squatter on
+its name could otherwise answer "fenced" for filters it never added); tests give their
 own."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Protocol
 
 from stockade.errors import SetupError
 from stockade.windows import fenceproto
-from stockade.windows import sid as sids
 
 INSTALL = "install it, as an administrator: `stockade fence install` (docs/windows.md)"
 
@@ -24,13 +23,6 @@ class Transport(Protocol):
     def write(self, data: bytes) -> None: ...
 
     def close(self) -> None: ...
-
-
-def server_refusal(server_user: str) -> str | None:
-    """Why the process serving the pipe is not the fence service, from its token's user."""
-    if server_user.upper() != sids.SYSTEM:
-        return "the process serving the fence pipe is not LocalSystem"
-    return None
 
 
 def _pipe() -> Transport:

@@ -10,7 +10,7 @@
   below Medium integrity can write to it.
 - The client's end (`connect`): opened for exactly those rights, allowing the server to
   identify but not impersonate it (SECURITY_SQOS_PRESENT | SECURITY_IDENTIFICATION), and
-  refused unless the pipe's owner, read from the handle, is SYSTEM (fenceclient.server_refusal).
+  refused unless the pipe's owner, read from the handle, is SYSTEM (`server_refusal`).
 - `process_facts(pid)`: the process's token (user, AppContainer and package SID, integrity,
   restricted) and creation time, for fence.caller_refusal and fence.target_refusal.
 """
@@ -23,7 +23,8 @@ import time
 
 from stockade.errors import SetupError
 from stockade.windows import constants as c
-from stockade.windows import fenceclient, identity, tokens
+from stockade.windows import identity, tokens
+from stockade.windows import sid as sids
 from stockade.windows.api import win32
 from stockade.windows.fence import TokenFacts
 from stockade.windows.fenceapi import (
@@ -92,7 +93,7 @@ def connect() -> PipeTransport:
                 raise
             fence.WaitNamedPipeW(PIPE, int(CONNECT_WAIT * 1000))
     try:
-        why = fenceclient.server_refusal(owner(handle))
+        why = server_refusal(owner(handle))
         if why:
             raise SetupError("fence_server_untrusted", f"{why}: another process took the "
                              "service's pipe name", stage="network")
@@ -100,6 +101,14 @@ def connect() -> PipeTransport:
     except BaseException:
         api.CloseHandle(handle)
         raise
+
+
+def server_refusal(owner_sid: str) -> str | None:
+    """Why a pipe owned by `owner_sid` is not the fence service's (which makes it SYSTEM's:
+    PIPE_SDDL), or None."""
+    if owner_sid.upper() != sids.SYSTEM:
+        return "the fence pipe is not LocalSystem's"
+    return None
 
 
 def owner(handle: int) -> str:
