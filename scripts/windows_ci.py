@@ -8,10 +8,17 @@ non-zero when what it checks does not hold (the workflow gates on them):
     python scripts/windows_ci.py probe FILE    `stockade probe --json`, the attestation kept
     python scripts/windows_ci.py evidence FILE the W1 matrix: each row's real-child test, kept
     python scripts/windows_ci.py tests         the whole suite, Windows required (no skip passes)
+    python scripts/windows_ci.py secure-interpreter  (as an administrator) this interpreter's
+                                               tree an administrator's alone, as under
+                                               C:\\Program Files, so the fence service may run it
+    python scripts/windows_ci.py fence         the allowlist fence's real-child rows (the
+                                               service installed: `stockade fence install`)
+    python scripts/windows_ci.py network-any   network any's real-child row (the service too)
 
 None of them can pass vacuously: `tests` fails when pytest ran no test, passed none, skipped one
 or ran none of the W1 real-child tests; `evidence` fails unless every W1 row's test ran and
-passed (a row whose test was skipped, deselected or not collected is a failure, not a pass).
+passed (a row whose test was skipped, deselected or not collected is a failure, not a pass);
+`fence` and `network-any` likewise, for each of their rows (tests/windows_fence_host.py).
 
 Run from the checkout, with Stockade installed (`pip install .[test]`). Standard library only.
 """
@@ -95,7 +102,7 @@ def exit_codes() -> int:
                                 "PATH": os.path.join(system_root, "System32")}},
                 "process": {"cwd": workspace}}
         good = _policy(top, "policy.json", base)
-        refused = _policy(top, "refused.json", base | {"network": {"mode": "any"}})
+        refused = _policy(top, "refused.json", base | {"limits": {"file_size": "1M"}})
         invalid = _policy(top, "invalid.json", base | {"no_such_section": {}})
         cases = [(good, ["cmd", "/d", "/c", "exit", "0"], 0),
                  (good, ["cmd", "/d", "/c", "exit", "7"], 7),
@@ -220,8 +227,62 @@ def open_interpreter() -> int:
                           timeout=1800).returncode
 
 
+def secure_interpreter() -> int:
+    """The runner's interpreter (C:\\hostedtoolcache, made below C:\\, whose entries give
+    Authenticated Users modify on what an administrator makes there) made an administrator's
+    alone, as the python.org installer's C:\\Program Files location is: the fence service runs
+    it as LocalSystem, and `stockade fence install` refuses an interpreter anyone else could
+    change (stockade/windows/fenceinstall.py). The whole top directory below the drive: one
+    above the interpreter that others may rename would do as much."""
+    root = os.path.realpath(sys.base_prefix)
+    drive, rest = os.path.splitdrive(root)
+    top = os.path.join(drive + os.sep, rest.strip(os.sep).split(os.sep)[0])
+    grants = ["*S-1-5-18:(OI)(CI)F", "*S-1-5-32-544:(OI)(CI)F", "*S-1-5-32-545:(OI)(CI)RX",
+              "*S-1-15-2-1:(OI)(CI)RX"]
+    for command in (["icacls", top, "/inheritance:r", "/grant:r", *grants, "/C", "/Q"],
+                    ["icacls", os.path.join(top, "*"), "/reset", "/T", "/C", "/Q"],
+                    ["icacls", top, "/setowner", "*S-1-5-32-544", "/T", "/C", "/Q"]):
+        status = subprocess.run(command, timeout=3600).returncode
+        if status:
+            return status
+    return 0
+
+
+FENCE_MODULE = "windows_fence_host"
+FENCE_ROWS = {
+    "fence": {
+        "an allowlist sandbox reaches the proxy and nothing else on the host":
+            "test_an_allowlist_sandbox_reaches_the_proxy_and_nothing_else_on_the_host",
+        "a crashed service takes back what it recorded":
+            "test_a_crashed_service_takes_back_what_it_recorded_when_it_restarts",
+    },
+    "network-any": {
+        "an any sandbox reaches the internet, not the guarded ranges nor the host":
+            "test_an_any_sandbox_reaches_the_internet_but_not_the_guarded_ranges",
+    },
+}
+
+
+def fence_rows(step: str) -> int:
+    """`step`'s rows of tests/windows_fence_host.py, each of which must run and pass."""
+    rows = FENCE_ROWS[step]
+    with tempfile.TemporaryDirectory() as top:
+        junit = os.path.join(top, "fence.xml")
+        status = _pytest(junit, *(f"{os.path.join('tests', FENCE_MODULE + '.py')}::{name}"
+                                  for name in rows.values()))
+        seen = outcomes(junit) if os.path.exists(junit) else {}
+    failed = 0
+    for row, name in rows.items():
+        outcome = seen.get(f"{FENCE_MODULE}::{name}", "not run")
+        failed += outcome != "passed"
+        print(f"{'ok  ' if outcome == 'passed' else 'FAIL'} {row}: {outcome}", flush=True)
+    return status or (1 if failed else 0)
+
+
 STEPS = {"imports": imports, "open-interpreter": open_interpreter, "exit-codes": exit_codes,
-         "probe": probe, "evidence": evidence, "tests": tests}
+         "probe": probe, "evidence": evidence, "tests": tests,
+         "secure-interpreter": secure_interpreter,
+         "fence": lambda: fence_rows("fence"), "network-any": lambda: fence_rows("network-any")}
 
 
 def main(argv: list[str]) -> int:

@@ -78,7 +78,7 @@ def test_the_workflow_gates(workflow):
 
 def test_it_runs_on_both_windows_images_elevated_and_not(workflow):
     jobs = workflow["jobs"]
-    assert set(jobs) == {"elevated", "unelevated"}
+    assert set(jobs) == {"elevated", "unelevated", "fence", "network-any"}
     for job in jobs.values():
         assert job["runs-on"] == "${{ matrix.os }}"
         assert job["strategy"]["matrix"]["os"] == ["windows-2022", "windows-2025"]
@@ -108,6 +108,31 @@ def test_it_runs_what_the_issue_asks_for(workflow):
         assert all(kept.get("retention-days") == 90 for kept in uploads.values())
 
 
+@pytest.mark.parametrize("name", ["fence", "network-any"])
+def test_the_fence_jobs_install_the_service_from_a_secured_interpreter_and_run_its_rows(
+        workflow, name):
+    # (issue 36: jobs for the fence, elevated, and for `any`)
+    job = workflow["jobs"][name]
+    run = [argv for step in job["steps"] for argv in commands(step)]
+    assert run == [["python", "-m", "pip", "install", ".[test]"],
+                   ["python", "scripts/windows_ci.py", "secure-interpreter"],
+                   ["python", "-m", "stockade", "fence", "install"],
+                   ["python", "scripts/windows_ci.py", name],
+                   ["python", "-m", "stockade", "fence", "uninstall"]]
+    assert not [argv for argv in run if argv[0] == "pwsh"]  # elevated: installing takes it
+
+
+def test_each_fence_row_names_a_real_child_test_and_one_not_run_fails(tmp_path, monkeypatch):
+    import windows_fence_host
+
+    for rows in windows_ci.FENCE_ROWS.values():
+        for row, name in rows.items():
+            assert callable(getattr(windows_fence_host, name, None)), row
+    assert windows_fence_host.pytestmark.name == "windows"
+    monkeypatch.setattr(windows_ci, "_pytest", lambda junit, *targets: 0)  # ran nothing
+    assert windows_ci.fence_rows("fence") == 1 and windows_ci.fence_rows("network-any") == 1
+
+
 def test_no_step_can_pass_having_run_nothing():
     # (issue 31, D7: the evidence step passed with --allow-not-run and no Windows row)
     for path in (WORKFLOW, windows_ci.__file__):
@@ -130,7 +155,9 @@ def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_pa
     checklist = windows_first_run.stages(str(tmp_path))
     steps = [argv[2] for _, argv, _ in checklist
              if argv and argv[:2] == windows_first_run.CI]
-    assert sorted(steps) == sorted(set(windows_ci.STEPS) - {"open-interpreter"})  # (changes no ACL)
+    # (not the steps that change ACLs, nor the fence's, which need the service installed)
+    assert sorted(steps) == sorted(set(windows_ci.STEPS) - {
+        "open-interpreter", "secure-interpreter", "fence", "network-any"})
     assert [name for name, _, _ in checklist][:1] == ["host"]
     kept = {os.path.basename(arg) for _, argv, _ in checklist for arg in argv or ()}
     assert {"attestation.json", "evidence.json"} <= kept
@@ -200,6 +227,8 @@ def test_every_command_it_runs_exists_here(workflow):
                     assert argv[2] in windows_ci.STEPS, argv
                 elif argv[:3] == ["python", "-m", "pip"]:
                     assert argv[3:] == ["install", ".[test]"], argv
+                elif argv[:3] == ["python", "-m", "stockade"]:
+                    assert argv[3:] in (["fence", "install"], ["fence", "uninstall"]), argv
                 else:
                     pytest.fail(f"a command this test does not know: {argv}")
 

@@ -10,6 +10,7 @@
     stockade report [--json | --markdown]
     stockade doctor [--json]
     stockade reconcile [--json]
+    stockade fence install | uninstall | status [--json]   (Windows: the egress fence service)
     stockade changes [RUN] [--list] [--stat] [--json]   (a copy-on-write run's changes)
     stockade apply [RUN]; stockade discard [RUN]
     stockade evidence [--json | --markdown] [--only CATEGORY] [--allow-not-run]
@@ -36,6 +37,7 @@ Exit codes:
 | 1        | `apply`: a change conflicts or may never land (each listed); `changes`, `apply`, |
 |          | `discard`: no such pending run, or its run still goes on                        |
 | 1        | `doctor`: something Stockade can use is unavailable here (it says why and how)  |
+| 1        | `fence status`: the egress fence service does not answer (it says why)          |
 | 1        | `evidence`: a row FAILed (the sandbox did not hold)                             |
 | 1        | `session stop`: there was no session of that name                               |
 | 3        | `evidence`: no row failed, but some could not run here (`--allow-not-run`)      |
@@ -71,7 +73,18 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 from stockade import __version__
-from stockade.cli import changes, execconfig, host, mcp, policy, run, serve, session, tools
+from stockade.cli import (
+    changes,
+    execconfig,
+    fence,
+    host,
+    mcp,
+    policy,
+    run,
+    serve,
+    session,
+    tools,
+)
 from stockade.cli.common import EXIT_OUTPUT_FAILED, CommandLine, drop_stdout, epilog
 from stockade.cli.policy import to_toml
 from stockade.errors import StockadeError, UsageError
@@ -189,7 +202,8 @@ ADDERS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
     (("run",), run.add_run), (("sandbox-exec",), run.add_sandbox_exec),
     (("policy",), policy.add_policy), (("demo",), host.add_demo), (("probe",), host.add_probe),
     (("report",), host.add_report), (("doctor",), host.add_doctor),
-    (("reconcile",), host.add_reconcile), (("changes", "apply", "discard"), changes.add_changes),
+    (("reconcile",), host.add_reconcile), (("fence",), fence.add_fence),
+    (("changes", "apply", "discard"), changes.add_changes),
     (("evidence",), tools.add_evidence), (("proxy",), tools.add_proxy),
     (("agent",), tools.add_agent), (("daemon",), tools.add_daemon),
     (("session",), session.add_session), (("exec",), execconfig.add_exec),
