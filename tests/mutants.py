@@ -41,6 +41,8 @@ MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
+FENCE = "tests/test_windows_fence.py::"
+WFP = "tests/test_windows_wfp.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -937,6 +939,141 @@ MUTANTS: tuple[Mutant, ...] = (
            "    try:\n        try:\n            return process.create(launch), plan\n",
            ("tests/test_windows_backend.py::"
             "test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit[launcher]",)),
+    # --- issue 36: the Windows egress fence (its service's decisions, records and plans) ------
+    # who may ask: never a sandbox, never a process that is not the one that connected
+    Mutant("fence-serves-an-appcontainer-caller", "stockade/windows/fence.py",
+           "if caller.appcontainer or caller.restricted or caller.integrity",
+           "if caller.restricted or caller.integrity",
+           (FENCE + "test_a_caller_in_a_sandbox_or_no_longer_there_is_refused",
+            FENCE + "test_a_sandboxed_caller_is_answered_nothing_but_a_refusal_and_cut_off")),
+    Mutant("fence-serves-a-low-integrity-caller", "stockade/windows/fence.py",
+           " or caller.integrity < MEDIUM_INTEGRITY:", ":",
+           (FENCE + "test_a_caller_in_a_sandbox_or_no_longer_there_is_refused",)),
+    Mutant("fence-trusts-a-reused-pid", "stockade/windows/fence.py",
+           "if caller.created > accepted_at:", "if False:",
+           (FENCE + "test_a_caller_in_a_sandbox_or_no_longer_there_is_refused",)),
+    # for what: a Stockade launch of the caller's own, its SID read from its token
+    Mutant("fence-target-any-appcontainer", "stockade/windows/fence.py",
+           "if not (target.appcontainer and sids.is_appcontainer(target.package)):",
+           "if not target.appcontainer:",
+           (FENCE + "test_the_target_must_be_a_stockade_launch_of_the_callers_own",)),
+    Mutant("fence-target-of-another-user", "stockade/windows/fence.py",
+           "if target.user.upper() != caller.user.upper():", "if False:",
+           (FENCE + "test_the_target_must_be_a_stockade_launch_of_the_callers_own",
+            FENCE + "test_a_target_that_is_not_the_callers_launch_is_refused")),
+    Mutant("fence-target-not-its-profiles", "stockade/windows/fence.py",
+           "if not PROFILE_NAME.fullmatch(profile) or derived.upper() != target.package.upper():",
+           "if not PROFILE_NAME.fullmatch(profile):",
+           (FENCE + "test_the_target_must_be_a_stockade_launch_of_the_callers_own",)),
+    Mutant("fence-target-older-than-its-caller", "stockade/windows/fence.py",
+           "if target.created < caller.created:", "if False:",
+           (FENCE + "test_the_target_must_be_a_stockade_launch_of_the_callers_own",)),
+    Mutant("fence-twice-for-one-appcontainer", "stockade/windows/fence.py",
+           "if sid.upper() in self._fenced:", "if False:",
+           (FENCE + "test_one_appcontainer_is_fenced_once",)),
+    # recorded before applied, taken back exactly, never from under a running sandbox
+    Mutant("fence-filters-added-before-recorded", "stockade/windows/fence.py",
+           '            record.add(FILTERS_KIND, removers.fresh_name("fence"), {"sid": sid,\n'
+           '                                                                     "keys": list('
+           'keys)})\n            self._firewall.add_filters(plan, keys)\n',
+           '            self._firewall.add_filters(plan, keys)\n'
+           '            record.add(FILTERS_KIND, removers.fresh_name("fence"), {"sid": sid,\n'
+           '                                                                     "keys": list('
+           'keys)})\n',
+           (FENCE + "test_reconcile_after_a_crash_removes_what_was_recorded_and_only_that"
+            "[after-the-filters]",)),
+    Mutant("fence-exemption-set-before-recorded", "stockade/windows/fence.py",
+           "                record.add(EXEMPTION_KIND, sid)\n"
+           "                self._firewall.exempt(sid)\n",
+           "                self._firewall.exempt(sid)\n"
+           "                record.add(EXEMPTION_KIND, sid)\n",
+           (FENCE + "test_reconcile_after_a_crash_removes_what_was_recorded_and_only_that"
+            "[after-the-exemption]",)),
+    Mutant("fence-filters-removed-under-a-running-sandbox", "stockade/windows/fence.py",
+           'if firewall.running(detail["sid"]):', "if False:",
+           (FENCE + "test_filters_stay_while_a_process_of_the_appcontainer_runs",)),
+    Mutant("fence-record-of-a-users-sid-accepted", "stockade/windows/fence.py",
+           'and sids.is_appcontainer(detail["sid"])):', "):",
+           (FENCE + "test_records_the_fence_could_not_act_on_safely_are_refused",)),
+    Mutant("fence-exemption-record-of-any-sid", "stockade/windows/fence.py",
+           "if not sids.is_appcontainer(name) or detail:", "if detail:",
+           (FENCE + "test_records_the_fence_could_not_act_on_safely_are_refused",)),
+    Mutant("fence-another-providers-filter-deleted", "stockade/windows/wfpengine.py",
+           "        if not ours:\n", "        if False:\n",
+           (FENCE + "test_only_stockades_filters_are_deleted",)),
+    Mutant("fence-exemption-list-overwritten", "stockade/windows/wfpengine.py",
+           "self._set_exemptions([*listed, sid])", "self._set_exemptions([sid])",
+           (FENCE + "test_the_exemption_list_changes_by_one_sid_keeping_the_rest",)),
+    Mutant("fence-exemption-list-cleared", "stockade/windows/wfpengine.py",
+           "kept = [one for one in listed if one.upper() != sid.upper()]", "kept = []",
+           (FENCE + "test_the_exemption_list_changes_by_one_sid_keeping_the_rest",)),
+    # the plans: allowlist leaves the proxy's port alone, any the guard's ranges refused
+    Mutant("fence-allowlist-any-loopback-port", "stockade/windows/wfp.py",
+           '        Filter(v4, (_package(sid), Condition("IP_REMOTE_PORT", "not_equal", port)),\n'
+           '               "not_the_proxy_port"),\n', "",
+           (WFP + "test_the_allowlist_plan_leaves_the_proxy_alone_and_nothing_else",)),
+    Mutant("fence-allowlist-ipv6-open", "stockade/windows/wfp.py",
+           '        Filter("ALE_AUTH_CONNECT_V6", (_package(sid),), "ipv6"),\n', "",
+           (WFP + "test_the_allowlist_plan_leaves_the_proxy_alone_and_nothing_else",)),
+    Mutant("fence-any-without-the-guards-ranges", "stockade/windows/wfp.py",
+           "for network, kind in addresses.guarded_networks():",
+           "for network, kind in addresses.guarded_networks()[:0]:",
+           (WFP + "test_the_any_plan_refuses_every_range_of_the_guard_and_the_host",)),
+    Mutant("fence-any-reaches-the-host", "stockade/windows/wfp.py",
+           'for layer in ("ALE_AUTH_CONNECT_V4", "ALE_AUTH_CONNECT_V6")]',
+           'for layer in ()]',
+           (WFP + "test_the_any_plan_refuses_every_range_of_the_guard_and_the_host",)),
+    Mutant("fence-allowlist-with-a-network-capability", "stockade/windows/netfence.py",
+           'if self.mode == "any" else ()', 'if self.mode in ("any", "allowlist") else ()',
+           (FENCE + "test_an_allowlist_launch_gets_the_hosts_proxy_and_is_fenced_to_its_port",)),
+    # the protocol: versioned, closed, bounded
+    Mutant("fence-protocol-unknown-field-accepted", "stockade/windows/fenceproto.py",
+           "    if extra or missing:\n", "    if missing:\n",
+           (FENCE + "test_a_request_this_version_does_not_define_exactly_is_refused",)),
+    Mutant("fence-protocol-any-version", "stockade/windows/fenceproto.py",
+           'if body.get("v") != VERSION or type(body.get("v")) is not int:', "if False:",
+           (FENCE + "test_a_request_this_version_does_not_define_exactly_is_refused",)),
+    Mutant("fence-protocol-frame-unbounded", "stockade/windows/fenceproto.py",
+           "    if size > MAX_FRAME:\n", "    if False:\n",
+           (FENCE + "test_an_oversized_frame_is_refused_from_its_header_and_never_sent",)),
+    Mutant("fence-protocol-key-twice", "stockade/windows/fenceproto.py",
+           "        if len(body) != len(pairs):\n", "        if False:\n",
+           (FENCE + "test_a_frame_that_is_not_one_json_object_is_refused",)),
+    Mutant("fence-connection-survives-a-bad-frame", "stockade/windows/fence.py",
+           "        except fenceproto.ProtocolError as exc:\n            self.open = False\n",
+           "        except fenceproto.ProtocolError as exc:\n",
+           (FENCE + "test_a_frame_the_protocol_refuses_ends_the_connection_and_its_fence",)),
+    # the pipe: SYSTEM's (clients check), no instance others may serve, no AppContainer
+    Mutant("fence-client-trusts-any-pipe", "stockade/windows/fencepipe.py",
+           "    if owner_sid.upper() != sids.SYSTEM:\n", "    if False:\n",
+           (FENCE + "test_only_a_pipe_localsystem_owns_is_the_services",)),
+    Mutant("fence-pipe-writable-as-a-server", "stockade/windows/fencepipe.py",
+           "(A;;0x120083;;;AU)", "(A;;GRGW;;;AU)",
+           (FENCE + "test_the_pipe_is_systems_open_to_users_for_data_only_and_to_no_"
+            "appcontainer",)),
+    # what the backend accepts, and what the service may run as LocalSystem
+    Mutant("fence-allowlist-accepted-without-the-service", "stockade/windows/netfence.py",
+           "    if why:\n        raise UnenforceableError", "    if False:\n        raise "
+           "UnenforceableError",
+           (FENCE + "test_allowlist_and_any_are_refused_without_the_service_naming_how_to_"
+            "install_it",)),
+    Mutant("fence-reach-accepted", "stockade/windows/netfence.py",
+           "    if network.reach:\n", "    if False:\n",
+           (FENCE + "test_what_the_windows_fence_does_not_offer_is_refused",)),
+    Mutant("fence-installed-from-a-venv", "stockade/windows/fenceinstall.py",
+           'if ntpath.normcase(prefix.rstrip("\\\\")) != ntpath.normcase(base_prefix.rstrip('
+           '"\\\\")):', "if False:",
+           (FENCE + "test_a_virtual_environment_is_refused",)),
+    Mutant("fence-installed-over-others-writers", "stockade/windows/fenceinstall.py",
+           "                and ace.sid.upper() not in TRUSTED:", "                and False:",
+           (FENCE + "test_an_interpreter_below_the_drives_root_is_refused_as_others_can_"
+            "change_it",)),
+    Mutant("fence-installed-over-a-users-file", "stockade/windows/fenceinstall.py",
+           "    if owner.upper() not in TRUSTED:\n", "    if False:\n",
+           (FENCE + "test_a_file_the_user_owns_in_the_interpreter_is_refused",)),
+    Mutant("fence-installed-below-a-renamable-directory", "stockade/windows/fenceinstall.py",
+           "for path in ancestors(interpreter):", "for path in ancestors(interpreter)[:0]:",
+           (FENCE + "test_a_directory_above_that_lets_another_rename_the_interpreter_is_refused",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
     # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
     # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)

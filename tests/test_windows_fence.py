@@ -297,8 +297,10 @@ CRASH = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("crash_at", ["add_filters", "exempt", ""],
-                         ids=["before-the-filters", "before-the-exemption", "both-applied"])
+@pytest.mark.parametrize("crash_at", ["add_filters", "after_filters", "exempt", "after_exempt",
+                                      ""],
+                         ids=["before-the-filters", "after-the-filters", "before-the-exemption",
+                              "after-the-exemption", "both-applied"])
 def test_reconcile_after_a_crash_removes_what_was_recorded_and_only_that(state, tmp_path,
                                                                          crash_at):
     path = str(tmp_path / "firewall.json")
@@ -393,11 +395,15 @@ def served(state: str, firewall: ModelFirewall, caller: TokenFacts = OWNER,
 
 
 def closed(transport: SocketTransport) -> bool:
-    """Whether the service closed the connection (a reset too: it left bytes unread)."""
+    """Whether the service closed the connection (a reset too: it left bytes unread), within
+    a few seconds."""
+    transport.sock.settimeout(5)
     try:
         return transport.read(1) == b""
     except ConnectionResetError:
         return True
+    except TimeoutError:
+        return False
 
 
 def test_a_connection_fences_its_launch_and_gives_it_back(state, firewall):
@@ -506,7 +512,16 @@ def test_only_a_pipe_localsystem_owns_is_the_services():
     assert fencepipe.server_refusal("S-1-5-18") is None
     for squatter in (USER, ADMINS, "S-1-5-19"):
         assert fencepipe.server_refusal(squatter)
-    assert fencepipe.PIPE_SDDL.startswith("O:SY")  # what the service's own pipe is made with
+
+
+
+def test_the_pipe_is_systems_open_to_users_for_data_only_and_to_no_appcontainer():
+    # Owned by SYSTEM (what clients check); Authenticated Users: read and write data, read
+    # attributes and the descriptor, synchronize: not FILE_APPEND_DATA, which on a pipe is
+    # FILE_CREATE_PIPE_INSTANCE (serving it); no entry an AppContainer matches (AC, a package
+    # or capability SID); below Medium integrity nothing may write.
+    assert fencepipe.PIPE_SDDL == "O:SYD:P(A;;GA;;;SY)(A;;0x120083;;;AU)S:(ML;;NW;;;ME)"
+    assert 0x120083 & 0x4 == 0 and fencepipe.CLIENT_ACCESS & ~0x120083 == 0
 
 
 def request(**network) -> LaunchRequest:

@@ -82,6 +82,7 @@ class ModelFirewall:
             self.filters[key] = OURS | {"layer": one.layer,
                                         "sid": str(one.conditions[0].value)}
         self._save()
+        self._change("after_filters")
 
     def delete_filter(self, key: str) -> None:
         found = self.filters.get(key)
@@ -97,6 +98,7 @@ class ModelFirewall:
         if sid not in self.exempt_list:
             self.state["exempt"] = [*self.exempt_list, sid]  # the whole list, replaced
         self._save()
+        self._change("after_exempt")
 
     def unexempt(self, sid: str) -> None:
         self.state["exempt"] = [one for one in self.exempt_list if one != sid]
