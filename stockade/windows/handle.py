@@ -12,12 +12,15 @@ step undone at settlement, newest first):
    was asked for — its token and Job membership (tokens.py), the Job's settings
    (QueryInformationJobObject), the handles it holds (an inheritable canary outside the handle
    list must not be among them), its mitigation policies, the desktop's and window station's
-   entries — or the Job is terminated and the launch fails; then resumed.
+   entries — or the Job is terminated and the launch fails; then, for network `allowlist` or
+   `any`, fenced by the egress fence service (netfence.py: the proxy on the host, started
+   before the child, and the service's exemption and filters), and resumed.
 
 When the child exits, the Job is terminated (so nothing it started outlives it, as on Linux when
 the sandbox's pid 1 exits) and drained — a bounded wait until it holds no process, since a
-terminated process still holds its files until it is gone — and the launch settles: desktop and
-Job closed, window-station entry removed, DACLs reverted, profile deleted. A Job that does not
+terminated process still holds its files until it is gone — and the launch settles: the fence
+given back and the proxy stopped, desktop and Job closed, window-station entry removed, DACLs
+reverted, profile deleted. A Job that does not
 drain settles nothing (`job_not_drained`): the ledger record is left for the next reconcile.
 """
 
