@@ -168,6 +168,10 @@ class WfpFirewall:
     def remove_sublayer(self) -> None:
         """Delete Stockade's sublayer and provider (uninstall); OSError (FWP_E_IN_USE) while
         a filter of the fence is still there."""
+        with self._transaction:
+            self._remove_sublayer()
+
+    def _remove_sublayer(self) -> None:
         api = fence_win32()
         result = api.FwpmSubLayerDeleteByKey0(self._engine, ctypes.byref(guid(wfp.SUBLAYER)))
         if result not in (0, FWP_E_SUBLAYER_NOT_FOUND):
@@ -197,6 +201,12 @@ class WfpFirewall:
                 raise
 
     def delete_filter(self, key: str) -> None:
+        # (under the transaction lock: a call on the session while another thread's explicit
+        # transaction is open would become part of it)
+        with self._transaction:
+            self._delete_filter(key)
+
+    def _delete_filter(self, key: str) -> None:
         api = fence_win32()
         wanted = guid(key)
         found = ctypes.POINTER(FWPM_FILTER0)()
