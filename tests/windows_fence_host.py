@@ -123,7 +123,11 @@ def fence_state() -> tuple[list[str], list[str]]:
 
     records = os.path.join(fenceinstall.STATE, "records")
     listed = sorted(os.listdir(records)) if os.path.isdir(records) else []
-    return listed, wfpengine.WfpFirewall().exemptions()
+    firewall = wfpengine.WfpFirewall()
+    try:
+        return listed, firewall.exemptions()
+    finally:
+        firewall.close()
 
 
 def test_an_allowlist_sandbox_reaches_the_proxy_and_nothing_else_on_the_host(ws):  # noqa: F811
