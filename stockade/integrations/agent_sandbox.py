@@ -67,7 +67,7 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int(
 _LENGTH = re.compile(r"[0-9]{1,18}")
 
 # A FileError's code as an HTTP status (the body carries the code itself; one not here is
-# 400). No refusal is a 5xx, which the SDK retries (a GET's), but `busy`'s 503, which asks
+# 400). No refusal is a 5xx (the SDK retries a GET's) but /execute's `busy` 503, which asks
 # for a retry.
 _STATUS = {"outside_workspace": 403, "symlink_refused": 403, "permission_denied": 403,
            "not_found": 404, "not_a_directory": 404, "is_a_directory": 409,
