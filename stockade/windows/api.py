@@ -21,6 +21,7 @@ from stockade.errors import SetupError, UnavailableError
 from stockade.windows import constants as c
 from stockade.windows.structs import (
     BOOL,
+    BY_HANDLE_FILE_INFORMATION,
     DWORD,
     HANDLE,
     PROCESS_INFORMATION,
@@ -143,6 +144,13 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "CreateFileW": ("kernel32", HANDLE, [LPCWSTR, DWORD, DWORD, _P(SECURITY_ATTRIBUTES), DWORD,
                                          DWORD, HANDLE], _handle),
+    "ReadFile": ("kernel32", BOOL, [HANDLE, PVOID, DWORD, _P(DWORD), PVOID], _true),
+    "WriteFile": ("kernel32", BOOL, [HANDLE, PVOID, DWORD, _P(DWORD), PVOID], _true),
+    "FlushFileBuffers": ("kernel32", BOOL, [HANDLE], _true),
+    "GetFileInformationByHandle": ("kernel32", BOOL, [HANDLE, _P(BY_HANDLE_FILE_INFORMATION)],
+                                   _true),
+    "OpenProcess": ("kernel32", HANDLE, [DWORD, BOOL, DWORD], _true),
+    "OpenThread": ("kernel32", HANDLE, [DWORD, BOOL, DWORD], _true),
     "DeviceIoControl": ("kernel32", BOOL, [HANDLE, DWORD, PVOID, DWORD, PVOID, DWORD, _P(DWORD),
                                            PVOID], _true),
     "FindFirstFileNameW": ("kernel32", HANDLE, [LPCWSTR, DWORD, _P(DWORD), ctypes.c_wchar_p],

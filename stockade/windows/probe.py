@@ -66,7 +66,16 @@ from stockade.launch.probe import Refused, Run
 from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.windows import admission, desktop, fsinfo, identity, probe_child, process, tokens
+from stockade.windows import (
+    admission,
+    desktop,
+    fsinfo,
+    identity,
+    probe_child,
+    process,
+    program,
+    tokens,
+)
 from stockade.windows import constants as c
 from stockade.windows import job as jobs
 from stockade.windows.acl import Ace, Dacl
@@ -244,12 +253,7 @@ class Win32Host:
         return identity.profile_exists(name)
 
     def interpreter(self) -> str:
-        python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
-        # The Store's Python runs as an app execution alias in a folder of aliases, which no
-        # root may hold (admission.py): the probe reads and runs the program it names.
-        if admission.app_alias(fsinfo.entry(python)):
-            return fsinfo.app_link_target(python) or python
-        return python
+        return program.interpreter()
 
     def uptime(self) -> float:
         from stockade.windows.api import win32

@@ -90,6 +90,7 @@ class Created:
     process: int
     thread: int
     pid: int
+    thread_id: int
 
 
 def create(launch: Launch) -> Created:
@@ -132,9 +133,27 @@ def create(launch: Launch) -> Created:
         environment = ctypes.create_unicode_buffer(launch.environment)    # may write to both
         api.CreateProcessW(launch.application, command_line, None, None, True, CREATION_FLAGS,
                            environment, launch.cwd, ctypes.byref(startup), ctypes.byref(info))
-        return Created(info.hProcess, info.hThread, info.dwProcessId)
+        return Created(info.hProcess, info.hThread, info.dwProcessId, info.dwThreadId)
     finally:
         api.DeleteProcThreadAttributeList(attribute_list)
+
+
+# What the host does with a child the broker created (handle.py): read its token, Job and
+# mitigations, duplicate handles out of it, wait for it; and resume its thread.
+CHILD_RIGHTS = c.PROCESS_QUERY_INFORMATION | c.PROCESS_DUP_HANDLE | c.SYNCHRONIZE
+
+
+def opened(pid: int, thread_id: int) -> Created:
+    """The suspended child the broker created, opened by its ids (it cannot end before it is
+    resumed, so they name it still; the host's verification checks it is in the Job)."""
+    api = win32()
+    process = api.OpenProcess(CHILD_RIGHTS, False, pid)
+    try:
+        thread = api.OpenThread(c.THREAD_SUSPEND_RESUME, False, thread_id)
+    except BaseException:
+        api.CloseHandle(process)
+        raise
+    return Created(process, thread, pid, thread_id)
 
 
 def observed_mitigations(process: int) -> int:

@@ -119,3 +119,15 @@ class SECURITY_DESCRIPTOR_RELATIVE(ctypes.Structure):
 
     _fields_ = [("Revision", BYTE), ("Sbz1", BYTE), ("Control", WORD), ("Owner", DWORD),
                 ("Group", DWORD), ("Sacl", DWORD), ("Dacl", DWORD)]
+
+
+class FILETIME(ctypes.Structure):
+    _fields_ = [("dwLowDateTime", DWORD), ("dwHighDateTime", DWORD)]
+
+
+class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
+    _fields_ = [("dwFileAttributes", DWORD), ("ftCreationTime", FILETIME),
+                ("ftLastAccessTime", FILETIME), ("ftLastWriteTime", FILETIME),
+                ("dwVolumeSerialNumber", DWORD), ("nFileSizeHigh", DWORD),
+                ("nFileSizeLow", DWORD), ("nNumberOfLinks", DWORD), ("nFileIndexHigh", DWORD),
+                ("nFileIndexLow", DWORD)]
