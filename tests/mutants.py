@@ -931,10 +931,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 31 (WINREAD 1): the sandbox's Job keeps its UI restrictions unless Windows
     # refuses to nest it; dropping them for any owner in a Job (a venv's python.exe is one)
     Mutant("windows-ui-limits-dropped-in-any-job", "stockade/windows/handle.py",
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "    try:\n        try:\n            return create(), plan\n",
            "    if nested:\n        plan = job.without_ui_limits(plan)\n"
-           "        job.set_ui_restrictions(launch.job, plan)\n"
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "        job.set_ui_restrictions(job_handle, plan)\n"
+           "    try:\n        try:\n            return create(), plan\n",
            ("tests/test_windows_backend.py::"
             "test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit[launcher]",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------

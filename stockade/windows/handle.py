@@ -215,7 +215,9 @@ class WindowsHandle(Handle):
         seen = {"token": tokens.child_token(created.process, self._job),
                 "job": job.observed(self._job), "handles": held_handles,
                 "mitigations": process.observed_mitigations(created.process),
-                "desktop": seen_desktop}
+                "desktop": seen_desktop,
+                "broker": {"pid": started.broker_pid,
+                           "manifest_consumed": started.manifest_consumed}}
         refusal = confinement_refusal(package, plan, wanted_mitigations, seen,
                                       prepared.capabilities)
         if refusal:
@@ -226,9 +228,7 @@ class WindowsHandle(Handle):
         self.stdin, self.stdout, self.stderr = pipes.files
         self.enforced = _enforced(request, plan, done, seen, package,
                                   prepared.capabilities) | {
-            "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions,
-            "broker": {"pid": started.broker_pid,
-                       "manifest_consumed": started.manifest_consumed}}
+            "owner_in_job": nested, "ui_limits_dropped": not plan.ui_restrictions}
         self.stages.append(("start", time.monotonic()))
 
     def _drain(self, job_handle: int, record: LaunchRecord, held: contextlib.ExitStack) -> None:
@@ -339,6 +339,6 @@ def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int], s
     return {"identity": "appcontainer", "capabilities": len(capabilities),
             "verified": seen["token"].facts(package, capabilities), "filesystem": done,
             "exec_from_write": request.exec_from_write, "mitigations": seen["mitigations"],
-            "job": seen["job"], "desktop": seen["desktop"],
+            "job": seen["job"], "desktop": seen["desktop"], "broker": seen["broker"],
             "handles": {"standard": sum(held[:3]), "outside_list": sum(held[3:])},
             "limits": limits}

@@ -176,11 +176,11 @@ class Answer:
 def decode_answer(data: bytes) -> Answer:
     body = _frame(data, MAX_ANSWER, "answer")
     outcomes = [name for name in body if name != "version"]
-    if len(outcomes) != 1 or outcomes[0] not in _OUTCOMES:
+    outcome = outcomes[0] if len(outcomes) == 1 else ""
+    if outcome not in _OUTCOMES and not set(outcomes) - set(_OUTCOMES):
         raise BrokerError("broker_frame_invalid", "the answer holds not exactly one outcome")
-    (outcome,) = outcomes
-    return Answer(outcome, _closed(_closed(body, {"version": _integer(0), outcome: _OBJECT},
-                                           "answer")[outcome], _OUTCOMES[outcome], outcome))
+    _closed(body, {"version": _integer(0), outcome: _OBJECT}, "answer")
+    return Answer(outcome, _closed(body[outcome], _OUTCOMES[outcome], f"answer.{outcome}"))
 
 
 def _dumps(body: dict) -> bytes:
