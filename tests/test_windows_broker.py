@@ -293,6 +293,14 @@ def test_a_manifest_missing_at_consume_is_refused(volume):
     assert refused(control).code == "broker_manifest_replaced"
 
 
+def test_the_manifest_is_read_only_up_to_its_bound(volume):
+    written = manifestfile.write(DIRECTORY, b"x" * 65, USER)
+    error = refused_consume(written, limit=64)
+    assert error.code == "broker_frame_oversized" and not volume.exists(written.path)
+    written = manifestfile.write(DIRECTORY, b"x" * 64, USER)
+    assert consume(written.path, written.file_id, 64) == b"x" * 64
+
+
 def test_a_manifest_past_its_bound_is_refused_unread(volume):
     written, control = write(base(), data=b"{" + b" " * MAX_MANIFEST + b"}")
     assert refused(control).code == "broker_frame_oversized"
@@ -336,6 +344,9 @@ def test_a_digest_rewritten_to_match_a_tampered_request_is_refused_by_the_hosts(
     _, control = write(request)
     other = rewritten(control, lambda body: body.update(digest="0" * 64))
     assert refused(other).code == "broker_digest_mismatch"
+    # and a manifest naming another digest than its untouched request's and the host's
+    _, control = write(request, change=lambda body: body.update(digest="0" * 64))
+    assert refused(control).code == "broker_digest_mismatch"
 
 
 def test_a_manifest_bound_to_another_process_is_refused(volume):
@@ -607,6 +618,59 @@ def test_an_owner_in_a_job_retries_with_a_fresh_broker_and_manifest(volume, monk
     assert len({w.path for w in binding.written}) == 2
     assert started.broker_pid == binding.brokers[1].pid and started.manifest_consumed
     assert not any(volume.exists(w.path) for w in binding.written)
+
+
+def test_the_brokers_job_handle_may_only_put_a_process_in_the_job(monkeypatch):
+    asked: list[tuple] = []
+
+    class Duplicating:
+        def GetCurrentProcess(self):  # noqa: N802
+            return -1
+
+        def DuplicateHandle(self, source, handle, target, copy, access, inherit, options):  # noqa: N802
+            asked.append((source, handle, target, access, inherit, options))
+            copy._obj.value = 0x208
+            return 1
+
+    bind_win32(monkeypatch, Duplicating(), handle.job)
+    assert handle.job.assign_only(0x104) == 0x208
+    # JOB_OBJECT_ASSIGN_PROCESS alone (not DUPLICATE_SAME_ACCESS: the Job's full handle),
+    # inheritable, for this process (the broker inherits it at the same value).
+    assert asked == [(-1, 0x104, -1, c.JOB_OBJECT_ASSIGN_PROCESS, True, 0)]
+
+
+def test_the_broker_process_is_isolated_and_inherits_only_its_handles(monkeypatch):
+    made: list[tuple] = []
+
+    class Startup:
+        def __init__(self, lpAttributeList):  # noqa: N803 -- subprocess.STARTUPINFO's
+            self.lpAttributeList = lpAttributeList
+
+    monkeypatch.setattr(brokered.subprocess, "STARTUPINFO", Startup, raising=False)
+    monkeypatch.setattr(brokered.subprocess, "Popen", lambda *a, **k: made.append((a, k)))
+    monkeypatch.setattr(brokered.program, "interpreter", lambda: PYTHON)
+    monkeypatch.setenv("SystemRoot", "C:\\Windows")
+    monkeypatch.setenv("STOCKADE_TEST_SECRET", "x")
+    brokered.spawn((0x104, 0x10, 0x14, 0x18))
+    ((argv,), options), = made
+    assert argv == [PYTHON, "-I", "-S", "-c", brokered.BOOT,
+                    os.path.dirname(os.path.dirname(os.path.dirname(brokered.__file__)))]
+    assert options["env"] == {"SystemRoot": "C:\\Windows"}  # nothing else of the owner's
+    assert options["close_fds"] is True
+    assert options["startupinfo"].lpAttributeList == {"handle_list": [0x104, 0x10, 0x14, 0x18]}
+    assert options["creationflags"] == c.DETACHED_PROCESS  # (no console of the owner's)
+
+
+def test_the_brokers_program_finds_this_package_and_nothing_of_the_environment(tmp_path):
+    """BOOT, run as brokered.spawn runs it (here, where it ends at the first Win32 call):
+    `-I -S` and this package's directory, whatever PYTHONPATH says."""
+    (tmp_path / "stockade").mkdir()
+    (tmp_path / "stockade" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", brokered.BOOT,
+                           os.path.dirname(os.path.dirname(os.path.dirname(brokered.__file__)))],
+                          input=b"", capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    assert done.returncode == 1 and b"backend_unavailable" in done.stderr, done.stderr
 
 
 # --- a real broker process ------------------------------------------------------------------------
