@@ -172,6 +172,16 @@ def test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_oversiz
         assert refused_frame(decode, garbage).code == "broker_frame_invalid"
 
 
+def test_an_answer_holds_one_known_outcome():
+    for answer, code in ((Answer("exploded", {}), "broker_frame_invalid"),
+                         (Answer("launched", {"pid": 1, "thread_id": 2, "more": 3}),
+                          "broker_unknown_field"),
+                         (Answer("launched", {"pid": 1}), "broker_frame_invalid"),
+                         (Answer("refused", {"kind": "other", "code": "x", "message": "y"}),
+                          "broker_frame_invalid")):
+        assert refused_frame(decode_answer, answer.encode()).code == code
+
+
 def refused_frame(decode, data: bytes) -> BrokerError:
     with pytest.raises(BrokerError) as raised:
         decode(data)
@@ -584,7 +594,8 @@ def test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded(volum
 
 def test_a_manifest_the_broker_left_is_deleted_by_the_host_and_said(volume, monkeypatch):
     """A broker that refused its control frame never opened its manifest: the host deletes it
-    and the launch would record it unconsumed (the readiness probe requires it consumed)."""
+    (`discard`: whether something was still there, which the launch records as not consumed,
+    and the readiness probe requires consumed)."""
     binding = Binding()
     monkeypatch.setattr(brokered.Control, "encode", lambda self: b"{}")
     with pytest.raises(BrokerError):

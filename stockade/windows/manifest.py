@@ -170,17 +170,18 @@ class Answer:
     body: dict[str, Any]
 
     def encode(self) -> bytes:
-        return _dumps({"version": VERSION, self.outcome: self.body})
+        return _dumps({"version": VERSION, "outcome": self.outcome, "body": self.body})
+
+
+_ANSWER: dict[str, Check] = {"version": _integer(0),
+                             "outcome": ((lambda v: v in _OUTCOMES), "an outcome"),
+                             "body": _OBJECT}
 
 
 def decode_answer(data: bytes) -> Answer:
-    body = _frame(data, MAX_ANSWER, "answer")
-    outcomes = [name for name in body if name != "version"]
-    outcome = outcomes[0] if len(outcomes) == 1 else ""
-    if outcome not in _OUTCOMES and not set(outcomes) - set(_OUTCOMES):
-        raise BrokerError("broker_frame_invalid", "the answer holds not exactly one outcome")
-    _closed(body, {"version": _integer(0), outcome: _OBJECT}, "answer")
-    return Answer(outcome, _closed(body[outcome], _OUTCOMES[outcome], f"answer.{outcome}"))
+    body = _closed(_frame(data, MAX_ANSWER, "answer"), _ANSWER, "answer")
+    outcome = body["outcome"]
+    return Answer(outcome, _closed(body["body"], _OUTCOMES[outcome], f"answer.{outcome}"))
 
 
 def _dumps(body: dict) -> bytes:
