@@ -1053,9 +1053,14 @@ MUTANTS: tuple[Mutant, ...] = (
            (BROKER + "test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded"
             "[crashes]",)),
     Mutant("probe-broker-taken-at-its-word", "stockade/windows/probe.py",
-           '        and report["parent"] == broker.get("pid"),', "        and True,",
+           '"launch_brokered": broker.get("creator") == broker.get("pid")',
+           '"launch_brokered": broker.get("pid")',
            ("tests/test_windows_probe.py::"
             "test_a_fact_that_does_not_hold_fails_readiness_at_its_stage",)),
+    Mutant("windows-child-of-anyone-resumed", "stockade/windows/handle.py",
+           'or (None if broker["creator"] == broker["pid"] != os.getpid()',
+           "or (None if True",
+           ("tests/test_windows_truth.py::test_a_child_found_otherwise_than_launched_is_refused",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
     # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
     # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)

@@ -650,6 +650,23 @@ def test_the_brokers_job_handle_may_only_put_a_process_in_the_job(monkeypatch):
     assert asked == [(-1, 0x104, -1, c.JOB_OBJECT_ASSIGN_PROCESS, True, 0)]
 
 
+def test_the_host_reads_who_created_the_child(monkeypatch):
+    """process.creator: NtQueryInformationProcess's ProcessBasicInformation, whose
+    InheritedFromUniqueProcessId is the creating process's id (handle.py refuses a child that
+    is not its broker's)."""
+    asked: list[tuple] = []
+
+    class Native:
+        def NtQueryInformationProcess(self, process_, kind, info, size, returned):  # noqa: N802
+            asked.append((process_, kind, size, returned))
+            info._obj.UniqueProcessId, info._obj.InheritedFromUniqueProcessId = 4242, 7000
+            return 0
+
+    bind_win32(monkeypatch, Native(), process)
+    assert process.creator(0x4011) == 7000
+    assert asked == [(0x4011, c.PROCESS_BASIC_INFORMATION_CLASS, 48, None)]
+
+
 def test_the_broker_process_is_isolated_and_inherits_only_its_handles(monkeypatch):
     made: list[tuple] = []
 
@@ -825,19 +842,19 @@ def test_on_this_host_a_real_broker_refuses_a_tampered_manifest_and_another_pid(
 
 @pytest.mark.windows
 def test_on_this_host_a_launch_is_the_brokers(tmp_path):
-    """A real launch: its child's parent is the broker (another process), which consumed its
-    manifest."""
+    """A real launch: its child was created by the broker (another process, as read back),
+    which consumed its manifest; the manifests' directory is left empty."""
     from test_windows_enforcement import request
 
     from stockade.launch.backend import Stdio
+    from stockade.lifecycle.ledger import Ledger
     from stockade.windows.backend import WindowsBackend
 
-    launched = WindowsBackend().spawn(request(os.path.realpath(tmp_path),
-                                              "import os; print(os.getppid())"),
+    launched = WindowsBackend().spawn(request(os.path.realpath(tmp_path), "print('ran')"),
                                       Stdio(subprocess.DEVNULL, subprocess.PIPE, subprocess.PIPE))
     out = launched.stdout.read()
     end = launched.wait(90)
-    assert end is not None and end.exit_code == 0 and end.failure is None
+    assert end is not None and end.exit_code == 0 and end.failure is None and out.strip() == b"ran"
     seen = launched.enforced["broker"]
-    assert seen["manifest_consumed"] is True and seen["pid"] != os.getpid()
-    assert int(out) == seen["pid"]
+    assert seen["creator"] == seen["pid"] != os.getpid() and seen["manifest_consumed"] is True
+    assert os.listdir(os.path.join(Ledger().root, brokered.DIRECTORY)) == []

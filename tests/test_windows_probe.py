@@ -50,7 +50,7 @@ def seen_for(token: tokens.ChildToken, plan: job.JobPlan) -> dict:
             "mitigations": process.mitigations(False),
             "desktop": {"name": DESKTOP, "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
                         "every_appcontainer_rights": 0, "station_rights": desktop.STATION_RIGHTS},
-            "broker": {"pid": BROKER_PID, "manifest_consumed": True}}
+            "broker": {"pid": BROKER_PID, "creator": BROKER_PID, "manifest_consumed": True}}
 
 
 def enforced_for(request: LaunchRequest, token: tokens.ChildToken | None = None,
@@ -88,7 +88,7 @@ def child_report(request: LaunchRequest, *, package: str = PACKAGE, appcontainer
         # (in an interactive session an AppContainer most likely opens Default: issue 31, D3)
         "desktop": {"name": DESKTOP, "default_desktop": "ok"},
         # the launch's own TEMP and TMP, which the backend adds (issue 31, L12)
-        "environment": ["PATH", "SYSTEMROOT", "TEMP", "TMP"], "temp": "ok", "parent": BROKER_PID,
+        "environment": ["PATH", "SYSTEMROOT", "TEMP", "TMP"], "temp": "ok",
         "files": {"write_root": "ok", "protected_name": "denied", "denied_path": "denied",
                   "outside_path": "denied"},
         "tcp_loopback": "denied"}
@@ -299,10 +299,9 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
     (weakened(lambda e: e.pop("verified")), _as_is, "identity_not_enforced", "identity",
      "appcontainer_token"),
     # issue 36, item 3: the child is the broker's, and the broker consumed its manifest
-    (weakened(_set("broker", "pid", value=os.getpid())), reported(_set("parent",
-                                                                       value=os.getpid())),
+    (weakened(lambda e: e["broker"].update(pid=os.getpid(), creator=os.getpid())), _as_is,
      "broker_not_enforced", "broker", "launch_brokered"),
-    (enforced_for, reported(_set("parent", value=BROKER_PID + 4)), "broker_not_enforced",
+    (weakened(_set("broker", "creator", value=BROKER_PID + 4)), _as_is, "broker_not_enforced",
      "broker", "launch_brokered"),
     (weakened(lambda e: e.pop("broker")), _as_is, "broker_not_enforced", "broker",
      "launch_brokered"),

@@ -49,6 +49,9 @@ LAYOUTS = {
         "dwFileAttributes": 0, "ftCreationTime": 4, "ftLastAccessTime": 12,
         "ftLastWriteTime": 20, "dwVolumeSerialNumber": 28, "nFileSizeHigh": 32,
         "nFileSizeLow": 36, "nNumberOfLinks": 40, "nFileIndexHigh": 44, "nFileIndexLow": 48}),
+    s.PROCESS_BASIC_INFORMATION: (48, {
+        "ExitStatus": 0, "PebBaseAddress": 8, "AffinityMask": 16, "BasePriority": 24,
+        "UniqueProcessId": 32, "InheritedFromUniqueProcessId": 40}),
 }
 
 
@@ -118,6 +121,7 @@ CONSTANTS = {
     "ERROR_SHARING_VIOLATION": 32, "ERROR_FILE_EXISTS": 80, "SYNCHRONIZE": 0x100000,
     "PROCESS_DUP_HANDLE": 0x40, "PROCESS_QUERY_INFORMATION": 0x400,
     "THREAD_SUSPEND_RESUME": 0x2, "JOB_OBJECT_ASSIGN_PROCESS": 0x1,
+    "PROCESS_BASIC_INFORMATION_CLASS": 0,
 }
 
 
@@ -167,6 +171,7 @@ ARITY = {
     "CloseWindowStation": 1, "DeviceIoControl": 8,
     "SetKernelObjectSecurity": 3, "ReadFile": 5, "WriteFile": 5, "FlushFileBuffers": 1,
     "GetFileInformationByHandle": 2, "OpenProcess": 3, "OpenThread": 3,
+    "NtQueryInformationProcess": 5,
 }
 
 

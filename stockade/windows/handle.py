@@ -217,6 +217,7 @@ class WindowsHandle(Handle):
                 "mitigations": process.observed_mitigations(created.process),
                 "desktop": seen_desktop,
                 "broker": {"pid": started.broker_pid,
+                           "creator": process.creator(created.process),
                            "manifest_consumed": started.manifest_consumed}}
         refusal = confinement_refusal(package, plan, wanted_mitigations, seen,
                                       prepared.capabilities)
@@ -302,11 +303,15 @@ class WindowsHandle(Handle):
 def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
                         seen: dict, capabilities: tuple[str, ...] = ()) -> str | None:
     """Why the suspended child is not confined as launched, from what was read back (`seen`:
-    its token, the Job's settings, the handles it holds, its mitigation policies, the desktop's
-    and window station's entries); None if it is."""
+    its token, its creator, the Job's settings, the handles it holds, its mitigation policies,
+    the desktop's and window station's entries); None if it is."""
     token: tokens.ChildToken = seen["token"]
     desk = seen["desktop"]
+    broker = seen["broker"]
     return (token.refusal(package, capabilities) or process.handles_refusal(seen["handles"])
+            # Made by the launch's broker, a process of its own: not by this one, nor another.
+            or (None if broker["creator"] == broker["pid"] != os.getpid()
+                else "the child was not created by the launch's broker")
             # Whatever the plan said: a Job that lets a process break away does not hold it.
             or ("the Job lets its processes break away" if seen["job"]["breakaway"] else None)
             or (None if seen["job"] == job.applied(plan)

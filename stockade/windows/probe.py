@@ -12,12 +12,11 @@ back, and both are observations, never the plan echoed:
   handle's `enforced`): its token and Job membership, the Job's settings
   (QueryInformationJobObject), the handles it holds (its three standard ones, and not an
   inheritable canary outside its handle list), its mitigation policies, the desktop's and the
-  window station's entries for its AppContainer, and the broker that created it (its PID,
-  and whether its manifest was gone once it answered);
+  window station's entries for its AppContainer, its creator and the broker's PID, and whether
+  the broker's manifest was gone once it answered;
 - from inside, the child's own report: its token, its Job and that Job's settings as the
   child queries them, its mitigation policies, the desktop its thread is on (the launch's) and
-  whether the user's default desktop opens, its environment, its parent (the broker), its file
-  and loopback attempts.
+  whether the user's default desktop opens, its environment, its file and loopback attempts.
 
 Each fact belongs to a stage of EXPECTATIONS; the first stage with a fact that does not hold
 fails readiness as `<stage>_not_enforced`. A child that does not exit 0 with a report (it could
@@ -161,7 +160,7 @@ LEGEND = {
     "child_launch_package_sid": "the child sees this launch's AppContainer",
     "child_capabilities": "the capabilities the child sees beyond its runtime roots' (0)",
     "launch_brokered": "the child was created by the launch's one-shot broker, a process "
-                       "other than this one (its parent, as the child reports it)",
+                       "other than this one (its creator, as read back)",
     "manifest_consumed": "the broker's manifest was gone once the broker had answered",
     "in_job": "the child is in the launch's Job",
     "job_kill_on_close": "the Job kills its processes when its handle closes",
@@ -445,8 +444,8 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
     broker = enforced.get("broker", {})
     child = child_facts(report)
     return {
-        "launch_brokered": broker.get("pid") not in (None, os.getpid())
-        and report["parent"] == broker.get("pid"),
+        "launch_brokered": broker.get("creator") == broker.get("pid")
+        not in (None, os.getpid()),
         "manifest_consumed": broker.get("manifest_consumed"),
         **{fact: verified.get(fact) for fact in ("appcontainer_token", "launch_package_sid",
                                                  "capabilities", "in_job")},

@@ -2,9 +2,8 @@
 PARAMS`, it reports, as one JSON object on stdout, what it finds from inside: its token, its Job
 (membership, and the Job's settings as QueryInformationJobObject gives them to the process
 itself), its mitigation policies, the desktop its thread is on and whether it can open the
-user's default desktop, its environment's names, the process that created it (its parent: the
-launch's broker), and what its file (its workspace, its TEMP, a protected, a denied and an
-outside path) and loopback attempts did.
+user's default desktop, its environment's names, and what its file (its workspace, its TEMP, a
+protected, a denied and an outside path) and loopback attempts did.
 
 Standard library and ctypes only, and nothing of Stockade's (it is not readable in there).
 Structures are sent back as raw bytes (hex, with the buffer's address where a pointer may point
@@ -132,7 +131,7 @@ def main():
     api = Win32()
     report = {"token": token(api), "job": job(api, params["sizes"]),
               "mitigations": mitigations(api), "desktop": desktop(api),
-              "environment": sorted(os.environ), "temp": temp(), "parent": os.getppid(),
+              "environment": sorted(os.environ), "temp": temp(),
               "files": {"write_root": outcome(lambda: write("probe-write")),
                         "protected_name": outcome(lambda: write(params["protected"])),
                         "denied_path": outcome(lambda: os.listdir(params["denied"])),

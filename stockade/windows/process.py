@@ -26,6 +26,7 @@ from stockade.windows.api import win32
 from stockade.windows.structs import (
     DWORD64,
     HANDLE,
+    PROCESS_BASIC_INFORMATION,
     PROCESS_INFORMATION,
     PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY,
     PROCESS_MITIGATION_IMAGE_LOAD_POLICY,
@@ -154,6 +155,16 @@ def opened(pid: int, thread_id: int) -> Created:
         api.CloseHandle(process)
         raise
     return Created(process, thread, pid, thread_id)
+
+
+def creator(process: int) -> int:
+    """The id of the process that created `process` (NtQueryInformationProcess's
+    InheritedFromUniqueProcessId: CreateProcessW's caller, unless a parent was named for it with
+    PROC_THREAD_ATTRIBUTE_PARENT_PROCESS, which the launcher never does)."""
+    info = PROCESS_BASIC_INFORMATION()
+    win32().NtQueryInformationProcess(process, c.PROCESS_BASIC_INFORMATION_CLASS,
+                                      ctypes.byref(info), ctypes.sizeof(info), None)
+    return info.InheritedFromUniqueProcessId
 
 
 def observed_mitigations(process: int) -> int:

@@ -5,9 +5,9 @@ A row rests on the facts the probe observed about its launch: from outside, what
 read back from the suspended child (token, Job membership and settings, handles held,
 mitigation policies, the desktop's and window station's entries, the broker that made it) and
 the access-control changes made and exactly reverted; from inside, the probe child's own report
-(its token, Job, mitigations, desktop, environment, parent, and its file and loopback
-attempts). What neither shows (a
-listening socket, DNS, named pipes, the registry) is said in the reason, not claimed.
+(its token, Job, mitigations, desktop, environment, and its file and loopback attempts). What
+neither shows (a listening socket, DNS, named pipes, the registry) is said in the reason, not
+claimed.
 """
 
 from __future__ import annotations
