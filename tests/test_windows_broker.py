@@ -689,16 +689,24 @@ def test_the_broker_process_is_isolated_and_inherits_only_its_handles(monkeypatc
     assert options["creationflags"] == c.DETACHED_PROCESS  # (no console of the owner's)
 
 
+BASE_PYTHON = getattr(sys, "_base_executable", "") or sys.executable  # (no venv launcher)
+
+
 def test_the_brokers_program_finds_this_package_and_nothing_of_the_environment(tmp_path):
-    """BOOT, run as brokered.spawn runs it (here, where it ends at the first Win32 call):
-    `-I -S` and this package's directory, whatever PYTHONPATH says."""
+    """BOOT, run as brokered.spawn runs it, by the base interpreter (`-I -S`: no venv's site)
+    with this package's directory, whatever PYTHONPATH says: off Windows it gets as far as
+    its first Win32 call; on Windows it refuses the empty control frame, typed, on stdout."""
     (tmp_path / "stockade").mkdir()
     (tmp_path / "stockade" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", brokered.BOOT,
+    done = subprocess.run([BASE_PYTHON, "-I", "-S", "-c", brokered.BOOT,
                            os.path.dirname(os.path.dirname(os.path.dirname(brokered.__file__)))],
                           input=b"", capture_output=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
-    assert done.returncode == 1 and b"backend_unavailable" in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    if sys.platform == "win32":
+        assert decode_answer(done.stdout).body["code"] == "broker_frame_invalid"
+    else:
+        assert b"backend_unavailable" in done.stderr, done.stderr
 
 
 # --- a real broker process ------------------------------------------------------------------------
@@ -728,7 +736,7 @@ def real_calls(tmp_path, change=None) -> tuple[brokered.Calls, list[subprocess.P
 
     def spawn(handles: tuple[int, ...]) -> subprocess.Popen:
         spawned.append(subprocess.Popen(
-            [sys.executable, "-I", "-c", CHILD, json.dumps(sys.path), str(tmp_path / "launch")],
+            [BASE_PYTHON, "-I", "-c", CHILD, json.dumps(sys.path), str(tmp_path / "launch")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         return spawned[-1]
 

@@ -18,6 +18,7 @@ is refused, a missing one too) and bounded in size; anything else is a typed ref
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -101,13 +102,9 @@ class Manifest:
         return cls(broker_pid, nonce, request.digest, request, context)
 
     def encode(self) -> bytes:
-        context = {"package_sid": self.context.package_sid,
-                   "capabilities": list(self.context.capabilities),
-                   "desktop": self.context.desktop, "temp": self.context.temp,
-                   "job": self.context.job, "stdio": list(self.context.stdio)}
         return _dumps({"version": VERSION, "broker_pid": self.broker_pid, "nonce": self.nonce,
                        "digest": self.digest, "request": json.loads(self.request.encode()),
-                       "context": context})
+                       "context": dataclasses.asdict(self.context)})
 
 
 _MANIFEST: dict[str, Check] = {"version": _integer(0), "broker_pid": _integer(1),
