@@ -1482,4 +1482,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # a view prepared ahead (a template built on after its run returned, a CLI server's
+    # skeleton) makes nothing in the workspace its owner may be removing
+    Mutant("prepared-view-makes-git-files", "stockade/linux/mnt.py",
+           "make=not identify)", "make=True)",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",
+            "tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[skeleton]")),
+    Mutant("unmaking-walk-makes-git-files", "stockade/linux/gitdirs.py",
+           "if mode is None and made and not self.make:", "if False:",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",)),
 )
