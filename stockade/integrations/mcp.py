@@ -27,7 +27,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from stockade.errors import StockadeError, UsageError
-from stockade.integrations.workspace import Denial, FileError, Workspace, denial_lines
+from stockade.integrations.workspace import FileError, Workspace
+from stockade.launch.denials import Denial, denial_lines
 from stockade.policy import Policy
 
 MAX_SESSIONS = 8

@@ -16,8 +16,9 @@ found exits 127, one that cannot be executed 126, one killed by signal N 128+N, 
 outlived its timeout 124; a command that ends the sandbox itself (kill -9 -1) gets 137 and a
 `sandbox.lost` denial, and the next call starts a new sandbox. Every violation carries the
 grant that would have allowed it (`Denial.grant`), so a host application can build its own
-approval flow; `denial_lines` says the same in words, which every integration puts in the tool
-result its model reads (a model sees no bare 124 or silently cut output)."""
+approval flow; `denial_lines` (stockade/launch/denials.py) says the same in words, which every
+integration puts in the tool result its model reads (a model sees no bare 124 or silently cut
+output), and `stockade run` prints on stderr."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from stockade.errors import StartError, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.denials import Denial, denial
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
-from stockade.launch.result import Result, Violation
+from stockade.launch.result import Result
 from stockade.policy import Policy, resolve_policy
 from stockade.session.errors import SessionError
 from stockade.session.sandbox import Sandbox
@@ -41,20 +43,6 @@ FILEOP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fileop.py")
 MAX_SANDBOXES = 8  # warm sandboxes one Workspace runs at once (for concurrent calls)
 NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
 _START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
-_GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
-           "limits.memory": "limits.memory", "filesystem.protected": "filesystem.protected",
-           "filesystem.git": "filesystem.git"}  # (host code: no grant makes it, see its detail)
-
-
-@dataclass(frozen=True)
-class Denial:
-    """A violation, with the policy grant that would have allowed it (None: no grant can, or,
-    for a `limits.timeout` that the call's own shorter timeout set, a longer one for the call
-    would)."""
-
-    kind: str
-    detail: str
-    grant: str | None
 
 
 @dataclass(frozen=True)
@@ -348,63 +336,6 @@ def outcome(result: Result, timeout_by_call: bool = False) -> Outcome:
                    result.stdout_truncated or result.stderr_truncated, result.timed_out,
                    tuple(replace(d, grant=None) if d.kind == "limits.timeout" and timeout_by_call
                          else d for d in denials))
-
-
-# What a model reads for a denial of each kind (`detail` is the violation's): what the sandbox
-# stopped or cut. Any other kind is said as "denied KIND: DETAIL".
-_SAID = {
-    "limits.timeout": "the command was {detail}, the sandbox's time limit",
-    "limits.output": "{detail}, the sandbox's output limit: the rest of it was dropped",
-    "limits.memory": "the sandbox's memory limit refused memory: {detail}",
-    "filesystem.protected": "the sandbox did not make a protected name: {detail}",
-    "filesystem.host_code": "the sandbox did not make code the host would run: {detail}",
-    "filesystem.git": "the sandbox's git guard refused a write: {detail}",
-    "sandbox.lost": "the sandbox was lost: the command ended its agent (as kill -9 -1 does), "
-                    "and everything in it with it; the next command runs in a new sandbox",
-    "cancelled": "the command was {detail}",
-}
-_CALL_TIMEOUT = ("the command was {detail}, the timeout this call asked for (shorter than the "
-                 "sandbox's time limit, limits.timeout): a longer one would let it run on")
-
-
-def denial_lines(denials: Iterable[Denial]) -> list[str]:
-    """Each denial in words, for the tool result a model reads: what the sandbox stopped or
-    cut, and the policy grant that would allow it ("stockade: ...", one line each)."""
-    lines = []
-    for d in denials:
-        if d.kind == "limits.timeout" and d.grant is None:
-            said = _CALL_TIMEOUT.format(detail=d.detail)
-        else:
-            said = _SAID.get(d.kind, "denied {kind}: {detail}").format(kind=d.kind,
-                                                                        detail=d.detail)
-        grant = f"; the policy grant that would allow it: {d.grant}" if d.grant else ""
-        lines.append(f"stockade: {said}{grant}")
-    return lines
-
-
-def with_denials(text: str, denials: Iterable[Denial]) -> str:
-    """`text` (a command's output) followed by `denial_lines`, each on a line of its own."""
-    lines = denial_lines(denials)
-    if not lines:
-        return text
-    return text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(lines) + "\n"
-
-
-def denial(violation: Violation) -> Denial:
-    """`violation` with the grant that would have allowed it."""
-    if violation.kind == "network.denied":
-        # detail: "<protocol> <host>:<port>: <rule or reason>"; the proxy's protocols are
-        # connect, http and socks5, the destination guard's (network "any") tcp, udp, ...
-        protocol, _, rest = violation.detail.partition(" ")
-        destination = rest.partition(": ")[0]
-        if not destination:
-            return Denial(violation.kind, violation.detail, None)
-        if protocol in ("connect", "http", "socks5"):
-            return Denial(violation.kind, violation.detail, f"network.allow {destination}")
-        host, _, port = destination.rpartition(":")
-        shown = f"[{host}]:{port}" if ":" in host else destination
-        return Denial(violation.kind, violation.detail, f"network.reach {shown}")
-    return Denial(violation.kind, violation.detail, _GRANTS.get(violation.kind))
 
 
 def _argv(command: Sequence[str] | str, shell: bool) -> list[str]:

@@ -151,9 +151,9 @@ def test_what_the_sandbox_stopped_is_said_in_the_tool_result(ws, tmp_path):
     assert cut.endswith("a\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: "
                         "the rest of it was dropped; the policy grant that would allow it: "
                         "limits.output"), cut[-300:]
-    assert denied == ("exit code 0\n403\n\nstockade: denied network.denied: http "
-                      "denied.example:80: not_allowed; the policy grant that would allow it: "
-                      "network.allow denied.example:80"), denied
+    assert denied == ("exit code 0\n403\n\nstockade: the sandbox's network proxy refused http "
+                      "denied.example:80: not_allowed: the host is not in network.allow; the "
+                      "policy grant that would allow it: network.allow denied.example:80"), denied
 
 
 def test_warm_sessions(ws):
