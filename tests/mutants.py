@@ -1258,6 +1258,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "if gone.is_set():", "if False:",
            ("tests/test_linux_approve.py::test_a_question_whose_connection_was_denied_is_not"
             "_asked_late",)),
+    # denial provenance (issue 34 item 4): the CLI says each denial, and names no grant for
+    # what no policy may allow (a credential's placeholder sent to another host)
+    Mutant("denial-grant-for-an-exfiltration", "stockade/launch/denials.py",
+           'if reason in ("not_allowed", "port_not_allowed"):', "if True:",
+           ("tests/test_cli_denials.py::test_network_denials_are_said_with_the_grant_that_would"
+            "_allow_them",)),
+    Mutant("cli-denials-unsaid", "stockade/cli/run.py",
+           "        print_violations(result)\n", "        pass\n",
+           ("tests/test_cli_denials.py::test_filesystem_and_limit_denials_are_said_with_the"
+            "_grant",)),
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
