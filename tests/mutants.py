@@ -1268,6 +1268,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "        print_violations(result)\n", "        pass\n",
            ("tests/test_cli_denials.py::test_filesystem_and_limit_denials_are_said_with_the"
             "_grant",)),
+    # a Workspace's approvals (stockade mcp --ask): each call's own, for that call only
+    Mutant("workspace-approval-run-kept-past-the-call", "stockade/integrations/workspace.py",
+           "return ALLOW_ONCE if answer == ALLOW_RUN else answer", "return answer",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-unasked-call-allowed", "stockade/integrations/workspace.py",
+           "        if call is None:\n            return DENY\n",
+           "        if call is None:\n            return ALLOW_ONCE\n",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-approval-outlives-its-call", "stockade/integrations/workspace.py",
+           "relay.call = None  # (what runs on after the call", "pass  # (",
+           ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
+            "_none",)),
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
