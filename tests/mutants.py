@@ -27,6 +27,7 @@ class Mutant:
     rootless: bool = False
 
 
+INTEGRATIONS = "tests/integrations/"  # (their tests run with the frameworks installed)
 OVERLAY = "tests/test_overlay.py::"
 STORE = "tests/test_change_store.py::"
 MASKS = "tests/test_linux_masks.py::"
@@ -1282,6 +1283,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "relay.call = None  # (what runs on after the call", "pass  # (",
            ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
             "_none",)),
+    # stockade mcp --ask: the client's answer is the approval; a client that cannot be asked
+    # is denied (and told why), never asked (run with .venv-integrations/bin/python)
+    Mutant("mcp-ask-takes-any-choice", "stockade/integrations/mcp.py",
+           "return _CHOICES.get(answered.data.choice, DENY)", "return ALLOW_RUN",
+           ("tests/integrations/test_mcp.py::test_the_client_is_asked_and_its_answer_is_the"
+            "_approval",)),
+    Mutant("mcp-asks-a-client-that-cannot-answer", "stockade/integrations/mcp.py",
+           "self.why_not = why_not_asked(ctx.request_context.session)", "self.why_not = None",
+           ("tests/integrations/test_mcp.py::test_a_client_that_cannot_be_asked_is_denied_and"
+            "_told_why",)),
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
