@@ -79,7 +79,8 @@ def test_relayed_output_is_cut_at_the_output_limit(workspace):
                cwd=workspace)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "y\n" * 512
-    assert "limits.output (stdout cut at 1024 bytes)" in done.stderr
+    assert done.stderr == "stockade: stdout cut at 1024 bytes, the sandbox's output limit: the " \
+        "rest of it was dropped; the policy grant that would allow it: limits.output\n"
 
 
 @sandboxed
@@ -488,8 +489,8 @@ def test_the_commands_output_that_cannot_be_written_on_is_said_never_lost_silent
                                script], cwd=workspace, env=env, stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == status, done.stderr
-    assert "output_failed (stdout could not be written on (No space left on device)" \
-        in done.stderr
+    assert "stockade: the command's output was not all relayed: stdout could not be written " \
+        "on (No space left on device): what followed was lost\n" in done.stderr
 
 
 @pytest.mark.parametrize("closed", ["stdout", "stderr"])
