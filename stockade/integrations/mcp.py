@@ -167,7 +167,8 @@ _CHOICES = {"once": ALLOW_ONCE, "run": ALLOW_RUN}
 
 class Asking:
     """One tool call's questions (`--ask`): each put to the client that made the call, through
-    MCP elicitation, where it can be; otherwise denied unasked, and `unasked` says why."""
+    MCP elicitation, where it can be; otherwise denied unasked (`unasked`; `why_not` says
+    why)."""
 
     def __init__(self, ctx: Context, timeout: float) -> None:
         self.ctx, self.timeout = ctx, timeout
