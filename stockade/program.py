@@ -40,7 +40,6 @@ from stockade.errors import UsageError
 
 __all__ = ["NOT_SERVED", "SERVED", "SOCKET_NAME", "encode_request", "main", "socket_path"]
 
-EXIT_USAGE = 2
 EXIT_SETUP = 70
 EXIT_INTERRUPTED = 130
 ABSENT = -1  # _through_server: no server listens (statuses are 0-255); one is then started
@@ -56,10 +55,10 @@ def main(*, check_server: bool = True) -> int:
         if status is not None and status != ABSENT:
             return status
         absent = status == ABSENT
-    from stockade.cli import console_main
+    from stockade.cli import console_main, run
 
     status = _exit_word(console_main())
-    if absent and status != EXIT_USAGE:
+    if absent and run.launched:
         from stockade.cli import autoserver
 
         autoserver.start_in_background()

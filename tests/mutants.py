@@ -60,8 +60,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "idle_seconds(dict(os.environ)) is None or _traced():",
            "idle_seconds(dict(os.environ)) is None:",
            ("tests/test_autoserver.py::test_a_traced_run_starts_no_server",)),
-    Mutant("autoserver-lock-shared", "stockade/cli/autoserver.py",
-           "fcntl.LOCK_EX | fcntl.LOCK_NB", "fcntl.LOCK_SH | fcntl.LOCK_NB",
+    Mutant("autoserver-lock-not-taken", "stockade/lifecycle/lease.py",
+           "    try:\n        acquire(fd, wait=False)\n", "    try:\n        pass\n",
            ("tests/test_autoserver.py::test_one_server_at_a_time_whatever_starts_together",)),
     Mutant("cli-server-judges-its-own-host-code", "stockade/cli/server.py",
            "            request.program.become()\n", "            pass\n",
@@ -1373,6 +1373,22 @@ MUTANTS: tuple[Mutant, ...] = (
            'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # commands that hang hold up neither health nor files (attack A7): past --max-concurrent
+    # one more is refused at once, file operations have sandboxes of their own, and a client
+    # that hangs up has its command's tree killed
+    Mutant("agent-sandbox-commands-queue-past-the-cap", "stockade/integrations/agent_sandbox.py",
+           "if self.executing >= self.max_concurrent:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-files-behind-commands", "stockade/integrations/agent_sandbox.py",
+           "workspace = self.server.files", "workspace = self.server.commands",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-hangup-ignored", "stockade/integrations/agent_sandbox.py",
+           "            if gone:\n                cancel.set()\n",
+           "            if gone:\n                pass\n",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

@@ -156,6 +156,22 @@ def test_the_server_ends_by_itself_when_unused(state, workspace):
     assert not (state / SOCKET_NAME).exists()
 
 
+def test_a_command_exiting_2_starts_one_and_help_or_a_usage_error_none(state, workspace):
+    """A server serves the next run: one is started after a sandbox ran, whatever the
+    command's status (2 is a command's as much as a usage error's), and never after
+    `--help`, a usage error or a refusal, which launched nothing."""
+    env = _env(state, "600")
+    for words, status in ((["--help"], 0), (["--no-such-flag", "--", "true"], 2),
+                          (["--preset", "no-such-preset", "--", "true"], 2)):
+        done = subprocess.run([sys.executable, PROGRAM, "run", *words], env=env, cwd=workspace,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == status, done.stderr
+    time.sleep(1)
+    assert _server_pid(state) is None and not (state / SOCKET_NAME).exists()
+    assert _run("sh", "-c", "exit 2", env=env, cwd=workspace).returncode == 2
+    assert _wait_for_server(state)
+
+
 def test_idle_zero_starts_no_server(state, workspace):
     env = _env(state, "0")
     assert _run("true", env=env, cwd=workspace).returncode == 0

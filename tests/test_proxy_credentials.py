@@ -18,8 +18,9 @@ import pytest
 from tlsworld import Canned, Server, chunked, make_ca, serving
 
 from stockade.net.authority import LEAVES, Authority, upstream_context
-from stockade.net.inspect import HttpLimit, Injection, Inspector
+from stockade.net.inspect import Injection, Inspector
 from stockade.net.proxy import Proxy, ProxyLimits
+from stockade.policy.model import HttpRule
 
 FAST = ProxyLimits(handshake_timeout=3.0, connect_timeout=3.0, idle_timeout=5.0)
 SECRET = "s3cret-VALUE-0123456789"
@@ -107,8 +108,8 @@ def setup(pki: tuple[str, str], tls_server: Server, plain_server: Server,
     inspector = Inspector(
         [Injection("gh", "api.test", PLACEHOLDER, SECRET, header="Authorization",
                    prefix="Bearer ")],
-        [HttpLimit("api.test", ("GET", "HEAD"), ("/repos/org/",)),
-         HttpLimit("other.test", ("GET",), ("/ok/",))])
+        [HttpRule("api.test", ("GET", "HEAD"), ("/repos/org/",)),
+         HttpRule("other.test", ("GET",), ("/ok/",))])
     authority = Authority("test")
     log = str(tmp_path / "decisions.jsonl")
     proxy = Proxy(allow, (), "req", log_path=log, limits=FAST, resolver=lambda h: [NAMES[h]],
@@ -161,7 +162,7 @@ def test_the_placeholder_to_another_host_is_refused_and_logged(setup, tls_server
     """Over intercepted HTTPS to other.test (an HTTP rule names it, so it is read)."""
     if where == "body":  # (POST is not among other.test's methods: allow it here)
         rule, _ = setup.proxy._inspector.limits.pop()
-        setup.proxy._inspector.limits.append((rule, HttpLimit("other.test")))
+        setup.proxy._inspector.limits.append((rule, HttpRule("other.test")))
     reply = setup.https("other.test", tls_server.port, request_bytes)
     assert reply.startswith(b"HTTP/1.1 403"), reply
     assert b"credential_exfiltration" in reply
@@ -266,7 +267,7 @@ def test_a_smuggled_second_request_never_reaches_the_server(setup, tls_server):
 
 def test_a_chunked_body_is_passed_exactly(setup, tls_server):
     rule, _ = setup.proxy._inspector.limits.pop(0)
-    setup.proxy._inspector.limits.insert(0, (rule, HttpLimit("api.test")))
+    setup.proxy._inspector.limits.insert(0, (rule, HttpRule("api.test")))
     reply = setup.https("api.test", tls_server.port, (
         b"POST /repos/org/a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"3\r\nabc\r\n0\r\n\r\n"))

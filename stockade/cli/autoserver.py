@@ -104,19 +104,11 @@ def _lock(state: str) -> int | None:
     """The lock of the server a run starts (its descriptor, held for this process's life), or
     None when another holds it: first runs ending together start one server, not several
     that would each take the socket from the last."""
-    import fcntl
-
-    from stockade.lifecycle import statedir
+    from stockade.lifecycle import lease, statedir
 
     statedir.ensure(state)
-    fd = os.open(os.path.join(state, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-                 | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return lease.held(os.open(os.path.join(state, LOCK_NAME), os.O_RDWR | os.O_CREAT
+                              | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
 
 
 if __name__ == "__main__":

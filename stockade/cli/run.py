@@ -194,6 +194,9 @@ QUIET = "STOCKADE_QUIET_DENIALS"
 # Set by the `stockade` program (not by callers of `main`, who may have threads): fork the
 # one sandbox from this process rather than start a zygote.
 fork_directly = False
+# Whether this process launched a sandbox: only then does the program start a CLI server for
+# the next run (not after --help, a usage error or a refusal, whatever their exit status).
+launched = False
 
 
 def run_sandboxed(policy: Policy, argv: list[str], workspace: str | None, *, as_json: bool,
@@ -244,6 +247,8 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
               file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    global launched
+    launched = True
     stopped = None
     if as_json:  # (Ctrl-C cancels the run, whose result is then printed, cancelled)
         with cancelled_by_signals() as stopped:

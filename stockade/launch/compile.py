@@ -28,7 +28,6 @@ from stockade.launch.overlays import (
 )
 from stockade.launch.request import (
     CredentialSpec,
-    HttpSpec,
     LaunchRequest,
     LimitSpec,
     NetworkSpec,
@@ -163,7 +162,7 @@ def compile_policy(
             reach=tuple(sorted(set(policy.network.reach))),
             unix_sockets=policy.network.unix_sockets,
             credentials=credentials,
-            http=tuple(HttpSpec(r.host, r.methods, r.paths) for r in policy.network.http),
+            http=policy.network.http,
         ),
         limits=LimitSpec(**vars(policy.limits) | ({"pids": None} if pids_lifted(policy)
                                                    else {})),

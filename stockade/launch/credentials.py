@@ -16,7 +16,7 @@ from dataclasses import replace
 from stockade.errors import PolicyError
 from stockade.launch.request import CredentialSpec, LaunchRequest, PathGrant
 from stockade.net.authority import Authority
-from stockade.net.inspect import HttpLimit, Injection, Inspector
+from stockade.net.inspect import Injection, Inspector
 
 MAX_SECRET_BYTES = 64 * 1024
 
@@ -41,7 +41,7 @@ def prepare(request: LaunchRequest, environ: Mapping[str, str],
     return (replace(request, env=tuple(sorted((dict(request.env) | authority.environment())
                                               .items())),
                     read=tuple(sorted(grants, key=lambda grant: grant.path))),
-            Inspector(injections, [HttpLimit(r.host, r.methods, r.paths) for r in network.http]),
+            Inspector(injections, network.http),
             authority)
 
 

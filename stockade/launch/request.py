@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from stockade.errors import RequestError
-from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS, WORKSPACE_MODES
+from stockade.policy.model import CONTAINMENTS, GIT_MODES, ISOLATIONS, WORKSPACE_MODES, HttpRule
 
 REQUEST_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes; a serialised request larger than this is rejected
@@ -48,15 +48,6 @@ class CredentialSpec:
 
 
 @dataclass(frozen=True)
-class HttpSpec:
-    """A `network.http` rule: methods and path prefixes allowed to `host` (empty: any)."""
-
-    host: str
-    methods: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class NetworkSpec:
     mode: str = "none"
     allow: tuple[str, ...] = ()
@@ -64,7 +55,7 @@ class NetworkSpec:
     reach: tuple[str, ...] = ()
     unix_sockets: str = "own"  # (see stockade.policy.model.UNIX_SOCKET_MODES)
     credentials: tuple[CredentialSpec, ...] = ()
-    http: tuple[HttpSpec, ...] = ()
+    http: tuple[HttpRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,8 +164,8 @@ def _dumps(body: dict) -> bytes:
 _NESTED = {"network": NetworkSpec, "limits": LimitSpec}
 _FIELDS = {kind: tuple(f.name for f in fields(kind))
            for kind in (LaunchRequest, PathGrant, NetworkSpec, LimitSpec, CredentialSpec,
-                        HttpSpec)}
-_NETWORK_ITEMS = {"credentials": CredentialSpec, "http": HttpSpec}
+                        HttpRule)}
+_NETWORK_ITEMS = {"credentials": CredentialSpec, "http": HttpRule}
 
 
 def _build(cls: type, body: dict) -> LaunchRequest:

@@ -494,18 +494,11 @@ def abandoned(state: str | None = None, grace: float = 60.0) -> list[str]:
 def _removal_lock(path: str) -> int | None:
     """A descriptor holding the exclusive lock of the directory `path` (its removal), or
     None if another process holds it or it is gone."""
-    import fcntl  # (POSIX: the overlay is Linux's alone)
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return lease.held(fd)
 
 
 def _remove_aside(path: str, held: int) -> bool:

@@ -113,6 +113,16 @@ else:
         return os.geteuid() == 0
 
 
+def held(fd: int) -> int | None:
+    """`fd` with the lease taken, or None (`fd` closed) when another process holds it."""
+    try:
+        acquire(fd, wait=False)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def distrust(info: os.stat_result) -> str | None:
     """Why the file `info` (from lstat) describes could have been planted or changed by someone
     else — a symbolic link, another owner, writable by others — or None if it could not."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from stockade.net import http
 from stockade.net.rules import Rule, compile_rules
 from stockade.net.stream import Closed, Stream
+from stockade.policy.model import HttpRule
 
 _BODY_CHUNK = 64 * 1024
 _MAX_CHUNK_LINE = 4096
@@ -62,15 +63,6 @@ class Injection:
 
 
 @dataclass(frozen=True)
-class HttpLimit:
-    """One `[[network.http]]` rule: methods and path prefixes (empty: any)."""
-
-    host: str
-    methods: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Refusal:
     """A request the proxy will not pass on: a stable `reason`, words, the rule that decided."""
 
@@ -84,7 +76,7 @@ class Inspector:
     """The decisions on read requests, for one launch's credentials and HTTP rules."""
 
     def __init__(self, injections: Sequence[Injection] = (),
-                 limits: Sequence[HttpLimit] = ()) -> None:
+                 limits: Sequence[HttpRule] = ()) -> None:
         self.injections = [(_rule(i.host, "network.credentials"), i) for i in injections]
         self.limits = [(_rule(limit.host, "network.http"), limit) for limit in limits]
 
@@ -196,7 +188,7 @@ def _carried(injection: Injection) -> list[tuple[bytes, str]]:
             *((form, "secret") for form in secret_forms(injection))]
 
 
-def _limited(limit: HttpLimit, request: http.Request) -> Refusal | None:
+def _limited(limit: HttpRule, request: http.Request) -> Refusal | None:
     if limit.methods and request.method not in limit.methods:
         return Refusal("method_not_allowed", f"method {request.method} is not in "
                        f"network.http methods {list(limit.methods)} for {limit.host}",
