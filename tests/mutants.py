@@ -27,6 +27,7 @@ class Mutant:
     rootless: bool = False
 
 
+INTEGRATIONS = "tests/integrations/"  # (their tests run with the frameworks installed)
 OVERLAY = "tests/test_overlay.py::"
 STORE = "tests/test_change_store.py::"
 MASKS = "tests/test_linux_masks.py::"
@@ -1382,6 +1383,40 @@ MUTANTS: tuple[Mutant, ...] = (
            "if gone.is_set():", "if False:",
            ("tests/test_linux_approve.py::test_a_question_whose_connection_was_denied_is_not"
             "_asked_late",)),
+    # denial provenance (issue 34 item 4): the CLI says each denial, and names no grant for
+    # what no policy may allow (a credential's placeholder sent to another host)
+    Mutant("denial-grant-for-an-exfiltration", "stockade/launch/denials.py",
+           'if reason in ("not_allowed", "port_not_allowed"):', "if True:",
+           ("tests/test_cli_denials.py::test_network_denials_are_said_with_the_grant_that_would"
+            "_allow_them",)),
+    Mutant("cli-denials-unsaid", "stockade/cli/run.py",
+           "        print_violations(result)\n", "        pass\n",
+           ("tests/test_cli_denials.py::test_filesystem_and_limit_denials_are_said_with_the"
+            "_grant",)),
+    # a Workspace's approvals (stockade mcp --ask): each call's own, for that call only
+    Mutant("workspace-approval-run-kept-past-the-call", "stockade/integrations/workspace.py",
+           "return ALLOW_ONCE if answer == ALLOW_RUN else answer", "return answer",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-unasked-call-allowed", "stockade/integrations/workspace.py",
+           "        if call is None:\n            return DENY\n",
+           "        if call is None:\n            return ALLOW_ONCE\n",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-approval-outlives-its-call", "stockade/integrations/workspace.py",
+           "relay.call = None  # (what runs on after the call", "pass  # (",
+           ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
+            "_none",)),
+    # stockade mcp --ask: the client's answer is the approval; a client that cannot be asked
+    # is denied (and told why), never asked (run with .venv-integrations/bin/python)
+    Mutant("mcp-ask-takes-any-choice", "stockade/integrations/mcp.py",
+           "return _CHOICES.get(answered.data.choice, DENY)", "return ALLOW_RUN",
+           ("tests/integrations/test_mcp.py::test_the_client_is_asked_and_its_answer_is_the"
+            "_approval",)),
+    Mutant("mcp-asks-a-client-that-cannot-answer", "stockade/integrations/mcp.py",
+           "self.why_not = why_not_asked(ctx.request_context.session)", "self.why_not = None",
+           ("tests/integrations/test_mcp.py::test_a_client_that_cannot_be_asked_is_denied_and"
+            "_told_why",)),
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),

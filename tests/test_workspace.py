@@ -18,11 +18,10 @@ from stockade.integrations.workspace import (
     Entry,
     FileError,
     Workspace,
-    denial_lines,
     outcome,
     read_only_policy,
-    with_denials,
 )
+from stockade.launch.denials import denial_lines, with_denials
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -264,7 +263,8 @@ def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
         assert [(d.kind, d.grant) for d in first.denials] == [
             ("network.denied", "network.allow denied.example:80")]
         [line] = denial_lines(first.denials)
-        assert line.startswith("stockade: denied network.denied: http denied.example:80: "), line
+        assert line.startswith("stockade: the sandbox's network proxy refused http "
+                               "denied.example:80: not_allowed: "), line
         assert line.endswith("; the policy grant that would allow it: network.allow "
                              "denied.example:80"), line
         second = workspace.exec([PYTHON, "-c", fetch, "http://other.example:8080/"])
@@ -292,7 +292,7 @@ def test_a_racing_link_swap_never_leads_a_file_operation_out(workspace, ws):
 
 
 def test_a_guard_refusal_names_the_reach_that_would_allow_it():
-    from stockade.integrations.workspace import denial
+    from stockade.launch.denials import denial
     from stockade.launch.result import Violation
 
     assert denial(Violation("network.denied", "tcp 10.9.9.9:80: address_private")).grant \

@@ -50,7 +50,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from stockade.errors import StockadeError, UsageError
-from stockade.integrations.workspace import FileError, Workspace, with_denials
+from stockade.integrations.workspace import FileError, Workspace
+from stockade.launch.denials import with_denials
 from stockade.policy import Policy
 
 MAX_COMMAND_BYTES = 1 << 20  # an /execute body
