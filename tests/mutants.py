@@ -1240,9 +1240,12 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
             "[semicolon]",)),
     Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
-           "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
+           "refusal = scanner.alone(line)", "refusal = None",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
             "line_break[extension]",)),
+    Mutant("chunk-lines-split-the-body-scan", "stockade/net/inspect.py",
+           "refusal = scanner.alone(line)", "refusal = scanner.feed(line)",
+           ("tests/test_proxy_credentials.py::test_a_placeholder_split_over_two_chunks_is_found",)),
     Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
            "        if _bare_break(line):", "        if False:",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"

@@ -251,7 +251,7 @@ class FramingError(Exception):
 
 class Scanner:
     """Finds the placeholders and secrets of `injections` in a body passed in pieces (one
-    split between two pieces is found)."""
+    split between two pieces, or two chunks, is found)."""
 
     def __init__(self, injections: Iterable[Injection]) -> None:
         self.needles = [(needle, what, i) for i in injections for needle, what in _carried(i)]
@@ -259,13 +259,21 @@ class Scanner:
         self.tail = b""
 
     def feed(self, data: bytes) -> Refusal | None:
+        """A refusal if the body so far, joined as the server reads it, carries a needle."""
         if not self.needles:
             return None
         window = self.tail + data.lower()
-        for needle, what, injection in self.needles:
-            if needle in window:
-                return _exfiltration(injection, "the request's body", what)
+        found = self.alone(window)
         self.tail = window[-self.keep:] if self.keep else b""
+        return found
+
+    def alone(self, data: bytes) -> Refusal | None:
+        """A refusal if `data` (a chunk line, a trailer: a server reads each apart from the
+        body) carries a needle; the body's join is left as it was."""
+        lowered = data.lower()
+        for needle, what, injection in self.needles:
+            if needle in lowered:
+                return _exfiltration(injection, "the request's body", what)
         return None
 
 
@@ -430,7 +438,9 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
             return FramingError("a malformed chunk size").refusal()
         if _bare_break(line):
             return FramingError("a bare CR or LF in a chunk line").refusal()
-        refusal = scanner.feed(line)  # (its extension goes on too)
+        # (its extension goes on too, read apart: fed to the body's join, the line would
+        # split a placeholder the server joins from two chunks)
+        refusal = scanner.alone(line)
         if refusal is not None:
             return refusal
         send(line)
@@ -438,7 +448,7 @@ def forward_body(stream: Stream, length: int | None, send: Callable[[bytes], Non
             while (trailer := stream.read_line(_MAX_CHUNK_LINE, timeout)) != b"\r\n":
                 if _bare_break(trailer):
                     return FramingError("a bare CR or LF in a trailer").refusal()
-                refusal = scanner.feed(trailer)
+                refusal = scanner.alone(trailer)
                 if refusal is not None:
                     return refusal
                 send(trailer)
