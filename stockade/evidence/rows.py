@@ -685,8 +685,8 @@ ROWS: tuple[Row, ...] = (
         launch=launches.reviewed, control=without("review_escape")),
     row("fs.approval-write-outside", "filesystem",
         "with every destination approved while it runs (an approval function that allows "
-        "all, asked about a host no allow list names, which it then reaches): create, "
-        "overwrite and delete outside every root", "net_credentials.py", "approved",
+        "all, asked about a host no allow list names, which it then reaches): write and "
+        "delete files outside every root", "net_credentials.py", "approved",
         f"{setups.APPROVED_NAME}:{{web}}", "{outside}/new", "{secret_file}",
         "{ws}/../outside/new2", expect=denied(*OUTSIDE), proven=VIEW_AND_LANDLOCK,
         setup=setups.approved_host, policy=APPROVED, launch=launches.approved,

@@ -222,10 +222,8 @@ def approved(target, paths):
         return
     note(f"approved request to {target}", status)
     for path in paths:
-        attempt(f"create {path}", lambda p=path: write(p, mode="xb"))
-        if os.path.exists(path):
-            attempt(f"overwrite {path}", lambda p=path: write(p))
-            attempt(f"unlink {path}", lambda p=path: os.unlink(p))
+        attempt(f"write {path}", lambda p=path: write(p))
+        attempt(f"unlink {path}", lambda p=path: os.unlink(p))
 
 
 def files(roots):
@@ -274,12 +272,19 @@ def searched(name, roots, needles):
     raise Refused("ABSENT", "not found")
 
 
+def ca_directory():
+    """The launch CA's directory where the command runs with a credential (a placeholder in
+    its environment), else None (on the host, SSL_CERT_FILE may name the system's)."""
+    if not os.environ.get("EVIDENCE_TOKEN", "").startswith("stockade-cred-"):
+        return None
+    return os.path.dirname(os.environ["SSL_CERT_FILE"])
+
+
 def sandboxed(roots):
-    """`roots`, and where the command is sandboxed with a credential (the launch's CA is in
-    its environment), the CA's directory and its own /tmp and /dev/shm (on the host, those
-    would be other programs' files)."""
-    bundle = os.environ.get("SSL_CERT_FILE")
-    return [*roots, os.path.dirname(bundle), "/tmp", "/dev/shm"] if bundle else list(roots)
+    """`roots`, and where the command runs with a credential, the CA's directory and its own
+    /tmp and /dev/shm (on the host, those would be other programs' files)."""
+    directory = ca_directory()
+    return [*roots, directory, "/tmp", "/dev/shm"] if directory else list(roots)
 
 
 def secret(probes, roots):
@@ -297,9 +302,8 @@ def secret(probes, roots):
 
 
 def ca_key(pid, roots):
-    bundle = os.environ.get("SSL_CERT_FILE")
-    if bundle:
-        directory = os.path.dirname(bundle)
+    directory = ca_directory()
+    if directory:
         extra = sorted(set(os.listdir(directory)) - {"ca.pem", "bundle.pem"})
         hunt("a file beside the launch CA's certificate", [os.path.join(directory, n)
                                                            for n in extra], directory)
