@@ -759,6 +759,7 @@ zygote.fork_directly()
 request = LaunchRequest.decode(sys.argv[1].encode())
 try:
     backend = isolated(LinuxBackend(weaken=weaken), request.isolation)
+    backend.check(request)  # (as the SandboxManager launches: what it cannot enforce, refused)
     summary = execute(backend, request, stdio_inherit=True).to_json()
 except StockadeError as exc:
     summary = {"error": exc.code, "message": exc.message}
