@@ -15,9 +15,9 @@ reads. The first argument names the attack; HOST:PORT arguments are the scene's 
 - `secret PROBES ROOT...`: look for the credentials' secrets (PROBES: comma-separated
   fragments, each reversed, so this program never holds one whole) in the environment,
   every /proc/<pid>/environ and cmdline it can read, and the files below each ROOT (and,
-  sandboxed, the CA's directory, /tmp and /dev/shm).
+  sandboxed, the CA's directory).
 - `ca-key PID ROOT...`: look for the launch CA's private key in the CA's directory, the files
-  below each ROOT (and the same three), its own descriptors and every /proc/<pid> it can
+  below each ROOT (and the CA's), its own descriptors and every /proc/<pid> it can
   read; and read the memory, environment and descriptors of PID, the process that runs the
   proxy and holds the key.
 
@@ -281,10 +281,9 @@ def ca_directory():
 
 
 def sandboxed(roots):
-    """`roots`, and where the command runs with a credential, the CA's directory and its own
-    /tmp and /dev/shm (on the host, those would be other programs' files)."""
+    """`roots`, and where the command runs with a credential, the CA's directory."""
     directory = ca_directory()
-    return [*roots, directory, "/tmp", "/dev/shm"] if directory else list(roots)
+    return [*roots, directory] if directory else list(roots)
 
 
 def secret(probes, roots):
