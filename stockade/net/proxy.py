@@ -98,9 +98,9 @@ class Proxy:
     """An allowlist proxy on a unix socket: `start()` returns its path, `stop()` removes it.
 
     `resolver` (host -> IP strings) replaces getaddrinfo, and `dialer` the connection to
-    checked addresses, for tests; so does `unchecked` (see Gate and Inspector). Denials are kept for
-    `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`, allowed
-    and failed requests are logged too.
+    checked addresses, for tests; so does `unchecked` (see Gate and Inspector). Denials are
+    kept for `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`,
+    allowed and failed requests are logged too.
 
     With an `inspector` that has credentials or HTTP rules (inspect.py), plain HTTP is read
     and judged, and HTTPS to the hosts it names is intercepted with `authority`'s
