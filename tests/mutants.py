@@ -43,6 +43,9 @@ ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
 BROKER = "tests/test_windows_broker.py::"
+# (an evidence row of tests/test_evidence_network.py, run on its own: first, so that the run
+# says the row caught the mutant)
+EVIDENCE_NET = "tests/test_evidence_network.py::test_the_row_passes_with_its_control["
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -1248,38 +1251,46 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- network.credentials and network.http (issue 34): the proxy's reading of requests --
     Mutant("credential-placeholder-sent-elsewhere", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the request", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
+           (EVIDENCE_NET + "net.credential-elsewhere]",
+            "tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the host name", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the request\'s body", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
+           (EVIDENCE_NET + "net.credential-elsewhere]",
+            "tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-body-scan-forgets-the-last-piece", "stockade/net/inspect.py",
            'self.tail = window[-self.keep:] if self.keep else b""', 'self.tail = b""',
-           ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-sent-over-plain-http", "stockade/net/inspect.py",
            "if injection is not None and not tls:", "if False:",
            ("tests/test_proxy_credentials.py::test_the_credential_host_over_plain_http_is_refused",)),
     Mutant("http-rule-method-unchecked", "stockade/net/inspect.py",
            "if limit.methods and request.method not in limit.methods:", "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'POST-/repos/org/x-method_not_allowed]',
             "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_plain_http")),
     Mutant("http-rule-path-dot-segments-unchecked", "stockade/net/inspect.py",
            'if _AMBIGUOUS.search(path) or any(s in (".", "..") for s in segments):', "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'GET-/repos/org/../other-path_ambiguous]',)),
     Mutant("http-rule-path-unchecked", "stockade/net/inspect.py",
            "if not any(path.startswith(prefix) for prefix in limit.paths):", "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'GET-/repos/other/x-path_not_allowed]',
             "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_plain_http")),
     Mutant("http-ambiguous-framing-passed", "stockade/net/inspect.py",
            "if codings and lengths:", "if False:",
-           ("tests/test_proxy_credentials.py::test_ambiguous_framing_is_refused[both]",)),
+           (EVIDENCE_NET + "net.http-framing]",
+            "tests/test_proxy_credentials.py::test_ambiguous_framing_is_refused[both]",)),
     Mutant("http-connect-inside-a-tunnel", "stockade/net/http.py",
            'raise HttpError(405, "CONNECT inside an intercepted tunnel", "connect_in_tunnel")',
            'return Request(method, *tunnel, version, "/", tuple(headers))',
@@ -1287,6 +1298,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("http-socks-to-an-inspected-host", "stockade/net/proxy.py",
            "if refusal is None and name and self._inspector.intercepts(name, port):", "if False:",
            ("tests/test_proxy_credentials.py::test_socks5_to_an_inspected_host_is_refused",)),
+    Mutant("ca-key-beside-its-certificate", "stockade/net/authority.py",
+           "for name, text in ((CA_FILE, self.pem),",
+           'for name, text in ((CA_FILE, self.pem), ("ca-key.pem", self._key.private_bytes('
+           "_crypto()[2].Encoding.PEM, _crypto()[2].PrivateFormat.PKCS8, "
+           "_crypto()[2].NoEncryption()).decode()),",
+           (EVIDENCE_NET + "net.credential-ca-key]",
+            "tests/test_linux_credentials.py::test_the_server_gets_the_secret_and_the_sandbox"
+            "_never_holds_it")),
     Mutant("intercepted-upstream-unverified", "stockade/net/authority.py",
            "context = ssl.create_default_context(cafile=cafile)",
            "context = ssl._create_unverified_context(cafile=cafile)",
@@ -1311,7 +1330,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'problem = None if "addresses" in self.unchecked else self._refuse(address, port)',
            'problem = None if "addresses" in self.unchecked or asked '
            "else self._refuse(address, port)",
-           ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
+           (EVIDENCE_NET + "net.credential-guarded]",
+            "tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
     Mutant("approval-asked-about-a-deny-pattern", "stockade/net/gate.py",
            "if not by_rule.allowed and by_rule.reason in ASKED and self.approval is not None:",
            "if not by_rule.allowed and self.approval is not None:",
@@ -1365,9 +1385,13 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
             "[semicolon]",)),
     Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
-           "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
+           "refusal = scanner.alone(line)", "refusal = None",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
             "line_break[extension]",)),
+    Mutant("chunk-lines-split-the-body-scan", "stockade/net/inspect.py",
+           "refusal = scanner.alone(line)", "refusal = scanner.feed(line)",
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_a_placeholder_split_over_two_chunks_is_found",)),
     Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
            "        if _bare_break(line):", "        if False:",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
