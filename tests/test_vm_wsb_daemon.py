@@ -92,7 +92,9 @@ def test_a_guest_is_booted_on_demand_and_reused_by_the_next_execution(clock):
     host = Host()
     keeper = daemon(host, clock)
     first = keeper.acquire(request())
+    assert keeper.kept is None  # (in use: not idle)
     keeper.release(first, reuse=True)
+    assert keeper.kept is first.guest
     second = keeper.acquire(request())
     assert second.guest is first.guest and len(host.started) == 1
     keeper.release(second, reuse=True)

@@ -149,6 +149,11 @@ class Daemon:
     def zombies(self) -> int:
         return len(self._zombies)
 
+    @property
+    def kept(self) -> Guest | None:
+        """The idle guest kept for the next execution, if any."""
+        return self._idle
+
     def _boot(self, request: LaunchRequest, timeout: float, attempts: int) -> Guest:
         failures = []
         for _ in range(attempts):
