@@ -119,8 +119,8 @@ class Outbox:
                                      or self._closing)
                 if self._closing:
                     return  # (the session is over: what a command still writes goes nowhere)
-                self._output += len(frame)
             if not self._broken:
+                self._output += len(frame) if output else 0
                 self._frames.append((frame, output))
                 self._ready.notify_all()
 
