@@ -30,6 +30,7 @@ import pkgutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ElementTree
 
 STOCKADE = [sys.executable, "-m", "stockade"]
@@ -275,9 +276,15 @@ def wsb_agent() -> int:
             return done.value.result, out
 
     def left() -> str:
-        listed = subprocess.run(["tasklist", "/fi", f"USERNAME eq {WSB_USER}", "/nh"],
-                                capture_output=True, text=True, timeout=60).stdout
-        return "" if "No tasks" in listed else listed.strip()
+        """The command user's processes still running 10 s on (a console host may take a
+        moment to follow its last client)."""
+        deadline = time.monotonic() + 10
+        while True:
+            listed = subprocess.run(["tasklist", "/fi", f"USERNAME eq {WSB_USER}", "/nh"],
+                                    capture_output=True, text=True, timeout=60).stdout
+            if "No tasks" in listed or time.monotonic() >= deadline:
+                return "" if "No tasks" in listed else listed.strip()
+            time.sleep(0.5)
 
     def start_refused(cwd: str) -> str:
         try:

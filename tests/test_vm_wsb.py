@@ -337,7 +337,8 @@ def test_the_command_user_is_standard_and_verified_before_the_agent():
     assert "Add-LocalGroupMember -SID 'S-1-5-32-545' -Member $user" in text
     for group in ("S-1-5-32-544", "S-1-5-32-551", "S-1-5-32-547", "S-1-5-32-549",
                   "S-1-5-32-556"):
-        assert f"'{group}'" in text.split("foreach ($group in @(")[1].split(")")[0]
+        assert f"'{group}'" in text.split("$privileged = @(")[1].split(")")[0]
+    assert "Get-LocalGroupMember -Group $group | Where-Object { $_.SID -eq $user.SID }" in text
     assert "[Security.Cryptography.RandomNumberGenerator]::Create().GetBytes($bytes)" in text
     assert "$BootId '-' 'spool'" in text  # no pids limit: `-`
     assert text.index("Refuse 'command_user_unverified'") < text.index("$Password | &")

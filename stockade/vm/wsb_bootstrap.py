@@ -202,10 +202,13 @@ def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PO
         "$Password -AsPlainText -Force) -AccountNeverExpires -PasswordNeverExpires "
         "-UserMayNotChangePassword",
         f"  Add-LocalGroupMember -SID {ps(USERS_GROUP)} -Member $user",
-        f"  foreach ($group in @({', '.join(ps(g) for g in PRIVILEGED_GROUPS)})) {{",
-        "    if (@(Get-LocalGroupMember -SID $group | Where-Object { $_.SID -eq $user.SID })"
+        f"  $privileged = @({', '.join(ps(g) for g in PRIVILEGED_GROUPS)})",
+        "  # (those of them this edition has: Server Operators exists on domain controllers only)",
+        "  foreach ($group in @(Get-LocalGroup | Where-Object { $privileged -contains "
+        "$_.SID.Value })) {",
+        "    if (@(Get-LocalGroupMember -Group $group | Where-Object { $_.SID -eq $user.SID })"
         ".Count -ne 0) {",
-        "      Refuse 'command_user_unverified' \"the command user is in group $group\" }",
+        "      Refuse 'command_user_unverified' \"the command user is in group $($group.Name)\" }",
         "  }",
         "  # 6. the guest entry: takes the secret, writes the rendezvous, serves the agent",
     ]
