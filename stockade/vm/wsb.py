@@ -90,7 +90,7 @@ class WsbGuest:
         self._secret = secrets.token_bytes(rz.SECRET_SIZE)
         try:
             config = wsb_config.render(self.plan)
-            _prepare(self.workdir, self.plan, self.request.argv[0], self._secret, config)
+            _prepare(self.workdir, self.plan, guest_python(), self._secret, config)
             argv = self.launcher.start(self.sandbox_id, config,
                                        os.path.join(self.workdir, CONFIG_FILE))
             if self.launcher.kind == wsb_launcher.PROGRAM:
@@ -220,6 +220,12 @@ def daemon() -> wsb_daemon.Daemon:
     made = wsb_daemon.Daemon(start_guest, guest_shape)
     atexit.register(made.close)
     return made
+
+
+def guest_python() -> str:
+    """The interpreter the guest runs: the base installation's (mapped read-only with its
+    prefix), never a venv's python.exe, a launcher that needs its pyvenv.cfg (not mapped)."""
+    return os.path.join(os.path.realpath(sys.base_prefix), "python.exe")
 
 
 def _plan(request: LaunchRequest, workdir: str, boot_id: str,
