@@ -8,6 +8,7 @@ non-zero when what it checks does not hold (the workflow gates on them):
     python scripts/windows_ci.py probe FILE    `stockade probe --json`, the attestation kept
     python scripts/windows_ci.py evidence FILE the W1 matrix: each row's real-child test, kept
     python scripts/windows_ci.py tests         the whole suite, Windows required (no skip passes)
+    python scripts/windows_ci.py broker        the one-shot broker's tests, this host's required
     python scripts/windows_ci.py wsb-agent     (as an administrator) the Windows Sandbox guest's
                                                agent on this host: commands as a fresh standard
                                                user, each in a Job of its own
@@ -17,7 +18,8 @@ non-zero when what it checks does not hold (the workflow gates on them):
 
 None of them can pass vacuously: `tests` fails when pytest ran no test, passed none, skipped one
 or ran none of the W1 real-child tests; `evidence` fails unless every W1 row's test ran and
-passed (a row whose test was skipped, deselected or not collected is a failure, not a pass).
+passed (a row whose test was skipped, deselected or not collected is a failure, not a pass);
+`broker` fails unless each of its tests against this host ran and passed.
 
 Run from the checkout, with Stockade installed (`pip install .[test]`). Standard library only.
 """
@@ -153,9 +155,9 @@ def outcomes(junit: str) -> dict[str, str]:
     return seen
 
 
-def judged(seen: dict[str, str]) -> list[str]:
-    """Why a suite run with these outcomes is not a pass (empty when it is): nothing may fail
-    or be skipped, something must pass, and the W1 real-child tests must have run."""
+def _not_clean(seen: dict[str, str]) -> list[str]:
+    """Why a run with these outcomes is not clean: nothing may fail or be skipped, and
+    something must pass."""
     why = []
     counts = {kind: sum(1 for o in seen.values() if o == kind)
               for kind in ("passed", "failed", "error", "skipped")}
@@ -164,10 +166,33 @@ def judged(seen: dict[str, str]) -> list[str]:
     for kind in ("failed", "error", "skipped"):
         if counts[kind]:
             why.append(f"{counts[kind]} {kind}")
+    return why
+
+
+def judged(seen: dict[str, str]) -> list[str]:
+    """Why a suite run with these outcomes is not a pass (empty when it is): nothing may fail
+    or be skipped, something must pass, and the W1 real-child tests must have run."""
+    why = _not_clean(seen)
     if not [name for name, o in seen.items() if name.startswith(W1_MODULE + "::")
             and o == "passed"]:
         why.append(f"no W1 real-child test ({W1_MODULE}) passed")
     return why
+
+
+BROKER_MODULE = "test_windows_broker"
+# The broker's tests against this host itself (NTFS, a real broker process, a real launch):
+# each must have run and passed, not merely been collected.
+BROKER_HOST_TESTS = ("test_on_this_host_the_manifest_is_closed_and_consumed_once",
+                     "test_on_this_host_a_manifest_replaced_or_linked_is_refused",
+                     "test_on_this_host_a_real_broker_refuses_a_tampered_manifest_and_another_pid",
+                     "test_on_this_host_a_launch_is_the_brokers")
+
+
+def broker_judged(seen: dict[str, str]) -> list[str]:
+    """Why the broker's run is not a pass: as a clean run, and each of BROKER_HOST_TESTS ran
+    and passed."""
+    return _not_clean(seen) + [f"{test} did not run and pass" for test in BROKER_HOST_TESTS
+                               if seen.get(f"{BROKER_MODULE}::{test}") != "passed"]
 
 
 def _pytest(junit: str, *targets: str) -> int:
@@ -183,6 +208,19 @@ def tests() -> int:
         why = judged(outcomes(junit)) if os.path.exists(junit) else ["pytest wrote no report"]
     for reason in why:
         print(f"FAIL tests: {reason}", flush=True)
+    return status or (1 if why else 0)
+
+
+def broker() -> int:
+    """The one-shot broker's tests (tests/test_windows_broker.py), those against this host
+    required (issue 36, item 3)."""
+    with tempfile.TemporaryDirectory() as top:
+        junit = os.path.join(top, "broker.xml")
+        status = _pytest(junit, os.path.join("tests", BROKER_MODULE + ".py"))
+        why = broker_judged(outcomes(junit)) if os.path.exists(junit) \
+            else ["pytest wrote no report"]
+    for reason in why:
+        print(f"FAIL broker: {reason}", flush=True)
     return status or (1 if why else 0)
 
 
@@ -395,8 +433,8 @@ def wsb_sandbox() -> int:
 
 
 STEPS = {"imports": imports, "open-interpreter": open_interpreter, "exit-codes": exit_codes,
-         "probe": probe, "evidence": evidence, "tests": tests, "wsb-agent": wsb_agent,
-         "wsb-sandbox": wsb_sandbox}
+         "probe": probe, "evidence": evidence, "tests": tests, "broker": broker,
+         "wsb-agent": wsb_agent, "wsb-sandbox": wsb_sandbox}
 
 
 def main(argv: list[str]) -> int:

@@ -41,6 +41,7 @@ MEMFD = "tests/test_memfd_exec.py::"
 ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
+BROKER = "tests/test_windows_broker.py::"
 WSB = "tests/test_vm_wsb.py::"
 WSB_AGENT = "tests/test_vm_wsb_agent.py::"
 WSB_DAEMON = "tests/test_vm_wsb_daemon.py::"
@@ -1012,12 +1013,135 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 31 (WINREAD 1): the sandbox's Job keeps its UI restrictions unless Windows
     # refuses to nest it; dropping them for any owner in a Job (a venv's python.exe is one)
     Mutant("windows-ui-limits-dropped-in-any-job", "stockade/windows/handle.py",
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "    try:\n        try:\n            return create(), plan\n",
            "    if nested:\n        plan = job.without_ui_limits(plan)\n"
-           "        job.set_ui_restrictions(launch.job, plan)\n"
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "        job.set_ui_restrictions(job_handle, plan)\n"
+           "    try:\n        try:\n            return create(), plan\n",
            ("tests/test_windows_backend.py::"
             "test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit[launcher]",)),
+    # --- issue 36, item 3: the one-shot Windows broker launches only what its manifest, bound
+    # to its PID, its nonce and the digest it recomputes, authorizes; the manifest is closed,
+    # consumed once and must be the file the host wrote
+    Mutant("broker-frame-unknown-field-accepted", "stockade/windows/manifest.py",
+           "    if unknown:\n", "    if False:\n",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-frame-version-unchecked", "stockade/windows/manifest.py",
+           'if type(body.get("version")) is not int or body["version"] != VERSION:',
+           "if False:",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-frame-unbounded", "stockade/windows/manifest.py",
+           "    if len(data) > limit:\n", "    if False:\n",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-context-any-desktop", "stockade/windows/manifest.py",
+           "isinstance(v, str) and desktop.is_launch_desktop(v)", "isinstance(v, str)",
+           (BROKER + "test_a_manifest_that_is_not_one_is_refused_typed",)),
+    Mutant("broker-context-any-capability", "stockade/windows/manifest.py",
+           "isinstance(s, str) and standing.is_capability(s) for s in v", "isinstance(s, str) "
+           "for s in v", (BROKER + "test_a_manifest_that_is_not_one_is_refused_typed",)),
+    Mutant("broker-manifest-open-to-every-appcontainer", "stockade/windows/manifestfile.py",
+           "return Dacl((Ace.allow(user_sid, c.FILE_ALL_ACCESS),), protected=True",
+           'return Dacl((Ace.allow(user_sid, c.FILE_ALL_ACCESS), Ace.allow("S-1-15-2-1", '
+           "c.FILE_ALL_ACCESS)), protected=True",
+           (BROKER + "test_a_sandbox_could_not_open_the_manifest",)),
+    Mutant("broker-manifest-written-over-a-name", "stockade/windows/manifestfile.py",
+           "ctypes.byref(attributes), c.CREATE_NEW,", "ctypes.byref(attributes), 2,",
+           (BROKER + "test_a_name_someone_took_first_fails_the_write",)),
+    Mutant("broker-manifest-opened-through-a-link", "stockade/windows/manifestfile.py",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT | "
+           "c.FILE_FLAG_DELETE_ON_CLOSE,",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_DELETE_ON_CLOSE,",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[symlink]",)),
+    Mutant("broker-manifest-opened-shared", "stockade/windows/manifestfile.py",
+           "c.GENERIC_READ | c.DELETE, 0, None,",
+           "c.GENERIC_READ | c.DELETE, 7, None,",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[held-open]",)),
+    Mutant("broker-manifest-kept-after-consume", "stockade/windows/manifestfile.py",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT | "
+           "c.FILE_FLAG_DELETE_ON_CLOSE,",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT,",
+           (BROKER + "test_the_manifest_is_closed_from_its_creation_and_consumed_once",)),
+    Mutant("broker-manifest-any-file-at-the-name", "stockade/windows/manifestfile.py",
+           "    if facts.file_id != file_id:\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[another-file]",)),
+    Mutant("broker-manifest-links-unchecked", "stockade/windows/manifestfile.py",
+           "    if facts.links != 1:\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[hard-link]",)),
+    Mutant("broker-manifest-reparse-point-read", "stockade/windows/manifestfile.py",
+           "    if facts.attributes & (c.FILE_ATTRIBUTE_DIRECTORY | "
+           "c.FILE_ATTRIBUTE_REPARSE_POINT):\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[symlink]",)),
+    Mutant("broker-manifest-dacl-unchecked", "stockade/windows/manifestfile.py",
+           "    if not dacl.protected or dacl.aces != closed_dacl(user_sid).aces:\n",
+           "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[dacl-widened]",)),
+    Mutant("broker-manifest-read-unbounded", "stockade/windows/manifestfile.py",
+           "            if len(data) > limit:\n", "            if False:\n",
+           (BROKER + "test_the_manifest_is_read_only_up_to_its_bound",)),
+    Mutant("broker-reused", "stockade/windows/broker.py",
+           "        if self._spent:\n", "        if False:\n",
+           (BROKER + "test_a_broker_takes_one_manifest_whatever_became_of_it",)),
+    Mutant("broker-pid-unbound", "stockade/windows/broker.py",
+           "        if manifest.broker_pid != self._pid:\n", "        if False:\n",
+           (BROKER + "test_a_manifest_bound_to_another_process_is_refused",
+            BROKER + "test_a_real_broker_process_launches_for_its_own_pid_only")),
+    Mutant("broker-nonce-unchecked", "stockade/windows/broker.py",
+           "        if not hmac.compare_digest(manifest.nonce, control.nonce):\n",
+           "        if False:\n",
+           (BROKER + "test_a_control_frame_with_another_nonce_is_refused",)),
+    Mutant("broker-digest-taken-from-the-manifest", "stockade/windows/broker.py",
+           "        recomputed = manifest.request.digest\n",
+           "        recomputed = manifest.digest\n",
+           (BROKER + "test_a_manifest_whose_request_is_not_the_digested_one_is_refused",)),
+    Mutant("broker-manifest-digest-unchecked", "stockade/windows/broker.py",
+           "        if not (hmac.compare_digest(recomputed, manifest.digest)\n",
+           "        if not (True\n",
+           (BROKER + "test_a_digest_rewritten_to_match_a_tampered_request_is_refused_by_the_"
+            "hosts",)),
+    Mutant("broker-hosts-digest-unchecked", "stockade/windows/broker.py",
+           "                and hmac.compare_digest(recomputed, control.digest)):",
+           "                and True):",
+           (BROKER + "test_a_digest_rewritten_to_match_a_tampered_request_is_refused_by_the_"
+            "hosts",)),
+    Mutant("broker-mitigations-from-elsewhere", "stockade/windows/broker.py",
+           "mitigations=process.mitigations(request.exec_from_write))",
+           "mitigations=process.mitigations(True))",
+           (BROKER + "test_the_broker_launches_exactly_what_the_canonical_request_says",)),
+    Mutant("broker-job-handle-full-access", "stockade/windows/job.py",
+           "ctypes.byref(copy), c.JOB_OBJECT_ASSIGN_PROCESS, True, 0)",
+           "ctypes.byref(copy), 0, True, c.DUPLICATE_SAME_ACCESS)",
+           (BROKER + "test_the_brokers_job_handle_may_only_put_a_process_in_the_job",)),
+    Mutant("broker-inherits-the-owners-environment", "stockade/windows/brokered.py",
+           'env={"SystemRoot": os.environ.get("SystemRoot", "C:\\\\Windows")})',
+           "env=None)",
+           (BROKER + "test_the_broker_process_is_isolated_and_inherits_only_its_handles",)),
+    Mutant("broker-hung-broker-kept", "stockade/windows/brokered.py",
+           "        if broker.poll() is None:", "        if False:",
+           (BROKER + "test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded"
+            "[hangs]",)),
+    Mutant("broker-unconsumed-manifest-left", "stockade/windows/brokered.py",
+           "        left = written is not None and calls.discard(written.path)\n",
+           "        left = False\n",
+           (BROKER + "test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded"
+            "[crashes]",)),
+    Mutant("probe-broker-taken-at-its-word", "stockade/windows/probe.py",
+           '"launch_brokered": broker.get("creator") == broker.get("pid")',
+           '"launch_brokered": broker.get("pid")',
+           ("tests/test_windows_probe.py::"
+            "test_a_fact_that_does_not_hold_fails_readiness_at_its_stage",)),
+    Mutant("windows-child-of-anyone-resumed", "stockade/windows/handle.py",
+           'or (None if broker["creator"] == broker["pid"] != os.getpid()',
+           "or (None if True",
+           ("tests/test_windows_truth.py::test_a_child_found_otherwise_than_launched_is_refused",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
     # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
     # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)
@@ -1419,8 +1543,36 @@ MUTANTS: tuple[Mutant, ...] = (
            'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # commands that hang hold up neither health nor files (attack A7): past --max-concurrent
+    # one more is refused at once, file operations have sandboxes of their own, and a client
+    # that hangs up has its command's tree killed
+    Mutant("agent-sandbox-commands-queue-past-the-cap", "stockade/integrations/agent_sandbox.py",
+           "if self.executing >= self.max_concurrent:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-files-behind-commands", "stockade/integrations/agent_sandbox.py",
+           "workspace = self.server.files", "workspace = self.server.commands",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-hangup-ignored", "stockade/integrations/agent_sandbox.py",
+           "            if gone:\n                cancel.set()\n",
+           "            if gone:\n                pass\n",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # a view prepared ahead (a template built on after its run returned, a CLI server's
+    # skeleton) makes nothing in the workspace its owner may be removing
+    Mutant("prepared-view-makes-git-files", "stockade/linux/mnt.py",
+           "make=not identify)", "make=True)",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",
+            "tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[skeleton]")),
+    Mutant("unmaking-walk-makes-git-files", "stockade/linux/gitdirs.py",
+           "if mode is None and made and not self.make:", "if False:",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",)),
 )

@@ -99,9 +99,10 @@ def steps_run(job: dict) -> list[str]:
 
 def test_it_runs_what_the_issue_asks_for(workflow):
     elevated, unelevated = workflow["jobs"]["elevated"], workflow["jobs"]["unelevated"]
-    assert steps_run(elevated) == ["imports", "probe", "exit-codes", "tests", "evidence"]
+    assert steps_run(elevated) == ["imports", "probe", "exit-codes", "tests", "broker",
+                                   "evidence"]
     assert steps_run(unelevated) == ["imports", "open-interpreter", "probe", "exit-codes",
-                                     "tests", "evidence"]
+                                     "tests", "broker", "evidence"]
     # the agent on the runner, then a real Windows Sandbox (the one step that passes on a host
     # without the feature, saying why: windows_ci.wsb_sandbox)
     assert steps_run(workflow["jobs"]["windows-sandbox"]) == ["wsb-agent", "wsb-sandbox"]
@@ -110,6 +111,22 @@ def test_it_runs_what_the_issue_asks_for(workflow):
                    if step.get("uses", "").startswith("actions/upload-artifact@")}
         assert set(uploads) == {"attestation.json", "evidence.json"}
         assert all(kept.get("retention-days") == 90 for kept in uploads.values())
+
+
+def test_the_broker_step_requires_its_tests_against_the_host_to_have_passed():
+    """(issue 36, item 3) the broker's tests here run on Linux too; on the host, those against
+    NTFS, a real broker process and a real launch must have run, not been deselected."""
+    module = windows_ci.BROKER_MODULE
+    source = open(os.path.join(ROOT, "tests", module + ".py")).read()
+    for test in windows_ci.BROKER_HOST_TESTS:
+        assert re.search(rf"@pytest.mark.windows\ndef {test}\(", source), test
+    here = {f"{module}::test_a": "passed"}
+    assert len(windows_ci.broker_judged(here)) == len(windows_ci.BROKER_HOST_TESTS)
+    on_host = here | {f"{module}::{test}": "passed" for test in windows_ci.BROKER_HOST_TESTS}
+    assert windows_ci.broker_judged(on_host) == []
+    skipped = on_host | {f"{module}::{windows_ci.BROKER_HOST_TESTS[0]}": "skipped"}
+    assert windows_ci.broker_judged(skipped) == [
+        "1 skipped", f"{windows_ci.BROKER_HOST_TESTS[0]} did not run and pass"]
 
 
 def test_no_step_can_pass_having_run_nothing():

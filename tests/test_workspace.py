@@ -227,6 +227,29 @@ def test_concurrent_calls_each_get_a_sandbox_and_cancel_kills_the_tree(workspace
     assert [d.kind for d in outcomes[0].denials] == ["cancelled"]
 
 
+def test_a_workspace_runs_at_most_its_sandboxes_at_once(ws):
+    root, _ = ws
+    with pytest.raises(UsageError, match="sandboxes >= 1"):
+        Workspace(policy_for("workspace-write"), workspace=root, sandboxes=0)
+    with Workspace(policy_for("workspace-write"), workspace=root, sandboxes=1) as one:
+        cancel = threading.Event()
+        slow = threading.Thread(target=lambda: one.exec(
+            ["sh", "-c", "touch started; exec sleep 3600"], cancel=cancel))
+        slow.start()
+        deadline = time.monotonic() + 30
+        while not (root / "started").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        waiting = threading.Thread(target=lambda: one.exec(["touch", "next"]))
+        waiting.start()
+        waiting.join(timeout=1)
+        assert waiting.is_alive() and not (root / "next").exists()  # (its one sandbox: taken)
+        cancel.set()
+        waiting.join(timeout=30)
+        slow.join(timeout=30)
+        assert (root / "next").exists()
+
+
 def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
     root, _ = ws
     base = policy_for("workspace-write")

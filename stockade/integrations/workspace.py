@@ -106,16 +106,19 @@ class Workspace:
     Policy or a policy file) or `preset` (default "workspace-write").
 
     Calls may come from several threads at once: each runs in a warm sandbox of its own that
-    no other call is using (at most MAX_SANDBOXES; more wait), all over the same directory and
-    policy. Sandboxes start on first use and again after one is lost (a command that kills its
-    own agent); `close()` (or leaving the `with` block) kills everything in them.
+    no other call is using (at most `sandboxes`, default MAX_SANDBOXES; more wait), all over
+    the same directory and policy. Sandboxes start on first use and again after one is lost
+    (a command that kills its own agent); `close()` (or leaving the `with` block) kills
+    everything in them.
     `keep_detached`: what a command detaches (setsid, a daemon) runs on in its sandbox until
     the Workspace closes (stockade.Sandbox's option); by default nothing outlives a command."""
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None,
                  workspace: str | os.PathLike | None = None,
-                 keep_detached: bool = False) -> None:
+                 keep_detached: bool = False, sandboxes: int | None = None) -> None:
+        if sandboxes is not None and sandboxes < 1:
+            raise UsageError("a Workspace needs at least one sandbox (sandboxes >= 1)")
         if policy is None and preset is None:
             preset = "workspace-write"
         self.policy = resolve_policy(policy, preset)
@@ -131,7 +134,8 @@ class Workspace:
         self._idle: list[Sandbox] = []
         self._started: list[Sandbox] = []
         self._pool = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_SANDBOXES)
+        # (MAX_SANDBOXES read now, not bound as the default: tests lower it module-wide)
+        self._slots = threading.BoundedSemaphore(sandboxes or MAX_SANDBOXES)
         self._closed = False
 
     def __enter__(self) -> Workspace:
