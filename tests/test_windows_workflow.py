@@ -1,7 +1,8 @@
 """The Windows workflow (.github/workflows/windows.yml), checked here where it cannot run: it
 parses, it gates (no continue-on-error, nothing that swallows a failure, only artifact uploads
 run after one), it runs on windows-2022 and windows-2025, elevated and not, the steps the issue
-asks for, and every command it runs exists in this repository."""
+asks for (the Windows Sandbox job's too), and every command it runs exists in this
+repository."""
 
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def test_the_workflow_gates(workflow):
 
 def test_it_runs_on_both_windows_images_elevated_and_not(workflow):
     jobs = workflow["jobs"]
-    assert set(jobs) == {"elevated", "unelevated"}
-    for job in jobs.values():
+    assert set(jobs) == {"elevated", "unelevated", "windows-sandbox"}
+    for job in (jobs["elevated"], jobs["unelevated"]):
         assert job["runs-on"] == "${{ matrix.os }}"
         assert job["strategy"]["matrix"]["os"] == ["windows-2022", "windows-2025"]
     unelevated = [argv for step in jobs["unelevated"]["steps"] for argv in commands(step)]
@@ -102,6 +103,9 @@ def test_it_runs_what_the_issue_asks_for(workflow):
                                    "evidence"]
     assert steps_run(unelevated) == ["imports", "open-interpreter", "probe", "exit-codes",
                                      "tests", "broker", "evidence"]
+    # the agent on the runner, then a real Windows Sandbox (the one step that passes on a host
+    # without the feature, saying why: windows_ci.wsb_sandbox)
+    assert steps_run(workflow["jobs"]["windows-sandbox"]) == ["wsb-agent", "wsb-sandbox"]
     for job in (elevated, unelevated):
         uploads = {step["with"]["path"]: step["with"] for step in job["steps"]
                    if step.get("uses", "").startswith("actions/upload-artifact@")}
@@ -147,7 +151,8 @@ def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_pa
     checklist = windows_first_run.stages(str(tmp_path))
     steps = [argv[2] for _, argv, _ in checklist
              if argv and argv[:2] == windows_first_run.CI]
-    assert sorted(steps) == sorted(set(windows_ci.STEPS) - {"open-interpreter"})  # (changes no ACL)
+    # (changes no ACL, and makes no user)
+    assert sorted(steps) == sorted(set(windows_ci.STEPS) - {"open-interpreter", "wsb-agent"})
     assert [name for name, _, _ in checklist][:1] == ["host"]
     kept = {os.path.basename(arg) for _, argv, _ in checklist for arg in argv or ()}
     assert {"attestation.json", "evidence.json"} <= kept
