@@ -104,6 +104,7 @@ WINDOWS = sys.platform == "win32"
 POSIX_ONLY_MODULES = {
     "test_evidence.py": "the Linux evidence matrix",
     "test_evidence_mutations.py": "the Linux layers' switches",
+    "test_evidence_network.py": "the Linux evidence matrix's network rows",
     "test_linux_layers.py": "the Linux backend",
     "test_linux_memory.py": "the Linux backend",
     "test_linux_notfound.py": "the Linux backend",
