@@ -21,6 +21,7 @@ See docs/testing.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -33,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 
-from mutants import MUTANTS, Mutant  # noqa: E402  (the table lives beside the tests)
+from mutants import INTEGRATIONS, MUTANTS, Mutant  # noqa: E402  (the table lives beside the tests)
 
 # What a build made beside the sources and the tests need (git does not list it): copied into
 # each copy, but built afresh in a copy whose C sources a mutant changed (and in the control then).
@@ -165,7 +166,10 @@ def main() -> int:
         return 0
     # (a root run cannot catch one whose property exists only for a user who is not root)
     unrunnable = [m.name for m in chosen if m.rootless and not m.owner and os.getuid() == 0]
-    ours = [m for m in chosen if not m.owner and m.name not in unrunnable]
+    # (one whose tests are the integrations' needs their frameworks: .venv-integrations)
+    elsewhere = [] if importlib.util.find_spec("mcp") else [
+        m.name for m in chosen if not m.owner and any(t.startswith(INTEGRATIONS) for t in m.tests)]
+    ours = [m for m in chosen if not m.owner and m.name not in unrunnable + elsewhere]
     build = any(rebuilt(m) for m in ours)
     names = tracked_files(HERE)
     work = Path(tempfile.mkdtemp(prefix="stockade-mutants-"))
@@ -222,6 +226,9 @@ def main() -> int:
             elif mutant.name in unrunnable:
                 print(f"not run         {mutant.name}  (its tests show it only to a user who "
                       "is not root: run it as one)")
+            elif mutant.name in elsewhere:
+                print(f"not run         {mutant.name}  (its tests are the integrations': run "
+                      "it with .venv-integrations/bin/python)")
         run = len(ours) - len(root_only)
         print(f"{run - len(missed) - len(broken)} of {run} caught in "
               f"{time.monotonic() - total:.0f} s"

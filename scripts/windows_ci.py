@@ -14,11 +14,19 @@ non-zero when what it checks does not hold (the workflow gates on them):
     python scripts/windows_ci.py fence         the allowlist fence's real-child rows (the
                                                service installed: `stockade fence install`)
     python scripts/windows_ci.py network-any   network any's real-child row (the service too)
+    python scripts/windows_ci.py broker        the one-shot broker's tests, this host's required
+    python scripts/windows_ci.py wsb-agent     (as an administrator) the Windows Sandbox guest's
+                                               agent on this host: commands as a fresh standard
+                                               user, each in a Job of its own
+    python scripts/windows_ci.py wsb-sandbox   commands in a real Windows Sandbox; on a host
+                                               without the feature, says why and passes (the
+                                               one step that may: Windows Server lacks it)
 
 None of them can pass vacuously: `tests` fails when pytest ran no test, passed none, skipped one
 or ran none of the W1 real-child tests; `evidence` fails unless every W1 row's test ran and
 passed (a row whose test was skipped, deselected or not collected is a failure, not a pass);
-`fence` and `network-any` likewise, for each of their rows (tests/windows_fence_host.py).
+`fence` and `network-any` likewise, for each of their rows (tests/windows_fence_host.py);
+`broker` fails unless each of its tests against this host ran and passed.
 
 Run from the checkout, with Stockade installed (`pip install .[test]`). Standard library only.
 """
@@ -31,6 +39,7 @@ import pkgutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ElementTree
 
 STOCKADE = [sys.executable, "-m", "stockade"]
@@ -39,8 +48,8 @@ EXIT_USAGE, EXIT_SETUP, EXIT_START = 2, 70, 71
 
 # What runs on POSIX hosts only, off the Windows path (the registry never loads it there): the
 # Linux backend's package; the CLI server (unix sockets, peers known by SO_PEERPIDFD: on Windows
-# the client runs the command line itself); the session agent and its child (the guest's side,
-# POSIX-only today: vm/wsb_guest.py refuses it typed on Windows); the QEMU driver. Every other
+# the client runs the command line itself); the session agent and its child (a POSIX guest's:
+# a Windows Sandbox guest runs vm/wsb_agent.py instead); the QEMU driver. Every other
 # module imports on Windows: here, and in tests/test_windows_import.py's Windows-like guard.
 POSIX_ONLY = ("stockade.linux", "stockade.cli.server", "stockade.session.agent",
               "stockade.session.child", "stockade.vm.qemu", "stockade.vm.machine",
@@ -153,9 +162,9 @@ def outcomes(junit: str) -> dict[str, str]:
     return seen
 
 
-def judged(seen: dict[str, str]) -> list[str]:
-    """Why a suite run with these outcomes is not a pass (empty when it is): nothing may fail
-    or be skipped, something must pass, and the W1 real-child tests must have run."""
+def _not_clean(seen: dict[str, str]) -> list[str]:
+    """Why a run with these outcomes is not clean: nothing may fail or be skipped, and
+    something must pass."""
     why = []
     counts = {kind: sum(1 for o in seen.values() if o == kind)
               for kind in ("passed", "failed", "error", "skipped")}
@@ -164,10 +173,33 @@ def judged(seen: dict[str, str]) -> list[str]:
     for kind in ("failed", "error", "skipped"):
         if counts[kind]:
             why.append(f"{counts[kind]} {kind}")
+    return why
+
+
+def judged(seen: dict[str, str]) -> list[str]:
+    """Why a suite run with these outcomes is not a pass (empty when it is): nothing may fail
+    or be skipped, something must pass, and the W1 real-child tests must have run."""
+    why = _not_clean(seen)
     if not [name for name, o in seen.items() if name.startswith(W1_MODULE + "::")
             and o == "passed"]:
         why.append(f"no W1 real-child test ({W1_MODULE}) passed")
     return why
+
+
+BROKER_MODULE = "test_windows_broker"
+# The broker's tests against this host itself (NTFS, a real broker process, a real launch):
+# each must have run and passed, not merely been collected.
+BROKER_HOST_TESTS = ("test_on_this_host_the_manifest_is_closed_and_consumed_once",
+                     "test_on_this_host_a_manifest_replaced_or_linked_is_refused",
+                     "test_on_this_host_a_real_broker_refuses_a_tampered_manifest_and_another_pid",
+                     "test_on_this_host_a_launch_is_the_brokers")
+
+
+def broker_judged(seen: dict[str, str]) -> list[str]:
+    """Why the broker's run is not a pass: as a clean run, and each of BROKER_HOST_TESTS ran
+    and passed."""
+    return _not_clean(seen) + [f"{test} did not run and pass" for test in BROKER_HOST_TESTS
+                               if seen.get(f"{BROKER_MODULE}::{test}") != "passed"]
 
 
 def _pytest(junit: str, *targets: str) -> int:
@@ -183,6 +215,19 @@ def tests() -> int:
         why = judged(outcomes(junit)) if os.path.exists(junit) else ["pytest wrote no report"]
     for reason in why:
         print(f"FAIL tests: {reason}", flush=True)
+    return status or (1 if why else 0)
+
+
+def broker() -> int:
+    """The one-shot broker's tests (tests/test_windows_broker.py), those against this host
+    required (issue 36, item 3)."""
+    with tempfile.TemporaryDirectory() as top:
+        junit = os.path.join(top, "broker.xml")
+        status = _pytest(junit, os.path.join("tests", BROKER_MODULE + ".py"))
+        why = broker_judged(outcomes(junit)) if os.path.exists(junit) \
+            else ["pytest wrote no report"]
+    for reason in why:
+        print(f"FAIL broker: {reason}", flush=True)
     return status or (1 if why else 0)
 
 
@@ -279,10 +324,178 @@ def fence_rows(step: str) -> int:
     return status or (1 if failed else 0)
 
 
+WSB_USER = "stockade-ci-cmd"  # the standard user wsb-agent makes, and removes
+
+
+def wsb_agent() -> int:
+    """The Windows Sandbox guest's agent (stockade/vm/wsb_agent.py) as the guest runs it, here
+    on the host itself (no Sandbox needed): as an administrator, serving a session over a
+    socket, and starting each command as a fresh standard user in a Job of its own
+    (wsb_winproc). What the user is, what it may not do, streamed output, stdin, exit codes,
+    the timeout and what a command leaves behind (the Job's end), the process limit."""
+    import secrets
+    import socket
+    import threading
+
+    from stockade.errors import StartError
+    from stockade.session.exchange import Exchange
+    from stockade.session.protocol import Message
+    from stockade.vm import wsb_winproc
+    from stockade.vm.wsb_agent import KILLED, Agent, SocketTransport
+    from stockade.vm.wsb_channel import SocketChannel
+
+    system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
+    system32 = os.path.join(system_root, "System32")
+    env = {"SystemRoot": system_root, "PATH": system32, "PATHEXT": ".COM;.EXE;.BAT;.CMD"}
+    password = "Aa1!" + secrets.token_urlsafe(24)
+    subprocess.run(["net", "user", WSB_USER, password, "/add"], check=True, timeout=120,
+                   capture_output=True)
+    host, guest = socket.socketpair()
+    secret = secrets.token_bytes(32)
+    agent = Agent(secret, SocketTransport(guest), wsb_winproc.spawner(WSB_USER, password, 8))
+    thread = threading.Thread(target=agent.serve, daemon=True)
+    thread.start()
+    channel = SocketChannel(host)
+    numbers = iter(range(1, 1000))
+
+    def run(argv: list[str], *, data: bytes | None = None, timeout: float | None = None,
+            cwd: str = system_root, first: threading.Event | None = None) -> tuple[dict, bytes]:
+        exchange = Exchange(channel, next(numbers), data, 1 << 20, timeout, first)
+        events = exchange.run({"argv": argv, "cwd": cwd, "env": env, "timeout": timeout})
+        out = b""
+        try:
+            while True:
+                event = next(events)
+                out += event.data
+                if first is not None:
+                    first.set()  # (a cancel once the first output is in: it was streamed)
+        except StopIteration as done:
+            return done.value.result, out
+
+    def left() -> str:
+        """The command user's processes still running 10 s on (a console host may take a
+        moment to follow its last client)."""
+        deadline = time.monotonic() + 10
+        while True:
+            listed = subprocess.run(["tasklist", "/fi", f"USERNAME eq {WSB_USER}", "/nh"],
+                                    capture_output=True, text=True, timeout=60).stdout
+            if "No tasks" in listed or time.monotonic() >= deadline:
+                return "" if "No tasks" in listed else listed.strip()
+            time.sleep(0.5)
+
+    def start_refused(cwd: str) -> str:
+        try:
+            run(["whoami"], cwd=cwd)
+        except StartError as exc:
+            return exc.code
+        return "started"
+
+    wrong = 0
+    try:
+        channel.send(Message("hello", body={"nonce": secret.hex()}))
+        channel.receive(60)
+        checks = [
+            ("commands run as the standard user",
+             lambda: run(["whoami"])[1].decode().strip().lower().endswith("\\" + WSB_USER)),
+            ("the command user is no administrator",
+             lambda: run(["net", "session"])[0]["exit_code"] != 0),
+            ("the command user cannot change the firewall", lambda: run(
+                ["netsh", "advfirewall", "set", "currentprofile", "state", "on"])[0]["exit_code"]
+             != 0),
+            ("output, stdin and the exit code", lambda: _status_and_output(run(
+                ["cmd", "/d", "/c", "findstr x & exit 7"], data=b"axb\r\n")) == (7, b"axb")),
+            ("output is streamed: a cancel after the first line ends the command", lambda: run(
+                ["cmd", "/d", "/c", "echo first& ping -n 60 127.0.0.1 >nul"],
+                first=threading.Event())[0]["signal"] == KILLED),
+            ("a timeout ends the command and all it started", lambda: run(
+                ["cmd", "/d", "/c", "start /b ping -n 60 127.0.0.1 >nul & ping -n 60 "
+                 "127.0.0.1 >nul"], timeout=2)[0]["timed_out"] and not left()),
+            ("what a command leaves running ends with it", lambda: run(
+                ["cmd", "/d", "/c", "start /b ping -n 60 127.0.0.1 >nul"])[0]["exit_code"] == 0
+             and not left()),
+            ("a Job holds at most pids processes (8): 2 nested shells run, 9 do not", lambda:
+             b"deep" in run(["cmd", "/d", "/c", "cmd /d /c echo deep"])[1]
+             and b"deep" not in run(["cmd", "/d", "/c", "cmd /d /c " * 8 + "echo deep"])[1]),
+            ("a cwd that is no folder is refused", lambda: start_refused(
+                os.path.join(system_root, "no-such-folder")) == "cwd_invalid"),
+        ]
+        for name, check in checks:
+            try:
+                ok = bool(check())
+            except Exception as exc:  # noqa: BLE001 - each check reports, the next still runs
+                ok, name = False, f"{name} ({exc.__class__.__name__}: {exc})"
+            wrong += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {name}", flush=True)
+        channel.send(Message("shutdown"))
+        thread.join(60)
+    finally:
+        channel.close()
+        subprocess.run(["net", "user", WSB_USER, "/delete"], timeout=120, capture_output=True)
+    return 1 if wrong or thread.is_alive() else 0
+
+
+def _status_and_output(ran: tuple[dict, bytes]) -> tuple[int | None, bytes]:
+    return ran[0]["exit_code"], ran[1].strip()
+
+
+def wsb_sandbox() -> int:
+    """Commands in a real Windows Sandbox through stockade.run: output, a second execution in
+    the kept guest, a read-only root, no network. Without the feature (Windows Server, GitHub's
+    runners) it says so, with the reason, and passes."""
+    import tempfile
+
+    import stockade
+    from stockade.errors import UnavailableError
+    from stockade.vm import wsb
+
+    try:
+        wsb._launcher()
+    except UnavailableError as exc:
+        print(f"::notice title=Windows Sandbox not run::{exc.message}", flush=True)
+        print(f"SKIPPED wsb-sandbox: this host lacks the feature ({exc.message})")
+        return 0
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SystemDrive", "C:") + "\\") as top:
+        top = os.path.realpath(top)
+        workspace, kept = os.path.join(top, "ws"), os.path.join(top, "kept")
+        os.mkdir(workspace)
+        os.mkdir(kept)
+        with open(os.path.join(kept, "file"), "w") as f:
+            f.write("kept")
+        system_root = os.path.realpath(os.environ.get("SystemRoot", "C:\\Windows"))
+        policy = _policy(top, "vm.json", {
+            "version": 1, "containment": "vm",
+            "filesystem": {"read": [kept], "write": [workspace], "exec_from_write": True},
+            "network": {"mode": "none"},
+            "env": {"set": {"SystemRoot": system_root,
+                            "PATH": os.path.join(system_root, "System32")}},
+            "process": {"cwd": workspace}})
+        first = stockade.run(["cmd", "/d", "/c", "echo hi"], policy, workspace=workspace)
+        guest = wsb.daemon().kept
+        second = stockade.run(["cmd", "/d", "/c", f"echo x> {kept}\\file"], policy,
+                              workspace=workspace)
+        offline = stockade.run(["powershell", "-NoProfile", "-Command",
+                                "Test-NetConnection 1.1.1.1 -Port 443 -InformationLevel Quiet"],
+                               policy, workspace=workspace)
+        checks = [("a command's output", first.stdout.strip() == b"hi"
+                   and first.backend == "windows-sandbox"),
+                  ("the next execution runs in the kept guest",
+                   guest is not None and wsb.daemon().kept is guest),
+                  ("a read-only root cannot be written", second.exit_code != 0
+                   and open(os.path.join(kept, "file")).read() == "kept"),
+                  ("no network", b"True" not in (offline.stdout or b""))]
+        wsb.daemon().close()
+    wrong = 0
+    for name, ok in checks:
+        wrong += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}", flush=True)
+    return 1 if wrong else 0
+
+
 STEPS = {"imports": imports, "open-interpreter": open_interpreter, "exit-codes": exit_codes,
-         "probe": probe, "evidence": evidence, "tests": tests,
+         "probe": probe, "evidence": evidence, "tests": tests, "broker": broker,
          "secure-interpreter": secure_interpreter,
-         "fence": lambda: fence_rows("fence"), "network-any": lambda: fence_rows("network-any")}
+         "fence": lambda: fence_rows("fence"), "network-any": lambda: fence_rows("network-any"),
+         "wsb-agent": wsb_agent, "wsb-sandbox": wsb_sandbox}
 
 
 def main(argv: list[str]) -> int:

@@ -17,6 +17,8 @@ exit status is 0 only when every stage passed.
 5. exit-codes  sandbox-exec: the command's status, 2, 70, 71
 6. evidence    the W1 matrix, every row's real-child test (kept: evidence.json)
 7. tests       the whole suite, Windows required (no skip, none run is a failure)
+8. broker      the one-shot broker's tests, those against this host required
+9. wsb-sandbox commands in a real Windows Sandbox (passes, saying why, without the feature)
 
 Standard library only.
 """
@@ -66,6 +68,8 @@ def stages(directory: str) -> list[tuple[str, list[str] | None, str]]:
         ("exit-codes", [*CI, "exit-codes"], kept("exit-codes.log")),
         ("evidence", [*CI, "evidence", kept("evidence.json")], kept("evidence.log")),
         ("tests", [*CI, "tests"], kept("tests.log")),
+        ("broker", [*CI, "broker"], kept("broker.log")),
+        ("wsb-sandbox", [*CI, "wsb-sandbox"], kept("wsb-sandbox.log")),
     ]
 
 

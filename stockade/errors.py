@@ -84,6 +84,14 @@ class SetupError(StockadeError):
         super().__init__(code, message)
 
 
+class BrokerError(SetupError):
+    """The Windows launch broker refused its manifest or did not answer (a `broker_*` code,
+    stockade/windows/broker.py): nothing was launched."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message, stage="broker")
+
+
 class StartError(StockadeError):
     """The sandbox was ready but the command could not be started. A `command_not_found` one
     is a CommandNotFound, whichever backend raises it."""

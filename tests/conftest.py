@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import replace
@@ -40,6 +42,17 @@ PYTHON_ROOT = os.path.realpath(sys.base_prefix)
 RUN_TOKEN = leftovers.mark_run()  # (before any test starts a process: see tests/leftovers.py)
 LEFT_RUNNING: dict[int, str] = {}  # what outlived the run: found, ended, and reported
 BASETEMP: list[str] = []  # the run's base temporary directory, once made
+OWN_TEMP: list[str] = []  # the private directory holding it, unless --basetemp was given
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's temporary files go below a directory of its own, not pytest's shared
+    /tmp/pytest-of-USER, where each new session removes all but the last three sessions'
+    directories: runs side by side (CI's root suite and integrations) would share a name."""
+    if config.option.basetemp is None:
+        OWN_TEMP.append(tempfile.mkdtemp(prefix="stockade-tests-"))
+        config.option.basetemp = os.path.join(OWN_TEMP[0], "run")
 
 
 @pytest.hookimpl(trylast=True)
@@ -52,12 +65,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from stockade.evidence import watch  # (here: conftest also loads on Windows)
         watch.end_processes(list(LEFT_RUNNING))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if session.config.option.basetemp is None and BASETEMP:
-        treewalk.remove(BASETEMP[0])
+    if OWN_TEMP:
+        if sys.platform != "win32":
+            treewalk.remove(OWN_TEMP[0])
+        else:  # (treewalk walks by descriptors, which Windows cannot open on a directory)
+            shutil.rmtree(OWN_TEMP[0])
         # (the private homes of the run's workspaces, which launches keep beside the seal
         # key's directory, outside the run's temporary files: their workspaces are gone now)
         keys = statedir.key_dir()
-        if keys:
+        if keys and BASETEMP:
             homes.prune(keys, os.path.realpath(BASETEMP[0]))
 
 
@@ -88,6 +104,7 @@ WINDOWS = sys.platform == "win32"
 POSIX_ONLY_MODULES = {
     "test_evidence.py": "the Linux evidence matrix",
     "test_evidence_mutations.py": "the Linux layers' switches",
+    "test_evidence_network.py": "the Linux evidence matrix's network rows",
     "test_linux_layers.py": "the Linux backend",
     "test_linux_memory.py": "the Linux backend",
     "test_linux_notfound.py": "the Linux backend",

@@ -27,6 +27,7 @@ class Mutant:
     rootless: bool = False
 
 
+INTEGRATIONS = "tests/integrations/"  # (their tests run with the frameworks installed)
 OVERLAY = "tests/test_overlay.py::"
 STORE = "tests/test_change_store.py::"
 MASKS = "tests/test_linux_masks.py::"
@@ -43,6 +44,13 @@ DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
 FENCE = "tests/test_windows_fence.py::"
 WFP = "tests/test_windows_wfp.py::"
+BROKER = "tests/test_windows_broker.py::"
+# (an evidence row of tests/test_evidence_network.py, run on its own: first, so that the run
+# says the row caught the mutant)
+EVIDENCE_NET = "tests/test_evidence_network.py::test_the_row_passes_with_its_control["
+WSB = "tests/test_vm_wsb.py::"
+WSB_AGENT = "tests/test_vm_wsb_agent.py::"
+WSB_DAEMON = "tests/test_vm_wsb_daemon.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -758,6 +766,84 @@ MUTANTS: tuple[Mutant, ...] = (
            "        info = os.stat(path)\n    except OSError as exc:\n        raise ChangesError("
            "\"changes_untrusted\"",
            (STORE + "test_a_store_others_could_write_is_refused[link]",)),
+    # the Windows Sandbox driver (docs/windows-sandbox.md): the guest, its agent, the daemon
+    Mutant("wsb-guest-accepts-any-peer", "stockade/vm/wsb_guest.py",
+           "        if peer[0] == host:\n            return conn",
+           "        if True:\n            return conn",
+           (WSB + "test_the_guest_accepts_only_the_host_address",)),
+    Mutant("wsb-read-only-mapping-lost", "stockade/vm/wsb_config.py",
+           '"true" if mapping.read_only else "false"', '"false"',
+           (WSB + "test_the_configuration_read_back_field_by_field",)),
+    Mutant("wsb-none-keeps-a-network", "stockade/vm/wsb_config.py",
+           '"Enable" if plan.networking else "Disable"', '"Enable"',
+           (WSB + "test_the_configuration_read_back_field_by_field",)),
+    Mutant("wsb-firewall-rules-without-a-network", "stockade/vm/wsb_bootstrap.py",
+           "    if not plan.networking:\n        return []\n", "",
+           (WSB + "test_a_guest_without_a_network_checks_it_has_none_and_allows_nothing",)),
+    Mutant("wsb-command-user-may-be-an-administrator", "stockade/vm/wsb_bootstrap.py",
+           'PRIVILEGED_GROUPS = ("S-1-5-32-544", ', "PRIVILEGED_GROUPS = (",
+           (WSB + "test_the_command_user_is_standard_and_verified_before_the_agent",)),
+    Mutant("wsb-channel-other-than-the-plans", "stockade/vm/wsb.py",
+           "    if (record.transport == rz.TCP) != networking:", "    if False:",
+           (WSB + "test_a_channel_other_than_the_plans_is_refused",)),
+    Mutant("wsb-proxy-serves-any-peer", "stockade/vm/wsb.py",
+           "            if peer[0] == self.guest:", "            if True:",
+           (WSB + "test_the_proxys_listener_hands_on_only_the_guests_connections",)),
+    Mutant("wsb-proxy-on-loopback", "stockade/vm/wsb.py",
+           "if ipaddress.IPv4Address(record.host).is_loopback:", "if False:",
+           (WSB + "test_the_proxy_is_never_served_on_a_loopback_address",)),
+    Mutant("wsb-rendezvous-proof-without-the-host", "stockade/vm/wsb_rendezvous.py",
+           'text = f"{boot}\\0{transport}\\0{address}\\0{port}\\0{host}".encode()',
+           'text = f"{boot}\\0{transport}\\0{address}\\0{port}\\0".encode()',
+           (WSB + "test_a_ready_record_round_trips_and_verifies",)),
+    Mutant("wsb-zombie-counted-gone", "stockade/vm/wsb.py",
+           "            self._gone = self.process.poll() is not None",
+           "            self._gone = True",
+           (WSB_DAEMON + "test_a_windowssandbox_process_that_will_not_end_is_a_zombie_until_it"
+            "_does",)),
+    Mutant("wsb-agent-wrong-secret-accepted", "stockade/vm/wsb_agent.py",
+           "if not hmac.compare_digest(bytes.fromhex(message.body[\"nonce\"]), self.nonce):",
+           "if False:",
+           (WSB_AGENT + "test_violations_end_the_session_with_a_typed_error",)),
+    Mutant("wsb-agent-keep-detached-ignored", "stockade/vm/wsb_agent.py",
+           'if message.body.get("keep_detached"):', "if False:",
+           (WSB_AGENT + "test_violations_end_the_session_with_a_typed_error",)),
+    Mutant("wsb-agent-timeout-not-enforced", "stockade/vm/wsb_agent.py",
+           "            command.timed_out = True\n            command.process.kill()",
+           "            command.timed_out = True",
+           (WSB_AGENT + "test_a_timeout_ends_the_command_and_everything_it_started",)),
+    Mutant("wsb-agent-output-unbounded", "stockade/vm/wsb_agent.py",
+           "lambda: self._output < OUTPUT_HIGH or self._broken", "lambda: True or self._broken",
+           (WSB_AGENT + "test_the_outbox_holds_output_readers_past_the_high_mark",)),
+    Mutant("wsb-agent-stdin-window-unchecked", "stockade/vm/wsb_agent.py",
+           "        if command.outstanding > protocol.STDIN_WINDOW:\n            raise",
+           "        if False:\n            raise",
+           (WSB_AGENT + "test_violations_end_the_session_with_a_typed_error",)),
+    Mutant("wsb-daemon-retries-unbounded", "stockade/vm/wsb_daemon.py",
+           "        for _ in range(attempts):", "        for _ in range(attempts + 1):",
+           (WSB_DAEMON + "test_after_every_attempt_failed_boots_cool_down",)),
+    Mutant("wsb-daemon-no-cooldown", "stockade/vm/wsb_daemon.py",
+           "if self._cooldown_until is not None and self._clock() < self._cooldown_until:",
+           "if False:",
+           (WSB_DAEMON + "test_after_every_attempt_failed_boots_cool_down",)),
+    Mutant("wsb-daemon-boots-beside-a-zombie", "stockade/vm/wsb_daemon.py",
+           "            if not self._clean():", "            if not self._clean() and False:",
+           (WSB_DAEMON + "test_while_a_zombie_remains_no_guest_is_booted",)),
+    Mutant("wsb-daemon-reuses-another-shape", "stockade/vm/wsb_daemon.py",
+           "idle.shape == wanted and idle.alive()", "idle.alive()",
+           (WSB_DAEMON + "test_another_shape_stops_the_idle_guest_and_boots_its_own",)),
+    Mutant("wsb-daemon-keeps-a-killed-guest", "stockade/vm/wsb_daemon.py",
+           "keep = reuse and not self._closed.is_set() and guest.alive()",
+           "keep = not self._closed.is_set() and guest.alive()",
+           (WSB_DAEMON + "test_a_guest_not_handed_back_for_reuse_or_ended_is_stopped",)),
+    Mutant("wsb-daemon-never-idle", "stockade/vm/wsb_daemon.py",
+           "if guest is None or self._clock() - self._last_used < self.idle:",
+           "if True:",
+           (WSB_DAEMON + "test_an_idle_guest_is_torn_down_after_the_idle_timeout",)),
+    Mutant("posix-agent-enters-a-drive-path", "stockade/session/child.py",
+           '        if not cwd.startswith("/"):', "        if False:",
+           ("tests/test_session_protocol.py::"
+            "test_the_posix_agent_refuses_a_windows_drive_path_as_cwd",)),
     Mutant("vm-guest-memfds-allowed", "stockade/vm/machine.py",
            '    memfds = b"" if exec_from_write else seccomp.compile_rules(',
            '    memfds = b"" if True else seccomp.compile_rules(',
@@ -933,10 +1019,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 31 (WINREAD 1): the sandbox's Job keeps its UI restrictions unless Windows
     # refuses to nest it; dropping them for any owner in a Job (a venv's python.exe is one)
     Mutant("windows-ui-limits-dropped-in-any-job", "stockade/windows/handle.py",
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "    try:\n        try:\n            return create(), plan\n",
            "    if nested:\n        plan = job.without_ui_limits(plan)\n"
-           "        job.set_ui_restrictions(launch.job, plan)\n"
-           "    try:\n        try:\n            return process.create(launch), plan\n",
+           "        job.set_ui_restrictions(job_handle, plan)\n"
+           "    try:\n        try:\n            return create(), plan\n",
            ("tests/test_windows_backend.py::"
             "test_an_owner_whose_job_lets_its_children_go_keeps_every_ui_limit[launcher]",)),
     # --- issue 36: the Windows egress fence (its service's decisions, records and plans) ------
@@ -1024,8 +1110,10 @@ MUTANTS: tuple[Mutant, ...] = (
            'for layer in ()]',
            (WFP + "test_the_any_plan_refuses_every_range_of_the_guard_and_the_host",)),
     Mutant("fence-allowlist-with-a-network-capability", "stockade/windows/netfence.py",
-           'if self.mode == "any" else ()', 'if self.mode in ("any", "allowlist") else ()',
-           (FENCE + "test_an_allowlist_launch_gets_the_hosts_proxy_and_is_fenced_to_its_port",)),
+           'if request.network.mode == "any" else ()',
+           'if request.network.mode in ("any", "allowlist") else ()',
+           (FENCE + "test_an_allowlist_launch_gets_the_hosts_proxy_and_is_fenced_to_its_port",
+            BROKER + "test_the_network_capability_is_granted_from_the_request_for_any_alone")),
     # the protocol: versioned, closed, bounded
     Mutant("fence-protocol-unknown-field-accepted", "stockade/windows/fenceproto.py",
            "    if extra or missing:\n", "    if missing:\n",
@@ -1074,6 +1162,129 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fence-installed-below-a-renamable-directory", "stockade/windows/fenceinstall.py",
            "for path in ancestors(interpreter):", "for path in ancestors(interpreter)[:0]:",
            (FENCE + "test_a_directory_above_that_lets_another_rename_the_interpreter_is_refused",)),
+    # --- issue 36, item 3: the one-shot Windows broker launches only what its manifest, bound
+    # to its PID, its nonce and the digest it recomputes, authorizes; the manifest is closed,
+    # consumed once and must be the file the host wrote
+    Mutant("broker-frame-unknown-field-accepted", "stockade/windows/manifest.py",
+           "    if unknown:\n", "    if False:\n",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-frame-version-unchecked", "stockade/windows/manifest.py",
+           'if type(body.get("version")) is not int or body["version"] != VERSION:',
+           "if False:",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-frame-unbounded", "stockade/windows/manifest.py",
+           "    if len(data) > limit:\n", "    if False:\n",
+           (BROKER + "test_every_frame_refuses_an_unknown_field_an_unknown_version_and_its_"
+            "oversize",)),
+    Mutant("broker-context-any-desktop", "stockade/windows/manifest.py",
+           "isinstance(v, str) and desktop.is_launch_desktop(v)", "isinstance(v, str)",
+           (BROKER + "test_a_manifest_that_is_not_one_is_refused_typed",)),
+    Mutant("broker-context-any-capability", "stockade/windows/manifest.py",
+           "isinstance(s, str) and standing.is_capability(s) for s in v", "isinstance(s, str) "
+           "for s in v", (BROKER + "test_a_manifest_that_is_not_one_is_refused_typed",)),
+    Mutant("broker-manifest-open-to-every-appcontainer", "stockade/windows/manifestfile.py",
+           "return Dacl((Ace.allow(user_sid, c.FILE_ALL_ACCESS),), protected=True",
+           'return Dacl((Ace.allow(user_sid, c.FILE_ALL_ACCESS), Ace.allow("S-1-15-2-1", '
+           "c.FILE_ALL_ACCESS)), protected=True",
+           (BROKER + "test_a_sandbox_could_not_open_the_manifest",)),
+    Mutant("broker-manifest-written-over-a-name", "stockade/windows/manifestfile.py",
+           "ctypes.byref(attributes), c.CREATE_NEW,", "ctypes.byref(attributes), 2,",
+           (BROKER + "test_a_name_someone_took_first_fails_the_write",)),
+    Mutant("broker-manifest-opened-through-a-link", "stockade/windows/manifestfile.py",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT | "
+           "c.FILE_FLAG_DELETE_ON_CLOSE,",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_DELETE_ON_CLOSE,",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[symlink]",)),
+    Mutant("broker-manifest-opened-shared", "stockade/windows/manifestfile.py",
+           "c.GENERIC_READ | c.DELETE, 0, None,",
+           "c.GENERIC_READ | c.DELETE, 7, None,",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[held-open]",)),
+    Mutant("broker-manifest-kept-after-consume", "stockade/windows/manifestfile.py",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT | "
+           "c.FILE_FLAG_DELETE_ON_CLOSE,",
+           "                                 c.OPEN_EXISTING,\n"
+           "                                 c.FILE_FLAG_OPEN_REPARSE_POINT,",
+           (BROKER + "test_the_manifest_is_closed_from_its_creation_and_consumed_once",)),
+    Mutant("broker-manifest-any-file-at-the-name", "stockade/windows/manifestfile.py",
+           "    if facts.file_id != file_id:\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[another-file]",)),
+    Mutant("broker-manifest-links-unchecked", "stockade/windows/manifestfile.py",
+           "    if facts.links != 1:\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[hard-link]",)),
+    Mutant("broker-manifest-reparse-point-read", "stockade/windows/manifestfile.py",
+           "    if facts.attributes & (c.FILE_ATTRIBUTE_DIRECTORY | "
+           "c.FILE_ATTRIBUTE_REPARSE_POINT):\n", "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[symlink]",)),
+    Mutant("broker-manifest-dacl-unchecked", "stockade/windows/manifestfile.py",
+           "    if not dacl.protected or dacl.aces != closed_dacl(user_sid).aces:\n",
+           "    if False:\n",
+           (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
+            "[dacl-widened]",)),
+    Mutant("broker-manifest-read-unbounded", "stockade/windows/manifestfile.py",
+           "            if len(data) > limit:\n", "            if False:\n",
+           (BROKER + "test_the_manifest_is_read_only_up_to_its_bound",)),
+    Mutant("broker-reused", "stockade/windows/broker.py",
+           "        if self._spent:\n", "        if False:\n",
+           (BROKER + "test_a_broker_takes_one_manifest_whatever_became_of_it",)),
+    Mutant("broker-pid-unbound", "stockade/windows/broker.py",
+           "        if manifest.broker_pid != self._pid:\n", "        if False:\n",
+           (BROKER + "test_a_manifest_bound_to_another_process_is_refused",
+            BROKER + "test_a_real_broker_process_launches_for_its_own_pid_only")),
+    Mutant("broker-nonce-unchecked", "stockade/windows/broker.py",
+           "        if not hmac.compare_digest(manifest.nonce, control.nonce):\n",
+           "        if False:\n",
+           (BROKER + "test_a_control_frame_with_another_nonce_is_refused",)),
+    Mutant("broker-digest-taken-from-the-manifest", "stockade/windows/broker.py",
+           "        recomputed = manifest.request.digest\n",
+           "        recomputed = manifest.digest\n",
+           (BROKER + "test_a_manifest_whose_request_is_not_the_digested_one_is_refused",)),
+    Mutant("broker-manifest-digest-unchecked", "stockade/windows/broker.py",
+           "        if not (hmac.compare_digest(recomputed, manifest.digest)\n",
+           "        if not (True\n",
+           (BROKER + "test_a_digest_rewritten_to_match_a_tampered_request_is_refused_by_the_"
+            "hosts",)),
+    Mutant("broker-hosts-digest-unchecked", "stockade/windows/broker.py",
+           "                and hmac.compare_digest(recomputed, control.digest)):",
+           "                and True):",
+           (BROKER + "test_a_digest_rewritten_to_match_a_tampered_request_is_refused_by_the_"
+            "hosts",)),
+    Mutant("broker-mitigations-from-elsewhere", "stockade/windows/broker.py",
+           "mitigations=process.mitigations(request.exec_from_write))",
+           "mitigations=process.mitigations(True))",
+           (BROKER + "test_the_broker_launches_exactly_what_the_canonical_request_says",)),
+    Mutant("broker-job-handle-full-access", "stockade/windows/job.py",
+           "ctypes.byref(copy), c.JOB_OBJECT_ASSIGN_PROCESS, True, 0)",
+           "ctypes.byref(copy), 0, True, c.DUPLICATE_SAME_ACCESS)",
+           (BROKER + "test_the_brokers_job_handle_may_only_put_a_process_in_the_job",)),
+    Mutant("broker-inherits-the-owners-environment", "stockade/windows/brokered.py",
+           'env={"SystemRoot": os.environ.get("SystemRoot", "C:\\\\Windows")})',
+           "env=None)",
+           (BROKER + "test_the_broker_process_is_isolated_and_inherits_only_its_handles",)),
+    Mutant("broker-hung-broker-kept", "stockade/windows/brokered.py",
+           "        if broker.poll() is None:", "        if False:",
+           (BROKER + "test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded"
+            "[hangs]",)),
+    Mutant("broker-unconsumed-manifest-left", "stockade/windows/brokered.py",
+           "        left = written is not None and calls.discard(written.path)\n",
+           "        left = False\n",
+           (BROKER + "test_a_broker_that_does_not_answer_is_ended_and_its_manifest_discarded"
+            "[crashes]",)),
+    Mutant("probe-broker-taken-at-its-word", "stockade/windows/probe.py",
+           '"launch_brokered": broker.get("creator") == broker.get("pid")',
+           '"launch_brokered": broker.get("pid")',
+           ("tests/test_windows_probe.py::"
+            "test_a_fact_that_does_not_hold_fails_readiness_at_its_stage",)),
+    Mutant("windows-child-of-anyone-resumed", "stockade/windows/handle.py",
+           'or (None if broker["creator"] == broker["pid"] != os.getpid()',
+           "or (None if True",
+           ("tests/test_windows_truth.py::test_a_child_found_otherwise_than_launched_is_refused",)),
     # --- issue 30: what the C supervisor decides (its copy's programs are rebuilt) ----------
     # pid 1 makes no lookup in another process's /proc/<pid> for the caller (issue 29 P1):
     # neither on the way (caller_resolve) nor judging from the root alone (the check before P1)
@@ -1260,38 +1471,46 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- network.credentials and network.http (issue 34): the proxy's reading of requests --
     Mutant("credential-placeholder-sent-elsewhere", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the request", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
+           (EVIDENCE_NET + "net.credential-elsewhere]",
+            "tests/test_proxy_credentials.py::test_the_placeholder_to_another_host_is_refused_and_logged["
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the host name", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
            'return _exfiltration(injection, "the request\'s body", what)', "continue",
-           ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
+           (EVIDENCE_NET + "net.credential-elsewhere]",
+            "tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-body-scan-forgets-the-last-piece", "stockade/net/inspect.py",
            'self.tail = window[-self.keep:] if self.keep else b""', 'self.tail = b""',
-           ("tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_a_body_placeholder_split_across_reads_is_found",)),
     Mutant("credential-sent-over-plain-http", "stockade/net/inspect.py",
            "if injection is not None and not tls:", "if False:",
            ("tests/test_proxy_credentials.py::test_the_credential_host_over_plain_http_is_refused",)),
     Mutant("http-rule-method-unchecked", "stockade/net/inspect.py",
            "if limit.methods and request.method not in limit.methods:", "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'POST-/repos/org/x-method_not_allowed]',
             "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_plain_http")),
     Mutant("http-rule-path-dot-segments-unchecked", "stockade/net/inspect.py",
            'if _AMBIGUOUS.search(path) or any(s in (".", "..") for s in segments):', "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'GET-/repos/org/../other-path_ambiguous]',)),
     Mutant("http-rule-path-unchecked", "stockade/net/inspect.py",
            "if not any(path.startswith(prefix) for prefix in limit.paths):", "if False:",
-           ("tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
+           (EVIDENCE_NET + "net.http-rules]",
+            "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_https["
             'GET-/repos/other/x-path_not_allowed]',
             "tests/test_proxy_credentials.py::test_method_and_path_rules_hold_over_plain_http")),
     Mutant("http-ambiguous-framing-passed", "stockade/net/inspect.py",
            "if codings and lengths:", "if False:",
-           ("tests/test_proxy_credentials.py::test_ambiguous_framing_is_refused[both]",)),
+           (EVIDENCE_NET + "net.http-framing]",
+            "tests/test_proxy_credentials.py::test_ambiguous_framing_is_refused[both]",)),
     Mutant("http-connect-inside-a-tunnel", "stockade/net/http.py",
            'raise HttpError(405, "CONNECT inside an intercepted tunnel", "connect_in_tunnel")',
            'return Request(method, *tunnel, version, "/", tuple(headers))',
@@ -1299,6 +1518,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("http-socks-to-an-inspected-host", "stockade/net/proxy.py",
            "if refusal is None and name and self._inspector.intercepts(name, port):", "if False:",
            ("tests/test_proxy_credentials.py::test_socks5_to_an_inspected_host_is_refused",)),
+    Mutant("ca-key-beside-its-certificate", "stockade/net/authority.py",
+           "for name, text in ((CA_FILE, self.pem),",
+           'for name, text in ((CA_FILE, self.pem), ("ca-key.pem", self._key.private_bytes('
+           "_crypto()[2].Encoding.PEM, _crypto()[2].PrivateFormat.PKCS8, "
+           "_crypto()[2].NoEncryption()).decode()),",
+           (EVIDENCE_NET + "net.credential-ca-key]",
+            "tests/test_linux_credentials.py::test_the_server_gets_the_secret_and_the_sandbox"
+            "_never_holds_it")),
     Mutant("intercepted-upstream-unverified", "stockade/net/authority.py",
            "context = ssl.create_default_context(cafile=cafile)",
            "context = ssl._create_unverified_context(cafile=cafile)",
@@ -1323,7 +1550,8 @@ MUTANTS: tuple[Mutant, ...] = (
            'problem = None if "addresses" in self.unchecked else self._refuse(address, port)',
            'problem = None if "addresses" in self.unchecked or asked '
            "else self._refuse(address, port)",
-           ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
+           (EVIDENCE_NET + "net.credential-guarded]",
+            "tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
     Mutant("approval-asked-about-a-deny-pattern", "stockade/net/gate.py",
            "if not by_rule.allowed and by_rule.reason in ASKED and self.approval is not None:",
            "if not by_rule.allowed and self.approval is not None:",
@@ -1377,9 +1605,13 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_proxy_credentials.py::test_a_path_servers_may_read_as_another_is_refused"
             "[semicolon]",)),
     Mutant("chunk-extension-not-scanned", "stockade/net/inspect.py",
-           "refusal = scanner.feed(line)  # (its extension goes on too)", "refusal = None",
+           "refusal = scanner.alone(line)", "refusal = None",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
             "line_break[extension]",)),
+    Mutant("chunk-lines-split-the-body-scan", "stockade/net/inspect.py",
+           "refusal = scanner.alone(line)", "refusal = scanner.feed(line)",
+           (EVIDENCE_NET + "net.credential-hidden]",
+            "tests/test_proxy_credentials.py::test_a_placeholder_split_over_two_chunks_is_found",)),
     Mutant("chunk-line-bare-lf-passed", "stockade/net/inspect.py",
            "        if _bare_break(line):", "        if False:",
            ("tests/test_proxy_credentials.py::test_chunk_lines_carry_no_placeholder_nor_a_bare_"
@@ -1395,6 +1627,40 @@ MUTANTS: tuple[Mutant, ...] = (
            "if gone.is_set():", "if False:",
            ("tests/test_linux_approve.py::test_a_question_whose_connection_was_denied_is_not"
             "_asked_late",)),
+    # denial provenance (issue 34 item 4): the CLI says each denial, and names no grant for
+    # what no policy may allow (a credential's placeholder sent to another host)
+    Mutant("denial-grant-for-an-exfiltration", "stockade/launch/denials.py",
+           'if reason in ("not_allowed", "port_not_allowed"):', "if True:",
+           ("tests/test_cli_denials.py::test_network_denials_are_said_with_the_grant_that_would"
+            "_allow_them",)),
+    Mutant("cli-denials-unsaid", "stockade/cli/run.py",
+           "        print_violations(result)\n", "        pass\n",
+           ("tests/test_cli_denials.py::test_filesystem_and_limit_denials_are_said_with_the"
+            "_grant",)),
+    # a Workspace's approvals (stockade mcp --ask): each call's own, for that call only
+    Mutant("workspace-approval-run-kept-past-the-call", "stockade/integrations/workspace.py",
+           "return ALLOW_ONCE if answer == ALLOW_RUN else answer", "return answer",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-unasked-call-allowed", "stockade/integrations/workspace.py",
+           "        if call is None:\n            return DENY\n",
+           "        if call is None:\n            return ALLOW_ONCE\n",
+           ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
+            "_that_call_only",)),
+    Mutant("workspace-approval-outlives-its-call", "stockade/integrations/workspace.py",
+           "relay.call = None  # (what runs on after the call", "pass  # (",
+           ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
+            "_none",)),
+    # stockade mcp --ask: the client's answer is the approval; a client that cannot be asked
+    # is denied (and told why), never asked (run with .venv-integrations/bin/python)
+    Mutant("mcp-ask-takes-any-choice", "stockade/integrations/mcp.py",
+           "return _CHOICES.get(answered.data.choice, DENY)", "return ALLOW_RUN",
+           ("tests/integrations/test_mcp.py::test_the_client_is_asked_and_its_answer_is_the"
+            "_approval",)),
+    Mutant("mcp-asks-a-client-that-cannot-answer", "stockade/integrations/mcp.py",
+           "self.why_not = why_not_asked(ctx.request_context.session)", "self.why_not = None",
+           ("tests/integrations/test_mcp.py::test_a_client_that_cannot_be_asked_is_denied_and"
+            "_told_why",)),
     Mutant("leaf-cache-unbounded", "stockade/net/authority.py",
            "while len(self._contexts) > LEAVES:", "while False:",
            ("tests/test_proxy_credentials.py::test_the_leaf_cache_is_bounded",)),
@@ -1475,8 +1741,36 @@ MUTANTS: tuple[Mutant, ...] = (
            'if len(command.encode(errors="surrogatepass")) >= MAX_ARGUMENT:', "if False:",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # commands that hang hold up neither health nor files (attack A7): past --max-concurrent
+    # one more is refused at once, file operations have sandboxes of their own, and a client
+    # that hangs up has its command's tree killed
+    Mutant("agent-sandbox-commands-queue-past-the-cap", "stockade/integrations/agent_sandbox.py",
+           "if self.executing >= self.max_concurrent:", "if False:",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-files-behind-commands", "stockade/integrations/agent_sandbox.py",
+           "workspace = self.server.files", "workspace = self.server.commands",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
+    Mutant("agent-sandbox-hangup-ignored", "stockade/integrations/agent_sandbox.py",
+           "            if gone:\n                cancel.set()\n",
+           "            if gone:\n                pass\n",
+           ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
+            "_files_and_one_more_is_refused",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"
             "_error",)),
+    # a view prepared ahead (a template built on after its run returned, a CLI server's
+    # skeleton) makes nothing in the workspace its owner may be removing
+    Mutant("prepared-view-makes-git-files", "stockade/linux/mnt.py",
+           "make=not identify)", "make=True)",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",
+            "tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[skeleton]")),
+    Mutant("unmaking-walk-makes-git-files", "stockade/linux/gitdirs.py",
+           "if mode is None and made and not self.make:", "if False:",
+           ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
+            "_workspace[template]",)),
 )

@@ -1,7 +1,8 @@
 """`stockade serve --agent-sandbox`'s own decisions, over raw HTTP (the SDK's end-to-end tests
-are tests/integrations/test_agent_sandbox.py): it binds beyond loopback only when asked, and
+are tests/integrations/test_agent_sandbox.py): it binds beyond loopback only when asked,
 every request body is bounded, a refused one answered 413 `too_large` (naming the knob) with
-nothing written and the server still serving."""
+nothing written and the server still serving, and commands that hang hold up neither its
+health nor its file operations (past --max-concurrent, 503 `busy` at once)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import gone, marked
 
 from stockade.integrations.agent_sandbox import loopback
 
 MAX_UPLOAD = 4096
 REPO = str(Path(__file__).resolve().parents[1])  # (the server imports this tree's package)
 JSON = {"Content-Type": "application/json"}
+PROMPT = 10.0  # seconds an answer that waits for no command may take (on a loaded machine)
 
 
 def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
@@ -32,22 +35,31 @@ def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
                             stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
-@pytest.fixture
-def served(ws, linux) -> Iterator[tuple[int, int]]:
-    """The server's port and process id."""
-    root, _ = ws
+def start(root: Path, *flags: str) -> tuple[subprocess.Popen, int]:
+    """A server over `root` (its stderr in server.log beside it), and its port."""
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
         process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
-                           "--preset", "workspace-write", "--max-upload", str(MAX_UPLOAD),
-                           cwd=root, stderr=stderr)
+                           "--preset", "workspace-write", *flags, cwd=root, stderr=stderr)
     deadline = time.monotonic() + 60
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
         time.sleep(0.05)
-    yield int(said.split("http://127.0.0.1:")[1].split()[0]), process.pid
+    return process, int(said.split("http://127.0.0.1:")[1].split()[0])
+
+
+def stop(process: subprocess.Popen, root: Path) -> None:
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0, log.read_text()
+    assert process.wait(timeout=30) == 0, (root.parent / "server.log").read_text()
+
+
+@pytest.fixture
+def served(ws, linux) -> Iterator[tuple[int, int]]:
+    """The server's port and process id."""
+    root, _ = ws
+    process, port = start(root, "--max-upload", str(MAX_UPLOAD))
+    yield port, process.pid
+    stop(process, root)
 
 
 @pytest.fixture
@@ -55,25 +67,38 @@ def server(served) -> int:
     return served[0]
 
 
-def request(port: int, method: str, path: str, body: bytes | None = None,
-            headers: dict | None = None) -> tuple[int, dict]:
+def exchange(port: int, method: str, path: str, body: bytes | None = None,
+             headers: dict | None = None) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """The status, headers and body of the server's answer."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         headers = headers or {}
         connection.request(method, path, body=body, headers=headers,
                            encode_chunked="Transfer-Encoding" in headers)
         response = connection.getresponse()
-        return response.status, json.loads(response.read())
+        return response.status, response.headers, response.read()
     finally:
         connection.close()
 
 
-def raw(port: int, data: bytes) -> list[bytes]:
-    """The statuses of what the server answers to `data` sent as is (then the sending side
-    shut, so a server keeping the connection reads its end)."""
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            headers: dict | None = None) -> tuple[int, dict]:
+    status, _, data = exchange(port, method, path, body, headers)
+    return status, json.loads(data)
+
+
+def execute(port: int, command: str) -> tuple[int, dict]:
+    return request(port, "POST", "/execute", json.dumps({"command": command}).encode(), JSON)
+
+
+def raw(port: int, data: bytes, shut: bool = True) -> list[bytes]:
+    """The statuses of what the server answers to `data` sent as is (then, if `shut`, the
+    sending side shut, so a server keeping the connection reads its end; a request that runs
+    a command must rather ask for `Connection: close`: a client's end cancels its command)."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
         connection.sendall(data)
-        connection.shutdown(socket.SHUT_WR)
+        if shut:
+            connection.shutdown(socket.SHUT_WR)
         answer = b""
         while chunk := connection.recv(1 << 16):
             answer += chunk
@@ -90,7 +115,8 @@ def test_binding_beyond_loopback_must_be_asked_for(tmp_path):
     assert all(loopback(host) for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
     assert not any(loopback(host) for host in ("0.0.0.0", "::", "10.0.0.1", "pod.example"))
     for flags, said in ((["--agent-sandbox", "--host", "0.0.0.0"], "--allow-remote"),
-                        (["--host", "127.0.0.1"], "--agent-sandbox")):
+                        (["--host", "127.0.0.1"], "--agent-sandbox"),
+                        (["--agent-sandbox", "--max-concurrent", "0"], "--max-concurrent")):
         process = stockade("serve", "--port", "0", *flags, cwd=tmp_path)
         _, error = process.communicate(timeout=60)
         assert process.returncode == 2 and "stockade: usage:" in error and said in error, error
@@ -184,8 +210,8 @@ def test_request_framing_is_read_strictly(server, ws):
                 f"Content-Length: {len(inner)}\r\n\r\n").encode() + inner
     assert raw(server, smuggled) == [b"400"]
     assert os.listdir(root) == []
-    assert raw(server, head + b"Transfer-Encoding: chunked\r\n\r\n%X;x=1\r\n" % len(run) + run
-               + b"\r\n0\r\n\r\n") == [b"200"]
+    assert raw(server, head + b"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n%X;x=1\r\n"
+               % len(run) + run + b"\r\n0\r\n\r\n", shut=False) == [b"200"]
     assert os.listdir(root) == ["ran"]
 
 
@@ -249,3 +275,96 @@ def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
     status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
     assert (status, answer["error"]) == (400, "usage"), answer
     assert os.listdir(root) == ["fifo"]
+
+
+def test_hung_commands_hold_up_neither_health_nor_files_and_one_more_is_refused(ws, linux):
+    """Attack A7: 8 commands that hang (the default --max-concurrent) once held up every other
+    request, health and file operations included, and a 9th command queued behind them. Now
+    health (which reports the busy slots) and every file operation answer promptly, a 9th
+    command is refused at once, 503 `busy` with Retry-After and nothing run, a client that
+    hangs up has its command's tree killed and its slot freed, and once the server stops,
+    nothing it started runs on."""
+    root, _ = ws
+    process, port = start(root)
+    markers = [f"{600 + n}.{os.getpid()}" for n in range(8)]
+    clients = []
+    try:
+        for marker in markers:  # (each request sent, its answer never read)
+            client = socket.create_connection(("127.0.0.1", port), timeout=30)
+            body = json.dumps({"command": f"sleep {marker}"}).encode()
+            client.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           f"Content-Type: application/json\r\nContent-Length: {len(body)}"
+                           "\r\n\r\n".encode() + body)
+            clients.append(client)
+        deadline = time.monotonic() + 120
+        while not all(marked(marker) for marker in markers):
+            assert time.monotonic() < deadline, [marker for marker in markers
+                                                 if not marked(marker)]
+            time.sleep(0.1)
+
+        began = time.monotonic()
+        status, health = request(port, "GET", "/")
+        assert (status, health["status"], health["executing"], health["max_concurrent"]) == (
+            200, "ok", 8, 8)
+        upload, form = multipart("notes/kept.txt", b"kept\n")
+        assert request(port, "POST", "/upload", upload, form)[0] == 200
+        assert exchange(port, "GET", "/download/notes/kept.txt")[::2] == (200, b"kept\n")
+        assert [entry["name"] for entry in request(port, "GET", "/list/notes")[1]] == [
+            "kept.txt"]
+        assert request(port, "GET", "/exists/notes/kept.txt")[1]["exists"]
+        assert time.monotonic() - began < PROMPT, "health or a file operation waited"
+
+        began = time.monotonic()
+        status, headers, data = exchange(port, "POST", "/execute",
+                                         json.dumps({"command": "touch ran"}).encode(), JSON)
+        refused = json.loads(data)
+        assert (status, refused["error"], headers["Retry-After"]) == (503, "busy", "1"), refused
+        assert "--max-concurrent" in refused["message"]
+        assert time.monotonic() - began < PROMPT and not (root / "ran").exists()
+
+        clients.pop().close()  # (a client gone: nobody reads its answer)
+        assert gone(markers[-1], within=PROMPT), marked(markers[-1])
+        deadline = time.monotonic() + PROMPT
+        while request(port, "GET", "/")[1]["executing"] != 7:
+            assert time.monotonic() < deadline, "the slot stayed taken"
+            time.sleep(0.05)
+        status, freed = execute(port, "echo freed")
+        assert (status, freed["stdout"]) == (200, "freed\n"), freed
+        started = descendants(process.pid)
+    finally:
+        stop(process, root)
+    assert all(gone(marker, within=PROMPT) for marker in markers[:-1])
+    deadline = time.monotonic() + PROMPT
+    while left := [pid for pid in started if running(pid)]:
+        assert time.monotonic() < deadline, f"left running after the server stopped: {left}"
+        time.sleep(0.1)
+    for client in clients:
+        client.close()
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below `pid` (host pids, through any pid namespace)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, below = set(), [pid]
+    while below:
+        for child in children.get(below.pop(), []):
+            found.add(child)
+            below.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a process still running (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

@@ -79,7 +79,8 @@ def test_relayed_output_is_cut_at_the_output_limit(workspace):
                cwd=workspace)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "y\n" * 512
-    assert "limits.output (stdout cut at 1024 bytes)" in done.stderr
+    assert done.stderr == "stockade: stdout cut at 1024 bytes, the sandbox's output limit: the " \
+        "rest of it was dropped; the policy grant that would allow it: limits.output\n"
 
 
 @sandboxed
@@ -117,7 +118,8 @@ def test_subprocess_command_not_found(tmp_path):
 def test_timeout_kills_and_reports_the_violation(workspace, capfd):
     assert main(["run", "--timeout", "1s", "--", "sleep", "30"]) == 137
     err = capfd.readouterr().err
-    assert "stockade: denied/limited: limits.timeout (killed after 1s)" in err
+    assert "stockade: the command was killed after 1s, the sandbox's time limit; the policy " \
+        "grant that would allow it: limits.timeout\n" in err
 
 
 @sandboxed
@@ -140,7 +142,9 @@ def test_allow_domain_goes_through_the_proxy_and_denials_are_summarised(workspac
                  PYTHON, "-c", fetch]) == 0
     out, err = capfd.readouterr()
     assert "child saw HTTP Error 403" in out
-    assert "stockade: denied/limited: network.denied (http denied.example:80" in err
+    assert "stockade: the sandbox's network proxy refused http denied.example:80: not_allowed: " \
+        "the host is not in network.allow; the policy grant that would allow it: network.allow " \
+        "denied.example:80\n" in err
 
 
 @sandboxed
@@ -234,7 +238,7 @@ def test_json_on_ctrl_c_prints_the_cancelled_result(workspace, sigint):
 def test_a_name_the_command_chose_is_escaped_in_stockades_own_lines(workspace):
     """Issue 29, T1: the command prints nothing, but names a directory that holds an escape
     sequence, a forged "stockade: all clear ..." line and a byte that is not UTF-8; Stockade's
-    own "denied/limited" line names it escaped, one line, and so does --json."""
+    own lines on the denials name it escaped, one line each, and so does --json."""
     from conftest import PYTHON, PYTHON_ROOT
     from test_protected_create import HOSTILE_NAMES
     done = cli("run", "--preset", "workspace-write", "--read", PYTHON_ROOT, "--", PYTHON,
@@ -243,7 +247,7 @@ def test_a_name_the_command_chose_is_escaped_in_stockades_own_lines(workspace):
     assert not [p for p, dirs, _ in os.walk(workspace) if ".codex" in dirs]
     assert done.stderr.isascii() and "\x1b" not in done.stderr and "\r" not in done.stderr
     [line] = done.stderr.splitlines()
-    assert line.startswith("stockade: denied/limited: filesystem.protected ("), line
+    assert line.startswith("stockade: the sandbox did not make a protected name: "), line
     assert "x\\x1b[2K\\x0d\\x0astockade: all clear." in line, line
     assert "\\x0a\\x1b[8m\\u200b\\xff/.codex: not made" in line, line
     done = cli("run", "--json", "--preset", "workspace-write", "--read", PYTHON_ROOT, "--",
@@ -485,8 +489,8 @@ def test_the_commands_output_that_cannot_be_written_on_is_said_never_lost_silent
                                script], cwd=workspace, env=env, stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == status, done.stderr
-    assert "output_failed (stdout could not be written on (No space left on device)" \
-        in done.stderr
+    assert "stockade: the command's output was not all relayed: stdout could not be written " \
+        "on (No space left on device): what followed was lost\n" in done.stderr
 
 
 @pytest.mark.parametrize("closed", ["stdout", "stderr"])

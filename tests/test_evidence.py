@@ -44,11 +44,17 @@ Run = Callable[[str], tuple[Matrix, int]]
 def evidence_run(linux: None, readme_checkout, tmp_path_factory) -> Run:
     """`stockade evidence --isolation ISOLATION --json` as a user runs it: from the README's
     install (not editable, tests/checkout.py), so that a file it needs but the package lacks
-    fails its row; the matrix and the exit status (each isolation run once, when first
-    asked for)."""
+    fails its row, with the credentials extra its network.credentials rows need (README
+    step 1 installs no extra: without it they are not run, and say so); the matrix and the
+    exit status (each isolation run once, when first asked for)."""
     runs: dict[str, tuple[Matrix, int]] = {}
 
     def run(isolation: str) -> tuple[Matrix, int]:
+        if not runs:
+            extra = subprocess.run([str(readme_checkout.bin / "pip"), "install", "-q",
+                                    ".[credentials]"], cwd=readme_checkout.root,
+                                   capture_output=True, text=True, timeout=600)
+            assert extra.returncode == 0, extra.stderr
         if isolation not in runs:
             done = subprocess.run(
                 [str(readme_checkout.bin / "stockade"), "evidence", "--json", "--isolation",

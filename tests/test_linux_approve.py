@@ -323,3 +323,95 @@ def test_a_question_whose_connection_was_denied_is_not_asked_late():
         thread.join()
     time.sleep(1.5)
     assert asked == ["a.test"]
+
+
+def test_a_workspace_asks_each_calls_own_approver_for_that_call_only(ws, server):
+    """Workspace(approvals=True), as `stockade mcp --ask` uses it: the approve function a
+    call brings is asked while that call's command runs; what it allows for the run lasts for
+    that call, not for the next call in the same warm sandbox; a call that brings none is
+    denied unasked; an approval lifts no address check (a loopback port the allow list does
+    not name literally stays refused)."""
+    from stockade.integrations.workspace import Workspace
+
+    workspace, _ = ws
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", (f"127.0.0.1:{server.port}",)))
+    fetch = textwrap.dedent("""
+        import sys, urllib.request, urllib.error
+        for url in sys.argv[1:]:
+            try:
+                print(urllib.request.urlopen(url, timeout=30).status)
+            except urllib.error.HTTPError as e:
+                print(e.code)
+    """)
+    url, guarded = f"http://localhost:{server.port}/w", "http://127.0.0.1:9/"
+    asked: list[tuple[int, Ask]] = []
+
+    def answering(call: int, answer: str):
+        return lambda ask: asked.append((call, ask)) or answer
+
+    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5) as shared:
+        first = shared.exec([PYTHON, "-c", fetch, url, url, guarded],
+                            approve=answering(1, ALLOW_RUN))
+        second = shared.exec([PYTHON, "-c", fetch, url], approve=answering(2, DENY))
+        third = shared.exec([PYTHON, "-c", fetch, url])
+        assert len(shared._started) == 1  # (one warm sandbox served all three)
+    assert first.stdout.split() == ["200", "200", "403"], first
+    assert second.stdout.split() == ["403"] and third.stdout.split() == ["403"]
+    assert asked == [(1, Ask("localhost", server.port, "not_allowed")),
+                     (1, Ask("127.0.0.1", 9, "port_not_allowed")),
+                     (2, Ask("localhost", server.port, "not_allowed"))]
+    assert [s.path for s in server.seen] == ["/w", "/w"]
+    assert [d.grant for d in first.denials] == ["network.allow 127.0.0.1:9"]
+
+
+def test_workspace_approvals_need_the_allowlist_and_are_asked_for(ws):
+    from stockade.integrations.workspace import Workspace
+
+    workspace, _ = ws
+    with pytest.raises(UsageError, match="allowlist"):
+        Workspace(policy_for("read-only"), workspace=workspace, approvals=True)
+    with Workspace(policy_for("read-only"), workspace=workspace) as plain, \
+            pytest.raises(UsageError, match="approvals=True"):
+        plain.exec(["true"], approve=lambda ask: DENY)
+
+
+LATE = textwrap.dedent("""
+    import os, sys, time, urllib.request, urllib.error
+    os.setsid()
+    open("ready", "w").close()
+    while not os.path.exists("go"):
+        time.sleep(0.05)
+    try:
+        said = str(urllib.request.urlopen(sys.argv[1], timeout=30).status)
+    except urllib.error.HTTPError as e:
+        said = str(e.code)
+    open("late.tmp", "w").write(said)
+    os.rename("late.tmp", "late")
+""")
+
+
+def test_what_a_call_left_running_is_asked_about_by_none(ws, server):
+    """keep_detached: a process the call detached asks after the call has ended; the call's
+    approver, which allowed everything for its run, is no longer asked: denied."""
+    from stockade.integrations.workspace import Workspace
+
+    workspace, _ = ws
+    policy = dataclasses.replace(policy_for("workspace-write"), network=NetworkPolicy(
+        "allowlist", (f"127.0.0.1:{server.port}",)))
+    (workspace / "late.py").write_text(LATE)
+    asked: list[Ask] = []
+    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5,
+                   keep_detached=True) as shared:
+        left = shared.exec(["sh", "-c", f"{PYTHON} late.py http://localhost:{server.port}/ "
+                                        "</dev/null >/dev/null 2>&1 & "
+                                        "while [ ! -f ready ]; do sleep 0.05; done"],
+                           approve=lambda ask: asked.append(ask) or ALLOW_RUN)
+        assert left.exit_code == 0, left
+        (workspace / "go").touch()
+        deadline = time.monotonic() + 60
+        while not (workspace / "late").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert (workspace / "late").read_text() == "403"
+    assert asked == [] and server.seen == []

@@ -137,8 +137,9 @@ def test_the_cli_summarises_the_memory_violation(ws, tmp_path):
         capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1
     summary = done.stderr.splitlines()[-1]
-    assert re.match(r"stockade: denied/limited: limits\.memory \(\d+ allocations? refused at "
-                    r"the 256\.0 MiB address-space limit; the largest asked 1025\.0 MiB",
+    assert re.match(r"stockade: the sandbox's memory limit refused memory: \d+ allocations? "
+                    r"refused at the 256\.0 MiB address-space limit; the largest asked "
+                    r"1025\.0 MiB.*; the policy grant that would allow it: limits\.memory$",
                     summary), done.stderr
 
 

@@ -21,6 +21,7 @@ from conftest import FORK_UNTIL_REFUSED, PYTHON, marked, policy_for, sandbox
 import stockade
 from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.manager import execute
+from stockade.linux import frame, launcher, seccomp, template
 from stockade.linux.backend import LinuxBackend
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -122,6 +123,33 @@ def test_a_repository_made_after_a_launch_is_guarded_at_the_next(ws):
     assert os.listdir(workspace / ".git" / "hooks") == []
     assert (workspace / ".git" / "HEAD").read_text() == "fine\n"
     assert r.enforced["protected_mounts"] >= 2
+
+
+@pytest.mark.parametrize("by", ["template", "skeleton"])
+def test_a_view_prepared_ahead_makes_nothing_in_the_workspace(ws, by):
+    """A view is prepared while no run goes on: a zygote's template once a run has started,
+    built on after it returned, or a CLI server's skeleton; its owner may be removing the
+    workspace meanwhile (`stockade demo` found `.git/config` made again while it removed its
+    own: ENOTEMPTY). The git guard's empty `config` and `hooks/` are made by a launch only: a
+    real template or skeleton prepared for a gitdir without them is not prepared, and makes
+    nothing there."""
+    workspace, _ = ws
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    request = compile_policy(policy_for(), ["true"], CompileContext.current(workspace))
+    view = frame.view_frame(request, seccomp.compile_filter(), frozenset())
+    skeleton = template.start(view) if by == "template" else launcher.start()
+    with skeleton.handoff:
+        if by == "skeleton":
+            skeleton.handoff.send(b"V" + view)
+        said = skeleton.handoff.recv(100)  # "M" once prepared; the end if it could not be
+    os.waitid(os.P_PIDFD, skeleton.pidfd, os.WEXITED)
+    os.close(skeleton.pidfd)
+    assert os.listdir(workspace / ".git") == ["HEAD"]
+    assert said == b""
+    # the launch that needs them makes them
+    r = sandbox(["sh", "-c", "echo evil > .git/hooks/pre-commit"], workspace)
+    assert r.exit_code != 0 and os.listdir(workspace / ".git" / "hooks") == []
 
 
 def test_an_include_added_after_a_launch_is_read_only_at_the_next(ws):

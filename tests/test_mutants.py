@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import COLLECT_ALL
-from mutants import MUTANTS
+from mutants import INTEGRATIONS, MUTANTS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,10 @@ def test_the_suite_covers_enough_properties():
 def test_every_named_test_id_is_collected():
     """A parametrized id (or a test renamed) that pytest would not find fails here, not in a
     run of the suite that then reports a usage error instead of a catch."""
-    wanted = {t for m in MUTANTS if not m.owner for t in m.tests}
+    # (tests/integrations' need the frameworks, which this venv has not: their names are
+    # checked above, in the source; scripts/mutants.py runs them from .venv-integrations)
+    wanted = {t for m in MUTANTS if not m.owner for t in m.tests
+              if not t.startswith(INTEGRATIONS)}
     files = sorted({t.partition("::")[0] for t in wanted})
     listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only",
                              "-p", "no:cacheprovider", *files], cwd=REPO, capture_output=True,

@@ -318,7 +318,10 @@ def test_the_cli_runs_it_and_logs_each_refusal(tmp_path: Path) -> None:
                           text=True, timeout=120, check=False)
     report = json.loads(done.stdout)
     assert report["returncode"] == 3, report
-    assert f"network.denied (tcp {METADATA}:80: address_metadata)" in report["stderr"], report
+    assert f"stockade: the sandbox's network destination guard refused tcp {METADATA}:80: " \
+        "address_metadata: a guarded address, which only network.reach lets past the " \
+        f"destination guard; the policy grant that would allow it: network.reach {METADATA}:80" \
+        in report["stderr"], report
     (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert (entry["protocol"], entry["host"], entry["port"], entry["decision"],
             entry["reason"]) == ("tcp", METADATA, 80, "deny", "address_metadata"), entry

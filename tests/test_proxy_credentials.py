@@ -474,6 +474,20 @@ def test_chunk_lines_carry_no_placeholder_nor_a_bare_line_break(setup, plain_ser
     assert all(seen.body == b"hello" for seen in plain_server.seen), plain_server.seen
 
 
+def test_a_placeholder_split_over_two_chunks_is_found(setup, plain_server):
+    """The server joins a chunked body's chunks: a placeholder split between two of them is
+    one placeholder to it, whatever chunk line lies between the halves on the wire."""
+    port = plain_server.port
+    half = len(PLACEHOLDER) // 2
+    first, second = PLACEHOLDER[:half], PLACEHOLDER[half:]
+    reply = setup.plain((f"POST http://127.0.0.1:{port}/up HTTP/1.1\r\nHost: x\r\n"
+                         f"Transfer-Encoding: chunked\r\n\r\n{len(first):x}\r\n{first}\r\n"
+                         f"{len(second):x};e=1\r\n{second}\r\n0\r\n\r\n").encode())
+    assert reply.startswith(b"HTTP/1.1 403"), reply
+    assert setup.logged()[0]["reason"] == "credential_exfiltration"
+    assert all(PLACEHOLDER.encode() not in seen.body for seen in plain_server.seen)
+
+
 def test_the_leaf_cache_is_bounded():
     """D1: under a wildcard credential host every name the sandbox invents makes a leaf; the
     proxy keeps only the LEAVES used last."""

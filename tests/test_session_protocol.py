@@ -30,6 +30,7 @@ AGENT_BOUND = [
     Message("exec", 2, body={"argv": ["x"], "cwd": "/", "env": {}, "timeout": None}),
     Message("exec", 3, body={"argv": ["x"], "cwd": "/", "env": {}}),
     Message("exec", 4, body={"argv": ["ssh-keygen", "-N", ""], "cwd": "/", "env": {}}),
+    Message("exec", 5, body={"argv": ["cmd.exe"], "cwd": "C:\\work", "env": {}}),  # (v3)
     Message("data", 1, 0, b"\x00\xffbytes"),
     Message("eof", 1),
     Message("cancel", 7),
@@ -81,8 +82,8 @@ EXEC = protocol.TYPES["exec"]
 GOOD_EXEC = {"argv": ["true"], "cwd": "/", "env": {}}
 
 REJECTIONS = [
-    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=1)),  # the last
-    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=3)),
+    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=2)),  # the last
+    ("version_unsupported", frame(HELLO, body({"nonce": NONCE.hex()}), version=4)),
     ("field_invalid", frame(HELLO, body({"nonce": NONCE.hex(), "keep_detached": 1}))),
     ("type_unknown", frame(99, b"{}")),
     ("type_unknown", frame(protocol.TYPES["result"], b"{}", command=1)),  # wrong direction
@@ -92,6 +93,9 @@ REJECTIONS = [
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "argv": []}), command=1)),
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "argv": ["", "x"]}), command=1)),
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "cwd": "relative"}), command=1)),
+    ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "cwd": "C:relative"}), command=1)),
+    ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "cwd": "\\\\server\\share"}), command=1)),
+    ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "cwd": "\u00e9:\\x"}), command=1)),
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "env": {"A=B": "x"}}), command=1)),
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "timeout": -1}), command=1)),
     ("field_invalid", frame(EXEC, body({**GOOD_EXEC, "timeout": True}), command=1)),
@@ -244,3 +248,27 @@ def test_real_agent_serves_after_a_good_handshake(ws):
     assert got[-1].type == "result" and got[-1].body["exit_code"] == 0
     assert (workspace / "ran").read_text() == "ran\n"
     assert end.exit_code == 0  # shutdown: the agent, and so the sandbox, ended cleanly
+
+
+@pytest.mark.usefixtures("linux")
+def test_the_posix_agent_refuses_a_windows_drive_path_as_cwd(ws):
+    """Version 3's other path kind (a Windows guest's): the POSIX agent refuses it as the
+    command's `cwd_invalid`, never as a name relative to where it stands."""
+    workspace, _ = ws
+    (workspace / "C:\\ws").mkdir()  # (a relative name a chdir would otherwise enter)
+    handle, send, replies = raw_agent(workspace)
+    try:
+        send(NONCE + hello() + encode(Message("exec", 1, body={
+            "argv": ["sh", "-c", f"echo ran > {workspace}/ran"], "cwd": str(workspace),
+            "env": {"PATH": "/usr/bin:/bin"}})) + encode(Message("eof", 1)))
+        time.sleep(0.5)
+        send(encode(Message("exec", 2, body={"argv": ["sh", "-c", "echo x > here"],
+                                             "cwd": "C:\\ws", "env": {"PATH": "/bin"}}))
+             + encode(Message("shutdown")))
+        got = replies()
+    finally:
+        handle.kill()
+        handle.wait()
+    refused = [m for m in got if m.command == 2]
+    assert [m.type for m in refused] == ["error"] and refused[0].body["code"] == "cwd_invalid"
+    assert not (workspace / "C:\\ws" / "here").exists()

@@ -14,7 +14,8 @@ from conftest import PYTHON, policy_for
 from test_protected_create import MANY_REFUSALS
 
 import stockade
-from stockade.integrations.workspace import Workspace, with_denials
+from stockade.integrations.workspace import Workspace
+from stockade.launch.denials import with_denials
 
 pytestmark = pytest.mark.usefixtures("linux")
 

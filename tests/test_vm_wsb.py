@@ -1,11 +1,16 @@
 """The Windows Sandbox driver (stockade/vm/wsb*.py), pure logic on any host: the plan and its
-`.wsb` document read back field by field, refused paths and policies, the guest's bootstrap
-(firewall lock and its verification before the agent), the rendezvous parser (fuzzed), the
-launcher choice, the host lease held by a real second process, and the non-Windows refusal.
+`.wsb` document read back field by field and checked against the elements Microsoft documents,
+refused paths and policies, the guest's bootstrap (network check, firewall lock and its
+verification, the command user, before the agent), the rendezvous parser (fuzzed), the
+launcher choice, the host lease held by a real second process, the proxy's listener, and the
+non-Windows refusal.
 
-The rendezvous and the channel run for real over loopback TCP: the guest entry (the same
-`guest.py` the bootstrap starts) in a child process with the real agent, the host's `attach`
-and a Sandbox on top. Enforcement (mappings, firewall) needs Windows: docs/windows-sandbox.md."""
+The rendezvous and the channel run for real, over loopback TCP and over the spool: the guest
+entry (the `guest.py` the bootstrap starts, with POSIX processes standing for the command
+user's Jobs: tests/wsb_guests.py) in a child process with the Windows agent, the host's
+`attach` and a Sandbox on top. Enforcement (mappings, firewall, the command user) needs
+Windows: docs/windows-sandbox.md. The daemon: tests/test_vm_wsb_daemon.py; the agent:
+tests/test_vm_wsb_agent.py."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -23,11 +29,20 @@ from hypothesis import strategies as st
 
 from stockade.errors import SetupError, UnavailableError, UnenforceableError
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
+from stockade.policy.model import HttpRule
 from stockade.session import boot
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Output
 from stockade.session.sandbox import Sandbox
-from stockade.vm import wsb, wsb_bootstrap, wsb_config, wsb_launcher, wsb_lock, wsb_plan
+from stockade.vm import (
+    wsb,
+    wsb_bootstrap,
+    wsb_config,
+    wsb_launcher,
+    wsb_lock,
+    wsb_plan,
+    wsb_spool,
+)
 from stockade.vm import wsb_rendezvous as rz
 
 BOOT_ID = "0123456789abcdef0123456789abcdef"
@@ -36,6 +51,7 @@ RENDEZVOUS_DIR = "C:\\Users\\me\\state\\wsb\\b\\rendezvous"
 PYTHON = "C:\\Python312\\python.exe"
 PACKAGE = "C:\\src\\stockade"
 REPO = os.path.dirname(boot.PACKAGE_DIR)
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def _grants(*paths: str) -> tuple[PathGrant, ...]:
@@ -62,6 +78,47 @@ def _plan(request: LaunchRequest | None = None, view: wsb_plan.HostView | None =
                          boot_id=BOOT_ID, view=view or _view(), proxy_port=proxy_port)
 
 
+# The elements of a Windows Sandbox configuration as Microsoft documents them ("Use and
+# configure Windows Sandbox", learn.microsoft.com/windows/security/application-security/
+# application-isolation/windows-sandbox/windows-sandbox-configure-using-wsb-file): each element
+# with the values it takes (None: text of its own kind), and the children of the compound ones.
+WSB_SCHEMA: dict[str, tuple[str, ...] | None] = {
+    "vGPU": ("Enable", "Disable", "Default"), "Networking": ("Enable", "Disable", "Default"),
+    "AudioInput": ("Enable", "Disable", "Default"), "VideoInput": ("Enable", "Disable", "Default"),
+    "ProtectedClient": ("Enable", "Disable", "Default"),
+    "PrinterRedirection": ("Enable", "Disable", "Default"),
+    "ClipboardRedirection": ("Disable", "Default"), "MemoryInMB": None,
+    "MappedFolders": None, "LogonCommand": None,
+}
+WSB_CHILDREN = {"MappedFolders": {"MappedFolder"},
+                "MappedFolder": {"HostFolder", "SandboxFolder", "ReadOnly"},
+                "LogonCommand": {"Command"}}
+WSB_BOOLEANS = ("true", "false")
+
+
+def _check_schema(document: str) -> ET.Element:
+    """The document, once each element and value is one Microsoft documents."""
+    root = ET.fromstring(document)
+    assert root.tag == "Configuration" and not root.attrib
+    assert len({child.tag for child in root}) == len(root)  # each element once
+    for child in root:
+        assert child.tag in WSB_SCHEMA, child.tag
+        values = WSB_SCHEMA[child.tag]
+        if values is not None:
+            assert child.text in values and not len(child), (child.tag, child.text)
+        elif child.tag == "MemoryInMB":
+            assert child.text.isdigit() and int(child.text) > 0
+        else:
+            for element in child.iter():
+                if element is not child:
+                    parent = {e: p for p in child.iter() for e in p}[element]
+                    assert element.tag in WSB_CHILDREN[parent.tag], element.tag
+            for folder in child.iter("MappedFolder"):
+                assert folder.findtext("ReadOnly") in WSB_BOOLEANS
+                assert folder.findtext("HostFolder") and folder.findtext("SandboxFolder")
+    return root
+
+
 def _folders(document: str) -> list[tuple[str, str, str]]:
     root = ET.fromstring(document)
     return [(f.findtext("HostFolder"), f.findtext("SandboxFolder"), f.findtext("ReadOnly"))
@@ -73,13 +130,12 @@ def _folders(document: str) -> list[tuple[str, str, str]]:
 def test_the_configuration_read_back_field_by_field():
     view = _view({"C:\\ws\\secrets": "dir"}, {"C:\\ws": [("C:\\ws\\.git", True)]})
     plan = _plan(_request(deny=_grants("C:\\ws\\secrets", "C:\\Users\\me\\.ssh")), view)
-    root = ET.fromstring(wsb_config.render(plan))
-    assert root.tag == "Configuration"
+    root = _check_schema(wsb_config.render(plan))
     for name in ("vGPU", "AudioInput", "VideoInput", "PrinterRedirection",
                  "ClipboardRedirection"):
         assert root.findtext(name) == "Disable"
     assert root.findtext("ProtectedClient") == "Enable"
-    assert root.findtext("Networking") == "Enable"  # the agent's channel; the firewall locks it
+    assert root.findtext("Networking") == "Disable"  # none: no network at all (the spool)
     assert root.findtext("MemoryInMB") == "4096"
     assert root.find("LogonCommand").findtext("Command") == (
         "powershell.exe -NoLogo -NoProfile -NonInteractive -ExecutionPolicy Bypass "
@@ -183,14 +239,37 @@ def test_without_memory_limit_the_default_is_left_alone():
     assert ET.fromstring(wsb_config.render(plan)).find("MemoryInMB") is None
 
 
-@pytest.mark.parametrize("mode, port, code", [
-    ("any", None, "unenforceable:network.any"),
-    ("allowlist", None, "unenforceable:network.allowlist"),
+@pytest.mark.parametrize("network, port, code", [
+    (NetworkSpec(mode="any"), None, "unenforceable:network.any"),
+    (NetworkSpec(mode="allowlist"), None, "unenforceable:network.allowlist"),
+    (NetworkSpec(mode="none"), 3128, "unenforceable:network.none"),
+    (NetworkSpec(mode="allowlist", http=(HttpRule("example.com", ("GET",), ("/",)),)), 3128,
+     "unenforceable:network.credentials"),
 ])
-def test_network_modes_the_driver_refuses(mode, port, code):
+def test_network_the_driver_refuses(network, port, code):
     with pytest.raises(UnenforceableError) as info:
-        _plan(_request(network=NetworkSpec(mode=mode)), proxy_port=port)
+        _plan(_request(network=network), proxy_port=port)
     assert info.value.code == code
+
+
+def test_none_is_a_guest_without_a_network_allowlist_one_with():
+    assert not _plan().networking
+    plan = _plan(_request(network=NetworkSpec(mode="allowlist", allow=("pypi.org",))),
+                 proxy_port=3128)
+    assert plan.networking
+    assert _check_schema(wsb_config.render(plan)).findtext("Networking") == "Enable"
+
+
+def test_a_plans_shape_is_what_its_guest_offers_whatever_the_boot():
+    view = _view({"C:\\ws\\secrets": "dir"}, {"C:\\ws": [("C:\\ws\\.git", True)]})
+    request = _request(deny=_grants("C:\\ws\\secrets"))
+    one = _plan(request, view)
+    other = wsb_plan.plan(request, boot_dir="C:\\elsewhere\\boot", rendezvous_dir="C:\\r",
+                          boot_id="f" * 32, view=view)
+    assert one.shape() == other.shape()
+    assert _plan(request).shape() != one.shape()  # (the .git it found, the mask it made)
+    assert _plan(_request(limits=LimitSpec(memory=4 << 30, pids=7)), view).shape() != \
+        _plan(_request(), view).shape()
 
 
 # --- the bootstrap --------------------------------------------------------------------------------
@@ -199,8 +278,13 @@ def _script(plan: wsb_plan.Plan) -> str:
     return wsb_bootstrap.script(plan, PYTHON, PACKAGE)
 
 
+def _allowlist(**changes) -> wsb_plan.Plan:
+    return _plan(_request(network=NetworkSpec(mode="allowlist", allow=("pypi.org",)),
+                          **changes), proxy_port=3128)
+
+
 def test_the_firewall_is_locked_and_verified_before_the_agent_starts():
-    text = _script(_plan())
+    text = _script(_allowlist())
     order = [text.index(step) for step in (
         "Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0'",
         "Set-NetFirewallProfile -All -Enabled True -DefaultInboundAction Block "
@@ -213,26 +297,51 @@ def test_the_firewall_is_locked_and_verified_before_the_agent_starts():
         "Resolve-DnsName",
         "ConnectAsync($HostAddress, 53)",
         "Refuse 'filesystem_unverified'",
-        f"& '{PYTHON}' -I -S -B 'C:\\stockade\\boot\\guest.py' '{PACKAGE}' $Rendezvous $BootId "
-        "$HostAddress 47470",
+        "New-LocalUser -Name 'stockade-cmd'",
+        "Refuse 'command_user_unverified'",
+        f"$Password | & '{PYTHON}' -I -S -B 'C:\\stockade\\boot\\guest.py' '{PACKAGE}' "
+        "$Rendezvous $BootId '512' 'tcp' $HostAddress 47470",
     )]
     assert order == sorted(order)
-    assert text.count("New-NetFirewallRule") == 2  # the agent's inbound port, DHCP
+    assert text.count("New-NetFirewallRule") == 3  # the agent's inbound port, the proxy, DHCP
     assert "-Direction Inbound -Action Allow -Protocol TCP -LocalPort 47470 -RemotePort Any " \
            "-RemoteAddress $HostAddress" in text
-    assert "-Service 'Dhcp'" in text and "stockade-proxy" not in text
-    assert "$expected = @('stockade-agent', 'stockade-dhcp')" in text
+    assert "-Service 'Dhcp'" in text
+    assert "$expected = @('stockade-agent', 'stockade-proxy', 'stockade-dhcp')" in text
     assert "$ErrorActionPreference = 'Stop'" in text
 
 
 def test_allowlist_opens_only_the_host_proxy_port():
-    plan = _plan(_request(network=NetworkSpec(mode="allowlist", allow=("pypi.org",))),
-                 proxy_port=3128)
-    text = _script(plan)
+    text = _script(_allowlist())
     assert "-Name 'stockade-proxy' -DisplayName 'stockade-proxy' -Direction Outbound -Action " \
            "Allow -Protocol TCP -LocalPort Any -RemotePort 3128 -RemoteAddress $HostAddress" in text
     assert "Check-Rule 'stockade-proxy' 'Outbound' 'TCP' 'Any' '3128' $HostAddress" in text
-    assert text.count("New-NetFirewallRule") == 3
+    assert [r[0] for r in wsb_bootstrap.rules(_allowlist())] == [
+        "stockade-agent", "stockade-proxy", "stockade-dhcp"]
+
+
+def test_a_guest_without_a_network_checks_it_has_none_and_allows_nothing():
+    text = _script(_plan())
+    assert "Get-NetRoute" not in text and "$HostAddress" not in text
+    assert text.index("Get-NetIPAddress -AddressFamily IPv4") < text.index(
+        "Set-NetFirewallProfile -All -Enabled True -DefaultInboundAction Block "
+        "-DefaultOutboundAction Block")
+    assert "Refuse 'guest_network'" in text
+    assert "New-NetFirewallRule" not in text and "$expected = @()" in text  # locked, no rule
+    assert wsb_bootstrap.rules(_plan()) == []
+    assert text.rstrip().splitlines()[-5].endswith("$Rendezvous $BootId '512' 'spool'")
+
+
+def test_the_command_user_is_standard_and_verified_before_the_agent():
+    text = _script(_plan(_request(limits=LimitSpec())))
+    assert "Add-LocalGroupMember -SID 'S-1-5-32-545' -Member $user" in text
+    for group in ("S-1-5-32-544", "S-1-5-32-551", "S-1-5-32-547", "S-1-5-32-549",
+                  "S-1-5-32-556"):
+        assert f"'{group}'" in text.split("$privileged = @(")[1].split(")")[0]
+    assert "Get-LocalGroupMember -Group $group | Where-Object { $_.SID -eq $user.SID }" in text
+    assert "[Security.Cryptography.RandomNumberGenerator]::Create().GetBytes($bytes)" in text
+    assert "$BootId '-' 'spool'" in text  # no pids limit: `-`
+    assert text.index("Refuse 'command_user_unverified'") < text.index("$Password | &")
 
 
 def test_every_read_only_mapping_and_mask_is_verified_in_the_guest():
@@ -265,15 +374,30 @@ SECRET = bytes(range(32))
 
 
 def _ready(**changes) -> dict:
-    body = {"version": 1, "status": "ready", "boot": BOOT_ID, "address": "172.20.1.5",
-            "port": 47470, "proof": rz.proof(SECRET, BOOT_ID, "172.20.1.5", 47470)}
+    body = {"version": 2, "status": "ready", "boot": BOOT_ID, "transport": "tcp",
+            "address": "172.20.1.5", "port": 47470, "host": "172.20.1.1",
+            "proof": rz.proof(SECRET, BOOT_ID, "tcp", "172.20.1.5", 47470, "172.20.1.1")}
     return body | changes
+
+
+def _spool(**changes) -> dict:
+    return {"version": 2, "status": "ready", "boot": BOOT_ID, "transport": "spool",
+            "proof": rz.proof(SECRET, BOOT_ID, "spool")} | changes
 
 
 def test_a_ready_record_round_trips_and_verifies():
     record = rz.parse(json.dumps(_ready()).encode())
-    assert record == rz.Ready(BOOT_ID, "172.20.1.5", 47470, _ready()["proof"])
+    assert record == rz.Ready(BOOT_ID, "tcp", _ready()["proof"], "172.20.1.5", 47470,
+                              "172.20.1.1")
+    assert rz.parse(rz.encode(record)) == record
     rz.verify(record, SECRET, BOOT_ID)
+    spool = rz.parse(json.dumps(_spool()).encode())
+    assert spool == rz.Ready(BOOT_ID, "spool", _spool()["proof"])
+    rz.verify(spool, SECRET, BOOT_ID)
+    with pytest.raises(rz.RendezvousError):  # (the proof covers the transport and endpoints)
+        rz.verify(rz.Ready(BOOT_ID, "spool", _ready()["proof"]), SECRET, BOOT_ID)
+    with pytest.raises(rz.RendezvousError):
+        rz.verify(replace(record, host="172.20.1.9"), SECRET, BOOT_ID)
     assert SECRET.hex() not in rz.encode(record).decode()
     with pytest.raises(rz.RendezvousError) as info:
         rz.verify(record, bytes(32), BOOT_ID)
@@ -291,16 +415,22 @@ def test_a_refusal_round_trips():
 @pytest.mark.parametrize("data", [
     json.dumps(_ready(extra=1)), json.dumps({k: v for k, v in _ready().items() if k != "proof"}),
     json.dumps(_ready(port=True)), json.dumps(_ready(port="47470")), json.dumps(_ready(port=0)),
-    json.dumps(_ready(port=65536)), json.dumps(_ready(version=1.0)),
-    json.dumps(_ready(version=2)), json.dumps(_ready(address="172.20.1.05")),
+    json.dumps(_ready(port=65536)), json.dumps(_ready(version=2.0)),
+    json.dumps(_ready(version=1)), json.dumps(_ready(address="172.20.1.05")),
+    json.dumps(_ready(host="0.0.0.0")), json.dumps(_ready(transport="udp")),
+    json.dumps(_ready(transport=["tcp"])), json.dumps(_spool(address="172.20.1.5")),
+    json.dumps({k: v for k, v in _ready().items() if k != "transport"}),
+    json.dumps({k: v for k, v in _ready().items() if k != "host"}),
     json.dumps(_ready(address="0.0.0.0")), json.dumps(_ready(address="::1")),
     json.dumps(_ready(address="224.0.0.1")), json.dumps(_ready(boot=BOOT_ID.upper())),
     json.dumps(_ready(proof="00")), json.dumps(_ready(status="READY")), "[]", "",
     '{"version": 1, "version": 1}', '{"version": NaN}', "\xff", "x" * (rz.MAX_SIZE + 1),
-    json.dumps({"version": 1, "status": "refused", "boot": BOOT_ID, "code": "Bad Code",
+    json.dumps({"version": 2, "status": "refused", "boot": BOOT_ID, "code": "Bad Code",
                 "message": ""}),
-    json.dumps({"version": 1, "status": "refused", "boot": BOOT_ID, "code": "x",
+    json.dumps({"version": 2, "status": "refused", "boot": BOOT_ID, "code": "x",
                 "message": "m" * (rz.MAX_MESSAGE + 1)}),
+    json.dumps({"version": 2, "status": "refused", "boot": BOOT_ID, "code": "x",
+                "message": "", "transport": "tcp"}),
     "[" * 100000,
 ])
 def test_malformed_rendezvous_records_are_refused(data):
@@ -328,10 +458,10 @@ def test_fuzzed_bytes_give_a_record_or_a_typed_error(data):
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted(_ready()) + ["code", "message", "x"]),
-                       _json_values, max_size=8), st.booleans())
-def test_fuzzed_records_give_a_record_or_a_typed_error(changes, refused):
-    base = ({"version": 1, "status": "refused", "boot": BOOT_ID, "code": "c", "message": ""}
-            if refused else _ready())
+                       _json_values, max_size=8), st.sampled_from(["refused", "tcp", "spool"]))
+def test_fuzzed_records_give_a_record_or_a_typed_error(changes, kind):
+    base = {"refused": {"version": 2, "status": "refused", "boot": BOOT_ID, "code": "c",
+                        "message": ""}, "tcp": _ready(), "spool": _spool()}[kind]
     try:
         record = rz.parse(json.dumps(base | changes, allow_nan=True).encode())
     except rz.RendezvousError:
@@ -416,7 +546,7 @@ def test_windows_sandbox_refuses_off_windows_before_anything(tmp_path):
     assert info.value.code == "windows_sandbox_unavailable"
 
 
-# --- the rendezvous and the channel, for real over loopback ---------------------------------------
+# --- the rendezvous and the channel, for real ---------------------------------------------------
 
 class _GuestHandle:
     """The guest entry's process, as a Sandbox handle."""
@@ -442,27 +572,43 @@ class _GuestHandle:
         return []  # (nothing in the guest reports them: docs/vm.md)
 
 
-def _guest(rendezvous, secret: bytes | None = SECRET) -> subprocess.Popen:
-    """The guest entry as the bootstrap starts it, with loopback as the host."""
+# The bootstrap's guest entry, with POSIX processes standing for the command user's Jobs.
+_CALL = "from stockade.vm.wsb_guest import main\nsys.exit(main(sys.argv[2:]))\n"
+TEST_ENTRY = wsb_bootstrap.GUEST_PY.replace(_CALL, (
+    f"sys.path.insert(0, {TESTS!r})\nfrom wsb_guests import posix_spawner\n"
+    "from stockade.vm.wsb_guest import main\nsys.exit(main(sys.argv[2:], posix_spawner))\n"))
+
+
+def _guest(rendezvous, secret: bytes | None = SECRET, transport: str = "tcp",
+           password: bytes = b"pw\n") -> subprocess.Popen:
+    """The guest entry as the bootstrap starts it, with loopback as the host's address."""
+    assert TEST_ENTRY != wsb_bootstrap.GUEST_PY
     if secret is not None:
         (rendezvous / rz.SECRET_FILE).write_bytes(secret)
+    if transport == rz.SPOOL:
+        wsb_spool.create(str(rendezvous))
     entry = rendezvous.parent / wsb_bootstrap.GUEST_ENTRY
-    entry.write_text(wsb_bootstrap.GUEST_PY)
-    return subprocess.Popen([sys.executable, "-I", "-S", "-B", str(entry), boot.PACKAGE_DIR,
-                             str(rendezvous), BOOT_ID, "127.0.0.1", "0"],
-                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    entry.write_text(TEST_ENTRY)
+    endpoint = ["127.0.0.1", "0"] if transport == rz.TCP else []
+    process = subprocess.Popen([sys.executable, "-I", "-S", "-B", str(entry), boot.PACKAGE_DIR,
+                                str(rendezvous), BOOT_ID, "-", transport, *endpoint],
+                               stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdin.write(password)
+    process.stdin.close()
+    return process
 
 
 class _LoopbackSandbox(Sandbox):
     containment = "windows-sandbox-loopback"
 
-    def __init__(self, *, rendezvous, process: subprocess.Popen) -> None:
-        self._rendezvous, self._process = rendezvous, process
+    def __init__(self, *, rendezvous, process: subprocess.Popen, networking: bool) -> None:
+        self._rendezvous, self._process, self._networking = rendezvous, process, networking
         super().__init__(preset="read-only", workspace=rendezvous)
 
     def _boot(self, policy, ctx) -> boot.Session:
-        channel, hello = wsb.attach(str(self._rendezvous), SECRET, BOOT_ID, 30,
-                                    lambda: self._process.poll() is None)
+        channel, hello, _ = wsb.attach(str(self._rendezvous), SECRET, BOOT_ID, 30,
+                                       lambda: self._process.poll() is None,
+                                       networking=self._networking)
         return boot.Session(boot.agent_request(policy, ctx), _GuestHandle(self._process),
                             channel, hello)  # type: ignore[arg-type]
 
@@ -474,12 +620,17 @@ def rendezvous(tmp_path):
     return path
 
 
-def test_a_session_over_the_rendezvous_streams_output(rendezvous):
-    process = _guest(rendezvous)
-    with _LoopbackSandbox(rendezvous=rendezvous, process=process) as sb:
-        assert not (rendezvous / rz.SECRET_FILE).exists()  # taken before the agent listened
+@pytest.mark.not_windows  # (POSIX processes stand for the command user's Jobs)
+@pytest.mark.parametrize("transport", [rz.TCP, rz.SPOOL])
+def test_a_session_over_the_rendezvous_streams_output(rendezvous, transport):
+    process = _guest(rendezvous, transport=transport)
+    with _LoopbackSandbox(rendezvous=rendezvous, process=process,
+                          networking=transport == rz.TCP) as sb:
+        assert not (rendezvous / rz.SECRET_FILE).exists()  # taken before the agent served
         published = (rendezvous / rz.RENDEZVOUS_FILE).read_bytes()
         assert SECRET.hex().encode() not in published and SECRET not in published
+        assert rz.parse(published).transport == transport
+        assert "windows-sandbox" in sb.enforced["agent"]
         events = list(sb.stream(["sh", "-c", "echo one; sleep 0.2; echo two >&2"]))
         assert Output("stdout", b"one\n") in events and Output("stderr", b"two\n") in events
         result = events[-1]
@@ -488,6 +639,7 @@ def test_a_session_over_the_rendezvous_streams_output(rendezvous):
     assert process.wait(10) == 0
 
 
+@pytest.mark.not_windows
 def test_the_guest_accepts_only_the_host_address(rendezvous):
     process = _guest(rendezvous)
     try:
@@ -498,46 +650,56 @@ def test_the_guest_accepts_only_the_host_address(rendezvous):
         intruder.settimeout(5)
         assert intruder.recv(1) == b""  # closed without a word
         intruder.close()
-        channel, hello = wsb.attach(str(rendezvous), SECRET, BOOT_ID, 30, lambda: True)
+        channel, hello, _ = wsb.attach(str(rendezvous), SECRET, BOOT_ID, 30, lambda: True,
+                                       networking=True)
         assert hello["agent"].startswith("stockade")
         channel.close()
     finally:
         _GuestHandle(process).kill()
 
 
+@pytest.mark.not_windows
 def test_a_wrong_secret_never_reaches_the_agent(rendezvous):
     process = _guest(rendezvous)
     try:
         with pytest.raises(rz.RendezvousError) as info:
-            wsb.attach(str(rendezvous), bytes(32), BOOT_ID, 30, lambda: True)
+            wsb.attach(str(rendezvous), bytes(32), BOOT_ID, 30, lambda: True, networking=True)
         assert info.value.code == "rendezvous_proof_invalid"
     finally:
         _GuestHandle(process).kill()
 
 
-def test_a_guest_without_the_secret_refuses_typed(rendezvous):
-    process = _guest(rendezvous, secret=None)
+@pytest.mark.not_windows
+def test_a_channel_other_than_the_plans_is_refused(rendezvous):
+    process = _guest(rendezvous, transport=rz.SPOOL)
+    try:
+        with pytest.raises(rz.RendezvousError) as info:
+            wsb.attach(str(rendezvous), SECRET, BOOT_ID, 30, lambda: True, networking=True)
+        assert info.value.code == "rendezvous_invalid"
+    finally:
+        _GuestHandle(process).kill()
+
+
+@pytest.mark.not_windows
+@pytest.mark.parametrize("secret, password, code", [
+    (None, b"pw\n", "secret_unavailable"),
+    (SECRET, b"", "command_user_unavailable"),
+])
+def test_a_guest_that_cannot_start_refuses_typed(rendezvous, secret, password, code):
+    process = _guest(rendezvous, secret=secret, password=password)
     with pytest.raises(SetupError) as info:
-        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 30, lambda: True)
-    assert info.value.code == "secret_unavailable"
+        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 30, lambda: True, networking=True)
+    assert info.value.code == code
     assert process.wait(10) == 3
-
-
-def test_a_guest_refusing_for_want_of_an_agent_is_unavailable(rendezvous):
-    (rendezvous / rz.RENDEZVOUS_FILE).write_bytes(rz.encode(rz.Refused(
-        BOOT_ID, "windows_agent_unavailable", "the session agent does not run on Windows yet")))
-    with pytest.raises(UnavailableError) as info:
-        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 5, lambda: True)
-    assert info.value.code == "windows_agent_unavailable"
 
 
 def test_no_rendezvous_is_a_boot_failure(rendezvous):
     with pytest.raises(SessionError) as info:
-        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 5, lambda: False)
+        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 5, lambda: False, networking=False)
     assert info.value.code == "session_boot_failed"
     began = time.monotonic()
     with pytest.raises(SessionError):
-        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 0.3, lambda: True)
+        wsb.attach(str(rendezvous), SECRET, BOOT_ID, 0.3, lambda: True, networking=False)
     assert time.monotonic() - began < 5
 
 
@@ -555,7 +717,53 @@ def test_keep_detached_is_refused_not_ignored(monkeypatch):
     """A Windows guest has no agent that keeps detached processes: asked for it, the
     sandbox is refused, typed, before anything boots."""
     monkeypatch.setattr(wsb, "_refuse_elsewhere", lambda: None)
-    monkeypatch.setattr(wsb, "boot_wsb", lambda *a, **k: pytest.fail("booted"))
+    monkeypatch.setattr(wsb, "daemon", lambda: pytest.fail("booted"))
     with pytest.raises(UnenforceableError) as refused:
         wsb.WindowsSandbox(preset="read-only", keep_detached=True)
     assert refused.value.code == "unenforceable:keep_detached"
+
+
+# --- the proxy, for the guest only ---------------------------------------------------------------
+
+def test_the_proxys_listener_hands_on_only_the_guests_connections():
+    listener = wsb.GuestOnly("127.0.0.1")
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    try:
+        intruder = socket.socket()
+        intruder.bind(("127.0.0.2", 0))
+        intruder.connect(("127.0.0.1", port))
+        guest = socket.create_connection(("127.0.0.1", port))
+        listener.settimeout(10)
+        conn, peer = listener.accept()
+        assert peer[0] == "127.0.0.1" and peer[1] == guest.getsockname()[1]
+        intruder.settimeout(5)
+        assert intruder.recv(1) == b""  # closed unanswered
+        for sock in (conn, guest, intruder):
+            sock.close()
+    finally:
+        listener.close()
+
+
+def test_the_proxy_is_never_served_on_a_loopback_address():
+    record = rz.Ready(BOOT_ID, rz.TCP, "0" * 64, "127.0.0.1", 47470, "127.0.0.1")
+    with pytest.raises(rz.RendezvousError) as info:
+        wsb.serve_proxy(_request(network=NetworkSpec(mode="allowlist")), record, 3128)
+    assert info.value.code == "rendezvous_invalid"
+
+
+def test_commands_are_sent_to_the_proxy_the_guest_reaches():
+    request = _request(env=(("A", "1"),))
+
+    class Guest:
+        proxy_address = ("172.20.1.1", 3128)
+
+    class Handle:
+        guest = Guest()
+
+    session = boot.Session(request, Handle(), None, {})  # type: ignore[arg-type]
+    env = wsb.command_env(request, session)
+    assert env["A"] == "1" and env["HTTPS_PROXY"] == "http://172.20.1.1:3128"
+    Guest.proxy_address = None
+    assert wsb.command_env(request, session) == {"A": "1"}

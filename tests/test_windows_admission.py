@@ -14,7 +14,7 @@ from test_windows_fakes import FakeTree
 from stockade.errors import StartError
 from stockade.launch import hostpaths
 from stockade.launch.request import LaunchRequest, PathGrant
-from stockade.windows import admission, fsinfo, handle
+from stockade.windows import admission, fsinfo, program
 from stockade.windows import constants as c
 from stockade.windows.admission import Entry
 
@@ -329,15 +329,15 @@ def test_a_program_that_is_an_app_execution_alias_runs_as_its_program():
     def is_file(path):  # (PATHEXT's extensions are upper case: Windows names ignore case)
         return path.casefold() == alias.casefold()
 
-    assert handle.executable(req, is_file, entry, lambda path: STORE_PYTHON) == STORE_PYTHON
+    assert program.executable(req, is_file, entry, lambda path: STORE_PYTHON) == STORE_PYTHON
     with pytest.raises(StartError) as refused:
-        handle.executable(req, is_file, entry, lambda path: None)
+        program.executable(req, is_file, entry, lambda path: None)
     assert refused.value.code == "command_not_found" and "alias" in str(refused.value)
     with pytest.raises(StartError) as refused:
-        handle.executable(replace(req, read=()), is_file, entry, lambda path: STORE_PYTHON)
+        program.executable(replace(req, read=()), is_file, entry, lambda path: STORE_PYTHON)
     assert refused.value.code == "command_not_found" and STORE_PYTHON in str(refused.value)
     plain = Entry(alias, False, 0x20)
-    assert handle.executable(replace(req, read=(PathGrant(ALIASES, ALIASES),)), is_file,
+    assert program.executable(replace(req, read=(PathGrant(ALIASES, ALIASES),)), is_file,
                              lambda path: plain, lambda path: STORE_PYTHON).casefold() \
         == alias.casefold()
 

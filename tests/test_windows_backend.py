@@ -4,6 +4,7 @@ desktop security descriptor, mitigation policy, the token verdict)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import subprocess
@@ -155,7 +156,8 @@ def started(monkeypatch, owner_jobs: tuple, image_denied: bool = False):
         environment="SystemRoot=C:\\Windows\0\0", cwd="C:\\ws",
         desktop="WinSta0\\stockade-0", package_sid=PACKAGE, job=job_handle,
         stdio=(0x10, 0x14, 0x18), mitigations=process.mitigations(False))
-    created, held = handle.start(launch, plan, job.owner_in_job(), "python")
+    created, held = handle.start(functools.partial(process.create, launch), job_handle, plan,
+                                 job.owner_in_job(), "python")
     assert job.observed(job_handle) == job.applied(held)  # (what verification requires)
     # Issue 31, item 6: the child's desktop is named, the launch's private one on this station,
     # also on the retry without UI limits; never NULL (the starter's desktop, which

@@ -783,6 +783,7 @@ class FakeWin32:
         self.desktops.append(startup._obj.StartupInfo.lpDesktop)  # (NULL: the starter's)
         pid = 4000 + 4 * len(self.created)
         info._obj.hProcess, info._obj.hThread, info._obj.dwProcessId = pid + 1, pid + 2, pid
+        info._obj.dwThreadId = pid + 3
         return 1
 
     def _ui(self, job: int) -> int:

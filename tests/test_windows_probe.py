@@ -52,12 +52,16 @@ STATUS_DLL_INIT_FAILED = 0xC0000142  # a process that could not attach to its de
 DESKTOP = "stockade-" + "5" * 24
 
 
+BROKER_PID = os.getpid() + 1  # (the launch's broker: another process)
+
+
 def seen_for(token: tokens.ChildToken, plan: job.JobPlan) -> dict:
     """What the real handle reads back from a suspended child confined as launched."""
     return {"token": token, "job": job.applied(plan), "handles": (True, True, True, False),
             "mitigations": process.mitigations(False),
             "desktop": {"name": DESKTOP, "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
-                        "every_appcontainer_rights": 0, "station_rights": desktop.STATION_RIGHTS}}
+                        "every_appcontainer_rights": 0, "station_rights": desktop.STATION_RIGHTS},
+            "broker": {"pid": BROKER_PID, "creator": BROKER_PID, "manifest_consumed": True}}
 
 
 def enforced_for(request: LaunchRequest, token: tokens.ChildToken | None = None,
@@ -305,6 +309,15 @@ _leaky_plan = job.JobPlan(job.ALWAYS | 0x800, facts.PROBE_MEMORY, facts.PROBE_PI
      "identity_not_enforced", "identity", "capabilities"),
     (weakened(lambda e: e.pop("verified")), _as_is, "identity_not_enforced", "identity",
      "appcontainer_token"),
+    # issue 36, item 3: the child is the broker's, and the broker consumed its manifest
+    (weakened(lambda e: e["broker"].update(pid=os.getpid(), creator=os.getpid())), _as_is,
+     "broker_not_enforced", "broker", "launch_brokered"),
+    (weakened(_set("broker", "creator", value=BROKER_PID + 4)), _as_is, "broker_not_enforced",
+     "broker", "launch_brokered"),
+    (weakened(lambda e: e.pop("broker")), _as_is, "broker_not_enforced", "broker",
+     "launch_brokered"),
+    (weakened(_set("broker", "manifest_consumed", value=False)), _as_is,
+     "broker_not_enforced", "broker", "manifest_consumed"),
     # What the child reports from inside is judged too, not only what was read back outside.
     (enforced_for, reported(lambda r: None, appcontainer=0), "identity_not_enforced",
      "identity", "child_appcontainer_token"),
@@ -579,7 +592,7 @@ def test_an_attestation_is_stored_where_os_has_no_o_cloexec(monkeypatch, tmp_pat
 # --- the report --------------------------------------------------------------------------------
 
 CAPABILITIES = [
-    "identity", "filesystem.read", "filesystem.write", "filesystem.deny",
+    "identity", "broker", "filesystem.read", "filesystem.write", "filesystem.deny",
     "filesystem.protected", "filesystem.git", "filesystem.exec_from_write", "filesystem.links",
     "network.none", "network.loopback", "network.link_local", "network.listeners",
     "network.inherited_handles", "network.allowlist", "network.any", "env",
@@ -600,7 +613,7 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert all(row.mechanism for row in rows.values())
     assert all(row.reason for row in rows.values() if row.status != "enforced")
     status = {name: row.status for name, row in rows.items()}
-    for name in ("identity", "filesystem.write", "filesystem.deny", "filesystem.links",
+    for name in ("identity", "broker", "filesystem.write", "filesystem.deny", "filesystem.links",
                  "network.none", "network.loopback", "network.link_local",
                  "network.inherited_handles", "limits.memory", "limits.pids", "limits.timeout",
                  "limits.output", "kill_on_close", "ui_restrictions", "settlement"):
@@ -729,6 +742,7 @@ def test_the_real_probe_on_windows():
         assert leak not in text
     rows = {row.name: row.status for row in report.build(a, backend).rows}
     assert rows["identity"] == rows["kill_on_close"] == rows["settlement"] == "enforced"
+    assert rows["broker"] == "enforced"  # (a real broker process made the probe's child)
     assert rows["network.any"] == ("partial" if fenceclient.helper_refusal() is None
                                    else "unavailable")
 

@@ -44,6 +44,14 @@ LAYOUTS = {
         "TotalProcesses": 36, "ActiveProcesses": 40, "TotalTerminatedProcesses": 44}),
     s.PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY: (4, {"Flags": 0}),
     s.PROCESS_MITIGATION_IMAGE_LOAD_POLICY: (4, {"Flags": 0}),
+    s.FILETIME: (8, {"dwLowDateTime": 0, "dwHighDateTime": 4}),
+    s.BY_HANDLE_FILE_INFORMATION: (52, {
+        "dwFileAttributes": 0, "ftCreationTime": 4, "ftLastAccessTime": 12,
+        "ftLastWriteTime": 20, "dwVolumeSerialNumber": 28, "nFileSizeHigh": 32,
+        "nFileSizeLow": 36, "nNumberOfLinks": 40, "nFileIndexHigh": 44, "nFileIndexLow": 48}),
+    s.PROCESS_BASIC_INFORMATION: (48, {
+        "ExitStatus": 0, "PebBaseAddress": 8, "AffinityMask": 16, "BasePriority": 24,
+        "UniqueProcessId": 32, "InheritedFromUniqueProcessId": 40}),
 }
 
 
@@ -107,6 +115,13 @@ CONSTANTS = {
     "ERROR_ALREADY_EXISTS": 183, "ERROR_INSUFFICIENT_BUFFER": 122, "ERROR_BAD_LENGTH": 24,
     "HRESULT_ALREADY_EXISTS": 0x800700B7, "HRESULT_FILE_NOT_FOUND": 0x80070002,
     "HRESULT_NOT_FOUND": 0x80070490,
+    # the broker (issue 36): its manifest file, the child it made, the Job handle it gets
+    "FILE_ATTRIBUTE_DIRECTORY": 0x10, "FILE_ATTRIBUTE_NORMAL": 0x80, "CREATE_NEW": 1,
+    "FILE_FLAG_DELETE_ON_CLOSE": 0x4000000, "ERROR_PATH_NOT_FOUND": 3,
+    "ERROR_SHARING_VIOLATION": 32, "ERROR_FILE_EXISTS": 80, "SYNCHRONIZE": 0x100000,
+    "PROCESS_DUP_HANDLE": 0x40, "PROCESS_QUERY_INFORMATION": 0x400,
+    "THREAD_SUSPEND_RESUME": 0x2, "JOB_OBJECT_ASSIGN_PROCESS": 0x1,
+    "PROCESS_BASIC_INFORMATION_CLASS": 0,
 }
 
 
@@ -154,7 +169,9 @@ ARITY = {
     "SetSecurityInfo": 7, "QueryInformationJobObject": 5, "GetProcessMitigationPolicy": 4,
     "CreateEventW": 4, "CompareObjectHandles": 2, "OpenWindowStationW": 3,
     "CloseWindowStation": 1, "DeviceIoControl": 8,
-    "SetKernelObjectSecurity": 3,
+    "SetKernelObjectSecurity": 3, "ReadFile": 5, "WriteFile": 5, "FlushFileBuffers": 1,
+    "GetFileInformationByHandle": 2, "OpenProcess": 3, "OpenThread": 3,
+    "NtQueryInformationProcess": 5,
 }
 
 

@@ -439,7 +439,9 @@ def seen_ok(plan: job.JobPlan) -> dict:
             "handles": (True, True, True, False), "mitigations": process.mitigations(False),
             "desktop": {"name": "stockade-x", "appcontainer_rights": desktop.APPCONTAINER_RIGHTS,
                         "every_appcontainer_rights": 0,
-                        "station_rights": desktop.STATION_RIGHTS}}
+                        "station_rights": desktop.STATION_RIGHTS},
+            "broker": {"pid": os.getpid() + 1, "creator": os.getpid() + 1,
+                       "manifest_consumed": True}}
 
 
 def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
@@ -463,6 +465,10 @@ def test_mitigations_the_host_adds_beyond_those_asked_for_are_accepted():
     (lambda s: s.update(mitigations=process.mitigations(True)), "mitigation"),
     (lambda s: s["desktop"].update(every_appcontainer_rights=1), "desktop"),
     (lambda s: s["desktop"].update(station_rights=0), "window station"),
+    # issue 36, item 3: made by the launch's broker, not by this process or another
+    (lambda s: s["broker"].update(creator=os.getpid()), "broker"),
+    (lambda s: s["broker"].update(creator=os.getpid() + 5), "broker"),
+    (lambda s: s["broker"].update(pid=os.getpid(), creator=os.getpid()), "broker"),
 ])
 def test_a_child_found_otherwise_than_launched_is_refused(change, words):
     plan = job.job_plan(LimitSpec(memory=1 << 30), cpus=2)

@@ -1,7 +1,8 @@
 """The Windows workflow (.github/workflows/windows.yml), checked here where it cannot run: it
 parses, it gates (no continue-on-error, nothing that swallows a failure, only artifact uploads
 run after one), it runs on windows-2022 and windows-2025, elevated and not, the steps the issue
-asks for, and every command it runs exists in this repository."""
+asks for (the Windows Sandbox job's too), and every command it runs exists in this
+repository."""
 
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def test_the_workflow_gates(workflow):
 
 def test_it_runs_on_both_windows_images_elevated_and_not(workflow):
     jobs = workflow["jobs"]
-    assert set(jobs) == {"elevated", "unelevated", "fence", "network-any"}
-    for job in jobs.values():
+    assert set(jobs) == {"elevated", "unelevated", "fence", "network-any", "windows-sandbox"}
+    for job in (jobs["elevated"], jobs["unelevated"], jobs["fence"], jobs["network-any"]):
         assert job["runs-on"] == "${{ matrix.os }}"
         assert job["strategy"]["matrix"]["os"] == ["windows-2022", "windows-2025"]
     unelevated = [argv for step in jobs["unelevated"]["steps"] for argv in commands(step)]
@@ -98,9 +99,13 @@ def steps_run(job: dict) -> list[str]:
 
 def test_it_runs_what_the_issue_asks_for(workflow):
     elevated, unelevated = workflow["jobs"]["elevated"], workflow["jobs"]["unelevated"]
-    assert steps_run(elevated) == ["imports", "probe", "exit-codes", "tests", "evidence"]
+    assert steps_run(elevated) == ["imports", "probe", "exit-codes", "tests", "broker",
+                                   "evidence"]
     assert steps_run(unelevated) == ["imports", "open-interpreter", "probe", "exit-codes",
-                                     "tests", "evidence"]
+                                     "tests", "broker", "evidence"]
+    # the agent on the runner, then a real Windows Sandbox (the one step that passes on a host
+    # without the feature, saying why: windows_ci.wsb_sandbox)
+    assert steps_run(workflow["jobs"]["windows-sandbox"]) == ["wsb-agent", "wsb-sandbox"]
     for job in (elevated, unelevated):
         uploads = {step["with"]["path"]: step["with"] for step in job["steps"]
                    if step.get("uses", "").startswith("actions/upload-artifact@")}
@@ -133,6 +138,22 @@ def test_each_fence_row_names_a_real_child_test_and_one_not_run_fails(tmp_path, 
     assert windows_ci.fence_rows("fence") == 1 and windows_ci.fence_rows("network-any") == 1
 
 
+def test_the_broker_step_requires_its_tests_against_the_host_to_have_passed():
+    """(issue 36, item 3) the broker's tests here run on Linux too; on the host, those against
+    NTFS, a real broker process and a real launch must have run, not been deselected."""
+    module = windows_ci.BROKER_MODULE
+    source = open(os.path.join(ROOT, "tests", module + ".py")).read()
+    for test in windows_ci.BROKER_HOST_TESTS:
+        assert re.search(rf"@pytest.mark.windows\ndef {test}\(", source), test
+    here = {f"{module}::test_a": "passed"}
+    assert len(windows_ci.broker_judged(here)) == len(windows_ci.BROKER_HOST_TESTS)
+    on_host = here | {f"{module}::{test}": "passed" for test in windows_ci.BROKER_HOST_TESTS}
+    assert windows_ci.broker_judged(on_host) == []
+    skipped = on_host | {f"{module}::{windows_ci.BROKER_HOST_TESTS[0]}": "skipped"}
+    assert windows_ci.broker_judged(skipped) == [
+        "1 skipped", f"{windows_ci.BROKER_HOST_TESTS[0]} did not run and pass"]
+
+
 def test_no_step_can_pass_having_run_nothing():
     # (issue 31, D7: the evidence step passed with --allow-not-run and no Windows row)
     for path in (WORKFLOW, windows_ci.__file__):
@@ -155,9 +176,10 @@ def test_the_first_run_checklist_runs_every_step_and_keeps_what_it_learns(tmp_pa
     checklist = windows_first_run.stages(str(tmp_path))
     steps = [argv[2] for _, argv, _ in checklist
              if argv and argv[:2] == windows_first_run.CI]
-    # (not the steps that change ACLs, nor the fence's, which need the service installed)
+    # (not the steps that change ACLs or make a user, nor the fence's, which need the service
+    # installed)
     assert sorted(steps) == sorted(set(windows_ci.STEPS) - {
-        "open-interpreter", "secure-interpreter", "fence", "network-any"})
+        "open-interpreter", "secure-interpreter", "fence", "network-any", "wsb-agent"})
     assert [name for name, _, _ in checklist][:1] == ["host"]
     kept = {os.path.basename(arg) for _, argv, _ in checklist for arg in argv or ()}
     assert {"attestation.json", "evidence.json"} <= kept

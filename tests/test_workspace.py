@@ -18,11 +18,10 @@ from stockade.integrations.workspace import (
     Entry,
     FileError,
     Workspace,
-    denial_lines,
     outcome,
     read_only_policy,
-    with_denials,
 )
+from stockade.launch.denials import denial_lines, with_denials
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -227,6 +226,29 @@ def test_concurrent_calls_each_get_a_sandbox_and_cancel_kills_the_tree(workspace
     assert [d.kind for d in outcomes[0].denials] == ["cancelled"]
 
 
+def test_a_workspace_runs_at_most_its_sandboxes_at_once(ws):
+    root, _ = ws
+    with pytest.raises(UsageError, match="sandboxes >= 1"):
+        Workspace(policy_for("workspace-write"), workspace=root, sandboxes=0)
+    with Workspace(policy_for("workspace-write"), workspace=root, sandboxes=1) as one:
+        cancel = threading.Event()
+        slow = threading.Thread(target=lambda: one.exec(
+            ["sh", "-c", "touch started; exec sleep 3600"], cancel=cancel))
+        slow.start()
+        deadline = time.monotonic() + 30
+        while not (root / "started").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        waiting = threading.Thread(target=lambda: one.exec(["touch", "next"]))
+        waiting.start()
+        waiting.join(timeout=1)
+        assert waiting.is_alive() and not (root / "next").exists()  # (its one sandbox: taken)
+        cancel.set()
+        waiting.join(timeout=30)
+        slow.join(timeout=30)
+        assert (root / "next").exists()
+
+
 def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
     root, _ = ws
     base = policy_for("workspace-write")
@@ -241,7 +263,8 @@ def test_each_command_gets_its_own_network_denials_with_the_grant(ws):
         assert [(d.kind, d.grant) for d in first.denials] == [
             ("network.denied", "network.allow denied.example:80")]
         [line] = denial_lines(first.denials)
-        assert line.startswith("stockade: denied network.denied: http denied.example:80: "), line
+        assert line.startswith("stockade: the sandbox's network proxy refused http "
+                               "denied.example:80: not_allowed: "), line
         assert line.endswith("; the policy grant that would allow it: network.allow "
                              "denied.example:80"), line
         second = workspace.exec([PYTHON, "-c", fetch, "http://other.example:8080/"])
@@ -269,7 +292,7 @@ def test_a_racing_link_swap_never_leads_a_file_operation_out(workspace, ws):
 
 
 def test_a_guard_refusal_names_the_reach_that_would_allow_it():
-    from stockade.integrations.workspace import denial
+    from stockade.launch.denials import denial
     from stockade.launch.result import Violation
 
     assert denial(Violation("network.denied", "tcp 10.9.9.9:80: address_private")).grant \

@@ -1,22 +1,17 @@
-"""A loopback HTTPS (and HTTP) server under a test CA of the tests' own, which records every
-request it receives (method, path, headers, body)."""
+"""A loopback HTTPS (and HTTP) server under a test CA of the tests' own (made as the evidence
+matrix makes its own: stockade/evidence/web.py), which records every request it receives
+(method, path, headers, body)."""
 
 from __future__ import annotations
 
-import datetime
 import http.server
-import ipaddress
-import os
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from stockade.evidence.web import make_ca as make_ca  # (the tests import it from here)
 
 
 @dataclass
@@ -31,46 +26,6 @@ class Seen:
 class Server:
     port: int
     seen: list[Seen] = field(default_factory=list)
-
-
-def _name(text: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
-
-
-def make_ca(directory: str, names: list[str]) -> tuple[str, str]:
-    """A test CA (its certificate in DIRECTORY/test-ca.pem) and a server certificate and key
-    for `names` (DIRECTORY/server.pem); returns (ca file, server file)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("stockade test CA"))
-          .issuer_name(_name("stockade test CA")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    alternatives: list[x509.GeneralName] = []
-    for name in names:
-        try:
-            alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alternatives.append(x509.DNSName(name))
-    leaf = (x509.CertificateBuilder().subject_name(_name(names[0])).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    ca_file, server_file = (os.path.join(directory, n) for n in ("test-ca.pem", "server.pem"))
-    with open(ca_file, "wb") as handle:
-        handle.write(ca.public_bytes(serialization.Encoding.PEM))
-    with open(server_file, "wb") as handle:
-        handle.write(leaf.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
-    os.chmod(ca_file, 0o644)
-    return ca_file, server_file
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -54,6 +54,7 @@ HEADER_EXPRESSIONS = {
     "HRESULT_FILE_NOT_FOUND": "__HRESULT_FROM_WIN32(ERROR_FILE_NOT_FOUND)",
     "HRESULT_PATH_NOT_FOUND": "__HRESULT_FROM_WIN32(ERROR_PATH_NOT_FOUND)",
     "HRESULT_NOT_FOUND": "__HRESULT_FROM_WIN32(ERROR_NOT_FOUND)",
+    "PROCESS_BASIC_INFORMATION_CLASS": "ProcessBasicInformation",
 }
 # Constants that are bit fields of a union's Flags in the headers: (structure, field). A
 # constant expression cannot name a bit field's place, so these become initialised objects
@@ -64,7 +65,7 @@ BIT_FIELDS = {
     "IMAGE_NO_REMOTE": ("PROCESS_MITIGATION_IMAGE_LOAD_POLICY", "NoRemoteImages"),
     "IMAGE_NO_LOW_LABEL": ("PROCESS_MITIGATION_IMAGE_LOAD_POLICY", "NoLowMandatoryLabelImages"),
 }
-HEADERS = ("windows.h", "userenv.h", "sddl.h", "aclapi.h", "objbase.h")
+HEADERS = ("windows.h", "winternl.h", "userenv.h", "sddl.h", "aclapi.h", "objbase.h")
 PREAMBLE = "#define _WIN32_WINNT 0x0A00\n#define NTDDI_VERSION 0x0A000006\n#define WINVER 0x0A00\n"
 
 

@@ -23,6 +23,7 @@ from stockade.cli.common import (
 from stockade.errors import UsageError
 from stockade.launch import registry
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.denials import denial, denial_lines
 from stockade.launch.manager import OUTPUT_FAILED, SandboxManager, execute, run_unsandboxed
 from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
@@ -187,6 +188,8 @@ def _lexical(path: str) -> tuple[str, ...] | str:
 
 
 ASK_SECONDS = 60.0  # how long --ask waits for an answer at the terminal
+# "1": none of Stockade's lines on the run's denials after the command (its stderr exact)
+QUIET = "STOCKADE_QUIET_DENIALS"
 
 # Set by the `stockade` program (not by callers of `main`, who may have threads): fork the
 # one sandbox from this process rather than start a zygote.
@@ -266,8 +269,9 @@ def _launch(policy: Policy, argv: list[str], workspace: str | None, *, as_json: 
 
 def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
            overlay: bool = False) -> int:
-    """After a run: its network log appended to `log`, its JSON printed (`as_json`), the
-    summary of its violations on stderr, and, for an `overlay` run, its pending changes;
+    """After a run: its network log appended to `log`, its JSON printed (`as_json`), its
+    denials in words on stderr (not with STOCKADE_QUIET_DENIALS=1), and, for an `overlay`
+    run, its pending changes;
     returns its exit status. The command has run, so a failure to write any of it is said
     in one line, and the status still returned."""
     if log is not None:
@@ -286,9 +290,10 @@ def finish(result: Result, *, as_json: bool, log: TextIO | None = None,
             print(f"stockade: output_failed: the JSON result could not be written to stdout "
                   f"({exc.strerror})", file=sys.stderr)
             drop_stdout()
-    print_violations(result)
-    if not as_json and result.exit_status != 0:
-        print_host_code_note(result)
+    if os.environ.get(QUIET) != "1":  # (what Stockade says of the run's denials)
+        print_violations(result)
+        if not as_json and result.exit_status != 0:
+            print_host_code_note(result)
     if overlay and not as_json:
         print_pending(result)
     if result.exit_status == 0 and any(v.kind == OUTPUT_FAILED for v in result.violations):
@@ -377,7 +382,8 @@ def print_host_code_note(result: Result) -> None:
 
 
 def print_violations(result: Result) -> None:
-    """One stderr line summarising what the sandbox denied or cut short, if anything."""
-    if result.violations:
-        listed = "; ".join(f"{v.kind} ({v.detail})" for v in result.violations)
-        print(f"stockade: denied/limited: {listed}", file=sys.stderr)
+    """What the sandbox denied or cut short, if anything, on stderr: the lines an
+    integration's tool result ends with (launch/denials.py), each naming what and the
+    policy grant that would allow it."""
+    for line in denial_lines(denial(v) for v in result.violations):
+        print(line, file=sys.stderr)

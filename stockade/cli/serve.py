@@ -35,6 +35,10 @@ def add_serve(commands: Any) -> None:
     parser.add_argument("--max-upload", metavar="BYTES", type=int,
                         help="the largest file an upload may carry and a download may return "
                              "(default 64 MiB)")
+    parser.add_argument("--max-concurrent", metavar="N", type=int,
+                        help="commands that may run at once, each in a sandbox of its own "
+                             "(default 8); one more is refused at once, 503 busy with "
+                             "Retry-After (health and file operations never wait for them)")
 
 
 def _serve(args: argparse.Namespace, command: list[str] | None) -> int:
@@ -42,10 +46,11 @@ def _serve(args: argparse.Namespace, command: list[str] | None) -> int:
     if not args.agent_sandbox:
         raise UsageError("stockade serve needs the protocol to speak: --agent-sandbox")
     from stockade.integrations import agent_sandbox
-    from stockade.integrations.workspace import Workspace
 
     limit = agent_sandbox.DEFAULT_MAX_UPLOAD if args.max_upload is None else args.max_upload
-    workspace = Workspace(chosen_policy(args), workspace=args.workspace)
-    agent_sandbox.serve(workspace, host=args.host, port=args.port,
-                        allow_remote=args.allow_remote, max_upload=limit)
+    running = (agent_sandbox.DEFAULT_MAX_CONCURRENT if args.max_concurrent is None
+               else args.max_concurrent)
+    agent_sandbox.serve(chosen_policy(args), workspace=args.workspace, host=args.host,
+                        port=args.port, allow_remote=args.allow_remote, max_upload=limit,
+                        max_concurrent=running)
     return 0

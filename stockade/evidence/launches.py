@@ -759,6 +759,7 @@ zygote.fork_directly()
 request = LaunchRequest.decode(sys.argv[1].encode())
 try:
     backend = isolated(LinuxBackend(weaken=weaken), request.isolation)
+    backend.check(request)  # (as the SandboxManager launches: what it cannot enforce, refused)
     summary = execute(backend, request, stdio_inherit=True).to_json()
 except StockadeError as exc:
     summary = {"error": exc.code, "message": exc.message}
@@ -1059,8 +1060,27 @@ def marker_processes(scene: Scene) -> Iterator[int]:
 
 def through_stand_ins(row: Row, scene: Scene, backend: Backend | None) -> Launch:
     """The attack, the allowlist proxy resolving names and connecting through the scene's
-    stand-ins (setups.stand_in_network)."""
+    stand-ins (setups.stand_in_network), and verifying intercepted hosts with its CA."""
+    return attack(row, scene, _with_stand_ins(scene, backend))
+
+
+def _with_stand_ins(scene: Scene, backend: Backend | None) -> Backend | None:
     with_stand_ins = getattr(backend, "with_stand_ins", None)
     if with_stand_ins is not None and scene.stand_ins is not None:
-        backend = with_stand_ins(*scene.stand_ins)
+        return with_stand_ins(*scene.stand_ins, scene.upstream_ca)
+    return backend
+
+
+def approved(row: Row, scene: Scene, backend: Backend | None) -> Launch:
+    """As `through_stand_ins`, the caller's approval function (the scene's web.Approver)
+    asked about every destination network.allow leaves out, as stockade.run(approve=...)
+    asks it."""
+    from stockade.evidence.web import Approver
+    from stockade.net.approve import Approval
+
+    backend = _with_stand_ins(scene, backend)
+    with_approval = getattr(backend, "with_approval", None)
+    if with_approval is not None:
+        approver = next(w for w in scene.watches if isinstance(w, Approver))
+        backend = with_approval(Approval(approver))
     return attack(row, scene, backend)

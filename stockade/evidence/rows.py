@@ -112,6 +112,50 @@ BIND_NEEDS_ROOT = "a bind mount needs root (rootless users cannot make one)"
 OVERLAY_NEEDS_ROOT = "an overlay mount needs root (rootless users cannot make one here)"
 DEVICES = "only host root can open the host's devices: rootless there is nothing to keep away"
 
+
+def _credential(host: str, name: str = "evidence", env: str = "EVIDENCE_TOKEN",
+                **source: str) -> dict[str, str]:
+    """A `[[network.credentials]]` entry: the secret as a bearer token, from the scene's
+    file unless `source` says otherwise."""
+    return {"name": name, "host": host, "env": env, "header": "Authorization",
+            "prefix": "Bearer ", **(source or {"from_file": "{scene:token_file}"})}
+
+
+# The hosts of setups.credential_hosts: the credential's (HTTPS, GET and HEAD under /repos/org/
+# only) and another (HTTPS and plain HTTP, GET and POST under /ok/ only: HTTP rules name it, so
+# the proxy reads it). Names under it are allowed too (a placeholder in one must be refused
+# for what it carries), and loopback literally (where the stand-in DNS sends them all).
+API = f"{setups.API_NAME}:{{scene:api}}"
+READ_HOSTS = {"network": {
+    "mode": "allowlist",
+    "allow": [API, *(f"{prefix}{setups.OTHER_NAME}:{{scene:{port}}}" for prefix in ("", "*.")
+                     for port in ("other_tls", "other_plain")),
+              *(f"127.0.0.1:{{scene:{port}}}" for port in ("api", "other_tls", "other_plain"))],
+    "credentials": [_credential(API)],
+    "http": [{"host": API, "methods": ["GET", "HEAD"], "paths": ["/repos/org/"]},
+             {"host": setups.OTHER_NAME, "methods": ["GET", "POST"], "paths": ["/ok/"]}]}}
+API_AT, PLAIN_AT, TLS_AT = (f"{setups.API_NAME}:{{api}}", f"{setups.OTHER_NAME}:{{other_plain}}",
+                            f"{setups.OTHER_NAME}:{{other_tls}}")
+EXFILTRATION = ProxyRefused((by("proxy_credentials", "HTTP_403"),),
+                            reasons=("credential_exfiltration",))
+# A credential's host that resolves to the metadata address, allowed; another, and a name no
+# credential has, which resolve to loopback, in no allow list: the approval function allows them.
+GUARDED = {"network": {"mode": "allowlist", "allow": [f"{setups.METADATA_NAME}:80"],
+                       "credentials": [_credential(f"{setups.METADATA_NAME}:80"),
+                                       _credential(f"{setups.REBIND_NAME}:{{scene:web}}",
+                                                   "approved", "EVIDENCE_APPROVED_TOKEN")]}}
+# Two credentials: one from the caller's environment, one from a credential store of the home
+# (denied by the presets) in a root the sandbox reads.
+SECRETS = {"filesystem": {"read": ["{home}"]}, "network": {
+    "mode": "allowlist", "allow": [f"{setups.API_NAME}:443"],
+    "credentials": [_credential(f"{setups.API_NAME}:443", "from-env",
+                                from_env=setups.SECRET_SOURCE),
+                    _credential(f"{setups.OTHER_NAME}:443", "from-file", "EVIDENCE_FILE_TOKEN",
+                                from_file="{home}/.git-credentials")]}}
+CA_KEY = {"network": {"mode": "allowlist", "allow": [f"{setups.API_NAME}:443"],
+                      "credentials": [_credential(f"{setups.API_NAME}:443")]}}
+APPROVED = {"network": {"mode": "allowlist", "allow": ["127.0.0.1:{scene:web}"]}}
+
 ROWS: tuple[Row, ...] = (
     # --- filesystem ------------------------------------------------------------------------
     row("fs.read-outside", "filesystem", "read a file and list directories outside every root",
@@ -639,6 +683,14 @@ ROWS: tuple[Row, ...] = (
         "fs_review.py", "{ws}", expect=denied(by("review_escape", "ESCAPED")),
         proven=off("review_escape"), setup=setups.overlay_review, policy=OVERLAY,
         launch=launches.reviewed, control=without("review_escape")),
+    row("fs.approval-write-outside", "filesystem",
+        "with every destination approved while it runs (an approval function that allows "
+        "all, asked about a host no allow list names, which it then reaches): write and "
+        "delete files outside every root", "net_credentials.py", "approved",
+        f"{setups.APPROVED_NAME}:{{web}}", "{outside}/new", "{secret_file}",
+        "{ws}/../outside/new2", expect=denied(*OUTSIDE), proven=VIEW_AND_LANDLOCK,
+        setup=setups.approved_host, policy=APPROVED, launch=launches.approved,
+        control=without("mount_view", "landlock")),
     # --- network ---------------------------------------------------------------------------
     row("net.tcp-loopback", "network", "TCP to a server on the host's loopback (IPv4, IPv6)",
         "net_connect.py", "tcp:127.0.0.1:{tcp4}", "tcp:[::1]:{tcp6}",
@@ -746,6 +798,58 @@ ROWS: tuple[Row, ...] = (
         "net_unix.py", "{outside}/host.sock",
         expect=denied(by("unix_sockets", "ECONNREFUSED", "EACCES")), proven=off("unix_sockets"),
         setup=setups.path_socket, policy={"filesystem": {"read": ["{scene:outside}"]}}),
+    row("net.credential-elsewhere", "network",
+        "send a credential's placeholder to another host the proxy reads, over plain HTTP and "
+        "intercepted HTTPS: in a header, in the query, in a body", "net_credentials.py",
+        "elsewhere", PLAIN_AT, TLS_AT, expect=EXFILTRATION, proven=off("proxy_credentials"),
+        setup=setups.credential_hosts(), policy=READ_HOSTS, launch=launches.through_stand_ins,
+        control=without("proxy_credentials")),
+    row("net.credential-hidden", "network",
+        "hide the placeholder: in a redirect of the credential's host to another that the "
+        "client follows with its headers, in a host name (CONNECT, plain HTTP: it would reach "
+        "DNS), in a body split between two writes, and between two chunks",
+        "net_credentials.py", "hidden", API_AT, PLAIN_AT, TLS_AT, expect=EXFILTRATION,
+        proven=off("proxy_credentials"), setup=setups.credential_hosts("api"),
+        policy=READ_HOSTS, launch=launches.through_stand_ins,
+        control=without("proxy_credentials")),
+    row("net.credential-ca-key", "network",
+        "seek the launch CA's private key: beside its certificate, in the files of the view, "
+        "in its own descriptors and every /proc/<pid> it sees; read the memory, environment "
+        "and descriptors of the process that runs the proxy, which holds it",
+        "net_credentials.py", "ca-key", "{host_pid}", "{home}", "{ws}",
+        expect=denied(by("pid_namespace", "ENOENT", "ESRCH")),
+        unproven="the key is in no file, only in the memory of the process that runs the "
+                 "proxy, outside the sandbox's user namespace, whose processes the kernel's "
+                 "ptrace check keeps from it whatever Stockade's switches (mutant "
+                 "ca-key-beside-its-certificate, tests/test_evidence_network.py, shows the "
+                 "search finds a key in a file)",
+        setup=setups.credential_file, policy=CA_KEY),
+    row("net.http-framing", "network",
+        "smuggle: requests whose end two parsers read differently (Content-Length beside "
+        "Transfer-Encoding, two lengths, a coding before chunked), over intercepted HTTPS and "
+        "plain HTTP", "net_credentials.py", "framing", API_AT, PLAIN_AT,
+        expect=ProxyRefused((by("proxy_framing", "HTTP_400"),), reasons=("ambiguous_framing",)),
+        proven=off("proxy_framing"), setup=setups.credential_hosts(), policy=READ_HOSTS,
+        launch=launches.through_stand_ins, control=without("proxy_framing")),
+    row("net.http-rules", "network",
+        "methods and paths network.http does not allow (DELETE, POST, another prefix, dot "
+        "segments, an encoded slash), over intercepted HTTPS and plain HTTP",
+        "net_credentials.py", "rules", API_AT, PLAIN_AT,
+        expect=ProxyRefused((by("proxy_http", "HTTP_403"),), reasons=(
+            "method_not_allowed", "path_not_allowed", "path_ambiguous")),
+        proven=off("proxy_http"), setup=setups.credential_hosts(), policy=READ_HOSTS,
+        launch=launches.through_stand_ins, control=without("proxy_http")),
+    row("net.credential-guarded", "network",
+        "reach a guarded address through names a credential or the caller's approval (a "
+        "function that allows all) lets through: CONNECT to a credential's host whose DNS "
+        "answers the metadata address, and to an approved credential's host, and plain HTTP "
+        "to an approved name, whose DNS answers loopback", "net_credentials.py", "guarded",
+        f"connect:{setups.METADATA_NAME}:80", f"connect:{setups.REBIND_NAME}:{{web}}",
+        f"get:{setups.APPROVED_NAME}:{{web}}",
+        expect=ProxyRefused((by("proxy_addresses", "HTTP_403"),),
+                            reasons=("address_loopback", "address_metadata")),
+        proven=off("proxy_addresses"), setup=setups.guarded_hosts, policy=GUARDED,
+        launch=launches.approved, control=without("proxy_addresses")),
     # --- process ---------------------------------------------------------------------------
     row("proc.ptrace", "process",
         "ptrace and process_vm_readv: the sandbox's init, a host process, an own child",
@@ -865,6 +969,14 @@ ROWS: tuple[Row, ...] = (
         "read_paths.py", "{home}/.ssh/", *(f"{{home}}/{name}" for name in setups.HOME_SECRETS),
         expect=denied(DENY), proven=off("deny"), setup=setups.fake_home,
         policy={"filesystem": {"read": ["{home}"]}}),
+    row("env.credential-secret", "environment",
+        "find the real secrets of two credentials (one from the launching process's "
+        "environment, one from a credential store of the home it may read): in its "
+        "environment, every /proc/<pid>/environ and cmdline, the files of its view",
+        "net_credentials.py", "secret", "{probes}", "{home}", "{ws}",
+        expect=denied(by("deny", "ABSENT")), proven=off("deny"),
+        setup=setups.credential_secrets, policy=SECRETS, launch=launches.from_a_caller,
+        control=without("deny")),
     # --- resources -------------------------------------------------------------------------
     row("res.fork-bomb", "resources", f"fork without end (pids = {FORK_LIMIT})",
         "res_fork.py", "600",

@@ -66,6 +66,9 @@ class Scene:
         # The allowlist proxy's stand-in DNS and connections, if the row needs them (see
         # setups.stand_in_network): (resolver, dialer).
         self.stand_ins: tuple[Callable[[str], list[str]], Dialer] | None = None
+        # The CA file the proxy verifies intercepted hosts with (setups.credential_hosts:
+        # the scene's servers are under a test CA of its own), or None: the system's.
+        self.upstream_ca: str | None = None
 
     def watch(self, watch: W) -> W:
         self.watches.append(watch)

@@ -50,6 +50,7 @@ from stockade.evidence.watch import (
     Victim,
     processes_with,
 )
+from stockade.evidence.web import Approver, StandInNames, WebServer, make_ca, need_cryptography
 from stockade.lifecycle import statedir
 from stockade.lifecycle.homes import SUFFIX
 from stockade.policy.presets import DENY_DEFAULTS, is_deny_file
@@ -1061,6 +1062,82 @@ def stand_in_network(scene: Scene) -> None:
         return names[host]
     scene.stand_ins = (resolve, StandInDialer({(METADATA, 80): ("127.0.0.1",
                                                                 port_of(metadata))}))
+
+
+# The rows about what the proxy reads: every name under the test domain resolves to loopback
+# (where the scene's servers are) but the metadata name; none is ever looked up for real.
+EVIDENCE_DOMAIN = "evidence.test"
+API_NAME = "api.evidence.test"      # a credential's host, with HTTP rules
+OTHER_NAME = "other.evidence.test"  # another host, which HTTP rules name (so it is read)
+APPROVED_NAME = "approved.evidence.test"  # in no allow list: asked about, and approved
+SECRET_SOURCE = "STOCKADE_EVIDENCE_CREDENTIAL"  # a credential's source in the caller's environment
+
+
+def credential_hosts(*answering: str) -> Setup:
+    """The credential's host (`api`, HTTPS) and another host (`other_tls`, `other_plain`),
+    servers on loopback under a test CA of the scene's own (the proxy verifies them with
+    it), the credential's secret in a file outside (`token_file`), and a stand-in DNS. No
+    server may hear a placeholder; those not `answering` may get no whole request."""
+    def setup(scene: Scene) -> None:
+        need_cryptography()
+        pki = scene.root / "pki"
+        pki.mkdir()
+        ca, certificate = make_ca(str(pki), [API_NAME, OTHER_NAME])
+        scene.upstream_ca = ca
+        for key, label, certfile in (
+                ("api", f"the credential's host {API_NAME} (HTTPS)", certificate),
+                ("other_tls", f"another host {OTHER_NAME} (HTTPS)", certificate),
+                ("other_plain", f"another host {OTHER_NAME} (plain HTTP)", None)):
+            server = scene.watch(WebServer(label, certfile, key in answering))
+            scene.values[key] = str(server.port)
+        credential_file(scene)
+        names = scene.watch(StandInNames({}, EVIDENCE_DOMAIN, "127.0.0.1"))
+        scene.stand_ins = (names, StandInDialer({}))
+    return setup
+
+
+def credential_file(scene: Scene) -> None:
+    """A credential's secret in a file outside (`token_file`): the proxy reads it, the
+    sandbox cannot."""
+    need_cryptography()
+    scene.values["token_file"] = str(scene.plant_secret("outside/token"))
+
+
+def guarded_hosts(scene: Scene) -> None:
+    """A server on loopback (`web`) and a stand-in of the cloud metadata endpoint (the
+    proxy's connections to it reach a server of the scene's), a stand-in DNS that answers the
+    metadata address for METADATA_NAME and loopback for every other name of the test domain,
+    the credentials' secret in a file outside, and the caller's approval function, which
+    allows every destination."""
+    credential_file(scene)
+    scene.values["web"] = str(scene.watch(WebServer("a host server on loopback")).port)
+    metadata = scene.watch(WebServer("the stand-in metadata endpoint"))
+    names = scene.watch(StandInNames({METADATA_NAME: [METADATA]}, EVIDENCE_DOMAIN, "127.0.0.1"))
+    scene.stand_ins = (names, StandInDialer({(METADATA, 80): ("127.0.0.1", metadata.port)}))
+    scene.watch(Approver())
+
+
+def approved_host(scene: Scene) -> None:
+    """A server on loopback (`web`) that every name of the test domain resolves to, and the
+    caller's approval function, which allows every destination."""
+    scene.values["web"] = str(scene.watch(WebServer("the approved host", answers=True)).port)
+    names = scene.watch(StandInNames({}, EVIDENCE_DOMAIN, "127.0.0.1"))
+    scene.stand_ins = (names, StandInDialer({}))
+    scene.watch(Approver())
+
+
+def credential_secrets(scene: Scene) -> None:
+    """Two credentials' secrets where a user keeps them: one in the launching process's
+    environment (SECRET_SOURCE), one in a credential store of the home (~/.git-credentials,
+    which the presets deny); for the attack, the end of each, reversed (`probes`: it never
+    holds one whole)."""
+    need_cryptography()
+    fake_home(scene)
+    value = "evidence-secret-" + secrets.token_hex(12)
+    scene.host_env[SECRET_SOURCE] = value
+    scene.secrets.append(value)
+    stored = (scene.home / ".git-credentials").read_text()
+    scene.values["probes"] = ",".join(secret[-20:][::-1] for secret in (value, stored))
 
 
 def host_prober(scene: Scene) -> None:

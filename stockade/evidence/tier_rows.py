@@ -246,7 +246,11 @@ def _specs() -> dict[str, Tier]:
            for row_id in ("net.any-loopback", "net.any-guarded", "net.any-inbound")},
         **{row_id: gap("network.allowlist", refused="unenforceable:network.allowlist")
            for row_id in ("net.allowlist-direct", "net.allowlist-rebind",
-                          "net.allowlist-ip-literal", "net.allowlist-metadata")},
+                          "net.allowlist-ip-literal", "net.allowlist-metadata",
+                          "net.credential-elsewhere", "net.credential-hidden",
+                          "net.credential-ca-key", "net.http-framing", "net.http-rules",
+                          "net.credential-guarded", "env.credential-secret",
+                          "fs.approval-write-outside")},
         "proc.ptrace": tier("ptrace", expect=denied(refused_by("seccomp", "EPERM"),
                                                     refused_by("landlock", "EPERM")),
                             proven_by=off("seccomp")),

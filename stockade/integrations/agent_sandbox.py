@@ -5,7 +5,7 @@ sandbox (a Workspace).
 It speaks the contract of agent-sandbox's python-runtime example, which its Python SDK
 (`k8s-agent-sandbox`) calls when a connection is not sandboxd's:
 
-    GET  /                  {"status": "ok", "message": ...}
+    GET  /                  {"status": "ok", "message", "executing", "max_concurrent"}
     POST /execute           {"command": STR, "timeout_seconds": N?}
                             -> {"stdout", "stderr", "exit_code", "timed_out", "denials"}
     POST /upload            multipart/form-data, one part "file" whose filename is the path
@@ -22,27 +22,44 @@ path never leaves the workspace and no link is followed; every refusal is typed,
 `denials`, each with the policy grant that would allow it (and in words at the end of
 `stderr`, for a model that reads only the output). Request bodies are bounded
 (MAX_COMMAND_BYTES; an upload by `max_upload`, also what a download may return) and framed
-strictly; what a web browser sends is refused (see _from_no_browser)."""
+strictly; what a web browser sends is refused (see _from_no_browser).
+
+Fairness (a pod's readiness probe and its file API must answer while its agent's commands
+hang): at most `max_concurrent` commands run at once, each in a sandbox of its own; one more
+is refused at once, 503 `busy` with Retry-After, not queued. Health never touches a sandbox,
+and file operations run in sandboxes of their own (FILE_SANDBOXES), never behind a command. A
+client that ends its connection while its command runs has its command's tree killed: nobody
+is left to read the answer, and the slot is free again at once."""
 
 from __future__ import annotations
 
+import contextlib
 import email.message
 import ipaddress
 import json
+import os
 import re
+import select
 import signal
 import socket
 import sys
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from stockade.errors import StockadeError, UsageError
-from stockade.integrations.workspace import FileError, Workspace, with_denials
+from stockade.integrations.workspace import FileError, Workspace
+from stockade.launch.denials import with_denials
+from stockade.policy import Policy
 
 MAX_COMMAND_BYTES = 1 << 20  # an /execute body
 DEFAULT_MAX_UPLOAD = 64 << 20  # an /upload body, and the largest file /download returns
+DEFAULT_MAX_CONCURRENT = 8  # commands running at once (--max-concurrent)
+FILE_SANDBOXES = 2  # sandboxes of the file operations' own (short: they may wait for each other)
+RETRY_AFTER = 1  # seconds a refused /execute is told to wait (Retry-After)
+HANGUP_POLL = 0.1  # seconds between looks at a running command's connection
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
 MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
@@ -51,7 +68,8 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # (no sign, 0x, _ or space: int(
 _LENGTH = re.compile(r"[0-9]{1,18}")
 
 # A FileError's code as an HTTP status (the body carries the code itself; one not here is
-# 400). No refusal is a 5xx: the SDK retries those.
+# 400). No refusal is a 5xx (the SDK retries a GET's) but /execute's `busy` 503, which asks
+# for a retry.
 _STATUS = {"outside_workspace": 403, "symlink_refused": 403, "permission_denied": 403,
            "not_found": 404, "not_a_directory": 404, "is_a_directory": 409,
            "not_a_regular_file": 409, "exists": 409, "too_large": 413, "no_space": 507,
@@ -62,9 +80,11 @@ MAX_ARGUMENT = 128 << 10  # the kernel's bound on one argument (MAX_ARG_STRLEN):
 class Refusal(Exception):
     """A request answered with a typed error: HTTP `status`, body {error, message, grant}."""
 
-    def __init__(self, status: int, code: str, message: str, grant: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, grant: str | None = None, *,
+                 retry_after: int | None = None) -> None:
         super().__init__(code, message)
         self.status, self.code, self.message, self.grant = status, code, message, grant
+        self.retry_after = retry_after
 
 
 def loopback(host: str) -> bool:
@@ -78,14 +98,18 @@ def loopback(host: str) -> bool:
 
 
 class AgentSandboxServer(ThreadingHTTPServer):
-    """The HTTP server around one Workspace (closed with it)."""
+    """The HTTP server around two Workspaces over one directory and policy, `commands` (one
+    sandbox per command slot) and `files` (closed with it)."""
 
     daemon_threads = True
 
-    def __init__(self, workspace: Workspace, host: str, port: int, *,
-                 max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False) -> None:
+    def __init__(self, commands: Workspace, files: Workspace, host: str, port: int, *,
+                 max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.workspace, self.max_upload = workspace, max_upload
+        self.commands, self.files, self.max_upload = commands, files, max_upload
+        self.max_concurrent, self.executing = max_concurrent, 0
+        self._executing = threading.Lock()
         super().__init__((host, port), Handler)
         # The Host a request may name (None: any, behind --allow-remote): a page rebinding
         # its own name to 127.0.0.1 names itself
@@ -96,7 +120,25 @@ class AgentSandboxServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self.workspace.close()
+        self.commands.close()
+        self.files.close()
+
+    @contextlib.contextmanager
+    def command_slot(self) -> Iterator[None]:
+        """One of the `max_concurrent` command slots for one /execute, or 503 `busy` at once:
+        a queue of commands waiting for slots would grow without bound behind hung ones."""
+        with self._executing:
+            if self.executing >= self.max_concurrent:
+                raise Refusal(503, "busy", f"all {self.max_concurrent} command slots are "
+                              "running commands (the server's --max-concurrent); retry "
+                              f"after {RETRY_AFTER} s, or serve with a larger --max-concurrent",
+                              retry_after=RETRY_AFTER)
+            self.executing += 1
+        try:
+            yield
+        finally:
+            with self._executing:
+                self.executing -= 1
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -115,20 +157,26 @@ class Handler(BaseHTTPRequestHandler):
         self._answer(self._post)
 
     def _answer(self, route: Any) -> None:
+        retry_after = None
         try:
             self._from_no_browser()
             status, body, kind = route(urllib.parse.urlsplit(self.path).path)
         except Refusal as refusal:
-            status, kind = refusal.status, "application/json"
+            status, kind, retry_after = refusal.status, "application/json", refusal.retry_after
             body = json.dumps({"error": refusal.code, "message": refusal.message,
                                "grant": refusal.grant}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            if retry_after is not None:
+                self.send_header("Retry-After", str(retry_after))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # (a client gone before its answer)
 
     def _from_no_browser(self) -> None:
         """Refuse what a web page can send here: a browser always says its Origin (the SDK
@@ -151,12 +199,13 @@ class Handler(BaseHTTPRequestHandler):
             raise Refusal(403, "not_json", "/execute takes Content-Type application/json only")
 
     def _get(self, path: str) -> tuple[int, bytes, str]:
-        workspace = self.server.workspace
+        workspace = self.server.files
         if self._framing() != (False, 0):  # (left unread, it would be read as a request)
             self._malformed("a GET with a body")
-        if path == "/":
+        if path == "/":  # (no sandbox: it answers however busy the commands keep them)
             return _json({"status": "ok", "message": "Sandbox Runtime is active.",
-                          "runtime": "stockade"})
+                          "runtime": "stockade", "executing": self.server.executing,
+                          "max_concurrent": self.server.max_concurrent})
         action, _, rest = path.lstrip("/").partition("/")
         target = _relative(urllib.parse.unquote(rest))
         if action == "download":
@@ -179,7 +228,7 @@ class Handler(BaseHTTPRequestHandler):
             return _json(self._execute(self._body(MAX_COMMAND_BYTES, "the command")))
         if path == "/upload":
             name, data = self._upload()
-            _file(lambda: self.server.workspace.write_file(name, data))
+            _file(lambda: self.server.files.write_file(name, data))
             return _json({"message": f"File '{name}' uploaded successfully."})
         self._body(MAX_COMMAND_BYTES, "the request")  # (read, so the connection stays usable)
         raise Refusal(404, "not_found", f"no endpoint {path}")
@@ -200,7 +249,9 @@ class Handler(BaseHTTPRequestHandler):
                                     or not isinstance(timeout, int | float) or timeout <= 0):
             raise Refusal(400, "usage", "timeout_seconds must be a positive number")
         try:
-            done = self.server.workspace.exec(command, shell=True, timeout=timeout)
+            with self.server.command_slot(), _hangup(self.connection) as cancel:
+                done = self.server.commands.exec(command, shell=True, timeout=timeout,
+                                                 cancel=cancel)
         except StockadeError as exc:
             raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                           exc.message) from None
@@ -302,6 +353,37 @@ class Handler(BaseHTTPRequestHandler):
         raise Refusal(413, "too_large", f"{what} is larger than {limit} bytes{said}")
 
 
+@contextlib.contextmanager
+def _hangup(connection: socket.socket) -> Iterator[threading.Event]:
+    """An Event set once the client ends its connection (EOF: closed, or its sending side
+    shut, which Go's net/http and nginx take for gone too) while its command runs; the
+    command's tree is then killed. A client that sends more meanwhile (a pipelined request)
+    is there: the watch ends."""
+    cancel, over = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(connection, select.POLLIN | select.POLLRDHUP)
+        while not over.is_set():
+            if not poller.poll(HANGUP_POLL * 1000):
+                continue
+            try:
+                gone = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                continue
+            except OSError:
+                gone = True
+            if gone:
+                cancel.set()
+            return
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        yield cancel
+    finally:
+        over.set()
+
+
 def _file(operation: Any) -> Any:
     """`operation()`, a Workspace file operation, with its refusal typed for HTTP."""
     try:
@@ -369,10 +451,13 @@ def _json(value: Any) -> tuple[int, bytes, str]:
     return 200, json.dumps(value).encode(), "application/json"
 
 
-def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
-          allow_remote: bool = False, max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
-    """Serve until SIGTERM or SIGINT; the sandboxes die with the server. Binding other than
-    loopback needs `allow_remote` (in a pod, whose network is the boundary)."""
+def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
+          host: str = "127.0.0.1", port: int = 8888, allow_remote: bool = False,
+          max_upload: int = DEFAULT_MAX_UPLOAD,
+          max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+    """Serve `workspace` (default: the current directory) under `policy` until SIGTERM or
+    SIGINT; the sandboxes die with the server. Binding other than loopback needs
+    `allow_remote` (in a pod, whose network is the boundary)."""
     if not loopback(host) and not allow_remote:
         raise UsageError(f"--host {host}: not a loopback address; the server has no "
                          "authentication of its own, so binding it beyond this machine must "
@@ -382,21 +467,27 @@ def serve(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8888,
         raise UsageError(f"--port {port}: not a port")
     if max_upload <= 0:
         raise UsageError("--max-upload must be a positive number of bytes")
+    if max_concurrent <= 0:
+        raise UsageError("--max-concurrent must be a positive number of commands")
+    commands = Workspace(policy, workspace=workspace, sandboxes=max_concurrent)
+    files = Workspace(policy, workspace=commands.root, sandboxes=FILE_SANDBOXES)
     try:
-        workspace.start()  # (a sandbox that cannot start here is said now, not per request)
-        server = AgentSandboxServer(workspace, host, port, max_upload=max_upload,
-                                    allow_remote=allow_remote)
-    except OSError as exc:
-        workspace.close()
-        raise UsageError(f"--host {host} --port {port}: cannot listen: {exc.strerror}") from None
-    except BaseException:
-        workspace.close()
+        commands.start()  # (a sandbox that cannot start here is said now, not per request)
+        files.start()
+        server = AgentSandboxServer(commands, files, host, port, max_upload=max_upload,
+                                    allow_remote=allow_remote, max_concurrent=max_concurrent)
+    except BaseException as exc:
+        commands.close()
+        files.close()
+        if isinstance(exc, OSError):
+            raise UsageError(f"--host {host} --port {port}: cannot listen: "
+                             f"{exc.strerror}") from None
         raise
     signal.signal(signal.SIGTERM, _stop)  # (a pod's end: the sandboxes die with the server)
     shown = f"[{host}]" if ":" in host else host
     print(f"stockade: serving the agent-sandbox runtime on http://{shown}:"
           f"{server.server_address[1]} "
-          f"(workspace {workspace.root})", file=sys.stderr, flush=True)
+          f"(workspace {commands.root})", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except _Stopped:

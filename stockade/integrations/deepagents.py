@@ -36,7 +36,8 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from stockade.integrations.workspace import FileError, Outcome, Workspace, with_denials
+from stockade.integrations.workspace import FileError, Outcome, Workspace
+from stockade.launch.denials import with_denials
 
 # Where deepagents' artifacts go (large tool results, summarized history), in the workspace.
 ARTIFACTS = ".deepagents-artifacts"

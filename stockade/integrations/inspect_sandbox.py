@@ -44,13 +44,8 @@ from inspect_ai.util import (
 )
 from inspect_ai.util._sandbox._cli import SANDBOX_TOOLS_DIR
 
-from stockade.integrations.workspace import (
-    NOT_EXECUTABLE,
-    FileError,
-    Workspace,
-    denial_lines,
-    with_denials,
-)
+from stockade.integrations.workspace import NOT_EXECUTABLE, FileError, Workspace
+from stockade.launch.denials import denial_lines, with_denials
 from stockade.policy import PRESETS, Policy, load_policy, preset
 
 DEFAULT_PRESET = "workspace-write"

@@ -58,7 +58,8 @@ from agents.sandbox.session import SandboxSession
 from agents.sandbox.types import ExecResult
 from agents.tool import ShellCallOutcome, ShellCommandOutput, ShellCommandRequest, ShellResult
 
-from stockade.integrations.workspace import FileError, Outcome, Workspace, with_denials
+from stockade.integrations.workspace import FileError, Outcome, Workspace
+from stockade.launch.denials import with_denials
 from stockade.policy import Policy, resolve_policy
 
 

@@ -55,12 +55,8 @@ from pydantic_ai.workspaces import (
 from pydantic_ai.workspaces import Workspace as PydanticWorkspace
 
 from stockade.errors import PolicyError, StockadeError
-from stockade.integrations.workspace import (
-    Workspace,
-    denial_lines,
-    read_only_policy,
-    with_denials,
-)
+from stockade.integrations.workspace import Workspace, read_only_policy
+from stockade.launch.denials import denial_lines, with_denials
 from stockade.launch.env import close_environment
 from stockade.launch.hostpaths import inside
 from stockade.policy import Policy, merge, resolve_policy

@@ -27,7 +27,8 @@ import ray
 import ray.exceptions
 
 from stockade.errors import StockadeError
-from stockade.integrations.workspace import Denial, Outcome, Workspace
+from stockade.integrations.workspace import Outcome, Workspace
+from stockade.launch.denials import Denial
 from stockade.policy import Policy
 
 

@@ -16,8 +16,9 @@ found exits 127, one that cannot be executed 126, one killed by signal N 128+N, 
 outlived its timeout 124; a command that ends the sandbox itself (kill -9 -1) gets 137 and a
 `sandbox.lost` denial, and the next call starts a new sandbox. Every violation carries the
 grant that would have allowed it (`Denial.grant`), so a host application can build its own
-approval flow; `denial_lines` says the same in words, which every integration puts in the tool
-result its model reads (a model sees no bare 124 or silently cut output)."""
+approval flow; `denial_lines` (stockade/launch/denials.py) says the same in words, which every
+integration puts in the tool result its model reads (a model sees no bare 124 or silently cut
+output), and `stockade run` prints on stderr."""
 
 from __future__ import annotations
 
@@ -26,35 +27,32 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from stockade.errors import StartError, StockadeError, UsageError
 from stockade.launch.compile import CompileContext, compile_policy
+from stockade.launch.denials import Denial, denial
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
-from stockade.launch.result import Result, Violation
+from stockade.launch.result import Result
+from stockade.net.approve import (
+    ALLOW_ONCE,
+    ALLOW_RUN,
+    DEFAULT_TIMEOUT,
+    DENY,
+    Approval,
+    Ask,
+    on_loop,
+)
 from stockade.policy import Policy, resolve_policy
 from stockade.session.errors import SessionError
 from stockade.session.sandbox import Sandbox
 
 FILEOP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fileop.py")
 MAX_SANDBOXES = 8  # warm sandboxes one Workspace runs at once (for concurrent calls)
+RELAY_SLACK = 5.0  # seconds a sandbox's own Approval waits beyond a call's (approvals)
 NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
 _START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
-_GRANTS = {"limits.timeout": "limits.timeout", "limits.output": "limits.output",
-           "limits.memory": "limits.memory", "filesystem.protected": "filesystem.protected",
-           "filesystem.git": "filesystem.git"}  # (host code: no grant makes it, see its detail)
-
-
-@dataclass(frozen=True)
-class Denial:
-    """A violation, with the policy grant that would have allowed it (None: no grant can, or,
-    for a `limits.timeout` that the call's own shorter timeout set, a longer one for the call
-    would)."""
-
-    kind: str
-    detail: str
-    grant: str | None
 
 
 @dataclass(frozen=True)
@@ -106,16 +104,27 @@ class Workspace:
     Policy or a policy file) or `preset` (default "workspace-write").
 
     Calls may come from several threads at once: each runs in a warm sandbox of its own that
-    no other call is using (at most MAX_SANDBOXES; more wait), all over the same directory and
-    policy. Sandboxes start on first use and again after one is lost (a command that kills its
-    own agent); `close()` (or leaving the `with` block) kills everything in them.
+    no other call is using (at most `sandboxes`, default MAX_SANDBOXES; more wait), all over
+    the same directory and policy. Sandboxes start on first use and again after one is lost
+    (a command that kills its own agent); `close()` (or leaving the `with` block) kills
+    everything in them.
     `keep_detached`: what a command detaches (setsid, a daemon) runs on in its sandbox until
-    the Workspace closes (stockade.Sandbox's option); by default nothing outlives a command."""
+    the Workspace closes (stockade.Sandbox's option); by default nothing outlives a command.
+
+    `approvals` (network.mode "allowlist"): each call may bring an `approve` function of its
+    own (`exec(..., approve=fn)`, as stockade.run's), which its sandbox's proxy asks about a
+    destination network.allow leaves out while that call's command runs, bounded by
+    `approve_timeout` seconds; allow-for-the-run lasts for that call. A call without one, or
+    what runs between calls, is denied unasked. (A host application asks its own user or
+    client so: `stockade mcp --ask`.)"""
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None,
                  workspace: str | os.PathLike | None = None,
-                 keep_detached: bool = False) -> None:
+                 keep_detached: bool = False, sandboxes: int | None = None,
+                 approvals: bool = False, approve_timeout: float = DEFAULT_TIMEOUT) -> None:
+        if sandboxes is not None and sandboxes < 1:
+            raise UsageError("a Workspace needs at least one sandbox (sandboxes >= 1)")
         if policy is None and preset is None:
             preset = "workspace-write"
         self.policy = resolve_policy(policy, preset)
@@ -128,10 +137,17 @@ class Workspace:
         self.limits = compiled.limits
         self.env = dict(compiled.env)  # the closed environment every command starts with
         self.keep_detached = keep_detached
+        if approvals and self.policy.network.mode != "allowlist":
+            raise UsageError(f'approvals ask about what network.allow leaves out: they need '
+                             f'network.mode "allowlist" (the policy\'s is '
+                             f'"{self.policy.network.mode}")')
+        self.approvals, self.approve_timeout = approvals, approve_timeout
+        self._relays: dict[Sandbox, _Relay] = {}  # (approvals: each sandbox's, by sandbox)
         self._idle: list[Sandbox] = []
         self._started: list[Sandbox] = []
         self._pool = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_SANDBOXES)
+        # (MAX_SANDBOXES read now, not bound as the default: tests lower it module-wide)
+        self._slots = threading.BoundedSemaphore(sandboxes or MAX_SANDBOXES)
         self._closed = False
 
     def __enter__(self) -> Workspace:
@@ -168,21 +184,37 @@ class Workspace:
         return requested is not None and (limit is None or requested < limit)
 
     @contextlib.contextmanager
-    def _sandbox(self) -> Iterator[Sandbox]:
-        """A warm sandbox no other call is using, for one call."""
+    def _sandbox(self, approve: Callable[[Ask], str] | None = None) -> Iterator[Sandbox]:
+        """A warm sandbox no other call is using, for one call, whose proxy asks `approve`
+        (approvals) while the call has it."""
+        if approve is not None and not self.approvals:
+            raise UsageError("approve= needs a Workspace made with approvals=True")
         with self._slots:
             with self._pool:
                 if self._closed:
                     raise UsageError("this Workspace is closed")
                 sandbox = self._idle.pop() if self._idle else None
             if sandbox is None or sandbox.closed:
+                relay = _Relay() if self.approvals else None
+                # (the call's own Approval bounds each question; the sandbox's is a backstop)
                 sandbox = Sandbox(self.policy, workspace=self.root,
-                                  keep_detached=self.keep_detached)
+                                  keep_detached=self.keep_detached, approve=relay,
+                                  approve_timeout=self.approve_timeout + RELAY_SLACK)
                 with self._pool:
                     self._started = [s for s in self._started if not s.closed] + [sandbox]
+                    self._relays = {s: self._relays[s] for s in self._started
+                                    if s in self._relays}
+                    if relay is not None:
+                        self._relays[sandbox] = relay
+            relay = self._relays.get(sandbox)
+            if relay is not None:
+                relay.call = None if approve is None else Approval(approve,
+                                                                   self.approve_timeout)
             try:
                 yield sandbox
             finally:
+                if relay is not None:
+                    relay.call = None  # (what runs on after the call is asked about by none)
                 with self._pool:
                     if not self._closed and not sandbox.closed:
                         self._idle.append(sandbox)
@@ -190,13 +222,16 @@ class Workspace:
     def exec(self, command: Sequence[str] | str, *, shell: bool = False,
              cwd: str | os.PathLike | None = None, timeout: float | None = None,
              input: bytes | str | None = None, env: Mapping[str, str] | None = None,
-             cancel: threading.Event | None = None) -> Outcome:
+             cancel: threading.Event | None = None,
+             approve: Callable[[Ask], str] | None = None) -> Outcome:
         """Run `command` (an argv; a string only with `shell=True`, run by /bin/sh -c) in the
-        sandbox. `cwd` is relative to the workspace (default: the workspace)."""
+        sandbox. `cwd` is relative to the workspace (default: the workspace). `approve`
+        (a Workspace with approvals): asked, while the command runs, about each destination
+        network.allow leaves out (net/approve.py)."""
         argv = _argv(command, shell)
         data = input.encode() if isinstance(input, str) else input
         try:
-            with self._sandbox() as sandbox:
+            with self._sandbox(approve) as sandbox:
                 result = sandbox.run(argv, input=data, timeout=self.timeout(timeout),
                                      cwd=self._cwd(cwd), env=env, cancel=cancel)
         except StartError as exc:
@@ -215,8 +250,10 @@ class Workspace:
     async def aexec(self, command: Sequence[str] | str, *, shell: bool = False,
                     cwd: str | os.PathLike | None = None, timeout: float | None = None,
                     input: bytes | str | None = None, env: Mapping[str, str] | None = None,
-                    cancel: threading.Event | None = None) -> Outcome:
-        """`exec`, awaited (same arguments) from asyncio or anyio, in a worker thread.
+                    cancel: threading.Event | None = None,
+                    approve: Callable[[Ask], object] | None = None) -> Outcome:
+        """`exec`, awaited (same arguments; `approve` may be an `async def`, awaited on the
+        caller's loop) from asyncio or anyio, in a worker thread.
         Cancelling the awaiting task (a framework's cancellation, time limit or disconnect)
         kills the command's process tree, as setting `cancel` does, and waits until the
         command is over and its sandbox free for the next call before the cancellation goes
@@ -225,11 +262,12 @@ class Workspace:
 
         cancel = cancel or threading.Event()
         over = threading.Event()
+        asked = None if approve is None else on_loop(approve)
 
         def run() -> Outcome:
             try:
                 return self.exec(command, shell=shell, cwd=cwd, timeout=timeout, input=input,
-                                 env=env, cancel=cancel)
+                                 env=env, cancel=cancel, approve=asked)  # type: ignore[arg-type]
             finally:
                 over.set()
 
@@ -324,6 +362,23 @@ class Workspace:
         raise FileError(code, detail, grant)
 
 
+class _Relay:
+    """What a warm sandbox's proxy asks (a Workspace with approvals): the Approval of the call
+    that has the sandbox now; with none (between calls, a call that brought no `approve`) the
+    answer is a denial. What a call allows for the run lasts for that call: the sandbox's own
+    Approval, which outlives it, is told "once"."""
+
+    def __init__(self) -> None:
+        self.call: Approval | None = None
+
+    def __call__(self, ask: Ask) -> str:
+        call = self.call
+        if call is None:
+            return DENY
+        answer = call.answer(ask)
+        return ALLOW_ONCE if answer == ALLOW_RUN else answer
+
+
 def read_only_policy(policy: Policy) -> Policy:
     """`policy` with nothing on the host writable (a framework's `read_only` option): its
     write roots read roots instead (the workspace stays readable), and no home of the
@@ -348,63 +403,6 @@ def outcome(result: Result, timeout_by_call: bool = False) -> Outcome:
                    result.stdout_truncated or result.stderr_truncated, result.timed_out,
                    tuple(replace(d, grant=None) if d.kind == "limits.timeout" and timeout_by_call
                          else d for d in denials))
-
-
-# What a model reads for a denial of each kind (`detail` is the violation's): what the sandbox
-# stopped or cut. Any other kind is said as "denied KIND: DETAIL".
-_SAID = {
-    "limits.timeout": "the command was {detail}, the sandbox's time limit",
-    "limits.output": "{detail}, the sandbox's output limit: the rest of it was dropped",
-    "limits.memory": "the sandbox's memory limit refused memory: {detail}",
-    "filesystem.protected": "the sandbox did not make a protected name: {detail}",
-    "filesystem.host_code": "the sandbox did not make code the host would run: {detail}",
-    "filesystem.git": "the sandbox's git guard refused a write: {detail}",
-    "sandbox.lost": "the sandbox was lost: the command ended its agent (as kill -9 -1 does), "
-                    "and everything in it with it; the next command runs in a new sandbox",
-    "cancelled": "the command was {detail}",
-}
-_CALL_TIMEOUT = ("the command was {detail}, the timeout this call asked for (shorter than the "
-                 "sandbox's time limit, limits.timeout): a longer one would let it run on")
-
-
-def denial_lines(denials: Iterable[Denial]) -> list[str]:
-    """Each denial in words, for the tool result a model reads: what the sandbox stopped or
-    cut, and the policy grant that would allow it ("stockade: ...", one line each)."""
-    lines = []
-    for d in denials:
-        if d.kind == "limits.timeout" and d.grant is None:
-            said = _CALL_TIMEOUT.format(detail=d.detail)
-        else:
-            said = _SAID.get(d.kind, "denied {kind}: {detail}").format(kind=d.kind,
-                                                                        detail=d.detail)
-        grant = f"; the policy grant that would allow it: {d.grant}" if d.grant else ""
-        lines.append(f"stockade: {said}{grant}")
-    return lines
-
-
-def with_denials(text: str, denials: Iterable[Denial]) -> str:
-    """`text` (a command's output) followed by `denial_lines`, each on a line of its own."""
-    lines = denial_lines(denials)
-    if not lines:
-        return text
-    return text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(lines) + "\n"
-
-
-def denial(violation: Violation) -> Denial:
-    """`violation` with the grant that would have allowed it."""
-    if violation.kind == "network.denied":
-        # detail: "<protocol> <host>:<port>: <rule or reason>"; the proxy's protocols are
-        # connect, http and socks5, the destination guard's (network "any") tcp, udp, ...
-        protocol, _, rest = violation.detail.partition(" ")
-        destination = rest.partition(": ")[0]
-        if not destination:
-            return Denial(violation.kind, violation.detail, None)
-        if protocol in ("connect", "http", "socks5"):
-            return Denial(violation.kind, violation.detail, f"network.allow {destination}")
-        host, _, port = destination.rpartition(":")
-        shown = f"[{host}]:{port}" if ":" in host else destination
-        return Denial(violation.kind, violation.detail, f"network.reach {shown}")
-    return Denial(violation.kind, violation.detail, _GRANTS.get(violation.kind))
 
 
 def _argv(command: Sequence[str] | str, shell: bool) -> list[str]:

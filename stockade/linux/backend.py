@@ -96,9 +96,10 @@ class LinuxBackend(Backend):
         return type(self)(self.weaken | layers, self.resolver, self.dialer, self.upstream_ca)
 
     def with_stand_ins(self, resolver: Callable[[str], list[str]] | None,
-                       dialer: Dialer | None) -> LinuxBackend:
-        """This backend (or tier), its proxy resolving and connecting through stand-ins."""
-        return type(self)(self.weaken, resolver, dialer, self.upstream_ca)
+                       dialer: Dialer | None, upstream_ca: str | None = None) -> LinuxBackend:
+        """This backend (or tier), its proxy resolving and connecting through stand-ins (and
+        verifying intercepted hosts with `upstream_ca`, if given)."""
+        return type(self)(self.weaken, resolver, dialer, upstream_ca or self.upstream_ca)
 
     def with_approval(self, approval: Approval | None) -> LinuxBackend:
         """This backend (or tier), its allowlist proxy asking `approval` about destinations
@@ -772,7 +773,7 @@ def _start_proxy(request: LaunchRequest, control: socket.socket,
     if len(fds) != 1:
         return None
     unchecked = frozenset(name.removeprefix("proxy_") for name in weaken
-                          if name in ("proxy_rules", "proxy_addresses"))
+                          if name.startswith("proxy_"))
     reading = {}
     if intercepting is not None:
         from stockade.net.authority import upstream_context

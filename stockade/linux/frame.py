@@ -71,6 +71,13 @@ LAYERS = {
     "output_cap": "the owner captures at most limits.output",
     "proxy_rules": "the allowlist proxy's name and port patterns",
     "proxy_addresses": "the allowlist proxy's checks of the addresses a name resolves to",
+    "proxy_credentials": "the allowlist proxy's refusal of a request that carries a "
+                         "credential's placeholder (or its secret) to another host, in its "
+                         "host name, its head or its body",
+    "proxy_http": "network.http's methods and paths, in the allowlist proxy",
+    "proxy_framing": "the allowlist proxy's refusal of a request it reads whose framing is "
+                     "ambiguous (Content-Length beside Transfer-Encoding, differing lengths, "
+                     "another transfer coding)",
     "address_guard": "network any's destination guard (nftables in the sandbox's namespace)",
     "inbound_guard": "network any's input filter: only replies to what the sandbox sent (the "
                      "connection tracking of its namespace) get in",

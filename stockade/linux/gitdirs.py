@@ -23,7 +23,11 @@ there) it is made empty first, as git makes them: an empty hooks directory or co
 changes nothing git does. Elsewhere (an include or a hooks path in a work tree, or the gitdir a
 pointer names) the launch is refused. A `commondir` cannot be made so, since its presence alone
 changes which directory git uses; one a command adds to a gitdir that has none is not covered
-(SECURITY.md says so).
+(SECURITY.md says so). Only a launch makes anything: a view prepared ahead of one (a zygote's
+template, a CLI server's skeleton) is built while no run is going on, when the host may be
+changing or removing the workspace (a program deleting its workspace after `stockade.run`
+returned found `.git/config` made again meanwhile); where something would be made, it is not
+prepared, and the next launch makes it.
 
 Only these places are looked at: objects, refs and logs are never read here (protect.py's walk
 still looks at every file, for hard links and sockets). Symbolic links are not followed where
@@ -49,8 +53,9 @@ class Repositories:
     """The repositories met in the write roots `roots` (canonical paths), and what of them is
     guarded: `found` each `.git` the walk meets, then ask `guarded`."""
 
-    def __init__(self, roots: list[str]) -> None:
+    def __init__(self, roots: list[str], make: bool = True) -> None:
         self.roots = roots
+        self.make = make  # whether what is missing may be made (at a launch only)
         self.tops: dict[str, set[str]] = {}      # gitdir -> its work trees' top directories
         self.common: dict[str, str | None] = {}  # gitdir -> its common dir (None: unknown)
         self.objects: dict[str, bool] = {}       # guarded path -> is a directory
@@ -276,11 +281,14 @@ class Repositories:
         return mode
 
     def _require(self, path: str, is_dir: bool, *, made: bool, why: str = "") -> None:
-        """Guard `path` (in a write root); if it is missing, make it empty first when `made`,
-        else refuse with `why`."""
+        """Guard `path` (in a write root); if it is missing, make it empty first when `made`
+        (refused if this walk makes nothing: a view prepared ahead), else refuse with `why`."""
         if not self._inside(path):
             return
         mode = self._mode(path)
+        if mode is None and made and not self.make:
+            raise UnenforceableError(CAPABILITY, f"{path} is missing: only a launch makes it, "
+                                     "not a view prepared ahead of one")
         if mode is None and made:
             try:
                 if is_dir:

@@ -87,9 +87,10 @@ class Survey:
 
 
 def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
-           listing: str = hostsockets.OWN) -> Survey:
+           listing: str = hostsockets.OWN, *, make: bool = True) -> Survey:
     """Open every source of the view (no symlinks followed) and find the protected names and
     the host's sockets in the roots (`listing`: the host's /proc/net/unix, hostsockets.py).
+    Not `make` (a view prepared ahead): nothing is made on the host (protect.walk).
     `weaken` (tests only) skips layers: "protected", "deny", "deny_links", "unix_sockets"."""
     found = Survey([_Mount(g.path, "read") for g in request.read]
                    + [_Mount(g.path, "write") for g in request.write]
@@ -118,7 +119,7 @@ def survey(request: LaunchRequest, weaken: frozenset[str] = frozenset(),
             request, [m.path for m in found.denied])
         guarded, sockets, aliases = _walk_write_roots(
             request, found.roots, protecting, mask_sockets, tuple(m.path for m in found.denied),
-            linked)
+            linked, make)
         # (the roots no walk looks through: the read roots, and a write root that is a file)
         protect.refuse_unfound(linked, [m.path for m in found.roots
                                         if m.kind == "read" or not m.is_dir])
@@ -225,7 +226,10 @@ def build(request: LaunchRequest, stage: str, weaken: frozenset[str] = frozenset
     of the host's mounts), "read_only", "protected", "deny", "noexec", "nosuid"."""
     if "mount_view" in weaken:
         return [], b""
-    found = survey(request, weaken, hostsockets.parents_listing())
+    # A view prepared ahead is built while no run is going on (after one returned, or when
+    # the host's mounts changed): it makes nothing in the workspace, which its owner may be
+    # removing by then. What is missing is made by the launch that needs it.
+    found = survey(request, weaken, hostsockets.parents_listing(), make=not identify)
     roots, guarded, denied = found.roots, found.guarded, found.denied
     identity = found.identity() if identify else b""
     device_fds = {name: open_path_nofollow("/dev/" + name) for name in DEVICES}
@@ -338,7 +342,7 @@ def denied_files(request: LaunchRequest, denied: list[str]
 
 def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: bool,
                       mask_sockets: bool, masked: tuple[str, ...],
-                      linked: dict[tuple[int, int], protect.DeniedFile]
+                      linked: dict[tuple[int, int], protect.DeniedFile], make: bool
                       ) -> tuple[list[_Mount], list[_Mount], list[_Mount]]:
     """Re-mounts for protected names and repositories in write roots (protect.guards), pins
     of the directories above them and above the `masked` paths (and, `mask_sockets`, above the
@@ -353,7 +357,7 @@ def _walk_write_roots(request: LaunchRequest, roots: list[_Mount], protecting: b
     walked = protect.walk(writes, names, git, masked + request.unmade,
                           pin_sockets=mask_sockets,
                           readonly=request.host_code + request.home_code, denied=linked,
-                          shown_in=tuple(m.path for m in roots))
+                          shown_in=tuple(m.path for m in roots), make=make)
     return ([_Mount(g.path, g.kind, is_dir=g.is_dir) for g in walked.guards],
             [_Mount(path, "deny", is_dir=False) for path in walked.sockets],
             [_Mount(path, "deny", is_dir=False) for path in walked.aliases])

@@ -331,15 +331,16 @@ def walk(roots: list[tuple[str, int]], names: frozenset[str],
          git: str = "guarded", masked: tuple[str, ...] = (), *,
          pin_sockets: bool = False, readonly: tuple[str, ...] = (),
          denied: Mapping[tuple[int, int], DeniedFile] | None = None,
-         shown_in: tuple[str, ...] = ()) -> Walked:
+         shown_in: tuple[str, ...] = (), make: bool = True) -> Walked:
     """`guards`, the paths of the unix socket files in the roots (whose directories are pinned
     too when `pin_sockets`: the Linux backend masks them), and each name met of a `denied` file
     (denied_files) that is not denied itself, its directories pinned, with every other path a
     mount shows it at in the roots `shown_in` (every root of the launch, read ones too); each
-    name is added to the file's `names`."""
+    name is added to the file's `names`. Not `make` (a view prepared ahead): nothing is made
+    on the host, and what a repository's guard would make is refused (gitdirs.py)."""
     whole = protected_whole(names, git, guards_git=True)
     guard_git = git == "guarded" and ".git" not in {name.casefold() for name in whole}
-    repositories = gitdirs.Repositories([root for root, _ in roots])
+    repositories = gitdirs.Repositories([root for root, _ in roots], make)
     items: dict[str, Guard] = {}
     keep: dict[str, Guard] = {}
     sockets: list[str] = []

@@ -98,9 +98,9 @@ class Proxy:
     """An allowlist proxy on a unix socket: `start()` returns its path, `stop()` removes it.
 
     `resolver` (host -> IP strings) replaces getaddrinfo, and `dialer` the connection to
-    checked addresses, for tests; so does `unchecked` (see Gate). Denials are kept for
-    `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`, allowed
-    and failed requests are logged too.
+    checked addresses, for tests; so does `unchecked` (see Gate and Inspector). Denials are
+    kept for `denials()` and appended to `log_path` (JSON lines) when given; with `log_all`,
+    allowed and failed requests are logged too.
 
     With an `inspector` that has credentials or HTTP rules (inspect.py), plain HTTP is read
     and judged, and HTTPS to the hosts it names is intercepted with `authority`'s
@@ -118,6 +118,8 @@ class Proxy:
                  upstream_tls: ssl.SSLContext | None = None,
                  approval: Approval | None = None) -> None:
         self._inspector = inspector if inspector is not None and inspector.active else None
+        if self._inspector is not None:
+            self._inspector.unchecked = unchecked
         self.gate = Gate(Ruleset(allow, deny), resolver, unchecked, approval,
                          self._credential_names)
         if self._inspector is not None and authority is None:
@@ -345,7 +347,7 @@ class Proxy:
         if refusal is not None:
             return refusal, 0
         try:
-            return None, framing(request)
+            return None, framing(request, lenient="framing" in self._inspector.unchecked)
         except FramingError as exc:
             return exc.refusal(), 0
 

@@ -30,8 +30,8 @@ from stockade import __version__
 from stockade.linux.privilege import capabilities_now
 from stockade.linux.syscalls import prctl
 from stockade.session import protocol
-from stockade.session.child import Child, StartFailure, reap_exited, sessions, sweep
-from stockade.session.errors import ProtocolError
+from stockade.session.child import Child, reap_exited, sessions, sweep
+from stockade.session.errors import ProtocolError, StartFailure
 from stockade.session.protocol import CHUNK, STDERR, STDOUT, Message
 
 PR_SET_DUMPABLE = 4

@@ -46,6 +46,7 @@ class Session:
     handle: Handle
     channel: Channel
     hello: dict
+    commands: int = 0  # the last command number sent (a kept guest's next execution goes on)
 
 
 def agent_roots() -> tuple[str, ...]:

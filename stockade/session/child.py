@@ -23,21 +23,17 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from stockade.session.errors import StartFailure
+
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; a command must not
-
-
-class StartFailure(Exception):
-    """The command could not be started; `code` is one of protocol.COMMAND_CODES."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Child:
     """A started command. stdin/stdout/stderr are the agent's ends of its pipes."""
 
     def __init__(self, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+        if not cwd.startswith("/"):  # (a Windows drive path: protocol version 3's other kind)
+            raise StartFailure("cwd_invalid", f"{cwd}: not a POSIX path")
         try:
             os.chdir(cwd)
         except OSError as exc:

@@ -13,3 +13,12 @@ class ProtocolError(StockadeError):
 class SessionError(StockadeError):
     """The warm sandbox could not be started, or was lost (`session_boot_failed`,
     `session_lost`, `session_closed`, `agent_unresponsive`, `busy`, ...)."""
+
+
+class StartFailure(Exception):
+    """An agent could not start a command; `code` is one of protocol.COMMAND_CODES (sent in
+    the command's `error`)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -59,13 +59,24 @@ class GuestBackend(Backend):
     def boot(self, agent: LaunchRequest) -> boot.Session:
         """A guest running the agent's launch `agent`, whose agent has said hello."""
 
-    def command_env(self, request: LaunchRequest) -> dict[str, str]:
-        """The command's environment inside the guest."""
+    def command_env(self, request: LaunchRequest, session: boot.Session) -> dict[str, str]:
+        """The command's environment inside the guest `session`."""
         return dict(request.env)
 
     def denials(self, session: boot.Session) -> list[dict]:
         """The egress proxy's decision records for the guest, once the command has ended."""
         return []
+
+    def end(self, session: boot.Session, *, killed: bool, reusable: bool) -> None:
+        """The command is over: let the guest end by itself (its agent exits on `shutdown`),
+        else kill it. (A driver that keeps its guest for the next launch hands it back
+        instead; `reusable`: the command ended and the session is sound.)"""
+        if not killed:
+            with contextlib.suppress(OSError, SessionError):
+                session.channel.send(Message("shutdown"))
+            session.handle.wait(SHUTDOWN_GRACE)
+        session.handle.kill()
+        session.channel.close()
 
     def check(self, request: LaunchRequest) -> None:
         refuse_other_containment(request, self.name, "vm")
@@ -114,27 +125,23 @@ class GuestHandle(Handle):
             session.handle.kill()
 
     def _run(self) -> None:
+        reusable = False
         try:
             self._exit = self._command(self._input())
+            reusable = not self._killed.is_set()
         except (StockadeError, ProtocolError, OSError) as exc:
             self._exit = (Exit(None, KILLED) if self._killed.is_set()
                           else Exit(None, None, failure=exc))
         finally:
             if self._session is not None:
-                self._end(self._session)
+                self._end(self._session, reusable)
             for fd in {self._out, self._err}:
                 os.close(fd)
             self.stages.append(("command", time.monotonic()))
 
-    def _end(self, session: boot.Session) -> None:
-        """Let the guest end by itself (its agent exits on `shutdown`), else kill it."""
-        if not self._killed.is_set():
-            with contextlib.suppress(OSError, SessionError):
-                session.channel.send(Message("shutdown"))
-            session.handle.wait(SHUTDOWN_GRACE)
-        session.handle.kill()
-        session.channel.close()
-        self.network_log = self.backend.denials(session)
+    def _end(self, session: boot.Session, reusable: bool) -> None:
+        self.network_log = self.backend.denials(session)  # (before a kept guest is lent again)
+        self.backend.end(session, killed=self._killed.is_set(), reusable=reusable)
         self.violations = network_denials(self.network_log)
 
     def _input(self) -> bytes | None:
@@ -159,8 +166,10 @@ class GuestHandle(Handle):
         self.enforced = {"sandbox": self.backend.name, "agent": hello["agent"],
                          "observed_in_sandbox": hello["observed"]}
         body = {"argv": list(self.request.argv), "cwd": self.request.cwd,
-                "env": self.backend.command_env(self.request), "timeout": None}
-        exchange = Exchange(session.channel, 1, data, 0, None, None)  # (the pipes carry it)
+                "env": self.backend.command_env(self.request, session), "timeout": None}
+        session.commands += 1  # (a kept guest's agent has seen earlier launches' numbers)
+        exchange = Exchange(session.channel, session.commands, data, 0, None,
+                            None)  # (nothing captured: the pipes carry the output)
         commanding = exchange.run(body)
         try:
             while True:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from stockade.session.errors import ProtocolError
 
-VERSION = 2  # 2: the host's hello may say keep_detached (docs/protocol.md)
+VERSION = 3  # 2: the host's hello may say keep_detached; 3: a path may be a Windows drive path
 # bound on the length field (bytes after it): a command's frame holds any argv the kernel
 # takes at the usual 8 MiB stack (ARG_MAX 2 MiB) four times over, room for JSON's escapes
 MAX_FRAME = 8 << 20
@@ -100,7 +100,9 @@ def _is_env(value: object) -> bool:
 
 
 def _is_path(value: object) -> bool:
-    return _is_text(value) and value.startswith("/")
+    """Absolute: POSIX (`/...`) or a Windows drive path (`X:\\...`, a Windows guest's)."""
+    return _is_text(value) and (value.startswith("/") or (
+        len(value) >= 3 and value[0].isascii() and value[0].isalpha() and value[1:3] == ":\\"))
 
 
 def _is_nonce(value: object) -> bool:

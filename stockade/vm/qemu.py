@@ -303,7 +303,7 @@ class QemuBackend(GuestBackend):
     def boot(self, agent: LaunchRequest) -> boot.Session:
         return boot_vm(agent)
 
-    def command_env(self, request: LaunchRequest) -> dict[str, str]:
+    def command_env(self, request: LaunchRequest, session: boot.Session) -> dict[str, str]:
         return guest_environment(request)
 
     def denials(self, session: boot.Session) -> list[dict]:

@@ -1,18 +1,29 @@
-"""`WindowsSandbox`: `stockade.Sandbox` with a Windows Sandbox guest as its boundary
-(docs/windows-sandbox.md). The same `run`/`stream`/`ping`/`close`, the same protocol and agent
-as the Linux session and the QEMU driver; what differs is the transport (a TCP connection
-across the sandbox's virtual switch) and the hand-over of the secret (the rendezvous folder).
+"""`WindowsSandbox` and the `windows-sandbox` backend: commands in a Windows Sandbox guest
+(docs/windows-sandbox.md), with the same `run`/`stream`/`ping`/`close` and the same protocol as
+the Linux session and the QEMU driver, spoken to the guest's own agent (wsb_agent): over a TCP
+connection across the sandbox's virtual switch (`allowlist`), or over the spool in the
+rendezvous folder (`none`: the guest has no network at all).
 
-A boot: compile the agent's request; plan the guest (wsb_plan: refusals first); find the
-launcher (wsb_launcher); take the host's lease (wsb_lock: `busy`); write the per-boot folders
-(the bootstrap, the guest entry and the masks, read-only in the guest; the secret, in the
-read-write rendezvous folder); start the sandbox; wait for the rendezvous, check its proof,
-connect, check the agent's answer to a challenge, and greet the agent (`attach`).
+The process's daemon (wsb_daemon) keeps its one guest: an execution of the backend borrows it
+(booting one when none fits) and hands it back for the next; a warm `WindowsSandbox` always
+gets a fresh guest of its own, stopped when it closes.
+
+A guest (`WsbGuest`): compile the agent's request; plan it (wsb_plan: refusals first); find the
+launcher; take the host's lease (wsb_lock: `busy`); write the per-boot folders (the bootstrap,
+the guest entry and the masks, read-only in the guest; the secret and, without a network, the
+spool, in the read-write rendezvous folder); start the sandbox. Then `attach`: wait for the
+rendezvous and check its proof; over TCP connect and check the agent's answer to a challenge;
+greet the agent; with `allowlist`, serve Stockade's proxy on the host's address the guest named
+(its gateway), at the port the plan opened in the guest's firewall, to the guest's address only.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import hmac
+import ipaddress
 import os
 import secrets
 import shutil
@@ -20,112 +31,208 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from stockade.errors import SetupError, StockadeError, UnavailableError, UnenforceableError
+from stockade.errors import SetupError, UnavailableError, UnenforceableError
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.lifecycle import lease, statedir
+from stockade.net.env import proxy_environment
+from stockade.net.proxy import Proxy
 from stockade.policy import Policy
 from stockade.session import boot
+from stockade.session.channel import FramedChannel
 from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
 from stockade.session.guest import GuestBackend
-from stockade.session.protocol import Message
 from stockade.session.sandbox import Sandbox
-from stockade.vm import wsb_bootstrap, wsb_config, wsb_launcher, wsb_lock, wsb_plan
+from stockade.vm import wsb_bootstrap, wsb_config, wsb_daemon, wsb_launcher, wsb_lock, wsb_plan
 from stockade.vm import wsb_rendezvous as rz
 from stockade.vm.wsb_channel import SocketChannel
+from stockade.vm.wsb_spool import SpoolChannel, create
 
 BACKEND = "windows-sandbox"
-BOOT_TIMEOUT = 300.0  # seconds from the launch to the agent's hello (a Windows guest is slow)
 CONNECT_TIMEOUT = 10.0  # seconds for the TCP connection and the agent's answer
 POLL = 0.5  # seconds between looks at the rendezvous folder
 START_TIMEOUT = 120.0  # seconds `wsb start` / `wsb stop` may take
+STOP_TIMEOUT = 30.0  # seconds WindowsSandbox.exe may take to end once told to
 CONFIG_FILE = "sandbox.wsb"
+PLACEHOLDER_PORT = 3128  # (a plan made only to check or compare needs some proxy port)
 
 
-class WsbHandle:
-    """The sandbox this host started: stopping it (`wsb stop`, or ending WindowsSandbox.exe)
-    also drops the host's lease and removes the per-boot folders. There is no pid to wait on
-    with the CLI: `wait` then only reports a sandbox already stopped."""
+class WsbGuest:
+    """One Windows Sandbox this process started (wsb_daemon.Guest). Stopping it runs `wsb stop`
+    or ends WindowsSandbox.exe (the process it started, never one found by name); once the VM
+    is gone it drops the host's lease and removes the per-boot folders."""
 
-    def __init__(self, launcher: wsb_launcher.Launcher, sandbox_id: str,
-                 process: subprocess.Popen | None, workdir: str, lock: wsb_lock.HostLock) -> None:
-        self.launcher = launcher
-        self.sandbox_id = sandbox_id
-        self.process = process
-        self.workdir = workdir
-        self._lock = lock
-        self._stopped = False
+    def __init__(self, request: LaunchRequest, plan: wsb_plan.Plan,
+                 launcher: wsb_launcher.Launcher, workdir: str) -> None:
+        self.request, self.plan, self.launcher, self.workdir = request, plan, launcher, workdir
+        self.shape = plan.shape()
+        self.sandbox_id = _guid(plan.boot_id)
+        self.process: subprocess.Popen | None = None
+        self.proxy: Proxy | None = None
+        self.proxy_address: tuple[str, int] | None = None
+        self.session: boot.Session | None = None  # type: ignore[assignment]
+        self._lock: wsb_lock.HostLock | None = None
+        self._secret = b""
+        self._stopped = self._gone = False
 
-    def running(self) -> bool:
-        return not self._stopped and (self.process is None or self.process.poll() is None)
+    @property
+    def pid(self) -> int:
+        return 0 if self.process is None else self.process.pid
 
-    def kill(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
+    def start(self) -> None:
+        """Take the lease, write the per-boot folders, start the sandbox."""
+        self._lock = wsb_lock.acquire(wsb_lock.default_path())
+        self._secret = secrets.token_bytes(rz.SECRET_SIZE)
         try:
-            stop = self.launcher.stop(self.sandbox_id)
-            if stop is not None:
-                subprocess.run(stop, stdin=subprocess.DEVNULL, capture_output=True,
-                               timeout=START_TIMEOUT, check=False)
-            elif self.process is not None and self.process.poll() is None:
-                self.process.kill()
-            if self.process is not None:
-                self.process.wait()
-        finally:
+            config = wsb_config.render(self.plan)
+            _prepare(self.workdir, self.plan, guest_python(), self._secret, config)
+            argv = self.launcher.start(self.sandbox_id, config,
+                                       os.path.join(self.workdir, CONFIG_FILE))
+            if self.launcher.kind == wsb_launcher.PROGRAM:
+                self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                                stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
+            else:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                      timeout=START_TIMEOUT, check=False)
+                if done.returncode != 0:
+                    tail = done.stderr[-300:].decode("utf-8", "replace").strip()
+                    raise SetupError("windows_sandbox_start_failed",
+                                     f"wsb start exited with {done.returncode}: {tail}",
+                                     "launch")
+        except BaseException:
             self._lock.release()
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self._stopped = self._gone = True
+            raise
+
+    def attach(self, timeout: float) -> None:
+        """The rendezvous, the agent's hello, and (allowlist) the proxy."""
+        rendezvous = os.path.join(self.workdir, "rendezvous")
+        channel, hello, record = attach(rendezvous, self._secret, self.plan.boot_id, timeout,
+                                        self.alive, networking=self.plan.networking)
+        self.session = boot.Session(self.request, self, channel, hello)  # type: ignore[arg-type]
+        if self.plan.network == "allowlist":
+            assert self.plan.proxy_port is not None
+            self.proxy = serve_proxy(self.request, record, self.plan.proxy_port)
+            self.proxy_address = (record.host, self.plan.proxy_port)
+
+    def alive(self) -> bool:
+        return not self._stopped and (self.process is None or self.process.poll() is None)
+
+    def stop(self) -> bool:
+        """Stop the VM (again, if it did not end the first time); whether it is gone."""
+        if self._gone:
+            return True
+        self._stopped = True
+        if self.session is not None:
+            with contextlib.suppress(OSError):
+                self.session.channel.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+        command = self.launcher.stop(self.sandbox_id)
+        if command is not None:
+            try:
+                done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
+                                      timeout=START_TIMEOUT, check=False)
+                self._gone = done.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                self._gone = False
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(STOP_TIMEOUT)
+            self._gone = self.process.poll() is not None
+        if self._gone:
+            assert self._lock is not None
+            self._lock.release()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self._gone
+
+
+class LeaseHandle:
+    """What an execution sees of the guest it borrowed (the Handle its Sandbox or GuestHandle
+    uses): ending it hands the guest back to the daemon, to keep (`release(True)`) or to stop
+    (`kill`)."""
+
+    def __init__(self, daemon: wsb_daemon.Daemon, lent: wsb_daemon.Lease) -> None:
+        self._daemon, self._lease = daemon, lent
+        self.guest: WsbGuest = lent.guest  # type: ignore[assignment]
+        self.pid = self.guest.pid
+        self._released = False
+        self._seen = len(self._denials())  # (a kept guest's proxy logged earlier executions)
+
+    def release(self, reuse: bool) -> None:
+        if not self._released:
+            self._released = True
+            self._daemon.release(self._lease, reuse=reuse)
+
+    def kill(self) -> None:
+        self.release(reuse=False)
 
     def wait(self, timeout: float | None = None) -> int | None:
-        if self._stopped:
-            return 0
-        if self.process is None or self.launcher.kind != wsb_launcher.PROGRAM:
-            return None
-        try:
-            status = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self.kill()
-        return status
+        return 0 if self._released else None
+
+    def network_records(self) -> list[dict]:
+        return self._denials()[self._seen:]
+
+    def refusals(self) -> list[Violation]:
+        return []  # (no watch in the guest reports what it refused: docs/vm.md)
+
+    def _denials(self) -> list[dict]:
+        return [] if self.guest.proxy is None else self.guest.proxy.denials()
 
 
-def boot_wsb(request: LaunchRequest, *, attempts: int = boot.BOOT_ATTEMPTS,
-             timeout: float = BOOT_TIMEOUT) -> boot.Session:
-    """A guest running the agent's launch `request` (session/boot.py), whose agent has said
-    hello. Refusals (policy, launcher, `busy`, a guest that refuses) raise at once; a guest
-    that does not answer is retried, `attempts` times in all, then `session_boot_failed`."""
-    root = os.path.join(statedir.state_dir(), "wsb")
-    failures = []
-    for _ in range(attempts):
-        boot_id = secrets.token_hex(16)
-        workdir = os.path.join(root, boot_id)
-        guest = _plan(request, workdir, boot_id)
-        launcher = _launcher()
-        handle, secret = _start(launcher, guest, request, workdir)
-        try:
-            channel, hello = attach(os.path.join(workdir, "rendezvous"), secret, boot_id,
-                                    timeout, handle.running)
-        except SessionError as exc:
-            failures.append(exc.message)
-            handle.kill()
-            continue
-        except BaseException:
-            handle.kill()
-            raise
-        return boot.Session(request, handle, channel, hello)  # type: ignore[arg-type]
-    raise SessionError("session_boot_failed", f"Windows Sandbox did not answer after "
-                       f"{attempts} attempts: {failures[-1]}")
+def _lent(lent: wsb_daemon.Lease) -> boot.Session:
+    """The guest's session, its handle this execution's."""
+    session = lent.session
+    session.handle = LeaseHandle(daemon(), lent)  # type: ignore[assignment]
+    return session
 
 
-def _plan(request: LaunchRequest, workdir: str, boot_id: str) -> wsb_plan.Plan:
+def start_guest(request: LaunchRequest) -> WsbGuest:
+    """A guest for the agent's launch `request`, started (wsb_daemon's `start`)."""
+    boot_id = secrets.token_hex(16)
+    workdir = os.path.join(statedir.state_dir(), "wsb", boot_id)
+    port = _free_port() if request.network.mode == "allowlist" else None
+    guest = WsbGuest(request, _plan(request, workdir, boot_id, port), _launcher(), workdir)
+    guest.start()
+    return guest
+
+
+def guest_shape(request: LaunchRequest) -> tuple:
+    """What a guest for `request` would offer, planned against the filesystem now (refusing
+    what no guest can enforce)."""
+    check = os.path.join(statedir.state_dir(), "wsb", "check")
+    port = PLACEHOLDER_PORT if request.network.mode == "allowlist" else None
+    return _plan(request, check, "0" * 32, port).shape()
+
+
+@functools.cache
+def daemon() -> wsb_daemon.Daemon:
+    """This process's keeper of its guest; its guests are stopped when the process exits."""
+    made = wsb_daemon.Daemon(start_guest, guest_shape)
+    atexit.register(made.close)
+    return made
+
+
+def guest_python() -> str:
+    """The interpreter the guest runs: the base installation's (mapped read-only with its
+    prefix), never a venv's python.exe, a launcher that needs its pyvenv.cfg (not mapped)."""
+    return os.path.join(os.path.realpath(sys.base_prefix), "python.exe")
+
+
+def _plan(request: LaunchRequest, workdir: str, boot_id: str,
+          proxy_port: int | None) -> wsb_plan.Plan:
     return wsb_plan.plan(request, boot_dir=os.path.join(workdir, "boot"),
                          rendezvous_dir=os.path.join(workdir, "rendezvous"), boot_id=boot_id,
-                         view=wsb_plan.DISK)
+                         view=wsb_plan.DISK, proxy_port=proxy_port)
 
 
 def _launcher() -> wsb_launcher.Launcher:
@@ -133,33 +240,12 @@ def _launcher() -> wsb_launcher.Launcher:
     return wsb_launcher.choose(shutil.which, os.path.isfile, system32)
 
 
-def _start(launcher: wsb_launcher.Launcher, guest: wsb_plan.Plan, request: LaunchRequest,
-           workdir: str) -> tuple[WsbHandle, bytes]:
-    """Take the lease, write the per-boot folders, start the sandbox; (its handle, the
-    boot's secret)."""
-    lock = wsb_lock.acquire(wsb_lock.default_path())
-    secret = secrets.token_bytes(rz.SECRET_SIZE)
-    sandbox_id = _guid(guest.boot_id)
-    process = None
-    try:
-        config = wsb_config.render(guest)
-        _prepare(workdir, guest, request.argv[0], secret, config)
-        argv = launcher.start(sandbox_id, config, os.path.join(workdir, CONFIG_FILE))
-        if launcher.kind == wsb_launcher.PROGRAM:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        else:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=START_TIMEOUT, check=False)
-            if done.returncode != 0:
-                tail = done.stderr[-300:].decode("utf-8", "replace").strip()
-                raise SetupError("windows_sandbox_start_failed",
-                                 f"wsb start exited with {done.returncode}: {tail}", "launch")
-    except BaseException:
-        lock.release()
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    return WsbHandle(launcher, sandbox_id, process, workdir, lock), secret
+def _free_port() -> int:
+    """A TCP port free on this host now, for the proxy (opened in the guest's firewall
+    before the host knows the address it will serve on)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def _prepare(workdir: str, guest: wsb_plan.Plan, python: str, secret: bytes,
@@ -176,13 +262,17 @@ def _prepare(workdir: str, guest: wsb_plan.Plan, python: str, secret: bytes,
         os.makedirs(mask.host, mode=0o700)
         _write(os.path.join(mask.host, f"{wsb_plan.MASK_MARKER}-{guest.boot_id}"), b"")
     _write(os.path.join(rendezvous, rz.SECRET_FILE), secret)
+    if not guest.networking:
+        create(rendezvous)
     _write(os.path.join(workdir, CONFIG_FILE), config.encode("utf-8"))
 
 
 def attach(rendezvous: str, secret: bytes, boot_id: str, timeout: float,
-           alive: Callable[[], bool]) -> tuple[SocketChannel, dict]:
-    """Wait for the guest's rendezvous, check it, connect, check the agent's answer to a fresh
-    challenge, then greet the agent; (channel, the agent's hello)."""
+           alive: Callable[[], bool], *, networking: bool
+           ) -> tuple[FramedChannel, dict, rz.Ready]:
+    """Wait for the guest's rendezvous and check it; over TCP connect and check the agent's
+    answer to a fresh challenge; then greet the agent. (The channel, the agent's hello, the
+    rendezvous.)"""
     deadline = time.monotonic() + timeout
     path = os.path.join(rendezvous, rz.RENDEZVOUS_FILE)
     while (data := _read(path)) is None:
@@ -195,8 +285,29 @@ def attach(rendezvous: str, secret: bytes, boot_id: str, timeout: float,
         time.sleep(POLL)
     record = rz.parse(data)
     if isinstance(record, rz.Refused):
-        raise _refusal(record)
+        raise SetupError(record.code, f"the guest refused to start: {record.message}", "guest")
     rz.verify(record, secret, boot_id)
+    if (record.transport == rz.TCP) != networking:
+        kind = "with" if networking else "without"
+        raise rz.RendezvousError("rendezvous_invalid", f"a guest {kind} a network offered the "
+                                 f"{record.transport} channel")
+    channel = (_connect(record, secret, deadline) if networking
+               else SpoolChannel(rendezvous))
+    try:
+        channel.send(boot.greeting(secret, False))
+        reply = channel.receive(max(deadline - time.monotonic(), 0))
+    except BaseException:
+        channel.close()
+        raise
+    if reply is None or reply.type != "hello":
+        channel.close()
+        raise SessionError("session_boot_failed", "the agent did not answer hello"
+                           if reply is None else f"the agent answered {reply.type}")
+    return channel, reply.body, record
+
+
+def _connect(record: rz.Ready, secret: bytes, deadline: float) -> SocketChannel:
+    """The agent's TCP channel, once its end has proven it holds the boot's secret."""
     left = max(deadline - time.monotonic(), 0.1)
     sock = socket.create_connection((record.address, record.port), min(CONNECT_TIMEOUT, left))
     try:
@@ -206,17 +317,45 @@ def attach(rendezvous: str, secret: bytes, boot_id: str, timeout: float,
                                    rz.answer(secret, challenge)):
             raise rz.RendezvousError("agent_proof_invalid", "the guest's endpoint does not hold "
                                      "this boot's secret")
-        channel = SocketChannel(sock)
-        channel.send(Message("hello", body={"nonce": secret.hex()}))
-        reply = channel.receive(max(deadline - time.monotonic(), 0))
     except BaseException:
         sock.close()
         raise
-    if reply is None or reply.type != "hello":
-        channel.close()
-        raise SessionError("session_boot_failed", "the agent did not answer hello"
-                           if reply is None else f"the agent answered {reply.type}")
-    return channel, reply.body
+    return SocketChannel(sock)
+
+
+class GuestOnly(socket.socket):
+    """A listener that hands on only connections from one address (the guest's); any other is
+    closed unanswered."""
+
+    def __init__(self, guest: str) -> None:
+        super().__init__(socket.AF_INET, socket.SOCK_STREAM)
+        self.guest = guest
+
+    def accept(self) -> tuple[socket.socket, tuple]:
+        while True:
+            conn, peer = super().accept()
+            if peer[0] == self.guest:
+                return conn, peer
+            conn.close()
+
+
+def serve_proxy(request: LaunchRequest, record: rz.Ready, port: int) -> Proxy:
+    """Stockade's proxy (the allowlist, its address guard and denial log) on the host's address
+    the guest named and the port its firewall opens, for the guest's address only."""
+    if ipaddress.IPv4Address(record.host).is_loopback:
+        raise rz.RendezvousError("rendezvous_invalid", "the guest named a loopback address as "
+                                 "the host's: the proxy is served on the sandbox's switch only")
+    listener = GuestOnly(record.address)
+    try:
+        listener.bind((record.host, port))
+        listener.listen(64)
+    except OSError as exc:
+        listener.close()
+        raise SessionError("session_boot_failed", f"the proxy cannot listen on "
+                           f"{record.host}:{port} ({exc.strerror})") from None
+    proxy = Proxy(request.network.allow, request.network.deny, request.request_id)
+    proxy.start(listener)
+    return proxy
 
 
 def _read(path: str) -> bytes | None:
@@ -246,13 +385,6 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _refusal(record: rz.Refused) -> StockadeError:
-    message = f"the guest refused to start: {record.message}"
-    if record.code == "windows_agent_unavailable":
-        return UnavailableError(record.code, message)
-    return SetupError(record.code, message, "guest")
-
-
 def _guid(boot_id: str) -> str:
     return f"{boot_id[:8]}-{boot_id[8:12]}-{boot_id[12:16]}-{boot_id[16:20]}-{boot_id[20:]}"
 
@@ -263,19 +395,29 @@ def _write(path: str, data: bytes) -> None:
         f.write(data)
 
 
+def command_env(request: LaunchRequest, session: boot.Session) -> dict[str, str]:
+    """A command's environment in the guest: with `allowlist`, the proxy variables name where
+    the guest reaches the host's proxy."""
+    variables = dict(request.env)
+    address = session.handle.guest.proxy_address  # type: ignore[attr-defined]
+    if address is not None:
+        variables |= proxy_environment(address[1], address[0])
+    return variables
+
+
 class WindowsSandbox(Sandbox):
-    """`stockade.Sandbox` whose commands run in a Windows Sandbox guest (Windows hosts only;
-    elsewhere UnavailableError `windows_sandbox_unavailable` before anything is done).
-    Closing it stops the sandbox."""
+    """`stockade.Sandbox` whose commands run in a Windows Sandbox guest of its own (Windows hosts
+    only; elsewhere UnavailableError `windows_sandbox_unavailable` before anything is done).
+    Closing it stops the guest."""
 
     containment = BACKEND
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
-                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = BOOT_TIMEOUT,
+                 attempts: int = boot.BOOT_ATTEMPTS, timeout: float = wsb_daemon.BOOT_TIMEOUT,
                  keep_detached: bool = False) -> None:
         _refuse_elsewhere()
-        if keep_detached:  # (refused, never ignored: a Windows guest has no such agent yet)
+        if keep_detached:  # (refused, never ignored: the Windows agent cannot keep them)
             raise UnenforceableError("keep_detached", "keep_detached: the Windows guest's agent "
                                      "cannot keep detached processes; open the sandbox "
                                      "without it")
@@ -283,14 +425,13 @@ class WindowsSandbox(Sandbox):
         super().__init__(policy, preset=preset, workspace=workspace)
 
     def _boot(self, policy: Policy, ctx: CompileContext) -> boot.Session:
-        return boot_wsb(boot.agent_request(policy, ctx), attempts=self._attempts,
-                        timeout=self._timeout)
+        return _lent(daemon().acquire(boot.agent_request(policy, ctx), timeout=self._timeout,
+                                      attempts=self._attempts, fresh=True))
 
-    def _network_records(self) -> list[dict]:
-        return []  # (no egress proxy: the plan refuses `allowlist` until one is wired)
-
-    def _refusals(self) -> list[Violation]:
-        return []  # (no watch in the guest reports what it refused: docs/vm.md)
+    def _command(self, argv: Sequence[str], cwd: str | os.PathLike | None,
+                 env: Mapping[str, str], timeout: float | None) -> LaunchRequest:
+        request = super()._command(argv, cwd, env, timeout)
+        return replace(request, env=tuple(sorted(command_env(request, self._session).items())))
 
     def _result(self, request: LaunchRequest, ending: Ending, duration: float,
                 records: list[dict], refused: list[Violation]) -> Result:
@@ -299,11 +440,11 @@ class WindowsSandbox(Sandbox):
 
 
 class WindowsSandboxBackend(GuestBackend):
-    """Containment "vm" on Windows: each launch a fresh Windows Sandbox guest (registered by
-    vm/registration.py; the manager chooses it as any backend)."""
+    """Containment "vm" on Windows: each launch runs in the process's Windows Sandbox guest,
+    kept for the next launch that fits it (wsb_daemon; registered by vm/registration.py)."""
 
     name = BACKEND
-    mechanism = "a Windows Sandbox guest running the session agent (docs/windows-sandbox.md)"
+    mechanism = "a Windows Sandbox guest running the Windows agent (docs/windows-sandbox.md)"
     sandbox = WindowsSandbox
 
     def probe(self) -> None:
@@ -311,14 +452,22 @@ class WindowsSandboxBackend(GuestBackend):
         _launcher()
 
     def plan(self, agent: LaunchRequest) -> None:
-        _plan(agent, os.path.join(statedir.state_dir(), "wsb", "check"), "0" * 32)
+        guest_shape(agent)
 
     def boot(self, agent: LaunchRequest) -> boot.Session:
-        return boot_wsb(agent)
+        return _lent(daemon().acquire(agent))
+
+    def command_env(self, request: LaunchRequest, session: boot.Session) -> dict[str, str]:
+        return command_env(request, session)
+
+    def denials(self, session: boot.Session) -> list[dict]:
+        return session.handle.network_records()
+
+    def end(self, session: boot.Session, *, killed: bool, reusable: bool) -> None:
+        session.handle.release(reuse=reusable)  # type: ignore[attr-defined]
 
 
 def _refuse_elsewhere() -> None:
     if sys.platform != "win32":
         raise UnavailableError("windows_sandbox_unavailable",
                                "Windows Sandbox runs on Windows hosts only")
-

@@ -1,20 +1,26 @@
-"""The guest's bootstrap: a PowerShell script the LogonCommand runs from the read-only boot
-folder, and `guest.py`, the Python entry it starts last (docs/windows-sandbox.md).
+"""The guest's bootstrap: a PowerShell script the LogonCommand runs, as the guest's administrator,
+from the read-only boot folder, and `guest.py`, the Python entry it starts last
+(docs/windows-sandbox.md).
 
 In this order, each step refusing the boot (a `refused` rendezvous with a stable code, and no
 agent) when it fails:
 
-1. find the host's address: the next hop of the guest's only IPv4 default route;
+1. the network. With one (`allowlist`): the host's address, the next hop of the guest's only
+   IPv4 default route. Without (`none`, Networking disabled): check that the guest has no IPv4
+   address but loopback;
 2. lock the firewall: every profile on, inbound and outbound blocked by default, every existing
-   rule removed, then allow exactly: inbound TCP to the agent's port from the host's address;
-   outbound TCP to the host's proxy port (allowlist only); and the DHCP client service's
+   rule removed, then allow exactly (with a network only): inbound TCP to the agent's port from
+   the host's address, outbound TCP to the host's proxy port, and the DHCP client service's
    requests (so the guest keeps its address);
 3. verify the lock: read every profile and every enabled allow rule of the active store back
-   (exactly the rules above, with exactly their ports and address), and check that a DNS query
-   to the host and a TCP connection to the host's port 53 both fail;
+   (exactly the rules above, with exactly their ports and address), and, with a network,
+   check that a DNS query to the host and a TCP connection to the host's port 53 both fail;
 4. verify the mappings: every read-only folder refuses a write, every mask shows this boot's
    marker;
-5. start the guest entry (wsb_guest), which takes the secret and starts the agent.
+5. create the command user: a standard local account (the Users group only) with a random
+   password, and verify it is in none of the privileged groups;
+6. start the guest entry (wsb_guest), the password on its stdin: it takes the secret and
+   serves the agent, which runs each command as that user.
 
 Every value in the script is a PowerShell single-quoted literal (quotes of every kind doubled)
 or a decimal integer; paths were admitted by the plan before they get here.
@@ -24,12 +30,20 @@ from __future__ import annotations
 
 from stockade.errors import UnenforceableError
 from stockade.vm import wsb_rendezvous as rz
+from stockade.vm.wsb_guest import COMMAND_USER
 from stockade.vm.wsb_plan import GUEST_BOOT, GUEST_RENDEZVOUS, MASK_MARKER, Plan
 
 GUEST_ENTRY = "guest.py"
 AGENT_PORT = 47470  # the agent's TCP port in the guest (the guest is fresh: nothing else has it)
 DNS_PORT = 53
 CHECK_TIMEOUT_MS = 2000
+PASSWORD_BYTES = 24  # random bytes of the command user's password (base64 after a prefix that
+PASSWORD_PREFIX = "Aa1!"  # meets any complexity rule)
+# Administrators, Backup Operators, Power Users, Server Operators, Network Configuration
+# Operators: the command user is in none of them
+PRIVILEGED_GROUPS = ("S-1-5-32-544", "S-1-5-32-551", "S-1-5-32-547", "S-1-5-32-549",
+                     "S-1-5-32-556")
+USERS_GROUP = "S-1-5-32-545"
 _PS_QUOTES = "'\u2018\u2019\u201a\u201b"  # PowerShell treats each as a single quote
 # The guest entry loads Stockade from its own (mapped, read-only) directory, as the Linux
 # session does, then runs the guest side of the rendezvous (wsb_guest.main).
@@ -55,14 +69,22 @@ def ps(text: str) -> str:
     return f"'{text}'"
 
 
+def rules(plan: Plan, agent_port: int = AGENT_PORT) -> list[tuple[str, ...]]:
+    """The firewall's allow rules: (name, direction, protocol, local port, remote port, remote
+    address, service); none for a guest without a network."""
+    if not plan.networking:
+        return []
+    allowed = [("stockade-agent", "Inbound", "TCP", str(agent_port), "Any", "$HostAddress", "")]
+    if plan.proxy_port is not None:
+        allowed.append(("stockade-proxy", "Outbound", "TCP", "Any", str(plan.proxy_port),
+                        "$HostAddress", ""))
+    allowed.append(("stockade-dhcp", "Outbound", "UDP", "68", "67", "Any", "Dhcp"))
+    return allowed
+
+
 def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PORT) -> str:
     """The bootstrap for `plan`; `python` and `package_dir` are mapped at the same paths."""
-    rules = [("stockade-agent", "Inbound", "TCP", str(agent_port), "Any", "$HostAddress", "")]
-    if plan.network == "allowlist":
-        assert plan.proxy_port is not None
-        rules.append(("stockade-proxy", "Outbound", "TCP", "Any", str(plan.proxy_port),
-                      "$HostAddress", ""))
-    rules.append(("stockade-dhcp", "Outbound", "UDP", "68", "67", "Any", "Dhcp"))
+    allowed = rules(plan, agent_port)
     lines = [
         f"# Stockade Windows Sandbox bootstrap for boot {plan.boot_id} (generated; see",
         "# stockade/vm/wsb_bootstrap.py). Nothing of a command runs before it succeeds.",
@@ -82,17 +104,30 @@ def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PO
         "  exit 1",
         "}",
         "try {",
-        "  # 1. the host: the next hop of the only default route",
-        "  $routes = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0')",
-        "  if ($routes.Count -ne 1) { Refuse 'guest_network' "
-        "\"expected one default route, found $($routes.Count)\" }",
-        "  $HostAddress = $routes[0].NextHop",
+    ]
+    if plan.networking:
+        lines += [
+            "  # 1. the host: the next hop of the only default route",
+            "  $routes = @(Get-NetRoute -AddressFamily IPv4 -DestinationPrefix '0.0.0.0/0')",
+            "  if ($routes.Count -ne 1) { Refuse 'guest_network' "
+            "\"expected one default route, found $($routes.Count)\" }",
+            "  $HostAddress = $routes[0].NextHop",
+        ]
+    else:
+        lines += [
+            "  # 1. no network: Networking is disabled, and nothing but loopback has an address",
+            "  $addresses = @(Get-NetIPAddress -AddressFamily IPv4 | Where-Object { "
+            "$_.IPAddress -ne '127.0.0.1' })",
+            "  if ($addresses.Count -ne 0) { Refuse 'guest_network' "
+            "\"the guest has a network: $($addresses[0].IPAddress)\" }",
+        ]
+    lines += [
         "  # 2. the firewall lock",
         "  Set-NetFirewallProfile -All -Enabled True -DefaultInboundAction Block "
         "-DefaultOutboundAction Block -AllowInboundRules True -NotifyOnListen False",
         "  Get-NetFirewallRule | Remove-NetFirewallRule",
     ]
-    for name, direction, protocol, local, remote, address, service in rules:
+    for name, direction, protocol, local, remote, address, service in allowed:
         extra = f" -Service {ps(service)}" if service else ""
         lines.append(f"  New-NetFirewallRule -Name {ps(name)} -DisplayName {ps(name)} "
                      f"-Direction {direction} -Action Allow -Protocol {protocol} "
@@ -107,7 +142,7 @@ def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PO
         "  }",
         "  $allowed = @(Get-NetFirewallRule -PolicyStore ActiveStore | Where-Object { "
         "$_.Enabled -eq 'True' -and $_.Action -eq 'Allow' })",
-        f"  $expected = @({', '.join(ps(r[0]) for r in rules)})",
+        f"  $expected = @({', '.join(ps(r[0]) for r in allowed)})",
         "  $names = @($allowed | ForEach-Object { $_.Name } | Sort-Object)",
         "  if (($names -join ',') -ne (($expected | Sort-Object) -join ',')) {",
         "    Refuse 'firewall_unverified' \"unexpected allow rules: $($names -join ', ')\" }",
@@ -122,22 +157,24 @@ def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PO
         "      Refuse 'firewall_unverified' \"rule $Name is not as written\" }",
         "  }",
     ]
-    for name, direction, protocol, local, remote, address, _ in rules:
+    for name, direction, protocol, local, remote, address, _ in allowed:
         lines.append(f"  Check-Rule {ps(name)} {ps(direction)} {ps(protocol)} {ps(local)} "
                      f"{ps(remote)} {address if address.startswith('$') else ps(address)}")
-    lines += [
-        "  $escaped = $true",
-        "  try { Resolve-DnsName -Name 'www.microsoft.com' -Server $HostAddress -DnsOnly "
-        "-QuickTimeout -ErrorAction Stop | Out-Null } catch { $escaped = $false }",
-        "  if ($escaped) { Refuse 'firewall_unverified' 'a DNS query to the host was answered' }",
-        "  $client = [Net.Sockets.TcpClient]::new()",
-        f"  try {{ $escaped = $client.ConnectAsync($HostAddress, {DNS_PORT})"
-        f".Wait({CHECK_TIMEOUT_MS}) }} catch {{ $escaped = $false }} "
-        "finally { $client.Dispose() }",
-        f"  if ($escaped) {{ Refuse 'firewall_unverified' 'a TCP connection to port {DNS_PORT} "
-        "of the host was accepted' }",
-        "  # 4. verify the mappings",
-    ]
+    if plan.networking:
+        lines += [
+            "  $escaped = $true",
+            "  try { Resolve-DnsName -Name 'www.microsoft.com' -Server $HostAddress -DnsOnly "
+            "-QuickTimeout -ErrorAction Stop | Out-Null } catch { $escaped = $false }",
+            "  if ($escaped) { Refuse 'firewall_unverified' 'a DNS query to the host was "
+            "answered' }",
+            "  $client = [Net.Sockets.TcpClient]::new()",
+            f"  try {{ $escaped = $client.ConnectAsync($HostAddress, {DNS_PORT})"
+            f".Wait({CHECK_TIMEOUT_MS}) }} catch {{ $escaped = $false }} "
+            "finally { $client.Dispose() }",
+            f"  if ($escaped) {{ Refuse 'firewall_unverified' 'a TCP connection to port "
+            f"{DNS_PORT} of the host was accepted' }}",
+        ]
+    lines.append("  # 4. verify the mappings")
     for path in plan.read_only:
         lines += [
             f"  $path = {ps(path)}",
@@ -157,9 +194,29 @@ def script(plan: Plan, python: str, package_dir: str, agent_port: int = AGENT_PO
             f"    Refuse 'filesystem_unverified' {ps(mask.guest + ' is not masked')} }}",
         ]
     lines += [
-        "  # 5. the guest entry: takes the secret, starts the agent, writes the rendezvous",
-        f"  & {ps(python)} -I -S -B {ps(GUEST_BOOT + chr(92) + GUEST_ENTRY)} {ps(package_dir)} "
-        f"$Rendezvous $BootId $HostAddress {agent_port}",
+        "  # 5. the command user: a standard account, in none of the privileged groups",
+        f"  $bytes = [byte[]]::new({PASSWORD_BYTES})",
+        "  [Security.Cryptography.RandomNumberGenerator]::Create().GetBytes($bytes)",
+        f"  $Password = {ps(PASSWORD_PREFIX)} + [Convert]::ToBase64String($bytes)",
+        f"  $user = New-LocalUser -Name {ps(COMMAND_USER)} -Password (ConvertTo-SecureString "
+        "$Password -AsPlainText -Force) -AccountNeverExpires -PasswordNeverExpires "
+        "-UserMayNotChangePassword",
+        f"  Add-LocalGroupMember -SID {ps(USERS_GROUP)} -Member $user",
+        f"  $privileged = @({', '.join(ps(g) for g in PRIVILEGED_GROUPS)})",
+        "  # (those of them this edition has: Server Operators exists on domain controllers only)",
+        "  foreach ($group in @(Get-LocalGroup | Where-Object { $privileged -contains "
+        "$_.SID.Value })) {",
+        "    if (@(Get-LocalGroupMember -Group $group | Where-Object { $_.SID -eq $user.SID })"
+        ".Count -ne 0) {",
+        "      Refuse 'command_user_unverified' \"the command user is in group $($group.Name)\" }",
+        "  }",
+        "  # 6. the guest entry: takes the secret, writes the rendezvous, serves the agent",
+    ]
+    entry = (f"& {ps(python)} -I -S -B {ps(GUEST_BOOT + chr(92) + GUEST_ENTRY)} "
+             f"{ps(package_dir)} $Rendezvous $BootId {ps(str(plan.pids or '-'))}")
+    transport = f" 'tcp' $HostAddress {agent_port}" if plan.networking else " 'spool'"
+    lines += [
+        f"  $Password | {entry}{transport}",
         "  exit $LASTEXITCODE",
         "} catch {",
         "  Refuse 'bootstrap_failed' $_.Exception.Message",

@@ -3,9 +3,11 @@
 Everything a guest could use to reach the host other than the mapped folders and the agent's
 network channel is switched off: the virtual GPU, audio and video input, printer and clipboard
 redirection; ProtectedClient runs the guest's desktop session with extra hardening (the host's
-remote-desktop client to it runs in an AppContainer). Networking is enabled because the agent's
-channel is a TCP connection; the guest's firewall is locked before any command runs (see
-wsb_bootstrap). The LogonCommand runs the bootstrap from the read-only boot folder.
+remote-desktop client to it runs in an AppContainer). Networking is disabled for
+`network.mode = "none"` (the agent's channel is then the spool in the rendezvous folder) and
+enabled for "allowlist", whose guest reaches the host's proxy and the agent's TCP channel
+through a firewall locked before any command runs (see wsb_bootstrap). The LogonCommand runs
+the bootstrap from the read-only boot folder.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def render(plan: Plan) -> str:
     for name in DISABLED:
         _child(root, name, "Disable")
     _child(root, "ProtectedClient", "Enable")
-    _child(root, "Networking", "Enable")
+    _child(root, "Networking", "Enable" if plan.networking else "Disable")
     if plan.memory_mb is not None:
         _child(root, "MemoryInMB", str(plan.memory_mb))
     folders = ET.SubElement(root, "MappedFolders")

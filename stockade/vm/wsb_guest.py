@@ -1,16 +1,21 @@
-"""The guest's side of the Windows Sandbox rendezvous (see wsb_rendezvous): started by the
-bootstrap as `guest.py PACKAGE_DIR RENDEZVOUS_DIR BOOT_ID HOST_ADDRESS PORT` once the firewall
-lock and the mappings are verified, as the guest's administrator, before any command.
+"""The guest's side of a Windows Sandbox boot (see wsb_rendezvous): started by the bootstrap, as
+the guest's administrator, once the firewall lock and the mappings are verified and the command
+user exists, as
 
-It takes the secret (reads it, deletes the file, checks that it is gone), listens on the
-guest's address toward the host, publishes the rendezvous, accepts exactly one connection — from
-the host's address; any other is closed — stops listening, answers the host's challenge, and
-serves the session protocol on that connection with the agent.
+    guest.py PACKAGE_DIR RENDEZVOUS_DIR BOOT_ID PIDS spool
+    guest.py PACKAGE_DIR RENDEZVOUS_DIR BOOT_ID PIDS tcp HOST_ADDRESS PORT
 
-The agent (stockade/session/agent.py) is POSIX-only today (prctl, pidfds, posix_spawn): on
-Windows this entry publishes the refusal `windows_agent_unavailable` instead of listening, so a
-boot fails typed and closed until the agent is ported. Elsewhere (the tests) it runs the real
-agent on the socket."""
+with the command user's password as the first line of its stdin (PIDS: the Job's process
+limit per command, or `-`).
+
+It takes the secret (reads it, deletes the file, checks that it is gone); over TCP it listens
+on the guest's address toward the host; it publishes the rendezvous; over TCP it accepts
+exactly one connection — from the host's address; any other is closed — stops listening and
+answers the host's challenge; then it serves the session protocol (wsb_agent) on that
+connection or on the spool, starting each command as the standard user in a Job of its own
+(wsb_winproc). Anything that fails before the rendezvous publishes a refusal with a stable code
+instead.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +23,21 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
+from typing import TextIO
 
+from stockade.errors import StockadeError
 from stockade.vm import wsb_rendezvous as rz
+from stockade.vm.wsb_agent import Agent, SocketTransport, Spawn, Transport
+from stockade.vm.wsb_spool import SpoolTransport
 
 ACCEPT_TIMEOUT = 120.0  # seconds the host has to connect once the rendezvous is published
 ANSWER_TIMEOUT = 10.0  # seconds the host has to send its challenge
+COMMAND_USER = "stockade-cmd"  # the standard guest user the bootstrap creates
+MAX_PASSWORD = 256
 _DISCARD_PORT = 9  # only for finding the local address: a UDP connect sends nothing
+# (password, the Job's process limit or None) -> how commands are started
+Spawner = Callable[[str, int | None], Spawn]
 
 
 class GuestRefusal(Exception):
@@ -33,30 +47,56 @@ class GuestRefusal(Exception):
         self.message = message
 
 
-def main(argv: list[str]) -> int:
-    """Run the guest side; the exit status (0 once the session ended normally)."""
-    if len(argv) != 4:
-        print("usage: guest.py PACKAGE_DIR RENDEZVOUS_DIR BOOT_ID HOST_ADDRESS PORT",
-              file=sys.stderr)
+def main(argv: list[str], spawner: Spawner | None = None, stdin: TextIO | None = None) -> int:
+    """Run the guest side; the exit status (0 once the session ended normally). `spawner`
+    replaces wsb_winproc's (tests)."""
+    if len(argv) not in (4, 6) or argv[3] not in (rz.SPOOL, rz.TCP) or \
+            (argv[3] == rz.TCP) != (len(argv) == 6):
+        print("usage: guest.py PACKAGE_DIR RENDEZVOUS_DIR BOOT_ID PIDS (spool | tcp "
+              "HOST_ADDRESS PORT)", file=sys.stderr)
         return 2
-    rendezvous, boot, host, port = argv
+    rendezvous, boot, pids, transport = argv[:4]
+    host = argv[4] if transport == rz.TCP else ""
+    listener = None
     try:
+        password = read_password(stdin or sys.stdin)
         secret = take_secret(rendezvous)
-        if sys.platform == "win32":
-            raise GuestRefusal("windows_agent_unavailable", "the session agent does not run "
-                               "on Windows yet")
-        listener = listen(host, int(port))
-    except (GuestRefusal, OSError, ValueError) as exc:
-        code = exc.code if isinstance(exc, GuestRefusal) else "guest_listen_failed"
+        spawn = (spawner or _command_user)(password, None if pids == "-" else int(pids))
+        if transport == rz.TCP:
+            listener = listen(host, int(argv[5]))
+    except (GuestRefusal, StockadeError, OSError, ValueError) as exc:
+        code = exc.code if isinstance(exc, GuestRefusal | StockadeError) else \
+            "guest_start_failed"
         publish(rendezvous, rz.Refused(boot, code, str(exc)))
         return 3
-    with listener:
-        address, bound = listener.getsockname()[:2]
-        publish(rendezvous, rz.Ready(boot, address, bound, rz.proof(secret, boot, address, bound)))
-        conn = accept_host(listener, host, ACCEPT_TIMEOUT)
-    if conn is None or not prove(conn, secret):
-        return 4
-    return serve(conn, secret)
+    if listener is None:
+        publish(rendezvous, rz.Ready(boot, rz.SPOOL, rz.proof(secret, boot, rz.SPOOL)))
+        channel: Transport = SpoolTransport(rendezvous)
+    else:
+        with listener:
+            address, bound = listener.getsockname()[:2]
+            publish(rendezvous, rz.Ready(boot, rz.TCP, rz.proof(
+                secret, boot, rz.TCP, address, bound, host), address, bound, host))
+            conn = accept_host(listener, host, ACCEPT_TIMEOUT)
+        if conn is None or not prove(conn, secret):
+            return 4
+        channel = SocketTransport(conn)
+    return Agent(secret, channel, spawn).serve()
+
+
+def read_password(stdin: TextIO) -> str:
+    """The command user's password: the first line the bootstrap wrote."""
+    password = stdin.readline(MAX_PASSWORD + 2).rstrip("\r\n")
+    if not password or len(password) > MAX_PASSWORD:
+        raise GuestRefusal("command_user_unavailable", "no password for the command user on "
+                           "stdin")
+    return password
+
+
+def _command_user(password: str, pids: int | None) -> Spawn:
+    from stockade.vm import wsb_winproc  # (Windows only: it binds Win32 functions)
+
+    return wsb_winproc.spawner(COMMAND_USER, password, pids)
 
 
 def take_secret(rendezvous: str) -> bytes:
@@ -132,14 +172,3 @@ def prove(conn: socket.socket, secret: bytes) -> bool:
         pass
     conn.close()
     return False
-
-
-def serve(conn: socket.socket, secret: bytes) -> int:
-    """The session agent on `conn` (POSIX), set up as `stockade agent` sets itself up."""
-    from stockade.linux.syscalls import prctl
-    from stockade.session.agent import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, Agent
-
-    prctl(PR_SET_DUMPABLE, 0)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    # Two descriptors: the agent registers reading and writing separately.
-    return Agent(secret, conn.fileno(), os.dup(conn.fileno())).serve()

@@ -18,6 +18,9 @@ occur in a write root) come through a `HostView`, so every policy shape is teste
   unless `filesystem.git` is "writable" (a guarded `.git` is kept whole here).
 - Paths are admitted with the Windows backend's rules (`hostpaths.lexical_refusal`): canonical
   drive paths only, never UNC or device paths; and on `C:` only (the guest has one drive).
+- `network.mode` "none" is a guest without a network (the agent's channel is then the spool,
+  wsb_spool); "allowlist" a guest whose firewall lets it reach only the host's proxy, at the
+  port the host chose (`proxy_port`); "any" is refused, as in the QEMU driver.
 """
 
 from __future__ import annotations
@@ -75,6 +78,21 @@ class Plan:
     proxy_port: int | None
     memory_mb: int | None
     boot_id: str
+    pids: int | None = None  # each command's Job holds at most this many processes
+
+    @property
+    def networking(self) -> bool:
+        """Whether the guest has a network adapter at all (not for "none")."""
+        return self.network != "none"
+
+    def shape(self) -> tuple:
+        """What a guest booted from this plan offers, whatever its boot: two plans of the same
+        shape can run each other's commands (the host's daemon reuses a guest on that)."""
+        own = {GUEST_BOOT, GUEST_RENDEZVOUS}
+        masks = {m.guest for m in self.masks}
+        return (tuple((m.guest, m.read_only, "" if m.guest in masks else m.host)
+                      for m in self.mappings if m.guest not in own),
+                self.network, self.memory_mb, self.pids)
 
 
 def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id: str,
@@ -82,6 +100,10 @@ def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id:
     """The guest for `request` (the agent's request: the policy's roots plus the interpreter
     and Stockade's package); refuses, typed, what Windows Sandbox cannot enforce."""
     hostcode.refuse_unkept(request, "a Windows Sandbox guest")
+    if request.network.credentials or request.network.http:
+        raise UnenforceableError("network.credentials", "network.credentials and network.http "
+                                 "are kept by the native Linux backend's proxy only, not yet "
+                                 "in a Windows Sandbox guest")
     network = _network(request.network.mode, proxy_port)
     memory_mb = _memory(request)
     _limits(request)
@@ -97,17 +119,18 @@ def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id:
         raise UnenforceableError("filesystem", f"{len(ordered)} mapped folders: the Windows "
                                  f"Sandbox driver maps at most {MAX_MAPPINGS}")
     read_only = tuple(m.guest for m in ordered if m.read_only and m not in masks)
-    return Plan(ordered, tuple(masks), read_only, network, proxy_port, memory_mb, boot_id)
+    return Plan(ordered, tuple(masks), read_only, network, proxy_port, memory_mb, boot_id,
+                request.limits.pids)
 
 
 def _network(mode: str, proxy_port: int | None) -> str:
     if mode not in ACCEPTED_NETWORK:
-        raise UnenforceableError(f"network.{mode}", f"network mode {mode!r}: the guest's "
-                                 "firewall is locked to the host; unrestricted egress is not "
-                                 "offered (as on Linux)")
-    if mode == "allowlist" and proxy_port is None:
-        raise UnenforceableError("network.allowlist", "the allowlist needs Stockade's proxy on "
-                                 "the sandbox's virtual switch, which is not wired yet")
+        raise UnenforceableError(f"network.{mode}", f"network mode {mode!r}: a Windows Sandbox "
+                                 "guest has no destination guard, so unrestricted egress is not "
+                                 "offered (use allowlist)")
+    if (mode == "allowlist") != (proxy_port is not None):
+        raise UnenforceableError(f"network.{mode}", "the allowlist, and only it, needs the "
+                                 "host's proxy port")
     return mode
 
 

@@ -47,7 +47,7 @@ class WindowsAclStore:
         win32().GetNamedSecurityInfoW(fsinfo.win32_path(path), c.SE_FILE_OBJECT,
                                       c.DACL_SECURITY_INFORMATION, None, None,
                                       ctypes.byref(dacl), None, ctypes.byref(descriptor))
-        return _dacl(path, dacl, descriptor)
+        return dacl_of(path, dacl, descriptor)
 
     @contextlib.contextmanager
     def opened(self, path: str) -> Iterator[OpenedFile]:
@@ -130,7 +130,7 @@ class OpenedFile:
         dacl, descriptor = PVOID(), PVOID()
         win32().GetSecurityInfo(self._handle(), c.SE_FILE_OBJECT, c.DACL_SECURITY_INFORMATION,
                                 None, None, ctypes.byref(dacl), None, ctypes.byref(descriptor))
-        return _dacl(self.path, dacl, descriptor)
+        return dacl_of(self.path, dacl, descriptor)
 
     def write(self, explicit: tuple[Ace, ...], protected: bool) -> None:
         data = ctypes.create_string_buffer(acl.encode(explicit))
@@ -155,7 +155,9 @@ class OpenedFile:
         return fsinfo.file_id(os.fstat(self._fd))
 
 
-def _dacl(path: str, dacl: PVOID, descriptor: PVOID) -> Dacl:
+def dacl_of(path: str, dacl: PVOID, descriptor: PVOID) -> Dacl:
+    """The DACL GetSecurityInfo (or GetNamedSecurityInfoW) gave, with its control bits; the
+    descriptor freed."""
     api = win32()
     try:
         if not dacl.value:

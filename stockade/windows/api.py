@@ -21,8 +21,11 @@ from stockade.errors import SetupError, UnavailableError
 from stockade.windows import constants as c
 from stockade.windows.structs import (
     BOOL,
+    BY_HANDLE_FILE_INFORMATION,
     DWORD,
     HANDLE,
+    LONG,
+    PROCESS_BASIC_INFORMATION,
     PROCESS_INFORMATION,
     PSID,
     PVOID,
@@ -75,13 +78,22 @@ def _hresult(result, func, args):
     return result
 
 
+def _ntstatus(result, func, args):
+    """Native functions returning an NTSTATUS (0 is success); its winerror is the status."""
+    if result:
+        error = OSError(None, f"{func.__name__}: NTSTATUS 0x{result & 0xFFFFFFFF:08X}")
+        error.winerror = result & 0xFFFFFFFF
+        raise error
+    return result
+
+
 def _wait(result, func, args):
     if result == 0xFFFFFFFF:  # WAIT_FAILED
         raise _fail(ctypes.get_last_error(), func.__name__)
     return result
 
 
-DLLS = ("userenv", "ole32", "advapi32", "kernel32", "kernelbase", "user32")
+DLLS = ("userenv", "ole32", "advapi32", "kernel32", "kernelbase", "user32", "ntdll")
 # name: (dll, restype, argtypes, errcheck or None)
 _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     # userenv
@@ -143,6 +155,13 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "GetLongPathNameW": ("kernel32", DWORD, [LPCWSTR, ctypes.c_wchar_p, DWORD], _true),
     "CreateFileW": ("kernel32", HANDLE, [LPCWSTR, DWORD, DWORD, _P(SECURITY_ATTRIBUTES), DWORD,
                                          DWORD, HANDLE], _handle),
+    "ReadFile": ("kernel32", BOOL, [HANDLE, PVOID, DWORD, _P(DWORD), PVOID], _true),
+    "WriteFile": ("kernel32", BOOL, [HANDLE, PVOID, DWORD, _P(DWORD), PVOID], _true),
+    "FlushFileBuffers": ("kernel32", BOOL, [HANDLE], _true),
+    "GetFileInformationByHandle": ("kernel32", BOOL, [HANDLE, _P(BY_HANDLE_FILE_INFORMATION)],
+                                   _true),
+    "OpenProcess": ("kernel32", HANDLE, [DWORD, BOOL, DWORD], _true),
+    "OpenThread": ("kernel32", HANDLE, [DWORD, BOOL, DWORD], _true),
     "DeviceIoControl": ("kernel32", BOOL, [HANDLE, DWORD, PVOID, DWORD, PVOID, DWORD, _P(DWORD),
                                            PVOID], _true),
     "FindFirstFileNameW": ("kernel32", HANDLE, [LPCWSTR, DWORD, _P(DWORD), ctypes.c_wchar_p],
@@ -153,6 +172,10 @@ _SIGNATURES: dict[str, tuple[str, object, list, Callable | None]] = {
     "GetVolumeInformationW": ("kernel32", BOOL, [LPCWSTR, ctypes.c_wchar_p, DWORD, _P(DWORD),
                                                  _P(DWORD), _P(DWORD), ctypes.c_wchar_p, DWORD],
                               _true),
+    # ntdll (documented: the parent of a process, InheritedFromUniqueProcessId)
+    "NtQueryInformationProcess": ("ntdll", LONG, [HANDLE, ctypes.c_int,
+                                                  _P(PROCESS_BASIC_INFORMATION), DWORD, PVOID],
+                                  _ntstatus),
     # user32
     "CreateDesktopExW": ("user32", HANDLE, [LPCWSTR, LPCWSTR, PVOID, DWORD, DWORD,
                                             _P(SECURITY_ATTRIBUTES), ctypes.c_uint32, PVOID],

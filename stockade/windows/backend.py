@@ -73,6 +73,10 @@ REPORT = [
     Capability("identity", True, "a fresh AppContainer profile per launch, no capabilities "
                "but its runtime roots' read capabilities (standing grants)",
                "deleted at settlement; its name is never handed out again"),
+    Capability("broker", True, "a one-shot broker process per launch, the only caller of the "
+               "AppContainer launcher, launching only from a closed manifest bound to its PID, "
+               "a nonce and the request's digest, recomputed",
+               "same user as the owner: no boundary against that user's own processes"),
     Capability("filesystem.read", True, "read+execute entries for the launch's package SID "
                "on each read root", "anything open to every AppContainer (ALL APPLICATION "
                "PACKAGES: C:\\Windows, C:\\Program Files, ...) is readable whatever the policy"),

@@ -36,6 +36,7 @@ always given its desktop by name (`station\\desktop`, process.py), never NULL.
 from __future__ import annotations
 
 import ctypes
+import re
 import secrets
 from collections.abc import Callable
 
@@ -60,6 +61,15 @@ DESKTOP_HEAP_KB = 1024  # per launch: enough for console programs and a few wind
 
 def desktop_name() -> str:
     return f"stockade-{secrets.token_hex(12)}"
+
+
+# `station\desktop` where the desktop is one desktop_name makes.
+_LAUNCH_DESKTOP = re.compile(r"[^\\\0]{1,256}\\stockade-[0-9a-f]{24}")
+
+
+def is_launch_desktop(name: str) -> bool:
+    """Whether `name` (`station\\desktop`) names a launch's private desktop, never another."""
+    return bool(_LAUNCH_DESKTOP.fullmatch(name))
 
 
 def desktop_sddl(user_sid: str, appcontainer_sid: str) -> str:

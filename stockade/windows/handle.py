@@ -8,7 +8,9 @@ step undone at settlement, newest first):
 3. a Job with the launch's limits (job.py), an entry for the AppContainer on this process's
    window station and a private desktop with a bounded heap (desktop.py);
 4. the child created suspended in its AppContainer, already in the Job, inheriting exactly its
-   three standard handles (process.py); then verified from what is read back, not from what
+   three standard handles (process.py), by a one-shot broker process of its own that launches
+   only what a closed manifest bound to its PID, a nonce and the request's digest authorizes
+   (brokered.py, broker.py); then verified from what is read back, not from what
    was asked for — its token and Job membership (tokens.py), the Job's settings
    (QueryInformationJobObject), the handles it holds (an inheritable canary outside the handle
    list must not be among them), its mitigation policies, the desktop's and window station's
@@ -28,22 +30,21 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from stockade.errors import SetupError, StartError, StockadeError
 from stockade.launch.backend import Exit, Handle, Stdio
 from stockade.launch.request import LaunchRequest
 from stockade.windows import (
     acl,
-    admission,
-    cmdline,
+    brokered,
     desktop,
-    envblock,
     filesystem,
     fsinfo,
     identity,
@@ -51,6 +52,7 @@ from stockade.windows import (
     leases,
     netfence,
     process,
+    program,
     records,
     standing,
     tokens,
@@ -59,12 +61,14 @@ from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.aclstore import WindowsAclStore
 from stockade.windows.api import win32
+from stockade.windows.manifest import Context
 from stockade.windows.stdio import ChildStdio
 from stockade.windows.structs import DWORD
 
 if TYPE_CHECKING:
     from stockade.lifecycle.ledger import LaunchRecord, Ledger
 
+T = TypeVar("T")
 KILLED_SIGNAL = 9  # how a killed sandbox is reported, as on Linux (SIGKILL)
 _WAIT_SLICE_MS = 100
 # CreateProcessW failures that are the command's, not the sandbox's: file or path not found,
@@ -72,23 +76,24 @@ _WAIT_SLICE_MS = 100
 _NOT_STARTABLE = {2, 3, c.ERROR_ACCESS_DENIED, 193, 216}
 
 
-def start(launch: process.Launch, plan: job.JobPlan, nested: bool,
-          program: str) -> tuple[process.Created, job.JobPlan]:
-    """Create the child in the launch's Job (`launch.job`, set as `plan`); the child, and the
-    plan the Job holds once it started. With the owner in a Job (`nested`) Windows refuses to
-    start the child in a Job with UI limits (access denied) unless the owner's Job lets its
-    children break away silently, as Python's launchers' Jobs do: then, and only then, the
-    Job drops them and the start is tried once more (see job.py). A failure, typed
-    (`start_failure`) where it is the command's or the owner's Job's."""
+def start(create: Callable[[], T], job_handle: int, plan: job.JobPlan, nested: bool,
+          program: str) -> tuple[T, job.JobPlan]:
+    """Create the child (`create`: through the broker) in the launch's Job (`job_handle`, set
+    as `plan`); what `create` gave, and the plan the Job holds once it started. With the owner
+    in a Job (`nested`) Windows refuses to start the child in a Job with UI limits (access
+    denied) unless the owner's Job lets its children break away silently, as Python's
+    launchers' Jobs do: then, and only then, the Job drops them and the start is tried once
+    more, by a broker of its own (see job.py). A failure, typed (`start_failure`) where it is
+    the command's or the owner's Job's."""
     try:
         try:
-            return process.create(launch), plan
+            return create(), plan
         except OSError as exc:
             if not (nested and plan.ui_restrictions and exc.winerror == c.ERROR_ACCESS_DENIED):
                 raise
         plan = job.without_ui_limits(plan)
-        job.set_ui_restrictions(launch.job, plan)
-        return process.create(launch), plan
+        job.set_ui_restrictions(job_handle, plan)
+        return create(), plan
     except OSError as exc:
         typed = start_failure(exc, program, job.owner_ui_restrictions() if nested else 0)
         if typed is not None:
@@ -148,7 +153,7 @@ class WindowsHandle(Handle):
         from stockade.lifecycle.ledger import Ledger
 
         api = win32()
-        application = executable(request)
+        program.executable(request)  # (the command's to find: before anything is set up)
         ledger = ledger or Ledger()
         held = self._stack.enter_context(contextlib.ExitStack())  # released after the ledger
         record = self._stack.enter_context(ledger.launch(request.request_id))
@@ -174,6 +179,8 @@ class WindowsHandle(Handle):
         plan = job.job_plan(request.limits, os.cpu_count() or 1)
         self._job = job.create_job(plan)
         self._stack.callback(api.CloseHandle, self._job)
+        assign = job.assign_only(self._job)  # (the broker's)
+        self._stack.callback(api.CloseHandle, assign)
         station = desktop.window_station()
         desktop.check_station(station)
         record.add(desktop.STATION_KIND, station, {"sid": package})
@@ -197,17 +204,19 @@ class WindowsHandle(Handle):
         pipes = ChildStdio(stdio)
         self._pipes = pipes
         wanted_mitigations = process.mitigations(request.exec_from_write)
+        context = Context(package_sid=package, capabilities=prepared.capabilities,
+                          desktop=f"{station}\\{desk}", temp=temp, job=assign,
+                          stdio=tuple(pipes.handles))
+        manifests = brokered.directory(ledger.root)
+        # What the broker launches: the request with this launch's proxy in its environment
+        # (the broker adds the network's capability from the request itself: netfence).
+        launched = dataclasses.replace(request, env=network.environment(request.env))
         canary = process.inheritable_canary()
         try:
-            created, plan = start(process.Launch(
-                application=application, command_line=cmdline.command_line(request.argv),
-                environment=envblock.environment_block(
-                    envblock.with_temp(network.environment(request.env), temp)),
-                cwd=request.cwd,
-                desktop=f"{station}\\{desk}", package_sid=package,
-                capabilities=capabilities, job=self._job,
-                stdio=tuple(pipes.handles), mitigations=wanted_mitigations),
-                plan, nested, request.argv[0])
+            started, plan = start(
+                functools.partial(brokered.create, launched, context, manifests, user),
+                self._job, plan, nested, request.argv[0])
+            created = started.created
             self._process = created.process
             self._stack.callback(api.CloseHandle, created.process)
             self._stack.callback(api.CloseHandle, created.thread)
@@ -218,7 +227,10 @@ class WindowsHandle(Handle):
         seen = {"token": tokens.child_token(created.process, self._job),
                 "job": job.observed(self._job), "handles": held_handles,
                 "mitigations": process.observed_mitigations(created.process),
-                "desktop": seen_desktop}
+                "desktop": seen_desktop,
+                "broker": {"pid": started.broker_pid,
+                           "creator": process.creator(created.process),
+                           "manifest_consumed": started.manifest_consumed}}
         refusal = confinement_refusal(package, plan, wanted_mitigations, seen, capabilities)
         if refusal:
             raise SetupError("confinement_unverified", refusal, stage="verify")
@@ -301,37 +313,18 @@ class WindowsHandle(Handle):
             return None
 
 
-def executable(request: LaunchRequest, is_file: Callable[[str], bool] = os.path.isfile,
-               entry: Callable[[str], admission.Entry] = fsinfo.entry,
-               link_target: Callable[[str], str | None] = fsinfo.app_link_target) -> str:
-    """The program to run, which must lie in a root the sandbox may execute from. An app
-    execution alias (the Store's `WindowsApps\\python.exe`) is run as the program it names:
-    what CreateProcessW does with an alias (activating the app under its package's identity)
-    is not documented for a child created in an AppContainer and a Job, so an alias is never
-    the image itself, and its target must lie in a root like any program."""
-    path = cmdline.resolve_program(request.argv[0], request.cwd, request.env, is_file)
-    if admission.app_alias(entry(path)):
-        target = link_target(path)
-        if target is None:
-            raise StartError("command_not_found", f"{request.argv[0]}: {path} is an app "
-                             "execution alias whose program could not be read; name the "
-                             "program itself")
-        path = target
-    roots = request.read + (request.write if request.exec_from_write else ())
-    if not any(admission.inside(path, g.path) for g in roots):
-        raise StartError("command_not_found", f"{request.argv[0]}: {path} is outside every "
-                         "root the sandbox may execute from")
-    return path
-
-
 def confinement_refusal(package: str, plan: job.JobPlan, mitigations: int,
                         seen: dict, capabilities: tuple[str, ...] = ()) -> str | None:
     """Why the suspended child is not confined as launched, from what was read back (`seen`:
-    its token, the Job's settings, the handles it holds, its mitigation policies, the desktop's
-    and window station's entries); None if it is."""
+    its token, its creator, the Job's settings, the handles it holds, its mitigation policies,
+    the desktop's and window station's entries); None if it is."""
     token: tokens.ChildToken = seen["token"]
     desk = seen["desktop"]
+    broker = seen["broker"]
     return (token.refusal(package, capabilities) or process.handles_refusal(seen["handles"])
+            # Made by the launch's broker, a process of its own: not by this one, nor another.
+            or (None if broker["creator"] == broker["pid"] != os.getpid()
+                else "the child was not created by the launch's broker")
             # Whatever the plan said: a Job that lets a process break away does not hold it.
             or ("the Job lets its processes break away" if seen["job"]["breakaway"] else None)
             or (None if seen["job"] == job.applied(plan)
@@ -364,6 +357,6 @@ def _enforced(request: LaunchRequest, plan: job.JobPlan, done: dict[str, int], s
     return {"identity": "appcontainer", "capabilities": len(capabilities),
             "verified": seen["token"].facts(package, capabilities), "filesystem": done,
             "exec_from_write": request.exec_from_write, "mitigations": seen["mitigations"],
-            "job": seen["job"], "desktop": seen["desktop"],
+            "job": seen["job"], "desktop": seen["desktop"], "broker": seen["broker"],
             "handles": {"standard": sum(held[:3]), "outside_list": sum(held[3:])},
             "limits": limits}

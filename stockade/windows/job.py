@@ -38,6 +38,7 @@ from stockade.windows import constants as c
 from stockade.windows.api import win32
 from stockade.windows.structs import (
     DWORD,
+    HANDLE,
     JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
     JOBOBJECT_BASIC_UI_RESTRICTIONS,
     JOBOBJECT_CPU_RATE_CONTROL_INFORMATION,
@@ -224,6 +225,17 @@ def create_job(plan: JobPlan) -> int:
         api.CloseHandle(handle)
         raise
     return handle
+
+
+def assign_only(handle: int) -> int:
+    """An inheritable duplicate of the Job's handle that may do one thing, put a process in it
+    (JOB_OBJECT_ASSIGN_PROCESS: what PROC_THREAD_ATTRIBUTE_JOB_LIST needs), never change,
+    query or terminate it: the broker's (broker.py). The caller closes it."""
+    api = win32()
+    copy = HANDLE()
+    api.DuplicateHandle(api.GetCurrentProcess(), handle, api.GetCurrentProcess(),
+                        ctypes.byref(copy), c.JOB_OBJECT_ASSIGN_PROCESS, True, 0)
+    return copy.value
 
 
 def set_ui_restrictions(handle: int, plan: JobPlan) -> None:

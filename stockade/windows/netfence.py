@@ -56,6 +56,13 @@ def check(request: LaunchRequest, fence: Callable[[], str | None] | None) -> Non
         raise UnenforceableError(f"network.{network.mode}", why)
 
 
+def capabilities(request: LaunchRequest) -> tuple[str, ...]:
+    """The network capabilities `request`'s AppContainer holds: `internetClient` for `any`
+    alone (an `allowlist` child reaches the host's proxy through the loopback exemption). The
+    host verifies the child's token against these, and the broker grants them (broker.py)."""
+    return (INTERNET_CLIENT,) if request.network.mode == "any" else ()
+
+
 class LaunchNetwork:
     """One launch's network: `capabilities` for the AppContainer, `environment` for the child,
     `attach` once the child is created, `close` at settlement (after the Job drained)."""
@@ -63,7 +70,7 @@ class LaunchNetwork:
     def __init__(self, request: LaunchRequest,
                  connect: Callable[[], fenceclient.Transport] | None = None) -> None:
         self.mode = request.network.mode
-        self.capabilities: tuple[str, ...] = (INTERNET_CLIENT,) if self.mode == "any" else ()
+        self.capabilities = capabilities(request)
         self.port: int | None = None
         self._connect = connect
         self._client: fenceclient.FenceClient | None = None

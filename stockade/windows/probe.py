@@ -12,7 +12,8 @@ back, and both are observations, never the plan echoed:
   handle's `enforced`): its token and Job membership, the Job's settings
   (QueryInformationJobObject), the handles it holds (its three standard ones, and not an
   inheritable canary outside its handle list), its mitigation policies, the desktop's and the
-  window station's entries for its AppContainer;
+  window station's entries for its AppContainer, its creator and the broker's PID, and whether
+  the broker's manifest was gone once it answered;
 - from inside, the child's own report: its token, its Job and that Job's settings as the
   child queries them, its mitigation policies, the desktop its thread is on (the launch's) and
   whether the user's default desktop opens, its environment, its file and loopback attempts.
@@ -66,7 +67,16 @@ from stockade.launch.probe import Refused, Run
 from stockade.launch.request import LaunchRequest, LimitSpec, PathGrant
 from stockade.lifecycle import facts, removers, statedir
 from stockade.lifecycle.ledger import LaunchRecord, Ledger
-from stockade.windows import admission, desktop, fsinfo, identity, probe_child, process, tokens
+from stockade.windows import (
+    admission,
+    desktop,
+    fsinfo,
+    identity,
+    probe_child,
+    process,
+    program,
+    tokens,
+)
 from stockade.windows import constants as c
 from stockade.windows import job as jobs
 from stockade.windows.acl import Ace, Dacl
@@ -107,6 +117,8 @@ EXPECTATIONS: facts.Table = {
     "identity": {"appcontainer_token": _is(True), "launch_package_sid": _is(True),
                  "capabilities": _is(0), "child_appcontainer_token": _is(True),
                  "child_launch_package_sid": _is(True), "child_capabilities": _is(0)},
+    # The child was made by the launch's broker, another process, which consumed its manifest.
+    "broker": {"launch_brokered": _is(True), "manifest_consumed": _is(True)},
     "job": {"in_job": _is(True), "job_kill_on_close": _is(True), "job_breakaway": _is(False),
             "job_die_on_unhandled_exception": _is(True),
             "job_ui_restrictions": ((lambda v: v in ("all", NESTED_UI)), f"'all' or {NESTED_UI!r}"),
@@ -147,6 +159,9 @@ LEGEND = {
     "child_appcontainer_token": "the child sees an AppContainer token",
     "child_launch_package_sid": "the child sees this launch's AppContainer",
     "child_capabilities": "the capabilities the child sees beyond its runtime roots' (0)",
+    "launch_brokered": "the child was created by the launch's one-shot broker, a process "
+                       "other than this one (its creator, as read back)",
+    "manifest_consumed": "the broker's manifest was gone once the broker had answered",
     "in_job": "the child is in the launch's Job",
     "job_kill_on_close": "the Job kills its processes when its handle closes",
     "job_breakaway": "a process may break away from the Job (must be false)",
@@ -244,12 +259,7 @@ class Win32Host:
         return identity.profile_exists(name)
 
     def interpreter(self) -> str:
-        python = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
-        # The Store's Python runs as an app execution alias in a folder of aliases, which no
-        # root may hold (admission.py): the probe reads and runs the program it names.
-        if admission.app_alias(fsinfo.entry(python)):
-            return fsinfo.app_link_target(python) or python
-        return python
+        return program.interpreter()
 
     def uptime(self) -> float:
         from stockade.windows.api import win32
@@ -431,8 +441,12 @@ def launch_facts(enforced: dict, report: dict, package_sid: str) -> dict[str, ob
     desk = enforced.get("desktop", {})
     held = enforced.get("handles", {})
     mitigations = enforced.get("mitigations", 0)
+    broker = enforced.get("broker", {})
     child = child_facts(report)
     return {
+        "launch_brokered": broker.get("creator") == broker.get("pid")
+        not in (None, os.getpid()),
+        "manifest_consumed": broker.get("manifest_consumed"),
         **{fact: verified.get(fact) for fact in ("appcontainer_token", "launch_package_sid",
                                                  "capabilities", "in_job")},
         "child_appcontainer_token": child["appcontainer_token"],

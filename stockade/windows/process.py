@@ -26,6 +26,7 @@ from stockade.windows.api import win32
 from stockade.windows.structs import (
     DWORD64,
     HANDLE,
+    PROCESS_BASIC_INFORMATION,
     PROCESS_INFORMATION,
     PROCESS_MITIGATION_EXTENSION_POINT_DISABLE_POLICY,
     PROCESS_MITIGATION_IMAGE_LOAD_POLICY,
@@ -90,6 +91,7 @@ class Created:
     process: int
     thread: int
     pid: int
+    thread_id: int
 
 
 def create(launch: Launch) -> Created:
@@ -132,9 +134,37 @@ def create(launch: Launch) -> Created:
         environment = ctypes.create_unicode_buffer(launch.environment)    # may write to both
         api.CreateProcessW(launch.application, command_line, None, None, True, CREATION_FLAGS,
                            environment, launch.cwd, ctypes.byref(startup), ctypes.byref(info))
-        return Created(info.hProcess, info.hThread, info.dwProcessId)
+        return Created(info.hProcess, info.hThread, info.dwProcessId, info.dwThreadId)
     finally:
         api.DeleteProcThreadAttributeList(attribute_list)
+
+
+# What the host does with a child the broker created (handle.py): read its token, Job and
+# mitigations, duplicate handles out of it, wait for it; and resume its thread.
+CHILD_RIGHTS = c.PROCESS_QUERY_INFORMATION | c.PROCESS_DUP_HANDLE | c.SYNCHRONIZE
+
+
+def opened(pid: int, thread_id: int) -> Created:
+    """The suspended child the broker created, opened by its ids (it cannot end before it is
+    resumed, so they name it still; the host's verification checks it is in the Job)."""
+    api = win32()
+    process = api.OpenProcess(CHILD_RIGHTS, False, pid)
+    try:
+        thread = api.OpenThread(c.THREAD_SUSPEND_RESUME, False, thread_id)
+    except BaseException:
+        api.CloseHandle(process)
+        raise
+    return Created(process, thread, pid, thread_id)
+
+
+def creator(process: int) -> int:
+    """The id of the process that created `process` (NtQueryInformationProcess's
+    InheritedFromUniqueProcessId: CreateProcessW's caller, unless a parent was named for it with
+    PROC_THREAD_ATTRIBUTE_PARENT_PROCESS, which the launcher never does)."""
+    info = PROCESS_BASIC_INFORMATION()
+    win32().NtQueryInformationProcess(process, c.PROCESS_BASIC_INFORMATION_CLASS,
+                                      ctypes.byref(info), ctypes.sizeof(info), None)
+    return info.InheritedFromUniqueProcessId
 
 
 def observed_mitigations(process: int) -> int:

@@ -3,10 +3,11 @@ from the facts the Windows readiness probe verified (probe.py) and from what `ch
 
 A row rests on the facts the probe observed about its launch: from outside, what the backend
 read back from the suspended child (token, Job membership and settings, handles held,
-mitigation policies, the desktop's and window station's entries) and the access-control changes
-made and exactly reverted; from inside, the probe child's own report (its token, Job,
-mitigations, desktop, environment, and its file and loopback attempts). What neither shows (a
-listening socket, DNS, named pipes, the registry) is said in the reason, not claimed.
+mitigation policies, the desktop's and window station's entries, the broker that made it) and
+the access-control changes made and exactly reverted; from inside, the probe child's own report
+(its token, Job, mitigations, desktop, environment, and its file and loopback attempts). What
+neither shows (a listening socket, DNS, named pipes, the registry) is said in the reason, not
+claimed.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             "instruction",
             {"token": token, "settlement": ("profile_deleted",)},
             "deleted at settlement; its name is never handed out again"),
+        row("broker", "a one-shot broker process per launch starts the child through the "
+            "AppContainer launcher, only from a closed manifest bound to its PID, a nonce and "
+            "the digest it recomputes from the whole request; the manifest is consumed",
+            {"broker": ("launch_brokered", "manifest_consumed")},
+            "the broker runs as the owner's user: it binds each launch to the request its "
+            "digest names and keeps the launcher behind that check, not a boundary against "
+            "that user's own processes"),
         row("filesystem.read", "read+execute entries for the launch's package SID on each read "
             "root", {"acl": acl, "child": ("outside_path",)},
             partial="anything open to every AppContainer (ALL APPLICATION PACKAGES: "

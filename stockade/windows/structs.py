@@ -14,6 +14,7 @@ WORD = ctypes.c_uint16
 DWORD = ctypes.c_uint32
 DWORD64 = ctypes.c_uint64
 BOOL = ctypes.c_int32
+LONG = ctypes.c_int32
 LARGE_INTEGER = ctypes.c_int64
 ULONGLONG = ctypes.c_uint64
 SIZE_T = ctypes.c_size_t
@@ -119,3 +120,21 @@ class SECURITY_DESCRIPTOR_RELATIVE(ctypes.Structure):
 
     _fields_ = [("Revision", BYTE), ("Sbz1", BYTE), ("Control", WORD), ("Owner", DWORD),
                 ("Group", DWORD), ("Sacl", DWORD), ("Dacl", DWORD)]
+
+
+class FILETIME(ctypes.Structure):
+    _fields_ = [("dwLowDateTime", DWORD), ("dwHighDateTime", DWORD)]
+
+
+class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
+    _fields_ = [("dwFileAttributes", DWORD), ("ftCreationTime", FILETIME),
+                ("ftLastAccessTime", FILETIME), ("ftLastWriteTime", FILETIME),
+                ("dwVolumeSerialNumber", DWORD), ("nFileSizeHigh", DWORD),
+                ("nFileSizeLow", DWORD), ("nNumberOfLinks", DWORD), ("nFileIndexHigh", DWORD),
+                ("nFileIndexLow", DWORD)]
+
+
+class PROCESS_BASIC_INFORMATION(ctypes.Structure):
+    _fields_ = [("ExitStatus", LONG), ("PebBaseAddress", PVOID), ("AffinityMask", ULONG_PTR),
+                ("BasePriority", LONG), ("UniqueProcessId", ULONG_PTR),
+                ("InheritedFromUniqueProcessId", ULONG_PTR)]

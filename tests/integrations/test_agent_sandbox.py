@@ -13,12 +13,14 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import gone, marked
 from k8s_agent_sandbox import SandboxClient
 from k8s_agent_sandbox.exceptions import SandboxRequestError, SandboxWarmPoolNotFoundError
 from k8s_agent_sandbox.k8s_helper import K8sHelper
@@ -241,3 +243,34 @@ def test_the_policy_is_fixed_at_start_and_its_denials_come_back_as_data(ws, serv
         sandbox.connector.send_request("POST", "execute", json={"command": "true",
                                                                 "timeout_seconds": -1})
     assert refusal(raised)[0] == 400 and refusal(raised)[1]["error"] == "usage"
+
+
+def test_a_full_server_is_a_typed_503_to_the_sdk_and_files_still_answer(ws, serve, kubernetes):
+    """Past --max-concurrent the SDK's `commands.run` raises at once (it retries no POST)
+    with 503 `busy`, while its file operations answer; a client that hangs up frees the
+    slot, its command's tree killed."""
+    root, _ = ws
+    server = serve("--preset", "workspace-write", "--max-concurrent", "1")
+    sandbox = direct(server, kubernetes)
+    marker = f"600.{os.getpid()}"
+    body = json.dumps({"command": f"sleep {marker}"}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as hung:
+        hung.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                     "Content-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 60
+        while not marked(marker):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        began = time.monotonic()
+        with pytest.raises(SandboxRequestError) as raised:
+            sandbox.commands.run("touch ran")
+        status, body = refusal(raised)
+        assert (status, body["error"]) == (503, "busy") and "--max-concurrent" in body["message"]
+        assert raised.value.response.headers["Retry-After"] == "1"
+        sandbox.files.write("kept.txt", b"kept\n")
+        assert sandbox.files.read("kept.txt") == b"kept\n" and sandbox.files.exists("kept.txt")
+        assert time.monotonic() - began < 10 and not (root / "ran").exists()
+    assert gone(marker, within=10), marked(marker)
+    assert sandbox.commands.run("echo again").stdout == "again\n"
+    sandbox.close_connection()

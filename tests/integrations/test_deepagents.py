@@ -240,8 +240,9 @@ def test_what_the_sandbox_stopped_or_cut_is_said_to_the_model(ws):
         "was dropped; the policy grant that would allow it: limits.output\n" in said["call-2"], \
         said["call-2"][-400:]
     assert said["call-3"].startswith(
-        "403\nstockade: denied network.denied: http denied.example:80: not_allowed; the policy "
-        "grant that would allow it: network.allow denied.example:80\n"), said["call-3"]
+        "403\nstockade: the sandbox's network proxy refused http denied.example:80: "
+        "not_allowed: the host is not in network.allow; the policy grant that would allow it: "
+        "network.allow denied.example:80\n"), said["call-3"]
 
 
 def test_a_large_output_is_offloaded_into_the_workspace_and_read_back(ws):

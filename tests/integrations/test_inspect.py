@@ -239,8 +239,9 @@ def test_what_the_sandbox_stopped_or_cut_reaches_the_model(tmp_path, counted_off
         "the sandbox's output limit: the rest of it was dropped; the policy grant that would "
         "allow it: limits.output)."), cut.error
     assert denied.text == (
-        "stockade: denied network.denied: http denied.example:80: not_allowed; the policy "
-        "grant that would allow it: network.allow denied.example:80\n\n403\n"), denied.text
+        "stockade: the sandbox's network proxy refused http denied.example:80: not_allowed: "
+        "the host is not in network.allow; the policy grant that would allow it: "
+        "network.allow denied.example:80\n\n403\n"), denied.text
     assert shortened.error.type == "timeout"  # (python(timeout=1): the call's own timeout)
     assert shortened.text == (
         "stockade: the command was killed after 1s, the timeout this call asked for (shorter "

@@ -11,20 +11,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
+import mcp_types
 import pytest
 from cancelling import NEXT_WITHIN, arunning, check_gone, check_next_call, running, tree
 from conftest import PYTHON
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+
+import stockade
 
 pytestmark = pytest.mark.usefixtures("linux")
 
@@ -151,9 +157,9 @@ def test_what_the_sandbox_stopped_is_said_in_the_tool_result(ws, tmp_path):
     assert cut.endswith("a\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: "
                         "the rest of it was dropped; the policy grant that would allow it: "
                         "limits.output"), cut[-300:]
-    assert denied == ("exit code 0\n403\n\nstockade: denied network.denied: http "
-                      "denied.example:80: not_allowed; the policy grant that would allow it: "
-                      "network.allow denied.example:80"), denied
+    assert denied == ("exit code 0\n403\n\nstockade: the sandbox's network proxy refused http "
+                      "denied.example:80: not_allowed: the host is not in network.allow; the "
+                      "policy grant that would allow it: network.allow denied.example:80"), denied
 
 
 def test_warm_sessions(ws):
@@ -370,3 +376,159 @@ def test_without_the_sdk_a_typed_error_names_the_extra(ws):
     assert done.returncode == 70
     assert done.stderr == ("stockade: extra_missing: the MCP server needs the `mcp` package: "
                            "pip install 'stockade[mcp]'\n")
+
+
+# --- `stockade mcp --ask`: the client asked through MCP elicitation ---------------------------
+
+# Each URL fetched in turn through the policy's proxy: its status (403: refused).
+FETCH_ALL = ("import sys, urllib.request, urllib.error\n"
+             "for url in sys.argv[1:]:\n"
+             "    try: print(urllib.request.urlopen(url, timeout=60).status)\n"
+             "    except urllib.error.HTTPError as e: print(e.code)")
+
+
+class Seen(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def loopback_site() -> Iterator[http.server.ThreadingHTTPServer]:
+    """An HTTP server on the host's loopback (`seen`: the paths it served)."""
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Seen)
+    site.seen = []  # type: ignore[attr-defined]
+    runner = threading.Thread(target=site.serve_forever, daemon=True)
+    runner.start()
+    try:
+        yield site
+    finally:
+        site.shutdown()
+        site.server_close()
+
+
+def asking_server(root, tmp_path, port: int, ask_seconds: float = 30) -> StdioServerParameters:
+    """`stockade mcp --ask` over an allowlist naming only 127.0.0.1:PORT (literally, so that
+    a name resolving there may be approved), its questions bounded by `ask_seconds`."""
+    policy = tmp_path / "ask.toml"
+    policy.write_text(f'version = 1\npreset = "workspace-write"\n[network]\n'
+                      f'mode = "allowlist"\nallow = ["127.0.0.1:{port}"]\n')
+    prelude = (f"import sys; from stockade.cli import run; run.ASK_SECONDS = {ask_seconds}; "
+               "from stockade.cli import main; sys.exit(main(sys.argv[1:]))")
+    # (the stockade these tests import, installed, or a mutant's copy: tests/mutants.py)
+    imported = str(Path(stockade.__file__).resolve().parent.parent)
+    return StdioServerParameters(command=sys.executable, args=[
+        "-c", prelude, "mcp", "--ask", "--policy", str(policy), "--workspace", str(root)],
+        cwd=str(root), env={**server_env(), "PYTHONPATH": imported})
+
+
+def answering(*answers: tuple):
+    """An elicitation callback giving each question the next answer: ("accept", CHOICE),
+    ("decline",), or ("late", SECONDS): "run", after that long. Returns it and the questions."""
+    asked: list[str] = []
+
+    async def callback(context, params) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        kind, *rest = answers[len(asked) - 1]
+        if kind == "late":
+            await anyio.sleep(rest[0])
+            return mcp_types.ElicitResult(action="accept", content={"choice": "run"})
+        if kind == "accept":
+            return mcp_types.ElicitResult(action="accept", content={"choice": rest[0]})
+        return mcp_types.ElicitResult(action=kind)
+    return callback, asked
+
+
+def asked_calls(parameters, callback, *urls: list[str], mode: str = "legacy") -> list:
+    """A `run` of FETCH_ALL over each list of URLs, one client session; the results."""
+    async def session() -> list:
+        async with Client(parameters, elicitation_callback=callback, mode=mode) as client:
+            return [await client.call_tool("run", {"argv": ["python3", "-c", FETCH_ALL, *u]})
+                    for u in urls]
+    return asyncio.run(session())
+
+
+def statuses(result) -> list[str]:
+    return result.structured_content["stdout"].split()
+
+
+def test_the_client_is_asked_and_its_answer_is_the_approval(ws, tmp_path):
+    """Each destination network.allow leaves out is put to the client (once, for the run,
+    deny, declined): "once" allows one connection, "run" the rest of that call's command,
+    and an approval lifts no address check (127.0.0.1 on a port not allowed literally)."""
+    root, _ = ws
+    with loopback_site() as site:
+        port = site.server_address[1]
+        named, guarded = f"http://localhost:{port}/a", "http://127.0.0.1:9/"
+        callback, asked = answering(("accept", "once"), ("accept", "once"), ("accept", "run"),
+                                    ("accept", "run"), ("accept", "deny"), ("decline",))
+        once, run, denied, declined = asked_calls(
+            asking_server(root, tmp_path, port), callback, [named, named, guarded],
+            [named, named, named], [named], [named])
+        assert statuses(once) == ["200", "200", "403"], once
+        assert statuses(run) == ["200", "200", "200"], run
+        assert statuses(denied) == statuses(declined) == ["403"]
+        assert site.seen == ["/a"] * 5
+    assert len(asked) == 6
+    assert f"asks to reach localhost:{port}, which the policy's network.allow leaves out " \
+           "(not_allowed)" in asked[0]
+    assert "127.0.0.1:9" in asked[2]
+    assert [d["grant"] for d in once.structured_content["denials"]] == [
+        "network.allow 127.0.0.1:9"]
+    assert declined.content[0].text.endswith(
+        f"stockade: the sandbox's network proxy refused http localhost:{port}: not_allowed: the "
+        "host is not in network.allow; the policy grant that would allow it: network.allow "
+        f"localhost:{port}"), declined.content[0].text
+    assert "not_asked" not in declined.structured_content
+
+
+def test_no_answer_in_time_is_a_denial(ws, tmp_path):
+    """The client answers "run" only after the bound (2s here): the connection was denied at
+    the bound, and the late answer allows nothing."""
+    root, _ = ws
+    with loopback_site() as site:
+        port = site.server_address[1]
+        callback, asked = answering(("late", 6))
+        began = time.monotonic()
+        [late] = asked_calls(asking_server(root, tmp_path, port, ask_seconds=2), callback,
+                             [f"http://localhost:{port}/late"])
+        assert statuses(late) == ["403"] and site.seen == []
+    assert len(asked) == 1 and time.monotonic() - began < 60
+
+
+@pytest.mark.parametrize(("mode", "elicits", "why"), [
+    ("legacy", False, "this client does not support MCP elicitation"),
+    ("auto", True, "this client's connection cannot carry a server's request")],
+    ids=["no-elicitation", "stateless-protocol"])
+def test_a_client_that_cannot_be_asked_is_denied_and_told_why(ws, tmp_path, mode, elicits,
+                                                              why):
+    root, _ = ws
+    callback, asked = answering(("accept", "run"))
+    with loopback_site() as site:
+        port = site.server_address[1]
+        [unasked] = asked_calls(asking_server(root, tmp_path, port),
+                                callback if elicits else None,
+                                [f"http://localhost:{port}/x"], mode=mode)
+        assert statuses(unasked) == ["403"] and site.seen == [] and asked == []
+    [said] = unasked.structured_content["not_asked"]
+    assert said == {"host": "localhost", "port": port, "why": said["why"],
+                    "grant": f"network.allow localhost:{port}"}
+    assert said["why"].startswith(why), said
+    assert unasked.content[0].text.endswith(
+        f"stockade: not asked about localhost:{port}: {said['why']} (stockade mcp --ask); the "
+        f"policy grant that would allow it: network.allow localhost:{port}")
+
+
+def test_ask_needs_the_allowlist(ws):
+    root, _ = ws
+    done = subprocess.run([sys.executable, "-m", "stockade", "mcp", "--ask", "--preset",
+                           "workspace-write", "--workspace", str(root)], cwd=root,
+                          env=server_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "allowlist" in done.stderr, done.stderr

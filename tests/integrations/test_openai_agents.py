@@ -110,9 +110,9 @@ def test_a_shell_call_says_what_the_sandbox_cut_or_denied(ws):
     assert "stderr:\nstockade: stdout cut at 1024 bytes, the sandbox's output limit: the rest " \
         "of it was dropped; the policy grant that would allow it: limits.output\n" in said, \
         said[-400:]
-    assert "403\n\nstderr:\nstockade: denied network.denied: http denied.example:80: " \
-        "not_allowed; the policy grant that would allow it: network.allow denied.example:80" \
-        in said, said[-400:]
+    assert "403\n\nstderr:\nstockade: the sandbox's network proxy refused http " \
+        "denied.example:80: not_allowed: the host is not in network.allow; the policy grant " \
+        "that would allow it: network.allow denied.example:80" in said, said[-400:]
 
 
 def test_apply_patch_edits_inside_the_workspace_only(ws):

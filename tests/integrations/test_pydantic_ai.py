@@ -202,8 +202,9 @@ def test_what_the_sandbox_stopped_or_cut_reaches_the_model(ws):
         "c1": "WorkspaceOutputLimitError: stockade: stdout cut at 1024 bytes, the sandbox's "
               "output limit: the rest of it was dropped; the policy grant that would allow it: "
               "limits.output",
-        "c2": "0: 403\nstockade: denied network.denied: http denied.example:80: not_allowed; "
-              "the policy grant that would allow it: network.allow denied.example:80\n"}
+        "c2": "0: 403\nstockade: the sandbox's network proxy refused http denied.example:80: "
+              "not_allowed: the host is not in network.allow; the policy grant that would "
+              "allow it: network.allow denied.example:80\n"}
 
 
 def test_cancelling_the_run_kills_its_command(ws, monkeypatch):
