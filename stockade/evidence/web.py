@@ -239,4 +239,3 @@ class Approver(Watch):
             return Finding(False, "the approval function was never asked", error=True)
         return Finding(True, "the approval function allowed " + "; ".join(
             dict.fromkeys(self.asked)))
-
