@@ -268,6 +268,19 @@ def attempt(name, action):
         print(name + ": " + errno.errorcode[exc.errno])
 """
 
+# A child script that fetches each URL of its arguments in turn, one line each: the status (a
+# proxy's refusal: 403), or `refused` where no answer came (a CONNECT the proxy refused).
+FETCH = textwrap.dedent("""
+    import sys, urllib.request, urllib.error
+    for url in sys.argv[1:]:
+        try:
+            print(urllib.request.urlopen(url, timeout=90).status)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+        except OSError:
+            print("refused")
+""")
+
 
 def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:
     """A preset, with the test interpreter readable, and filesystem/limits fields replaced."""

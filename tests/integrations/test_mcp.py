@@ -24,7 +24,7 @@ import anyio
 import mcp_types
 import pytest
 from cancelling import NEXT_WITHIN, arunning, check_gone, check_next_call, running, tree
-from conftest import PYTHON
+from conftest import FETCH, PYTHON
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -124,10 +124,6 @@ def test_a_call_cannot_lengthen_the_policys_timeout(ws, tmp_path):
         {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout"}]
 
 
-# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
-FETCH = ("import urllib.request, sys\n"
-         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
-         "except urllib.error.HTTPError as e: print(e.code)")
 LIMITED = """version = 1
 preset = "workspace-write"
 [limits]
@@ -378,13 +374,6 @@ def test_without_the_sdk_a_typed_error_names_the_extra(ws):
 
 # --- `stockade mcp --ask`: the client asked through MCP elicitation ---------------------------
 
-# Each URL fetched in turn through the policy's proxy: its status (403: refused).
-FETCH_ALL = ("import sys, urllib.request, urllib.error\n"
-             "for url in sys.argv[1:]:\n"
-             "    try: print(urllib.request.urlopen(url, timeout=60).status)\n"
-             "    except urllib.error.HTTPError as e: print(e.code)")
-
-
 def asking_server(root, tmp_path, port: int, ask_seconds: float = 30) -> StdioServerParameters:
     """`stockade mcp --ask` over an allowlist naming only 127.0.0.1:PORT (literally, so that
     a name resolving there may be approved), its questions bounded by `ask_seconds`."""
@@ -418,10 +407,10 @@ def answering(*answers: tuple):
 
 
 def asked_calls(parameters, callback, *urls: list[str], mode: str = "legacy") -> list:
-    """A `run` of FETCH_ALL over each list of URLs, one client session; the results."""
+    """A `run` of FETCH over each list of URLs, one client session; the results."""
     async def session() -> list:
         async with Client(parameters, elicitation_callback=callback, mode=mode) as client:
-            return [await client.call_tool("run", {"argv": ["python3", "-c", FETCH_ALL, *u]})
+            return [await client.call_tool("run", {"argv": ["python3", "-c", FETCH, *u]})
                     for u in urls]
     return asyncio.run(session())
 
