@@ -49,6 +49,7 @@ BROKER = "tests/test_windows_broker.py::"
 # says the row caught the mutant)
 EVIDENCE_NET = "tests/test_evidence_network.py::test_the_row_passes_with_its_control["
 WSB = "tests/test_vm_wsb.py::"
+PROXY_ENV = "tests/test_windows_proxy_env.py::"
 WSB_AGENT = "tests/test_vm_wsb_agent.py::"
 WSB_DAEMON = "tests/test_vm_wsb_daemon.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
@@ -1773,4 +1774,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "if mode is None and made and not self.make:", "if False:",
            ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
             "_workspace[template]",)),
+    # a Windows allowlist launch sets each proxy variable once (attack on issue 36, E1-E3):
+    # both cases refused every launch at the check, in the broker and in the guest
+    Mutant("windows-proxy-env-both-cases", "stockade/net/env.py",
+           "env = dict(names) if case_insensitive else names | {", "env = names | {",
+           (PROXY_ENV + "test_a_windows_allowlist_launch_compiles_to_an_environment_the_check"
+            "_accepts",)),
+    Mutant("windows-proxy-env-beside-another-case", "stockade/net/env.py",
+           "    if case_insensitive:\n        taken", "    if False:\n        taken",
+           (PROXY_ENV + "test_the_launch_network_sets_the_proxy_once_over_any_case_of_its_name",)),
+    Mutant("broker-bad-request-untyped", "stockade/windows/broker.py",
+           "except ValueError as exc:  # (a request Windows", "except KeyError as exc:  # (",
+           (PROXY_ENV + "test_a_broker_refuses_a_request_windows_cannot_hold_typed[env0]",)),
 )

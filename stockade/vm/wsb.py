@@ -39,7 +39,7 @@ from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.lifecycle import lease, statedir
-from stockade.net.env import proxy_environment
+from stockade.net.env import proxy_environment, with_proxy
 from stockade.net.proxy import Proxy
 from stockade.policy import Policy
 from stockade.session import boot
@@ -401,7 +401,8 @@ def command_env(request: LaunchRequest, session: boot.Session) -> dict[str, str]
     variables = dict(request.env)
     address = session.handle.guest.proxy_address  # type: ignore[attr-defined]
     if address is not None:
-        variables |= proxy_environment(address[1], address[0])
+        proxy = proxy_environment(address[1], address[0], case_insensitive=True)
+        variables = with_proxy(variables, proxy, case_insensitive=True)
     return variables
 
 
