@@ -1786,4 +1786,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("broker-bad-request-untyped", "stockade/windows/broker.py",
            "except ValueError as exc:  # (a request Windows", "except KeyError as exc:  # (",
            (PROXY_ENV + "test_a_broker_refuses_a_request_windows_cannot_hold_typed[env0]",)),
+    # a kept guest's proxy was made from its booting execution's allow/deny (attack on issue
+    # 36, W2): an execution with another allowlist boots its own
+    Mutant("wsb-shape-without-egress", "stockade/vm/wsb_plan.py",
+           "self.network, self.egress, self.memory_mb", "self.network, self.memory_mb",
+           ("tests/test_vm_wsb_reuse.py::test_a_kept_guest_is_not_reused_by_an_execution_with"
+            "_another_allowlist[first0-second0-raw.githubusercontent.com]",)),
 )
