@@ -1792,4 +1792,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "self.network, self.egress, self.memory_mb", "self.network, self.memory_mb",
            ("tests/test_vm_wsb_reuse.py::test_a_kept_guest_is_not_reused_by_an_execution_with"
             "_another_allowlist[first0-second0-raw.githubusercontent.com]",)),
+    # the exemption never outlives the filters (attack on issue 36, F7)
+    Mutant("fence-filters-removed-past-a-stuck-exemption", "stockade/windows/fence.py",
+           'if detail["sid"].upper() in stuck:', "if False:",
+           (FENCE + "test_the_filters_stay_while_the_exemption_cannot_be_removed",)),
 )

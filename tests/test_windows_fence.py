@@ -282,6 +282,29 @@ def test_the_exemption_goes_at_once_even_while_the_filters_must_wait(state, fire
     assert len(firewall.of(SID)) == 7
 
 
+def test_the_filters_stay_while_the_exemption_cannot_be_removed(state, firewall, monkeypatch):
+    """Attack round on issue 36, F7: a failed exemption removal kept the record but deleted
+    the filters (the ledger goes on past a failure): the SID exempt with no filter. Now the
+    filters stay with it, and the reconcile takes both back once the exemption goes."""
+    ledger = Ledger(state)
+    held = fence.Fences(firewall, ledger).fence("allowlist", SID, PORT)
+    unexempt = firewall.unexempt
+
+    def failing(sid: str) -> None:
+        raise OSError(None, "NetworkIsolationSetAppContainerConfig: error 5")
+
+    monkeypatch.setattr(firewall, "unexempt", failing)
+    with pytest.raises(fence.Refusal) as kept:
+        fence.Fences(firewall, ledger).release(held)
+    assert kept.value.code == "fence_kept"
+    assert SID in firewall.exempt_list and len(firewall.of(SID)) == 7 and ledger.records()
+    assert ledger.reconcile().failed == 1  # (still failing: both kept again)
+    assert len(firewall.of(SID)) == 7
+    monkeypatch.setattr(firewall, "unexempt", unexempt)
+    assert ledger.reconcile().reconciled == 1
+    assert firewall.exempt_list == [FOREIGN_SID] and len(firewall.of(SID)) == 1
+
+
 CRASH = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {tests!r})

@@ -144,17 +144,29 @@ def validate_exemption(name: str, detail: dict) -> None:
 
 def kinds(firewall: Firewall) -> dict[str, tuple[Callable[[str, dict], None],
                                                   Callable[[str, dict], None]]]:
-    """The fence's ledger kinds, their removers acting through `firewall`."""
+    """The fence's ledger kinds, their removers acting through `firewall`. A record is taken
+    back newest first, the exemption before the filters, and the ledger goes on past a
+    failure: so the filters of a SID whose exemption could not be removed stay (with the
+    record, for the next reconcile), never the exemption without them."""
+    stuck: set[str] = set()  # package SIDs whose exemption removal failed last
 
     def remove_filters(name: str, detail: dict) -> None:
         if firewall.running(detail["sid"]):
             raise removers.RemovalError("a process of the fenced AppContainer still runs: its "
                                         "filters stay until it is gone")
+        if detail["sid"].upper() in stuck:
+            raise removers.RemovalError("the AppContainer's loopback exemption could not be "
+                                        "removed: its filters stay until it is")
         for key in detail["keys"]:
             firewall.delete_filter(key)
 
     def remove_exemption(name: str, detail: dict) -> None:
-        firewall.unexempt(name)
+        try:
+            firewall.unexempt(name)
+        except BaseException:
+            stuck.add(name.upper())
+            raise
+        stuck.discard(name.upper())
 
     return {FILTERS_KIND: (validate_filters, remove_filters),
             EXEMPTION_KIND: (validate_exemption, remove_exemption)}
