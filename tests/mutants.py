@@ -43,6 +43,7 @@ ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
 FENCE = "tests/test_windows_fence.py::"
+FENCE_SERVICE = "tests/test_windows_fence_service.py::"
 WFP = "tests/test_windows_wfp.py::"
 BROKER = "tests/test_windows_broker.py::"
 # (an evidence row of tests/test_evidence_network.py, run on its own: first, so that the run
@@ -1796,4 +1797,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fence-filters-removed-past-a-stuck-exemption", "stockade/windows/fence.py",
            'if detail["sid"].upper() in stuck:', "if False:",
            (FENCE + "test_the_filters_stay_while_the_exemption_cannot_be_removed",)),
+    # the fence service outlives callers who hold its pipe (attack on issue 36, F1/F2): no
+    # instance left is retried, an idle or slow frame is cut, one user has a share
+    Mutant("fence-service-ends-on-a-busy-pipe", "stockade/windows/fenceservice.py",
+           "except OSError as exc:  # (every instance taken", "except KeyError as exc:  # (",
+           (FENCE_SERVICE + "test_callers_that_send_nothing_neither_stop_the_service_nor_keep"
+            "_its_instances",)),
+    Mutant("fence-idle-caller-kept", "stockade/windows/fence.py",
+           "if not idle:\n            self._arm()", "if False:\n            self._arm()",
+           (FENCE_SERVICE + "test_callers_that_send_nothing_neither_stop_the_service_nor_keep"
+            "_its_instances",)),
+    Mutant("fence-frame-begun-unbounded", "stockade/windows/fence.py",
+           "if data:\n                self._arm()", "if False:\n                self._arm()",
+           (FENCE_SERVICE + "test_a_fence_holder_may_wait_idle_but_not_inside_a_frame[a-frame"
+            "-begun-and-not-ended]",)),
+    Mutant("fence-one-user-takes-every-instance", "stockade/windows/fenceservice.py",
+           "if self._users[caller.user] >= fence.MAX_PER_USER:", "if False:",
+           (FENCE_SERVICE + "test_one_user_holds_at_most_its_share_of_the_pipe",)),
 )
