@@ -612,7 +612,8 @@ def test_an_allowlist_launch_gets_the_hosts_proxy_and_is_fenced_to_its_port():
         assert network.capabilities == ()  # no network capability at all
         port = network.port
         shown = dict(network.environment(env))
-        assert shown["HTTPS_PROXY"] == shown["http_proxy"] == f"http://127.0.0.1:{port}"
+        assert shown["HTTPS_PROXY"] == shown["HTTP_PROXY"] == f"http://127.0.0.1:{port}"
+        assert "http_proxy" not in shown  # (one name per variable: Windows ignores case)
         assert shown["ALL_PROXY"] == f"socks5h://127.0.0.1:{port}" and shown["NO_PROXY"] == ""
         assert shown["PATH"] == "C:\\Windows"
         assert network.attach(PROFILE, 4242) == {"fence": "allowlist", "filters": 6,
