@@ -1814,4 +1814,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fence-one-user-takes-every-instance", "stockade/windows/fenceservice.py",
            "if self._users[caller.user] >= fence.MAX_PER_USER:", "if False:",
            (FENCE_SERVICE + "test_one_user_holds_at_most_its_share_of_the_pipe",)),
+    # a guest without a network is not kept (attack on issue 36, W3/W4): its spool is its
+    # session's whole log where its commands may reach; the spool's writers append
+    Mutant("wsb-none-guest-kept", "stockade/vm/wsb.py",
+           "reuse=reuse and self.guest.plan.networking", "reuse=reuse",
+           ("tests/test_vm_wsb_reuse.py::test_a_guest_without_a_network_is_never_kept[none-False]",)),
+    Mutant("wsb-spool-writes-at-its-own-offset", "stockade/vm/wsb_spool.py",
+           "self._fd = _open(path, os.O_WRONLY | os.O_APPEND)",
+           "self._fd = _open(path, os.O_WRONLY)",
+           (WSB_AGENT + "test_a_spool_writer_appends_after_bytes_another_process_added",)),
 )

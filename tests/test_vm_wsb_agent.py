@@ -261,6 +261,20 @@ def test_a_spool_reader_sees_the_end_only_after_every_byte(tmp_path):
     assert reader.poll() == b"onetwo" and reader.poll() == b""
 
 
+def test_a_spool_writer_appends_after_bytes_another_process_added(tmp_path):
+    """Attack round on issue 36, W4: the writer sought to the end once and wrote at its own
+    offset, over whatever another process had appended since (so a command's frames and the
+    agent's overwrote each other unseen). In append mode each write lands at the end."""
+    wsb_spool.create(str(tmp_path))
+    path = tmp_path / wsb_spool.TO_HOST
+    writer = wsb_spool.SpoolWriter(str(path))
+    with open(path, "ab") as other:
+        other.write(b"other")
+    writer.write(b"mine")
+    writer.close()
+    assert path.read_bytes() == b"othermine"
+
+
 def test_the_spool_channel_reports_the_agents_end(tmp_path):
     wsb_spool.create(str(tmp_path))
     channel = wsb_spool.SpoolChannel(str(tmp_path))

@@ -6,6 +6,8 @@ the proxy and its rules are the real ones."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
@@ -29,12 +31,16 @@ def agent(allow: tuple[str, ...], deny: tuple[str, ...] = ()) -> LaunchRequest:
                          network=NetworkSpec("allowlist", allow, deny))
 
 
-def shape(request: LaunchRequest) -> tuple:
-    """wsb.guest_shape, over a host view of this test's own (no folders to mask or freeze)."""
+def planned(request: LaunchRequest) -> wsb_plan.Plan:
+    """The guest's plan, over a host view of this test's own (no folders to mask or freeze)."""
     return wsb_plan.plan(request, boot_dir=BOOT_DIR, rendezvous_dir=RENDEZVOUS_DIR,
                          boot_id="0" * 32, view=VIEW,
                          proxy_port=wsb.PLACEHOLDER_PORT
-                         if request.network.mode == "allowlist" else None).shape()
+                         if request.network.mode == "allowlist" else None)
+
+
+def shape(request: LaunchRequest) -> tuple:
+    return planned(request).shape()
 
 
 class Guest:
@@ -42,7 +48,8 @@ class Guest:
     real serve_proxy made for it from that request."""
 
     def __init__(self, request: LaunchRequest) -> None:
-        self.request, self.shape = request, shape(request)
+        self.request, self.plan, self.pid = request, planned(request), 1
+        self.shape = self.plan.shape()
         record = rz.Ready("0" * 32, rz.TCP, "0" * 64, "172.20.1.2", 47470, "172.20.1.1")
         self.proxy = None
         self.session = object()
@@ -86,5 +93,23 @@ def test_a_kept_guest_is_not_reused_by_an_execution_with_another_allowlist(
         assert not lease.guest.proxy.gate.rules.decide(host, 443).allowed
         daemon.release(lease, reuse=True)
         assert daemon.acquire(second).guest is lease.guest  # (the same policy reuses it)
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize("mode,kept", [("none", False), ("allowlist", True)])
+def test_a_guest_without_a_network_is_never_kept(switch, mode, kept):
+    """Attack round on issue 36, W3/W4: a `none` guest's channel is its session's whole log
+    (the spool) in a folder its commands may reach: a later execution in the kept guest read
+    the earlier one's environment, stdin, output and hello nonce, and could append frames.
+    Such a guest is stopped after its execution; the next boots its own (fresh spool)."""
+    request = replace(agent(("pypi.org",)), network=NetworkSpec(mode, ("pypi.org",)
+                                                                if mode == "allowlist" else ()))
+    daemon = wsb_daemon.Daemon(Guest, shape)
+    try:
+        first = daemon.acquire(request)
+        wsb.LeaseHandle(daemon, first).release(reuse=True)
+        assert (daemon.acquire(request).guest is first.guest) == kept
+        assert first.guest.running == kept
     finally:
         daemon.close()

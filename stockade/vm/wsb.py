@@ -169,9 +169,12 @@ class LeaseHandle:
         self._seen = len(self._denials())  # (a kept guest's proxy logged earlier executions)
 
     def release(self, reuse: bool) -> None:
+        """Hand the guest back. A guest without a network is never kept: its channel (the
+        spool) is the session's whole log in a folder its commands may reach, so a later
+        execution could read or forge an earlier one's frames; the next boots afresh."""
         if not self._released:
             self._released = True
-            self._daemon.release(self._lease, reuse=reuse)
+            self._daemon.release(self._lease, reuse=reuse and self.guest.plan.networking)
 
     def kill(self) -> None:
         self.release(reuse=False)

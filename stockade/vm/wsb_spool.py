@@ -73,8 +73,9 @@ class SpoolReader:
 
 class SpoolWriter:
     def __init__(self, path: str) -> None:
-        self._fd = _open(path, os.O_WRONLY)
-        os.lseek(self._fd, 0, os.SEEK_END)  # (the one writer: each write then appends)
+        # (append mode: each write lands at the end as it is then, never over bytes another
+        # process added since this one last wrote)
+        self._fd = _open(path, os.O_WRONLY | os.O_APPEND)
         self._end = path + END
 
     def write(self, data: bytes) -> None:
