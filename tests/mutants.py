@@ -1823,4 +1823,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "self._fd = _open(path, os.O_WRONLY | os.O_APPEND)",
            "self._fd = _open(path, os.O_WRONLY)",
            (WSB_AGENT + "test_a_spool_writer_appends_after_bytes_another_process_added",)),
+    Mutant("wsb-spool-records-unauthenticated", "stockade/vm/wsb_spool.py",
+           "if not hmac.compare_digest(mac, _mac(self._key, self._number, body)):", "if False:",
+           (WSB_AGENT + "test_the_host_refuses_what_is_not_the_agents_next_record[another-key]",
+            WSB + "test_a_command_that_reaches_the_spool_cannot_forge_its_result")),
+    Mutant("wsb-spool-record-replayed", "stockade/vm/wsb_spool.py",
+           "            self._number += 1\n            data += body",
+           "            data += body",
+           (WSB_AGENT + "test_the_host_refuses_what_is_not_the_agents_next_record[a-record"
+            "-replayed]",)),
 )

@@ -295,7 +295,7 @@ def attach(rendezvous: str, secret: bytes, boot_id: str, timeout: float,
         raise rz.RendezvousError("rendezvous_invalid", f"a guest {kind} a network offered the "
                                  f"{record.transport} channel")
     channel = (_connect(record, secret, deadline) if networking
-               else SpoolChannel(rendezvous))
+               else SpoolChannel(rendezvous, secret))
     try:
         channel.send(boot.greeting(secret, False))
         reply = channel.receive(max(deadline - time.monotonic(), 0))
