@@ -96,3 +96,12 @@ def test_a_broker_refuses_a_request_windows_cannot_hold_typed(env):
                         resolve=lambda r: PY)
     said = broker.answer(one, frame)
     assert (said.outcome, said.body["code"], made) == ("refused", "broker_bad_request", [])
+
+
+def test_a_linux_guest_of_a_windows_host_gets_both_cases(monkeypatch):
+    """A qemu guest is Linux whatever the host: curl reads only `http_proxy`."""
+    from stockade.vm import qemu
+
+    monkeypatch.setattr(proxyenv, "CASE_INSENSITIVE", True)
+    env = qemu.guest_environment(replace(windows_request(()), argv=("true",)))
+    assert {"HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"} <= set(env)
