@@ -1832,4 +1832,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "            data += body",
            (WSB_AGENT + "test_the_host_refuses_what_is_not_the_agents_next_record[a-record"
             "-replayed]",)),
+    # a package SID is the profile name's, whoever's (attack on issue 36, F3)
+    Mutant("fence-sid-of-another-users-process", "stockade/windows/fence.py",
+           "if self._fences.holders(target.package) - {self._caller.user}:", "if False:",
+           (FENCE + "test_a_package_sid_another_users_process_holds_is_not_fenced[owners2"
+            "-False]",)),
 )

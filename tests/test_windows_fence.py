@@ -191,6 +191,29 @@ def test_the_target_must_be_a_stockade_launch_of_the_callers_own(changes, profil
     assert refusal is not None and refusal.code == code
 
 
+
+@pytest.mark.parametrize(("owners", "fenced"), [([], True), ([USER], True),
+                                               (["S-1-5-21-1-2-3-1002"], False),
+                                               ([USER, "S-1-5-21-1-2-3-1002"], False)])
+def test_a_package_sid_another_users_process_holds_is_not_fenced(tmp_path, owners, fenced):
+    """Attack round on issue 36, F3: the package SID is the profile name's, whoever's; user B
+    who makes an AppContainer of user A's profile name, and asks for a fence of it, would
+    fence and exempt A's processes too. Refused while another user's process holds it."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    model = ModelFirewall()
+    model.state["owners"] = {SID: owners}
+    fence.register_kinds(model)
+    connection = fence.Connection(fence.Fences(model, Ledger(str(state))), OWNER, ACCEPTED,
+                                  lambda pid: CHILD, DERIVED.__getitem__)
+    said = connection.answer({"v": 1, "op": "fence", "mode": "allowlist", "profile": PROFILE,
+                              "pid": 4242, "proxy_port": PORT})
+    assert said["ok"] == fenced and (SID in model.exempt_list) == fenced
+    if not fenced:
+        assert said["code"] == "fence_target_shared" and not model.of(SID)
+    connection.close()
+
+
 # --- fences, their records, and taking them back -----------------------------------------------
 
 @pytest.fixture

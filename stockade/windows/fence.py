@@ -125,6 +125,9 @@ class Firewall(Protocol):
     def running(self, sid: str) -> bool:
         """Whether a process of package SID `sid` runs."""
 
+    def holders(self, sid: str) -> set[str]:
+        """The user SIDs of the processes of package SID `sid` that run."""
+
 
 def validate_filters(name: str, detail: dict) -> None:
     if not _NAME.fullmatch(name):
@@ -198,6 +201,10 @@ class Fences:
         self._ledger = ledger
         self._lock = threading.Lock()
         self._fenced: set[str] = set()
+
+    def holders(self, sid: str) -> set[str]:
+        """The users whose processes hold package SID `sid`."""
+        return self._firewall.holders(sid)
 
     def fence(self, mode: str, sid: str, port: int | None) -> Held:
         """Apply the fence of `mode` to package SID `sid`; Refusal if it is fenced already,
@@ -292,6 +299,12 @@ class Connection:
                                  self._derive(request["profile"]))
         if refusal is not None:
             raise refusal
+        # (the fence is keyed to the package SID, which Windows derives from the profile
+        # name alone: another user's AppContainer of that name has it too, and would be
+        # fenced, and exempted, with the caller's)
+        if self._fences.holders(target.package) - {self._caller.user}:
+            raise Refusal("fence_target_shared", "a process of another user holds this "
+                          "AppContainer's package SID (a profile of the same name)")
         self._held = self._fences.fence(request["mode"], target.package,
                                         request.get("proxy_port"))
         return fenceproto.ok(filters=self._held.filters, exemption=self._held.exemption)
