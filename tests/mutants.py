@@ -43,12 +43,14 @@ ALIAS = "tests/test_home_alias.py::"
 DENIED = "tests/test_deny_every_name.py::"
 KEEP = "tests/test_session_keep_detached.py::"
 FENCE = "tests/test_windows_fence.py::"
+FENCE_SERVICE = "tests/test_windows_fence_service.py::"
 WFP = "tests/test_windows_wfp.py::"
 BROKER = "tests/test_windows_broker.py::"
 # (an evidence row of tests/test_evidence_network.py, run on its own: first, so that the run
 # says the row caught the mutant)
 EVIDENCE_NET = "tests/test_evidence_network.py::test_the_row_passes_with_its_control["
 WSB = "tests/test_vm_wsb.py::"
+PROXY_ENV = "tests/test_windows_proxy_env.py::"
 WSB_AGENT = "tests/test_vm_wsb_agent.py::"
 WSB_DAEMON = "tests/test_vm_wsb_daemon.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
@@ -1774,4 +1776,66 @@ MUTANTS: tuple[Mutant, ...] = (
            "if mode is None and made and not self.make:", "if False:",
            ("tests/test_linux_prepared.py::test_a_view_prepared_ahead_makes_nothing_in_the"
             "_workspace[template]",)),
+    # a Windows allowlist launch sets each proxy variable once (attack on issue 36, E1-E3):
+    # both cases refused every launch at the check, in the broker and in the guest
+    Mutant("windows-proxy-env-both-cases", "stockade/net/env.py",
+           "env = dict(names) if case_insensitive else names | {", "env = names | {",
+           (PROXY_ENV + "test_a_windows_allowlist_launch_compiles_to_an_environment_the_check"
+            "_accepts",)),
+    Mutant("windows-proxy-env-beside-another-case", "stockade/net/env.py",
+           "    if case_insensitive:\n        taken", "    if False:\n        taken",
+           (PROXY_ENV + "test_the_launch_network_sets_the_proxy_once_over_any_case_of_its_name",)),
+    Mutant("broker-bad-request-untyped", "stockade/windows/broker.py",
+           "except ValueError as exc:  # (a request Windows", "except KeyError as exc:  # (",
+           (PROXY_ENV + "test_a_broker_refuses_a_request_windows_cannot_hold_typed[env0]",)),
+    # a kept guest's proxy was made from its booting execution's allow/deny (attack on issue
+    # 36, W2): an execution with another allowlist boots its own
+    Mutant("wsb-shape-without-egress", "stockade/vm/wsb_plan.py",
+           "self.network, self.egress, self.memory_mb", "self.network, self.memory_mb",
+           ("tests/test_vm_wsb_reuse.py::test_a_kept_guest_is_not_reused_by_an_execution_with"
+            "_another_allowlist[first0-second0-raw.githubusercontent.com]",)),
+    # the exemption never outlives the filters (attack on issue 36, F7)
+    Mutant("fence-filters-removed-past-a-stuck-exemption", "stockade/windows/fence.py",
+           'if detail["sid"].upper() in stuck:', "if False:",
+           (FENCE + "test_the_filters_stay_while_the_exemption_cannot_be_removed",)),
+    # the fence service outlives callers who hold its pipe (attack on issue 36, F1/F2): no
+    # instance left is retried, an idle or slow frame is cut, one user has a share
+    Mutant("fence-service-ends-on-a-busy-pipe", "stockade/windows/fenceservice.py",
+           "except OSError as exc:  # (every instance taken", "except KeyError as exc:  # (",
+           (FENCE_SERVICE + "test_callers_that_send_nothing_neither_stop_the_service_nor_keep"
+            "_its_instances",)),
+    Mutant("fence-idle-caller-kept", "stockade/windows/fence.py",
+           "if not idle:\n            self._arm()", "if False:\n            self._arm()",
+           (FENCE_SERVICE + "test_callers_that_send_nothing_neither_stop_the_service_nor_keep"
+            "_its_instances",)),
+    Mutant("fence-frame-begun-unbounded", "stockade/windows/fence.py",
+           "if data:\n                self._arm()", "if False:\n                self._arm()",
+           (FENCE_SERVICE + "test_a_fence_holder_may_wait_idle_but_not_inside_a_frame[a-frame"
+            "-begun-and-not-ended]",)),
+    Mutant("fence-one-user-takes-every-instance", "stockade/windows/fenceservice.py",
+           "if self._users[caller.user] >= fence.MAX_PER_USER:", "if False:",
+           (FENCE_SERVICE + "test_one_user_holds_at_most_its_share_of_the_pipe",)),
+    # a guest without a network is not kept (attack on issue 36, W3/W4): its spool is its
+    # session's whole log where its commands may reach; the spool's writers append
+    Mutant("wsb-none-guest-kept", "stockade/vm/wsb.py",
+           "reuse=reuse and self.guest.plan.networking", "reuse=reuse",
+           ("tests/test_vm_wsb_reuse.py::test_a_guest_without_a_network_is_never_kept[none-False]",)),
+    Mutant("wsb-spool-writes-at-its-own-offset", "stockade/vm/wsb_spool.py",
+           "self._fd = _open(path, os.O_WRONLY | os.O_APPEND)",
+           "self._fd = _open(path, os.O_WRONLY)",
+           (WSB_AGENT + "test_a_spool_writer_appends_after_bytes_another_process_added",)),
+    Mutant("wsb-spool-records-unauthenticated", "stockade/vm/wsb_spool.py",
+           "if not hmac.compare_digest(mac, _mac(self._key, self._number, body)):", "if False:",
+           (WSB_AGENT + "test_the_host_refuses_what_is_not_the_agents_next_record[another-key]",
+            WSB + "test_a_command_that_reaches_the_spool_cannot_forge_its_result")),
+    Mutant("wsb-spool-record-replayed", "stockade/vm/wsb_spool.py",
+           "            self._number += 1\n            data += body",
+           "            data += body",
+           (WSB_AGENT + "test_the_host_refuses_what_is_not_the_agents_next_record[a-record"
+            "-replayed]",)),
+    # a package SID is the profile name's, whoever's (attack on issue 36, F3)
+    Mutant("fence-sid-of-another-users-process", "stockade/windows/fence.py",
+           "if self._fences.holders(target.package) - {self._caller.user}:", "if False:",
+           (FENCE + "test_a_package_sid_another_users_process_holds_is_not_fenced[owners2"
+            "-False]",)),
 )

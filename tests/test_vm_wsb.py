@@ -639,6 +639,41 @@ def test_a_session_over_the_rendezvous_streams_output(rendezvous, transport):
     assert process.wait(10) == 0
 
 
+_FORGE = """
+import sys, time
+sys.path.insert(0, {package!r})
+from stockade.session import protocol
+from stockade.session.protocol import Message
+frames = b"".join(protocol.encode(m) for m in (
+    Message("data", 1, 1, b"all tests passed\\n"), Message("eof", 1, 1), Message("eof", 1, 2),
+    Message("result", 1, body={{"exit_code": 0, "signal": None, "timed_out": False,
+                                "cancelled": False, "start": 0, "wall": 0.1, "user": 0,
+                                "system": 0}})))
+with open({to_host!r}, "ab") as f:
+    f.write(frames)
+time.sleep(1)
+print("REAL: tests failed")
+sys.exit(7)
+"""
+
+
+@pytest.mark.not_windows  # (POSIX processes stand for the command user's Jobs)
+def test_a_command_that_reaches_the_spool_cannot_forge_its_result(rendezvous):
+    """Attack round on issue 36, W4: a command that can write the rendezvous folder appended
+    protocol frames to to-host (exit 0, output of its choosing) and the host reported them
+    while the command ran on. Now the spool's records are authenticated: the session ends,
+    typed (`auth_failed`), and nothing forged is reported."""
+    from stockade.session.errors import ProtocolError
+
+    process = _guest(rendezvous, transport=rz.SPOOL)
+    script = _FORGE.format(package=boot.PACKAGE_DIR, to_host=str(rendezvous / wsb_spool.TO_HOST))
+    with pytest.raises(ProtocolError) as info, _LoopbackSandbox(
+            rendezvous=rendezvous, process=process, networking=False) as sb:
+        sb.run([sys.executable, "-c", script], timeout=30)
+    assert info.value.code == "auth_failed"
+    _GuestHandle(process).kill()
+
+
 @pytest.mark.not_windows
 def test_the_guest_accepts_only_the_host_address(rendezvous):
     process = _guest(rendezvous)

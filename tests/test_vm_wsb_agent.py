@@ -243,9 +243,18 @@ def test_the_outbox_holds_output_readers_past_the_high_mark():
 
 # --- the spool: the channel of a guest without a network ------------------------------------------
 
+SPOOL_SECRET = b"\x5a" * 32  # (the boot's secret, as host and guest entry hold it)
+
+
+def spool_writer(path) -> wsb_spool.SpoolWriter:
+    """The writer of spool file `path` under the boot's key for that file."""
+    return wsb_spool.SpoolWriter(str(path), wsb_spool.stream_key(SPOOL_SECRET,
+                                                                  os.path.basename(path)))
+
 def test_a_session_over_the_spool(tmp_path):
     wsb_spool.create(str(tmp_path))
-    made = Session(wsb_spool.SpoolChannel(str(tmp_path)), wsb_spool.SpoolTransport(str(tmp_path)))
+    made = Session(wsb_spool.SpoolChannel(str(tmp_path), SPOOL_SECRET),
+                   wsb_spool.SpoolTransport(str(tmp_path), SPOOL_SECRET))
     assert made.hello.type == "hello"
     cancel = threading.Event()
     events = made.stream(["sh", "-c", "echo first; exec sleep 60"], cancel=cancel)
@@ -263,7 +272,8 @@ def test_a_session_over_the_spool(tmp_path):
 def test_a_spool_reader_sees_the_end_only_after_every_byte(tmp_path):
     wsb_spool.create(str(tmp_path))
     path = str(tmp_path / wsb_spool.TO_HOST)
-    writer, reader = wsb_spool.SpoolWriter(path), wsb_spool.SpoolReader(path)
+    writer = spool_writer(path)
+    reader = wsb_spool.SpoolReader(path, wsb_spool.stream_key(SPOOL_SECRET, wsb_spool.TO_HOST))
     assert reader.poll() is None
     writer.write(b"one")
     writer.write(b"two")
@@ -271,10 +281,54 @@ def test_a_spool_reader_sees_the_end_only_after_every_byte(tmp_path):
     assert reader.poll() == b"onetwo" and reader.poll() == b""
 
 
+def test_a_spool_writer_appends_after_bytes_another_process_added(tmp_path):
+    """Attack round on issue 36, W4: the writer sought to the end once and wrote at its own
+    offset, over whatever another process had appended since (so a command's frames and the
+    agent's overwrote each other unseen). In append mode each write lands at the end."""
+    wsb_spool.create(str(tmp_path))
+    path = tmp_path / wsb_spool.TO_HOST
+    writer = spool_writer(path)
+    with open(path, "ab") as other:
+        other.write(b"other")
+    writer.write(b"mine")
+    writer.close()
+    assert path.read_bytes()[:5] == b"other" and path.read_bytes().endswith(b"mine")
+
+
+@pytest.mark.parametrize("forge", ["raw-bytes", "another-key", "a-record-replayed"])
+def test_the_host_refuses_what_is_not_the_agents_next_record(tmp_path, forge):
+    """Attack round on issue 36, W4: a command that can reach the rendezvous folder appended
+    protocol frames to to-host (a result of its choosing) and the host took them. Each record
+    now carries an HMAC under a key from the boot's secret and its number in the stream: bytes
+    of anyone else end the session, typed, and nothing of them is read as the agent's."""
+    from stockade.session.protocol import Message
+
+    wsb_spool.create(str(tmp_path))
+    path = tmp_path / wsb_spool.TO_HOST
+    channel = wsb_spool.SpoolChannel(str(tmp_path), SPOOL_SECRET)
+    agent = spool_writer(path)
+    agent.write(protocol.encode(Message("pong", body={"seq": 1})))
+    forged = protocol.encode(Message("pong", body={"seq": 2}))
+    if forge == "raw-bytes":
+        with open(path, "ab") as other:
+            other.write(forged)
+    elif forge == "another-key":
+        wsb_spool.SpoolWriter(str(path), b"\0" * 32).write(forged)
+    else:
+        with open(path, "ab") as other:
+            other.write(path.read_bytes())
+    agent.write(protocol.encode(Message("pong", body={"seq": 3})))  # (the agent goes on)
+    assert channel.receive(5).body == {"seq": 1}
+    with pytest.raises(ProtocolError) as info:
+        channel.receive(5)
+    assert info.value.code == "auth_failed"
+    channel.close()
+
+
 def test_the_spool_channel_reports_the_agents_end(tmp_path):
     wsb_spool.create(str(tmp_path))
-    channel = wsb_spool.SpoolChannel(str(tmp_path))
-    wsb_spool.SpoolWriter(str(tmp_path / wsb_spool.TO_HOST)).close()
+    channel = wsb_spool.SpoolChannel(str(tmp_path), SPOOL_SECRET)
+    spool_writer(tmp_path / wsb_spool.TO_HOST).close()
     from stockade.session.errors import SessionError
 
     with pytest.raises(SessionError) as info:
@@ -285,8 +339,8 @@ def test_the_spool_channel_reports_the_agents_end(tmp_path):
 
 def test_the_spool_channel_refuses_a_bad_frame(tmp_path):
     wsb_spool.create(str(tmp_path))
-    channel = wsb_spool.SpoolChannel(str(tmp_path))
-    writer = wsb_spool.SpoolWriter(str(tmp_path / wsb_spool.TO_HOST))
+    channel = wsb_spool.SpoolChannel(str(tmp_path), SPOOL_SECRET)
+    writer = spool_writer(tmp_path / wsb_spool.TO_HOST)
     writer.write(b"\xff\xff\xff\xff")
     with pytest.raises(ProtocolError) as info:
         channel.receive(5)
@@ -345,7 +399,7 @@ for transport in ("spool", "tcp"):
     record = rz.parse(open(path, "rb").read())
     rz.verify(record, secret, "0" * 32)
     if transport == "spool":
-        channel = wsb_spool.SpoolChannel(folder)
+        channel = wsb_spool.SpoolChannel(folder, secret)
     else:
         sock = socket.create_connection((record.address, record.port))
         challenge = os.urandom(32)

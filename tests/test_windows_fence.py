@@ -191,6 +191,29 @@ def test_the_target_must_be_a_stockade_launch_of_the_callers_own(changes, profil
     assert refusal is not None and refusal.code == code
 
 
+
+@pytest.mark.parametrize(("owners", "fenced"), [([], True), ([USER], True),
+                                               (["S-1-5-21-1-2-3-1002"], False),
+                                               ([USER, "S-1-5-21-1-2-3-1002"], False)])
+def test_a_package_sid_another_users_process_holds_is_not_fenced(tmp_path, owners, fenced):
+    """Attack round on issue 36, F3: the package SID is the profile name's, whoever's; user B
+    who makes an AppContainer of user A's profile name, and asks for a fence of it, would
+    fence and exempt A's processes too. Refused while another user's process holds it."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    model = ModelFirewall()
+    model.state["owners"] = {SID: owners}
+    fence.register_kinds(model)
+    connection = fence.Connection(fence.Fences(model, Ledger(str(state))), OWNER, ACCEPTED,
+                                  lambda pid: CHILD, DERIVED.__getitem__)
+    said = connection.answer({"v": 1, "op": "fence", "mode": "allowlist", "profile": PROFILE,
+                              "pid": 4242, "proxy_port": PORT})
+    assert said["ok"] == fenced and (SID in model.exempt_list) == fenced
+    if not fenced:
+        assert said["code"] == "fence_target_shared" and not model.of(SID)
+    connection.close()
+
+
 # --- fences, their records, and taking them back -----------------------------------------------
 
 @pytest.fixture
@@ -280,6 +303,29 @@ def test_the_exemption_goes_at_once_even_while_the_filters_must_wait(state, fire
         fences.release(held)
     assert firewall.exempt_list == [FOREIGN_SID]  # loopback isolation back: fails closed
     assert len(firewall.of(SID)) == 7
+
+
+def test_the_filters_stay_while_the_exemption_cannot_be_removed(state, firewall, monkeypatch):
+    """Attack round on issue 36, F7: a failed exemption removal kept the record but deleted
+    the filters (the ledger goes on past a failure): the SID exempt with no filter. Now the
+    filters stay with it, and the reconcile takes both back once the exemption goes."""
+    ledger = Ledger(state)
+    held = fence.Fences(firewall, ledger).fence("allowlist", SID, PORT)
+    unexempt = firewall.unexempt
+
+    def failing(sid: str) -> None:
+        raise OSError(None, "NetworkIsolationSetAppContainerConfig: error 5")
+
+    monkeypatch.setattr(firewall, "unexempt", failing)
+    with pytest.raises(fence.Refusal) as kept:
+        fence.Fences(firewall, ledger).release(held)
+    assert kept.value.code == "fence_kept"
+    assert SID in firewall.exempt_list and len(firewall.of(SID)) == 7 and ledger.records()
+    assert ledger.reconcile().failed == 1  # (still failing: both kept again)
+    assert len(firewall.of(SID)) == 7
+    monkeypatch.setattr(firewall, "unexempt", unexempt)
+    assert ledger.reconcile().reconciled == 1
+    assert firewall.exempt_list == [FOREIGN_SID] and len(firewall.of(SID)) == 1
 
 
 CRASH = textwrap.dedent("""
@@ -589,7 +635,8 @@ def test_an_allowlist_launch_gets_the_hosts_proxy_and_is_fenced_to_its_port():
         assert network.capabilities == ()  # no network capability at all
         port = network.port
         shown = dict(network.environment(env))
-        assert shown["HTTPS_PROXY"] == shown["http_proxy"] == f"http://127.0.0.1:{port}"
+        assert shown["HTTPS_PROXY"] == shown["HTTP_PROXY"] == f"http://127.0.0.1:{port}"
+        assert "http_proxy" not in shown  # (one name per variable: Windows ignores case)
         assert shown["ALL_PROXY"] == f"socks5h://127.0.0.1:{port}" and shown["NO_PROXY"] == ""
         assert shown["PATH"] == "C:\\Windows"
         assert network.attach(PROFILE, 4242) == {"fence": "allowlist", "filters": 6,

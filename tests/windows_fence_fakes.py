@@ -107,6 +107,10 @@ class ModelFirewall:
     def running(self, sid: str) -> bool:
         return sid in self.state["live"]
 
+    def holders(self, sid: str) -> set[str]:
+        """The users whose processes hold `sid` (the model's `owners`: sid -> users)."""
+        return set(self.state.get("owners", {}).get(sid, ()))
+
     def of(self, sid: str) -> list[str]:
         return sorted(key for key, found in self.filters.items() if found["sid"] == sid)
 

@@ -18,7 +18,9 @@ from dataclasses import replace
 import pytest
 from test_windows_enforcement import request, ws  # noqa: F401 -- the fixture, and requests
 
+import stockade
 from stockade.launch.backend import Stdio
+from stockade.launch.compile import CompileContext, compile_policy
 from stockade.launch.request import NetworkSpec
 
 pytestmark = pytest.mark.windows
@@ -103,6 +105,18 @@ def host_address() -> str:
         return probe.getsockname()[0]
 
 
+def compiled_allowlist(workspace: str, allowed: str):
+    """An allowlist request whose network and environment come from compile (its proxy
+    variables are what every real launch gets: a case-duplicate there refuses them all)."""
+    policy = stockade.preset("workspace-write")
+    policy = replace(policy, network=replace(policy.network, mode="allowlist", allow=(allowed,)))
+    compiled = compile_policy(policy, ["python"], CompileContext.current(workspace))
+    base = request(workspace, "")
+    own = {name.upper() for name, _ in base.env}
+    env = base.env + tuple(pair for pair in compiled.env if pair[0].upper() not in own)
+    return replace(base, env=env, network=compiled.network)
+
+
 def launched(req, tries: dict) -> tuple[dict, list]:
     """What the child found, and the proxy's denials."""
     from stockade.windows.backend import WindowsBackend
@@ -135,7 +149,7 @@ def test_an_allowlist_sandbox_reaches_the_proxy_and_nothing_else_on_the_host(ws)
     before = fence_state()
     with servers() as ports:
         allowed = f"127.0.0.1:{ports['tcp']}"
-        req = replace(request(workspace, ""), network=NetworkSpec("allowlist", (allowed,)))
+        req = compiled_allowlist(workspace, allowed)
         seen, denials = launched(req, {
             "proxy_allowed": ["proxied", allowed],
             "proxy_denied": ["proxied", "evil.example.net:443"],

@@ -34,7 +34,7 @@ from stockade.launch.request import (
     PathGrant,
 )
 from stockade.lifecycle import aliases, statedir
-from stockade.net.env import SANDBOX_PORT, proxy_environment
+from stockade.net.env import SANDBOX_PORT, proxy_environment, with_proxy
 from stockade.policy.model import Policy
 from stockade.policy.presets import is_deny_file
 from stockade.policy.render import kind as value_kind
@@ -833,7 +833,7 @@ def _with_proxy(policy: Policy,
     """In allowlist mode, the proxy variables (they win over anything the policy set)."""
     if policy.network.mode != "allowlist":
         return env
-    return tuple(sorted((dict(env) | proxy_environment(SANDBOX_PORT)).items()))
+    return tuple(sorted(with_proxy(dict(env), proxy_environment(SANDBOX_PORT)).items()))
 
 
 def _expand_env(policy: Policy, ctx: CompileContext) -> tuple[tuple[str, str], ...]:

@@ -278,7 +278,7 @@ def guest_environment(request: LaunchRequest) -> dict[str, str]:
     variables = dict(request.env)
     if request.network.mode == "allowlist":
         host, port = egress.GUEST_PROXY
-        variables |= proxy_environment(port, host)
+        variables |= proxy_environment(port, host, case_insensitive=False)  # (a Linux guest)
     return variables
 
 

@@ -39,7 +39,7 @@ from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.lifecycle import lease, statedir
-from stockade.net.env import proxy_environment
+from stockade.net.env import proxy_environment, with_proxy
 from stockade.net.proxy import Proxy
 from stockade.policy import Policy
 from stockade.session import boot
@@ -169,9 +169,12 @@ class LeaseHandle:
         self._seen = len(self._denials())  # (a kept guest's proxy logged earlier executions)
 
     def release(self, reuse: bool) -> None:
+        """Hand the guest back. A guest without a network is never kept: its channel (the
+        spool) is the session's whole log in a folder its commands may reach, so a later
+        execution could read or forge an earlier one's frames; the next boots afresh."""
         if not self._released:
             self._released = True
-            self._daemon.release(self._lease, reuse=reuse)
+            self._daemon.release(self._lease, reuse=reuse and self.guest.plan.networking)
 
     def kill(self) -> None:
         self.release(reuse=False)
@@ -292,7 +295,7 @@ def attach(rendezvous: str, secret: bytes, boot_id: str, timeout: float,
         raise rz.RendezvousError("rendezvous_invalid", f"a guest {kind} a network offered the "
                                  f"{record.transport} channel")
     channel = (_connect(record, secret, deadline) if networking
-               else SpoolChannel(rendezvous))
+               else SpoolChannel(rendezvous, secret))
     try:
         channel.send(boot.greeting(secret, False))
         reply = channel.receive(max(deadline - time.monotonic(), 0))
@@ -401,7 +404,8 @@ def command_env(request: LaunchRequest, session: boot.Session) -> dict[str, str]
     variables = dict(request.env)
     address = session.handle.guest.proxy_address  # type: ignore[attr-defined]
     if address is not None:
-        variables |= proxy_environment(address[1], address[0])
+        proxy = proxy_environment(address[1], address[0], case_insensitive=True)
+        variables = with_proxy(variables, proxy, case_insensitive=True)
     return variables
 
 

@@ -71,7 +71,7 @@ def main(argv: list[str], spawner: Spawner | None = None, stdin: TextIO | None =
         return 3
     if listener is None:
         publish(rendezvous, rz.Ready(boot, rz.SPOOL, rz.proof(secret, boot, rz.SPOOL)))
-        channel: Transport = SpoolTransport(rendezvous)
+        channel: Transport = SpoolTransport(rendezvous, secret)
     else:
         with listener:
             address, bound = listener.getsockname()[:2]

@@ -34,7 +34,7 @@ from stockade.errors import UnenforceableError
 from stockade.launch import hostcode
 from stockade.launch.hostpaths import inside_windows as inside
 from stockade.launch.hostpaths import lexical_refusal
-from stockade.launch.request import LaunchRequest
+from stockade.launch.request import LaunchRequest, NetworkSpec
 from stockade.policy.model import protected_whole
 
 GUEST_ROOT = "C:\\stockade"  # the guest's own folders; no host root may be mapped here
@@ -79,6 +79,9 @@ class Plan:
     memory_mb: int | None
     boot_id: str
     pids: int | None = None  # each command's Job holds at most this many processes
+    # what the guest's proxy is made of at its boot (allow, deny, reach): a kept guest serves
+    # every later execution with it, so it is part of the shape
+    egress: NetworkSpec = NetworkSpec()
 
     @property
     def networking(self) -> bool:
@@ -92,7 +95,7 @@ class Plan:
         masks = {m.guest for m in self.masks}
         return (tuple((m.guest, m.read_only, "" if m.guest in masks else m.host)
                       for m in self.mappings if m.guest not in own),
-                self.network, self.memory_mb, self.pids)
+                self.network, self.egress, self.memory_mb, self.pids)
 
 
 def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id: str,
@@ -120,7 +123,7 @@ def plan(request: LaunchRequest, *, boot_dir: str, rendezvous_dir: str, boot_id:
                                  f"Sandbox driver maps at most {MAX_MAPPINGS}")
     read_only = tuple(m.guest for m in ordered if m.read_only and m not in masks)
     return Plan(ordered, tuple(masks), read_only, network, proxy_port, memory_mb, boot_id,
-                request.limits.pids)
+                request.limits.pids, request.network)
 
 
 def _network(mode: str, proxy_port: int | None) -> str:

@@ -99,6 +99,9 @@ def answer(broker: Broker, frame: bytes) -> Answer:
     except StartError as exc:  # (the command's own: its program is not to be found)
         return Answer("refused", {"kind": "start", "code": exc.code,
                                   "message": exc.message[:MAX_MESSAGE]})
+    except ValueError as exc:  # (a request Windows cannot hold: an environment block, a line)
+        return Answer("refused", {"kind": "broker", "code": "broker_bad_request",
+                                  "message": str(exc)[:MAX_MESSAGE]})
     except OSError as exc:  # (the launcher's: CreateProcessW failed)
         return Answer("failed", {"winerror": getattr(exc, "winerror", None) or 0,
                                  "message": (exc.strerror or exc.__class__.__name__)[:MAX_MESSAGE]})

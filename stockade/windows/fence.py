@@ -49,6 +49,8 @@ FILTERS_KIND = "wfpfilters"
 EXEMPTION_KIND = "loopexempt"
 MEDIUM_INTEGRITY = 0x2000  # SECURITY_MANDATORY_MEDIUM_RID
 RECONCILE_EVERY = 10.0  # seconds between the service's reconciles of its ledger
+FRAME_WAIT = 5.0  # seconds a frame may take (see FrameWatch)
+MAX_PER_USER = 16  # connections of one user served at once (the pipe has 64 instances)
 _KEY = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _NAME = re.compile(r"stockade-fence-[0-9a-f]{24}")
 
@@ -123,6 +125,9 @@ class Firewall(Protocol):
     def running(self, sid: str) -> bool:
         """Whether a process of package SID `sid` runs."""
 
+    def holders(self, sid: str) -> set[str]:
+        """The user SIDs of the processes of package SID `sid` that run."""
+
 
 def validate_filters(name: str, detail: dict) -> None:
     if not _NAME.fullmatch(name):
@@ -144,17 +149,29 @@ def validate_exemption(name: str, detail: dict) -> None:
 
 def kinds(firewall: Firewall) -> dict[str, tuple[Callable[[str, dict], None],
                                                   Callable[[str, dict], None]]]:
-    """The fence's ledger kinds, their removers acting through `firewall`."""
+    """The fence's ledger kinds, their removers acting through `firewall`. A record is taken
+    back newest first, the exemption before the filters, and the ledger goes on past a
+    failure: so the filters of a SID whose exemption could not be removed stay (with the
+    record, for the next reconcile), never the exemption without them."""
+    stuck: set[str] = set()  # package SIDs whose exemption removal failed last
 
     def remove_filters(name: str, detail: dict) -> None:
         if firewall.running(detail["sid"]):
             raise removers.RemovalError("a process of the fenced AppContainer still runs: its "
                                         "filters stay until it is gone")
+        if detail["sid"].upper() in stuck:
+            raise removers.RemovalError("the AppContainer's loopback exemption could not be "
+                                        "removed: its filters stay until it is")
         for key in detail["keys"]:
             firewall.delete_filter(key)
 
     def remove_exemption(name: str, detail: dict) -> None:
-        firewall.unexempt(name)
+        try:
+            firewall.unexempt(name)
+        except BaseException:
+            stuck.add(name.upper())
+            raise
+        stuck.discard(name.upper())
 
     return {FILTERS_KIND: (validate_filters, remove_filters),
             EXEMPTION_KIND: (validate_exemption, remove_exemption)}
@@ -184,6 +201,10 @@ class Fences:
         self._ledger = ledger
         self._lock = threading.Lock()
         self._fenced: set[str] = set()
+
+    def holders(self, sid: str) -> set[str]:
+        """The users whose processes hold package SID `sid`."""
+        return self._firewall.holders(sid)
 
     def fence(self, mode: str, sid: str, port: int | None) -> Held:
         """Apply the fence of `mode` to package SID `sid`; Refusal if it is fenced already,
@@ -278,6 +299,12 @@ class Connection:
                                  self._derive(request["profile"]))
         if refusal is not None:
             raise refusal
+        # (the fence is keyed to the package SID, which Windows derives from the profile
+        # name alone: another user's AppContainer of that name has it too, and would be
+        # fenced, and exempted, with the caller's)
+        if self._fences.holders(target.package) - {self._caller.user}:
+            raise Refusal("fence_target_shared", "a process of another user holds this "
+                          "AppContainer's package SID (a profile of the same name)")
         self._held = self._fences.fence(request["mode"], target.package,
                                         request.get("proxy_port"))
         return fenceproto.ok(filters=self._held.filters, exemption=self._held.exemption)
@@ -289,6 +316,11 @@ class Connection:
         self._fences.release(held)
         return fenceproto.ok()
 
+    @property
+    def holding(self) -> bool:
+        """Whether the connection holds a fence (it may then wait idle for `release`)."""
+        return self._held is not None
+
     def close(self) -> None:
         """The caller is gone (or the service stops): its fence, if any, is taken back."""
         held, self._held = self._held, None
@@ -299,14 +331,72 @@ class Connection:
                 pass  # (kept in the ledger: the periodic reconcile takes it back)
 
 
+class FrameWatch:
+    """Cuts a connection (`cut()`: the pipe disconnected, which fails its pending read) whose
+    frame is not whole `wait` seconds after it began: from its first byte, or, for a
+    connection holding no fence, from when the service waits for it. So a caller that sends
+    nothing, or a frame byte by byte, cannot keep one of the pipe's instances; a connection
+    holding a fence waits idle for its `release` (the fence lasts as long as it)."""
+
+    def __init__(self, cut: Callable[[], object], wait: float) -> None:
+        self._cut, self._wait = cut, wait
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def frame(self, read: Callable[[int], bytes], idle: bool) -> Callable[[int], bytes]:
+        """`read` for one frame; `idle`: whether the wait for its first byte is unbounded."""
+        if not idle:
+            self._arm()
+
+        def watched(size: int) -> bytes:
+            data = read(size)
+            if data:
+                self._arm()
+            return data
+        return watched
+
+    def done(self) -> None:
+        """The frame is whole."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def close(self) -> None:
+        """The connection ends: no cut after this (its handle may be another's)."""
+        with self._lock:
+            self._closed = True
+        self.done()
+
+    def _arm(self) -> None:
+        with self._lock:
+            if self._timer is None and not self._closed:
+                self._timer = threading.Timer(self._wait, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._cut()
+
+
 def serve(read: Callable[[int], bytes], write: Callable[[bytes], object],
-          connection: Connection) -> None:
+          connection: Connection, watch: FrameWatch | None = None) -> None:
     """Answer `connection`'s frames until the caller closes it or the protocol refuses one;
-    then take its fence back. `read(n)` / `write(data)`: the pipe."""
+    then take its fence back. `read(n)` / `write(data)`: the pipe; `watch`, if given, bounds
+    the time each frame takes."""
     try:
         while connection.open:
             try:
-                body = fenceproto.read_frame(read)
+                if watch is None:
+                    body = fenceproto.read_frame(read)
+                else:
+                    body = fenceproto.read_frame(watch.frame(read, connection.holding))
+                    watch.done()
             except fenceproto.ProtocolError as exc:
                 write(fenceproto.encode(fenceproto.refused(exc.code, exc.message)))
                 return

@@ -20,9 +20,10 @@ import logging
 import os
 import sys
 import threading
+from collections import Counter
 
 from stockade.lifecycle.ledger import Ledger
-from stockade.windows import fence, fenceinstall, fencepipe, identity
+from stockade.windows import fence, fenceinstall, fencepipe, fenceproto, identity
 from stockade.windows.api import last_error, win32
 from stockade.windows.fenceapi import (
     ERROR_CALL_NOT_IMPLEMENTED,
@@ -45,6 +46,7 @@ from stockade.windows.wfpengine import WfpFirewall, windows_firewall
 
 _log = logging.getLogger("stockade.fence")
 STOP_WAIT = 10.0  # seconds the connections get to end when the service stops
+RETRY_FIRST, RETRY_MOST = 0.1, 5.0  # seconds between tries to make a pipe instance
 
 
 class Service:
@@ -58,6 +60,7 @@ class Service:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._pipes: dict[int, threading.Thread] = {}
+        self._users: Counter[str] = Counter()  # connections served, by the caller's user
 
     def reconcile(self) -> None:
         done = self.ledger.reconcile()
@@ -68,10 +71,18 @@ class Service:
     def serve(self) -> None:
         """Accept callers until `stop`."""
         api = fence_win32()
-        first = True
+        first, backoff = True, RETRY_FIRST
         while not self.stopping.is_set():
-            pipe = fencepipe.server_pipe(first)
-            first = False
+            try:
+                pipe = fencepipe.server_pipe(first)
+            except OSError as exc:  # (every instance taken, say: the service goes on)
+                if first:
+                    raise  # (another process has the name: nothing to serve)
+                _log.warning("no pipe instance (%s); retrying", exc.strerror)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, RETRY_MOST)
+                continue
+            first, backoff = False, RETRY_FIRST
             connected = api.ConnectNamedPipe(pipe, None) or last_error() == ERROR_PIPE_CONNECTED
             if self.stopping.is_set() or not connected:
                 win32().CloseHandle(pipe)
@@ -84,17 +95,37 @@ class Service:
 
     def _connection(self, pipe: int, accepted: int) -> None:
         transport = fencepipe.PipeTransport(pipe)
+        watch = fence.FrameWatch(lambda: fence_win32().DisconnectNamedPipe(pipe),
+                                 fence.FRAME_WAIT)
+        user = None
         try:
             try:
                 caller = fencepipe.process_facts(fencepipe.client_pid(pipe))
             except OSError:
                 return  # (the caller is gone already: nothing to answer)
+            with self._lock:
+                if self._users[caller.user] >= fence.MAX_PER_USER:
+                    busy = True
+                else:
+                    busy, user = False, caller.user
+                    self._users[user] += 1
+            if busy:  # (one user cannot take every instance of the pipe)
+                with contextlib.suppress(OSError):
+                    transport.write(fenceproto.encode(fenceproto.refused(
+                        "fence_busy", f"this user has {fence.MAX_PER_USER} connections to "
+                        "the fence service already")))
+                return
             connection = fence.Connection(self.fences, caller, accepted,
                                           fencepipe.process_facts, identity.derive_sid)
-            fence.serve(transport.read, transport.write, connection)
+            fence.serve(transport.read, transport.write, connection, watch)
         finally:
+            watch.close()
             with self._lock:
                 self._pipes.pop(pipe, None)
+                if user is not None:
+                    self._users[user] -= 1
+                    if not self._users[user]:
+                        del self._users[user]
             transport.close()
 
     def reconcile_every(self) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from stockade.errors import SetupError, UnenforceableError
 from stockade.launch.request import LaunchRequest
-from stockade.net.env import proxy_environment
+from stockade.net.env import proxy_environment, with_proxy
 from stockade.windows import fenceclient, wfp
 
 if TYPE_CHECKING:
@@ -95,7 +95,8 @@ class LaunchNetwork:
         the port a Linux sandbox has on its own loopback)."""
         if self.port is None:
             return env
-        return tuple(sorted((dict(env) | proxy_environment(self.port, wfp.LOOPBACK)).items()))
+        proxy = proxy_environment(self.port, wfp.LOOPBACK, case_insensitive=True)
+        return tuple(sorted(with_proxy(dict(env), proxy, case_insensitive=True).items()))
 
     def attach(self, profile: str, pid: int) -> dict:
         """Fence the child `pid` (suspended, in the AppContainer of `profile`); what the

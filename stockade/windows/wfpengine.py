@@ -262,6 +262,10 @@ class WfpFirewall:
                 self._set_exemptions(kept)
 
     def running(self, sid: str) -> bool:
+        return bool(self.holders(sid))
+
+    def holders(self, sid: str) -> set[str]:
+        """The user SIDs of every process of package SID `sid` (a snapshot)."""
         api = fence_win32()
         size = _PIDS
         while True:
@@ -271,14 +275,15 @@ class WfpFirewall:
             if returned.value < ctypes.sizeof(pids):
                 break
             size *= 2
+        users = set()
         for pid in pids[:returned.value // ctypes.sizeof(DWORD)]:
             try:
-                package = fencepipe.process_facts(pid).package
+                facts = fencepipe.process_facts(pid)
             except OSError:
                 continue  # (gone, or protected: no AppContainer of ours)
-            if package.upper() == sid.upper():
-                return True
-        return False
+            if facts.package.upper() == sid.upper():
+                users.add(facts.user)
+        return users
 
 
 def windows_firewall() -> WfpFirewall:
