@@ -739,6 +739,20 @@ def test_a_manifest_a_dead_host_left_is_removed_by_the_next_reconcile(volume, pr
     assert not volume.exists(written.path) and volume.handles == {} and ledger.records() == []
 
 
+def test_a_launch_settles_without_asking_after_its_ended_broker(volume, processes, ledger):
+    """The common case: the manifest was consumed. Settling the launch's record finds nothing
+    at its path and asks nothing of a process that has the broker's id since (another user's,
+    which this user may not even open)."""
+    record = LaunchRecord(ledger, "a-launch")
+    binding = Binding(processes=processes, record=record)
+    binding.create(base())
+    (model,) = binding.brokers
+    assert model.pid not in processes.table
+    processes.start(pid=model.pid, foreign=True)
+    record.settle(strict=True)
+    assert ledger.records() == [] and processes.handles == {}
+
+
 def left(volume: Volume, ledger: Ledger, broker_process, data: bytes | None = None) -> str:
     """A manifest written for `broker_process` by a host that then died; its path."""
     record = LaunchRecord(ledger, secrets.token_hex(8))
@@ -754,10 +768,13 @@ def left(volume: Volume, ledger: Ledger, broker_process, data: bytes | None = No
 def test_a_left_manifest_stays_while_its_broker_runs(volume, processes, ledger):
     broker_process = processes.start()
     path = left(volume, ledger, broker_process)
-    opened = volume.calls.count("CreateFileW")
+    asked: list[int] = []
+    create = volume.CreateFileW
+    volume.CreateFileW = lambda name, access, *rest: (asked.append(access),
+                                                      create(name, access, *rest))[1]
     done = ledger.reconcile()
     assert (done.reconciled, done.failed) == (0, 1) and volume.exists(path) and ledger.records()
-    assert volume.calls.count("CreateFileW") == opened  # (not even opened: it may be consuming it)
+    assert asked == [c.FILE_READ_ATTRIBUTES]  # (is it there? no more: it may be consuming it)
     processes.exit(broker_process)
     assert ledger.reconcile().reconciled == 1 and not volume.exists(path)
 

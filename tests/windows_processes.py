@@ -7,8 +7,9 @@ Microsoft documents them:
   another user fails with ERROR_ACCESS_DENIED;
 - an id is handed out again only once its process has ended and no handle to it is open, with
   a later creation time (`start(pid=...)`: the reuse);
-- GetProcessTimes gives the creation time (FILETIME); WaitForSingleObject is WAIT_OBJECT_0 once
-  the process has ended, else WAIT_TIMEOUT; TerminateProcess needs PROCESS_TERMINATE and ends it
+- GetProcessTimes gives the creation time (FILETIME); GetExitCodeProcess STILL_ACTIVE until the
+  process has ended; WaitForSingleObject (SYNCHRONIZE) is WAIT_OBJECT_0 once it has ended,
+  else WAIT_TIMEOUT; TerminateProcess needs PROCESS_TERMINATE and ends it
   (a `stubborn` one does not end), and fails with ERROR_ACCESS_DENIED on one that has
   ended.
 """
@@ -79,6 +80,12 @@ class Processes:
         assert access & (c.PROCESS_QUERY_LIMITED_INFORMATION | c.PROCESS_QUERY_INFORMATION)
         creation._obj.dwLowDateTime = process.created & 0xFFFFFFFF
         creation._obj.dwHighDateTime = process.created >> 32
+        return 1
+
+    def GetExitCodeProcess(self, handle, code):  # noqa: N802
+        process, access = self.handles[handle]
+        assert access & (c.PROCESS_QUERY_LIMITED_INFORMATION | c.PROCESS_QUERY_INFORMATION)
+        code._obj.value = c.STILL_ACTIVE if process.running else 1
         return 1
 
     def WaitForSingleObject(self, handle, milliseconds):  # noqa: N802

@@ -132,6 +132,7 @@ PROCESS_BASIC_INFORMATION_CLASS = 0  # NtQueryInformationProcess's ProcessBasicI
 # Misc.
 DUPLICATE_SAME_ACCESS = 0x00000002
 WAIT_OBJECT_0 = 0x00000000
+STILL_ACTIVE = 259  # GetExitCodeProcess's answer for a process that has not ended
 UOI_NAME = 2
 ERROR_FILE_NOT_FOUND = 2
 ERROR_PATH_NOT_FOUND = 3

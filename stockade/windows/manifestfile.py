@@ -174,15 +174,17 @@ def remove_left(path: str, broker: int, created: int, user_sid: str) -> None:
     """Delete the manifest a host recorded at `path` for its broker (process `broker`, created
     at `created`) and may have left (the module's docstring); RemovalError, the file as it
     is, where that cannot be done safely now or at all."""
+    api = win32()
+    if not _present(api, path):
+        return  # consumed, or discarded by its host: its broker need not even be asked after
     if procid.running(broker, created):
         raise RemovalError("its broker still runs, and may be consuming it")
-    api = win32()
     try:
         handle = api.CreateFileW(win32_path(path), c.GENERIC_READ | c.DELETE, 0, None,
                                  c.OPEN_EXISTING, c.FILE_FLAG_OPEN_REPARSE_POINT, None)
     except OSError as exc:
         if exc.winerror in _MISSING:
-            return  # consumed, or discarded by its host
+            return  # (gone meanwhile)
         if exc.winerror in _NOT_ALONE:
             raise RemovalError("it cannot be opened alone (another process holds it, it is "
                                "being deleted, or it is not this user's)") from None
@@ -200,6 +202,22 @@ def remove_left(path: str, broker: int, created: int, user_sid: str) -> None:
         raise RemovalError(f"{exc.message}: it is left as it is") from None
     finally:
         api.CloseHandle(handle)
+
+
+def _present(api, path: str) -> bool:
+    """Whether anything is at `path` (a link itself), asked by an open for its attributes
+    alone, which no sharing mode refuses nor is refused by: a broker consuming it is not
+    disturbed."""
+    try:
+        handle = api.CreateFileW(win32_path(path), c.FILE_READ_ATTRIBUTES,
+                                 c.FILE_SHARE_READ | c.FILE_SHARE_WRITE | c.FILE_SHARE_DELETE,
+                                 None, c.OPEN_EXISTING,
+                                 c.FILE_FLAG_OPEN_REPARSE_POINT | c.FILE_FLAG_BACKUP_SEMANTICS,
+                                 None)
+    except OSError as exc:
+        return exc.winerror not in _MISSING  # (there, if it cannot be opened even so)
+    api.CloseHandle(handle)
+    return True
 
 
 def _not_for(data: bytes, broker: int) -> str | None:

@@ -11,9 +11,11 @@ recorded and never on one that only has its id.
   keeps its object, does not);
 - `end(pid, created)`: end that process and wait for it (bounded); whether it is gone.
 
-A process that cannot be opened but exists (ERROR_ACCESS_DENIED: not this user's, or elevated
-when this process is not) is neither: the OSError is raised, and a ledger reconcile keeps the
-record for the next (a recorded process is this user's own).
+Whichever process has the id is first opened for PROCESS_QUERY_LIMITED_INFORMATION alone, the
+right Windows grants most widely, and only the recorded one is opened to be ended (while the
+first handle is held, the id cannot name another). A process that cannot be opened even so
+(ERROR_ACCESS_DENIED: another user's) is neither running nor gone: the OSError is raised, and a
+ledger reconcile keeps the record for the next.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ import ctypes
 
 from stockade.windows import constants as c
 from stockade.windows.api import win32
-from stockade.windows.structs import FILETIME
+from stockade.windows.structs import DWORD, FILETIME
 
 END_WAIT = 5.0  # seconds for a process to be gone once terminated
 ENDED = 1  # the exit code of a process ended here
-_QUERY = c.PROCESS_QUERY_LIMITED_INFORMATION | c.SYNCHRONIZE
 
 
 def created(pid: int) -> int:
@@ -40,11 +41,11 @@ def created(pid: int) -> int:
 
 def running(pid: int, created: int) -> bool:
     """Whether the process `pid` created at `created` still runs."""
-    handle = _open(pid, _QUERY)
+    handle = _open(pid)
     if handle is None:
         return False
     try:
-        return _created(handle) == created and not _ended(handle, 0)
+        return _created(handle) == created and _active(handle)
     finally:
         win32().CloseHandle(handle)
 
@@ -52,27 +53,30 @@ def running(pid: int, created: int) -> bool:
 def end(pid: int, created: int) -> bool:
     """End the process `pid` created at `created`, if it runs; whether it is gone. A process
     that only has its id is left alone (and the recorded one is gone)."""
-    handle = _open(pid, _QUERY | c.PROCESS_TERMINATE)
+    handle = _open(pid)
     if handle is None:
         return True
     try:
-        if _created(handle) != created:
+        if _created(handle) != created or not _active(handle):
             return True
-        if _ended(handle, 0):
-            return True
+        api = win32()
+        ender = api.OpenProcess(c.PROCESS_TERMINATE | c.SYNCHRONIZE, False, pid)  # (the same)
         try:
-            win32().TerminateProcess(handle, ENDED)
-        except OSError:
-            pass  # (it ended meanwhile: access denied to a process that is exiting)
-        return _ended(handle, int(END_WAIT * 1000))
+            try:
+                api.TerminateProcess(ender, ENDED)
+            except OSError:
+                pass  # (it ended meanwhile: access denied to a process that is exiting)
+            return api.WaitForSingleObject(ender, int(END_WAIT * 1000)) == c.WAIT_OBJECT_0
+        finally:
+            api.CloseHandle(ender)
     finally:
         win32().CloseHandle(handle)
 
 
-def _open(pid: int, access: int) -> int | None:
-    """A handle to process `pid`, or None if no process has that id."""
+def _open(pid: int) -> int | None:
+    """A handle to process `pid` to query it, or None if no process has that id."""
     try:
-        return win32().OpenProcess(access, False, pid)
+        return win32().OpenProcess(c.PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
     except OSError as exc:
         if exc.winerror == c.ERROR_INVALID_PARAMETER:
             return None
@@ -85,5 +89,9 @@ def _created(handle: int) -> int:
     return times[0].dwHighDateTime << 32 | times[0].dwLowDateTime
 
 
-def _ended(handle: int, wait_ms: int) -> bool:
-    return win32().WaitForSingleObject(handle, wait_ms) == c.WAIT_OBJECT_0
+def _active(handle: int) -> bool:
+    """Whether the process has not ended (an exit code of STILL_ACTIVE itself is read as not
+    ended: kept, never taken for gone)."""
+    code = DWORD()
+    win32().GetExitCodeProcess(handle, ctypes.byref(code))
+    return code.value == c.STILL_ACTIVE
