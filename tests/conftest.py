@@ -1,5 +1,6 @@
-"""Shared fixtures: a workspace and an outside directory per test, and `sandbox()` that runs a
-real command in the real Linux sandbox with the workspace as `{workspace}`.
+"""Shared fixtures: a workspace and an outside directory per test, `sandbox()` that runs a
+real command in the real Linux sandbox with the workspace as `{workspace}`, and loopback HTTP
+and HTTPS servers (tests/tlsworld.py).
 
 A test that cannot run fails with the reason: a missing guarantee is never a green skip. Off
 Linux, the Linux tests are not run at all: the two modules that load Linux system calls when
@@ -23,8 +24,9 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import leftovers
 import pytest
@@ -33,6 +35,9 @@ import stockade
 from stockade.errors import UnavailableError
 from stockade.lifecycle import homes, statedir, treewalk
 from stockade.policy import preset
+
+if TYPE_CHECKING:
+    from tlsworld import Server
 
 # The interpreter running the tests, visible inside the sandbox too.
 PYTHON = os.path.realpath(sys.executable)
@@ -221,6 +226,25 @@ def linux() -> None:
 
 
 @pytest.fixture
+def plain_server() -> Iterator[Server]:
+    """A loopback HTTP server that records what it receives (tests/tlsworld.py)."""
+    from tlsworld import serving  # (here: conftest also loads on Windows)
+
+    with serving() as server:
+        yield server
+
+
+@pytest.fixture
+def tls_server(pki: tuple[str, str]) -> Iterator[Server]:
+    """The same over HTTPS, its certificate from the test module's own `pki` fixture (a test
+    CA's and a leaf's files, tlsworld.make_ca's)."""
+    from tlsworld import serving
+
+    with serving(pki[1]) as server:
+        yield server
+
+
+@pytest.fixture
 def ws(tmp_path):
     """(workspace, outside): two sibling directories; only the workspace is ever granted."""
     workspace = tmp_path / "ws"
@@ -243,6 +267,19 @@ def attempt(name, action):
     except OSError as exc:
         print(name + ": " + errno.errorcode[exc.errno])
 """
+
+# A child script that fetches each URL of its arguments in turn, one line each: the status (a
+# proxy's refusal: 403), or `refused` where no answer came (a CONNECT the proxy refused).
+FETCH = textwrap.dedent("""
+    import sys, urllib.request, urllib.error
+    for url in sys.argv[1:]:
+        try:
+            print(urllib.request.urlopen(url, timeout=90).status)
+        except urllib.error.HTTPError as e:
+            print(e.code)
+        except OSError:
+            print("refused")
+""")
 
 
 def policy_for(name: str = "workspace-write", **changes) -> stockade.Policy:

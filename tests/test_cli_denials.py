@@ -12,12 +12,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import PYTHON, PYTHON_ROOT
-from tlsworld import Server, serving
 
 from stockade.launch.denials import denial, denial_lines
 from stockade.launch.result import Violation
@@ -40,12 +38,6 @@ FETCH = textwrap.dedent("""
         except OSError:
             print("refused")
 """)
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    with serving() as running:
-        yield running
 
 
 def stockade_run(*args: str, cwd: Path, env: dict[str, str] | None = None
@@ -84,21 +76,21 @@ def network_policy(tmp_path: Path, port: int) -> Path:
     return path
 
 
-def test_network_denials_are_said_with_the_grant_that_would_allow_them(ws, tmp_path, server):
+def test_network_denials_are_said_with_the_grant_that_would_allow_them(ws, tmp_path, plain_server):
     """A host network.allow leaves out, the credential's placeholder sent to another host, a
     method and a path network.http refuses: each refused (the server sees only the allowed
     request), and each said on stderr after the command, naming what and the grant."""
     workspace, _ = ws
-    base = f"http://127.0.0.1:{server.port}"
+    base = f"http://127.0.0.1:{plain_server.port}"
     done = stockade_run(
-        "--policy", str(network_policy(tmp_path, server.port)), "--workspace", str(workspace),
+        "--policy", str(network_policy(tmp_path, plain_server.port)), "--workspace", str(workspace),
         "--", PYTHON, "-c", FETCH, "GET http://denied.example/", f"GET {base}/ok/?t=TOKEN",
         f"POST {base}/ok/x", f"GET {base}/admin", f"GET {base}/ok/fine",
         cwd=workspace, env={"STOCKADE_TEST_DENIAL_TOKEN": "ghp_not_for_this_host"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["403", "403", "403", "403", "200"], done.stderr
-    assert [(s.method, s.path) for s in server.seen] == [("GET", "/ok/fine")]
-    destination = f"127.0.0.1:{server.port}"
+    assert [(s.method, s.path) for s in plain_server.seen] == [("GET", "/ok/fine")]
+    destination = f"127.0.0.1:{plain_server.port}"
     assert done.stderr.splitlines() == [
         "stockade: the sandbox's network proxy refused http denied.example:80: not_allowed: the "
         f"host is not in network.allow{GRANT}network.allow denied.example:80",

@@ -24,6 +24,7 @@ import pytest
 from conftest import ATTEMPT, PYTHON, policy_for
 
 import stockade
+from stockade.evidence.launches import WRAPPED_HOOK
 from stockade.launch.compile import CompileContext, compile_policy
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -1110,22 +1111,6 @@ def test_a_missing_directory_a_pth_file_of_a_site_directory_added_at_run_time_na
         compile_policy(policy_for(), ["true"], ctx)
     assert f"{ws / 'src'} (a directory a .pth file in site-packages names" in \
         refused.value.message, refused.value.message
-
-
-# A path hook of the program's own, for every entry: a FileFinder wrapped (attack 40 T1).
-WRAPPED_HOOK = """
-import importlib._bootstrap_external, importlib.machinery, sys
-class WrapFinder:
-    def __init__(self, path):
-        self.inner = importlib.machinery.FileFinder(
-            path, *importlib._bootstrap_external._get_supported_file_loaders())
-    def find_spec(self, name, target=None):
-        return self.inner.find_spec(name, target)
-    def invalidate_caches(self):
-        self.inner.invalidate_caches()
-sys.path_hooks.insert(0, WrapFinder)
-sys.path_importer_cache.clear()
-"""
 
 
 def run_after(prelude: str, workspace: Path, code: str, weaken: str, cwd: Path) -> dict:

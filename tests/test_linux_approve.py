@@ -17,12 +17,10 @@ import termios
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, policy_for
-from tlsworld import Server, serving
+from conftest import FETCH, PYTHON, policy_for
 
 import stockade
 from stockade.errors import UsageError
@@ -36,33 +34,18 @@ pytestmark = pytest.mark.usefixtures("linux")
 NAMES = {"asked.test": "127.0.0.1", "private.test": "10.0.0.1", "denied.test": "127.0.0.1"}
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
-    with serving() as running:
-        yield running
-
-
 def run(workspace, port: int, paths: list[str], approver, timeout: float = 5.0,
         **network: object) -> stockade.Result:
-    """Each of `paths` (a URL on a test name) fetched in turn by a child; prints each status."""
-    code = textwrap.dedent(f"""
-        import urllib.request, urllib.error
-        for url in {paths!r}:
-            try:
-                print(urllib.request.urlopen(url, timeout=30).status)
-            except urllib.error.HTTPError as e:
-                print(e.code)
-            except OSError as e:  # (a refused CONNECT)
-                print("refused")
-    """)
+    """Each of `paths` (a URL on a test name) fetched in turn by a child (FETCH)."""
     policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", (f"127.0.0.1:{port}",), **network))
-    request = compile_policy(policy, [PYTHON, "-c", code], CompileContext.current(workspace))
+    request = compile_policy(policy, [PYTHON, "-c", FETCH, *paths],
+                             CompileContext.current(workspace))
     backend = LinuxBackend(resolver=lambda host: [NAMES[host]] if host in NAMES else [])
     return execute(backend.with_approval(Approval(approver, timeout)), request)
 
 
-def test_an_approved_host_is_reached_and_logged(ws, server):
+def test_an_approved_host_is_reached_and_logged(ws, plain_server):
     workspace, _ = ws
     asked: list[Ask] = []
 
@@ -70,28 +53,28 @@ def test_an_approved_host_is_reached_and_logged(ws, server):
         asked.append(ask)
         return ALLOW_ONCE
 
-    url = f"http://asked.test:{server.port}/once"
-    r = run(workspace, server.port, [url, url], approver)
+    url = f"http://asked.test:{plain_server.port}/once"
+    r = run(workspace, plain_server.port, [url, url], approver)
     assert r.stdout.split() == [b"200", b"200"], r.stderr
-    assert asked == [Ask("asked.test", server.port, "not_allowed")] * 2  # (once: asked again)
-    assert [s.path for s in server.seen] == ["/once", "/once"]
+    assert asked == [Ask("asked.test", plain_server.port, "not_allowed")] * 2  # (once: asked again)
+    assert [s.path for s in plain_server.seen] == ["/once", "/once"]
     assert [(e["decision"], e["reason"]) for e in r.network_log] == [
         ("allow", "approved_once")] * 2
     assert r.violations == ()
 
 
-def test_allowed_for_the_run_is_asked_once(ws, server):
+def test_allowed_for_the_run_is_asked_once(ws, plain_server):
     workspace, _ = ws
     asked: list[Ask] = []
-    url = f"http://asked.test:{server.port}/run"
-    r = run(workspace, server.port, [url, url, url],
+    url = f"http://asked.test:{plain_server.port}/run"
+    r = run(workspace, plain_server.port, [url, url, url],
             lambda ask: asked.append(ask) or ALLOW_RUN)
     assert r.stdout.split() == [b"200"] * 3 and len(asked) == 1
     assert [e["reason"] for e in r.network_log] == ["approved_for_run"] * 3
 
 
 @pytest.mark.parametrize("answer", ["slow", "deny", "raises", "yes"])
-def test_no_timely_approval_is_a_denial(ws, server, answer):
+def test_no_timely_approval_is_a_denial(ws, plain_server, answer):
     workspace, _ = ws
 
     def approver(ask: Ask) -> str:
@@ -102,52 +85,48 @@ def test_no_timely_approval_is_a_denial(ws, server, answer):
             raise RuntimeError("the caller's bug")
         return DENY if answer == "deny" else answer
 
-    url = f"http://asked.test:{server.port}/no"
+    url = f"http://asked.test:{plain_server.port}/no"
     started = time.monotonic()
-    r = run(workspace, server.port, [url], approver, timeout=0.5)
-    assert r.stdout.split() == [b"403"] and server.seen == []
+    r = run(workspace, plain_server.port, [url], approver, timeout=0.5)
+    assert r.stdout.split() == [b"403"] and plain_server.seen == []
     assert time.monotonic() - started < 30
     (entry,) = r.network_log
     assert entry["reason"] == "not_allowed" and "was asked" in entry["message"]
 
 
-def test_an_approval_lifts_no_address_check_nor_a_deny_pattern(ws, server):
+def test_an_approval_lifts_no_address_check_nor_a_deny_pattern(ws, plain_server):
     workspace, _ = ws
     asked: list[Ask] = []
-    r = run(workspace, server.port, ["http://private.test/", f"http://denied.test:{server.port}/"],
+    port = plain_server.port
+    r = run(workspace, port, ["http://private.test/", f"http://denied.test:{port}/"],
             lambda ask: asked.append(ask) or ALLOW_RUN, deny=("denied.test",))
-    assert r.stdout.split() == [b"403", b"403"] and server.seen == []
+    assert r.stdout.split() == [b"403", b"403"] and plain_server.seen == []
     assert [a.host for a in asked] == ["private.test"]  # (a deny pattern is never asked)
     assert [e["reason"] for e in r.network_log] == ["address_private", "denied_by_rule"]
 
 
-def test_the_ask_names_the_credentials_of_the_host(ws, server, monkeypatch):
+def test_the_ask_names_the_credentials_of_the_host(ws, plain_server, monkeypatch):
     workspace, _ = ws
     monkeypatch.setenv("STOCKADE_TEST_APPROVE_TOKEN", "t0ken")
     asked: list[Ask] = []
-    run(workspace, server.port, [f"https://asked.test:{server.port}/"],  # (a CONNECT)
+    run(workspace, plain_server.port, [f"https://asked.test:{plain_server.port}/"],  # (a CONNECT)
         lambda ask: asked.append(ask) or DENY,
         credentials=(Credential("tok", "asked.test", "TOKEN", header="X-Token",
                                 from_env="STOCKADE_TEST_APPROVE_TOKEN"),))
-    assert asked == [Ask("asked.test", server.port, "not_allowed", ("tok",))]
+    assert asked == [Ask("asked.test", plain_server.port, "not_allowed", ("tok",))]
 
 
-def test_the_api_asks_and_still_refuses_a_loopback_address(ws, server):
+def test_the_api_asks_and_still_refuses_a_loopback_address(ws, plain_server):
     """stockade.run(approve=...): asked about a loopback destination, approved, and refused
     all the same by the address checks (no approval lifts them)."""
     workspace, _ = ws
     asked: list[Ask] = []
     policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", ("example.com",)))
-    r = stockade.run([PYTHON, "-c", textwrap.dedent(f"""
-        import urllib.request, urllib.error
-        try:
-            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
-        except urllib.error.HTTPError as e:
-            print(e.code)
-    """)], policy, workspace=workspace, approve=lambda ask: asked.append(ask) or ALLOW_RUN)
-    assert r.stdout.split() == [b"403"] and server.seen == []
-    assert asked == [Ask("127.0.0.1", server.port, "not_allowed")]
+    r = stockade.run([PYTHON, "-c", FETCH, f"http://127.0.0.1:{plain_server.port}/"], policy,
+                     workspace=workspace, approve=lambda ask: asked.append(ask) or ALLOW_RUN)
+    assert r.stdout.split() == [b"403"] and plain_server.seen == []
+    assert asked == [Ask("127.0.0.1", plain_server.port, "not_allowed")]
     assert [e["reason"] for e in r.network_log] == ["address_loopback"]
 
 
@@ -194,8 +173,9 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
     (b"", b"r {code}\n", "address_loopback"), (b"", b"n {code}\n", "not_allowed"),
     (b"", b"r\n", "not_allowed"), (b"n\n", b"r {code}\n", "address_loopback")],
     ids=["run", "no", "without-code", "typed-ahead"])
-def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
-                                                                      ahead, answer, reason):
+def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, plain_server,
+                                                                      tmp_path, ahead, answer,
+                                                                      reason):
     """`stockade run --ask`: the question shows on the terminal (never in the command's
     output), names the destination, takes the answer typed there with the code the question
     showed (a choice without it, what a question the command printed itself would get, is a
@@ -203,61 +183,43 @@ def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server
     is refused all the same."""
     workspace, _ = ws
     log = tmp_path / "network.jsonl"
-    code = textwrap.dedent(f"""
-        import urllib.request, urllib.error
-        try:
-            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=90)
-        except urllib.error.HTTPError as e:
-            print(e.code)
-    """)
     done, shown = _at_a_terminal(
         ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
-         "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace, ahead)
-    assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
+         "--workspace", str(workspace), "--", PYTHON, "-c", FETCH,
+         f"http://127.0.0.1:{plain_server.port}/"], answer, workspace, ahead)
+    assert f"reach 127.0.0.1:{plain_server.port}, which network.allow leaves out".encode() in shown
     assert done.stdout.split() == [b"403"], done.stderr
     assert b"asks to reach" not in done.stdout + done.stderr
-    assert server.seen == []
+    assert plain_server.seen == []
     (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert entry["reason"] == reason
 
 
-def test_a_warm_sandbox_asks_for_each_of_its_commands(ws, server):
+def test_a_warm_sandbox_asks_for_each_of_its_commands(ws, plain_server):
     workspace, _ = ws
     asked: list[Ask] = []
     policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", ("example.com",)))
-    fetch = textwrap.dedent(f"""
-        import urllib.request, urllib.error
-        try:
-            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
-        except urllib.error.HTTPError as e:
-            print(e.code)
-    """)
+    fetch = [PYTHON, "-c", FETCH, f"http://127.0.0.1:{plain_server.port}/"]
     with stockade.Sandbox(policy, workspace=workspace,
                           approve=lambda ask: asked.append(ask) or ALLOW_ONCE) as sandbox:
-        results = [sandbox.run([PYTHON, "-c", fetch]) for _ in range(2)]
+        results = [sandbox.run(fetch) for _ in range(2)]
     assert [r.stdout.split() for r in results] == [[b"403"], [b"403"]]
-    assert asked == [Ask("127.0.0.1", server.port, "not_allowed")] * 2
+    assert asked == [Ask("127.0.0.1", plain_server.port, "not_allowed")] * 2
     assert [[e["reason"] for e in r.network_log] for r in results] == [["address_loopback"]] * 2
-    assert server.seen == []
+    assert plain_server.seen == []
     with pytest.raises(UsageError, match="allowlist"):
         stockade.Sandbox(preset="read-only", workspace=workspace, approve=lambda ask: DENY)
 
 
-def test_an_async_approver_answers_on_the_callers_loop(ws, server):
+def test_an_async_approver_answers_on_the_callers_loop(ws, plain_server):
     import asyncio
 
     workspace, _ = ws
     asked: list[tuple[Ask, asyncio.AbstractEventLoop]] = []
     policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", ("example.com",)))
-    fetch = textwrap.dedent(f"""
-        import urllib.request, urllib.error
-        try:
-            urllib.request.urlopen('http://127.0.0.1:{server.port}/', timeout=30)
-        except urllib.error.HTTPError as e:
-            print(e.code)
-    """)
+    fetch = [PYTHON, "-c", FETCH, f"http://127.0.0.1:{plain_server.port}/"]
 
     async def approve(ask: Ask) -> str:
         await asyncio.sleep(0.01)
@@ -265,11 +227,10 @@ def test_an_async_approver_answers_on_the_callers_loop(ws, server):
         return ALLOW_ONCE
 
     async def main() -> tuple[stockade.Result, stockade.Result]:
-        one = await stockade.arun([PYTHON, "-c", fetch], policy, workspace=workspace,
-                                  approve=approve)
+        one = await stockade.arun(fetch, policy, workspace=workspace, approve=approve)
         async with stockade.AsyncSandbox(policy, workspace=workspace,
                                          approve=approve) as sandbox:
-            two = await sandbox.run([PYTHON, "-c", fetch])
+            two = await sandbox.run(fetch)
         return one, two
 
     loop = asyncio.new_event_loop()
@@ -325,7 +286,7 @@ def test_a_question_whose_connection_was_denied_is_not_asked_late():
     assert asked == ["a.test"]
 
 
-def test_a_workspace_asks_each_calls_own_approver_for_that_call_only(ws, server):
+def test_a_workspace_asks_each_calls_own_approver_for_that_call_only(ws, plain_server):
     """Workspace(approvals=True), as `stockade mcp --ask` uses it: the approve function a
     call brings is asked while that call's command runs; what it allows for the run lasts for
     that call, not for the next call in the same warm sandbox; a call that brings none is
@@ -335,33 +296,25 @@ def test_a_workspace_asks_each_calls_own_approver_for_that_call_only(ws, server)
 
     workspace, _ = ws
     policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
-        "allowlist", (f"127.0.0.1:{server.port}",)))
-    fetch = textwrap.dedent("""
-        import sys, urllib.request, urllib.error
-        for url in sys.argv[1:]:
-            try:
-                print(urllib.request.urlopen(url, timeout=30).status)
-            except urllib.error.HTTPError as e:
-                print(e.code)
-    """)
-    url, guarded = f"http://localhost:{server.port}/w", "http://127.0.0.1:9/"
+        "allowlist", (f"127.0.0.1:{plain_server.port}",)))
+    url, guarded = f"http://localhost:{plain_server.port}/w", "http://127.0.0.1:9/"
     asked: list[tuple[int, Ask]] = []
 
     def answering(call: int, answer: str):
         return lambda ask: asked.append((call, ask)) or answer
 
     with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5) as shared:
-        first = shared.exec([PYTHON, "-c", fetch, url, url, guarded],
+        first = shared.exec([PYTHON, "-c", FETCH, url, url, guarded],
                             approve=answering(1, ALLOW_RUN))
-        second = shared.exec([PYTHON, "-c", fetch, url], approve=answering(2, DENY))
-        third = shared.exec([PYTHON, "-c", fetch, url])
+        second = shared.exec([PYTHON, "-c", FETCH, url], approve=answering(2, DENY))
+        third = shared.exec([PYTHON, "-c", FETCH, url])
         assert len(shared._started) == 1  # (one warm sandbox served all three)
     assert first.stdout.split() == ["200", "200", "403"], first
     assert second.stdout.split() == ["403"] and third.stdout.split() == ["403"]
-    assert asked == [(1, Ask("localhost", server.port, "not_allowed")),
+    assert asked == [(1, Ask("localhost", plain_server.port, "not_allowed")),
                      (1, Ask("127.0.0.1", 9, "port_not_allowed")),
-                     (2, Ask("localhost", server.port, "not_allowed"))]
-    assert [s.path for s in server.seen] == ["/w", "/w"]
+                     (2, Ask("localhost", plain_server.port, "not_allowed"))]
+    assert [s.path for s in plain_server.seen] == ["/w", "/w"]
     assert [d.grant for d in first.denials] == ["network.allow 127.0.0.1:9"]
 
 
@@ -391,19 +344,19 @@ LATE = textwrap.dedent("""
 """)
 
 
-def test_what_a_call_left_running_is_asked_about_by_none(ws, server):
+def test_what_a_call_left_running_is_asked_about_by_none(ws, plain_server):
     """keep_detached: a process the call detached asks after the call has ended; the call's
     approver, which allowed everything for its run, is no longer asked: denied."""
     from stockade.integrations.workspace import Workspace
 
     workspace, _ = ws
     policy = dataclasses.replace(policy_for("workspace-write"), network=NetworkPolicy(
-        "allowlist", (f"127.0.0.1:{server.port}",)))
+        "allowlist", (f"127.0.0.1:{plain_server.port}",)))
     (workspace / "late.py").write_text(LATE)
     asked: list[Ask] = []
     with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5,
                    keep_detached=True) as shared:
-        left = shared.exec(["sh", "-c", f"{PYTHON} late.py http://localhost:{server.port}/ "
+        left = shared.exec(["sh", "-c", f"{PYTHON} late.py http://localhost:{plain_server.port}/ "
                                         "</dev/null >/dev/null 2>&1 & "
                                         "while [ ! -f ready ]; do sleep 0.05; done"],
                            approve=lambda ask: asked.append(ask) or ALLOW_RUN)
@@ -414,4 +367,4 @@ def test_what_a_call_left_running_is_asked_about_by_none(ws, server):
             assert time.monotonic() < deadline
             time.sleep(0.05)
     assert (workspace / "late").read_text() == "403"
-    assert asked == [] and server.seen == []
+    assert asked == [] and plain_server.seen == []

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import PYTHON, policy_for
-from tlsworld import Canned, Server, chunked, make_ca, serving
+from tlsworld import Canned, chunked, make_ca
 
 from stockade.errors import PolicyError
 from stockade.launch.compile import CompileContext, compile_policy
@@ -32,18 +32,6 @@ SOURCE = "STOCKADE_TEST_CRED_SOURCE"
 def pki() -> Iterator[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as directory:
         yield make_ca(directory, ["api.test", "other.test"])
-
-
-@pytest.fixture
-def tls_server(pki) -> Iterator[Server]:
-    with serving(pki[1]) as server:
-        yield server
-
-
-@pytest.fixture
-def plain_server() -> Iterator[Server]:
-    with serving() as server:
-        yield server
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ a new hard link, a re-made root) is seen by the next launch."""
 from __future__ import annotations
 
 import dataclasses
-import http.server
 import os
 import socket
 import textwrap
@@ -206,49 +205,31 @@ def test_a_root_re_made_after_a_launch_is_the_one_the_next_launch_writes(ws):
     assert (workspace / "out").read_text() == "kept\n"
 
 
-def test_a_prepared_allowlist_sandbox_goes_out_only_through_its_proxy(ws):
+def test_a_prepared_allowlist_sandbox_goes_out_only_through_its_proxy(ws, plain_server):
     """The proxy's listener of a prepared sandbox is made before the launch, in the sandbox's
     own network namespace: the allowed destination is reached through it, a direct connection
     is still refused, and the denial of another destination is in the result."""
     workspace, _ = ws
-    hits = []
-
-    class Upstream(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            hits.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_port
-        base = policy_for("read-only")
-        policy = dataclasses.replace(base, network=dataclasses.replace(
-            base.network, mode="allowlist", allow=(f"127.0.0.1:{port}",)))
-        code = textwrap.dedent(f"""
-            import socket, urllib.request
-            print(urllib.request.urlopen('http://127.0.0.1:{port}/via-proxy').read().decode())
-            try:
-                socket.create_connection(('127.0.0.1', {port}), 2); print('DIRECT')
-            except OSError:
-                print('no-direct')
-            try:
-                urllib.request.urlopen('http://127.0.0.2:{port}/denied')
-            except OSError:
-                print('denied')
-        """)
-        r = in_a_prepared_spare(lambda: stockade.run([PYTHON, "-c", code], policy,
-                                                     workspace=workspace))
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert r.stdout.decode().split() == ["ok", "no-direct", "denied"], r.stderr
+    port = plain_server.port
+    base = policy_for("read-only")
+    policy = dataclasses.replace(base, network=dataclasses.replace(
+        base.network, mode="allowlist", allow=(f"127.0.0.1:{port}",)))
+    code = textwrap.dedent(f"""
+        import socket, urllib.request
+        print(urllib.request.urlopen('http://127.0.0.1:{port}/via-proxy').status)
+        try:
+            socket.create_connection(('127.0.0.1', {port}), 2); print('DIRECT')
+        except OSError:
+            print('no-direct')
+        try:
+            urllib.request.urlopen('http://127.0.0.2:{port}/denied')
+        except OSError:
+            print('denied')
+    """)
+    r = in_a_prepared_spare(lambda: stockade.run([PYTHON, "-c", code], policy,
+                                                 workspace=workspace))
+    hits = [seen.path for seen in plain_server.seen]
+    assert r.stdout.decode().split() == ["200", "no-direct", "denied"], r.stderr
     assert hits.count("/via-proxy") >= 1 and "/denied" not in hits
     assert [v.kind for v in r.violations] == ["network.denied"]
 

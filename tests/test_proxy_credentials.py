@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 
 import pytest
-from tlsworld import Canned, Server, chunked, make_ca, serving
+from tlsworld import Canned, Server, chunked, make_ca, read_head
 
 from stockade.net.authority import LEAVES, Authority, upstream_context
 from stockade.net.inspect import Injection, Inspector
@@ -34,18 +34,6 @@ def pki() -> Iterator[tuple[str, str]]:
         yield make_ca(directory, ["api.test", "other.test", "127.0.0.1"])
 
 
-@pytest.fixture
-def tls_server(pki: tuple[str, str]) -> Iterator[Server]:
-    with serving(pki[1]) as server:
-        yield server
-
-
-@pytest.fixture
-def plain_server() -> Iterator[Server]:
-    with serving() as server:
-        yield server
-
-
 class Setup:
     def __init__(self, proxy: Proxy, authority: Authority, log: str) -> None:
         self.proxy, self.authority, self.log = proxy, authority, log
@@ -60,7 +48,7 @@ class Setup:
         """CONNECT, TLS trusting the launch's CA, `raw` sent, everything read back."""
         sock = self._connect()
         sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        head = _head(sock)
+        head = read_head(sock)
         assert head.startswith(b"HTTP/1.1 200"), head
         context = ssl.create_default_context(cadata=self.authority.pem)
         with context.wrap_socket(sock, server_hostname=host) as tls:
@@ -77,16 +65,6 @@ class Setup:
         sock.settimeout(10)
         sock.connect(self.path)
         return sock
-
-
-def _head(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(1)
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _all(sock: socket.socket) -> bytes:
@@ -201,7 +179,7 @@ def test_the_placeholder_in_a_host_name_is_refused_before_any_lookup(setup, host
     setup.proxy.gate.resolver = looked_up.append
     sock = setup._connect()
     sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode())
-    assert _head(sock).startswith(b"HTTP/1.1 403")
+    assert read_head(sock).startswith(b"HTTP/1.1 403")
     assert looked_up == [] and setup.logged()[0]["reason"] == "credential_exfiltration"
 
 
@@ -302,7 +280,7 @@ def test_a_host_no_rule_names_stays_a_blind_tunnel(setup, tls_server):
     server's own (the client must trust the test CA, not the launch's)."""
     sock = setup._connect()
     sock.sendall(f"CONNECT 127.0.0.1:{tls_server.port} HTTP/1.1\r\n\r\n".encode())
-    assert _head(sock).startswith(b"HTTP/1.1 200")
+    assert read_head(sock).startswith(b"HTTP/1.1 200")
     with pytest.raises(ssl.SSLCertVerificationError):
         ssl.create_default_context(cadata=setup.authority.pem).wrap_socket(
             sock, server_hostname="127.0.0.1")

@@ -114,6 +114,16 @@ def test_a_timeout_ends_the_command_and_everything_it_started(session):
         time.sleep(0.05)
 
 
+def test_a_far_timeout_is_waited_for_in_steps(session):
+    # (one wait of all of it would overflow the event queue's clock, ending the agent)
+    done: list = []
+    runner = threading.Thread(target=lambda: done.append(session.run(["true"], timeout=1e10)),
+                              daemon=True)
+    runner.start()
+    runner.join(20)
+    assert done and done[0][1].result["exit_code"] == 0 and not done[0][1].result["timed_out"]
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

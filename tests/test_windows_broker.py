@@ -1010,6 +1010,13 @@ def test_a_real_broker_process_launches_for_its_own_pid_only(tmp_path):
 # --- on Windows: NTFS and a real broker -----------------------------------------------------------
 
 
+def consume_refusal(written: manifestfile.Written, user: str) -> str:
+    """The code of this host's refusal to consume `written` for `user`."""
+    with pytest.raises(BrokerError) as refused:
+        manifestfile.consume(written.path, written.file_id, 1 << 10, user)
+    return refused.value.code
+
+
 @pytest.mark.windows
 def test_on_this_host_the_manifest_is_closed_and_consumed_once(tmp_path):
     from stockade.windows import tokens
@@ -1024,9 +1031,7 @@ def test_on_this_host_the_manifest_is_closed_and_consumed_once(tmp_path):
         manifestfile.write(written.path, b"{}", user)
     assert manifestfile.consume(written.path, written.file_id, 1 << 10, user) == b'{"x":1}'
     assert not os.path.lexists(written.path)
-    with pytest.raises(BrokerError) as again:
-        manifestfile.consume(written.path, written.file_id, 1 << 10, user)
-    assert again.value.code == "broker_manifest_missing"
+    assert consume_refusal(written, user) == "broker_manifest_missing"
 
 
 @pytest.mark.windows
@@ -1037,16 +1042,12 @@ def test_on_this_host_a_manifest_replaced_or_linked_is_refused(tmp_path):
     directory = os.path.realpath(tmp_path)
     written = manifestfile.write(manifestfile.fresh_path(directory), b"{}", user)
     os.link(written.path, written.path + ".second")  # (a standard user may make hard links)
-    with pytest.raises(BrokerError) as linked:
-        manifestfile.consume(written.path, written.file_id, 1 << 10, user)
-    assert linked.value.code == "broker_manifest_replaced"
+    assert consume_refusal(written, user) == "broker_manifest_replaced"
     other = manifestfile.write(manifestfile.fresh_path(directory), b"{}", user)
     os.replace(other.path, written.path + ".third")
     os.remove(written.path + ".second")
     os.replace(written.path + ".third", written.path)  # another file at the name
-    with pytest.raises(BrokerError) as replaced:
-        manifestfile.consume(written.path, written.file_id, 1 << 10, user)
-    assert replaced.value.code == "broker_manifest_replaced"
+    assert consume_refusal(written, user) == "broker_manifest_replaced"
 
 
 @pytest.mark.windows

@@ -100,7 +100,7 @@ class Canned:
             try:
                 raw, _ = self.sock.accept()
                 with self.context.wrap_socket(raw, server_side=True) as conn:
-                    head = _read_head(conn)
+                    head = read_head(conn)
                     self.heads.append(head)
                     conn.sendall(self.reply(head))
             except (OSError, ssl.SSLError):
@@ -115,7 +115,8 @@ def chunked(*pieces: bytes, head: bytes = b"") -> bytes:
             + b"0\r\n\r\n")
 
 
-def _read_head(sock: socket.socket) -> bytes:
+def read_head(sock: socket.socket) -> bytes:
+    """What `sock` reads up to the end of a head (or of the stream)."""
     data = b""
     while b"\r\n\r\n" not in data and (byte := sock.recv(1)):
         data += byte

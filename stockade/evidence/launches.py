@@ -346,16 +346,10 @@ sys.meta_path += [finder, slotted]
 sys.path_importer_cache["myapp-plugins"] = entry
 """
 
-# Before COMPILER, started in the workspace: Stockade and what COMPILER imports imported there
-# (where Stockade takes the program to have started), a path hook of the program's own (a
-# FileFinder wrapped) first, the relative entries "tools" and "plugins" (missing: that hook
-# takes it, as it takes every entry) put on the import path, neither searched yet (a module
-# imported from one is host code by its file), then a move to `{app}` (argv[2]) outside it:
-# the next run, started in the workspace again, resolves both there (attack 40 T1, T4).
-RELATIVE_MOVED = """
-import importlib._bootstrap_external, importlib.machinery, json, os, sys
-sys.dont_write_bytecode = True
-import stockade.errors, stockade.launch.compile, stockade.policy
+# A path hook of the program's own, for every entry: a FileFinder wrapped (attack 40 T1; the
+# tests of the host-code check run it too).
+WRAPPED_HOOK = """
+import importlib._bootstrap_external, importlib.machinery, sys
 class WrapFinder:
     def __init__(self, path):
         self.inner = importlib.machinery.FileFinder(
@@ -366,6 +360,19 @@ class WrapFinder:
         self.inner.invalidate_caches()
 sys.path_hooks.insert(0, WrapFinder)
 sys.path_importer_cache.clear()
+"""
+
+# Before COMPILER, started in the workspace: Stockade and what COMPILER imports imported there
+# (where Stockade takes the program to have started), WRAPPED_HOOK first, the relative entries
+# "tools" and "plugins" (missing: that hook takes it, as it takes every entry) put on the import
+# path, neither searched yet (a module imported from one is host code by its file), then a move
+# to `{app}` (argv[2]) outside it: the next run, started in the workspace again, resolves both
+# there (attack 40 T1, T4).
+RELATIVE_MOVED = """
+import json, os, sys
+sys.dont_write_bytecode = True
+import stockade.errors, stockade.launch.compile, stockade.policy
+""" + WRAPPED_HOOK + """
 sys.path += ["tools", "plugins"]
 os.chdir(sys.argv[2])
 """

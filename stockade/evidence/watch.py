@@ -520,12 +520,24 @@ LAUNCH_TEMPORARIES = ("stockade-proxy-",)
 
 
 def residue() -> tuple[frozenset[str], frozenset[str]]:
-    """Names in the host's /tmp that a launch makes, and the host's mount points."""
+    """Names in the host's /tmp that a launch makes, and the host's mount points: those of
+    this user only (another user's runs beside this one, e.g. CI's root and rootless suites,
+    make and remove theirs in the same /tmp and mount table)."""
     tmp = tempfile.gettempdir()
-    names = frozenset(n for n in os.listdir(tmp) if n.startswith(LAUNCH_TEMPORARIES))
+    names = frozenset(n for n in os.listdir(tmp) if n.startswith(LAUNCH_TEMPORARIES)
+                      and _ours(os.path.join(tmp, n)))
     with open("/proc/self/mountinfo") as f:
-        points = frozenset(line.split()[4] for line in f)
+        points = frozenset(point for line in f
+                           if _ours(os.path.dirname(point := line.split()[4]) or "/"))
     return names, points
+
+
+def _ours(path: str) -> bool:
+    """Whether this user owns `path` (what cannot be looked at counts as ours: not hidden)."""
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except OSError:
+        return True
 
 
 class NoResidue(Watch):

@@ -9,21 +9,20 @@ its whole process group is killed at its timeout, on `cancel`, and — with ever
 left behind — when it exits. A session the host opens with `keep_detached` keeps what a command
 detached (processes in a session of their own) when the command exits by itself, until the
 session ends (see `_spared`). Any protocol violation is answered with a fatal `error` and ends
-the agent, which ends the sandbox.
+the agent, which ends the sandbox. The checks, and a command's books, are serving.py's (the
+Windows Sandbox guest's agent shares them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hmac
 import os
 import selectors
 import signal
 import struct
 import sys
 import termios
-import time
 from collections.abc import Callable
 
 from stockade import __version__
@@ -31,46 +30,41 @@ from stockade.linux.privilege import capabilities_now
 from stockade.linux.syscalls import prctl
 from stockade.session import protocol
 from stockade.session.child import Child, reap_exited, sessions, sweep
-from stockade.session.errors import ProtocolError, StartFailure
+from stockade.session.errors import ProtocolError
 from stockade.session.protocol import CHUNK, STDERR, STDOUT, Message
+from stockade.session.serving import Command, Serving
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 OUTPUT_HIGH = 1 << 20  # bytes queued for the host before the agent stops reading commands' output
-MAX_WAIT = 3600.0  # seconds one wait may last (far deadlines are reached in several)
 
 
-class _Command:
-    """The command being run: its child, its stdin backlog, and how it ended."""
+class _Command(Command):
+    """The command being run: its child, its stdin backlog, and its open outputs."""
 
     def __init__(self, number: int, child: Child, timeout: float | None, received: float,
                  kept: frozenset[int]) -> None:
-        self.number = number
+        super().__init__(number, received, child.started, timeout)
         self.kept = kept  # the sessions kept before it started (keep_detached)
         self.child = child
-        self.received = received
-        self.deadline = None if timeout is None else child.started + timeout
         self.stdin_backlog = bytearray()
-        self.stdin_eof = False
         self.stdin_open = True
-        self.outstanding = 0  # stdin bytes received and not yet granted back
         self.outputs = {child.stdout.fileno(): (STDOUT, child.stdout),
                         child.stderr.fileno(): (STDERR, child.stderr)}
-        self.status: tuple[int | None, int | None, float, float] | None = None
-        self.timed_out = self.cancelled = False
+
+    def kill(self) -> None:
+        self.child.kill()
+
+    def streaming(self) -> bool:
+        return bool(self.outputs)
 
 
-class Agent:
+class Agent(Serving[_Command]):
     def __init__(self, nonce: bytes, rfd: int = 0, wfd: int = 1) -> None:
-        self.nonce = nonce
+        super().__init__(nonce)
         self.rfd, self.wfd = rfd, wfd
-        self.decoder = protocol.Decoder(protocol.TO_AGENT)
         self.selector = selectors.DefaultSelector()
         self.outbox = bytearray()
-        self.authenticated = False
-        self.last = 0  # the highest command number seen
-        self.command: _Command | None = None
-        self.running = True
         self.keep_detached = False  # the host's, in its hello: a command cannot set it
 
     def serve(self) -> int:
@@ -117,98 +111,32 @@ class Agent:
             chunk = os.read(fd, 1 << 17)
         except BlockingIOError:
             return
-        if not chunk:
-            self.decoder.finish()
-            self.running = False  # the host closed the session
-            return
-        for message in self.decoder.feed(chunk):
-            self._handle(message)
+        self._received(chunk)
 
-    def _handle(self, message: Message) -> None:
-        if not self.authenticated:
-            if message.type != "hello":
-                raise ProtocolError("auth_required", "the first message must be hello")
-            if not hmac.compare_digest(bytes.fromhex(message.body["nonce"]), self.nonce):
-                raise ProtocolError("auth_failed", "wrong session secret")
-            self.authenticated = True
-            if message.body.get("keep_detached"):
-                self._keep_detached()
-            self.send(Message("hello", body=_introduce()))
-            return
-        handler: Callable[[Message], None] | None = {
-            "exec": self._exec, "data": self._stdin_data, "eof": self._stdin_eof,
-            "cancel": self._cancel, "ping": self._ping, "shutdown": self._shutdown,
-            "error": self._shutdown,
-        }.get(message.type)
-        if handler is None:
-            raise ProtocolError("sequence_invalid", f"{message.type} after the handshake")
-        handler(message)
+    def _welcome(self, hello: dict) -> dict:
+        if hello.get("keep_detached"):
+            self._keep_detached()
+        return _introduce()
 
-    def _exec(self, message: Message) -> None:
-        if self.command is not None:
-            raise ProtocolError("busy", "one command at a time: wait for its result")
-        if message.command <= self.last:
-            raise ProtocolError("sequence_invalid", "command numbers must increase")
-        self.last = message.command
-        received = time.monotonic()
-        body = message.body
+    def _start(self, number: int, body: dict, received: float) -> None:
         kept = sessions() if self.keep_detached else frozenset()  # (no command runs: all kept)
-        try:
-            child = Child(body["argv"], body["cwd"], body["env"])
-        except StartFailure as exc:
-            self.send(Message("error", message.command,
-                              body={"code": exc.code, "message": str(exc)}))
-            return
-        self.command = _Command(message.command, child, body.get("timeout"), received, kept)
+        child = Child(body["argv"], body["cwd"], body["env"])
+        self.command = _Command(number, child, body.get("timeout"), received, kept)
         for stream in (child.stdin, child.stdout, child.stderr):
             os.set_blocking(stream.fileno(), False)
         self.selector.register(child.pidfd, selectors.EVENT_READ, self._exited)
-        self.send(Message("started", message.command, body={"pid": child.pid}))
+        self.send(Message("started", number, body={"pid": child.pid}))
 
-    def _current(self, message: Message) -> _Command | None:
-        """The command `message` is about; None for one that has already ended."""
-        if message.command > self.last:
-            raise ProtocolError("sequence_invalid", f"command {message.command} was never started")
-        command = self.command
-        return command if command is not None and command.number == message.command else None
-
-    def _stdin_data(self, message: Message) -> None:
-        command = self._current(message)
-        if command is None:
-            return
-        assert isinstance(message.body, bytes)
-        if command.stdin_eof:
-            raise ProtocolError("sequence_invalid", "stdin data after its eof")
-        command.outstanding += len(message.body)
-        if command.outstanding > protocol.STDIN_WINDOW:
-            raise ProtocolError("window_exceeded", "stdin data beyond the granted window")
+    def _give_stdin(self, command: _Command, data: bytes) -> None:
         if command.stdin_open:
-            command.stdin_backlog += message.body
+            command.stdin_backlog += data
             self._feed(command.child.stdin.fileno())
         else:
-            self._grant(command, len(message.body))
+            self._grant(command, len(data))
 
-    def _stdin_eof(self, message: Message) -> None:
-        command = self._current(message)
-        if command is None:
-            return
-        if command.stdin_eof:
-            raise ProtocolError("sequence_invalid", "a second stdin eof")
-        command.stdin_eof = True
+    def _end_stdin(self, command: _Command) -> None:
         if command.stdin_open and not command.stdin_backlog:
             self._close_stdin(command)
-
-    def _cancel(self, message: Message) -> None:
-        command = self._current(message)
-        if command is not None and command.status is None:
-            command.cancelled = True
-            command.child.kill()
-
-    def _ping(self, message: Message) -> None:
-        self.send(Message("pong", body={"seq": message.body["seq"]}))
-
-    def _shutdown(self, message: Message) -> None:
-        self.running = False
 
     # --- the command's side ------------------------------------------------------------------
 
@@ -227,11 +155,6 @@ class Agent:
         self._watch(fd, selectors.EVENT_WRITE, self._feed, bool(command.stdin_backlog))
         if command.stdin_eof and not command.stdin_backlog:
             self._close_stdin(command)
-
-    def _grant(self, command: _Command, count: int) -> None:
-        if count:
-            command.outstanding -= count
-            self.send(Message("window", command.number, body={"bytes": count}))
 
     def _close_stdin(self, command: _Command) -> None:
         self._watch(command.child.stdin.fileno(), selectors.EVENT_WRITE, self._feed, False)
@@ -264,6 +187,7 @@ class Agent:
         assert command is not None
         self.selector.unregister(fd)
         command.status = command.child.reap(self._spared(command))
+        command.exited = command.child.exited
         if command.stdin_open:
             self._close_stdin(command)
         # What the command and every process killed with it wrote is in its pipes now; a
@@ -318,32 +242,6 @@ class Agent:
         command = self.command
         reap_exited(command.child.pid if command is not None and command.status is None
                     else None)
-
-    def _maybe_done(self) -> None:
-        command = self.command
-        if command is None or command.status is None or command.outputs:
-            return
-        exit_code, sig, user, system = command.status
-        child = command.child
-        assert child.exited is not None
-        self.send(Message("result", command.number, body={
-            "exit_code": exit_code, "signal": sig, "timed_out": command.timed_out,
-            "cancelled": command.cancelled, "start": round(child.started - command.received, 6),
-            "wall": round(child.exited - child.started, 6), "user": user, "system": system}))
-        self.command = None
-
-    def _step(self) -> float | None:
-        command = self.command
-        if command is None or command.deadline is None or command.status is not None:
-            return None
-        return min(max(command.deadline - time.monotonic(), 0), MAX_WAIT)
-
-    def _check_deadline(self) -> None:
-        command = self.command
-        if (command is not None and command.deadline is not None and command.status is None
-                and not command.timed_out and time.monotonic() >= command.deadline):
-            command.timed_out = True
-            command.child.kill()
 
     # --- plumbing ----------------------------------------------------------------------------
 

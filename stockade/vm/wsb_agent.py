@@ -1,7 +1,8 @@
 """The Windows Sandbox guest's session agent: docs/protocol.md served on one byte stream (a TCP
 connection to the host, or the spool of a guest without a network: wsb_spool), with threads
 where the POSIX agent (stockade/session/agent.py) uses a selector, since Windows can wait on
-sockets but not on pipes.
+sockets but not on pipes. What the host sends is checked, and a command's books kept, by the
+code both agents share (stockade/session/serving.py).
 
 It runs as the guest's administrator and starts each command through `spawn`: in the guest,
 wsb_winproc's, which runs it as the standard guest user in a Job of its own whose whole tree
@@ -20,7 +21,6 @@ the main thread only after its reader has ended, so it follows every byte of tha
 from __future__ import annotations
 
 import collections
-import hmac
 import os
 import queue
 import socket
@@ -31,15 +31,15 @@ from typing import BinaryIO, Protocol
 
 from stockade import __version__
 from stockade.session import protocol
-from stockade.session.errors import ProtocolError, StartFailure
+from stockade.session.errors import ProtocolError
 from stockade.session.protocol import CHUNK, STDERR, STDOUT, Message
+from stockade.session.serving import Command, Serving, Status
 
 OUTPUT_HIGH = 1 << 20  # bytes of output queued for the host before readers wait
 WRITE_BATCH = 256 << 10  # bytes the writer joins into one write
 READ_SIZE = 1 << 17
 STOP_FLUSH = 5.0  # seconds the agent's last frames may take to leave when it stops
 KILLED = 9  # the `signal` a command the agent ended reports (SIGKILL's number, as on POSIX)
-Status = tuple[int | None, int | None, float, float]  # exit code, signal, user s, system s
 
 
 class Process(Protocol):
@@ -185,34 +185,29 @@ class _Stdin:
         _close(self._pipe)
 
 
-class _Command:
+class _Command(Command):
     def __init__(self, number: int, process: Process, received: float,
                  timeout: float | None, stdin: _Stdin) -> None:
-        self.number, self.process, self.received, self.stdin = number, process, received, stdin
-        self.started = time.monotonic()
-        self.deadline = None if timeout is None else self.started + timeout
-        self.exited: float | None = None
-        self.status: Status | None = None
+        super().__init__(number, received, time.monotonic(), timeout)
+        self.process, self.stdin = process, stdin
         self.open = {STDOUT, STDERR}
-        self.stdin_eof = False
-        self.outstanding = 0  # stdin bytes received and not yet granted back
-        self.timed_out = self.cancelled = False
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def streaming(self) -> bool:
+        return bool(self.open)
 
 
-class Agent:
+class Agent(Serving[_Command]):
     def __init__(self, nonce: bytes, transport: Transport, spawn: Spawn,
                  observed: dict[str, int] | None = None) -> None:
-        self.nonce = nonce
+        super().__init__(nonce)
         self.transport = transport
         self.spawn = spawn
         self.observed = observed or {}
-        self.decoder = protocol.Decoder(protocol.TO_AGENT)
         self.events: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self.outbox = Outbox(transport.write, lambda: self.events.put(("host_gone",)))
-        self.authenticated = False
-        self.last = 0  # the highest command number seen
-        self.command: _Command | None = None
-        self.running = True
         self.status = 0
 
     def serve(self) -> int:
@@ -239,12 +234,7 @@ class Agent:
     # --- events --------------------------------------------------------------------------
 
     def _on_host(self, chunk: bytes) -> None:
-        for message in self.decoder.feed(chunk):
-            self._handle(message)
-
-    def _on_host_end(self) -> None:
-        self.running = False  # the host closed the session
-        self.decoder.finish()
+        self._received(chunk)
 
     def _on_host_gone(self) -> None:
         self.running, self.status = False, 1
@@ -253,7 +243,10 @@ class Agent:
         command = self.command
         assert command is not None and command.number == number
         command.exited = when
-        command.status = command.process.finish()  # (the rest of its tree ends here)
+        exit_code, sig, user, system = command.process.finish()  # (the rest of its tree ends)
+        if command.timed_out or command.cancelled:  # (ended by the agent: as on POSIX)
+            exit_code, sig = None, KILLED
+        command.status = exit_code, sig, user, system
         command.stdin.end()
         self._maybe_done()
 
@@ -266,48 +259,20 @@ class Agent:
 
     def _on_granted(self, number: int, count: int) -> None:
         command = self.command
-        if command is not None and command.number == number and count:
-            command.outstanding -= count
-            self.send(Message("window", number, body={"bytes": count}))
+        if command is not None and command.number == number:
+            self._grant(command, count)
 
     # --- the host's messages -------------------------------------------------------------
 
-    def _handle(self, message: Message) -> None:
-        if not self.authenticated:
-            if message.type != "hello":
-                raise ProtocolError("auth_required", "the first message must be hello")
-            if not hmac.compare_digest(bytes.fromhex(message.body["nonce"]), self.nonce):
-                raise ProtocolError("auth_failed", "wrong session secret")
-            if message.body.get("keep_detached"):  # (refused, never ignored)
-                raise ProtocolError("field_invalid", "keep_detached: this agent cannot keep "
-                                    "what commands detach")
-            self.authenticated = True
-            self.send(Message("hello", body={
-                "agent": f"stockade {__version__} (windows-sandbox)", "pid": os.getpid(),
-                "observed": self.observed}))
-            return
-        handler: Callable[[Message], None] | None = {
-            "exec": self._exec, "data": self._stdin_data, "eof": self._stdin_eof,
-            "cancel": self._cancel, "ping": self._ping, "shutdown": self._shutdown,
-            "error": self._shutdown,
-        }.get(message.type)
-        if handler is None:
-            raise ProtocolError("sequence_invalid", f"{message.type} after the handshake")
-        handler(message)
+    def _welcome(self, hello: dict) -> dict:
+        if hello.get("keep_detached"):  # (refused, never ignored)
+            raise ProtocolError("field_invalid", "keep_detached: this agent cannot keep "
+                                "what commands detach")
+        return {"agent": f"stockade {__version__} (windows-sandbox)", "pid": os.getpid(),
+                "observed": self.observed}
 
-    def _exec(self, message: Message) -> None:
-        if self.command is not None:
-            raise ProtocolError("busy", "one command at a time: wait for its result")
-        if message.command <= self.last:
-            raise ProtocolError("sequence_invalid", "command numbers must increase")
-        number = self.last = message.command
-        received = time.monotonic()
-        body = message.body
-        try:
-            process = self.spawn(body["argv"], body["cwd"], body["env"])
-        except StartFailure as exc:
-            self.send(Message("error", number, body={"code": exc.code, "message": str(exc)}))
-            return
+    def _start(self, number: int, body: dict, received: float) -> None:
+        process = self.spawn(body["argv"], body["cwd"], body["env"])
         stdin = _Stdin(process.stdin, lambda count: self.events.put(("granted", number, count)))
         self.command = _Command(number, process, received, body.get("timeout"), stdin)
         self.send(Message("started", number, body={"pid": process.pid}))
@@ -317,45 +282,11 @@ class Agent:
         threading.Thread(target=self._wait, args=(number, process), name="stockade-wait",
                          daemon=True).start()
 
-    def _current(self, message: Message) -> _Command | None:
-        """The command `message` is about; None for one that has already ended."""
-        if message.command > self.last:
-            raise ProtocolError("sequence_invalid", f"command {message.command} was never started")
-        command = self.command
-        return command if command is not None and command.number == message.command else None
+    def _give_stdin(self, command: _Command, data: bytes) -> None:
+        command.stdin.give(data)
 
-    def _stdin_data(self, message: Message) -> None:
-        command = self._current(message)
-        if command is None:
-            return
-        assert isinstance(message.body, bytes)
-        if command.stdin_eof:
-            raise ProtocolError("sequence_invalid", "stdin data after its eof")
-        command.outstanding += len(message.body)
-        if command.outstanding > protocol.STDIN_WINDOW:
-            raise ProtocolError("window_exceeded", "stdin data beyond the granted window")
-        command.stdin.give(message.body)
-
-    def _stdin_eof(self, message: Message) -> None:
-        command = self._current(message)
-        if command is None:
-            return
-        if command.stdin_eof:
-            raise ProtocolError("sequence_invalid", "a second stdin eof")
-        command.stdin_eof = True
+    def _end_stdin(self, command: _Command) -> None:
         command.stdin.end()
-
-    def _cancel(self, message: Message) -> None:
-        command = self._current(message)
-        if command is not None and command.exited is None:
-            command.cancelled = True
-            command.process.kill()
-
-    def _ping(self, message: Message) -> None:
-        self.send(Message("pong", body={"seq": message.body["seq"]}))
-
-    def _shutdown(self, message: Message) -> None:
-        self.running = False
 
     # --- the command's threads -----------------------------------------------------------
 
@@ -365,7 +296,7 @@ class Agent:
                 self.events.put(("host", chunk))
         except OSError:
             pass  # (reset: the same as an end)
-        self.events.put(("host_end",))
+        self.events.put(("host", b""))
 
     def _read_output(self, number: int, stream: int, pipe: BinaryIO) -> None:
         try:
@@ -381,36 +312,7 @@ class Agent:
         process.wait()
         self.events.put(("exited", number, time.monotonic()))
 
-    # --- the end of a command, and of the session ----------------------------------------
-
-    def _maybe_done(self) -> None:
-        command = self.command
-        if command is None or command.status is None or command.open:
-            return
-        exit_code, sig, user, system = command.status
-        if command.timed_out or command.cancelled:
-            exit_code, sig = None, KILLED
-        assert command.exited is not None
-        self.send(Message("result", command.number, body={
-            "exit_code": exit_code, "signal": sig, "timed_out": command.timed_out,
-            "cancelled": command.cancelled,
-            "start": round(command.started - command.received, 6),
-            "wall": round(command.exited - command.started, 6), "user": user,
-            "system": system}))
-        self.command = None
-
-    def _step(self) -> float | None:
-        command = self.command
-        if command is None or command.deadline is None or command.exited is not None:
-            return None
-        return max(command.deadline - time.monotonic(), 0)
-
-    def _check_deadline(self) -> None:
-        command = self.command
-        if (command is not None and command.deadline is not None and command.exited is None
-                and not command.timed_out and time.monotonic() >= command.deadline):
-            command.timed_out = True
-            command.process.kill()
+    # --- the end of the session -------------------------------------------------------
 
     def _stop(self) -> int:
         """End whatever still runs, send what is queued for the host, and return the

@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ import anyio
 import mcp_types
 import pytest
 from cancelling import NEXT_WITHIN, arunning, check_gone, check_next_call, running, tree
-from conftest import PYTHON
+from conftest import FETCH, PYTHON
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -126,10 +124,6 @@ def test_a_call_cannot_lengthen_the_policys_timeout(ws, tmp_path):
         {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout"}]
 
 
-# Fetches a URL through the policy's proxy (allowlist mode sets http_proxy): 403 when refused.
-FETCH = ("import urllib.request, sys\n"
-         "try: urllib.request.urlopen(sys.argv[1], timeout=10)\n"
-         "except urllib.error.HTTPError as e: print(e.code)")
 LIMITED = """version = 1
 preset = "workspace-write"
 [limits]
@@ -380,39 +374,6 @@ def test_without_the_sdk_a_typed_error_names_the_extra(ws):
 
 # --- `stockade mcp --ask`: the client asked through MCP elicitation ---------------------------
 
-# Each URL fetched in turn through the policy's proxy: its status (403: refused).
-FETCH_ALL = ("import sys, urllib.request, urllib.error\n"
-             "for url in sys.argv[1:]:\n"
-             "    try: print(urllib.request.urlopen(url, timeout=60).status)\n"
-             "    except urllib.error.HTTPError as e: print(e.code)")
-
-
-class Seen(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
-        self.server.seen.append(self.path)  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def loopback_site() -> Iterator[http.server.ThreadingHTTPServer]:
-    """An HTTP server on the host's loopback (`seen`: the paths it served)."""
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Seen)
-    site.seen = []  # type: ignore[attr-defined]
-    runner = threading.Thread(target=site.serve_forever, daemon=True)
-    runner.start()
-    try:
-        yield site
-    finally:
-        site.shutdown()
-        site.server_close()
-
-
 def asking_server(root, tmp_path, port: int, ask_seconds: float = 30) -> StdioServerParameters:
     """`stockade mcp --ask` over an allowlist naming only 127.0.0.1:PORT (literally, so that
     a name resolving there may be approved), its questions bounded by `ask_seconds`."""
@@ -446,10 +407,10 @@ def answering(*answers: tuple):
 
 
 def asked_calls(parameters, callback, *urls: list[str], mode: str = "legacy") -> list:
-    """A `run` of FETCH_ALL over each list of URLs, one client session; the results."""
+    """A `run` of FETCH over each list of URLs, one client session; the results."""
     async def session() -> list:
         async with Client(parameters, elicitation_callback=callback, mode=mode) as client:
-            return [await client.call_tool("run", {"argv": ["python3", "-c", FETCH_ALL, *u]})
+            return [await client.call_tool("run", {"argv": ["python3", "-c", FETCH, *u]})
                     for u in urls]
     return asyncio.run(session())
 
@@ -458,23 +419,22 @@ def statuses(result) -> list[str]:
     return result.structured_content["stdout"].split()
 
 
-def test_the_client_is_asked_and_its_answer_is_the_approval(ws, tmp_path):
+def test_the_client_is_asked_and_its_answer_is_the_approval(ws, tmp_path, plain_server):
     """Each destination network.allow leaves out is put to the client (once, for the run,
     deny, declined): "once" allows one connection, "run" the rest of that call's command,
     and an approval lifts no address check (127.0.0.1 on a port not allowed literally)."""
     root, _ = ws
-    with loopback_site() as site:
-        port = site.server_address[1]
-        named, guarded = f"http://localhost:{port}/a", "http://127.0.0.1:9/"
-        callback, asked = answering(("accept", "once"), ("accept", "once"), ("accept", "run"),
-                                    ("accept", "run"), ("accept", "deny"), ("decline",))
-        once, run, denied, declined = asked_calls(
-            asking_server(root, tmp_path, port), callback, [named, named, guarded],
-            [named, named, named], [named], [named])
-        assert statuses(once) == ["200", "200", "403"], once
-        assert statuses(run) == ["200", "200", "200"], run
-        assert statuses(denied) == statuses(declined) == ["403"]
-        assert site.seen == ["/a"] * 5
+    port = plain_server.port
+    named, guarded = f"http://localhost:{port}/a", "http://127.0.0.1:9/"
+    callback, asked = answering(("accept", "once"), ("accept", "once"), ("accept", "run"),
+                                ("accept", "run"), ("accept", "deny"), ("decline",))
+    once, run, denied, declined = asked_calls(
+        asking_server(root, tmp_path, port), callback, [named, named, guarded],
+        [named, named, named], [named], [named])
+    assert statuses(once) == ["200", "200", "403"], once
+    assert statuses(run) == ["200", "200", "200"], run
+    assert statuses(denied) == statuses(declined) == ["403"]
+    assert [seen.path for seen in plain_server.seen] == ["/a"] * 5
     assert len(asked) == 6
     assert f"asks to reach localhost:{port}, which the policy's network.allow leaves out " \
            "(not_allowed)" in asked[0]
@@ -488,17 +448,16 @@ def test_the_client_is_asked_and_its_answer_is_the_approval(ws, tmp_path):
     assert "not_asked" not in declined.structured_content
 
 
-def test_no_answer_in_time_is_a_denial(ws, tmp_path):
+def test_no_answer_in_time_is_a_denial(ws, tmp_path, plain_server):
     """The client answers "run" only after the bound (2s here): the connection was denied at
     the bound, and the late answer allows nothing."""
     root, _ = ws
-    with loopback_site() as site:
-        port = site.server_address[1]
-        callback, asked = answering(("late", 6))
-        began = time.monotonic()
-        [late] = asked_calls(asking_server(root, tmp_path, port, ask_seconds=2), callback,
-                             [f"http://localhost:{port}/late"])
-        assert statuses(late) == ["403"] and site.seen == []
+    port = plain_server.port
+    callback, asked = answering(("late", 6))
+    began = time.monotonic()
+    [late] = asked_calls(asking_server(root, tmp_path, port, ask_seconds=2), callback,
+                         [f"http://localhost:{port}/late"])
+    assert statuses(late) == ["403"] and plain_server.seen == []
     assert len(asked) == 1 and time.monotonic() - began < 60
 
 
@@ -506,16 +465,15 @@ def test_no_answer_in_time_is_a_denial(ws, tmp_path):
     ("legacy", False, "this client does not support MCP elicitation"),
     ("auto", True, "this client's connection cannot carry a server's request")],
     ids=["no-elicitation", "stateless-protocol"])
-def test_a_client_that_cannot_be_asked_is_denied_and_told_why(ws, tmp_path, mode, elicits,
-                                                              why):
+def test_a_client_that_cannot_be_asked_is_denied_and_told_why(ws, tmp_path, plain_server,
+                                                              mode, elicits, why):
     root, _ = ws
     callback, asked = answering(("accept", "run"))
-    with loopback_site() as site:
-        port = site.server_address[1]
-        [unasked] = asked_calls(asking_server(root, tmp_path, port),
-                                callback if elicits else None,
-                                [f"http://localhost:{port}/x"], mode=mode)
-        assert statuses(unasked) == ["403"] and site.seen == [] and asked == []
+    port = plain_server.port
+    [unasked] = asked_calls(asking_server(root, tmp_path, port),
+                            callback if elicits else None,
+                            [f"http://localhost:{port}/x"], mode=mode)
+    assert statuses(unasked) == ["403"] and plain_server.seen == [] and asked == []
     [said] = unasked.structured_content["not_asked"]
     assert said == {"host": "localhost", "port": port, "why": said["why"],
                     "grant": f"network.allow localhost:{port}"}
