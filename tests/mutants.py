@@ -53,6 +53,9 @@ WSB = "tests/test_vm_wsb.py::"
 PROXY_ENV = "tests/test_windows_proxy_env.py::"
 WSB_AGENT = "tests/test_vm_wsb_agent.py::"
 WSB_DAEMON = "tests/test_vm_wsb_daemon.py::"
+WSB_LEDGER = "tests/test_vm_wsb_ledger.py::"
+PROCID = "tests/test_windows_procid.py::"
+WINDOWS_PROBE = "tests/test_windows_probe.py::"
 OVERLAY_UNJUDGED = ("tests/test_deny_links.py::test_an_overlay_whose_layers_cannot_be_judged_is"
                     "_refused_in_or_above_a_root")
 
@@ -843,6 +846,44 @@ MUTANTS: tuple[Mutant, ...] = (
            "if guest is None or self._clock() - self._last_used < self.idle:",
            "if True:",
            (WSB_DAEMON + "test_an_idle_guest_is_torn_down_after_the_idle_timeout",)),
+    # a guest left by a process killed without its exit handlers (issue 36): ledgered before
+    # its boot is waited for, ended by a reconcile, the very process recorded only; the
+    # `windows_sandbox` row of the Windows report from the driver's own checks, typed
+    Mutant("wsb-guest-not-ledgered", "stockade/vm/wsb.py",
+           "                record.add(wsb_ledger.KIND, self.plan.boot_id,\n",
+           "                (lambda *unrecorded: None)(wsb_ledger.KIND, self.plan.boot_id,\n",
+           (WSB_LEDGER + "test_a_guest_whose_process_was_killed_is_ended_by_the_next_reconcile",)),
+    Mutant("wsb-guest-of-the-tool-not-ledgered", "stockade/vm/wsb.py",
+           "                record.add(wsb_ledger.KIND, self.plan.boot_id, wsb_ledger.BY_ID)\n",
+           "                pass\n",
+           (WSB_LEDGER + "test_a_guest_of_the_wsb_tool_is_recorded_before_it_starts",)),
+    Mutant("wsb-guest-ended-by-its-id-alone", "stockade/windows/procid.py",
+           "        if _created(handle) != created or not _active(handle):\n",
+           "        if not _active(handle):\n",
+           (WSB_LEDGER + "test_a_process_that_took_the_guests_id_is_never_ended",
+            PROCID + "test_a_process_that_took_the_id_is_not_the_recorded_one")),
+    Mutant("wsb-guest-forgotten-while-it-runs", "stockade/vm/wsb_ledger.py",
+           '        if not procid.end(detail["pid"], detail["created"]):',
+           '        if not procid.end(detail["pid"], detail["created"]) and False:',
+           (WSB_LEDGER + "test_a_windowssandbox_that_will_not_end_keeps_its_record",)),
+    Mutant("wsb-guest-of-the-tool-stop-unchecked", "stockade/vm/wsb_ledger.py",
+           "    if _listed(launcher, guid):\n", "    if False:\n",
+           (WSB_LEDGER + "test_a_guest_of_the_wsb_tool_that_cannot_be_seen_stopped_keeps_its"
+            "_record[stop-ignored]",)),
+    Mutant("windows-sandbox-row-unprobed", "stockade/launch/report.py",
+           "        backend.probe()\n", "        pass\n",
+           (WINDOWS_PROBE + "test_the_windows_sandbox_row_is_unavailable_typed_without_the"
+            "_feature",)),
+    Mutant("windows-sandbox-row-untyped", "stockade/launch/report.py",
+           'return Row(name, UNAVAILABLE, mechanism, f"{exc.code}: {exc.message}")',
+           "return Row(name, UNAVAILABLE, mechanism, exc.message)",
+           (WINDOWS_PROBE + "test_the_windows_sandbox_row_is_unavailable_typed_without_the"
+            "_feature",)),
+    Mutant("windows-sandbox-row-missing", "stockade/windows/report.py",
+           '        driver_row("windows_sandbox", registry.entry(WINDOWS_SANDBOX)),\n', "",
+           (WINDOWS_PROBE + "test_the_report_marks_each_capability_from_the_attestation",
+            "tests/test_windows_import.py::test_the_report_lists_the_network_broker_and"
+            "_windows_sandbox_rows_as_on_windows")),
     Mutant("posix-agent-enters-a-drive-path", "stockade/session/child.py",
            '        if not cwd.startswith("/"):', "        if False:",
            ("tests/test_session_protocol.py::"
@@ -1203,8 +1244,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                 c.FILE_FLAG_DELETE_ON_CLOSE,",
            (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[symlink]",)),
     Mutant("broker-manifest-opened-shared", "stockade/windows/manifestfile.py",
-           "c.GENERIC_READ | c.DELETE, 0, None,",
-           "c.GENERIC_READ | c.DELETE, 7, None,",
+           "c.GENERIC_READ | c.DELETE, 0, None,\n"
+           "                                 c.OPEN_EXISTING,\n",
+           "c.GENERIC_READ | c.DELETE, 7, None,\n"
+           "                                 c.OPEN_EXISTING,\n",
            (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused[held-open]",)),
     Mutant("broker-manifest-kept-after-consume", "stockade/windows/manifestfile.py",
            "                                 c.OPEN_EXISTING,\n"
@@ -1214,7 +1257,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                 c.FILE_FLAG_OPEN_REPARSE_POINT,",
            (BROKER + "test_the_manifest_is_closed_from_its_creation_and_consumed_once",)),
     Mutant("broker-manifest-any-file-at-the-name", "stockade/windows/manifestfile.py",
-           "    if facts.file_id != file_id:\n", "    if False:\n",
+           "    if file_id is not None and facts.file_id != file_id:\n", "    if False:\n",
            (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
             "[another-file]",)),
     Mutant("broker-manifest-links-unchecked", "stockade/windows/manifestfile.py",
@@ -1231,8 +1274,45 @@ MUTANTS: tuple[Mutant, ...] = (
            (BROKER + "test_a_manifest_replaced_between_write_and_consume_is_refused"
             "[dacl-widened]",)),
     Mutant("broker-manifest-read-unbounded", "stockade/windows/manifestfile.py",
-           "            if len(data) > limit:\n", "            if False:\n",
+           "        if len(data) > limit:\n", "        if False:\n",
            (BROKER + "test_the_manifest_is_read_only_up_to_its_bound",)),
+    # a manifest a dead host left (issue 36): ledgered before it is written, removed by a
+    # reconcile only once its broker (that very process) has ended, never through a link, and
+    # only when it is what a host writes
+    Mutant("broker-manifest-not-ledgered", "stockade/windows/brokered.py",
+           "        record.add(manifestfile.KIND, path,",
+           "        (lambda *unrecorded: None)(manifestfile.KIND, path,",
+           (BROKER + "test_a_manifest_a_dead_host_left_is_removed_by_the_next_reconcile",
+            BROKER + "test_the_manifest_is_recorded_before_it_is_written")),
+    Mutant("left-manifest-removed-while-its-broker-runs", "stockade/windows/manifestfile.py",
+           "    if procid.running(broker, created):\n", "    if False:\n",
+           (BROKER + "test_a_left_manifest_stays_while_its_broker_runs",)),
+    Mutant("left-manifest-broker-asked-after-when-gone", "stockade/windows/manifestfile.py",
+           "    if not _present(api, path):\n", "    if False:\n",
+           (BROKER + "test_a_launch_settles_without_asking_after_its_ended_broker",)),
+    Mutant("left-manifest-broker-known-by-its-id-alone", "stockade/windows/procid.py",
+           "        return _created(handle) == created and _active(handle)\n",
+           "        return _active(handle)\n",
+           (BROKER + "test_a_process_that_took_the_brokers_id_does_not_keep_its_manifest",
+            PROCID + "test_a_process_that_took_the_id_is_not_the_recorded_one")),
+    Mutant("left-manifest-removed-through-a-link", "stockade/windows/manifestfile.py",
+           "c.OPEN_EXISTING, c.FILE_FLAG_OPEN_REPARSE_POINT, None)",
+           "c.OPEN_EXISTING, 0, None)",
+           (BROKER + "test_only_what_a_host_writes_is_removed[symlink]",)),
+    Mutant("left-manifest-opened-shared", "stockade/windows/manifestfile.py",
+           "c.GENERIC_READ | c.DELETE, 0, None,\n"
+           "                                 c.OPEN_EXISTING, c.",
+           "c.GENERIC_READ | c.DELETE, 7, None,\n"
+           "                                 c.OPEN_EXISTING, c.",
+           (BROKER + "test_only_what_a_host_writes_is_removed[held-open]",)),
+    Mutant("left-manifest-unproven-removed", "stockade/windows/manifestfile.py",
+           "        if why:\n            raise RemovalError(",
+           "        if False:\n            raise RemovalError(",
+           (BROKER + "test_only_what_a_host_writes_is_removed[another-file]",
+            BROKER + "test_only_what_a_host_writes_is_removed[not-a-manifest]")),
+    Mutant("left-manifest-of-another-broker-removed", "stockade/windows/manifestfile.py",
+           "    return None if bound == broker else", "    return None if True else",
+           (BROKER + "test_only_what_a_host_writes_is_removed[another-brokers]",)),
     Mutant("broker-reused", "stockade/windows/broker.py",
            "        if self._spent:\n", "        if False:\n",
            (BROKER + "test_a_broker_takes_one_manifest_whatever_became_of_it",)),

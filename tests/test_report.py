@@ -152,4 +152,5 @@ def test_vm_containment_is_unavailable_without_qemu(monkeypatch):
 
     monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
     row = report.containment_row()
-    assert (row.status, row.reason) == ("unavailable", "qemu-system-x86_64 is not installed")
+    assert (row.status, row.reason) == ("unavailable", "vm_qemu_unavailable: "
+                                                      "qemu-system-x86_64 is not installed")

@@ -16,17 +16,22 @@ import dataclasses
 import functools
 import inspect
 import json
+import ntpath
 import os
+import secrets
 import subprocess
 import sys
 from dataclasses import replace
 
 import pytest
 from test_windows_fakes import PACKAGE, USER, bind_win32
+from windows_processes import Processes
 from windows_volume import Volume
 
 from stockade.errors import BrokerError, CommandNotFound, StartError
 from stockade.launch.request import LaunchRequest, NetworkSpec, PathGrant
+from stockade.lifecycle import removers
+from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.windows import (
     aclstore,
     broker,
@@ -37,7 +42,9 @@ from stockade.windows import (
     manifestfile,
     netfence,
     process,
+    procid,
     program,
+    records,
 )
 from stockade.windows import constants as c
 from stockade.windows import sid as sids
@@ -110,12 +117,27 @@ def volume(monkeypatch) -> Volume:
     return model
 
 
+@pytest.fixture(autouse=True)
+def kinds(monkeypatch):
+    """The Windows backend's ledger kinds registered (as on Windows), for this test only."""
+    monkeypatch.setattr(removers, "REMOVERS", dict(removers.REMOVERS))
+    monkeypatch.setattr(removers, "_VALIDATORS", dict(removers._VALIDATORS))
+    records.register_kinds()
+
+
+@pytest.fixture
+def processes(monkeypatch) -> Processes:
+    model = Processes()
+    bind_win32(monkeypatch, model, procid)
+    return model
+
+
 def write(request: LaunchRequest, *, pid: int = BROKER_PID, change=None,
           data: bytes | None = None) -> tuple[manifestfile.Written, bytes]:
     """The host's manifest for `request` (its JSON changed by `change`) in DIRECTORY, and the
     control frame it sends the broker."""
     encoded = Manifest.for_launch(pid, NONCE, request, CONTEXT).encode()
-    written = manifestfile.write(DIRECTORY, data if data is not None else
+    written = manifestfile.write(manifestfile.fresh_path(DIRECTORY), data if data is not None else
                                  rewritten(encoded, change) if change else encoded, USER)
     return written, Control(NONCE, request.digest, written.path, written.file_id).encode()
 
@@ -223,7 +245,7 @@ def test_the_manifest_is_closed_from_its_creation_and_consumed_once(volume):
     node = volume.node(written.path)
     # One entry, this user's; protected: nothing inherited, no AppContainer's, no group's.
     assert node.dacl.aces == manifestfile.closed_dacl(USER).aces and node.dacl.protected
-    assert os.path.dirname(written.path) == DIRECTORY
+    assert ntpath.dirname(written.path) == DIRECTORY
     data = consume(written.path, written.file_id, MAX_MANIFEST)
     assert decode_manifest(data).request == base()
     assert not volume.exists(written.path) and volume.handles == {}
@@ -240,12 +262,10 @@ def test_a_sandbox_could_not_open_the_manifest(volume):
 
 
 def test_a_name_someone_took_first_fails_the_write(volume):
-    planted = os.path.join(DIRECTORY, "a" * 32 + ".manifest")
+    planted = manifestfile.fresh_path(DIRECTORY)
     volume.replace(planted, b"{}")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(manifestfile.secrets, "token_hex", lambda size: "a" * 32)
-        with pytest.raises(OSError) as failed:
-            manifestfile.write(DIRECTORY, b"{}", USER)
+    with pytest.raises(OSError) as failed:
+        manifestfile.write(planted, b"{}", USER)
     assert failed.value.winerror == c.ERROR_FILE_EXISTS
 
 
@@ -305,10 +325,10 @@ def test_a_manifest_missing_at_consume_is_refused(volume):
 
 
 def test_the_manifest_is_read_only_up_to_its_bound(volume):
-    written = manifestfile.write(DIRECTORY, b"x" * 65, USER)
+    written = manifestfile.write(manifestfile.fresh_path(DIRECTORY), b"x" * 65, USER)
     error = refused_consume(written, limit=64)
     assert error.code == "broker_frame_oversized" and not volume.exists(written.path)
-    written = manifestfile.write(DIRECTORY, b"x" * 64, USER)
+    written = manifestfile.write(manifestfile.fresh_path(DIRECTORY), b"x" * 64, USER)
     assert consume(written.path, written.file_id, 64) == b"x" * 64
 
 
@@ -491,30 +511,33 @@ def test_the_broker_can_call_nothing_but_the_appcontainer_launcher():
 
 
 class ModelBroker:
-    """A broker process as brokered.py sees one (subprocess.Popen's surface), running the real
-    broker over the model volume when it is given its frame; `behaviour` makes it answer
-    late (never), crash, or answer something of its own."""
+    """A broker process as brokered.py sees one (subprocess.Popen's surface), a process of the
+    model `processes`, running the real broker over the model volume when it is given its
+    frame; `behaviour` makes it answer late (never), crash, or answer something of its own."""
 
-    pids = iter(range(7000, 8000, 4))
-
-    def __init__(self, handles: tuple[int, ...], launcher: Launcher, behaviour: str = "") -> None:
+    def __init__(self, handles: tuple[int, ...], launcher: Launcher, behaviour: str,
+                 processes: Processes) -> None:
         self.handles, self.launcher, self.behaviour = handles, launcher, behaviour
-        self.pid = next(self.pids)
+        self.processes, self.process = processes, processes.start()
+        self.pid = self.process.pid
         self.returncode: int | None = None
         self.killed = False
 
     def communicate(self, input: bytes | None = None, timeout: float | None = None):
         if self.killed:
-            self.returncode = 1
-            return b"", b""
+            return self._ends(1, b"", b"")
         if self.behaviour == "hangs":
             raise subprocess.TimeoutExpired("broker", timeout)
         if self.behaviour == "crashes":
-            self.returncode = 1
-            return b"", b"Traceback ...\nModuleNotFoundError: No module named 'stockade'\n"
+            return self._ends(1, b"", b"Traceback ...\nModuleNotFoundError: No module named "
+                                      b"'stockade'\n")
         said = broker.answer(broker.Broker(self.pid, consume, self.launcher, resolve), input)
-        self.returncode = 0
-        return said.encode(), b""
+        return self._ends(0, said.encode(), b"")
+
+    def _ends(self, code: int, out: bytes, err: bytes) -> tuple[bytes, bytes]:
+        self.returncode = code
+        self.processes.exit(self.process)
+        return out, err
 
     def poll(self) -> int | None:
         return self.returncode
@@ -523,22 +546,51 @@ class ModelBroker:
         self.killed = True
 
 
-class Binding:
-    """brokered.Calls over the model volume and ModelBrokers."""
+class HostDied(BaseException):
+    """The host's process ends here: nothing after runs (its `finally` blocks neither)."""
 
-    def __init__(self, launcher: Launcher | None = None, behaviour: str = "") -> None:
+
+class Noted:
+    """A launch's ledger record as brokered.create adds to it: each resource validated as the
+    ledger validates it, and kept."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, str, dict]] = []
+
+    def add(self, kind: str, name: str, detail: dict | None = None) -> None:
+        removers.validate(kind, name, detail or {})
+        self.added.append((kind, name, detail or {}))
+
+
+class Binding:
+    """brokered.Calls over the model volume and ModelBrokers; `record` the launch's (by default
+    one that only notes what is added). `host_dies`: the host's process ends as soon as the
+    manifest is written."""
+
+    def __init__(self, launcher: Launcher | None = None, behaviour: str = "", *,
+                 processes: Processes | None = None, record=None,
+                 host_dies: bool = False) -> None:
         self.launcher = launcher or Launcher()
         self.behaviour = behaviour
+        self.processes = processes or Processes()
+        self.record = record or Noted()
+        self.host_dies = host_dies
         self.brokers: list[ModelBroker] = []
         self.opened: list[tuple[int, int]] = []
         self.written: list[manifestfile.Written] = []
 
     def spawn(self, handles: tuple[int, ...]) -> ModelBroker:
-        self.brokers.append(ModelBroker(handles, self.launcher, self.behaviour))
+        self.brokers.append(ModelBroker(handles, self.launcher, self.behaviour,
+                                        self.processes))
         return self.brokers[-1]
 
-    def write(self, directory: str, data: bytes, user: str) -> manifestfile.Written:
-        self.written.append(manifestfile.write(directory, data, user))
+    def created(self, pid: int) -> int:
+        return self.processes.table[pid].created
+
+    def write(self, path: str, data: bytes, user: str) -> manifestfile.Written:
+        self.written.append(manifestfile.write(path, data, user))
+        if self.host_dies:
+            raise HostDied
         return self.written[-1]
 
     def open(self, pid: int, thread_id: int) -> process.Created:
@@ -546,11 +598,11 @@ class Binding:
         return replace(CREATED, pid=pid, thread_id=thread_id)
 
     def calls(self) -> brokered.Calls:
-        return brokered.Calls(spawn=self.spawn, write=self.write, discard=manifestfile.discard,
-                              opened=self.open)
+        return brokered.Calls(spawn=self.spawn, created=self.created, write=self.write,
+                              discard=manifestfile.discard, opened=self.open)
 
     def create(self, request: LaunchRequest) -> brokered.Started:
-        return brokered.create(request, CONTEXT, DIRECTORY, USER, self.calls())
+        return brokered.create(request, CONTEXT, DIRECTORY, USER, self.record, self.calls())
 
 
 def test_the_host_has_its_child_started_by_a_broker_of_its_own(volume):
@@ -644,6 +696,172 @@ def test_an_owner_in_a_job_retries_with_a_fresh_broker_and_manifest(volume, monk
     assert len({w.path for w in binding.written}) == 2
     assert started.broker_pid == binding.brokers[1].pid and started.manifest_consumed
     assert not any(volume.exists(w.path) for w in binding.written)
+
+
+# --- a manifest a dead host left ------------------------------------------------------------------
+
+
+@pytest.fixture
+def ledger(tmp_path, monkeypatch) -> Ledger:
+    monkeypatch.setattr(records.tokens, "current_user_sid", lambda: USER)  # (the remover's)
+    return Ledger(str(tmp_path / "state"))
+
+
+def test_the_manifest_is_recorded_before_it_is_written(volume):
+    binding = Binding()
+    written_after: list[list] = []
+    write = binding.write
+    binding.write = lambda path, data, user: (written_after.append(list(binding.record.added)),
+                                              write(path, data, user))[1]
+    binding.create(base())
+    (model,) = binding.brokers
+    (written,) = binding.written
+    entry = (manifestfile.KIND, written.path, {"broker": model.pid,
+                                               "created": model.process.created})
+    assert written_after == [[entry]] and binding.record.added == [entry]
+
+
+def test_a_manifest_a_dead_host_left_is_removed_by_the_next_reconcile(volume, processes,
+                                                                      ledger):
+    """The host dies once the manifest is written (before its control frame went, so its broker
+    ends on the end of its stdin): the file stays; the next reconcile (`stockade reconcile`, or
+    the readiness check of the next launch) removes it, its broker gone."""
+    record = LaunchRecord(ledger, "a-host-that-dies")
+    binding = Binding(processes=processes, record=record, host_dies=True)
+    with pytest.raises(HostDied):
+        binding.create(base())
+    record.abandon()  # (its lease, which the kernel drops when a process dies)
+    (written,) = binding.written
+    assert volume.exists(written.path) and not processes.table
+    done = ledger.reconcile()
+    assert (done.reconciled, done.failed, done.quarantined) == (1, 0, 0)
+    assert done.removed == [(manifestfile.KIND, written.path)]
+    assert not volume.exists(written.path) and volume.handles == {} and ledger.records() == []
+
+
+def test_a_launch_settles_without_asking_after_its_ended_broker(volume, processes, ledger):
+    """The common case: the manifest was consumed. Settling the launch's record finds nothing
+    at its path and asks nothing of a process that has the broker's id since (another user's,
+    which this user may not even open)."""
+    record = LaunchRecord(ledger, "a-launch")
+    binding = Binding(processes=processes, record=record)
+    binding.create(base())
+    (model,) = binding.brokers
+    assert model.pid not in processes.table
+    processes.start(pid=model.pid, foreign=True)
+    record.settle(strict=True)
+    assert ledger.records() == [] and processes.handles == {}
+
+
+def left(volume: Volume, ledger: Ledger, broker_process, data: bytes | None = None) -> str:
+    """A manifest written for `broker_process` by a host that then died; its path."""
+    record = LaunchRecord(ledger, secrets.token_hex(8))
+    path = manifestfile.fresh_path(DIRECTORY)
+    record.add(manifestfile.KIND, path, {"broker": broker_process.pid,
+                                         "created": broker_process.created})
+    encoded = Manifest.for_launch(broker_process.pid, NONCE, base(), CONTEXT).encode()
+    manifestfile.write(path, encoded if data is None else data, USER)
+    record.abandon()
+    return path
+
+
+def test_a_left_manifest_stays_while_its_broker_runs(volume, processes, ledger):
+    broker_process = processes.start()
+    path = left(volume, ledger, broker_process)
+    asked: list[int] = []
+    create = volume.CreateFileW
+    volume.CreateFileW = lambda name, access, *rest: (asked.append(access),
+                                                      create(name, access, *rest))[1]
+    done = ledger.reconcile()
+    assert (done.reconciled, done.failed) == (0, 1) and volume.exists(path) and ledger.records()
+    assert asked == [c.FILE_READ_ATTRIBUTES]  # (is it there? no more: it may be consuming it)
+    processes.exit(broker_process)
+    assert ledger.reconcile().reconciled == 1 and not volume.exists(path)
+
+
+def test_a_process_that_took_the_brokers_id_does_not_keep_its_manifest(volume, processes,
+                                                                       ledger):
+    broker_process = processes.start()
+    path = left(volume, ledger, broker_process)
+    processes.exit(broker_process)
+    later = processes.start(pid=broker_process.pid)  # the id handed out again
+    assert later.created > broker_process.created
+    assert ledger.reconcile().reconciled == 1 and not volume.exists(path)
+    assert later.running and later.terminated == 0
+
+
+def test_an_empty_manifest_a_host_died_writing_is_removed(volume, processes, ledger):
+    path = left(volume, ledger, processes.start(running=False), data=b"")
+    assert ledger.reconcile().reconciled == 1 and not volume.exists(path)
+
+
+def _another_file(volume: Volume, path: str) -> None:
+    data = bytes(volume.node(path).data)
+    volume.remove(path)
+    volume.replace(path, data)  # the same content, the DACL a file made in the directory gets
+
+
+def _linked_elsewhere(volume: Volume, path: str) -> None:
+    volume.move(path, DIRECTORY + "\\kept")  # (the host's own manifest, moved away)
+    volume.symlink(path, DIRECTORY + "\\kept")
+
+
+def _another_brokers(volume: Volume, path: str) -> None:
+    volume.node(path).data[:] = Manifest.for_launch(BROKER_PID + 4, NONCE, base(),
+                                                    CONTEXT).encode()
+
+
+def _not_a_manifest(volume: Volume, path: str) -> None:
+    volume.node(path).data[:] = b'{"version":1}'
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (_another_file, "open to more than this user"), (_linked_elsewhere, "reparse point"),
+    (_hard_link, "more than one name"), (_directory, "cannot be opened alone"),
+    (_held, "cannot be opened alone"), (_widened, "open to more than this user"),
+    (_another_brokers, "another broker's"), (_not_a_manifest, "not a manifest"),
+    (lambda volume, path: volume.node(path).data.extend(b" " * MAX_MANIFEST), "over its bound"),
+], ids=["another-file", "symlink", "hard-link", "directory", "held-open", "dacl-widened",
+        "another-brokers", "not-a-manifest", "oversized"])
+def test_only_what_a_host_writes_is_removed(volume, processes, ledger, change, why,
+                                             monkeypatch):
+    path = left(volume, ledger, processes.start(running=False))
+    change(volume, path)
+    names = dict(volume.names)
+    failures: list[str] = []
+    remove = manifestfile.remove_left
+    monkeypatch.setattr(records.manifestfile, "remove_left",
+                        lambda *args: _said(remove, failures, *args))
+    done = ledger.reconcile()
+    assert (done.reconciled, done.failed) == (0, 1) and ledger.records()
+    assert volume.names == names  # nothing removed, through a link or otherwise
+    assert len(failures) == 1 and why in failures[0]
+
+
+def _said(remove, failures: list[str], *args) -> None:
+    try:
+        remove(*args)
+    except removers.RemovalError as exc:
+        failures.append(str(exc))
+        raise
+
+
+@pytest.mark.parametrize(("name", "detail"), [
+    (DIRECTORY + "\\" + "a" * 32 + ".manifest", {"broker": 0, "created": 1}),
+    (DIRECTORY + "\\" + "a" * 32 + ".manifest", {"broker": 4, "created": "1"}),
+    (DIRECTORY + "\\" + "a" * 32 + ".manifest", {"broker": 4, "created": 1, "more": 1}),
+    (DIRECTORY + "\\" + "a" * 32 + ".manifest", {"broker": 4}),
+    (DIRECTORY + "\\" + "a" * 31 + ".manifest", {"broker": 4, "created": 1}),
+    (DIRECTORY + "\\" + "A" * 32 + ".manifest", {"broker": 4, "created": 1}),
+    ("C:\\Users\\u\\" + "a" * 32 + ".manifest", {"broker": 4, "created": 1}),
+    ("\\\\server\\broker\\" + "a" * 32 + ".manifest", {"broker": 4, "created": 1}),
+    (DIRECTORY + "\\..\\broker\\" + "a" * 32 + ".manifest", {"broker": 4, "created": 1}),
+])
+def test_records_the_remover_could_not_act_on_safely_are_refused(name, detail):
+    with pytest.raises(ValueError):
+        records.validate_manifest(name, detail)
+    records.validate_manifest(DIRECTORY + "\\" + "a" * 32 + ".manifest",
+                              {"broker": 4, "created": 1})
 
 
 def test_the_brokers_job_handle_may_only_put_a_process_in_the_job(monkeypatch):
@@ -755,8 +973,8 @@ def real_calls(tmp_path, change=None) -> tuple[brokered.Calls, list[subprocess.P
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         return spawned[-1]
 
-    def write(directory: str, data: bytes, user: str) -> manifestfile.Written:
-        path = os.path.join(directory, "one.manifest")
+    def write(path: str, data: bytes, user: str) -> manifestfile.Written:
+        path = str(tmp_path / "one.manifest")  # (the name given is a Windows path)
         with open(path, "wb") as f:
             f.write(rewritten(data, change) if change else data)
         return manifestfile.Written(path, "00000000-0000000000000001")
@@ -767,13 +985,13 @@ def real_calls(tmp_path, change=None) -> tuple[brokered.Calls, list[subprocess.P
         os.remove(path)
         return True
 
-    return brokered.Calls(spawn=spawn, write=write, discard=discard,
+    return brokered.Calls(spawn=spawn, created=lambda pid: 1, write=write, discard=discard,
                           opened=lambda pid, tid: replace(CREATED, pid=pid, thread_id=tid)), spawned
 
 
 def test_a_real_broker_process_launches_for_its_own_pid_only(tmp_path):
     calls, spawned = real_calls(tmp_path)
-    started = brokered.create(base(), CONTEXT, str(tmp_path), USER, calls)
+    started = brokered.create(base(), CONTEXT, DIRECTORY, USER, Noted(), calls)
     assert started.broker_pid == spawned[0].pid != os.getpid() and started.manifest_consumed
     assert spawned[0].returncode == 0
     with open(tmp_path / "launch") as f:
@@ -784,7 +1002,7 @@ def test_a_real_broker_process_launches_for_its_own_pid_only(tmp_path):
     # The same, its manifest bound to the PID of this process instead of the broker's.
     calls, spawned = real_calls(tmp_path, lambda body: body.update(broker_pid=os.getpid()))
     with pytest.raises(BrokerError) as raised:
-        brokered.create(base(), CONTEXT, str(tmp_path), USER, calls)
+        brokered.create(base(), CONTEXT, DIRECTORY, USER, Noted(), calls)
     assert raised.value.code == "broker_pid_mismatch" and spawned[0].returncode == 1
     assert not (tmp_path / "launch").exists() and os.listdir(tmp_path) == []
 
@@ -806,14 +1024,11 @@ def test_on_this_host_the_manifest_is_closed_and_consumed_once(tmp_path):
 
     user = tokens.current_user_sid()
     directory = os.path.realpath(tmp_path)
-    written = manifestfile.write(directory, b'{"x":1}', user)
+    written = manifestfile.write(manifestfile.fresh_path(directory), b'{"x":1}', user)
     dacl = WindowsAclStore().read(written.path)
     assert dacl.protected and dacl.aces == manifestfile.closed_dacl(user).aces
     with pytest.raises(OSError):  # CREATE_NEW: nothing may be at the name
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(manifestfile.secrets, "token_hex",
-                          lambda size: os.path.basename(written.path).split(".")[0])
-            manifestfile.write(directory, b"{}", user)
+        manifestfile.write(written.path, b"{}", user)
     assert manifestfile.consume(written.path, written.file_id, 1 << 10, user) == b'{"x":1}'
     assert not os.path.lexists(written.path)
     assert consume_refusal(written, user) == "broker_manifest_missing"
@@ -825,10 +1040,10 @@ def test_on_this_host_a_manifest_replaced_or_linked_is_refused(tmp_path):
 
     user = tokens.current_user_sid()
     directory = os.path.realpath(tmp_path)
-    written = manifestfile.write(directory, b"{}", user)
+    written = manifestfile.write(manifestfile.fresh_path(directory), b"{}", user)
     os.link(written.path, written.path + ".second")  # (a standard user may make hard links)
     assert consume_refusal(written, user) == "broker_manifest_replaced"
-    other = manifestfile.write(directory, b"{}", user)
+    other = manifestfile.write(manifestfile.fresh_path(directory), b"{}", user)
     os.replace(other.path, written.path + ".third")
     os.remove(written.path + ".second")
     os.replace(written.path + ".third", written.path)  # another file at the name
@@ -845,17 +1060,19 @@ def test_on_this_host_a_real_broker_refuses_a_tampered_manifest_and_another_pid(
     assign = job.assign_only(job_handle)
     pipes = stdio.ChildStdio(Stdio(subprocess.DEVNULL, subprocess.DEVNULL, subprocess.DEVNULL))
     context = replace(CONTEXT, job=assign, stdio=tuple(pipes.handles))
+    directory = os.path.join(os.path.realpath(tmp_path), brokered.DIRECTORY)
+    os.mkdir(directory)
     try:
         for change, code in ((TAMPERED["argv"], "broker_digest_mismatch"),
                              (lambda b: b.update(broker_pid=os.getpid()), "broker_pid_mismatch")):
-            def tampering(directory, data, sid, change=change):
-                return manifestfile.write(directory, rewritten(data, change), sid)
+            def tampering(path, data, sid, change=change):
+                return manifestfile.write(path, rewritten(data, change), sid)
 
             with pytest.raises(BrokerError) as raised:
-                brokered.create(base(), context, os.path.realpath(tmp_path), user,
+                brokered.create(base(), context, directory, user, Noted(),
                                 brokered.Calls(write=tampering))
             assert raised.value.code == code
-            assert os.listdir(tmp_path) == []  # consumed, or discarded by the host
+            assert os.listdir(directory) == []  # consumed, or discarded by the host
     finally:
         from stockade.windows.api import win32
 

@@ -33,7 +33,7 @@ import windows_dacls
 
 from stockade.launch.hostpaths import upcase
 from stockade.lifecycle import removers
-from stockade.windows import acl, admission, desktop, grants, records
+from stockade.windows import acl, admission, desktop, grants, manifestfile, records
 from stockade.windows import constants as c
 from stockade.windows import sid as sids
 from stockade.windows.acl import Ace, Dacl
@@ -411,7 +411,8 @@ def windows_kinds(store, deleted: list[str]) -> dict:
     return {records.PROFILE_KIND: (records.validate_profile, lambda name, d: deleted.append(name)),
             grants.KIND: (records.validate_acl,
                           lambda name, detail: grants.revert(name, detail, store)),
-            desktop.STATION_KIND: (records.validate_station, lambda name, detail: None)}
+            desktop.STATION_KIND: (records.validate_station, lambda name, detail: None),
+            manifestfile.KIND: (records.validate_manifest, lambda name, detail: None)}
 
 
 def install_kinds(kinds: dict) -> None:

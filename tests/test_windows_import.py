@@ -197,6 +197,32 @@ def test_the_command_line_answers_as_on_windows_with_no_cli_server(policies, wor
     assert says in said
 
 
+def test_the_report_lists_the_network_broker_and_windows_sandbox_rows_as_on_windows():
+    """Issue 36's acceptance, as far as a host without Win32 goes: `stockade report` answers
+    with the windows backend's rows, each with its status and reason: here the probe cannot
+    run, the fence service does not answer, and Windows Sandbox is not installed."""
+    seen = _as_windows("""
+        import contextlib, io, json, sys
+        sys.argv = ["stockade", "report", "--json"]
+        out = io.StringIO()
+        from stockade.program import main
+        with contextlib.redirect_stdout(out):
+            status = main()
+        print(json.dumps({"status": status, "report": json.loads(out.getvalue())}))
+    """)
+    assert seen["status"] == 0
+    (windows,) = seen["report"]["backends"]
+    assert (windows["name"], windows["ready"], windows["reason"]) == (
+        "windows", False, "backend_unavailable")
+    rows = {row["name"]: row for row in windows["capabilities"]}
+    for name in ("network.allowlist", "network.any", "broker", "windows_sandbox"):
+        assert rows[name]["status"] == "unavailable" and rows[name]["reason"], name
+    assert "stockade fence install" in rows["network.allowlist"]["reason"]
+    assert rows["broker"]["reason"].startswith("not verified: the readiness probe failed")
+    assert rows["windows_sandbox"]["reason"].startswith("windows_sandbox_unavailable: Windows "
+                                                        "Sandbox is not installed")
+
+
 def test_user32_refused_for_want_of_a_window_station_is_window_station_denied():
     """A user without access to its window station (started by runas or Start-Process
     -Credential on a station granting it nothing) cannot load user32.dll: LoadLibrary fails

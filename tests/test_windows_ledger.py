@@ -127,8 +127,8 @@ def test_on_windows_any_module_imported_first_registers_the_kinds_without_a_cycl
         print(" ".join(sorted(removers.REMOVERS)))
     """, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["appcontainer", "dir", "process", "socket", "winacl",
-                                  "winsta"]
+    assert out.stdout.split() == ["appcontainer", "brokermanifest", "dir", "process",
+                                  "socket", "winacl", "winsta"]
 
 
 def test_the_ledger_imports_no_backend_and_elsewhere_windows_kinds_are_foreign():
@@ -143,7 +143,8 @@ def test_the_ledger_imports_no_backend_and_elsewhere_windows_kinds_are_foreign()
         assert not [name for name in imported if name and name.startswith(
             ("stockade.windows", "stockade.linux", "stockade.vm"))], module.__name__
     code = ("import stockade.windows.backend\nfrom stockade.lifecycle import removers\n"
-            "print(sorted(set(removers.REMOVERS) & {'appcontainer', 'winacl', 'winsta'}))")
+            "print(sorted(set(removers.REMOVERS) & {'appcontainer', 'winacl', 'winsta', "
+            "'brokermanifest'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"  # not on Windows: such a record is quarantined

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_windows_fakes import PACKAGE, USER, FakeWin32, bind_win32
@@ -598,6 +599,7 @@ CAPABILITIES = [
     "network.inherited_handles", "network.allowlist", "network.any", "env",
     "limits.memory", "limits.pids", "limits.file_size", "limits.cpu", "limits.timeout",
     "limits.output", "kill_on_close", "desktop", "ui_restrictions", "settlement",
+    "windows_sandbox",
 ]
 
 
@@ -639,6 +641,9 @@ def test_the_report_marks_each_capability_from_the_attestation(ready_report):
     assert "link-local" in rows["network.any"].mechanism
     assert "fence service's WFP filters" in rows["network.link_local"].reason
     assert "per-file size" in rows["limits.file_size"].reason
+    # (this host is no Windows: the Windows Sandbox driver's own check, typed)
+    assert status["windows_sandbox"] == "unavailable"
+    assert rows["windows_sandbox"].reason.startswith("windows_sandbox_unavailable: ")
 
 
 def test_with_the_fence_service_the_report_names_what_enforces_allowlist_and_any(ledger, host):
@@ -716,6 +721,50 @@ def test_a_failed_probe_leaves_nothing_it_checks_enforced(ledger, host):
     assert rows["limits.output"].status == "unavailable"
 
 
+def sandbox_row(monkeypatch, tmp_path, *, tool: bool = False, program: bool = False):
+    """The report's `windows_sandbox` row on a Windows host (as the Windows Sandbox driver's
+    check sees one: `sys.platform`) whose PATH and System32 hold the `wsb` tool, or
+    WindowsSandbox.exe, or neither."""
+    from stockade.vm import wsb
+
+    monkeypatch.setattr(wsb, "sys", SimpleNamespace(platform="win32"))
+    monkeypatch.setenv("SystemRoot", str(tmp_path))
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    if tool:
+        (tmp_path / "bin" / "wsb").write_bytes(b"")
+        (tmp_path / "bin" / "wsb").chmod(0o755)
+    if program:  # (System32\WindowsSandbox.exe as a name in SystemRoot: os.path is posixpath)
+        (tmp_path / "System32\\WindowsSandbox.exe").write_bytes(b"")
+    failed = stockade.Attestation(
+        ready=False, backend="windows", run_as="unelevated", versions={}, facts={},
+        enforced={}, timings={}, duration_ms=0.0, reason="windows_setup_failed",
+        stage="launch", message="a Win32 call failed while setting up the probe sandbox")
+    rows = {row.name: row for row in report.build(failed, WindowsBackend()).rows}
+    return rows["windows_sandbox"]
+
+
+@pytest.mark.parametrize("found", ["tool", "program"])
+def test_the_windows_sandbox_row_is_partial_where_the_feature_is_installed(monkeypatch, tmp_path,
+                                                                         found):
+    row = sandbox_row(monkeypatch, tmp_path, **{found: True})
+    assert (row.status, row.mechanism) == ("partial", wsb_mechanism())
+    assert "the readiness probe boots none" in row.reason
+
+
+def test_the_windows_sandbox_row_is_unavailable_typed_without_the_feature(monkeypatch, tmp_path):
+    row = sandbox_row(monkeypatch, tmp_path)
+    assert row.status == "unavailable" and row.mechanism == wsb_mechanism()
+    assert row.reason == ("windows_sandbox_unavailable: Windows Sandbox is not installed "
+                          "(enable the optional feature Containers-DisposableClientVM)")
+
+
+def wsb_mechanism() -> str:
+    from stockade.vm.wsb import WindowsSandboxBackend
+
+    return WindowsSandboxBackend.mechanism
+
+
 def test_nothing_unverified_is_enforced_on_windows():
     failed = stockade.Attestation(
         ready=False, backend="windows", run_as="unelevated", versions={}, facts={},
@@ -745,6 +794,14 @@ def test_the_real_probe_on_windows():
     assert rows["broker"] == "enforced"  # (a real broker process made the probe's child)
     assert rows["network.any"] == ("partial" if fenceclient.helper_refusal() is None
                                    else "unavailable")
+    from stockade.vm import wsb_launcher  # (the `wsb` tool or WindowsSandbox.exe, or neither)
+
+    try:
+        wsb_launcher.here()
+    except stockade.UnavailableError:
+        assert rows["windows_sandbox"] == "unavailable"
+    else:
+        assert rows["windows_sandbox"] == "partial"
 
 
 def test_the_probe_reads_and_runs_the_store_pythons_program_not_its_alias(monkeypatch):

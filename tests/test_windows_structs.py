@@ -49,6 +49,7 @@ LAYOUTS = {
         "dwFileAttributes": 0, "ftCreationTime": 4, "ftLastAccessTime": 12,
         "ftLastWriteTime": 20, "dwVolumeSerialNumber": 28, "nFileSizeHigh": 32,
         "nFileSizeLow": 36, "nNumberOfLinks": 40, "nFileIndexHigh": 44, "nFileIndexLow": 48}),
+    s.FILE_DISPOSITION_INFO: (1, {"DeleteFile": 0}),
     s.PROCESS_BASIC_INFORMATION: (48, {
         "ExitStatus": 0, "PebBaseAddress": 8, "AffinityMask": 16, "BasePriority": 24,
         "UniqueProcessId": 32, "InheritedFromUniqueProcessId": 40}),
@@ -122,6 +123,9 @@ CONSTANTS = {
     "PROCESS_DUP_HANDLE": 0x40, "PROCESS_QUERY_INFORMATION": 0x400,
     "THREAD_SUSPEND_RESUME": 0x2, "JOB_OBJECT_ASSIGN_PROCESS": 0x1,
     "PROCESS_BASIC_INFORMATION_CLASS": 0,
+    # what a reconcile asks of a recorded process, and how it deletes a manifest left behind
+    "PROCESS_QUERY_LIMITED_INFORMATION": 0x1000, "PROCESS_TERMINATE": 0x1,
+    "ERROR_INVALID_PARAMETER": 87, "STILL_ACTIVE": 259, "FILE_DISPOSITION_INFO_CLASS": 4,
 }
 
 
@@ -171,7 +175,8 @@ ARITY = {
     "CloseWindowStation": 1, "DeviceIoControl": 8,
     "SetKernelObjectSecurity": 3, "ReadFile": 5, "WriteFile": 5, "FlushFileBuffers": 1,
     "GetFileInformationByHandle": 2, "OpenProcess": 3, "OpenThread": 3,
-    "NtQueryInformationProcess": 5,
+    "NtQueryInformationProcess": 5, "GetProcessTimes": 5, "TerminateProcess": 2,
+    "SetFileInformationByHandle": 4,
 }
 
 

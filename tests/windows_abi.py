@@ -55,6 +55,7 @@ HEADER_EXPRESSIONS = {
     "HRESULT_PATH_NOT_FOUND": "__HRESULT_FROM_WIN32(ERROR_PATH_NOT_FOUND)",
     "HRESULT_NOT_FOUND": "__HRESULT_FROM_WIN32(ERROR_NOT_FOUND)",
     "PROCESS_BASIC_INFORMATION_CLASS": "ProcessBasicInformation",
+    "FILE_DISPOSITION_INFO_CLASS": "FileDispositionInfo",
 }
 # Constants that are bit fields of a union's Flags in the headers: (structure, field). A
 # constant expression cannot name a bit field's place, so these become initialised objects

@@ -14,7 +14,8 @@ GetSecurityDescriptorControl and LocalFree), CloseHandle, behaving as Microsoft 
   (`token_sids`: an AppContainer process is refused what no entry for its package SID allows);
   and it must agree with every open handle's sharing both ways (ERROR_SHARING_VIOLATION).
 - FILE_FLAG_DELETE_ON_CLOSE (which needs DELETE access) removes the name the file was opened by
-  once its last handle closes.
+  once its last handle closes; so does SetFileInformationByHandle's FileDispositionInfo with
+  DeleteFile set (DELETE access too), through the handle it is given.
 - GetFileInformationByHandle gives the attributes (a link's are FILE_ATTRIBUTE_REPARSE_POINT),
   the volume serial, the file index, the size and the number of names.
 
@@ -180,6 +181,13 @@ class Volume:
         ctypes.memmove(buffer, chunk, len(chunk))
         opened.position += len(chunk)
         out(read, len(chunk))
+        return 1
+
+    def SetFileInformationByHandle(self, handle, kind, info, size):  # noqa: N802
+        opened = self.handles[handle]
+        assert kind == c.FILE_DISPOSITION_INFO_CLASS and opened.access & c.DELETE
+        assert size == ctypes.sizeof(structs.FILE_DISPOSITION_INFO)
+        opened.delete_on_close = bool(info._obj.DeleteFile)
         return 1
 
     def FlushFileBuffers(self, handle):  # noqa: N802

@@ -11,7 +11,7 @@ not verify is never `enforced`.
 - `unavailable`: the backend refuses policies that use it, or the probe could not verify it.
 
 The rows are each backend's own (stockade/linux/report.py, stockade/windows/report.py), built
-with the shared `row_maker`, `accepted` and `containment_row` over its own facts.
+with the shared `row_maker`, `accepted`, `containment_row` and `driver_row` over its own facts.
 """
 
 from __future__ import annotations
@@ -110,21 +110,27 @@ def row_maker(attestation: Attestation, holds: Callable[..., bool]) -> Callable[
 
 def containment_row() -> Row:
     """`containment = "vm"`: whether this host has what its VM driver needs to boot a guest
-    (the driver's host checks; the readiness probe boots none)."""
+    (`driver_row`)."""
     drivers = registry.here(registry.VM)
     if not drivers:
         return Row("containment.vm", UNAVAILABLE, "a VM guest", "no VM driver runs on this host")
-    entry = drivers[0]
+    return driver_row("containment.vm", drivers[0])
+
+
+def driver_row(name: str, entry: registry.Entry) -> Row:
+    """Row `name`: whether this host has what the VM driver `entry` needs to boot a guest, by
+    the driver's own host checks (`Backend.probe`; the readiness probe boots none): `partial`
+    if it does, else `unavailable` with the typed reason, `code: message`."""
     try:
         backend = registry.create(entry)
     except StockadeError as exc:
-        return Row("containment.vm", UNAVAILABLE, entry.name, exc.message)
+        return Row(name, UNAVAILABLE, entry.name, f"{exc.code}: {exc.message}")
     mechanism = backend.report()[0].mechanism
     try:
         backend.probe()
     except StockadeError as exc:
-        return Row("containment.vm", UNAVAILABLE, mechanism, exc.message)
-    return Row("containment.vm", PARTIAL, mechanism,
+        return Row(name, UNAVAILABLE, mechanism, f"{exc.code}: {exc.message}")
+    return Row(name, PARTIAL, mechanism,
                "the host has what a guest needs; the readiness probe boots none (a boot takes "
                "seconds): `stockade run --containment vm -- true` checks it")
 

@@ -1,5 +1,6 @@
 """The VM drivers' entries in the registry (stockade/launch/registry.py): containment "vm" is a
-QEMU guest on Linux (qemu.py), a Windows Sandbox guest on Windows (wsb.py)."""
+QEMU guest on Linux (qemu.py), a Windows Sandbox guest on Windows (wsb.py), whose ledger kind
+(wsb_ledger.py) a reconcile there registers first."""
 
 from __future__ import annotations
 
@@ -19,5 +20,12 @@ def _windows_sandbox() -> type[Backend]:
     return WindowsSandboxBackend
 
 
+def _windows_sandbox_kinds() -> None:
+    from stockade.vm import wsb_ledger
+
+    wsb_ledger.register_kinds()
+
+
 register(Entry("qemu-vm", VM, ("linux",), _qemu))
-register(Entry("windows-sandbox", VM, ("win32",), _windows_sandbox))
+register(Entry("windows-sandbox", VM, ("win32",), _windows_sandbox,
+               record_kinds=_windows_sandbox_kinds))

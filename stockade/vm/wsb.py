@@ -35,10 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from stockade.errors import SetupError, UnavailableError, UnenforceableError
+from stockade.launch import registry
 from stockade.launch.compile import CompileContext
 from stockade.launch.request import LaunchRequest
 from stockade.launch.result import Result, Violation
 from stockade.lifecycle import lease, statedir
+from stockade.lifecycle.ledger import LaunchRecord, Ledger
 from stockade.net.env import proxy_environment, with_proxy
 from stockade.net.proxy import Proxy
 from stockade.policy import Policy
@@ -48,7 +50,15 @@ from stockade.session.errors import SessionError
 from stockade.session.exchange import Ending
 from stockade.session.guest import GuestBackend
 from stockade.session.sandbox import Sandbox
-from stockade.vm import wsb_bootstrap, wsb_config, wsb_daemon, wsb_launcher, wsb_lock, wsb_plan
+from stockade.vm import (
+    wsb_bootstrap,
+    wsb_config,
+    wsb_daemon,
+    wsb_launcher,
+    wsb_ledger,
+    wsb_lock,
+    wsb_plan,
+)
 from stockade.vm import wsb_rendezvous as rz
 from stockade.vm.wsb_channel import SocketChannel
 from stockade.vm.wsb_spool import SpoolChannel, create
@@ -71,11 +81,12 @@ class WsbGuest:
                  launcher: wsb_launcher.Launcher, workdir: str) -> None:
         self.request, self.plan, self.launcher, self.workdir = request, plan, launcher, workdir
         self.shape = plan.shape()
-        self.sandbox_id = _guid(plan.boot_id)
+        self.sandbox_id = wsb_ledger.sandbox_id(plan.boot_id)
         self.process: subprocess.Popen | None = None
         self.proxy: Proxy | None = None
         self.proxy_address: tuple[str, int] | None = None
         self.session: boot.Session | None = None  # type: ignore[assignment]
+        self.record: LaunchRecord | None = None  # (the ledger's, from `start`: wsb_ledger)
         self._lock: wsb_lock.HostLock | None = None
         self._secret = b""
         self._stopped = self._gone = False
@@ -85,9 +96,11 @@ class WsbGuest:
         return 0 if self.process is None else self.process.pid
 
     def start(self) -> None:
-        """Take the lease, write the per-boot folders, start the sandbox."""
+        """Take the lease, write the per-boot folders, start the sandbox, recorded in the
+        ledger before the boot is waited for (wsb_ledger)."""
         self._lock = wsb_lock.acquire(wsb_lock.default_path())
         self._secret = secrets.token_bytes(rz.SECRET_SIZE)
+        record = self.record = LaunchRecord(Ledger(), f"wsb-{self.plan.boot_id}")
         try:
             config = wsb_config.render(self.plan)
             _prepare(self.workdir, self.plan, guest_python(), self._secret, config)
@@ -97,7 +110,10 @@ class WsbGuest:
                 self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
+                record.add(wsb_ledger.KIND, self.plan.boot_id,
+                           wsb_ledger.started(self.process.pid))
             else:
+                record.add(wsb_ledger.KIND, self.plan.boot_id, wsb_ledger.BY_ID)
                 done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                       timeout=START_TIMEOUT, check=False)
                 if done.returncode != 0:
@@ -106,9 +122,12 @@ class WsbGuest:
                                      f"wsb start exited with {done.returncode}: {tail}",
                                      "launch")
         except BaseException:
+            if self.process is not None:
+                self.process.kill()  # (this process's own, recorded or not)
             self._lock.release()
             shutil.rmtree(self.workdir, ignore_errors=True)
             self._stopped = self._gone = True
+            record.settle(strict=False)  # (what it cannot end, a later reconcile does)
             raise
 
     def attach(self, timeout: float) -> None:
@@ -153,6 +172,8 @@ class WsbGuest:
             assert self._lock is not None
             self._lock.release()
             shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.record is not None:
+                self.record.settle(strict=False)  # (a record left, a later reconcile takes)
         return self._gone
 
 
@@ -201,12 +222,23 @@ def _lent(lent: wsb_daemon.Lease) -> boot.Session:
 
 def start_guest(request: LaunchRequest) -> WsbGuest:
     """A guest for the agent's launch `request`, started (wsb_daemon's `start`)."""
+    _reconcile()
     boot_id = secrets.token_hex(16)
-    workdir = os.path.join(statedir.state_dir(), "wsb", boot_id)
+    workdir = wsb_ledger.workdir(boot_id)
     port = _free_port() if request.network.mode == "allowlist" else None
-    guest = WsbGuest(request, _plan(request, workdir, boot_id, port), _launcher(), workdir)
+    guest = WsbGuest(request, _plan(request, workdir, boot_id, port), wsb_launcher.here(),
+                     workdir)
     guest.start()
     return guest
+
+
+def _reconcile() -> None:
+    """End what processes killed without their exit handlers left (wsb_ledger): a guest of
+    theirs still running would fail this boot (one Windows Sandbox per host)."""
+    ledger = Ledger()
+    registry.load_record_kinds()  # (this host's backends' kinds, before any record is read)
+    ledger.reconcile()
+    ledger.check()
 
 
 def guest_shape(request: LaunchRequest) -> tuple:
@@ -236,11 +268,6 @@ def _plan(request: LaunchRequest, workdir: str, boot_id: str,
     return wsb_plan.plan(request, boot_dir=os.path.join(workdir, "boot"),
                          rendezvous_dir=os.path.join(workdir, "rendezvous"), boot_id=boot_id,
                          view=wsb_plan.DISK, proxy_port=proxy_port)
-
-
-def _launcher() -> wsb_launcher.Launcher:
-    system32 = os.path.join(os.environ.get("SystemRoot", "C:\\Windows"), "System32")
-    return wsb_launcher.choose(shutil.which, os.path.isfile, system32)
 
 
 def _free_port() -> int:
@@ -388,10 +415,6 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _guid(boot_id: str) -> str:
-    return f"{boot_id[:8]}-{boot_id[8:12]}-{boot_id[12:16]}-{boot_id[16:20]}-{boot_id[20:]}"
-
-
 def _write(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -453,7 +476,7 @@ class WindowsSandboxBackend(GuestBackend):
 
     def probe(self) -> None:
         _refuse_elsewhere()
-        _launcher()
+        wsb_launcher.here()
 
     def plan(self, agent: LaunchRequest) -> None:
         guest_shape(agent)

@@ -1,11 +1,14 @@
 """How Windows Sandbox is started and stopped on this host: the `wsb` command-line tool where
 present (Windows 11 24H2 and later: `wsb start --id ID --config XML`, `wsb stop --id ID`),
 else `WindowsSandbox.exe FILE.wsb`, whose process is the sandbox's lifetime. Which one is a pure
-function of what the injected lookups find on PATH and in System32."""
+function of what the injected lookups find on PATH and in System32 (`choose`); `here` looks
+on this host."""
 
 from __future__ import annotations
 
 import ntpath
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,3 +52,9 @@ def choose(which: Callable[[str], str | None], exists: Callable[[str], bool],
             return Launcher(kind, found)
     raise UnavailableError("windows_sandbox_unavailable", "Windows Sandbox is not installed "
                            "(enable the optional feature Containers-DisposableClientVM)")
+
+
+def here() -> Launcher:
+    """The launcher this host has (`choose` over its PATH and System32)."""
+    system32 = os.path.join(os.environ.get("SystemRoot", "C:\\Windows"), "System32")
+    return choose(shutil.which, os.path.isfile, system32)

@@ -9,10 +9,13 @@ nonce and the request's digest, is written closed (manifestfile.py), and the con
 (the nonce, the digest, the manifest's path and file identity) goes to the broker's stdin,
 never to a file. Its one answer is read from its stdout within BROKER_WAIT; a broker that
 gives none is killed (`broker_failed`), and a manifest it did not consume is deleted by the
-host. Launched: the suspended child is opened by its ids for the host's own verification
-(handle.py), which never trusts the broker's word for what it made. Refused: the broker's typed
-refusal (or the command's StartError) is raised as it was; the launcher failed: its OSError,
-winerror and all, so handle.start can type it or retry.
+host. The manifest is in the launch's ledger record before it is written (manifestfile.KIND:
+its path, and the broker's process id and creation time), so that a host that dies before
+deleting it leaves it to the next reconcile (manifestfile.remove_left). Launched: the
+suspended child is opened by its ids for the host's own verification (handle.py), which never
+trusts the broker's word for what it made. Refused: the broker's typed refusal (or the
+command's StartError) is raised as it was; the launcher failed: its OSError, winerror and all,
+so handle.start can type it or retry.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ import secrets
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stockade.errors import BrokerError, StartError
 from stockade.launch.request import LaunchRequest
 from stockade.lifecycle import statedir
 from stockade.windows import constants as c
-from stockade.windows import manifestfile, process, program
+from stockade.windows import manifestfile, process, procid, program
 from stockade.windows.manifest import NONCE_BYTES, Context, Control, Manifest, decode_answer
+
+if TYPE_CHECKING:
+    from stockade.lifecycle.ledger import LaunchRecord
 
 BROKER_WAIT = 60.0  # seconds for a broker to start, launch and answer
 DIRECTORY = "broker"  # of the state directory: the manifests, each there until consumed
@@ -68,6 +74,7 @@ class Calls:
     """What the binding does on Windows (the tests give their models)."""
 
     spawn: Callable[[tuple[int, ...]], Spawned] = spawn
+    created: Callable[[int], int] = procid.created  # (of the broker, while its Popen holds it)
     write: Callable[[str, bytes, str], manifestfile.Written] = manifestfile.write
     discard: Callable[[str], bool] = manifestfile.discard
     opened: Callable[[int, int], process.Created] = process.opened
@@ -87,15 +94,19 @@ def directory(state_root: str) -> str:
 
 
 def create(request: LaunchRequest, context: Context, manifests: str, user_sid: str,
-           calls: Calls | None = None) -> Started:
-    """The launch's child, started by a broker of its own from a manifest in `manifests`."""
+           record: LaunchRecord, calls: Calls | None = None) -> Started:
+    """The launch's child, started by a broker of its own from a manifest in `manifests`,
+    recorded in the launch's `record` before it is written."""
     calls = calls or Calls()
     broker = calls.spawn((context.job, *context.stdio))
     written = None
     try:
         nonce = secrets.token_hex(NONCE_BYTES)
-        written = calls.write(manifests, Manifest.for_launch(broker.pid, nonce, request,
-                                                             context).encode(), user_sid)
+        path = manifestfile.fresh_path(manifests)
+        record.add(manifestfile.KIND, path, {"broker": broker.pid,
+                                             "created": calls.created(broker.pid)})
+        written = calls.write(path, Manifest.for_launch(broker.pid, nonce, request,
+                                                        context).encode(), user_sid)
         out, err = broker.communicate(Control(nonce, request.digest, written.path,
                                               written.file_id).encode(), timeout=BROKER_WAIT)
     except subprocess.TimeoutExpired:

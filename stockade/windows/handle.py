@@ -214,7 +214,7 @@ class WindowsHandle(Handle):
         canary = process.inheritable_canary()
         try:
             started, plan = start(
-                functools.partial(brokered.create, launched, context, manifests, user),
+                functools.partial(brokered.create, launched, context, manifests, user, record),
                 self._job, plan, nested, request.argv[0])
             created = started.created
             self._process = created.process

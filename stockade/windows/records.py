@@ -4,7 +4,10 @@
 - `winacl`: one DACL change, named by its path, the detail as grants.py writes it; removed by
   reverting it (grants.revert; a shield's by writing back the whole DACL it recorded);
 - `winsta`: the launch's entry on a window station of this session, named by the station, the
-  detail its package SID; removed by taking that SID's entries off it (desktop.py).
+  detail its package SID; removed by taking that SID's entries off it (desktop.py);
+- `brokermanifest`: the manifest written for the launch's broker (manifestfile.py), named by
+  its path, the detail the broker's process id and creation time; removed, once that broker has
+  ended, if it is still there and is what a host writes (manifestfile.remove_left).
 
 A validator refuses (ValueError) anything its remover could not act on safely, so a tampered or
 foreign record is quarantined rather than obeyed: a `winacl` record can only name a canonical
@@ -19,14 +22,15 @@ foreign and is quarantined. See docs/windows.md.
 
 from __future__ import annotations
 
+import ntpath
 import re
 import sys
 from collections.abc import Callable
 from functools import partial
 
 from stockade.lifecycle import removers
+from stockade.windows import brokered, desktop, grants, identity, leases, manifestfile, tokens
 from stockade.windows import constants as c
-from stockade.windows import desktop, grants, identity, leases, tokens
 from stockade.windows import sid as sids
 from stockade.windows.aceplan import GRANT, OVERRIDE, SHIELD
 from stockade.windows.acl import DACL_CONTROL, Ace
@@ -78,6 +82,22 @@ def validate_station(name: str, detail: dict) -> None:
         raise ValueError("a winsta record's detail is exactly a package SID")
 
 
+def validate_manifest(name: str, detail: dict) -> None:
+    if lexical_refusal(name, long_path=lambda path: path) \
+            or ntpath.basename(ntpath.dirname(name)) != brokered.DIRECTORY \
+            or not manifestfile.NAME.fullmatch(ntpath.basename(name)):
+        raise ValueError("a brokermanifest record names a manifest in a broker directory")
+    if set(detail) != {"broker", "created"} or not all(
+            type(detail[key]) is int and 0 < detail[key] < 1 << 64 for key in detail):
+        raise ValueError("a brokermanifest detail is exactly its broker's process id and "
+                         "creation time")
+
+
+def remove_manifest(name: str, detail: dict) -> None:
+    manifestfile.remove_left(name, detail["broker"], detail["created"],
+                             tokens.current_user_sid())
+
+
 def remove_station(name: str, detail: dict) -> None:
     with leases.briefly(tokens.current_user_sid(), station_lock(name)):
         desktop.change_station(name, partial(desktop.station_revoked, sid=detail["sid"]))
@@ -101,6 +121,7 @@ KINDS: dict[str, tuple[Callable[[str, dict], None], Callable[[str, dict], None]]
     PROFILE_KIND: (validate_profile, remove_profile),
     grants.KIND: (validate_acl, remove_acl),
     desktop.STATION_KIND: (validate_station, remove_station),
+    manifestfile.KIND: (validate_manifest, remove_manifest),
 }
 
 

@@ -7,14 +7,16 @@ mitigation policies, the desktop's and window station's entries, the broker that
 the access-control changes made and exactly reverted; from inside, the probe child's own report
 (its token, Job, mitigations, desktop, environment, and its file and loopback attempts). What
 neither shows (a listening socket, DNS, named pipes, the registry) is said in the reason, not
-claimed.
+claimed. The `windows_sandbox` row is the Windows Sandbox driver's (containment "vm"): whether
+this host has what a guest needs, by the driver's own host checks, typed where it has not.
 """
 
 from __future__ import annotations
 
+from stockade.launch import registry
 from stockade.launch.backend import Backend
 from stockade.launch.probe import Attestation
-from stockade.launch.report import ENFORCED, UNAVAILABLE, Row, accepted, row_maker
+from stockade.launch.report import ENFORCED, UNAVAILABLE, Row, accepted, driver_row, row_maker
 from stockade.launch.request import LaunchRequest, LimitSpec, NetworkSpec, PathGrant
 from stockade.windows.probe import NESTED_UI, verified
 
@@ -26,6 +28,8 @@ ALLOWLIST = ("Stockade's proxy on the host's 127.0.0.1 (domain rules, address gu
 ANY = ("the internetClient capability, loopback isolation kept; the fence service's WFP "
        "filters keyed to the launch's package SID blocking the destination guard's ranges "
        "(link-local, metadata, private, reserved) and the host itself")
+# The VM driver behind the `windows_sandbox` row (containment "vm" on Windows: vm/wsb.py).
+WINDOWS_SANDBOX = "windows-sandbox"
 # What rules.check accepts, on any platform: a drive path for the root and working directory.
 _PLAIN = LaunchRequest(argv=("cmd.exe",), cwd="C:\\", env=(), read=(PathGrant("C:\\", "C:\\"),))
 
@@ -137,4 +141,7 @@ def rows(attestation: Attestation, backend: Backend) -> tuple[Row, ...]:
             {"lifetime": ("profile_deleted", "acl_restored", "station_restored",
                           "ledger_settled")},
             "after a crash, the next reconcile does the same from the ledger"),
+        # Containment "vm": the driver's own host checks (Windows, the `wsb` tool or
+        # WindowsSandbox.exe, which the optional feature installs); no guest is booted here.
+        driver_row("windows_sandbox", registry.entry(WINDOWS_SANDBOX)),
     )

@@ -134,6 +134,10 @@ class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
                 ("nFileIndexLow", DWORD)]
 
 
+class FILE_DISPOSITION_INFO(ctypes.Structure):
+    _fields_ = [("DeleteFile", BYTE)]  # (a BOOLEAN)
+
+
 class PROCESS_BASIC_INFORMATION(ctypes.Structure):
     _fields_ = [("ExitStatus", LONG), ("PebBaseAddress", PVOID), ("AffinityMask", ULONG_PTR),
                 ("BasePriority", LONG), ("UniqueProcessId", ULONG_PTR),
