@@ -1592,10 +1592,12 @@ MUTANTS: tuple[Mutant, ...] = (
            '            *((form, "secret") for form in secret_forms(injection))]', "]",
            ("tests/test_proxy_credentials.py::test_the_secret_itself_to_another_host_is_refused"
             "[hex]",)),
-    Mutant("ask-allows-without-the-code", "stockade/cli/ask.py",
-           "if typed.strip() != code:", "if False:",
+    Mutant("ask-allows-without-the-host", "stockade/cli/ask.py",
+           "if typed.strip() != asked.lower():", "if False:",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
-            "commands_stdio[without-code]",)),
+            "commands_stdio[another-host]",
+            "tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[without-host]")),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"

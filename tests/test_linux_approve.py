@@ -161,8 +161,8 @@ def test_approve_needs_the_allowlist(ws):
 def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
                    ) -> tuple[subprocess.CompletedProcess, bytes]:
     """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
-    pty; `ahead` typed at once, `answer` once the question shows (`{code}` in it: the code
-    the question shows). Returns the run and what the terminal showed."""
+    pty; `ahead` typed at once, `answer` once the question shows (`{host}` in it: the host and
+    port the question names). Returns the run and what the terminal showed."""
     master, slave = pty.openpty()
 
     def take_the_terminal() -> None:
@@ -181,9 +181,11 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
         while not re.search(rb"\(\d+s\):? $", shown) and time.monotonic() < deadline:
             if select.select([master], [], [], 1)[0]:
                 shown += os.read(master, 4096)
-        code = re.search(rb"'o (\w+)'", shown)
-        os.write(master, answer.replace(b"{code}", code[1] if code else b"?"))
+        host = re.search(rb"reach (\S+), which", shown)
+        os.write(master, answer.replace(b"{host}", host[1] if host else b"?"))
         out, err = process.communicate(timeout=60)
+        if select.select([master], [], [], 1)[0]:
+            shown += os.read(master, 4096)  # (the decision said after the answer)
     finally:
         process.kill()
         os.close(master)
@@ -191,16 +193,18 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
 
 
 @pytest.mark.parametrize(("ahead", "answer", "reason"), [
-    (b"", b"r {code}\n", "address_loopback"), (b"", b"n {code}\n", "not_allowed"),
-    (b"", b"r\n", "not_allowed"), (b"n\n", b"r {code}\n", "address_loopback")],
-    ids=["run", "no", "without-code", "typed-ahead"])
+    (b"", b"r {host}\n", "address_loopback"), (b"", b"n {host}\n", "not_allowed"),
+    (b"", b"r\n", "not_allowed"), (b"", b"r pypi.org:443\n", "not_allowed"),
+    (b"n\n", b"r {host}\n", "address_loopback")],
+    ids=["run", "no", "without-host", "another-host", "typed-ahead"])
 def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server, tmp_path,
                                                                       ahead, answer, reason):
     """`stockade run --ask`: the question shows on the terminal (never in the command's
-    output), names the destination, takes the answer typed there with the code the question
-    showed (a choice without it, what a question the command printed itself would get, is a
-    denial; what was typed before the question is discarded); approved, a loopback address
-    is refused all the same."""
+    output), names the destination, takes the answer typed there naming the host and port
+    asked (a choice without them, or naming another host, as a person would type who read what
+    the command wrote over the real host's cells, is a denial (A4); what was typed before the
+    question is discarded); the command's colours are reset before the question and the
+    decision is said after it; approved, a loopback address is refused all the same."""
     workspace, _ = ws
     log = tmp_path / "network.jsonl"
     code = textwrap.dedent(f"""
@@ -213,7 +217,11 @@ def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, server
     done, shown = _at_a_terminal(
         ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
          "--workspace", str(workspace), "--", PYTHON, "-c", code], answer, workspace, ahead)
-    assert f"reach 127.0.0.1:{server.port}, which network.allow leaves out".encode() in shown
+    asked = f"127.0.0.1:{server.port}"
+    assert f"\x1b[0m\r\nstockade: the command asks to reach {asked}, which network.allow leaves "\
+        "out".encode() in shown
+    said = "approved for the run" if reason == "address_loopback" else "denied"
+    assert f"\x1b[0mstockade: {asked} {said}\r\n".encode() in shown, shown
     assert done.stdout.split() == [b"403"], done.stderr
     assert b"asks to reach" not in done.stdout + done.stderr
     assert server.seen == []
