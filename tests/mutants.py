@@ -1598,6 +1598,15 @@ MUTANTS: tuple[Mutant, ...] = (
             "commands_stdio[another-host]",
             "tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
             "commands_stdio[without-host]")),
+    Mutant("denial-host-unquoted", "stockade/launch/result.py",
+           "shown = host if _PLAIN_HOST.fullmatch(host) else json.dumps(host)", "shown = host",
+           ("tests/test_cli_denials.py::test_a_host_that_reads_like_a_den"
+            "ial_is_quoted_and_grants_nothing",)),
+    Mutant("denial-grant-for-an-invalid-host", "stockade/launch/denials.py",
+           'if reason in ("not_allowed", "port_not_allowed"):',
+           'if reason in ("not_allowed", "port_not_allowed", "invalid_host"):',
+           ("tests/test_cli_denials.py::test_a_host_that_reads_like_a_den"
+            "ial_is_quoted_and_grants_nothing",)),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
