@@ -1557,11 +1557,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not by_rule.allowed and self.approval is not None:",
            ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
     Mutant("approval-waits-for-ever", "stockade/net/approve.py",
-           "asker.join(self.timeout)", "asker.join()",
+           "over.wait(self.timeout)", "over.wait()",
            ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[slow]",)),
     Mutant("approval-takes-any-answer", "stockade/net/approve.py",
-           "answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) else DENY",
-           "answer = answers[0] if answers else DENY",
+           "answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) \\\n",
+           "answer = answers[0] if answers and True \\\n",
            ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[yes]",)),
     Mutant("approval-once-kept-for-the-run", "stockade/net/approve.py",
            "        if answer == ALLOW_RUN:\n", "        if answer != DENY:\n",
@@ -1650,7 +1650,9 @@ MUTANTS: tuple[Mutant, ...] = (
             "_grant",)),
     # a Workspace's approvals (stockade mcp --ask): each call's own, for that call only
     Mutant("workspace-approval-run-kept-past-the-call", "stockade/integrations/workspace.py",
-           "return ALLOW_ONCE if answer == ALLOW_RUN else answer", "return answer",
+           "call = None if approve is None else Approval(approve, self.approve_timeout)",
+           "call = None if approve is None else relay.call or Approval(approve, "
+           "self.approve_timeout)",
            ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
             "_that_call_only",)),
     Mutant("workspace-unasked-call-allowed", "stockade/integrations/workspace.py",
@@ -1659,9 +1661,18 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
             "_that_call_only",)),
     Mutant("workspace-approval-outlives-its-call", "stockade/integrations/workspace.py",
-           "relay.call = None  # (what runs on after the call", "pass  # (",
-           ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
-            "_none",)),
+           "                    call.close()      # what asks after it",
+           "                    pass  # what asks after it",
+           ("tests/test_linux_approve.py::test_what_a_call_left_waiting_is_denied_not_put_to_"
+            "the_next_call",)),
+    Mutant("workspace-approvals-with-keep-detached", "stockade/integrations/workspace.py",
+           "if approvals and keep_detached:", "if False:",
+           ("tests/test_linux_approve.py::test_workspace_approvals_are_not_had_with_keep_"
+            "detached",)),
+    Mutant("workspace-question-routed-at-its-turn", "stockade/net/approve.py",
+           "                    if gone.is_set():", "                    if False:",
+           ("tests/test_linux_approve.py::test_what_a_call_left_waiting_is_denied_not_put_to_"
+            "the_next_call",)),
     # stockade mcp --ask: the client's answer is the approval; a client that cannot be asked
     # is denied (and told why), never asked (run with .venv-integrations/bin/python)
     Mutant("mcp-ask-takes-any-choice", "stockade/integrations/mcp.py",

@@ -384,42 +384,60 @@ def test_workspace_approvals_need_the_allowlist_and_are_asked_for(ws):
         plain.exec(["true"], approve=lambda ask: DENY)
 
 
-LATE = textwrap.dedent("""
-    import os, sys, time, urllib.request, urllib.error
-    os.setsid()
-    open("ready", "w").close()
-    while not os.path.exists("go"):
-        time.sleep(0.05)
-    try:
-        said = str(urllib.request.urlopen(sys.argv[1], timeout=30).status)
-    except urllib.error.HTTPError as e:
-        said = str(e.code)
-    open("late.tmp", "w").write(said)
-    os.rename("late.tmp", "late")
-""")
-
-
-def test_what_a_call_left_running_is_asked_about_by_none(ws, server):
-    """keep_detached: a process the call detached asks after the call has ended; the call's
-    approver, which allowed everything for its run, is no longer asked: denied."""
+def test_workspace_approvals_are_not_had_with_keep_detached(ws):
+    """Issue 34, W1: a process a call detached would ask during a later call, whose approver
+    the proxy cannot tell it from: the combination is refused, naming both knobs."""
     from stockade.integrations.workspace import Workspace
 
     workspace, _ = ws
-    policy = dataclasses.replace(policy_for("workspace-write"), network=NetworkPolicy(
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    with pytest.raises(UsageError, match="keep_detached"):
+        Workspace(policy, workspace=workspace, approvals=True, keep_detached=True)
+
+
+# Two requests through the proxy, the second queued behind the first's question; the
+# command exits while both wait (everything it started dies with it).
+QUEUED = textwrap.dedent("""
+    import os, socket, sys, threading, time
+    port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+    def send(raw):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(raw)
+        time.sleep(30)
+    threading.Thread(target=send, daemon=True,
+                     args=(b"CONNECT first.example:443 HTTP/1.1\\r\\n\\r\\n",)).start()
+    time.sleep(0.3)
+    threading.Thread(target=send, daemon=True, args=(
+        f"GET http://localhost:{sys.argv[1]}/exfil HTTP/1.1\\r\\n\\r\\n".encode(),)).start()
+    time.sleep(0.5)
+""")
+
+
+def test_what_a_call_left_waiting_is_denied_not_put_to_the_next_call(ws, server):
+    """Issue 34, W2/W2b/W3: call 1's command raises two questions (the second waits behind
+    the first, which its approver is slow on) and exits; call 2, in the same warm sandbox,
+    approves whatever it is asked. Call 1's questions are denied when it ends: call 2's
+    approver is never asked, the dead command's request never reaches the host, and call 2's
+    result names none of call 1's denials."""
+    from stockade.integrations.workspace import Workspace
+
+    workspace, _ = ws
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", (f"127.0.0.1:{server.port}",)))
-    (workspace / "late.py").write_text(LATE)
-    asked: list[Ask] = []
-    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5,
-                   keep_detached=True) as shared:
-        left = shared.exec(["sh", "-c", f"{PYTHON} late.py http://localhost:{server.port}/ "
-                                        "</dev/null >/dev/null 2>&1 & "
-                                        "while [ ! -f ready ]; do sleep 0.05; done"],
-                           approve=lambda ask: asked.append(ask) or ALLOW_RUN)
-        assert left.exit_code == 0, left
-        (workspace / "go").touch()
-        deadline = time.monotonic() + 60
-        while not (workspace / "late").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    assert (workspace / "late").read_text() == "403"
-    assert asked == [] and server.seen == []
+    asked: list[tuple[int, str]] = []
+
+    def slow_first(ask: Ask) -> str:
+        asked.append((1, ask.host))
+        time.sleep(4)
+        return DENY
+
+    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=3) as shared:
+        first = shared.exec([PYTHON, "-c", QUEUED, str(server.port)], approve=slow_first)
+        second = shared.exec(["sleep", "5"],
+                             approve=lambda ask: asked.append((2, ask.host)) or ALLOW_ONCE)
+        assert len(shared._started) == 1  # (call 2 had call 1's sandbox)
+    assert first.exit_code == 0, first
+    assert asked == [(1, "first.example")]
+    assert server.seen == []
+    assert second.exit_code == 0 and second.denials == (), second.denials
