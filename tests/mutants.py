@@ -1607,6 +1607,10 @@ MUTANTS: tuple[Mutant, ...] = (
            'if reason in ("not_allowed", "port_not_allowed", "invalid_host"):',
            ("tests/test_cli_denials.py::test_a_host_that_reads_like_a_den"
             "ial_is_quoted_and_grants_nothing",)),
+    Mutant("denial-lines-in-the-commands-colours", "stockade/cli/run.py",
+           "if lines and sys.stderr.isatty():", "if False:",
+           ("tests/test_cli_denials.py::test_on_a_terminal_the_commands_colours_are_reset_"
+            "before_the_denial_lines",)),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"

@@ -213,3 +213,37 @@ def test_a_host_that_reads_like_a_denial_is_quoted_and_grants_nothing(ws):
     assert done.stderr.splitlines() == [
         f"stockade: the sandbox's network proxy refused socks5 {json.dumps(spoof)}:443: "
         "invalid_host"], done.stderr
+
+
+def test_on_a_terminal_the_commands_colours_are_reset_before_the_denial_lines(ws):
+    """Issue 34, D4: a command that ends with black-on-black set on its stderr would hide
+    Stockade's own lines printed after it on the same terminal; on a terminal they come after
+    a reset (captured, as the tests above, the stderr is the command's byte for byte)."""
+    import pty
+
+    workspace, _ = ws
+    master, slave = pty.openpty()
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "STOCKADE_NO_SERVER": "1"}
+    child = ("import sys, urllib.request as u\n"
+             "try: u.urlopen('http://exfil.example/')\nexcept Exception: pass\n"
+             "sys.stderr.write('\\x1b[30;40m'); sys.stderr.flush()\n")
+    try:
+        done = subprocess.run([sys.executable, "-m", "stockade", "run", "--read", PYTHON_ROOT,
+                               "--allow-domain", "example.com", "--workspace", str(workspace),
+                               "--", PYTHON, "-c", child], cwd=workspace, env=environment,
+                              stdout=subprocess.PIPE, stderr=slave, timeout=180, check=False)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # (EIO: the terminal's last writer is gone)
+                break
+            if not data:
+                break
+            shown += data
+    finally:
+        os.close(master)
+    assert done.returncode == 0, shown
+    assert b"\x1b[30;40m\x1b[0mstockade: the sandbox's network proxy refused http " \
+        b"exfil.example:80" in shown, shown

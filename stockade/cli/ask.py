@@ -19,10 +19,9 @@ import termios
 
 from stockade.errors import UsageError
 from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, Approval, Ask
-from stockade.visibletext import visible
+from stockade.visibletext import RESET, visible
 
 _ANSWERS = {"o": ALLOW_ONCE, "once": ALLOW_ONCE, "r": ALLOW_RUN, "run": ALLOW_RUN}
-_RESET = "\x1b[0m"  # (the command's colours, e.g. black on black, must not hide the question)
 
 
 def terminal_approval(timeout: float) -> Approval:
@@ -42,17 +41,17 @@ def terminal_approval(timeout: float) -> Approval:
             # escaped)
             asked = f"{visible(question.host)}:{question.port}"
             termios.tcflush(fd, termios.TCIFLUSH)  # (keys typed before it answer nothing)
-            os.write(fd, (f"{_RESET}\nstockade: the command asks to reach {asked}, which "
+            os.write(fd, (f"{RESET}\nstockade: the command asks to reach {asked}, which "
                           f"network.allow leaves out ({question.reason}{needs}). Type 'o {asked}' "
                           f"to allow it once, 'r {asked}' for the run, anything else to deny "
                           f"({timeout:g}s): ").encode())
             ready, _, _ = select.select([fd], [], [], timeout)
             if not ready:
-                os.write(fd, f"{_RESET}\nstockade: no answer: {asked} denied\n".encode())
+                os.write(fd, f"{RESET}\nstockade: no answer: {asked} denied\n".encode())
                 return DENY
             answer = answer_of(os.read(fd, 512).decode("utf-8", "replace"), asked)
             said = {ALLOW_ONCE: "approved once", ALLOW_RUN: "approved for the run"}
-            os.write(fd, f"{_RESET}stockade: {asked} {said.get(answer, 'denied')}\n".encode())
+            os.write(fd, f"{RESET}stockade: {asked} {said.get(answer, 'denied')}\n".encode())
         finally:
             os.close(fd)
         return answer
