@@ -1611,6 +1611,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "if lines and sys.stderr.isatty():", "if False:",
            ("tests/test_cli_denials.py::test_on_a_terminal_the_commands_colours_are_reset_"
             "before_the_denial_lines",)),
+    Mutant("secret-forms-quoted-once-only", "stockade/net/inspect.py",
+           'urllib.parse.quote(quoted, safe="").encode(),', "",
+           ("tests/test_proxy_credentials.py::test_a_secret_reflected_enc"
+            "oded_once_more_or_base64url_is_cut[twice-percent-encoded]",)),
+    Mutant("secret-forms-without-base64url", "stockade/net/inspect.py",
+           "*(form.translate(_URLSAFE) for form in encoded)}", "}",
+           ("tests/test_proxy_credentials.py::test_a_secret_reflected_enc"
+            "oded_once_more_or_base64url_is_cut[base64url]",)),
+    Mutant("credential-variable-checked-as-is", "stockade/launch/credentials.py",
+           "if any(form in lowered for form in forms):", "if injection.secret in value:",
+           ("tests/test_linux_credentials.py::test_a_passed_variable_hold"
+            "ing_the_secret_encoded_is_refused[basic-auth]",)),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"

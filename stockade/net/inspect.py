@@ -326,21 +326,27 @@ class Withholder:
 
 
 def secret_forms(injection: Injection) -> list[bytes]:
-    """The lowered forms of `injection`'s secret looked for: as is, percent-encoded, hex, and
-    base64 (of `user:secret` as basic auth sends it, and of the secret at each of the three
-    alignments it can have inside longer base64 text)."""
+    """The lowered forms of `injection`'s secret looked for: as is, percent-encoded once and
+    twice (a `?next=` login redirect quotes the path it got once more: issue 34, R1), hex, and
+    base64 and base64url (of `user:secret` as basic auth sends it, and of the secret at each of
+    the three alignments it can have inside longer base64 text; unpadded, as base64url often
+    is: R2)."""
     secret = injection.secret.encode()
-    forms = {secret, urllib.parse.quote(secret, safe="").encode(), secret.hex().encode(),
-             base64.b64encode(injection.basic_user.encode() + b":" + secret)}
+    quoted = urllib.parse.quote(secret, safe="")
+    encoded = {base64.b64encode(injection.basic_user.encode() + b":" + secret).rstrip(b"=")}
     for shift in range(3):
         text = base64.b64encode(b"\0" * shift + secret)
         tail = 4 if (shift + len(secret)) % 3 else 0  # (depends on the bytes after it)
         aligned = text[4 if shift else 0:len(text) - tail]
         if len(aligned) >= _MIN_ALIGNED:
-            forms.add(aligned)
+            encoded.add(aligned)
+    forms = {secret, quoted.encode(), urllib.parse.quote(quoted, safe="").encode(),
+             secret.hex().encode(), *encoded,
+             *(form.translate(_URLSAFE) for form in encoded)}
     return sorted({form.lower() for form in forms}, key=len)
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")  # (base64 to base64url)
 _MIN_ALIGNED = 8
 
 
