@@ -1476,7 +1476,8 @@ MUTANTS: tuple[Mutant, ...] = (
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the host name", what)', "continue",
+           'return replace(_exfiltration(injection, "the host name", what),\n'
+           '                                   withhold_host=True)', "continue",
            (EVIDENCE_NET + "net.credential-hidden]",
             "tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
@@ -1623,6 +1624,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "if any(form in lowered for form in forms):", "if injection.secret in value:",
            ("tests/test_linux_credentials.py::test_a_passed_variable_hold"
             "ing_the_secret_encoded_is_refused[basic-auth]",)),
+    Mutant("secret-host-name-logged", "stockade/net/proxy.py",
+           "WITHHELD if refusal.withhold_host else host", "host",
+           ("tests/test_proxy_credentials.py::test_a_host_name_carrying_the_secret_is_logged_"
+            "withheld[connect-secret]",)),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"

@@ -205,6 +205,31 @@ def test_the_placeholder_in_a_host_name_is_refused_before_any_lookup(setup, host
     assert looked_up == [] and setup.logged()[0]["reason"] == "credential_exfiltration"
 
 
+@pytest.mark.parametrize("carried", [SECRET, PLACEHOLDER, SECRET.encode().hex()[:60]],
+                         ids=["secret", "placeholder", "hex"])
+@pytest.mark.parametrize("protocol", ["connect", "socks5"])
+def test_a_host_name_carrying_the_secret_is_logged_withheld(setup, carried, protocol):
+    """Issue 34, D3: a command that has the secret puts it in a host name: refused, and the
+    record (the network log, Result.network_log, the denial line) names the credential, not
+    the host as sent."""
+    host = f"{carried}.other.test"
+    sock = setup._connect()
+    if protocol == "connect":
+        sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode())
+        assert _head(sock).startswith(b"HTTP/1.1 403")
+    else:
+        sock.sendall(b"\x05\x01\x00")
+        assert sock.recv(2) == b"\x05\x00"
+        sock.sendall(b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode()
+                     + (443).to_bytes(2, "big"))
+        assert sock.recv(10)[1] == 0x02
+    (entry,) = setup.logged()
+    assert entry["reason"] == "credential_exfiltration" and "'gh'" in entry["message"]
+    assert entry["host"] == "(withheld)"
+    with open(setup.log) as log:
+        assert carried.lower() not in log.read().lower()
+
+
 def test_the_credential_host_over_plain_http_is_refused(setup, plain_server):
     port = plain_server.port
     reply = setup.plain(get(f"http://api.test:{port}/repos/org/", "api.test"))

@@ -29,7 +29,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stockade.net import http
 from stockade.net.rules import Rule, compile_rules
@@ -70,6 +70,9 @@ class Refusal:
     message: str
     rule: str | None = None
     status: int = 403
+    # The host name itself carries a credential's placeholder or secret: recorded as WITHHELD
+    # (the message names the credential), never as sent (issue 34, D3).
+    withhold_host: bool = False
 
 
 class Inspector:
@@ -110,7 +113,8 @@ class Inspector:
         for _, injection in () if "credentials" in self.unchecked else self.injections:
             for needle, what in _carried(injection):
                 if needle in lowered:
-                    return _exfiltration(injection, "the host name", what)
+                    return replace(_exfiltration(injection, "the host name", what),
+                                   withhold_host=True)
         return None
 
     def exfiltration(self, text: str, host: str, port: int) -> Refusal | None:
@@ -346,6 +350,7 @@ def secret_forms(injection: Injection) -> list[bytes]:
     return sorted({form.lower() for form in forms}, key=len)
 
 
+WITHHELD = "(withheld)"  # (the host recorded for a name that carries a credential)
 _URLSAFE = bytes.maketrans(b"+/", b"-_")  # (base64 to base64url)
 _MIN_ALIGNED = 8
 
