@@ -15,6 +15,10 @@ from __future__ import annotations
 import re
 import unicodedata
 
+# What a terminal reads as "attributes back to normal", written before Stockade's own lines
+# where the command's output came before them (colours it left set, black on black, would
+# hide them: issue 34, D4).
+RESET = "\x1b[0m"
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})  # (Zs: but U+0020)
 # Letters and marks that render as nothing or as blank: Unicode's Default_Ignorable_Code_Point
 # outside the categories above (the combining grapheme joiner, the Hangul fillers, Khmer's

@@ -1559,7 +1559,8 @@ MUTANTS: tuple[Mutant, ...] = (
             'header-request_bytes0]',
             "tests/test_proxy_credentials.py::test_the_placeholder_in_plain_http_to_another_host_is_refused")),
     Mutant("credential-placeholder-in-a-host-name", "stockade/net/inspect.py",
-           'return _exfiltration(injection, "the host name", what)', "continue",
+           'return replace(_exfiltration(injection, "the host name", what),\n'
+           '                                   withhold_host=True)', "continue",
            (EVIDENCE_NET + "net.credential-hidden]",
             "tests/test_proxy_credentials.py::test_the_placeholder_in_a_host_name_is_refused_before_any_lookup[other]",)),
     Mutant("credential-placeholder-in-a-body", "stockade/net/inspect.py",
@@ -1640,11 +1641,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not by_rule.allowed and self.approval is not None:",
            ("tests/test_linux_approve.py::test_an_approval_lifts_no_address_check_nor_a_deny_pattern",)),
     Mutant("approval-waits-for-ever", "stockade/net/approve.py",
-           "asker.join(self.timeout)", "asker.join()",
+           "over.wait(self.timeout)", "over.wait()",
            ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[slow]",)),
     Mutant("approval-takes-any-answer", "stockade/net/approve.py",
-           "answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) else DENY",
-           "answer = answers[0] if answers else DENY",
+           "answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) \\\n",
+           "answer = answers[0] if answers and True \\\n",
            ("tests/test_linux_approve.py::test_no_timely_approval_is_a_denial[yes]",)),
     Mutant("approval-once-kept-for-the-run", "stockade/net/approve.py",
            "        if answer == ALLOW_RUN:\n", "        if answer != DENY:\n",
@@ -1675,10 +1676,41 @@ MUTANTS: tuple[Mutant, ...] = (
            '            *((form, "secret") for form in secret_forms(injection))]', "]",
            ("tests/test_proxy_credentials.py::test_the_secret_itself_to_another_host_is_refused"
             "[hex]",)),
-    Mutant("ask-allows-without-the-code", "stockade/cli/ask.py",
-           "if typed.strip() != code:", "if False:",
+    Mutant("ask-allows-without-the-host", "stockade/cli/ask.py",
+           "if typed.strip() != asked.lower():", "if False:",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
-            "commands_stdio[without-code]",)),
+            "commands_stdio[another-host]",
+            "tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
+            "commands_stdio[without-host]")),
+    Mutant("denial-host-unquoted", "stockade/launch/result.py",
+           "shown = host if _PLAIN_HOST.fullmatch(host) else json.dumps(host)", "shown = host",
+           ("tests/test_cli_denials.py::test_a_host_that_reads_like_a_den"
+            "ial_is_quoted_and_grants_nothing",)),
+    Mutant("denial-grant-for-an-invalid-host", "stockade/launch/denials.py",
+           'if reason in ("not_allowed", "port_not_allowed"):',
+           'if reason in ("not_allowed", "port_not_allowed", "invalid_host"):',
+           ("tests/test_cli_denials.py::test_a_host_that_reads_like_a_den"
+            "ial_is_quoted_and_grants_nothing",)),
+    Mutant("denial-lines-in-the-commands-colours", "stockade/cli/run.py",
+           "if lines and sys.stderr.isatty():", "if False:",
+           ("tests/test_cli_denials.py::test_on_a_terminal_the_commands_colours_are_reset_"
+            "before_the_denial_lines",)),
+    Mutant("secret-forms-quoted-once-only", "stockade/net/inspect.py",
+           'urllib.parse.quote(quoted, safe="").encode(),', "",
+           ("tests/test_proxy_credentials.py::test_a_secret_reflected_enc"
+            "oded_once_more_or_base64url_is_cut[twice-percent-encoded]",)),
+    Mutant("secret-forms-without-base64url", "stockade/net/inspect.py",
+           "*(form.translate(_URLSAFE) for form in encoded)}", "}",
+           ("tests/test_proxy_credentials.py::test_a_secret_reflected_enc"
+            "oded_once_more_or_base64url_is_cut[base64url]",)),
+    Mutant("credential-variable-checked-as-is", "stockade/launch/credentials.py",
+           "if any(form in lowered for form in forms):", "if injection.secret in value:",
+           ("tests/test_linux_credentials.py::test_a_passed_variable_hold"
+            "ing_the_secret_encoded_is_refused[basic-auth]",)),
+    Mutant("secret-host-name-logged", "stockade/net/proxy.py",
+           "WITHHELD if refusal.withhold_host else host", "host",
+           ("tests/test_proxy_credentials.py::test_a_host_name_carrying_the_secret_is_logged_"
+            "withheld[connect-secret]",)),
     Mutant("ask-takes-typed-ahead-keys", "stockade/cli/ask.py",
            "termios.tcflush(fd, termios.TCIFLUSH)", "pass",
            ("tests/test_linux_approve.py::test_stockade_run_ask_asks_at_the_terminal_not_the_"
@@ -1722,7 +1754,9 @@ MUTANTS: tuple[Mutant, ...] = (
             "_grant",)),
     # a Workspace's approvals (stockade mcp --ask): each call's own, for that call only
     Mutant("workspace-approval-run-kept-past-the-call", "stockade/integrations/workspace.py",
-           "return ALLOW_ONCE if answer == ALLOW_RUN else answer", "return answer",
+           "call = None if approve is None else Approval(approve, self.approve_timeout)",
+           "call = None if approve is None else relay.call or Approval(approve, "
+           "self.approve_timeout)",
            ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
             "_that_call_only",)),
     Mutant("workspace-unasked-call-allowed", "stockade/integrations/workspace.py",
@@ -1731,9 +1765,18 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_linux_approve.py::test_a_workspace_asks_each_calls_own_approver_for"
             "_that_call_only",)),
     Mutant("workspace-approval-outlives-its-call", "stockade/integrations/workspace.py",
-           "relay.call = None  # (what runs on after the call", "pass  # (",
-           ("tests/test_linux_approve.py::test_what_a_call_left_running_is_asked_about_by"
-            "_none",)),
+           "                    call.close()      # what asks after it",
+           "                    pass  # what asks after it",
+           ("tests/test_linux_approve.py::test_what_a_call_left_waiting_is_denied_not_put_to_"
+            "the_next_call",)),
+    Mutant("workspace-approvals-with-keep-detached", "stockade/integrations/workspace.py",
+           "if approvals and keep_detached:", "if False:",
+           ("tests/test_linux_approve.py::test_workspace_approvals_are_not_had_with_keep_"
+            "detached",)),
+    Mutant("workspace-question-routed-at-its-turn", "stockade/net/approve.py",
+           "                    if gone.is_set():", "                    if False:",
+           ("tests/test_linux_approve.py::test_what_a_call_left_waiting_is_denied_not_put_to_"
+            "the_next_call",)),
     # stockade mcp --ask: the client's answer is the approval; a client that cannot be asked
     # is denied (and told why), never asked (run with .venv-integrations/bin/python)
     Mutant("mcp-ask-takes-any-choice", "stockade/integrations/mcp.py",

@@ -554,7 +554,8 @@ def test_json_result_of_a_timeout(workspace, capsys):
     assert main(["run", "--json", "--timeout", "1", "--", "sleep", "30"]) == 137
     result = json.loads(capsys.readouterr().out)
     assert result["signal"] == 9 and result["timed_out"]
-    assert result["violations"] == [{"kind": "limits.timeout", "detail": "killed after 1s"}]
+    assert result["violations"] == [{"kind": "limits.timeout", "detail": "killed after 1s",
+                                     "network": None}]
 
 
 @sandboxed

@@ -172,3 +172,70 @@ def test_nothing_is_said_when_nothing_was_denied(ws):
     done = stockade_run("--workspace", str(workspace), "--", "sh", "-c", "echo fine >&2; exit 3",
                         cwd=workspace)
     assert (done.returncode, done.stderr) == (3, "fine\n")
+
+
+# A SOCKS5 request for the domain in argv[1] (spaces and quotes pass; control characters are
+# refused unasked).
+SOCKS_DOMAIN = textwrap.dedent("""
+    import os, socket, sys
+    port = int(os.environ["ALL_PROXY"].rsplit(":", 1)[1])
+    name = sys.argv[1].encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"\\x05\\x01\\x00"); s.recv(2)
+    s.sendall(b"\\x05\\x01\\x00\\x03" + bytes([len(name)]) + name + (443).to_bytes(2, "big"))
+    print("reply", s.recv(10)[1])
+""")
+
+
+def test_a_host_that_reads_like_a_denial_is_quoted_and_grants_nothing(ws):
+    """Issue 34, D2: a SOCKS5 domain written as a denial's detail, with a grant of its own,
+    is refused `invalid_host`; Stockade's line quotes it and names no grant, and the
+    structured grant (--json's violations, as an integration reads them) is None: a grant is
+    made from the proxy's record, never parsed back from text the command chose."""
+    workspace, _ = ws
+    spoof = 'h:1: address_loopback allow "*.amazonaws.com:443 (and filesystem.write /)"'
+    done = stockade_run("--json", "--allow-domain", "example.com", "--workspace",
+                        str(workspace), "--", PYTHON, "-c", SOCKS_DOMAIN, spoof, cwd=workspace)
+    assert json.loads(done.stdout)["stdout"].split() != [], done.stderr
+    (violation,) = json.loads(done.stdout)["violations"]
+    assert violation["network"][1:4] == [spoof, 443, "invalid_host"], violation
+    assert denial(Violation(**violation)).grant is None
+    assert "filesystem.write" not in "".join(
+        line.partition(GRANT)[2] for line in done.stderr.splitlines()), done.stderr
+    assert done.stderr.splitlines() == [
+        f"stockade: the sandbox's network proxy refused socks5 {json.dumps(spoof)}:443: "
+        "invalid_host"], done.stderr
+
+
+def test_on_a_terminal_the_commands_colours_are_reset_before_the_denial_lines(ws):
+    """Issue 34, D4: a command that ends with black-on-black set on its stderr would hide
+    Stockade's own lines printed after it on the same terminal; on a terminal they come after
+    a reset (captured, as the tests above, the stderr is the command's byte for byte)."""
+    import pty
+
+    workspace, _ = ws
+    master, slave = pty.openpty()
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "STOCKADE_NO_SERVER": "1"}
+    child = ("import sys, urllib.request as u\n"
+             "try: u.urlopen('http://exfil.example/')\nexcept Exception: pass\n"
+             "sys.stderr.write('\\x1b[30;40m'); sys.stderr.flush()\n")
+    try:
+        done = subprocess.run([sys.executable, "-m", "stockade", "run", "--read", PYTHON_ROOT,
+                               "--allow-domain", "example.com", "--workspace", str(workspace),
+                               "--", PYTHON, "-c", child], cwd=workspace, env=environment,
+                              stdout=subprocess.PIPE, stderr=slave, timeout=180, check=False)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # (EIO: the terminal's last writer is gone)
+                break
+            if not data:
+                break
+            shown += data
+    finally:
+        os.close(master)
+    assert done.returncode == 0, shown
+    assert b"\x1b[30;40m\x1b[0mstockade: the sandbox's network proxy refused http " \
+        b"exfil.example:80" in shown, shown

@@ -140,8 +140,8 @@ def test_approve_needs_the_allowlist(ws):
 def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
                    ) -> tuple[subprocess.CompletedProcess, bytes]:
     """`python -m stockade ARGS` in a session of its own whose controlling terminal is a new
-    pty; `ahead` typed at once, `answer` once the question shows (`{code}` in it: the code
-    the question shows). Returns the run and what the terminal showed."""
+    pty; `ahead` typed at once, `answer` once the question shows (`{host}` in it: the host and
+    port the question names). Returns the run and what the terminal showed."""
     master, slave = pty.openpty()
 
     def take_the_terminal() -> None:
@@ -160,9 +160,11 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
         while not re.search(rb"\(\d+s\):? $", shown) and time.monotonic() < deadline:
             if select.select([master], [], [], 1)[0]:
                 shown += os.read(master, 4096)
-        code = re.search(rb"'o (\w+)'", shown)
-        os.write(master, answer.replace(b"{code}", code[1] if code else b"?"))
+        host = re.search(rb"reach (\S+), which", shown)
+        os.write(master, answer.replace(b"{host}", host[1] if host else b"?"))
         out, err = process.communicate(timeout=60)
+        if select.select([master], [], [], 1)[0]:
+            shown += os.read(master, 4096)  # (the decision said after the answer)
     finally:
         process.kill()
         os.close(master)
@@ -170,24 +172,30 @@ def _at_a_terminal(args: list[str], answer: bytes, cwd, ahead: bytes = b""
 
 
 @pytest.mark.parametrize(("ahead", "answer", "reason"), [
-    (b"", b"r {code}\n", "address_loopback"), (b"", b"n {code}\n", "not_allowed"),
-    (b"", b"r\n", "not_allowed"), (b"n\n", b"r {code}\n", "address_loopback")],
-    ids=["run", "no", "without-code", "typed-ahead"])
+    (b"", b"r {host}\n", "address_loopback"), (b"", b"n {host}\n", "not_allowed"),
+    (b"", b"r\n", "not_allowed"), (b"", b"r pypi.org:443\n", "not_allowed"),
+    (b"n\n", b"r {host}\n", "address_loopback")],
+    ids=["run", "no", "without-host", "another-host", "typed-ahead"])
 def test_stockade_run_ask_asks_at_the_terminal_not_the_commands_stdio(ws, plain_server,
                                                                       tmp_path, ahead, answer,
                                                                       reason):
     """`stockade run --ask`: the question shows on the terminal (never in the command's
-    output), names the destination, takes the answer typed there with the code the question
-    showed (a choice without it, what a question the command printed itself would get, is a
-    denial; what was typed before the question is discarded); approved, a loopback address
-    is refused all the same."""
+    output), names the destination, takes the answer typed there naming the host and port
+    asked (a choice without them, or naming another host, as a person would type who read what
+    the command wrote over the real host's cells, is a denial (A4); what was typed before the
+    question is discarded); the command's colours are reset before the question and the
+    decision is said after it; approved, a loopback address is refused all the same."""
     workspace, _ = ws
     log = tmp_path / "network.jsonl"
     done, shown = _at_a_terminal(
         ["run", "--allow-domain", "example.com", "--ask", "--network-log", str(log),
          "--workspace", str(workspace), "--", PYTHON, "-c", FETCH,
          f"http://127.0.0.1:{plain_server.port}/"], answer, workspace, ahead)
-    assert f"reach 127.0.0.1:{plain_server.port}, which network.allow leaves out".encode() in shown
+    asked = f"127.0.0.1:{plain_server.port}"
+    assert f"\x1b[0m\r\nstockade: the command asks to reach {asked}, which network.allow leaves "\
+        "out".encode() in shown
+    said = "approved for the run" if reason == "address_loopback" else "denied"
+    assert f"\x1b[0mstockade: {asked} {said}\r\n".encode() in shown, shown
     assert done.stdout.split() == [b"403"], done.stderr
     assert b"asks to reach" not in done.stdout + done.stderr
     assert plain_server.seen == []
@@ -329,42 +337,60 @@ def test_workspace_approvals_need_the_allowlist_and_are_asked_for(ws):
         plain.exec(["true"], approve=lambda ask: DENY)
 
 
-LATE = textwrap.dedent("""
-    import os, sys, time, urllib.request, urllib.error
-    os.setsid()
-    open("ready", "w").close()
-    while not os.path.exists("go"):
-        time.sleep(0.05)
-    try:
-        said = str(urllib.request.urlopen(sys.argv[1], timeout=30).status)
-    except urllib.error.HTTPError as e:
-        said = str(e.code)
-    open("late.tmp", "w").write(said)
-    os.rename("late.tmp", "late")
-""")
-
-
-def test_what_a_call_left_running_is_asked_about_by_none(ws, plain_server):
-    """keep_detached: a process the call detached asks after the call has ended; the call's
-    approver, which allowed everything for its run, is no longer asked: denied."""
+def test_workspace_approvals_are_not_had_with_keep_detached(ws):
+    """Issue 34, W1: a process a call detached would ask during a later call, whose approver
+    the proxy cannot tell it from: the combination is refused, naming both knobs."""
     from stockade.integrations.workspace import Workspace
 
     workspace, _ = ws
-    policy = dataclasses.replace(policy_for("workspace-write"), network=NetworkPolicy(
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
+        "allowlist", ("example.com",)))
+    with pytest.raises(UsageError, match="keep_detached"):
+        Workspace(policy, workspace=workspace, approvals=True, keep_detached=True)
+
+
+# Two requests through the proxy, the second queued behind the first's question; the
+# command exits while both wait (everything it started dies with it).
+QUEUED = textwrap.dedent("""
+    import os, socket, sys, threading, time
+    port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+    def send(raw):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(raw)
+        time.sleep(30)
+    threading.Thread(target=send, daemon=True,
+                     args=(b"CONNECT first.example:443 HTTP/1.1\\r\\n\\r\\n",)).start()
+    time.sleep(0.3)
+    threading.Thread(target=send, daemon=True, args=(
+        f"GET http://localhost:{sys.argv[1]}/exfil HTTP/1.1\\r\\n\\r\\n".encode(),)).start()
+    time.sleep(0.5)
+""")
+
+
+def test_what_a_call_left_waiting_is_denied_not_put_to_the_next_call(ws, plain_server):
+    """Issue 34, W2/W2b/W3: call 1's command raises two questions (the second waits behind
+    the first, which its approver is slow on) and exits; call 2, in the same warm sandbox,
+    approves whatever it is asked. Call 1's questions are denied when it ends: call 2's
+    approver is never asked, the dead command's request never reaches the host, and call 2's
+    result names none of call 1's denials."""
+    from stockade.integrations.workspace import Workspace
+
+    workspace, _ = ws
+    policy = dataclasses.replace(policy_for("read-only"), network=NetworkPolicy(
         "allowlist", (f"127.0.0.1:{plain_server.port}",)))
-    (workspace / "late.py").write_text(LATE)
-    asked: list[Ask] = []
-    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=5,
-                   keep_detached=True) as shared:
-        left = shared.exec(["sh", "-c", f"{PYTHON} late.py http://localhost:{plain_server.port}/ "
-                                        "</dev/null >/dev/null 2>&1 & "
-                                        "while [ ! -f ready ]; do sleep 0.05; done"],
-                           approve=lambda ask: asked.append(ask) or ALLOW_RUN)
-        assert left.exit_code == 0, left
-        (workspace / "go").touch()
-        deadline = time.monotonic() + 60
-        while not (workspace / "late").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    assert (workspace / "late").read_text() == "403"
-    assert asked == [] and plain_server.seen == []
+    asked: list[tuple[int, str]] = []
+
+    def slow_first(ask: Ask) -> str:
+        asked.append((1, ask.host))
+        time.sleep(4)
+        return DENY
+
+    with Workspace(policy, workspace=workspace, approvals=True, approve_timeout=3) as shared:
+        first = shared.exec([PYTHON, "-c", QUEUED, str(plain_server.port)], approve=slow_first)
+        second = shared.exec(["sleep", "5"],
+                             approve=lambda ask: asked.append((2, ask.host)) or ALLOW_ONCE)
+        assert len(shared._started) == 1  # (call 2 had call 1's sandbox)
+    assert first.exit_code == 0, first
+    assert asked == [(1, "first.example")]
+    assert plain_server.seen == []
+    assert second.exit_code == 0 and second.denials == (), second.denials

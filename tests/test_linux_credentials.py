@@ -236,6 +236,31 @@ def test_the_source_variable_passed_into_the_sandbox_is_refused(ws, secret):
     assert caught.value.key == "network.credentials[0].from_env"
 
 
+@pytest.mark.parametrize("encode", ["basic-auth", "hex"])
+def test_a_passed_variable_holding_the_secret_encoded_is_refused(ws, pki, secret, monkeypatch,
+                                                                encode):
+    """Issue 34, E1: a variable the policy passes that holds the secret base64-encoded inside
+    a basic-auth header value (git's extraheader, as CI runners set it) or hex is the secret
+    all the same (the forms the proxy cuts from responses): the launch is refused before the
+    command, which would decode it, starts."""
+    import base64
+
+    workspace, _ = ws
+    value = {"basic-auth": "AUTHORIZATION: basic " + base64.b64encode(
+                 f"x-access-token:{secret}".encode()).decode(),
+             "hex": secret.encode().hex()}[encode]
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", value)
+    base = policy([443])
+    passing = dataclasses.replace(base, env=dataclasses.replace(
+        base.env, passthrough=(*base.env.passthrough, "GIT_CONFIG_VALUE_0")))
+    request = compile_policy(passing, [PYTHON, "-c", "import os; print(os.environ)"],
+                             CompileContext.current(workspace))
+    with pytest.raises(PolicyError) as caught:
+        execute(backend(pki), request)
+    assert caught.value.code == "credential_exposed"
+    assert "GIT_CONFIG_VALUE_0" in caught.value.message and secret not in caught.value.message
+
+
 def test_a_warm_sandbox_refuses_credentials(ws, secret):
     """Each command of a session is compiled with placeholders of its own, which the session's
     proxy would not know: refused, until sessions keep one set."""

@@ -183,6 +183,31 @@ def test_the_placeholder_in_a_host_name_is_refused_before_any_lookup(setup, host
     assert looked_up == [] and setup.logged()[0]["reason"] == "credential_exfiltration"
 
 
+@pytest.mark.parametrize("carried", [SECRET, PLACEHOLDER, SECRET.encode().hex()[:60]],
+                         ids=["secret", "placeholder", "hex"])
+@pytest.mark.parametrize("protocol", ["connect", "socks5"])
+def test_a_host_name_carrying_the_secret_is_logged_withheld(setup, carried, protocol):
+    """Issue 34, D3: a command that has the secret puts it in a host name: refused, and the
+    record (the network log, Result.network_log, the denial line) names the credential, not
+    the host as sent."""
+    host = f"{carried}.other.test"
+    sock = setup._connect()
+    if protocol == "connect":
+        sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode())
+        assert read_head(sock).startswith(b"HTTP/1.1 403")
+    else:
+        sock.sendall(b"\x05\x01\x00")
+        assert sock.recv(2) == b"\x05\x00"
+        sock.sendall(b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode()
+                     + (443).to_bytes(2, "big"))
+        assert sock.recv(10)[1] == 0x02
+    (entry,) = setup.logged()
+    assert entry["reason"] == "credential_exfiltration" and "'gh'" in entry["message"]
+    assert entry["host"] == "(withheld)"
+    with open(setup.log) as log:
+        assert carried.lower() not in log.read().lower()
+
+
 def test_the_credential_host_over_plain_http_is_refused(setup, plain_server):
     port = plain_server.port
     reply = setup.plain(get(f"http://api.test:{port}/repos/org/", "api.test"))
@@ -353,11 +378,11 @@ def _dechunk(reply: bytes) -> bytes:
 
 
 @contextlib.contextmanager
-def canned(pki: tuple[str, str], tmp_path, reply: Callable[[bytes], bytes]
-           ) -> Iterator[tuple[Setup, Canned]]:
+def canned(pki: tuple[str, str], tmp_path, reply: Callable[[bytes], bytes],
+           injection: Injection | None = None) -> Iterator[tuple[Setup, Canned]]:
     server = Canned(pki[1], reply)
-    inspector = Inspector([Injection("gh", "api.test", PLACEHOLDER, SECRET,
-                                     header="Authorization", prefix="Bearer ")])
+    inspector = Inspector([injection or Injection("gh", "api.test", PLACEHOLDER, SECRET,
+                                                  header="Authorization", prefix="Bearer ")])
     authority = Authority("t")
     log = str(tmp_path / "log")
     proxy = Proxy([f"api.test:{server.port}", f"127.0.0.1:{server.port}"], (), "r", limits=FAST,
@@ -475,3 +500,52 @@ def test_the_leaf_cache_is_bounded():
         authority.issue(f"n{i}.example.com")
         assert authority.issue("n0.example.com") is first  # (used last: kept)
     assert len(authority._contexts) == LEAVES and "n1.example.com" not in authority._contexts
+
+
+def _login_redirect(head: bytes) -> bytes:
+    """A `302` to the login page with `?next=` the path as received, quoted once more (as
+    Django's redirect_to_login and most `?next=` redirects do)."""
+    path = head.split(b" ")[1].decode()
+    location = "/accounts/login/?next=" + urllib.parse.quote(path, safe="/")
+    return (f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n").encode()
+
+
+def _base64url_echo(head: bytes) -> bytes:
+    """The request head echoed base64url-encoded, unpadded (a JWT-style `state`)."""
+    token = base64.urlsafe_b64encode(head).rstrip(b"=")
+    body = b'{"state": "' + token + b'"}'
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b" % (
+        len(body), body)
+
+
+def _base64url_secret() -> str:
+    """A printable secret whose base64, at each of the three alignments, holds "+" or "/"
+    (so that its base64url text differs from its base64)."""
+    for n in range(1000):
+        secret = f"sk_live_{n:04d}~?~?ab>>cd??"
+        if all(set(base64.b64encode(b"\0" * shift + secret.encode())[4:-4]) & set(b"+/")
+               for shift in range(3)):
+            return secret
+    raise AssertionError("no such secret")
+
+
+@pytest.mark.parametrize("form", ["twice-percent-encoded", "base64url"])
+def test_a_secret_reflected_encoded_once_more_or_base64url_is_cut(pki, tmp_path, form):
+    """Issue 34, R1/R2: the query slot's secret comes back in a login redirect's `?next=`,
+    percent-encoded twice (`%2F` as `%252F`; the client decodes twice), or the header slot's
+    request head comes back base64url-encoded: each is a form of the secret the check cuts."""
+    if form == "base64url":
+        secret, reply = _base64url_secret(), _base64url_echo
+        injection = Injection("gh", "api.test", PLACEHOLDER, secret, header="X-Key")
+    else:
+        secret, reply = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY=", _login_redirect
+        injection = Injection("gh", "api.test", PLACEHOLDER, secret, query="X-Amz-Credential")
+    with canned(pki, tmp_path, reply, injection) as (setup, server):
+        answer = setup.https("api.test", server.port, get("/private/report", "api.test"))
+        assert secret.encode() in urllib.parse.unquote_to_bytes(server.heads[0])  # (sent)
+        assert setup.logged()[0]["reason"] == "credential_reflected"
+    twice = urllib.parse.unquote_to_bytes(urllib.parse.unquote(answer.decode("latin-1")))
+    token = answer.partition(b'"state": "')[2].partition(b'"')[0]
+    decoded = base64.urlsafe_b64decode(token + b"=" * (-len(token) % 4))
+    assert secret.encode() not in twice and secret.encode() not in decoded

@@ -293,11 +293,14 @@ def test_a_racing_link_swap_never_leads_a_file_operation_out(workspace, ws):
 
 def test_a_guard_refusal_names_the_reach_that_would_allow_it():
     from stockade.launch.denials import denial
-    from stockade.launch.result import Violation
+    from stockade.launch.result import network_denials
 
-    assert denial(Violation("network.denied", "tcp 10.9.9.9:80: address_private")).grant \
-        == "network.reach 10.9.9.9:80"
-    assert denial(Violation("network.denied", "udp fd00::1:53: address_private")).grant \
-        == "network.reach [fd00::1]:53"
-    assert denial(Violation("network.denied", "connect a.example:443: not_allowed")).grant \
-        == "network.allow a.example:443"
+    def grant(protocol: str, host: str, port: int, reason: str) -> str | None:
+        record = {"protocol": protocol, "host": host, "port": port, "reason": reason,
+                  "message": ""}
+        (violation,) = network_denials([record])
+        return denial(violation).grant
+
+    assert grant("tcp", "10.9.9.9", 80, "address_private") == "network.reach 10.9.9.9:80"
+    assert grant("udp", "fd00::1", 53, "address_private") == "network.reach [fd00::1]:53"
+    assert grant("connect", "a.example", 443, "not_allowed") == "network.allow a.example:443"

@@ -2,27 +2,26 @@
 the caller's terminal, `/dev/tty`, opened afresh for each: never the sandbox's stdio, which
 the command owns.
 
-The command may share that terminal for its output, and so erase the question and show one of
-its own (another host, "type r"). So the answer binds to what Stockade asked: each question
-shows a random code beside the real host and port, and only that code typed with the choice
-allows; what was typed before the question is discarded first, and the host is shown with
-every control character escaped (it was chosen inside the sandbox).
+The command may share that terminal for its output, and so erase the question, show one of its
+own, or write another host over the cells of the real one (it writes to the screen; it cannot
+read it). So the answer names what it approves: the person types the host and port they read,
+and only the host and port Stockade asked about allows; an answer naming what the command made
+the screen show is a denial. What was typed before the question is discarded first, the
+command's colours are reset before the question, the host is shown with every control
+character escaped (it was chosen inside the sandbox), and the decision is said after it.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import select
 import termios
 
 from stockade.errors import UsageError
 from stockade.net.approve import ALLOW_ONCE, ALLOW_RUN, DENY, Approval, Ask
-from stockade.visibletext import visible
+from stockade.visibletext import RESET, visible
 
 _ANSWERS = {"o": ALLOW_ONCE, "once": ALLOW_ONCE, "r": ALLOW_RUN, "run": ALLOW_RUN}
-_CODE_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # (no 0/o, 1/l/i to misread)
-_CODE_LENGTH = 5
 
 
 def terminal_approval(timeout: float) -> Approval:
@@ -38,31 +37,33 @@ def terminal_approval(timeout: float) -> Approval:
         try:
             needs = (f"; it would use credential {', '.join(question.credentials)}"
                      if question.credentials else "")
-            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(_CODE_LENGTH))
-            termios.tcflush(fd, termios.TCIFLUSH)  # (keys typed before it answer nothing)
             # (the host was chosen inside the sandbox: shown with what a terminal would act on
             # escaped)
-            os.write(fd, (f"\nstockade: the command asks to reach "
-                          f"{visible(question.host)}:{question.port}, which network.allow "
-                          f"leaves out ({question.reason}{needs}). Type 'o {code}' to allow "
-                          f"it once, 'r {code}' for the run, anything else to deny "
+            asked = f"{visible(question.host)}:{question.port}"
+            termios.tcflush(fd, termios.TCIFLUSH)  # (keys typed before it answer nothing)
+            os.write(fd, (f"{RESET}\nstockade: the command asks to reach {asked}, which "
+                          f"network.allow leaves out ({question.reason}{needs}). Type 'o {asked}' "
+                          f"to allow it once, 'r {asked}' for the run, anything else to deny "
                           f"({timeout:g}s): ").encode())
             ready, _, _ = select.select([fd], [], [], timeout)
             if not ready:
-                os.write(fd, b"\nstockade: no answer: denied\n")
+                os.write(fd, f"{RESET}\nstockade: no answer: {asked} denied\n".encode())
                 return DENY
-            line = os.read(fd, 64).decode("utf-8", "replace")
+            answer = answer_of(os.read(fd, 512).decode("utf-8", "replace"), asked)
+            said = {ALLOW_ONCE: "approved once", ALLOW_RUN: "approved for the run"}
+            os.write(fd, f"{RESET}stockade: {asked} {said.get(answer, 'denied')}\n".encode())
         finally:
             os.close(fd)
-        return answer_of(line, code)
+        return answer
 
     return Approval(ask, timeout)
 
 
-def answer_of(line: str, code: str) -> str:
-    """What a typed `line` answers to the question that showed `code`: the choice allows only
-    with the code (a question the command printed itself cannot know it)."""
+def answer_of(line: str, asked: str) -> str:
+    """What a typed `line` answers to the question about `asked` (HOST:PORT): the choice allows
+    only with that host and port typed (what the person read, which the command may have
+    written over the real one)."""
     choice, _, typed = line.strip().lower().partition(" ")
-    if typed.strip() != code:
+    if typed.strip() != asked.lower():
         return DENY
     return _ANSWERS.get(choice, DENY)

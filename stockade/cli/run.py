@@ -29,7 +29,7 @@ from stockade.launch.result import Result
 from stockade.policy import Policy, load_policy, merge
 from stockade.policy.model import STDIN_MODES, NetworkPolicy
 from stockade.policy.paths import lexical_key, tidy_path
-from stockade.visibletext import visible
+from stockade.visibletext import RESET, visible
 
 
 def add_run(commands: Any) -> None:
@@ -384,6 +384,10 @@ def print_host_code_note(result: Result) -> None:
 def print_violations(result: Result) -> None:
     """What the sandbox denied or cut short, if anything, on stderr: the lines an
     integration's tool result ends with (launch/denials.py), each naming what and the
-    policy grant that would allow it."""
-    for line in denial_lines(denial(v) for v in result.violations):
+    policy grant that would allow it. On a terminal, its attributes are reset first: the
+    command may have left them set to hide these lines (black on black: issue 34, D4)."""
+    lines = denial_lines(denial(v) for v in result.violations)
+    if lines and sys.stderr.isatty():
+        sys.stderr.write(RESET)
+    for line in lines:
         print(line, file=sys.stderr)

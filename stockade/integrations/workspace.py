@@ -36,8 +36,6 @@ from stockade.launch.denials import Denial, denial
 from stockade.launch.manager import DEFAULT_OUTPUT_LIMIT
 from stockade.launch.result import Result
 from stockade.net.approve import (
-    ALLOW_ONCE,
-    ALLOW_RUN,
     DEFAULT_TIMEOUT,
     DENY,
     Approval,
@@ -50,7 +48,6 @@ from stockade.session.sandbox import Sandbox
 
 FILEOP = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fileop.py")
 MAX_SANDBOXES = 8  # warm sandboxes one Workspace runs at once (for concurrent calls)
-RELAY_SLACK = 5.0  # seconds a sandbox's own Approval waits beyond a call's (approvals)
 NOT_FOUND, NOT_EXECUTABLE, TIMED_OUT, KILLED = 127, 126, 124, 128 + 9
 _START_CODES = {"command_not_found": NOT_FOUND, "command_not_executable": NOT_EXECUTABLE}
 
@@ -115,7 +112,9 @@ class Workspace:
     own (`exec(..., approve=fn)`, as stockade.run's), which its sandbox's proxy asks about a
     destination network.allow leaves out while that call's command runs, bounded by
     `approve_timeout` seconds; allow-for-the-run lasts for that call. A call without one, or
-    what runs between calls, is denied unasked. (A host application asks its own user or
+    what runs between calls, is denied unasked; what a call left asked or waiting its turn is
+    denied when it ends, never put to a later call. Not with `keep_detached` (a process a call
+    left running would ask during a later one). (A host application asks its own user or
     client so: `stockade mcp --ask`.)"""
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
@@ -141,6 +140,12 @@ class Workspace:
             raise UsageError(f'approvals ask about what network.allow leaves out: they need '
                              f'network.mode "allowlist" (the policy\'s is '
                              f'"{self.policy.network.mode}")')
+        if approvals and keep_detached:
+            # (the proxy cannot tell a process an earlier call left running from the calling
+            # command: its question would be put to a later call's approver, issue 34 W1)
+            raise UsageError("approvals ask each call about its own command: they cannot be "
+                             "had with keep_detached, whose processes outlive their call "
+                             "(choose one)")
         self.approvals, self.approve_timeout = approvals, approve_timeout
         self._relays: dict[Sandbox, _Relay] = {}  # (approvals: each sandbox's, by sandbox)
         self._idle: list[Sandbox] = []
@@ -196,10 +201,8 @@ class Workspace:
                 sandbox = self._idle.pop() if self._idle else None
             if sandbox is None or sandbox.closed:
                 relay = _Relay() if self.approvals else None
-                # (the call's own Approval bounds each question; the sandbox's is a backstop)
                 sandbox = Sandbox(self.policy, workspace=self.root,
-                                  keep_detached=self.keep_detached, approve=relay,
-                                  approve_timeout=self.approve_timeout + RELAY_SLACK)
+                                  keep_detached=self.keep_detached, approve=relay)
                 with self._pool:
                     self._started = [s for s in self._started if not s.closed] + [sandbox]
                     self._relays = {s: self._relays[s] for s in self._started
@@ -207,14 +210,14 @@ class Workspace:
                     if relay is not None:
                         self._relays[sandbox] = relay
             relay = self._relays.get(sandbox)
+            call = None if approve is None else Approval(approve, self.approve_timeout)
             if relay is not None:
-                relay.call = None if approve is None else Approval(approve,
-                                                                   self.approve_timeout)
+                relay.call = call
             try:
                 yield sandbox
             finally:
-                if relay is not None:
-                    relay.call = None  # (what runs on after the call is asked about by none)
+                if call is not None:  # (what the call left asked or waiting is denied, and
+                    call.close()      # what asks after it, between calls: W2)
                 with self._pool:
                     if not self._closed and not sandbox.closed:
                         self._idle.append(sandbox)
@@ -362,21 +365,28 @@ class Workspace:
         raise FileError(code, detail, grant)
 
 
-class _Relay:
-    """What a warm sandbox's proxy asks (a Workspace with approvals): the Approval of the call
-    that has the sandbox now; with none (between calls, a call that brought no `approve`) the
-    answer is a denial. What a call allows for the run lasts for that call: the sandbox's own
-    Approval, which outlives it, is told "once"."""
+class _Relay(Approval):
+    """A warm sandbox's Approval (a Workspace with approvals): each question goes to the
+    Approval of the call that had the sandbox when its connection arrived (captured then, not
+    when its turn comes: a question of one call is never put to the next's approver, issue 34
+    W2), which queues and bounds it, and denies it once that call has ended; with none
+    (between calls, a call that brought no `approve`) the answer is a denial. What a call
+    allows for the run lasts for that call: its Approval, which remembers it, is the call's."""
 
     def __init__(self) -> None:
+        super().__init__(_unasked)
         self.call: Approval | None = None
 
-    def __call__(self, ask: Ask) -> str:
+    def answer(self, ask: Ask) -> str:
         call = self.call
         if call is None:
             return DENY
-        answer = call.answer(ask)
-        return ALLOW_ONCE if answer == ALLOW_RUN else answer
+        return call.answer(ask)
+
+
+def _unasked(ask: Ask) -> str:
+    """A _Relay's own approver, never called: its `answer` routes every question."""
+    return DENY
 
 
 def read_only_policy(policy: Policy) -> Policy:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from stockade.errors import PolicyError
 from stockade.launch.request import CredentialSpec, LaunchRequest, PathGrant
 from stockade.net.authority import Authority
-from stockade.net.inspect import Injection, Inspector
+from stockade.net.inspect import Injection, Inspector, secret_forms
 
 MAX_SECRET_BYTES = 64 * 1024
 
@@ -30,8 +30,12 @@ def prepare(request: LaunchRequest, environ: Mapping[str, str],
                             spec.header, spec.prefix, spec.basic_user, spec.query)
                   for i, spec in enumerate(network.credentials)]
     for injection in injections:
+        # (the forms the proxy cuts from responses: base64 inside a basic-auth header value a
+        # passed variable holds is the secret too, issue 34 E1)
+        forms = secret_forms(injection)
         for name, value in request.env:
-            if injection.secret in value:
+            lowered = value.encode("utf-8", "surrogateescape").lower()
+            if any(form in lowered for form in forms):
                 raise PolicyError(f"the sandbox's variable {name} holds the secret of credential "
                                   f"{injection.name!r}", key="network.credentials",
                                   code="credential_exposed")

@@ -11,7 +11,7 @@ host, code the host would run), and the line then says why instead."""
 
 from __future__ import annotations
 
-import re
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,6 +32,9 @@ class Denial:
     kind: str
     detail: str
     grant: str | None
+    # A network denial's record (launch/result.py's Violation.network): what its grant and
+    # words are made from.
+    network: tuple[str, str, int, str, str] | None = None
 
 
 # What a model reads for a denial of each kind (`detail` is the violation's): what the sandbox
@@ -82,30 +85,30 @@ _NETWORK_SAID = {
                                "through the HTTP proxy only, not SOCKS (no grant allows it)",
 }
 _PROXY_PROTOCOLS = ("connect", "http", "https", "socks5")  # (the guard's: tcp, udp, ...)
-_LITERAL = re.compile(r'allow "([^"]+)"')  # (the gate's advice for a name's guarded address)
 
 
 def denial(violation: Violation) -> Denial:
     """`violation` with the grant that would have allowed it."""
     if violation.kind == "network.denied":
-        return Denial(violation.kind, violation.detail, _network_grant(violation.detail))
+        return Denial(violation.kind, violation.detail, _network_grant(violation.network),
+                      violation.network)
     return Denial(violation.kind, violation.detail, _GRANTS.get(violation.kind))
 
 
-def _network_grant(detail: str) -> str | None:
-    """The grant of a network denial, from its detail, "<protocol> <host>:<port>: <reason>"
-    (launch/result.py's network_denials): the proxy's protocols are connect, http, socks5 and
-    https (a request read inside an intercepted tunnel), the destination guard's (network
-    "any") tcp, udp, ..."""
-    protocol, destination, reason = _network_parts(detail)
-    if not destination:
+def _network_grant(record: tuple[str, str, int, str, str] | None) -> str | None:
+    """The grant of a network denial, from its record's fields (launch/result.py's
+    network_denials; never from the detail's text, whose host the command chose): the proxy's
+    protocols are connect, http, socks5 and https (a request read inside an intercepted
+    tunnel), the destination guard's (network "any") tcp, udp, ..."""
+    if record is None:
         return None
-    host = destination.rpartition(":")[0]
+    protocol, host, port, reason, address = record
+    bare = host.strip("[]")
+    destination = f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
     if protocol not in _PROXY_PROTOCOLS:
         if reason == "address_host_address":  # (refused reach or not: the proxy reaches it)
             return f'network.mode "allowlist" with network.allow {destination}'
-        shown = f"[{host}]:{destination.rpartition(':')[2]}" if ":" in host else destination
-        return f"network.reach {shown}"
+        return f"network.reach {destination}"
     if reason in ("not_allowed", "port_not_allowed"):
         return f"network.allow {destination}"
     if reason == "denied_by_rule":
@@ -115,26 +118,27 @@ def _network_grant(detail: str) -> str | None:
     if reason == "path_not_allowed":
         return f"network.http paths for {host}"
     if reason.startswith("address_"):  # (a literal address, or what a name resolved to)
-        literal = _LITERAL.findall(detail)
-        return f"network.allow {literal[-1] if literal else destination}"
+        return f"network.allow {_literal(address, port) if address else destination}"
     return None
 
 
-def _network_parts(detail: str) -> tuple[str, str, str]:
-    """(protocol, host:port, reason) of a network denial's detail."""
-    protocol, _, rest = detail.partition(" ")
-    destination, _, why = rest.partition(": ")
-    return protocol, destination, why.partition(" ")[0]
+def _literal(address: str, port: int) -> str:
+    """How network.allow lists `address` literally (the gate's advice: IPv4 for a mapped
+    IPv6 address, IPv6 in brackets)."""
+    ip = ipaddress.ip_address(address.strip("[]"))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return f"[{ip.compressed}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
 def _said(d: Denial) -> str:
     if d.kind == "limits.timeout" and d.grant is None:
         return _CALL_TIMEOUT.format(detail=d.detail)
-    if d.kind == "network.denied":
-        protocol, _, reason = _network_parts(d.detail)
+    if d.kind == "network.denied" and d.network is not None:
+        protocol, _, _, reason, address = d.network
         proxy = protocol in _PROXY_PROTOCOLS
         why = _NETWORK_SAID.get(reason)
-        if reason.startswith("address_") and not d.detail.endswith(")"):  # (else said)
+        if reason.startswith("address_") and not address:  # (else its message says why)
             why = ("a guarded address, which the proxy reaches only where network.allow lists "
                    "it literally") if proxy else ("a guarded address, which only network.reach "
                                                   "lets past the destination guard")

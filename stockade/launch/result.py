@@ -4,6 +4,8 @@ errors `check=True` raises, shaped like subprocess's."""
 from __future__ import annotations
 
 import base64
+import json
+import re
 import signal as _signal
 import subprocess
 from collections.abc import Sequence
@@ -15,6 +17,8 @@ from stockade.visibletext import visible
 if TYPE_CHECKING:
     from stockade.lifecycle.changes import ChangeSet
 
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9._*:\[\]-]+")  # (a name or address, shown as is)
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -22,22 +26,37 @@ class Violation:
 
     kind: str
     detail: str
+    # A network denial's record as the proxy or the guard wrote it: (protocol, host, port,
+    # reason, the address a name resolved to or ""). Its grant is made from these fields,
+    # never from `detail`, whose host the command chose (issue 34, D2).
+    network: tuple[str, str, int, str, str] | None = None
 
     def __post_init__(self) -> None:
         # A detail may hold what the command named (a directory, a host): escaped as `stockade
         # changes` shows names, so that printing it writes no control sequence or forged line
         # to a terminal, and holds no byte that is not UTF-8 (which strict writers refuse).
         object.__setattr__(self, "detail", visible(self.detail))
+        if self.network is not None:  # (a list, read back from JSON)
+            object.__setattr__(self, "network", tuple(self.network))
 
 
 def network_denials(records: list[dict]) -> list[Violation]:
     """A `network.denied` Violation per denial record of the egress proxy (or the guard). A
     name refused for the address it resolved to is said with the record's message, which
     names that address and how to allow it: the name alone does not say why."""
-    return [Violation("network.denied", f"{d['protocol']} {d['host']}:{d['port']}: "
-                                        f"{d.get('reason') or d.get('rule')}"
-                                        + (f" ({d['message']})" if _resolved(d) else ""))
-            for d in records if d.get("decision", "deny") == "deny"]
+    return [_network_denial(d) for d in records if d.get("decision", "deny") == "deny"]
+
+
+def _network_denial(record: dict) -> Violation:
+    reason = record.get("reason") or record.get("rule") or ""
+    resolved = _resolved(record)
+    # (a host that is not a plain name is quoted: the command chose it, spaces and all)
+    host = record["host"]
+    shown = host if _PLAIN_HOST.fullmatch(host) else json.dumps(host)
+    return Violation("network.denied", f"{record['protocol']} {shown}:{record['port']}: {reason}"
+                                       + (f" ({record['message']})" if resolved else ""),
+                     (record["protocol"], host, record["port"], reason,
+                      record["address"] if resolved else ""))
 
 
 def _resolved(record: dict) -> bool:

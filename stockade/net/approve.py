@@ -49,15 +49,33 @@ class Approval:
         self._lock = threading.Lock()
         self._asking = threading.Lock()  # (one question at a time: a person answers them)
         self._pending = 0  # questions asked or waiting their turn
+        self._closed = False
+        self._waiting: set[threading.Event] = set()  # (each question's: set when it is over)
+        self._answered = threading.Condition(self._lock)  # (told when a question is over)
+
+    def close(self, settle: float = 1.0) -> None:
+        """No more answers: what is asked or waiting its turn now is denied at once, and what
+        is asked later is denied unasked (a Workspace's call has ended: issue 34, W2). Waits
+        up to `settle` seconds for those denials to be handed back (so that they are decided
+        before whatever comes next)."""
+        with self._lock:
+            self._closed = True
+            for over in self._waiting:
+                over.set()
+            self._answered.wait_for(lambda: not self._waiting, settle)
 
     def answer(self, ask: Ask) -> str:
         """ALLOW_ONCE, ALLOW_RUN or DENY for `ask`."""
+        over = threading.Event()
         with self._lock:
+            if self._closed:
+                return DENY
             if (ask.host, ask.port) in self._for_run:
                 return ALLOW_RUN
             if self._pending >= MAX_PENDING:  # (a flood of questions: each a thread waiting)
                 return DENY
             self._pending += 1
+            self._waiting.add(over)
         answers: list[str] = []
         gone = threading.Event()
 
@@ -77,14 +95,18 @@ class Approval:
             finally:
                 with self._lock:
                     self._pending -= 1
+                over.set()
 
         asker = threading.Thread(target=call, name="stockade-approve", daemon=True)
         asker.start()
-        asker.join(self.timeout)
+        over.wait(self.timeout)
         gone.set()
-        answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) else DENY
-        if answer == ALLOW_RUN:
-            with self._lock:
+        with self._lock:
+            self._waiting.discard(over)
+            self._answered.notify_all()
+            answer = answers[0] if answers and answers[0] in (ALLOW_ONCE, ALLOW_RUN) \
+                and not self._closed else DENY
+            if answer == ALLOW_RUN:
                 self._for_run.add((ask.host, ask.port))
         return answer
 

@@ -29,7 +29,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stockade.net import http
 from stockade.net.rules import Rule, compile_rules
@@ -70,6 +70,9 @@ class Refusal:
     message: str
     rule: str | None = None
     status: int = 403
+    # The host name itself carries a credential's placeholder or secret: recorded as WITHHELD
+    # (the message names the credential), never as sent (issue 34, D3).
+    withhold_host: bool = False
 
 
 class Inspector:
@@ -110,7 +113,8 @@ class Inspector:
         for _, injection in () if "credentials" in self.unchecked else self.injections:
             for needle, what in _carried(injection):
                 if needle in lowered:
-                    return _exfiltration(injection, "the host name", what)
+                    return replace(_exfiltration(injection, "the host name", what),
+                                   withhold_host=True)
         return None
 
     def exfiltration(self, text: str, host: str, port: int) -> Refusal | None:
@@ -326,21 +330,28 @@ class Withholder:
 
 
 def secret_forms(injection: Injection) -> list[bytes]:
-    """The lowered forms of `injection`'s secret looked for: as is, percent-encoded, hex, and
-    base64 (of `user:secret` as basic auth sends it, and of the secret at each of the three
-    alignments it can have inside longer base64 text)."""
+    """The lowered forms of `injection`'s secret looked for: as is, percent-encoded once and
+    twice (a `?next=` login redirect quotes the path it got once more: issue 34, R1), hex, and
+    base64 and base64url (of `user:secret` as basic auth sends it, and of the secret at each of
+    the three alignments it can have inside longer base64 text; unpadded, as base64url often
+    is: R2)."""
     secret = injection.secret.encode()
-    forms = {secret, urllib.parse.quote(secret, safe="").encode(), secret.hex().encode(),
-             base64.b64encode(injection.basic_user.encode() + b":" + secret)}
+    quoted = urllib.parse.quote(secret, safe="")
+    encoded = {base64.b64encode(injection.basic_user.encode() + b":" + secret).rstrip(b"=")}
     for shift in range(3):
         text = base64.b64encode(b"\0" * shift + secret)
         tail = 4 if (shift + len(secret)) % 3 else 0  # (depends on the bytes after it)
         aligned = text[4 if shift else 0:len(text) - tail]
         if len(aligned) >= _MIN_ALIGNED:
-            forms.add(aligned)
+            encoded.add(aligned)
+    forms = {secret, quoted.encode(), urllib.parse.quote(quoted, safe="").encode(),
+             secret.hex().encode(), *encoded,
+             *(form.translate(_URLSAFE) for form in encoded)}
     return sorted({form.lower() for form in forms}, key=len)
 
 
+WITHHELD = "(withheld)"  # (the host recorded for a name that carries a credential)
+_URLSAFE = bytes.maketrans(b"+/", b"-_")  # (base64 to base64url)
 _MIN_ALIGNED = 8
 
 

@@ -39,6 +39,7 @@ from stockade.errors import SetupError, UsageError
 from stockade.net import http, socks
 from stockade.net.gate import Dialer, Gate, Resolver, Verdict, dial
 from stockade.net.inspect import (
+    WITHHELD,
     FramingError,
     Inspector,
     Refusal,
@@ -440,8 +441,8 @@ class Proxy:
         return sock
 
     def _refuse(self, protocol: str, host: str, port: int, refusal: Refusal) -> None:
-        self._record(protocol, Verdict("deny", host, port, refusal.reason, refusal.message,
-                                       refusal.rule))
+        self._record(protocol, Verdict("deny", WITHHELD if refusal.withhold_host else host,
+                                       port, refusal.reason, refusal.message, refusal.rule))
 
     def _open(self, protocol: str, host: str, port: int) -> tuple[Verdict, socket.socket | None]:
         """Decide, dial if allowed, record the outcome."""

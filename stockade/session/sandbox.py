@@ -67,10 +67,13 @@ class Sandbox:
 
     def __init__(self, policy: Policy | str | os.PathLike | None = None, *,
                  preset: str | None = None, workspace: str | os.PathLike | None = None,
-                 keep_detached: bool = False, approve: Callable[[Ask], str] | None = None,
+                 keep_detached: bool = False,
+                 approve: Callable[[Ask], str] | Approval | None = None,
                  approve_timeout: float = DEFAULT_TIMEOUT) -> None:
-        # (approve: as stockade.run's, for every command of the session; net/approve.py)
-        self._approval = None if approve is None else Approval(approve, approve_timeout)
+        # (approve: as stockade.run's, for every command of the session; net/approve.py; an
+        # Approval as it is, e.g. a Workspace's, which routes each question to its call's)
+        self._approval = approve if isinstance(approve, Approval) or approve is None \
+            else Approval(approve, approve_timeout)
         self._policy = resolve_policy(policy, preset)
         self.keep_detached = keep_detached  # fixed at boot: the agent is told in its hello
         self._ctx = CompileContext.current(workspace)
