@@ -215,6 +215,29 @@ def test_request_framing_is_read_strictly(server, ws):
     assert os.listdir(root) == ["ran"]
 
 
+def test_a_leniently_readable_head_is_refused(server, ws):
+    """Attack K7: a header line with whitespace before its colon or none at all ends the
+    headers for http.server's parser, so a `Content-Length : N` a proxy in front frames by
+    (a request smuggled in the body) and an Origin after a colon-less line went unseen. Each
+    is refused 400 (RFC 9112 5.1) and the connection closed: nothing runs."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    head = (f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    inner = head + b"Content-Length: %d\r\n\r\n" % len(run) + run
+    for spaced in (b"Content-Length : %d", b"Content-Length\t: %d"):
+        outer = (f"POST /nothing HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n").encode()
+        assert raw(server, outer + spaced % len(inner) + b"\r\n\r\n" + inner) == [b"400"]
+    for odd in (b"no colon here\r\n", b" folded\r\n"):
+        assert raw(server, head + b"Content-Length: %d\r\n" % len(run) + odd
+                   + b"Origin: http://example.com\r\n\r\n" + run) == [b"400"], odd
+    assert os.listdir(root) == []
+    status, answer = request(server, "POST", "/execute", b"[" * 100_000, JSON)
+    assert (status, answer["error"]) == (400, "usage")
+    status, answer = execute(server, "echo fine")
+    assert (status, answer["stdout"]) == (200, "fine\n")
+
+
 def test_a_chunk_past_the_limit_is_never_held(served):
     """Attack A2: one chunk declared far past the /execute limit is dropped as it arrives
     (the limit checked before it is read), not read whole into memory and then refused."""

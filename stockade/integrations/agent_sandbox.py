@@ -34,6 +34,7 @@ is left to read the answer, and the slot is free again at once."""
 from __future__ import annotations
 
 import contextlib
+import email.errors
 import email.message
 import ipaddress
 import json
@@ -156,15 +157,39 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._answer(self._post)
 
+    def parse_request(self) -> bool:
+        """http.server's reading of the request line and headers, then a head it read
+        leniently refused 400 (RFC 9112 5.1): a line without a colon or with whitespace
+        before it ends its headers there (what follows, an Origin say, unseen, and a
+        `Content-Length : N` a proxy in front frames by ignored: a request smuggled), and an
+        obsolete line folding is read otherwise by others."""
+        if not super().parse_request():
+            return False
+        if any(isinstance(defect, email.errors.MissingHeaderBodySeparatorDefect)
+               for defect in self.headers.defects) \
+                or any("\n" in value for value in self.headers.values()):
+            self.close_connection = True  # (where this request ends is not known)
+            self._send(Refusal(400, "usage", "a malformed request: a header line without a "
+                               "colon, with whitespace before it, or folded"))
+            return False
+        return True
+
     def _answer(self, route: Any) -> None:
-        retry_after = None
         try:
             self._from_no_browser()
-            status, body, kind = route(urllib.parse.urlsplit(self.path).path)
+            self._send(route(urllib.parse.urlsplit(self.path).path))
         except Refusal as refusal:
-            status, kind, retry_after = refusal.status, "application/json", refusal.retry_after
-            body = json.dumps({"error": refusal.code, "message": refusal.message,
-                               "grant": refusal.grant}).encode()
+            self._send(refusal)
+
+    def _send(self, answer: tuple[int, bytes, str] | Refusal) -> None:
+        """Write `answer`, a route's (status, body, Content-Type) or a typed refusal."""
+        retry_after = None
+        if isinstance(answer, Refusal):
+            status, kind, retry_after = answer.status, "application/json", answer.retry_after
+            body = json.dumps({"error": answer.code, "message": answer.message,
+                               "grant": answer.grant}).encode()
+        else:
+            status, body, kind = answer
         try:
             self.send_response(status)
             self.send_header("Content-Type", kind)
@@ -238,7 +263,8 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             command = request["command"]
             timeout = request.get("timeout_seconds")
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            # (RecursionError: JSON nested deeper than the parser's stack, within 1 MiB)
             raise Refusal(400, "usage", 'the body must be JSON {"command": "..."}') from None
         if not isinstance(command, str) or not command.strip():
             raise Refusal(400, "usage", "command must be a non-empty string")
