@@ -1761,10 +1761,25 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
             "_files_and_one_more_is_refused",)),
     Mutant("agent-sandbox-hangup-ignored", "stockade/integrations/agent_sandbox.py",
-           "            if gone:\n                cancel.set()\n",
-           "            if gone:\n                pass\n",
+           "extra > HANGUP_EXTRA:\n                    cancel.set()\n",
+           "extra > HANGUP_EXTRA:\n                    pass\n",
            ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
             "_files_and_one_more_is_refused",)),
+    # (attack K1) a byte sent while the command runs does not end the watch for its close;
+    # a client streaming meanwhile is cancelled; a connection that sent more ends there
+    Mutant("agent-sandbox-hangup-watch-ends-at-a-byte", "stockade/integrations/agent_sandbox.py",
+           "                if data:\n                    spoiled.set()\n",
+           "                if data:\n                    return\n",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    Mutant("agent-sandbox-hangup-extra-unbounded", "stockade/integrations/agent_sandbox.py",
+           "if not data or extra > HANGUP_EXTRA:", "if not data:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    Mutant("agent-sandbox-spoiled-connection-kept", "stockade/integrations/agent_sandbox.py",
+           "            if spoiled.is_set():", "            if False:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

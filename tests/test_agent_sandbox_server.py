@@ -365,6 +365,47 @@ def test_hung_commands_hold_up_neither_health_nor_files_and_one_more_is_refused(
         client.close()
 
 
+def test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch(server):
+    """Attack K1: the watch for a client's hang-up ended at its first byte after the request
+    (taken for a pipelined one), so /execute, one byte and a close left the command running
+    and its slot held for limits.timeout. Now what it sends is dropped and its close still
+    kills the command's tree; past 64 KiB so sent the command is cancelled too; and a
+    connection that sent more ends with the command's answer (nothing is read as a request)."""
+    def begin(marker: str) -> socket.socket:
+        client = socket.create_connection(("127.0.0.1", server), timeout=30)
+        body = json.dumps({"command": f"sleep {marker}; echo done"}).encode()
+        client.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+                       f"Content-Type: application/json\r\nContent-Length: {len(body)}"
+                       "\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 60
+        while not marked(marker):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        return client
+
+    one, flood, answered = (f"{n}0{os.getpid()}" for n in (7, 8, 1))
+    client = begin(one)
+    client.sendall(b"x")
+    time.sleep(3 * 0.1)  # (a few of the watch's looks)
+    client.close()
+    assert gone(one, within=PROMPT), "a byte then a close left the command running"
+    client = begin(flood)
+    client.sendall(b"x" * (128 << 10))
+    assert gone(flood, within=PROMPT), "a client streaming while its command ran"
+    client.close()
+    deadline = time.monotonic() + PROMPT
+    while request(server, "GET", "/")[1]["executing"]:
+        assert time.monotonic() < deadline, "a slot stayed taken"
+        time.sleep(0.05)
+    with begin(f"1.{answered}") as client:
+        client.sendall(b"GET / HTTP/1.1\r\n")
+        answer = b""
+        while chunk := client.recv(1 << 16):
+            answer += chunk
+    assert re.findall(rb"^HTTP/1.1 ([0-9]{3})", answer, re.MULTILINE) == [b"200"], answer
+    assert b"Connection: close" in answer and b"done" in answer
+
+
 def descendants(pid: int) -> set[int]:
     """The processes below `pid` (host pids, through any pid namespace)."""
     children: dict[int, list[int]] = {}

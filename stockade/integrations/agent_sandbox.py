@@ -29,7 +29,9 @@ hang): at most `max_concurrent` commands run at once, each in a sandbox of its o
 is refused at once, 503 `busy` with Retry-After, not queued. Health never touches a sandbox,
 and file operations run in sandboxes of their own (FILE_SANDBOXES), never behind a command. A
 client that ends its connection while its command runs has its command's tree killed: nobody
-is left to read the answer, and the slot is free again at once."""
+is left to read the answer, and the slot is free again at once. What a client sends while its
+command runs is dropped and its connection ends with the answer (no pipelining past /execute):
+its EOF is still seen."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ DEFAULT_MAX_CONCURRENT = 8  # commands running at once (--max-concurrent)
 FILE_SANDBOXES = 2  # sandboxes of the file operations' own (short: they may wait for each other)
 RETRY_AFTER = 1  # seconds a refused /execute is told to wait (Retry-After)
 HANGUP_POLL = 0.1  # seconds between looks at a running command's connection
+HANGUP_EXTRA = 64 << 10  # bytes a client may send while its command runs (dropped)
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
 MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
@@ -275,9 +278,11 @@ class Handler(BaseHTTPRequestHandler):
                                     or not isinstance(timeout, int | float) or timeout <= 0):
             raise Refusal(400, "usage", "timeout_seconds must be a positive number")
         try:
-            with self.server.command_slot(), _hangup(self.connection) as cancel:
+            with self.server.command_slot(), _hangup(self.connection) as (cancel, spoiled):
                 done = self.server.commands.exec(command, shell=True, timeout=timeout,
                                                  cancel=cancel)
+            if spoiled.is_set():  # (what it sent meanwhile was dropped: no request follows)
+                self.close_connection = True
         except StockadeError as exc:
             raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                           exc.message) from None
@@ -380,34 +385,45 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _hangup(connection: socket.socket) -> Iterator[threading.Event]:
-    """An Event set once the client ends its connection (EOF: closed, or its sending side
-    shut, which Go's net/http and nginx take for gone too) while its command runs; the
-    command's tree is then killed. A client that sends more meanwhile (a pipelined request)
-    is there: the watch ends."""
-    cancel, over = threading.Event(), threading.Event()
+def _hangup(connection: socket.socket) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Two Events: `cancel`, set once the client ends its connection (EOF: closed, or its
+    sending side shut, which Go's net/http and nginx take for gone too; or reset) while its
+    command runs, whose tree is then killed; and `spoiled`, set once it sent more meanwhile.
+    What it sends is read and dropped (a pipelined request is not served: the connection
+    ends after the answer), so that its EOF is still seen; past HANGUP_EXTRA bytes the
+    command is cancelled too, a client streaming forever being no reader of its answer."""
+    cancel, spoiled, over, reading = (threading.Event(), threading.Event(), threading.Event(),
+                                      threading.Lock())
 
     def watch() -> None:
         poller = select.poll()
         poller.register(connection, select.POLLIN | select.POLLRDHUP)
+        extra = 0
         while not over.is_set():
             if not poller.poll(HANGUP_POLL * 1000):
                 continue
-            try:
-                gone = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-            except BlockingIOError:
-                continue
-            except OSError:
-                gone = True
-            if gone:
-                cancel.set()
-            return
+            with reading:  # (no byte read once the command is over: it is the next request's)
+                if over.is_set():
+                    return
+                try:
+                    data = connection.recv(1 << 16, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    spoiled.set()
+                    extra += len(data)
+                if not data or extra > HANGUP_EXTRA:
+                    cancel.set()
+                    return
 
     threading.Thread(target=watch, daemon=True).start()
     try:
-        yield cancel
+        yield cancel, spoiled
     finally:
-        over.set()
+        with reading:
+            over.set()
 
 
 def _file(operation: Any) -> Any:
