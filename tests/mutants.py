@@ -1780,6 +1780,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if spoiled.is_set():", "            if False:",
            ("tests/test_agent_sandbox_server.py::"
             "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    # (attack K9) every StockadeError unpickles whole (a Ray task's error crosses processes)
+    Mutant("errors-pickled-by-init", "stockade/errors.py",
+           "return _rebuilt, (type(self), made, self.args, dict(vars(self)))",
+           "return super().__reduce__()",
+           ("tests/test_error_pickling.py::test_every_stockade_error_survives_a_pickle_round_trip",)),
+    Mutant("errors-oserror-fields-lost", "stockade/errors.py",
+           "if isinstance(self, OSError) else", "if False else",
+           ("tests/test_error_pickling.py::test_every_stockade_error_survives_a_pickle_round_trip",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

@@ -95,9 +95,6 @@ class FileError(StockadeError):
         super().__init__(code, message)
         self.grant = grant
 
-    def __reduce__(self) -> tuple:  # (pickled whole: it crosses processes, in a Ray pool)
-        return FileError, (self.code, self.message, self.grant)
-
 
 class Workspace:
     """A warm sandbox over `workspace` (default: the current directory) under `policy` (a
