@@ -1788,6 +1788,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("errors-oserror-fields-lost", "stockade/errors.py",
            "if isinstance(self, OSError) else", "if False else",
            ("tests/test_error_pickling.py::test_every_stockade_error_survives_a_pickle_round_trip",)),
+    # (attack K8) /exists looks the name up alone, never lists its directory
+    Mutant("workspace-exists-lists-the-parent", "stockade/integrations/workspace.py",
+           'self._fileop("exists", path)',
+           'self._fileop("list", os.path.dirname(os.fspath(path)) or ".")',
+           ("tests/test_agent_sandbox_server.py::test_exists_looks_up_the_name_alone",)),
+    Mutant("workspace-exists-through-a-file-refused", "stockade/integrations/workspace.py",
+           'if exc.code in ("not_found", "not_a_directory"):\n                return False',
+           'if exc.code == "not_found":\n                return False',
+           ("tests/test_agent_sandbox_server.py::test_exists_looks_up_the_name_alone",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

@@ -35,12 +35,15 @@ def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
                             stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
-def start(root: Path, *flags: str) -> tuple[subprocess.Popen, int]:
-    """A server over `root` (its stderr in server.log beside it), and its port."""
+def start(root: Path, *flags: str,
+          source: tuple[str, str] = ("--preset", "workspace-write")) -> tuple[subprocess.Popen,
+                                                                              int]:
+    """A server over `root` under `source` (a --preset or --policy) (its stderr in server.log
+    beside it), and its port."""
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
         process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
-                           "--preset", "workspace-write", *flags, cwd=root, stderr=stderr)
+                           *source, *flags, cwd=root, stderr=stderr)
     deadline = time.monotonic() + 60
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
@@ -298,6 +301,34 @@ def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
     status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
     assert (status, answer["error"]) == (400, "usage"), answer
     assert os.listdir(root) == ["fifo"]
+
+
+def test_exists_looks_up_the_name_alone(ws, linux):
+    """Attack K8: /exists listed the whole parent directory, so a name in a directory whose
+    listing is past limits.output (300k files) was 413 `too_large` after seconds. Now the name
+    alone is looked up (a link counts, not followed; a path outside is still refused)."""
+    root, outside = ws
+    policy = root.parent / "small-output.toml"
+    policy.write_text('version = 1\npreset = "workspace-write"\n[limits]\noutput = "1KiB"\n')
+    (root / "big").mkdir()
+    for n in range(100):
+        (root / "big" / f"a-name-long-enough-to-fill-the-listing-{n:03}").touch()
+    (root / "link").symlink_to(outside)
+    process, port = start(root, source=("--policy", str(policy)))
+    try:
+        assert request(port, "GET", "/list/big")[0] == 413  # (the listing is past 1 KiB)
+        for path, there in (("big/a-name-long-enough-to-fill-the-listing-007", True),
+                            ("big/none", False), ("none/x", False), ("link", True),
+                            ("big/a-name-long-enough-to-fill-the-listing-007/x", False),
+                            ("", True), ("big/..", True), ("big", True)):
+            status, answer = request(port, "GET", f"/exists/{path}")
+            assert (status, answer.get("exists")) == (200, there), (path, answer)
+        status, answer = request(port, "GET", "/exists/link/x")
+        assert (status, answer["error"]) == (403, "symlink_refused")
+        status, answer = request(port, "GET", "/exists/..%2Fx")
+        assert (status, answer["error"]) == (403, "outside_workspace")
+    finally:
+        stop(process, root)
 
 
 def test_hung_commands_hold_up_neither_health_nor_files_and_one_more_is_refused(ws, linux):

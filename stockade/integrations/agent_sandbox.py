@@ -247,8 +247,8 @@ class Handler(BaseHTTPRequestHandler):
                            "type": "directory" if e.kind == "directory" else "file",
                            "kind": e.kind} for e in entries])
         if action == "exists":
-            return _json({"path": urllib.parse.unquote(rest), "exists": _exists(workspace,
-                                                                                target)})
+            return _json({"path": urllib.parse.unquote(rest),
+                          "exists": _file(lambda: workspace.exists(target))})
         raise Refusal(404, "not_found", f"no endpoint {path}")
 
     def _post(self, path: str) -> tuple[int, bytes, str]:
@@ -435,25 +435,6 @@ def _file(operation: Any) -> Any:
     except StockadeError as exc:
         raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                       exc.message) from None
-
-
-def _exists(workspace: Workspace, path: str) -> bool:
-    """Whether `path` names an entry (a link counts, and is not followed), found by listing
-    its directory inside the sandbox."""
-    parent, _, name = path.rpartition("/")
-    if not name or name in (".", ".."):
-        target = workspace.resolve(path)
-        if target != workspace.root and not target.startswith(workspace.root + "/"):
-            raise Refusal(403, "outside_workspace", f"{target}: outside the workspace "
-                          f"{workspace.root}")
-        parent, name = path, ""
-    try:
-        entries = workspace.list_dir(parent or ".")
-    except FileError as exc:
-        if exc.code in ("not_found", "not_a_directory"):
-            return False
-        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
-    return not name or any(entry.name == name for entry in entries)
 
 
 def _relative(path: str) -> str:

@@ -319,6 +319,17 @@ class Workspace:
         lines = self._fileop("list", path).decode().splitlines()
         return [Entry(**json.loads(line)) for line in lines]
 
+    def exists(self, path: str | os.PathLike) -> bool:
+        """Whether `path` names an entry (a link counts, and is not followed): the name looked
+        up alone, however large its directory."""
+        try:
+            self._fileop("exists", path)
+        except FileError as exc:
+            if exc.code in ("not_found", "not_a_directory"):
+                return False
+            raise
+        return True
+
     def resolve(self, path: str | os.PathLike) -> str:
         """`path` as an absolute path in the workspace (lexically: the file operations and
         the sandbox decide what it may reach)."""
