@@ -1797,6 +1797,19 @@ MUTANTS: tuple[Mutant, ...] = (
            'if exc.code in ("not_found", "not_a_directory"):\n                return False',
            'if exc.code == "not_found":\n                return False',
            ("tests/test_agent_sandbox_server.py::test_exists_looks_up_the_name_alone",)),
+    # (attacks K2/K3) a request head is bounded in bytes and time, connections in number
+    Mutant("agent-sandbox-head-unbounded", "stockade/integrations/agent_sandbox.py",
+           "        if self.left <= 0:\n            raise", "        if False:\n            raise",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
+    Mutant("agent-sandbox-head-no-deadline", "stockade/integrations/agent_sandbox.py",
+           "time.monotonic() + HEAD_SECONDS", "time.monotonic() + 3600",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
+    Mutant("agent-sandbox-connections-unbounded", "stockade/integrations/agent_sandbox.py",
+           "refused = self.connections >= self.max_connections", "refused = False",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

@@ -29,21 +29,22 @@ JSON = {"Content-Type": "application/json"}
 PROMPT = 10.0  # seconds an answer that waits for no command may take (on a loaded machine)
 
 
-def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
+def stockade(*args: str, cwd, stderr=subprocess.PIPE,
+             python: tuple[str, ...] = ("-m", "stockade")) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *python, *args], cwd=str(cwd),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
 def start(root: Path, *flags: str,
-          source: tuple[str, str] = ("--preset", "workspace-write")) -> tuple[subprocess.Popen,
-                                                                              int]:
+          source: tuple[str, str] = ("--preset", "workspace-write"),
+          python: tuple[str, ...] = ("-m", "stockade")) -> tuple[subprocess.Popen, int]:
     """A server over `root` under `source` (a --preset or --policy) (its stderr in server.log
-    beside it), and its port."""
+    beside it), and its port; `python`: how the interpreter runs stockade's CLI."""
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
         process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
-                           *source, *flags, cwd=root, stderr=stderr)
+                           *source, *flags, cwd=root, stderr=stderr, python=python)
     deadline = time.monotonic() + 60
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
@@ -301,6 +302,48 @@ def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
     status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
     assert (status, answer["error"]) == (400, "usage"), answer
     assert os.listdir(root) == ["fifo"]
+
+
+def test_request_heads_are_bounded_in_size_time_and_number(ws, linux):
+    """Attacks K2/K3: a request head was bounded per line (64 KiB, 100 of them: 6.4 MiB a
+    connection) and per read (a byte every 20 s held a connection for ever), and connections
+    not at all (a thousand of them exhausted the descriptors; accept then spun). Now a head
+    is 64 KiB in all (431), whole within HEAD_SECONDS (here 3) or the connection ends, and
+    past --max-connections a connection is answered 503 `busy` at once and closed."""
+    root, _ = ws
+    patched = ("-c", "import sys, stockade.integrations.agent_sandbox as server; "
+               "server.HEAD_SECONDS = 3; from stockade.program import main; sys.exit(main())")
+    process, port = start(root, "--max-connections", "4", python=patched)
+    try:
+        big = b"X-Big: " + b"x" * (40 << 10) + b"\r\n"
+        assert raw(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+                   + 2 * big + b"\r\n") == [b"431"]
+        began = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            slow.sendall(b"GET / HTTP/1.1\r\n")
+            with pytest.raises(OSError):  # (reset by the server, or EPIPE)
+                while time.monotonic() - began < 20:
+                    slow.sendall(b"X")
+                    time.sleep(0.5)
+        assert time.monotonic() - began < 10, "a head sent a byte at a time was held"
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+            answer = one_more.recv(1 << 16)
+        assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections" in answer, answer
+        for connection in held:
+            connection.close()
+        deadline = time.monotonic() + PROMPT
+        while True:
+            try:
+                if request(port, "GET", "/")[0] == 200:
+                    break
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+            assert time.monotonic() < deadline, "health stayed refused"
+            time.sleep(0.1)
+    finally:
+        stop(process, root)
 
 
 def test_exists_looks_up_the_name_alone(ws, linux):

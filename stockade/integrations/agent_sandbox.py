@@ -31,22 +31,28 @@ and file operations run in sandboxes of their own (FILE_SANDBOXES), never behind
 client that ends its connection while its command runs has its command's tree killed: nobody
 is left to read the answer, and the slot is free again at once. What a client sends while its
 command runs is dropped and its connection ends with the answer (no pipelining past /execute):
-its EOF is still seen."""
+its EOF is still seen. Connections are bounded in number (`max_connections`, below the
+descriptor limit; one more is 503 `busy` and closed) and each request head in bytes
+(MAX_HEAD) and time (HEAD_SECONDS, however slowly sent)."""
 
 from __future__ import annotations
 
 import contextlib
 import email.errors
 import email.message
+import errno
+import http.client
 import ipaddress
 import json
 import os
 import re
+import resource
 import select
 import signal
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +71,11 @@ RETRY_AFTER = 1  # seconds a refused /execute is told to wait (Retry-After)
 HANGUP_POLL = 0.1  # seconds between looks at a running command's connection
 HANGUP_EXTRA = 64 << 10  # bytes a client may send while its command runs (dropped)
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
+HEAD_SECONDS = 60  # a request's line and headers arrive whole within this, however slowly
+MAX_HEAD = 64 << 10  # bytes of a request's line and headers together (else 431)
+DEFAULT_MAX_CONNECTIONS = 256  # connections open at once (--max-connections), past: 503
+FD_RESERVE = 256  # descriptors kept from connections for the sandboxes and the server
+ACCEPT_BACKOFF = 0.1  # seconds the server waits when accept fails for want of descriptors
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
 MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
 MAX_PART_HEAD = 8 << 10  # bytes of one part's headers
@@ -109,18 +120,75 @@ class AgentSandboxServer(ThreadingHTTPServer):
 
     def __init__(self, commands: Workspace, files: Workspace, host: str, port: int, *,
                  max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False,
-                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.commands, self.files, self.max_upload = commands, files, max_upload
         self.max_concurrent, self.executing = max_concurrent, 0
         self._executing = threading.Lock()
+        # Connections past the descriptors left would make accept fail EMFILE, and sandboxes
+        # fail to start: the cap stays below RLIMIT_NOFILE, FD_RESERVE kept
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_connections = max_connections if soft == resource.RLIM_INFINITY else max(
+            1, min(max_connections, soft - FD_RESERVE))
+        self.connections = 0
+        self.heads: dict[socket.socket, float] = {}  # a connection reading a head: its deadline
+        self._connections = threading.Lock()
         super().__init__((host, port), Handler)
+        threading.Thread(target=self._reap, daemon=True).start()
         # The Host a request may name (None: any, behind --allow-remote): a page rebinding
         # its own name to 127.0.0.1 names itself
         bound = self.server_address[1]
         self.hosts = None if allow_remote else {
             f"{name}:{bound}" for name in (f"[{host}]" if ":" in host else host, "localhost",
                                            "127.0.0.1", "[::1]")}
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                time.sleep(ACCEPT_BACKOFF)  # (else the listening socket, still ready, spins)
+            raise
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or past `max_connections` 503 `busy` at once and the
+        connection closed (health is answered again once connections end)."""
+        with self._connections:
+            refused = self.connections >= self.max_connections
+            self.connections += not refused
+        if not refused:
+            super().process_request(request, client_address)
+            return
+        body = json.dumps({"error": "busy", "message": f"all {self.max_connections} "
+                           "connections are open (the server's --max-connections); retry "
+                           f"after {RETRY_AFTER} s", "grant": None}).encode()
+        with contextlib.suppress(OSError):
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                         b"\r\nRetry-After: %d\r\nConnection: close\r\nContent-Length: %d"
+                         b"\r\n\r\n%s" % (RETRY_AFTER, len(body), body), socket.MSG_DONTWAIT)
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections:
+                self.connections -= 1
+                self.heads.pop(request, None)
+
+    def _reap(self) -> None:
+        """End each connection whose request head is not whole by its deadline: the idle
+        timeout is per read, and a byte every few seconds would hold it for ever."""
+        while True:
+            time.sleep(1)
+            now = time.monotonic()
+            with self._connections:
+                late = [connection for connection, deadline in self.heads.items()
+                        if deadline < now]
+            for connection in late:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)  # (its blocked read ends)
 
     def server_close(self) -> None:
         super().server_close()
@@ -160,13 +228,27 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._answer(self._post)
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Head(self.rfile)
+
+    def handle_one_request(self) -> None:
+        self.rfile.left = MAX_HEAD
+        with self.server._connections:
+            self.server.heads[self.connection] = time.monotonic() + HEAD_SECONDS
+        super().handle_one_request()
+
     def parse_request(self) -> bool:
         """http.server's reading of the request line and headers, then a head it read
         leniently refused 400 (RFC 9112 5.1): a line without a colon or with whitespace
         before it ends its headers there (what follows, an Origin say, unseen, and a
         `Content-Length : N` a proxy in front frames by ignored: a request smuggled), and an
         obsolete line folding is read otherwise by others."""
-        if not super().parse_request():
+        parsed = super().parse_request()
+        with self.server._connections:
+            self.server.heads.pop(self.connection, None)  # (the head is read: no deadline)
+        self.rfile.left = None
+        if not parsed:
             return False
         if any(isinstance(defect, email.errors.MissingHeaderBodySeparatorDefect)
                for defect in self.headers.defects) \
@@ -384,6 +466,30 @@ class Handler(BaseHTTPRequestHandler):
         raise Refusal(413, "too_large", f"{what} is larger than {limit} bytes{said}")
 
 
+class _Head:
+    """A connection's reader, its request heads bounded: while `left` is set (a head being
+    read), at most that many bytes in all, then http.client's LineTooLong (431). http.server
+    bounds each line and their number, not the head: 100 lines of 64 KiB each."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.left = raw, None
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def readline(self, size: int = -1) -> bytes:
+        if self.left is None:
+            return self.raw.readline(size)
+        if self.left <= 0:
+            raise http.client.LineTooLong(f"a request head past {MAX_HEAD} bytes")
+        line = self.raw.readline(self.left if size < 0 else min(size, self.left))
+        self.left -= len(line)
+        return line
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 @contextlib.contextmanager
 def _hangup(connection: socket.socket) -> Iterator[tuple[threading.Event, threading.Event]]:
     """Two Events: `cancel`, set once the client ends its connection (EOF: closed, or its
@@ -477,7 +583,8 @@ def _json(value: Any) -> tuple[int, bytes, str]:
 def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
           host: str = "127.0.0.1", port: int = 8888, allow_remote: bool = False,
           max_upload: int = DEFAULT_MAX_UPLOAD,
-          max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+          max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+          max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
     """Serve `workspace` (default: the current directory) under `policy` until SIGTERM or
     SIGINT; the sandboxes die with the server. Binding other than loopback needs
     `allow_remote` (in a pod, whose network is the boundary)."""
@@ -492,13 +599,16 @@ def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
         raise UsageError("--max-upload must be a positive number of bytes")
     if max_concurrent <= 0:
         raise UsageError("--max-concurrent must be a positive number of commands")
+    if max_connections <= 0:
+        raise UsageError("--max-connections must be a positive number of connections")
     commands = Workspace(policy, workspace=workspace, sandboxes=max_concurrent)
     files = Workspace(policy, workspace=commands.root, sandboxes=FILE_SANDBOXES)
     try:
         commands.start()  # (a sandbox that cannot start here is said now, not per request)
         files.start()
         server = AgentSandboxServer(commands, files, host, port, max_upload=max_upload,
-                                    allow_remote=allow_remote, max_concurrent=max_concurrent)
+                                    allow_remote=allow_remote, max_concurrent=max_concurrent,
+                                    max_connections=max_connections)
     except BaseException as exc:
         commands.close()
         files.close()
