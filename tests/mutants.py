@@ -1810,6 +1810,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "refused = self.connections >= self.max_connections", "refused = False",
            ("tests/test_agent_sandbox_server.py::"
             "test_request_heads_are_bounded_in_size_time_and_number",)),
+    # (attack K5, in part) an answer is UTF-8 JSON, not 6 bytes per undecodable byte
+    Mutant("agent-sandbox-answer-ascii-escaped", "stockade/integrations/agent_sandbox.py",
+           "json.dumps(value, ensure_ascii=False)", "json.dumps(value)",
+           ("tests/test_agent_sandbox_server.py::test_undecodable_output_is_answered_in_utf8",)),
+    Mutant("agent-sandbox-answer-surrogate-unencodable", "stockade/integrations/agent_sandbox.py",
+           '.encode(errors="backslashreplace")', ".encode()",
+           ("tests/test_agent_sandbox_server.py::test_undecodable_output_is_answered_in_utf8",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

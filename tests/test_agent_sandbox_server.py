@@ -346,6 +346,20 @@ def test_request_heads_are_bounded_in_size_time_and_number(ws, linux):
         stop(process, root)
 
 
+def test_undecodable_output_is_answered_in_utf8(server):
+    """Attack K5 (in part): a command's undecodable bytes became `\\ufffd`, 6 bytes of the
+    answer each; the answer is UTF-8 JSON now, 3 bytes each, and decodes the same."""
+    body = json.dumps({"command": "head -c 1048576 /dev/zero | tr '\\0' '\\377'"}).encode()
+    status, headers, data = exchange(server, "POST", "/execute", body, JSON)
+    assert status == 200 and json.loads(data)["stdout"] == "\ufffd" * (1 << 20)
+    assert len(data) < 3.5 * (1 << 20), len(data)
+    assert execute(server, "touch \"$(printf 'odd-\\377')\"")[0] == 200
+    assert request(server, "GET", "/list/.") == (200, [{"name": "odd-\udcff", "size": 0,
+                                                       "type": "file", "kind": "file",
+                                                       "mod_time": pytest.approx(time.time(),
+                                                                                 abs=60)}])
+
+
 def test_exists_looks_up_the_name_alone(ws, linux):
     """Attack K8: /exists listed the whole parent directory, so a name in a directory whose
     listing is past limits.output (300k files) was 413 `too_large` after seconds. Now the name

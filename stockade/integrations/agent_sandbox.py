@@ -577,7 +577,11 @@ def _parts(body: bytes, boundary: bytes) -> Iterator[tuple[email.message.Message
 
 
 def _json(value: Any) -> tuple[int, bytes, str]:
-    return 200, json.dumps(value).encode(), "application/json"
+    # UTF-8, not \uXXXX: a command's undecodable bytes (U+FFFD each) are 3 bytes of the
+    # answer, not 6 (attack K5: 16 MiB of them were 96 MiB held per answer). A lone
+    # surrogate (a file name's undecodable byte) stays JSON's escape, \udcXX, as before.
+    return 200, json.dumps(value, ensure_ascii=False).encode(errors="backslashreplace"), \
+        "application/json"
 
 
 def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
