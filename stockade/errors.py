@@ -34,6 +34,22 @@ class StockadeError(Exception):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt from its state, never by its class's __init__ again, whose arguments are
+        # not what `args` holds (a Ray task's error crosses processes as a pickle)
+        # (an OSError's errno and strerror are not in its __dict__: its __new__ sets them)
+        made = (self.errno, self.strerror) if isinstance(self, OSError) else (self.code,
+                                                                              self.message)
+        return _rebuilt, (type(self), made, self.args, dict(vars(self)))
+
+
+def _rebuilt(cls: type[StockadeError], made: tuple, args: tuple,
+             state: dict) -> StockadeError:
+    error = cls.__new__(cls, *made)  # (StartError's __new__ takes two arguments)
+    error.args = args
+    vars(error).update(state)
+    return error
+
 
 class PolicyError(StockadeError):
     """The policy document is invalid. `location` is `file: key` (either may be empty)."""

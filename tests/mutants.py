@@ -1837,6 +1837,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("agent-sandbox-content-length-lenient", "stockade/integrations/agent_sandbox.py",
            "(lengths and not _LENGTH.fullmatch(lengths[0]))", "False",
            ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
+    Mutant("agent-sandbox-lenient-head", "stockade/integrations/agent_sandbox.py",
+           "        if any(isinstance(defect, email.errors.MissingHeaderBodySeparatorDefect)",
+           "        if False and any(isinstance(defect, "
+           "email.errors.MissingHeaderBodySeparatorDefect)",
+           ("tests/test_agent_sandbox_server.py::test_a_leniently_readable_head_is_refused",)),
+    Mutant("agent-sandbox-deep-json-uncaught", "stockade/integrations/agent_sandbox.py",
+           "AttributeError, RecursionError):", "AttributeError):",
+           ("tests/test_agent_sandbox_server.py::test_a_leniently_readable_head_is_refused",)),
     Mutant("agent-sandbox-get-body-unread", "stockade/integrations/agent_sandbox.py",
            "if self._framing() != (False, 0):", "if False:",
            ("tests/test_agent_sandbox_server.py::test_request_framing_is_read_strictly",)),
@@ -1879,10 +1887,62 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
             "_files_and_one_more_is_refused",)),
     Mutant("agent-sandbox-hangup-ignored", "stockade/integrations/agent_sandbox.py",
-           "            if gone:\n                cancel.set()\n",
-           "            if gone:\n                pass\n",
+           "extra > HANGUP_EXTRA:\n                    cancel.set()\n",
+           "extra > HANGUP_EXTRA:\n                    pass\n",
            ("tests/test_agent_sandbox_server.py::test_hung_commands_hold_up_neither_health_nor"
             "_files_and_one_more_is_refused",)),
+    # (attack K1) a byte sent while the command runs does not end the watch for its close;
+    # a client streaming meanwhile is cancelled; a connection that sent more ends there
+    Mutant("agent-sandbox-hangup-watch-ends-at-a-byte", "stockade/integrations/agent_sandbox.py",
+           "                if data:\n                    spoiled.set()\n",
+           "                if data:\n                    return\n",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    Mutant("agent-sandbox-hangup-extra-unbounded", "stockade/integrations/agent_sandbox.py",
+           "if not data or extra > HANGUP_EXTRA:", "if not data:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    Mutant("agent-sandbox-spoiled-connection-kept", "stockade/integrations/agent_sandbox.py",
+           "            if spoiled.is_set():", "            if False:",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch",)),
+    # (attack K9) every StockadeError unpickles whole (a Ray task's error crosses processes)
+    Mutant("errors-pickled-by-init", "stockade/errors.py",
+           "return _rebuilt, (type(self), made, self.args, dict(vars(self)))",
+           "return super().__reduce__()",
+           ("tests/test_error_pickling.py::test_every_stockade_error_survives_a_pickle_round_trip",)),
+    Mutant("errors-oserror-fields-lost", "stockade/errors.py",
+           "if isinstance(self, OSError) else", "if False else",
+           ("tests/test_error_pickling.py::test_every_stockade_error_survives_a_pickle_round_trip",)),
+    # (attack K8) /exists looks the name up alone, never lists its directory
+    Mutant("workspace-exists-lists-the-parent", "stockade/integrations/workspace.py",
+           'self._fileop("exists", path)',
+           'self._fileop("list", os.path.dirname(os.fspath(path)) or ".")',
+           ("tests/test_agent_sandbox_server.py::test_exists_looks_up_the_name_alone",)),
+    Mutant("workspace-exists-through-a-file-refused", "stockade/integrations/workspace.py",
+           'if exc.code in ("not_found", "not_a_directory"):\n                return False',
+           'if exc.code == "not_found":\n                return False',
+           ("tests/test_agent_sandbox_server.py::test_exists_looks_up_the_name_alone",)),
+    # (attacks K2/K3) a request head is bounded in bytes and time, connections in number
+    Mutant("agent-sandbox-head-unbounded", "stockade/integrations/agent_sandbox.py",
+           "        if self.left <= 0:\n            raise", "        if False:\n            raise",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
+    Mutant("agent-sandbox-head-no-deadline", "stockade/integrations/agent_sandbox.py",
+           "time.monotonic() + HEAD_SECONDS", "time.monotonic() + 3600",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
+    Mutant("agent-sandbox-connections-unbounded", "stockade/integrations/agent_sandbox.py",
+           "refused = self.connections >= self.max_connections", "refused = False",
+           ("tests/test_agent_sandbox_server.py::"
+            "test_request_heads_are_bounded_in_size_time_and_number",)),
+    # (attack K5, in part) an answer is UTF-8 JSON, not 6 bytes per undecodable byte
+    Mutant("agent-sandbox-answer-ascii-escaped", "stockade/integrations/agent_sandbox.py",
+           "json.dumps(value, ensure_ascii=False)", "json.dumps(value)",
+           ("tests/test_agent_sandbox_server.py::test_undecodable_output_is_answered_in_utf8",)),
+    Mutant("agent-sandbox-answer-surrogate-unencodable", "stockade/integrations/agent_sandbox.py",
+           '.encode(errors="backslashreplace")', ".encode()",
+           ("tests/test_agent_sandbox_server.py::test_undecodable_output_is_answered_in_utf8",)),
     Mutant("argv-lone-surrogate-passed", "stockade/launch/compile.py",
            "os.fsencode(argument)  # (a lone surrogate", "pass  # (",
            ("tests/test_agent_sandbox_server.py::test_what_the_kernel_refuses_is_a_typed_client"

@@ -29,18 +29,22 @@ JSON = {"Content-Type": "application/json"}
 PROMPT = 10.0  # seconds an answer that waits for no command may take (on a loaded machine)
 
 
-def stockade(*args: str, cwd, stderr=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "stockade", *args], cwd=str(cwd),
+def stockade(*args: str, cwd, stderr=subprocess.PIPE,
+             python: tuple[str, ...] = ("-m", "stockade")) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *python, *args], cwd=str(cwd),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=stderr, text=True, env={**os.environ, "PYTHONPATH": REPO})
 
 
-def start(root: Path, *flags: str) -> tuple[subprocess.Popen, int]:
-    """A server over `root` (its stderr in server.log beside it), and its port."""
+def start(root: Path, *flags: str,
+          source: tuple[str, str] = ("--preset", "workspace-write"),
+          python: tuple[str, ...] = ("-m", "stockade")) -> tuple[subprocess.Popen, int]:
+    """A server over `root` under `source` (a --preset or --policy) (its stderr in server.log
+    beside it), and its port; `python`: how the interpreter runs stockade's CLI."""
     log = root.parent / "server.log"  # (a file: a pipe nobody reads could fill and block it)
     with log.open("w") as stderr:
         process = stockade("serve", "--agent-sandbox", "--port", "0", "--workspace", str(root),
-                           "--preset", "workspace-write", *flags, cwd=root, stderr=stderr)
+                           *source, *flags, cwd=root, stderr=stderr, python=python)
     deadline = time.monotonic() + 60
     while "serving" not in (said := log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, said
@@ -215,6 +219,29 @@ def test_request_framing_is_read_strictly(server, ws):
     assert os.listdir(root) == ["ran"]
 
 
+def test_a_leniently_readable_head_is_refused(server, ws):
+    """Attack K7: a header line with whitespace before its colon or none at all ends the
+    headers for http.server's parser, so a `Content-Length : N` a proxy in front frames by
+    (a request smuggled in the body) and an Origin after a colon-less line went unseen. Each
+    is refused 400 (RFC 9112 5.1) and the connection closed: nothing runs."""
+    root, _ = ws
+    run = json.dumps({"command": "touch ran"}).encode()
+    head = (f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    inner = head + b"Content-Length: %d\r\n\r\n" % len(run) + run
+    for spaced in (b"Content-Length : %d", b"Content-Length\t: %d"):
+        outer = (f"POST /nothing HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n").encode()
+        assert raw(server, outer + spaced % len(inner) + b"\r\n\r\n" + inner) == [b"400"]
+    for odd in (b"no colon here\r\n", b" folded\r\n"):
+        assert raw(server, head + b"Content-Length: %d\r\n" % len(run) + odd
+                   + b"Origin: http://example.com\r\n\r\n" + run) == [b"400"], odd
+    assert os.listdir(root) == []
+    status, answer = request(server, "POST", "/execute", b"[" * 100_000, JSON)
+    assert (status, answer["error"]) == (400, "usage")
+    status, answer = execute(server, "echo fine")
+    assert (status, answer["stdout"]) == (200, "fine\n")
+
+
 def test_a_chunk_past_the_limit_is_never_held(served):
     """Attack A2: one chunk declared far past the /execute limit is dropped as it arrives
     (the limit checked before it is read), not read whole into memory and then refused."""
@@ -275,6 +302,90 @@ def test_what_the_kernel_refuses_is_a_typed_client_error(server, ws):
     status, answer = run("echo \ud800")  # (no byte string holds it: it once lost the sandbox)
     assert (status, answer["error"]) == (400, "usage"), answer
     assert os.listdir(root) == ["fifo"]
+
+
+def test_request_heads_are_bounded_in_size_time_and_number(ws, linux):
+    """Attacks K2/K3: a request head was bounded per line (64 KiB, 100 of them: 6.4 MiB a
+    connection) and per read (a byte every 20 s held a connection for ever), and connections
+    not at all (a thousand of them exhausted the descriptors; accept then spun). Now a head
+    is 64 KiB in all (431), whole within HEAD_SECONDS (here 3) or the connection ends, and
+    past --max-connections a connection is answered 503 `busy` at once and closed."""
+    root, _ = ws
+    patched = ("-c", "import sys, stockade.integrations.agent_sandbox as server; "
+               "server.HEAD_SECONDS = 3; from stockade.program import main; sys.exit(main())")
+    process, port = start(root, "--max-connections", "4", python=patched)
+    try:
+        big = b"X-Big: " + b"x" * (40 << 10) + b"\r\n"
+        assert raw(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+                   + 2 * big + b"\r\n") == [b"431"]
+        began = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            slow.sendall(b"GET / HTTP/1.1\r\n")
+            with pytest.raises(OSError):  # (reset by the server, or EPIPE)
+                while time.monotonic() - began < 20:
+                    slow.sendall(b"X")
+                    time.sleep(0.5)
+        assert time.monotonic() - began < 10, "a head sent a byte at a time was held"
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+            answer = one_more.recv(1 << 16)
+        assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections" in answer, answer
+        for connection in held:
+            connection.close()
+        deadline = time.monotonic() + PROMPT
+        while True:
+            try:
+                if request(port, "GET", "/")[0] == 200:
+                    break
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+            assert time.monotonic() < deadline, "health stayed refused"
+            time.sleep(0.1)
+    finally:
+        stop(process, root)
+
+
+def test_undecodable_output_is_answered_in_utf8(server):
+    """Attack K5 (in part): a command's undecodable bytes became `\\ufffd`, 6 bytes of the
+    answer each; the answer is UTF-8 JSON now, 3 bytes each, and decodes the same."""
+    body = json.dumps({"command": "head -c 1048576 /dev/zero | tr '\\0' '\\377'"}).encode()
+    status, headers, data = exchange(server, "POST", "/execute", body, JSON)
+    assert status == 200 and json.loads(data)["stdout"] == "\ufffd" * (1 << 20)
+    assert len(data) < 3.5 * (1 << 20), len(data)
+    assert execute(server, "touch \"$(printf 'odd-\\377')\"")[0] == 200
+    assert request(server, "GET", "/list/.") == (200, [{"name": "odd-\udcff", "size": 0,
+                                                       "type": "file", "kind": "file",
+                                                       "mod_time": pytest.approx(time.time(),
+                                                                                 abs=60)}])
+
+
+def test_exists_looks_up_the_name_alone(ws, linux):
+    """Attack K8: /exists listed the whole parent directory, so a name in a directory whose
+    listing is past limits.output (300k files) was 413 `too_large` after seconds. Now the name
+    alone is looked up (a link counts, not followed; a path outside is still refused)."""
+    root, outside = ws
+    policy = root.parent / "small-output.toml"
+    policy.write_text('version = 1\npreset = "workspace-write"\n[limits]\noutput = "1KiB"\n')
+    (root / "big").mkdir()
+    for n in range(100):
+        (root / "big" / f"a-name-long-enough-to-fill-the-listing-{n:03}").touch()
+    (root / "link").symlink_to(outside)
+    process, port = start(root, source=("--policy", str(policy)))
+    try:
+        assert request(port, "GET", "/list/big")[0] == 413  # (the listing is past 1 KiB)
+        for path, there in (("big/a-name-long-enough-to-fill-the-listing-007", True),
+                            ("big/none", False), ("none/x", False), ("link", True),
+                            ("big/a-name-long-enough-to-fill-the-listing-007/x", False),
+                            ("", True), ("big/..", True), ("big", True)):
+            status, answer = request(port, "GET", f"/exists/{path}")
+            assert (status, answer.get("exists")) == (200, there), (path, answer)
+        status, answer = request(port, "GET", "/exists/link/x")
+        assert (status, answer["error"]) == (403, "symlink_refused")
+        status, answer = request(port, "GET", "/exists/..%2Fx")
+        assert (status, answer["error"]) == (403, "outside_workspace")
+    finally:
+        stop(process, root)
 
 
 def test_hung_commands_hold_up_neither_health_nor_files_and_one_more_is_refused(ws, linux):
@@ -340,6 +451,47 @@ def test_hung_commands_hold_up_neither_health_nor_files_and_one_more_is_refused(
         time.sleep(0.1)
     for client in clients:
         client.close()
+
+
+def test_bytes_sent_while_a_command_runs_do_not_end_the_hangup_watch(server):
+    """Attack K1: the watch for a client's hang-up ended at its first byte after the request
+    (taken for a pipelined one), so /execute, one byte and a close left the command running
+    and its slot held for limits.timeout. Now what it sends is dropped and its close still
+    kills the command's tree; past 64 KiB so sent the command is cancelled too; and a
+    connection that sent more ends with the command's answer (nothing is read as a request)."""
+    def begin(marker: str) -> socket.socket:
+        client = socket.create_connection(("127.0.0.1", server), timeout=30)
+        body = json.dumps({"command": f"sleep {marker}; echo done"}).encode()
+        client.sendall(f"POST /execute HTTP/1.1\r\nHost: 127.0.0.1:{server}\r\n"
+                       f"Content-Type: application/json\r\nContent-Length: {len(body)}"
+                       "\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 60
+        while not marked(marker):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        return client
+
+    one, flood, answered = (f"{n}0{os.getpid()}" for n in (7, 8, 1))
+    client = begin(one)
+    client.sendall(b"x")
+    time.sleep(3 * 0.1)  # (a few of the watch's looks)
+    client.close()
+    assert gone(one, within=PROMPT), "a byte then a close left the command running"
+    client = begin(flood)
+    client.sendall(b"x" * (128 << 10))
+    assert gone(flood, within=PROMPT), "a client streaming while its command ran"
+    client.close()
+    deadline = time.monotonic() + PROMPT
+    while request(server, "GET", "/")[1]["executing"]:
+        assert time.monotonic() < deadline, "a slot stayed taken"
+        time.sleep(0.05)
+    with begin(f"1.{answered}") as client:
+        client.sendall(b"GET / HTTP/1.1\r\n")
+        answer = b""
+        while chunk := client.recv(1 << 16):
+            answer += chunk
+    assert re.findall(rb"^HTTP/1.1 ([0-9]{3})", answer, re.MULTILINE) == [b"200"], answer
+    assert b"Connection: close" in answer and b"done" in answer
 
 
 def descendants(pid: int) -> set[int]:

@@ -39,6 +39,10 @@ def add_serve(commands: Any) -> None:
                         help="commands that may run at once, each in a sandbox of its own "
                              "(default 8); one more is refused at once, 503 busy with "
                              "Retry-After (health and file operations never wait for them)")
+    parser.add_argument("--max-connections", metavar="N", type=int,
+                        help="connections open at once (default 256, and fewer than the "
+                             "descriptor limit allows); one more is answered 503 busy and "
+                             "closed")
 
 
 def _serve(args: argparse.Namespace, command: list[str] | None) -> int:
@@ -50,7 +54,9 @@ def _serve(args: argparse.Namespace, command: list[str] | None) -> int:
     limit = agent_sandbox.DEFAULT_MAX_UPLOAD if args.max_upload is None else args.max_upload
     running = (agent_sandbox.DEFAULT_MAX_CONCURRENT if args.max_concurrent is None
                else args.max_concurrent)
+    connections = (agent_sandbox.DEFAULT_MAX_CONNECTIONS if args.max_connections is None
+                   else args.max_connections)
     agent_sandbox.serve(chosen_policy(args), workspace=args.workspace, host=args.host,
                         port=args.port, allow_remote=args.allow_remote, max_upload=limit,
-                        max_concurrent=running)
+                        max_concurrent=running, max_connections=connections)
     return 0

@@ -29,21 +29,30 @@ hang): at most `max_concurrent` commands run at once, each in a sandbox of its o
 is refused at once, 503 `busy` with Retry-After, not queued. Health never touches a sandbox,
 and file operations run in sandboxes of their own (FILE_SANDBOXES), never behind a command. A
 client that ends its connection while its command runs has its command's tree killed: nobody
-is left to read the answer, and the slot is free again at once."""
+is left to read the answer, and the slot is free again at once. What a client sends while its
+command runs is dropped and its connection ends with the answer (no pipelining past /execute):
+its EOF is still seen. Connections are bounded in number (`max_connections`, below the
+descriptor limit; one more is 503 `busy` and closed) and each request head in bytes
+(MAX_HEAD) and time (HEAD_SECONDS, however slowly sent)."""
 
 from __future__ import annotations
 
 import contextlib
+import email.errors
 import email.message
+import errno
+import http.client
 import ipaddress
 import json
 import os
 import re
+import resource
 import select
 import signal
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,7 +69,13 @@ DEFAULT_MAX_CONCURRENT = 8  # commands running at once (--max-concurrent)
 FILE_SANDBOXES = 2  # sandboxes of the file operations' own (short: they may wait for each other)
 RETRY_AFTER = 1  # seconds a refused /execute is told to wait (Retry-After)
 HANGUP_POLL = 0.1  # seconds between looks at a running command's connection
+HANGUP_EXTRA = 64 << 10  # bytes a client may send while its command runs (dropped)
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed
+HEAD_SECONDS = 60  # a request's line and headers arrive whole within this, however slowly
+MAX_HEAD = 64 << 10  # bytes of a request's line and headers together (else 431)
+DEFAULT_MAX_CONNECTIONS = 256  # connections open at once (--max-connections), past: 503
+FD_RESERVE = 256  # descriptors kept from connections for the sandboxes and the server
+ACCEPT_BACKOFF = 0.1  # seconds the server waits when accept fails for want of descriptors
 DRAIN_BYTES = 1 << 30  # how much of a refused body is read and dropped so its 413 is heard
 MAX_PARTS = 16  # multipart parts an upload may have up to its "file" one
 MAX_PART_HEAD = 8 << 10  # bytes of one part's headers
@@ -105,18 +120,75 @@ class AgentSandboxServer(ThreadingHTTPServer):
 
     def __init__(self, commands: Workspace, files: Workspace, host: str, port: int, *,
                  max_upload: int = DEFAULT_MAX_UPLOAD, allow_remote: bool = False,
-                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.commands, self.files, self.max_upload = commands, files, max_upload
         self.max_concurrent, self.executing = max_concurrent, 0
         self._executing = threading.Lock()
+        # Connections past the descriptors left would make accept fail EMFILE, and sandboxes
+        # fail to start: the cap stays below RLIMIT_NOFILE, FD_RESERVE kept
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_connections = max_connections if soft == resource.RLIM_INFINITY else max(
+            1, min(max_connections, soft - FD_RESERVE))
+        self.connections = 0
+        self.heads: dict[socket.socket, float] = {}  # a connection reading a head: its deadline
+        self._connections = threading.Lock()
         super().__init__((host, port), Handler)
+        threading.Thread(target=self._reap, daemon=True).start()
         # The Host a request may name (None: any, behind --allow-remote): a page rebinding
         # its own name to 127.0.0.1 names itself
         bound = self.server_address[1]
         self.hosts = None if allow_remote else {
             f"{name}:{bound}" for name in (f"[{host}]" if ":" in host else host, "localhost",
                                            "127.0.0.1", "[::1]")}
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                time.sleep(ACCEPT_BACKOFF)  # (else the listening socket, still ready, spins)
+            raise
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or past `max_connections` 503 `busy` at once and the
+        connection closed (health is answered again once connections end)."""
+        with self._connections:
+            refused = self.connections >= self.max_connections
+            self.connections += not refused
+        if not refused:
+            super().process_request(request, client_address)
+            return
+        body = json.dumps({"error": "busy", "message": f"all {self.max_connections} "
+                           "connections are open (the server's --max-connections); retry "
+                           f"after {RETRY_AFTER} s", "grant": None}).encode()
+        with contextlib.suppress(OSError):
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                         b"\r\nRetry-After: %d\r\nConnection: close\r\nContent-Length: %d"
+                         b"\r\n\r\n%s" % (RETRY_AFTER, len(body), body), socket.MSG_DONTWAIT)
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections:
+                self.connections -= 1
+                self.heads.pop(request, None)
+
+    def _reap(self) -> None:
+        """End each connection whose request head is not whole by its deadline: the idle
+        timeout is per read, and a byte every few seconds would hold it for ever."""
+        while True:
+            time.sleep(1)
+            now = time.monotonic()
+            with self._connections:
+                late = [connection for connection, deadline in self.heads.items()
+                        if deadline < now]
+            for connection in late:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)  # (its blocked read ends)
 
     def server_close(self) -> None:
         super().server_close()
@@ -156,15 +228,53 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._answer(self._post)
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Head(self.rfile)
+
+    def handle_one_request(self) -> None:
+        self.rfile.left = MAX_HEAD
+        with self.server._connections:
+            self.server.heads[self.connection] = time.monotonic() + HEAD_SECONDS
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """http.server's reading of the request line and headers, then a head it read
+        leniently refused 400 (RFC 9112 5.1): a line without a colon or with whitespace
+        before it ends its headers there (what follows, an Origin say, unseen, and a
+        `Content-Length : N` a proxy in front frames by ignored: a request smuggled), and an
+        obsolete line folding is read otherwise by others."""
+        parsed = super().parse_request()
+        with self.server._connections:
+            self.server.heads.pop(self.connection, None)  # (the head is read: no deadline)
+        self.rfile.left = None
+        if not parsed:
+            return False
+        if any(isinstance(defect, email.errors.MissingHeaderBodySeparatorDefect)
+               for defect in self.headers.defects) \
+                or any("\n" in value for value in self.headers.values()):
+            self.close_connection = True  # (where this request ends is not known)
+            self._send(Refusal(400, "usage", "a malformed request: a header line without a "
+                               "colon, with whitespace before it, or folded"))
+            return False
+        return True
+
     def _answer(self, route: Any) -> None:
-        retry_after = None
         try:
             self._from_no_browser()
-            status, body, kind = route(urllib.parse.urlsplit(self.path).path)
+            self._send(route(urllib.parse.urlsplit(self.path).path))
         except Refusal as refusal:
-            status, kind, retry_after = refusal.status, "application/json", refusal.retry_after
-            body = json.dumps({"error": refusal.code, "message": refusal.message,
-                               "grant": refusal.grant}).encode()
+            self._send(refusal)
+
+    def _send(self, answer: tuple[int, bytes, str] | Refusal) -> None:
+        """Write `answer`, a route's (status, body, Content-Type) or a typed refusal."""
+        retry_after = None
+        if isinstance(answer, Refusal):
+            status, kind, retry_after = answer.status, "application/json", answer.retry_after
+            body = json.dumps({"error": answer.code, "message": answer.message,
+                               "grant": answer.grant}).encode()
+        else:
+            status, body, kind = answer
         try:
             self.send_response(status)
             self.send_header("Content-Type", kind)
@@ -219,8 +329,8 @@ class Handler(BaseHTTPRequestHandler):
                            "type": "directory" if e.kind == "directory" else "file",
                            "kind": e.kind} for e in entries])
         if action == "exists":
-            return _json({"path": urllib.parse.unquote(rest), "exists": _exists(workspace,
-                                                                                target)})
+            return _json({"path": urllib.parse.unquote(rest),
+                          "exists": _file(lambda: workspace.exists(target))})
         raise Refusal(404, "not_found", f"no endpoint {path}")
 
     def _post(self, path: str) -> tuple[int, bytes, str]:
@@ -238,7 +348,8 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             command = request["command"]
             timeout = request.get("timeout_seconds")
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            # (RecursionError: JSON nested deeper than the parser's stack, within 1 MiB)
             raise Refusal(400, "usage", 'the body must be JSON {"command": "..."}') from None
         if not isinstance(command, str) or not command.strip():
             raise Refusal(400, "usage", "command must be a non-empty string")
@@ -249,9 +360,11 @@ class Handler(BaseHTTPRequestHandler):
                                     or not isinstance(timeout, int | float) or timeout <= 0):
             raise Refusal(400, "usage", "timeout_seconds must be a positive number")
         try:
-            with self.server.command_slot(), _hangup(self.connection) as cancel:
+            with self.server.command_slot(), _hangup(self.connection) as (cancel, spoiled):
                 done = self.server.commands.exec(command, shell=True, timeout=timeout,
                                                  cancel=cancel)
+            if spoiled.is_set():  # (what it sent meanwhile was dropped: no request follows)
+                self.close_connection = True
         except StockadeError as exc:
             raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                           exc.message) from None
@@ -353,35 +466,70 @@ class Handler(BaseHTTPRequestHandler):
         raise Refusal(413, "too_large", f"{what} is larger than {limit} bytes{said}")
 
 
+class _Head:
+    """A connection's reader, its request heads bounded: while `left` is set (a head being
+    read), at most that many bytes in all, then http.client's LineTooLong (431). http.server
+    bounds each line and their number, not the head: 100 lines of 64 KiB each."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.left = raw, None
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def readline(self, size: int = -1) -> bytes:
+        if self.left is None:
+            return self.raw.readline(size)
+        if self.left <= 0:
+            raise http.client.LineTooLong(f"a request head past {MAX_HEAD} bytes")
+        line = self.raw.readline(self.left if size < 0 else min(size, self.left))
+        self.left -= len(line)
+        return line
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 @contextlib.contextmanager
-def _hangup(connection: socket.socket) -> Iterator[threading.Event]:
-    """An Event set once the client ends its connection (EOF: closed, or its sending side
-    shut, which Go's net/http and nginx take for gone too) while its command runs; the
-    command's tree is then killed. A client that sends more meanwhile (a pipelined request)
-    is there: the watch ends."""
-    cancel, over = threading.Event(), threading.Event()
+def _hangup(connection: socket.socket) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Two Events: `cancel`, set once the client ends its connection (EOF: closed, or its
+    sending side shut, which Go's net/http and nginx take for gone too; or reset) while its
+    command runs, whose tree is then killed; and `spoiled`, set once it sent more meanwhile.
+    What it sends is read and dropped (a pipelined request is not served: the connection
+    ends after the answer), so that its EOF is still seen; past HANGUP_EXTRA bytes the
+    command is cancelled too, a client streaming forever being no reader of its answer."""
+    cancel, spoiled, over, reading = (threading.Event(), threading.Event(), threading.Event(),
+                                      threading.Lock())
 
     def watch() -> None:
         poller = select.poll()
         poller.register(connection, select.POLLIN | select.POLLRDHUP)
+        extra = 0
         while not over.is_set():
             if not poller.poll(HANGUP_POLL * 1000):
                 continue
-            try:
-                gone = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-            except BlockingIOError:
-                continue
-            except OSError:
-                gone = True
-            if gone:
-                cancel.set()
-            return
+            with reading:  # (no byte read once the command is over: it is the next request's)
+                if over.is_set():
+                    return
+                try:
+                    data = connection.recv(1 << 16, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    spoiled.set()
+                    extra += len(data)
+                if not data or extra > HANGUP_EXTRA:
+                    cancel.set()
+                    return
 
     threading.Thread(target=watch, daemon=True).start()
     try:
-        yield cancel
+        yield cancel, spoiled
     finally:
-        over.set()
+        with reading:
+            over.set()
 
 
 def _file(operation: Any) -> Any:
@@ -393,25 +541,6 @@ def _file(operation: Any) -> Any:
     except StockadeError as exc:
         raise Refusal(400 if isinstance(exc, UsageError) else 500, exc.code,
                       exc.message) from None
-
-
-def _exists(workspace: Workspace, path: str) -> bool:
-    """Whether `path` names an entry (a link counts, and is not followed), found by listing
-    its directory inside the sandbox."""
-    parent, _, name = path.rpartition("/")
-    if not name or name in (".", ".."):
-        target = workspace.resolve(path)
-        if target != workspace.root and not target.startswith(workspace.root + "/"):
-            raise Refusal(403, "outside_workspace", f"{target}: outside the workspace "
-                          f"{workspace.root}")
-        parent, name = path, ""
-    try:
-        entries = workspace.list_dir(parent or ".")
-    except FileError as exc:
-        if exc.code in ("not_found", "not_a_directory"):
-            return False
-        raise Refusal(_STATUS.get(exc.code, 400), exc.code, exc.message, exc.grant) from None
-    return not name or any(entry.name == name for entry in entries)
 
 
 def _relative(path: str) -> str:
@@ -448,13 +577,18 @@ def _parts(body: bytes, boundary: bytes) -> Iterator[tuple[email.message.Message
 
 
 def _json(value: Any) -> tuple[int, bytes, str]:
-    return 200, json.dumps(value).encode(), "application/json"
+    # UTF-8, not \uXXXX: a command's undecodable bytes (U+FFFD each) are 3 bytes of the
+    # answer, not 6 (attack K5: 16 MiB of them were 96 MiB held per answer). A lone
+    # surrogate (a file name's undecodable byte) stays JSON's escape, \udcXX, as before.
+    return 200, json.dumps(value, ensure_ascii=False).encode(errors="backslashreplace"), \
+        "application/json"
 
 
 def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
           host: str = "127.0.0.1", port: int = 8888, allow_remote: bool = False,
           max_upload: int = DEFAULT_MAX_UPLOAD,
-          max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+          max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+          max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
     """Serve `workspace` (default: the current directory) under `policy` until SIGTERM or
     SIGINT; the sandboxes die with the server. Binding other than loopback needs
     `allow_remote` (in a pod, whose network is the boundary)."""
@@ -469,13 +603,16 @@ def serve(policy: Policy, *, workspace: str | os.PathLike | None = None,
         raise UsageError("--max-upload must be a positive number of bytes")
     if max_concurrent <= 0:
         raise UsageError("--max-concurrent must be a positive number of commands")
+    if max_connections <= 0:
+        raise UsageError("--max-connections must be a positive number of connections")
     commands = Workspace(policy, workspace=workspace, sandboxes=max_concurrent)
     files = Workspace(policy, workspace=commands.root, sandboxes=FILE_SANDBOXES)
     try:
         commands.start()  # (a sandbox that cannot start here is said now, not per request)
         files.start()
         server = AgentSandboxServer(commands, files, host, port, max_upload=max_upload,
-                                    allow_remote=allow_remote, max_concurrent=max_concurrent)
+                                    allow_remote=allow_remote, max_concurrent=max_concurrent,
+                                    max_connections=max_connections)
     except BaseException as exc:
         commands.close()
         files.close()

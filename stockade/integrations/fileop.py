@@ -9,7 +9,8 @@ so a link the command planted cannot lead a tool call out of the workspace.
 OPs: `read` (the file's bytes on stdout; `read ROOT PATH OFFSET COUNT LIMIT`: at most COUNT
 bytes from OFFSET, `too_large` if the file holds more than LIMIT), `write` (stdin into the file;
 missing parent directories are made), `list` (JSON lines: name, kind, size, mtime), `remove` (a file
-or a link).
+or a link), `exists` (`not_found` if the name is not there: it alone is looked up, never its
+directory listed).
 A failure is one JSON object on stderr, {"error": code, "detail": ...}, and exit status 3.
 Standard library only: it runs without Stockade's package on its path."""
 
@@ -181,14 +182,25 @@ def remove(root: str, path: str) -> None:
         os.close(directory)
 
 
-OPERATIONS = {"read": read, "write": write, "list": listing, "remove": remove}
-ARGUMENTS = {"read": 5, "write": 2, "list": 2, "remove": 2}  # (after OP)
+def exists(root: str, path: str) -> None:
+    names = parts(root, path)
+    if names:
+        directory = parent(root, names)
+        try:
+            os.lstat(names[-1], dir_fd=directory)  # (a link itself counts)
+        finally:
+            os.close(directory)
+
+
+OPERATIONS = {"read": read, "write": write, "list": listing, "remove": remove,
+              "exists": exists}
+ARGUMENTS = {"read": 5, "write": 2, "list": 2, "remove": 2, "exists": 2}  # (after OP)
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in OPERATIONS or len(argv) != 1 + ARGUMENTS[argv[0]]:
         raise Refused("usage", "fileop.py read ROOT PATH OFFSET COUNT LIMIT | "
-                               "write|list|remove ROOT PATH")
+                               "write|list|remove|exists ROOT PATH")
     op, root, path, *rest = argv
     try:
         OPERATIONS[op](root, path, *rest)

@@ -92,9 +92,6 @@ class FileError(StockadeError):
         super().__init__(code, message)
         self.grant = grant
 
-    def __reduce__(self) -> tuple:  # (pickled whole: it crosses processes, in a Ray pool)
-        return FileError, (self.code, self.message, self.grant)
-
 
 class Workspace:
     """A warm sandbox over `workspace` (default: the current directory) under `policy` (a
@@ -324,6 +321,17 @@ class Workspace:
         """The entries of the directory at `path`, sorted by name."""
         lines = self._fileop("list", path).decode().splitlines()
         return [Entry(**json.loads(line)) for line in lines]
+
+    def exists(self, path: str | os.PathLike) -> bool:
+        """Whether `path` names an entry (a link counts, and is not followed): the name looked
+        up alone, however large its directory."""
+        try:
+            self._fileop("exists", path)
+        except FileError as exc:
+            if exc.code in ("not_found", "not_a_directory"):
+                return False
+            raise
+        return True
 
     def resolve(self, path: str | os.PathLike) -> str:
         """`path` as an absolute path in the workspace (lexically: the file operations and
