@@ -46,7 +46,6 @@ import ipaddress
 import json
 import os
 import re
-import resource
 import select
 import signal
 import socket
@@ -128,8 +127,8 @@ class AgentSandboxServer(ThreadingHTTPServer):
         self._executing = threading.Lock()
         # Connections past the descriptors left would make accept fail EMFILE, and sandboxes
         # fail to start: the cap stays below RLIMIT_NOFILE, FD_RESERVE kept
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        self.max_connections = max_connections if soft == resource.RLIM_INFINITY else max(
+        soft = _descriptor_limit()
+        self.max_connections = max_connections if soft is None else max(
             1, min(max_connections, soft - FD_RESERVE))
         self.connections = 0
         self.heads: dict[socket.socket, float] = {}  # a connection reading a head: its deadline
@@ -639,3 +638,13 @@ class _Stopped(Exception):
 
 def _stop(*_: object) -> NoReturn:
     raise _Stopped
+
+
+def _descriptor_limit() -> int | None:
+    """This process's RLIMIT_NOFILE (soft), or None: unlimited, or no such limit (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
