@@ -121,7 +121,8 @@ def test_a_call_cannot_lengthen_the_policys_timeout(ws, tmp_path):
     assert slow.structured_content["exit_code"] == 124
     assert slow.structured_content["timed_out"] is True
     assert slow.structured_content["denials"] == [
-        {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout"}]
+        {"kind": "limits.timeout", "detail": "killed after 1s", "grant": "limits.timeout",
+         "network": None}]  # (a network denial's proxy record; none for a limit)
 
 
 LIMITED = """version = 1
